@@ -1,0 +1,13 @@
+"""Compiler passes, one module each, and the registry that maps spec names to them."""
+
+from passes.base import ByteSize, Pass
+from passes.choose_layout import ChooseLayoutPass
+from passes.pack_dtypes import PackDtypesPass
+from passes.pad_branches import PadBranchesPass
+from passes.verify import VerifyPass
+
+REGISTRY = {cls.name: cls for cls in (
+    VerifyPass, ChooseLayoutPass, PadBranchesPass, PackDtypesPass)}
+"""Pass classes by their spec name."""
+
+__all__ = ["ByteSize", "Pass", "REGISTRY"]

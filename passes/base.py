@@ -1,0 +1,119 @@
+"""The pass base class: a frozen dataclass with a `name`, typed options and a
+pure `run(ir) -> ir`.
+
+Options are the dataclass fields; their annotated type (int, float, bool, str,
+`ByteSize`, or a tuple of these) decides how a pipeline spec's text is parsed.
+Option names are spelled with dashes in specs (`memory-budget`) and with
+underscores in Python (`memory_budget`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import ClassVar, get_type_hints
+
+from static_compiler.errors import PipelineError
+from static_compiler.ir import Automaton
+
+_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+          "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12}
+
+
+class ByteSize(int):
+    """A byte count written as `2GiB`, `512MiB`, `1.5GB` or a plain integer."""
+
+    @classmethod
+    def parse(cls, text: str) -> "ByteSize":
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B|B)?\s*", str(text))
+        if not m:
+            raise ValueError(f"{text!r} is not a byte size such as 64MiB, 2GiB or 1000000")
+        return cls(int(float(m.group(1)) * _UNITS[m.group(2) or ""]))
+
+    def __str__(self) -> str:
+        for unit in ("TiB", "GiB", "MiB", "KiB"):
+            if self and self % _UNITS[unit] == 0:
+                return f"{self // _UNITS[unit]}{unit}"
+        return str(int(self))
+
+    __repr__ = __str__
+
+
+def _parse_scalar(text: str, typ, where: str):
+    try:
+        if typ is bool:
+            if text.lower() in ("true", "1", "yes"):
+                return True
+            if text.lower() in ("false", "0", "no"):
+                return False
+            raise ValueError(f"{text!r} is not a bool (true/false)")
+        if typ is ByteSize:
+            return ByteSize.parse(text)
+        if typ is int:
+            return int(text)
+        if typ is float:
+            return float(text)
+        if typ is str:
+            return text
+    except ValueError as e:
+        raise PipelineError(f"{where}: expected {typ.__name__}, got {text!r} ({e})") from None
+    raise PipelineError(f"{where}: unsupported option type {typ!r}")
+
+
+def _format_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return "(" + ",".join(_format_value(v) for v in value) + ")"
+    return str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pass:
+    """Base class of compiler passes. Subclasses set `name` and `run`."""
+
+    name: ClassVar[str] = ""
+
+    def run(self, ir: Automaton) -> Automaton:  # pragma: no cover - abstract
+        raise NotImplementedError(f"pass {self.name!r} does not define run()")
+
+    @classmethod
+    def option_types(cls) -> dict:
+        hints = get_type_hints(cls)
+        return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_options(cls, options: dict) -> "Pass":
+        """Builds the pass from spec text options {dashed-name: text}."""
+        types = cls.option_types()
+        kwargs = {}
+        for key, text in options.items():
+            attr = key.replace("-", "_")
+            if attr not in types:
+                known = ", ".join(k.replace("_", "-") for k in types) or "none"
+                raise PipelineError(f"pass {cls.name!r} has no option {key!r} (options: {known})")
+            typ = types[attr]
+            where = f"option {key!r} of pass {cls.name!r}"
+            if getattr(typ, "__origin__", None) is tuple:
+                inner = typ.__args__[0]
+                body = text.strip()
+                if not (body.startswith("(") and body.endswith(")")):
+                    raise PipelineError(f"{where}: expected a tuple like (1,2), got {text!r}")
+                items = [s for s in body[1:-1].split(",") if s.strip()]
+                kwargs[attr] = tuple(_parse_scalar(s.strip(), inner, where) for s in items)
+            else:
+                kwargs[attr] = _parse_scalar(text, typ, where)
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as e:
+            raise PipelineError(f"pass {cls.name!r}: {e}") from None
+
+    def spec(self) -> str:
+        """The pass as pipeline spec text; options that differ from their default."""
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.default is not dataclasses.MISSING and value == f.default:
+                continue
+            parts.append(f"{f.name.replace('_', '-')}={_format_value(value)}")
+        return self.name + ("{" + ",".join(parts) + "}" if parts else "")

@@ -1,0 +1,61 @@
+"""`choose-layout`: per layer, pick a layout from the cost model under a memory budget.
+
+Each layer starts at its fastest layout (fewest candidates per beam: unary
+when every state has one child, dense_rows for fan-out near V, then
+near_unary or csr). While the total exceeds `memory-budget`, the layer whose
+next-slower layout saves the most bytes moves to it. The budget is checked at
+32-bit tables (pack-dtypes only shrinks them); when even the smallest layouts
+do not fit, MemoryBudgetError says how many bytes they need.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from passes.base import ByteSize, Pass
+from passes.cost_model import candidate_layouts
+from static_compiler.errors import MemoryBudgetError
+from static_compiler.ir import Automaton
+
+
+@dataclasses.dataclass(frozen=True)
+class ChooseLayoutPass(Pass):
+    """Options:
+      memory_budget: bytes all layer tables may take together.
+      dense_threshold: a layer is considered for dense_rows when its max
+        branch reaches this fraction of the vocabulary.
+    """
+
+    name = "choose-layout"
+    memory_budget: ByteSize = ByteSize(2 << 30)
+    dense_threshold: float = 0.5
+
+    def __post_init__(self):
+        if self.memory_budget <= 0:
+            raise ValueError(f"memory-budget={self.memory_budget} must be positive")
+        if not 0.0 < self.dense_threshold:
+            raise ValueError(f"dense-threshold={self.dense_threshold} must be > 0")
+
+    def run(self, ir: Automaton) -> Automaton:
+        options = [candidate_layouts(layer, ir.vocab_size, self.dense_threshold)
+                   for layer in ir.layers]
+        choice = [0] * len(options)
+        total = sum(opts[0].estimated_bytes for opts in options)
+        while total > self.memory_budget:
+            best, best_saving = None, 0
+            for t, opts in enumerate(options):
+                for j in range(choice[t] + 1, len(opts)):
+                    saving = opts[choice[t]].estimated_bytes - opts[j].estimated_bytes
+                    if saving > best_saving:
+                        best, best_saving = (t, j), saving
+            if best is None:
+                smallest = sum(min(o.estimated_bytes for o in opts) for opts in options)
+                raise MemoryBudgetError(
+                    f"memory-budget={self.memory_budget} ({int(self.memory_budget)} bytes) is too "
+                    f"small: the smallest layouts need {smallest} bytes "
+                    f"({ByteSize(smallest)}) at 32-bit tables")
+            t, j = best
+            choice[t] = j
+            total -= best_saving
+        return ir.with_layers(layer.replace(layout=opts[c])
+                              for layer, opts, c in zip(ir.layers, options, choice))

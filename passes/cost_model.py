@@ -1,0 +1,87 @@
+"""The layout cost model: bytes of the tables a layout needs and candidates
+read per beam, shared by choose-layout, pad-branches and pack-dtypes.
+
+The byte formulas mirror exactly what `static_compiler.backend.lower` builds
+(a test checks estimate == measured for every layout):
+
+==========  ==============================================================
+dense_rows  next-state table (S, V) of state_dtype (-1 marks no edge)
+csr         indptr (S + 1,) state_dtype, tokens (E,) token_dtype,
+            targets (E,) state_dtype when targets are explicit
+unary       tokens (S,) token_dtype, targets (S,) when explicit
+near_unary  tokens (E,), exception states (X,) and their row bounds (X, 2)
+            of state_dtype, targets (E,) when explicit
+==========  ==============================================================
+
+A layer where some states accept (variable-length sets) adds a bool
+(S,) table. Slices past the end of a table are clamped by the gather and
+masked, so no table is padded.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from static_compiler.ir import Layer, Layout
+
+
+def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
+    """Bytes of the tables `layout` needs for `layer` (S states, E edges)."""
+    S, E = layer.num_states, layer.num_edges
+    tb = np.dtype(layout.token_dtype).itemsize
+    sb = np.dtype(layout.state_dtype).itemsize
+    explicit = 0 if layer.implicit_targets else 1
+    accepting = 0 if layer.accepting is None else S
+    if layout.kind == "dense_rows":
+        return accepting + S * vocab_size * sb
+    if layout.kind == "csr":
+        return accepting + (S + 1) * sb + E * tb + explicit * E * sb
+    if layout.kind == "unary":
+        return accepting + S * tb + explicit * S * sb
+    if layout.kind == "near_unary":
+        return accepting + E * tb + 3 * layout.exceptions * sb + explicit * E * sb
+    raise ValueError(f"unknown layout kind {layout.kind!r}")
+
+
+def candidates_per_beam(layout: Layout) -> int:
+    """Work per beam and step: candidates produced (top-k input size) plus
+    the dependent table reads needed to find them."""
+    if layout.kind == "near_unary":
+        return layout.k + 1 + max(1, math.ceil(math.log2(layout.exceptions + 1)))
+    if layout.kind == "csr":
+        return layout.k + 2
+    return layout.k
+
+
+def with_estimate(layer: Layer, layout: Layout, vocab_size: int) -> Layout:
+    import dataclasses
+    return dataclasses.replace(layout, estimated_bytes=layout_bytes(layer, layout, vocab_size))
+
+
+def candidate_layouts(layer: Layer, vocab_size: int, dense_threshold: float) -> list:
+    """Layouts that can serve `layer`, fastest first (each with its estimate
+    at 32-bit tables; pack-dtypes narrows them later)."""
+    branch = layer.branch()
+    max_branch = int(branch.max(initial=0))
+    exceptions = int((branch != 1).sum())
+    if exceptions == 0:
+        return [with_estimate(layer, Layout("unary", 1), vocab_size)]
+    options = []
+    if max_branch >= dense_threshold * vocab_size:
+        options.append(Layout("dense_rows", vocab_size))
+    csr = Layout("csr", max(1, max_branch))
+    near = Layout("near_unary", max(1, max_branch), exceptions=exceptions)
+    csr_bytes = layout_bytes(layer, csr, vocab_size)
+    near_bytes = layout_bytes(layer, near, vocab_size)
+    options += [near, csr] if near_bytes < csr_bytes else [csr]
+    return [with_estimate(layer, lay, vocab_size) for lay in options]
+
+
+def narrowest_signed(max_value: int) -> str:
+    """Name of the narrowest signed int dtype holding -1..max_value."""
+    for name in ("int16", "int32", "int64"):
+        if max_value <= np.iinfo(name).max:
+            return name
+    raise ValueError(f"{max_value} does not fit in int64")

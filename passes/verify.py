@@ -1,0 +1,16 @@
+"""`verify`: checks every IR invariant (static_compiler.ir.verify) and returns
+the IR unchanged."""
+
+import dataclasses
+
+from passes.base import Pass
+from static_compiler.ir import Automaton, verify
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyPass(Pass):
+    name = "verify"
+
+    def run(self, ir: Automaton) -> Automaton:
+        verify(ir)
+        return ir

@@ -1,0 +1,417 @@
+"""Constrained decoding over lowered tables: beam search, greedy, sampling and
+a logits-processor pair (`mask` / `advance`) for custom loops.
+
+Everything here is pure jax with static shapes, usable eagerly and inside a
+user's own `jax.jit`; the plan is static, the tables are arguments.
+
+Beam-search semantics (tested bit-for-bit against a numpy oracle):
+
+* log-probabilities are ``log_softmax`` of the logits over the full
+  vocabulary; a NaN logit is an invalid token; +inf logits share all the
+  probability; tokens whose log-probability is -inf are invalid;
+* step 0 expands beam 0 of each batch row only (all beams start at the root);
+* each live beam expands to its valid children (or its top
+  ``tokens_per_beam`` of them); the top ``beam_size`` candidates per row
+  survive, sorted by score descending, ties broken by lower parent beam, then
+  lower token id (the end token's candidate comes after a beam's other
+  children);
+* with an end token, a beam in an accepting state may take the end token and
+  is then finished: it keeps its score, stops expanding, and competes with
+  live beams for the ``beam_size`` places; decoding runs ``depth + 1`` steps;
+* beams that cannot be filled (fewer valid sequences than beams) have
+  ``valid=False``, score `SENTINEL_SCORE` and tokens `PAD_TOKEN` throughout.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from static_compiler.backend.kernels import accepts, expand
+from static_compiler.backend.lowering import Plan
+from static_compiler.errors import DecodeInputError
+
+SENTINEL_SCORE = -1e30
+"""Score of invalid candidates and beams: finite, so no -inf arithmetic."""
+
+PAD_TOKEN = -1
+"""Token written where a beam holds no sequence, and after the end token."""
+
+
+class BeamState(NamedTuple):
+    """Beam-search state carried between steps (B = batch, M = beams, T = max length).
+
+    tokens: int32 (B, M, T) decoded tokens so far, PAD_TOKEN elsewhere.
+    scores: float32 (B, M) summed log-probabilities, SENTINEL_SCORE if not valid.
+    node: int32 (B, M) automaton state at the current depth (0 when not live).
+    valid: bool (B, M) the beam holds a real (live or finished) sequence.
+    finished: bool (B, M) the beam has taken the end token.
+    lengths: int32 (B, M) tokens before the end token.
+    last_tokens: int32 (B, M) token to feed the model at the next step.
+    parent: int32 (B, M) beam each beam came from at the last step; reorder
+      per-beam model state (KV caches) with it.
+    """
+
+    tokens: Any
+    scores: Any
+    node: Any
+    valid: Any
+    finished: Any
+    lengths: Any
+    last_tokens: Any
+    parent: Any
+
+
+class DecodeResult(NamedTuple):
+    """tokens int32 (B, M, T); scores float32 (B, M) sorted descending per row;
+    valid bool (B, M); lengths int32 (B, M) without the end token."""
+
+    tokens: Any
+    scores: Any
+    valid: Any
+    lengths: Any
+
+
+class ProcessorState(NamedTuple):
+    """Per-row state of the logits-processor API: node int32 (B,), valid bool
+    (B,) (False once a row took a disallowed token), finished bool (B,)."""
+
+    node: Any
+    valid: Any
+    finished: Any
+
+
+class _Candidates(NamedTuple):
+    tokens: Any   # int32 (B, M, K)
+    next: Any     # int32 (B, M, K)
+    valid: Any    # bool (B, M, K)
+    logprob: Any  # float32 (B, M, K)
+    ends: Any     # bool (B, M, K): the candidate is the end token
+    stays: Any    # bool (B, M, K): a finished beam carried unchanged
+
+
+def safe_log_softmax(logits):
+    """log_softmax over the last axis that never yields NaN.
+
+    NaN logits become -inf (invalid); if a row holds +inf logits, those share
+    all the probability (log(1/count)) and every other token gets -inf; a row
+    with no finite-or-+inf logit is all -inf."""
+    x = jnp.asarray(logits).astype(jnp.float32)
+    x = jnp.where(jnp.isnan(x), -jnp.inf, x)
+    posinf = x == jnp.inf
+    x = jnp.where(jnp.any(posinf, axis=-1, keepdims=True), jnp.where(posinf, 0.0, -jnp.inf), x)
+    m = jnp.max(x, axis=-1, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    lse = m + jnp.log(jnp.sum(jnp.exp(x - m), axis=-1, keepdims=True))
+    return jnp.where(x == -jnp.inf, -jnp.inf, x - lse)
+
+
+def check_logits(plan: Plan, logits, batch_shape: tuple, where: str):
+    """Raises DecodeInputError unless `logits` is float with shape batch_shape + (V,)."""
+    shape = tuple(jnp.shape(logits))
+    want = tuple(batch_shape) + (plan.vocab_size,)
+    if shape != want:
+        raise DecodeInputError(f"{where}: logits have shape {shape}, expected {want} "
+                               f"(batch dims {tuple(batch_shape)}, vocab {plan.vocab_size})")
+    dtype = jnp.result_type(logits)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise DecodeInputError(f"{where}: logits have dtype {dtype}, expected a float dtype")
+
+
+def init_beam_state(plan: Plan, batch_size: int, beam_size: int, start_token: int = 0) -> BeamState:
+    """All beams at the root; only beam 0 of each row is valid (it alone expands at step 0)."""
+    B, M, T = batch_size, beam_size, plan.max_length
+    first = jnp.arange(M)[None, :] == 0
+    valid = jnp.broadcast_to(first, (B, M))
+    return BeamState(
+        tokens=jnp.full((B, M, T), PAD_TOKEN, jnp.int32),
+        scores=jnp.where(valid, 0.0, SENTINEL_SCORE).astype(jnp.float32),
+        node=jnp.zeros((B, M), jnp.int32),
+        valid=valid,
+        finished=jnp.zeros((B, M), bool),
+        lengths=jnp.zeros((B, M), jnp.int32),
+        last_tokens=jnp.full((B, M), start_token, jnp.int32),
+        parent=jnp.broadcast_to(jnp.arange(M, dtype=jnp.int32), (B, M)),
+    )
+
+
+def _candidates(plan: Plan, tables, node, live, finished, logprobs, step: int) -> _Candidates:
+    """Candidate transitions of every beam at `step` (static), with scores.
+
+    node, live, finished: (...,) per beam; logprobs: (..., V)."""
+    shape = jnp.shape(node)
+    end = plan.end_token
+    cols = []  # (tokens, next, valid, logprob, ends, stays)
+
+    def end_col(valid):
+        lp = logprobs[..., end:end + 1]
+        return (jnp.full(shape + (1,), end, jnp.int32), jnp.zeros(shape + (1,), jnp.int32),
+                valid[..., None], lp, jnp.ones(shape + (1,), bool), jnp.zeros(shape + (1,), bool))
+
+    if step < plan.depth:
+        sp = plan.steps[step]
+        c = expand(sp, tables[step], node)
+        if sp.kind == "dense_rows":
+            lp = logprobs
+        else:
+            lp = jnp.take_along_axis(logprobs, c.tokens, axis=-1)
+        false = jnp.zeros(c.tokens.shape, bool)
+        cols.append((c.tokens, c.next, c.valid, lp, false, false))
+        if end is not None and sp.has_accepting:
+            cols.append(end_col(accepts(sp, tables[step], node)))
+    else:  # the extra step of variable-length sets: final states can only end
+        cols.append(end_col(jnp.ones(shape, bool)))
+    if end is not None:  # finished beams carry over unchanged
+        cols.append((jnp.full(shape + (1,), PAD_TOKEN, jnp.int32), jnp.zeros(shape + (1,), jnp.int32),
+                     (live & finished)[..., None], jnp.zeros(shape + (1,), jnp.float32),
+                     jnp.zeros(shape + (1,), bool), jnp.ones(shape + (1,), bool)))
+    tokens, nxt, valid, lp, ends, stays = (
+        parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1) for parts in zip(*cols))
+    expanding = (live & ~finished)[..., None]
+    valid = valid & (stays | (expanding & (lp > -jnp.inf)))
+    return _Candidates(tokens, nxt, valid, lp, ends, stays)
+
+
+def _take_beams(x, parent):
+    """x (B, M, ...) reordered along beams by parent (B, M)."""
+    idx = parent.reshape(parent.shape + (1,) * (x.ndim - 2))
+    return jnp.take_along_axis(x, idx, axis=1)
+
+
+def _apply_choice(plan: Plan, state: BeamState, cand: _Candidates, parent, col, score, valid,
+                  step: int) -> BeamState:
+    """New beam state after each beam (B, M) chose candidate `col` of beam `parent`."""
+    pick = lambda x: jnp.take_along_axis(_take_beams(x, parent), col[..., None], axis=-1)[..., 0]
+    token, nxt, ends, stays = pick(cand.tokens), pick(cand.next), pick(cand.ends), pick(cand.stays)
+    finished = valid & (ends | stays)
+    history = _take_beams(state.tokens, parent)
+    history = history.at[:, :, step].set(jnp.where(valid & ~stays, token, PAD_TOKEN))
+    history = jnp.where(valid[..., None], history, PAD_TOKEN)
+    grows = valid & ~ends & ~stays
+    lengths = jnp.where(valid, _take_beams(state.lengths, parent) + grows.astype(jnp.int32), 0)
+    fill = 0 if plan.end_token is None else plan.end_token
+    return BeamState(
+        tokens=history,
+        scores=jnp.where(valid, score, SENTINEL_SCORE).astype(jnp.float32),
+        node=jnp.where(valid & ~finished, nxt, 0),
+        valid=valid,
+        finished=finished,
+        lengths=lengths,
+        last_tokens=jnp.where(grows, token, fill).astype(jnp.int32),
+        parent=parent.astype(jnp.int32),
+    )
+
+
+def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
+              tokens_per_beam: Optional[int] = None) -> BeamState:
+    """One beam-search step at static `step` (0 <= step < plan.max_length).
+
+    logits: float (B, M, V) for the beams of `state` (fed `state.last_tokens`)."""
+    B, M = state.node.shape
+    check_logits(plan, logits, (B, M), f"beam_step(step={step})")
+    if not 0 <= step < plan.max_length:
+        raise DecodeInputError(f"beam_step: step={step} is outside [0, {plan.max_length})")
+    logprobs = safe_log_softmax(logits)
+    cand = _candidates(plan, tables, state.node, state.valid, state.finished, logprobs, step)
+    scores = jnp.where(cand.valid, state.scores[..., None] + cand.logprob, SENTINEL_SCORE)
+    K = scores.shape[-1]
+    slot = jnp.broadcast_to(lax.iota(jnp.int32, K), scores.shape)
+    if tokens_per_beam is not None and tokens_per_beam < K:
+        # lax.top_k keeps lower indices first among equal scores: lower token id.
+        scores, slot = lax.top_k(scores, tokens_per_beam)
+        K = tokens_per_beam
+    top, flat = lax.top_k(scores.reshape(B, M * K), M)
+    parent = flat // K
+    col = jnp.take_along_axis(slot.reshape(B, M * K), flat, axis=-1)
+    valid = jnp.take_along_axis(_take_beams(cand.valid, parent), col[..., None], axis=-1)[..., 0]
+    return _apply_choice(plan, state, cand, parent, col, top, valid, step)
+
+
+def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
+                     tokens_per_beam: Optional[int] = None) -> BeamState:
+    """`beam_step` with a traced `step` (int32 scalar): a lax.switch over the
+    per-step programs, so one exported module serves every step."""
+    branches = [functools.partial(_switch_branch, plan, t, tokens_per_beam)
+                for t in range(plan.max_length)]
+    index = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
+    return lax.switch(index, branches, tables, state, logits)
+
+
+def _switch_branch(plan, step, tokens_per_beam, tables, state, logits):
+    return beam_step(plan, tables, state, logits, step, tokens_per_beam)
+
+
+def length_normalized(scores, lengths, length_penalty: float):
+    """GNMT length penalty: score / ((5 + length) / 6) ** length_penalty."""
+    if not length_penalty:
+        return scores
+    return scores / ((5.0 + lengths.astype(jnp.float32)) / 6.0) ** length_penalty
+
+
+def finalize(state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
+    """Final result; with a length penalty, beams are re-ranked by the
+    normalized score (valid beams first), and `scores` are the normalized ones."""
+    if not length_penalty:
+        return DecodeResult(state.tokens, state.scores, state.valid, state.lengths)
+    ranked = jnp.where(state.valid, length_normalized(state.scores, state.lengths, length_penalty),
+                       SENTINEL_SCORE)
+    _, order = lax.top_k(ranked, ranked.shape[-1])
+    pick = lambda x: _take_beams(x, order)
+    return DecodeResult(pick(state.tokens), pick(ranked), pick(state.valid), pick(state.lengths))
+
+
+def _check_positive(name: str, value, allow_none: bool = False):
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DecodeInputError(f"{name}={value!r}: expected an int >= 1")
+
+
+def _reorder_carry(carry, parent, B: int, M: int):
+    """Reorders every carry leaf whose leading dims are (B, M) by `parent`."""
+    def one(x):
+        if hasattr(x, "shape") and len(x.shape) >= 2 and tuple(x.shape[:2]) == (B, M):
+            return _take_beams(x, parent)
+        return x
+    return jax.tree_util.tree_map(one, carry)
+
+
+@functools.partial(jax.jit, static_argnames=("plan", "logits_fn", "batch_size", "beam_size",
+                                             "tokens_per_beam", "start_token", "length_penalty"))
+def _beam_search(plan, tables, carry, *, logits_fn, batch_size, beam_size, tokens_per_beam,
+                 start_token, length_penalty):
+    state = init_beam_state(plan, batch_size, beam_size, start_token)
+    for step in range(plan.max_length):
+        logits, carry = logits_fn(state.last_tokens, step, carry)
+        state = beam_step(plan, tables, state, logits, step, tokens_per_beam)
+        carry = _reorder_carry(carry, state.parent, batch_size, beam_size)
+    return finalize(state, length_penalty)
+
+
+def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, beam_size: int,
+                tokens_per_beam: Optional[int] = None, start_token: int = 0, carry=None,
+                length_penalty: float = 0.0) -> DecodeResult:
+    """Constrained beam search (see module doc for the exact semantics).
+
+    Args:
+      logits_fn: ``(last_tokens int32 (B, M), step: int, carry) -> (logits
+        float (B, M, V), carry)``. Carry leaves whose leading dims are (B, M)
+        are reordered along beams after every step.
+      tokens_per_beam: expand each beam to at most this many children.
+      length_penalty: GNMT exponent for re-ranking the final beams (0: off).
+    """
+    _check_positive("batch_size", batch_size)
+    _check_positive("beam_size", beam_size)
+    _check_positive("tokens_per_beam", tokens_per_beam, allow_none=True)
+    if not callable(logits_fn):
+        raise DecodeInputError(f"logits_fn={logits_fn!r}: expected a callable")
+    return _beam_search(plan, tables, carry, logits_fn=logits_fn, batch_size=batch_size,
+                        beam_size=beam_size, tokens_per_beam=tokens_per_beam,
+                        start_token=int(start_token), length_penalty=float(length_penalty))
+
+
+@functools.partial(jax.jit, static_argnames=("plan", "logits_fn", "batch_size", "temperature",
+                                             "top_k", "start_token"))
+def _sample(plan, tables, key, carry, *, logits_fn, batch_size, temperature, top_k, start_token):
+    state = init_beam_state(plan, batch_size, 1, start_token)
+    for step in range(plan.max_length):
+        logits, carry = logits_fn(state.last_tokens, step, carry)
+        check_logits(plan, logits, (batch_size, 1), f"sample(step={step})")
+        logprobs = safe_log_softmax(logits)
+        cand = _candidates(plan, tables, state.node, state.valid, state.finished, logprobs, step)
+        weights = jnp.where(cand.valid, cand.logprob / temperature, -jnp.inf)
+        if top_k is not None and top_k < weights.shape[-1]:
+            kth = lax.top_k(weights, top_k)[0][..., -1:]
+            weights = jnp.where(weights >= kth, weights, -jnp.inf)
+        key, sub = jax.random.split(key)
+        # Stays (finished rows) are the only valid candidate there; their weight 0/T is finite.
+        col = jax.random.categorical(sub, jnp.where(jnp.isnan(weights), -jnp.inf, weights), axis=-1)
+        col = col.astype(jnp.int32)
+        valid = jnp.take_along_axis(cand.valid, col[..., None], axis=-1)[..., 0]
+        lp = jnp.take_along_axis(cand.logprob, col[..., None], axis=-1)[..., 0]
+        parent = jnp.zeros((batch_size, 1), jnp.int32)
+        state = _apply_choice(plan, state, cand, parent, col, state.scores + lp, valid, step)
+    return finalize(state)
+
+
+def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
+           temperature: float = 1.0, top_k: Optional[int] = None, start_token: int = 0,
+           carry=None) -> DecodeResult:
+    """Samples one sequence per batch row from the constrained distribution.
+
+    At each step the valid tokens' log-probabilities (log_softmax over the
+    full vocabulary) are divided by `temperature`, optionally restricted to
+    the `top_k` best, and one is drawn. Scores are the summed (untempered)
+    log-probabilities. logits_fn gets last_tokens (B, 1) and returns (B, 1, V).
+    Results have a beam axis of size 1."""
+    _check_positive("batch_size", batch_size)
+    _check_positive("top_k", top_k, allow_none=True)
+    if not (isinstance(temperature, (int, float)) and temperature > 0 and temperature == temperature):
+        raise DecodeInputError(f"temperature={temperature!r}: expected a float > 0")
+    return _sample(plan, tables, key, carry, logits_fn=logits_fn, batch_size=batch_size,
+                   temperature=float(temperature), top_k=top_k, start_token=int(start_token))
+
+
+def greedy_decode(plan: Plan, tables, logits_fn: Callable, *, batch_size: int,
+                  start_token: int = 0, carry=None) -> DecodeResult:
+    """The most likely valid token at every step: beam search with one beam."""
+    return beam_search(plan, tables, logits_fn, batch_size=batch_size, beam_size=1,
+                       start_token=start_token, carry=carry)
+
+
+# --------------------------------------------------------------------------
+# Logits-processor pair for custom loops
+
+
+def init_processor_state(batch_size: int) -> ProcessorState:
+    _check_positive("batch_size", batch_size)
+    return ProcessorState(node=jnp.zeros((batch_size,), jnp.int32),
+                          valid=jnp.ones((batch_size,), bool),
+                          finished=jnp.zeros((batch_size,), bool))
+
+
+def _check_step(plan: Plan, step, where: str):
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < plan.max_length:
+        raise DecodeInputError(f"{where}: step={step!r} must be a Python int in "
+                               f"[0, {plan.max_length})")
+
+
+def mask(plan: Plan, tables, logits, state: ProcessorState, step: int):
+    """logits float (B, V) -> float32 (B, V): logits of allowed tokens kept,
+    others (and NaN logits) set to SENTINEL_SCORE. A finished row allows only
+    the end token; an invalid row allows nothing."""
+    _check_step(plan, step, "mask")
+    B = state.node.shape[0]
+    check_logits(plan, logits, (B,), f"mask(step={step})")
+    zero_lp = jnp.zeros((B, plan.vocab_size), jnp.float32)
+    cand = _candidates(plan, tables, state.node, state.valid, state.finished, zero_lp, step)
+    rows = jnp.broadcast_to(jnp.arange(B)[:, None], cand.tokens.shape)
+    tokens = jnp.where(cand.stays, 0 if plan.end_token is None else plan.end_token, cand.tokens)
+    tokens = jnp.where(cand.valid, tokens, plan.vocab_size)  # out of range: dropped
+    allowed = jnp.zeros((B, plan.vocab_size), bool).at[rows, tokens].set(True, mode="drop")
+    x = jnp.asarray(logits).astype(jnp.float32)
+    return jnp.where(allowed & ~jnp.isnan(x), x, SENTINEL_SCORE)
+
+
+def advance(plan: Plan, tables, state: ProcessorState, tokens, step: int) -> ProcessorState:
+    """Moves each row along its chosen token int (B,); a token that is not
+    allowed marks the row invalid."""
+    _check_step(plan, step, "advance")
+    B = state.node.shape[0]
+    if tuple(jnp.shape(tokens)) != (B,) or not jnp.issubdtype(jnp.result_type(tokens), jnp.integer):
+        raise DecodeInputError(f"advance(step={step}): tokens have shape {jnp.shape(tokens)} dtype "
+                               f"{jnp.result_type(tokens)}, expected int of shape ({B},)")
+    tokens = jnp.asarray(tokens, jnp.int32)
+    zero_lp = jnp.zeros((B, plan.vocab_size), jnp.float32)
+    cand = _candidates(plan, tables, state.node, state.valid, state.finished, zero_lp, step)
+    end = -2 if plan.end_token is None else plan.end_token
+    hit = cand.valid & jnp.where(cand.stays, tokens[:, None] == end, cand.tokens == tokens[:, None])
+    ok = jnp.any(hit, axis=-1)
+    nxt = jnp.sum(jnp.where(hit & ~cand.ends & ~cand.stays, cand.next, 0), axis=-1)
+    finished = ok & jnp.any(hit & (cand.ends | cand.stays), axis=-1)
+    return ProcessorState(node=jnp.where(ok & ~finished, nxt, 0).astype(jnp.int32),
+                          valid=ok, finished=finished)

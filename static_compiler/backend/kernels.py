@@ -1,0 +1,99 @@
+"""Step kernels: one per layout, pure jax.numpy/lax with static shapes.
+
+Each kernel maps the current states of any batch of beams, ``node`` int32
+(...,), to the candidate transitions of this step:
+
+* ``tokens`` int32 (..., K): candidate tokens, ascending along K within a beam
+  for the valid slots;
+* ``next``   int32 (..., K): the state each candidate enters at depth t + 1;
+* ``valid``  bool  (..., K): False for slots that are not edges.
+
+K is static per step: V for dense_rows, k for csr / near_unary (speculative
+slicing: exactly k entries from the row start, slots past the row length
+masked), 1 for unary. Gathers clamp out-of-range indices (``mode="clip"``),
+so no table needs padding and no branch depends on data.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+from jax import lax
+
+from static_compiler.backend.lowering import StepPlan
+
+
+class Candidates(NamedTuple):
+    tokens: jnp.ndarray
+    next: jnp.ndarray
+    valid: jnp.ndarray
+
+
+def _take(table, idx):
+    return jnp.take(table, idx, axis=0, mode="clip").astype(jnp.int32)
+
+
+def _slice_rows(step: StepPlan, tables: dict, start, end) -> Candidates:
+    """Speculative slicing: k entries from `start`, valid below `end`."""
+    idx = start[..., None] + lax.iota(jnp.int32, step.k)
+    valid = idx < end[..., None]
+    tokens = _take(tables["tokens"], idx)
+    nxt = _take(tables["targets"], idx) if step.explicit_targets else idx
+    return Candidates(tokens, nxt, valid)
+
+
+def _dense_rows(step: StepPlan, tables: dict, node) -> Candidates:
+    nxt = _take(tables["next"], node)
+    tokens = jnp.broadcast_to(lax.iota(jnp.int32, nxt.shape[-1]), nxt.shape)
+    return Candidates(tokens, nxt, nxt >= 0)
+
+
+def _csr(step: StepPlan, tables: dict, node) -> Candidates:
+    indptr = tables["indptr"]
+    return _slice_rows(step, tables, _take(indptr, node), _take(indptr, node + 1))
+
+
+def _unary(step: StepPlan, tables: dict, node) -> Candidates:
+    tokens = _take(tables["tokens"], node)[..., None]
+    nxt = _take(tables["targets"], node) if step.explicit_targets else node
+    return Candidates(tokens, nxt[..., None], jnp.ones(tokens.shape, dtype=bool))
+
+
+def _near_unary(step: StepPlan, tables: dict, node) -> Candidates:
+    ex_states = tables["ex_states"].astype(jnp.int32)
+    ex_bounds = tables["ex_bounds"].astype(jnp.int32)
+    num_ex = ex_states.shape[0]
+    # j = number of exception states below `node` (binary search, log2(X) steps).
+    j = jnp.searchsorted(ex_states, node, side="left").astype(jnp.int32)
+    here = jnp.minimum(j, num_ex - 1)
+    is_exception = (j < num_ex) & (jnp.take(ex_states, here, mode="clip") == node)
+    below = jnp.maximum(j - 1, 0)
+    # Between exceptions every state has one child, so rows advance in lockstep
+    # with state ids: start = node + (end of the previous exception's row - its id - 1).
+    shift = jnp.where(j > 0, jnp.take(ex_bounds[:, 1], below, mode="clip")
+                      - jnp.take(ex_states, below, mode="clip") - 1, 0)
+    start = jnp.where(is_exception, jnp.take(ex_bounds[:, 0], here, mode="clip"), node + shift)
+    end = jnp.where(is_exception, jnp.take(ex_bounds[:, 1], here, mode="clip"), start + 1)
+    return _slice_rows(step, tables, start, end)
+
+
+_KERNELS = {"dense_rows": _dense_rows, "csr": _csr, "unary": _unary, "near_unary": _near_unary}
+
+
+def num_candidates(step: StepPlan, vocab_size: int) -> int:
+    """K, the static candidate count of `step`."""
+    return {"dense_rows": vocab_size, "unary": 1}.get(step.kind, step.k)
+
+
+def expand(step: StepPlan, tables: dict, node) -> Candidates:
+    """Candidate transitions of the states `node` int32 (...,); see module doc."""
+    node = jnp.asarray(node, dtype=jnp.int32)
+    return _KERNELS[step.kind](step, tables, node)
+
+
+def accepts(step: StepPlan, tables: dict, node):
+    """bool (...,): whether each state `node` may end its sequence here."""
+    if not step.has_accepting:
+        return jnp.zeros(jnp.shape(node), dtype=bool)
+    return jnp.take(tables["accepting"], node, mode="clip")

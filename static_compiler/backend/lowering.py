@@ -1,0 +1,125 @@
+"""Lowering: turn a laid-out IR into a static plan and a pytree of numpy tables.
+
+The plan is hashable (it is a static argument of every jitted entry point);
+the tables are plain arrays passed as arguments, so one compiled program
+serves every constraint set whose tables have the same shapes.
+
+Tables per layer (names are the keys of the layer's dict):
+
+==========  ===================================================================
+dense_rows  ``next``    (S, V) state_dtype: next state, -1 where no edge
+csr         ``indptr``  (S + 1,) state_dtype; ``tokens`` (E,) token_dtype;
+            ``targets`` (E,) state_dtype when targets are explicit
+unary       ``tokens``  (S,) token_dtype; ``targets`` (S,) when explicit
+near_unary  ``tokens``  (E,); ``ex_states`` (X,) state_dtype, sorted ids of
+            the states whose branch is not 1; ``ex_bounds`` (X, 2) their
+            [start, end) rows; ``targets`` (E,) when explicit
+any         ``accepting`` (S,) bool when some state at this depth accepts
+==========  ===================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+from static_compiler.errors import PipelineError
+from static_compiler.ir import Automaton, Layer
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """Static facts about one decoding step (one IR layer)."""
+
+    kind: str
+    k: int
+    num_states: int
+    num_next_states: int
+    explicit_targets: bool
+    has_accepting: bool
+    token_dtype: str
+    state_dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Static decoding plan: one `StepPlan` per layer.
+
+    Attributes:
+      vocab_size: V.
+      steps: StepPlan per layer; len(steps) is the automaton depth.
+      end_token: None for fixed-length sets. With an end token, decoding runs
+        one more step than the depth, in which finished states can only end.
+    """
+
+    vocab_size: int
+    steps: tuple
+    end_token: Optional[int] = None
+
+    @property
+    def depth(self) -> int:
+        return len(self.steps)
+
+    @property
+    def max_length(self) -> int:
+        """Tokens in a decoded sequence, including the end token if any."""
+        return self.depth + (0 if self.end_token is None else 1)
+
+
+def _layer_tables(layer: Layer, vocab_size: int) -> dict:
+    lay = layer.layout
+    tok_dt, st_dt = np.dtype(lay.token_dtype), np.dtype(lay.state_dtype)
+    targets = layer.target_array()
+    tables = {}
+    if lay.kind == "dense_rows":
+        nxt = np.full((layer.num_states, vocab_size), -1, dtype=st_dt)
+        rows = np.repeat(np.arange(layer.num_states), layer.branch())
+        nxt[rows, layer.tokens.astype(np.int64)] = targets
+        tables["next"] = nxt
+    elif lay.kind == "csr":
+        tables["indptr"] = layer.indptr.astype(st_dt)
+        tables["tokens"] = layer.tokens.astype(tok_dt)
+    elif lay.kind == "unary":
+        tables["tokens"] = layer.tokens.astype(tok_dt)
+    elif lay.kind == "near_unary":
+        branch = layer.branch()
+        ex = np.flatnonzero(branch != 1)
+        tables["tokens"] = layer.tokens.astype(tok_dt)
+        tables["ex_states"] = ex.astype(st_dt)
+        tables["ex_bounds"] = np.stack([layer.indptr[ex], layer.indptr[ex + 1]], axis=1).astype(st_dt)
+    else:
+        raise PipelineError(f"cannot lower layout kind {lay.kind!r}")
+    if lay.kind != "dense_rows" and not layer.implicit_targets:
+        tables["targets"] = targets.astype(st_dt)
+    if layer.accepting is not None:
+        tables["accepting"] = np.asarray(layer.accepting, dtype=bool)
+    for arr in tables.values():
+        arr.flags.writeable = False
+    return tables
+
+
+def lower(ir: Automaton) -> tuple:
+    """Lowers a laid-out automaton to (Plan, tables).
+
+    `tables` is a tuple (one dict of numpy arrays per layer). Raises
+    PipelineError when a layer has no layout (run choose-layout first)."""
+    steps, tables = [], []
+    for t, layer in enumerate(ir.layers):
+        if layer.layout is None:
+            raise PipelineError(f"layer {t} has no layout: run a pipeline with choose-layout "
+                                "before lowering")
+        lay = layer.layout
+        steps.append(StepPlan(kind=lay.kind, k=lay.k, num_states=layer.num_states,
+                              num_next_states=ir.num_states_at(t + 1),
+                              explicit_targets=not layer.implicit_targets,
+                              has_accepting=layer.accepting is not None,
+                              token_dtype=lay.token_dtype, state_dtype=lay.state_dtype))
+        tables.append(_layer_tables(layer, ir.vocab_size))
+    return Plan(vocab_size=ir.vocab_size, steps=tuple(steps), end_token=ir.end_token), tuple(tables)
+
+
+def tables_nbytes(tables) -> int:
+    """Total bytes of all tables."""
+    return sum(arr.nbytes for layer in tables for arr in layer.values())

@@ -1,0 +1,168 @@
+"""`compile_constraints`: frontend -> passes -> lowering, and the object it returns."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from typing import Optional
+
+import numpy as np
+
+from static_compiler import pipeline as pipeline_lib
+from static_compiler.backend import decode
+from static_compiler.backend.lowering import Plan, lower, tables_nbytes
+from static_compiler.frontend import build_automaton
+from static_compiler.ir import Automaton, layer_stats
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CompiledConstraints:
+    """A compiled constraint set.
+
+    Attributes:
+      ir: the automaton after the pipeline (print it for the text dump).
+      plan: the static decoding plan (hashable).
+      tables: tuple of dicts of numpy arrays, one per layer (see
+        backend.lowering for names, shapes and dtypes).
+      pipeline: canonical spec of the passes that ran.
+      timings: (stage, seconds) pairs: frontend, each pass, lowering.
+      export_beam_sizes: beam sizes `save` exports a beam_step module for.
+    """
+
+    ir: Automaton
+    plan: Plan
+    tables: tuple
+    pipeline: str
+    timings: tuple = ()
+    export_beam_sizes: tuple = (70,)
+    export_tokens_per_beam: Optional[int] = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.plan.vocab_size
+
+    @property
+    def max_length(self) -> int:
+        """Length of decoded token arrays (depth, plus one for the end token)."""
+        return self.plan.max_length
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all tables the decoder reads."""
+        return tables_nbytes(self.tables)
+
+    def layer_stats(self) -> list:
+        """One dict per layer: states, edges, max_branch, mean_branch,
+        accepting, targets, layout, k, token/state dtypes, estimated_bytes
+        (cost model) and bytes (measured tables)."""
+        out = []
+        for layer, step, tabs in zip(self.ir.layers, self.plan.steps, self.tables):
+            st = layer_stats(layer)
+            st.update(layout=step.kind, k=step.k, token_dtype=step.token_dtype,
+                      state_dtype=step.state_dtype,
+                      estimated_bytes=layer.layout.estimated_bytes,
+                      bytes=sum(a.nbytes for a in tabs.values()))
+            out.append(st)
+        return out
+
+    @property
+    def device_tables(self):
+        """The tables as jax arrays on the default device, put there once."""
+        cached = self.__dict__.get("_device_tables")
+        if cached is None:
+            import jax
+            with jax.ensure_compile_time_eval():  # concrete even when first used under jit
+                cached = jax.device_put(self.tables)
+            object.__setattr__(self, "_device_tables", cached)
+        return cached
+
+    # Logits-processor pair (see backend.decode).
+    def init_state(self, batch_size: int) -> decode.ProcessorState:
+        return decode.init_processor_state(batch_size)
+
+    def mask(self, logits, state: decode.ProcessorState, step: int):
+        return decode.mask(self.plan, self.device_tables, logits, state, step)
+
+    def advance(self, state: decode.ProcessorState, tokens, step: int) -> decode.ProcessorState:
+        return decode.advance(self.plan, self.device_tables, state, tokens, step)
+
+    def save(self, path, *, overwrite: bool = False):
+        """Writes the artifact directory atomically (see static_compiler.artifact)."""
+        from static_compiler import artifact
+        return artifact.save(self, path, overwrite=overwrite)
+
+
+def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int] = None,
+                        pipeline: Optional[str] = None, print_ir_after_all: bool = False,
+                        verify_each: bool = True, export_beam_sizes=(70,),
+                        export_tokens_per_beam: Optional[int] = None,
+                        stream=None) -> CompiledConstraints:
+    """Compiles a constraint set.
+
+    Args:
+      constraints: a 2-D int array (N, L), an iterable of int sequences, or
+        an `Automaton`.
+      vocab_size: V; tokens must lie in [0, V).
+      end_token: token ending variable-length sequences (required when
+        sequence lengths differ).
+      pipeline: pass pipeline spec; default `pipeline.DEFAULT_PIPELINE`.
+      print_ir_after_all: print the IR after every pass to `stream` (stderr).
+      export_beam_sizes / export_tokens_per_beam: what `save` exports.
+
+    Raises:
+      ConstraintSetError for a bad set, PipelineError for a bad pipeline or a
+      failing pass, MemoryBudgetError when no layout fits the budget.
+    """
+    timings = []
+    start = time.perf_counter()
+    if isinstance(constraints, Automaton):
+        ir = constraints
+    else:
+        ir = build_automaton(constraints, vocab_size, end_token=end_token)
+    timings.append(("frontend", time.perf_counter() - start))
+    spec = pipeline if pipeline is not None else pipeline_lib.DEFAULT_PIPELINE
+    passes = pipeline_lib.parse_pipeline(spec)
+    stream = stream if stream is not None else sys.stderr
+    if print_ir_after_all:
+        stream.write("// ----- IR after frontend -----\n" + ir.to_text())
+    ir = pipeline_lib.run_pipeline(ir, passes, verify_each=verify_each,
+                                   print_ir_after_all=print_ir_after_all, stream=stream,
+                                   timings=timings)
+    start = time.perf_counter()
+    plan, tables = lower(ir)
+    timings.append(("lower", time.perf_counter() - start))
+    sizes = tuple(int(m) for m in export_beam_sizes)
+    return CompiledConstraints(ir=ir, plan=plan, tables=tables,
+                               pipeline=pipeline_lib.format_pipeline(passes),
+                               timings=tuple(timings), export_beam_sizes=sizes,
+                               export_tokens_per_beam=export_tokens_per_beam)
+
+
+def _plan_tables(compiled: CompiledConstraints):
+    return compiled.plan, compiled.device_tables
+
+
+def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, beam_size: int,
+                tokens_per_beam: Optional[int] = None, start_token: int = 0, carry=None,
+                length_penalty: float = 0.0) -> decode.DecodeResult:
+    """Constrained beam search over `compiled`; see backend.decode.beam_search."""
+    return decode.beam_search(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
+                              beam_size=beam_size, tokens_per_beam=tokens_per_beam,
+                              start_token=start_token, carry=carry, length_penalty=length_penalty)
+
+
+def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
+                  start_token: int = 0, carry=None) -> decode.DecodeResult:
+    """Greedy constrained decoding; see backend.decode.greedy_decode."""
+    return decode.greedy_decode(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
+                                start_token=start_token, carry=carry)
+
+
+def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
+           temperature: float = 1.0, top_k: Optional[int] = None, start_token: int = 0,
+           carry=None) -> decode.DecodeResult:
+    """Constrained sampling; see backend.decode.sample."""
+    return decode.sample(*_plan_tables(compiled), logits_fn, key, batch_size=batch_size,
+                         temperature=temperature, top_k=top_k, start_token=start_token,
+                         carry=carry)

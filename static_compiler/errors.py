@@ -1,0 +1,58 @@
+"""Typed errors raised by every public entry point.
+
+Each error message names the offending value, what was expected and where it
+was found, so a user can fix the input without reading our code.
+"""
+
+
+class StaticCompilerError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConstraintSetError(StaticCompilerError, ValueError):
+    """The constraint set given to the frontend is malformed (empty, ragged
+    without an end token, token out of range, wrong dtype, ...)."""
+
+
+class IRVerificationError(StaticCompilerError, ValueError):
+    """An automaton IR violates an invariant (see `ir.verify`)."""
+
+
+class IRParseError(StaticCompilerError, ValueError):
+    """An IR text dump could not be parsed back."""
+
+
+class PipelineError(StaticCompilerError, ValueError):
+    """A pipeline spec is malformed, names an unknown pass or option, gives an
+    option of the wrong type, or a pass failed while running."""
+
+
+class MemoryBudgetError(PipelineError):
+    """No layout fits the memory budget; the message says what the smallest
+    layout needs."""
+
+
+class DecodeInputError(StaticCompilerError, ValueError):
+    """Arguments of a decoding entry point have the wrong shape, dtype or value."""
+
+
+class ArtifactError(StaticCompilerError):
+    """Base class of problems with a saved artifact."""
+
+
+class ArtifactFormatError(ArtifactError, ValueError):
+    """The artifact is structurally wrong: missing or extra files, a manifest
+    that is not JSON, a truncated module."""
+
+
+class ArtifactChecksumError(ArtifactError, ValueError):
+    """A file's sha256 or size does not match the manifest (corruption)."""
+
+
+class ArtifactVersionError(ArtifactError, ValueError):
+    """The artifact's format version, or its jax.export calling-convention
+    version, is outside the range this reader supports."""
+
+
+class ArtifactExistsError(ArtifactError, FileExistsError):
+    """Saving would replace an existing artifact and `overwrite` was not set."""

@@ -1,0 +1,255 @@
+"""Frontend: validate a constraint set, sort and deduplicate it, and build the
+layered automaton IR (a trie) with vectorized numpy, no Python loop over items.
+
+Accepted inputs:
+* a 2-D integer numpy array (N, L): N sequences of length L;
+* any iterable of integer sequences (lists, tuples, 1-D arrays), possibly of
+  different lengths (ragged sets need an ``end_token``).
+
+Sorting packs each row into 64-bit words (``ceil(log2(V + 1))`` bits a token,
+0 is the padding past a row's end so a prefix sorts before its extensions)
+and sorts word by word, folding the rank of the prefix sorted so far into the
+next word; each round is one argsort of a uint64 array.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+import numpy as np
+
+from static_compiler.errors import ConstraintSetError
+from static_compiler.ir import Automaton, Layer
+
+
+def token_dtype_for(vocab_size: int) -> np.dtype:
+    """Narrowest dtype holding every token id 0..vocab_size-1."""
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.int32)
+
+
+def index_dtype_for(n: int) -> np.dtype:
+    """Narrowest signed dtype holding 0..n (int32 or int64)."""
+    return np.dtype(np.int32) if n < 2 ** 31 - 1 else np.dtype(np.int64)
+
+
+def _check_vocab(vocab_size) -> int:
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
+        raise ConstraintSetError(f"vocab_size={vocab_size!r}: expected a positive int")
+    if vocab_size < 1:
+        raise ConstraintSetError(f"vocab_size={vocab_size}: expected an int >= 1")
+    return int(vocab_size)
+
+
+def _integral(values: np.ndarray, where: str) -> np.ndarray:
+    """Returns `values` as int64, rejecting bools, non-finite and non-integral values."""
+    kind = values.dtype.kind
+    if kind in "iu":
+        return values
+    if kind == "f":
+        bad = ~np.isfinite(values) | (values != np.round(values))
+        if bad.any():
+            pos = np.unravel_index(int(np.flatnonzero(bad.ravel())[0]), values.shape)
+            raise ConstraintSetError(
+                f"{where} {tuple(int(p) for p in pos)}: value {values[pos]!r} is not a finite "
+                "integer; token ids must be integers")
+        return values.astype(np.int64)
+    raise ConstraintSetError(
+        f"{where}: expected integer token ids, got dtype {values.dtype}")
+
+
+def as_token_matrix(sequences) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Converts the user's input to (matrix (N, Lmax) int, lengths (N,) int64, ragged).
+
+    Entries of `matrix` past a row's length are undefined (zero)."""
+    if isinstance(sequences, np.ndarray) and sequences.dtype != object:
+        if sequences.ndim != 2:
+            raise ConstraintSetError(
+                f"constraint array has shape {sequences.shape}: expected 2-D (num_sequences, "
+                "length), or an iterable of sequences for ragged sets")
+        if sequences.shape[0] == 0:
+            raise ConstraintSetError("empty constraint set: expected at least one sequence")
+        if sequences.shape[1] == 0:
+            raise ConstraintSetError(
+                f"constraint array has shape {sequences.shape}: sequences must not be empty")
+        mat = _integral(sequences, "constraint array at (row, column)")
+        return mat, np.full(mat.shape[0], mat.shape[1], dtype=np.int64), False
+    if isinstance(sequences, (str, bytes)) or not hasattr(sequences, "__iter__"):
+        raise ConstraintSetError(
+            f"constraint set of type {type(sequences).__name__}: expected a 2-D int array "
+            "or an iterable of int sequences")
+    seqs = []
+    for i, s in enumerate(sequences):
+        if isinstance(s, (str, bytes)) or not hasattr(s, "__len__"):
+            raise ConstraintSetError(
+                f"sequence {i} is {s!r} ({type(s).__name__}): expected a sequence of token ids")
+        seqs.append(s)
+    if not seqs:
+        raise ConstraintSetError("empty constraint set: expected at least one sequence")
+    lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+    if (lengths == 0).any():
+        raise ConstraintSetError(
+            f"sequence {int(np.flatnonzero(lengths == 0)[0])} is empty: every sequence needs "
+            "at least one token")
+    flat = np.asarray(list(itertools.chain.from_iterable(seqs)))
+    if flat.ndim != 1 or flat.dtype == object:
+        raise ConstraintSetError(
+            "sequences must hold plain integers; found nested or mixed-type values "
+            f"(numpy inferred dtype {flat.dtype}, shape {flat.shape})")
+    if flat.dtype.kind not in "iuf":
+        raise ConstraintSetError(f"sequences hold {flat.dtype} values: expected integer token ids")
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    if flat.dtype.kind == "f":
+        bad = ~np.isfinite(flat) | (flat != np.round(flat))
+        if bad.any():
+            e = int(np.flatnonzero(bad)[0])
+            i = int(np.searchsorted(offsets, e, side="right")) - 1
+            raise ConstraintSetError(
+                f"sequence {i}, position {e - offsets[i]}: value {flat[e]!r} is not a finite "
+                "integer; token ids must be integers")
+        flat = flat.astype(np.int64)
+    n, lmax = len(seqs), int(lengths.max())
+    mat = np.zeros((n, lmax), dtype=flat.dtype)
+    rows = np.repeat(np.arange(n), lengths)
+    cols = np.arange(flat.size) - np.repeat(offsets[:-1], lengths)
+    mat[rows, cols] = flat
+    return mat, lengths, bool((lengths != lmax).any())
+
+
+def _check_range(mat: np.ndarray, lengths: np.ndarray, ragged: bool, vocab_size: int,
+                 end_token: Optional[int]) -> None:
+    lo, hi = mat.min(), mat.max()  # padding entries are 0, inside the range
+    if lo < 0 or hi >= vocab_size:
+        bad = (mat < 0) | (mat >= vocab_size)
+        if ragged:
+            bad &= np.arange(mat.shape[1])[None, :] < lengths[:, None]
+        if bad.any():
+            r, c = np.unravel_index(int(np.flatnonzero(bad.ravel())[0]), mat.shape)
+            raise ConstraintSetError(
+                f"sequence {r}, position {c}: token {int(mat[r, c])} is outside the vocabulary "
+                f"[0, {vocab_size})")
+    if end_token is not None:
+        hit = mat == end_token
+        if ragged:
+            hit &= np.arange(mat.shape[1])[None, :] < lengths[:, None]
+        if hit.any():
+            r, c = np.unravel_index(int(np.flatnonzero(hit.ravel())[0]), mat.shape)
+            raise ConstraintSetError(
+                f"sequence {r}, position {c}: holds the end token {end_token}; sequences must "
+                "not contain it (the compiler adds the end transition itself)")
+
+
+def _bits(v: int) -> int:
+    return max(1, int(v).bit_length())
+
+
+def sort_unique_rows(mat: np.ndarray, lengths: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorts rows lexicographically (a prefix before its extensions) and drops
+    duplicates.
+
+    Returns (codes (N', Lmax) uint16/uint32, lengths (N',) int64) where
+    codes = token + 1 inside a row and 0 past its end.
+    """
+    n, lmax = mat.shape
+    code_dtype = np.uint16 if vocab_size + 1 < 1 << 16 else np.uint32
+    codes = np.empty((n, lmax), dtype=code_dtype)
+    np.add(mat, 1, out=codes, casting="unsafe")
+    if (lengths != lmax).any():
+        codes[np.arange(lmax)[None, :] >= lengths[:, None]] = 0
+    bits = _bits(vocab_size)
+    order = None
+    col = 0
+    rank_bits = 0
+    rank = None
+    while col < lmax:
+        per_word = max(1, (64 - rank_bits) // bits)
+        stop = min(lmax, col + per_word)
+        key = np.zeros(n, dtype=np.uint64) if rank is None else rank.astype(np.uint64)
+        src = codes if order is None else None
+        for c in range(col, stop):
+            key <<= np.uint64(bits)
+            column = src[:, c] if src is not None else codes[order, c]
+            key |= column
+        perm = np.argsort(key, kind="stable")
+        key = key[perm]
+        order = perm if order is None else order[perm]
+        change = np.empty(n, dtype=bool)
+        change[0] = True
+        np.not_equal(key[1:], key[:-1], out=change[1:])
+        col = stop
+        if col < lmax:
+            rank = np.cumsum(change, dtype=np.int64) - 1
+            rank_bits = _bits(int(rank[-1]))
+            if rank_bits > 64 - bits:
+                raise ConstraintSetError(f"{n} sequences are too many to sort with {bits}-bit tokens")
+    keep = order[change]
+    return codes[keep], lengths[keep]
+
+
+def build_automaton(sequences, vocab_size: int, end_token: Optional[int] = None) -> Automaton:
+    """Validates `sequences` and builds the trie automaton (implicit targets).
+
+    Args:
+      sequences: a 2-D int array (N, L) or an iterable of int sequences.
+      vocab_size: V; every token must lie in [0, V).
+      end_token: token that ends a sequence; required when lengths differ.
+
+    Raises:
+      ConstraintSetError naming the offending value and where it is.
+    """
+    vocab_size = _check_vocab(vocab_size)
+    if end_token is not None:
+        if isinstance(end_token, bool) or not isinstance(end_token, (int, np.integer)) \
+                or not 0 <= end_token < vocab_size:
+            raise ConstraintSetError(
+                f"end_token={end_token!r}: expected an int in [0, {vocab_size})")
+        end_token = int(end_token)
+    mat, lengths, ragged = as_token_matrix(sequences)
+    if ragged and end_token is None:
+        raise ConstraintSetError(
+            f"sequences have different lengths ({int(lengths.min())}..{int(lengths.max())}): "
+            "pass end_token=... to compile a variable-length set, or give sequences of equal length")
+    _check_range(mat, lengths, ragged, vocab_size, end_token)
+    codes, lengths = sort_unique_rows(mat, lengths, vocab_size)
+    return automaton_from_sorted_codes(codes, lengths, vocab_size, end_token)
+
+
+def automaton_from_sorted_codes(codes: np.ndarray, lengths: np.ndarray, vocab_size: int,
+                                end_token: Optional[int]) -> Automaton:
+    """Builds the trie from sorted unique rows (see `sort_unique_rows`).
+
+    A row starts a new state at depth t + 1 exactly when it has a token at
+    column t and differs from the previous row somewhere in columns 0..t.
+    """
+    n, lmax = codes.shape
+    tok_dtype = token_dtype_for(vocab_size)
+    differs = np.zeros(n, dtype=bool)
+    differs[0] = True
+    starts_prev = np.zeros(n, dtype=bool)  # rows that start a state at depth t
+    starts_prev[0] = True
+    layers = []
+    for t in range(lmax):
+        column = codes[:, t]
+        differs[1:] |= column[1:] != column[:-1]
+        starts = differs & (lengths > t)
+        # state id (at depth t) of the state that each row belongs to
+        state_of_row = np.cumsum(starts_prev, dtype=index_dtype_for(n)) - 1
+        num_states = int(state_of_row[-1]) + 1
+        child_rows = np.flatnonzero(starts)
+        parents = state_of_row[child_rows]
+        counts = np.bincount(parents, minlength=num_states)
+        indptr = np.zeros(num_states + 1, dtype=index_dtype_for(child_rows.size))
+        np.cumsum(counts, out=indptr[1:])
+        accepting = None
+        if t > 0:
+            ends_here = np.flatnonzero(lengths == t)
+            if ends_here.size:
+                accepting = np.zeros(num_states, dtype=bool)
+                accepting[state_of_row[ends_here]] = True
+        layers.append(Layer(indptr=indptr,
+                            tokens=(column[child_rows] - 1).astype(tok_dtype),
+                            accepting=accepting))
+        starts_prev = starts
+    num_final = int(starts_prev.sum())
+    return Automaton(vocab_size=vocab_size, layers=tuple(layers), num_final_states=num_final,
+                     num_sequences=n, end_token=end_token)

@@ -1,0 +1,517 @@
+"""The automaton IR: a layered, acyclic, deterministic automaton in CSR arrays.
+
+Layer t holds the transitions consumed at decoding step t: they leave the
+`num_states` states at depth t and enter states at depth t + 1. Layer 0 leaves
+the single root state. The states at depth `depth` (after the last layer) are
+the *final* states and all accept.
+
+Per layer (all numpy arrays, never node objects):
+
+* ``indptr``  int32/int64 (num_states + 1,): row pointers into the edge arrays.
+* ``tokens``  unsigned/signed int (num_edges,): edge labels, strictly increasing
+  within each row.
+* ``targets`` int (num_edges,) or ``None``: the state at depth t + 1 each edge
+  enters. ``None`` means *implicit*: edge i enters state i (a tree, where the
+  edge order of layer t is the state order of depth t + 1).
+* ``accepting`` bool (num_states,) or ``None``: states at depth t that may end
+  a sequence (variable-length sets). ``None`` means none do.
+* ``layout``: a `Layout` chosen by the `choose-layout` pass, ``None`` before.
+
+Everything is immutable: dataclasses are frozen and arrays are marked
+read-only, so passes return new automata instead of editing one in place.
+The text form (`Automaton.to_text`, `parse_ir`) is deterministic and parses
+back to an equal automaton when no rows were elided.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Iterator, Optional
+
+import numpy as np
+
+from static_compiler.errors import IRParseError, IRVerificationError
+
+LAYOUT_KINDS = ("dense_rows", "csr", "unary", "near_unary")
+"""Layout kinds the backend can lower:
+
+* ``dense_rows``: a (num_states, V) table of next-state ids (-1 = absent);
+  each beam reads one row of V entries. Right for high fan-out near the root.
+* ``csr``: speculative slicing; each beam reads exactly ``k`` entries from its
+  row start and masks slots past its row length. ``k`` >= the max branch.
+* ``unary``: every state has exactly one child; one token per state, no row
+  pointers at all.
+* ``near_unary``: almost every state has one child; row pointers are kept only
+  for the ``exceptions`` states whose branch differs from one (a sorted list,
+  found by binary search), each beam reads ``k`` entries.
+"""
+
+_ELIDE_EDGES = 4096
+"""Automata with more edges than this print statistics and elide rows."""
+
+_ELIDED_ROWS_PER_LAYER = 16
+
+
+def _frozen_array(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a)
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How the backend stores and reads one layer.
+
+    Attributes:
+      kind: one of `LAYOUT_KINDS`.
+      k: candidates read per beam per step (V for dense_rows, 1 for unary).
+      token_dtype: numpy dtype name of the token table ("uint16", "int32").
+      state_dtype: numpy dtype name of row pointers / state ids.
+      exceptions: near_unary only: number of states whose branch is not one.
+      estimated_bytes: the cost model's estimate of the layer's table bytes.
+    """
+
+    kind: str
+    k: int
+    token_dtype: str = "int32"
+    state_dtype: str = "int32"
+    exceptions: int = 0
+    estimated_bytes: int = 0
+
+    def __post_init__(self):
+        if self.kind not in LAYOUT_KINDS:
+            raise IRVerificationError(
+                f"layout kind {self.kind!r} is not one of {LAYOUT_KINDS}")
+        if self.k < 1:
+            raise IRVerificationError(f"layout k={self.k} must be >= 1")
+
+    def to_text(self) -> str:
+        fields = [f"k={self.k}", f"tokens={self.token_dtype}",
+                  f"states={self.state_dtype}"]
+        if self.kind == "near_unary":
+            fields.append(f"exceptions={self.exceptions}")
+        fields.append(f"est={self.estimated_bytes}B")
+        return f"{self.kind}({','.join(fields)})"
+
+    @classmethod
+    def from_text(cls, text: str) -> "Layout":
+        m = re.fullmatch(r"([a-z_]+)\(([^)]*)\)", text)
+        if not m:
+            raise IRParseError(f"cannot parse layout {text!r}: expected kind(k=..,...)")
+        kv = dict(item.split("=", 1) for item in m.group(2).split(",") if item)
+        try:
+            return cls(kind=m.group(1), k=int(kv["k"]),
+                       token_dtype=kv.get("tokens", "int32"),
+                       state_dtype=kv.get("states", "int32"),
+                       exceptions=int(kv.get("exceptions", 0)),
+                       estimated_bytes=int(kv.get("est", "0B").rstrip("B")))
+        except (KeyError, ValueError) as e:
+            raise IRParseError(f"cannot parse layout {text!r}: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Layer:
+    """Transitions from the states at one depth to the next (see module doc)."""
+
+    indptr: np.ndarray
+    tokens: np.ndarray
+    targets: Optional[np.ndarray] = None
+    accepting: Optional[np.ndarray] = None
+    layout: Optional[Layout] = None
+
+    def __post_init__(self):
+        for name in ("indptr", "tokens", "targets", "accepting"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _frozen_array(value))
+
+    @property
+    def num_states(self) -> int:
+        return int(self.indptr.shape[0]) - 1
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def implicit_targets(self) -> bool:
+        return self.targets is None
+
+    def branch(self) -> np.ndarray:
+        """int64 (num_states,): number of children of each state."""
+        return np.diff(self.indptr.astype(np.int64))
+
+    @property
+    def max_branch(self) -> int:
+        return int(self.branch().max(initial=0))
+
+    def target_array(self) -> np.ndarray:
+        """int64 (num_edges,): explicit targets (arange for implicit ones)."""
+        if self.targets is None:
+            return np.arange(self.num_edges, dtype=np.int64)
+        return self.targets.astype(np.int64)
+
+    def accepting_array(self) -> np.ndarray:
+        """bool (num_states,), all False when no state accepts."""
+        if self.accepting is None:
+            return np.zeros(self.num_states, dtype=bool)
+        return self.accepting
+
+    def replace(self, **changes) -> "Layer":
+        return dataclasses.replace(self, **changes)
+
+    def __eq__(self, other):
+        if not isinstance(other, Layer):
+            return NotImplemented
+        return (np.array_equal(self.indptr, other.indptr)
+                and np.array_equal(self.tokens, other.tokens)
+                and np.array_equal(self.target_array(), other.target_array())
+                and self.implicit_targets == other.implicit_targets
+                and np.array_equal(self.accepting_array(), other.accepting_array())
+                and self.layout == other.layout)
+
+    __hash__ = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Automaton:
+    """A layered acyclic automaton over tokens 0..vocab_size-1.
+
+    Attributes:
+      vocab_size: V, the size of the model's vocabulary.
+      layers: `Layer` per decoding step; ``len(layers)`` is the max length.
+      num_final_states: states at depth ``len(layers)``; all of them accept.
+      num_sequences: size of the accepted set.
+      end_token: the token that ends a variable-length sequence, or None for
+        a fixed-length set. It never labels an edge.
+    """
+
+    vocab_size: int
+    layers: tuple
+    num_final_states: int
+    num_sequences: int
+    end_token: Optional[int] = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "layers", tuple(self.layers))
+
+    @property
+    def depth(self) -> int:
+        return len(self.layers)
+
+    def num_states_at(self, depth: int) -> int:
+        if depth == self.depth:
+            return self.num_final_states
+        return self.layers[depth].num_states
+
+    @property
+    def num_states(self) -> int:
+        return sum(l.num_states for l in self.layers) + self.num_final_states
+
+    @property
+    def num_edges(self) -> int:
+        return sum(l.num_edges for l in self.layers)
+
+    def replace(self, **changes) -> "Automaton":
+        return dataclasses.replace(self, **changes)
+
+    def with_layers(self, layers) -> "Automaton":
+        return dataclasses.replace(self, layers=tuple(layers))
+
+    def __eq__(self, other):
+        if not isinstance(other, Automaton):
+            return NotImplemented
+        return (self.vocab_size == other.vocab_size
+                and self.num_final_states == other.num_final_states
+                and self.num_sequences == other.num_sequences
+                and self.end_token == other.end_token
+                and self.layers == other.layers)
+
+    __hash__ = None
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def to_text(self, max_edges: int = _ELIDE_EDGES) -> str:
+        """Deterministic text dump; rows are elided past `max_edges` edges."""
+        return print_ir(self, max_edges=max_edges)
+
+    def sequences(self) -> Iterator[tuple]:
+        """Enumerates the accepted sequences in lexicographic order (tests,
+        verify tools; exponential in nothing but the output size)."""
+        yield from _enumerate(self, 0, 0, ())
+
+
+def _enumerate(a: Automaton, depth: int, state: int, prefix: tuple):
+    if depth == a.depth:
+        yield prefix
+        return
+    layer = a.layers[depth]
+    if layer.accepting is not None and layer.accepting[state]:
+        yield prefix
+    lo, hi = int(layer.indptr[state]), int(layer.indptr[state + 1])
+    targets = layer.targets
+    for e in range(lo, hi):
+        nxt = e if targets is None else int(targets[e])
+        yield from _enumerate(a, depth + 1, nxt, prefix + (int(layer.tokens[e]),))
+
+
+# --------------------------------------------------------------------------
+# Verifier
+
+
+def verify(a: Automaton) -> None:
+    """Checks every invariant of the IR; raises IRVerificationError naming the
+    layer, state and value that break one. Cost: O(edges), vectorized."""
+    V = a.vocab_size
+    if not isinstance(V, (int, np.integer)) or V < 1:
+        raise IRVerificationError(f"vocab_size={V!r}: expected an int >= 1")
+    if a.depth < 1:
+        raise IRVerificationError("automaton has no layers: expected depth >= 1")
+    if a.end_token is not None and not 0 <= a.end_token < V:
+        raise IRVerificationError(
+            f"end_token={a.end_token} is outside the vocabulary [0, {V})")
+    if a.layers[0].num_states != 1:
+        raise IRVerificationError(
+            f"layer 0 has {a.layers[0].num_states} states: expected exactly 1 (the root)")
+    if a.num_final_states < 0 or a.num_sequences < 1:
+        raise IRVerificationError(
+            f"num_final_states={a.num_final_states}, num_sequences={a.num_sequences}: "
+            "expected >= 0 and >= 1")
+    for t, layer in enumerate(a.layers):
+        _verify_layer(a, t, layer)
+
+
+def _verify_layer(a: Automaton, t: int, layer: Layer) -> None:
+    where = f"layer {t}"
+    S, E = layer.num_states, layer.num_edges
+    ip = layer.indptr
+    if ip.ndim != 1 or ip.dtype.kind not in "iu":
+        raise IRVerificationError(f"{where}: indptr must be a 1-D int array, got "
+                                  f"shape {ip.shape} dtype {ip.dtype}")
+    if layer.tokens.ndim != 1 or layer.tokens.dtype.kind not in "iu":
+        raise IRVerificationError(f"{where}: tokens must be a 1-D int array, got "
+                                  f"shape {layer.tokens.shape} dtype {layer.tokens.dtype}")
+    if S < 1:
+        raise IRVerificationError(f"{where}: has no states")
+    if int(ip[0]) != 0 or int(ip[-1]) != E:
+        raise IRVerificationError(
+            f"{where}: indptr must start at 0 and end at num_edges={E}, "
+            f"got {int(ip[0])} .. {int(ip[-1])}")
+    branch = layer.branch()
+    if (branch < 0).any():
+        s = int(np.flatnonzero(branch < 0)[0])
+        raise IRVerificationError(f"{where}, state {s}: indptr decreases "
+                                  f"({int(ip[s])} -> {int(ip[s + 1])})")
+    tok = layer.tokens.astype(np.int64)
+    if E:
+        bad = (tok < 0) | (tok >= a.vocab_size)
+        if bad.any():
+            e = int(np.flatnonzero(bad)[0])
+            raise IRVerificationError(
+                f"{where}, state {_row_of(ip, e)}: token {int(tok[e])} is outside "
+                f"[0, {a.vocab_size})")
+        if a.end_token is not None and (tok == a.end_token).any():
+            e = int(np.flatnonzero(tok == a.end_token)[0])
+            raise IRVerificationError(
+                f"{where}, state {_row_of(ip, e)}: the end token {a.end_token} labels an edge")
+        # Strictly increasing inside each row: compare neighbours that share a row.
+        same_row = np.ones(E, dtype=bool)
+        same_row[ip[:-1][branch > 0]] = False
+        not_increasing = same_row[1:] & (tok[1:] <= tok[:-1])
+        if not_increasing.any():
+            e = int(np.flatnonzero(not_increasing)[0]) + 1
+            raise IRVerificationError(
+                f"{where}, state {_row_of(ip, e)}: tokens not strictly increasing "
+                f"({int(tok[e - 1])} then {int(tok[e])})")
+    n_next = a.num_states_at(t + 1)
+    if layer.targets is None:
+        if n_next != E:
+            raise IRVerificationError(
+                f"{where}: implicit targets need num_edges={E} states at depth {t + 1}, "
+                f"found {n_next}")
+    else:
+        tg = layer.targets
+        if tg.shape != (E,) or tg.dtype.kind not in "iu":
+            raise IRVerificationError(f"{where}: targets must be int of shape ({E},), "
+                                      f"got {tg.shape} {tg.dtype}")
+        tg = tg.astype(np.int64)
+        if E and ((tg < 0) | (tg >= n_next)).any():
+            e = int(np.flatnonzero((tg < 0) | (tg >= n_next))[0])
+            raise IRVerificationError(
+                f"{where}, state {_row_of(ip, e)}: target {int(tg[e])} is outside "
+                f"[0, {n_next}) (states at depth {t + 1})")
+        reached = np.zeros(n_next, dtype=bool)
+        reached[tg] = True
+        if not reached.all():
+            s = int(np.flatnonzero(~reached)[0])
+            raise IRVerificationError(
+                f"depth {t + 1}, state {s}: unreachable (no edge of {where} enters it)")
+    acc = layer.accepting
+    if acc is not None and (acc.shape != (S,) or acc.dtype != np.bool_):
+        raise IRVerificationError(f"{where}: accepting must be bool of shape ({S},), "
+                                  f"got {acc.shape} {acc.dtype}")
+    dead = (branch == 0) & ~layer.accepting_array()
+    if dead.any():
+        s = int(np.flatnonzero(dead)[0])
+        raise IRVerificationError(
+            f"{where}, state {s}: dead state (no outgoing edge and not accepting)")
+    if layer.accepting is not None and a.end_token is None and layer.accepting.any():
+        raise IRVerificationError(
+            f"{where}: states accept before the last layer but the automaton has no end_token")
+    _verify_layout(where, layer, a.vocab_size, branch)
+
+
+def _verify_layout(where: str, layer: Layer, V: int, branch: np.ndarray) -> None:
+    lay = layer.layout
+    if lay is None:
+        return
+    max_branch = int(branch.max(initial=0))
+    if lay.kind == "dense_rows" and lay.k != V:
+        raise IRVerificationError(f"{where}: dense_rows layout must have k=V={V}, got {lay.k}")
+    if lay.kind in ("csr", "near_unary") and lay.k < max_branch:
+        raise IRVerificationError(
+            f"{where}: layout {lay.kind} k={lay.k} is smaller than the max branch "
+            f"{max_branch}; speculative slicing would drop children")
+    if lay.kind == "unary" and ((branch != 1).any() or lay.k != 1):
+        s = int(np.flatnonzero(branch != 1)[0]) if (branch != 1).any() else 0
+        raise IRVerificationError(
+            f"{where}, state {s}: unary layout needs exactly one child per state and k=1, "
+            f"got branch {int(branch[s])}, k={lay.k}")
+    if lay.kind == "near_unary" and lay.exceptions != int((branch != 1).sum()):
+        raise IRVerificationError(
+            f"{where}: near_unary records {lay.exceptions} exceptions, the layer has "
+            f"{int((branch != 1).sum())} states whose branch is not 1")
+    for name, dt in (("token", lay.token_dtype), ("state", lay.state_dtype)):
+        try:
+            np.dtype(dt)
+        except TypeError:
+            raise IRVerificationError(f"{where}: {name} dtype {dt!r} is not a numpy dtype") from None
+    tok_max = int(layer.tokens.max(initial=0))
+    if tok_max > np.iinfo(np.dtype(lay.token_dtype)).max:
+        raise IRVerificationError(
+            f"{where}: token {tok_max} does not fit token dtype {lay.token_dtype}")
+
+
+def _row_of(indptr: np.ndarray, edge: int) -> int:
+    return int(np.searchsorted(indptr, edge, side="right")) - 1
+
+
+# --------------------------------------------------------------------------
+# Printer and parser
+
+
+def layer_stats(layer: Layer) -> dict:
+    """Statistics of one layer: states, edges, max/mean branch, layout."""
+    branch = layer.branch()
+    return {
+        "states": layer.num_states,
+        "edges": layer.num_edges,
+        "max_branch": int(branch.max(initial=0)),
+        "mean_branch": float(branch.mean()) if branch.size else 0.0,
+        "accepting": int(layer.accepting_array().sum()),
+        "targets": "implicit" if layer.implicit_targets else "explicit",
+        "layout": layer.layout.to_text() if layer.layout else "none",
+    }
+
+
+def print_ir(a: Automaton, max_edges: int = _ELIDE_EDGES) -> str:
+    """Text form of `a`; see the module docstring. Rows are printed in full
+    when the automaton has at most `max_edges` edges, else the first
+    `_ELIDED_ROWS_PER_LAYER` rows per layer and a count of the rest."""
+    full = a.num_edges <= max_edges
+    head = f"automaton vocab={a.vocab_size} depth={a.depth} sequences={a.num_sequences} " \
+           f"final_states={a.num_final_states}"
+    if a.end_token is not None:
+        head += f" end_token={a.end_token}"
+    lines = [head]
+    for t, layer in enumerate(a.layers):
+        st = layer_stats(layer)
+        lines.append(
+            f"layer {t}  states={st['states']} edges={st['edges']} "
+            f"max_branch={st['max_branch']} mean_branch={st['mean_branch']:.3f} "
+            f"targets={st['targets']} layout={st['layout']}")
+        rows = layer.num_states if full else min(layer.num_states, _ELIDED_ROWS_PER_LAYER)
+        ip, tok = layer.indptr, layer.tokens
+        tg = layer.target_array() if rows else None
+        acc = layer.accepting_array()
+        for s in range(rows):
+            lo, hi = int(ip[s]), int(ip[s + 1])
+            edges = " ".join(f"{int(tok[e])}->{int(tg[e])}" for e in range(lo, hi))
+            mark = " accept" if acc[s] else ""
+            lines.append(f"  s{s}{mark}:" + (f" {edges}" if edges else ""))
+        if rows < layer.num_states:
+            lines.append(f"  ... {layer.num_states - rows} more rows elided")
+    return "\n".join(lines) + "\n"
+
+
+_HEAD_RE = re.compile(r"automaton vocab=(\d+) depth=(\d+) sequences=(\d+) "
+                      r"final_states=(\d+)(?: end_token=(\d+))?")
+_LAYER_RE = re.compile(r"layer (\d+)  states=(\d+) edges=(\d+) max_branch=\d+ "
+                       r"mean_branch=[0-9.]+ targets=(implicit|explicit) layout=(\S+)")
+_ROW_RE = re.compile(r"  s(\d+)( accept)?:((?: \d+->\d+)*)")
+
+
+def parse_ir(text: str) -> Automaton:
+    """Parses the full text form back into an equal `Automaton`.
+
+    Raises IRParseError (with the line number) on malformed text or on a dump
+    whose rows were elided; the result is verified."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise IRParseError("empty IR text")
+    m = _HEAD_RE.fullmatch(lines[0])
+    if not m:
+        raise IRParseError(f"line 1: expected 'automaton vocab=.. depth=.. sequences=.. "
+                           f"final_states=..', got {lines[0]!r}")
+    vocab, depth, nseq, nfinal = (int(m.group(i)) for i in range(1, 5))
+    end_token = int(m.group(5)) if m.group(5) is not None else None
+    layers = []
+    i = 1
+    for t in range(depth):
+        if i >= len(lines):
+            raise IRParseError(f"expected layer {t} header after line {i}, text ended")
+        lm = _LAYER_RE.fullmatch(lines[i])
+        if not lm or int(lm.group(1)) != t:
+            raise IRParseError(f"line {i + 1}: expected header of layer {t}, got {lines[i]!r}")
+        S, E = int(lm.group(2)), int(lm.group(3))
+        implicit = lm.group(4) == "implicit"
+        layout = None if lm.group(5) == "none" else Layout.from_text(lm.group(5))
+        i += 1
+        indptr = np.zeros(S + 1, dtype=np.int64)
+        tokens, targets = [], []
+        accepting = np.zeros(S, dtype=bool)
+        for s in range(S):
+            if i >= len(lines):
+                raise IRParseError(f"layer {t}: expected row s{s}, text ended")
+            if lines[i].startswith("  ..."):
+                raise IRParseError(f"line {i + 1}: rows were elided in this dump; "
+                                   "print it with max_edges large enough to parse it back")
+            rm = _ROW_RE.fullmatch(lines[i])
+            if not rm or int(rm.group(1)) != s:
+                raise IRParseError(f"line {i + 1}: expected row s{s} of layer {t}, got {lines[i]!r}")
+            accepting[s] = rm.group(2) is not None
+            for pair in rm.group(3).split():
+                a_, b_ = pair.split("->")
+                tokens.append(int(a_))
+                targets.append(int(b_))
+            indptr[s + 1] = len(tokens)
+            i += 1
+        if len(tokens) != E:
+            raise IRParseError(f"layer {t}: header says edges={E}, rows hold {len(tokens)}")
+        tg = np.asarray(targets, dtype=np.int64)
+        if implicit and not np.array_equal(tg, np.arange(E)):
+            raise IRParseError(f"layer {t}: targets=implicit but rows name other targets")
+        layers.append(Layer(indptr=indptr, tokens=np.asarray(tokens, dtype=np.int64),
+                            targets=None if implicit else tg,
+                            accepting=accepting if accepting.any() else None,
+                            layout=layout))
+    if i != len(lines):
+        raise IRParseError(f"line {i + 1}: unexpected text after the last layer: {lines[i]!r}")
+    a = Automaton(vocab_size=vocab, layers=tuple(layers), num_final_states=nfinal,
+                  num_sequences=nseq, end_token=end_token)
+    verify(a)
+    return a

@@ -1,0 +1,114 @@
+"""Pipeline specs and the pass manager.
+
+A spec is text such as ``verify,choose-layout{memory-budget=2GiB},pad-branches{multiple=8},pack-dtypes``:
+pass names separated by commas, options in braces. `parse_pipeline` and
+`format_pipeline` round-trip (parse -> str -> parse gives equal passes).
+`run_pipeline` runs the passes, verifies the IR between them, prints the IR
+after each on request, and on failure names the pass and those before it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Optional, Sequence, TextIO
+
+from passes import REGISTRY, Pass
+from static_compiler.errors import IRVerificationError, PipelineError, StaticCompilerError
+from static_compiler.ir import Automaton, verify
+
+DEFAULT_PIPELINE = "verify,choose-layout{memory-budget=2GiB},pad-branches{multiple=8},pack-dtypes"
+"""The pipeline `compile_constraints` runs when none is given."""
+
+
+def _split_top_level(text: str, sep: str = ",") -> list:
+    """Splits on `sep` outside braces and parentheses."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "{(":
+            depth += 1
+        elif ch in "})":
+            depth -= 1
+            if depth < 0:
+                raise PipelineError(f"pipeline spec {text!r}: unbalanced {ch!r}")
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0:
+        raise PipelineError(f"pipeline spec {text!r}: unbalanced braces")
+    parts.append("".join(cur))
+    return parts
+
+
+def parse_pipeline(spec: str) -> tuple:
+    """Parses a spec into a tuple of pass instances.
+
+    Raises PipelineError for an unknown pass (listing the known ones), an
+    unknown option, or an option value of the wrong type."""
+    if not isinstance(spec, str):
+        raise PipelineError(f"pipeline spec {spec!r}: expected a string")
+    passes = []
+    for i, item in enumerate(_split_top_level(spec.strip())):
+        item = item.strip()
+        if not item:
+            raise PipelineError(f"pipeline spec {spec!r}: entry {i} is empty")
+        name, _, rest = item.partition("{")
+        name = name.strip()
+        if name not in REGISTRY:
+            raise PipelineError(f"pipeline spec entry {i}: unknown pass {name!r} "
+                                f"(known: {', '.join(sorted(REGISTRY))})")
+        options = {}
+        if rest:
+            if not rest.endswith("}"):
+                raise PipelineError(f"pipeline spec entry {i} {item!r}: expected name{{key=value,...}}")
+            for opt in _split_top_level(rest[:-1]):
+                if not opt.strip():
+                    continue
+                key, eq, value = opt.partition("=")
+                if not eq:
+                    raise PipelineError(f"pipeline spec entry {i}: option {opt!r} is not key=value")
+                options[key.strip()] = value.strip()
+        passes.append(REGISTRY[name].from_options(options))
+    return tuple(passes)
+
+
+def format_pipeline(passes: Sequence[Pass]) -> str:
+    """The canonical spec text of `passes`."""
+    return ",".join(p.spec() for p in passes)
+
+
+def run_pipeline(ir: Automaton, passes, *, verify_each: bool = True,
+                 print_ir_after_all: bool = False, stream: Optional[TextIO] = None,
+                 timings: Optional[list] = None) -> Automaton:
+    """Runs `passes` (a spec string or pass instances) over `ir`.
+
+    Args:
+      verify_each: run the IR verifier after every pass.
+      print_ir_after_all: write the IR after every pass to `stream` (stderr).
+      timings: if a list is given, (pass spec, seconds) pairs are appended.
+    """
+    if isinstance(passes, str):
+        passes = parse_pipeline(passes)
+    stream = stream if stream is not None else sys.stderr
+    done = []
+    for p in passes:
+        start = time.perf_counter()
+        try:
+            ir = p.run(ir)
+            if verify_each:
+                verify(ir)
+        except StaticCompilerError as e:
+            before = format_pipeline(done) or "(none)"
+            kind = "left an invalid IR" if isinstance(e, IRVerificationError) else "failed"
+            err_cls = type(e) if isinstance(e, PipelineError) else PipelineError
+            raise err_cls(f"pass {p.spec()!r} {kind} (passes run before it: {before}): {e}") from e
+        if timings is not None:
+            timings.append((p.spec(), time.perf_counter() - start))
+        done.append(p)
+        if print_ir_after_all:
+            stream.write(f"// ----- IR after {p.spec()} -----\n")
+            stream.write(ir.to_text())
+            stream.flush()
+    return ir
