@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 
 from passes.base import ByteSize, Pass
-from passes.cost_model import candidate_layouts
+from passes.cost_model import applicable_layouts, candidate_layouts
 from static_compiler.errors import MemoryBudgetError
-from static_compiler.ir import Automaton
+from static_compiler.ir import LAYOUT_KINDS, Automaton
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,21 +24,34 @@ class ChooseLayoutPass(Pass):
       memory_budget: bytes all layer tables may take together.
       dense_threshold: a layer is considered for dense_rows when its max
         branch reaches this fraction of the vocabulary.
+      force: a layout kind every layer takes where that kind can serve it
+        (unary needs one child per state, near_unary a state that has not);
+        for tests and experiments. Layers it cannot serve keep the cost
+        model's choice.
     """
 
     name = "choose-layout"
     memory_budget: ByteSize = ByteSize(2 << 30)
     dense_threshold: float = 0.5
+    force: str = ""
 
     def __post_init__(self):
         if self.memory_budget <= 0:
             raise ValueError(f"memory-budget={self.memory_budget} must be positive")
         if not 0.0 < self.dense_threshold:
             raise ValueError(f"dense-threshold={self.dense_threshold} must be > 0")
+        if self.force and self.force not in LAYOUT_KINDS:
+            raise ValueError(f"force={self.force!r} is not a layout kind {LAYOUT_KINDS}")
+
+    def _options(self, layer, vocab_size: int) -> list:
+        if self.force:
+            forced = applicable_layouts(layer, vocab_size).get(self.force)
+            if forced is not None:
+                return [forced]
+        return candidate_layouts(layer, vocab_size, self.dense_threshold)
 
     def run(self, ir: Automaton) -> Automaton:
-        options = [candidate_layouts(layer, ir.vocab_size, self.dense_threshold)
-                   for layer in ir.layers]
+        options = [self._options(layer, ir.vocab_size) for layer in ir.layers]
         choice = [0] * len(options)
         total = sum(opts[0].estimated_bytes for opts in options)
         while total > self.memory_budget:

@@ -60,23 +60,32 @@ def with_estimate(layer: Layer, layout: Layout, vocab_size: int) -> Layout:
     return dataclasses.replace(layout, estimated_bytes=layout_bytes(layer, layout, vocab_size))
 
 
-def candidate_layouts(layer: Layer, vocab_size: int, dense_threshold: float) -> list:
-    """Layouts that can serve `layer`, fastest first (each with its estimate
-    at 32-bit tables; pack-dtypes narrows them later)."""
+def applicable_layouts(layer: Layer, vocab_size: int) -> dict:
+    """Every layout kind that can serve `layer` exactly, by kind."""
     branch = layer.branch()
-    max_branch = int(branch.max(initial=0))
+    max_branch = max(1, int(branch.max(initial=0)))
     exceptions = int((branch != 1).sum())
+    options = {"dense_rows": Layout("dense_rows", vocab_size),
+               "csr": Layout("csr", max_branch)}
     if exceptions == 0:
-        return [with_estimate(layer, Layout("unary", 1), vocab_size)]
-    options = []
-    if max_branch >= dense_threshold * vocab_size:
-        options.append(Layout("dense_rows", vocab_size))
-    csr = Layout("csr", max(1, max_branch))
-    near = Layout("near_unary", max(1, max_branch), exceptions=exceptions)
-    csr_bytes = layout_bytes(layer, csr, vocab_size)
-    near_bytes = layout_bytes(layer, near, vocab_size)
-    options += [near, csr] if near_bytes < csr_bytes else [csr]
-    return [with_estimate(layer, lay, vocab_size) for lay in options]
+        options["unary"] = Layout("unary", 1)
+    else:
+        options["near_unary"] = Layout("near_unary", max_branch, exceptions=exceptions)
+    return {kind: with_estimate(layer, lay, vocab_size) for kind, lay in options.items()}
+
+
+def candidate_layouts(layer: Layer, vocab_size: int, dense_threshold: float) -> list:
+    """Layouts worth considering for `layer`, fastest first (each with its
+    estimate at 32-bit tables; pack-dtypes narrows them later)."""
+    options = applicable_layouts(layer, vocab_size)
+    if "unary" in options:
+        return [options["unary"]]
+    ordered = []
+    if options["csr"].k >= dense_threshold * vocab_size:
+        ordered.append(options["dense_rows"])
+    csr, near = options["csr"], options["near_unary"]
+    ordered += [near, csr] if near.estimated_bytes < csr.estimated_bytes else [csr]
+    return ordered
 
 
 def narrowest_signed(max_value: int) -> str:
