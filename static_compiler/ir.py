@@ -263,9 +263,17 @@ def _enumerate(a: Automaton, depth: int, state: int, prefix: tuple):
 # Verifier
 
 
-def verify(a: Automaton) -> None:
+def _same_arrays(x: Layer, y: Layer) -> bool:
+    return all(getattr(x, n) is getattr(y, n) for n in ("indptr", "tokens", "targets", "accepting"))
+
+
+def verify(a: Automaton, unchanged_from: Optional[Automaton] = None) -> None:
     """Checks every invariant of the IR; raises IRVerificationError naming the
-    layer, state and value that break one. Cost: O(edges), vectorized."""
+    layer, state and value that break one. Cost: O(edges), vectorized.
+
+    `unchanged_from` is an already verified automaton this one was derived
+    from: layers whose arrays are the very same objects there (a pass that
+    only chose layouts) get only their layout checked."""
     V = a.vocab_size
     if not isinstance(V, (int, np.integer)) or V < 1:
         raise IRVerificationError(f"vocab_size={V!r}: expected an int >= 1")
@@ -281,8 +289,16 @@ def verify(a: Automaton) -> None:
         raise IRVerificationError(
             f"num_final_states={a.num_final_states}, num_sequences={a.num_sequences}: "
             "expected >= 0 and >= 1")
+    same_shape = (unchanged_from is not None and unchanged_from.depth == a.depth
+                  and unchanged_from.vocab_size == a.vocab_size
+                  and unchanged_from.end_token == a.end_token
+                  and unchanged_from.num_final_states == a.num_final_states)
     for t, layer in enumerate(a.layers):
-        _verify_layer(a, t, layer)
+        if same_shape and _same_arrays(layer, unchanged_from.layers[t]) \
+                and a.num_states_at(t + 1) == unchanged_from.num_states_at(t + 1):
+            _verify_layout(f"layer {t}", layer, a.vocab_size, layer.branch())
+        else:
+            _verify_layer(a, t, layer)
 
 
 def _verify_layer(a: Automaton, t: int, layer: Layer) -> None:
@@ -306,11 +322,11 @@ def _verify_layer(a: Automaton, t: int, layer: Layer) -> None:
         s = int(np.flatnonzero(branch < 0)[0])
         raise IRVerificationError(f"{where}, state {s}: indptr decreases "
                                   f"({int(ip[s])} -> {int(ip[s + 1])})")
-    tok = layer.tokens.astype(np.int64)
+    tok = layer.tokens
     if E:
-        bad = (tok < 0) | (tok >= a.vocab_size)
-        if bad.any():
-            e = int(np.flatnonzero(bad)[0])
+        if int(tok.min()) < 0 or int(tok.max()) >= a.vocab_size:
+            tok = tok.astype(np.int64)
+            e = int(np.flatnonzero((tok < 0) | (tok >= a.vocab_size))[0])
             raise IRVerificationError(
                 f"{where}, state {_row_of(ip, e)}: token {int(tok[e])} is outside "
                 f"[0, {a.vocab_size})")
@@ -321,7 +337,7 @@ def _verify_layer(a: Automaton, t: int, layer: Layer) -> None:
         # Strictly increasing inside each row: compare neighbours that share a row.
         same_row = np.ones(E, dtype=bool)
         same_row[ip[:-1][branch > 0]] = False
-        not_increasing = same_row[1:] & (tok[1:] <= tok[:-1])
+        not_increasing = same_row[1:] & (tok[1:] <= tok[:-1])  # no overflow: a comparison
         if not_increasing.any():
             e = int(np.flatnonzero(not_increasing)[0]) + 1
             raise IRVerificationError(

@@ -96,9 +96,10 @@ def run_pipeline(ir: Automaton, passes, *, verify_each: bool = True,
     for p in passes:
         start = time.perf_counter()
         try:
+            before = ir
             ir = p.run(ir)
-            if verify_each:
-                verify(ir)
+            if verify_each and p.name != "verify":
+                verify(ir, unchanged_from=before if done else None)
         except StaticCompilerError as e:
             before = format_pipeline(done) or "(none)"
             kind = "left an invalid IR" if isinstance(e, IRVerificationError) else "failed"
