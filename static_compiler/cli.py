@@ -42,29 +42,40 @@ def _add_show_ir_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab-size", type=int, default=None,
                         help="vocabulary size V (required for .npy input)")
     parser.add_argument("--end-token", type=int, default=None,
-                        help="token ending variable-length sequences (ragged .npy input is "
-                             "not supported; for IR dumps the dump's own value is used)")
-    parser.add_argument("--pipeline", default=None,
-                        help="pass pipeline spec (default: the library's DEFAULT_PIPELINE)")
+                        help=".npy input only: token that ends each sequence (an IR dump "
+                             "carries its own)")
+    parser.add_argument("--pipeline", default=None, metavar="SPEC",
+                        help="pass pipeline spec. Default for .npy input: the library's "
+                             "DEFAULT_PIPELINE; an IR dump is shown as it is unless SPEC is given")
     parser.add_argument("--print-after-all", action="store_true",
                         help="print the IR after the frontend and after every pass (stderr)")
     parser.add_argument("--stats", action="store_true",
-                        help="print the per-layer table instead of the IR")
+                        help="print the per-layer table (states, edges, branch factors, "
+                             "layout, bytes, the paper's memory bound) instead of the IR")
     parser.add_argument("--layer", type=int, default=None, metavar="N",
-                        help="print only layer N's rows")
+                        help="print only layer N's header and rows")
+    parser.add_argument("--max-edges", type=int, default=None, metavar="E",
+                        help="print every row when the automaton (with --layer: the layer) "
+                             "has at most E edges, else elide rows (default: the IR printer's "
+                             "limit)")
 
 
 def _run_show_ir(args: argparse.Namespace) -> int:
     from static_compiler import report
+
+    if args.max_edges is not None and args.max_edges < 0:
+        raise CliInputError(f"--max-edges {args.max_edges}: expected an int >= 0")
     compiled = load_and_compile(args.input, vocab_size=args.vocab_size,
                                 end_token=args.end_token, pipeline=args.pipeline,
                                 print_ir_after_all=args.print_after_all)
-    if args.layer is not None:
-        sys.stdout.write(report.layer_text(compiled.ir, args.layer))
-    elif args.stats:
+    ir = getattr(compiled, "ir", compiled)
+    if args.stats:
         sys.stdout.write(report.stats_table(compiled))
-    else:
-        sys.stdout.write(compiled.ir.to_text())
+    if args.layer is not None:
+        sys.stdout.write(report.layer_text(ir, args.layer, max_edges=args.max_edges))
+    elif not args.stats:
+        sys.stdout.write(ir.to_text() if args.max_edges is None
+                         else ir.to_text(max_edges=args.max_edges))
     return 0
 
 
@@ -74,16 +85,23 @@ NPY_SUFFIXES = (".npy",)
 
 def load_and_compile(path: str, *, vocab_size: Optional[int], end_token: Optional[int] = None,
                      pipeline: Optional[str] = None, print_ir_after_all: bool = False):
-    """Reads `path` (a .npy token array or an IR dump) and compiles it.
+    """Reads `path` and compiles it.
 
-    Raises CliInputError for a missing file, an unknown suffix, or a .npy
-    input without `vocab_size`; library errors pass through."""
+    A .npy token array (N, L) goes through `compile_constraints` with
+    `pipeline` (default: DEFAULT_PIPELINE) and gives CompiledConstraints. An
+    IR dump (.txt / .ir) is parsed and verified; it goes through
+    `compile_constraints` only when `pipeline` is given, else the parsed
+    `ir.Automaton` is returned as it is.
+
+    Raises CliInputError for a missing file, an unknown suffix, a .npy input
+    without `vocab_size`, or options that contradict an IR dump; the
+    library's own typed errors pass through."""
     import numpy as np
 
     from static_compiler import compile_constraints
     from static_compiler.ir import parse_ir
 
-    if not os.path.exists(path):
+    if not os.path.isfile(path):
         raise CliInputError(f"input {path!r}: no such file")
     suffix = os.path.splitext(path)[1].lower()
     if suffix in NPY_SUFFIXES:
@@ -93,18 +111,28 @@ def load_and_compile(path: str, *, vocab_size: Optional[int], end_token: Optiona
             constraints = np.load(path, allow_pickle=False)
         except (ValueError, OSError) as e:
             raise CliInputError(f"input {path!r}: not a readable .npy array ({e})") from e
-    elif suffix in IR_SUFFIXES:
-        with open(path, encoding="utf-8") as f:
-            constraints = parse_ir(f.read())
-        if vocab_size is not None and vocab_size != constraints.vocab_size:
-            raise CliInputError(f"input {path!r}: --vocab-size {vocab_size} differs from the "
-                                f"dump's vocab_size {constraints.vocab_size}")
-        vocab_size = constraints.vocab_size
-    else:
-        raise CliInputError(f"input {path!r}: unknown suffix {suffix!r} (expected one of "
-                            f"{', '.join(NPY_SUFFIXES + IR_SUFFIXES)})")
-    return compile_constraints(constraints, vocab_size, end_token=end_token, pipeline=pipeline,
-                               print_ir_after_all=print_ir_after_all)
+        return compile_constraints(constraints, vocab_size, end_token=end_token,
+                                   pipeline=pipeline, print_ir_after_all=print_ir_after_all)
+    if suffix in IR_SUFFIXES:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise CliInputError(f"input {path!r}: not a readable UTF-8 IR dump ({e})") from e
+        ir = parse_ir(text)
+        for flag, value, own in (("--vocab-size", vocab_size, ir.vocab_size),
+                                 ("--end-token", end_token, ir.end_token)):
+            if value is not None and value != own:
+                raise CliInputError(f"input {path!r}: {flag} {value} differs from the dump's "
+                                    f"value {own}")
+        if pipeline is None:
+            if print_ir_after_all:
+                sys.stderr.write("// ----- IR as read (no --pipeline given) -----\n" + ir.to_text())
+            return ir
+        return compile_constraints(ir, ir.vocab_size, pipeline=pipeline,
+                                   print_ir_after_all=print_ir_after_all)
+    raise CliInputError(f"input {path!r}: unknown suffix {suffix!r} (expected one of "
+                        f"{', '.join(NPY_SUFFIXES + IR_SUFFIXES)})")
 
 
 SUBCOMMANDS = [
@@ -126,19 +154,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
-    """Entry point of the console script; returns the exit status.
-
-    `prog`, if given, replaces the program name (tools/show_ir.py passes
-    argv without the subcommand and prog="show_ir.py")."""
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the console script; returns the exit status (argv
+    defaults to sys.argv[1:]; argparse itself exits 2 on bad flags)."""
     parser = build_parser()
-    if prog is not None:
-        parser.prog = prog
     args = parser.parse_args(argv)
     try:
         return args._run(args)
     except StaticCompilerError as e:
-        sys.stderr.write(f"{parser.prog} {args.command}: error: {e}\n")
+        message = " ".join(str(e).split("\n"))
+        sys.stderr.write(f"{parser.prog} {args.command}: error: {message}\n")
         return EXIT_USAGE
 
 

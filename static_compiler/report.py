@@ -1,0 +1,251 @@
+"""Per-layer reports of a compiled constraint set (used by `static-compiler
+show-ir --stats`, `--layer N` and the main job).
+
+`layer_rows` gives one dict per layer; `summary` the totals and the paper's
+memory bound; `stats_table` renders both as a fixed-width text table (or a
+Markdown table for the README); `layer_text` prints one layer's rows in the
+IR text form.
+
+The reference point is the STATIC paper's bound (Su et al. 2026, sec. on
+memory):
+
+    U_max = (1/8 + K2) |V|^d + K1 * sum_{l = d+1 .. L} min(|V|^l, |C|)
+
+with K1 = 12 bytes per CSR node, K2 = 4 bytes per dense state, d the number
+of leading `dense_rows` layers, L the depth and |C| the number of sequences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Union
+
+import numpy as np
+
+from static_compiler.errors import StaticCompilerError
+from static_compiler.ir import Automaton, layer_stats
+
+PAPER_K1 = 12
+"""Bytes per CSR node in the paper's bound."""
+
+PAPER_K2 = 4
+"""Bytes per dense state in the paper's bound."""
+
+
+class ReportInputError(StaticCompilerError, ValueError):
+    """A report was asked for something the automaton does not have (a layer
+    index out of range, an object that is not an automaton)."""
+
+
+def branch_histogram(branch: np.ndarray) -> list:
+    """Counts of states by branch factor in buckets 0, 1, 2, 3-4, 5-8, 9-16, ...
+
+    Args:
+      branch: int array (num_states,), the number of children of each state.
+    Returns:
+      [(lo, hi, count), ...] for the non-empty buckets, lo <= branch <= hi,
+      in increasing order of lo.
+    """
+    branch = np.asarray(branch, dtype=np.int64)
+    if branch.size == 0:
+        return []
+    # bucket 0 holds branch 0, bucket 1 branch 1, bucket j >= 2 holds 2^(j-2)+1 .. 2^(j-1)
+    bucket = np.zeros(branch.shape, dtype=np.int64)
+    positive = branch > 0
+    bucket[positive] = np.ceil(np.log2(branch[positive])).astype(np.int64) + 1
+    counts = np.bincount(bucket)
+    out = []
+    for j, count in enumerate(counts):
+        if count:
+            lo, hi = (j, j) if j < 2 else ((1 << (j - 2)) + 1, 1 << (j - 1))
+            out.append((lo, hi, int(count)))
+    return out
+
+
+def format_histogram(histogram: list) -> str:
+    """`branch_histogram` output as text, e.g. ``0:3 1:10 2:4 3-4:1``."""
+    return " ".join(f"{lo}:{n}" if lo == hi else f"{lo}-{hi}:{n}" for lo, hi, n in histogram)
+
+
+def paper_memory_bound(vocab_size: int, depth: int, num_sequences: int, dense_layers: int,
+                       k1: int = PAPER_K1, k2: int = PAPER_K2) -> int:
+    """The paper's U_max in bytes (rounded up; see the module docstring).
+
+    Exact integer arithmetic: |V|^l is never formed as a float, so V = 2^16,
+    L = 8 does not overflow."""
+    for name, value, low in (("vocab_size", vocab_size, 1), ("depth", depth, 1),
+                             ("num_sequences", num_sequences, 1), ("dense_layers", dense_layers, 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ReportInputError(f"paper_memory_bound: {name}={value!r}, expected an int >= {low}")
+    if dense_layers > depth:
+        raise ReportInputError(f"paper_memory_bound: dense_layers={dense_layers} exceeds "
+                               f"depth={depth}")
+    V, C = int(vocab_size), int(num_sequences)
+    dense_states = V ** int(dense_layers)
+    dense = -(-dense_states * (1 + 8 * k2) // 8)  # ceil((1/8 + K2) * V^d)
+    sparse = k1 * sum(min(V ** l, C) for l in range(int(dense_layers) + 1, int(depth) + 1))
+    return dense + sparse
+
+
+def _compiled_stats(obj) -> Optional[list]:
+    """`CompiledConstraints.layer_stats()` of `obj`; an Automaton whose layers
+    all have layouts is lowered first (to measure its tables); None when some
+    layer has no layout."""
+    from static_compiler.backend.lowering import lower
+    from static_compiler.compiler import CompiledConstraints
+
+    if isinstance(obj, CompiledConstraints):
+        return obj.layer_stats()
+    if any(layer.layout is None for layer in obj.layers):
+        return None
+    plan, tables = lower(obj)
+    return CompiledConstraints(ir=obj, plan=plan, tables=tables, pipeline="").layer_stats()
+
+
+def layer_rows(obj: Union[Automaton, "CompiledConstraints"]) -> list:
+    """One dict per layer.
+
+    Keys: layer, states, edges, max_branch, mean_branch, accepting, targets,
+    histogram ([(lo, hi, count)], see `branch_histogram`), layout (kind or
+    "none"), k, token_dtype, state_dtype, estimated_bytes (cost model) and
+    bytes (measured tables). The last five are None for a layer without a
+    layout (an IR before choose-layout)."""
+    ir = _automaton_of(obj)
+    compiled_stats = _compiled_stats(obj)
+    rows = []
+    for t, layer in enumerate(ir.layers):
+        if compiled_stats is not None:
+            row = dict(compiled_stats[t])
+        else:
+            row = layer_stats(layer)
+            lay = layer.layout
+            row.update(layout=lay.kind if lay else "none", k=lay.k if lay else None,
+                       token_dtype=lay.token_dtype if lay else None,
+                       state_dtype=lay.state_dtype if lay else None,
+                       estimated_bytes=lay.estimated_bytes if lay else None, bytes=None)
+        row["layer"] = t
+        row["histogram"] = branch_histogram(layer.branch())
+        rows.append(row)
+    return rows
+
+
+def summary(obj, rows: Optional[list] = None) -> dict:
+    """Totals over the layers and the paper's bound.
+
+    Keys: vocab_size, depth, sequences, states (all depths, final states
+    included), edges, estimated_bytes and
+    bytes (None when some layer has no layout), bytes_per_sequence,
+    dense_layers (d: leading dense_rows layers), paper_bound_bytes (U_max)
+    and bytes_over_bound (measured / U_max)."""
+    ir = _automaton_of(obj)
+    rows = layer_rows(obj) if rows is None else rows
+    laid_out = all(r["bytes"] is not None for r in rows)
+    d = 0
+    while d < len(rows) and rows[d]["layout"] == "dense_rows":
+        d += 1
+    measured = sum(r["bytes"] for r in rows) if laid_out else None
+    bound = paper_memory_bound(ir.vocab_size, ir.depth, ir.num_sequences, d)
+    return {
+        "vocab_size": ir.vocab_size, "depth": ir.depth, "sequences": ir.num_sequences,
+        "states": ir.num_states, "edges": ir.num_edges,
+        "estimated_bytes": sum(r["estimated_bytes"] for r in rows) if laid_out else None,
+        "bytes": measured,
+        "bytes_per_sequence": measured / ir.num_sequences if laid_out else None,
+        "dense_layers": d, "paper_bound_bytes": bound,
+        "bytes_over_bound": measured / bound if laid_out else None,
+    }
+
+
+def _automaton_of(obj) -> Automaton:
+    from static_compiler.compiler import CompiledConstraints
+
+    if isinstance(obj, CompiledConstraints):
+        return obj.ir
+    if isinstance(obj, Automaton):
+        return obj
+    raise ReportInputError(f"report of a {type(obj).__name__}: expected CompiledConstraints "
+                           "or an ir.Automaton")
+
+
+_COLUMNS = (("layer", "layer"), ("states", "states"), ("edges", "edges"),
+            ("max_branch", "max_br"), ("mean_branch", "mean_br"), ("layout", "layout"),
+            ("k", "k"), ("token_dtype", "tokens"), ("state_dtype", "states_dt"),
+            ("estimated_bytes", "est_bytes"), ("bytes", "bytes"), ("histogram", "branch histogram"))
+
+
+def _cell(key: str, value) -> str:
+    if value is None:
+        return "-"
+    if key == "mean_branch":
+        return f"{value:.3f}"
+    if key == "histogram":
+        return format_histogram(value)
+    return str(value)
+
+
+def stats_table(obj, markdown: bool = False) -> str:
+    """The per-layer table, a totals row and the memory reference lines.
+
+    Args:
+      obj: CompiledConstraints, or an Automaton (with or without layouts).
+      markdown: render a Markdown table (for README figures) instead of
+        fixed-width columns.
+    """
+    ir = _automaton_of(obj)
+    rows = layer_rows(obj)
+    tot = summary(obj, rows)
+    body = [[_cell(key, r[key]) for key, _ in _COLUMNS] for r in rows]
+    totals = {"layer": "total", "states": sum(r["states"] for r in rows), "edges": tot["edges"],
+              "estimated_bytes": tot["estimated_bytes"], "bytes": tot["bytes"]}
+    body.append([_cell(key, totals.get(key)) if key in totals else "" for key, _ in _COLUMNS])
+    header = [title for _, title in _COLUMNS]
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |",
+                 "|" + "|".join("---" if i == len(header) - 1 else "--:"
+                                for i in range(len(header))) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in body]
+    else:
+        widths = [max(len(header[i]), *(len(row[i]) for row in body)) for i in range(len(header))]
+        def fmt(row):
+            cells = [c.rjust(w) for c, w in zip(row[:-1], widths[:-1])] + [row[-1]]
+            return "  ".join(cells).rstrip()
+        lines = [fmt(header)] + [fmt(row) for row in body]
+    lines.append("")
+    lines.append(f"automaton: vocab={ir.vocab_size} depth={ir.depth} sequences={ir.num_sequences} "
+                 f"final_states={ir.num_final_states}"
+                 + (f" end_token={ir.end_token}" if ir.end_token is not None else ""))
+    if tot["bytes"] is not None:
+        lines.append(f"bytes: measured {tot['bytes']} (estimated {tot['estimated_bytes']}), "
+                     f"{tot['bytes_per_sequence']:.2f} bytes per sequence")
+    else:
+        lines.append("bytes: - (some layer has no layout; run a pipeline with choose-layout)")
+    ratio = "" if tot["bytes_over_bound"] is None else \
+        f"; measured / U_max = {tot['bytes_over_bound']:.3f}"
+    lines.append(f"paper bound U_max = (1/8 + {PAPER_K2})|V|^d + {PAPER_K1} * "
+                 f"sum_(l>d) min(|V|^l, |C|) with d={tot['dense_layers']}: "
+                 f"{tot['paper_bound_bytes']} bytes{ratio}")
+    return "\n".join(lines) + "\n"
+
+
+def layer_text(ir: Automaton, layer: int, max_edges: Optional[int] = None) -> str:
+    """Layer `layer`'s header and rows, exactly as in the IR text form
+    (`ir.print_ir`); rows are elided when the layer has more than `max_edges`
+    edges (default: the printer's limit). Targets name states at depth
+    `layer` + 1.
+
+    Raises ReportInputError when `layer` is not in [0, depth)."""
+    from static_compiler.ir import _ELIDE_EDGES, print_ir
+
+    if not isinstance(ir, Automaton):
+        raise ReportInputError(f"layer_text of a {type(ir).__name__}: expected an ir.Automaton")
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
+            or not 0 <= layer < ir.depth:
+        raise ReportInputError(f"layer {layer!r}: expected an int in [0, {ir.depth}) "
+                               f"(the automaton has depth {ir.depth})")
+    # Print a one-layer automaton with the printer itself, then give the
+    # header its real index: one formatter for both views.
+    single = dataclasses.replace(ir, layers=(ir.layers[layer],))
+    text = print_ir(single, max_edges=_ELIDE_EDGES if max_edges is None else max_edges)
+    lines = text.splitlines()[1:]  # drop the one-layer automaton's own header
+    lines[0] = f"layer {layer} " + lines[0][len("layer 0 "):]
+    return "\n".join(lines) + "\n"
