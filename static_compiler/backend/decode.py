@@ -231,17 +231,23 @@ def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
     return _apply_choice(plan, state, cand, parent, col, top, valid, step)
 
 
+def switch_over_steps(plan: Plan, step_fn: Callable, step, *operands):
+    """``step_fn(t, *operands)`` for a traced int32 scalar `step`: a lax.switch
+    over the programs of every static t in [0, plan.max_length) (a step
+    outside is clamped), so one exported module serves every step."""
+    branches = [functools.partial(step_fn, t) for t in range(plan.max_length)]
+    index = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
+    return lax.switch(index, branches, *operands)
+
+
 def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
                      tokens_per_beam: Optional[int] = None) -> BeamState:
-    """`beam_step` with a traced `step` (int32 scalar): a lax.switch over the
-    per-step programs, so one exported module serves every step."""
-    branches = [functools.partial(_switch_branch, plan, t, tokens_per_beam)
-                for t in range(plan.max_length)]
-    index = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
-    return lax.switch(index, branches, tables, state, logits)
+    """`beam_step` with a traced `step` (see `switch_over_steps`)."""
+    return switch_over_steps(plan, functools.partial(_switch_branch, plan, tokens_per_beam),
+                             step, tables, state, logits)
 
 
-def _switch_branch(plan, step, tokens_per_beam, tables, state, logits):
+def _switch_branch(plan, tokens_per_beam, step, tables, state, logits):
     return beam_step(plan, tables, state, logits, step, tokens_per_beam)
 
 
@@ -415,3 +421,14 @@ def advance(plan: Plan, tables, state: ProcessorState, tokens, step: int) -> Pro
     finished = ok & jnp.any(hit & (cand.ends | cand.stays), axis=-1)
     return ProcessorState(node=jnp.where(ok & ~finished, nxt, 0).astype(jnp.int32),
                           valid=ok, finished=finished)
+
+
+def mask_switch(plan: Plan, tables, logits, state: ProcessorState, step):
+    """`mask` with a traced `step` (see `switch_over_steps`)."""
+    return switch_over_steps(plan, lambda t, *ops: mask(plan, *ops, t), step, tables, logits, state)
+
+
+def advance_switch(plan: Plan, tables, state: ProcessorState, tokens, step) -> ProcessorState:
+    """`advance` with a traced `step` (see `switch_over_steps`)."""
+    return switch_over_steps(plan, lambda t, *ops: advance(plan, *ops, t), step, tables, state,
+                             tokens)
