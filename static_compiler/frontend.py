@@ -51,7 +51,7 @@ def _integral(values: np.ndarray, where: str) -> np.ndarray:
         if bad.any():
             pos = np.unravel_index(int(np.flatnonzero(bad.ravel())[0]), values.shape)
             raise ConstraintSetError(
-                f"{where} {tuple(int(p) for p in pos)}: value {values[pos]!r} is not a finite "
+                f"{where} {tuple(int(p) for p in pos)}: value {values[pos].item()!r} is not a finite "
                 "integer; token ids must be integers")
         return values.astype(np.int64)
     raise ConstraintSetError(
@@ -105,7 +105,7 @@ def as_token_matrix(sequences) -> tuple[np.ndarray, np.ndarray, bool]:
             e = int(np.flatnonzero(bad)[0])
             i = int(np.searchsorted(offsets, e, side="right")) - 1
             raise ConstraintSetError(
-                f"sequence {i}, position {e - offsets[i]}: value {flat[e]!r} is not a finite "
+                f"sequence {i}, position {e - offsets[i]}: value {flat[e].item()!r} is not a finite "
                 "integer; token ids must be integers")
         flat = flat.astype(np.int64)
     n, lmax = len(seqs), int(lengths.max())
