@@ -62,3 +62,44 @@ def trie_shape(rows) -> dict:
         "states": [len(p) for p in states],
         "accepting": [[p in ending for p in prefixes] for prefixes in states],
     }
+
+
+@st.composite
+def random_dags(draw, max_vocab: int = 40, max_depth: int = 4, max_states: int = 6):
+    """A layered DAG automaton with explicit targets (states share children,
+    as after suffix merging): every state has >= 1 edge, every state at the
+    next depth is entered. Returns the `ir.Automaton`."""
+    import numpy as np
+
+    from static_compiler.ir import Automaton, Layer
+
+    vocab_size = draw(st.integers(1, max_vocab))
+    depth = draw(st.integers(1, max_depth))
+    widths = [1] + [draw(st.integers(1, max_states)) for _ in range(depth)]
+    layers, paths = [], np.ones(1, dtype=object)  # paths[s]: number of root->s paths
+    for t in range(depth):
+        rows, targets = [], []
+        for _ in range(widths[t]):
+            toks = draw(st.lists(st.integers(0, vocab_size - 1), min_size=1,
+                                 max_size=min(vocab_size, 5), unique=True))
+            rows.append(sorted(toks))
+            targets.append([draw(st.integers(0, widths[t + 1] - 1)) for _ in toks])
+        flat_targets = [x for row in targets for x in row]
+        if len(flat_targets) < widths[t + 1]:  # too few edges to enter every next state
+            widths[t + 1] = len(flat_targets)
+            flat_targets = list(range(widths[t + 1]))
+        missing = sorted(set(range(widths[t + 1])) - set(flat_targets))
+        for i, s in enumerate(missing):  # reroute edges whose target is entered twice
+            counts = {x: flat_targets.count(x) for x in flat_targets}
+            j = next(j for j, x in enumerate(flat_targets) if counts[x] > 1)
+            flat_targets[j] = s
+        indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+        layers.append(Layer(indptr=indptr, tokens=np.array([x for r in rows for x in r]),
+                            targets=np.array(flat_targets)))
+        nxt = np.zeros(widths[t + 1], dtype=object)
+        src = np.repeat(np.arange(widths[t]), np.diff(indptr))
+        for e, target in enumerate(flat_targets):
+            nxt[target] += paths[src[e]]
+        paths = nxt
+    return Automaton(vocab_size=vocab_size, layers=tuple(layers), num_final_states=widths[-1],
+                     num_sequences=int(paths.sum()))

@@ -1,0 +1,197 @@
+"""Passes: the cost model's estimate equals the measured table bytes for
+every layout kind; choose-layout respects the budget and picks `unary` for
+levels of single children; pad-branches and pack-dtypes keep their promises;
+passes are pure and keep the accepted language."""
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ir_strategies import fixed_length_sets, random_dags, ragged_sets
+from passes import REGISTRY
+from passes.choose_layout import ChooseLayoutPass
+from passes.pack_dtypes import PackDtypesPass
+from passes.pad_branches import PadBranchesPass
+from static_compiler import compile_constraints
+from static_compiler.errors import MemoryBudgetError, PipelineError
+from static_compiler.frontend import build_automaton
+from static_compiler.ir import LAYOUT_KINDS, parse_ir
+from static_compiler.pipeline import run_pipeline
+
+THREE = np.array([[1, 2, 1], [3, 1, 2], [3, 1, 3]])
+
+
+def automata():
+    """Fixed-length, ragged and explicit-target (DAG) automata."""
+    return st.one_of(
+        fixed_length_sets(max_items=20).map(lambda c: build_automaton(c[0], c[1])),
+        ragged_sets(max_items=20).map(lambda c: build_automaton(c[0], c[1], end_token=c[2])),
+        random_dags())
+
+
+def test_registry_names_every_pass():
+    assert set(REGISTRY) >= {"verify", "choose-layout", "pad-branches", "pack-dtypes"}
+    for name, cls in REGISTRY.items():
+        assert cls.name == name
+
+
+@settings(max_examples=60, deadline=None)
+@given(automata(), st.sampled_from(LAYOUT_KINDS), st.booleans())
+def test_estimate_equals_measured_bytes_for_every_layout(ir, kind, packed):
+    spec = f"choose-layout{{force={kind}}},pad-branches{{multiple=8}}" + (",pack-dtypes" if packed else "")
+    compiled = compile_constraints(ir, ir.vocab_size, pipeline=spec)
+    for t, (layer, stats) in enumerate(zip(compiled.ir.layers, compiled.layer_stats())):
+        branch = layer.branch()
+        can_serve = {"dense_rows": True, "csr": True, "unary": bool((branch == 1).all()),
+                     "near_unary": bool((branch != 1).any())}[kind]
+        if can_serve:
+            assert layer.layout.kind == kind, (t, layer.layout)
+        assert stats["estimated_bytes"] == stats["bytes"] == layer.layout.estimated_bytes, (t, stats)
+    assert compiled.nbytes == sum(s["bytes"] for s in compiled.layer_stats())
+    assert list(compiled.ir.sequences()) == list(ir.sequences())
+
+
+@settings(max_examples=60, deadline=None)
+@given(automata())
+def test_levels_of_single_children_become_unary_without_row_pointers(ir):
+    compiled = compile_constraints(ir, ir.vocab_size)
+    for layer, tables in zip(compiled.ir.layers, compiled.tables):
+        if (layer.branch() == 1).all():
+            assert layer.layout.kind == "unary" and layer.layout.k == 1
+            assert "indptr" not in tables and "ex_bounds" not in tables
+            assert set(tables) <= {"tokens", "targets", "accepting"}
+        else:
+            assert layer.layout.kind != "unary"
+
+
+def test_a_chain_is_unary_everywhere():
+    compiled = compile_constraints([[5, 0, 7, 7, 2]], 8)
+    assert [l.layout.kind for l in compiled.ir.layers] == ["unary"] * 5
+    assert compiled.nbytes == 5 * 2  # one uint16 token per state
+
+
+def test_near_root_full_fanout_is_dense():
+    compiled = compile_constraints([[v, v] for v in range(16)], 16)
+    assert [l.layout.kind for l in compiled.ir.layers] == ["dense_rows", "unary"]
+
+
+def test_smallest_layouts_for_the_example_are_48_bytes():
+    # 32-bit tables: layer 0 dense 1*4*4 = csr 2*4+2*4 = 16; layer 1 unary 2*4 = 8;
+    # layer 2 csr 3*4+3*4 = 24 (dense 2*4*4 = 32): 48 bytes in all.
+    with pytest.raises(MemoryBudgetError, match=r"the smallest layouts need 48 bytes"):
+        run_pipeline(build_automaton(THREE, 4), "choose-layout{memory-budget=47}")
+    ir = run_pipeline(build_automaton(THREE, 4), "choose-layout{memory-budget=48}")
+    assert [l.layout.kind for l in ir.layers] == ["dense_rows", "unary", "csr"]
+    assert sum(l.layout.estimated_bytes for l in ir.layers) == 48
+
+
+def _smallest_bytes(ir) -> int:
+    with pytest.raises(MemoryBudgetError) as info:
+        run_pipeline(ir, "choose-layout{memory-budget=1}")
+    return int(re.search(r"the smallest layouts need (\d+) bytes", str(info.value)).group(1))
+
+
+@settings(max_examples=50, deadline=None)
+@given(automata(), st.floats(0.0, 1.0))
+def test_choose_layout_respects_the_memory_budget(ir, where):
+    smallest = _smallest_bytes(ir)
+    fastest = run_pipeline(ir, "choose-layout{memory-budget=1TiB}")
+    fastest_total = sum(l.layout.estimated_bytes for l in fastest.layers)
+    assert fastest_total >= smallest
+    budget = smallest + int(where * (fastest_total - smallest))
+    chosen = run_pipeline(ir, f"choose-layout{{memory-budget={budget}}}")
+    assert sum(l.layout.estimated_bytes for l in chosen.layers) <= budget
+    if smallest > 1:
+        with pytest.raises(MemoryBudgetError, match=rf"need {smallest} bytes"):
+            run_pipeline(ir, f"choose-layout{{memory-budget={smallest - 1}}}")
+
+
+def test_memory_budget_error_names_pass_budget_and_need():
+    with pytest.raises(MemoryBudgetError) as info:
+        compile_constraints(THREE, 4, pipeline="verify,choose-layout{memory-budget=10},pack-dtypes")
+    message = str(info.value)
+    for part in ("pass 'choose-layout{memory-budget=10}'", "passes run before it: verify",
+                 "memory-budget=10 (10 bytes) is too small", "need 48 bytes"):
+        assert part in message
+
+
+@settings(max_examples=50, deadline=None)
+@given(automata(), st.sampled_from([1, 2, 8, 128]))
+def test_pad_branches_rounds_k_up_within_the_vocabulary(ir, multiple):
+    laid = run_pipeline(ir, "choose-layout")
+    padded = PadBranchesPass(multiple=multiple).run(laid)
+    for before, after in zip(laid.layers, padded.layers):
+        k0, k1 = before.layout.k, after.layout.k
+        if before.layout.kind in ("csr", "near_unary"):
+            assert k0 <= k1 <= max(k0, ir.vocab_size)
+            assert k1 % multiple == 0 or k1 == ir.vocab_size or k1 == k0
+            assert k1 - k0 < multiple
+            assert k1 >= after.max_branch
+        else:
+            assert after.layout == before.layout
+    assert parse_ir(str(padded)) == padded
+
+
+@settings(max_examples=50, deadline=None)
+@given(automata())
+def test_pack_dtypes_picks_the_narrowest_types(ir):
+    packed = run_pipeline(ir, "choose-layout,pack-dtypes")
+    for t, layer in enumerate(packed.layers):
+        lay = layer.layout
+        assert lay.token_dtype == ("uint16" if ir.vocab_size <= 65536 else "int32")
+        largest = max(layer.num_edges, layer.num_states, packed.num_states_at(t + 1))
+        narrower = {"int16": None, "int32": "int16", "int64": "int32"}[lay.state_dtype]
+        assert np.iinfo(lay.state_dtype).max >= largest
+        assert narrower is None or np.iinfo(narrower).max < largest
+
+
+@pytest.mark.parametrize("V,token_dtype", [(65536, "uint16"), (65537, "int32")])
+def test_pack_dtypes_token_boundary(V, token_dtype):
+    compiled = compile_constraints([[V - 1, 0], [0, V - 1]], V)
+    assert {l.layout.token_dtype for l in compiled.ir.layers} == {token_dtype}
+    assert all(tab["tokens"].dtype == token_dtype for tab in compiled.tables if "tokens" in tab)
+
+
+def test_pack_dtypes_state_boundary():
+    # 40000 states at depth 1 do not fit int16 (max 32767)
+    rows = np.stack([np.arange(40000) // 200, np.arange(40000) % 200], axis=1)
+    compiled = compile_constraints(rows, 200)
+    assert [l.layout.state_dtype for l in compiled.ir.layers] == ["int16", "int32"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(automata())
+def test_passes_are_pure(ir):
+    text = str(ir)
+    for spec in ("verify", "choose-layout", "choose-layout,pad-branches", "choose-layout,pack-dtypes"):
+        out = run_pipeline(ir, spec)
+        assert list(out.sequences()) == list(ir.sequences())
+    assert str(ir) == text and all(l.layout is None for l in ir.layers)
+
+
+@pytest.mark.parametrize("spec", ["pad-branches", "pack-dtypes"])
+def test_layout_passes_need_choose_layout_first(spec):
+    with pytest.raises(PipelineError, match=rf"{spec}: layer 0 has no layout; run choose-layout first"):
+        run_pipeline(build_automaton(THREE, 4), spec)
+
+
+@pytest.mark.parametrize("cls,kwargs,pattern", [
+    (PadBranchesPass, dict(multiple=0), r"multiple=0 must be >= 1"),
+    (ChooseLayoutPass, dict(memory_budget=0), r"memory-budget=0 must be positive"),
+    (ChooseLayoutPass, dict(dense_threshold=0.0), r"dense-threshold=0.0 must be > 0"),
+    (ChooseLayoutPass, dict(force="bitmap"), r"force='bitmap' is not a layout kind"),
+])
+def test_pass_options_are_validated(cls, kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        cls(**kwargs)
+    spec_options = ",".join(f"{k.replace('_', '-')}={v}" for k, v in kwargs.items())
+    with pytest.raises(PipelineError, match=pattern):
+        REGISTRY[cls.name].from_options(dict(o.split("=") for o in spec_options.split(",")))
+
+
+def test_pack_dtypes_is_idempotent():
+    once = run_pipeline(build_automaton(THREE, 4), "choose-layout,pack-dtypes")
+    assert PackDtypesPass().run(once) == once
