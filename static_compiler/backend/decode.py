@@ -19,7 +19,10 @@ Beam-search semantics (tested bit-for-bit against a numpy oracle):
   is then finished: it keeps its score, stops expanding, and competes with
   live beams for the ``beam_size`` places; decoding runs ``depth + 1`` steps;
 * beams that cannot be filled (fewer valid sequences than beams) have
-  ``valid=False``, score `SENTINEL_SCORE` and tokens `PAD_TOKEN` throughout.
+  ``valid=False``, score `SENTINEL_SCORE` and tokens `PAD_TOKEN` throughout;
+* a valid candidate's score is ``max(parent score + log-prob,
+  MIN_VALID_SCORE)`` in float32: huge negative finite logits (or a float32
+  overflow of the sum) never push a valid sequence below an invalid one.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ from static_compiler.errors import DecodeInputError
 
 SENTINEL_SCORE = -1e30
 """Score of invalid candidates and beams: finite, so no -inf arithmetic."""
+
+MIN_VALID_SCORE = -1e29
+"""Floor of a valid score: above SENTINEL_SCORE, so valid beams rank first."""
 
 PAD_TOKEN = -1
 """Token written where a beam holds no sequence, and after the end token."""
@@ -108,6 +114,11 @@ def safe_log_softmax(logits):
     m = jnp.where(jnp.isfinite(m), m, 0.0)
     lse = m + jnp.log(jnp.sum(jnp.exp(x - m), axis=-1, keepdims=True))
     return jnp.where(x == -jnp.inf, -jnp.inf, x - lse)
+
+
+def add_logprob(scores, logprob):
+    """float32 ``max(scores + logprob, MIN_VALID_SCORE)`` (any broadcastable shapes)."""
+    return jnp.maximum(scores + logprob, jnp.float32(MIN_VALID_SCORE))
 
 
 def check_logits(plan: Plan, logits, batch_shape: tuple, where: str):
@@ -217,7 +228,8 @@ def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
         raise DecodeInputError(f"beam_step: step={step} is outside [0, {plan.max_length})")
     logprobs = safe_log_softmax(logits)
     cand = _candidates(plan, tables, state.node, state.valid, state.finished, logprobs, step)
-    scores = jnp.where(cand.valid, state.scores[..., None] + cand.logprob, SENTINEL_SCORE)
+    scores = jnp.where(cand.valid, add_logprob(state.scores[..., None], cand.logprob),
+                       SENTINEL_SCORE)
     K = scores.shape[-1]
     slot = jnp.broadcast_to(lax.iota(jnp.int32, K), scores.shape)
     if tokens_per_beam is not None and tokens_per_beam < K:
@@ -263,7 +275,8 @@ def finalize(state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
     normalized score (valid beams first), and `scores` are the normalized ones."""
     if not length_penalty:
         return DecodeResult(state.tokens, state.scores, state.valid, state.lengths)
-    ranked = jnp.where(state.valid, length_normalized(state.scores, state.lengths, length_penalty),
+    normalized = length_normalized(state.scores, state.lengths, length_penalty)
+    ranked = jnp.where(state.valid, jnp.maximum(normalized, jnp.float32(MIN_VALID_SCORE)),
                        SENTINEL_SCORE)
     _, order = lax.top_k(ranked, ranked.shape[-1])
     pick = lambda x: _take_beams(x, order)
@@ -340,7 +353,8 @@ def _sample(plan, tables, key, carry, *, logits_fn, batch_size, temperature, top
         valid = jnp.take_along_axis(cand.valid, col[..., None], axis=-1)[..., 0]
         lp = jnp.take_along_axis(cand.logprob, col[..., None], axis=-1)[..., 0]
         parent = jnp.zeros((batch_size, 1), jnp.int32)
-        state = _apply_choice(plan, state, cand, parent, col, state.scores + lp, valid, step)
+        state = _apply_choice(plan, state, cand, parent, col, add_logprob(state.scores, lp), valid,
+                              step)
     return finalize(state)
 
 
