@@ -6,12 +6,35 @@ that enforce them during decoding (STATIC: vectorized tries).
     result = sc.beam_search(compiled, logits_fn, batch_size=2, beam_size=70)
 """
 
-from static_compiler import errors, ir
-from static_compiler.backend.decode import (PAD_TOKEN, SENTINEL_SCORE, BeamState, DecodeResult,
-                                            ProcessorState)
-from static_compiler.compiler import (CompiledConstraints, beam_search, compile_constraints,
-                                      greedy_decode, sample)
-from static_compiler.pipeline import DEFAULT_PIPELINE, format_pipeline, parse_pipeline
+import importlib
+
+# Names are imported on first use (PEP 562), so `from static_compiler import
+# serving` loads jax and numpy only, not the compiler.
+_LAZY = {
+    "errors": None, "ir": None,
+    "PAD_TOKEN": "backend.decode", "SENTINEL_SCORE": "backend.decode", "BeamState": "backend.decode",
+    "DecodeResult": "backend.decode", "ProcessorState": "backend.decode",
+    "CompiledConstraints": "compiler", "beam_search": "compiler",
+    "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
+    "DEFAULT_PIPELINE": "pipeline", "format_pipeline": "pipeline", "parse_pipeline": "pipeline",
+}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'static_compiler' has no attribute {name!r}")
+    module = _LAZY[name]
+    if module is None:
+        value = importlib.import_module(f"static_compiler.{name}")
+    else:
+        value = getattr(importlib.import_module(f"static_compiler.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -9,9 +9,12 @@ raised anywhere prints one line to stderr and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
+import threading
+import time
 from typing import Callable, Optional, Sequence
 
 from static_compiler.errors import StaticCompilerError
@@ -37,8 +40,9 @@ class Subcommand:
 # ----- show-ir -----
 
 def _add_show_ir_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("input", help="a .npy array (N, L) of token ids, or an IR text dump "
-                                      "(.txt / .ir)")
+    parser.add_argument("input", help="a .npy array (N, L) of token ids, an IR text dump "
+                                      "(.txt / .ir), or an artifact directory (its IR is "
+                                      "rebuilt from the saved tables)")
     parser.add_argument("--vocab-size", type=int, default=None,
                         help="vocabulary size V (required for .npy input)")
     parser.add_argument("--end-token", type=int, default=None,
@@ -65,9 +69,18 @@ def _run_show_ir(args: argparse.Namespace) -> int:
 
     if args.max_edges is not None and args.max_edges < 0:
         raise CliInputError(f"--max-edges {args.max_edges}: expected an int >= 0")
-    compiled = load_and_compile(args.input, vocab_size=args.vocab_size,
-                                end_token=args.end_token, pipeline=args.pipeline,
-                                print_ir_after_all=args.print_after_all)
+    if os.path.isdir(args.input):
+        from static_compiler import artifact
+        given = [flag for flag, value in (("--vocab-size", args.vocab_size), ("--end-token",
+                 args.end_token), ("--pipeline", args.pipeline)) if value is not None]
+        if given:
+            raise CliInputError(f"input {args.input!r} is an artifact, shown as compiled: "
+                                f"{', '.join(given)} apply only to .npy and IR dump inputs")
+        compiled = artifact.read_automaton(args.input)
+    else:
+        compiled = load_and_compile(args.input, vocab_size=args.vocab_size,
+                                    end_token=args.end_token, pipeline=args.pipeline,
+                                    print_ir_after_all=args.print_after_all)
     ir = getattr(compiled, "ir", compiled)
     if args.stats:
         sys.stdout.write(report.stats_table(compiled))
@@ -135,9 +148,298 @@ def load_and_compile(path: str, *, vocab_size: Optional[int], end_token: Optiona
                         f"{', '.join(NPY_SUFFIXES + IR_SUFFIXES)})")
 
 
+# ----- compile / decode / verify / demo: artifacts -----
+
+JSONL_SUFFIXES = (".jsonl", ".json")
+DEFAULT_BEAM_SIZES = "70"
+
+
+def read_constraints(path: str):
+    """Reads a constraint set file for `compile` and `verify --input`.
+
+    Formats: .npy (an (N, L) int array); .jsonl / .json (one JSON list of
+    token ids per line); a text file whose first line starts with
+    "automaton " (an IR dump, returned as an ir.Automaton); any other text
+    file: one sequence per line, token ids separated by spaces (blank lines
+    and lines starting with '#' are skipped).
+
+    Raises CliInputError naming the file, the line and what was found."""
+    import json
+
+    import numpy as np
+
+    from static_compiler.ir import parse_ir
+
+    if not os.path.isfile(path):
+        raise CliInputError(f"input {path!r}: no such file")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in NPY_SUFFIXES:
+        try:
+            return np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise CliInputError(f"input {path!r}: not a readable .npy array ({e})") from e
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliInputError(f"input {path!r}: not a readable UTF-8 text file ({e})") from e
+    if text.startswith("automaton "):
+        return parse_ir(text)
+    sequences = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if suffix in JSONL_SUFFIXES:
+            try:
+                seq = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CliInputError(f"input {path!r} line {number}: not JSON ({e})") from None
+            if not isinstance(seq, list) or not all(
+                    isinstance(t, int) and not isinstance(t, bool) for t in seq):
+                raise CliInputError(f"input {path!r} line {number}: {line[:80]!r} is not a JSON "
+                                    "list of integer token ids")
+        else:
+            try:
+                seq = [int(tok) for tok in line.split()]
+            except ValueError:
+                raise CliInputError(f"input {path!r} line {number}: {line[:80]!r} is not "
+                                    "space-separated integer token ids") from None
+        sequences.append(seq)
+    if not sequences:
+        raise CliInputError(f"input {path!r}: no sequences found (expected one per line)")
+    return sequences
+
+
+def _int_list(flag: str, text: str) -> tuple:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v < 1 for v in values):
+        raise CliInputError(f"{flag} {text!r}: expected comma-separated ints >= 1, e.g. 70,128")
+    return values
+
+
+def _pipeline_with_budget(pipeline: Optional[str], budget: Optional[str]) -> Optional[str]:
+    """`pipeline` (default DEFAULT_PIPELINE) with choose-layout's memory
+    budget set to `budget`, or `pipeline` unchanged when budget is None."""
+    if budget is None:
+        return pipeline
+    from passes.base import ByteSize
+    from static_compiler.pipeline import DEFAULT_PIPELINE, format_pipeline, parse_pipeline
+
+    try:
+        size = ByteSize.parse(budget)
+    except ValueError as e:
+        raise CliInputError(f"--memory-budget {budget!r}: {e}") from None
+    passes = parse_pipeline(pipeline if pipeline is not None else DEFAULT_PIPELINE)
+    if not any(p.name == "choose-layout" for p in passes):
+        raise CliInputError(f"--memory-budget {budget}: the pipeline {format_pipeline(passes)!r} "
+                            "has no choose-layout pass to give it to")
+    return format_pipeline([dataclasses.replace(p, memory_budget=size)
+                            if p.name == "choose-layout" else p for p in passes])
+
+
+@contextlib.contextmanager
+def _progress(what: str, stream, after: float = 3.0, every: float = 5.0):
+    """Logs `[what] still running, N s` to `stream` for work lasting more
+    than `after` seconds, then every `every` seconds, and the total at the end."""
+    start = time.perf_counter()
+    done = threading.Event()
+
+    def tick():
+        wait = after
+        while not done.wait(wait):
+            stream.write(f"[{what}] still running, {time.perf_counter() - start:.0f} s\n")
+            stream.flush()
+            wait = every
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    stream.write(f"[{what}] done in {time.perf_counter() - start:.3f} s\n")
+
+
+def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", help="constraint set: .npy (N, L) array, .jsonl (one JSON list "
+                                      "per line), an IR dump, or text (one space-separated "
+                                      "sequence per line)")
+    parser.add_argument("-o", "--output", required=True, metavar="ART",
+                        help="artifact directory to write")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help="vocabulary size V (required unless INPUT is an IR dump)")
+    parser.add_argument("--end-token", type=int, default=None,
+                        help="token ending variable-length sequences")
+    parser.add_argument("--pipeline", default=None, metavar="SPEC",
+                        help="pass pipeline spec (default: the library's DEFAULT_PIPELINE)")
+    parser.add_argument("--memory-budget", default=None, metavar="BYTES",
+                        help="choose-layout's memory budget, e.g. 512MiB (overrides the spec's)")
+    parser.add_argument("--beam-sizes", default=DEFAULT_BEAM_SIZES, metavar="M,...",
+                        help=f"beam sizes to export a beam_step module for (default "
+                             f"{DEFAULT_BEAM_SIZES})")
+    parser.add_argument("--tokens-per-beam", type=int, default=None,
+                        help="expand each beam to at most this many children (default: all)")
+    parser.add_argument("--print-ir-after-all", action="store_true",
+                        help="print the IR after the frontend and every pass (stderr)")
+    parser.add_argument("--force", action="store_true", help="replace an existing artifact")
+
+
+def _run_compile(args: argparse.Namespace) -> int:
+    from static_compiler import artifact, compile_constraints
+    from static_compiler.ir import Automaton
+
+    if os.path.exists(args.output) and not args.force:
+        raise CliInputError(f"output {args.output!r} already exists: pass --force to replace it")
+    beam_sizes = _int_list("--beam-sizes", args.beam_sizes)
+    if args.tokens_per_beam is not None and args.tokens_per_beam < 1:
+        raise CliInputError(f"--tokens-per-beam {args.tokens_per_beam}: expected an int >= 1")
+    pipeline = _pipeline_with_budget(args.pipeline, args.memory_budget)
+    constraints = read_constraints(args.input)
+    vocab_size = args.vocab_size
+    if isinstance(constraints, Automaton):
+        if vocab_size is not None and vocab_size != constraints.vocab_size:
+            raise CliInputError(f"input {args.input!r}: --vocab-size {vocab_size} differs from "
+                                f"the dump's vocab_size {constraints.vocab_size}")
+        vocab_size = constraints.vocab_size
+    elif vocab_size is None:
+        raise CliInputError(f"input {args.input!r}: --vocab-size is required")
+    log = sys.stderr
+    with _progress("compile", log):
+        compiled = compile_constraints(constraints, vocab_size, end_token=args.end_token,
+                                       pipeline=pipeline,
+                                       print_ir_after_all=args.print_ir_after_all,
+                                       export_beam_sizes=beam_sizes,
+                                       export_tokens_per_beam=args.tokens_per_beam, stream=log)
+    for stage, seconds in compiled.timings:
+        log.write(f"[compile]   {stage:<16s} {seconds:8.3f} s\n")
+    with _progress("export + save", log):
+        path = artifact.save(compiled, args.output, overwrite=args.force)
+    sys.stdout.write(f"wrote {path}: {compiled.ir.num_sequences} sequences, vocab "
+                     f"{compiled.vocab_size}, max length {compiled.max_length}, "
+                     f"{compiled.nbytes} table bytes, beam sizes {list(beam_sizes)}, "
+                     f"pipeline {compiled.pipeline}\n")
+    return 0
+
+
+def _add_decode_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("artifact", metavar="ART", help="artifact directory")
+    parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--beam-size", type=int, default=None,
+                        help="one of the artifact's exported beam sizes (default: the first)")
+    parser.add_argument("--top", type=int, default=5, help="beams to print per batch row")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the demo model")
+
+
+def _run_decode(args: argparse.Namespace) -> int:
+    from static_compiler import demo, serving
+
+    art = serving.load(args.artifact)
+    beam_size = art.beam_sizes[0] if args.beam_size is None else args.beam_size
+    run = demo.decode_artifact(art, batch_size=args.batch_size, beam_size=beam_size,
+                               seed=args.seed)
+    out = sys.stdout
+    out.write(f"{art!r}\ndemo model seed {args.seed}, batch {args.batch_size}, beams "
+              f"{beam_size}\n")
+    for row in range(args.batch_size):
+        out.write(f"batch row {row}:\n{demo.format_top(run.result, row=row, top=args.top)}\n")
+    steps = sorted(run.step_seconds)
+    out.write(f"beam_step median {steps[len(steps) // 2] * 1e3:.3f} ms per step "
+              f"(first pass with XLA compile {run.first_pass_seconds:.2f} s)\n")
+    return 0
+
+
+def _add_verify_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("artifact", metavar="ART", help="artifact directory")
+    parser.add_argument("--input", default=None,
+                        help="the constraint set it was compiled from (any `compile` format)")
+    parser.add_argument("--examples", type=int, default=5,
+                        help="differing sequences to print (default 5)")
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from static_compiler import artifact
+    from static_compiler.frontend import as_token_matrix
+    from static_compiler.ir import Automaton
+
+    ir = artifact.read_automaton(args.artifact)
+    tokens, lengths = artifact.enumerate_sequences(ir)
+    out = sys.stdout
+    ok = tokens.shape[0] == ir.num_sequences
+    out.write(f"{args.artifact}: {tokens.shape[0]} sequences enumerated from the tables; the "
+              f"manifest records {ir.num_sequences}: {'OK' if ok else 'MISMATCH'}\n")
+    if args.input is not None:
+        given = read_constraints(args.input)
+        if isinstance(given, Automaton):
+            want_tokens, want_lengths = artifact.enumerate_sequences(given)
+        else:
+            want_tokens, want_lengths, _ = as_token_matrix(given)
+        width = max(tokens.shape[1], want_tokens.shape[1])
+        pad = lambda a: np.pad(np.asarray(a, np.int64), ((0, 0), (0, width - a.shape[1])),
+                               constant_values=-1)
+        have = np.unique(artifact.row_keys(pad(tokens), lengths))
+        want = np.unique(artifact.row_keys(pad(want_tokens), want_lengths))
+        missing = want[~np.isin(want, have)]
+        extra = have[~np.isin(have, want)]
+        for label, keys in (("in the input but not in the artifact", missing),
+                            ("in the artifact but not in the input", extra)):
+            out.write(f"{len(keys)} sequences {label}\n")
+            for key in keys[:args.examples]:
+                row = np.frombuffer(key.tobytes(), dtype=np.int64)
+                out.write(f"  {[int(t) for t in row if t >= 0]}\n")
+        ok = ok and not len(missing) and not len(extra)
+        out.write(f"{len(want)} unique input sequences: {'OK' if ok else 'MISMATCH'}\n")
+    return 0 if ok else 1
+
+
+def _add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    from static_compiler import datasets
+
+    parser.add_argument("--dataset", default=datasets.DEFAULT_DATASET,
+                        choices=sorted(datasets.DATASETS), help="built-in constraint set")
+    parser.add_argument("--num-items", type=int, default=datasets.DEFAULT_NUM_ITEMS,
+                        help=f"items in the set (default {datasets.DEFAULT_NUM_ITEMS})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--beam-size", type=int, default=70)
+    parser.add_argument("--tokens-per-beam", type=int, default=30)
+    parser.add_argument("--artifact", default=None, metavar="ART",
+                        help="keep the artifact here (default: a temporary directory)")
+    parser.add_argument("--force", action="store_true", help="replace an existing --artifact")
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from static_compiler import main_job
+
+    for flag, value in (("--num-items", args.num_items), ("--batch-size", args.batch_size),
+                        ("--beam-size", args.beam_size), ("--tokens-per-beam", args.tokens_per_beam)):
+        if value < 1:
+            raise CliInputError(f"{flag} {value}: expected an int >= 1")
+    config = main_job.MainJobConfig(dataset=args.dataset, num_items=args.num_items,
+                                    seed=args.seed, batch_size=args.batch_size,
+                                    beam_size=args.beam_size,
+                                    tokens_per_beam=args.tokens_per_beam,
+                                    artifact_path=args.artifact, force=args.force)
+    return main_job.run(config)
+
+
 SUBCOMMANDS = [
     Subcommand("show-ir", "compile a constraint set (or read an IR dump) and print its IR "
                           "or per-layer statistics", _add_show_ir_arguments, _run_show_ir),
+    Subcommand("compile", "compile a constraint set and save it as an artifact directory",
+               _add_compile_arguments, _run_compile),
+    Subcommand("decode", "load an artifact with the serving loader and decode with a built-in "
+                         "demo model", _add_decode_arguments, _run_decode),
+    Subcommand("verify", "re-enumerate an artifact's set from its tables and compare it with "
+                         "the input", _add_verify_arguments, _run_verify),
+    Subcommand("demo", "the main job: compile a built-in set, save, serve it in a fresh "
+                       "process, decode, check and report", _add_demo_arguments, _run_demo),
 ]
 """The subcommand table; `build_parser` registers every row."""
 

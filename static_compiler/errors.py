@@ -5,8 +5,13 @@ was found, so a user can fix the input without reading our code.
 """
 
 
-class StaticCompilerError(Exception):
-    """Base class of every error this package raises on purpose."""
+# The base class, DecodeInputError and the artifact errors are defined in
+# `serving` (which may import nothing else of ours) and re-exported here: one
+# class hierarchy, no import cycle.
+from static_compiler.serving import (ArtifactChecksumError, ArtifactError,  # noqa: F401
+                                     ArtifactExistsError, ArtifactFormatError,
+                                     ArtifactVersionError, DecodeInputError,
+                                     StaticCompilerError)
 
 
 class ConstraintSetError(StaticCompilerError, ValueError):
@@ -30,29 +35,3 @@ class PipelineError(StaticCompilerError, ValueError):
 class MemoryBudgetError(PipelineError):
     """No layout fits the memory budget; the message says what the smallest
     layout needs."""
-
-
-class DecodeInputError(StaticCompilerError, ValueError):
-    """Arguments of a decoding entry point have the wrong shape, dtype or value."""
-
-
-class ArtifactError(StaticCompilerError):
-    """Base class of problems with a saved artifact."""
-
-
-class ArtifactFormatError(ArtifactError, ValueError):
-    """The artifact is structurally wrong: missing or extra files, a manifest
-    that is not JSON, a truncated module."""
-
-
-class ArtifactChecksumError(ArtifactError, ValueError):
-    """A file's sha256 or size does not match the manifest (corruption)."""
-
-
-class ArtifactVersionError(ArtifactError, ValueError):
-    """The artifact's format version, or its jax.export calling-convention
-    version, is outside the range this reader supports."""
-
-
-class ArtifactExistsError(ArtifactError, FileExistsError):
-    """Saving would replace an existing artifact and `overwrite` was not set."""

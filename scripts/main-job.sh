@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The README's main job: on a fresh machine, set up ./.venv, then compile the
+# built-in default set (1e6 synthetic Semantic IDs, L = 8, V = 2048), save it,
+# serve it in a fresh process with the serving loader only, decode with a demo
+# model, check every output is in the set, and print a report.
+# Options go to `static-compiler demo` (--dataset, --num-items, --artifact, ...).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$root/scripts/setup-venv.sh"
+cd "$root"
+exec python -m static_compiler.cli demo "$@"

@@ -1,0 +1,142 @@
+"""A small deterministic JAX "model" and a decoding loop over a loaded artifact,
+for `static-compiler decode` and the main job (`static-compiler demo`).
+
+Like `serving`, this module imports only jax, numpy, the standard library and
+`static_compiler.serving`, so `python -m static_compiler.demo ART` proves a
+process can serve an artifact without the compiler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from static_compiler import serving
+
+DEMO_SEED = 0
+
+
+class DemoModel(NamedTuple):
+    """Parameters of a toy next-token model: logits = tanh((emb[last] +
+    pos[step]) @ hidden) @ out. Shapes: emb (V, D), pos (T, D), hidden (D, H),
+    out (H, V), all float32."""
+
+    emb: jax.Array
+    pos: jax.Array
+    hidden: jax.Array
+    out: jax.Array
+
+
+def demo_model(vocab_size: int, max_length: int, seed: int = DEMO_SEED, width: int = 64,
+               hidden: int = 128) -> DemoModel:
+    """Deterministic random parameters (same seed, same model on any machine
+    with the same jax version)."""
+    keys = jax.random.split(jax.random.key(seed), 4)
+    scale = 4.0 / np.sqrt(hidden)
+    return DemoModel(
+        emb=jax.random.normal(keys[0], (vocab_size, width), jnp.float32),
+        pos=jax.random.normal(keys[1], (max_length, width), jnp.float32),
+        hidden=jax.random.normal(keys[2], (width, hidden), jnp.float32) / np.sqrt(width),
+        out=jax.random.normal(keys[3], (hidden, vocab_size), jnp.float32) * scale)
+
+
+@jax.jit
+def demo_logits(model: DemoModel, last_tokens, step):
+    """last_tokens int32 (B, M), step int32 scalar -> logits float32 (B, M, V)."""
+    x = model.emb[jnp.clip(last_tokens, 0, model.emb.shape[0] - 1)] + model.pos[step]
+    return jnp.tanh(x @ model.hidden) @ model.out
+
+
+class DecodeRun(NamedTuple):
+    """Output of `decode_artifact`: the final Result (numpy arrays) and
+    per-step wall times in seconds of the constrained step (beam_step) and of
+    the model, measured after a warm-up pass."""
+
+    result: serving.Result
+    step_seconds: list
+    model_seconds: list
+    first_pass_seconds: float
+
+
+def decode_artifact(art: serving.Artifact, *, batch_size: int, beam_size: int,
+                    seed: int = DEMO_SEED) -> DecodeRun:
+    """Beam search with the demo model through `art`, batch row i starting
+    from token i (mod V), so rows differ. The first pass compiles (timed as
+    first_pass_seconds); the second is timed per step."""
+    model = demo_model(art.vocab_size, art.max_length, seed)
+    start_token = np.arange(batch_size) % art.vocab_size
+
+    def one_pass(timed: bool):
+        steps, models = [], []
+        state = art.init_state(batch_size, beam_size, start_token)
+        for step in range(art.max_length):
+            t0 = time.perf_counter()
+            logits = demo_logits(model, state.last_tokens, step).block_until_ready()
+            t1 = time.perf_counter()
+            state = art.beam_step(state, logits, step)
+            jax.block_until_ready(state)
+            t2 = time.perf_counter()
+            models.append(t1 - t0)
+            steps.append(t2 - t1)
+        return art.finalize(state), steps, models
+
+    t0 = time.perf_counter()
+    one_pass(False)
+    first = time.perf_counter() - t0
+    result, steps, models = one_pass(True)
+    return DecodeRun(serving.Result(*(np.asarray(x) for x in result)), steps, models, first)
+
+
+def format_top(result: serving.Result, row: int = 0, top: int = 5) -> str:
+    """The `top` best valid beams of batch row `row`, one per line:
+    rank, score, tokens (without padding)."""
+    lines = []
+    for m in range(result.tokens.shape[1]):
+        if len(lines) == top:
+            break
+        if not result.valid[row, m]:
+            continue
+        toks = [int(t) for t in result.tokens[row, m] if t >= 0]
+        lines.append(f"  #{m:<3d} score {float(result.scores[row, m]):10.4f}  tokens {toks}")
+    return "\n".join(lines) if lines else "  (no valid beam)"
+
+
+def _our_modules() -> list:
+    return sorted(m for m in sys.modules if m == "static_compiler" or
+                  m.startswith("static_compiler."))
+
+
+def serve_main(argv: Optional[list] = None) -> int:
+    """`python -m static_compiler.demo ART --out RESULT.npz ...`: loads ART
+    with the serving loader, decodes with the demo model, writes the result
+    arrays to RESULT.npz and a JSON line of timings (and the static_compiler
+    modules this process imported) to stdout."""
+    parser = argparse.ArgumentParser(prog="python -m static_compiler.demo")
+    parser.add_argument("artifact")
+    parser.add_argument("--out", required=True, help="write the decoded arrays here (.npz)")
+    parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--beam-size", type=int, default=70)
+    parser.add_argument("--seed", type=int, default=DEMO_SEED)
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    art = serving.load(args.artifact)
+    load_seconds = time.perf_counter() - t0
+    run = decode_artifact(art, batch_size=args.batch_size, beam_size=args.beam_size,
+                          seed=args.seed)
+    np.savez(args.out, **run.result._asdict())
+    print(json.dumps({"load_seconds": load_seconds, "first_pass_seconds": run.first_pass_seconds,
+                      "step_seconds": run.step_seconds, "model_seconds": run.model_seconds,
+                      "modules": _our_modules(), "backend": jax.default_backend(),
+                      "devices": [str(d) for d in jax.devices()]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve_main())

@@ -1,0 +1,163 @@
+"""The README's main job (`static-compiler demo`, `scripts/main-job.sh`):
+compile a built-in constraint set, save it, load it in a fresh process with
+the serving loader only, decode with the demo model, check that every
+decoded sequence is in the set, and print a short report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional, TextIO
+
+import numpy as np
+
+from static_compiler import artifact, datasets, report
+from static_compiler.compiler import compile_constraints
+from static_compiler.errors import StaticCompilerError
+from static_compiler.frontend import as_token_matrix
+
+
+class MainJobError(StaticCompilerError, RuntimeError):
+    """The fresh serving process failed, or imported more than the loader."""
+
+
+SERVING_MODULES = {"static_compiler", "static_compiler.serving", "static_compiler.demo"}
+"""The only static_compiler modules the fresh serving process may import."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MainJobConfig:
+    dataset: str = datasets.DEFAULT_DATASET
+    num_items: int = datasets.DEFAULT_NUM_ITEMS
+    seed: int = 0
+    batch_size: int = 2
+    beam_size: int = 70
+    tokens_per_beam: Optional[int] = 30
+    artifact_path: Optional[str] = None
+    force: bool = False
+
+
+def _repo_env() -> dict:
+    """Environment for the child: this package importable even from a checkout."""
+    env = dict(os.environ)
+    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def serve_in_fresh_process(path, out_npz, *, batch_size: int, beam_size: int,
+                           seed: int = 0) -> dict:
+    """Runs `python -m static_compiler.demo` on the artifact in a new process
+    and returns its JSON report (timings, imported modules). Raises
+    MainJobError if it fails or imports more than `SERVING_MODULES`."""
+    cmd = [sys.executable, "-m", "static_compiler.demo", str(path), "--out", str(out_npz),
+           "--batch-size", str(batch_size), "--beam-size", str(beam_size), "--seed", str(seed)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_repo_env())
+    if proc.returncode != 0:
+        raise MainJobError(f"serving process {cmd} exited with status {proc.returncode}:\n"
+                           f"{proc.stderr[-4000:]}")
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    extra = sorted(set(info["modules"]) - SERVING_MODULES)
+    if extra:
+        raise MainJobError(f"serving process imported {extra}; expected only {sorted(SERVING_MODULES)}")
+    return info
+
+
+def membership(set_sequences, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """bool (N,): whether each decoded sequence (tokens int (N, T) with
+    lengths (N,)) is one of `set_sequences` (an (S, L) array or a list of
+    sequences)."""
+    mat, set_lengths, _ = as_token_matrix(set_sequences)
+    width = max(mat.shape[1], tokens.shape[1])
+    keys = artifact.row_keys(_widen(mat, width), set_lengths)
+    return np.isin(artifact.row_keys(_widen(tokens, width), lengths), keys)
+
+
+def _widen(tokens: np.ndarray, width: int) -> np.ndarray:
+    out = np.full((tokens.shape[0], width), -1, dtype=np.int64)
+    out[:, :tokens.shape[1]] = tokens
+    return out
+
+
+def _ms(seconds: list) -> str:
+    ms = [s * 1e3 for s in seconds]
+    return f"median {statistics.median(ms):.3f} ms (min {min(ms):.3f}, max {max(ms):.3f})"
+
+
+def _dir_bytes(path: pathlib.Path, sub: str) -> int:
+    return sum(f.stat().st_size for f in (path / sub).iterdir())
+
+
+def run(config: MainJobConfig, out: TextIO = sys.stdout) -> int:
+    """Runs the main job and prints the report to `out`. Returns 0 when every
+    decoded sequence is in the set and at least one beam is valid, else 1."""
+    from static_compiler import demo
+
+    w = lambda line="": out.write(line + "\n")
+    t0 = time.perf_counter()
+    data = datasets.load_dataset(config.dataset, config.num_items, config.seed)
+    gen_seconds = time.perf_counter() - t0
+    w(f"dataset  {data.name}: {data.description} (generated in {gen_seconds:.2f} s)")
+
+    t0 = time.perf_counter()
+    compiled = compile_constraints(data.sequences, data.vocab_size, end_token=data.end_token,
+                                   export_beam_sizes=(config.beam_size,),
+                                   export_tokens_per_beam=config.tokens_per_beam)
+    build_seconds = time.perf_counter() - t0
+    stages = ", ".join(f"{name} {sec:.3f} s" for name, sec in compiled.timings)
+    w(f"compile  {compiled.ir.num_sequences} unique sequences in {build_seconds:.2f} s ({stages})")
+    w()
+    w(report.stats_table(compiled).rstrip())
+    w()
+
+    tmp = None
+    if config.artifact_path is None:
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix="static-demo-"))
+        path = tmp / f"{data.name}.static"
+    else:
+        path = pathlib.Path(config.artifact_path)
+    try:
+        t0 = time.perf_counter()
+        artifact.save(compiled, path, overwrite=config.force)
+        save_seconds = time.perf_counter() - t0
+        total = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        w(f"save     {path}: {total} bytes on disk (tables {_dir_bytes(path, 'tables')}, "
+          f"modules {_dir_bytes(path, 'modules')}); export + write {save_seconds:.2f} s")
+
+        out_npz = path.parent / f".{path.name}.decoded.npz"
+        info = serve_in_fresh_process(path, out_npz, batch_size=config.batch_size,
+                                      beam_size=config.beam_size, seed=config.seed)
+        with np.load(out_npz) as z:
+            result = demo.serving.Result(*(z[k] for k in demo.serving.Result._fields))
+        out_npz.unlink()
+        w(f"serve    fresh process ({info['backend']}, imports {info['modules']}): load + "
+          f"verify {info['load_seconds']:.3f} s, first pass (XLA compile) "
+          f"{info['first_pass_seconds']:.2f} s")
+        w(f"decode   batch {config.batch_size}, beams {config.beam_size}, tokens_per_beam "
+          f"{config.tokens_per_beam}, {len(info['step_seconds'])} steps")
+        w(f"  constrained step (serving beam_step): {_ms(info['step_seconds'])}")
+        w(f"  demo model step:                      {_ms(info['model_seconds'])}")
+
+        B, M, T = result.tokens.shape
+        valid = result.valid.reshape(-1)
+        inside = membership(data.sequences, result.tokens.reshape(B * M, T),
+                            result.lengths.reshape(-1))
+        ok = bool(valid.any()) and bool(inside[valid].all())
+        w(f"check    {int(valid.sum())}/{valid.size} beams valid; "
+          f"{int(inside[valid].sum())}/{int(valid.sum())} valid beams are in the set: "
+          f"{'OK' if ok else 'FAILED'}")
+        w("top beams of batch row 0:")
+        w(demo.format_top(result, row=0, top=5))
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0 if ok else 1
