@@ -12,7 +12,9 @@ import numpy as np
 from static_compiler import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.backend.lowering import Plan, lower, tables_nbytes
+from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import build_automaton
+from static_compiler.graph_frontend import automaton_from_graph, is_graph
 from static_compiler.ir import Automaton, layer_stats
 
 
@@ -28,6 +30,9 @@ class CompiledConstraints:
       pipeline: canonical spec of the passes that ran.
       timings: (stage, seconds) pairs: frontend, each pass, lowering.
       export_beam_sizes: beam sizes `save` exports a beam_step module for.
+      frontend_stats: for graph input, `GraphStats.as_dict()` (nodes, edges,
+        unreachable and dead nodes dropped, states before and after
+        minimizing); None for other inputs.
     """
 
     ir: Automaton
@@ -37,6 +42,7 @@ class CompiledConstraints:
     timings: tuple = ()
     export_beam_sizes: tuple = (70,)
     export_tokens_per_beam: Optional[int] = None
+    frontend_stats: Optional[dict] = None
 
     @property
     def vocab_size(self) -> int:
@@ -97,30 +103,40 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                         pipeline: Optional[str] = None, print_ir_after_all: bool = False,
                         verify_each: bool = True, export_beam_sizes=(70,),
                         export_tokens_per_beam: Optional[int] = None,
-                        stream=None) -> CompiledConstraints:
+                        stream=None, start=None) -> CompiledConstraints:
     """Compiles a constraint set.
 
     Args:
-      constraints: a 2-D int array (N, L), an iterable of int sequences, or
-        an `Automaton`.
+      constraints: a 2-D int array (N, L), an iterable of int sequences, an
+        `Automaton`, or an acyclic `networkx.DiGraph` (see graph_frontend).
       vocab_size: V; tokens must lie in [0, V).
       end_token: token ending variable-length sequences (required when
         sequence lengths differ).
       pipeline: pass pipeline spec; default `pipeline.DEFAULT_PIPELINE`.
       print_ir_after_all: print the IR after every pass to `stream` (stderr).
       export_beam_sizes / export_tokens_per_beam: what `save` exports.
+      start: graph input only: the start node (default: the node whose
+        ``start`` attribute is true).
 
     Raises:
       ConstraintSetError for a bad set, PipelineError for a bad pipeline or a
       failing pass, MemoryBudgetError when no layout fits the budget.
     """
     timings = []
-    start = time.perf_counter()
-    if isinstance(constraints, Automaton):
+    t0 = time.perf_counter()
+    frontend_stats = None
+    if is_graph(constraints):
+        ir, graph_stats = automaton_from_graph(constraints, vocab_size, start=start,
+                                               end_token=end_token)
+        frontend_stats = graph_stats.as_dict()
+    elif start is not None:
+        raise ConstraintSetError(f"start={start!r} applies to graph input only; got "
+                                 f"{type(constraints).__name__}")
+    elif isinstance(constraints, Automaton):
         ir = constraints
     else:
         ir = build_automaton(constraints, vocab_size, end_token=end_token)
-    timings.append(("frontend", time.perf_counter() - start))
+    timings.append(("frontend", time.perf_counter() - t0))
     spec = pipeline if pipeline is not None else pipeline_lib.DEFAULT_PIPELINE
     passes = pipeline_lib.parse_pipeline(spec)
     stream = stream if stream is not None else sys.stderr
@@ -129,14 +145,15 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     ir = pipeline_lib.run_pipeline(ir, passes, verify_each=verify_each,
                                    print_ir_after_all=print_ir_after_all, stream=stream,
                                    timings=timings)
-    start = time.perf_counter()
+    t0 = time.perf_counter()
     plan, tables = lower(ir)
-    timings.append(("lower", time.perf_counter() - start))
+    timings.append(("lower", time.perf_counter() - t0))
     sizes = tuple(int(m) for m in export_beam_sizes)
     return CompiledConstraints(ir=ir, plan=plan, tables=tables,
                                pipeline=pipeline_lib.format_pipeline(passes),
                                timings=tuple(timings), export_beam_sizes=sizes,
-                               export_tokens_per_beam=export_tokens_per_beam)
+                               export_tokens_per_beam=export_tokens_per_beam,
+                               frontend_stats=frontend_stats)
 
 
 def _plan_tables(compiled: CompiledConstraints):
