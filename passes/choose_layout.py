@@ -3,9 +3,10 @@
 Each layer starts at its fastest layout (fewest candidates per beam: unary
 when every state has one child, dense_rows for fan-out near V, then
 near_unary or csr). While the total exceeds `memory-budget`, the layer whose
-next-slower layout saves the most bytes moves to it. The budget is checked at
-32-bit tables (pack-dtypes only shrinks them); when even the smallest layouts
-do not fit, MemoryBudgetError says how many bytes they need.
+next-slower layout saves the most bytes moves to it. Layouts carry the
+narrowest dtypes (as pack-dtypes would choose), so the budget is checked
+against the exact bytes the backend will allocate; when even the smallest
+layouts do not fit, MemoryBudgetError says how many bytes they need.
 """
 
 from __future__ import annotations
@@ -43,15 +44,16 @@ class ChooseLayoutPass(Pass):
         if self.force and self.force not in LAYOUT_KINDS:
             raise ValueError(f"force={self.force!r} is not a layout kind {LAYOUT_KINDS}")
 
-    def _options(self, layer, vocab_size: int) -> list:
+    def _options(self, layer, vocab_size: int, num_next_states: int) -> list:
         if self.force:
-            forced = applicable_layouts(layer, vocab_size).get(self.force)
+            forced = applicable_layouts(layer, vocab_size, num_next_states).get(self.force)
             if forced is not None:
                 return [forced]
-        return candidate_layouts(layer, vocab_size, self.dense_threshold)
+        return candidate_layouts(layer, vocab_size, num_next_states, self.dense_threshold)
 
     def run(self, ir: Automaton) -> Automaton:
-        options = [self._options(layer, ir.vocab_size) for layer in ir.layers]
+        options = [self._options(layer, ir.vocab_size, ir.num_states_at(t + 1))
+                   for t, layer in enumerate(ir.layers)]
         choice = [0] * len(options)
         total = sum(opts[0].estimated_bytes for opts in options)
         while total > self.memory_budget:
@@ -65,8 +67,7 @@ class ChooseLayoutPass(Pass):
                 smallest = sum(min(o.estimated_bytes for o in opts) for opts in options)
                 raise MemoryBudgetError(
                     f"memory-budget={self.memory_budget} ({int(self.memory_budget)} bytes) is too "
-                    f"small: the smallest layouts need {smallest} bytes "
-                    f"({ByteSize(smallest)}) at 32-bit tables")
+                    f"small: the smallest layouts need {smallest} bytes ({ByteSize(smallest)})")
             t, j = best
             choice[t] = j
             total -= best_saving

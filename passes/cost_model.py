@@ -20,6 +20,7 @@ masked, so no table is padded.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -56,12 +57,21 @@ def candidates_per_beam(layout: Layout) -> int:
 
 
 def with_estimate(layer: Layer, layout: Layout, vocab_size: int) -> Layout:
-    import dataclasses
     return dataclasses.replace(layout, estimated_bytes=layout_bytes(layer, layout, vocab_size))
 
 
-def applicable_layouts(layer: Layer, vocab_size: int) -> dict:
-    """Every layout kind that can serve `layer` exactly, by kind."""
+def packed(layer: Layer, layout: Layout, vocab_size: int, num_next_states: int) -> Layout:
+    """`layout` with the narrowest dtypes for `layer` and its byte estimate:
+    uint16 tokens when V <= 65536 (else int32); state ids / row pointers in
+    the narrowest signed type holding -1..max(edges, states, next states)."""
+    token_dtype = "uint16" if vocab_size <= 1 << 16 else "int32"
+    largest = max(layer.num_edges, layer.num_states, num_next_states)
+    lay = dataclasses.replace(layout, token_dtype=token_dtype, state_dtype=narrowest_signed(largest))
+    return with_estimate(layer, lay, vocab_size)
+
+
+def applicable_layouts(layer: Layer, vocab_size: int, num_next_states: int) -> dict:
+    """Every layout kind that can serve `layer` exactly, by kind, at packed dtypes."""
     branch = layer.branch()
     max_branch = max(1, int(branch.max(initial=0)))
     exceptions = int((branch != 1).sum())
@@ -71,13 +81,14 @@ def applicable_layouts(layer: Layer, vocab_size: int) -> dict:
         options["unary"] = Layout("unary", 1)
     else:
         options["near_unary"] = Layout("near_unary", max_branch, exceptions=exceptions)
-    return {kind: with_estimate(layer, lay, vocab_size) for kind, lay in options.items()}
+    return {kind: packed(layer, lay, vocab_size, num_next_states) for kind, lay in options.items()}
 
 
-def candidate_layouts(layer: Layer, vocab_size: int, dense_threshold: float) -> list:
-    """Layouts worth considering for `layer`, fastest first (each with its
-    estimate at 32-bit tables; pack-dtypes narrows them later)."""
-    options = applicable_layouts(layer, vocab_size)
+def candidate_layouts(layer: Layer, vocab_size: int, num_next_states: int,
+                      dense_threshold: float) -> list:
+    """Layouts worth considering for `layer`, fastest first, each with its
+    dtypes packed and its exact byte estimate."""
+    options = applicable_layouts(layer, vocab_size, num_next_states)
     if "unary" in options:
         return [options["unary"]]
     ordered = []

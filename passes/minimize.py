@@ -20,8 +20,8 @@ are all equivalent by definition.
 Explicit targets cost bytes: a tree of random Semantic IDs shares almost
 nothing and grows when minimized, while entity names share suffixes ("...
 WITH ACUTE") and shrink. The pass therefore compares the cost model's
-estimate (`estimated_bytes`: each layer at its fastest candidate layout,
-32-bit tables, the layout choose-layout takes when the budget allows) and
+estimate (`estimated_bytes`: each layer at its smallest candidate layout,
+packed dtypes) and
 keeps the input unless the minimized automaton is smaller; `force=true`
 always minimizes. `minimize_automaton` returns the before/after numbers
 (`MinimizeStats`) for reports.
@@ -51,7 +51,7 @@ class MinimizeStats:
     """Sizes before and after minimization.
 
     states/edges count every state (final states included) and every edge;
-    bytes are `estimated_bytes` (cost model, 32-bit tables). `applied` says
+    bytes are `estimated_bytes` (cost model, packed dtypes). `applied` says
     whether the minimized automaton was kept."""
 
     states_before: int
@@ -68,11 +68,12 @@ class MinimizeStats:
 
 def estimated_bytes(ir: Automaton, dense_threshold: float = DENSE_THRESHOLD) -> int:
     """Cost-model bytes of `ir`: every layer at its smallest candidate layout
-    (32-bit tables). Merging states shrinks every layout's state tables, so
+    (packed dtypes). Merging states shrinks every layout's state tables, so
     minimizing pays when even the most compact layouts get smaller."""
     return sum(min(lay.estimated_bytes
-                   for lay in candidate_layouts(layer, ir.vocab_size, dense_threshold))
-               for layer in ir.layers)
+                   for lay in candidate_layouts(layer, ir.vocab_size, ir.num_states_at(t + 1),
+                                                dense_threshold))
+               for t, layer in enumerate(ir.layers))
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:

@@ -79,13 +79,14 @@ def test_near_root_full_fanout_is_dense():
 
 
 def test_smallest_layouts_for_the_example_are_48_bytes():
-    # 32-bit tables: layer 0 dense 1*4*4 = csr 2*4+2*4 = 16; layer 1 unary 2*4 = 8;
-    # layer 2 csr 3*4+3*4 = 24 (dense 2*4*4 = 32): 48 bytes in all.
-    with pytest.raises(MemoryBudgetError, match=r"the smallest layouts need 48 bytes"):
-        run_pipeline(build_automaton(THREE, 4), "choose-layout{memory-budget=47}")
-    ir = run_pipeline(build_automaton(THREE, 4), "choose-layout{memory-budget=48}")
+    # Packed tables (uint16 tokens, int16 states): layer 0 dense 1*4*2 = csr 2*2+2*2 = 8;
+    # layer 1 unary 2*2 = 4;
+    # layer 2 csr 3*2+3*2 = 12 (dense 2*4*2 = 16): 24 bytes in all.
+    with pytest.raises(MemoryBudgetError, match=r"the smallest layouts need 24 bytes"):
+        run_pipeline(build_automaton(THREE, 4), "choose-layout{memory-budget=23}")
+    ir = run_pipeline(build_automaton(THREE, 4), "choose-layout{memory-budget=24}")
     assert [l.layout.kind for l in ir.layers] == ["dense_rows", "unary", "csr"]
-    assert sum(l.layout.estimated_bytes for l in ir.layers) == 48
+    assert sum(l.layout.estimated_bytes for l in ir.layers) == 24
 
 
 def _smallest_bytes(ir) -> int:
@@ -114,7 +115,7 @@ def test_memory_budget_error_names_pass_budget_and_need():
         compile_constraints(THREE, 4, pipeline="verify,choose-layout{memory-budget=10},pack-dtypes")
     message = str(info.value)
     for part in ("pass 'choose-layout{memory-budget=10}'", "passes run before it: verify",
-                 "memory-budget=10 (10 bytes) is too small", "need 48 bytes"):
+                 "memory-budget=10 (10 bytes) is too small", "need 24 bytes"):
         assert part in message
 
 

@@ -79,23 +79,24 @@ def _layer_tables(layer: Layer, vocab_size: int) -> dict:
         nxt[rows, layer.tokens.astype(np.int64)] = targets
         tables["next"] = nxt
     elif lay.kind == "csr":
-        tables["indptr"] = layer.indptr.astype(st_dt)
-        tables["tokens"] = layer.tokens.astype(tok_dt)
+        tables["indptr"] = layer.indptr.astype(st_dt, copy=False)
+        tables["tokens"] = layer.tokens.astype(tok_dt, copy=False)
     elif lay.kind == "unary":
-        tables["tokens"] = layer.tokens.astype(tok_dt)
+        tables["tokens"] = layer.tokens.astype(tok_dt, copy=False)
     elif lay.kind == "near_unary":
         branch = layer.branch()
         ex = np.flatnonzero(branch != 1)
-        tables["tokens"] = layer.tokens.astype(tok_dt)
+        tables["tokens"] = layer.tokens.astype(tok_dt, copy=False)
         tables["ex_states"] = ex.astype(st_dt)
         tables["ex_bounds"] = np.stack([layer.indptr[ex], layer.indptr[ex + 1]], axis=1).astype(st_dt)
     else:
         raise PipelineError(f"cannot lower layout kind {lay.kind!r}")
     if lay.kind != "dense_rows" and not layer.implicit_targets:
-        tables["targets"] = targets.astype(st_dt)
+        tables["targets"] = targets.astype(st_dt, copy=False)
     if layer.accepting is not None:
         tables["accepting"] = np.asarray(layer.accepting, dtype=bool)
-    for arr in tables.values():
+    for name, arr in tables.items():  # read-only views; no copy where dtypes already match
+        tables[name] = arr = arr.view()
         arr.flags.writeable = False
     return tables
 
