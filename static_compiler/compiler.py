@@ -141,7 +141,8 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     passes = pipeline_lib.parse_pipeline(spec)
     stream = stream if stream is not None else sys.stderr
     if print_ir_after_all:
-        stream.write("// ----- IR after frontend -----\n" + ir.to_text())
+        origin = "input" if isinstance(constraints, Automaton) else "frontend"
+        stream.write(f"// ----- IR after {origin} -----\n" + ir.to_text())
     ir = pipeline_lib.run_pipeline(ir, passes, verify_each=verify_each,
                                    print_ir_after_all=print_ir_after_all, stream=stream,
                                    timings=timings)

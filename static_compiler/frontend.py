@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError
-from static_compiler.ir import Automaton, Layer
+from static_compiler.ir import Automaton, Layer, frozen
 
 
 def token_dtype_for(vocab_size: int) -> np.dtype:
@@ -246,9 +246,9 @@ def automaton_from_sorted_codes(codes: np.ndarray, lengths: np.ndarray, vocab_si
             if ends_here.size:
                 accepting = np.zeros(num_states, dtype=bool)
                 accepting[state_of_row[ends_here]] = True
-        layers.append(Layer(indptr=indptr,
-                            tokens=(column[child_rows] - 1).astype(tok_dtype),
-                            accepting=accepting))
+        layers.append(Layer(indptr=frozen(indptr),
+                            tokens=frozen((column[child_rows] - 1).astype(tok_dtype)),
+                            accepting=None if accepting is None else frozen(accepting)))
         starts_prev = starts
     num_final = int(starts_prev.sum())
     return Automaton(vocab_size=vocab_size, layers=tuple(layers), num_final_states=num_final,

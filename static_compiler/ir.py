@@ -53,11 +53,20 @@ _ELIDE_EDGES = 4096
 _ELIDED_ROWS_PER_LAYER = 16
 
 
+def frozen(a: np.ndarray) -> np.ndarray:
+    """Marks a freshly built array read-only in place and returns it.
+
+    For builders that own `a` and hand it to a `Layer` without a copy;
+    Layer copies any array that is still writeable, so a caller keeping a
+    reference to its own array can never change the IR behind its back."""
+    a.flags.writeable = False
+    return a
+
+
 def _frozen_array(a: np.ndarray) -> np.ndarray:
     a = np.asarray(a)
     if a.flags.writeable:
-        a = a.view()
-        a.flags.writeable = False
+        a = frozen(np.array(a, copy=True))
     return a
 
 
