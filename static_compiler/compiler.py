@@ -30,9 +30,11 @@ class CompiledConstraints:
       pipeline: canonical spec of the passes that ran.
       timings: (stage, seconds) pairs: frontend, each pass, lowering.
       export_beam_sizes: beam sizes `save` exports a beam_step module for.
-      frontend_stats: for graph input, `GraphStats.as_dict()` (nodes, edges,
-        unreachable and dead nodes dropped, states before and after
-        minimizing); None for other inputs.
+      frontend_stats: the IR the frontend produced, before the passes:
+        {"states": int, "edges": int} (compare with `ir` to see what the
+        passes did, e.g. minimize), and for graph input "graph":
+        `GraphStats.as_dict()` (graph nodes and edges, unreachable and dead
+        nodes dropped, states before and after minimizing).
     """
 
     ir: Automaton
@@ -42,7 +44,7 @@ class CompiledConstraints:
     timings: tuple = ()
     export_beam_sizes: tuple = (70,)
     export_tokens_per_beam: Optional[int] = None
-    frontend_stats: Optional[dict] = None
+    frontend_stats: dict = dataclasses.field(default_factory=dict)
 
     @property
     def vocab_size(self) -> int:
@@ -124,11 +126,11 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     """
     timings = []
     t0 = time.perf_counter()
-    frontend_stats = None
+    frontend_stats = {}
     if is_graph(constraints):
         ir, graph_stats = automaton_from_graph(constraints, vocab_size, start=start,
                                                end_token=end_token)
-        frontend_stats = graph_stats.as_dict()
+        frontend_stats["graph"] = graph_stats.as_dict()
     elif start is not None:
         raise ConstraintSetError(f"start={start!r} applies to graph input only; got "
                                  f"{type(constraints).__name__}")
@@ -137,6 +139,7 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     else:
         ir = build_automaton(constraints, vocab_size, end_token=end_token)
     timings.append(("frontend", time.perf_counter() - t0))
+    frontend_stats.update(states=ir.num_states, edges=ir.num_edges)
     spec = pipeline if pipeline is not None else pipeline_lib.DEFAULT_PIPELINE
     passes = pipeline_lib.parse_pipeline(spec)
     stream = stream if stream is not None else sys.stderr

@@ -168,6 +168,8 @@ def test_decoding_minimized_equals_decoding_the_trie(layout):
     plain = compile_constraints(rows, V, end_token=end, pipeline=base)
     small = compile_constraints(rows, V, end_token=end, pipeline="minimize{force=true}," + base)
     assert small.ir.num_states < plain.ir.num_states
+    assert small.frontend_stats == plain.frontend_stats == {
+        "states": plain.ir.num_states, "edges": plain.ir.num_edges}  # before the passes
     assert any(not layer.implicit_targets for layer in small.ir.layers)
     for seed in range(3):
         table = jax.random.normal(jax.random.PRNGKey(seed), (V + 1, 8, V)) * 3.0
