@@ -21,10 +21,9 @@ Explicit targets cost bytes: a tree of random Semantic IDs shares almost
 nothing and grows when minimized, while entity names share suffixes ("...
 WITH ACUTE") and shrink. The pass therefore compares the cost model's
 estimate (`estimated_bytes`: each layer at its smallest candidate layout,
-packed dtypes) and
-keeps the input unless the minimized automaton is smaller; `force=true`
-always minimizes. `minimize_automaton` returns the before/after numbers
-(`MinimizeStats`) for reports.
+packed dtypes) and keeps the input unless the minimized automaton is
+smaller; `force=true` always minimizes. `minimize_automaton` returns the
+before/after numbers (`MinimizeStats`) for reports.
 
 Run it before choose-layout (it rejects an IR that already has layouts).
 """
