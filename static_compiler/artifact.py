@@ -23,9 +23,10 @@ advance       (*tables, node, valid, finished, tokens int32[b], step)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import io
-import json
 import os
 import pathlib
 import shutil
@@ -38,7 +39,7 @@ from jax import export as jax_export
 
 from static_compiler import serving
 from static_compiler.backend import decode
-from static_compiler.backend.lowering import Plan, StepPlan
+from static_compiler.backend.lowering import Plan
 from static_compiler.errors import ArtifactExistsError, ArtifactFormatError, DecodeInputError
 from static_compiler.ir import Automaton, Layer, Layout, verify
 
@@ -92,7 +93,8 @@ def export_modules(compiled) -> dict:
     proc_names = [f"state.{f}" for f in serving.PROCESSOR_FIELDS]
 
     def export(fn, specs):
-        return jax_export.export(jax.jit(fn), platforms=PLATFORMS)(*specs)
+        with _no_source_locations():
+            return jax_export.export(jax.jit(fn), platforms=PLATFORMS)(*specs)
 
     modules = {}
     for M in sorted(set(compiled.export_beam_sizes)):
@@ -134,6 +136,22 @@ def export_modules(compiled) -> dict:
                                  + [_spec((b,), jnp.int32), step_spec]),
                           table_names + proc_names + ["tokens", "step"], proc_names)
     return modules
+
+
+@contextlib.contextmanager
+def _no_source_locations():
+    """Lowers without Python source locations, so module bytes depend neither
+    on the call site nor on where the package is installed (deterministic,
+    and no build-machine paths end up in artifacts)."""
+    keys = ("jax_traceback_in_locations_limit", "jax_include_full_tracebacks_in_locations")
+    saved = [getattr(jax.config, key) for key in keys]
+    jax.config.update(keys[0], 0)
+    jax.config.update(keys[1], False)
+    try:
+        yield
+    finally:
+        for key, value in zip(keys, saved):
+            jax.config.update(key, value)
 
 
 def _convention(exported, arg_names: list, result_names: list) -> dict:
@@ -215,10 +233,6 @@ def build_files(compiled) -> dict:
             entry["tokens_per_beam"] = compiled.export_tokens_per_beam
         modules[name] = entry
     (cc,) = cc_versions
-    layers = []
-    for t, (stats, layer) in enumerate(zip(compiled.layer_stats(), ir.layers)):
-        layers.append({**stats, "layout_text": layer.layout.to_text(),
-                       "tables": [e["name"] for e in tables if e["layer"] == t]})
     manifest = {
         "format": serving.FORMAT_NAME,
         "format_version": serving.FORMAT_VERSION,
@@ -227,29 +241,35 @@ def build_files(compiled) -> dict:
         "calling_convention_version": cc,
         "platforms": list(PLATFORMS),
         "batch_dim": serving.BATCH_DIM,
-        "vocab_size": plan.vocab_size,
-        "max_length": plan.max_length,
-        "depth": plan.depth,
-        "end_token": plan.end_token,
-        "num_sequences": ir.num_sequences,
-        "num_final_states": ir.num_final_states,
         "pad_token": decode.PAD_TOKEN,
         "sentinel_score": decode.SENTINEL_SCORE,
         "pipeline": compiled.pipeline,
-        "plan_steps": [dataclasses.asdict(s) for s in plan.steps],
-        "layers": layers,
+        **set_metadata(compiled),
         "tables": tables,
         "modules": modules,
-        "files": {rel: {"sha256": _sha256(data), "size": len(data)}
+        "files": {rel: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                   for rel, data in sorted(files.items())},
     }
-    files[serving.MANIFEST_FILE] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
+    files[serving.MANIFEST_FILE] = serving.seal_manifest(manifest)
     return files
 
 
-def _sha256(data: bytes) -> str:
-    import hashlib
-    return hashlib.sha256(data).hexdigest()
+def set_metadata(compiled) -> dict:
+    """The manifest fields that describe the compiled set: vocab_size,
+    max_length, depth, end_token, num_sequences, num_final_states,
+    plan_steps (the static plan) and layers (per-layer statistics, layout
+    text and table names). With the tables they determine the automaton
+    (`automaton_from_tables`)."""
+    plan: Plan = compiled.plan
+    ir = compiled.ir
+    layers = []
+    for t, (stats, layer) in enumerate(zip(compiled.layer_stats(), ir.layers)):
+        layers.append({**stats, "layout_text": layer.layout.to_text(),
+                       "tables": sorted(compiled.tables[t])})
+    return {"vocab_size": plan.vocab_size, "max_length": plan.max_length, "depth": plan.depth,
+            "end_token": plan.end_token, "num_sequences": ir.num_sequences,
+            "num_final_states": ir.num_final_states,
+            "plan_steps": [dataclasses.asdict(s) for s in plan.steps], "layers": layers}
 
 
 def _jaxlib_version() -> str:
@@ -370,16 +390,22 @@ def read_automaton(path, *, verify_checksums: bool = True) -> Automaton:
     path = pathlib.Path(path)
     manifest = serving.read_manifest(path, verify_checksums=verify_checksums)
     arrays = serving.load_tables(path, manifest)
-    num_layers = len(manifest["layers"])
     keys = [(e["layer"], e["name"]) for e in manifest["tables"]]
-    tables = _unflatten_tables(keys, num_layers, arrays)
+    tables = _unflatten_tables(keys, len(manifest["layers"]), arrays)
+    return automaton_from_tables(manifest, tables, where=f"artifact {str(path)!r}")
+
+
+def automaton_from_tables(metadata: dict, tables, where: str = "tables") -> Automaton:
+    """The automaton that `metadata` (the fields of `set_metadata`) and
+    `tables` (one dict of numpy arrays per layer) describe, verified with
+    `ir.verify`. The inverse of lowering: equal to the compiled IR."""
     layers = []
-    for t, (step, info) in enumerate(zip(manifest["plan_steps"], manifest["layers"])):
+    for t, (step, info) in enumerate(zip(metadata["plan_steps"], metadata["layers"])):
         layers.append(_layer_from_tables(t, step, Layout.from_text(info["layout_text"]),
-                                         tables[t], f"artifact {str(path)!r}"))
-    ir = Automaton(vocab_size=manifest["vocab_size"], layers=tuple(layers),
-                   num_final_states=manifest["num_final_states"],
-                   num_sequences=manifest["num_sequences"], end_token=manifest["end_token"])
+                                         tables[t], where))
+    ir = Automaton(vocab_size=metadata["vocab_size"], layers=tuple(layers),
+                   num_final_states=metadata["num_final_states"],
+                   num_sequences=metadata["num_sequences"], end_token=metadata["end_token"])
     verify(ir)
     return ir
 

@@ -97,11 +97,12 @@ def _dir_bytes(path: pathlib.Path, sub: str) -> int:
     return sum(f.stat().st_size for f in (path / sub).iterdir())
 
 
-def run(config: MainJobConfig, out: TextIO = sys.stdout) -> int:
+def run(config: MainJobConfig, out: Optional[TextIO] = None) -> int:
     """Runs the main job and prints the report to `out`. Returns 0 when every
     decoded sequence is in the set and at least one beam is valid, else 1."""
     from static_compiler import demo
 
+    out = sys.stdout if out is None else out
     w = lambda line="": out.write(line + "\n")
     t0 = time.perf_counter()
     data = datasets.load_dataset(config.dataset, config.num_items, config.seed)

@@ -199,14 +199,35 @@ def list_files(root) -> list:
     return sorted(out)
 
 
+MANIFEST_DIGEST_KEY = "manifest_sha256"
+"""Key of the manifest's own checksum: sha256 of `manifest_bytes` of the
+manifest without this key."""
+
+
+def manifest_bytes(manifest: dict) -> bytes:
+    """The canonical bytes of a manifest (sorted keys, one-space indent)."""
+    return (json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False) + "\n").encode()
+
+
+def seal_manifest(manifest: dict) -> bytes:
+    """manifest.json bytes with the manifest's own checksum added."""
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_DIGEST_KEY}
+    return manifest_bytes({**body, MANIFEST_DIGEST_KEY: hashlib.sha256(
+        manifest_bytes(body)).hexdigest()})
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def read_manifest(path, *, verify_checksums: bool = True) -> dict:
     """Reads and checks `path`/manifest.json against the directory.
 
-    Checks: the manifest is a JSON object of our format; the format version is
-    in [MIN_FORMAT_VERSION, MAX_FORMAT_VERSION]; the calling-convention
-    version is one this jax can run; the files on disk are exactly those the
-    manifest lists; each has the listed size and (unless `verify_checksums` is
-    False) sha256.
+    Checks, in this order: the manifest is a JSON object of our format; the
+    format version is in [MIN_FORMAT_VERSION, MAX_FORMAT_VERSION]; the
+    calling-convention version is one this jax can run; the manifest's own
+    sha256; the files on disk are exactly those the manifest lists; each has
+    the listed size and (unless `verify_checksums` is False) sha256.
 
     Raises ArtifactFormatError, ArtifactVersionError or ArtifactChecksumError,
     each naming the artifact, the file, what was expected and what was found.
@@ -219,8 +240,9 @@ def read_manifest(path, *, verify_checksums: bool = True) -> dict:
     if not manifest_path.is_file():
         raise _format_error(path, f"missing file {MANIFEST_FILE!r}")
     try:
-        manifest = json.loads(manifest_path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        manifest = json.loads(manifest_path.read_bytes().decode("utf-8"),
+                              parse_constant=_reject_constant)
+    except ValueError as e:  # UnicodeDecodeError, JSONDecodeError, NaN/Infinity
         raise _format_error(path, f"{MANIFEST_FILE} is not valid UTF-8 JSON ({e})") from None
     if not isinstance(manifest, dict):
         raise _format_error(path, f"{MANIFEST_FILE} holds a {type(manifest).__name__}, "
@@ -242,6 +264,13 @@ def read_manifest(path, *, verify_checksums: bool = True) -> dict:
             f"artifact {str(path)!r}: jax.export calling-convention version {cc} cannot run on "
             f"jax {jax.__version__}, which supports [{lo}, {hi}] (the artifact was written by "
             f"jax {manifest.get('jax_version', '?')}); re-save it with this jax or use a matching one")
+    digest = _require(manifest, MANIFEST_DIGEST_KEY, str, MANIFEST_FILE, path)
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_DIGEST_KEY}
+    actual = hashlib.sha256(manifest_bytes(body)).hexdigest()
+    if actual != digest:
+        raise ArtifactChecksumError(
+            f"artifact {str(path)!r}: {MANIFEST_FILE} content has sha256 {actual}, its "
+            f"{MANIFEST_DIGEST_KEY} says {digest} (the manifest is corrupted)")
     files = _require(manifest, "files", dict, MANIFEST_FILE, path)
     on_disk = list_files(path)
     missing = sorted(set(files) - set(on_disk))

@@ -1,0 +1,315 @@
+"""Artifact writer: exported modules (platforms, symbolic batch, no host
+callbacks, tables as arguments), the manifest, deterministic bytes, atomic
+save and overwrite, and reading the set back from the tables alone."""
+
+import json
+import os
+import re
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import oracle
+from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted
+from static_compiler import artifact, compile_constraints, serving
+from static_compiler.errors import (ArtifactExistsError, DecodeInputError, IRVerificationError,
+                                    StaticCompilerError)
+
+SMALL = np.array([[1, 2, 3], [1, 2, 4], [1, 5, 0], [2, 0, 0], [7, 7, 7], [7, 6, 1]])
+RAGGED = [[1, 2, 3], [1, 2], [4], [4, 5, 6, 2], [6, 6]]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    compiled = compile_constraints(SMALL, 8, export_beam_sizes=(3, 4), export_tokens_per_beam=2)
+    path = artifact.save(compiled, tmp_path_factory.mktemp("art") / "small.static")
+    return compiled, path
+
+
+@pytest.fixture(scope="module")
+def ragged(tmp_path_factory):
+    compiled = compile_constraints(RAGGED, 9, end_token=8, export_beam_sizes=(5,))
+    path = artifact.save(compiled, tmp_path_factory.mktemp("art") / "ragged.static")
+    return compiled, path
+
+
+@pytest.fixture(scope="module", params=["small", "ragged"])
+def saved(request):
+    return request.getfixturevalue(request.param)
+
+
+def manifest_of(path) -> dict:
+    return json.loads((path / serving.MANIFEST_FILE).read_text())
+
+
+def files_of(path) -> dict:
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+# ----- modules -----
+
+def test_modules_are_multi_platform_batch_polymorphic_and_callback_free(saved):
+    compiled, path = saved
+    manifest = manifest_of(path)
+    num_tables = len(manifest["tables"])
+    names = set(manifest["modules"])
+    sizes = compiled.export_beam_sizes
+    assert names == {"mask", "advance"} | {f"{k}_m{m}" for m in sizes for k in ("init", "beam_step")}
+    for name, conv in manifest["modules"].items():
+        exported = jax.export.deserialize(bytearray((path / conv["file"]).read_bytes()))
+        assert exported.platforms == ("cpu", "cuda", "tpu")
+        assert conv["platforms"] == ["cpu", "cuda", "tpu"]
+        first = 0 if name.startswith("init") else num_tables
+        tables = exported.in_avals[:first]
+        for aval, entry in zip(tables, manifest["tables"]):  # tables: concrete shapes
+            assert tuple(aval.shape) == tuple(entry["shape"]) and str(aval.dtype) == entry["dtype"]
+        for aval, spec in zip(exported.in_avals[first:], conv["args"][first:]):
+            if spec["name"] == "step":
+                assert aval.shape == () and str(aval.dtype) == "int32"
+                continue
+            assert jax.export.is_symbolic_dim(aval.shape[0]), (name, spec)
+            assert str(aval.shape[0]) == "b" and spec["shape"][0] == "b"
+            assert not any(jax.export.is_symbolic_dim(d) for d in aval.shape[1:])
+        for aval in exported.out_avals:
+            assert str(aval.shape[0]) == "b"
+        text = exported.mlir_module()
+        targets = set(re.findall(r"custom_call\s*@([\w.]+)", text))
+        assert targets <= {"shape_assertion"}, (name, targets)  # jax's batch-size check only
+        assert "callback" not in text.lower()
+
+
+def test_tables_are_arguments_not_constants(tmp_path):
+    """Two sets with the same trie shape but different tokens: identical
+    module bytes, different table bytes."""
+    rng = np.random.default_rng(3)
+    first = compile_constraints(oracle.random_set(rng, 40, 3, 12), 12, export_beam_sizes=(4,))
+    other = oracle.relabel(first.ir, rng)
+    second = compile_constraints(other, 12, export_beam_sizes=(4,))
+    assert first.plan == second.plan
+    a = artifact.build_files(first)
+    b = artifact.build_files(second)
+    modules = [rel for rel in a if rel.startswith("modules/")]
+    assert modules and all(a[rel] == b[rel] for rel in modules)
+    assert any(a[rel] != b[rel] for rel in a if rel.startswith("tables/"))
+
+
+def test_conventions_give_names_and_order_of_arguments(small):
+    compiled, path = small
+    m = manifest_of(path)
+    table_names = [f"table:layer{e['layer']}.{e['name']}" for e in m["tables"]]
+    state = [f"state.{f}" for f in serving.STATE_FIELDS]
+    proc = [f"state.{f}" for f in serving.PROCESSOR_FIELDS]
+    names = lambda mod, key="args": [a["name"] for a in m["modules"][mod][key]]
+    assert names("beam_step_m3") == table_names + state + ["logits", "step"]
+    assert names("beam_step_m3", "results") == state
+    assert names("init_m4") == ["start_tokens"]
+    assert names("mask") == table_names + ["logits"] + proc + ["step"]
+    assert names("advance") == table_names + proc + ["tokens", "step"]
+    logits = m["modules"]["beam_step_m4"]["args"][len(table_names) + 8]
+    assert logits == {"name": "logits", "shape": ["b", 4, 8], "dtype": "float32"}
+    assert m["modules"]["beam_step_m4"]["tokens_per_beam"] == 2
+    assert m["modules"]["beam_step_m4"]["beam_size"] == 4
+
+
+# ----- manifest and files -----
+
+def test_manifest_records_the_set_versions_and_every_file(saved):
+    compiled, path = saved
+    m = manifest_of(path)
+    assert m["format"] == serving.FORMAT_NAME and m["format_version"] == serving.FORMAT_VERSION
+    assert m["jax_version"] == jax.__version__ and m["jaxlib_version"]
+    lo = jax.export.minimum_supported_calling_convention_version
+    hi = jax.export.maximum_supported_calling_convention_version
+    assert lo <= m["calling_convention_version"] <= hi
+    assert m["platforms"] == ["cpu", "cuda", "tpu"]
+    assert (m["vocab_size"], m["max_length"], m["end_token"]) == (
+        compiled.vocab_size, compiled.max_length, compiled.plan.end_token)
+    assert m["num_sequences"] == compiled.ir.num_sequences
+    assert m["pipeline"] == compiled.pipeline
+    assert [layer["layout_text"] for layer in m["layers"]] == [
+        layer.layout.to_text() for layer in compiled.ir.layers]
+    on_disk = files_of(path)
+    assert set(m["files"]) == set(on_disk) - {serving.MANIFEST_FILE}
+    for rel, entry in m["files"].items():
+        assert entry["size"] == len(on_disk[rel])
+        assert entry["sha256"] == serving.sha256_file(path / rel)
+    assert on_disk[serving.IR_FILE].decode() == compiled.ir.to_text()
+    assert on_disk[serving.MANIFEST_FILE] == serving.seal_manifest(m)
+
+
+def test_tables_load_memory_mapped_and_equal_the_compiled_ones(saved):
+    compiled, path = saved
+    for entry in manifest_of(path)["tables"]:
+        arr = np.load(path / entry["file"], mmap_mode="r")
+        assert isinstance(arr, np.memmap)
+        want = compiled.tables[entry["layer"]][entry["name"]]
+        assert arr.dtype == want.dtype and np.array_equal(arr, want)
+
+
+def test_same_input_gives_the_same_bytes(small):
+    again = compile_constraints(SMALL, 8, export_beam_sizes=(3, 4), export_tokens_per_beam=2)
+    assert artifact.build_files(again) == files_of(small[1])
+
+
+@pytest.mark.parametrize("sizes, tpb", [((), None), ((0,), None), ((3, True), None),
+                                        ((2.5,), None), ((3,), 0), ((3,), 1.5)])
+def test_bad_export_options_are_rejected(tmp_path, sizes, tpb):
+    compiled = compile_constraints(SMALL, 8, export_beam_sizes=(3,))
+    import dataclasses
+    bad = dataclasses.replace(compiled, export_beam_sizes=sizes, export_tokens_per_beam=tpb)
+    with pytest.raises(DecodeInputError, match="export_"):
+        artifact.save(bad, tmp_path / "x")
+    assert not (tmp_path / "x").exists() and not list(tmp_path.iterdir())
+
+
+# ----- atomic save and overwrite -----
+
+@pytest.fixture(scope="module")
+def built_sets():
+    """Two compiled sets and their artifact files, exported once."""
+    sets = (compile_constraints(SMALL, 8, export_beam_sizes=(2,)),
+            compile_constraints(SMALL[:3], 8, export_beam_sizes=(2,)))
+    return sets, {id(c): artifact.build_files(c) for c in sets}
+
+
+@pytest.fixture
+def two_sets(built_sets, monkeypatch):
+    """The two sets, with `build_files` answered from the module's cache:
+    these tests exercise writing, renaming and failure handling, not export."""
+    sets, files = built_sets
+    monkeypatch.setattr(artifact, "build_files", lambda compiled: files[id(compiled)])
+    return sets
+
+
+def test_saving_over_an_artifact_needs_overwrite(tmp_path, two_sets):
+    first, second = two_sets
+    path = artifact.save(first, tmp_path / "set.static")
+    before = files_of(path)
+    with pytest.raises(ArtifactExistsError, match="already exists.*overwrite=True"):
+        artifact.save(second, path)
+    assert files_of(path) == before
+    artifact.save(second, path, overwrite=True)
+    assert manifest_of(path)["num_sequences"] == 3
+    assert serving.load(path).num_sequences == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]  # no temp dirs left
+
+
+def test_overwrite_refuses_to_replace_something_that_is_not_an_artifact(tmp_path, two_sets):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "precious.txt").write_text("keep me")
+    with pytest.raises(ArtifactExistsError, match="not an artifact"):
+        artifact.save(two_sets[0], tmp_path / "data", overwrite=True)
+    assert (tmp_path / "data" / "precious.txt").read_text() == "keep me"
+
+
+def test_a_failure_while_writing_leaves_the_old_artifact_intact(tmp_path, two_sets, monkeypatch):
+    first, second = two_sets
+    path = artifact.save(first, tmp_path / "set.static")
+    before = files_of(path)
+    written = []
+    real_write = artifact._write_file
+
+    def failing_write(root, rel, data):
+        if len(written) == 3:
+            raise OSError("disk full (simulated)")
+        written.append(rel)
+        real_write(root, rel, data)
+
+    monkeypatch.setattr(artifact, "_write_file", failing_write)
+    with pytest.raises(OSError, match="simulated"):
+        artifact.save(second, path, overwrite=True)
+    assert files_of(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+    serving.load(path)
+
+
+def test_a_failure_during_the_swap_restores_the_old_artifact(tmp_path, two_sets, monkeypatch):
+    first, second = two_sets
+    path = artifact.save(first, tmp_path / "set.static")
+    before = files_of(path)
+    real_rename = os.rename
+
+    def failing_rename(src, dst):
+        if ".tmp-" in os.path.basename(str(src)):
+            raise OSError("rename failed (simulated)")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(artifact.os, "rename", failing_rename)
+    with pytest.raises(OSError, match="simulated"):
+        artifact.save(second, path, overwrite=True)
+    assert files_of(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+
+
+def test_a_failure_on_first_save_leaves_nothing(tmp_path, two_sets, monkeypatch):
+    def failing_write(root, rel, data):
+        raise OSError("simulated")
+    monkeypatch.setattr(artifact, "_write_file", failing_write)
+    with pytest.raises(OSError):
+        artifact.save(two_sets[0], tmp_path / "new.static")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----- reading the set back from the tables -----
+
+def test_read_automaton_rebuilds_the_compiled_ir(saved):
+    compiled, path = saved
+    assert artifact.read_automaton(path) == compiled.ir
+
+
+def _roundtrip(sequences, vocab_size, end_token=None, pipeline=None):
+    compiled = compile_constraints(sequences, vocab_size, end_token=end_token, pipeline=pipeline)
+    meta = json.loads(json.dumps(artifact.set_metadata(compiled)))  # as in the manifest
+    ir = artifact.automaton_from_tables(meta, compiled.tables)
+    assert ir == compiled.ir
+    tokens, lengths = artifact.enumerate_sequences(ir)
+    got = sorted(tuple(int(t) for t in row[:n]) for row, n in zip(tokens, lengths))
+    assert got == unique_sorted(sequences)
+    assert np.all(tokens[np.arange(tokens.shape[1])[None, :] >= lengths[:, None]] == -1)
+    return ir
+
+
+LAYOUTS = ["", "{force=dense_rows}", "{force=csr}", "{force=unary}", "{force=near_unary}"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=fixed_length_sets(max_vocab=40, max_length=5, max_items=40),
+       layout=st.sampled_from(LAYOUTS), minimize=st.booleans())
+def test_tables_decode_back_to_the_set_fixed_length(data, layout, minimize):
+    rows, vocab_size = data
+    pipeline = f"verify,{'minimize{force=true},' if minimize else ''}choose-layout{layout}," \
+               "pad-branches,pack-dtypes"
+    _roundtrip(rows, vocab_size, pipeline=pipeline)
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=ragged_sets(max_vocab=40, max_length=5, max_items=40),
+       layout=st.sampled_from(LAYOUTS), minimize=st.booleans())
+def test_tables_decode_back_to_the_set_ragged(data, layout, minimize):
+    rows, vocab_size, end_token = data
+    pipeline = f"verify,{'minimize{force=true},' if minimize else ''}choose-layout{layout}," \
+               "pad-branches,pack-dtypes"
+    _roundtrip(rows, vocab_size, end_token=end_token, pipeline=pipeline)
+
+
+def test_corrupt_tables_with_valid_checksums_fail_verification():
+    compiled = compile_constraints(SMALL, 8, pipeline="verify,choose-layout{force=csr},pack-dtypes")
+    tables = [dict(layer) for layer in compiled.tables]
+    indptr = tables[1]["indptr"].copy()
+    indptr[-1] += 5  # row pointers past the end of the token array
+    tables[1]["indptr"] = indptr
+    with pytest.raises(IRVerificationError):
+        artifact.automaton_from_tables(artifact.set_metadata(compiled), tables)
+
+
+def test_errors_share_one_hierarchy():
+    from static_compiler import errors
+    for name in ("ArtifactError", "ArtifactFormatError", "ArtifactChecksumError",
+                 "ArtifactVersionError", "ArtifactExistsError", "DecodeInputError",
+                 "StaticCompilerError"):
+        assert getattr(errors, name) is getattr(serving, name)
+    assert issubclass(serving.ArtifactChecksumError, StaticCompilerError)
+    assert issubclass(serving.ArtifactExistsError, FileExistsError)

@@ -1,0 +1,233 @@
+"""`static-compiler compile / verify / decode / demo` and `show-ir` on
+artifacts: outputs agree with the library, bad input exits 2 with one line
+naming what was expected, and the main job checks its decodes against the set."""
+
+import io
+import json
+import re
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+import oracle
+from static_compiler import artifact, compile_constraints, main_job, report, serving
+from static_compiler.cli import _progress, main
+
+SIDS = np.array(oracle.random_set(np.random.default_rng(7), 120, 4, 16))
+RAGGED = [[1, 2, 3], [1, 2], [4], [4, 5, 6, 2], [6, 6], [0]]
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def npy_artifact(tmp_path_factory):
+    """SIDS saved as .npy and compiled through the CLI (once per module)."""
+    root = tmp_path_factory.mktemp("cli")
+    np.save(root / "sids.npy", SIDS)
+    code = main(["compile", str(root / "sids.npy"), "-o", str(root / "sids.static"),
+                 "--vocab-size", "16", "--beam-sizes", "3,5", "--tokens-per-beam", "4"])
+    assert code == 0
+    return root
+
+
+def test_compile_npy_matches_the_library(npy_artifact, capsys):
+    path = npy_artifact / "sids.static"
+    compiled = compile_constraints(SIDS, 16)
+    assert artifact.read_automaton(path) == compiled.ir
+    m = serving.read_manifest(path)
+    assert sorted(k for k in m["modules"] if k.startswith("beam_step")) == [
+        "beam_step_m3", "beam_step_m5"]
+    assert m["modules"]["beam_step_m5"]["tokens_per_beam"] == 4
+    assert run_cli(capsys, "show-ir", path) == (0, compiled.ir.to_text(), "")
+    code, out, _ = run_cli(capsys, "show-ir", path, "--stats")
+    assert code == 0 and out == report.stats_table(compiled)
+
+
+def test_compile_logs_every_stage_with_its_time(tmp_path, capsys):
+    np.save(tmp_path / "s.npy", SIDS[:20])
+    code, out, err = run_cli(capsys, "compile", tmp_path / "s.npy", "-o", tmp_path / "a",
+                             "--vocab-size", 16, "--beam-sizes", 2, "--print-ir-after-all")
+    assert code == 0
+    compiled = compile_constraints(SIDS[:20], 16)
+    for stage, _ in compiled.timings:
+        assert re.search(rf"\[compile\]\s+{re.escape(stage)}\s+\d+\.\d+ s", err), stage
+    assert re.search(r"\[export \+ save\] done in \d+\.\d+ s", err)
+    assert "// ----- IR after pack-dtypes -----" in err
+    assert out.startswith(f"wrote {tmp_path / 'a'}: 20 sequences, vocab 16")
+
+
+@pytest.mark.parametrize("fmt", ["txt", "jsonl"])
+def test_compile_text_and_jsonl_inputs(tmp_path, capsys, fmt):
+    src = tmp_path / f"set.{fmt}"
+    lines = [" ".join(map(str, s)) if fmt == "txt" else json.dumps(s) for s in RAGGED]
+    src.write_text("\n".join(lines[:3] + [""] + lines[3:]) + "\n")  # a blank line is skipped
+    code, _, _ = run_cli(capsys, "compile", src, "-o", tmp_path / "a", "--vocab-size", 8,
+                         "--end-token", 7, "--memory-budget", "1MiB", "--beam-sizes", 2)
+    assert code == 0
+    want = compile_constraints(RAGGED, 8, end_token=7,
+                               pipeline="verify,choose-layout{memory-budget=1MiB},pad-branches,"
+                                        "pack-dtypes")
+    assert artifact.read_automaton(tmp_path / "a") == want.ir
+    assert serving.read_manifest(tmp_path / "a")["pipeline"] == want.pipeline
+    code, out, _ = run_cli(capsys, "verify", tmp_path / "a", "--input", src)
+    assert code == 0 and out.endswith("6 unique input sequences: OK\n")
+
+
+def test_verify_reports_differences(npy_artifact, tmp_path, capsys):
+    path = npy_artifact / "sids.static"
+    code, out, _ = run_cli(capsys, "verify", path, "--input", npy_artifact / "sids.npy")
+    unique = len({tuple(r) for r in SIDS.tolist()})
+    assert code == 0
+    assert out.startswith(f"{path}: {unique} sequences enumerated from the tables; the manifest "
+                          f"records {unique}: OK")
+    changed = SIDS[1:].tolist() + [[15, 15, 15, 15]]
+    assert tuple(SIDS[0]) not in {tuple(r) for r in changed}
+    (tmp_path / "changed.txt").write_text("\n".join(" ".join(map(str, r)) for r in changed))
+    code, out, _ = run_cli(capsys, "verify", path, "--input", tmp_path / "changed.txt")
+    assert code == 1
+    assert "1 sequences in the input but not in the artifact\n  [15, 15, 15, 15]\n" in out
+    assert f"1 sequences in the artifact but not in the input\n  {SIDS[0].tolist()}\n" in out
+    assert out.endswith("MISMATCH\n")
+
+
+def test_verify_of_a_damaged_artifact_is_a_typed_error(npy_artifact, tmp_path, capsys):
+    dst = tmp_path / "copy"
+    shutil.copytree(npy_artifact / "sids.static", dst)
+    table = dst / "tables" / "layer0.next.npy"
+    data = table.read_bytes()
+    table.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    code, _, err = run_cli(capsys, "verify", dst)
+    assert code == 2 and "layer0.next.npy' has sha256" in one_error_line(err)
+
+
+def test_compile_refuses_to_overwrite_without_force(npy_artifact, tmp_path, capsys):
+    target = tmp_path / "a"
+    shutil.copytree(npy_artifact / "sids.static", target)
+    before = serving.read_manifest(target)
+    np.save(tmp_path / "t.npy", SIDS[:5])
+    code, _, err = run_cli(capsys, "compile", tmp_path / "t.npy", "-o", target, "--vocab-size",
+                           16, "--beam-sizes", 2)
+    assert code == 2 and "already exists: pass --force" in one_error_line(err)
+    assert serving.read_manifest(target) == before
+    code, _, _ = run_cli(capsys, "compile", tmp_path / "t.npy", "-o", target, "--vocab-size", 16,
+                         "--beam-sizes", 2, "--force")
+    assert code == 0 and serving.read_manifest(target)["num_sequences"] == 5
+
+
+@pytest.mark.parametrize("content, args, message", [
+    ("1 2 3\n", [], "--vocab-size is required"),
+    ("1 2 x\n", ["--vocab-size", 8], r"line 1: '1 2 x' is not space-separated integer"),
+    ("\n# only a comment\n", ["--vocab-size", 8], "no sequences found"),
+    ("1 2\n3\n", ["--vocab-size", 8], "pass end_token"),
+    ("1 2 9\n", ["--vocab-size", 8], r"token 9 is outside the vocabulary \[0, 8\)"),
+    ("1 2\n", ["--vocab-size", 8, "--beam-sizes", "0,3"], "--beam-sizes '0,3': expected"),
+    ("1 2\n", ["--vocab-size", 8, "--beam-sizes", "x"], "--beam-sizes 'x': expected"),
+    ("1 2\n", ["--vocab-size", 8, "--memory-budget", "lots"], "--memory-budget 'lots'"),
+    ("1 2\n", ["--vocab-size", 8, "--memory-budget", "1MiB", "--pipeline", "verify"],
+     "no choose-layout pass"),
+    ("1 2\n", ["--vocab-size", 8, "--tokens-per-beam", 0], "--tokens-per-beam 0: expected"),
+    ("1 2\n", ["--vocab-size", 8, "--pipeline", "nonsense"], "unknown pass 'nonsense'"),
+])
+def test_bad_compile_input_exits_2_with_one_line(tmp_path, capsys, content, args, message):
+    src = tmp_path / "set.txt"
+    src.write_text(content)
+    code, out, err = run_cli(capsys, "compile", src, "-o", tmp_path / "a", *args)
+    assert code == 2 and out == ""
+    assert re.search(message, one_error_line(err)), err
+    assert not (tmp_path / "a").exists()
+
+
+def test_bad_jsonl_and_missing_files(tmp_path, capsys):
+    src = tmp_path / "set.jsonl"
+    src.write_text("[1, 2]\n[1, \"a\"]\n")
+    code, _, err = run_cli(capsys, "compile", src, "-o", tmp_path / "a", "--vocab-size", 8)
+    assert code == 2 and "line 2: '[1, \"a\"]' is not a JSON list of integer" in one_error_line(err)
+    src.write_text("[1, 2\n")
+    code, _, err = run_cli(capsys, "compile", src, "-o", tmp_path / "a", "--vocab-size", 8)
+    assert code == 2 and "line 1: not JSON" in one_error_line(err)
+    code, _, err = run_cli(capsys, "compile", tmp_path / "none.npy", "-o", tmp_path / "a",
+                           "--vocab-size", 8)
+    assert code == 2 and "no such file" in one_error_line(err)
+    for command in ("verify", "decode", "show-ir"):
+        code, _, err = run_cli(capsys, command, tmp_path / "none.static")
+        assert code == 2, command
+
+
+def test_show_ir_of_an_artifact_rejects_compile_options(npy_artifact, capsys):
+    code, _, err = run_cli(capsys, "show-ir", npy_artifact / "sids.static", "--pipeline", "verify")
+    assert code == 2 and "is an artifact, shown as compiled: --pipeline" in one_error_line(err)
+
+
+def test_decode_prints_valid_top_sequences(npy_artifact, capsys):
+    code, out, _ = run_cli(capsys, "decode", npy_artifact / "sids.static", "--beam-size", 5,
+                           "--top", 3)
+    assert code == 0
+    found = [json.loads(t) for t in re.findall(r"tokens (\[[^\]]*\])", out)]
+    assert len(found) == 6  # 3 per batch row
+    items = {tuple(r) for r in SIDS.tolist()}
+    assert all(tuple(seq) in items for seq in found)
+    scores = [float(s) for s in re.findall(r"score\s+(-?\d+\.\d+)", out)]
+    assert scores[:3] == sorted(scores[:3], reverse=True)
+    code, _, err = run_cli(capsys, "decode", npy_artifact / "sids.static", "--beam-size", 4)
+    assert code == 2 and "beam_size=4: this artifact exports beam sizes [3, 5]" in one_error_line(err)
+
+
+def test_membership_is_exact_for_fixed_and_ragged_sets():
+    tokens = np.array([[1, 2, 3, -1], [1, 2, 8, -1], [4, 8, -1, -1], [1, 2, 8, -1]])
+    lengths = np.array([3, 2, 1, 3])
+    inside = main_job.membership(RAGGED, tokens, lengths)
+    assert inside.tolist() == [True, True, True, False]  # the end token past a length is ignored
+    fixed = main_job.membership(SIDS, SIDS[:3], np.full(3, 4))
+    assert fixed.all()
+    other = SIDS[:1].copy()
+    other[0, -1] = (other[0, -1] + 1) % 16
+    if tuple(other[0]) not in {tuple(r) for r in SIDS.tolist()}:
+        assert not main_job.membership(SIDS, other, np.array([4])).any()
+
+
+def test_demo_main_job_end_to_end(capsys):
+    code, out, _ = run_cli(capsys, "demo", "--num-items", 3000, "--beam-size", 8,
+                           "--tokens-per-beam", 4)
+    assert code == 0, out
+    assert "dataset  synthetic-sids: 3000 uniform random Semantic IDs, L=8, V=2048" in out
+    assert re.search(r"compile  \d+ unique sequences in \d+\.\d+ s \(frontend", out)
+    assert "est_bytes" in out and "paper bound U_max" in out  # the per-layer table
+    assert re.search(r"imports \['static_compiler', 'static_compiler.serving'\]", out)
+    assert re.search(r"constrained step \(serving beam_step\): median \d+\.\d+ ms", out)
+    valid = re.search(r"check    (\d+)/16 beams valid; (\d+)/(\d+) valid beams are in the set: OK",
+                      out)
+    assert valid and int(valid[1]) >= 8 and valid[1] == valid[2] == valid[3], out
+
+
+def test_demo_rejects_bad_options(capsys):
+    code, _, err = run_cli(capsys, "demo", "--num-items", 0)
+    assert code == 2 and "--num-items 0: expected an int >= 1" in one_error_line(err)
+    with pytest.raises(SystemExit) as e:
+        main(["demo", "--dataset", "nope"])
+    assert e.value.code == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_progress_logs_long_work_only():
+    stream = io.StringIO()
+    with _progress("quick", stream, after=5.0):
+        pass
+    assert stream.getvalue().startswith("[quick] done in ")
+    stream = io.StringIO()
+    with _progress("slow", stream, after=0.05, every=0.05):
+        time.sleep(0.3)
+    lines = stream.getvalue().splitlines()
+    assert len([ln for ln in lines if ln.startswith("[slow] still running")]) >= 2
+    assert lines[-1].startswith("[slow] done in ")

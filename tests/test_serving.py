@@ -1,0 +1,444 @@
+"""Serving loader: imports nothing else of ours, decodes bit-identically to
+`sc.beam_search` (eagerly and under jit with a traced step), mask/advance
+match the in-process pair, a plain process with only jax and numpy can run the
+modules, and every damaged artifact or bad argument raises a typed error."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import oracle
+from static_compiler import artifact, beam_search, compile_constraints, serving
+from static_compiler.backend import decode
+from static_compiler.errors import StaticCompilerError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXED = oracle.random_set(np.random.default_rng(0), 60, 3, 10)
+RAGGED = [[1, 2, 3], [1, 2], [4, 5, 6, 2], [1, 2, 3, 7]]  # fewer sequences than beams
+KNOBS = [dict(), dict(nan=40, neginf=40, dup=30), dict(zero_row=60, posinf_row=60, huge_row=60)]
+
+
+@pytest.fixture(scope="module")
+def fixed(tmp_path_factory):
+    compiled = compile_constraints(FIXED, 10, export_beam_sizes=(4, 6), export_tokens_per_beam=3)
+    path = artifact.save(compiled, tmp_path_factory.mktemp("serving") / "fixed.static")
+    return compiled, path, serving.load(path)
+
+
+@pytest.fixture(scope="module")
+def ragged(tmp_path_factory):
+    compiled = compile_constraints(RAGGED, 9, end_token=8, export_beam_sizes=(5,))
+    path = artifact.save(compiled, tmp_path_factory.mktemp("serving") / "ragged.static")
+    return compiled, path, serving.load(path)
+
+
+def serve(art, model, seeds, beam_size, start_token=0):
+    """Beam search through the loaded artifact, step by step, with the hash
+    model's carry reordered by parent like `sc.beam_search` does."""
+    carry = model.init_carry(seeds, beam_size)
+    state = art.init_state(len(seeds), beam_size, start_token)
+    model_step = jax.jit(model.__call__)
+    for step in range(art.max_length):
+        logits, carry = model_step(state.last_tokens, step, carry)
+        state = art.beam_step(state, logits, step)
+        carry = {"h": jnp.take_along_axis(carry["h"], state.parent, axis=1),
+                 "knobs": carry["knobs"]}
+    return art.finalize(state)
+
+
+def assert_bit_identical(got, want):
+    for name, a, b in zip(("tokens", "scores", "valid", "lengths"), got, want):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), name
+
+
+# ----- decoding -----
+
+@pytest.mark.parametrize("knobs", KNOBS, ids=["plain", "nan-inf-dup", "row-knobs"])
+def test_beam_search_through_the_artifact_is_bit_identical(fixed, knobs):
+    compiled, _, art = fixed
+    model = oracle.HashModel(10, **knobs)
+    seeds = [3, 12345]
+    got = serve(art, model, seeds, 4, start_token=2)
+    want = beam_search(compiled, model, batch_size=2, beam_size=4, tokens_per_beam=3,
+                       start_token=2, carry=model.init_carry(seeds, 4))
+    assert_bit_identical(got, want)
+    expect = oracle.beam_search(oracle.ConstraintSet(FIXED, 10), model, seeds, 4, 3, 2)
+    assert np.array_equal(np.asarray(got.tokens), expect.tokens)
+    assert np.array_equal(np.asarray(got.valid), expect.valid)
+
+
+@pytest.mark.parametrize("knobs", KNOBS[:2], ids=["plain", "nan-inf-dup"])
+def test_ragged_beam_search_through_the_artifact_is_bit_identical(ragged, knobs):
+    compiled, _, art = ragged
+    model = oracle.HashModel(9, **knobs)
+    seeds = [5, 6]
+    got = serve(art, model, seeds, 5)
+    want = beam_search(compiled, model, batch_size=2, beam_size=5,
+                       carry=model.init_carry(seeds, 5))
+    assert_bit_identical(got, want)
+    assert not np.asarray(got.valid)[:, -1].any()  # 4 sequences, 5 beams
+    assert np.array_equal(np.asarray(got.valid), oracle.beam_search(
+        oracle.ConstraintSet(RAGGED, 9, 8), model, seeds, 5).valid)
+
+
+def test_beam_step_is_jittable_with_a_traced_step(fixed):
+    compiled, _, art = fixed
+    model = oracle.HashModel(10, dup=50)
+    seeds = [1, 2]
+
+    @jax.jit
+    def run(carry):
+        def body(step, loop):
+            state, carry = loop
+            logits, carry = model(state.last_tokens, step, carry)
+            state = art.beam_step(state, logits, step)
+            h = jnp.take_along_axis(carry["h"], state.parent, axis=1)
+            return serving.BeamState(*state), {"h": h, "knobs": carry["knobs"]}
+        state = art.init_state(2, 4, start_token=2)
+        state, _ = jax.lax.fori_loop(0, art.max_length, body, (state, carry))
+        return art.finalize(state)
+
+    got = run(model.init_carry(seeds, 4))
+    want = beam_search(compiled, model, batch_size=2, beam_size=4, tokens_per_beam=3,
+                       start_token=2, carry=model.init_carry(seeds, 4))
+    assert_bit_identical(got, want)
+
+
+def test_init_states_match_the_in_process_ones(fixed):
+    compiled, _, art = fixed
+    got = art.init_state(3, 4, start_token=7)
+    want = decode.init_beam_state(compiled.plan, 3, 4, start_token=7)
+    assert serving.BeamState._fields == decode.BeamState._fields
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    per_row = art.init_state(3, 4, start_token=[1, 2, 3])
+    assert np.array_equal(per_row.last_tokens, np.repeat([[1], [2], [3]], 4, axis=1))
+    for a, b in zip(art.init_processor_state(5), decode.init_processor_state(5)):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_mask_and_advance_match_the_oracle(ragged):
+    _, _, art = ragged
+    cset = oracle.ConstraintSet(RAGGED, 9, 8)
+    rng = np.random.default_rng(4)
+    B = 6
+    state, rows = art.init_processor_state(B), [oracle.ProcessorRow() for _ in range(B)]
+    seen_invalid = seen_finished = False
+    for step in range(art.max_length):
+        logits = rng.normal(size=(B, 9)).astype(np.float32)
+        logits[rng.random((B, 9)) < 0.1] = np.nan
+        masked = art.mask(logits, state, step)
+        assert masked.dtype == jnp.float32
+        assert np.array_equal(np.asarray(masked).view(np.uint32),
+                              oracle.mask(cset, logits, rows).view(np.uint32))
+        tokens = np.argmax(np.asarray(masked), axis=-1).astype(np.int32)
+        tokens[0] = rng.integers(0, 9)  # row 0 picks anything, often a disallowed token
+        state, rows = art.advance(state, tokens, step), oracle.advance(cset, rows, tokens)
+        assert np.asarray(state.valid).tolist() == [r.valid for r in rows]
+        assert np.asarray(state.finished).tolist() == [r.finished for r in rows]
+        seen_invalid |= not all(r.valid for r in rows)
+        seen_finished |= any(r.finished for r in rows)
+    assert seen_invalid and seen_finished
+
+
+# ----- processes with nothing else of ours -----
+
+def run_python(code: str, *args, isolated=False) -> str:
+    flags = ["-I"] if isolated else []
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.run([sys.executable, *flags, "-c", code, *map(str, args)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
+    _, path, art = fixed
+    out = run_python(textwrap.dedent("""
+        import sys, json
+        import numpy as np
+        from static_compiler import serving
+        art = serving.load(sys.argv[1])
+        state = art.init_state(2, 4)
+        logits = np.linspace(-1, 1, 2 * 4 * art.vocab_size, dtype=np.float32).reshape(2, 4, -1)
+        state = art.beam_step(state, logits, 0)
+        print(json.dumps({"modules": sorted(m for m in sys.modules if m.startswith("static_compiler")),
+                          "tokens": np.asarray(state.tokens).tolist()}))
+    """), path)
+    info = json.loads(out)
+    assert info["modules"] == ["static_compiler", "static_compiler.serving"]
+    logits = np.linspace(-1, 1, 2 * 4 * 10, dtype=np.float32).reshape(2, 4, -1)
+    assert info["tokens"] == np.asarray(art.beam_step(art.init_state(2, 4), logits, 0).tokens).tolist()
+
+
+PLAIN_PROCESS_SNIPPET = """
+import json, numpy as np, jax
+
+art = sys.argv[1]                                  # an artifact directory
+manifest = json.load(open(f"{art}/manifest.json"))
+
+def module(name):                                  # -> jax.export.Exported
+    with open(f"{art}/{manifest['modules'][name]['file']}", "rb") as f:
+        return jax.export.deserialize(bytearray(f.read()))
+
+tables = [jax.device_put(np.load(f"{art}/{t['file']}", mmap_mode="r"))
+          for t in manifest["tables"]]              # argument order of every module
+init, step = module("init_m4"), module("beam_step_m4")
+fields = [r["name"] for r in manifest["modules"]["beam_step_m4"]["results"]]
+
+state = init.call(np.zeros(2, np.int32))           # start token per batch row
+for t in range(manifest["max_length"]):
+    s = dict(zip(fields, state))
+    logits = model(s["state.last_tokens"], t)      # float32 (2, 4, V)
+    state = step.call(*tables, *state, logits, np.int32(t))
+s = dict(zip(fields, state))
+tokens, scores, valid = s["state.tokens"], s["state.scores"], s["state.valid"]
+"""
+
+
+def _demo_model(last_tokens, t):
+    V = 10
+    x = (np.asarray(last_tokens)[..., None] * 7 + np.arange(V) * 3 + t * 5) % 11
+    return (x.astype(np.float32) - 5.0) / 2.0
+
+
+def test_a_plain_process_runs_the_modules_with_jax_and_numpy_only(fixed):
+    _, path, art = fixed
+    model_src = ("import sys, numpy as np\n"
+                 "def model(last_tokens, t):\n"
+                 "    V = 10\n"
+                 "    x = (np.asarray(last_tokens)[..., None] * 7 + np.arange(V) * 3 + t * 5) % 11\n"
+                 "    return (x.astype(np.float32) - 5.0) / 2.0\n")
+    tail = ("print(json.dumps({'modules': sorted(m for m in sys.modules if 'static_compiler' in m),"
+            " 'tokens': np.asarray(tokens).tolist(), 'scores': np.asarray(scores).tolist(),"
+            " 'valid': np.asarray(valid).tolist()}))\n")
+    out = json.loads(run_python(model_src + PLAIN_PROCESS_SNIPPET + tail, path, isolated=True))
+    assert out["modules"] == []
+    state = art.init_state(2, 4)
+    for t in range(art.max_length):
+        state = art.beam_step(state, _demo_model(state.last_tokens, t), t)
+    assert out["tokens"] == np.asarray(state.tokens).tolist()
+    assert out["scores"] == np.asarray(state.scores).tolist()
+    assert out["valid"] == np.asarray(state.valid).tolist()
+    assert all(out["valid"][0])
+
+
+# ----- damaged artifacts -----
+
+@pytest.fixture
+def copy(fixed, tmp_path):
+    """A fresh copy of the fixed artifact to damage."""
+    dst = tmp_path / "copy.static"
+    shutil.copytree(fixed[1], dst)
+    return dst
+
+
+def edit_manifest(path, change, reseal=True):
+    m = json.loads((path / serving.MANIFEST_FILE).read_text())
+    change(m)
+    data = serving.seal_manifest(m) if reseal else serving.manifest_bytes(m)
+    (path / serving.MANIFEST_FILE).write_bytes(data)
+
+
+def flip_byte(file, offset=None):
+    data = bytearray(file.read_bytes())
+    offset = len(data) // 2 if offset is None else offset
+    data[offset] ^= 0x01
+    file.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_in_any_file_is_caught(fixed, tmp_path):
+    path = fixed[1]
+    files = sorted(p.relative_to(path).as_posix() for p in path.rglob("*")
+                   if p.is_file() and p.name != serving.MANIFEST_FILE)
+    assert len(files) >= 8
+    for i, rel in enumerate(files):
+        dst = tmp_path / f"flip{i}"
+        shutil.copytree(path, dst)
+        flip_byte(dst / rel)
+        with pytest.raises(serving.ArtifactChecksumError, match=rf"{rel}.*sha256") as e:
+            serving.load(dst)
+        assert "expected" in str(e.value)
+
+
+def test_a_flipped_byte_in_the_manifest_is_caught(fixed, tmp_path):
+    path = fixed[1]
+    size = (path / serving.MANIFEST_FILE).stat().st_size
+    offsets = np.random.default_rng(0).choice(size, size=25, replace=False)
+    for offset in offsets:
+        dst = tmp_path / f"m{offset}"
+        shutil.copytree(path, dst)
+        flip_byte(dst / serving.MANIFEST_FILE, int(offset))
+        with pytest.raises((serving.ArtifactFormatError, serving.ArtifactChecksumError,
+                            serving.ArtifactVersionError)):
+            serving.load(dst)
+
+
+def test_missing_and_extra_files(copy):
+    (copy / "tables" / "layer0.next.npy").rename(copy / "stray.npy")
+    with pytest.raises(serving.ArtifactFormatError, match=r"missing file.*tables/layer0.next.npy"):
+        serving.load(copy)
+    (copy / "stray.npy").rename(copy / "tables" / "layer0.next.npy")
+    (copy / "modules" / "notes.txt").write_text("hello")
+    with pytest.raises(serving.ArtifactFormatError, match=r"extra file.*modules/notes.txt"):
+        serving.load(copy)
+    (copy / "modules" / "notes.txt").unlink()
+    (copy / serving.MANIFEST_FILE).unlink()
+    with pytest.raises(serving.ArtifactFormatError, match="missing file 'manifest.json'"):
+        serving.load(copy)
+
+
+def test_not_an_artifact_directory(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(serving.ArtifactFormatError, match="expected a directory.*found a file"):
+        serving.load(tmp_path / "file")
+    with pytest.raises(serving.ArtifactFormatError, match="found nothing"):
+        serving.load(tmp_path / "absent")
+
+
+def test_truncated_module(copy):
+    module = copy / "modules" / "beam_step_m4.jaxexport"
+    data = module.read_bytes()
+    module.write_bytes(data[:len(data) // 3])
+    with pytest.raises(serving.ArtifactChecksumError,
+                       match=rf"beam_step_m4.jaxexport' is truncated: {len(data) // 3} bytes, "
+                             rf"expected {len(data)}"):
+        serving.load(copy)
+
+    def fix(m):  # a manifest that agrees with the truncated file
+        m["files"]["modules/beam_step_m4.jaxexport"] = {
+            "size": len(data) // 3, "sha256": serving.sha256_file(module)}
+    edit_manifest(copy, fix)
+    with pytest.raises(serving.ArtifactFormatError, match="cannot be deserialized"):
+        serving.load(copy)
+
+
+@pytest.mark.parametrize("version", [0, serving.MAX_FORMAT_VERSION + 1, 99])
+def test_format_version_outside_the_supported_range(copy, version):
+    edit_manifest(copy, lambda m: m.update(format_version=version))
+    with pytest.raises(serving.ArtifactVersionError,
+                       match=rf"format version {version} is outside .*\[{serving.MIN_FORMAT_VERSION}"
+                             rf", {serving.MAX_FORMAT_VERSION}\]"):
+        serving.load(copy)
+
+
+def test_a_calling_convention_this_jax_cannot_run(copy):
+    hi = jax.export.maximum_supported_calling_convention_version
+    for version in (hi + 1, jax.export.minimum_supported_calling_convention_version - 1):
+        edit_manifest(copy, lambda m: m.update(calling_convention_version=version))
+        with pytest.raises(serving.ArtifactVersionError,
+                           match=rf"calling-convention version {version} cannot run on jax "
+                                 rf".*supports \[\d+, {hi}\]"):
+            serving.load(copy)
+
+
+def test_manifest_not_json_or_not_ours(copy):
+    (copy / serving.MANIFEST_FILE).write_text("{not json")
+    with pytest.raises(serving.ArtifactFormatError, match="not valid UTF-8 JSON"):
+        serving.load(copy)
+    (copy / serving.MANIFEST_FILE).write_text("[1, 2]")
+    with pytest.raises(serving.ArtifactFormatError, match="holds a list, expected a JSON object"):
+        serving.load(copy)
+    (copy / serving.MANIFEST_FILE).write_text('{"format": "something-else"}')
+    with pytest.raises(serving.ArtifactFormatError, match="format is 'something-else'"):
+        serving.load(copy)
+
+
+def test_an_edited_manifest_without_a_new_seal(copy):
+    edit_manifest(copy, lambda m: m.update(num_sequences=1), reseal=False)
+    with pytest.raises(serving.ArtifactChecksumError, match="manifest is corrupted"):
+        serving.load(copy)
+
+
+def test_module_that_disagrees_with_its_calling_convention(copy):
+    def swap(m):
+        m["modules"]["mask"]["args"][-1]["dtype"] = "float32"
+    edit_manifest(copy, swap)
+    with pytest.raises(serving.ArtifactFormatError, match="mask.jaxexport' takes"):
+        serving.load(copy)
+
+
+def test_table_that_disagrees_with_the_manifest(copy):
+    entry_file = "tables/layer0.next.npy"
+    arr = np.load(copy / entry_file)
+    np.save(copy / entry_file, arr.astype(np.int64))
+
+    def fix(m):
+        m["files"][entry_file] = {"size": (copy / entry_file).stat().st_size,
+                                  "sha256": serving.sha256_file(copy / entry_file)}
+    edit_manifest(copy, fix)
+    with pytest.raises(serving.ArtifactFormatError, match=r"layer0.next.npy' holds int64"):
+        serving.load(copy)
+
+
+def test_artifact_errors_are_static_compiler_errors(copy):
+    (copy / serving.MANIFEST_FILE).write_text("nope")
+    with pytest.raises(StaticCompilerError):
+        serving.load(copy)
+
+
+# ----- bad arguments -----
+
+def test_bad_logits_are_rejected_before_xla(fixed):
+    _, _, art = fixed
+    state = art.init_state(2, 4)
+    with pytest.raises(serving.DecodeInputError, match=r"logits have shape \(2, 4, 9\), expected "
+                                                       r"\(2, 4, 10\)"):
+        art.beam_step(state, np.zeros((2, 4, 9), np.float32), 0)
+    with pytest.raises(serving.DecodeInputError, match=r"shape \(2, 10\), expected \(2, 4, 10\)"):
+        art.beam_step(state, np.zeros((2, 10), np.float32), 0)
+    with pytest.raises(serving.DecodeInputError, match="dtype int32, expected a float dtype"):
+        art.beam_step(state, np.zeros((2, 4, 10), np.int32), 0)
+    with pytest.raises(serving.DecodeInputError, match="logits have shape"):
+        jax.jit(lambda lg: art.beam_step(state, lg, 0))(jnp.zeros((3, 4, 10)))
+    bf16 = art.beam_step(state, jnp.ones((2, 4, 10), jnp.bfloat16), 0)  # floats are upcast
+    f32 = art.beam_step(state, jnp.ones((2, 4, 10), jnp.float32), 0)
+    assert np.array_equal(bf16.tokens, f32.tokens)
+
+
+def test_bad_step_state_and_sizes(fixed):
+    _, _, art = fixed
+    state = art.init_state(2, 4)
+    logits = np.zeros((2, 4, 10), np.float32)
+    for step in (-1, art.max_length, True):
+        with pytest.raises(serving.DecodeInputError, match="step"):
+            art.beam_step(state, logits, step)
+    with pytest.raises(serving.DecodeInputError, match=r"step is float32\[\]"):
+        art.beam_step(state, logits, np.float32(1))
+    with pytest.raises(serving.DecodeInputError, match=r"beam_size=5: this artifact exports beam "
+                                                       r"sizes \[4, 6\]"):
+        art.init_state(2, 5)
+    with pytest.raises(serving.DecodeInputError, match="state is a list"):
+        art.beam_step(list(state), logits, 0)
+    bad = state._replace(scores=state.scores.astype(jnp.int32))
+    with pytest.raises(serving.DecodeInputError, match=r"'state.scores' is int32\[2, 4\], expected "
+                                                       r"float32\[2, 4\]"):
+        art.beam_step(bad, logits, 0)
+    for kwargs in (dict(batch_size=0, beam_size=4), dict(batch_size=2, beam_size=4,
+                                                         start_token=[1, 2, 3]),
+                   dict(batch_size=2, beam_size=4, start_token=1.5)):
+        with pytest.raises(serving.DecodeInputError):
+            art.init_state(**kwargs)
+
+
+def test_bad_mask_and_advance_arguments(fixed):
+    _, _, art = fixed
+    st = art.init_processor_state(3)
+    with pytest.raises(serving.DecodeInputError, match=r"mask: logits have shape \(3, 4, 10\), "
+                                                       r"expected \(3, 10\)"):
+        art.mask(np.zeros((3, 4, 10), np.float32), st, 0)
+    with pytest.raises(serving.DecodeInputError, match="tokens have dtype float32"):
+        art.advance(st, np.zeros(3, np.float32), 0)
+    with pytest.raises(serving.DecodeInputError, match=r"'tokens' is int32\[2\], expected "
+                                                       r"int32\[3\]"):
+        art.advance(st, np.zeros(2, np.int32), 0)
