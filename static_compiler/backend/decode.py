@@ -217,29 +217,58 @@ def _apply_choice(plan: Plan, state: BeamState, cand: _Candidates, parent, col, 
     )
 
 
-def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
-              tokens_per_beam: Optional[int] = None) -> BeamState:
-    """One beam-search step at static `step` (0 <= step < plan.max_length).
+def select_beams(scores, beam_size: int, tokens_per_beam: Optional[int] = None):
+    """The best `beam_size` candidates of each batch row.
 
-    logits: float (B, M, V) for the beams of `state` (fed `state.last_tokens`)."""
-    B, M = state.node.shape
-    check_logits(plan, logits, (B, M), f"beam_step(step={step})")
-    if not 0 <= step < plan.max_length:
-        raise DecodeInputError(f"beam_step: step={step} is outside [0, {plan.max_length})")
-    logprobs = safe_log_softmax(logits)
-    cand = _candidates(plan, tables, state.node, state.valid, state.finished, logprobs, step)
-    scores = jnp.where(cand.valid, add_logprob(state.scores[..., None], cand.logprob),
-                       SENTINEL_SCORE)
-    K = scores.shape[-1]
+    scores: float32 (B, M', K), invalid candidates at SENTINEL_SCORE. Each
+    beam is first pruned to its best `tokens_per_beam` candidates (if set and
+    < K); ties go to the lower parent beam, then the lower slot.
+
+    Returns (top float32 (B, beam_size) descending, parent int32 (B,
+    beam_size) in [0, M'), col int32 (B, beam_size) in [0, K), real bool (B,
+    beam_size)): real is False for places beyond the M' * K candidates (when
+    M' * K < beam_size); those have parent 0, col 0 and SENTINEL_SCORE."""
+    B, M, K = scores.shape
     slot = jnp.broadcast_to(lax.iota(jnp.int32, K), scores.shape)
     if tokens_per_beam is not None and tokens_per_beam < K:
         # lax.top_k keeps lower indices first among equal scores: lower token id.
         scores, slot = lax.top_k(scores, tokens_per_beam)
         K = tokens_per_beam
-    top, flat = lax.top_k(scores.reshape(B, M * K), M)
-    parent = flat // K
-    col = jnp.take_along_axis(slot.reshape(B, M * K), flat, axis=-1)
-    valid = jnp.take_along_axis(_take_beams(cand.valid, parent), col[..., None], axis=-1)[..., 0]
+    flat_scores, flat_slot = scores.reshape(B, M * K), slot.reshape(B, M * K)
+    if M * K < beam_size:
+        pad = ((0, 0), (0, beam_size - M * K))
+        flat_scores = jnp.pad(flat_scores, pad, constant_values=SENTINEL_SCORE)
+        flat_slot = jnp.pad(flat_slot, pad)
+    top, flat = lax.top_k(flat_scores, beam_size)
+    real = flat < M * K
+    parent = jnp.where(real, flat // K, 0)
+    col = jnp.take_along_axis(flat_slot, flat, axis=-1)
+    return top, parent, col, real
+
+
+def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
+              tokens_per_beam: Optional[int] = None,
+              live_beams: Optional[int] = None) -> BeamState:
+    """One beam-search step at static `step` (0 <= step < plan.max_length).
+
+    logits: float (B, M, V) for the beams of `state` (fed `state.last_tokens`).
+    live_beams: static promise that only beams [0, live_beams) of `state`
+    can be valid (1 at step 0 of a search); the others are not expanded, which
+    saves their log_softmax, candidates and top-k."""
+    B, M = state.node.shape
+    check_logits(plan, logits, (B, M), f"beam_step(step={step})")
+    if not 0 <= step < plan.max_length:
+        raise DecodeInputError(f"beam_step: step={step} is outside [0, {plan.max_length})")
+    if live_beams is not None and live_beams < M:
+        state = jax.tree_util.tree_map(lambda x: x[:, :live_beams], state)
+        logits = logits[:, :live_beams]
+    logprobs = safe_log_softmax(logits)
+    cand = _candidates(plan, tables, state.node, state.valid, state.finished, logprobs, step)
+    scores = jnp.where(cand.valid, add_logprob(state.scores[..., None], cand.logprob),
+                       SENTINEL_SCORE)
+    top, parent, col, real = select_beams(scores, M, tokens_per_beam)
+    valid = real & jnp.take_along_axis(_take_beams(cand.valid, parent), col[..., None],
+                                       axis=-1)[..., 0]
     return _apply_choice(plan, state, cand, parent, col, top, valid, step)
 
 
@@ -306,7 +335,8 @@ def _beam_search(plan, tables, carry, *, logits_fn, batch_size, beam_size, token
     state = init_beam_state(plan, batch_size, beam_size, start_token)
     for step in range(plan.max_length):
         logits, carry = logits_fn(state.last_tokens, step, carry)
-        state = beam_step(plan, tables, state, logits, step, tokens_per_beam)
+        state = beam_step(plan, tables, state, logits, step, tokens_per_beam,
+                          live_beams=1 if step == 0 else None)  # only beam 0 starts valid
         carry = _reorder_carry(carry, state.parent, batch_size, beam_size)
     return finalize(state, length_penalty)
 
