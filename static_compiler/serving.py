@@ -298,13 +298,22 @@ def read_manifest(path, *, verify_checksums: bool = True) -> dict:
     return manifest
 
 
+def _listed_file(entry: dict, where: str, manifest: dict, path) -> str:
+    """entry["file"], which must be one of the manifest's checked files."""
+    rel = _require(entry, "file", str, where, path)
+    if rel not in manifest.get("files", {}):
+        raise _format_error(path, f"{where} names file {rel!r}, which is not among the "
+                                  f"manifest's files {sorted(manifest.get('files', {}))}")
+    return rel
+
+
 def load_tables(path, manifest: dict, mmap_mode: Optional[str] = "r") -> list:
     """The tables as numpy arrays (memory-mapped by default), in argument
     order, each checked against the manifest's shape and dtype."""
     path = pathlib.Path(path)
     out = []
     for i, entry in enumerate(_require(manifest, "tables", list, MANIFEST_FILE, path)):
-        rel = _require(entry, "file", str, f"tables[{i}]", path)
+        rel = _listed_file(entry, f"tables[{i}]", manifest, path)
         try:
             arr = np.load(path / rel, mmap_mode=mmap_mode, allow_pickle=False)
         except (ValueError, OSError) as e:
@@ -338,11 +347,10 @@ class _Module:
     """One deserialized module with its calling convention; calls are checked
     against the convention before reaching XLA."""
 
-    def __init__(self, name: str, exported, convention: dict, num_tables: int):
+    def __init__(self, name: str, exported, convention: dict):
         self.name = name
         self.exported = exported
         self.convention = convention
-        self.num_tables = num_tables
         self._call = jax.jit(exported.call)
 
     def __call__(self, tables, *args):
@@ -356,7 +364,8 @@ class _Module:
             want = spec["shape"]
             if len(shape) == len(want) and batch is None and BATCH_DIM in want:
                 batch = shape[want.index(BATCH_DIM)]
-            expect = tuple(batch if d == BATCH_DIM else d for d in want)
+            expect = tuple((BATCH_DIM if batch is None else batch) if d == BATCH_DIM else d
+                           for d in want)
             if shape != expect or dtype != spec["dtype"]:
                 raise DecodeInputError(
                     f"{self.name}: argument {spec['name']!r} is {dtype}{list(shape)}, expected "
@@ -526,17 +535,16 @@ def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
     path = pathlib.Path(path)
     manifest = read_manifest(path, verify_checksums=verify_checksums)
     for key, types in (("vocab_size", int), ("max_length", int), ("num_sequences", int),
-                       ("modules", dict), ("platforms", list)):
+                       ("end_token", (int, type(None))), ("modules", dict), ("platforms", list)):
         _require(manifest, key, types, MANIFEST_FILE, path)
     platform = _current_platform()
     if platform not in manifest["platforms"]:
         raise _format_error(path, f"modules were lowered for {manifest['platforms']}, this "
                                   f"process runs on {platform!r}")
     tables = load_tables(path, manifest)
-    num_tables = len(tables)
     modules = {}
     for name, conv in sorted(manifest["modules"].items()):
-        rel = _require(conv, "file", str, f"modules[{name!r}]", path)
+        rel = _listed_file(conv, f"modules[{name!r}]", manifest, path)
         try:
             exported = jax_export.deserialize(bytearray((path / rel).read_bytes()))
         except Exception as e:  # jax raises several types for a damaged flatbuffer
@@ -549,13 +557,21 @@ def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
                 f"{exported.calling_convention_version}, the manifest says "
                 f"{manifest['calling_convention_version']}")
         found = [dict(zip(("shape", "dtype"), _aval_spec(a))) for a in exported.in_avals]
-        want = [{"shape": a.get("shape"), "dtype": a.get("dtype")}
+        want = [{"shape": a.get("shape"), "dtype": a.get("dtype")} if isinstance(a, dict) else a
                 for a in _require(conv, "args", list, f"modules[{name!r}]", path)]
         if found != want:
             raise _format_error(path, f"module {rel!r} takes {found}, the manifest's calling "
                                       f"convention says {want}")
-        modules[name] = _Module(name, exported, conv, num_tables)
-    missing = [m for m in ("mask", "advance") if m not in modules]
+        kind = _require(conv, "kind", str, f"modules[{name!r}]", path)
+        if kind in ("init", "beam_step"):
+            beams = _require(conv, "beam_size", int, f"modules[{name!r}]", path)
+            if name != f"{kind}_m{beams}":
+                raise _format_error(path, f"module {name!r} records kind {kind!r} and beam size "
+                                          f"{beams}, expected the name {kind}_m{beams}")
+        modules[name] = _Module(name, exported, conv)
+    expected = {"mask", "advance"} | {f"init_m{m.convention['beam_size']}" for m in
+                                      modules.values() if m.convention["kind"] == "beam_step"}
+    missing = sorted(expected - set(modules))
     if missing:
         raise _format_error(path, f"manifest lists no module(s) {missing}")
     device = device if device is not None else jax.devices()[0]

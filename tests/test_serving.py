@@ -442,3 +442,19 @@ def test_bad_mask_and_advance_arguments(fixed):
     with pytest.raises(serving.DecodeInputError, match=r"'tokens' is int32\[2\], expected "
                                                        r"int32\[3\]"):
         art.advance(st, np.zeros(2, np.int32), 0)
+
+
+def test_manifest_entries_that_name_unlisted_files_or_wrong_kinds(copy):
+    edit_manifest(copy, lambda m: m["modules"]["mask"].update(file="../outside.jaxexport"))
+    with pytest.raises(serving.ArtifactFormatError, match=r"modules\['mask'\] names file "
+                                                          r"'../outside.jaxexport'"):
+        serving.load(copy)
+    edit_manifest(copy, lambda m: (m["modules"]["mask"].update(file="modules/mask.jaxexport"),
+                                   m["modules"]["init_m4"].update(beam_size=6)))
+    with pytest.raises(serving.ArtifactFormatError, match=r"'init_m4' records kind 'init' and "
+                                                          r"beam size 6"):
+        serving.load(copy)
+    edit_manifest(copy, lambda m: (m["modules"]["init_m4"].update(beam_size=4),
+                                   m["modules"].pop("init_m6")))
+    with pytest.raises(serving.ArtifactFormatError, match=r"no module\(s\) \['init_m6'\]"):
+        serving.load(copy)
