@@ -442,6 +442,24 @@ def advance(cset: ConstraintSet, rows: list, tokens) -> list:
 # Sets
 
 
+LAYOUTS = ("dense_rows", "csr", "near_unary", "unary", "default")
+"""Layout kinds a test compiles for ("default": the default pipeline)."""
+
+
+def pipeline_for(layout: str) -> Optional[str]:
+    """Pipeline spec pinning every layer it can to `layout` (None: the default pipeline)."""
+    if layout == "default":
+        return None
+    return f"verify,choose-layout{{force={layout}}},pad-branches{{multiple=8}},pack-dtypes"
+
+
+def compile_set(items, vocab_size: int, layout: str = "default", end_token=None):
+    """`sc.compile_constraints` of `items` under `pipeline_for(layout)`."""
+    import static_compiler as sc
+    return sc.compile_constraints(list(items), vocab_size, end_token=end_token,
+                                  pipeline=pipeline_for(layout))
+
+
 def random_set(rng: np.random.Generator, num_items: int, length: int, vocab_size: int,
                skew: float = 0.0) -> list:
     """`num_items` random sequences (duplicates possible) of `length` tokens;
@@ -469,6 +487,44 @@ def random_ragged_set(rng: np.random.Generator, num_items: int, max_length: int,
     return out
 
 
+def random_then_unary(rng: np.random.Generator, num_pairs: int, vocab_size: int) -> list:
+    """Random token pairs, each followed by one token: layer 2 is unary."""
+    return [(a, b, (3 * a + b) % vocab_size)
+            for a, b in random_set(rng, num_pairs, 2, vocab_size)]
+
+
+def ragged_then_unary(rng: np.random.Generator, num_items: int, vocab_size: int,
+                      end_token: int) -> list:
+    """Ragged items of 1..2 tokens; every 2-token item also continues with
+    one more token, so layer 2 is unary and its states accept."""
+    tokens = [t for t in range(vocab_size) if t != end_token]
+    out = []
+    for s in random_ragged_set(rng, num_items, 2, vocab_size, end_token):
+        out.append(s)
+        if len(s) == 2:
+            out.append(s + (tokens[(3 * s[0] + s[1]) % len(tokens)],))
+    return out
+
+
 def full_product(vocab_size: int, length: int) -> list:
     """Every sequence of `length` tokens: V ** length items."""
     return list(itertools.product(range(vocab_size), repeat=length))
+
+
+def relabel(ir, rng: np.random.Generator) -> list:
+    """A new set with the trie shape of `ir` (an unminimized frontend
+    automaton: same branch of every state, same accepting states) and random
+    tokens: compiled, it gets the same plan and table shapes, so a jitted
+    decoder compiled for `ir`'s shapes serves it without recompiling.
+    Tokens avoid the end token; returns the sequences as tuples."""
+    from static_compiler.ir import Automaton
+    V, end = ir.vocab_size, ir.end_token
+    pool = np.array([t for t in range(V) if t != end])
+    layers = []
+    for layer in ir.layers:
+        tokens = np.concatenate([np.sort(rng.choice(pool, size=int(b), replace=False))
+                                 for b in layer.branch()] or [np.zeros(0, int)])
+        layers.append(layer.replace(tokens=tokens.astype(layer.tokens.dtype), layout=None))
+    shaped = Automaton(vocab_size=V, layers=tuple(layers), num_final_states=ir.num_final_states,
+                       num_sequences=ir.num_sequences, end_token=end)
+    return list(shaped.sequences())

@@ -32,6 +32,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from static_compiler.backend.kernels import accepts, expand
@@ -319,6 +320,17 @@ def _check_positive(name: str, value, allow_none: bool = False):
         raise DecodeInputError(f"{name}={value!r}: expected an int >= 1")
 
 
+def _check_int(name: str, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise DecodeInputError(f"{name}={value!r}: expected an int")
+
+
+def _check_finite(name: str, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value):
+        raise DecodeInputError(f"{name}={value!r}: expected a finite float")
+
+
 def _reorder_carry(carry, parent, B: int, M: int):
     """Reorders every carry leaf whose leading dims are (B, M) by `parent`."""
     def one(x):
@@ -356,6 +368,8 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
     _check_positive("batch_size", batch_size)
     _check_positive("beam_size", beam_size)
     _check_positive("tokens_per_beam", tokens_per_beam, allow_none=True)
+    _check_int("start_token", start_token)
+    _check_finite("length_penalty", length_penalty)
     if not callable(logits_fn):
         raise DecodeInputError(f"logits_fn={logits_fn!r}: expected a callable")
     return _beam_search(plan, tables, carry, logits_fn=logits_fn, batch_size=batch_size,
@@ -372,7 +386,10 @@ def _sample(plan, tables, key, carry, *, logits_fn, batch_size, temperature, top
         check_logits(plan, logits, (batch_size, 1), f"sample(step={step})")
         logprobs = safe_log_softmax(logits)
         cand = _candidates(plan, tables, state.node, state.valid, state.finished, logprobs, step)
-        weights = jnp.where(cand.valid, cand.logprob / temperature, -jnp.inf)
+        # Shifted by the best valid log-prob first, so the best weight is 0 and
+        # a tiny temperature cannot overflow every weight to -inf.
+        best = jnp.max(jnp.where(cand.valid, cand.logprob, -jnp.inf), axis=-1, keepdims=True)
+        weights = jnp.where(cand.valid, (cand.logprob - best) / temperature, -jnp.inf)
         if top_k is not None and top_k < weights.shape[-1]:
             kth = lax.top_k(weights, top_k)[0][..., -1:]
             weights = jnp.where(weights >= kth, weights, -jnp.inf)
@@ -400,8 +417,15 @@ def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
     Results have a beam axis of size 1."""
     _check_positive("batch_size", batch_size)
     _check_positive("top_k", top_k, allow_none=True)
-    if not (isinstance(temperature, (int, float)) and temperature > 0 and temperature == temperature):
-        raise DecodeInputError(f"temperature={temperature!r}: expected a float > 0")
+    _check_int("start_token", start_token)
+    _check_finite("temperature", temperature)
+    if not temperature > 0:
+        raise DecodeInputError(f"temperature={temperature!r}: expected a finite float > 0")
+    if temperature < np.finfo(np.float32).tiny:  # XLA flushes float32 subnormals to 0
+        raise DecodeInputError(f"temperature={temperature!r}: expected at least "
+                               f"{np.finfo(np.float32).tiny} (the smallest normal float32)")
+    if not callable(logits_fn):
+        raise DecodeInputError(f"logits_fn={logits_fn!r}: expected a callable")
     return _sample(plan, tables, key, carry, logits_fn=logits_fn, batch_size=batch_size,
                    temperature=float(temperature), top_k=top_k, start_token=int(start_token))
 

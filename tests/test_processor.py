@@ -1,0 +1,162 @@
+"""The logits-processor pair (`compiled.mask` / `compiled.advance`) against the oracle.
+
+Rows walk random paths through the set, mostly along allowed tokens, now and
+then taking a disallowed one (the row becomes invalid) and, with an end
+token, ending early; at every step the masked logits must equal the oracle's
+bit for bit (allowed logits kept, NaN and disallowed at SENTINEL_SCORE) and
+the rows' valid / finished flags must match. Every layout kind, fixed-length
+and variable-length sets, eager, under jax.jit, and with a traced step.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import oracle
+import static_compiler as sc
+from static_compiler.backend import decode
+from static_compiler.errors import DecodeInputError
+
+BATCH = 16
+
+
+@functools.lru_cache(maxsize=None)
+def make_set(kind: str):
+    rng = np.random.default_rng({"fixed": 1, "ragged": 2}[kind])
+    if kind == "fixed":
+        return oracle.random_then_unary(rng, 30, 8), None
+    return oracle.ragged_then_unary(rng, 14, 8, end_token=0), 0
+
+
+def random_logits(rng, shape) -> np.ndarray:
+    """float32 logits with NaN, -inf and +inf sprinkled in."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    special = rng.random(shape)
+    x[special < 0.05] = np.nan
+    x[(special >= 0.05) & (special < 0.1)] = -np.inf
+    x[(special >= 0.1) & (special < 0.13)] = np.inf
+    return x
+
+
+def choose_tokens(rng, cset: oracle.ConstraintSet, rows: list) -> np.ndarray:
+    """Per row: an allowed token (9 times in 10), else any token."""
+    out = []
+    for row in rows:
+        allowed = (cset.end_token,) if row.finished else cset.allowed(row.prefix)
+        if allowed and row.valid and rng.random() < 0.9:
+            out.append(int(rng.choice(allowed)))
+        else:
+            out.append(int(rng.integers(cset.vocab_size)))
+    return np.asarray(out, np.int32)
+
+
+def walk_and_check(compiled, cset: oracle.ConstraintSet, rng, mask_fn, advance_fn, init_fn):
+    """Random paths for BATCH rows through every step; mask and flags vs the oracle."""
+    state = init_fn(BATCH)
+    rows = [oracle.ProcessorRow() for _ in range(BATCH)]
+    for step in range(compiled.max_length):
+        logits = random_logits(rng, (BATCH, cset.vocab_size))
+        got = np.asarray(mask_fn(logits, state, step))
+        assert got.dtype == np.float32 and got.shape == (BATCH, cset.vocab_size)
+        np.testing.assert_array_equal(got, oracle.mask(cset, logits, rows),
+                                      err_msg=f"mask at step {step}")
+        tokens = choose_tokens(rng, cset, rows)
+        state = advance_fn(state, tokens, step)
+        rows = oracle.advance(cset, rows, tokens)
+        np.testing.assert_array_equal(np.asarray(state.valid), [r.valid for r in rows],
+                                      err_msg=f"valid after step {step}")
+        np.testing.assert_array_equal(np.asarray(state.finished), [r.finished for r in rows],
+                                      err_msg=f"finished after step {step}")
+    return rows
+
+
+@pytest.mark.parametrize("layout", oracle.LAYOUTS)
+@pytest.mark.parametrize("kind", ["fixed", "ragged"])
+def test_mask_and_advance_match_oracle(kind, layout):
+    items, end_token = make_set(kind)
+    compiled = oracle.compile_set(items, 8, layout, end_token)
+    cset = oracle.ConstraintSet(items, 8, end_token)
+    rng = np.random.default_rng([oracle.LAYOUTS.index(layout), kind == "ragged"])
+    finished_valid = 0
+    for _ in range(6):
+        rows = walk_and_check(compiled, cset, rng, compiled.mask, compiled.advance,
+                              compiled.init_state)
+        for row in rows:  # a row still valid at the end holds a member of the set
+            if row.valid:
+                assert row.prefix in cset.items
+                finished_valid += 1
+    assert finished_valid > 0
+
+
+def test_mask_and_advance_under_jit_and_with_a_traced_step():
+    items, end_token = make_set("ragged")
+    compiled = oracle.compile_set(items, 8, "csr", end_token)
+    cset = oracle.ConstraintSet(items, 8, end_token)
+    plan = compiled.plan
+    rng = np.random.default_rng(5)
+    jit_mask = jax.jit(compiled.mask, static_argnums=2)
+    jit_advance = jax.jit(compiled.advance, static_argnums=2)
+    walk_and_check(compiled, cset, rng, jit_mask, jit_advance, compiled.init_state)
+    switch_mask = jax.jit(functools.partial(decode.mask_switch, plan))
+    switch_advance = jax.jit(functools.partial(decode.advance_switch, plan))
+    tables = compiled.device_tables
+    for _ in range(3):
+        walk_and_check(compiled, cset, rng,
+                       lambda x, s, t: switch_mask(tables, x, s, jnp.int32(t)),
+                       lambda s, tok, t: switch_advance(tables, s, tok, jnp.int32(t)),
+                       compiled.init_state)
+
+
+def test_fixed_length_rows_end_valid_and_unfinished():
+    """Without an end token a row that followed the set is valid after the
+    last step and never 'finished'."""
+    items = [(0, 1), (1, 0), (1, 2)]
+    compiled = oracle.compile_set(items, 3)
+    state = compiled.init_state(3)
+    for step, tokens in enumerate(([1, 1, 0], [0, 1, 1])):
+        state = compiled.advance(state, np.asarray(tokens, np.int32), step)
+    assert np.asarray(state.valid).tolist() == [True, False, True]
+    assert not np.asarray(state.finished).any()
+
+
+@pytest.fixture(scope="module")
+def small():
+    return oracle.compile_set([(1,), (1, 2)], 3, end_token=0)
+
+
+@pytest.mark.parametrize("step", [-1, 3, 1.0, True, "0"])
+def test_step_out_of_range_is_rejected(small, step):
+    state = small.init_state(2)
+    with pytest.raises(DecodeInputError, match=r"step=.* must be a Python int in \[0, 3\)"):
+        small.mask(np.zeros((2, 3), np.float32), state, step)
+    with pytest.raises(DecodeInputError, match=r"step=.* must be a Python int in \[0, 3\)"):
+        small.advance(state, np.zeros(2, np.int32), step)
+
+
+@pytest.mark.parametrize("logits, match", [
+    (np.zeros((2, 4), np.float32), r"logits have shape \(2, 4\), expected \(2, 3\)"),
+    (np.zeros((3, 3), np.float32), r"logits have shape \(3, 3\), expected \(2, 3\)"),
+    (np.zeros((2, 1, 3), np.float32), r"logits have shape \(2, 1, 3\), expected \(2, 3\)"),
+    (np.zeros((2, 3), np.int32), r"logits have dtype int32, expected a float"),
+])
+def test_bad_mask_logits_are_rejected(small, logits, match):
+    with pytest.raises(DecodeInputError, match=match):
+        small.mask(logits, small.init_state(2), 0)
+
+
+@pytest.mark.parametrize("tokens", [np.zeros(3, np.int32), np.zeros((2, 1), np.int32),
+                                    np.zeros(2, np.float32), np.int32(1)])
+def test_bad_advance_tokens_are_rejected(small, tokens):
+    with pytest.raises(DecodeInputError, match=r"tokens have shape .* expected int of shape \(2,\)"):
+        small.advance(small.init_state(2), tokens, 0)
+
+
+@pytest.mark.parametrize("batch", [0, -1, 2.0, True])
+def test_bad_processor_batch_is_rejected(small, batch):
+    with pytest.raises(DecodeInputError, match=r"batch_size=.*: expected an int >= 1"):
+        small.init_state(batch)
