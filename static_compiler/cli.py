@@ -302,9 +302,11 @@ def _run_compile(args: argparse.Namespace) -> int:
     constraints = read_constraints(args.input)
     vocab_size = args.vocab_size
     if isinstance(constraints, Automaton):
-        if vocab_size is not None and vocab_size != constraints.vocab_size:
-            raise CliInputError(f"input {args.input!r}: --vocab-size {vocab_size} differs from "
-                                f"the dump's vocab_size {constraints.vocab_size}")
+        for flag, value, own in (("--vocab-size", vocab_size, constraints.vocab_size),
+                                 ("--end-token", args.end_token, constraints.end_token)):
+            if value is not None and value != own:
+                raise CliInputError(f"input {args.input!r}: {flag} {value} differs from the "
+                                    f"dump's value {own}")
         vocab_size = constraints.vocab_size
     elif vocab_size is None:
         raise CliInputError(f"input {args.input!r}: --vocab-size is required")

@@ -231,3 +231,13 @@ def test_progress_logs_long_work_only():
     lines = stream.getvalue().splitlines()
     assert len([ln for ln in lines if ln.startswith("[slow] still running")]) >= 2
     assert lines[-1].startswith("[slow] done in ")
+
+
+def test_compile_an_ir_dump(tmp_path, capsys):
+    compiled = compile_constraints(RAGGED, 8, end_token=7)
+    dump = tmp_path / "set.ir"
+    dump.write_text(compiled.ir.to_text())
+    code, _, _ = run_cli(capsys, "compile", dump, "-o", tmp_path / "a", "--beam-sizes", 2)
+    assert code == 0 and artifact.read_automaton(tmp_path / "a") == compiled.ir
+    code, _, err = run_cli(capsys, "compile", dump, "-o", tmp_path / "b", "--end-token", 3)
+    assert code == 2 and "--end-token 3 differs from the dump's value 7" in one_error_line(err)
