@@ -219,7 +219,8 @@ def test_a_plain_process_runs_the_modules_with_jax_and_numpy_only(fixed):
                  "    V = 10\n"
                  "    x = (np.asarray(last_tokens)[..., None] * 7 + np.arange(V) * 3 + t * 5) % 11\n"
                  "    return (x.astype(np.float32) - 5.0) / 2.0\n")
-    tail = ("print(json.dumps({'modules': sorted(m for m in sys.modules if 'static_compiler' in m),"
+    tail = ("print(json.dumps({'modules': sorted(m for m in sys.modules if m == 'static_compiler'"
+            " or m.startswith('static_compiler.')),"
             " 'tokens': np.asarray(tokens).tolist(), 'scores': np.asarray(scores).tolist(),"
             " 'valid': np.asarray(valid).tolist()}))\n")
     out = json.loads(run_python(model_src + PLAIN_PROCESS_SNIPPET + tail, path, isolated=True))
