@@ -33,12 +33,24 @@ def index_dtype_for(n: int) -> np.dtype:
     return np.dtype(np.int32) if n < 2 ** 31 - 1 else np.dtype(np.int64)
 
 
-def _check_vocab(vocab_size) -> int:
+def check_vocab_size(vocab_size) -> int:
+    """Returns `vocab_size` as an int, or raises ConstraintSetError unless it is an int >= 1."""
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
         raise ConstraintSetError(f"vocab_size={vocab_size!r}: expected a positive int")
     if vocab_size < 1:
         raise ConstraintSetError(f"vocab_size={vocab_size}: expected an int >= 1")
     return int(vocab_size)
+
+
+def check_end_token(end_token, vocab_size: int) -> Optional[int]:
+    """Returns `end_token` as an int (None stays None), or raises
+    ConstraintSetError unless it is an int in [0, vocab_size)."""
+    if end_token is None:
+        return None
+    if isinstance(end_token, bool) or not isinstance(end_token, (int, np.integer)) \
+            or not 0 <= end_token < vocab_size:
+        raise ConstraintSetError(f"end_token={end_token!r}: expected an int in [0, {vocab_size})")
+    return int(end_token)
 
 
 def _integral(values: np.ndarray, where: str) -> np.ndarray:
@@ -197,13 +209,8 @@ def build_automaton(sequences, vocab_size: int, end_token: Optional[int] = None)
     Raises:
       ConstraintSetError naming the offending value and where it is.
     """
-    vocab_size = _check_vocab(vocab_size)
-    if end_token is not None:
-        if isinstance(end_token, bool) or not isinstance(end_token, (int, np.integer)) \
-                or not 0 <= end_token < vocab_size:
-            raise ConstraintSetError(
-                f"end_token={end_token!r}: expected an int in [0, {vocab_size})")
-        end_token = int(end_token)
+    vocab_size = check_vocab_size(vocab_size)
+    end_token = check_end_token(end_token, vocab_size)
     mat, lengths, ragged = as_token_matrix(sequences)
     if ragged and end_token is None:
         raise ConstraintSetError(

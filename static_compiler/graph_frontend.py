@@ -43,7 +43,8 @@ from typing import Hashable, Optional
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError
-from static_compiler.frontend import _check_vocab, index_dtype_for, token_dtype_for
+from static_compiler.frontend import (check_end_token, check_vocab_size, index_dtype_for,
+                                      token_dtype_for)
 from static_compiler.ir import Automaton, Layer
 
 
@@ -83,14 +84,6 @@ def is_graph(obj) -> bool:
 
 def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _check_end_token(end_token, vocab_size: int) -> Optional[int]:
-    if end_token is None:
-        return None
-    if not _is_int(end_token) or not 0 <= end_token < vocab_size:
-        raise ConstraintSetError(f"end_token={end_token!r}: expected an int in [0, {vocab_size})")
-    return int(end_token)
 
 
 def _find_start(graph, start) -> Hashable:
@@ -254,8 +247,8 @@ def automaton_from_graph(graph, vocab_size: int, *, start=None, end_token=None,
     if not isinstance(graph, nx.DiGraph):
         raise ConstraintSetError(f"graph of type {type(graph).__name__}: expected a "
                                  "networkx.DiGraph or MultiDiGraph")
-    vocab_size = _check_vocab(vocab_size)
-    end_token = _check_end_token(end_token, vocab_size)
+    vocab_size = check_vocab_size(vocab_size)
+    end_token = check_end_token(end_token, vocab_size)
     start = _find_start(graph, start)
     edges = _edge_tokens(graph, vocab_size, end_token)
     accepting = {n for n, acc in graph.nodes(data="accept") if acc}
