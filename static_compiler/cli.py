@@ -92,64 +92,44 @@ def _run_show_ir(args: argparse.Namespace) -> int:
     return 0
 
 
-IR_SUFFIXES = (".txt", ".ir")
-NPY_SUFFIXES = (".npy",)
-
-
 def load_and_compile(path: str, *, vocab_size: Optional[int], end_token: Optional[int] = None,
                      pipeline: Optional[str] = None, print_ir_after_all: bool = False):
-    """Reads `path` and compiles it.
+    """Reads `path` (any format of `read_constraints`) and compiles it.
 
-    A .npy token array (N, L) goes through `compile_constraints` with
-    `pipeline` (default: DEFAULT_PIPELINE) and gives CompiledConstraints. An
-    IR dump (.txt / .ir) is parsed and verified; it goes through
-    `compile_constraints` only when `pipeline` is given, else the parsed
-    `ir.Automaton` is returned as it is.
+    A constraint set goes through `compile_constraints` with `pipeline`
+    (default: DEFAULT_PIPELINE) and gives CompiledConstraints. An IR dump is
+    parsed and verified; it goes through `compile_constraints` only when
+    `pipeline` is given, else the parsed `ir.Automaton` is returned as it is.
 
-    Raises CliInputError for a missing file, an unknown suffix, a .npy input
-    without `vocab_size`, or options that contradict an IR dump; the
-    library's own typed errors pass through."""
-    import numpy as np
-
+    Raises CliInputError for an unreadable file, a constraint set without
+    `vocab_size`, or options that contradict an IR dump; the library's own
+    typed errors pass through."""
     from static_compiler import compile_constraints
-    from static_compiler.ir import parse_ir
+    from static_compiler.ir import Automaton
 
-    if not os.path.isfile(path):
-        raise CliInputError(f"input {path!r}: no such file")
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix in NPY_SUFFIXES:
+    constraints = read_constraints(path)
+    if not isinstance(constraints, Automaton):
         if vocab_size is None:
-            raise CliInputError(f"input {path!r}: --vocab-size is required for a .npy token array")
-        try:
-            constraints = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as e:
-            raise CliInputError(f"input {path!r}: not a readable .npy array ({e})") from e
+            raise CliInputError(f"input {path!r}: --vocab-size is required for a constraint set")
         return compile_constraints(constraints, vocab_size, end_token=end_token,
                                    pipeline=pipeline, print_ir_after_all=print_ir_after_all)
-    if suffix in IR_SUFFIXES:
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise CliInputError(f"input {path!r}: not a readable UTF-8 IR dump ({e})") from e
-        ir = parse_ir(text)
-        for flag, value, own in (("--vocab-size", vocab_size, ir.vocab_size),
-                                 ("--end-token", end_token, ir.end_token)):
-            if value is not None and value != own:
-                raise CliInputError(f"input {path!r}: {flag} {value} differs from the dump's "
-                                    f"value {own}")
-        if pipeline is None:
-            if print_ir_after_all:
-                sys.stderr.write("// ----- IR as read (no --pipeline given) -----\n" + ir.to_text())
-            return ir
-        return compile_constraints(ir, ir.vocab_size, pipeline=pipeline,
-                                   print_ir_after_all=print_ir_after_all)
-    raise CliInputError(f"input {path!r}: unknown suffix {suffix!r} (expected one of "
-                        f"{', '.join(NPY_SUFFIXES + IR_SUFFIXES)})")
+    ir = constraints
+    for flag, value, own in (("--vocab-size", vocab_size, ir.vocab_size),
+                             ("--end-token", end_token, ir.end_token)):
+        if value is not None and value != own:
+            raise CliInputError(f"input {path!r}: {flag} {value} differs from the dump's "
+                                f"value {own}")
+    if pipeline is None:
+        if print_ir_after_all:
+            sys.stderr.write("// ----- IR as read (no --pipeline given) -----\n" + ir.to_text())
+        return ir
+    return compile_constraints(ir, ir.vocab_size, pipeline=pipeline,
+                               print_ir_after_all=print_ir_after_all)
 
 
 # ----- compile / decode / verify / demo: artifacts -----
 
+NPY_SUFFIXES = (".npy",)
 JSONL_SUFFIXES = (".jsonl", ".json")
 DEFAULT_BEAM_SIZES = "70"
 

@@ -108,8 +108,9 @@ def _write(tmp_path, name, data):
 ERRORS = [
     # (id, file name, file contents or None for a missing file, extra flags, message regex)
     ("missing file", "absent.npy", None, ["--vocab-size", "4"], r"input '.*absent.npy': no such file"),
-    ("unknown suffix", "sids.csv", "1,2,3\n", [], r"unknown suffix '.csv' \(expected one of .npy, .txt, .ir\)"),
-    ("npy without vocab", "sids.npy", THREE, [], r"--vocab-size is required for a .npy token array"),
+    ("not space separated", "sids.csv", "1,2,3\n", ["--vocab-size", "4"],
+     r"line 1: '1,2,3' is not space-separated integer token ids"),
+    ("npy without vocab", "sids.npy", THREE, [], r"--vocab-size is required for a constraint set"),
     ("token out of range", "sids.npy", THREE, ["--vocab-size", "3"],
      r"sequence 1, position 0: token 3 is outside the vocabulary \[0, 3\)"),
     ("vocab size 0", "sids.npy", THREE, ["--vocab-size", "0"], r"vocab_size=0: expected an int >= 1"),
@@ -134,7 +135,7 @@ ERRORS = [
     ("negative max edges", "sids.npy", THREE, ["--vocab-size", "4", "--max-edges", "-1"],
      r"--max-edges -1: expected an int >= 0"),
     ("garbage IR", "bad.ir", "automaton of sorts\n", [], r"line 1: expected 'automaton vocab="),
-    ("binary IR", "bad.txt", b"\xff\xfe\x00", [], r"not a readable UTF-8 IR dump"),
+    ("binary IR", "bad.txt", b"\xff\xfe\x00", [], r"not a readable UTF-8 text file"),
     ("broken IR", "broken.ir", str(build_automaton(THREE, 4)).replace("s1: 2->1 3->2", "s1: 3->1 2->2"),
      [], r"layer 2, state 1: tokens not strictly increasing"),
     ("vocab differs from dump", "dump.ir", str(build_automaton(THREE, 4)), ["--vocab-size", "5"],
