@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from passes.base import ByteSize, Pass
-from passes.cost_model import applicable_layouts, candidate_layouts
+from passes.cost_model import DEFAULT_DENSE_MAX_OVERHEAD, applicable_layouts, candidate_layouts
 from static_compiler.errors import MemoryBudgetError
 from static_compiler.ir import LAYOUT_KINDS, Automaton
 
@@ -24,7 +24,9 @@ class ChooseLayoutPass(Pass):
     """Options:
       memory_budget: bytes all layer tables may take together.
       dense_threshold: a layer is considered for dense_rows when its max
-        branch reaches this fraction of the vocabulary.
+        branch reaches this fraction of the vocabulary...
+      dense_max_overhead: ...and its dense table costs at most this many
+        times the bytes of its csr layout.
       force: a layout kind every layer takes where that kind can serve it
         (unary needs one child per state, near_unary a state that has not);
         for tests and experiments. Layers it cannot serve keep the cost
@@ -34,6 +36,7 @@ class ChooseLayoutPass(Pass):
     name = "choose-layout"
     memory_budget: ByteSize = ByteSize(2 << 30)
     dense_threshold: float = 0.5
+    dense_max_overhead: float = DEFAULT_DENSE_MAX_OVERHEAD
     force: str = ""
 
     def __post_init__(self):
@@ -41,6 +44,8 @@ class ChooseLayoutPass(Pass):
             raise ValueError(f"memory-budget={self.memory_budget} must be positive")
         if not 0.0 < self.dense_threshold:
             raise ValueError(f"dense-threshold={self.dense_threshold} must be > 0")
+        if not 0.0 < self.dense_max_overhead:
+            raise ValueError(f"dense-max-overhead={self.dense_max_overhead} must be > 0")
         if self.force and self.force not in LAYOUT_KINDS:
             raise ValueError(f"force={self.force!r} is not a layout kind {LAYOUT_KINDS}")
 
@@ -49,7 +54,8 @@ class ChooseLayoutPass(Pass):
             forced = applicable_layouts(layer, vocab_size, num_next_states).get(self.force)
             if forced is not None:
                 return [forced]
-        return candidate_layouts(layer, vocab_size, num_next_states, self.dense_threshold)
+        return candidate_layouts(layer, vocab_size, num_next_states, self.dense_threshold,
+                                 self.dense_max_overhead)
 
     def run(self, ir: Automaton) -> Automaton:
         options = [self._options(layer, ir.vocab_size, ir.num_states_at(t + 1))

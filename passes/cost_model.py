@@ -84,17 +84,29 @@ def applicable_layouts(layer: Layer, vocab_size: int, num_next_states: int) -> d
     return {kind: packed(layer, lay, vocab_size, num_next_states) for kind, lay in options.items()}
 
 
+DEFAULT_DENSE_MAX_OVERHEAD = 8.0
+"""choose-layout's default cap on dense_rows bytes relative to csr's."""
+
+
 def candidate_layouts(layer: Layer, vocab_size: int, num_next_states: int,
-                      dense_threshold: float) -> list:
+                      dense_threshold: float,
+                      dense_max_overhead: float = DEFAULT_DENSE_MAX_OVERHEAD) -> list:
     """Layouts worth considering for `layer`, fastest first, each with its
-    dtypes packed and its exact byte estimate."""
+    dtypes packed and its exact byte estimate.
+
+    dense_rows reads V entries per beam against csr's k (plus the gather of
+    k log-probabilities), so it is worth it once k >= dense_threshold * V;
+    but it stores V entries for every state, so it is considered only while
+    it costs at most `dense_max_overhead` times csr's bytes: a 1 MB set
+    whose one wide state has k close to V never becomes a 700 MB table."""
     options = applicable_layouts(layer, vocab_size, num_next_states)
     if "unary" in options:
         return [options["unary"]]
+    csr, near, dense = options["csr"], options["near_unary"], options["dense_rows"]
     ordered = []
-    if options["csr"].k >= dense_threshold * vocab_size:
-        ordered.append(options["dense_rows"])
-    csr, near = options["csr"], options["near_unary"]
+    if csr.k >= dense_threshold * vocab_size \
+            and dense.estimated_bytes <= dense_max_overhead * csr.estimated_bytes:
+        ordered.append(dense)
     ordered += [near, csr] if near.estimated_bytes < csr.estimated_bytes else [csr]
     return ordered
 

@@ -196,3 +196,17 @@ def test_pass_options_are_validated(cls, kwargs, pattern):
 def test_pack_dtypes_is_idempotent():
     once = run_pipeline(build_automaton(THREE, 4), "choose-layout,pack-dtypes")
     assert PackDtypesPass().run(once) == once
+
+
+def test_dense_rows_only_within_its_byte_overhead_over_csr():
+    # Layer 1: state 0 has 40 of V=64 children (k >= V/2), the 63 others one each.
+    # Dense: 64 states x 64 x int16 = 8192 bytes; csr: 65 + 103 int16 = 336 bytes (24x).
+    sids = [[0, j] for j in range(40)] + [[i, 0] for i in range(1, 64)]
+    default = compile_constraints(sids, 64)
+    assert default.ir.layers[1].layout.kind == "near_unary"
+    generous = compile_constraints(
+        sids, 64, pipeline="choose-layout{dense-max-overhead=30},pack-dtypes")
+    assert generous.ir.layers[1].layout.kind == "dense_rows"
+    assert generous.nbytes > default.nbytes
+    with pytest.raises(PipelineError, match=r"dense-max-overhead=0.0 must be > 0"):
+        compile_constraints(sids, 64, pipeline="choose-layout{dense-max-overhead=0}")
