@@ -166,7 +166,7 @@ BAD_SPECS = [
     ("unknown pass", "verify,minimise", PipelineError,
      r"entry 1: unknown pass 'minimise' \(known: .*choose-layout.*verify"),
     ("unknown option", "choose-layout{budget=1GiB}", PipelineError,
-     r"pass 'choose-layout' has no option 'budget' \(options: memory-budget, dense-threshold, force\)"),
+     r"pass 'choose-layout' has no option 'budget' \(options: memory-budget, dense-threshold, dense-max-overhead, force\)"),
     ("option on a pass without options", "verify{strict=true}", PipelineError,
      r"pass 'verify' has no option 'strict' \(options: none\)"),
     ("int option given text", "pad-branches{multiple=eight}", PipelineError,
