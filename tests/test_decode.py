@@ -247,15 +247,11 @@ def test_batch_and_beam_sizes(batch, beams, tokens_per_beam, layout):
 # Adversarial sets and logits
 
 
-def model_for(vocab_size: int, **knobs) -> oracle.HashModel:
-    return oracle.HashModel(vocab_size, **knobs)
-
-
 @pytest.mark.parametrize("layout", ["default", pytest.param("csr", marks=pytest.mark.slow)])
 def test_one_item_more_beams_than_items(layout):
     item = (2, 0, 1)
     cset = oracle.ConstraintSet([item], 3)
-    got = decode_and_check(cset, compile_set([item], 3, layout), model_for(3, dup=60),
+    got = decode_and_check(cset, compile_set([item], 3, layout), oracle.HashModel(3, dup=60),
                            [5, 6], beam_size=4)
     assert np.asarray(got.valid).tolist() == [[True, False, False, False]] * 2
     assert np.asarray(got.tokens)[:, 0].tolist() == [list(item)] * 2
@@ -278,7 +274,7 @@ SMALL_SETS = {
 def test_small_adversarial_sets(name, layout):
     items, vocab, beams, tpb = SMALL_SETS[name]
     cset = oracle.ConstraintSet(items, vocab)
-    model = model_for(vocab, nan=20, neginf=20, dup=60, zero_row=40)
+    model = oracle.HashModel(vocab, nan=20, neginf=20, dup=60, zero_row=40)
     compiled = compile_set(items, vocab, layout)
     for seeds in ([1, 2], [3, 4], [5, 6], [7, 8]):
         decode_and_check(cset, compiled, model, seeds, beams, tpb)
@@ -290,7 +286,7 @@ def test_all_equal_logits_give_the_lexicographically_first_items():
     rng = np.random.default_rng(7)
     items = oracle.relabel(family_shape("random"), rng)
     cset = oracle.ConstraintSet(items, 8)
-    got = decode_and_check(cset, compile_set(items, 8), model_for(8, zero_row=256), [1, 2],
+    got = decode_and_check(cset, compile_set(items, 8), oracle.HashModel(8, zero_row=256), [1, 2],
                            beam_size=6)
     assert np.asarray(got.tokens)[0].tolist() == [list(s) for s in sorted(cset.items)[:6]]
     assert np.asarray(got.valid).all()
@@ -300,7 +296,7 @@ def test_all_nan_logits_leave_no_valid_beam():
     rng = np.random.default_rng(8)
     items = oracle.relabel(family_shape("random"), rng)
     got = decode_and_check(oracle.ConstraintSet(items, 8), compile_set(items, 8),
-                           model_for(8, nan=256), [1, 2], beam_size=6)
+                           oracle.HashModel(8, nan=256), [1, 2], beam_size=6)
     assert not np.asarray(got.valid).any()
     assert (np.asarray(got.tokens) == sc.PAD_TOKEN).all()
     assert (np.asarray(got.scores) == sc.SENTINEL_SCORE).all()
@@ -332,7 +328,7 @@ def test_special_logits(knobs):
     cset = oracle.ConstraintSet(items, 8)
     compiled = compile_set(items, 8)
     for seeds in ([11, 12], [13, 14], [15, 16], [17, 18]):
-        decode_and_check(cset, compiled, model_for(8, **knobs), seeds, beam_size=6)
+        decode_and_check(cset, compiled, oracle.HashModel(8, **knobs), seeds, beam_size=6)
 
 
 @pytest.mark.parametrize("items, end_token, beams", [
@@ -347,29 +343,65 @@ def test_ragged_sets(items, end_token, beams):
     cset = oracle.ConstraintSet(items, 6, end_token)
     compiled = compile_set(items, 6, "default", end_token)
     for knobs in ({"dup": 60}, {"zero_row": 256}, {"nan": 60, "neginf": 60}, {}):
-        decode_and_check(cset, compiled, model_for(6, **knobs), [1, 2, 3], beams)
+        decode_and_check(cset, compiled, oracle.HashModel(6, **knobs), [1, 2, 3], beams)
 
 
 def test_single_one_token_item_with_end_token():
     """The end token follows the item, then nothing: PAD_TOKEN, length 1."""
     compiled = compile_set([(3,)], 6, end_token=0)
-    got = sc.beam_search(compiled, model_for(6), batch_size=3, beam_size=2,
-                         carry=model_for(6).init_carry([4, 5, 6], 2))
+    got = sc.beam_search(compiled, oracle.HashModel(6), batch_size=3, beam_size=2,
+                         carry=oracle.HashModel(6).init_carry([4, 5, 6], 2))
     assert np.asarray(got.tokens).tolist() == [[[3, 0], [sc.PAD_TOKEN, sc.PAD_TOKEN]]] * 3
     assert np.asarray(got.lengths).tolist() == [[1, 0]] * 3
     assert np.asarray(got.valid).tolist() == [[True, False]] * 3
+
+
+@pytest.mark.parametrize("layout", ["csr", "default"])
+def test_largest_uint16_vocabulary(layout):
+    """V = 65536: tokens above 32767 live in uint16 tables and must not
+    come back negative."""
+    V = 1 << 16
+    items = [(65535, 0), (65535, 32768), (32767, 65534), (32768, 1), (0, 65535)]
+    compiled = compile_set(items, V, layout)
+    assert {s.token_dtype for s in compiled.plan.steps} == {"uint16"}
+    cset = oracle.ConstraintSet(items, V)
+    for knobs in ({"dup": 1}, {"zero_row": 256}):
+        got = decode_and_check(cset, compiled, oracle.HashModel(V, **knobs), [3], beam_size=6)
+        assert np.asarray(got.valid).sum() == len(items)
 
 
 def test_length_penalty_matches_oracle():
     """Re-ranking by GNMT-normalized score (short and long items compete)."""
     rng = np.random.default_rng(10)
     shape = build_automaton([(1,), (2,), (1, 2), (2, 1), (2, 3), (3, 3)], 5, end_token=0)
-    model = model_for(5, dup=40, nan=20)
+    model = oracle.HashModel(5, dup=40, nan=20)
     for _ in range(6):
         items = oracle.relabel(shape, rng)
         compiled = compile_set(items, 5, end_token=0)
         decode_and_check(oracle.ConstraintSet(items, 5, 0), compiled, model,
                          rng.integers(0, 2 ** 32, size=2), beam_size=5, length_penalty=0.8)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), vocab=st.integers(2, 12), length=st.integers(1, 4),
+       num_items=st.integers(1, 60), skew=st.sampled_from([0.0, 1.5]), ragged=st.booleans(),
+       batch=st.integers(1, 4), beams=st.sampled_from([1, 2, 7, 70]),
+       tokens_per_beam=st.sampled_from([None, 1, 3]), layout=st.sampled_from(LAYOUTS))
+def test_random_shapes(seed, vocab, length, num_items, skew, ragged, batch, beams,
+                       tokens_per_beam, layout):
+    """Sets of any shape (a compile per example, hence slow)."""
+    rng = np.random.default_rng(seed)
+    end = None
+    if ragged and vocab > 2:
+        end = int(rng.integers(vocab))
+        items = oracle.random_ragged_set(rng, num_items, length, vocab, end)
+    else:
+        items = oracle.random_set(rng, num_items, length, vocab, skew)
+    knobs = {"nan": 20, "neginf": 20, "dup": 30, "zero_row": 30, "posinf_row": 10, "huge_row": 10}
+    decode_and_check(oracle.ConstraintSet(items, vocab, end), compile_set(items, vocab, layout, end),
+                     oracle.HashModel(vocab, **knobs), rng.integers(0, 2 ** 32, size=batch), beams,
+                     tokens_per_beam)
 
 
 # --------------------------------------------------------------------------
@@ -380,7 +412,7 @@ def test_greedy_matches_oracle():
     """Shapes shared with test_batch_and_beam_sizes[1-1-None-dense_rows]: no new compile."""
     rng = np.random.default_rng(11)
     shape = family_shape("random")
-    model = model_for(8, nan=30, neginf=30, dup=50, zero_row=40)
+    model = oracle.HashModel(8, nan=30, neginf=30, dup=50, zero_row=40)
     for _ in range(8):
         items = oracle.relabel(shape, rng)
         cset = oracle.ConstraintSet(items, 8)
@@ -396,7 +428,7 @@ def test_beam_search_inside_user_jit():
     same shapes), equal the oracle."""
     items, other = [(0, 1), (1, 0), (1, 2)], [(0, 2), (2, 0), (2, 1)]  # same trie shape
     compiled, other_compiled = compile_set(items, 3), compile_set(other, 3)
-    model = model_for(3, dup=40, nan=20)
+    model = oracle.HashModel(3, dup=40, nan=20)
     carry = model.init_carry([21, 22], 3)
 
     @jax.jit

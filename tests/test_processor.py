@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import oracle
-import static_compiler as sc
 from static_compiler.backend import decode
 from static_compiler.errors import DecodeInputError
 
@@ -44,14 +43,15 @@ def random_logits(rng, shape) -> np.ndarray:
 
 
 def choose_tokens(rng, cset: oracle.ConstraintSet, rows: list) -> np.ndarray:
-    """Per row: an allowed token (9 times in 10), else any token."""
+    """Per row: an allowed token (9 times in 10), else any token, some of
+    them outside the vocabulary."""
     out = []
     for row in rows:
         allowed = (cset.end_token,) if row.finished else cset.allowed(row.prefix)
         if allowed and row.valid and rng.random() < 0.9:
             out.append(int(rng.choice(allowed)))
         else:
-            out.append(int(rng.integers(cset.vocab_size)))
+            out.append(int(rng.integers(-2, cset.vocab_size + 2)))
     return np.asarray(out, np.int32)
 
 
