@@ -446,18 +446,28 @@ LAYOUTS = ("dense_rows", "csr", "near_unary", "unary", "default")
 """Layout kinds a test compiles for ("default": the default pipeline)."""
 
 
-def pipeline_for(layout: str) -> Optional[str]:
-    """Pipeline spec pinning every layer it can to `layout` (None: the default pipeline)."""
-    if layout == "default":
+def pipeline_for(layout: str, minimize: bool = False) -> Optional[str]:
+    """Pipeline spec pinning every layer it can to `layout` ("default": the
+    default pipeline); `minimize` merges equivalent states first (explicit
+    targets)."""
+    import static_compiler as sc
+    if layout == "default" and not minimize:
         return None
-    return f"verify,choose-layout{{force={layout}}},pad-branches{{multiple=8}},pack-dtypes"
+    passes = sc.DEFAULT_PIPELINE.split(",")
+    if layout != "default":
+        passes = ["verify", f"choose-layout{{force={layout}}}", "pad-branches{multiple=8}",
+                  "pack-dtypes"]
+    if minimize:
+        passes.insert(1, "minimize{force=true}")
+    return ",".join(passes)
 
 
-def compile_set(items, vocab_size: int, layout: str = "default", end_token=None):
-    """`sc.compile_constraints` of `items` under `pipeline_for(layout)`."""
+def compile_set(items, vocab_size: int, layout: str = "default", end_token=None,
+                minimize: bool = False):
+    """`sc.compile_constraints` of `items` under `pipeline_for(layout, minimize)`."""
     import static_compiler as sc
     return sc.compile_constraints(list(items), vocab_size, end_token=end_token,
-                                  pipeline=pipeline_for(layout))
+                                  pipeline=pipeline_for(layout, minimize))
 
 
 def random_set(rng: np.random.Generator, num_items: int, length: int, vocab_size: int,
@@ -503,6 +513,29 @@ def ragged_then_unary(rng: np.random.Generator, num_items: int, vocab_size: int,
         out.append(s)
         if len(s) == 2:
             out.append(s + (tokens[(3 * s[0] + s[1]) % len(tokens)],))
+    return out
+
+
+def shared_suffix_set(rng: np.random.Generator, num_pairs: int, vocab_size: int) -> list:
+    """Random pairs (a, b), each followed by c in {1, 2} (chosen by a + b)
+    and then 3: minimized, the depth-3 states merge into one and the depth-2
+    states into two, so layers 1 and 2 get explicit targets (layer 2 unary)."""
+    return [(a, b, 1 + (a + b) % 2, 3) for a, b in random_set(rng, num_pairs, 2, vocab_size)]
+
+
+def shared_suffix_ragged_set(rng: np.random.Generator, vocab_size: int, end_token: int) -> list:
+    """Ragged items (a,), (a, b), (a, b, c(b)) over tokens other than the end
+    token, with random accepting prefixes: minimized, depth-2 states merge by
+    (accepting, c(b)), giving explicit targets into and out of them."""
+    tokens = [t for t in range(vocab_size) if t != end_token]
+    out = []
+    for a in tokens:
+        if rng.random() < 0.4:
+            out.append((a,))
+        for b in rng.choice(tokens, size=int(rng.integers(1, 4)), replace=False).tolist():
+            if rng.random() < 0.4:
+                out.append((a, b))
+            out.append((a, b, tokens[b % 2]))
     return out
 
 

@@ -243,6 +243,33 @@ def test_batch_and_beam_sizes(batch, beams, tokens_per_beam, layout):
                          tokens_per_beam)
 
 
+MINIMIZED = {"fixed": (lambda rng: oracle.shared_suffix_set(rng, 30, 8), None),
+             "ragged": (lambda rng: oracle.shared_suffix_ragged_set(rng, 8, 0), 0)}
+
+
+MINIMIZED_CI = [("fixed", "csr"), ("fixed", "unary"), ("ragged", "near_unary"),
+                ("ragged", "dense_rows")]  # each kernel reads explicit targets
+
+
+@pytest.mark.parametrize("kind, layout", MINIMIZED_CI + [
+    pytest.param(k, lay, marks=pytest.mark.slow) for k in MINIMIZED for lay in LAYOUTS
+    if (k, lay) not in MINIMIZED_CI])
+def test_minimized_sets_with_explicit_targets(kind, layout):
+    """After `minimize`, states are shared and targets explicit: every
+    kernel's explicit-target path (dense next table, sliced targets, unary
+    targets) must still decode the same set."""
+    make, end = MINIMIZED[kind]
+    items = make(np.random.default_rng(31))
+    compiled = compile_set(items, 8, layout, end, minimize=True)
+    explicit = {s.kind for s in compiled.plan.steps if s.explicit_targets}
+    assert explicit and ((kind, layout) not in MINIMIZED_CI or layout in explicit), \
+        compiled.plan.steps
+    cset = oracle.ConstraintSet(items, 8, end)
+    model = oracle.HashModel(8, nan=20, neginf=20, dup=40, zero_row=40)
+    for seeds in ([1, 2, 3], [4, 5, 6], [7, 8, 9]):
+        decode_and_check(cset, compiled, model, seeds, beam_size=8, tokens_per_beam=3)
+
+
 # --------------------------------------------------------------------------
 # Adversarial sets and logits
 

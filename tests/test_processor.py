@@ -26,9 +26,15 @@ BATCH = 16
 
 @functools.lru_cache(maxsize=None)
 def make_set(kind: str):
-    rng = np.random.default_rng({"fixed": 1, "ragged": 2}[kind])
+    """(items, end_token) for kind fixed / ragged; the 'shared' kinds share
+    suffixes, for minimize."""
+    rng = np.random.default_rng({"fixed": 1, "ragged": 2, "shared": 3, "shared-ragged": 4}[kind])
     if kind == "fixed":
         return oracle.random_then_unary(rng, 30, 8), None
+    if kind == "shared":
+        return oracle.shared_suffix_set(rng, 30, 8), None
+    if kind == "shared-ragged":
+        return oracle.shared_suffix_ragged_set(rng, 8, 0), 0
     return oracle.ragged_then_unary(rng, 14, 8, end_token=0), 0
 
 
@@ -75,13 +81,16 @@ def walk_and_check(compiled, cset: oracle.ConstraintSet, rng, mask_fn, advance_f
     return rows
 
 
-@pytest.mark.parametrize("layout", oracle.LAYOUTS)
-@pytest.mark.parametrize("kind", ["fixed", "ragged"])
-def test_mask_and_advance_match_oracle(kind, layout):
+@pytest.mark.parametrize("kind, layout, minimize", [
+    *[(kind, layout, False) for kind in ("fixed", "ragged") for layout in oracle.LAYOUTS],
+    *[("shared", layout, True) for layout in ("csr", "unary", "dense_rows")],
+    *[("shared-ragged", layout, True) for layout in ("near_unary", "csr")]])
+def test_mask_and_advance_match_oracle(kind, layout, minimize):
     items, end_token = make_set(kind)
-    compiled = oracle.compile_set(items, 8, layout, end_token)
+    compiled = oracle.compile_set(items, 8, layout, end_token, minimize)
+    assert not minimize or any(s.explicit_targets for s in compiled.plan.steps)
     cset = oracle.ConstraintSet(items, 8, end_token)
-    rng = np.random.default_rng([oracle.LAYOUTS.index(layout), kind == "ragged"])
+    rng = np.random.default_rng([oracle.LAYOUTS.index(layout), len(kind)])
     finished_valid = 0
     for _ in range(6):
         rows = walk_and_check(compiled, cset, rng, compiled.mask, compiled.advance,
