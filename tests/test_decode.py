@@ -475,6 +475,27 @@ def test_beam_search_inside_user_jit():
                        oracle.beam_search(oracle.ConstraintSet(s, 3), model, [21, 22], 3))
 
 
+def test_custom_loop_with_traced_step_matches_oracle():
+    """A user's own loop over `decode.beam_step_switch` (one jitted program,
+    the step index traced, as exported), reordering the model's per-beam
+    state by `state.parent`, decodes what beam_search decodes."""
+    rng = np.random.default_rng(13)
+    items = oracle.relabel(family_shape("ragged"), rng)
+    compiled = compile_set(items, 8, end_token=0)
+    model = oracle.HashModel(8, nan=30, dup=40, zero_row=30)
+    step_fn = jax.jit(functools.partial(decode.beam_step_switch, compiled.plan,
+                                        tokens_per_beam=2))
+    for seeds in ([1, 2], [3, 4], [5, 6]):
+        state = decode.init_beam_state(compiled.plan, 2, 5)
+        carry = model.init_carry(seeds, 5)
+        for t in range(compiled.max_length):
+            logits, carry = model(state.last_tokens, t, carry)
+            state = step_fn(compiled.device_tables, state, logits, jnp.int32(t))
+            carry = dict(carry, h=jnp.take_along_axis(carry["h"], state.parent, axis=1))
+        assert_matches(decode.finalize(state),
+                       oracle.beam_search(oracle.ConstraintSet(items, 8, 0), model, seeds, 5, 2))
+
+
 @pytest.fixture(scope="module")
 def small():
     return compile_set([(0, 1), (1, 0), (1, 1)], 3)
@@ -510,6 +531,13 @@ def test_bad_arguments_are_rejected(small, kwargs, match):
     args.update(kwargs)
     with pytest.raises(DecodeInputError, match=match):
         sc.beam_search(small, _const_logits(lambda s: s + (3,)), **args)
+
+
+@pytest.mark.parametrize("step", [-1, 2])
+def test_beam_step_out_of_range_is_rejected(small, step):
+    state = decode.init_beam_state(small.plan, 1, 2)
+    with pytest.raises(DecodeInputError, match=rf"beam_step: step={step} is outside \[0, 2\)"):
+        decode.beam_step(small.plan, small.tables, state, jnp.zeros((1, 2, 3)), step)
 
 
 def test_non_callable_logits_fn_is_rejected(small):
