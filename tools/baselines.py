@@ -178,14 +178,25 @@ def init_masked_state(method, tables, batch_size: int, beam_size: int, length: i
         constraint=method.init(tables, batch_size, beam_size))
 
 
+def harness_live_beams(step: int, beam_size: int, vocab_size: int,
+                       tokens_per_beam: Optional[int]) -> int:
+    """Beams that can be valid at `step` of a search (1 at step 0, then at most
+    min(V, tokens_per_beam) times more per step): the library's
+    `decode.live_beam_bounds` with V candidates per beam."""
+    live = 1
+    for _ in range(step):
+        live = min(beam_size, live * min(vocab_size, tokens_per_beam or vocab_size))
+    return live
+
+
 def masked_beam_step(method, tables, state: MaskedBeamState, logits, step: int,
                      tokens_per_beam: Optional[int]) -> MaskedBeamState:
     """One beam-search step with `method` deciding the allowed tokens.
 
-    logits: float32 (B, M, V). At step 0 only beam 0 is expanded (the others
-    are known to be empty), as in the library's beam search."""
+    logits: float32 (B, M, V). Beams past `harness_live_beams` (known to be
+    empty) are not expanded, as in the library's beam search."""
     B, M = state.scores.shape
-    live = 1 if step == 0 else M
+    live = harness_live_beams(step, M, logits.shape[-1], tokens_per_beam)
     sub = jax.tree_util.tree_map(lambda x: x[:, :live], state)
     logprobs = safe_log_softmax(logits[:, :live])
     allowed, aux = method.allowed(tables, sub.constraint, logprobs, step)

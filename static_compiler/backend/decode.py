@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.backend.kernels import accepts, expand
+from static_compiler.backend.kernels import accepts, expand, num_candidates
 from static_compiler.backend.lowering import Plan
 from static_compiler.errors import DecodeInputError
 
@@ -101,20 +101,71 @@ class _Candidates(NamedTuple):
     stays: Any    # bool (B, M, K): a finished beam carried unchanged
 
 
+def _posinf_rows(x, posinf):
+    """In rows holding +inf logits (posinf bool (..., 1)), +inf -> 0 and
+    everything else -> -inf: the +inf tokens share all the probability."""
+    return jnp.where(posinf, jnp.where(x == jnp.inf, 0.0, -jnp.inf), x)
+
+
+class LogProbs(NamedTuple):
+    """`safe_log_softmax` of logits (..., V), normalized only where read.
+
+    A step that reads K << V candidates gathers K logits and normalizes
+    those, instead of writing and re-reading a (..., V) array; the values are
+    bit-identical to `safe_log_softmax`'s.
+
+    logits: float32 (..., V), NaN replaced by -inf; lse: float32 (..., 1) the
+    row's log-sum-exp; posinf: bool (..., 1) the row holds +inf logits."""
+
+    logits: Any
+    lse: Any
+    posinf: Any
+
+    @classmethod
+    def of(cls, logits) -> "LogProbs":
+        x = jnp.asarray(logits).astype(jnp.float32)
+        x = jnp.where(jnp.isnan(x), -jnp.inf, x)
+        posinf = jnp.any(x == jnp.inf, axis=-1, keepdims=True)
+        shifted = _posinf_rows(x, posinf)
+        # Three reductions as written: a fused max / sum variant rounded
+        # differently inside the exported lax.switch step than under jit
+        # (tests/test_serving.py checks the two are bit-identical).
+        m = jnp.max(shifted, axis=-1, keepdims=True)
+        m = jnp.where(jnp.isfinite(m), m, 0.0)
+        lse = m + jnp.log(jnp.sum(jnp.exp(shifted - m), axis=-1, keepdims=True))
+        return cls(x, lse, posinf)
+
+    def _normalize(self, x):
+        x = _posinf_rows(x, self.posinf)
+        return jnp.where(x == -jnp.inf, -jnp.inf, x - self.lse)
+
+    def all(self):
+        """float32 (..., V): every token's log-probability."""
+        return self._normalize(self.logits)
+
+    def take(self, tokens):
+        """float32 (..., K): the log-probabilities of tokens int (..., K)."""
+        return self._normalize(jnp.take_along_axis(self.logits, tokens, axis=-1))
+
+
 def safe_log_softmax(logits):
     """log_softmax over the last axis that never yields NaN.
 
     NaN logits become -inf (invalid); if a row holds +inf logits, those share
     all the probability (log(1/count)) and every other token gets -inf; a row
     with no finite-or-+inf logit is all -inf."""
-    x = jnp.asarray(logits).astype(jnp.float32)
-    x = jnp.where(jnp.isnan(x), -jnp.inf, x)
-    posinf = x == jnp.inf
-    x = jnp.where(jnp.any(posinf, axis=-1, keepdims=True), jnp.where(posinf, 0.0, -jnp.inf), x)
-    m = jnp.max(x, axis=-1, keepdims=True)
-    m = jnp.where(jnp.isfinite(m), m, 0.0)
-    lse = m + jnp.log(jnp.sum(jnp.exp(x - m), axis=-1, keepdims=True))
-    return jnp.where(x == -jnp.inf, -jnp.inf, x - lse)
+    return LogProbs.of(logits).all()
+
+
+def _logprobs_all(logprobs):
+    """logprobs: a LogProbs or a float array (..., V) of log-probabilities."""
+    return logprobs.all() if isinstance(logprobs, LogProbs) else logprobs
+
+
+def _logprobs_take(logprobs, tokens):
+    if isinstance(logprobs, LogProbs):
+        return logprobs.take(tokens)
+    return jnp.take_along_axis(logprobs, tokens, axis=-1)
 
 
 def add_logprob(scores, logprob):
@@ -154,13 +205,14 @@ def init_beam_state(plan: Plan, batch_size: int, beam_size: int, start_token: in
 def _candidates(plan: Plan, tables, node, live, finished, logprobs, step: int) -> _Candidates:
     """Candidate transitions of every beam at `step` (static), with scores.
 
-    node, live, finished: (...,) per beam; logprobs: (..., V)."""
+    node, live, finished: (...,) per beam; logprobs: a `LogProbs` or a float
+    array (..., V) of log-probabilities."""
     shape = jnp.shape(node)
     end = plan.end_token
     cols = []  # (tokens, next, valid, logprob, ends, stays)
 
     def end_col(valid):
-        lp = logprobs[..., end:end + 1]
+        lp = _logprobs_take(logprobs, jnp.full(shape + (1,), end, jnp.int32))
         return (jnp.full(shape + (1,), end, jnp.int32), jnp.zeros(shape + (1,), jnp.int32),
                 valid[..., None], lp, jnp.ones(shape + (1,), bool), jnp.zeros(shape + (1,), bool))
 
@@ -168,9 +220,9 @@ def _candidates(plan: Plan, tables, node, live, finished, logprobs, step: int) -
         sp = plan.steps[step]
         c = expand(sp, tables[step], node)
         if sp.kind == "dense_rows":
-            lp = logprobs
+            lp = _logprobs_all(logprobs)
         else:
-            lp = jnp.take_along_axis(logprobs, c.tokens, axis=-1)
+            lp = _logprobs_take(logprobs, c.tokens)
         false = jnp.zeros(c.tokens.shape, bool)
         cols.append((c.tokens, c.next, c.valid, lp, false, false))
         if end is not None and sp.has_accepting:
@@ -194,10 +246,16 @@ def _take_beams(x, parent):
     return jnp.take_along_axis(x, idx, axis=1)
 
 
+def _pick(x, parent, col):
+    """x (B, M', K) -> (B, M): x[b, parent[b, m], col[b, m]], one gather."""
+    B, Mp, K = x.shape
+    return jnp.take_along_axis(x.reshape(B, Mp * K), parent * K + col, axis=-1)
+
+
 def _apply_choice(plan: Plan, state: BeamState, cand: _Candidates, parent, col, score, valid,
                   step: int) -> BeamState:
     """New beam state after each beam (B, M) chose candidate `col` of beam `parent`."""
-    pick = lambda x: jnp.take_along_axis(_take_beams(x, parent), col[..., None], axis=-1)[..., 0]
+    pick = lambda x: _pick(x, parent, col)
     token, nxt, ends, stays = pick(cand.tokens), pick(cand.next), pick(cand.ends), pick(cand.stays)
     finished = valid & (ends | stays)
     history = _take_beams(state.tokens, parent)
@@ -228,7 +286,56 @@ def select_beams(scores, beam_size: int, tokens_per_beam: Optional[int] = None):
     Returns (top float32 (B, beam_size) descending, parent int32 (B,
     beam_size) in [0, M'), col int32 (B, beam_size) in [0, K), real bool (B,
     beam_size)): real is False for places beyond the M' * K candidates (when
-    M' * K < beam_size); those have parent 0, col 0 and SENTINEL_SCORE."""
+    M' * K < beam_size); those have parent 0, col 0 and SENTINEL_SCORE.
+
+    Cost: when the pruning cannot bind (tokens_per_beam >= K or >=
+    beam_size: no beam can hold more than beam_size of the winners) one flat
+    top-k. Otherwise a per-beam top-k first, except on CPU, where a per-row
+    top-k costs ~3x a flat one over as many entries: there `_select_checked`
+    takes one flat top-k and falls back to the per-beam path only when the
+    flat list cannot decide."""
+    B, M, K = scores.shape
+    if tokens_per_beam is None or tokens_per_beam >= min(K, beam_size):
+        return _select_pruned(scores, beam_size, None)
+    if M * tokens_per_beam < beam_size:  # places stay empty: padding, per-beam path
+        return _select_pruned(scores, beam_size, tokens_per_beam)
+    return lax.platform_dependent(
+        scores, cpu=functools.partial(_select_checked, beam_size=beam_size,
+                                      tokens_per_beam=tokens_per_beam),
+        default=functools.partial(_select_pruned, beam_size=beam_size,
+                                  tokens_per_beam=tokens_per_beam))
+
+
+def _select_checked(scores, beam_size: int, tokens_per_beam: int, list_factor: int = 4):
+    """`select_beams` from one flat top-R list (R = list_factor * beam_size),
+    falling back to `_select_pruned` when the list holds fewer than beam_size
+    candidates within their beam's best tokens_per_beam.
+
+    Exact: the list is the first R candidates in the order (score desc,
+    parent asc, slot asc). A candidate's rank within its beam counts the
+    candidates of its beam before it, all of which are in the list; those of
+    rank < tokens_per_beam survive pruning, and the first beam_size of them
+    are the answer when the list has that many."""
+    B, M, K = scores.shape
+    R = min(M * K, list_factor * beam_size)
+    top, flat = lax.top_k(scores.reshape(B, M * K), R)
+    parent = flat // K
+    # rank[b, r] = entries of the same beam before r (a triangular count, not
+    # a cumsum: XLA CPU lowers cumsum to a quadratic reduce-window).
+    before = lax.iota(jnp.int32, R)[None, :] < lax.iota(jnp.int32, R)[:, None]
+    rank = jnp.sum((parent[:, :, None] == parent[:, None, :]) & before, axis=-1)
+    kept = rank < tokens_per_beam
+    # Positions of the first beam_size kept entries, in list order.
+    _, pos = lax.top_k(jnp.where(kept, -lax.iota(jnp.int32, R), -R), beam_size)
+    at = lambda x: jnp.take_along_axis(x, pos, axis=-1)
+    fast = (at(top), at(parent), at(flat) % K, jnp.ones((B, beam_size), bool))
+    return lax.cond(jnp.all(jnp.sum(kept, axis=-1) >= beam_size), lambda: fast,
+                    lambda: _select_pruned(scores, beam_size, tokens_per_beam))
+
+
+def _select_pruned(scores, beam_size: int, tokens_per_beam: Optional[int]):
+    """`select_beams` by a per-beam top-k (when tokens_per_beam < K), then a
+    flat top-k over the survivors."""
     B, M, K = scores.shape
     slot = jnp.broadcast_to(lax.iota(jnp.int32, K), scores.shape)
     if tokens_per_beam is not None and tokens_per_beam < K:
@@ -254,7 +361,7 @@ def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
 
     logits: float (B, M, V) for the beams of `state` (fed `state.last_tokens`).
     live_beams: static promise that only beams [0, live_beams) of `state`
-    can be valid (1 at step 0 of a search); the others are not expanded, which
+    can be valid (see `live_beam_bounds`); the others are not expanded, which
     saves their log_softmax, candidates and top-k."""
     B, M = state.node.shape
     check_logits(plan, logits, (B, M), f"beam_step(step={step})")
@@ -263,13 +370,12 @@ def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
     if live_beams is not None and live_beams < M:
         state = jax.tree_util.tree_map(lambda x: x[:, :live_beams], state)
         logits = logits[:, :live_beams]
-    logprobs = safe_log_softmax(logits)
-    cand = _candidates(plan, tables, state.node, state.valid, state.finished, logprobs, step)
+    cand = _candidates(plan, tables, state.node, state.valid, state.finished,
+                       LogProbs.of(logits), step)
     scores = jnp.where(cand.valid, add_logprob(state.scores[..., None], cand.logprob),
                        SENTINEL_SCORE)
     top, parent, col, real = select_beams(scores, M, tokens_per_beam)
-    valid = real & jnp.take_along_axis(_take_beams(cand.valid, parent), col[..., None],
-                                       axis=-1)[..., 0]
+    valid = real & _pick(cand.valid, parent, col)
     return _apply_choice(plan, state, cand, parent, col, top, valid, step)
 
 
@@ -340,15 +446,40 @@ def _reorder_carry(carry, parent, B: int, M: int):
     return jax.tree_util.tree_map(one, carry)
 
 
+def candidate_columns(plan: Plan, step: int) -> int:
+    """K at `step`: candidates per beam, end-token and carried-over columns included."""
+    end = plan.end_token is not None
+    if step >= plan.depth:
+        return 2
+    sp = plan.steps[step]
+    return num_candidates(sp, plan.vocab_size) + int(end and sp.has_accepting) + int(end)
+
+
+def live_beam_bounds(plan: Plan, beam_size: int, tokens_per_beam: Optional[int] = None) -> tuple:
+    """Static bound per step on the beams that can be valid in a search from
+    `init_beam_state`: 1 at step 0, then at most the previous bound times the
+    candidates each beam keeps. Valid beams come first (valid scores are
+    floored at MIN_VALID_SCORE > SENTINEL_SCORE), so beams past the bound
+    need no work (`beam_step`'s live_beams); it binds at step 1 (tokens_per_beam
+    of beam 0) and on small branch factors."""
+    bounds, live = [], 1
+    for step in range(plan.max_length):
+        bounds.append(live)
+        kept = candidate_columns(plan, step)
+        live = min(beam_size, live * (kept if tokens_per_beam is None else min(kept, tokens_per_beam)))
+    return tuple(bounds)
+
+
 @functools.partial(jax.jit, static_argnames=("plan", "logits_fn", "batch_size", "beam_size",
                                              "tokens_per_beam", "start_token", "length_penalty"))
 def _beam_search(plan, tables, carry, *, logits_fn, batch_size, beam_size, tokens_per_beam,
                  start_token, length_penalty):
     state = init_beam_state(plan, batch_size, beam_size, start_token)
+    live = live_beam_bounds(plan, beam_size, tokens_per_beam)
     for step in range(plan.max_length):
         logits, carry = logits_fn(state.last_tokens, step, carry)
         state = beam_step(plan, tables, state, logits, step, tokens_per_beam,
-                          live_beams=1 if step == 0 else None)  # only beam 0 starts valid
+                          live_beams=live[step])
         carry = _reorder_carry(carry, state.parent, batch_size, beam_size)
     return finalize(state, length_penalty)
 
