@@ -49,6 +49,8 @@ def assert_matches(got, want: oracle.Result, context: str = ""):
 def decode_and_check(cset: oracle.ConstraintSet, compiled, model: oracle.HashModel, seeds,
                      beam_size: int, tokens_per_beam=None, start_token: int = 0,
                      length_penalty: float = 0.0):
+    """sc.beam_search with the hash model (one seed per batch row) == the
+    oracle's beam search; returns the decoder's result."""
     got = sc.beam_search(compiled, model, batch_size=len(seeds), beam_size=beam_size,
                          tokens_per_beam=tokens_per_beam, start_token=start_token,
                          carry=model.init_carry(seeds, beam_size), length_penalty=length_penalty)
