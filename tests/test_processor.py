@@ -138,13 +138,22 @@ def small():
     return oracle.compile_set([(1,), (1, 2)], 3, end_token=0)
 
 
-@pytest.mark.parametrize("step", [-1, 3, 1.0, True, "0"])
+@pytest.mark.parametrize("step", [-1, 3, 1.0, True, "0", np.int64(3), np.bool_(True)])
 def test_step_out_of_range_is_rejected(small, step):
     state = small.init_state(2)
-    with pytest.raises(DecodeInputError, match=r"step=.* must be a Python int in \[0, 3\)"):
+    with pytest.raises(DecodeInputError, match=r"step=.* must be an int in \[0, 3\)"):
         small.mask(np.zeros((2, 3), np.float32), state, step)
-    with pytest.raises(DecodeInputError, match=r"step=.* must be a Python int in \[0, 3\)"):
+    with pytest.raises(DecodeInputError, match=r"step=.* must be an int in \[0, 3\)"):
         small.advance(state, np.zeros(2, np.int32), step)
+
+
+def test_numpy_integer_steps_are_accepted(small):
+    state = small.init_state(2)
+    py = small.mask(np.zeros((2, 3), np.float32), state, 0)
+    np_step = small.mask(np.zeros((2, 3), np.float32), state, np.int32(0))
+    np.testing.assert_array_equal(np.asarray(py), np.asarray(np_step))
+    moved = small.advance(state, np.array([1, 1], np.int32), np.int64(0))
+    assert bool(np.all(np.asarray(moved.valid)))
 
 
 @pytest.mark.parametrize("logits, match", [

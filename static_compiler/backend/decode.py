@@ -579,17 +579,20 @@ def init_processor_state(batch_size: int) -> ProcessorState:
                           finished=jnp.zeros((batch_size,), bool))
 
 
-def _check_step(plan: Plan, step, where: str):
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < plan.max_length:
-        raise DecodeInputError(f"{where}: step={step!r} must be a Python int in "
+def _check_step(plan: Plan, step, where: str) -> int:
+    """Returns `step` as a Python int; it must be an int (Python or numpy) in [0, max_length)."""
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)) \
+            or not 0 <= step < plan.max_length:
+        raise DecodeInputError(f"{where}: step={step!r} must be an int in "
                                f"[0, {plan.max_length})")
+    return int(step)
 
 
 def mask(plan: Plan, tables, logits, state: ProcessorState, step: int):
     """logits float (B, V) -> float32 (B, V): logits of allowed tokens kept,
     others (and NaN logits) set to SENTINEL_SCORE. A finished row allows only
     the end token; an invalid row allows nothing."""
-    _check_step(plan, step, "mask")
+    step = _check_step(plan, step, "mask")
     B = state.node.shape[0]
     check_logits(plan, logits, (B,), f"mask(step={step})")
     zero_lp = jnp.zeros((B, plan.vocab_size), jnp.float32)
@@ -605,7 +608,7 @@ def mask(plan: Plan, tables, logits, state: ProcessorState, step: int):
 def advance(plan: Plan, tables, state: ProcessorState, tokens, step: int) -> ProcessorState:
     """Moves each row along its chosen token int (B,); a token that is not
     allowed marks the row invalid."""
-    _check_step(plan, step, "advance")
+    step = _check_step(plan, step, "advance")
     B = state.node.shape[0]
     if tuple(jnp.shape(tokens)) != (B,) or not jnp.issubdtype(jnp.result_type(tokens), jnp.integer):
         raise DecodeInputError(f"advance(step={step}): tokens have shape {jnp.shape(tokens)} dtype "
