@@ -396,12 +396,13 @@ def _mix(h, token, xp):
     """uint32 hash of (prefix hash h, token); identical in numpy and jax
     (murmur3 finalizer over h ^ (token * golden ratio))."""
     u = xp.uint32
-    x = h ^ (token.astype(u) * u(0x9E3779B1) + u(0x7F4A7C15))
-    x = x ^ (x >> u(16))
-    x = x * u(0x85EBCA6B)
-    x = x ^ (x >> u(13))
-    x = x * u(0xC2B2AE35)
-    return x ^ (x >> u(16))
+    with np.errstate(over="ignore"):  # numpy warns on uint32 scalar wraparound
+        x = h ^ (token.astype(u) * u(0x9E3779B1) + u(0x7F4A7C15))
+        x = x ^ (x >> u(16))
+        x = x * u(0x85EBCA6B)
+        x = x ^ (x >> u(13))
+        x = x * u(0xC2B2AE35)
+        return x ^ (x >> u(16))
 
 
 class HashBitmap:

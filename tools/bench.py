@@ -178,7 +178,12 @@ def _static_runner(compiled, model, cfg) -> Runner:
         return decode.beam_step(plan, tables, state, logits, t, tpb, live_beams=live[t])
 
     def kernels_fn(tables, nodes):
-        return [expand(plan.steps[t], tables[t], node) for t, node in enumerate(nodes)]
+        out = []
+        for t, node in enumerate(nodes):
+            cand = expand(plan.steps[t], tables[t], node)
+            # dense_rows tokens are an iota (nothing read): not returned, not timed
+            out.append(cand[1:] if plan.steps[t].kind == "dense_rows" else cand)
+        return out
 
     steps, nodes = [], []
     state = decode.init_beam_state(plan, B, M)
