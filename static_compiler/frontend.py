@@ -128,27 +128,31 @@ def as_token_matrix(sequences) -> tuple[np.ndarray, np.ndarray, bool]:
     return mat, lengths, bool((lengths != lmax).any())
 
 
+def _first_hit(hit: np.ndarray, lengths: np.ndarray, ragged: bool):
+    """(row, column) of the first True of `hit` (N, Lmax) inside a row's length, or None."""
+    if ragged:
+        hit &= np.arange(hit.shape[1])[None, :] < lengths[:, None]
+    if not hit.any():
+        return None
+    r, c = np.unravel_index(int(np.flatnonzero(hit.ravel())[0]), hit.shape)
+    return int(r), int(c)
+
+
 def _check_range(mat: np.ndarray, lengths: np.ndarray, ragged: bool, vocab_size: int,
                  end_token: Optional[int]) -> None:
     lo, hi = mat.min(), mat.max()  # padding entries are 0, inside the range
     if lo < 0 or hi >= vocab_size:
-        bad = (mat < 0) | (mat >= vocab_size)
-        if ragged:
-            bad &= np.arange(mat.shape[1])[None, :] < lengths[:, None]
-        if bad.any():
-            r, c = np.unravel_index(int(np.flatnonzero(bad.ravel())[0]), mat.shape)
+        at = _first_hit((mat < 0) | (mat >= vocab_size), lengths, ragged)
+        if at is not None:
             raise ConstraintSetError(
-                f"sequence {r}, position {c}: token {int(mat[r, c])} is outside the vocabulary "
-                f"[0, {vocab_size})")
+                f"sequence {at[0]}, position {at[1]}: token {int(mat[at])} is outside the "
+                f"vocabulary [0, {vocab_size})")
     if end_token is not None:
-        hit = mat == end_token
-        if ragged:
-            hit &= np.arange(mat.shape[1])[None, :] < lengths[:, None]
-        if hit.any():
-            r, c = np.unravel_index(int(np.flatnonzero(hit.ravel())[0]), mat.shape)
+        at = _first_hit(mat == end_token, lengths, ragged)
+        if at is not None:
             raise ConstraintSetError(
-                f"sequence {r}, position {c}: holds the end token {end_token}; sequences must "
-                "not contain it (the compiler adds the end transition itself)")
+                f"sequence {at[0]}, position {at[1]}: holds the end token {end_token}; sequences "
+                "must not contain it (the compiler adds the end transition itself)")
 
 
 def _bits(v: int) -> int:
