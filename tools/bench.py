@@ -52,7 +52,6 @@ import json
 import math
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -72,7 +71,6 @@ from static_compiler.backend import decode  # noqa: E402
 from static_compiler.backend.kernels import expand  # noqa: E402
 from static_compiler.datasets import synthetic_sids  # noqa: E402
 from tools import baselines as bl  # noqa: E402
-from tools.bench_build import _rss_bytes  # noqa: E402
 
 ALL_METHODS = ("static", "static_mask", "unconstrained", "host_trie", "exact_bsearch",
                "approx_bsearch", "hash_bitmap")
@@ -123,15 +121,26 @@ class CellSpec:
         return f"{self.dataset} |C|={self.items:.0e} V={self.vocab} L={self.length}"
 
 
+def _proc_status_bytes(key: str) -> int:
+    """A memory line of /proc/self/status ("VmRSS", "VmHWM") in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {key} in /proc/self/status")
+
+
 def _build_child(spec: CellSpec) -> dict:
     """Builds `spec` in this (fresh) process; returns time, peak RSS above the
-    input array, and the index size."""
+    input array, and the index size. The peak is VmHWM, the high-water mark
+    of this process's own memory (getrusage's ru_maxrss would carry the
+    parent's peak over the fork and exec)."""
     sequences = spec.sequences()
-    before = _rss_bytes()
+    before = _proc_status_bytes("VmRSS")
     start = time.perf_counter()
     compiled = sc.compile_constraints(sequences, vocab_size=spec.vocab)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = _proc_status_bytes("VmHWM")
     return {"build_s": seconds, "build_peak_bytes": max(0, peak - before),
             "index_bytes": compiled.nbytes}
 
