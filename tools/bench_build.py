@@ -26,17 +26,20 @@ import sys
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _rss_bytes() -> int:
+def _status_bytes(field: str) -> int:
+    """A memory field of /proc/self/status (VmRSS: now, VmHWM: peak) in bytes.
+
+    VmHWM belongs to this process image alone; ru_maxrss can carry a parent's
+    peak across fork and exec."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def _child(items: int, length: int, vocab: int, seed: int) -> dict:
     """Runs one build in this process and returns its measurements."""
-    import resource
     import time
 
     import numpy as np
@@ -47,11 +50,11 @@ def _child(items: int, length: int, vocab: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     dtype = np.int16 if vocab <= 1 << 15 else np.int32
     sids = rng.integers(0, vocab, size=(items, length), dtype=dtype)
-    baseline = _rss_bytes()
+    baseline = _status_bytes("VmRSS")
     start = time.perf_counter()
     compiled = sc.compile_constraints(sids, vocab_size=vocab)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = _status_bytes("VmHWM")
     return {
         "items": items, "length": length, "vocab": vocab,
         "unique_items": compiled.ir.num_sequences,
