@@ -46,6 +46,7 @@ def _child(items: int, length: int, vocab: int, seed: int) -> dict:
 
     sys.path.insert(0, _ROOT)
     import static_compiler as sc
+    import static_compiler.compiler  # noqa: F401  (jax & co. load before the baseline)
 
     rng = np.random.default_rng(seed)
     dtype = np.int16 if vocab <= 1 << 15 else np.int32
