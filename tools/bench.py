@@ -21,17 +21,24 @@ Per cell (constraint set) and method:
   Repeats interleave the methods, so machine load hits them alike.
 * ``added_ms``: step_ms minus the unconstrained step_ms of the same repeat
   (the paper's "added latency per step"); negative means faster.
-* ``kernel_ms``: the constraint lookup alone per step (for static: the
-  layout kernels producing a beam's candidates and their log-probs; for the
-  baselines: computing the allowed tokens), on the same states.
+* ``step_ms_by_t``: the median of each step t (the per-step breakdown).
+* ``kernel_ms``: the constraint lookup alone per step, on the same states:
+  for static the layout kernels giving each live beam's candidate tokens,
+  next states and validity (`backend.kernels.expand`); for the baselines the
+  allowed tokens (`allowed`). The L steps' lookups run as one program,
+  divided by L, so per-call dispatch does not swamp microsecond kernels.
 * ``decode_ms``: the whole jitted decode (L steps).
 * index bytes (and the paper's bound U_max for static), build seconds and
   the build's peak RSS above its input (static: measured in a child process).
+* ``sweep_step_ms`` / ``sweep_decode_ms`` / ``sweep_kernel_ms`` (static and
+  unconstrained): the same, re-timed with the repeats interleaved over all
+  cells of the sweep, so that ratios across cells (flat in |C|, in V, skew)
+  compare measurements taken under the same machine load.
 
 Sweeps: ``items`` (|C| at V = 2048), ``vocab`` (V at |C| = 1e6), ``skew``
 (Zipf tokens vs uniform, same size), ``branch`` (V = B at |C| = 1e6).
 
-    python tools/bench.py --quick            # < 2 min on 2 cores
+    python tools/bench.py --quick            # ~70 s on 2 idle cores
     python tools/bench.py                    # the full suite
     python tools/bench.py --large            # adds |C| = 1e8 (static + unconstrained)
     python tools/bench.py --sweeps items --items 1e5 1e7 --out bench_out/items
