@@ -9,6 +9,7 @@ underscores in Python (`memory_budget`).
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import re
 from typing import ClassVar, get_type_hints
@@ -69,13 +70,14 @@ def _format_value(value) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Pass:
+class Pass(abc.ABC):
     """Base class of compiler passes. Subclasses set `name` and `run`."""
 
     name: ClassVar[str] = ""
 
-    def run(self, ir: Automaton) -> Automaton:  # pragma: no cover - abstract
-        raise NotImplementedError(f"pass {self.name!r} does not define run()")
+    @abc.abstractmethod
+    def run(self, ir: Automaton) -> Automaton:
+        """Returns the transformed IR; never changes `ir` (it is immutable)."""
 
     @classmethod
     def option_types(cls) -> dict:
