@@ -157,17 +157,6 @@ def safe_log_softmax(logits):
     return LogProbs.of(logits).all()
 
 
-def _logprobs_all(logprobs):
-    """logprobs: a LogProbs or a float array (..., V) of log-probabilities."""
-    return logprobs.all() if isinstance(logprobs, LogProbs) else logprobs
-
-
-def _logprobs_take(logprobs, tokens):
-    if isinstance(logprobs, LogProbs):
-        return logprobs.take(tokens)
-    return jnp.take_along_axis(logprobs, tokens, axis=-1)
-
-
 def add_logprob(scores, logprob):
     """float32 ``max(scores + logprob, MIN_VALID_SCORE)`` (any broadcastable shapes)."""
     return jnp.maximum(scores + logprob, jnp.float32(MIN_VALID_SCORE))
@@ -202,27 +191,30 @@ def init_beam_state(plan: Plan, batch_size: int, beam_size: int, start_token: in
     )
 
 
-def _candidates(plan: Plan, tables, node, live, finished, logprobs, step: int) -> _Candidates:
+def _candidates(plan: Plan, tables, node, live, finished, logprobs: Optional[LogProbs],
+                step: int) -> _Candidates:
     """Candidate transitions of every beam at `step` (static), with scores.
 
-    node, live, finished: (...,) per beam; logprobs: a `LogProbs` or a float
-    array (..., V) of log-probabilities."""
+    node, live, finished: (...,) per beam; logprobs: the beams' `LogProbs`,
+    or None when only the transitions matter (mask / advance: log-probs 0)."""
     shape = jnp.shape(node)
     end = plan.end_token
     cols = []  # (tokens, next, valid, logprob, ends, stays)
 
+    def logprob_of(tokens, dense: bool = False):
+        if logprobs is None:
+            return jnp.zeros(tokens.shape, jnp.float32)
+        return logprobs.all() if dense else logprobs.take(tokens)
+
     def end_col(valid):
-        lp = _logprobs_take(logprobs, jnp.full(shape + (1,), end, jnp.int32))
+        lp = logprob_of(jnp.full(shape + (1,), end, jnp.int32))
         return (jnp.full(shape + (1,), end, jnp.int32), jnp.zeros(shape + (1,), jnp.int32),
                 valid[..., None], lp, jnp.ones(shape + (1,), bool), jnp.zeros(shape + (1,), bool))
 
     if step < plan.depth:
         sp = plan.steps[step]
         c = expand(sp, tables[step], node)
-        if sp.kind == "dense_rows":
-            lp = _logprobs_all(logprobs)
-        else:
-            lp = _logprobs_take(logprobs, c.tokens)
+        lp = logprob_of(c.tokens, dense=sp.kind == "dense_rows")
         false = jnp.zeros(c.tokens.shape, bool)
         cols.append((c.tokens, c.next, c.valid, lp, false, false))
         if end is not None and sp.has_accepting:
@@ -515,8 +507,8 @@ def _sample(plan, tables, key, carry, *, logits_fn, batch_size, temperature, top
     for step in range(plan.max_length):
         logits, carry = logits_fn(state.last_tokens, step, carry)
         check_logits(plan, logits, (batch_size, 1), f"sample(step={step})")
-        logprobs = safe_log_softmax(logits)
-        cand = _candidates(plan, tables, state.node, state.valid, state.finished, logprobs, step)
+        cand = _candidates(plan, tables, state.node, state.valid, state.finished,
+                           LogProbs.of(logits), step)
         # Shifted by the best valid log-prob first, so the best weight is 0 and
         # a tiny temperature cannot overflow every weight to -inf.
         best = jnp.max(jnp.where(cand.valid, cand.logprob, -jnp.inf), axis=-1, keepdims=True)
@@ -595,8 +587,7 @@ def mask(plan: Plan, tables, logits, state: ProcessorState, step: int):
     step = _check_step(plan, step, "mask")
     B = state.node.shape[0]
     check_logits(plan, logits, (B,), f"mask(step={step})")
-    zero_lp = jnp.zeros((B, plan.vocab_size), jnp.float32)
-    cand = _candidates(plan, tables, state.node, state.valid, state.finished, zero_lp, step)
+    cand = _candidates(plan, tables, state.node, state.valid, state.finished, None, step)
     rows = jnp.broadcast_to(jnp.arange(B)[:, None], cand.tokens.shape)
     tokens = jnp.where(cand.stays, 0 if plan.end_token is None else plan.end_token, cand.tokens)
     tokens = jnp.where(cand.valid, tokens, plan.vocab_size)  # out of range: dropped
@@ -614,8 +605,7 @@ def advance(plan: Plan, tables, state: ProcessorState, tokens, step: int) -> Pro
         raise DecodeInputError(f"advance(step={step}): tokens have shape {jnp.shape(tokens)} dtype "
                                f"{jnp.result_type(tokens)}, expected int of shape ({B},)")
     tokens = jnp.asarray(tokens, jnp.int32)
-    zero_lp = jnp.zeros((B, plan.vocab_size), jnp.float32)
-    cand = _candidates(plan, tables, state.node, state.valid, state.finished, zero_lp, step)
+    cand = _candidates(plan, tables, state.node, state.valid, state.finished, None, step)
     end = -2 if plan.end_token is None else plan.end_token
     hit = cand.valid & jnp.where(cand.stays, tokens[:, None] == end, cand.tokens == tokens[:, None])
     ok = jnp.any(hit, axis=-1)
