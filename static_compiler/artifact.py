@@ -1,5 +1,5 @@
 """Writing artifacts (`save`) and reading them back without jax (`read_automaton`,
-`enumerate_sequences`, for `static-compiler verify` and `show-ir`).
+for `static-compiler verify` and `show-ir`).
 
 The directory layout, the manifest and the security note are documented in
 `static_compiler.serving`, the loader; the format version and its history
@@ -408,39 +408,6 @@ def automaton_from_tables(metadata: dict, tables, where: str = "tables") -> Auto
                    num_sequences=metadata["num_sequences"], end_token=metadata["end_token"])
     verify(ir)
     return ir
-
-
-def enumerate_sequences(ir: Automaton) -> tuple:
-    """Every accepted sequence, level by level with numpy (no Python loop
-    over items).
-
-    Returns (tokens int64 (N, depth), lengths int64 (N,)): row i holds
-    sequence i in its first lengths[i] columns and -1 after (the end token is
-    not included). Rows come grouped by length, shorter first."""
-    depth = ir.depth
-    prefixes = np.zeros((1, 0), dtype=np.int64)
-    states = np.zeros(1, dtype=np.int64)
-    done_rows, done_lengths = [], []
-    for t, layer in enumerate(ir.layers):
-        if layer.accepting is not None:
-            ends = np.asarray(layer.accepting)[states]
-            done_rows.append(_pad(prefixes[ends], depth))
-            done_lengths.append(np.full(int(ends.sum()), t, dtype=np.int64))
-        indptr = layer.indptr.astype(np.int64)
-        starts, counts = indptr[states], indptr[states + 1] - indptr[states]
-        edges = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-        prefixes = np.concatenate([np.repeat(prefixes, counts, axis=0),
-                                   layer.tokens[edges].astype(np.int64)[:, None]], axis=1)
-        states = layer.target_array()[edges]
-    done_rows.append(prefixes)
-    done_lengths.append(np.full(prefixes.shape[0], depth, dtype=np.int64))
-    return np.concatenate(done_rows), np.concatenate(done_lengths)
-
-
-def _pad(rows: np.ndarray, width: int) -> np.ndarray:
-    out = np.full((rows.shape[0], width), -1, dtype=np.int64)
-    out[:, :rows.shape[1]] = rows
-    return out
 
 
 def row_keys(tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -348,10 +348,10 @@ def _run_verify(args: argparse.Namespace) -> int:
 
     from static_compiler import artifact
     from static_compiler.frontend import as_token_matrix
-    from static_compiler.ir import Automaton
+    from static_compiler.ir import Automaton, enumerate_sequences
 
     ir = artifact.read_automaton(args.artifact)
-    tokens, lengths = artifact.enumerate_sequences(ir)
+    tokens, lengths = enumerate_sequences(ir)
     out = sys.stdout
     ok = tokens.shape[0] == ir.num_sequences
     out.write(f"{args.artifact}: {tokens.shape[0]} sequences enumerated from the tables; the "
@@ -359,7 +359,7 @@ def _run_verify(args: argparse.Namespace) -> int:
     if args.input is not None:
         given = read_constraints(args.input)
         if isinstance(given, Automaton):
-            want_tokens, want_lengths = artifact.enumerate_sequences(given)
+            want_tokens, want_lengths = enumerate_sequences(given)
         else:
             want_tokens, want_lengths, _ = as_token_matrix(given)
         width = max(tokens.shape[1], want_tokens.shape[1])

@@ -249,23 +249,46 @@ class Automaton:
         return print_ir(self, max_edges=max_edges)
 
     def sequences(self) -> Iterator[tuple]:
-        """Enumerates the accepted sequences in lexicographic order (tests,
-        verify tools; exponential in nothing but the output size)."""
-        yield from _enumerate(self, 0, 0, ())
+        """The accepted sequences as tuples, in lexicographic order (a
+        sequence before its extensions); built by `enumerate_sequences`."""
+        tokens, lengths = enumerate_sequences(self)
+        # -1 past a row's end becomes 0, below every token + 1: prefixes first.
+        order = np.lexsort((tokens + 1).T[::-1])
+        for i in order:
+            yield tuple(int(x) for x in tokens[i, :lengths[i]])
 
 
-def _enumerate(a: Automaton, depth: int, state: int, prefix: tuple):
-    if depth == a.depth:
-        yield prefix
-        return
-    layer = a.layers[depth]
-    if layer.accepting is not None and layer.accepting[state]:
-        yield prefix
-    lo, hi = int(layer.indptr[state]), int(layer.indptr[state + 1])
-    targets = layer.targets
-    for e in range(lo, hi):
-        nxt = e if targets is None else int(targets[e])
-        yield from _enumerate(a, depth + 1, nxt, prefix + (int(layer.tokens[e]),))
+def enumerate_sequences(ir: Automaton) -> tuple:
+    """Every accepted sequence, level by level with numpy (no Python loop
+    over items).
+
+    Returns (tokens int64 (N, depth), lengths int64 (N,)): row i holds
+    sequence i in its first lengths[i] columns and -1 after (the end token is
+    not included). Rows come grouped by length, shorter first."""
+    depth = ir.depth
+    prefixes = np.zeros((1, 0), dtype=np.int64)
+    states = np.zeros(1, dtype=np.int64)
+    done_rows, done_lengths = [], []
+    for t, layer in enumerate(ir.layers):
+        if layer.accepting is not None:
+            ends = np.asarray(layer.accepting)[states]
+            done_rows.append(_pad(prefixes[ends], depth))
+            done_lengths.append(np.full(int(ends.sum()), t, dtype=np.int64))
+        indptr = layer.indptr.astype(np.int64)
+        starts, counts = indptr[states], indptr[states + 1] - indptr[states]
+        edges = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        prefixes = np.concatenate([np.repeat(prefixes, counts, axis=0),
+                                   layer.tokens[edges].astype(np.int64)[:, None]], axis=1)
+        states = layer.target_array()[edges]
+    done_rows.append(prefixes)
+    done_lengths.append(np.full(prefixes.shape[0], depth, dtype=np.int64))
+    return np.concatenate(done_rows), np.concatenate(done_lengths)
+
+
+def _pad(rows: np.ndarray, width: int) -> np.ndarray:
+    out = np.full((rows.shape[0], width), -1, dtype=np.int64)
+    out[:, :rows.shape[1]] = rows
+    return out
 
 
 # --------------------------------------------------------------------------

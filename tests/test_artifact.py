@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import oracle
 from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted
 from static_compiler import artifact, compile_constraints, serving
+from static_compiler.ir import enumerate_sequences
 from static_compiler.errors import (ArtifactExistsError, DecodeInputError, IRVerificationError,
                                     StaticCompilerError)
 
@@ -265,7 +266,7 @@ def _roundtrip(sequences, vocab_size, end_token=None, pipeline=None):
     meta = json.loads(json.dumps(artifact.set_metadata(compiled)))  # as in the manifest
     ir = artifact.automaton_from_tables(meta, compiled.tables)
     assert ir == compiled.ir
-    tokens, lengths = artifact.enumerate_sequences(ir)
+    tokens, lengths = enumerate_sequences(ir)
     got = sorted(tuple(int(t) for t in row[:n]) for row, n in zip(tokens, lengths))
     assert got == unique_sorted(sequences)
     assert np.all(tokens[np.arange(tokens.shape[1])[None, :] >= lengths[:, None]] == -1)
