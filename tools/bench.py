@@ -128,7 +128,7 @@ class CellSpec:
         return f"{self.dataset} |C|={self.items:.0e} V={self.vocab} L={self.length}"
 
 
-def _proc_status_bytes(key: str) -> int:
+def proc_status_bytes(key: str) -> int:
     """A memory line of /proc/self/status ("VmRSS", "VmHWM") in bytes."""
     with open("/proc/self/status") as f:
         for line in f:
@@ -143,11 +143,11 @@ def _build_child(spec: CellSpec) -> dict:
     of this process's own memory (getrusage's ru_maxrss would carry the
     parent's peak over the fork and exec)."""
     sequences = spec.sequences()
-    before = _proc_status_bytes("VmRSS")
+    before = proc_status_bytes("VmRSS")
     start = time.perf_counter()
     compiled = sc.compile_constraints(sequences, vocab_size=spec.vocab)
     seconds = time.perf_counter() - start
-    peak = _proc_status_bytes("VmHWM")
+    peak = proc_status_bytes("VmHWM")
     return {"build_s": seconds, "build_peak_bytes": max(0, peak - before),
             "index_bytes": compiled.nbytes}
 

@@ -24,18 +24,8 @@ import subprocess
 import sys
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _status_bytes(field: str) -> int:
-    """A memory field of /proc/self/status (VmRSS: now, VmHWM: peak) in bytes.
-
-    VmHWM belongs to this process image alone; ru_maxrss can carry a parent's
-    peak across fork and exec."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
 
 
 def _child(items: int, length: int, vocab: int, seed: int) -> dict:
@@ -44,18 +34,18 @@ def _child(items: int, length: int, vocab: int, seed: int) -> dict:
 
     import numpy as np
 
-    sys.path.insert(0, _ROOT)
     import static_compiler as sc
+    from tools.bench import proc_status_bytes  # VmHWM: this child's own peak
     import static_compiler.compiler  # noqa: F401  (jax & co. load before the baseline)
 
     rng = np.random.default_rng(seed)
     dtype = np.int16 if vocab <= 1 << 15 else np.int32
     sids = rng.integers(0, vocab, size=(items, length), dtype=dtype)
-    baseline = _status_bytes("VmRSS")
+    baseline = proc_status_bytes("VmRSS")
     start = time.perf_counter()
     compiled = sc.compile_constraints(sids, vocab_size=vocab)
     seconds = time.perf_counter() - start
-    peak = _status_bytes("VmHWM")
+    peak = proc_status_bytes("VmHWM")
     return {
         "items": items, "length": length, "vocab": vocab,
         "unique_items": compiled.ir.num_sequences,
