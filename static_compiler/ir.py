@@ -45,6 +45,11 @@ LAYOUT_KINDS = ("dense_rows", "csr", "unary", "near_unary")
 * ``near_unary``: almost every state has one child; row pointers are kept only
   for the ``exceptions`` states whose branch differs from one (a sorted list,
   found by binary search), each beam reads ``k`` entries.
+
+csr and near_unary can be *mixed* (``light_k`` / ``wide_slots``): beam
+search reads ``light_k`` entries per beam and the rest of a heavy state's row
+only for the few beams that sit on one, so a skewed level does not pay for
+its widest state at every beam (see `Layout`).
 """
 
 _ELIDE_EDGES = 4096
@@ -81,6 +86,12 @@ class Layout:
       state_dtype: numpy dtype name of row pointers / state ids.
       exceptions: near_unary only: number of states whose branch is not one.
       estimated_bytes: the cost model's estimate of the layer's table bytes.
+      light_k, wide_slots: the mixed layout (csr and near_unary only; 0 =
+        off, see `split-heavy`). Beam search reads `light_k` entries for every
+        beam and `k - light_k` more for up to `wide_slots` beams per batch row
+        whose state has more than `light_k` children ("heavy" states); a step
+        with more heavy beams falls back to reading k for every beam. Same
+        tables as without it: only the reads change.
     """
 
     kind: str
@@ -89,6 +100,8 @@ class Layout:
     state_dtype: str = "int32"
     exceptions: int = 0
     estimated_bytes: int = 0
+    light_k: int = 0
+    wide_slots: int = 0
 
     def __post_init__(self):
         if self.kind not in LAYOUT_KINDS:
@@ -96,12 +109,27 @@ class Layout:
                 f"layout kind {self.kind!r} is not one of {LAYOUT_KINDS}")
         if self.k < 1:
             raise IRVerificationError(f"layout k={self.k} must be >= 1")
+        if (self.light_k > 0) != (self.wide_slots > 0) or self.light_k < 0 or self.wide_slots < 0:
+            raise IRVerificationError(
+                f"layout light_k={self.light_k}, wide_slots={self.wide_slots}: expected both 0 "
+                "(no mixed reads) or both >= 1")
+        if self.light_k and (self.kind not in ("csr", "near_unary") or self.light_k >= self.k):
+            raise IRVerificationError(
+                f"layout {self.kind}(k={self.k}) with light_k={self.light_k}: the mixed layout "
+                "needs kind csr or near_unary and 1 <= light_k < k")
+
+    @property
+    def mixed(self) -> bool:
+        """True when beams read light_k entries, plus wide slots for heavy states."""
+        return self.light_k > 0
 
     def to_text(self) -> str:
         fields = [f"k={self.k}", f"tokens={self.token_dtype}",
                   f"states={self.state_dtype}"]
         if self.kind == "near_unary":
             fields.append(f"exceptions={self.exceptions}")
+        if self.mixed:
+            fields += [f"light={self.light_k}", f"wide={self.wide_slots}"]
         fields.append(f"est={self.estimated_bytes}B")
         return f"{self.kind}({','.join(fields)})"
 
@@ -116,7 +144,8 @@ class Layout:
                        token_dtype=kv.get("tokens", "int32"),
                        state_dtype=kv.get("states", "int32"),
                        exceptions=int(kv.get("exceptions", 0)),
-                       estimated_bytes=int(kv.get("est", "0B").rstrip("B")))
+                       estimated_bytes=int(kv.get("est", "0B").rstrip("B")),
+                       light_k=int(kv.get("light", 0)), wide_slots=int(kv.get("wide", 0)))
         except (KeyError, ValueError) as e:
             raise IRParseError(f"cannot parse layout {text!r}: {e}") from None
 

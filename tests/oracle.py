@@ -442,8 +442,11 @@ def advance(cset: ConstraintSet, rows: list, tokens) -> list:
 # Sets
 
 
-LAYOUTS = ("dense_rows", "csr", "near_unary", "unary", "default")
-"""Layout kinds a test compiles for ("default": the default pipeline)."""
+LAYOUTS = ("dense_rows", "csr", "near_unary", "unary", "mixed_csr", "mixed_near_unary", "default")
+"""Layouts a test compiles for: a kind every layer takes where it can;
+"mixed_<kind>": that kind, each of its layers mixed with light_k=1 and two
+wide slots (so both the wide slots and their fallback run); "default": the
+default pipeline."""
 
 
 def pipeline_for(layout: str, minimize: bool = False) -> Optional[str]:
@@ -454,7 +457,10 @@ def pipeline_for(layout: str, minimize: bool = False) -> Optional[str]:
     if layout == "default" and not minimize:
         return None
     passes = sc.DEFAULT_PIPELINE.split(",")
-    if layout != "default":
+    if layout.startswith("mixed_"):
+        passes = ["verify", f"choose-layout{{force={layout[len('mixed_'):]}}}",
+                  "split-heavy{light-k=1,wide-slots=2}", "pack-dtypes"]
+    elif layout != "default":
         passes = ["verify", f"choose-layout{{force={layout}}}", "pad-branches{multiple=8}",
                   "pack-dtypes"]
     if minimize:

@@ -273,7 +273,8 @@ def _roundtrip(sequences, vocab_size, end_token=None, pipeline=None):
     return ir
 
 
-LAYOUTS = ["", "{force=dense_rows}", "{force=csr}", "{force=unary}", "{force=near_unary}"]
+LAYOUTS = ["", "{force=dense_rows}", "{force=csr}", "{force=unary}", "{force=near_unary}",
+           "{force=csr},split-heavy{light-k=1}", "{force=near_unary},split-heavy{light-k=2}"]
 
 
 @settings(max_examples=25, deadline=None)

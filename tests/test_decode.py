@@ -27,6 +27,7 @@ import static_compiler as sc
 from static_compiler.backend import decode
 from static_compiler.errors import DecodeInputError
 from static_compiler.frontend import build_automaton
+from static_compiler.ir import LAYOUT_KINDS
 
 LAYOUTS = oracle.LAYOUTS
 compile_set = oracle.compile_set
@@ -161,8 +162,8 @@ FAMILIES = {
                      beams=5, tokens_per_beam=2, end_token=0),
     "skewed": Family(16, lambda rng: oracle.random_set(rng, 60, 3, 16, skew=1.3), batch=3,
                      beams=70, tokens_per_beam=3, start_token=7,
-                     layouts=("near_unary", "default")),
-    "wide": Family(6, _wide_layer, batch=4, beams=9, layouts=("csr",)),
+                     layouts=("near_unary", "mixed_csr", "default")),
+    "wide": Family(6, _wide_layer, batch=4, beams=9, layouts=("csr", "mixed_near_unary")),
 }
 
 
@@ -215,14 +216,17 @@ def test_beam_search_matches_oracle_every_layout_many_examples(family, layout, d
 
 def test_every_layout_kind_is_exercised():
     """The CI families reach each kernel, with and without an end token:
-    every kind is chosen for some layer under its forced pipeline."""
+    every kind is chosen for some layer under its forced pipeline, and mixed
+    csr and near_unary layers under the mixed one."""
     seen = set()
     for name, fam in FAMILIES.items():
         items = list(family_shape(name).sequences())
         for layout in fam.layouts:
             steps = compile_set(items, fam.vocab_size, layout, fam.end_token).plan.steps
             seen |= {(s.kind, fam.end_token is not None) for s in steps if s.kind == layout}
-    kinds = set(LAYOUTS[:-1])
+            seen |= {("mixed_" + s.kind, fam.end_token is not None) for s in steps
+                     if layout == "mixed_" + s.kind and s.light_k}
+    kinds = set(LAYOUT_KINDS) | {"mixed_csr", "mixed_near_unary"}
     assert seen == {(kind, ragged) for kind in kinds for ragged in (False, True)}
 
 

@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.backend.kernels import accepts, expand, num_candidates
+from static_compiler.backend.kernels import (Candidates, accepts, expand, num_candidates, row_bounds,
+                                             slice_rows)
 from static_compiler.backend.lowering import Plan
 from static_compiler.errors import DecodeInputError
 
@@ -147,6 +148,15 @@ class LogProbs(NamedTuple):
         """float32 (..., K): the log-probabilities of tokens int (..., K)."""
         return self._normalize(jnp.take_along_axis(self.logits, tokens, axis=-1))
 
+    def take_beams(self, beams, tokens):
+        """float32 (B, H, K): log-probabilities of tokens int32 (B, H, K) in
+        the rows `beams` int32 (B, H) of logits (B, M, V)."""
+        B, M, V = self.logits.shape
+        flat = (beams[..., None] * V + tokens).reshape(B, -1)
+        x = jnp.take_along_axis(self.logits.reshape(B, M * V), flat, axis=-1).reshape(tokens.shape)
+        rows = lambda a: jnp.take_along_axis(a, beams[..., None], axis=1)
+        return LogProbs(None, rows(self.lse), rows(self.posinf))._normalize(x)
+
 
 def safe_log_softmax(logits):
     """log_softmax over the last axis that never yields NaN.
@@ -192,11 +202,14 @@ def init_beam_state(plan: Plan, batch_size: int, beam_size: int, start_token: in
 
 
 def _candidates(plan: Plan, tables, node, live, finished, logprobs: Optional[LogProbs],
-                step: int) -> _Candidates:
+                step: int, scores=None, keep: Optional[int] = None) -> _Candidates:
     """Candidate transitions of every beam at `step` (static), with scores.
 
     node, live, finished: (...,) per beam; logprobs: the beams' `LogProbs`,
-    or None when only the transitions matter (mask / advance: log-probs 0)."""
+    or None when only the transitions matter (mask / advance: log-probs 0).
+    Beam search passes the beams' scores float32 (B, M) and `keep`, the
+    children a beam may contribute; a mixed-layout step then lists each
+    beam's best children only (`_mixed_children`), all others every child."""
     shape = jnp.shape(node)
     end = plan.end_token
     cols = []  # (tokens, next, valid, logprob, ends, stays)
@@ -213,8 +226,11 @@ def _candidates(plan: Plan, tables, node, live, finished, logprobs: Optional[Log
 
     if step < plan.depth:
         sp = plan.steps[step]
-        c = expand(sp, tables[step], node)
-        lp = logprob_of(c.tokens, dense=sp.kind == "dense_rows")
+        if sp.light_k and scores is not None and logprobs is not None:
+            c, lp = _mixed_children(sp, tables[step], node, live & ~finished, logprobs, scores, keep)
+        else:
+            c = expand(sp, tables[step], node)
+            lp = logprob_of(c.tokens, dense=sp.kind == "dense_rows")
         false = jnp.zeros(c.tokens.shape, bool)
         cols.append((c.tokens, c.next, c.valid, lp, false, false))
         if end is not None and sp.has_accepting:
@@ -230,6 +246,79 @@ def _candidates(plan: Plan, tables, node, live, finished, logprobs: Optional[Log
     expanding = (live & ~finished)[..., None]
     valid = valid & (stays | (expanding & (lp > -jnp.inf)))
     return _Candidates(tokens, nxt, valid, lp, ends, stays)
+
+
+def _child_scores(valid, expanding, lp, scores):
+    """float32 (B, M', K): the score beam search gives each child, SENTINEL_SCORE
+    where the child is not a candidate (as `_candidates` and `beam_step` do)."""
+    ok = valid & expanding[..., None] & (lp > -jnp.inf)
+    return jnp.where(ok, add_logprob(scores[..., None], lp), SENTINEL_SCORE)
+
+
+def _mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep: int):
+    """The children of beams (B, M) at a mixed-layout step, each beam's list
+    cut to its best W = min(keep, k) children (ties: lower token first).
+
+    Every beam reads light_k entries from its row start; the first
+    `wide_slots` beams of each batch row whose state is heavy (more than
+    light_k children) also read the other k - light_k entries of their row,
+    and their W best children replace their light list. When a row has more
+    heavy beams than wide slots, the step instead reads k entries for every
+    beam (`lax.cond`: only the branch taken runs). Exact: a beam contributes
+    at most `keep` children to the winners (its best ones), and a light
+    beam's light_k entries hold all its children.
+
+    Returns (Candidates (B, M, W), logprob float32 (B, M, W)); the W
+    entries of a beam hold its valid children first by score, or in token
+    order when it has at most W."""
+    B, M = node.shape
+    kl, kw, H = sp.light_k, sp.k - sp.light_k, min(sp.wide_slots, M)
+    width = min(keep, sp.k)
+    start, end = row_bounds(sp, tables, node)
+    heavy = expanding & (end - start > kl)
+
+    def best(s, cols=None):
+        """(..., n) scores -> the best `width` (padded with SENTINEL_SCORE),
+        with their columns (offsets from the row start)."""
+        if cols is None:
+            cols = jnp.broadcast_to(lax.iota(jnp.int32, s.shape[-1]), s.shape)
+        if s.shape[-1] > width:
+            s, pos = lax.top_k(s, width)
+            return s, jnp.take_along_axis(cols, pos, axis=-1)
+        pad = [(0, 0)] * (s.ndim - 1) + [(0, width - s.shape[-1])]
+        return (jnp.pad(s, pad, constant_values=SENTINEL_SCORE),
+                jnp.pad(cols, pad, constant_values=sp.k))
+
+    def full():
+        c = slice_rows(sp, tables, start, end, sp.k)
+        return best(_child_scores(c.valid, expanding, logprobs.take(c.tokens), scores))
+
+    def mixed():
+        light = slice_rows(sp, tables, start, jnp.minimum(end, start + kl), kl)
+        s_light, c_light = best(_child_scores(light.valid, expanding,
+                                              logprobs.take(light.tokens), scores))
+        # The first H heavy beams of each row (lower beams first), then fillers.
+        _, beams = lax.top_k(jnp.where(heavy, -lax.iota(jnp.int32, M), -M), H)
+        at = lambda x: jnp.take_along_axis(x, beams, axis=1)
+        used = at(heavy)
+        w_start = at(start) + kl
+        wide = slice_rows(sp, tables, w_start, jnp.where(used, at(end), w_start), kw)
+        s_wide, c_wide = best(_child_scores(wide.valid, used,
+                                            logprobs.take_beams(beams, wide.tokens), at(scores)))
+        rows = jnp.arange(B)[:, None]
+        # Light columns come first: among equal scores, the lower tokens.
+        merged_s, merged_c = best(jnp.concatenate([s_light[rows, beams], s_wide], axis=-1),
+                                  jnp.concatenate([c_light[rows, beams], c_wide + kl], axis=-1))
+        keep_old = ~used[..., None]
+        return (s_light.at[rows, beams].set(jnp.where(keep_old, s_light[rows, beams], merged_s)),
+                c_light.at[rows, beams].set(jnp.where(keep_old, c_light[rows, beams], merged_c)))
+
+    child_s, col = lax.cond(jnp.all(jnp.sum(heavy, axis=1) <= H), mixed, full)
+    idx = start[..., None] + col
+    tokens = jnp.take(tables["tokens"], idx, mode="clip").astype(jnp.int32)
+    nxt = jnp.take(tables["targets"], idx, mode="clip").astype(jnp.int32) \
+        if sp.explicit_targets else idx
+    return Candidates(tokens, nxt, child_s > SENTINEL_SCORE), logprobs.take(tokens)
 
 
 def _take_beams(x, parent):
@@ -362,8 +451,9 @@ def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
     if live_beams is not None and live_beams < M:
         state = jax.tree_util.tree_map(lambda x: x[:, :live_beams], state)
         logits = logits[:, :live_beams]
+    keep = M if tokens_per_beam is None else min(tokens_per_beam, M)
     cand = _candidates(plan, tables, state.node, state.valid, state.finished,
-                       LogProbs.of(logits), step)
+                       LogProbs.of(logits), step, scores=state.scores, keep=keep)
     scores = jnp.where(cand.valid, add_logprob(state.scores[..., None], cand.logprob),
                        SENTINEL_SCORE)
     top, parent, col, real = select_beams(scores, M, tokens_per_beam)

@@ -34,33 +34,22 @@ def _take(table, idx):
     return jnp.take(table, idx, axis=0, mode="clip").astype(jnp.int32)
 
 
-def _slice_rows(step: StepPlan, tables: dict, start, end) -> Candidates:
-    """Speculative slicing: k entries from `start`, valid below `end`."""
-    idx = start[..., None] + lax.iota(jnp.int32, step.k)
+def slice_rows(step: StepPlan, tables: dict, start, end, k: int) -> Candidates:
+    """Speculative slicing: k (static) entries from `start`, valid below `end`
+    (start, end int32 (...,) -> Candidates (..., k))."""
+    idx = start[..., None] + lax.iota(jnp.int32, k)
     valid = idx < end[..., None]
     tokens = _take(tables["tokens"], idx)
     nxt = _take(tables["targets"], idx) if step.explicit_targets else idx
     return Candidates(tokens, nxt, valid)
 
 
-def _dense_rows(step: StepPlan, tables: dict, node) -> Candidates:
-    nxt = _take(tables["next"], node)
-    tokens = jnp.broadcast_to(lax.iota(jnp.int32, nxt.shape[-1]), nxt.shape)
-    return Candidates(tokens, nxt, nxt >= 0)
-
-
-def _csr(step: StepPlan, tables: dict, node) -> Candidates:
+def _csr_bounds(tables: dict, node):
     indptr = tables["indptr"]
-    return _slice_rows(step, tables, _take(indptr, node), _take(indptr, node + 1))
+    return _take(indptr, node), _take(indptr, node + 1)
 
 
-def _unary(step: StepPlan, tables: dict, node) -> Candidates:
-    tokens = _take(tables["tokens"], node)[..., None]
-    nxt = _take(tables["targets"], node) if step.explicit_targets else node
-    return Candidates(tokens, nxt[..., None], jnp.ones(tokens.shape, dtype=bool))
-
-
-def _near_unary(step: StepPlan, tables: dict, node) -> Candidates:
+def _near_unary_bounds(tables: dict, node):
     ex_states = tables["ex_states"].astype(jnp.int32)
     ex_bounds = tables["ex_bounds"].astype(jnp.int32)
     num_ex = ex_states.shape[0]
@@ -75,10 +64,36 @@ def _near_unary(step: StepPlan, tables: dict, node) -> Candidates:
                       - jnp.take(ex_states, below, mode="clip") - 1, 0)
     start = jnp.where(is_exception, jnp.take(ex_bounds[:, 0], here, mode="clip"), node + shift)
     end = jnp.where(is_exception, jnp.take(ex_bounds[:, 1], here, mode="clip"), start + 1)
-    return _slice_rows(step, tables, start, end)
+    return start, end
 
 
-_KERNELS = {"dense_rows": _dense_rows, "csr": _csr, "unary": _unary, "near_unary": _near_unary}
+_ROW_BOUNDS = {"csr": _csr_bounds, "near_unary": _near_unary_bounds}
+
+
+def row_bounds(step: StepPlan, tables: dict, node):
+    """[start, end) int32 (...,) of the rows of states `node` (csr and
+    near_unary layouts, the ones that slice rows)."""
+    return _ROW_BOUNDS[step.kind](tables, jnp.asarray(node, dtype=jnp.int32))
+
+
+def _sliced(step: StepPlan, tables: dict, node) -> Candidates:
+    start, end = row_bounds(step, tables, node)
+    return slice_rows(step, tables, start, end, step.k)
+
+
+def _dense_rows(step: StepPlan, tables: dict, node) -> Candidates:
+    nxt = _take(tables["next"], node)
+    tokens = jnp.broadcast_to(lax.iota(jnp.int32, nxt.shape[-1]), nxt.shape)
+    return Candidates(tokens, nxt, nxt >= 0)
+
+
+def _unary(step: StepPlan, tables: dict, node) -> Candidates:
+    tokens = _take(tables["tokens"], node)[..., None]
+    nxt = _take(tables["targets"], node) if step.explicit_targets else node
+    return Candidates(tokens, nxt[..., None], jnp.ones(tokens.shape, dtype=bool))
+
+
+_KERNELS = {"dense_rows": _dense_rows, "csr": _sliced, "unary": _unary, "near_unary": _sliced}
 
 
 def num_candidates(step: StepPlan, vocab_size: int) -> int:

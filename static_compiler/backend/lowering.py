@@ -31,7 +31,8 @@ from static_compiler.ir import Automaton, Layer
 
 @dataclasses.dataclass(frozen=True)
 class StepPlan:
-    """Static facts about one decoding step (one IR layer)."""
+    """Static facts about one decoding step (one IR layer); light_k and
+    wide_slots are the mixed layout's (0 when off, see `ir.Layout`)."""
 
     kind: str
     k: int
@@ -41,6 +42,8 @@ class StepPlan:
     has_accepting: bool
     token_dtype: str
     state_dtype: str
+    light_k: int = 0
+    wide_slots: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +119,8 @@ def lower(ir: Automaton) -> tuple:
                               num_next_states=ir.num_states_at(t + 1),
                               explicit_targets=not layer.implicit_targets,
                               has_accepting=layer.accepting is not None,
-                              token_dtype=lay.token_dtype, state_dtype=lay.state_dtype))
+                              token_dtype=lay.token_dtype, state_dtype=lay.state_dtype,
+                              light_k=lay.light_k, wide_slots=lay.wide_slots))
         tables.append(_layer_tables(layer, ir.vocab_size))
     return Plan(vocab_size=ir.vocab_size, steps=tuple(steps), end_token=ir.end_token), tuple(tables)
 
