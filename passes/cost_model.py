@@ -46,14 +46,29 @@ def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
     raise ValueError(f"unknown layout kind {layout.kind!r}")
 
 
-def candidates_per_beam(layout: Layout) -> int:
-    """Work per beam and step: candidates produced (top-k input size) plus
-    the dependent table reads needed to find them."""
-    if layout.kind == "near_unary":
-        return layout.k + 1 + max(1, math.ceil(math.log2(layout.exceptions + 1)))
-    if layout.kind == "csr":
-        return layout.k + 2
-    return layout.k
+def mixed_light_k(branch: np.ndarray, k: int, beams: int, wide_slots: int,
+                  max_read_ratio: float, multiple: int = 8) -> int:
+    """The mixed layout's light_k for a sliced layer, or 0 when mixing does
+    not pay.
+
+    branch: int (S,) children per state; k: the layer's full slice width.
+    With light_k = l, a batch row of `beams` beams reads beams * l entries
+    plus (k - l) for each of up to `wide_slots` heavy beams, against beams *
+    k unmixed. Beams are assumed to sit on states uniformly at random, so a
+    row expects beams * P(branch > l) heavy beams; l is the smallest multiple
+    of `multiple` for which that is at most wide_slots / 2 (the exact
+    fallback, k reads for every beam, then runs rarely), and it is used when
+    the row reads at most `max_read_ratio` of the unmixed reads."""
+    branch = np.asarray(branch)
+    if branch.size == 0 or k <= multiple:
+        return 0
+    counts = np.sort(branch)
+    for light in range(multiple, k, multiple):
+        heavy_fraction = 1.0 - np.searchsorted(counts, light, side="right") / counts.size
+        if beams * heavy_fraction <= wide_slots / 2:
+            reads = beams * light + wide_slots * (k - light)
+            return light if reads <= max_read_ratio * beams * k else 0
+    return 0
 
 
 def with_estimate(layer: Layer, layout: Layout, vocab_size: int) -> Layout:

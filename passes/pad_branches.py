@@ -1,6 +1,7 @@
 """`pad-branches`: round each sliced layer's k up to a hardware multiple (8 for
 sublanes, 128 for TPU lanes), never past the vocabulary size, beyond which a
-slice would read more than a dense row."""
+slice would read more than a dense row. A mixed layout's light_k is rounded
+the same way; when it reaches k the layer is no longer mixed."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ class PadBranchesPass(Pass):
         if self.multiple < 1:
             raise ValueError(f"multiple={self.multiple} must be >= 1")
 
+    def _padded(self, k: int, vocab_size: int) -> int:
+        return max(k, min(-(-k // self.multiple) * self.multiple, vocab_size))
+
     def run(self, ir: Automaton) -> Automaton:
         layers = []
         for t, layer in enumerate(ir.layers):
@@ -28,8 +32,10 @@ class PadBranchesPass(Pass):
             if lay is None:
                 raise PipelineError(f"pad-branches: layer {t} has no layout; run choose-layout first")
             if lay.kind in ("csr", "near_unary"):
-                padded = -(-lay.k // self.multiple) * self.multiple
-                lay = dataclasses.replace(lay, k=max(lay.k, min(padded, ir.vocab_size)))
+                k = self._padded(lay.k, ir.vocab_size)
+                light = self._padded(lay.light_k, ir.vocab_size) if lay.mixed else 0
+                lay = dataclasses.replace(lay, k=k, light_k=light if light < k else 0,
+                                          wide_slots=lay.wide_slots if light < k else 0)
                 layer = layer.replace(layout=with_estimate(layer, lay, ir.vocab_size))
             layers.append(layer)
         return ir.with_layers(layers)

@@ -17,7 +17,8 @@ from passes import REGISTRY, Pass
 from static_compiler.errors import IRVerificationError, PipelineError, StaticCompilerError
 from static_compiler.ir import Automaton, verify
 
-DEFAULT_PIPELINE = "verify,choose-layout{memory-budget=2GiB},pad-branches{multiple=8},pack-dtypes"
+DEFAULT_PIPELINE = ("verify,choose-layout{memory-budget=2GiB},split-heavy{wide-slots=4},"
+                    "pad-branches{multiple=8},pack-dtypes")
 """The pipeline `compile_constraints` runs when none is given."""
 
 

@@ -77,8 +77,8 @@ def test_compile_text_and_jsonl_inputs(tmp_path, capsys, fmt):
                          "--end-token", 7, "--memory-budget", "1MiB", "--beam-sizes", 2)
     assert code == 0
     want = compile_constraints(RAGGED, 8, end_token=7,
-                               pipeline="verify,choose-layout{memory-budget=1MiB},pad-branches,"
-                                        "pack-dtypes")
+                               pipeline="verify,choose-layout{memory-budget=1MiB},split-heavy,"
+                                        "pad-branches,pack-dtypes")
     assert artifact.read_automaton(tmp_path / "a") == want.ir
     assert serving.read_manifest(tmp_path / "a")["pipeline"] == want.pipeline
     code, out, _ = run_cli(capsys, "verify", tmp_path / "a", "--input", src)

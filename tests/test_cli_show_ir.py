@@ -54,7 +54,8 @@ def test_print_after_all_goes_to_stderr(capsys, sids):
     assert code == 0 and out == str(compile_constraints(THREE, 4).ir)
     headers = [ln for ln in err.splitlines() if ln.startswith("// ----- IR after ")]
     assert headers == [f"// ----- IR after {s} -----" for s in
-                       ("frontend", "verify", "choose-layout", "pad-branches", "pack-dtypes")]
+                       ("frontend", "verify", "choose-layout", "split-heavy", "pad-branches",
+                        "pack-dtypes")]
 
 
 def test_pipeline_flag(capsys, sids):

@@ -15,6 +15,7 @@ from passes import REGISTRY
 from passes.choose_layout import ChooseLayoutPass
 from passes.pack_dtypes import PackDtypesPass
 from passes.pad_branches import PadBranchesPass
+from passes.split_heavy import SplitHeavyPass
 from static_compiler import compile_constraints
 from static_compiler.errors import MemoryBudgetError, PipelineError
 from static_compiler.frontend import build_automaton
@@ -33,7 +34,7 @@ def automata():
 
 
 def test_registry_names_every_pass():
-    assert set(REGISTRY) >= {"verify", "choose-layout", "pad-branches", "pack-dtypes"}
+    assert set(REGISTRY) >= {"verify", "choose-layout", "split-heavy", "pad-branches", "pack-dtypes"}
     for name, cls in REGISTRY.items():
         assert cls.name == name
 
@@ -137,6 +138,24 @@ def test_pad_branches_rounds_k_up_within_the_vocabulary(ir, multiple):
 
 
 @settings(max_examples=50, deadline=None)
+@given(automata(), st.integers(1, 9), st.sampled_from([1, 2, 8]))
+def test_pad_branches_rounds_light_k_and_drops_a_mix_that_reaches_k(ir, light, multiple):
+    mixed = run_pipeline(ir, f"choose-layout{{force=csr}},split-heavy{{light-k={light}}}")
+    padded = PadBranchesPass(multiple=multiple).run(mixed)
+    for before, after in zip(mixed.layers, padded.layers):
+        lay0, lay1 = before.layout, after.layout
+        if not lay0.mixed:
+            assert not lay1.mixed
+            continue
+        rounded = max(lay0.light_k, min(-(-lay0.light_k // multiple) * multiple, ir.vocab_size))
+        if rounded < lay1.k:
+            assert (lay1.light_k, lay1.wide_slots) == (rounded, lay0.wide_slots)
+        else:
+            assert (lay1.light_k, lay1.wide_slots) == (0, 0)
+    assert parse_ir(str(padded)) == padded
+
+
+@settings(max_examples=50, deadline=None)
 @given(automata())
 def test_pack_dtypes_picks_the_narrowest_types(ir):
     packed = run_pipeline(ir, "choose-layout,pack-dtypes")
@@ -167,13 +186,14 @@ def test_pack_dtypes_state_boundary():
 @given(automata())
 def test_passes_are_pure(ir):
     text = str(ir)
-    for spec in ("verify", "choose-layout", "choose-layout,pad-branches", "choose-layout,pack-dtypes"):
+    for spec in ("verify", "choose-layout", "choose-layout,pad-branches", "choose-layout,pack-dtypes",
+                 "choose-layout{force=csr},split-heavy{light-k=1}"):
         out = run_pipeline(ir, spec)
         assert list(out.sequences()) == list(ir.sequences())
     assert str(ir) == text and all(l.layout is None for l in ir.layers)
 
 
-@pytest.mark.parametrize("spec", ["pad-branches", "pack-dtypes"])
+@pytest.mark.parametrize("spec", ["split-heavy", "pad-branches", "pack-dtypes"])
 def test_layout_passes_need_choose_layout_first(spec):
     with pytest.raises(PipelineError, match=rf"{spec}: layer 0 has no layout; run choose-layout first"):
         run_pipeline(build_automaton(THREE, 4), spec)
@@ -184,6 +204,10 @@ def test_layout_passes_need_choose_layout_first(spec):
     (ChooseLayoutPass, dict(memory_budget=0), r"memory-budget=0 must be positive"),
     (ChooseLayoutPass, dict(dense_threshold=0.0), r"dense-threshold=0.0 must be > 0"),
     (ChooseLayoutPass, dict(force="bitmap"), r"force='bitmap' is not a layout kind"),
+    (SplitHeavyPass, dict(wide_slots=0), r"wide-slots=0 must be >= 1"),
+    (SplitHeavyPass, dict(beams=0), r"beams=0 must be >= 1"),
+    (SplitHeavyPass, dict(max_read_ratio=1.5), r"max-read-ratio=1.5 must be in \(0, 1\]"),
+    (SplitHeavyPass, dict(light_k=-1), r"light-k=-1 must be >= 0"),
 ])
 def test_pass_options_are_validated(cls, kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
@@ -210,3 +234,50 @@ def test_dense_rows_only_within_its_byte_overhead_over_csr():
     assert generous.nbytes > default.nbytes
     with pytest.raises(PipelineError, match=r"dense-max-overhead=0.0 must be > 0"):
         compile_constraints(sids, 64, pipeline="choose-layout{dense-max-overhead=0}")
+
+
+# --------------------------------------------------------------------------
+# split-heavy: the mixed layout
+
+
+def _skewed_layer_set(num_light: int = 2000, heavy_branch: int = 500, light_branch: int = 3):
+    """Layer 1 of a two-token set: `num_light` states with `light_branch`
+    children and one state with `heavy_branch` children (V = heavy_branch)."""
+    rows = [(0, t) for t in range(heavy_branch)]
+    rows += [(s, t) for s in range(1, num_light + 1) for t in range(light_branch)]
+    return np.array(rows), max(heavy_branch, num_light + 1)
+
+
+def test_split_heavy_mixes_a_skewed_layer_and_leaves_a_uniform_one():
+    rows, V = _skewed_layer_set()
+    skewed = compile_constraints(rows, V, pipeline="choose-layout{force=csr},split-heavy")
+    lay = skewed.ir.layers[1].layout
+    assert (lay.kind, lay.k, lay.light_k, lay.wide_slots) == ("csr", 500, 8, 4)
+    uniform = compile_constraints(np.array([(s, t) for s in range(300) for t in range(20)]), 300,
+                                  pipeline="choose-layout{force=csr},split-heavy")
+    assert not any(layer.layout.mixed for layer in uniform.ir.layers)
+    # The mix needs a heavy-state fraction of at most wide_slots / 2 per `beams` beams.
+    assert not compile_constraints(rows, V, pipeline="choose-layout{force=csr},split-heavy"
+                                   "{beams=5000}").ir.layers[1].layout.mixed
+
+
+def test_split_heavy_is_in_the_default_pipeline_and_prints_in_the_ir():
+    rows, V = _skewed_layer_set()
+    compiled = compile_constraints(rows, V)
+    lay = compiled.ir.layers[1].layout
+    assert lay.mixed and "light=8,wide=4" in lay.to_text()
+    assert parse_ir(compiled.ir.to_text(max_edges=10 ** 6)) == compiled.ir
+    assert compiled.plan.steps[1].light_k == 8 and compiled.plan.steps[1].wide_slots == 4
+
+
+def test_mixed_layout_fields_are_validated():
+    from static_compiler.errors import IRVerificationError
+    from static_compiler.ir import Layout
+    with pytest.raises(IRVerificationError, match=r"light_k=4, wide_slots=0: expected both 0"):
+        Layout("csr", 8, light_k=4)
+    with pytest.raises(IRVerificationError, match=r"needs kind csr or near_unary and 1 <= light_k < k"):
+        Layout("csr", 8, light_k=8, wide_slots=2)
+    with pytest.raises(IRVerificationError, match=r"dense_rows\(k=8\) with light_k=2"):
+        Layout("dense_rows", 8, light_k=2, wide_slots=2)
+    assert Layout.from_text("csr(k=8,light=2,wide=3,est=0B)") == Layout("csr", 8, light_k=2,
+                                                                         wide_slots=3)

@@ -159,7 +159,7 @@ def test_defaults_are_left_out_and_units_kept():
                             "pack-dtypes ")
     assert format_pipeline(passes) == "verify,choose-layout{memory-budget=64MiB},pad-branches,pack-dtypes"
     assert format_pipeline(parse_pipeline(DEFAULT_PIPELINE)) == \
-        "verify,choose-layout,pad-branches,pack-dtypes"
+        "verify,choose-layout,split-heavy,pad-branches,pack-dtypes"
 
 
 BAD_SPECS = [

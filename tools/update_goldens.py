@@ -36,10 +36,13 @@ CASES = {
     "chain": ([[0, 1, 2, 3, 4, 5, 6, 7]], 8, None),
     # one state with 16 children beside 20 with one: a skewed level
     "skewed": ([[0, j, 0] for j in range(16)] + [[i, 0, i] for i in range(1, 21)], 64, None),
+    # one state with 32 children beside 40 with one: split-heavy mixes that level
+    "skewed_mixed": ([[0, j] for j in range(32)] + [[i, i % 7] for i in range(1, 41)], 64, None),
     "ragged_end_token": ([[1, 2], [1], [3, 1, 2], [3, 1], [0]], 5, 4),
 }
 """Reference sets: the 3-item example of the README, a single one-token item,
-a root with V children, a chain, a skewed set and a ragged set."""
+a root with V children, a chain, two skewed sets (the second skewed enough
+for the mixed layout) and a ragged set."""
 
 
 def _stage_name(spec: str) -> str:

@@ -1,0 +1,65 @@
+"""`split-heavy`: the mixed layout for skewed levels.
+
+A csr or near_unary layer reads k entries (its widest state's branch) for
+every beam. On a skewed level almost every state has a few children and a
+handful have hundreds; this pass gives such layers a small `light_k` read by
+every beam and `wide_slots` slots per batch row that read the rest of a
+heavy state's row (`ir.Layout`; the backend falls back to k reads for every
+beam, exactly, when a row has more heavy beams than slots). The tables do
+not change, only the reads: the choice is the cost model's
+(`cost_model.mixed_light_k`), or forced with `light-k`.
+
+Run it after choose-layout and before pad-branches, which rounds light_k up
+too (and drops the mix when the rounded light_k reaches k).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from passes.base import Pass
+from passes.cost_model import mixed_light_k
+from static_compiler.errors import PipelineError
+from static_compiler.ir import Automaton
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitHeavyPass(Pass):
+    """Options:
+      wide_slots: heavy beams per batch row read in full without the fallback.
+      beams: the beam count the cost model plans for (the paper's 70).
+      max_read_ratio: mix a layer only if a row then reads at most this
+        fraction of the entries it reads unmixed.
+      light_k: force this light_k on every sliced layer whose k exceeds it
+        (0: the cost model chooses); for tests and experiments.
+    """
+
+    name = "split-heavy"
+    wide_slots: int = 4
+    beams: int = 70
+    max_read_ratio: float = 0.5
+    light_k: int = 0
+
+    def __post_init__(self):
+        for option in ("wide_slots", "beams"):
+            if getattr(self, option) < 1:
+                raise ValueError(f"{option.replace('_', '-')}={getattr(self, option)} must be >= 1")
+        if not 0.0 < self.max_read_ratio <= 1.0:
+            raise ValueError(f"max-read-ratio={self.max_read_ratio} must be in (0, 1]")
+        if self.light_k < 0:
+            raise ValueError(f"light-k={self.light_k} must be >= 0 (0: chosen by the cost model)")
+
+    def run(self, ir: Automaton) -> Automaton:
+        layers = []
+        for t, layer in enumerate(ir.layers):
+            lay = layer.layout
+            if lay is None:
+                raise PipelineError(f"split-heavy: layer {t} has no layout; run choose-layout first")
+            if lay.kind in ("csr", "near_unary"):
+                light = self.light_k if self.light_k else mixed_light_k(
+                    layer.branch(), lay.k, self.beams, self.wide_slots, self.max_read_ratio)
+                mixed = 0 < light < lay.k
+                layer = layer.replace(layout=dataclasses.replace(
+                    lay, light_k=light if mixed else 0, wide_slots=self.wide_slots if mixed else 0))
+            layers.append(layer)
+        return ir.with_layers(layers)
