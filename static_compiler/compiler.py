@@ -62,12 +62,14 @@ class CompiledConstraints:
 
     def layer_stats(self) -> list:
         """One dict per layer: states, edges, max_branch, mean_branch,
-        accepting, targets, layout, k, token/state dtypes, estimated_bytes
-        (cost model) and bytes (measured tables)."""
+        accepting, targets, layout, k, mixed ("light=l,wide=H" for a mixed
+        layout, else None), token/state dtypes, estimated_bytes (cost model)
+        and bytes (measured tables)."""
         out = []
         for layer, step, tabs in zip(self.ir.layers, self.plan.steps, self.tables):
             st = layer_stats(layer)
-            st.update(layout=step.kind, k=step.k, token_dtype=step.token_dtype,
+            st.update(layout=step.kind, k=step.k, mixed=layer.layout.mixed_text,
+                      token_dtype=step.token_dtype,
                       state_dtype=step.state_dtype,
                       estimated_bytes=layer.layout.estimated_bytes,
                       bytes=sum(a.nbytes for a in tabs.values()))

@@ -123,13 +123,18 @@ class Layout:
         """True when beams read light_k entries, plus wide slots for heavy states."""
         return self.light_k > 0
 
+    @property
+    def mixed_text(self) -> Optional[str]:
+        """"light=l,wide=H" for a mixed layout (as in `to_text`), else None."""
+        return f"light={self.light_k},wide={self.wide_slots}" if self.mixed else None
+
     def to_text(self) -> str:
         fields = [f"k={self.k}", f"tokens={self.token_dtype}",
                   f"states={self.state_dtype}"]
         if self.kind == "near_unary":
             fields.append(f"exceptions={self.exceptions}")
         if self.mixed:
-            fields += [f"light={self.light_k}", f"wide={self.wide_slots}"]
+            fields.append(self.mixed_text)
         fields.append(f"est={self.estimated_bytes}B")
         return f"{self.kind}({','.join(fields)})"
 

@@ -107,7 +107,7 @@ def layer_rows(obj: Union[Automaton, "CompiledConstraints"]) -> list:
 
     Keys: layer, states, edges, max_branch, mean_branch, accepting, targets,
     histogram ([(lo, hi, count)], see `branch_histogram`), layout (kind or
-    "none"), k, token_dtype, state_dtype, estimated_bytes (cost model) and
+    "none"), k, mixed (`Layout.mixed_text`), token_dtype, state_dtype, estimated_bytes (cost model) and
     bytes (measured tables). The last five are None for a layer without a
     layout (an IR before choose-layout)."""
     ir = _automaton_of(obj)
@@ -120,6 +120,7 @@ def layer_rows(obj: Union[Automaton, "CompiledConstraints"]) -> list:
             row = layer_stats(layer)
             lay = layer.layout
             row.update(layout=lay.kind if lay else "none", k=lay.k if lay else None,
+                       mixed=lay.mixed_text if lay else None,
                        token_dtype=lay.token_dtype if lay else None,
                        state_dtype=lay.state_dtype if lay else None,
                        estimated_bytes=lay.estimated_bytes if lay else None, bytes=None)
@@ -169,7 +170,7 @@ def _automaton_of(obj) -> Automaton:
 
 _COLUMNS = (("layer", "layer"), ("states", "states"), ("edges", "edges"),
             ("max_branch", "max_br"), ("mean_branch", "mean_br"), ("layout", "layout"),
-            ("k", "k"), ("token_dtype", "tokens"), ("state_dtype", "states_dt"),
+            ("k", "k"), ("mixed", "mixed"), ("token_dtype", "tokens"), ("state_dtype", "states_dt"),
             ("estimated_bytes", "est_bytes"), ("bytes", "bytes"), ("histogram", "branch histogram"))
 
 

@@ -102,13 +102,13 @@ def test_stats_table_of_the_example():
     text = report.stats_table(compile_constraints(THREE, 4))
     lines = text.splitlines()
     assert lines[0].split() == ["layer", "states", "edges", "max_br", "mean_br", "layout", "k",
-                                "tokens", "states_dt", "est_bytes", "bytes", "branch", "histogram"]
-    assert lines[1].split() == ["0", "1", "2", "2", "2.000", "dense_rows", "4", "uint16", "int16",
-                                "8", "8", "2:1"]
-    assert lines[2].split() == ["1", "2", "2", "1", "1.000", "unary", "1", "uint16", "int16",
+                                "mixed", "tokens", "states_dt", "est_bytes", "bytes", "branch", "histogram"]
+    assert lines[1].split() == ["0", "1", "2", "2", "2.000", "dense_rows", "4", "-", "uint16",
+                                "int16", "8", "8", "2:1"]
+    assert lines[2].split() == ["1", "2", "2", "1", "1.000", "unary", "1", "-", "uint16", "int16",
                                 "4", "4", "1:2"]
-    assert lines[3].split() == ["2", "2", "3", "2", "1.500", "dense_rows", "4", "uint16", "int16",
-                                "16", "16", "1:1", "2:1"]
+    assert lines[3].split() == ["2", "2", "3", "2", "1.500", "dense_rows", "4", "-", "uint16",
+                                "int16", "16", "16", "1:1", "2:1"]
     assert lines[4].split() == ["total", "5", "7", "28", "28"]
     assert "bytes: measured 28 (estimated 28), 9.33 bytes per sequence" in text
     # U_max with d = 1: (1/8 + 4) * 4 + 12 * (min(16, 3) + min(64, 3)) = 16.5 + 72 -> 89
@@ -119,8 +119,16 @@ def test_markdown_table_has_one_row_per_layer_and_a_total():
     compiled = compile_constraints([[1, 2], [1], [3, 1, 2]], 5, end_token=4)
     md = report.stats_table(compiled, markdown=True).split("\n\n")[0].splitlines()
     assert len(md) == 2 + compiled.ir.depth + 1
-    assert all(line.startswith("| ") and line.count("|") == 13 for line in md if line[1] != "-")
+    assert all(line.startswith("| ") and line.count("|") == 14 for line in md if line[1] != "-")
     assert md[-1].startswith("| total | ")
+
+
+def test_a_mixed_layer_shows_its_light_k_and_wide_slots():
+    rows = [(0, t) for t in range(40)] + [(s, s % 3) for s in range(1, 60)]
+    compiled = compile_constraints(rows, 64)
+    assert report.layer_rows(compiled)[1]["mixed"] == "light=8,wide=4"
+    assert [r["mixed"] for r in report.layer_rows(compiled.ir)] == [None, "light=8,wide=4"]
+    assert "light=8,wide=4" in report.stats_table(compiled).splitlines()[2]
 
 
 def test_an_ir_without_layouts_reports_no_bytes():

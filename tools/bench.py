@@ -184,6 +184,15 @@ class Runner:
     extra: dict = dataclasses.field(default_factory=dict)
 
 
+def _layout_label(step) -> str:
+    """Short layout of a plan step: "unary", "csr(504)", "near_unary(1696/16x4)"
+    (mixed: k / light_k x wide_slots)."""
+    if step.kind in ("dense_rows", "unary"):
+        return step.kind
+    return f"{step.kind}({step.k}/{step.light_k}x{step.wide_slots})" if step.light_k \
+        else f"{step.kind}({step.k})"
+
+
 def _static_runner(compiled, model, cfg) -> Runner:
     plan, tables = compiled.plan, compiled.device_tables
     B, M, tpb = cfg.batch, cfg.beams, cfg.tokens_per_beam
@@ -216,8 +225,7 @@ def _static_runner(compiled, model, cfg) -> Runner:
         return jax.block_until_ready((r.tokens, r.scores, r.valid))
 
     summary = report.summary(compiled)
-    layouts = ",".join(s.kind if s.kind in ("dense_rows", "unary") else f"{s.kind}({s.k})"
-                       for s in plan.steps)
+    layouts = " ".join(_layout_label(s) for s in plan.steps)
     return Runner("static", True, steps, kernels, run_decode, (state.tokens, state.valid),
                   index_bytes=compiled.nbytes,
                   extra={"u_max_bytes": summary["paper_bound_bytes"], "layouts": layouts})
