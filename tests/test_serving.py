@@ -40,6 +40,16 @@ def ragged(tmp_path_factory):
     return compiled, path, serving.load(path)
 
 
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """FIXED with every sliced layer mixed (light_k=1, two wide slots)."""
+    compiled = compile_constraints(FIXED, 10, pipeline=oracle.pipeline_for("mixed_near_unary"),
+                                   export_beam_sizes=(6,), export_tokens_per_beam=3)
+    assert any(step.light_k for step in compiled.plan.steps)
+    path = artifact.save(compiled, tmp_path_factory.mktemp("serving") / "mixed.static")
+    return compiled, path, serving.load(path)
+
+
 def serve(art, model, seeds, beam_size, start_token=0):
     """Beam search through the loaded artifact, step by step, with the hash
     model's carry reordered by parent like `sc.beam_search` does."""
@@ -89,6 +99,19 @@ def test_ragged_beam_search_through_the_artifact_is_bit_identical(ragged, knobs)
     assert not np.asarray(got.valid)[:, -1].any()  # 4 sequences, 5 beams
     assert np.array_equal(np.asarray(got.valid), oracle.beam_search(
         oracle.ConstraintSet(RAGGED, 9, 8), model, seeds, 5).valid)
+
+
+def test_mixed_layout_through_the_artifact_is_bit_identical(mixed):
+    compiled, path, art = mixed
+    assert artifact.read_automaton(path) == compiled.ir  # light=/wide= survive the manifest
+    model = oracle.HashModel(10, nan=40, neginf=40, dup=30)
+    seeds = [7, 8, 9]
+    got = serve(art, model, seeds, 6)
+    want = beam_search(compiled, model, batch_size=3, beam_size=6, tokens_per_beam=3,
+                       carry=model.init_carry(seeds, 6))
+    assert_bit_identical(got, want)
+    expect = oracle.beam_search(oracle.ConstraintSet(FIXED, 10), model, seeds, 6, 3)
+    assert np.array_equal(np.asarray(got.tokens), expect.tokens)
 
 
 def test_beam_step_is_jittable_with_a_traced_step(fixed):

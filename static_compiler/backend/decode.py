@@ -35,8 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.backend.kernels import (Candidates, accepts, expand, num_candidates, row_bounds,
-                                             slice_rows)
+from static_compiler.backend.kernels import (Candidates, accepts, entries, expand, num_candidates,
+                                             row_bounds, slice_rows)
 from static_compiler.backend.lowering import Plan
 from static_compiler.errors import DecodeInputError
 
@@ -268,9 +268,9 @@ def _mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, kee
     at most `keep` children to the winners (its best ones), and a light
     beam's light_k entries hold all its children.
 
-    Returns (Candidates (B, M, W), logprob float32 (B, M, W)); the W
-    entries of a beam hold its valid children first by score, or in token
-    order when it has at most W."""
+    Returns (Candidates (B, M, W), logprob float32 (B, M, W)): a beam's
+    entries are sorted by score (equal scores by token), or are its light_k
+    entries in token order when light_k <= W; invalid entries are masked."""
     B, M = node.shape
     kl, kw, H = sp.light_k, sp.k - sp.light_k, min(sp.wide_slots, M)
     width = min(keep, sp.k)
@@ -314,10 +314,7 @@ def _mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, kee
                 c_light.at[rows, beams].set(jnp.where(keep_old, c_light[rows, beams], merged_c)))
 
     child_s, col = lax.cond(jnp.all(jnp.sum(heavy, axis=1) <= H), mixed, full)
-    idx = start[..., None] + col
-    tokens = jnp.take(tables["tokens"], idx, mode="clip").astype(jnp.int32)
-    nxt = jnp.take(tables["targets"], idx, mode="clip").astype(jnp.int32) \
-        if sp.explicit_targets else idx
+    tokens, nxt = entries(sp, tables, start[..., None] + col)
     return Candidates(tokens, nxt, child_s > SENTINEL_SCORE), logprobs.take(tokens)
 
 

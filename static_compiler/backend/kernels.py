@@ -38,10 +38,14 @@ def slice_rows(step: StepPlan, tables: dict, start, end, k: int) -> Candidates:
     """Speculative slicing: k (static) entries from `start`, valid below `end`
     (start, end int32 (...,) -> Candidates (..., k))."""
     idx = start[..., None] + lax.iota(jnp.int32, k)
-    valid = idx < end[..., None]
-    tokens = _take(tables["tokens"], idx)
+    return Candidates(*entries(step, tables, idx), idx < end[..., None])
+
+
+def entries(step: StepPlan, tables: dict, idx) -> tuple:
+    """(tokens, next) int32, the token and target of edges `idx` int32 (...)
+    of a sliced layer (indices past the table are clamped)."""
     nxt = _take(tables["targets"], idx) if step.explicit_targets else idx
-    return Candidates(tokens, nxt, valid)
+    return _take(tables["tokens"], idx), nxt
 
 
 def _csr_bounds(tables: dict, node):
