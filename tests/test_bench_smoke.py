@@ -161,6 +161,20 @@ def test_targets_report_misses():
     assert met["exact baselines decode static's sequences"] is False
 
 
+def test_gpu_configuration_and_its_target(monkeypatch):
+    args = bench.parse_args(["--gpu"])
+    assert args.sweeps == ["items"] and args.items == [bench.GPU_ITEMS]
+    assert args.methods == list(bench.GPU_METHODS) and args.baseline_max_items >= bench.GPU_ITEMS
+    assert bench.plan_cells(args)[0][1].items == bench.GPU_ITEMS
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--gpu", "--quick"])
+    rows = [_row(items=bench.GPU_ITEMS, added_ms=0.05, step_ms=0.4)]
+    name = f"added time per step <= 0.033 ms at |C|={bench.GPU_ITEMS:.0e} on gpu (paper: TPU v6e)"
+    assert name not in {t[0] for t in bench.evaluate_targets(rows)}  # a CPU run has no GPU target
+    monkeypatch.setattr(bench.jax, "default_backend", lambda: "gpu")
+    assert (name, "+0.0500 ms (step 0.4000 ms)", False) in bench.evaluate_targets(rows)
+
+
 def test_zipf_sets_are_deterministic_and_skewed():
     a = bench.zipf_sids(20000, 3, 64, seed=5)
     assert np.array_equal(a, bench.zipf_sids(20000, 3, 64, seed=5))
