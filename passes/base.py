@@ -12,10 +12,10 @@ from __future__ import annotations
 import abc
 import dataclasses
 import re
-from typing import ClassVar, get_type_hints
+from typing import Callable, ClassVar, get_type_hints
 
 from static_compiler.errors import PipelineError
-from static_compiler.ir import Automaton
+from static_compiler.ir import Automaton, Layer, Layout
 
 _UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
           "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12}
@@ -78,6 +78,18 @@ class Pass(abc.ABC):
     @abc.abstractmethod
     def run(self, ir: Automaton) -> Automaton:
         """Returns the transformed IR; never changes `ir` (it is immutable)."""
+
+    def map_layouts(self, ir: Automaton, new_layout: Callable[[int, Layer, Layout], Layout]
+                    ) -> Automaton:
+        """`ir` with each layer t's layout replaced by new_layout(t, layer, layout),
+        for passes that refine layouts; PipelineError if a layer has none yet."""
+        layers = []
+        for t, layer in enumerate(ir.layers):
+            if layer.layout is None:
+                raise PipelineError(f"{self.name}: layer {t} has no layout; run choose-layout first")
+            layout = new_layout(t, layer, layer.layout)
+            layers.append(layer if layout == layer.layout else layer.replace(layout=layout))
+        return ir.with_layers(layers)
 
     @classmethod
     def option_types(cls) -> dict:

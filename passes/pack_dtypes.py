@@ -12,7 +12,6 @@ import dataclasses
 
 from passes.base import Pass
 from passes.cost_model import packed
-from static_compiler.errors import PipelineError
 from static_compiler.ir import Automaton
 
 
@@ -21,10 +20,5 @@ class PackDtypesPass(Pass):
     name = "pack-dtypes"
 
     def run(self, ir: Automaton) -> Automaton:
-        layers = []
-        for t, layer in enumerate(ir.layers):
-            if layer.layout is None:
-                raise PipelineError(f"pack-dtypes: layer {t} has no layout; run choose-layout first")
-            lay = packed(layer, layer.layout, ir.vocab_size, ir.num_states_at(t + 1))
-            layers.append(layer.replace(layout=lay))
-        return ir.with_layers(layers)
+        return self.map_layouts(ir, lambda t, layer, lay: packed(layer, lay, ir.vocab_size,
+                                                                 ir.num_states_at(t + 1)))

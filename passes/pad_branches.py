@@ -9,7 +9,6 @@ import dataclasses
 
 from passes.base import Pass
 from passes.cost_model import with_estimate
-from static_compiler.errors import PipelineError
 from static_compiler.ir import Automaton
 
 
@@ -26,16 +25,12 @@ class PadBranchesPass(Pass):
         return max(k, min(-(-k // self.multiple) * self.multiple, vocab_size))
 
     def run(self, ir: Automaton) -> Automaton:
-        layers = []
-        for t, layer in enumerate(ir.layers):
-            lay = layer.layout
-            if lay is None:
-                raise PipelineError(f"pad-branches: layer {t} has no layout; run choose-layout first")
-            if lay.kind in ("csr", "near_unary"):
-                k = self._padded(lay.k, ir.vocab_size)
-                light = self._padded(lay.light_k, ir.vocab_size) if lay.mixed else 0
-                lay = dataclasses.replace(lay, k=k, light_k=light if light < k else 0,
-                                          wide_slots=lay.wide_slots if light < k else 0)
-                layer = layer.replace(layout=with_estimate(layer, lay, ir.vocab_size))
-            layers.append(layer)
-        return ir.with_layers(layers)
+        def pad(t, layer, lay):
+            if lay.kind not in ("csr", "near_unary"):
+                return lay
+            k = self._padded(lay.k, ir.vocab_size)
+            light = self._padded(lay.light_k, ir.vocab_size) if lay.mixed else 0
+            lay = dataclasses.replace(lay, k=k, light_k=light if light < k else 0,
+                                      wide_slots=lay.wide_slots if light < k else 0)
+            return with_estimate(layer, lay, ir.vocab_size)
+        return self.map_layouts(ir, pad)

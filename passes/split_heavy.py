@@ -19,7 +19,6 @@ import dataclasses
 
 from passes.base import Pass
 from passes.cost_model import mixed_light_k
-from static_compiler.errors import PipelineError
 from static_compiler.ir import Automaton
 
 
@@ -50,16 +49,12 @@ class SplitHeavyPass(Pass):
             raise ValueError(f"light-k={self.light_k} must be >= 0 (0: chosen by the cost model)")
 
     def run(self, ir: Automaton) -> Automaton:
-        layers = []
-        for t, layer in enumerate(ir.layers):
-            lay = layer.layout
-            if lay is None:
-                raise PipelineError(f"split-heavy: layer {t} has no layout; run choose-layout first")
-            if lay.kind in ("csr", "near_unary"):
-                light = self.light_k if self.light_k else mixed_light_k(
-                    layer.branch(), lay.k, self.beams, self.wide_slots, self.max_read_ratio)
-                mixed = 0 < light < lay.k
-                layer = layer.replace(layout=dataclasses.replace(
-                    lay, light_k=light if mixed else 0, wide_slots=self.wide_slots if mixed else 0))
-            layers.append(layer)
-        return ir.with_layers(layers)
+        def split(t, layer, lay):
+            if lay.kind not in ("csr", "near_unary"):
+                return lay
+            light = self.light_k or mixed_light_k(layer.branch(), lay.k, self.beams,
+                                                  self.wide_slots, self.max_read_ratio)
+            mixed = 0 < light < lay.k
+            return dataclasses.replace(lay, light_k=light if mixed else 0,
+                                       wide_slots=self.wide_slots if mixed else 0)
+        return self.map_layouts(ir, split)
