@@ -46,12 +46,13 @@ def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
     raise ValueError(f"unknown layout kind {layout.kind!r}")
 
 
-def mixed_light_k(branch: np.ndarray, k: int, beams: int, wide_slots: int,
-                  max_read_ratio: float, multiple: int = 8) -> int:
+def mixed_light_k(layer: Layer, k: int, beams: int, wide_slots: int, max_read_ratio: float,
+                  multiple: int = 8) -> int:
     """The mixed layout's light_k for a sliced layer, or 0 when mixing does
     not pay.
 
-    branch: int (S,) children per state; k: the layer's full slice width.
+    k: the layer's full slice width (its branch counts are only read when
+    k > multiple).
     With light_k = l, a batch row of `beams` beams reads beams * l entries
     plus (k - l) for each of up to `wide_slots` heavy beams, against beams *
     k unmixed. Beams are assumed to sit on states uniformly at random, so a
@@ -59,13 +60,15 @@ def mixed_light_k(branch: np.ndarray, k: int, beams: int, wide_slots: int,
     of `multiple` for which that is at most wide_slots / 2 (the exact
     fallback, k reads for every beam, then runs rarely), and it is used when
     the row reads at most `max_read_ratio` of the unmixed reads."""
-    branch = np.asarray(branch)
-    if branch.size == 0 or k <= multiple:
+    if k <= multiple:
         return 0
-    counts = np.sort(branch)
+    branch = layer.branch()
+    if branch.size == 0:
+        return 0
+    # heavier[l] = states with more than l children, for l in [0, k]: O(S), no sort.
+    heavier = branch.size - np.cumsum(np.bincount(np.minimum(branch, k), minlength=k + 1))
     for light in range(multiple, k, multiple):
-        heavy_fraction = 1.0 - np.searchsorted(counts, light, side="right") / counts.size
-        if beams * heavy_fraction <= wide_slots / 2:
+        if beams * heavier[light] / branch.size <= wide_slots / 2:
             reads = beams * light + wide_slots * (k - light)
             return light if reads <= max_read_ratio * beams * k else 0
     return 0

@@ -52,7 +52,7 @@ class SplitHeavyPass(Pass):
         def split(t, layer, lay):
             if lay.kind not in ("csr", "near_unary"):
                 return lay
-            light = self.light_k or mixed_light_k(layer.branch(), lay.k, self.beams,
+            light = self.light_k or mixed_light_k(layer, lay.k, self.beams,
                                                   self.wide_slots, self.max_read_ratio)
             mixed = 0 < light < lay.k
             return dataclasses.replace(lay, light_k=light if mixed else 0,
