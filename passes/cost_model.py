@@ -21,7 +21,6 @@ masked, so no table is padded.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 

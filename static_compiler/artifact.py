@@ -207,7 +207,6 @@ def build_files(compiled) -> dict:
     Deterministic: the same compiled set and jax version give the same bytes
     (no timestamps; JSON with sorted keys)."""
     _check_beam_sizes(compiled)
-    plan: Plan = compiled.plan
     ir = compiled.ir
     files = {serving.IR_FILE: ir.to_text().encode("utf-8")}
     tables = []

@@ -7,7 +7,6 @@ import sys
 import time
 from typing import Optional
 
-import numpy as np
 
 from static_compiler import pipeline as pipeline_lib
 from static_compiler.backend import decode

@@ -10,7 +10,6 @@ is measured by the suite itself, never in tests.
 from __future__ import annotations
 
 import csv
-import itertools
 import math
 import os
 import sys

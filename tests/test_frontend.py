@@ -4,7 +4,6 @@ brute-force set; every bad input is rejected with a typed, located error."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from ir_strategies import fixed_length_sets, ragged_sets, trie_shape, unique_sorted
 from static_compiler import compile_constraints

@@ -7,7 +7,6 @@ import functools
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import oracle
 from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted

@@ -207,9 +207,10 @@ def _candidates(plan: Plan, tables, node, live, finished, logprobs: Optional[Log
 
     node, live, finished: (...,) per beam; logprobs: the beams' `LogProbs`,
     or None when only the transitions matter (mask / advance: log-probs 0).
-    Beam search passes the beams' scores float32 (B, M) and `keep`, the
-    children a beam may contribute; a mixed-layout step then lists each
-    beam's best children only (`_mixed_children`), all others every child."""
+    Beam search passes the beams' scores float32 (B, M) (with logprobs) and
+    `keep`, the children a beam may contribute; a mixed-layout step then
+    lists each beam's best children only (`_mixed_children`), all others
+    every child."""
     shape = jnp.shape(node)
     end = plan.end_token
     cols = []  # (tokens, next, valid, logprob, ends, stays)
@@ -226,7 +227,7 @@ def _candidates(plan: Plan, tables, node, live, finished, logprobs: Optional[Log
 
     if step < plan.depth:
         sp = plan.steps[step]
-        if sp.light_k and scores is not None and logprobs is not None:
+        if sp.light_k and scores is not None:
             c, lp = _mixed_children(sp, tables[step], node, live & ~finished, logprobs, scores, keep)
         else:
             c = expand(sp, tables[step], node)
@@ -248,11 +249,16 @@ def _candidates(plan: Plan, tables, node, live, finished, logprobs: Optional[Log
     return _Candidates(tokens, nxt, valid, lp, ends, stays)
 
 
+def _scored(valid, lp, scores):
+    """float32 (B, M', K): a candidate's beam-search score (its beam's score
+    float32 (B, M') plus its log-prob lp), SENTINEL_SCORE where not valid."""
+    return jnp.where(valid, add_logprob(scores[..., None], lp), SENTINEL_SCORE)
+
+
 def _child_scores(valid, expanding, lp, scores):
-    """float32 (B, M', K): the score beam search gives each child, SENTINEL_SCORE
-    where the child is not a candidate (as `_candidates` and `beam_step` do)."""
-    ok = valid & expanding[..., None] & (lp > -jnp.inf)
-    return jnp.where(ok, add_logprob(scores[..., None], lp), SENTINEL_SCORE)
+    """`_scored` of children, valid as `_candidates` makes them: slot valid,
+    beam expanding, log-prob above -inf."""
+    return _scored(valid & expanding[..., None] & (lp > -jnp.inf), lp, scores)
 
 
 def _mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep: int):
@@ -451,8 +457,7 @@ def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
     keep = M if tokens_per_beam is None else min(tokens_per_beam, M)
     cand = _candidates(plan, tables, state.node, state.valid, state.finished,
                        LogProbs.of(logits), step, scores=state.scores, keep=keep)
-    scores = jnp.where(cand.valid, add_logprob(state.scores[..., None], cand.logprob),
-                       SENTINEL_SCORE)
+    scores = _scored(cand.valid, cand.logprob, state.scores)
     top, parent, col, real = select_beams(scores, M, tokens_per_beam)
     valid = real & _pick(cand.valid, parent, col)
     return _apply_choice(plan, state, cand, parent, col, top, valid, step)
