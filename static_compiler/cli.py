@@ -17,14 +17,10 @@ import threading
 import time
 from typing import Callable, Optional, Sequence
 
-from static_compiler.errors import StaticCompilerError
+from static_compiler.errors import CliInputError, StaticCompilerError
 
 EXIT_USAGE = 2
 """Exit status for bad input (our typed errors, and argparse's own)."""
-
-
-class CliInputError(StaticCompilerError, ValueError):
-    """A command-line argument is wrong (missing file, unknown extension, ...)."""
 
 
 @dataclasses.dataclass(frozen=True)

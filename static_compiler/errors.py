@@ -1,18 +1,18 @@
-"""Typed errors raised by every public entry point.
+"""Every error class this package raises on purpose.
 
-Each error message names the offending value, what was expected and where it
-was found, so a user can fix the input without reading our code.
+The root of the import graph: this module imports nothing but the standard
+library, so every other module (the serving loader included) can import it
+without pulling in jax or the compiler. Each error message names the offending
+value, what was expected and where it was found, so a user can fix the input
+without reading our code. `except StaticCompilerError` catches them all.
 """
 
 
-# The base class, DecodeInputError and the artifact errors are defined in
-# `serving` (which may import nothing else of ours) and re-exported here: one
-# class hierarchy, no import cycle.
-from static_compiler.serving import (ArtifactChecksumError, ArtifactError,  # noqa: F401
-                                     ArtifactExistsError, ArtifactFormatError,
-                                     ArtifactVersionError, DecodeInputError,
-                                     StaticCompilerError)
+class StaticCompilerError(Exception):
+    """Base class of every error this package raises on purpose."""
 
+
+# Input to the compiler.
 
 class ConstraintSetError(StaticCompilerError, ValueError):
     """The constraint set given to the frontend is malformed (empty, ragged
@@ -35,3 +35,48 @@ class PipelineError(StaticCompilerError, ValueError):
 class MemoryBudgetError(PipelineError):
     """No layout fits the memory budget; the message says what the smallest
     layout needs."""
+
+
+# Decoding.
+
+class DecodeInputError(StaticCompilerError, ValueError):
+    """Arguments of a decoding entry point have the wrong shape, dtype or value."""
+
+
+# Saved artifacts.
+
+class ArtifactError(StaticCompilerError):
+    """Base class of problems with a saved artifact."""
+
+
+class ArtifactFormatError(ArtifactError, ValueError):
+    """The artifact is structurally wrong: missing or extra files, a manifest
+    that is not JSON, a truncated module."""
+
+
+class ArtifactChecksumError(ArtifactError, ValueError):
+    """A file's sha256 or size does not match the manifest (corruption)."""
+
+
+class ArtifactVersionError(ArtifactError, ValueError):
+    """The artifact's format version, or its jax.export calling-convention
+    version, is outside the range this reader supports."""
+
+
+class ArtifactExistsError(ArtifactError, FileExistsError):
+    """Saving would replace an existing artifact and `overwrite` was not set."""
+
+
+# Reports and applications.
+
+class ReportInputError(StaticCompilerError, ValueError):
+    """A report was asked for something the automaton does not have (a layer
+    index out of range, an object that is not an automaton)."""
+
+
+class CliInputError(StaticCompilerError, ValueError):
+    """A command-line argument is wrong (missing file, unknown extension, ...)."""
+
+
+class MainJobError(StaticCompilerError, RuntimeError):
+    """The fresh serving process failed, or imported more than the loader."""

@@ -22,15 +22,12 @@ import numpy as np
 
 from static_compiler import artifact, datasets, report
 from static_compiler.compiler import compile_constraints
-from static_compiler.errors import StaticCompilerError
+from static_compiler.errors import MainJobError
 from static_compiler.frontend import as_token_matrix
 
 
-class MainJobError(StaticCompilerError, RuntimeError):
-    """The fresh serving process failed, or imported more than the loader."""
-
-
-SERVING_MODULES = {"static_compiler", "static_compiler.serving", "static_compiler.demo"}
+SERVING_MODULES = {"static_compiler", "static_compiler.errors", "static_compiler.serving",
+                   "static_compiler.demo"}
 """The only static_compiler modules the fresh serving process may import."""
 
 

@@ -22,7 +22,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from static_compiler.errors import StaticCompilerError
+from static_compiler.errors import ReportInputError
 from static_compiler.ir import Automaton, layer_stats
 
 PAPER_K1 = 12
@@ -30,11 +30,6 @@ PAPER_K1 = 12
 
 PAPER_K2 = 4
 """Bytes per dense state in the paper's bound."""
-
-
-class ReportInputError(StaticCompilerError, ValueError):
-    """A report was asked for something the automaton does not have (a layer
-    index out of range, an object that is not an automaton)."""
 
 
 def branch_histogram(branch: np.ndarray) -> list:

@@ -1,6 +1,6 @@
 """Serving loader for saved artifacts; it needs only jax, numpy and the
-standard library (it imports nothing else of this package, so a serving
-binary can ship it alone).
+standard library, and of this package only `errors` (so a serving binary can
+ship it with little else).
 
     from static_compiler import serving
     art = serving.load("fresh_items.static")     # verifies files, sizes, sha256, versions
@@ -51,6 +51,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export as jax_export
 
+from static_compiler.errors import (ArtifactChecksumError, ArtifactFormatError, ArtifactVersionError,
+                                    DecodeInputError)
+
 # ---------------------------------------------------------------------------
 # Format versions. `static_compiler.artifact.save` writes FORMAT_VERSION; this
 # reader accepts [MIN_FORMAT_VERSION, MAX_FORMAT_VERSION]. History:
@@ -71,42 +74,6 @@ STATE_FIELDS = ("tokens", "scores", "node", "valid", "finished", "lengths", "las
 PROCESSOR_FIELDS = ("node", "valid", "finished")
 
 _HASH_CHUNK = 1 << 20
-
-
-# ---------------------------------------------------------------------------
-# Errors. They live here because serving may import nothing else of ours;
-# `static_compiler.errors` re-exports them, so there is one class hierarchy
-# and `except StaticCompilerError` catches them all.
-
-
-class StaticCompilerError(Exception):
-    """Base class of every error this package raises on purpose."""
-
-
-class DecodeInputError(StaticCompilerError, ValueError):
-    """Arguments of a decoding entry point have the wrong shape, dtype or value."""
-
-
-class ArtifactError(StaticCompilerError):
-    """Base class of problems with a saved artifact."""
-
-
-class ArtifactFormatError(ArtifactError, ValueError):
-    """The artifact is structurally wrong: missing or extra files, a manifest
-    that is not JSON, a truncated module."""
-
-
-class ArtifactChecksumError(ArtifactError, ValueError):
-    """A file's sha256 or size does not match the manifest (corruption)."""
-
-
-class ArtifactVersionError(ArtifactError, ValueError):
-    """The artifact's format version, or its jax.export calling-convention
-    version, is outside the range this reader supports."""
-
-
-class ArtifactExistsError(ArtifactError, FileExistsError):
-    """Saving would replace an existing artifact and `overwrite` was not set."""
 
 
 # ---------------------------------------------------------------------------

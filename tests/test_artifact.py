@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import oracle
 from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted
-from static_compiler import artifact, compile_constraints, serving
+from static_compiler import artifact, compile_constraints, errors, serving
 from static_compiler.ir import enumerate_sequences
 from static_compiler.errors import (ArtifactExistsError, DecodeInputError, IRVerificationError,
                                     StaticCompilerError)
@@ -308,10 +308,9 @@ def test_corrupt_tables_with_valid_checksums_fail_verification():
 
 
 def test_errors_share_one_hierarchy():
-    from static_compiler import errors
     for name in ("ArtifactError", "ArtifactFormatError", "ArtifactChecksumError",
                  "ArtifactVersionError", "ArtifactExistsError", "DecodeInputError",
-                 "StaticCompilerError"):
-        assert getattr(errors, name) is getattr(serving, name)
-    assert issubclass(serving.ArtifactChecksumError, StaticCompilerError)
-    assert issubclass(serving.ArtifactExistsError, FileExistsError)
+                 "ConstraintSetError", "ReportInputError", "CliInputError", "MainJobError"):
+        assert issubclass(getattr(errors, name), StaticCompilerError)
+    assert issubclass(errors.ArtifactChecksumError, StaticCompilerError)
+    assert issubclass(errors.ArtifactExistsError, FileExistsError)

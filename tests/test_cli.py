@@ -204,7 +204,7 @@ def test_demo_main_job_end_to_end(capsys):
     assert "dataset  synthetic-sids: 3000 uniform random Semantic IDs, L=8, V=2048" in out
     assert re.search(r"compile  \d+ unique sequences in \d+\.\d+ s \(frontend", out)
     assert "est_bytes" in out and "paper bound U_max" in out  # the per-layer table
-    assert re.search(r"imports \['static_compiler', 'static_compiler.serving'\]", out)
+    assert re.search(r"imports \['static_compiler', 'static_compiler.errors', 'static_compiler.serving'\]", out)
     assert re.search(r"constrained step \(serving beam_step\): median \d+\.\d+ ms", out)
     valid = re.search(r"check    (\d+)/16 beams valid; (\d+)/(\d+) valid beams are in the set: OK",
                       out)

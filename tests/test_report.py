@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ir_strategies import fixed_length_sets, random_dags, ragged_sets
 from static_compiler import compile_constraints, report
 from static_compiler.frontend import build_automaton
-from static_compiler.report import ReportInputError
+from static_compiler.errors import ReportInputError
 
 THREE = np.array([[1, 2, 1], [3, 1, 2], [3, 1, 3]])
 

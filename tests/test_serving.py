@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import oracle
-from static_compiler import artifact, beam_search, compile_constraints, serving
+from static_compiler import artifact, beam_search, compile_constraints, errors, serving
 from static_compiler.backend import decode
 from static_compiler.errors import StaticCompilerError
 
@@ -199,7 +199,7 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                           "tokens": np.asarray(state.tokens).tolist()}))
     """), path)
     info = json.loads(out)
-    assert info["modules"] == ["static_compiler", "static_compiler.serving"]
+    assert info["modules"] == ["static_compiler", "static_compiler.errors", "static_compiler.serving"]
     logits = np.linspace(-1, 1, 2 * 4 * 10, dtype=np.float32).reshape(2, 4, -1)
     assert info["tokens"] == np.asarray(art.beam_step(art.init_state(2, 4), logits, 0).tokens).tolist()
 
@@ -290,7 +290,7 @@ def test_a_flipped_byte_in_any_file_is_caught(fixed, tmp_path):
         dst = tmp_path / f"flip{i}"
         shutil.copytree(path, dst)
         flip_byte(dst / rel)
-        with pytest.raises(serving.ArtifactChecksumError, match=rf"{rel}.*sha256") as e:
+        with pytest.raises(errors.ArtifactChecksumError, match=rf"{rel}.*sha256") as e:
             serving.load(dst)
         assert "expected" in str(e.value)
 
@@ -303,30 +303,30 @@ def test_a_flipped_byte_in_the_manifest_is_caught(fixed, tmp_path):
         dst = tmp_path / f"m{offset}"
         shutil.copytree(path, dst)
         flip_byte(dst / serving.MANIFEST_FILE, int(offset))
-        with pytest.raises((serving.ArtifactFormatError, serving.ArtifactChecksumError,
-                            serving.ArtifactVersionError)):
+        with pytest.raises((errors.ArtifactFormatError, errors.ArtifactChecksumError,
+                            errors.ArtifactVersionError)):
             serving.load(dst)
 
 
 def test_missing_and_extra_files(copy):
     (copy / "tables" / "layer0.next.npy").rename(copy / "stray.npy")
-    with pytest.raises(serving.ArtifactFormatError, match=r"missing file.*tables/layer0.next.npy"):
+    with pytest.raises(errors.ArtifactFormatError, match=r"missing file.*tables/layer0.next.npy"):
         serving.load(copy)
     (copy / "stray.npy").rename(copy / "tables" / "layer0.next.npy")
     (copy / "modules" / "notes.txt").write_text("hello")
-    with pytest.raises(serving.ArtifactFormatError, match=r"extra file.*modules/notes.txt"):
+    with pytest.raises(errors.ArtifactFormatError, match=r"extra file.*modules/notes.txt"):
         serving.load(copy)
     (copy / "modules" / "notes.txt").unlink()
     (copy / serving.MANIFEST_FILE).unlink()
-    with pytest.raises(serving.ArtifactFormatError, match="missing file 'manifest.json'"):
+    with pytest.raises(errors.ArtifactFormatError, match="missing file 'manifest.json'"):
         serving.load(copy)
 
 
 def test_not_an_artifact_directory(tmp_path):
     (tmp_path / "file").write_text("x")
-    with pytest.raises(serving.ArtifactFormatError, match="expected a directory.*found a file"):
+    with pytest.raises(errors.ArtifactFormatError, match="expected a directory.*found a file"):
         serving.load(tmp_path / "file")
-    with pytest.raises(serving.ArtifactFormatError, match="found nothing"):
+    with pytest.raises(errors.ArtifactFormatError, match="found nothing"):
         serving.load(tmp_path / "absent")
 
 
@@ -334,7 +334,7 @@ def test_truncated_module(copy):
     module = copy / "modules" / "beam_step_m4.jaxexport"
     data = module.read_bytes()
     module.write_bytes(data[:len(data) // 3])
-    with pytest.raises(serving.ArtifactChecksumError,
+    with pytest.raises(errors.ArtifactChecksumError,
                        match=rf"beam_step_m4.jaxexport' is truncated: {len(data) // 3} bytes, "
                              rf"expected {len(data)}"):
         serving.load(copy)
@@ -343,14 +343,14 @@ def test_truncated_module(copy):
         m["files"]["modules/beam_step_m4.jaxexport"] = {
             "size": len(data) // 3, "sha256": serving.sha256_file(module)}
     edit_manifest(copy, fix)
-    with pytest.raises(serving.ArtifactFormatError, match="cannot be deserialized"):
+    with pytest.raises(errors.ArtifactFormatError, match="cannot be deserialized"):
         serving.load(copy)
 
 
 @pytest.mark.parametrize("version", [0, serving.MAX_FORMAT_VERSION + 1, 99])
 def test_format_version_outside_the_supported_range(copy, version):
     edit_manifest(copy, lambda m: m.update(format_version=version))
-    with pytest.raises(serving.ArtifactVersionError,
+    with pytest.raises(errors.ArtifactVersionError,
                        match=rf"format version {version} is outside .*\[{serving.MIN_FORMAT_VERSION}"
                              rf", {serving.MAX_FORMAT_VERSION}\]"):
         serving.load(copy)
@@ -360,7 +360,7 @@ def test_a_calling_convention_this_jax_cannot_run(copy):
     hi = jax.export.maximum_supported_calling_convention_version
     for version in (hi + 1, jax.export.minimum_supported_calling_convention_version - 1):
         edit_manifest(copy, lambda m: m.update(calling_convention_version=version))
-        with pytest.raises(serving.ArtifactVersionError,
+        with pytest.raises(errors.ArtifactVersionError,
                            match=rf"calling-convention version {version} cannot run on jax "
                                  rf".*supports \[\d+, {hi}\]"):
             serving.load(copy)
@@ -368,19 +368,19 @@ def test_a_calling_convention_this_jax_cannot_run(copy):
 
 def test_manifest_not_json_or_not_ours(copy):
     (copy / serving.MANIFEST_FILE).write_text("{not json")
-    with pytest.raises(serving.ArtifactFormatError, match="not valid UTF-8 JSON"):
+    with pytest.raises(errors.ArtifactFormatError, match="not valid UTF-8 JSON"):
         serving.load(copy)
     (copy / serving.MANIFEST_FILE).write_text("[1, 2]")
-    with pytest.raises(serving.ArtifactFormatError, match="holds a list, expected a JSON object"):
+    with pytest.raises(errors.ArtifactFormatError, match="holds a list, expected a JSON object"):
         serving.load(copy)
     (copy / serving.MANIFEST_FILE).write_text('{"format": "something-else"}')
-    with pytest.raises(serving.ArtifactFormatError, match="format is 'something-else'"):
+    with pytest.raises(errors.ArtifactFormatError, match="format is 'something-else'"):
         serving.load(copy)
 
 
 def test_an_edited_manifest_without_a_new_seal(copy):
     edit_manifest(copy, lambda m: m.update(num_sequences=1), reseal=False)
-    with pytest.raises(serving.ArtifactChecksumError, match="manifest is corrupted"):
+    with pytest.raises(errors.ArtifactChecksumError, match="manifest is corrupted"):
         serving.load(copy)
 
 
@@ -388,7 +388,7 @@ def test_module_that_disagrees_with_its_calling_convention(copy):
     def swap(m):
         m["modules"]["mask"]["args"][-1]["dtype"] = "float32"
     edit_manifest(copy, swap)
-    with pytest.raises(serving.ArtifactFormatError, match="mask.jaxexport' takes"):
+    with pytest.raises(errors.ArtifactFormatError, match="mask.jaxexport' takes"):
         serving.load(copy)
 
 
@@ -401,7 +401,7 @@ def test_table_that_disagrees_with_the_manifest(copy):
         m["files"][entry_file] = {"size": (copy / entry_file).stat().st_size,
                                   "sha256": serving.sha256_file(copy / entry_file)}
     edit_manifest(copy, fix)
-    with pytest.raises(serving.ArtifactFormatError, match=r"layer0.next.npy' holds int64"):
+    with pytest.raises(errors.ArtifactFormatError, match=r"layer0.next.npy' holds int64"):
         serving.load(copy)
 
 
@@ -416,14 +416,14 @@ def test_artifact_errors_are_static_compiler_errors(copy):
 def test_bad_logits_are_rejected_before_xla(fixed):
     _, _, art = fixed
     state = art.init_state(2, 4)
-    with pytest.raises(serving.DecodeInputError, match=r"logits have shape \(2, 4, 9\), expected "
+    with pytest.raises(errors.DecodeInputError, match=r"logits have shape \(2, 4, 9\), expected "
                                                        r"\(2, 4, 10\)"):
         art.beam_step(state, np.zeros((2, 4, 9), np.float32), 0)
-    with pytest.raises(serving.DecodeInputError, match=r"shape \(2, 10\), expected \(2, 4, 10\)"):
+    with pytest.raises(errors.DecodeInputError, match=r"shape \(2, 10\), expected \(2, 4, 10\)"):
         art.beam_step(state, np.zeros((2, 10), np.float32), 0)
-    with pytest.raises(serving.DecodeInputError, match="dtype int32, expected a float dtype"):
+    with pytest.raises(errors.DecodeInputError, match="dtype int32, expected a float dtype"):
         art.beam_step(state, np.zeros((2, 4, 10), np.int32), 0)
-    with pytest.raises(serving.DecodeInputError, match="logits have shape"):
+    with pytest.raises(errors.DecodeInputError, match="logits have shape"):
         jax.jit(lambda lg: art.beam_step(state, lg, 0))(jnp.zeros((3, 4, 10)))
     bf16 = art.beam_step(state, jnp.ones((2, 4, 10), jnp.bfloat16), 0)  # floats are upcast
     f32 = art.beam_step(state, jnp.ones((2, 4, 10), jnp.float32), 0)
@@ -435,50 +435,50 @@ def test_bad_step_state_and_sizes(fixed):
     state = art.init_state(2, 4)
     logits = np.zeros((2, 4, 10), np.float32)
     for step in (-1, art.max_length, True):
-        with pytest.raises(serving.DecodeInputError, match="step"):
+        with pytest.raises(errors.DecodeInputError, match="step"):
             art.beam_step(state, logits, step)
-    with pytest.raises(serving.DecodeInputError, match=r"step is float32\[\]"):
+    with pytest.raises(errors.DecodeInputError, match=r"step is float32\[\]"):
         art.beam_step(state, logits, np.float32(1))
-    with pytest.raises(serving.DecodeInputError, match=r"beam_size=5: this artifact exports beam "
+    with pytest.raises(errors.DecodeInputError, match=r"beam_size=5: this artifact exports beam "
                                                        r"sizes \[4, 6\]"):
         art.init_state(2, 5)
-    with pytest.raises(serving.DecodeInputError, match="state is a list"):
+    with pytest.raises(errors.DecodeInputError, match="state is a list"):
         art.beam_step(list(state), logits, 0)
     bad = state._replace(scores=state.scores.astype(jnp.int32))
-    with pytest.raises(serving.DecodeInputError, match=r"'state.scores' is int32\[2, 4\], expected "
+    with pytest.raises(errors.DecodeInputError, match=r"'state.scores' is int32\[2, 4\], expected "
                                                        r"float32\[2, 4\]"):
         art.beam_step(bad, logits, 0)
     for kwargs in (dict(batch_size=0, beam_size=4), dict(batch_size=2, beam_size=4,
                                                          start_token=[1, 2, 3]),
                    dict(batch_size=2, beam_size=4, start_token=1.5)):
-        with pytest.raises(serving.DecodeInputError):
+        with pytest.raises(errors.DecodeInputError):
             art.init_state(**kwargs)
 
 
 def test_bad_mask_and_advance_arguments(fixed):
     _, _, art = fixed
     st = art.init_processor_state(3)
-    with pytest.raises(serving.DecodeInputError, match=r"mask: logits have shape \(3, 4, 10\), "
+    with pytest.raises(errors.DecodeInputError, match=r"mask: logits have shape \(3, 4, 10\), "
                                                        r"expected \(3, 10\)"):
         art.mask(np.zeros((3, 4, 10), np.float32), st, 0)
-    with pytest.raises(serving.DecodeInputError, match="tokens have dtype float32"):
+    with pytest.raises(errors.DecodeInputError, match="tokens have dtype float32"):
         art.advance(st, np.zeros(3, np.float32), 0)
-    with pytest.raises(serving.DecodeInputError, match=r"'tokens' is int32\[2\], expected "
+    with pytest.raises(errors.DecodeInputError, match=r"'tokens' is int32\[2\], expected "
                                                        r"int32\[3\]"):
         art.advance(st, np.zeros(2, np.int32), 0)
 
 
 def test_manifest_entries_that_name_unlisted_files_or_wrong_kinds(copy):
     edit_manifest(copy, lambda m: m["modules"]["mask"].update(file="../outside.jaxexport"))
-    with pytest.raises(serving.ArtifactFormatError, match=r"modules\['mask'\] names file "
+    with pytest.raises(errors.ArtifactFormatError, match=r"modules\['mask'\] names file "
                                                           r"'../outside.jaxexport'"):
         serving.load(copy)
     edit_manifest(copy, lambda m: (m["modules"]["mask"].update(file="modules/mask.jaxexport"),
                                    m["modules"]["init_m4"].update(beam_size=6)))
-    with pytest.raises(serving.ArtifactFormatError, match=r"'init_m4' records kind 'init' and "
+    with pytest.raises(errors.ArtifactFormatError, match=r"'init_m4' records kind 'init' and "
                                                           r"beam size 6"):
         serving.load(copy)
     edit_manifest(copy, lambda m: (m["modules"]["init_m4"].update(beam_size=4),
                                    m["modules"].pop("init_m6")))
-    with pytest.raises(serving.ArtifactFormatError, match=r"no module\(s\) \['init_m6'\]"):
+    with pytest.raises(errors.ArtifactFormatError, match=r"no module\(s\) \['init_m6'\]"):
         serving.load(copy)
