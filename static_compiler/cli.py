@@ -202,7 +202,7 @@ def _pipeline_with_budget(pipeline: Optional[str], budget: Optional[str]) -> Opt
     budget set to `budget`, or `pipeline` unchanged when budget is None."""
     if budget is None:
         return pipeline
-    from passes.base import ByteSize
+    from static_compiler.passes.base import ByteSize
     from static_compiler.pipeline import DEFAULT_PIPELINE, format_pipeline, parse_pipeline
 
     try:

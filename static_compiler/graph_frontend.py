@@ -24,7 +24,7 @@ What happens to it:
    states). States at a depth are numbered breadth first, children in token
    order; targets are explicit where states are shared;
 5. the `minimize` pass's algorithm merges equivalent states (kept when the
-   cost model says it is smaller, see passes/minimize.py).
+   cost model says it is smaller, see static_compiler/passes/minimize.py).
 
 The number of states is the number of distinct (node set, depth) pairs:
 at most nodes x longest path for a deterministic graph, exponential in the
@@ -278,7 +278,7 @@ def automaton_from_graph(graph, vocab_size: int, *, start=None, end_token=None,
     layers, num_final = _layers_by_depth(out, accepting, start, order, vocab_size, end_token)
     ir = Automaton(vocab_size=vocab_size, layers=tuple(layers), num_final_states=num_final,
                    num_sequences=_count_sequences(layers, num_final), end_token=end_token)
-    from passes.minimize import minimize_automaton
+    from static_compiler.passes.minimize import minimize_automaton
     determinized = ir.num_states
     ir, minimize_stats = minimize_automaton(ir, force=False) if minimize else (ir, None)
     stats = GraphStats(nodes=graph.number_of_nodes(), edges=graph.number_of_edges(),

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Optional, Sequence, TextIO
 
-from passes import REGISTRY, Pass
+from static_compiler.passes import REGISTRY, Pass
 from static_compiler.errors import IRVerificationError, PipelineError, StaticCompilerError
 from static_compiler.ir import Automaton, verify
 

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ir_strategies import fixed_length_sets, random_dags, ragged_sets
-from passes import REGISTRY
-from passes.choose_layout import ChooseLayoutPass
-from passes.pack_dtypes import PackDtypesPass
-from passes.pad_branches import PadBranchesPass
-from passes.split_heavy import SplitHeavyPass
+from static_compiler.passes import REGISTRY
+from static_compiler.passes.choose_layout import ChooseLayoutPass
+from static_compiler.passes.pack_dtypes import PackDtypesPass
+from static_compiler.passes.pad_branches import PadBranchesPass
+from static_compiler.passes.split_heavy import SplitHeavyPass
 from static_compiler import compile_constraints
 from static_compiler.errors import MemoryBudgetError, PipelineError
 from static_compiler.frontend import build_automaton

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ir_strategies import fixed_length_sets, ragged_sets
-from passes import REGISTRY, ByteSize, Pass
+from static_compiler.passes import REGISTRY, ByteSize, Pass
 from static_compiler import DEFAULT_PIPELINE, compile_constraints, format_pipeline, parse_pipeline
 from static_compiler.errors import IRVerificationError, MemoryBudgetError, PipelineError
 from static_compiler.frontend import build_automaton

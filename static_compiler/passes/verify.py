@@ -3,7 +3,7 @@ the IR unchanged."""
 
 import dataclasses
 
-from passes.base import Pass
+from static_compiler.passes.base import Pass
 from static_compiler.ir import Automaton, verify
 
 

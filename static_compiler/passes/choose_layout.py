@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from passes.base import ByteSize, Pass
-from passes.cost_model import DEFAULT_DENSE_MAX_OVERHEAD, applicable_layouts, candidate_layouts
+from static_compiler.passes.base import ByteSize, Pass
+from static_compiler.passes.cost_model import DEFAULT_DENSE_MAX_OVERHEAD, applicable_layouts, candidate_layouts
 from static_compiler.errors import MemoryBudgetError
 from static_compiler.ir import LAYOUT_KINDS, Automaton
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from passes.base import Pass
-from passes.cost_model import packed
+from static_compiler.passes.base import Pass
+from static_compiler.passes.cost_model import packed
 from static_compiler.ir import Automaton
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from passes.base import Pass
-from passes.cost_model import mixed_light_k
+from static_compiler.passes.base import Pass
+from static_compiler.passes.cost_model import mixed_light_k
 from static_compiler.ir import Automaton
 
 
