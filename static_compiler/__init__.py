@@ -12,8 +12,8 @@ import importlib
 # serving` loads jax and numpy only, not the compiler.
 _LAZY = {
     "errors": None, "ir": None,
-    "PAD_TOKEN": "backend.decode", "SENTINEL_SCORE": "backend.decode", "BeamState": "backend.decode",
-    "DecodeResult": "backend.decode", "ProcessorState": "backend.decode",
+    "PAD_TOKEN": "decode_state", "SENTINEL_SCORE": "decode_state", "BeamState": "decode_state",
+    "DecodeResult": "decode_state", "ProcessorState": "decode_state",
     "CompiledConstraints": "compiler", "beam_search": "compiler",
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
     "DEFAULT_PIPELINE": "pipeline", "format_pipeline": "pipeline", "parse_pipeline": "pipeline",

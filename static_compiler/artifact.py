@@ -1,9 +1,10 @@
-"""Writing artifacts (`save`) and reading them back without jax (`read_automaton`,
-for `static-compiler verify` and `show-ir`).
+"""Writing artifacts (`save`), and reading a saved set back as an automaton
+(`read_automaton`, for `static-compiler verify` and `show-ir`: numpy tables
+only, no module is executed).
 
-The directory layout, the manifest and the security note are documented in
-`static_compiler.serving`, the loader; the format version and its history
-live there too, so reader and writer share one definition.
+The format (directory layout, manifest schema, version history, checksum
+rules) is `static_compiler.artifact_format`, shared with the serving loader;
+the security note is in `static_compiler.serving`.
 
 `save` exports, with `jax.export` for ("cpu", "cuda", "tpu") at once and a
 symbolic batch dimension ``b``, the modules (tables are arguments, never
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
+import functools
 import io
 import os
 import pathlib
@@ -37,64 +38,44 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export as jax_export
 
-from static_compiler import serving
+from static_compiler import artifact_format as fmt
 from static_compiler.backend import decode
-from static_compiler.backend.lowering import Plan
+from static_compiler.backend.lowering import Plan, StepPlan, automaton_from_tables
+from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE, BeamState, ProcessorState
 from static_compiler.errors import ArtifactExistsError, ArtifactFormatError, DecodeInputError
-from static_compiler.ir import Automaton, Layer, Layout, verify
-
-PLATFORMS = ("cpu", "cuda", "tpu")
-"""Platforms every module is lowered for."""
-
-TABLES_DIR = "tables"
-MODULES_DIR = "modules"
-MODULE_SUFFIX = ".jaxexport"
-
-assert decode.BeamState._fields == serving.STATE_FIELDS
-assert decode.ProcessorState._fields == serving.PROCESSOR_FIELDS
+from static_compiler.ir import Automaton, Layout
 
 
 # ---------------------------------------------------------------------------
 # Export
 
 
-def table_keys(tables) -> list:
-    """[(layer, name)] of every table, in module argument order (layer, then name)."""
-    return [(t, name) for t, layer in enumerate(tables) for name in sorted(layer)]
-
-
-def _unflatten_tables(keys: list, num_layers: int, flat) -> tuple:
-    out = [{} for _ in range(num_layers)]
-    for (t, name), arr in zip(keys, flat):
-        out[t][name] = arr
-    return tuple(out)
-
-
 def _spec(shape, dtype) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
 
 
-def export_modules(compiled) -> dict:
+def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], list[str]]]:
     """Exports the modules of `compiled`.
 
     Returns {name: (jax.export.Exported, argument names, result names)} in
     the order `save` writes them."""
     plan: Plan = compiled.plan
-    keys = table_keys(compiled.tables)
+    keys = fmt.table_keys(compiled.tables)
     num_layers = len(compiled.tables)
     n = len(keys)
     table_specs = [_spec(compiled.tables[t][k].shape, compiled.tables[t][k].dtype) for t, k in keys]
     table_names = [f"table:layer{t}.{k}" for t, k in keys]
-    b, = jax_export.symbolic_shape(serving.BATCH_DIM)
+    b, = jax_export.symbolic_shape(fmt.BATCH_DIM)
     T, V = plan.max_length, plan.vocab_size
     step_spec = _spec((), jnp.int32)
     tpb = compiled.export_tokens_per_beam
-    state_names = [f"state.{f}" for f in serving.STATE_FIELDS]
-    proc_names = [f"state.{f}" for f in serving.PROCESSOR_FIELDS]
+    state_names = [f"state.{f}" for f in BeamState._fields]
+    proc_names = [f"state.{f}" for f in ProcessorState._fields]
+    unflatten = functools.partial(fmt.unflatten_tables, keys, num_layers)
 
     def export(fn, specs):
         with _no_source_locations():
-            return jax_export.export(jax.jit(fn), platforms=PLATFORMS)(*specs)
+            return jax_export.export(jax.jit(fn), platforms=fmt.PLATFORMS)(*specs)
 
     modules = {}
     for M in sorted(set(compiled.export_beam_sizes)):
@@ -102,32 +83,28 @@ def export_modules(compiled) -> dict:
             [_spec((b, M), dt) for dt in (jnp.int32, bool, bool, jnp.int32, jnp.int32, jnp.int32)]
 
         def init(start_tokens, M=M):
-            state = decode.init_beam_state(plan, start_tokens.shape[0], M)
-            last = jnp.broadcast_to(start_tokens[:, None], state.last_tokens.shape)
-            return tuple(state._replace(last_tokens=last))
+            return tuple(decode.init_beam_state(plan, start_tokens.shape[0], M, start_tokens))
 
         def step_fn(*args):
-            tables = _unflatten_tables(keys, num_layers, args[:n])
-            state = decode.BeamState(*args[n:n + 8])
-            return tuple(decode.beam_step_switch(plan, tables, state, args[n + 8], args[n + 9], tpb))
+            state = BeamState(*args[n:n + 8])
+            return tuple(decode.beam_step_switch(plan, unflatten(args[:n]), state, args[n + 8],
+                                                 args[n + 9], tpb))
 
-        modules[f"init_m{M}"] = (export(init, [_spec((b,), jnp.int32)]), ["start_tokens"],
-                                 state_names)
-        modules[f"beam_step_m{M}"] = (
+        modules[fmt.beam_module_name("init", M)] = (export(init, [_spec((b,), jnp.int32)]),
+                                                    ["start_tokens"], state_names)
+        modules[fmt.beam_module_name("beam_step", M)] = (
             export(step_fn, table_specs + state_specs + [_spec((b, M, V), jnp.float32), step_spec]),
             table_names + state_names + ["logits", "step"], state_names)
 
     proc_specs = [_spec((b,), jnp.int32), _spec((b,), bool), _spec((b,), bool)]
 
     def mask_fn(*args):
-        tables = _unflatten_tables(keys, num_layers, args[:n])
-        return (decode.mask_switch(plan, tables, args[n], decode.ProcessorState(*args[n + 1:n + 4]),
-                                   args[n + 4]),)
+        return (decode.mask_switch(plan, unflatten(args[:n]), args[n],
+                                   ProcessorState(*args[n + 1:n + 4]), args[n + 4]),)
 
     def advance_fn(*args):
-        tables = _unflatten_tables(keys, num_layers, args[:n])
-        return tuple(decode.advance_switch(plan, tables, decode.ProcessorState(*args[n:n + 3]),
-                                           args[n + 3], args[n + 4]))
+        return tuple(decode.advance_switch(plan, unflatten(args[:n]),
+                                           ProcessorState(*args[n:n + 3]), args[n + 3], args[n + 4]))
 
     modules["mask"] = (export(mask_fn, table_specs + [_spec((b, V), jnp.float32)] + proc_specs
                               + [step_spec]),
@@ -154,12 +131,10 @@ def _no_source_locations():
             jax.config.update(key, value)
 
 
-def _convention(exported, arg_names: list, result_names: list) -> dict:
-    def entries(avals, names):
-        return [dict(name=name, **dict(zip(("shape", "dtype"), serving._aval_spec(a))))
-                for name, a in zip(names, avals)]
-    return {"args": entries(exported.in_avals, arg_names),
-            "results": entries(exported.out_avals, result_names)}
+def aval_specs(avals, names: list[str]) -> tuple[fmt.ArraySpec, ...]:
+    """ArraySpecs of abstract values (symbolic dims as strings, e.g. "b")."""
+    return tuple(fmt.ArraySpec(name, tuple(d if isinstance(d, int) else str(d) for d in a.shape),
+                               str(a.dtype)) for name, a in zip(names, avals))
 
 
 # ---------------------------------------------------------------------------
@@ -201,59 +176,45 @@ def _fsync_dir(path: pathlib.Path) -> None:
         os.close(fd)
 
 
-def build_files(compiled) -> dict:
+def build_files(compiled) -> dict[str, bytes]:
     """{relative path: bytes} of every file of the artifact, manifest last.
 
     Deterministic: the same compiled set and jax version give the same bytes
     (no timestamps; JSON with sorted keys)."""
     _check_beam_sizes(compiled)
-    ir = compiled.ir
-    files = {serving.IR_FILE: ir.to_text().encode("utf-8")}
+    files = {fmt.IR_FILE: compiled.ir.to_text().encode("utf-8")}
     tables = []
-    for t, name in table_keys(compiled.tables):
+    for t, name in fmt.table_keys(compiled.tables):
         arr = compiled.tables[t][name]
-        rel = f"{TABLES_DIR}/layer{t}.{name}.npy"
+        rel = fmt.table_file(t, name)
         files[rel] = _npy_bytes(arr)
-        tables.append({"layer": t, "name": name, "file": rel, "shape": list(arr.shape),
-                       "dtype": str(arr.dtype)})
+        tables.append(fmt.TableEntry(t, name, rel, tuple(arr.shape), str(arr.dtype)))
     modules = {}
     cc_versions = set()
     for name, (exported, arg_names, result_names) in export_modules(compiled).items():
-        rel = f"{MODULES_DIR}/{name}{MODULE_SUFFIX}"
+        rel = fmt.module_file(name)
         files[rel] = bytes(exported.serialize())
         cc_versions.add(exported.calling_convention_version)
-        kind, _, beams = name.partition("_m") if name.startswith(("init_m", "beam_step_m")) \
-            else (name, "", "")
-        entry = {"file": rel, "kind": kind, "platforms": list(exported.platforms),
-                 **_convention(exported, arg_names, result_names)}
-        if beams:
-            entry["beam_size"] = int(beams)
-        if kind == "beam_step":
-            entry["tokens_per_beam"] = compiled.export_tokens_per_beam
-        modules[name] = entry
+        kind, _, beams = name.rpartition("_m")
+        per_beam = kind in fmt.BEAM_MODULE_KINDS
+        modules[name] = fmt.ModuleEntry(
+            file=rel, kind=kind if per_beam else name, platforms=tuple(exported.platforms),
+            args=aval_specs(exported.in_avals, arg_names),
+            results=aval_specs(exported.out_avals, result_names),
+            beam_size=int(beams) if per_beam else None,
+            tokens_per_beam=compiled.export_tokens_per_beam if kind == "beam_step" else None)
     (cc,) = cc_versions
-    manifest = {
-        "format": serving.FORMAT_NAME,
-        "format_version": serving.FORMAT_VERSION,
-        "jax_version": jax.__version__,
-        "jaxlib_version": _jaxlib_version(),
-        "calling_convention_version": cc,
-        "platforms": list(PLATFORMS),
-        "batch_dim": serving.BATCH_DIM,
-        "pad_token": decode.PAD_TOKEN,
-        "sentinel_score": decode.SENTINEL_SCORE,
-        "pipeline": compiled.pipeline,
-        **set_metadata(compiled),
-        "tables": tables,
-        "modules": modules,
-        "files": {rel: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-                  for rel, data in sorted(files.items())},
-    }
-    files[serving.MANIFEST_FILE] = serving.seal_manifest(manifest)
+    manifest = fmt.Manifest(
+        jax_version=jax.__version__, jaxlib_version=_jaxlib_version(),
+        calling_convention_version=cc, platforms=fmt.PLATFORMS, batch_dim=fmt.BATCH_DIM,
+        pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
+        **set_metadata(compiled), tables=tuple(tables), modules=modules,
+        files={rel: fmt.FileEntry.of_bytes(data) for rel, data in sorted(files.items())})
+    files[fmt.MANIFEST_FILE] = manifest.seal()
     return files
 
 
-def set_metadata(compiled) -> dict:
+def set_metadata(compiled) -> dict[str, object]:
     """The manifest fields that describe the compiled set: vocab_size,
     max_length, depth, end_token, num_sequences, num_final_states,
     plan_steps (the static plan) and layers (per-layer statistics, layout
@@ -268,7 +229,7 @@ def set_metadata(compiled) -> dict:
     return {"vocab_size": plan.vocab_size, "max_length": plan.max_length, "depth": plan.depth,
             "end_token": plan.end_token, "num_sequences": ir.num_sequences,
             "num_final_states": ir.num_final_states,
-            "plan_steps": [dataclasses.asdict(s) for s in plan.steps], "layers": layers}
+            "plan_steps": tuple(dataclasses.asdict(s) for s in plan.steps), "layers": tuple(layers)}
 
 
 def _jaxlib_version() -> str:
@@ -296,9 +257,9 @@ def save(compiled, path, *, overwrite: bool = False) -> pathlib.Path:
         if not overwrite:
             raise ArtifactExistsError(f"artifact {str(path)!r} already exists: pass "
                                       "overwrite=True (CLI: --force) to replace it")
-        if not (path.is_dir() and (path / serving.MANIFEST_FILE).is_file()):
+        if not (path.is_dir() and (path / fmt.MANIFEST_FILE).is_file()):
             raise ArtifactExistsError(f"{str(path)!r} exists and is not an artifact (no "
-                                      f"{serving.MANIFEST_FILE}); refusing to replace it")
+                                      f"{fmt.MANIFEST_FILE}); refusing to replace it")
     files = build_files(compiled)
     parent = path.parent if str(path.parent) else pathlib.Path(".")
     parent.mkdir(parents=True, exist_ok=True)
@@ -306,7 +267,7 @@ def save(compiled, path, *, overwrite: bool = False) -> pathlib.Path:
     try:
         for rel, data in files.items():
             _write_file(tmp, rel, data)
-        for sub in (TABLES_DIR, MODULES_DIR):
+        for sub in (fmt.TABLES_DIR, fmt.MODULES_DIR):
             _fsync_dir(tmp / sub)
         _fsync_dir(tmp)
         _swap_in(tmp, path, parent)
@@ -335,78 +296,36 @@ def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path) -> Non
 
 
 # ---------------------------------------------------------------------------
-# Reading the tables back (numpy only; no module is executed)
-
-
-def _layer_from_tables(t: int, step: dict, layout: Layout, tabs: dict, where: str) -> Layer:
-    kind = step["kind"]
-    if kind == "dense_rows":
-        nxt = np.asarray(tabs["next"])
-        present = nxt >= 0
-        rows, tokens = np.nonzero(present)
-        indptr = np.concatenate([[0], np.cumsum(present.sum(axis=1))])
-        targets = nxt[rows, tokens].astype(np.int64)
-    elif kind == "csr":
-        indptr = np.asarray(tabs["indptr"]).astype(np.int64)
-        tokens = np.asarray(tabs["tokens"])
-        targets = None
-    elif kind == "unary":
-        tokens = np.asarray(tabs["tokens"])
-        indptr = np.arange(tokens.shape[0] + 1, dtype=np.int64)
-        targets = None
-    elif kind == "near_unary":
-        tokens = np.asarray(tabs["tokens"])
-        branch = np.ones(step["num_states"], dtype=np.int64)
-        ex = np.asarray(tabs["ex_states"]).astype(np.int64)
-        bounds = np.asarray(tabs["ex_bounds"]).astype(np.int64)
-        branch[ex] = bounds[:, 1] - bounds[:, 0]
-        indptr = np.concatenate([[0], np.cumsum(branch)])
-        if not np.array_equal(indptr[ex], bounds[:, 0]):
-            raise ArtifactFormatError(f"{where}: layer {t} ex_bounds disagree with the row "
-                                      "starts implied by ex_states")
-        targets = None
-    else:
-        raise ArtifactFormatError(f"{where}: layer {t} has layout kind {kind!r}, expected one of "
-                                  "dense_rows, csr, unary, near_unary")
-    if kind != "dense_rows" and step["explicit_targets"]:
-        targets = np.asarray(tabs["targets"]).astype(np.int64)
-    if targets is not None and not step["explicit_targets"]:
-        if not np.array_equal(targets, np.arange(targets.shape[0])):
-            raise ArtifactFormatError(f"{where}: layer {t} has implicit targets in the plan but "
-                                      "its dense table does not number children in order")
-        targets = None
-    accepting = np.asarray(tabs["accepting"]) if "accepting" in tabs else None
-    return Layer(indptr=indptr, tokens=np.asarray(tokens).astype(layout.token_dtype),
-                 targets=targets, accepting=accepting, layout=layout)
+# Reading the set back (numpy only; no module is executed)
 
 
 def read_automaton(path, *, verify_checksums: bool = True) -> Automaton:
     """Rebuilds the compiled automaton (with its layouts) from an artifact's
     manifest and .npy tables alone, and verifies it (`ir.verify`).
 
-    Raises the serving loader's artifact errors for a damaged artifact, and
+    Raises the artifact format's errors for a damaged artifact, and
     IRVerificationError when the tables do not form a valid automaton."""
     path = pathlib.Path(path)
-    manifest = serving.read_manifest(path, verify_checksums=verify_checksums)
-    arrays = serving.load_tables(path, manifest)
-    keys = [(e["layer"], e["name"]) for e in manifest["tables"]]
-    tables = _unflatten_tables(keys, len(manifest["layers"]), arrays)
-    return automaton_from_tables(manifest, tables, where=f"artifact {str(path)!r}")
+    manifest = fmt.read_manifest(path, verify_checksums=verify_checksums)
+    tables = fmt.read_tables(path, manifest)
+    return automaton_from_metadata(dataclasses.asdict(manifest), tables,
+                                   where=f"artifact {str(path)!r}")
 
 
-def automaton_from_tables(metadata: dict, tables, where: str = "tables") -> Automaton:
-    """The automaton that `metadata` (the fields of `set_metadata`) and
-    `tables` (one dict of numpy arrays per layer) describe, verified with
-    `ir.verify`. The inverse of lowering: equal to the compiled IR."""
-    layers = []
-    for t, (step, info) in enumerate(zip(metadata["plan_steps"], metadata["layers"])):
-        layers.append(_layer_from_tables(t, step, Layout.from_text(info["layout_text"]),
-                                         tables[t], where))
-    ir = Automaton(vocab_size=metadata["vocab_size"], layers=tuple(layers),
-                   num_final_states=metadata["num_final_states"],
-                   num_sequences=metadata["num_sequences"], end_token=metadata["end_token"])
-    verify(ir)
-    return ir
+def automaton_from_metadata(metadata: dict, tables, where: str = "tables") -> Automaton:
+    """The automaton that `metadata` (the fields of `set_metadata`, as the
+    manifest holds them) and `tables` (one dict of numpy arrays per layer)
+    describe; see `lowering.automaton_from_tables`."""
+    try:
+        steps = tuple(StepPlan(**step) for step in metadata["plan_steps"])
+        layouts = [Layout.from_text(info["layout_text"]) for info in metadata["layers"]]
+    except (TypeError, KeyError, ValueError) as e:
+        raise ArtifactFormatError(f"{where}: plan_steps or layers do not describe a plan "
+                                  f"({type(e).__name__}: {e})") from None
+    plan = Plan(vocab_size=metadata["vocab_size"], steps=steps, end_token=metadata["end_token"])
+    return automaton_from_tables(plan, layouts, tables, where=where,
+                                 num_final_states=metadata["num_final_states"],
+                                 num_sequences=metadata["num_sequences"])
 
 
 def row_keys(tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -59,7 +59,7 @@ class DecodeRun(NamedTuple):
     per-step wall times in seconds of the constrained step (beam_step) and of
     the model, measured after a warm-up pass."""
 
-    result: serving.Result
+    result: serving.DecodeResult
     step_seconds: list
     model_seconds: list
     first_pass_seconds: float
@@ -91,10 +91,10 @@ def decode_artifact(art: serving.Artifact, *, batch_size: int, beam_size: int,
     one_pass(False)
     first = time.perf_counter() - t0
     result, steps, models = one_pass(True)
-    return DecodeRun(serving.Result(*(np.asarray(x) for x in result)), steps, models, first)
+    return DecodeRun(serving.DecodeResult(*(np.asarray(x) for x in result)), steps, models, first)
 
 
-def format_top(result: serving.Result, row: int = 0, top: int = 5) -> str:
+def format_top(result: serving.DecodeResult, row: int = 0, top: int = 5) -> str:
     """The `top` best valid beams of batch row `row`, one per line:
     rank, score, tokens (without padding)."""
     lines = []

@@ -26,7 +26,8 @@ from static_compiler.errors import MainJobError
 from static_compiler.frontend import as_token_matrix
 
 
-SERVING_MODULES = {"static_compiler", "static_compiler.errors", "static_compiler.serving",
+SERVING_MODULES = {"static_compiler", "static_compiler.artifact_format", "static_compiler.decode_state",
+                   "static_compiler.errors", "static_compiler.serving",
                    "static_compiler.demo"}
 """The only static_compiler modules the fresh serving process may import."""
 
@@ -135,7 +136,7 @@ def run(config: MainJobConfig, out: Optional[TextIO] = None) -> int:
         info = serve_in_fresh_process(path, out_npz, batch_size=config.batch_size,
                                       beam_size=config.beam_size, seed=config.seed)
         with np.load(out_npz) as z:
-            result = demo.serving.Result(*(z[k] for k in demo.serving.Result._fields))
+            result = demo.serving.DecodeResult(*(z[k] for k in demo.serving.DecodeResult._fields))
         out_npz.unlink()
         w(f"serve    fresh process ({info['backend']}, imports {info['modules']}): load + "
           f"verify {info['load_seconds']:.3f} s, first pass (XLA compile) "

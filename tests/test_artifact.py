@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import oracle
 from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted
-from static_compiler import artifact, compile_constraints, errors, serving
+from static_compiler import artifact, artifact_format, compile_constraints, errors, serving
+from static_compiler.decode_state import BeamState, ProcessorState
 from static_compiler.ir import enumerate_sequences
 from static_compiler.errors import (ArtifactExistsError, DecodeInputError, IRVerificationError,
                                     StaticCompilerError)
@@ -43,7 +44,7 @@ def saved(request):
 
 
 def manifest_of(path) -> dict:
-    return json.loads((path / serving.MANIFEST_FILE).read_text())
+    return json.loads((path / artifact_format.MANIFEST_FILE).read_text())
 
 
 def files_of(path) -> dict:
@@ -101,8 +102,8 @@ def test_conventions_give_names_and_order_of_arguments(small):
     compiled, path = small
     m = manifest_of(path)
     table_names = [f"table:layer{e['layer']}.{e['name']}" for e in m["tables"]]
-    state = [f"state.{f}" for f in serving.STATE_FIELDS]
-    proc = [f"state.{f}" for f in serving.PROCESSOR_FIELDS]
+    state = [f"state.{f}" for f in BeamState._fields]
+    proc = [f"state.{f}" for f in ProcessorState._fields]
     names = lambda mod, key="args": [a["name"] for a in m["modules"][mod][key]]
     assert names("beam_step_m3") == table_names + state + ["logits", "step"]
     assert names("beam_step_m3", "results") == state
@@ -120,7 +121,7 @@ def test_conventions_give_names_and_order_of_arguments(small):
 def test_manifest_records_the_set_versions_and_every_file(saved):
     compiled, path = saved
     m = manifest_of(path)
-    assert m["format"] == serving.FORMAT_NAME and m["format_version"] == serving.FORMAT_VERSION
+    assert m["format"] == artifact_format.FORMAT_NAME and m["format_version"] == artifact_format.FORMAT_VERSION
     assert m["jax_version"] == jax.__version__ and m["jaxlib_version"]
     lo = jax.export.minimum_supported_calling_convention_version
     hi = jax.export.maximum_supported_calling_convention_version
@@ -133,12 +134,12 @@ def test_manifest_records_the_set_versions_and_every_file(saved):
     assert [layer["layout_text"] for layer in m["layers"]] == [
         layer.layout.to_text() for layer in compiled.ir.layers]
     on_disk = files_of(path)
-    assert set(m["files"]) == set(on_disk) - {serving.MANIFEST_FILE}
+    assert set(m["files"]) == set(on_disk) - {artifact_format.MANIFEST_FILE}
     for rel, entry in m["files"].items():
         assert entry["size"] == len(on_disk[rel])
-        assert entry["sha256"] == serving.sha256_file(path / rel)
-    assert on_disk[serving.IR_FILE].decode() == compiled.ir.to_text()
-    assert on_disk[serving.MANIFEST_FILE] == serving.seal_manifest(m)
+        assert entry["sha256"] == artifact_format.sha256_file(path / rel)
+    assert on_disk[artifact_format.IR_FILE].decode() == compiled.ir.to_text()
+    assert on_disk[artifact_format.MANIFEST_FILE] == artifact_format.seal_manifest(m)
 
 
 def test_tables_load_memory_mapped_and_equal_the_compiled_ones(saved):
@@ -264,7 +265,7 @@ def test_read_automaton_rebuilds_the_compiled_ir(saved):
 def _roundtrip(sequences, vocab_size, end_token=None, pipeline=None):
     compiled = compile_constraints(sequences, vocab_size, end_token=end_token, pipeline=pipeline)
     meta = json.loads(json.dumps(artifact.set_metadata(compiled)))  # as in the manifest
-    ir = artifact.automaton_from_tables(meta, compiled.tables)
+    ir = artifact.automaton_from_metadata(meta, compiled.tables)
     assert ir == compiled.ir
     tokens, lengths = enumerate_sequences(ir)
     got = sorted(tuple(int(t) for t in row[:n]) for row, n in zip(tokens, lengths))
@@ -304,7 +305,7 @@ def test_corrupt_tables_with_valid_checksums_fail_verification():
     indptr[-1] += 5  # row pointers past the end of the token array
     tables[1]["indptr"] = indptr
     with pytest.raises(IRVerificationError):
-        artifact.automaton_from_tables(artifact.set_metadata(compiled), tables)
+        artifact.automaton_from_metadata(artifact.set_metadata(compiled), tables)
 
 
 def test_errors_share_one_hierarchy():

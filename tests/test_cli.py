@@ -47,9 +47,9 @@ def test_compile_npy_matches_the_library(npy_artifact, capsys):
     compiled = compile_constraints(SIDS, 16)
     assert artifact.read_automaton(path) == compiled.ir
     m = serving.read_manifest(path)
-    assert sorted(k for k in m["modules"] if k.startswith("beam_step")) == [
+    assert sorted(k for k in m.modules if k.startswith("beam_step")) == [
         "beam_step_m3", "beam_step_m5"]
-    assert m["modules"]["beam_step_m5"]["tokens_per_beam"] == 4
+    assert m.modules["beam_step_m5"].tokens_per_beam == 4
     assert run_cli(capsys, "show-ir", path) == (0, compiled.ir.to_text(), "")
     code, out, _ = run_cli(capsys, "show-ir", path, "--stats")
     assert code == 0 and out == report.stats_table(compiled)
@@ -80,7 +80,7 @@ def test_compile_text_and_jsonl_inputs(tmp_path, capsys, fmt):
                                pipeline="verify,choose-layout{memory-budget=1MiB},split-heavy,"
                                         "pad-branches,pack-dtypes")
     assert artifact.read_automaton(tmp_path / "a") == want.ir
-    assert serving.read_manifest(tmp_path / "a")["pipeline"] == want.pipeline
+    assert serving.read_manifest(tmp_path / "a").pipeline == want.pipeline
     code, out, _ = run_cli(capsys, "verify", tmp_path / "a", "--input", src)
     assert code == 0 and out.endswith("6 unique input sequences: OK\n")
 
@@ -123,7 +123,7 @@ def test_compile_refuses_to_overwrite_without_force(npy_artifact, tmp_path, caps
     assert serving.read_manifest(target) == before
     code, _, _ = run_cli(capsys, "compile", tmp_path / "t.npy", "-o", target, "--vocab-size", 16,
                          "--beam-sizes", 2, "--force")
-    assert code == 0 and serving.read_manifest(target)["num_sequences"] == 5
+    assert code == 0 and serving.read_manifest(target).num_sequences == 5
 
 
 @pytest.mark.parametrize("content, args, message", [
@@ -204,7 +204,9 @@ def test_demo_main_job_end_to_end(capsys):
     assert "dataset  synthetic-sids: 3000 uniform random Semantic IDs, L=8, V=2048" in out
     assert re.search(r"compile  \d+ unique sequences in \d+\.\d+ s \(frontend", out)
     assert "est_bytes" in out and "paper bound U_max" in out  # the per-layer table
-    assert re.search(r"imports \['static_compiler', 'static_compiler.errors', 'static_compiler.serving'\]", out)
+    assert re.search(r"imports \['static_compiler', 'static_compiler.artifact_format', "
+                     r"'static_compiler.decode_state', 'static_compiler.errors', "
+                     r"'static_compiler.serving'\]", out)
     assert re.search(r"constrained step \(serving beam_step\): median \d+\.\d+ ms", out)
     valid = re.search(r"check    (\d+)/16 beams valid; (\d+)/(\d+) valid beams are in the set: OK",
                       out)

@@ -542,7 +542,7 @@ def test_bad_arguments_are_rejected(small, kwargs, match):
 @pytest.mark.parametrize("step", [-1, 2])
 def test_beam_step_out_of_range_is_rejected(small, step):
     state = decode.init_beam_state(small.plan, 1, 2)
-    with pytest.raises(DecodeInputError, match=rf"beam_step: step={step} is outside \[0, 2\)"):
+    with pytest.raises(DecodeInputError, match=rf"beam_step: step={step} must be an int in \[0, 2\)"):
         decode.beam_step(small.plan, small.tables, state, jnp.zeros((1, 2, 3)), step)
 
 
@@ -551,3 +551,27 @@ def test_non_callable_logits_fn_is_rejected(small):
         sc.beam_search(small, 3, batch_size=1, beam_size=2)
     with pytest.raises(DecodeInputError, match=r"batch_size=0: expected an int >= 1"):
         sc.greedy_decode(small, _const_logits(lambda s: s + (3,)), batch_size=0)
+
+
+def test_per_row_start_tokens_match_the_oracle_row_by_row():
+    """start_token may be ints (B,): each row decodes as if alone with its own
+    start token (the hash model reads it as the first token of the prefix)."""
+    items = oracle.random_set(np.random.default_rng(3), 40, 3, 6)
+    cset, compiled = oracle.ConstraintSet(items, 6), oracle.compile_set(items, 6)
+    model, seeds, starts = oracle.HashModel(6), [11, 12, 13], np.array([0, 4, 5], np.int32)
+    got = sc.beam_search(compiled, model, batch_size=3, beam_size=4, start_token=starts,
+                         carry=model.init_carry(seeds, 4))
+    for row, (seed, start) in enumerate(zip(seeds, starts)):
+        want = oracle.beam_search(cset, model, [seed], 4, start_token=int(start))
+        np.testing.assert_array_equal(np.asarray(got.tokens)[row], want.tokens[0])
+        np.testing.assert_allclose(np.asarray(got.scores)[row], want.scores[0], rtol=1e-6,
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize("start", [np.zeros(3, np.int32), np.zeros((2, 1), np.int32),
+                                   np.array([0.5, 1.0]), np.array([2 ** 31, 0]), True])
+def test_bad_per_row_start_tokens_are_rejected(small, start):
+    with pytest.raises(DecodeInputError, match=r"(?s)start_token=.*: expected an int or ints of shape "
+                                               r"\(2,\)"):
+        sc.beam_search(small, _const_logits(lambda s: s + (3,)), batch_size=2, beam_size=2,
+                       start_token=start)

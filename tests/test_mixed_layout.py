@@ -1,4 +1,4 @@
-"""The mixed layout's reads (`decode._mixed_children`) against a numpy reference.
+"""The mixed layout's reads (`decode.mixed_children`) against a numpy reference.
 
 Beam search relies on one promise: each beam's list holds its best
 W = min(keep, k) children (score descending, ties to the lower token), and
@@ -57,7 +57,7 @@ def test_mixed_children_keep_each_beams_best_children_on_both_paths(kind, light_
     sp, tables = compiled.plan.steps[t], compiled.device_tables[t]
     assert sp.light_k == light_k and sp.k > light_k
     width = min(keep, sp.k)
-    fn = jax.jit(functools.partial(decode._mixed_children, sp, keep=keep))
+    fn = jax.jit(functools.partial(decode.mixed_children, sp, keep=keep))
     rng = np.random.default_rng(7)
     paths = set()
     for B, M in [(2, 6), (3, 8), (1, 1), (1, 3)] * 4:  # few shapes: few compiles

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from static_compiler.backend import decode
+from static_compiler.backend.decode import selection
 
 
 def _reference(scores: np.ndarray, beam_size: int, tokens_per_beam):
@@ -88,7 +89,7 @@ def test_checked_path_equals_pruned_path(lead, list_decides):
     assert bool(np.all(kept_in_list >= 70)) == list_decides
     if lead:
         assert np.all(held_in_top > 30)
-    checked = decode._select_checked(jnp.asarray(scores), 70, 30)
-    pruned = decode._select_pruned(jnp.asarray(scores), 70, 30)
+    checked = selection._select_checked(jnp.asarray(scores), 70, 30)
+    pruned = selection._select_pruned(jnp.asarray(scores), 70, 30)
     for a, b in zip(checked, pruned):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

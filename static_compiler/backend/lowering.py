@@ -21,12 +21,12 @@ any         ``accepting`` (S,) bool when some state at this depth accepts
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
-from static_compiler.errors import PipelineError
-from static_compiler.ir import Automaton, Layer
+from static_compiler.errors import IRVerificationError, PipelineError
+from static_compiler.ir import Automaton, Layer, Layout, verify
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +104,9 @@ def _layer_tables(layer: Layer, vocab_size: int) -> dict:
     return tables
 
 
-def lower(ir: Automaton) -> tuple:
-    """Lowers a laid-out automaton to (Plan, tables).
+def lower(ir: Automaton) -> tuple[Plan, tuple[dict, ...]]:
+    """Lowers a laid-out automaton to (Plan, tables); `automaton_from_tables`
+    is the inverse.
 
     `tables` is a tuple (one dict of numpy arrays per layer). Raises
     PipelineError when a layer has no layout (run choose-layout first)."""
@@ -128,3 +129,74 @@ def lower(ir: Automaton) -> tuple:
 def tables_nbytes(tables) -> int:
     """Total bytes of all tables."""
     return sum(arr.nbytes for layer in tables for arr in layer.values())
+
+
+# ---------------------------------------------------------------------------
+# The inverse: tables -> layers (numpy only; for reading artifacts back).
+
+
+def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where: str) -> Layer:
+    kind = step.kind
+    if kind == "dense_rows":
+        nxt = np.asarray(tabs["next"])
+        present = nxt >= 0
+        rows, tokens = np.nonzero(present)
+        indptr = np.concatenate([[0], np.cumsum(present.sum(axis=1))])
+        targets = nxt[rows, tokens].astype(np.int64)
+    elif kind == "csr":
+        indptr = np.asarray(tabs["indptr"]).astype(np.int64)
+        tokens = np.asarray(tabs["tokens"])
+        targets = None
+    elif kind == "unary":
+        tokens = np.asarray(tabs["tokens"])
+        indptr = np.arange(tokens.shape[0] + 1, dtype=np.int64)
+        targets = None
+    elif kind == "near_unary":
+        tokens = np.asarray(tabs["tokens"])
+        branch = np.ones(step.num_states, dtype=np.int64)
+        ex = np.asarray(tabs["ex_states"]).astype(np.int64)
+        bounds = np.asarray(tabs["ex_bounds"]).astype(np.int64)
+        if ex.ndim != 1 or bounds.shape != (ex.shape[0], 2) or \
+                (ex.size and (ex.min() < 0 or ex.max() >= step.num_states)):
+            raise IRVerificationError(f"{where}: layer {t} ex_states / ex_bounds have shapes "
+                                      f"{ex.shape} / {bounds.shape} or ids outside "
+                                      f"[0, {step.num_states})")
+        branch[ex] = bounds[:, 1] - bounds[:, 0]
+        indptr = np.concatenate([[0], np.cumsum(branch)])
+        if not np.array_equal(indptr[ex], bounds[:, 0]):
+            raise IRVerificationError(f"{where}: layer {t} ex_bounds disagree with the row "
+                                      "starts implied by ex_states")
+        targets = None
+    else:
+        raise IRVerificationError(f"{where}: layer {t} has layout kind {kind!r}, expected one of "
+                                  "dense_rows, csr, unary, near_unary")
+    if kind != "dense_rows" and step.explicit_targets:
+        targets = np.asarray(tabs["targets"]).astype(np.int64)
+    if targets is not None and not step.explicit_targets:
+        if not np.array_equal(targets, np.arange(targets.shape[0])):
+            raise IRVerificationError(f"{where}: layer {t} has implicit targets in the plan but "
+                                      "its dense table does not number children in order")
+        targets = None
+    accepting = np.asarray(tabs["accepting"]) if "accepting" in tabs else None
+    return Layer(indptr=indptr, tokens=np.asarray(tokens).astype(layout.token_dtype),
+                 targets=targets, accepting=accepting, layout=layout)
+
+
+def automaton_from_tables(plan: Plan, layouts: Sequence[Layout], tables, *,
+                          num_final_states: int, num_sequences: int,
+                          where: str = "tables") -> Automaton:
+    """The automaton that `plan`, the per-layer `layouts` and `tables` (one
+    dict of numpy arrays per layer, as `lower` makes them) describe, checked
+    with `ir.verify`: the inverse of `lower`, equal to the lowered IR.
+
+    Raises IRVerificationError (naming `where` and the layer) when the tables
+    do not form a valid automaton."""
+    if not len(plan.steps) == len(layouts) == len(tables):
+        raise IRVerificationError(f"{where}: {len(plan.steps)} plan steps, {len(layouts)} layouts "
+                                  f"and {len(tables)} table layers; expected one of each per layer")
+    layers = tuple(_layer_from_tables(t, step, layout, tabs, where)
+                   for t, (step, layout, tabs) in enumerate(zip(plan.steps, layouts, tables)))
+    ir = Automaton(vocab_size=plan.vocab_size, layers=layers, num_final_states=num_final_states,
+                   num_sequences=num_sequences, end_token=plan.end_token)
+    verify(ir)
+    return ir

@@ -1,0 +1,473 @@
+"""The artifact format: one definition shared by the writer
+(`static_compiler.artifact`) and the reader (`static_compiler.serving`).
+
+Standard library and numpy only. It holds the format version with its dated
+history, the directory layout and file-set rules, the manifest's schema as
+frozen dataclasses (parsed with typed errors that name the artifact, the key,
+what was expected and what was found), and the checksum rules.
+
+An artifact is a directory:
+
+* ``manifest.json``: a `Manifest` (sorted keys, one-space indent), sealed
+  with its own sha256 (`MANIFEST_DIGEST_KEY`);
+* ``ir.txt``: the IR dump (rows elided for large sets);
+* ``tables/layer{t}.{name}.npy``: the lookup tables (``np.load(...,
+  mmap_mode="r")`` works), in the order ``manifest.tables`` lists them, which
+  is every module's table-argument order (`table_keys`);
+* ``modules/{name}.jaxexport``: `jax.export` serialized modules, lowered for
+  `PLATFORMS` together, polymorphic in the batch dimension `BATCH_DIM`:
+  ``init_m{M}`` and ``beam_step_m{M}`` per exported beam size M, ``mask`` and
+  ``advance``. Each module's entry gives its arguments' names, shapes and
+  dtypes in call order; every module but ``init_m{M}`` takes all tables
+  first and the step (int32 scalar) last.
+
+Nothing else may be in the directory: the files on disk must be exactly those
+the manifest lists, each with the recorded size and sha256.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+from typing import Optional
+
+import numpy as np
+
+from static_compiler.errors import ArtifactChecksumError, ArtifactFormatError, ArtifactVersionError
+
+# ---------------------------------------------------------------------------
+# Versions. The writer writes FORMAT_VERSION; readers accept
+# [MIN_FORMAT_VERSION, MAX_FORMAT_VERSION]. History:
+#   1 (2026-11-29): manifest.json, ir.txt, tables/*.npy, modules/*.jaxexport;
+#     modules init_m{M}, beam_step_m{M}, mask, advance; batch dimension "b".
+FORMAT_NAME = "static-compiler-artifact"
+FORMAT_VERSION = 1
+MIN_FORMAT_VERSION = 1
+MAX_FORMAT_VERSION = 1
+
+# ---------------------------------------------------------------------------
+# Layout.
+MANIFEST_FILE = "manifest.json"
+IR_FILE = "ir.txt"
+TABLES_DIR = "tables"
+MODULES_DIR = "modules"
+MODULE_SUFFIX = ".jaxexport"
+
+PLATFORMS = ("cpu", "cuda", "tpu")
+"""Platforms every module is lowered for."""
+
+BATCH_DIM = "b"
+"""Name of the symbolic batch dimension in module shapes."""
+
+MANIFEST_DIGEST_KEY = "manifest_sha256"
+"""Key of the manifest's own checksum: sha256 of `manifest_bytes` of the
+manifest without this key."""
+
+BEAM_MODULE_KINDS = ("init", "beam_step")
+"""Module kinds exported once per beam size, named ``{kind}_m{M}``."""
+
+_HASH_CHUNK = 1 << 20
+
+
+def table_file(layer: int, name: str) -> str:
+    """Relative path of table `name` of `layer`."""
+    return f"{TABLES_DIR}/layer{layer}.{name}.npy"
+
+
+def module_file(name: str) -> str:
+    """Relative path of module `name`."""
+    return f"{MODULES_DIR}/{name}{MODULE_SUFFIX}"
+
+
+def beam_module_name(kind: str, beam_size: int) -> str:
+    """``{kind}_m{beam_size}``: the name of a per-beam-size module."""
+    return f"{kind}_m{beam_size}"
+
+
+def table_keys(tables) -> list[tuple[int, str]]:
+    """[(layer, name)] of every table in `tables` (one dict per layer), in
+    module argument order: by layer, then by name."""
+    return [(t, name) for t, layer in enumerate(tables) for name in sorted(layer)]
+
+
+def unflatten_tables(keys: list[tuple[int, str]], num_layers: int, flat) -> tuple[dict, ...]:
+    """The inverse of flattening by `table_keys`: one dict per layer."""
+    out = [{} for _ in range(num_layers)]
+    for (t, name), arr in zip(keys, flat):
+        out[t][name] = arr
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------
+# Checksums and the file set.
+
+
+def sha256_file(path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def list_files(root) -> list[str]:
+    """Relative POSIX paths of every file under `root` (sorted), excluding
+    the manifest."""
+    root = pathlib.Path(root)
+    out = []
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            rel = (pathlib.Path(dirpath) / name).relative_to(root).as_posix()
+            if rel != MANIFEST_FILE:
+                out.append(rel)
+    return sorted(out)
+
+
+def manifest_bytes(manifest: dict) -> bytes:
+    """The canonical bytes of a manifest (sorted keys, one-space indent)."""
+    return (json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False) + "\n").encode()
+
+
+def seal_manifest(manifest: dict) -> bytes:
+    """manifest.json bytes with the manifest's own checksum added."""
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_DIGEST_KEY}
+    return manifest_bytes({**body, MANIFEST_DIGEST_KEY: hashlib.sha256(
+        manifest_bytes(body)).hexdigest()})
+
+
+# ---------------------------------------------------------------------------
+# Schema.
+
+
+def format_error(path, message: str) -> ArtifactFormatError:
+    """An ArtifactFormatError naming the artifact at `path`."""
+    return ArtifactFormatError(f"artifact {str(path)!r}: {message}")
+
+
+def _as_tuple(types) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def require(mapping, key: str, types, where: str, path):
+    """mapping[key], which must exist and be of `types` (a bool is not an int
+    unless bool is listed). Raises ArtifactFormatError naming the key."""
+    if not isinstance(mapping, dict) or key not in mapping:
+        raise format_error(path, f"{where} has no key {key!r}")
+    value = mapping[key]
+    if not isinstance(value, types) or isinstance(value, bool) and bool not in _as_tuple(types):
+        names = " or ".join(t.__name__ for t in _as_tuple(types))
+        raise format_error(path, f"{where}[{key!r}] is {value!r} ({type(value).__name__}), "
+                                 f"expected {names}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraySpec:
+    """One module argument or result: name, shape (ints, `BATCH_DIM` for the
+    batch), dtype name."""
+
+    name: str
+    shape: tuple
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, obj, where: str, path) -> "ArraySpec":
+        return cls(name=require(obj, "name", str, where, path),
+                   shape=tuple(require(obj, "shape", list, where, path)),
+                   dtype=require(obj, "dtype", str, where, path))
+
+
+@dataclasses.dataclass(frozen=True)
+class TableEntry:
+    """One table file: its layer, name, file, shape and dtype."""
+
+    layer: int
+    name: str
+    file: str
+    shape: tuple
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {"layer": self.layer, "name": self.name, "file": self.file,
+                "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, obj, where: str, path) -> "TableEntry":
+        return cls(layer=require(obj, "layer", int, where, path),
+                   name=require(obj, "name", str, where, path),
+                   file=require(obj, "file", str, where, path),
+                   shape=tuple(require(obj, "shape", list, where, path)),
+                   dtype=require(obj, "dtype", str, where, path))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleEntry:
+    """One exported module: its file, kind (`BEAM_MODULE_KINDS`, "mask" or
+    "advance"), platforms, calling convention (args and results in order),
+    and for per-beam-size modules the beam size (and, for beam_step, the
+    tokens_per_beam it was exported with)."""
+
+    file: str
+    kind: str
+    platforms: tuple
+    args: tuple
+    results: tuple
+    beam_size: Optional[int] = None
+    tokens_per_beam: Optional[int] = None
+
+    def to_json(self) -> dict:
+        out = {"file": self.file, "kind": self.kind, "platforms": list(self.platforms),
+               "args": [a.to_json() for a in self.args],
+               "results": [r.to_json() for r in self.results]}
+        if self.beam_size is not None:
+            out["beam_size"] = self.beam_size
+        if self.kind == "beam_step":
+            out["tokens_per_beam"] = self.tokens_per_beam
+        return out
+
+    @classmethod
+    def from_json(cls, name: str, obj, path) -> "ModuleEntry":
+        where = f"modules[{name!r}]"
+        kind = require(obj, "kind", str, where, path)
+        beam_size = tokens_per_beam = None
+        if kind in BEAM_MODULE_KINDS:
+            beam_size = require(obj, "beam_size", int, where, path)
+            if name != beam_module_name(kind, beam_size):
+                raise format_error(path, f"module {name!r} records kind {kind!r} and beam size "
+                                         f"{beam_size}, expected the name "
+                                         f"{beam_module_name(kind, beam_size)}")
+        if kind == "beam_step" and "tokens_per_beam" in obj:
+            tokens_per_beam = require(obj, "tokens_per_beam", (int, type(None)), where, path)
+        specs = lambda key: tuple(ArraySpec.from_json(a, f"{where}[{key!r}][{i}]", path)
+                                  for i, a in enumerate(require(obj, key, list, where, path)))
+        return cls(file=require(obj, "file", str, where, path), kind=kind,
+                   platforms=tuple(require(obj, "platforms", list, where, path)),
+                   args=specs("args"), results=specs("results"), beam_size=beam_size,
+                   tokens_per_beam=tokens_per_beam)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileEntry:
+    """Size in bytes and hex sha256 of one file of the artifact."""
+
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict:
+        return {"sha256": self.sha256, "size": self.size}
+
+    @classmethod
+    def from_json(cls, obj, where: str, path) -> "FileEntry":
+        return cls(size=require(obj, "size", int, where, path),
+                   sha256=require(obj, "sha256", str, where, path))
+
+    @classmethod
+    def of_bytes(cls, data: bytes) -> "FileEntry":
+        return cls(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+
+
+_SCALARS = (("jax_version", str), ("jaxlib_version", str), ("calling_convention_version", int),
+            ("batch_dim", str), ("pad_token", int), ("sentinel_score", float), ("pipeline", str),
+            ("vocab_size", int), ("max_length", int), ("depth", int),
+            ("end_token", (int, type(None))), ("num_sequences", int), ("num_final_states", int))
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """manifest.json, typed. `plan_steps` (the backend's static plan, one dict
+    per layer) and `layers` (per-layer statistics, layout text and table
+    names) are plain JSON objects; with the tables they determine the
+    automaton (`static_compiler.backend.lowering.automaton_from_tables`)."""
+
+    jax_version: str
+    jaxlib_version: str
+    calling_convention_version: int
+    platforms: tuple
+    batch_dim: str
+    pad_token: int
+    sentinel_score: float
+    pipeline: str
+    vocab_size: int
+    max_length: int
+    depth: int
+    end_token: Optional[int]
+    num_sequences: int
+    num_final_states: int
+    plan_steps: tuple
+    layers: tuple
+    tables: tuple
+    modules: dict
+    files: dict
+    format: str = FORMAT_NAME
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> dict:
+        """The JSON object (without the manifest's own checksum)."""
+        out = {key: getattr(self, key) for key, _ in _SCALARS}
+        out.update(format=self.format, format_version=self.format_version,
+                   platforms=list(self.platforms), plan_steps=list(self.plan_steps),
+                   layers=list(self.layers), tables=[t.to_json() for t in self.tables],
+                   modules={name: m.to_json() for name, m in sorted(self.modules.items())},
+                   files={rel: f.to_json() for rel, f in sorted(self.files.items())})
+        return out
+
+    def seal(self) -> bytes:
+        """The bytes of manifest.json."""
+        return seal_manifest(self.to_json())
+
+    @classmethod
+    def from_json(cls, obj: dict, path) -> "Manifest":
+        """Checks every key's type; raises ArtifactFormatError naming the key."""
+        where = MANIFEST_FILE
+        scalars = {key: require(obj, key, types, where, path) for key, types in _SCALARS}
+        files = require(obj, "files", dict, where, path)
+        modules = require(obj, "modules", dict, where, path)
+        out = cls(
+            **scalars,
+            format=require(obj, "format", str, where, path),
+            format_version=require(obj, "format_version", int, where, path),
+            platforms=tuple(require(obj, "platforms", list, where, path)),
+            plan_steps=tuple(require(obj, "plan_steps", list, where, path)),
+            layers=tuple(require(obj, "layers", list, where, path)),
+            tables=tuple(TableEntry.from_json(t, f"tables[{i}]", path)
+                         for i, t in enumerate(require(obj, "tables", list, where, path))),
+            modules={name: ModuleEntry.from_json(name, m, path)
+                     for name, m in sorted(modules.items())},
+            files={rel: FileEntry.from_json(f, f"files[{rel!r}]", path)
+                   for rel, f in sorted(files.items())})
+        for what, rel in [(f"tables[{i}]", t.file) for i, t in enumerate(out.tables)] + \
+                [(f"modules[{n!r}]", m.file) for n, m in out.modules.items()]:
+            if rel not in out.files:
+                raise format_error(path, f"{what} names file {rel!r}, which is not among the "
+                                         f"manifest's files {sorted(out.files)}")
+        return out
+
+    def beam_sizes(self) -> tuple[int, ...]:
+        """Beam sizes with an exported beam_step module, ascending."""
+        return tuple(sorted(m.beam_size for m in self.modules.values() if m.kind == "beam_step"))
+
+    def missing_modules(self) -> list[str]:
+        """Modules every artifact must have that this manifest does not list:
+        mask, advance, and init_m{M} for each beam_step_m{M}."""
+        expected = {"mask", "advance"} | {beam_module_name("init", m) for m in self.beam_sizes()}
+        return sorted(expected - set(self.modules))
+
+
+# ---------------------------------------------------------------------------
+# Reading.
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def read_manifest(path, *, verify_checksums: bool = True,
+                  calling_conventions: Optional[tuple[int, int, str]] = None) -> Manifest:
+    """Reads `path`/manifest.json and checks it against the directory.
+
+    Checks, in this order: the manifest is a JSON object of our format; the
+    format version is in [MIN_FORMAT_VERSION, MAX_FORMAT_VERSION]; the
+    jax.export calling-convention version is in [lo, hi] when
+    `calling_conventions` = (lo, hi, runtime name) is given; the manifest's
+    own sha256; the files on disk are exactly those the manifest lists; each
+    has the listed size and (unless `verify_checksums` is False) sha256; every
+    key has its schema type.
+
+    Raises ArtifactFormatError, ArtifactVersionError or ArtifactChecksumError,
+    each naming the artifact, the file, what was expected and what was found.
+    """
+    path = pathlib.Path(path)
+    if not path.is_dir():
+        raise format_error(path, "expected a directory written by static_compiler.artifact.save"
+                                 f", found {'a file' if path.exists() else 'nothing'}")
+    manifest_path = path / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise format_error(path, f"missing file {MANIFEST_FILE!r}")
+    try:
+        raw = json.loads(manifest_path.read_bytes().decode("utf-8"),
+                         parse_constant=_reject_constant)
+    except ValueError as e:  # UnicodeDecodeError, JSONDecodeError, NaN/Infinity
+        raise format_error(path, f"{MANIFEST_FILE} is not valid UTF-8 JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise format_error(path, f"{MANIFEST_FILE} holds a {type(raw).__name__}, "
+                                 "expected a JSON object")
+    fmt = raw.get("format")
+    if fmt != FORMAT_NAME:
+        raise format_error(path, f"{MANIFEST_FILE} format is {fmt!r}, expected {FORMAT_NAME!r}")
+    version = require(raw, "format_version", int, MANIFEST_FILE, path)
+    if not MIN_FORMAT_VERSION <= version <= MAX_FORMAT_VERSION:
+        raise ArtifactVersionError(
+            f"artifact {str(path)!r}: format version {version} is outside the range this reader "
+            f"supports [{MIN_FORMAT_VERSION}, {MAX_FORMAT_VERSION}]; use a static_compiler "
+            "release that reads it, or re-save the artifact")
+    cc = require(raw, "calling_convention_version", int, MANIFEST_FILE, path)
+    if calling_conventions is not None:
+        lo, hi, runtime = calling_conventions
+        if not lo <= cc <= hi:
+            raise ArtifactVersionError(
+                f"artifact {str(path)!r}: jax.export calling-convention version {cc} cannot run "
+                f"on {runtime}, which supports [{lo}, {hi}] (the artifact was written by jax "
+                f"{raw.get('jax_version', '?')}); re-save it with this jax or use a matching one")
+    digest = require(raw, MANIFEST_DIGEST_KEY, str, MANIFEST_FILE, path)
+    body = {k: v for k, v in raw.items() if k != MANIFEST_DIGEST_KEY}
+    actual = hashlib.sha256(manifest_bytes(body)).hexdigest()
+    if actual != digest:
+        raise ArtifactChecksumError(
+            f"artifact {str(path)!r}: {MANIFEST_FILE} content has sha256 {actual}, its "
+            f"{MANIFEST_DIGEST_KEY} says {digest} (the manifest is corrupted)")
+    files = require(raw, "files", dict, MANIFEST_FILE, path)
+    on_disk = list_files(path)
+    missing = sorted(set(files) - set(on_disk))
+    extra = sorted(set(on_disk) - set(files))
+    if missing:
+        raise format_error(path, f"missing file(s) {missing} listed in {MANIFEST_FILE}")
+    if extra:
+        raise format_error(path, f"extra file(s) {extra} not listed in {MANIFEST_FILE} "
+                                 f"(expected exactly {sorted(files)})")
+    for rel in sorted(files):
+        entry = FileEntry.from_json(files[rel], f"files[{rel!r}]", path)
+        found = (path / rel).stat().st_size
+        if found != entry.size:
+            what = "truncated" if found < entry.size else "longer than recorded"
+            raise ArtifactChecksumError(
+                f"artifact {str(path)!r}: file {rel!r} is {what}: {found} bytes, expected "
+                f"{entry.size}")
+        if verify_checksums:
+            actual = sha256_file(path / rel)
+            if actual != entry.sha256:
+                raise ArtifactChecksumError(
+                    f"artifact {str(path)!r}: file {rel!r} has sha256 {actual}, expected "
+                    f"{entry.sha256} (the file is corrupted)")
+    return Manifest.from_json(body, path)
+
+
+def load_tables(path, manifest: Manifest, mmap_mode: Optional[str] = "r") -> list[np.ndarray]:
+    """The tables as numpy arrays (memory-mapped by default), in argument
+    order, each checked against the manifest's shape and dtype."""
+    path = pathlib.Path(path)
+    out = []
+    for entry in manifest.tables:
+        try:
+            arr = np.load(path / entry.file, mmap_mode=mmap_mode, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise format_error(path, f"table {entry.file!r} is not a readable .npy file "
+                                     f"({e})") from None
+        if arr.shape != tuple(entry.shape) or str(arr.dtype) != entry.dtype:
+            raise format_error(path, f"table {entry.file!r} holds {arr.dtype}{list(arr.shape)}, "
+                                     f"the manifest says {entry.dtype}{list(entry.shape)}")
+        out.append(arr)
+    return out
+
+
+def read_tables(path, manifest: Manifest, mmap_mode: Optional[str] = "r") -> tuple[dict, ...]:
+    """`load_tables` as one dict of arrays per layer, keyed by table name."""
+    keys = [(t.layer, t.name) for t in manifest.tables]
+    return unflatten_tables(keys, len(manifest.layers), load_tables(path, manifest, mmap_mode))
+

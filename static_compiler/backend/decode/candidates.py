@@ -1,0 +1,159 @@
+"""Candidate transitions of every beam at one decoding step, with their
+log-probabilities: the children the tables list (one gather per layout, see
+`static_compiler.backend.kernels`), the end token where a state accepts, and
+finished beams carried over unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax.numpy as jnp
+from jax import lax
+
+from static_compiler.backend.decode.logprobs import LogProbs, scored
+from static_compiler.backend.kernels import (Candidates, accepts, entries, expand, num_candidates,
+                                             row_bounds, slice_rows)
+from static_compiler.backend.lowering import Plan
+from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE
+
+
+class StepCandidates(NamedTuple):
+    """Every candidate of every beam at one step (K columns per beam).
+
+    tokens int32 (..., K); next int32 (..., K) the state reached; valid bool
+    (..., K); logprob float32 (..., K); ends bool (..., K) the candidate is the
+    end token; stays bool (..., K) a finished beam carried unchanged."""
+
+    tokens: Any
+    next: Any
+    valid: Any
+    logprob: Any
+    ends: Any
+    stays: Any
+
+
+def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional[LogProbs],
+                step: int, scores=None, keep: Optional[int] = None) -> StepCandidates:
+    """Candidate transitions of every beam at `step` (static), with scores.
+
+    node, live, finished: (...,) per beam; logprobs: the beams' `LogProbs`,
+    or None when only the transitions matter (mask / advance: log-probs 0).
+    Beam search passes the beams' scores float32 (B, M) (with logprobs) and
+    `keep`, the children a beam may contribute; a mixed-layout step then
+    lists each beam's best children only (`mixed_children`), all others
+    every child."""
+    shape = jnp.shape(node)
+    end = plan.end_token
+    cols = []  # (tokens, next, valid, logprob, ends, stays)
+
+    def logprob_of(tokens, dense: bool = False):
+        if logprobs is None:
+            return jnp.zeros(tokens.shape, jnp.float32)
+        return logprobs.all() if dense else logprobs.take(tokens)
+
+    def end_col(valid):
+        lp = logprob_of(jnp.full(shape + (1,), end, jnp.int32))
+        return (jnp.full(shape + (1,), end, jnp.int32), jnp.zeros(shape + (1,), jnp.int32),
+                valid[..., None], lp, jnp.ones(shape + (1,), bool), jnp.zeros(shape + (1,), bool))
+
+    if step < plan.depth:
+        sp = plan.steps[step]
+        if sp.light_k and scores is not None:
+            c, lp = mixed_children(sp, tables[step], node, live & ~finished, logprobs, scores, keep)
+        else:
+            c = expand(sp, tables[step], node)
+            lp = logprob_of(c.tokens, dense=sp.kind == "dense_rows")
+        false = jnp.zeros(c.tokens.shape, bool)
+        cols.append((c.tokens, c.next, c.valid, lp, false, false))
+        if end is not None and sp.has_accepting:
+            cols.append(end_col(accepts(sp, tables[step], node)))
+    else:  # the extra step of variable-length sets: final states can only end
+        cols.append(end_col(jnp.ones(shape, bool)))
+    if end is not None:  # finished beams carry over unchanged
+        cols.append((jnp.full(shape + (1,), PAD_TOKEN, jnp.int32), jnp.zeros(shape + (1,), jnp.int32),
+                     (live & finished)[..., None], jnp.zeros(shape + (1,), jnp.float32),
+                     jnp.zeros(shape + (1,), bool), jnp.ones(shape + (1,), bool)))
+    tokens, nxt, valid, lp, ends, stays = (
+        parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1) for parts in zip(*cols))
+    expanding = (live & ~finished)[..., None]
+    valid = valid & (stays | (expanding & (lp > -jnp.inf)))
+    return StepCandidates(tokens, nxt, valid, lp, ends, stays)
+
+
+def _child_scores(valid, expanding, lp, scores):
+    """`scored` of children, valid as `_candidates` makes them: slot valid,
+    beam expanding, log-prob above -inf."""
+    return scored(valid & expanding[..., None] & (lp > -jnp.inf), lp, scores)
+
+
+def mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep: int):
+    """The children of beams (B, M) at a mixed-layout step, each beam's list
+    cut to its best W = min(keep, k) children (ties: lower token first).
+
+    Every beam reads light_k entries from its row start; the first
+    `wide_slots` beams of each batch row whose state is heavy (more than
+    light_k children) also read the other k - light_k entries of their row,
+    and their W best children replace their light list. When a row has more
+    heavy beams than wide slots, the step instead reads k entries for every
+    beam (`lax.cond`: only the branch taken runs). Exact: a beam contributes
+    at most `keep` children to the winners (its best ones), and a light
+    beam's light_k entries hold all its children.
+
+    Returns (Candidates (B, M, W), logprob float32 (B, M, W)): a beam's
+    entries are sorted by score (equal scores by token), or are its light_k
+    entries in token order when light_k <= W; invalid entries are masked."""
+    B, M = node.shape
+    kl, kw, H = sp.light_k, sp.k - sp.light_k, min(sp.wide_slots, M)
+    width = min(keep, sp.k)
+    start, end = row_bounds(sp, tables, node)
+    heavy = expanding & (end - start > kl)
+
+    def best(s, cols=None):
+        """(..., n) scores -> the best `width` (padded with SENTINEL_SCORE),
+        with their columns (offsets from the row start)."""
+        if cols is None:
+            cols = jnp.broadcast_to(lax.iota(jnp.int32, s.shape[-1]), s.shape)
+        if s.shape[-1] > width:
+            s, pos = lax.top_k(s, width)
+            return s, jnp.take_along_axis(cols, pos, axis=-1)
+        pad = [(0, 0)] * (s.ndim - 1) + [(0, width - s.shape[-1])]
+        return (jnp.pad(s, pad, constant_values=SENTINEL_SCORE),
+                jnp.pad(cols, pad, constant_values=sp.k))
+
+    def full():
+        c = slice_rows(sp, tables, start, end, sp.k)
+        return best(_child_scores(c.valid, expanding, logprobs.take(c.tokens), scores))
+
+    def mixed():
+        light = slice_rows(sp, tables, start, jnp.minimum(end, start + kl), kl)
+        s_light, c_light = best(_child_scores(light.valid, expanding,
+                                              logprobs.take(light.tokens), scores))
+        # The first H heavy beams of each row (lower beams first), then fillers.
+        _, beams = lax.top_k(jnp.where(heavy, -lax.iota(jnp.int32, M), -M), H)
+        at = lambda x: jnp.take_along_axis(x, beams, axis=1)
+        used = at(heavy)
+        w_start = at(start) + kl
+        wide = slice_rows(sp, tables, w_start, jnp.where(used, at(end), w_start), kw)
+        s_wide, c_wide = best(_child_scores(wide.valid, used,
+                                            logprobs.take_beams(beams, wide.tokens), at(scores)))
+        rows = jnp.arange(B)[:, None]
+        # Light columns come first: among equal scores, the lower tokens.
+        merged_s, merged_c = best(jnp.concatenate([s_light[rows, beams], s_wide], axis=-1),
+                                  jnp.concatenate([c_light[rows, beams], c_wide + kl], axis=-1))
+        keep_old = ~used[..., None]
+        return (s_light.at[rows, beams].set(jnp.where(keep_old, s_light[rows, beams], merged_s)),
+                c_light.at[rows, beams].set(jnp.where(keep_old, c_light[rows, beams], merged_c)))
+
+    child_s, col = lax.cond(jnp.all(jnp.sum(heavy, axis=1) <= H), mixed, full)
+    tokens, nxt = entries(sp, tables, start[..., None] + col)
+    return Candidates(tokens, nxt, child_s > SENTINEL_SCORE), logprobs.take(tokens)
+
+
+def candidate_columns(plan: Plan, step: int) -> int:
+    """K at `step`: candidates per beam, end-token and carried-over columns included."""
+    end = plan.end_token is not None
+    if step >= plan.depth:
+        return 2
+    sp = plan.steps[step]
+    return num_candidates(sp, plan.vocab_size) + int(end and sp.has_accepting) + int(end)

@@ -1,0 +1,92 @@
+"""Log-probabilities that never turn into NaN, and the scores built from them.
+
+Scores are ``log_softmax`` of the logits over the full vocabulary: a NaN logit
+is an invalid token, +inf logits share all the probability, tokens whose
+log-probability is -inf are invalid, and a valid score is never below
+`MIN_VALID_SCORE` (so valid beams always rank above invalid ones).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax.numpy as jnp
+
+from static_compiler.decode_state import MIN_VALID_SCORE, SENTINEL_SCORE
+
+
+def _posinf_rows(x, posinf):
+    """In rows holding +inf logits (posinf bool (..., 1)), +inf -> 0 and
+    everything else -> -inf: the +inf tokens share all the probability."""
+    return jnp.where(posinf, jnp.where(x == jnp.inf, 0.0, -jnp.inf), x)
+
+
+class LogProbs(NamedTuple):
+    """`safe_log_softmax` of logits (..., V), normalized only where read.
+
+    A step that reads K << V candidates gathers K logits and normalizes
+    those, instead of writing and re-reading a (..., V) array; the values are
+    bit-identical to `safe_log_softmax`'s.
+
+    logits: float32 (..., V), NaN replaced by -inf; lse: float32 (..., 1) the
+    row's log-sum-exp; posinf: bool (..., 1) the row holds +inf logits."""
+
+    logits: Any
+    lse: Any
+    posinf: Any
+
+    @classmethod
+    def of(cls, logits) -> "LogProbs":
+        x = jnp.asarray(logits).astype(jnp.float32)
+        x = jnp.where(jnp.isnan(x), -jnp.inf, x)
+        posinf = jnp.any(x == jnp.inf, axis=-1, keepdims=True)
+        shifted = _posinf_rows(x, posinf)
+        # Three reductions as written: a fused max / sum variant rounded
+        # differently inside the exported lax.switch step than under jit
+        # (tests/test_serving.py checks the two are bit-identical).
+        m = jnp.max(shifted, axis=-1, keepdims=True)
+        m = jnp.where(jnp.isfinite(m), m, 0.0)
+        lse = m + jnp.log(jnp.sum(jnp.exp(shifted - m), axis=-1, keepdims=True))
+        return cls(x, lse, posinf)
+
+    def _normalize(self, x):
+        x = _posinf_rows(x, self.posinf)
+        return jnp.where(x == -jnp.inf, -jnp.inf, x - self.lse)
+
+    def all(self):
+        """float32 (..., V): every token's log-probability."""
+        return self._normalize(self.logits)
+
+    def take(self, tokens):
+        """float32 (..., K): the log-probabilities of tokens int (..., K)."""
+        return self._normalize(jnp.take_along_axis(self.logits, tokens, axis=-1))
+
+    def take_beams(self, beams, tokens):
+        """float32 (B, H, K): log-probabilities of tokens int32 (B, H, K) in
+        the rows `beams` int32 (B, H) of logits (B, M, V)."""
+        B, M, V = self.logits.shape
+        flat = (beams[..., None] * V + tokens).reshape(B, -1)
+        x = jnp.take_along_axis(self.logits.reshape(B, M * V), flat, axis=-1).reshape(tokens.shape)
+        rows = lambda a: jnp.take_along_axis(a, beams[..., None], axis=1)
+        return LogProbs(None, rows(self.lse), rows(self.posinf))._normalize(x)
+
+
+def safe_log_softmax(logits):
+    """log_softmax over the last axis that never yields NaN.
+
+    NaN logits become -inf (invalid); if a row holds +inf logits, those share
+    all the probability (log(1/count)) and every other token gets -inf; a row
+    with no finite-or-+inf logit is all -inf."""
+    return LogProbs.of(logits).all()
+
+
+def add_logprob(scores, logprob):
+    """float32 ``max(scores + logprob, MIN_VALID_SCORE)`` (any broadcastable shapes)."""
+    return jnp.maximum(scores + logprob, jnp.float32(MIN_VALID_SCORE))
+
+
+def scored(valid, lp, scores):
+    """float32 (B, M', K): a candidate's beam-search score (its beam's score
+    float32 (B, M') plus its log-prob lp float32 (B, M', K)), SENTINEL_SCORE
+    where not valid (bool (B, M', K))."""
+    return jnp.where(valid, add_logprob(scores[..., None], lp), SENTINEL_SCORE)

@@ -1,0 +1,142 @@
+"""One beam-search step over lowered tables, at a static step or at a traced
+one (a `lax.switch` over the static steps, as the exported modules run it),
+and the final ranking of the beams.
+
+The exact semantics are in `static_compiler.backend.decode`'s docstring.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from static_compiler.backend.decode.candidates import StepCandidates, step_candidates
+from static_compiler.backend.decode.logprobs import LogProbs, scored
+from static_compiler.backend.decode.selection import select_beams
+from static_compiler.backend.lowering import Plan
+from static_compiler.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
+                                          DecodeResult, check_logits, check_step)
+
+
+def init_beam_state(plan: Plan, batch_size: int, beam_size: int, start_tokens=0) -> BeamState:
+    """All beams at the root; only beam 0 of each row is valid (it alone
+    expands at step 0). start_tokens: int, or int32 (batch_size,) one per row:
+    the model's `last_tokens` at step 0."""
+    B, M, T = batch_size, beam_size, plan.max_length
+    first = jnp.arange(M)[None, :] == 0
+    valid = jnp.broadcast_to(first, (B, M))
+    start = jnp.asarray(start_tokens, jnp.int32)
+    return BeamState(
+        tokens=jnp.full((B, M, T), PAD_TOKEN, jnp.int32),
+        scores=jnp.where(valid, 0.0, SENTINEL_SCORE).astype(jnp.float32),
+        node=jnp.zeros((B, M), jnp.int32),
+        valid=valid,
+        finished=jnp.zeros((B, M), bool),
+        lengths=jnp.zeros((B, M), jnp.int32),
+        last_tokens=jnp.broadcast_to(start[:, None] if start.ndim else start, (B, M)),
+        parent=jnp.broadcast_to(jnp.arange(M, dtype=jnp.int32), (B, M)),
+    )
+
+
+def take_beams(x, parent):
+    """x (B, M, ...) reordered along beams by parent (B, M)."""
+    idx = parent.reshape(parent.shape + (1,) * (x.ndim - 2))
+    return jnp.take_along_axis(x, idx, axis=1)
+
+
+def pick_candidates(x, parent, col):
+    """x (B, M', K) -> (B, M): x[b, parent[b, m], col[b, m]], one gather."""
+    B, Mp, K = x.shape
+    return jnp.take_along_axis(x.reshape(B, Mp * K), parent * K + col, axis=-1)
+
+
+def apply_choice(plan: Plan, state: BeamState, cand: StepCandidates, parent, col, score, valid,
+                  step: int) -> BeamState:
+    """New beam state after each beam (B, M) chose candidate `col` of beam `parent`."""
+    pick = lambda x: pick_candidates(x, parent, col)
+    token, nxt, ends, stays = pick(cand.tokens), pick(cand.next), pick(cand.ends), pick(cand.stays)
+    finished = valid & (ends | stays)
+    history = take_beams(state.tokens, parent)
+    history = history.at[:, :, step].set(jnp.where(valid & ~stays, token, PAD_TOKEN))
+    history = jnp.where(valid[..., None], history, PAD_TOKEN)
+    grows = valid & ~ends & ~stays
+    lengths = jnp.where(valid, take_beams(state.lengths, parent) + grows.astype(jnp.int32), 0)
+    fill = 0 if plan.end_token is None else plan.end_token
+    return BeamState(
+        tokens=history,
+        scores=jnp.where(valid, score, SENTINEL_SCORE).astype(jnp.float32),
+        node=jnp.where(valid & ~finished, nxt, 0),
+        valid=valid,
+        finished=finished,
+        lengths=lengths,
+        last_tokens=jnp.where(grows, token, fill).astype(jnp.int32),
+        parent=parent.astype(jnp.int32),
+    )
+
+
+def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
+              tokens_per_beam: Optional[int] = None,
+              live_beams: Optional[int] = None) -> BeamState:
+    """One beam-search step at static `step` (0 <= step < plan.max_length).
+
+    logits: float (B, M, V) for the beams of `state` (fed `state.last_tokens`).
+    live_beams: static promise that only beams [0, live_beams) of `state`
+    can be valid (see `live_beam_bounds`); the others are not expanded, which
+    saves their log_softmax, candidates and top-k."""
+    B, M = state.node.shape
+    check_logits(logits, (B, M), plan.vocab_size, f"beam_step(step={step})")
+    check_step(step, plan.max_length, "beam_step")
+    if live_beams is not None and live_beams < M:
+        state = jax.tree_util.tree_map(lambda x: x[:, :live_beams], state)
+        logits = logits[:, :live_beams]
+    keep = M if tokens_per_beam is None else min(tokens_per_beam, M)
+    cand = step_candidates(plan, tables, state.node, state.valid, state.finished,
+                           LogProbs.of(logits), step, scores=state.scores, keep=keep)
+    top, parent, col, real = select_beams(scored(cand.valid, cand.logprob, state.scores), M,
+                                          tokens_per_beam)
+    valid = real & pick_candidates(cand.valid, parent, col)
+    return apply_choice(plan, state, cand, parent, col, top, valid, step)
+
+
+def switch_over_steps(plan: Plan, step_fn: Callable, step, *operands):
+    """``step_fn(t, *operands)`` for a traced int32 scalar `step`: a lax.switch
+    over the programs of every static t in [0, plan.max_length) (a step
+    outside is clamped), so one exported module serves every step."""
+    branches = [functools.partial(step_fn, t) for t in range(plan.max_length)]
+    index = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
+    return lax.switch(index, branches, *operands)
+
+
+def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
+                     tokens_per_beam: Optional[int] = None) -> BeamState:
+    """`beam_step` with a traced `step` (see `switch_over_steps`)."""
+    return switch_over_steps(plan, functools.partial(_switch_branch, plan, tokens_per_beam),
+                             step, tables, state, logits)
+
+
+def _switch_branch(plan, tokens_per_beam, step, tables, state, logits):
+    return beam_step(plan, tables, state, logits, step, tokens_per_beam)
+
+
+def length_normalized(scores, lengths, length_penalty: float):
+    """GNMT length penalty: score / ((5 + length) / 6) ** length_penalty."""
+    if not length_penalty:
+        return scores
+    return scores / ((5.0 + lengths.astype(jnp.float32)) / 6.0) ** length_penalty
+
+
+def finalize(state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
+    """Final result; with a length penalty, beams are re-ranked by the
+    normalized score (valid beams first), and `scores` are the normalized ones."""
+    if not length_penalty:
+        return DecodeResult(state.tokens, state.scores, state.valid, state.lengths)
+    normalized = length_normalized(state.scores, state.lengths, length_penalty)
+    ranked = jnp.where(state.valid, jnp.maximum(normalized, jnp.float32(MIN_VALID_SCORE)),
+                       SENTINEL_SCORE)
+    _, order = lax.top_k(ranked, ranked.shape[-1])
+    pick = lambda x: take_beams(x, order)
+    return DecodeResult(pick(state.tokens), pick(ranked), pick(state.valid), pick(state.lengths))

@@ -1,0 +1,181 @@
+"""The decoding interface: state and result types, their constants, and the
+validators of decoding arguments.
+
+One definition shared by the in-process decoder (`static_compiler.backend.decode`)
+and the serving loader (`static_compiler.serving`), so a state made by one is
+the state the other takes, field for field (the exported modules' arguments
+and results are these fields, in this order). It imports jax.numpy only to
+read the dtypes of traced values; it holds no decoding logic.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax.numpy as jnp
+import numpy as np
+
+from static_compiler.errors import DecodeInputError
+
+SENTINEL_SCORE = -1e30
+"""Score of invalid candidates and beams: finite, so no -inf arithmetic."""
+
+MIN_VALID_SCORE = -1e29
+"""Floor of a valid score: above SENTINEL_SCORE, so valid beams rank first."""
+
+PAD_TOKEN = -1
+"""Token written where a beam holds no sequence, and after the end token."""
+
+
+class BeamState(NamedTuple):
+    """Beam-search state carried between steps (B = batch, M = beams, T = max length).
+
+    tokens: int32 (B, M, T) decoded tokens so far, PAD_TOKEN elsewhere.
+    scores: float32 (B, M) summed log-probabilities, SENTINEL_SCORE if not valid.
+    node: int32 (B, M) automaton state at the current depth (0 when not live).
+    valid: bool (B, M) the beam holds a real (live or finished) sequence.
+    finished: bool (B, M) the beam has taken the end token.
+    lengths: int32 (B, M) tokens before the end token.
+    last_tokens: int32 (B, M) token to feed the model at the next step.
+    parent: int32 (B, M) beam each beam came from at the last step; reorder
+      per-beam model state (KV caches) with it.
+    """
+
+    tokens: Any
+    scores: Any
+    node: Any
+    valid: Any
+    finished: Any
+    lengths: Any
+    last_tokens: Any
+    parent: Any
+
+
+class DecodeResult(NamedTuple):
+    """What every decoder returns: tokens int32 (B, M, T) (PAD_TOKEN past the
+    end); scores float32 (B, M) sorted descending per row (SENTINEL_SCORE
+    where not valid); valid bool (B, M); lengths int32 (B, M) without the end
+    token."""
+
+    tokens: Any
+    scores: Any
+    valid: Any
+    lengths: Any
+
+
+class ProcessorState(NamedTuple):
+    """Per-row state of the logits-processor pair (`mask` / `advance`): node
+    int32 (B,), valid bool (B,) (False once a row took a disallowed token),
+    finished bool (B,)."""
+
+    node: Any
+    valid: Any
+    finished: Any
+
+
+# ---------------------------------------------------------------------------
+# Argument validators. Each raises DecodeInputError naming the argument, the
+# value and what was expected.
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(name: str, value, *, low: Optional[int] = None, high: Optional[int] = None,
+              allow_none: bool = False) -> Optional[int]:
+    """`value` as a Python int; it must be a Python or numpy int (not a bool)
+    in [low, high) (either bound optional), or None when `allow_none`."""
+    if value is None and allow_none:
+        return None
+    if not _is_int(value) or (low is not None and value < low) \
+            or (high is not None and value >= high):
+        if low is not None and high is not None:
+            bound = f" in [{low}, {high})"
+        elif low is not None:
+            bound = f" >= {low}"
+        else:
+            bound = ""
+        raise DecodeInputError(f"{name}={value!r}: expected an int{bound}")
+    return int(value)
+
+
+def check_finite(name: str, value) -> float:
+    """`value` as a Python float; it must be a finite real number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value):
+        raise DecodeInputError(f"{name}={value!r}: expected a finite float")
+    return float(value)
+
+
+def check_callable(name: str, value) -> None:
+    if not callable(value):
+        raise DecodeInputError(f"{name}={value!r}: expected a callable")
+
+
+def _dtype(value):
+    return jnp.result_type(value)
+
+
+def _is_integer_dtype(dtype) -> bool:
+    return jnp.issubdtype(dtype, jnp.integer) and dtype != jnp.bool_
+
+
+def check_step(step, max_length: int, where: str, *, traced: bool = False):
+    """A decoding step: a Python or numpy int in [0, max_length), returned as
+    a Python int. With `traced`, an integer scalar array (a traced step) is
+    also accepted and returned as is: the caller clamps it into range."""
+    if _is_int(step):
+        if 0 <= step < max_length:
+            return int(step)
+    elif traced and not isinstance(step, (bool, np.bool_, str)) and np.shape(step) == () \
+            and _is_integer_dtype(_dtype(step)):
+        return step
+    if traced and not _is_int(step) and not isinstance(step, (bool, np.bool_, str)):
+        raise DecodeInputError(f"{where}: step is {_dtype(step)}{list(np.shape(step))}, expected "
+                               f"an int in [0, {max_length}) or an integer scalar (a traced step "
+                               "outside that range is clamped)")
+    raise DecodeInputError(f"{where}: step={step!r} must be an int in [0, {max_length})")
+
+
+def check_logits(logits, batch_shape: tuple, vocab_size: int, where: str) -> None:
+    """`logits` must be a float array of shape batch_shape + (vocab_size,)."""
+    shape = tuple(np.shape(logits))
+    want = tuple(batch_shape) + (vocab_size,)
+    if shape != want:
+        raise DecodeInputError(f"{where}: logits have shape {shape}, expected {want} "
+                               f"(batch dims {tuple(batch_shape)}, vocab {vocab_size})")
+    dtype = _dtype(logits)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise DecodeInputError(f"{where}: logits have dtype {dtype}, expected a float dtype "
+                               "(computed in float32)")
+
+
+def check_tokens(tokens, batch_size: int, where: str) -> None:
+    """`tokens` (the chosen token per row) must be ints of shape (batch_size,)."""
+    shape, dtype = tuple(np.shape(tokens)), _dtype(tokens)
+    if shape != (batch_size,) or not _is_integer_dtype(dtype):
+        raise DecodeInputError(f"{where}: tokens have shape {shape} dtype {dtype}, expected int "
+                               f"of shape ({batch_size},)")
+
+
+def check_start_tokens(start_token, batch_size: int, where: str) -> np.ndarray:
+    """The model's input at step 0 per row: an int, or ints of shape
+    (batch_size,), within int32. Returns int32 (batch_size,)."""
+    start = np.asarray(start_token) if not isinstance(start_token, (bool, np.bool_)) else None
+    if start is None or start.dtype.kind not in "iu" or start.shape not in ((), (batch_size,)) \
+            or (start.size and (start.min() < -2 ** 31 or start.max() >= 2 ** 31)):
+        raise DecodeInputError(f"{where}: start_token={start_token!r}: expected an int or ints "
+                               f"of shape ({batch_size},), within int32")
+    return np.broadcast_to(start, (batch_size,)).astype(np.int32)
+
+
+def check_fields(state, state_type: type, where: str) -> tuple:
+    """`state` as a plain tuple; it must be a tuple with the fields of the
+    NamedTuple `state_type` (a BeamState or ProcessorState, or any tuple of
+    as many arrays)."""
+    fields = state_type._fields
+    if not isinstance(state, tuple) or len(state) != len(fields):
+        raise DecodeInputError(f"{where}: state is a {type(state).__name__}, expected a "
+                               f"tuple of {len(fields)} arrays {fields}")
+    return tuple(state)
