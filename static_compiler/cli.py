@@ -90,20 +90,20 @@ def _run_show_ir(args: argparse.Namespace) -> int:
 
 def load_and_compile(path: str, *, vocab_size: Optional[int], end_token: Optional[int] = None,
                      pipeline: Optional[str] = None, print_ir_after_all: bool = False):
-    """Reads `path` (any format of `read_constraints`) and compiles it.
+    """Reads `path` (any format of `readers.read_constraints`) and compiles it.
 
     A constraint set goes through `compile_constraints` with `pipeline`
     (default: DEFAULT_PIPELINE) and gives CompiledConstraints. An IR dump is
     parsed and verified; it goes through `compile_constraints` only when
     `pipeline` is given, else the parsed `ir.Automaton` is returned as it is.
 
-    Raises CliInputError for an unreadable file, a constraint set without
-    `vocab_size`, or options that contradict an IR dump; the library's own
-    typed errors pass through."""
-    from static_compiler import compile_constraints
+    Raises CliInputError for a constraint set without `vocab_size` or
+    options that contradict an IR dump; the library's own typed errors (an
+    unreadable file: ConstraintSetError) pass through."""
+    from static_compiler import compile_constraints, readers
     from static_compiler.ir import Automaton
 
-    constraints = read_constraints(path)
+    constraints = readers.read_constraints(path)
     if not isinstance(constraints, Automaton):
         if vocab_size is None:
             raise CliInputError(f"input {path!r}: --vocab-size is required for a constraint set")
@@ -125,66 +125,7 @@ def load_and_compile(path: str, *, vocab_size: Optional[int], end_token: Optiona
 
 # ----- compile / decode / verify / demo: artifacts -----
 
-NPY_SUFFIXES = (".npy",)
-JSONL_SUFFIXES = (".jsonl", ".json")
 DEFAULT_BEAM_SIZES = "70"
-
-
-def read_constraints(path: str):
-    """Reads a constraint set file for `compile` and `verify --input`.
-
-    Formats: .npy (an (N, L) int array); .jsonl / .json (one JSON list of
-    token ids per line); a text file whose first line starts with
-    "automaton " (an IR dump, returned as an ir.Automaton); any other text
-    file: one sequence per line, token ids separated by spaces (blank lines
-    and lines starting with '#' are skipped).
-
-    Raises CliInputError naming the file, the line and what was found."""
-    import json
-
-    import numpy as np
-
-    from static_compiler.ir import parse_ir
-
-    if not os.path.isfile(path):
-        raise CliInputError(f"input {path!r}: no such file")
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix in NPY_SUFFIXES:
-        try:
-            return np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as e:
-            raise CliInputError(f"input {path!r}: not a readable .npy array ({e})") from e
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise CliInputError(f"input {path!r}: not a readable UTF-8 text file ({e})") from e
-    if text.startswith("automaton "):
-        return parse_ir(text)
-    sequences = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if suffix in JSONL_SUFFIXES:
-            try:
-                seq = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise CliInputError(f"input {path!r} line {number}: not JSON ({e})") from None
-            if not isinstance(seq, list) or not all(
-                    isinstance(t, int) and not isinstance(t, bool) for t in seq):
-                raise CliInputError(f"input {path!r} line {number}: {line[:80]!r} is not a JSON "
-                                    "list of integer token ids")
-        else:
-            try:
-                seq = [int(tok) for tok in line.split()]
-            except ValueError:
-                raise CliInputError(f"input {path!r} line {number}: {line[:80]!r} is not "
-                                    "space-separated integer token ids") from None
-        sequences.append(seq)
-    if not sequences:
-        raise CliInputError(f"input {path!r}: no sequences found (expected one per line)")
-    return sequences
 
 
 def _int_list(flag: str, text: str) -> tuple:
@@ -266,7 +207,7 @@ def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_compile(args: argparse.Namespace) -> int:
-    from static_compiler import artifact, compile_constraints
+    from static_compiler import artifact, compile_constraints, readers
     from static_compiler.ir import Automaton
 
     if os.path.exists(args.output) and not args.force:
@@ -275,7 +216,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     if args.tokens_per_beam is not None and args.tokens_per_beam < 1:
         raise CliInputError(f"--tokens-per-beam {args.tokens_per_beam}: expected an int >= 1")
     pipeline = _pipeline_with_budget(args.pipeline, args.memory_budget)
-    constraints = read_constraints(args.input)
+    constraints = readers.read_constraints(args.input)
     vocab_size = args.vocab_size
     if isinstance(constraints, Automaton):
         for flag, value, own in (("--vocab-size", vocab_size, constraints.vocab_size),
@@ -342,7 +283,7 @@ def _add_verify_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_verify(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from static_compiler import artifact
+    from static_compiler import artifact, readers
     from static_compiler.frontend import as_token_matrix
     from static_compiler.ir import Automaton, enumerate_sequences
 
@@ -353,7 +294,7 @@ def _run_verify(args: argparse.Namespace) -> int:
     out.write(f"{args.artifact}: {tokens.shape[0]} sequences enumerated from the tables; the "
               f"manifest records {ir.num_sequences}: {'OK' if ok else 'MISMATCH'}\n")
     if args.input is not None:
-        given = read_constraints(args.input)
+        given = readers.read_constraints(args.input)
         if isinstance(given, Automaton):
             want_tokens, want_lengths = enumerate_sequences(given)
         else:
