@@ -182,6 +182,14 @@ def test_tools_show_ir_runs_from_a_checkout(sids, tmp_path):
         "vocabulary [0, 2)"]
 
 
+def test_python_dash_m_runs_the_cli(sids, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "static_compiler.cli", "show-ir", sids,
+                           "--vocab-size", "4", "--stats"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == report.stats_table(compile_constraints(THREE, 4))
+
+
 def test_console_script_points_at_main():
     import tomllib
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:

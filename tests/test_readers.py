@@ -124,7 +124,8 @@ def test_pickled_object_arrays_are_refused(tmp_path):
 
 def test_broken_ir_dumps_name_the_file(tmp_path):
     path = write(tmp_path, "bad.ir", "automaton of sorts\n")
-    with pytest.raises(IRParseError, match=r"input '.*bad\.ir': line 1: expected 'automaton vocab="):
+    with pytest.raises(IRParseError,
+                       match=r"input '.*bad\.ir': line 1: expected 'automaton vocab="):
         readers.read_constraints(path)
     text = str(build_automaton(THREE, 4)).replace("s1: 2->1 3->2", "s1: 3->1 2->2")
     path = write(tmp_path, "broken.ir", text)
