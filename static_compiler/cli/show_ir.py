@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pipeline", default=None, metavar="SPEC",
                         help="pass pipeline spec. Default for .npy input: the library's "
                              "DEFAULT_PIPELINE; an IR dump is shown as it is unless SPEC is given")
-    parser.add_argument("--print-after-all", action="store_true",
+    parser.add_argument("--print-ir-after-all", action="store_true",
                         help="print the IR after the frontend and after every pass (stderr)")
     parser.add_argument("--stats", action="store_true",
                         help="print the per-layer table (states, edges, branch factors, "
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         compiled = load_and_compile(args.input, vocab_size=args.vocab_size,
                                     end_token=args.end_token, pipeline=args.pipeline,
-                                    print_ir_after_all=args.print_after_all)
+                                    print_ir_after_all=args.print_ir_after_all)
     ir = getattr(compiled, "ir", compiled)
     if args.stats:
         sys.stdout.write(report.stats_table(compiled))
