@@ -20,7 +20,7 @@ from typing import Optional, TextIO
 
 import numpy as np
 
-from static_compiler import artifact, datasets, report
+from static_compiler import artifact, datasets, report, serving
 from static_compiler.cli import demo_model
 from static_compiler.compiler import compile_constraints
 from static_compiler.errors import MainJobError
@@ -152,7 +152,7 @@ def run(config: MainJobConfig, out: Optional[TextIO] = None) -> int:
         info = serve_in_fresh_process(path, out_npz, batch_size=config.batch_size,
                                       beam_size=config.beam_size, seed=config.seed)
         with np.load(out_npz) as z:
-            result = demo_model.serving.Result(*(z[k] for k in demo_model.serving.Result._fields))
+            result = serving.Result(*(z[k] for k in serving.Result._fields))
         out_npz.unlink()
         w(f"serve    fresh process ({info['backend']}, imports {info['modules']}): load + "
           f"verify {info['load_seconds']:.3f} s, first pass (XLA compile) "
