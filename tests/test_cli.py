@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 import oracle
-from static_compiler import artifact, compile_constraints, main_job, report, serving
-from static_compiler.cli import _progress, main
+from static_compiler import artifact, compile_constraints, report, serving
+from static_compiler.cli import main, main_job
+from static_compiler.cli.common import progress
+from static_compiler.errors import MainJobError
 
 SIDS = np.array(oracle.random_set(np.random.default_rng(7), 120, 4, 16))
 RAGGED = [[1, 2, 3], [1, 2], [4], [4, 5, 6, 2], [6, 6], [0]]
@@ -205,8 +207,8 @@ def test_demo_main_job_end_to_end(capsys):
     assert re.search(r"compile  \d+ unique sequences in \d+\.\d+ s \(frontend", out)
     assert "est_bytes" in out and "paper bound U_max" in out  # the per-layer table
     assert re.search(r"imports \['static_compiler', 'static_compiler.artifact_format', "
-                     r"'static_compiler.decode_state', 'static_compiler.errors', "
-                     r"'static_compiler.serving'\]", out)
+                     r"'static_compiler.cli', 'static_compiler.decode_state', "
+                     r"'static_compiler.errors', 'static_compiler.serving'\]", out)
     assert re.search(r"constrained step \(serving beam_step\): median \d+\.\d+ ms", out)
     valid = re.search(r"check    (\d+)/16 beams valid; (\d+)/(\d+) valid beams are in the set: OK",
                       out)
@@ -224,11 +226,11 @@ def test_demo_rejects_bad_options(capsys):
 
 def test_progress_logs_long_work_only():
     stream = io.StringIO()
-    with _progress("quick", stream, after=5.0):
+    with progress("quick", stream, after=5.0):
         pass
     assert stream.getvalue().startswith("[quick] done in ")
     stream = io.StringIO()
-    with _progress("slow", stream, after=0.05, every=0.05):
+    with progress("slow", stream, after=0.05, every=0.05):
         time.sleep(0.3)
     lines = stream.getvalue().splitlines()
     assert len([ln for ln in lines if ln.startswith("[slow] still running")]) >= 2
@@ -243,3 +245,24 @@ def test_compile_an_ir_dump(tmp_path, capsys):
     assert code == 0 and artifact.read_automaton(tmp_path / "a") == compiled.ir
     code, _, err = run_cli(capsys, "compile", dump, "-o", tmp_path / "b", "--end-token", 3)
     assert code == 2 and "--end-token 3 differs from the dump's value 7" in one_error_line(err)
+
+
+def test_serving_modules_are_the_loaders_own_and_the_demo_server():
+    allowed = main_job.serving_modules()
+    assert {"static_compiler", "static_compiler.errors", "static_compiler.serving",
+            "static_compiler.cli", main_job.DEMO_SERVER} <= allowed
+    compiler_side = {"static_compiler.compiler", "static_compiler.frontend",
+                     "static_compiler.pipeline", "static_compiler.passes",
+                     "static_compiler.readers", "static_compiler.cli.dispatch",
+                     "static_compiler.cli.main_job"}
+    assert not allowed & compiler_side
+
+
+def test_a_serving_process_importing_the_compiler_fails_the_main_job(monkeypatch, tmp_path):
+    modules = ["static_compiler", "static_compiler.compiler", "static_compiler.serving"]
+    monkeypatch.setattr(main_job, "serving_modules",
+                        lambda: frozenset({"static_compiler", "static_compiler.serving"}))
+    monkeypatch.setattr(main_job, "_run_child", lambda cmd: json.dumps({"modules": modules}))
+    with pytest.raises(MainJobError, match=r"imported \['static_compiler.compiler'\]"):
+        main_job.serve_in_fresh_process(tmp_path / "a", tmp_path / "o.npz", batch_size=1,
+                                        beam_size=1)

@@ -49,8 +49,8 @@ def test_layer_prints_one_layer(capsys, sids):
     assert out == report.stats_table(compile_constraints(THREE, 4)) + report.layer_text(ir, 1)
 
 
-def test_print_after_all_goes_to_stderr(capsys, sids):
-    code, out, err = run_cli(capsys, sids, "--vocab-size", 4, "--print-after-all")
+def test_print_ir_after_all_goes_to_stderr(capsys, sids):
+    code, out, err = run_cli(capsys, sids, "--vocab-size", 4, "--print-ir-after-all")
     assert code == 0 and out == str(compile_constraints(THREE, 4).ir)
     headers = [ln for ln in err.splitlines() if ln.startswith("// ----- IR after ")]
     assert headers == [f"// ----- IR after {s} -----" for s in
@@ -165,6 +165,14 @@ def test_argparse_errors_exit_2(capsys):
     assert info.value.code == 2
 
 
+@pytest.mark.parametrize("command", [["show-ir", "x.npy"], ["compile", "x.npy", "-o", "a"]])
+def test_the_ir_printing_flag_has_one_spelling(capsys, command):
+    with pytest.raises(SystemExit) as info:
+        main([*command, "--print-after-all"])
+    assert info.value.code == 2
+    assert "unrecognized arguments: --print-after-all" in capsys.readouterr().err
+
+
 def _script(*args, cwd):
     return subprocess.run([sys.executable, os.path.join(REPO, "tools", "show_ir.py"), *args],
                           cwd=cwd, capture_output=True, text=True, timeout=120)
@@ -180,6 +188,14 @@ def test_tools_show_ir_runs_from_a_checkout(sids, tmp_path):
     assert bad.stderr.splitlines() == [
         "static-compiler show-ir: error: sequence 0, position 1: token 2 is outside the "
         "vocabulary [0, 2)"]
+
+
+def test_python_dash_m_runs_the_cli(sids, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "static_compiler.cli", "show-ir", sids,
+                           "--vocab-size", "4", "--stats"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == report.stats_table(compile_constraints(THREE, 4))
 
 
 def test_console_script_points_at_main():

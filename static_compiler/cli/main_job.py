@@ -20,16 +20,15 @@ from typing import Optional, TextIO
 
 import numpy as np
 
-from static_compiler import artifact, datasets, report
+from static_compiler import artifact, datasets, report, serving
+from static_compiler.cli import demo_model
 from static_compiler.compiler import compile_constraints
 from static_compiler.errors import MainJobError
 from static_compiler.frontend import as_token_matrix
 
 
-SERVING_MODULES = {"static_compiler", "static_compiler.artifact_format", "static_compiler.decode_state",
-                   "static_compiler.errors", "static_compiler.serving",
-                   "static_compiler.demo"}
-"""The only static_compiler modules the fresh serving process may import."""
+DEMO_SERVER = demo_model.__name__
+"""The module the fresh serving process runs (`python -m`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,26 +46,45 @@ class MainJobConfig:
 def _repo_env() -> dict:
     """Environment for the child: this package importable even from a checkout."""
     env = dict(os.environ)
-    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    root = str(pathlib.Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
-def serve_in_fresh_process(path, out_npz, *, batch_size: int, beam_size: int,
-                           seed: int = 0) -> dict:
-    """Runs `python -m static_compiler.demo` on the artifact in a new process
-    and returns its JSON report (timings, imported modules). Raises
-    MainJobError if it fails or imports more than `SERVING_MODULES`."""
-    cmd = [sys.executable, "-m", "static_compiler.demo", str(path), "--out", str(out_npz),
-           "--batch-size", str(batch_size), "--beam-size", str(beam_size), "--seed", str(seed)]
+def _run_child(cmd: list) -> str:
+    """stdout of `cmd` run with `_repo_env()`; MainJobError if it fails."""
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_repo_env())
     if proc.returncode != 0:
-        raise MainJobError(f"serving process {cmd} exited with status {proc.returncode}:\n"
+        raise MainJobError(f"process {cmd} exited with status {proc.returncode}:\n"
                            f"{proc.stderr[-4000:]}")
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    extra = sorted(set(info["modules"]) - SERVING_MODULES)
+    return proc.stdout
+
+
+def serving_modules() -> frozenset:
+    """The static_compiler modules the fresh serving process may import:
+    those that `import static_compiler.serving` loads (measured in a fresh
+    interpreter, so a module the loader starts to import is allowed without a
+    list to edit), plus the demo server (`DEMO_SERVER`) and its packages."""
+    code = "import json, sys, static_compiler.serving; print(json.dumps(sorted(sys.modules)))"
+    loaded = json.loads(_run_child([sys.executable, "-c", code]).strip().splitlines()[-1])
+    parts = DEMO_SERVER.split(".")
+    server = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return frozenset(demo_model.static_compiler_modules(loaded)) | server
+
+
+def serve_in_fresh_process(path, out_npz, *, batch_size: int, beam_size: int,
+                           seed: int = 0) -> dict:
+    """Runs `python -m static_compiler.cli.demo_model` on the artifact in a
+    new process and returns its JSON report (timings, imported modules).
+    Raises MainJobError if it fails or imports a static_compiler module
+    outside `serving_modules()` (the compiler, above all)."""
+    cmd = [sys.executable, "-m", DEMO_SERVER, str(path), "--out", str(out_npz),
+           "--batch-size", str(batch_size), "--beam-size", str(beam_size), "--seed", str(seed)]
+    info = json.loads(_run_child(cmd).strip().splitlines()[-1])
+    allowed = serving_modules()
+    extra = sorted(set(info["modules"]) - allowed)
     if extra:
-        raise MainJobError(f"serving process imported {extra}; expected only {sorted(SERVING_MODULES)}")
+        raise MainJobError(f"serving process imported {extra}; expected only {sorted(allowed)}")
     return info
 
 
@@ -98,8 +116,6 @@ def _dir_bytes(path: pathlib.Path, sub: str) -> int:
 def run(config: MainJobConfig, out: Optional[TextIO] = None) -> int:
     """Runs the main job and prints the report to `out`. Returns 0 when every
     decoded sequence is in the set and at least one beam is valid, else 1."""
-    from static_compiler import demo
-
     out = sys.stdout if out is None else out
     w = lambda line="": out.write(line + "\n")
     t0 = time.perf_counter()
@@ -136,7 +152,7 @@ def run(config: MainJobConfig, out: Optional[TextIO] = None) -> int:
         info = serve_in_fresh_process(path, out_npz, batch_size=config.batch_size,
                                       beam_size=config.beam_size, seed=config.seed)
         with np.load(out_npz) as z:
-            result = demo.serving.DecodeResult(*(z[k] for k in demo.serving.DecodeResult._fields))
+            result = serving.DecodeResult(*(z[k] for k in serving.DecodeResult._fields))
         out_npz.unlink()
         w(f"serve    fresh process ({info['backend']}, imports {info['modules']}): load + "
           f"verify {info['load_seconds']:.3f} s, first pass (XLA compile) "
@@ -155,7 +171,7 @@ def run(config: MainJobConfig, out: Optional[TextIO] = None) -> int:
           f"{int(inside[valid].sum())}/{int(valid.sum())} valid beams are in the set: "
           f"{'OK' if ok else 'FAILED'}")
         w("top beams of batch row 0:")
-        w(demo.format_top(result, row=0, top=5))
+        w(demo_model.format_top(result, row=0, top=5))
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

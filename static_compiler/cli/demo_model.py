@@ -2,8 +2,9 @@
 for `static-compiler decode` and the main job (`static-compiler demo`).
 
 Like `serving`, this module imports only jax, numpy, the standard library and
-`static_compiler.serving`, so `python -m static_compiler.demo ART` proves a
-process can serve an artifact without the compiler.
+`static_compiler.serving` (and, as its package, `static_compiler.cli`, whose
+`__init__` imports nothing), so `python -m static_compiler.cli.demo_model ART`
+proves a process can serve an artifact without the compiler.
 """
 
 from __future__ import annotations
@@ -108,17 +109,17 @@ def format_top(result: serving.DecodeResult, row: int = 0, top: int = 5) -> str:
     return "\n".join(lines) if lines else "  (no valid beam)"
 
 
-def _our_modules() -> list:
-    return sorted(m for m in sys.modules if m == "static_compiler" or
-                  m.startswith("static_compiler."))
+def static_compiler_modules(names) -> list:
+    """The names among `names` (e.g. sys.modules) of this package's modules, sorted."""
+    return sorted(m for m in names if m == "static_compiler" or m.startswith("static_compiler."))
 
 
 def serve_main(argv: Optional[list] = None) -> int:
-    """`python -m static_compiler.demo ART --out RESULT.npz ...`: loads ART
+    """`python -m static_compiler.cli.demo_model ART --out RESULT.npz ...`: loads ART
     with the serving loader, decodes with the demo model, writes the result
     arrays to RESULT.npz and a JSON line of timings (and the static_compiler
     modules this process imported) to stdout."""
-    parser = argparse.ArgumentParser(prog="python -m static_compiler.demo")
+    parser = argparse.ArgumentParser(prog="python -m static_compiler.cli.demo_model")
     parser.add_argument("artifact")
     parser.add_argument("--out", required=True, help="write the decoded arrays here (.npz)")
     parser.add_argument("--batch-size", type=int, default=2)
@@ -133,7 +134,8 @@ def serve_main(argv: Optional[list] = None) -> int:
     np.savez(args.out, **run.result._asdict())
     print(json.dumps({"load_seconds": load_seconds, "first_pass_seconds": run.first_pass_seconds,
                       "step_seconds": run.step_seconds, "model_seconds": run.model_seconds,
-                      "modules": _our_modules(), "backend": jax.default_backend(),
+                      "modules": static_compiler_modules(sys.modules),
+                      "backend": jax.default_backend(),
                       "devices": [str(d) for d in jax.devices()]}))
     return 0
 

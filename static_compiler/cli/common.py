@@ -1,0 +1,70 @@
+"""What the subcommand modules share: the `Subcommand` row, reading an input
+file with the flags that go with it, and progress logging."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import threading
+import time
+from typing import Callable, Optional
+
+from static_compiler.errors import CliInputError
+
+
+@dataclasses.dataclass(frozen=True)
+class Subcommand:
+    """One subcommand: its name, one-line help, and two functions.
+    `run(args)` returns the process exit status."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def read_input(path: str, *, vocab_size: Optional[int], end_token: Optional[int]):
+    """`readers.read_constraints(path)` and the vocabulary size to compile it
+    with: `vocab_size` for a constraint set, the dump's own for an IR dump.
+
+    Raises CliInputError when a constraint set comes without --vocab-size, or
+    when --vocab-size / --end-token differ from an IR dump's values."""
+    from static_compiler import readers
+    from static_compiler.ir import Automaton
+
+    constraints = readers.read_constraints(path)
+    if not isinstance(constraints, Automaton):
+        if vocab_size is None:
+            raise CliInputError(f"input {path!r}: --vocab-size is required for a constraint set")
+        return constraints, vocab_size
+    for flag, value, own in (("--vocab-size", vocab_size, constraints.vocab_size),
+                             ("--end-token", end_token, constraints.end_token)):
+        if value is not None and value != own:
+            raise CliInputError(f"input {path!r}: {flag} {value} differs from the dump's "
+                                f"value {own}")
+    return constraints, constraints.vocab_size
+
+
+@contextlib.contextmanager
+def progress(what: str, stream, after: float = 3.0, every: float = 5.0):
+    """Logs `[what] still running, N s` to `stream` for work lasting more
+    than `after` seconds, then every `every` seconds, and the total at the end."""
+    start = time.perf_counter()
+    done = threading.Event()
+
+    def tick():
+        wait = after
+        while not done.wait(wait):
+            stream.write(f"[{what}] still running, {time.perf_counter() - start:.0f} s\n")
+            stream.flush()
+            wait = every
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    stream.write(f"[{what}] done in {time.perf_counter() - start:.3f} s\n")

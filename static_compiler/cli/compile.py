@@ -1,0 +1,102 @@
+"""`static-compiler compile`: compile a constraint set file and save it as an
+artifact directory, logging each stage with its time."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Optional
+
+from static_compiler.cli.common import Subcommand, progress, read_input
+from static_compiler.errors import CliInputError
+
+DEFAULT_BEAM_SIZES = "70"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", help="constraint set: .npy (N, L) array, .jsonl (one JSON list "
+                                      "per line), an IR dump, or text (one space-separated "
+                                      "sequence per line)")
+    parser.add_argument("-o", "--output", required=True, metavar="ART",
+                        help="artifact directory to write")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help="vocabulary size V (required unless INPUT is an IR dump)")
+    parser.add_argument("--end-token", type=int, default=None,
+                        help="token ending variable-length sequences")
+    parser.add_argument("--pipeline", default=None, metavar="SPEC",
+                        help="pass pipeline spec (default: the library's DEFAULT_PIPELINE)")
+    parser.add_argument("--memory-budget", default=None, metavar="BYTES",
+                        help="choose-layout's memory budget, e.g. 512MiB (overrides the spec's)")
+    parser.add_argument("--beam-sizes", default=DEFAULT_BEAM_SIZES, metavar="M,...",
+                        help=f"beam sizes to export a beam_step module for (default "
+                             f"{DEFAULT_BEAM_SIZES})")
+    parser.add_argument("--tokens-per-beam", type=int, default=None,
+                        help="expand each beam to at most this many children (default: all)")
+    parser.add_argument("--print-ir-after-all", action="store_true",
+                        help="print the IR after the frontend and every pass (stderr)")
+    parser.add_argument("--force", action="store_true", help="replace an existing artifact")
+
+
+def run(args: argparse.Namespace) -> int:
+    from static_compiler import artifact, compile_constraints
+
+    if os.path.exists(args.output) and not args.force:
+        raise CliInputError(f"output {args.output!r} already exists: pass --force to replace it")
+    beam_sizes = _int_list("--beam-sizes", args.beam_sizes)
+    if args.tokens_per_beam is not None and args.tokens_per_beam < 1:
+        raise CliInputError(f"--tokens-per-beam {args.tokens_per_beam}: expected an int >= 1")
+    pipeline = _pipeline_with_budget(args.pipeline, args.memory_budget)
+    constraints, vocab_size = read_input(args.input, vocab_size=args.vocab_size,
+                                         end_token=args.end_token)
+    log = sys.stderr
+    with progress("compile", log):
+        compiled = compile_constraints(constraints, vocab_size, end_token=args.end_token,
+                                       pipeline=pipeline,
+                                       print_ir_after_all=args.print_ir_after_all,
+                                       export_beam_sizes=beam_sizes,
+                                       export_tokens_per_beam=args.tokens_per_beam, stream=log)
+    for stage, seconds in compiled.timings:
+        log.write(f"[compile]   {stage:<16s} {seconds:8.3f} s\n")
+    with progress("export + save", log):
+        path = artifact.save(compiled, args.output, overwrite=args.force)
+    sys.stdout.write(f"wrote {path}: {compiled.ir.num_sequences} sequences, vocab "
+                     f"{compiled.vocab_size}, max length {compiled.max_length}, "
+                     f"{compiled.nbytes} table bytes, beam sizes {list(beam_sizes)}, "
+                     f"pipeline {compiled.pipeline}\n")
+    return 0
+
+
+def _int_list(flag: str, text: str) -> tuple:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v < 1 for v in values):
+        raise CliInputError(f"{flag} {text!r}: expected comma-separated ints >= 1, e.g. 70,128")
+    return values
+
+
+def _pipeline_with_budget(pipeline: Optional[str], budget: Optional[str]) -> Optional[str]:
+    """`pipeline` (default DEFAULT_PIPELINE) with choose-layout's memory
+    budget set to `budget`, or `pipeline` unchanged when budget is None."""
+    if budget is None:
+        return pipeline
+    from static_compiler.passes.base import ByteSize
+    from static_compiler.pipeline import DEFAULT_PIPELINE, format_pipeline, parse_pipeline
+
+    try:
+        size = ByteSize.parse(budget)
+    except ValueError as e:
+        raise CliInputError(f"--memory-budget {budget!r}: {e}") from None
+    passes = parse_pipeline(pipeline if pipeline is not None else DEFAULT_PIPELINE)
+    if not any(p.name == "choose-layout" for p in passes):
+        raise CliInputError(f"--memory-budget {budget}: the pipeline {format_pipeline(passes)!r} "
+                            "has no choose-layout pass to give it to")
+    return format_pipeline([dataclasses.replace(p, memory_budget=size)
+                            if p.name == "choose-layout" else p for p in passes])
+
+
+COMMAND = Subcommand("compile", "compile a constraint set and save it as an artifact directory",
+                     add_arguments, run)

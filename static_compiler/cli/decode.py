@@ -1,0 +1,42 @@
+"""`static-compiler decode`: load an artifact with the serving loader and
+decode with the built-in demo model (`demo_model`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from static_compiler.cli.common import Subcommand
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("artifact", metavar="ART", help="artifact directory")
+    parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--beam-size", type=int, default=None,
+                        help="one of the artifact's exported beam sizes (default: the first)")
+    parser.add_argument("--top", type=int, default=5, help="beams to print per batch row")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the demo model")
+
+
+def run(args: argparse.Namespace) -> int:
+    from static_compiler import serving
+    from static_compiler.cli import demo_model
+
+    art = serving.load(args.artifact)
+    beam_size = art.beam_sizes[0] if args.beam_size is None else args.beam_size
+    decoded = demo_model.decode_artifact(art, batch_size=args.batch_size, beam_size=beam_size,
+                                        seed=args.seed)
+    out = sys.stdout
+    out.write(f"{art!r}\ndemo model seed {args.seed}, batch {args.batch_size}, beams "
+              f"{beam_size}\n")
+    for row in range(args.batch_size):
+        out.write(f"batch row {row}:\n"
+                  f"{demo_model.format_top(decoded.result, row=row, top=args.top)}\n")
+    steps = sorted(decoded.step_seconds)
+    out.write(f"beam_step median {steps[len(steps) // 2] * 1e3:.3f} ms per step "
+              f"(first pass with XLA compile {decoded.first_pass_seconds:.2f} s)\n")
+    return 0
+
+
+COMMAND = Subcommand("decode", "load an artifact with the serving loader and decode with a "
+                               "built-in demo model", add_arguments, run)

@@ -1,0 +1,48 @@
+"""The parser and the dispatcher of `static-compiler`.
+
+Each subcommand is one module with a `COMMAND = Subcommand(name, help,
+add_arguments, run)` row; to add one, write the module and append its row
+to `SUBCOMMANDS`. A `StaticCompilerError` raised anywhere prints one line to
+stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from static_compiler.cli import compile, decode, demo, show_ir, verify
+from static_compiler.errors import StaticCompilerError
+
+EXIT_USAGE = 2
+"""Exit status for bad input (our typed errors, and argparse's own)."""
+
+SUBCOMMANDS = [show_ir.COMMAND, compile.COMMAND, decode.COMMAND, verify.COMMAND, demo.COMMAND]
+"""The subcommand table; `build_parser` registers every row, in this order."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="static-compiler",
+        description="Compile sets of allowed token sequences into XLA programs (STATIC).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for cmd in SUBCOMMANDS:
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        cmd.add_arguments(p)
+        p.set_defaults(_run=cmd.run)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Parses `argv` (default sys.argv[1:]) and runs the subcommand; returns
+    its exit status, or EXIT_USAGE after printing a typed error's message as
+    one line (argparse itself exits 2 on bad flags)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args._run(args)
+    except StaticCompilerError as e:
+        message = " ".join(str(e).split("\n"))
+        sys.stderr.write(f"{parser.prog} {args.command}: error: {message}\n")
+        return EXIT_USAGE

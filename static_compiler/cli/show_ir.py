@@ -1,0 +1,97 @@
+"""`static-compiler show-ir`: print a constraint set's, an IR dump's or an
+artifact's IR, per-layer statistics, or one layer (also `tools/show_ir.py`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional
+
+from static_compiler.cli.common import Subcommand, read_input
+from static_compiler.errors import CliInputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", help="a .npy array (N, L) of token ids, an IR text dump "
+                                      "(.txt / .ir), or an artifact directory (its IR is "
+                                      "rebuilt from the saved tables)")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help="vocabulary size V (required for .npy input)")
+    parser.add_argument("--end-token", type=int, default=None,
+                        help=".npy input only: token that ends each sequence (an IR dump "
+                             "carries its own)")
+    parser.add_argument("--pipeline", default=None, metavar="SPEC",
+                        help="pass pipeline spec. Default for .npy input: the library's "
+                             "DEFAULT_PIPELINE; an IR dump is shown as it is unless SPEC is given")
+    parser.add_argument("--print-ir-after-all", action="store_true",
+                        help="print the IR after the frontend and after every pass (stderr)")
+    parser.add_argument("--stats", action="store_true",
+                        help="print the per-layer table (states, edges, branch factors, "
+                             "layout, bytes, the paper's memory bound) instead of the IR")
+    parser.add_argument("--layer", type=int, default=None, metavar="N",
+                        help="print only layer N's header and rows")
+    parser.add_argument("--max-edges", type=int, default=None, metavar="E",
+                        help="print every row when the automaton (with --layer: the layer) "
+                             "has at most E edges, else elide rows (default: the IR printer's "
+                             "limit)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from static_compiler import report
+
+    if args.max_edges is not None and args.max_edges < 0:
+        raise CliInputError(f"--max-edges {args.max_edges}: expected an int >= 0")
+    if os.path.isdir(args.input):
+        from static_compiler import artifact
+        given = [flag for flag, value in (("--vocab-size", args.vocab_size), ("--end-token",
+                 args.end_token), ("--pipeline", args.pipeline)) if value is not None]
+        if given:
+            raise CliInputError(f"input {args.input!r} is an artifact, shown as compiled: "
+                                f"{', '.join(given)} apply only to .npy and IR dump inputs")
+        compiled = artifact.read_automaton(args.input)
+    else:
+        compiled = load_and_compile(args.input, vocab_size=args.vocab_size,
+                                    end_token=args.end_token, pipeline=args.pipeline,
+                                    print_ir_after_all=args.print_ir_after_all)
+    ir = getattr(compiled, "ir", compiled)
+    if args.stats:
+        sys.stdout.write(report.stats_table(compiled))
+    if args.layer is not None:
+        sys.stdout.write(report.layer_text(ir, args.layer, max_edges=args.max_edges))
+    elif not args.stats:
+        sys.stdout.write(ir.to_text() if args.max_edges is None
+                         else ir.to_text(max_edges=args.max_edges))
+    return 0
+
+
+def load_and_compile(path: str, *, vocab_size: Optional[int], end_token: Optional[int] = None,
+                     pipeline: Optional[str] = None, print_ir_after_all: bool = False):
+    """Reads `path` (any format of `readers.read_constraints`) and compiles it.
+
+    A constraint set goes through `compile_constraints` with `pipeline`
+    (default: DEFAULT_PIPELINE) and gives CompiledConstraints. An IR dump is
+    parsed and verified; it goes through `compile_constraints` only when
+    `pipeline` is given, else the parsed `ir.Automaton` is returned as it is.
+
+    Raises CliInputError for a constraint set without `vocab_size` or
+    options that contradict an IR dump; the library's own typed errors (an
+    unreadable file: ConstraintSetError) pass through."""
+    from static_compiler import compile_constraints
+    from static_compiler.ir import Automaton
+
+    constraints, vocab_size = read_input(path, vocab_size=vocab_size, end_token=end_token)
+    if not isinstance(constraints, Automaton):
+        return compile_constraints(constraints, vocab_size, end_token=end_token,
+                                   pipeline=pipeline, print_ir_after_all=print_ir_after_all)
+    if pipeline is None:
+        if print_ir_after_all:
+            sys.stderr.write("// ----- IR as read (no --pipeline given) -----\n"
+                             + constraints.to_text())
+        return constraints
+    return compile_constraints(constraints, vocab_size, pipeline=pipeline,
+                               print_ir_after_all=print_ir_after_all)
+
+
+COMMAND = Subcommand("show-ir", "compile a constraint set (or read an IR dump) and print its IR "
+                                "or per-layer statistics", add_arguments, run)

@@ -1,0 +1,152 @@
+"""Reading constraint sets from files.
+
+`read_constraints(path)` picks the format from the file name and content:
+
+- ``*.npy``: one array saved with ``numpy.save`` (no pickled objects),
+  normally int (N, L): N sequences of length L. Returned as stored, an
+  ``np.ndarray`` of its own shape and dtype.
+- ``*.jsonl`` / ``*.json``: one JSON list of integer token ids per line,
+  e.g. ``[1, 2, 3]``. Returned as ``list[list[int]]``.
+- a text file whose first line starts with ``automaton ``: an IR text dump
+  (`ir.print_ir`). Returned as the parsed, verified ``ir.Automaton``.
+- any other text file: one sequence per line, integer token ids separated by
+  whitespace, e.g. ``1 2 3``. Returned as ``list[list[int]]``.
+
+Text files are UTF-8 (a leading byte-order mark is ignored). In the line
+formats, blank lines and lines starting with ``#`` are skipped, and sequences
+may have different lengths. The readers check the file format only: the
+shape, dtype, token range and end token of a set are checked by the frontend
+(`frontend.as_token_matrix`, `compile_constraints`) when the set is compiled.
+
+Every problem with the file raises `ConstraintSetError` naming the file, the
+line (1-based) and the offending text; an IR dump that does not parse or
+verify raises `IRParseError` / `IRVerificationError` (`ir.parse_ir`'s
+message, which names the line or layer and state, after the file name).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Union
+
+import numpy as np
+
+from static_compiler.errors import ConstraintSetError, IRParseError, IRVerificationError
+from static_compiler.ir import Automaton, parse_ir
+
+NPY_SUFFIXES = (".npy",)
+"""File name endings read with `read_npy` (compared case-insensitively)."""
+
+JSONL_SUFFIXES = (".jsonl", ".json")
+"""File name endings whose lines are JSON lists (compared case-insensitively)."""
+
+IR_DUMP_PREFIX = "automaton "
+"""How an IR text dump starts; a text file starting otherwise is a line format."""
+
+_SHOWN_CHARS = 80
+"""Longest piece of an offending line quoted in an error message."""
+
+Constraints = Union[np.ndarray, list, Automaton]
+"""What `read_constraints` returns: see the module docstring."""
+
+
+def read_constraints(path: Union[str, os.PathLike]) -> Constraints:
+    """Reads the constraint set in `path`, in the format its name and content
+    say (see the module docstring): an array from .npy, lists of token ids
+    from .jsonl / .json and plain text, an `ir.Automaton` from an IR dump.
+
+    Raises ConstraintSetError for a missing or unreadable file, a line that
+    is not a sequence of integer token ids, or a file without sequences;
+    IRParseError / IRVerificationError for a broken IR dump."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ConstraintSetError(f"input {path!r}: no such file")
+    if _suffix(path) in NPY_SUFFIXES:
+        return read_npy(path)
+    text = _read_text(path)
+    if text.startswith(IR_DUMP_PREFIX):
+        try:
+            return parse_ir(text)
+        except (IRParseError, IRVerificationError) as e:
+            raise type(e)(f"input {path!r}: {e}") from e
+    if _suffix(path) in JSONL_SUFFIXES:
+        return parse_jsonl(text, path)
+    return parse_token_lines(text, path)
+
+
+def read_npy(path: Union[str, os.PathLike]) -> np.ndarray:
+    """The array saved in the .npy file `path`, with the shape and dtype it
+    was saved with (normally int (N, L); the frontend checks that). Pickled
+    object arrays are refused, so a file cannot run code.
+
+    Raises ConstraintSetError when the file is missing or not a .npy array."""
+    path = os.fspath(path)
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise ConstraintSetError(f"input {path!r}: not a readable .npy array ({e})") from e
+
+
+def parse_jsonl(text: str, path: str = "<string>") -> "list[list[int]]":
+    """One JSON list of integer token ids per line of `text` (e.g. ``[1, 2, 3]``),
+    as Python ints; booleans and floats are refused. `path` only names the
+    source in error messages.
+
+    Raises ConstraintSetError naming `path` and the line for a line that is
+    not JSON or not such a list, or when `text` holds no sequence."""
+    sequences = []
+    for number, line in _content_lines(text):
+        try:
+            seq = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConstraintSetError(f"input {path!r} line {number}: not JSON ({e})") from None
+        if not isinstance(seq, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in seq):
+            raise ConstraintSetError(f"input {path!r} line {number}: {line[:_SHOWN_CHARS]!r} is "
+                                     "not a JSON list of integer token ids")
+        sequences.append(seq)
+    return _nonempty(sequences, path)
+
+
+def parse_token_lines(text: str, path: str = "<string>") -> "list[list[int]]":
+    """One sequence per line of `text`: integer token ids separated by
+    whitespace (e.g. ``1 2 3``). `path` only names the source in error messages.
+
+    Raises ConstraintSetError naming `path` and the line for a line with
+    anything but integers, or when `text` holds no sequence."""
+    sequences = []
+    for number, line in _content_lines(text):
+        try:
+            sequences.append([int(tok) for tok in line.split()])
+        except ValueError:
+            raise ConstraintSetError(f"input {path!r} line {number}: {line[:_SHOWN_CHARS]!r} is "
+                                     "not space-separated integer token ids") from None
+    return _nonempty(sequences, path)
+
+
+def _suffix(path: str) -> str:
+    return os.path.splitext(path)[1].lower()
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConstraintSetError(f"input {path!r}: not a readable UTF-8 text file ({e})") from e
+
+
+def _content_lines(text: str):
+    """(1-based line number, stripped line) for each line that is neither
+    blank nor a '#' comment."""
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if line and not line.startswith("#"):
+            yield number, line
+
+
+def _nonempty(sequences: list, path: str) -> list:
+    if not sequences:
+        raise ConstraintSetError(f"input {path!r}: no sequences found (expected one per line)")
+    return sequences
