@@ -114,3 +114,23 @@ def run_pipeline(ir: Automaton, passes, *, verify_each: bool = True,
             stream.write(ir.to_text())
             stream.flush()
     return ir
+
+
+def stage_dumps(ir: Automaton, passes=DEFAULT_PIPELINE, *, input_stage: str = "input",
+                verify_each: bool = True) -> list:
+    """[(stage, IR text)]: (`input_stage`, the text of `ir`) first, then
+    (pass name, the IR text after that pass) for each of `passes` in order,
+    exactly as `run_pipeline(..., print_ir_after_all=True)` prints them.
+    Pass names carry no options, so a stage name is also a file-name part."""
+    import io  # only this dump needs it
+
+    if isinstance(passes, str):
+        passes = parse_pipeline(passes)
+    passes = tuple(passes)
+    stream = io.StringIO()
+    out = [(input_stage, ir.to_text())]
+    run_pipeline(ir, passes, verify_each=verify_each, print_ir_after_all=True, stream=stream)
+    chunks = stream.getvalue().split("// ----- IR after ")[1:]
+    for p, chunk in zip(passes, chunks, strict=True):
+        out.append((p.name, chunk.partition(" -----\n")[2]))
+    return out
