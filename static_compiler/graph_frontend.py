@@ -42,9 +42,9 @@ from typing import Hashable, Optional
 
 import numpy as np
 
+from static_compiler.dtypes import index_dtype_for, token_dtype_for
 from static_compiler.errors import ConstraintSetError
-from static_compiler.frontend import (check_end_token, check_vocab_size, index_dtype_for,
-                                      token_dtype_for)
+from static_compiler.frontend import check_end_token, check_vocab_size
 from static_compiler.ir import Automaton, Layer
 
 

@@ -24,6 +24,7 @@ import dataclasses
 
 import numpy as np
 
+from static_compiler.dtypes import state_dtype_for, token_dtype_for
 from static_compiler.ir import Layer, Layout
 
 
@@ -79,11 +80,11 @@ def with_estimate(layer: Layer, layout: Layout, vocab_size: int) -> Layout:
 
 def packed(layer: Layer, layout: Layout, vocab_size: int, num_next_states: int) -> Layout:
     """`layout` with the narrowest dtypes for `layer` and its byte estimate:
-    uint16 tokens when V <= 65536 (else int32); state ids / row pointers in
-    the narrowest signed type holding -1..max(edges, states, next states)."""
-    token_dtype = "uint16" if vocab_size <= 1 << 16 else "int32"
+    tokens in `dtypes.token_dtype_for(V)`; state ids / row pointers in
+    `dtypes.state_dtype_for` of the largest of edges, states and next states."""
     largest = max(layer.num_edges, layer.num_states, num_next_states)
-    lay = dataclasses.replace(layout, token_dtype=token_dtype, state_dtype=narrowest_signed(largest))
+    lay = dataclasses.replace(layout, token_dtype=token_dtype_for(vocab_size).name,
+                              state_dtype=state_dtype_for(largest).name)
     return with_estimate(layer, lay, vocab_size)
 
 
@@ -127,10 +128,3 @@ def candidate_layouts(layer: Layer, vocab_size: int, num_next_states: int,
     ordered += [near, csr] if near.estimated_bytes < csr.estimated_bytes else [csr]
     return ordered
 
-
-def narrowest_signed(max_value: int) -> str:
-    """Name of the narrowest signed int dtype holding -1..max_value."""
-    for name in ("int16", "int32", "int64"):
-        if max_value <= np.iinfo(name).max:
-            return name
-    raise ValueError(f"{max_value} does not fit in int64")

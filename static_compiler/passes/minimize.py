@@ -35,10 +35,10 @@ from typing import Callable
 
 import numpy as np
 
+from static_compiler.dtypes import index_dtype_for
+from static_compiler.errors import PipelineError
 from static_compiler.passes.base import Pass
 from static_compiler.passes.cost_model import candidate_layouts
-from static_compiler.errors import PipelineError
-from static_compiler.frontend import index_dtype_for
 from static_compiler.ir import Automaton, Layer
 
 DENSE_THRESHOLD = 0.5
