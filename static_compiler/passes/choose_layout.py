@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 
 from static_compiler.passes.base import ByteSize, Pass
-from static_compiler.passes.cost_model import DEFAULT_DENSE_MAX_OVERHEAD, applicable_layouts, candidate_layouts
+from static_compiler.cost_model import (DEFAULT_DENSE_MAX_OVERHEAD, DEFAULT_DENSE_THRESHOLD,
+                                       applicable_layouts, candidate_layouts)
 from static_compiler.errors import MemoryBudgetError
 from static_compiler.ir import LAYOUT_KINDS, Automaton
 
@@ -35,7 +36,7 @@ class ChooseLayoutPass(Pass):
 
     name = "choose-layout"
     memory_budget: ByteSize = ByteSize(2 << 30)
-    dense_threshold: float = 0.5
+    dense_threshold: float = DEFAULT_DENSE_THRESHOLD
     dense_max_overhead: float = DEFAULT_DENSE_MAX_OVERHEAD
     force: str = ""
 

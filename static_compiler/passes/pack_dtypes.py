@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from static_compiler.passes.base import Pass
-from static_compiler.passes.cost_model import packed
+from static_compiler.cost_model import packed
 from static_compiler.ir import Automaton
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from static_compiler.passes.base import Pass
-from static_compiler.passes.cost_model import with_estimate
+from static_compiler.cost_model import with_estimate
 from static_compiler.ir import Automaton
 
 

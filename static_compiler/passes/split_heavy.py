@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from static_compiler.passes.base import Pass
-from static_compiler.passes.cost_model import mixed_light_k
+from static_compiler.cost_model import mixed_light_k
 from static_compiler.ir import Automaton
 
 

@@ -1,5 +1,7 @@
 """The layout cost model: bytes of the tables a layout needs and candidates
-read per beam, shared by choose-layout, pad-branches and pack-dtypes.
+read per beam, shared by the passes (choose-layout, split-heavy,
+pad-branches, pack-dtypes) and by state merging (`merge_states`, which the
+graph frontend also runs), so it sits just above the IR, below both.
 
 The byte formulas mirror exactly what `static_compiler.backend.lower` builds
 (a test checks estimate == measured for every layout):
@@ -25,7 +27,7 @@ import dataclasses
 import numpy as np
 
 from static_compiler.dtypes import state_dtype_for, token_dtype_for
-from static_compiler.ir import Layer, Layout
+from static_compiler.ir import Automaton, Layer, Layout
 
 
 def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
@@ -102,13 +104,17 @@ def applicable_layouts(layer: Layer, vocab_size: int, num_next_states: int) -> d
     return {kind: packed(layer, lay, vocab_size, num_next_states) for kind, lay in options.items()}
 
 
+DEFAULT_DENSE_THRESHOLD = 0.5
+"""choose-layout's default fraction of V at which a layer's max branch makes
+dense_rows worth considering."""
+
 DEFAULT_DENSE_MAX_OVERHEAD = 8.0
 """choose-layout's default cap on dense_rows bytes relative to csr's."""
 
 
 def candidate_layouts(layer: Layer, vocab_size: int, num_next_states: int,
-                      dense_threshold: float,
-                      dense_max_overhead: float = DEFAULT_DENSE_MAX_OVERHEAD) -> list:
+                      dense_threshold: float = DEFAULT_DENSE_THRESHOLD,
+                      dense_max_overhead: float = DEFAULT_DENSE_MAX_OVERHEAD) -> list[Layout]:
     """Layouts worth considering for `layer`, fastest first, each with its
     dtypes packed and its exact byte estimate.
 
@@ -128,3 +134,13 @@ def candidate_layouts(layer: Layer, vocab_size: int, num_next_states: int,
     ordered += [near, csr] if near.estimated_bytes < csr.estimated_bytes else [csr]
     return ordered
 
+
+
+def estimated_bytes(ir: Automaton, dense_threshold: float = DEFAULT_DENSE_THRESHOLD) -> int:
+    """Cost-model bytes of `ir`: every layer at its smallest candidate layout
+    (packed dtypes). Merging states shrinks every layout's state tables, so
+    minimizing pays when even the most compact layouts get smaller."""
+    return sum(min(lay.estimated_bytes
+                   for lay in candidate_layouts(layer, ir.vocab_size, ir.num_states_at(t + 1),
+                                                dense_threshold))
+               for t, layer in enumerate(ir.layers))
