@@ -13,13 +13,27 @@ import sys
 import time
 from typing import Optional, Sequence, TextIO
 
-from static_compiler.passes import REGISTRY, Pass
 from static_compiler.errors import IRVerificationError, PipelineError, StaticCompilerError
 from static_compiler.ir import Automaton, verify
+from static_compiler.passes import REGISTRY, Pass
+from static_compiler.passes.choose_layout import ChooseLayoutPass
+from static_compiler.passes.pack_dtypes import PackDtypesPass
+from static_compiler.passes.pad_branches import PadBranchesPass
+from static_compiler.passes.split_heavy import SplitHeavyPass
+from static_compiler.passes.verify import VerifyPass
 
-DEFAULT_PIPELINE = ("verify,choose-layout{memory-budget=2GiB},split-heavy{wide-slots=4},"
-                    "pad-branches{multiple=8},pack-dtypes")
-"""The pipeline `compile_constraints` runs when none is given."""
+_DEFAULT_PASSES = ((VerifyPass(), ()),
+                   (ChooseLayoutPass(), ("memory_budget",)),
+                   (SplitHeavyPass(), ("wide_slots",)),
+                   (PadBranchesPass(), ("multiple",)),
+                   (PackDtypesPass(), ()))
+"""The default passes at their default options, each with the options its
+spec spells out although they are at their default (the ones worth tuning)."""
+
+DEFAULT_PIPELINE = ",".join(p.spec(spell_out=names) for p, names in _DEFAULT_PASSES)
+"""The pipeline `compile_constraints` runs when none is given:
+``verify,choose-layout{memory-budget=2GiB},split-heavy{wide-slots=4},pad-branches{multiple=8},pack-dtypes``
+(the option values are the passes' own defaults)."""
 
 
 def _split_top_level(text: str, sep: str = ",") -> list:

@@ -162,6 +162,21 @@ def test_defaults_are_left_out_and_units_kept():
         "verify,choose-layout,split-heavy,pad-branches,pack-dtypes"
 
 
+def test_default_pipeline_is_the_passes_at_their_defaults():
+    passes = parse_pipeline(DEFAULT_PIPELINE)
+    assert passes == tuple(type(p)() for p in passes)
+    assert DEFAULT_PIPELINE == ("verify,choose-layout{memory-budget=2GiB},split-heavy{wide-slots=4},"
+                                "pad-branches{multiple=8},pack-dtypes")
+
+
+def test_spell_out_writes_options_at_their_default():
+    (p,) = parse_pipeline("pad-branches")
+    assert p.spec() == "pad-branches"
+    assert p.spec(spell_out=("multiple",)) == "pad-branches{multiple=8}"
+    with pytest.raises(ValueError, match="no option"):
+        p.spec(spell_out=("multiples",))
+
+
 BAD_SPECS = [
     ("unknown pass", "verify,minimise", PipelineError,
      r"entry 1: unknown pass 'minimise' \(known: .*choose-layout.*verify"),
@@ -252,7 +267,7 @@ def test_print_after_all_writes_each_pass_in_order():
     assert [s for s, _ in timings] == specs and all(sec >= 0 for _, sec in timings)
 
 
-def test_compile_constraints_issue_example(capsys):
+def test_compile_constraints_with_a_spec_prints_each_ir_and_records_the_canonical_spec(capsys):
     spec = "verify,choose-layout{memory-budget=64MiB},pad-branches{multiple=8},pack-dtypes"
     compiled = compile_constraints(THREE, vocab_size=4, pipeline=spec, print_ir_after_all=True)
     err = capsys.readouterr().err

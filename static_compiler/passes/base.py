@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import re
-from typing import Callable, ClassVar, get_type_hints
+from typing import Callable, ClassVar, Collection, get_type_hints
 
 from static_compiler.errors import PipelineError
 from static_compiler.ir import Automaton, Layer, Layout
@@ -122,12 +122,18 @@ class Pass(abc.ABC):
         except (TypeError, ValueError) as e:
             raise PipelineError(f"pass {cls.name!r}: {e}") from None
 
-    def spec(self) -> str:
-        """The pass as pipeline spec text; options that differ from their default."""
+    def spec(self, spell_out: Collection[str] = ()) -> str:
+        """The pass as pipeline spec text: options that differ from their
+        default, and the options named in `spell_out` (Python names) even at
+        their default."""
+        unknown = set(spell_out) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"pass {self.name!r} has no option {sorted(unknown)}")
         parts = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.default is not dataclasses.MISSING and value == f.default:
+            if f.name not in spell_out and f.default is not dataclasses.MISSING \
+                    and value == f.default:
                 continue
             parts.append(f"{f.name.replace('_', '-')}={_format_value(value)}")
         return self.name + ("{" + ",".join(parts) + "}" if parts else "")
