@@ -48,31 +48,47 @@ def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
     raise ValueError(f"unknown layout kind {layout.kind!r}")
 
 
-def mixed_light_k(layer: Layer, k: int, beams: int, wide_slots: int, max_read_ratio: float,
-                  multiple: int = 8) -> int:
+DEFAULT_PAD_MULTIPLE = 8
+"""pad-branches' default multiple (8 sublanes); split-heavy plans for it when
+no pad-branches follows it."""
+
+
+def padded_width(k: int, multiple: int, vocab_size: int) -> int:
+    """What pad-branches makes of a slice width k: rounded up to a multiple
+    of `multiple`, but never past the vocabulary size (beyond which a slice
+    reads more than a dense row) and never below k."""
+    return max(k, min(-(-k // multiple) * multiple, vocab_size))
+
+
+def mixed_light_k(layer: Layer, k: int, vocab_size: int, beams: int, wide_slots: int,
+                  max_read_ratio: float, multiple: int = DEFAULT_PAD_MULTIPLE) -> int:
     """The mixed layout's light_k for a sliced layer, or 0 when mixing does
     not pay.
 
-    k: the layer's full slice width (its branch counts are only read when
-    k > multiple).
+    k: the layer's slice width before padding (its branch counts are only
+    read when k > multiple). pad-branches will round k up to
+    `padded_width(k, multiple, vocab_size)` = K and leave a light_k that is
+    already a multiple of `multiple` as it is, so the reads are planned for
+    the widths the backend will use.
     With light_k = l, a batch row of `beams` beams reads beams * l entries
-    plus (k - l) for each of up to `wide_slots` heavy beams, against beams *
-    k unmixed. Beams are assumed to sit on states uniformly at random, so a
+    plus (K - l) for each of up to `wide_slots` heavy beams, against beams *
+    K unmixed. Beams are assumed to sit on states uniformly at random, so a
     row expects beams * P(branch > l) heavy beams; l is the smallest multiple
-    of `multiple` for which that is at most wide_slots / 2 (the exact
-    fallback, k reads for every beam, then runs rarely), and it is used when
-    the row reads at most `max_read_ratio` of the unmixed reads."""
+    of `multiple` below k for which that is at most wide_slots / 2 (the
+    exact fallback, K reads for every beam, then runs rarely), and it is used
+    when the row reads at most `max_read_ratio` of the unmixed reads."""
     if k <= multiple:
         return 0
     branch = layer.branch()
     if branch.size == 0:
         return 0
+    padded_k = padded_width(k, multiple, vocab_size)
     # heavier[l] = states with more than l children, for l in [0, k]: O(S), no sort.
     heavier = branch.size - np.cumsum(np.bincount(np.minimum(branch, k), minlength=k + 1))
     for light in range(multiple, k, multiple):
         if beams * heavier[light] / branch.size <= wide_slots / 2:
-            reads = beams * light + wide_slots * (k - light)
-            return light if reads <= max_read_ratio * beams * k else 0
+            reads = beams * light + wide_slots * (padded_k - light)
+            return light if reads <= max_read_ratio * beams * padded_k else 0
     return 0
 
 

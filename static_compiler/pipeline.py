@@ -99,20 +99,23 @@ def run_pipeline(ir: Automaton, passes, *, verify_each: bool = True,
                  timings: Optional[list] = None) -> Automaton:
     """Runs `passes` (a spec string or pass instances) over `ir`.
 
+    Each pass runs as `Pass.wired` to the passes after it (split-heavy takes
+    a later pad-branches' multiple); printed and timed specs are the
+    passes as given.
+
     Args:
       verify_each: run the IR verifier after every pass.
       print_ir_after_all: write the IR after every pass to `stream` (stderr).
       timings: if a list is given, (pass spec, seconds) pairs are appended.
     """
-    if isinstance(passes, str):
-        passes = parse_pipeline(passes)
+    passes = parse_pipeline(passes) if isinstance(passes, str) else tuple(passes)
     stream = stream if stream is not None else sys.stderr
     done = []
-    for p in passes:
+    for i, p in enumerate(passes):
         start = time.perf_counter()
         try:
             before = ir
-            ir = p.run(ir)
+            ir = p.wired(passes[i + 1:]).run(ir)
             if verify_each and p.name != "verify":
                 verify(ir, unchanged_from=before if done else None)
         except StaticCompilerError as e:

@@ -270,6 +270,45 @@ def test_split_heavy_is_in_the_default_pipeline_and_prints_in_the_ir():
     assert compiled.plan.steps[1].light_k == 8 and compiled.plan.steps[1].wide_slots == 4
 
 
+def _read_ratio(lay, beams: int = 70) -> float:
+    """Entries a batch row reads with `lay`'s mix, over the entries it reads unmixed."""
+    return (beams * lay.light_k + lay.wide_slots * (lay.k - lay.light_k)) / (beams * lay.k)
+
+
+@pytest.mark.parametrize("heavy_branch", [500, 1000])
+def test_split_heavy_plans_for_the_multiple_pad_branches_rounds_to(heavy_branch):
+    rows, V = _skewed_layer_set(heavy_branch=heavy_branch)
+    compiled = compile_constraints(rows, V, pipeline="choose-layout{force=csr},split-heavy,"
+                                   "pad-branches{multiple=128}")
+    lay = compiled.ir.layers[1].layout
+    assert lay.mixed and lay.light_k % 128 == 0 and lay.k % 128 == 0
+    assert _read_ratio(lay) <= SplitHeavyPass().max_read_ratio
+    # The spec keeps what was written: the multiple is wired, not spelled out.
+    assert compiled.pipeline == "choose-layout{force=csr},split-heavy,pad-branches{multiple=128}"
+
+
+def test_split_heavy_does_not_mix_when_the_padded_widths_break_the_read_ratio():
+    # k = 200 pads to 256 and light_k to 128: 70 * 128 + 4 * 128 reads > half of 70 * 256.
+    # Planned at multiples of 8 (light_k = 8, k = 200) the mix looked cheap.
+    rows, V = _skewed_layer_set(heavy_branch=200)
+    padded = compile_constraints(rows, V, pipeline="choose-layout{force=csr},split-heavy,"
+                                 "pad-branches{multiple=128}").ir.layers[1].layout
+    assert (padded.k, padded.mixed) == (256, False)
+    planned_at_8 = compile_constraints(rows, V, pipeline="choose-layout{force=csr},"
+                                       "split-heavy{multiple=8},pad-branches{multiple=128}")
+    lay = planned_at_8.ir.layers[1].layout
+    assert (lay.k, lay.light_k) == (256, 128) and _read_ratio(lay) > 0.5
+
+
+def test_split_heavy_takes_the_multiple_of_the_first_later_pad_branches_unless_set():
+    pad8, pad128 = PadBranchesPass(8), PadBranchesPass(128)
+    assert SplitHeavyPass().wired([PackDtypesPass(), pad128, pad8]).multiple == 128
+    assert SplitHeavyPass().wired([PackDtypesPass()]).multiple == 0
+    assert SplitHeavyPass(multiple=16).wired([pad128]).multiple == 16
+    with pytest.raises(ValueError, match="multiple=-1 must be >= 0"):
+        SplitHeavyPass(multiple=-1)
+
+
 def test_mixed_layout_fields_are_validated():
     from static_compiler.errors import IRVerificationError
     from static_compiler.ir import Layout

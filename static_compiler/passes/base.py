@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import re
-from typing import Callable, ClassVar, Collection, get_type_hints
+from typing import Callable, ClassVar, Collection, Sequence, get_type_hints
 
 from static_compiler.errors import PipelineError
 from static_compiler.ir import Automaton, Layer, Layout
@@ -78,6 +78,13 @@ class Pass(abc.ABC):
     @abc.abstractmethod
     def run(self, ir: Automaton) -> Automaton:
         """Returns the transformed IR; never changes `ir` (it is immutable)."""
+
+    def wired(self, later: Sequence["Pass"]) -> "Pass":
+        """This pass as it runs in a pipeline where `later` run after it. A
+        pass may leave an option to the pipeline and take it from a later
+        pass here (split-heavy plans for the multiple of the pad-branches
+        after it); the spec text stays the one written. Default: unchanged."""
+        return self
 
     def map_layouts(self, ir: Automaton, new_layout: Callable[[int, Layer, Layout], Layout]
                     ) -> Automaton:
