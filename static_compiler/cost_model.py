@@ -27,7 +27,7 @@ import dataclasses
 import numpy as np
 
 from static_compiler.dtypes import state_dtype_for, token_dtype_for
-from static_compiler.ir import Automaton, Layer, Layout
+from static_compiler.ir import Automaton, Layer, Layout, LayoutKind
 
 
 def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
@@ -37,13 +37,13 @@ def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
     sb = np.dtype(layout.state_dtype).itemsize
     explicit = 0 if layer.implicit_targets else 1
     accepting = 0 if layer.accepting is None else S
-    if layout.kind == "dense_rows":
+    if layout.kind == LayoutKind.DENSE_ROWS:
         return accepting + S * vocab_size * sb
-    if layout.kind == "csr":
+    if layout.kind == LayoutKind.CSR:
         return accepting + (S + 1) * sb + E * tb + explicit * E * sb
-    if layout.kind == "unary":
+    if layout.kind == LayoutKind.UNARY:
         return accepting + S * tb + explicit * S * sb
-    if layout.kind == "near_unary":
+    if layout.kind == LayoutKind.NEAR_UNARY:
         return accepting + E * tb + 3 * layout.exceptions * sb + explicit * E * sb
     raise ValueError(f"unknown layout kind {layout.kind!r}")
 
@@ -106,17 +106,19 @@ def packed(layer: Layer, layout: Layout, vocab_size: int, num_next_states: int) 
     return with_estimate(layer, lay, vocab_size)
 
 
-def applicable_layouts(layer: Layer, vocab_size: int, num_next_states: int) -> dict:
+def applicable_layouts(layer: Layer, vocab_size: int, num_next_states: int
+                       ) -> dict[LayoutKind, Layout]:
     """Every layout kind that can serve `layer` exactly, by kind, at packed dtypes."""
     branch = layer.branch()
     max_branch = max(1, int(branch.max(initial=0)))
     exceptions = int((branch != 1).sum())
-    options = {"dense_rows": Layout("dense_rows", vocab_size),
-               "csr": Layout("csr", max_branch)}
+    options = {LayoutKind.DENSE_ROWS: Layout(LayoutKind.DENSE_ROWS, vocab_size),
+               LayoutKind.CSR: Layout(LayoutKind.CSR, max_branch)}
     if exceptions == 0:
-        options["unary"] = Layout("unary", 1)
+        options[LayoutKind.UNARY] = Layout(LayoutKind.UNARY, 1)
     else:
-        options["near_unary"] = Layout("near_unary", max_branch, exceptions=exceptions)
+        options[LayoutKind.NEAR_UNARY] = Layout(LayoutKind.NEAR_UNARY, max_branch,
+                                                exceptions=exceptions)
     return {kind: packed(layer, lay, vocab_size, num_next_states) for kind, lay in options.items()}
 
 
@@ -140,9 +142,10 @@ def candidate_layouts(layer: Layer, vocab_size: int, num_next_states: int,
     it costs at most `dense_max_overhead` times csr's bytes: a 1 MB set
     whose one wide state has k close to V never becomes a 700 MB table."""
     options = applicable_layouts(layer, vocab_size, num_next_states)
-    if "unary" in options:
-        return [options["unary"]]
-    csr, near, dense = options["csr"], options["near_unary"], options["dense_rows"]
+    if LayoutKind.UNARY in options:
+        return [options[LayoutKind.UNARY]]
+    csr, near, dense = (options[LayoutKind.CSR], options[LayoutKind.NEAR_UNARY],
+                        options[LayoutKind.DENSE_ROWS])
     ordered = []
     if csr.k >= dense_threshold * vocab_size \
             and dense.estimated_bytes <= dense_max_overhead * csr.estimated_bytes:

@@ -23,7 +23,7 @@ from typing import Optional, Union
 import numpy as np
 
 from static_compiler.errors import ReportInputError
-from static_compiler.ir import Automaton, layer_stats
+from static_compiler.ir import Automaton, LayoutKind, layer_stats
 
 PAPER_K1 = 12
 """Bytes per CSR node in the paper's bound."""
@@ -137,7 +137,7 @@ def summary(obj, rows: Optional[list] = None) -> dict:
     rows = layer_rows(obj) if rows is None else rows
     laid_out = all(r["bytes"] is not None for r in rows)
     d = 0
-    while d < len(rows) and rows[d]["layout"] == "dense_rows":
+    while d < len(rows) and rows[d]["layout"] == LayoutKind.DENSE_ROWS:
         d += 1
     measured = sum(r["bytes"] for r in rows) if laid_out else None
     bound = paper_memory_bound(ir.vocab_size, ir.depth, ir.num_sequences, d)

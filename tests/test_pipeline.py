@@ -17,7 +17,7 @@ from static_compiler.passes import REGISTRY, ByteSize, Pass
 from static_compiler import DEFAULT_PIPELINE, compile_constraints, format_pipeline, parse_pipeline
 from static_compiler.errors import IRVerificationError, MemoryBudgetError, PipelineError
 from static_compiler.frontend import build_automaton
-from static_compiler.ir import parse_ir
+from static_compiler.ir import LayoutKind, parse_ir
 from static_compiler.pipeline import run_pipeline
 
 THREE = np.array([[1, 2, 1], [3, 1, 2], [3, 1, 3]])
@@ -279,7 +279,8 @@ def test_compile_constraints_with_a_spec_prints_each_ir_and_records_the_canonica
     assert compiled.pipeline == "verify,choose-layout{memory-budget=64MiB},pad-branches,pack-dtypes"
     assert parse_ir(str(compiled.ir)) == compiled.ir
     assert compiled.nbytes == sum(s["bytes"] for s in compiled.layer_stats())
-    assert [s["layout"] for s in compiled.layer_stats()] == ["dense_rows", "unary", "dense_rows"]
+    assert [s["layout"] for s in compiled.layer_stats()] == [
+        LayoutKind.DENSE_ROWS, LayoutKind.UNARY, LayoutKind.DENSE_ROWS]
 
 
 @settings(max_examples=40, deadline=None)

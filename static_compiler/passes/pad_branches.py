@@ -23,7 +23,7 @@ class PadBranchesPass(Pass):
 
     def run(self, ir: Automaton) -> Automaton:
         def pad(t, layer, lay):
-            if lay.kind not in ("csr", "near_unary"):
+            if not lay.kind.sliced:
                 return lay
             k = padded_width(lay.k, self.multiple, ir.vocab_size)
             light = padded_width(lay.light_k, self.multiple, ir.vocab_size) if lay.mixed else 0

@@ -74,7 +74,7 @@ class SplitHeavyPass(Pass):
         multiple = self.multiple or DEFAULT_PAD_MULTIPLE
 
         def split(t, layer, lay):
-            if lay.kind not in ("csr", "near_unary"):
+            if not lay.kind.sliced:
                 return lay
             light = self.light_k or mixed_light_k(layer, lay.k, ir.vocab_size, self.beams,
                                                   self.wide_slots, self.max_read_ratio, multiple)
