@@ -151,7 +151,8 @@ def _bits(v: int) -> int:
     return max(1, int(v).bit_length())
 
 
-def sort_unique_rows(mat: np.ndarray, lengths: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+def sort_unique_rows(mat: np.ndarray, lengths: np.ndarray, vocab_size: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """Sorts rows lexicographically (a prefix before its extensions) and drops
     duplicates.
 

@@ -102,7 +102,8 @@ def _find_start(graph, start) -> Hashable:
     return marked[0]
 
 
-def _edge_tokens(graph, vocab_size: int, end_token: Optional[int]) -> list:
+def _edge_tokens(graph, vocab_size: int, end_token: Optional[int]
+                 ) -> list[tuple[Hashable, Hashable, int]]:
     """[(u, v, token)] for every edge, validated."""
     edges = []
     for u, v, token in graph.edges(data="token"):
@@ -178,7 +179,7 @@ def _count_sequences(layers: list, num_final: int) -> int:
 
 
 def _layers_by_depth(out: dict, accepting: set, start, order: dict, vocab_size: int,
-                     end_token: Optional[int]) -> tuple:
+                     end_token: Optional[int]) -> tuple[list[Layer], int]:
     """Subset construction by depth over the useful nodes.
 
     Args:
@@ -226,7 +227,7 @@ def _layers_by_depth(out: dict, accepting: set, start, order: dict, vocab_size: 
 
 
 def automaton_from_graph(graph, vocab_size: int, *, start=None, end_token=None,
-                         minimize: bool = True) -> tuple:
+                         minimize: bool = True) -> tuple[Automaton, GraphStats]:
     """Compiles an acyclic `networkx.DiGraph` to the automaton IR (see module doc).
 
     Args:

@@ -255,7 +255,7 @@ class Automaton:
     """
 
     vocab_size: int
-    layers: tuple
+    layers: tuple[Layer, ...]
     num_final_states: int
     num_sequences: int
     end_token: Optional[int] = None
@@ -304,7 +304,7 @@ class Automaton:
         """Deterministic text dump; rows are elided past `max_edges` edges."""
         return print_ir(self, max_edges=max_edges)
 
-    def sequences(self) -> Iterator[tuple]:
+    def sequences(self) -> Iterator[tuple[int, ...]]:
         """The accepted sequences as tuples, in lexicographic order (a
         sequence before its extensions); built by `enumerate_sequences`."""
         tokens, lengths = enumerate_sequences(self)
@@ -314,7 +314,7 @@ class Automaton:
             yield tuple(int(x) for x in tokens[i, :lengths[i]])
 
 
-def enumerate_sequences(ir: Automaton) -> tuple:
+def enumerate_sequences(ir: Automaton) -> tuple[np.ndarray, np.ndarray]:
     """Every accepted sequence, level by level with numpy (no Python loop
     over items).
 

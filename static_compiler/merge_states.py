@@ -73,7 +73,7 @@ def _mix64(x: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def _group(key: np.ndarray) -> tuple:
+def _group(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Groups equal values of `key` (integer (n,)).
 
     Returns (ids int64 (n,), first int64 (C,)): group ids numbered by first
@@ -105,7 +105,7 @@ def _row_hash(pairs: np.ndarray, indptr: np.ndarray) -> np.ndarray:
 
 
 def equal_row_classes(pairs: np.ndarray, indptr: np.ndarray, accepting: np.ndarray,
-                      row_hash: Callable = _row_hash) -> tuple:
+                      row_hash: Callable = _row_hash) -> tuple[np.ndarray, np.ndarray]:
     """Classes of equal rows (same accepting flag, same pairs in order).
 
     Args:
@@ -138,7 +138,7 @@ def equal_row_classes(pairs: np.ndarray, indptr: np.ndarray, accepting: np.ndarr
         classes, first = _group(classes * 2 + bad_row)
 
 
-def _rows_of(layer: Layer, states: np.ndarray) -> tuple:
+def _rows_of(layer: Layer, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Edges of `states` (int64 (n,)) in that order: (indptr (n + 1,), edge ids)."""
     starts = layer.indptr[states].astype(np.int64)
     branch = layer.indptr[states + 1].astype(np.int64) - starts
@@ -148,7 +148,8 @@ def _rows_of(layer: Layer, states: np.ndarray) -> tuple:
     return indptr, edges
 
 
-def _state_classes(ir: Automaton, row_hash: Callable) -> list:
+def _state_classes(ir: Automaton, row_hash: Callable
+                   ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Bottom-up classes: per depth 0..depth-1, (classes (S,), first (C,))."""
     out = [None] * ir.depth
     next_classes = np.zeros(ir.num_final_states, dtype=np.int64)  # all finals equivalent
@@ -162,7 +163,7 @@ def _state_classes(ir: Automaton, row_hash: Callable) -> list:
     return out
 
 
-def _rebuild(ir: Automaton, classes: list) -> Automaton:
+def _rebuild(ir: Automaton, classes: list[tuple[np.ndarray, np.ndarray]]) -> Automaton:
     """Top-down: one state per class, numbered in first-appearance order."""
     order = np.zeros(1, dtype=np.int64)  # new state i at depth t is class order[i]
     layers = []
@@ -189,7 +190,7 @@ def _rebuild(ir: Automaton, classes: list) -> Automaton:
 
 
 def minimize_automaton(ir: Automaton, force: bool = False, *,
-                       row_hash: Callable = _row_hash) -> tuple:
+                       row_hash: Callable = _row_hash) -> tuple[Automaton, MinimizeStats]:
     """Minimizes `ir` (see module doc); returns (automaton, MinimizeStats).
 
     Keeps `ir` unless the minimized automaton is smaller by `estimated_bytes`

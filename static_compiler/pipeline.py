@@ -36,7 +36,7 @@ DEFAULT_PIPELINE = ",".join(p.spec(spell_out=names) for p, names in _DEFAULT_PAS
 (the option values are the passes' own defaults)."""
 
 
-def _split_top_level(text: str, sep: str = ",") -> list:
+def _split_top_level(text: str, sep: str = ",") -> list[str]:
     """Splits on `sep` outside braces and parentheses."""
     parts, depth, cur = [], 0, []
     for ch in text:
@@ -57,7 +57,7 @@ def _split_top_level(text: str, sep: str = ",") -> list:
     return parts
 
 
-def parse_pipeline(spec: str) -> tuple:
+def parse_pipeline(spec: str) -> tuple[Pass, ...]:
     """Parses a spec into a tuple of pass instances.
 
     Raises PipelineError for an unknown pass (listing the known ones), an

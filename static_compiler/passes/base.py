@@ -99,7 +99,7 @@ class Pass(abc.ABC):
         return ir.with_layers(layers)
 
     @classmethod
-    def option_types(cls) -> dict:
+    def option_types(cls) -> dict[str, type]:
         hints = get_type_hints(cls)
         return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 

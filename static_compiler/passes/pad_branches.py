@@ -1,7 +1,8 @@
 """`pad-branches`: round each sliced layer's k up to a hardware multiple (8 for
 sublanes, 128 for TPU lanes), never past the vocabulary size, beyond which a
 slice would read more than a dense row. A mixed layout's light_k is rounded
-the same way; when it reaches k the layer is no longer mixed."""
+the same way; when it reaches k the layer is no longer mixed. A split-heavy
+before it plans its light_k for this pass's `multiple` (`SplitHeavyPass.wired`)."""
 
 from __future__ import annotations
 
