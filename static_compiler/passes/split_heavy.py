@@ -21,7 +21,6 @@ gets.
 from __future__ import annotations
 
 import dataclasses
-
 from typing import Sequence
 
 from static_compiler.cost_model import DEFAULT_PAD_MULTIPLE, mixed_light_k
