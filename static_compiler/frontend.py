@@ -19,18 +19,9 @@ from typing import Optional
 
 import numpy as np
 
+from static_compiler.dtypes import index_dtype_for, sort_code_dtype_for, token_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import Automaton, Layer, frozen
-
-
-def token_dtype_for(vocab_size: int) -> np.dtype:
-    """Narrowest dtype holding every token id 0..vocab_size-1."""
-    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.int32)
-
-
-def index_dtype_for(n: int) -> np.dtype:
-    """Narrowest signed dtype holding 0..n (int32 or int64)."""
-    return np.dtype(np.int32) if n < 2 ** 31 - 1 else np.dtype(np.int64)
 
 
 def check_vocab_size(vocab_size) -> int:
@@ -156,10 +147,12 @@ def _check_range(mat: np.ndarray, lengths: np.ndarray, ragged: bool, vocab_size:
 
 
 def _bits(v: int) -> int:
+    """Bits a sort key needs per value 0..v (at least one)."""
     return max(1, int(v).bit_length())
 
 
-def sort_unique_rows(mat: np.ndarray, lengths: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+def sort_unique_rows(mat: np.ndarray, lengths: np.ndarray, vocab_size: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """Sorts rows lexicographically (a prefix before its extensions) and drops
     duplicates.
 
@@ -167,8 +160,7 @@ def sort_unique_rows(mat: np.ndarray, lengths: np.ndarray, vocab_size: int) -> t
     codes = token + 1 inside a row and 0 past its end.
     """
     n, lmax = mat.shape
-    code_dtype = np.uint16 if vocab_size + 1 < 1 << 16 else np.uint32
-    codes = np.empty((n, lmax), dtype=code_dtype)
+    codes = np.empty((n, lmax), dtype=sort_code_dtype_for(vocab_size))
     np.add(mat, 1, out=codes, casting="unsafe")
     if (lengths != lmax).any():
         codes[np.arange(lmax)[None, :] >= lengths[:, None]] = 0

@@ -23,8 +23,8 @@ What happens to it:
    lengths reach one node (a node reached at depths 2 and 3 becomes two
    states). States at a depth are numbered breadth first, children in token
    order; targets are explicit where states are shared;
-5. the `minimize` pass's algorithm merges equivalent states (kept when the
-   cost model says it is smaller, see static_compiler/passes/minimize.py).
+5. equivalent states are merged, as the `minimize` pass does (kept when the
+   cost model says it is smaller, see static_compiler/merge_states.py).
 
 The number of states is the number of distinct (node set, depth) pairs:
 at most nodes x longest path for a deterministic graph, exponential in the
@@ -42,10 +42,11 @@ from typing import Hashable, Optional
 
 import numpy as np
 
+from static_compiler.dtypes import index_dtype_for, token_dtype_for
 from static_compiler.errors import ConstraintSetError
-from static_compiler.frontend import (check_end_token, check_vocab_size, index_dtype_for,
-                                      token_dtype_for)
+from static_compiler.frontend import check_end_token, check_vocab_size
 from static_compiler.ir import Automaton, Layer
+from static_compiler.merge_states import MinimizeStats, minimize_automaton
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +60,7 @@ class GraphStats:
         (dropped).
       determinized_states: states after subset construction by depth
         (final states included), before minimizing.
-      minimize: `passes.minimize.MinimizeStats` of the final step (None
+      minimize: `merge_states.MinimizeStats` of the final step (None
         when minimizing was turned off).
     """
 
@@ -68,7 +69,7 @@ class GraphStats:
     unreachable_nodes: int
     dead_nodes: int
     determinized_states: int
-    minimize: object
+    minimize: Optional[MinimizeStats]
 
     def as_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -101,7 +102,8 @@ def _find_start(graph, start) -> Hashable:
     return marked[0]
 
 
-def _edge_tokens(graph, vocab_size: int, end_token: Optional[int]) -> list:
+def _edge_tokens(graph, vocab_size: int, end_token: Optional[int]
+                 ) -> list[tuple[Hashable, Hashable, int]]:
     """[(u, v, token)] for every edge, validated."""
     edges = []
     for u, v, token in graph.edges(data="token"):
@@ -177,7 +179,7 @@ def _count_sequences(layers: list, num_final: int) -> int:
 
 
 def _layers_by_depth(out: dict, accepting: set, start, order: dict, vocab_size: int,
-                     end_token: Optional[int]) -> tuple:
+                     end_token: Optional[int]) -> tuple[list[Layer], int]:
     """Subset construction by depth over the useful nodes.
 
     Args:
@@ -225,7 +227,7 @@ def _layers_by_depth(out: dict, accepting: set, start, order: dict, vocab_size: 
 
 
 def automaton_from_graph(graph, vocab_size: int, *, start=None, end_token=None,
-                         minimize: bool = True) -> tuple:
+                         minimize: bool = True) -> tuple[Automaton, GraphStats]:
     """Compiles an acyclic `networkx.DiGraph` to the automaton IR (see module doc).
 
     Args:
@@ -278,7 +280,6 @@ def automaton_from_graph(graph, vocab_size: int, *, start=None, end_token=None,
     layers, num_final = _layers_by_depth(out, accepting, start, order, vocab_size, end_token)
     ir = Automaton(vocab_size=vocab_size, layers=tuple(layers), num_final_states=num_final,
                    num_sequences=_count_sequences(layers, num_final), end_token=end_token)
-    from static_compiler.passes.minimize import minimize_automaton
     determinized = ir.num_states
     ir, minimize_stats = minimize_automaton(ir, force=False) if minimize else (ir, None)
     stats = GraphStats(nodes=graph.number_of_nodes(), edges=graph.number_of_edges(),

@@ -26,6 +26,7 @@ back to an equal automaton when no rows were elided.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 from typing import Iterator, Optional
 
@@ -33,24 +34,43 @@ import numpy as np
 
 from static_compiler.errors import IRParseError, IRVerificationError
 
-LAYOUT_KINDS = ("dense_rows", "csr", "unary", "near_unary")
-"""Layout kinds the backend can lower:
+class LayoutKind(enum.StrEnum):
+    """Layout kinds the backend can lower:
 
-* ``dense_rows``: a (num_states, V) table of next-state ids (-1 = absent);
-  each beam reads one row of V entries. Right for high fan-out near the root.
-* ``csr``: speculative slicing; each beam reads exactly ``k`` entries from its
-  row start and masks slots past its row length. ``k`` >= the max branch.
-* ``unary``: every state has exactly one child; one token per state, no row
-  pointers at all.
-* ``near_unary``: almost every state has one child; row pointers are kept only
-  for the ``exceptions`` states whose branch differs from one (a sorted list,
-  found by binary search), each beam reads ``k`` entries.
+    * ``dense_rows``: a (num_states, V) table of next-state ids (-1 = absent);
+      each beam reads one row of V entries. Right for high fan-out near the root.
+    * ``csr``: speculative slicing; each beam reads exactly ``k`` entries from
+      its row start and masks slots past its row length. ``k`` >= the max branch.
+    * ``unary``: every state has exactly one child; one token per state, no row
+      pointers at all.
+    * ``near_unary``: almost every state has one child; row pointers are kept
+      only for the ``exceptions`` states whose branch differs from one (a sorted
+      list, found by binary search), each beam reads ``k`` entries.
 
-csr and near_unary can be *mixed* (``light_k`` / ``wide_slots``): beam
-search reads ``light_k`` entries per beam and the rest of a heavy state's row
-only for the few beams that sit on one, so a skewed level does not pay for
-its widest state at every beam (see `Layout`).
-"""
+    csr and near_unary are the *sliced* kinds (`sliced`): they read k entries
+    per beam, pad-branches rounds that k, and they can be *mixed*
+    (``light_k`` / ``wide_slots``): beam search reads ``light_k`` entries per
+    beam and the rest of a heavy state's row only for the few beams that sit
+    on one, so a skewed level does not pay for its widest state at every beam
+    (see `Layout`).
+
+    A str enum: members equal, hash and print as their value ("csr"), so code
+    and files that use the plain strings keep working.
+    """
+
+    DENSE_ROWS = "dense_rows"
+    CSR = "csr"
+    UNARY = "unary"
+    NEAR_UNARY = "near_unary"
+
+    @property
+    def sliced(self) -> bool:
+        """Whether beams read k entries from a row start (csr, near_unary)."""
+        return self in (LayoutKind.CSR, LayoutKind.NEAR_UNARY)
+
+
+LAYOUT_KINDS = tuple(kind.value for kind in LayoutKind)
+"""The kinds' values as plain strings, in `LayoutKind` order (for messages)."""
 
 _ELIDE_EDGES = 4096
 """Automata with more edges than this print statistics and elide rows."""
@@ -80,7 +100,7 @@ class Layout:
     """How the backend stores and reads one layer.
 
     Attributes:
-      kind: one of `LAYOUT_KINDS`.
+      kind: a `LayoutKind` (a plain string such as "csr" is converted).
       k: candidates read per beam per step (V for dense_rows, 1 for unary).
       token_dtype: numpy dtype name of the token table ("uint16", "int32").
       state_dtype: numpy dtype name of row pointers / state ids.
@@ -94,7 +114,7 @@ class Layout:
         tables as without it: only the reads change.
     """
 
-    kind: str
+    kind: LayoutKind
     k: int
     token_dtype: str = "int32"
     state_dtype: str = "int32"
@@ -104,18 +124,20 @@ class Layout:
     wide_slots: int = 0
 
     def __post_init__(self):
-        if self.kind not in LAYOUT_KINDS:
+        try:
+            object.__setattr__(self, "kind", LayoutKind(self.kind))
+        except ValueError:
             raise IRVerificationError(
-                f"layout kind {self.kind!r} is not one of {LAYOUT_KINDS}")
+                f"layout kind {self.kind!r} is not one of {LAYOUT_KINDS}") from None
         if self.k < 1:
             raise IRVerificationError(f"layout k={self.k} must be >= 1")
         if (self.light_k > 0) != (self.wide_slots > 0) or self.light_k < 0 or self.wide_slots < 0:
             raise IRVerificationError(
                 f"layout light_k={self.light_k}, wide_slots={self.wide_slots}: expected both 0 "
                 "(no mixed reads) or both >= 1")
-        if self.light_k and (self.kind not in ("csr", "near_unary") or self.light_k >= self.k):
+        if self.light_k and (not self.kind.sliced or self.light_k >= self.k):
             raise IRVerificationError(
-                f"layout {self.kind}(k={self.k}) with light_k={self.light_k}: the mixed layout "
+                f"layout {self.kind.value}(k={self.k}) with light_k={self.light_k}: the mixed layout "
                 "needs kind csr or near_unary and 1 <= light_k < k")
 
     @property
@@ -131,12 +153,12 @@ class Layout:
     def to_text(self) -> str:
         fields = [f"k={self.k}", f"tokens={self.token_dtype}",
                   f"states={self.state_dtype}"]
-        if self.kind == "near_unary":
+        if self.kind == LayoutKind.NEAR_UNARY:
             fields.append(f"exceptions={self.exceptions}")
         if self.mixed:
             fields.append(self.mixed_text)
         fields.append(f"est={self.estimated_bytes}B")
-        return f"{self.kind}({','.join(fields)})"
+        return f"{self.kind.value}({','.join(fields)})"
 
     @classmethod
     def from_text(cls, text: str) -> "Layout":
@@ -233,7 +255,7 @@ class Automaton:
     """
 
     vocab_size: int
-    layers: tuple
+    layers: tuple[Layer, ...]
     num_final_states: int
     num_sequences: int
     end_token: Optional[int] = None
@@ -282,7 +304,7 @@ class Automaton:
         """Deterministic text dump; rows are elided past `max_edges` edges."""
         return print_ir(self, max_edges=max_edges)
 
-    def sequences(self) -> Iterator[tuple]:
+    def sequences(self) -> Iterator[tuple[int, ...]]:
         """The accepted sequences as tuples, in lexicographic order (a
         sequence before its extensions); built by `enumerate_sequences`."""
         tokens, lengths = enumerate_sequences(self)
@@ -292,7 +314,7 @@ class Automaton:
             yield tuple(int(x) for x in tokens[i, :lengths[i]])
 
 
-def enumerate_sequences(ir: Automaton) -> tuple:
+def enumerate_sequences(ir: Automaton) -> tuple[np.ndarray, np.ndarray]:
     """Every accepted sequence, level by level with numpy (no Python loop
     over items).
 
@@ -452,18 +474,18 @@ def _verify_layout(where: str, layer: Layer, V: int, branch: np.ndarray) -> None
     if lay is None:
         return
     max_branch = int(branch.max(initial=0))
-    if lay.kind == "dense_rows" and lay.k != V:
+    if lay.kind == LayoutKind.DENSE_ROWS and lay.k != V:
         raise IRVerificationError(f"{where}: dense_rows layout must have k=V={V}, got {lay.k}")
-    if lay.kind in ("csr", "near_unary") and lay.k < max_branch:
+    if lay.kind.sliced and lay.k < max_branch:
         raise IRVerificationError(
-            f"{where}: layout {lay.kind} k={lay.k} is smaller than the max branch "
+            f"{where}: layout {lay.kind.value} k={lay.k} is smaller than the max branch "
             f"{max_branch}; speculative slicing would drop children")
-    if lay.kind == "unary" and ((branch != 1).any() or lay.k != 1):
+    if lay.kind == LayoutKind.UNARY and ((branch != 1).any() or lay.k != 1):
         s = int(np.flatnonzero(branch != 1)[0]) if (branch != 1).any() else 0
         raise IRVerificationError(
             f"{where}, state {s}: unary layout needs exactly one child per state and k=1, "
             f"got branch {int(branch[s])}, k={lay.k}")
-    if lay.kind == "near_unary" and lay.exceptions != int((branch != 1).sum()):
+    if lay.kind == LayoutKind.NEAR_UNARY and lay.exceptions != int((branch != 1).sum()):
         raise IRVerificationError(
             f"{where}: near_unary records {lay.exceptions} exceptions, the layer has "
             f"{int((branch != 1).sum())} states whose branch is not 1")

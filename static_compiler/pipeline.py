@@ -13,16 +13,30 @@ import sys
 import time
 from typing import Optional, Sequence, TextIO
 
-from static_compiler.passes import REGISTRY, Pass
 from static_compiler.errors import IRVerificationError, PipelineError, StaticCompilerError
 from static_compiler.ir import Automaton, verify
+from static_compiler.passes import REGISTRY, Pass
+from static_compiler.passes.choose_layout import ChooseLayoutPass
+from static_compiler.passes.pack_dtypes import PackDtypesPass
+from static_compiler.passes.pad_branches import PadBranchesPass
+from static_compiler.passes.split_heavy import SplitHeavyPass
+from static_compiler.passes.verify import VerifyPass
 
-DEFAULT_PIPELINE = ("verify,choose-layout{memory-budget=2GiB},split-heavy{wide-slots=4},"
-                    "pad-branches{multiple=8},pack-dtypes")
-"""The pipeline `compile_constraints` runs when none is given."""
+_DEFAULT_PASSES = ((VerifyPass(), ()),
+                   (ChooseLayoutPass(), ("memory_budget",)),
+                   (SplitHeavyPass(), ("wide_slots",)),
+                   (PadBranchesPass(), ("multiple",)),
+                   (PackDtypesPass(), ()))
+"""The default passes at their default options, each with the options its
+spec spells out although they are at their default (the ones worth tuning)."""
+
+DEFAULT_PIPELINE = ",".join(p.spec(spell_out=names) for p, names in _DEFAULT_PASSES)
+"""The pipeline `compile_constraints` runs when none is given:
+``verify,choose-layout{memory-budget=2GiB},split-heavy{wide-slots=4},pad-branches{multiple=8},pack-dtypes``
+(the option values are the passes' own defaults)."""
 
 
-def _split_top_level(text: str, sep: str = ",") -> list:
+def _split_top_level(text: str, sep: str = ",") -> list[str]:
     """Splits on `sep` outside braces and parentheses."""
     parts, depth, cur = [], 0, []
     for ch in text:
@@ -43,7 +57,7 @@ def _split_top_level(text: str, sep: str = ",") -> list:
     return parts
 
 
-def parse_pipeline(spec: str) -> tuple:
+def parse_pipeline(spec: str) -> tuple[Pass, ...]:
     """Parses a spec into a tuple of pass instances.
 
     Raises PipelineError for an unknown pass (listing the known ones), an
@@ -85,20 +99,23 @@ def run_pipeline(ir: Automaton, passes, *, verify_each: bool = True,
                  timings: Optional[list] = None) -> Automaton:
     """Runs `passes` (a spec string or pass instances) over `ir`.
 
+    Each pass runs as `Pass.wired` to the passes after it (split-heavy takes
+    a later pad-branches' multiple); printed and timed specs are the
+    passes as given.
+
     Args:
       verify_each: run the IR verifier after every pass.
       print_ir_after_all: write the IR after every pass to `stream` (stderr).
       timings: if a list is given, (pass spec, seconds) pairs are appended.
     """
-    if isinstance(passes, str):
-        passes = parse_pipeline(passes)
+    passes = parse_pipeline(passes) if isinstance(passes, str) else tuple(passes)
     stream = stream if stream is not None else sys.stderr
     done = []
-    for p in passes:
+    for i, p in enumerate(passes):
         start = time.perf_counter()
         try:
             before = ir
-            ir = p.run(ir)
+            ir = p.wired(passes[i + 1:]).run(ir)
             if verify_each and p.name != "verify":
                 verify(ir, unchanged_from=before if done else None)
         except StaticCompilerError as e:

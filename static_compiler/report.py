@@ -23,7 +23,7 @@ from typing import Optional, Union
 import numpy as np
 
 from static_compiler.errors import ReportInputError
-from static_compiler.ir import Automaton, layer_stats
+from static_compiler.ir import Automaton, LayoutKind, layer_stats
 
 PAPER_K1 = 12
 """Bytes per CSR node in the paper's bound."""
@@ -32,7 +32,7 @@ PAPER_K2 = 4
 """Bytes per dense state in the paper's bound."""
 
 
-def branch_histogram(branch: np.ndarray) -> list:
+def branch_histogram(branch: np.ndarray) -> list[tuple[int, int, int]]:
     """Counts of states by branch factor in buckets 0, 1, 2, 3-4, 5-8, 9-16, ...
 
     Args:
@@ -97,14 +97,15 @@ def _compiled_stats(obj) -> Optional[list]:
     return CompiledConstraints(ir=obj, plan=plan, tables=tables, pipeline="").layer_stats()
 
 
-def layer_rows(obj: Union[Automaton, "CompiledConstraints"]) -> list:
+def layer_rows(obj: Union[Automaton, "CompiledConstraints"]) -> list[dict]:
     """One dict per layer.
 
     Keys: layer, states, edges, max_branch, mean_branch, accepting, targets,
-    histogram ([(lo, hi, count)], see `branch_histogram`), layout (kind or
-    "none"), k, mixed (`Layout.mixed_text`), token_dtype, state_dtype, estimated_bytes (cost model) and
-    bytes (measured tables). The last five are None for a layer without a
-    layout (an IR before choose-layout)."""
+    histogram ([(lo, hi, count)], see `branch_histogram`), layout (a
+    `LayoutKind`, or "none"), k, mixed (`Layout.mixed_text`), token_dtype,
+    state_dtype, estimated_bytes (cost model) and bytes (measured tables).
+    For a layer without a layout (an IR before choose-layout) layout is
+    "none" and the six after it are None."""
     ir = _automaton_of(obj)
     compiled_stats = _compiled_stats(obj)
     rows = []
@@ -137,7 +138,7 @@ def summary(obj, rows: Optional[list] = None) -> dict:
     rows = layer_rows(obj) if rows is None else rows
     laid_out = all(r["bytes"] is not None for r in rows)
     d = 0
-    while d < len(rows) and rows[d]["layout"] == "dense_rows":
+    while d < len(rows) and rows[d]["layout"] == LayoutKind.DENSE_ROWS:
         d += 1
     measured = sum(r["bytes"] for r in rows) if laid_out else None
     bound = paper_memory_bound(ir.vocab_size, ir.depth, ir.num_sequences, d)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from ir_strategies import fixed_length_sets, ragged_sets
 from static_compiler.errors import IRParseError, IRVerificationError
 from static_compiler.frontend import build_automaton
-from static_compiler.ir import Automaton, Layer, Layout, parse_ir, print_ir, verify
+from static_compiler.ir import Automaton, Layer, Layout, LayoutKind, parse_ir, print_ir, verify
 
 
 def layer(indptr, tokens, targets=None, accepting=None, layout=None):
@@ -79,7 +79,7 @@ def test_equality_sees_every_field():
     assert a != three_items(num_sequences=4)
     assert a != three_items(end_token=0)
     assert a != three_items(layer2=layer([0, 1, 3], [1, 2, 3], targets=[0, 1, 2]))  # explicit
-    assert a != three_items(layer2=layer([0, 1, 3], [1, 2, 3], layout=Layout("csr", 2)))
+    assert a != three_items(layer2=layer([0, 1, 3], [1, 2, 3], layout=Layout(LayoutKind.CSR, 2)))
     assert a != three_items(layer1=layer([0, 1, 2], [2, 0]))
 
 
@@ -163,27 +163,27 @@ BROKEN = [
     ("accepting without end token", lambda: three_items(
         layer1=layer([0, 1, 2], [2, 1], accepting=[True, False])),
      r"layer 1: states accept before the last layer but the automaton has no end_token"),
-    ("dense_rows k != V", lambda: three_items(layer0=layer([0, 2], [1, 3], layout=Layout("dense_rows", 3))),
+    ("dense_rows k != V", lambda: three_items(layer0=layer([0, 2], [1, 3], layout=Layout(LayoutKind.DENSE_ROWS, 3))),
      r"layer 0: dense_rows layout must have k=V=4, got 3"),
-    ("csr k < max branch", lambda: three_items(layer2=layer([0, 1, 3], [1, 2, 3], layout=Layout("csr", 1))),
+    ("csr k < max branch", lambda: three_items(layer2=layer([0, 1, 3], [1, 2, 3], layout=Layout(LayoutKind.CSR, 1))),
      r"layer 2: layout csr k=1 is smaller than the max branch 2"),
     ("near_unary k < max branch", lambda: three_items(
-        layer2=layer([0, 1, 3], [1, 2, 3], layout=Layout("near_unary", 1, exceptions=1))),
+        layer2=layer([0, 1, 3], [1, 2, 3], layout=Layout(LayoutKind.NEAR_UNARY, 1, exceptions=1))),
      r"layer 2: layout near_unary k=1 is smaller than the max branch 2"),
     ("unary with a branching state", lambda: three_items(
-        layer2=layer([0, 1, 3], [1, 2, 3], layout=Layout("unary", 1))),
+        layer2=layer([0, 1, 3], [1, 2, 3], layout=Layout(LayoutKind.UNARY, 1))),
      r"layer 2, state 1: unary layout needs exactly one child per state and k=1, got branch 2"),
-    ("unary with k > 1", lambda: three_items(layer1=layer([0, 1, 2], [2, 1], layout=Layout("unary", 2))),
+    ("unary with k > 1", lambda: three_items(layer1=layer([0, 1, 2], [2, 1], layout=Layout(LayoutKind.UNARY, 2))),
      r"layer 1, state 0: unary layout needs .* k=1, got branch 1, k=2"),
     ("near_unary exceptions wrong", lambda: three_items(
-        layer2=layer([0, 1, 3], [1, 2, 3], layout=Layout("near_unary", 2, exceptions=0))),
+        layer2=layer([0, 1, 3], [1, 2, 3], layout=Layout(LayoutKind.NEAR_UNARY, 2, exceptions=0))),
      r"layer 2: near_unary records 0 exceptions, the layer has 1"),
     ("token dtype too narrow", lambda: Automaton(
         vocab_size=300, num_final_states=1, num_sequences=1,
-        layers=(layer([0, 1], [299], layout=Layout("unary", 1, token_dtype="int8")),)),
+        layers=(layer([0, 1], [299], layout=Layout(LayoutKind.UNARY, 1, token_dtype="int8")),)),
      r"layer 0: token 299 does not fit token dtype int8"),
     ("dtype not numpy", lambda: three_items(
-        layer1=layer([0, 1, 2], [2, 1], layout=Layout("unary", 1, state_dtype="int33"))),
+        layer1=layer([0, 1, 2], [2, 1], layout=Layout(LayoutKind.UNARY, 1, state_dtype="int33"))),
      r"layer 1: state dtype 'int33' is not a numpy dtype"),
 ]
 
@@ -196,7 +196,7 @@ def test_verifier_catches_broken_invariant(make, pattern):
 
 @pytest.mark.parametrize("kwargs,pattern", [
     (dict(kind="sparse", k=2), r"layout kind 'sparse' is not one of"),
-    (dict(kind="csr", k=0), r"layout k=0 must be >= 1"),
+    (dict(kind=LayoutKind.CSR, k=0), r"layout k=0 must be >= 1"),
 ])
 def test_layout_rejects_bad_fields(kwargs, pattern):
     with pytest.raises(IRVerificationError, match=pattern):
@@ -204,9 +204,20 @@ def test_layout_rejects_bad_fields(kwargs, pattern):
 
 
 def test_layout_text_round_trips():
-    for lay in (Layout("dense_rows", 4), Layout("csr", 8, "uint16", "int16", estimated_bytes=40),
-                Layout("unary", 1, state_dtype="int64"), Layout("near_unary", 16, exceptions=3)):
+    for lay in (Layout(LayoutKind.DENSE_ROWS, 4),
+                Layout(LayoutKind.CSR, 8, "uint16", "int16", estimated_bytes=40),
+                Layout(LayoutKind.UNARY, 1, state_dtype="int64"),
+                Layout(LayoutKind.NEAR_UNARY, 16, exceptions=3)):
         assert Layout.from_text(lay.to_text()) == lay
+
+
+def test_layout_kind_is_interchangeable_with_its_string():
+    lay = Layout("near_unary", 4, exceptions=1)
+    assert lay.kind is LayoutKind.NEAR_UNARY and lay == Layout(LayoutKind.NEAR_UNARY, 4, exceptions=1)
+    assert lay.kind == "near_unary" and {"near_unary": 1}[lay.kind] == 1
+    assert f"{lay.kind}" == str(lay.kind) == "near_unary"
+    assert lay.to_text() == "near_unary(k=4,tokens=int32,states=int32,exceptions=1,est=0B)"
+    assert [kind.sliced for kind in LayoutKind] == [False, True, False, True]
 
 
 # --------------------------------------------------------------------------

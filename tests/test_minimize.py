@@ -11,7 +11,9 @@ from hypothesis import given, settings
 import oracle
 from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted
 from static_compiler.passes import REGISTRY
-from static_compiler.passes.minimize import MinimizePass, equal_row_classes, estimated_bytes, minimize_automaton
+from static_compiler.cost_model import estimated_bytes
+from static_compiler.merge_states import equal_row_classes, minimize_automaton
+from static_compiler.passes.minimize import MinimizePass
 from static_compiler import beam_search, compile_constraints, parse_pipeline
 from static_compiler.errors import PipelineError
 from static_compiler.frontend import build_automaton

@@ -19,7 +19,7 @@ from static_compiler.passes.split_heavy import SplitHeavyPass
 from static_compiler import compile_constraints
 from static_compiler.errors import MemoryBudgetError, PipelineError
 from static_compiler.frontend import build_automaton
-from static_compiler.ir import LAYOUT_KINDS, parse_ir
+from static_compiler.ir import LayoutKind, parse_ir
 from static_compiler.pipeline import run_pipeline
 
 THREE = np.array([[1, 2, 1], [3, 1, 2], [3, 1, 3]])
@@ -40,14 +40,15 @@ def test_registry_names_every_pass():
 
 
 @settings(max_examples=60, deadline=None)
-@given(automata(), st.sampled_from(LAYOUT_KINDS), st.booleans())
+@given(automata(), st.sampled_from(list(LayoutKind)), st.booleans())
 def test_estimate_equals_measured_bytes_for_every_layout(ir, kind, packed):
     spec = f"choose-layout{{force={kind}}},pad-branches{{multiple=8}}" + (",pack-dtypes" if packed else "")
     compiled = compile_constraints(ir, ir.vocab_size, pipeline=spec)
     for t, (layer, stats) in enumerate(zip(compiled.ir.layers, compiled.layer_stats())):
         branch = layer.branch()
-        can_serve = {"dense_rows": True, "csr": True, "unary": bool((branch == 1).all()),
-                     "near_unary": bool((branch != 1).any())}[kind]
+        can_serve = {LayoutKind.DENSE_ROWS: True, LayoutKind.CSR: True,
+                     LayoutKind.UNARY: bool((branch == 1).all()),
+                     LayoutKind.NEAR_UNARY: bool((branch != 1).any())}[kind]
         if can_serve:
             assert layer.layout.kind == kind, (t, layer.layout)
         assert stats["estimated_bytes"] == stats["bytes"] == layer.layout.estimated_bytes, (t, stats)
@@ -61,22 +62,22 @@ def test_levels_of_single_children_become_unary_without_row_pointers(ir):
     compiled = compile_constraints(ir, ir.vocab_size)
     for layer, tables in zip(compiled.ir.layers, compiled.tables):
         if (layer.branch() == 1).all():
-            assert layer.layout.kind == "unary" and layer.layout.k == 1
+            assert layer.layout.kind == LayoutKind.UNARY and layer.layout.k == 1
             assert "indptr" not in tables and "ex_bounds" not in tables
             assert set(tables) <= {"tokens", "targets", "accepting"}
         else:
-            assert layer.layout.kind != "unary"
+            assert layer.layout.kind != LayoutKind.UNARY
 
 
 def test_a_chain_is_unary_everywhere():
     compiled = compile_constraints([[5, 0, 7, 7, 2]], 8)
-    assert [l.layout.kind for l in compiled.ir.layers] == ["unary"] * 5
+    assert [l.layout.kind for l in compiled.ir.layers] == [LayoutKind.UNARY] * 5
     assert compiled.nbytes == 5 * 2  # one uint16 token per state
 
 
 def test_near_root_full_fanout_is_dense():
     compiled = compile_constraints([[v, v] for v in range(16)], 16)
-    assert [l.layout.kind for l in compiled.ir.layers] == ["dense_rows", "unary"]
+    assert [l.layout.kind for l in compiled.ir.layers] == [LayoutKind.DENSE_ROWS, LayoutKind.UNARY]
 
 
 def test_smallest_layouts_for_the_example_are_48_bytes():
@@ -86,7 +87,7 @@ def test_smallest_layouts_for_the_example_are_48_bytes():
     with pytest.raises(MemoryBudgetError, match=r"the smallest layouts need 24 bytes"):
         run_pipeline(build_automaton(THREE, 4), "choose-layout{memory-budget=23}")
     ir = run_pipeline(build_automaton(THREE, 4), "choose-layout{memory-budget=24}")
-    assert [l.layout.kind for l in ir.layers] == ["dense_rows", "unary", "csr"]
+    assert [l.layout.kind for l in ir.layers] == [LayoutKind.DENSE_ROWS, LayoutKind.UNARY, LayoutKind.CSR]
     assert sum(l.layout.estimated_bytes for l in ir.layers) == 24
 
 
@@ -127,7 +128,7 @@ def test_pad_branches_rounds_k_up_within_the_vocabulary(ir, multiple):
     padded = PadBranchesPass(multiple=multiple).run(laid)
     for before, after in zip(laid.layers, padded.layers):
         k0, k1 = before.layout.k, after.layout.k
-        if before.layout.kind in ("csr", "near_unary"):
+        if before.layout.kind.sliced:
             assert k0 <= k1 <= max(k0, ir.vocab_size)
             assert k1 % multiple == 0 or k1 == ir.vocab_size or k1 == k0
             assert k1 - k0 < multiple
@@ -227,10 +228,10 @@ def test_dense_rows_only_within_its_byte_overhead_over_csr():
     # Dense: 64 states x 64 x int16 = 8192 bytes; csr: 65 + 103 int16 = 336 bytes (24x).
     sids = [[0, j] for j in range(40)] + [[i, 0] for i in range(1, 64)]
     default = compile_constraints(sids, 64)
-    assert default.ir.layers[1].layout.kind == "near_unary"
+    assert default.ir.layers[1].layout.kind == LayoutKind.NEAR_UNARY
     generous = compile_constraints(
         sids, 64, pipeline="choose-layout{dense-max-overhead=30},pack-dtypes")
-    assert generous.ir.layers[1].layout.kind == "dense_rows"
+    assert generous.ir.layers[1].layout.kind == LayoutKind.DENSE_ROWS
     assert generous.nbytes > default.nbytes
     with pytest.raises(PipelineError, match=r"dense-max-overhead=0.0 must be > 0"):
         compile_constraints(sids, 64, pipeline="choose-layout{dense-max-overhead=0}")
@@ -252,7 +253,7 @@ def test_split_heavy_mixes_a_skewed_layer_and_leaves_a_uniform_one():
     rows, V = _skewed_layer_set()
     skewed = compile_constraints(rows, V, pipeline="choose-layout{force=csr},split-heavy")
     lay = skewed.ir.layers[1].layout
-    assert (lay.kind, lay.k, lay.light_k, lay.wide_slots) == ("csr", 500, 8, 4)
+    assert (lay.kind, lay.k, lay.light_k, lay.wide_slots) == (LayoutKind.CSR, 500, 8, 4)
     uniform = compile_constraints(np.array([(s, t) for s in range(300) for t in range(20)]), 300,
                                   pipeline="choose-layout{force=csr},split-heavy")
     assert not any(layer.layout.mixed for layer in uniform.ir.layers)
@@ -270,14 +271,53 @@ def test_split_heavy_is_in_the_default_pipeline_and_prints_in_the_ir():
     assert compiled.plan.steps[1].light_k == 8 and compiled.plan.steps[1].wide_slots == 4
 
 
+def _read_ratio(lay, beams: int = 70) -> float:
+    """Entries a batch row reads with `lay`'s mix, over the entries it reads unmixed."""
+    return (beams * lay.light_k + lay.wide_slots * (lay.k - lay.light_k)) / (beams * lay.k)
+
+
+@pytest.mark.parametrize("heavy_branch", [500, 1000])
+def test_split_heavy_plans_for_the_multiple_pad_branches_rounds_to(heavy_branch):
+    rows, V = _skewed_layer_set(heavy_branch=heavy_branch)
+    compiled = compile_constraints(rows, V, pipeline="choose-layout{force=csr},split-heavy,"
+                                   "pad-branches{multiple=128}")
+    lay = compiled.ir.layers[1].layout
+    assert lay.mixed and lay.light_k % 128 == 0 and lay.k % 128 == 0
+    assert _read_ratio(lay) <= SplitHeavyPass().max_read_ratio
+    # The spec keeps what was written: the multiple is wired, not spelled out.
+    assert compiled.pipeline == "choose-layout{force=csr},split-heavy,pad-branches{multiple=128}"
+
+
+def test_split_heavy_does_not_mix_when_the_padded_widths_break_the_read_ratio():
+    # k = 200 pads to 256 and light_k to 128: 70 * 128 + 4 * 128 reads > half of 70 * 256.
+    # Planned at multiples of 8 (light_k = 8, k = 200) the mix looked cheap.
+    rows, V = _skewed_layer_set(heavy_branch=200)
+    padded = compile_constraints(rows, V, pipeline="choose-layout{force=csr},split-heavy,"
+                                 "pad-branches{multiple=128}").ir.layers[1].layout
+    assert (padded.k, padded.mixed) == (256, False)
+    planned_at_8 = compile_constraints(rows, V, pipeline="choose-layout{force=csr},"
+                                       "split-heavy{multiple=8},pad-branches{multiple=128}")
+    lay = planned_at_8.ir.layers[1].layout
+    assert (lay.k, lay.light_k) == (256, 128) and _read_ratio(lay) > 0.5
+
+
+def test_split_heavy_takes_the_multiple_of_the_first_later_pad_branches_unless_set():
+    pad8, pad128 = PadBranchesPass(8), PadBranchesPass(128)
+    assert SplitHeavyPass().wired([PackDtypesPass(), pad128, pad8]).multiple == 128
+    assert SplitHeavyPass().wired([PackDtypesPass()]).multiple == 0
+    assert SplitHeavyPass(multiple=16).wired([pad128]).multiple == 16
+    with pytest.raises(ValueError, match="multiple=-1 must be >= 0"):
+        SplitHeavyPass(multiple=-1)
+
+
 def test_mixed_layout_fields_are_validated():
     from static_compiler.errors import IRVerificationError
-    from static_compiler.ir import Layout
+    from static_compiler.ir import Layout, LayoutKind
     with pytest.raises(IRVerificationError, match=r"light_k=4, wide_slots=0: expected both 0"):
-        Layout("csr", 8, light_k=4)
+        Layout(LayoutKind.CSR, 8, light_k=4)
     with pytest.raises(IRVerificationError, match=r"needs kind csr or near_unary and 1 <= light_k < k"):
-        Layout("csr", 8, light_k=8, wide_slots=2)
+        Layout(LayoutKind.CSR, 8, light_k=8, wide_slots=2)
     with pytest.raises(IRVerificationError, match=r"dense_rows\(k=8\) with light_k=2"):
-        Layout("dense_rows", 8, light_k=2, wide_slots=2)
-    assert Layout.from_text("csr(k=8,light=2,wide=3,est=0B)") == Layout("csr", 8, light_k=2,
+        Layout(LayoutKind.DENSE_ROWS, 8, light_k=2, wide_slots=2)
+    assert Layout.from_text("csr(k=8,light=2,wide=3,est=0B)") == Layout(LayoutKind.CSR, 8, light_k=2,
                                                                          wide_slots=3)

@@ -17,7 +17,7 @@ from static_compiler.passes import REGISTRY, ByteSize, Pass
 from static_compiler import DEFAULT_PIPELINE, compile_constraints, format_pipeline, parse_pipeline
 from static_compiler.errors import IRVerificationError, MemoryBudgetError, PipelineError
 from static_compiler.frontend import build_automaton
-from static_compiler.ir import parse_ir
+from static_compiler.ir import LayoutKind, parse_ir
 from static_compiler.pipeline import run_pipeline
 
 THREE = np.array([[1, 2, 1], [3, 1, 2], [3, 1, 3]])
@@ -93,6 +93,9 @@ _OPTION_TEXT = {
                       "dense-threshold": st.floats(1e-3, 4.0, allow_nan=False).map(repr),
                       "force": st.sampled_from(["", "dense_rows", "csr", "unary", "near_unary"])},
     "pad-branches": {"multiple": st.integers(1, 512).map(str)},
+    "split-heavy": {"wide-slots": st.integers(1, 64).map(str), "beams": st.integers(1, 512).map(str),
+                    "max-read-ratio": st.floats(1e-3, 1.0, allow_nan=False).map(repr),
+                    "light-k": st.integers(0, 512).map(str), "multiple": st.integers(0, 512).map(str)},
     "pack-dtypes": {}, "verify": {},
     "options-probe": {"flag": st.sampled_from(["true", "false", "True", "1", "0", "yes", "no"]),
                       "ratio": st.floats(-1e6, 1e6, allow_nan=False).map(repr),
@@ -160,6 +163,21 @@ def test_defaults_are_left_out_and_units_kept():
     assert format_pipeline(passes) == "verify,choose-layout{memory-budget=64MiB},pad-branches,pack-dtypes"
     assert format_pipeline(parse_pipeline(DEFAULT_PIPELINE)) == \
         "verify,choose-layout,split-heavy,pad-branches,pack-dtypes"
+
+
+def test_default_pipeline_is_the_passes_at_their_defaults():
+    passes = parse_pipeline(DEFAULT_PIPELINE)
+    assert passes == tuple(type(p)() for p in passes)
+    assert DEFAULT_PIPELINE == ("verify,choose-layout{memory-budget=2GiB},split-heavy{wide-slots=4},"
+                                "pad-branches{multiple=8},pack-dtypes")
+
+
+def test_spell_out_writes_options_at_their_default():
+    (p,) = parse_pipeline("pad-branches")
+    assert p.spec() == "pad-branches"
+    assert p.spec(spell_out=("multiple",)) == "pad-branches{multiple=8}"
+    with pytest.raises(ValueError, match="no option"):
+        p.spec(spell_out=("multiples",))
 
 
 BAD_SPECS = [
@@ -252,7 +270,7 @@ def test_print_after_all_writes_each_pass_in_order():
     assert [s for s, _ in timings] == specs and all(sec >= 0 for _, sec in timings)
 
 
-def test_compile_constraints_issue_example(capsys):
+def test_compile_constraints_with_a_spec_prints_each_ir_and_records_the_canonical_spec(capsys):
     spec = "verify,choose-layout{memory-budget=64MiB},pad-branches{multiple=8},pack-dtypes"
     compiled = compile_constraints(THREE, vocab_size=4, pipeline=spec, print_ir_after_all=True)
     err = capsys.readouterr().err
@@ -261,7 +279,8 @@ def test_compile_constraints_issue_example(capsys):
     assert compiled.pipeline == "verify,choose-layout{memory-budget=64MiB},pad-branches,pack-dtypes"
     assert parse_ir(str(compiled.ir)) == compiled.ir
     assert compiled.nbytes == sum(s["bytes"] for s in compiled.layer_stats())
-    assert [s["layout"] for s in compiled.layer_stats()] == ["dense_rows", "unary", "dense_rows"]
+    assert [s["layout"] for s in compiled.layer_stats()] == [
+        LayoutKind.DENSE_ROWS, LayoutKind.UNARY, LayoutKind.DENSE_ROWS]
 
 
 @settings(max_examples=40, deadline=None)

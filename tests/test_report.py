@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from ir_strategies import fixed_length_sets, random_dags, ragged_sets
 from static_compiler import compile_constraints, report
+from static_compiler.ir import LayoutKind
 from static_compiler.frontend import build_automaton
 from static_compiler.errors import ReportInputError
 
@@ -92,7 +93,7 @@ def test_rows_and_summary_agree_with_the_compiled_tables(compiled):
     tot = report.summary(compiled)
     assert tot["bytes"] == tot["estimated_bytes"] == compiled.nbytes
     assert tot["bytes_per_sequence"] == compiled.nbytes / ir.num_sequences
-    d = next((t for t, l in enumerate(ir.layers) if l.layout.kind != "dense_rows"), ir.depth)
+    d = next((t for t, l in enumerate(ir.layers) if l.layout.kind != LayoutKind.DENSE_ROWS), ir.depth)
     assert tot["dense_layers"] == d
     assert tot["paper_bound_bytes"] == report.paper_memory_bound(ir.vocab_size, ir.depth,
                                                                  ir.num_sequences, d)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import re
-from typing import Callable, ClassVar, get_type_hints
+from typing import Callable, ClassVar, Collection, Sequence, get_type_hints
 
 from static_compiler.errors import PipelineError
 from static_compiler.ir import Automaton, Layer, Layout
@@ -79,6 +79,13 @@ class Pass(abc.ABC):
     def run(self, ir: Automaton) -> Automaton:
         """Returns the transformed IR; never changes `ir` (it is immutable)."""
 
+    def wired(self, later: Sequence["Pass"]) -> "Pass":
+        """This pass as it runs in a pipeline where `later` run after it. A
+        pass may leave an option to the pipeline and take it from a later
+        pass here (split-heavy plans for the multiple of the pad-branches
+        after it); the spec text stays the one written. Default: unchanged."""
+        return self
+
     def map_layouts(self, ir: Automaton, new_layout: Callable[[int, Layer, Layout], Layout]
                     ) -> Automaton:
         """`ir` with each layer t's layout replaced by new_layout(t, layer, layout),
@@ -92,7 +99,7 @@ class Pass(abc.ABC):
         return ir.with_layers(layers)
 
     @classmethod
-    def option_types(cls) -> dict:
+    def option_types(cls) -> dict[str, type]:
         hints = get_type_hints(cls)
         return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
@@ -122,12 +129,18 @@ class Pass(abc.ABC):
         except (TypeError, ValueError) as e:
             raise PipelineError(f"pass {cls.name!r}: {e}") from None
 
-    def spec(self) -> str:
-        """The pass as pipeline spec text; options that differ from their default."""
+    def spec(self, spell_out: Collection[str] = ()) -> str:
+        """The pass as pipeline spec text: options that differ from their
+        default, and the options named in `spell_out` (Python names) even at
+        their default."""
+        unknown = set(spell_out) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"pass {self.name!r} has no option {sorted(unknown)}")
         parts = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.default is not dataclasses.MISSING and value == f.default:
+            if f.name not in spell_out and f.default is not dataclasses.MISSING \
+                    and value == f.default:
                 continue
             parts.append(f"{f.name.replace('_', '-')}={_format_value(value)}")
         return self.name + ("{" + ",".join(parts) + "}" if parts else "")

@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 
 from static_compiler.passes.base import ByteSize, Pass
-from static_compiler.passes.cost_model import DEFAULT_DENSE_MAX_OVERHEAD, applicable_layouts, candidate_layouts
+from static_compiler.cost_model import (DEFAULT_DENSE_MAX_OVERHEAD, DEFAULT_DENSE_THRESHOLD,
+                                       applicable_layouts, candidate_layouts)
 from static_compiler.errors import MemoryBudgetError
-from static_compiler.ir import LAYOUT_KINDS, Automaton
+from static_compiler.ir import LAYOUT_KINDS, Automaton, Layer, Layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +36,7 @@ class ChooseLayoutPass(Pass):
 
     name = "choose-layout"
     memory_budget: ByteSize = ByteSize(2 << 30)
-    dense_threshold: float = 0.5
+    dense_threshold: float = DEFAULT_DENSE_THRESHOLD
     dense_max_overhead: float = DEFAULT_DENSE_MAX_OVERHEAD
     force: str = ""
 
@@ -49,7 +50,7 @@ class ChooseLayoutPass(Pass):
         if self.force and self.force not in LAYOUT_KINDS:
             raise ValueError(f"force={self.force!r} is not a layout kind {LAYOUT_KINDS}")
 
-    def _options(self, layer, vocab_size: int, num_next_states: int) -> list:
+    def _options(self, layer: Layer, vocab_size: int, num_next_states: int) -> list[Layout]:
         if self.force:
             forced = applicable_layouts(layer, vocab_size, num_next_states).get(self.force)
             if forced is not None:

@@ -9,17 +9,24 @@ beam, exactly, when a row has more heavy beams than slots). The tables do
 not change, only the reads: the choice is the cost model's
 (`cost_model.mixed_light_k`), or forced with `light-k`.
 
-Run it after choose-layout and before pad-branches, which rounds light_k up
-too (and drops the mix when the rounded light_k reaches k).
+Run it after choose-layout and before pad-branches, which rounds k and
+light_k up to its `multiple` (and drops the mix when the rounded light_k
+reaches k). The cost model plans for those rounded widths: split-heavy picks
+light_k among multiples of its own `multiple` option, which it takes from
+the first pad-branches after it in the pipeline unless set (see
+`SplitHeavyPass.wired`), so the read ratio it checks is the one the backend
+gets.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence
 
-from static_compiler.passes.base import Pass
-from static_compiler.passes.cost_model import mixed_light_k
+from static_compiler.cost_model import DEFAULT_PAD_MULTIPLE, mixed_light_k
 from static_compiler.ir import Automaton
+from static_compiler.passes.base import Pass
+from static_compiler.passes.pad_branches import PadBranchesPass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +38,10 @@ class SplitHeavyPass(Pass):
         fraction of the entries it reads unmixed.
       light_k: force this light_k on every sliced layer whose k exceeds it
         (0: the cost model chooses); for tests and experiments.
+      multiple: the multiple pad-branches will round k and light_k to; the
+        cost model picks light_k among its multiples and plans for the
+        padded k. 0: the `multiple` of the first pad-branches after this
+        pass in the pipeline, or pad-branches' default when none follows.
     """
 
     name = "split-heavy"
@@ -38,6 +49,7 @@ class SplitHeavyPass(Pass):
     beams: int = 70
     max_read_ratio: float = 0.5
     light_k: int = 0
+    multiple: int = 0
 
     def __post_init__(self):
         for option in ("wide_slots", "beams"):
@@ -47,13 +59,24 @@ class SplitHeavyPass(Pass):
             raise ValueError(f"max-read-ratio={self.max_read_ratio} must be in (0, 1]")
         if self.light_k < 0:
             raise ValueError(f"light-k={self.light_k} must be >= 0 (0: chosen by the cost model)")
+        if self.multiple < 0:
+            raise ValueError(f"multiple={self.multiple} must be >= 0 (0: pad-branches' multiple)")
+
+    def wired(self, later: Sequence[Pass]) -> "SplitHeavyPass":
+        """With `multiple` unset, takes it from the first pad-branches in `later`."""
+        pad = next((p for p in later if isinstance(p, PadBranchesPass)), None)
+        if self.multiple or pad is None:
+            return self
+        return dataclasses.replace(self, multiple=pad.multiple)
 
     def run(self, ir: Automaton) -> Automaton:
+        multiple = self.multiple or DEFAULT_PAD_MULTIPLE
+
         def split(t, layer, lay):
-            if lay.kind not in ("csr", "near_unary"):
+            if not lay.kind.sliced:
                 return lay
-            light = self.light_k or mixed_light_k(layer, lay.k, self.beams,
-                                                  self.wide_slots, self.max_read_ratio)
+            light = self.light_k or mixed_light_k(layer, lay.k, ir.vocab_size, self.beams,
+                                                  self.wide_slots, self.max_read_ratio, multiple)
             mixed = 0 < light < lay.k
             return dataclasses.replace(lay, light_k=light if mixed else 0,
                                        wide_slots=self.wide_slots if mixed else 0)

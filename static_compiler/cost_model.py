@@ -1,5 +1,7 @@
 """The layout cost model: bytes of the tables a layout needs and candidates
-read per beam, shared by choose-layout, pad-branches and pack-dtypes.
+read per beam, shared by the passes (choose-layout, split-heavy,
+pad-branches, pack-dtypes) and by state merging (`merge_states`, which the
+graph frontend also runs), so it sits just above the IR, below both.
 
 The byte formulas mirror exactly what `static_compiler.backend.lower` builds
 (a test checks estimate == measured for every layout):
@@ -24,7 +26,8 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.ir import Layer, Layout
+from static_compiler.dtypes import state_dtype_for, token_dtype_for
+from static_compiler.ir import Automaton, Layer, Layout, LayoutKind
 
 
 def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
@@ -34,42 +37,58 @@ def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
     sb = np.dtype(layout.state_dtype).itemsize
     explicit = 0 if layer.implicit_targets else 1
     accepting = 0 if layer.accepting is None else S
-    if layout.kind == "dense_rows":
+    if layout.kind == LayoutKind.DENSE_ROWS:
         return accepting + S * vocab_size * sb
-    if layout.kind == "csr":
+    if layout.kind == LayoutKind.CSR:
         return accepting + (S + 1) * sb + E * tb + explicit * E * sb
-    if layout.kind == "unary":
+    if layout.kind == LayoutKind.UNARY:
         return accepting + S * tb + explicit * S * sb
-    if layout.kind == "near_unary":
+    if layout.kind == LayoutKind.NEAR_UNARY:
         return accepting + E * tb + 3 * layout.exceptions * sb + explicit * E * sb
     raise ValueError(f"unknown layout kind {layout.kind!r}")
 
 
-def mixed_light_k(layer: Layer, k: int, beams: int, wide_slots: int, max_read_ratio: float,
-                  multiple: int = 8) -> int:
+DEFAULT_PAD_MULTIPLE = 8
+"""pad-branches' default multiple (8 sublanes); split-heavy plans for it when
+no pad-branches follows it."""
+
+
+def padded_width(k: int, multiple: int, vocab_size: int) -> int:
+    """What pad-branches makes of a slice width k: rounded up to a multiple
+    of `multiple`, but never past the vocabulary size (beyond which a slice
+    reads more than a dense row) and never below k."""
+    return max(k, min(-(-k // multiple) * multiple, vocab_size))
+
+
+def mixed_light_k(layer: Layer, k: int, vocab_size: int, beams: int, wide_slots: int,
+                  max_read_ratio: float, multiple: int = DEFAULT_PAD_MULTIPLE) -> int:
     """The mixed layout's light_k for a sliced layer, or 0 when mixing does
     not pay.
 
-    k: the layer's full slice width (its branch counts are only read when
-    k > multiple).
+    k: the layer's slice width before padding (its branch counts are only
+    read when k > multiple). pad-branches will round k up to
+    `padded_width(k, multiple, vocab_size)` = K and leave a light_k that is
+    already a multiple of `multiple` as it is, so the reads are planned for
+    the widths the backend will use.
     With light_k = l, a batch row of `beams` beams reads beams * l entries
-    plus (k - l) for each of up to `wide_slots` heavy beams, against beams *
-    k unmixed. Beams are assumed to sit on states uniformly at random, so a
+    plus (K - l) for each of up to `wide_slots` heavy beams, against beams *
+    K unmixed. Beams are assumed to sit on states uniformly at random, so a
     row expects beams * P(branch > l) heavy beams; l is the smallest multiple
-    of `multiple` for which that is at most wide_slots / 2 (the exact
-    fallback, k reads for every beam, then runs rarely), and it is used when
-    the row reads at most `max_read_ratio` of the unmixed reads."""
+    of `multiple` below k for which that is at most wide_slots / 2 (the
+    exact fallback, K reads for every beam, then runs rarely), and it is used
+    when the row reads at most `max_read_ratio` of the unmixed reads."""
     if k <= multiple:
         return 0
     branch = layer.branch()
     if branch.size == 0:
         return 0
+    padded_k = padded_width(k, multiple, vocab_size)
     # heavier[l] = states with more than l children, for l in [0, k]: O(S), no sort.
     heavier = branch.size - np.cumsum(np.bincount(np.minimum(branch, k), minlength=k + 1))
     for light in range(multiple, k, multiple):
         if beams * heavier[light] / branch.size <= wide_slots / 2:
-            reads = beams * light + wide_slots * (k - light)
-            return light if reads <= max_read_ratio * beams * k else 0
+            reads = beams * light + wide_slots * (padded_k - light)
+            return light if reads <= max_read_ratio * beams * padded_k else 0
     return 0
 
 
@@ -79,35 +98,41 @@ def with_estimate(layer: Layer, layout: Layout, vocab_size: int) -> Layout:
 
 def packed(layer: Layer, layout: Layout, vocab_size: int, num_next_states: int) -> Layout:
     """`layout` with the narrowest dtypes for `layer` and its byte estimate:
-    uint16 tokens when V <= 65536 (else int32); state ids / row pointers in
-    the narrowest signed type holding -1..max(edges, states, next states)."""
-    token_dtype = "uint16" if vocab_size <= 1 << 16 else "int32"
+    tokens in `dtypes.token_dtype_for(V)`; state ids / row pointers in
+    `dtypes.state_dtype_for` of the largest of edges, states and next states."""
     largest = max(layer.num_edges, layer.num_states, num_next_states)
-    lay = dataclasses.replace(layout, token_dtype=token_dtype, state_dtype=narrowest_signed(largest))
+    lay = dataclasses.replace(layout, token_dtype=token_dtype_for(vocab_size).name,
+                              state_dtype=state_dtype_for(largest).name)
     return with_estimate(layer, lay, vocab_size)
 
 
-def applicable_layouts(layer: Layer, vocab_size: int, num_next_states: int) -> dict:
+def applicable_layouts(layer: Layer, vocab_size: int, num_next_states: int
+                       ) -> dict[LayoutKind, Layout]:
     """Every layout kind that can serve `layer` exactly, by kind, at packed dtypes."""
     branch = layer.branch()
     max_branch = max(1, int(branch.max(initial=0)))
     exceptions = int((branch != 1).sum())
-    options = {"dense_rows": Layout("dense_rows", vocab_size),
-               "csr": Layout("csr", max_branch)}
+    options = {LayoutKind.DENSE_ROWS: Layout(LayoutKind.DENSE_ROWS, vocab_size),
+               LayoutKind.CSR: Layout(LayoutKind.CSR, max_branch)}
     if exceptions == 0:
-        options["unary"] = Layout("unary", 1)
+        options[LayoutKind.UNARY] = Layout(LayoutKind.UNARY, 1)
     else:
-        options["near_unary"] = Layout("near_unary", max_branch, exceptions=exceptions)
+        options[LayoutKind.NEAR_UNARY] = Layout(LayoutKind.NEAR_UNARY, max_branch,
+                                                exceptions=exceptions)
     return {kind: packed(layer, lay, vocab_size, num_next_states) for kind, lay in options.items()}
 
+
+DEFAULT_DENSE_THRESHOLD = 0.5
+"""choose-layout's default fraction of V at which a layer's max branch makes
+dense_rows worth considering."""
 
 DEFAULT_DENSE_MAX_OVERHEAD = 8.0
 """choose-layout's default cap on dense_rows bytes relative to csr's."""
 
 
 def candidate_layouts(layer: Layer, vocab_size: int, num_next_states: int,
-                      dense_threshold: float,
-                      dense_max_overhead: float = DEFAULT_DENSE_MAX_OVERHEAD) -> list:
+                      dense_threshold: float = DEFAULT_DENSE_THRESHOLD,
+                      dense_max_overhead: float = DEFAULT_DENSE_MAX_OVERHEAD) -> list[Layout]:
     """Layouts worth considering for `layer`, fastest first, each with its
     dtypes packed and its exact byte estimate.
 
@@ -117,9 +142,10 @@ def candidate_layouts(layer: Layer, vocab_size: int, num_next_states: int,
     it costs at most `dense_max_overhead` times csr's bytes: a 1 MB set
     whose one wide state has k close to V never becomes a 700 MB table."""
     options = applicable_layouts(layer, vocab_size, num_next_states)
-    if "unary" in options:
-        return [options["unary"]]
-    csr, near, dense = options["csr"], options["near_unary"], options["dense_rows"]
+    if LayoutKind.UNARY in options:
+        return [options[LayoutKind.UNARY]]
+    csr, near, dense = (options[LayoutKind.CSR], options[LayoutKind.NEAR_UNARY],
+                        options[LayoutKind.DENSE_ROWS])
     ordered = []
     if csr.k >= dense_threshold * vocab_size \
             and dense.estimated_bytes <= dense_max_overhead * csr.estimated_bytes:
@@ -128,9 +154,12 @@ def candidate_layouts(layer: Layer, vocab_size: int, num_next_states: int,
     return ordered
 
 
-def narrowest_signed(max_value: int) -> str:
-    """Name of the narrowest signed int dtype holding -1..max_value."""
-    for name in ("int16", "int32", "int64"):
-        if max_value <= np.iinfo(name).max:
-            return name
-    raise ValueError(f"{max_value} does not fit in int64")
+
+def estimated_bytes(ir: Automaton, dense_threshold: float = DEFAULT_DENSE_THRESHOLD) -> int:
+    """Cost-model bytes of `ir`: every layer at its smallest candidate layout
+    (packed dtypes). Merging states shrinks every layout's state tables, so
+    minimizing pays when even the most compact layouts get smaller."""
+    return sum(min(lay.estimated_bytes
+                   for lay in candidate_layouts(layer, ir.vocab_size, ir.num_states_at(t + 1),
+                                                dense_threshold))
+               for t, layer in enumerate(ir.layers))
