@@ -326,14 +326,3 @@ def automaton_from_metadata(metadata: dict, tables, where: str = "tables") -> Au
     return automaton_from_tables(plan, layouts, tables, where=where,
                                  num_final_states=metadata["num_final_states"],
                                  num_sequences=metadata["num_sequences"])
-
-
-def row_keys(tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """One hashable-by-value key per sequence (a void view of the row with
-    -1 past its length), for set comparisons with np.isin / np.unique.
-
-    tokens: int (N, W); lengths: int (N,). Returns a (N,) void array."""
-    tokens = np.asarray(tokens, dtype=np.int64)
-    past = np.arange(tokens.shape[1])[None, :] >= np.asarray(lengths)[:, None]
-    rows = np.ascontiguousarray(np.where(past, -1, tokens))
-    return rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()

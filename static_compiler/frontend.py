@@ -256,3 +256,14 @@ def automaton_from_sorted_codes(codes: np.ndarray, lengths: np.ndarray, vocab_si
     num_final = int(starts_prev.sum())
     return Automaton(vocab_size=vocab_size, layers=tuple(layers), num_final_states=num_final,
                      num_sequences=n, end_token=end_token)
+
+
+def row_keys(tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """One hashable-by-value key per sequence (a void view of the row with
+    -1 past its length), for set comparisons with np.isin / np.unique.
+
+    tokens: int (N, W); lengths: int (N,). Returns a (N,) void array."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    past = np.arange(tokens.shape[1])[None, :] >= np.asarray(lengths)[:, None]
+    rows = np.ascontiguousarray(np.where(past, -1, tokens))
+    return rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()

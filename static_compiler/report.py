@@ -18,12 +18,15 @@ of leading `dense_rows` layers, L the depth and |C| the number of sequences.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import numpy as np
 
 from static_compiler.errors import ReportInputError
 from static_compiler.ir import Automaton, LayoutKind, layer_stats
+
+if TYPE_CHECKING:  # the report layer sits beside the compiler; imported lazily at run time
+    from static_compiler.compiler import CompiledConstraints
 
 PAPER_K1 = 12
 """Bytes per CSR node in the paper's bound."""

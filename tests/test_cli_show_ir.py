@@ -1,4 +1,4 @@
-"""`static-compiler show-ir` and tools/show_ir.py: output equals the library's
+"""`static-compiler show-ir` and `python -m tools.show_ir`: output equals the library's
 own printers; bad input exits 2 with one line on stderr and no traceback."""
 
 import importlib
@@ -173,17 +173,20 @@ def test_the_ir_printing_flag_has_one_spelling(capsys, command):
     assert "unrecognized arguments: --print-after-all" in capsys.readouterr().err
 
 
-def _script(*args, cwd):
-    return subprocess.run([sys.executable, os.path.join(REPO, "tools", "show_ir.py"), *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=120)
+def _script(*args, cwd=REPO):
+    """`python -m tools.show_ir ARGS` from the repository root, the package
+    found through the checkout (isolated from site-packages' copy)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-m", "tools.show_ir", *map(str, args)], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_tools_show_ir_runs_from_a_checkout(sids, tmp_path):
     np.save(tmp_path / "sids.npy", THREE)
-    done = _script("sids.npy", "--vocab-size", "4", "--stats", cwd=tmp_path)
+    done = _script(tmp_path / "sids.npy", "--vocab-size", "4", "--stats")
     assert done.returncode == 0, done.stderr
     assert done.stdout == report.stats_table(compile_constraints(THREE, 4))
-    bad = _script(sids, "--vocab-size", "2", cwd=REPO)
+    bad = _script(sids, "--vocab-size", "2")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.splitlines() == [
         "static-compiler show-ir: error: sequence 0, position 1: token 2 is outside the "

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from static_compiler.backend.lowering import StepPlan
+from static_compiler.ir import LayoutKind
 
 
 class Candidates(NamedTuple):
@@ -71,7 +72,7 @@ def _near_unary_bounds(tables: dict, node):
     return start, end
 
 
-_ROW_BOUNDS = {"csr": _csr_bounds, "near_unary": _near_unary_bounds}
+_ROW_BOUNDS = {LayoutKind.CSR: _csr_bounds, LayoutKind.NEAR_UNARY: _near_unary_bounds}
 
 
 def row_bounds(step: StepPlan, tables: dict, node):
@@ -97,12 +98,12 @@ def _unary(step: StepPlan, tables: dict, node) -> Candidates:
     return Candidates(tokens, nxt[..., None], jnp.ones(tokens.shape, dtype=bool))
 
 
-_KERNELS = {"dense_rows": _dense_rows, "csr": _sliced, "unary": _unary, "near_unary": _sliced}
+_KERNELS = {LayoutKind.DENSE_ROWS: _dense_rows, LayoutKind.CSR: _sliced, LayoutKind.UNARY: _unary, LayoutKind.NEAR_UNARY: _sliced}
 
 
 def num_candidates(step: StepPlan, vocab_size: int) -> int:
     """K, the static candidate count of `step`."""
-    return {"dense_rows": vocab_size, "unary": 1}.get(step.kind, step.k)
+    return {LayoutKind.DENSE_ROWS: vocab_size, LayoutKind.UNARY: 1}.get(step.kind, step.k)
 
 
 def expand(step: StepPlan, tables: dict, node) -> Candidates:

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from static_compiler.errors import IRVerificationError, PipelineError
-from static_compiler.ir import Automaton, Layer, Layout, verify
+from static_compiler.ir import Automaton, Layer, Layout, LayoutKind, verify
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,17 +76,17 @@ def _layer_tables(layer: Layer, vocab_size: int) -> dict:
     tok_dt, st_dt = np.dtype(lay.token_dtype), np.dtype(lay.state_dtype)
     targets = layer.target_array()
     tables = {}
-    if lay.kind == "dense_rows":
+    if lay.kind == LayoutKind.DENSE_ROWS:
         nxt = np.full((layer.num_states, vocab_size), -1, dtype=st_dt)
         rows = np.repeat(np.arange(layer.num_states), layer.branch())
         nxt[rows, layer.tokens.astype(np.int64)] = targets
         tables["next"] = nxt
-    elif lay.kind == "csr":
+    elif lay.kind == LayoutKind.CSR:
         tables["indptr"] = layer.indptr.astype(st_dt, copy=False)
         tables["tokens"] = layer.tokens.astype(tok_dt, copy=False)
-    elif lay.kind == "unary":
+    elif lay.kind == LayoutKind.UNARY:
         tables["tokens"] = layer.tokens.astype(tok_dt, copy=False)
-    elif lay.kind == "near_unary":
+    elif lay.kind == LayoutKind.NEAR_UNARY:
         branch = layer.branch()
         ex = np.flatnonzero(branch != 1)
         tables["tokens"] = layer.tokens.astype(tok_dt, copy=False)
@@ -94,7 +94,7 @@ def _layer_tables(layer: Layer, vocab_size: int) -> dict:
         tables["ex_bounds"] = np.stack([layer.indptr[ex], layer.indptr[ex + 1]], axis=1).astype(st_dt)
     else:
         raise PipelineError(f"cannot lower layout kind {lay.kind!r}")
-    if lay.kind != "dense_rows" and not layer.implicit_targets:
+    if lay.kind != LayoutKind.DENSE_ROWS and not layer.implicit_targets:
         tables["targets"] = targets.astype(st_dt, copy=False)
     if layer.accepting is not None:
         tables["accepting"] = np.asarray(layer.accepting, dtype=bool)
@@ -137,21 +137,21 @@ def tables_nbytes(tables) -> int:
 
 def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where: str) -> Layer:
     kind = step.kind
-    if kind == "dense_rows":
+    if kind == LayoutKind.DENSE_ROWS:
         nxt = np.asarray(tabs["next"])
         present = nxt >= 0
         rows, tokens = np.nonzero(present)
         indptr = np.concatenate([[0], np.cumsum(present.sum(axis=1))])
         targets = nxt[rows, tokens].astype(np.int64)
-    elif kind == "csr":
+    elif kind == LayoutKind.CSR:
         indptr = np.asarray(tabs["indptr"]).astype(np.int64)
         tokens = np.asarray(tabs["tokens"])
         targets = None
-    elif kind == "unary":
+    elif kind == LayoutKind.UNARY:
         tokens = np.asarray(tabs["tokens"])
         indptr = np.arange(tokens.shape[0] + 1, dtype=np.int64)
         targets = None
-    elif kind == "near_unary":
+    elif kind == LayoutKind.NEAR_UNARY:
         tokens = np.asarray(tabs["tokens"])
         branch = np.ones(step.num_states, dtype=np.int64)
         ex = np.asarray(tabs["ex_states"]).astype(np.int64)
@@ -169,8 +169,8 @@ def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where
         targets = None
     else:
         raise IRVerificationError(f"{where}: layer {t} has layout kind {kind!r}, expected one of "
-                                  "dense_rows, csr, unary, near_unary")
-    if kind != "dense_rows" and step.explicit_targets:
+                                  f"{', '.join(LayoutKind)}")
+    if kind != LayoutKind.DENSE_ROWS and step.explicit_targets:
         targets = np.asarray(tabs["targets"]).astype(np.int64)
     if targets is not None and not step.explicit_targets:
         if not np.array_equal(targets, np.arange(targets.shape[0])):

@@ -24,7 +24,7 @@ from static_compiler import artifact, datasets, report, serving
 from static_compiler.cli import demo_model
 from static_compiler.compiler import compile_constraints
 from static_compiler.errors import MainJobError
-from static_compiler.frontend import as_token_matrix
+from static_compiler.frontend import as_token_matrix, row_keys
 
 
 DEMO_SERVER = demo_model.__name__
@@ -94,8 +94,8 @@ def membership(set_sequences, tokens: np.ndarray, lengths: np.ndarray) -> np.nda
     sequences)."""
     mat, set_lengths, _ = as_token_matrix(set_sequences)
     width = max(mat.shape[1], tokens.shape[1])
-    keys = artifact.row_keys(_widen(mat, width), set_lengths)
-    return np.isin(artifact.row_keys(_widen(tokens, width), lengths), keys)
+    keys = row_keys(_widen(mat, width), set_lengths)
+    return np.isin(row_keys(_widen(tokens, width), lengths), keys)
 
 
 def _widen(tokens: np.ndarray, width: int) -> np.ndarray:

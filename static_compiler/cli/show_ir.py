@@ -1,5 +1,5 @@
 """`static-compiler show-ir`: print a constraint set's, an IR dump's or an
-artifact's IR, per-layer statistics, or one layer (also `tools/show_ir.py`)."""
+artifact's IR, per-layer statistics, or one layer (also `python -m tools.show_ir`)."""
 
 from __future__ import annotations
 

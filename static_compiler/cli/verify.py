@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from static_compiler import artifact, readers
-    from static_compiler.frontend import as_token_matrix
+    from static_compiler.frontend import as_token_matrix, row_keys
     from static_compiler.ir import Automaton, enumerate_sequences
 
     ir = artifact.read_automaton(args.artifact)
@@ -40,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
         width = max(tokens.shape[1], want_tokens.shape[1])
         pad = lambda a: np.pad(np.asarray(a, np.int64), ((0, 0), (0, width - a.shape[1])),
                                constant_values=-1)
-        have = np.unique(artifact.row_keys(pad(tokens), lengths))
-        want = np.unique(artifact.row_keys(pad(want_tokens), want_lengths))
+        have = np.unique(row_keys(pad(tokens), lengths))
+        want = np.unique(row_keys(pad(want_tokens), want_lengths))
         missing = want[~np.isin(want, have)]
         extra = have[~np.isin(have, want)]
         for label, keys in (("in the input but not in the artifact", missing),

@@ -17,6 +17,7 @@ import static_compiler as sc
 from static_compiler import report
 from static_compiler.backend import decode
 from static_compiler.backend.kernels import expand
+from static_compiler.ir import LayoutKind
 from tools.bench import baselines as bl
 from tools.bench.config import CellSpec
 
@@ -37,7 +38,7 @@ class Runner:
 def _layout_label(step) -> str:
     """Short layout of a plan step: "unary", "csr(504)", "near_unary(1696/16x4)"
     (mixed: k / light_k x wide_slots)."""
-    if step.kind in ("dense_rows", "unary"):
+    if step.kind in (LayoutKind.DENSE_ROWS, LayoutKind.UNARY):
         return step.kind
     return f"{step.kind}({step.k}/{step.light_k}x{step.wide_slots})" if step.light_k \
         else f"{step.kind}({step.k})"
@@ -57,7 +58,7 @@ def _static_runner(compiled, model, cfg) -> Runner:
         for t, node in enumerate(nodes):
             cand = expand(plan.steps[t], tables[t], node)
             # dense_rows tokens are an iota (nothing read): not returned, not timed
-            out.append(cand[1:] if plan.steps[t].kind == "dense_rows" else cand)
+            out.append(cand[1:] if plan.steps[t].kind == LayoutKind.DENSE_ROWS else cand)
         return out
 
     steps, nodes = [], []

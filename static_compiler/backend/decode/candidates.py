@@ -16,6 +16,7 @@ from static_compiler.backend.kernels import (Candidates, accepts, entries, expan
                                              row_bounds, slice_rows)
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE
+from static_compiler.ir import LayoutKind
 
 
 class StepCandidates(NamedTuple):
@@ -63,7 +64,7 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
             c, lp = mixed_children(sp, tables[step], node, live & ~finished, logprobs, scores, keep)
         else:
             c = expand(sp, tables[step], node)
-            lp = logprob_of(c.tokens, dense=sp.kind == "dense_rows")
+            lp = logprob_of(c.tokens, dense=sp.kind == LayoutKind.DENSE_ROWS)
         false = jnp.zeros(c.tokens.shape, bool)
         cols.append((c.tokens, c.next, c.valid, lp, false, false))
         if end is not None and sp.has_accepting:
