@@ -59,7 +59,7 @@ class CompiledConstraints:
         """Bytes of all tables the decoder reads."""
         return tables_nbytes(self.tables)
 
-    def layer_stats(self) -> list:
+    def layer_stats(self) -> list[dict]:
         """One dict per layer: states, edges, max_branch, mean_branch,
         accepting, targets, layout, k, mixed ("light=l,wide=H" for a mixed
         layout, else None), token/state dtypes, estimated_bytes (cost model)

@@ -73,7 +73,7 @@ UNICODE_END_TOKEN = 0
 
 
 @functools.lru_cache(maxsize=1)
-def unicode_names() -> tuple:
+def unicode_names() -> tuple[tuple[tuple[int, ...], ...], int, int, tuple[str, ...]]:
     """Every Unicode character name in Python's `unicodedata`, word-tokenized.
 
     Names (``unicodedata.name(chr(cp))`` for cp in 0..0x10FFFF, characters

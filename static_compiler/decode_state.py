@@ -170,7 +170,7 @@ def check_start_tokens(start_token, batch_size: int, where: str) -> np.ndarray:
     return np.broadcast_to(start, (batch_size,)).astype(np.int32)
 
 
-def check_fields(state, state_type: type, where: str) -> tuple:
+def check_fields(state, state_type: type, where: str) -> tuple[Any, ...]:
     """`state` as a plain tuple; it must be a tuple with the fields of the
     NamedTuple `state_type` (a BeamState or ProcessorState, or any tuple of
     as many arrays)."""

@@ -508,7 +508,7 @@ def _row_of(indptr: np.ndarray, edge: int) -> int:
 # Printer and parser
 
 
-def layer_stats(layer: Layer) -> dict:
+def layer_stats(layer: Layer) -> dict[str, object]:
     """Statistics of one layer: states, edges, max/mean branch, layout."""
     branch = layer.branch()
     return {

@@ -134,7 +134,7 @@ def run_pipeline(ir: Automaton, passes, *, verify_each: bool = True,
 
 
 def stage_dumps(ir: Automaton, passes=DEFAULT_PIPELINE, *, input_stage: str = "input",
-                verify_each: bool = True) -> list:
+                verify_each: bool = True) -> list[tuple[str, str]]:
     """[(stage, IR text)]: (`input_stage`, the text of `ir`) first, then
     (pass name, the IR text after that pass) for each of `passes` in order,
     exactly as `run_pipeline(..., print_ir_after_all=True)` prints them.

@@ -129,7 +129,7 @@ def layer_rows(obj: Union[Automaton, "CompiledConstraints"]) -> list[dict]:
     return rows
 
 
-def summary(obj, rows: Optional[list] = None) -> dict:
+def summary(obj, rows: Optional[list] = None) -> dict[str, object]:
     """Totals over the layers and the paper's bound.
 
     Keys: vocab_size, depth, sequences, states (all depths, final states

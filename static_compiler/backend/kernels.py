@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -42,7 +43,7 @@ def slice_rows(step: StepPlan, tables: dict, start, end, k: int) -> Candidates:
     return Candidates(*entries(step, tables, idx), idx < end[..., None])
 
 
-def entries(step: StepPlan, tables: dict, idx) -> tuple:
+def entries(step: StepPlan, tables: dict, idx) -> tuple[jax.Array, jax.Array]:
     """(tokens, next) int32, the token and target of edges `idx` int32 (...)
     of a sliced layer (indices past the table are clamped)."""
     nxt = _take(tables["targets"], idx) if step.explicit_targets else idx

@@ -71,7 +71,7 @@ class Plan:
         return self.depth + (0 if self.end_token is None else 1)
 
 
-def _layer_tables(layer: Layer, vocab_size: int) -> dict:
+def _layer_tables(layer: Layer, vocab_size: int) -> dict[str, np.ndarray]:
     lay = layer.layout
     tok_dt, st_dt = np.dtype(lay.token_dtype), np.dtype(lay.state_dtype)
     targets = layer.target_array()

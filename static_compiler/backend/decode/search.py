@@ -32,7 +32,8 @@ def reorder_carry(carry, parent, B: int, M: int):
     return jax.tree_util.tree_map(one, carry)
 
 
-def live_beam_bounds(plan: Plan, beam_size: int, tokens_per_beam: Optional[int] = None) -> tuple:
+def live_beam_bounds(plan: Plan, beam_size: int,
+                     tokens_per_beam: Optional[int] = None) -> tuple[int, ...]:
     """Static bound per step on the beams that can be valid in a search from
     `init_beam_state`: 1 at step 0, then at most the previous bound times the
     candidates each beam keeps. Valid beams come first (valid scores are
