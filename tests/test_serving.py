@@ -352,9 +352,9 @@ def test_truncated_module(copy):
 @pytest.mark.parametrize("version", [0, artifact_format.MAX_FORMAT_VERSION + 1, 99])
 def test_format_version_outside_the_supported_range(copy, version):
     edit_manifest(copy, lambda m: m.update(format_version=version))
+    lo, hi = artifact_format.MIN_FORMAT_VERSION, artifact_format.MAX_FORMAT_VERSION
     with pytest.raises(errors.ArtifactVersionError,
-                       match=rf"format version {version} is outside .*\[{artifact_format.MIN_FORMAT_VERSION}"
-                             rf", {artifact_format.MAX_FORMAT_VERSION}\]"):
+                       match=rf"format version {version} is outside .*\[{lo}, {hi}\]"):
         serving.load(copy)
 
 
@@ -366,6 +366,33 @@ def test_a_calling_convention_this_jax_cannot_run(copy):
                            match=rf"calling-convention version {version} cannot run on jax "
                                  rf".*supports \[\d+, {hi}\]"):
             serving.load(copy)
+
+
+def test_the_manifest_schema_round_trips(fixed):
+    _, path, art = fixed
+    manifest = art.manifest
+    assert artifact_format.Manifest.from_json(manifest.to_json(), path) == manifest
+    assert manifest.seal() == (path / artifact_format.MANIFEST_FILE).read_bytes()
+    assert manifest.beam_sizes() == art.beam_sizes and manifest.missing_modules() == []
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("vocab_size", "10", r"manifest.json\['vocab_size'\] is '10' \(str\), expected int"),
+    ("end_token", 1.5, r"\['end_token'\] is 1.5 \(float\), expected int or NoneType"),
+    ("max_length", True, r"\['max_length'\] is True \(bool\), expected int"),
+    ("pipeline", None, r"manifest.json has no key 'pipeline'"),
+    ("tables", {}, r"\['tables'\] is \{\} \(dict\), expected list"),
+])
+def test_a_manifest_key_of_the_wrong_type_is_named(copy, key, value, match):
+    edit_manifest(copy, lambda m: m.pop(key) if value is None else m.update({key: value}))
+    with pytest.raises(errors.ArtifactFormatError, match=match):
+        serving.load(copy)
+
+
+def test_a_table_entry_of_the_wrong_type_is_named(copy):
+    edit_manifest(copy, lambda m: m["tables"][0].update(layer="0"))
+    with pytest.raises(errors.ArtifactFormatError, match=r"tables\[0\]\['layer'\] is '0'"):
+        serving.load(copy)
 
 
 def test_manifest_not_json_or_not_ours(copy):
