@@ -14,6 +14,7 @@ _LAZY = {
     "errors": None, "ir": None,
     "PAD_TOKEN": "decode_state", "SENTINEL_SCORE": "decode_state", "BeamState": "decode_state",
     "DecodeResult": "decode_state", "ProcessorState": "decode_state",
+    "BeamAxis": "backend.decode.carry",
     "CompiledConstraints": "compiler", "beam_search": "compiler",
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
     "DEFAULT_PIPELINE": "pipeline", "format_pipeline": "pipeline", "parse_pipeline": "pipeline",
@@ -39,7 +40,7 @@ def __dir__():
 __version__ = "0.1.0"
 
 __all__ = [
-    "BeamState", "CompiledConstraints", "DEFAULT_PIPELINE", "DecodeResult", "PAD_TOKEN",
+    "BeamAxis", "BeamState", "CompiledConstraints", "DEFAULT_PIPELINE", "DecodeResult", "PAD_TOKEN",
     "ProcessorState", "SENTINEL_SCORE", "beam_search", "compile_constraints", "errors",
     "format_pipeline", "greedy_decode", "ir", "parse_pipeline", "sample",
 ]

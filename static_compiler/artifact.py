@@ -41,7 +41,8 @@ from jax import export as jax_export
 from static_compiler import artifact_format as fmt
 from static_compiler.backend import decode
 from static_compiler.backend.lowering import Plan, StepPlan, automaton_from_tables
-from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE, BeamState, ProcessorState
+from static_compiler.decode_state import (PAD_TOKEN, SENTINEL_SCORE, BeamState, ProcessorState,
+                                          check_tokens_per_beam)
 from static_compiler.errors import ArtifactExistsError, ArtifactFormatError, DecodeInputError
 from static_compiler.ir import Automaton, Layout
 
@@ -147,10 +148,19 @@ def _check_beam_sizes(compiled) -> None:
                         for m in sizes):
         raise DecodeInputError(f"export_beam_sizes={sizes!r}: expected a non-empty tuple of "
                                "ints >= 1")
-    tpb = compiled.export_tokens_per_beam
-    if tpb is not None and (isinstance(tpb, bool) or not isinstance(tpb, (int, np.integer))
-                            or tpb < 1):
-        raise DecodeInputError(f"export_tokens_per_beam={tpb!r}: expected None or an int >= 1")
+    try:
+        check_tokens_per_beam(_tokens_per_beam_json(compiled.export_tokens_per_beam),
+                              compiled.plan.max_length)
+    except DecodeInputError as e:
+        raise DecodeInputError(f"export_tokens_per_beam: {e}") from None
+
+
+def _tokens_per_beam_json(tokens_per_beam):
+    """export_tokens_per_beam as the manifest records it: None, an int, or a
+    list (one entry per step)."""
+    if tokens_per_beam is None or isinstance(tokens_per_beam, (int, np.integer, bool, str)):
+        return tokens_per_beam
+    return list(tokens_per_beam) if hasattr(tokens_per_beam, "__len__") else tokens_per_beam
 
 
 def _npy_bytes(arr: np.ndarray) -> bytes:
@@ -202,7 +212,8 @@ def build_files(compiled) -> dict[str, bytes]:
             args=aval_specs(exported.in_avals, arg_names),
             results=aval_specs(exported.out_avals, result_names),
             beam_size=int(beams) if per_beam else None,
-            tokens_per_beam=compiled.export_tokens_per_beam if kind == "beam_step" else None)
+            tokens_per_beam=_tokens_per_beam_json(compiled.export_tokens_per_beam)
+            if kind == "beam_step" else None)
     (cc,) = cc_versions
     manifest = fmt.Manifest(
         jax_version=jax.__version__, jaxlib_version=_jaxlib_version(),

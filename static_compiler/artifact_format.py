@@ -212,7 +212,8 @@ class ModuleEntry:
     """One exported module: its file, kind (`BEAM_MODULE_KINDS`, "mask" or
     "advance"), platforms, calling convention (args and results in order),
     and for per-beam-size modules the beam size (and, for beam_step, the
-    tokens_per_beam it was exported with)."""
+    tokens_per_beam it was exported with: None, an int capping steps 1.., or
+    a list with one cap per step)."""
 
     file: str
     kind: str
@@ -244,7 +245,7 @@ class ModuleEntry:
                                          f"{beam_size}, expected the name "
                                          f"{beam_module_name(kind, beam_size)}")
         if kind == "beam_step" and "tokens_per_beam" in obj:
-            tokens_per_beam = require(obj, "tokens_per_beam", (int, type(None)), where, path)
+            tokens_per_beam = require(obj, "tokens_per_beam", (int, type(None), list), where, path)
         specs = lambda key: tuple(ArraySpec.from_json(a, f"{where}[{key!r}][{i}]", path)
                                   for i, a in enumerate(require(obj, key, list, where, path)))
         return cls(file=require(obj, "file", str, where, path), kind=kind,

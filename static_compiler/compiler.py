@@ -166,25 +166,22 @@ def _plan_tables(compiled: CompiledConstraints):
 
 
 def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, beam_size: int,
-                tokens_per_beam: Optional[int] = None, start_token: int = 0, carry=None,
-                length_penalty: float = 0.0) -> decode.DecodeResult:
-    """Constrained beam search over `compiled`; see backend.decode.beam_search."""
+                **options):
+    """Constrained beam search over `compiled`; options and semantics as
+    `static_compiler.backend.decode.beam_search` (tokens_per_beam,
+    start_token, carry, carry_axes, reorder, params, length_penalty,
+    return_carry)."""
     return decode.beam_search(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
-                              beam_size=beam_size, tokens_per_beam=tokens_per_beam,
-                              start_token=start_token, carry=carry, length_penalty=length_penalty)
+                              beam_size=beam_size, **options)
 
 
-def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
-                  start_token: int = 0, carry=None) -> decode.DecodeResult:
+def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int, **options):
     """Greedy constrained decoding; see backend.decode.greedy_decode."""
     return decode.greedy_decode(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
-                                start_token=start_token, carry=carry)
+                                **options)
 
 
-def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
-           temperature: float = 1.0, top_k: Optional[int] = None, start_token: int = 0,
-           carry=None) -> decode.DecodeResult:
+def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int, **options):
     """Constrained sampling; see backend.decode.sample."""
     return decode.sample(*_plan_tables(compiled), logits_fn, key, batch_size=batch_size,
-                         temperature=temperature, top_k=top_k, start_token=start_token,
-                         carry=carry)
+                         **options)

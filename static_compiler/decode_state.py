@@ -132,9 +132,9 @@ def check_step(step, max_length: int, where: str, *, traced: bool = False):
             and _is_integer_dtype(_dtype(step)):
         return step
     if traced and not _is_int(step) and not isinstance(step, (bool, np.bool_, str)):
-        raise DecodeInputError(f"{where}: step is {_dtype(step)}{list(np.shape(step))}, expected "
-                               f"an int in [0, {max_length}) or an integer scalar (a traced step "
-                               "outside that range is clamped)")
+        raise DecodeInputError(f"{where}: step={step!r} is {_dtype(step)}{list(np.shape(step))}: "
+                               f"step must be an int in [0, {max_length}) or an integer scalar "
+                               "(a traced step outside that range is clamped)")
     raise DecodeInputError(f"{where}: step={step!r} must be an int in [0, {max_length})")
 
 
@@ -179,3 +179,22 @@ def check_fields(state, state_type: type, where: str) -> tuple[Any, ...]:
         raise DecodeInputError(f"{where}: state is a {type(state).__name__}, expected a "
                                f"tuple of {len(fields)} arrays {fields}")
     return tuple(state)
+
+
+def check_tokens_per_beam(tokens_per_beam, max_length: int) -> tuple[Optional[int], ...]:
+    """The cap on the children each beam may contribute, per step (None: no cap).
+
+    tokens_per_beam: None (no cap); an int >= 1, which applies from step 1
+    on (step 0 expands the start beam to its top beam_size children, as the
+    paper and its reference do); or a sequence of max_length entries, each
+    None or an int >= 1, applied as given at every step (step 0 included)."""
+    if tokens_per_beam is None or _is_int(tokens_per_beam):
+        cap = check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
+        return (None,) + (cap,) * (max_length - 1)
+    if isinstance(tokens_per_beam, (str, bytes)) or not hasattr(tokens_per_beam, "__len__") \
+            or len(tokens_per_beam) != max_length:
+        raise DecodeInputError(f"tokens_per_beam={tokens_per_beam!r}: expected None, an int >= 1, "
+                               f"or a sequence of {max_length} entries (one per step, each None "
+                               "or an int >= 1)")
+    return tuple(check_int(f"tokens_per_beam[{t}]", cap, low=1, allow_none=True)
+                 for t, cap in enumerate(tokens_per_beam))

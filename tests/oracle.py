@@ -197,6 +197,12 @@ class HashModel:
 
     # -- jax side --
 
+    @property
+    def carry_axes(self) -> dict:
+        """`carry_axes` of `init_carry`'s carry: "h" holds the beams as (B, M)."""
+        from static_compiler.backend.decode.carry import BeamAxis
+        return {"h": BeamAxis(0, split=True), "knobs": None}
+
     def init_carry(self, seeds, beam_size: int) -> dict:
         """carry for `sc.beam_search`: {"h": uint32 (B, M) row seeds, "knobs": int32 (6,)}."""
         import jax.numpy as jnp
@@ -266,15 +272,25 @@ def _best_first(cands: list) -> list:
     return sorted(cands, key=lambda c: (-c[0], c[1], c[2]))
 
 
+def step_caps(tokens_per_beam, max_length: int) -> list:
+    """The per-step cap on each beam's children: an int caps steps 1.. (step 0
+    expands the start beam to its top beam_size children, as the paper and
+    its reference do); a sequence gives each step's cap (None: no cap)."""
+    if tokens_per_beam is None or isinstance(tokens_per_beam, int):
+        return [None] + [tokens_per_beam] * (max_length - 1)
+    assert len(tokens_per_beam) == max_length
+    return list(tokens_per_beam)
+
+
 def _beam_search_row(cset, model, seed, beam_size, tokens_per_beam, start_token) -> list:
     beams = [_Beam((), F32(0), False)]
-    for _ in range(cset.max_length):
+    for cap in step_caps(tokens_per_beam, cset.max_length):
         cands = []
         for i, beam in enumerate(beams):
             mine = _candidates(cset, beam, i,
                                lambda b=beam: model.logprobs(seed, start_token, b.prefix))
-            if tokens_per_beam is not None:
-                mine = _best_first(mine)[:tokens_per_beam]
+            if cap is not None:
+                mine = _best_first(mine)[:cap]
             cands += mine
         beams = [_Beam(beams[p].prefix + (() if tok is None else (tok,)), score, fin)
                  for score, p, _, tok, fin in _best_first(cands)[:beam_size]]

@@ -54,7 +54,8 @@ def decode_and_check(cset: oracle.ConstraintSet, compiled, model: oracle.HashMod
     oracle's beam search; returns the decoder's result."""
     got = sc.beam_search(compiled, model, batch_size=len(seeds), beam_size=beam_size,
                          tokens_per_beam=tokens_per_beam, start_token=start_token,
-                         carry=model.init_carry(seeds, beam_size), length_penalty=length_penalty)
+                         carry=model.init_carry(seeds, beam_size), carry_axes=model.carry_axes,
+                         length_penalty=length_penalty)
     want = oracle.beam_search(cset, model, seeds, beam_size, tokens_per_beam, start_token,
                               length_penalty)
     assert_matches(got, want, f"(M={beam_size}, tpb={tokens_per_beam}, seeds={list(seeds)}, "
@@ -382,8 +383,9 @@ def test_ragged_sets(items, end_token, beams):
 def test_single_one_token_item_with_end_token():
     """The end token follows the item, then nothing: PAD_TOKEN, length 1."""
     compiled = compile_set([(3,)], 6, end_token=0)
-    got = sc.beam_search(compiled, oracle.HashModel(6), batch_size=3, beam_size=2,
-                         carry=oracle.HashModel(6).init_carry([4, 5, 6], 2))
+    model = oracle.HashModel(6)
+    got = sc.beam_search(compiled, model, batch_size=3, beam_size=2,
+                         carry=model.init_carry([4, 5, 6], 2), carry_axes=model.carry_axes)
     assert np.asarray(got.tokens).tolist() == [[[3, 0], [sc.PAD_TOKEN, sc.PAD_TOKEN]]] * 3
     assert np.asarray(got.lengths).tolist() == [[1, 0]] * 3
     assert np.asarray(got.valid).tolist() == [[True, False]] * 3
@@ -466,12 +468,13 @@ def test_beam_search_inside_user_jit():
 
     @jax.jit
     def user_fn(carry):
-        return sc.beam_search(compiled, model, batch_size=2, beam_size=3, carry=carry)
+        return sc.beam_search(compiled, model, batch_size=2, beam_size=3, carry=carry,
+                              carry_axes=model.carry_axes)
 
     @jax.jit
     def user_fn_tables(tables, carry):
         return decode.beam_search(compiled.plan, tables, model, batch_size=2, beam_size=3,
-                                  carry=carry)
+                                  carry=carry, carry_axes=model.carry_axes)
 
     assert_matches(user_fn(carry), oracle.beam_search(oracle.ConstraintSet(items, 3), model,
                                                       [21, 22], 3))
@@ -560,7 +563,7 @@ def test_per_row_start_tokens_match_the_oracle_row_by_row():
     cset, compiled = oracle.ConstraintSet(items, 6), oracle.compile_set(items, 6)
     model, seeds, starts = oracle.HashModel(6), [11, 12, 13], np.array([0, 4, 5], np.int32)
     got = sc.beam_search(compiled, model, batch_size=3, beam_size=4, start_token=starts,
-                         carry=model.init_carry(seeds, 4))
+                         carry_axes=model.carry_axes, carry=model.init_carry(seeds, 4))
     for row, (seed, start) in enumerate(zip(seeds, starts)):
         want = oracle.beam_search(cset, model, [seed], 4, start_token=int(start))
         np.testing.assert_array_equal(np.asarray(got.tokens)[row], want.tokens[0])

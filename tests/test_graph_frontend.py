@@ -192,7 +192,7 @@ def test_decoding_a_graph_matches_the_oracle():
     model = oracle.HashModel(10, dup=40)
     for seeds in ([1, 2], [3, 4], [5, 6]):
         got = sc.beam_search(compiled, model, batch_size=2, beam_size=6,
-                             carry=model.init_carry(seeds, 6))
+                             carry_axes=model.carry_axes, carry=model.init_carry(seeds, 6))
         want = oracle.beam_search(cset, model, seeds, 6)
         np.testing.assert_array_equal(np.asarray(got.tokens), want.tokens)
         np.testing.assert_array_equal(np.asarray(got.lengths), want.lengths)

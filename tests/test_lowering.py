@@ -60,7 +60,8 @@ def entry_points(plan, step: int = 1):
     carry = MODEL.init_carry([1, 2], M)
     return {
         "beam_search": (lambda t, c: decode.beam_search(plan, t, MODEL, batch_size=B, beam_size=M,
-                                                        tokens_per_beam=2, carry=c), (carry,)),
+                                                        tokens_per_beam=2, carry=c,
+                                                        carry_axes=MODEL.carry_axes), (carry,)),
         "greedy_decode": (lambda t, c: decode.greedy_decode(plan, t, MODEL, batch_size=B, carry=c),
                           (MODEL.init_carry([1, 2], 1),)),
         "sample": (lambda t, k, c: decode.sample(plan, t, MODEL, k, batch_size=B, top_k=2,

@@ -173,7 +173,7 @@ def test_decoding_minimized_sets_matches_the_oracle(layout):
     model = oracle.HashModel(V, dup=40)
     for seeds in ([1, 2], [3, 4], [5, 6]):
         got = beam_search(small, model, batch_size=2, beam_size=7,
-                          carry=model.init_carry(seeds, 7))
+                          carry_axes=model.carry_axes, carry=model.init_carry(seeds, 7))
         want = oracle.beam_search(cset, model, seeds, 7)
         np.testing.assert_array_equal(np.asarray(got.tokens), want.tokens)
         np.testing.assert_array_equal(np.asarray(got.valid), want.valid)

@@ -109,7 +109,7 @@ def test_prefix_item_can_end_or_continue(pipeline, after_new, want_top):
         assert any(not layer.implicit_targets for layer in compiled.ir.layers)
     cset = oracle.ConstraintSet(CITIES, V, END)
     got = sc.beam_search(compiled, bigram_logits, batch_size=1, beam_size=4, start_token=BOS,
-                         carry=model.carry)
+                         carry_axes=None, carry=model.carry)
     assert_equals_oracle(got, oracle.beam_search(cset, model, [0], 4, start_token=BOS))
     check_ragged_result(got, cset, model, [0], start_token=BOS)
     top = np.asarray(got.tokens)[0, 0]
@@ -145,7 +145,7 @@ def test_random_ragged_sets_decode_to_members(layout, relabel_seed, seeds, knobs
     cset = oracle.ConstraintSet(items, 9, END)
     model = oracle.HashModel(9, **knobs)
     got = sc.beam_search(compiled, model, batch_size=2, beam_size=5,
-                         carry=model.init_carry(seeds, 5))
+                         carry_axes=model.carry_axes, carry=model.init_carry(seeds, 5))
     assert_equals_oracle(got, oracle.beam_search(cset, model, seeds, 5))
     check_ragged_result(got, cset, model, seeds)
 
@@ -156,7 +156,7 @@ def test_single_one_token_item_minimized_with_more_beams():
     assert compiled.max_length == 2
     model = oracle.HashModel(6)
     got = sc.beam_search(compiled, model, batch_size=2, beam_size=3,
-                         carry=model.init_carry([1, 2], 3))
+                         carry_axes=model.carry_axes, carry=model.init_carry([1, 2], 3))
     cset = oracle.ConstraintSet([(4,)], 6, END)
     assert_equals_oracle(got, oracle.beam_search(cset, model, [1, 2], 3))
     assert np.asarray(got.tokens)[:, 0].tolist() == [[4, END]] * 2
@@ -184,7 +184,7 @@ def test_length_penalty_reranks_final_beams():
     firsts = {}
     for penalty in (0.0, 2.0):
         got = sc.beam_search(compiled, bigram_logits, batch_size=1, beam_size=2, start_token=S,
-                             length_penalty=penalty, carry=model.carry)
+                             length_penalty=penalty, carry_axes=None, carry=model.carry)
         assert_equals_oracle(got, oracle.beam_search(cset, model, [0], 2, start_token=S,
                                                      length_penalty=penalty))
         lengths = np.asarray(got.lengths)[0]

@@ -73,7 +73,7 @@ def test_beam_search_outputs_real_character_names(names):
     model = oracle.HashModel(V, dup=20)
     B, M = 2, 6
     result = sc.beam_search(compiled, model, batch_size=B, beam_size=M,
-                            carry=model.init_carry([7, 8], M))
+                            carry_axes=model.carry_axes, carry=model.init_carry([7, 8], M))
     tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
     assert np.asarray(result.valid).all()
     decoded = set()

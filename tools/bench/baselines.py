@@ -181,12 +181,19 @@ def init_masked_state(method, tables, batch_size: int, beam_size: int, length: i
 def harness_live_beams(step: int, beam_size: int, vocab_size: int,
                        tokens_per_beam: Optional[int]) -> int:
     """Beams that can be valid at `step` of a search (1 at step 0, then at most
-    min(V, tokens_per_beam) times more per step): the library's
+    min(V, the step's cap) times more per step): the library's
     `decode.live_beam_bounds` with V candidates per beam."""
     live = 1
-    for _ in range(step):
-        live = min(beam_size, live * min(vocab_size, tokens_per_beam or vocab_size))
+    for s in range(step):
+        cap = step_cap(s, tokens_per_beam)
+        live = min(beam_size, live * min(vocab_size, cap or vocab_size))
     return live
+
+
+def step_cap(step: int, tokens_per_beam: Optional[int]) -> Optional[int]:
+    """The cap at `step`, as the library applies an int tokens_per_beam: none
+    at step 0 (the start beam keeps its top beam_size children), the int after."""
+    return tokens_per_beam if step else None
 
 
 def masked_beam_step(method, tables, state: MaskedBeamState, logits, step: int,
@@ -204,7 +211,7 @@ def masked_beam_step(method, tables, state: MaskedBeamState, logits, step: int,
     if allowed is not None:
         ok = ok & allowed
     scores = jnp.where(ok, add_logprob(sub.scores[..., None], logprobs), SENTINEL_SCORE)
-    top, parent, token, real = select_beams(scores, M, tokens_per_beam)
+    top, parent, token, real = select_beams(scores, M, step_cap(step, tokens_per_beam))
     valid = real & pick_candidate(ok, parent, token)
     history = _take_beams(sub.tokens, parent).at[:, :, step].set(token)
     constraint = method.advance(tables, jax.tree_util.tree_map(

@@ -61,7 +61,7 @@ def check_exact_baselines(n, vocab, length, beams, tokens_per_beam):
     compiled = sc.compile_constraints(sequences, vocab_size=vocab)
     model = bl.TableModel(vocab)
     want = sc.beam_search(compiled, bl.TableModel.logits_fn, batch_size=2, beam_size=beams,
-                          tokens_per_beam=tokens_per_beam, carry=model.table)
+                          tokens_per_beam=tokens_per_beam, carry_axes=None, carry=model.table)
     sorted_set = bl.SortedSet(sequences, vocab)
     methods = [bl.HostTrie(sorted_set), bl.ExactBinarySearch(sorted_set),
                bl.ApproxBinarySearch(sorted_set, top_n=vocab),  # every token searched: exact

@@ -51,7 +51,8 @@ def _static_runner(compiled, model, cfg) -> Runner:
 
     def step_fn(tables, model_table, state, *, t):
         logits = bl.TableModel.logits(model_table, state.last_tokens, t)
-        return decode.beam_step(plan, tables, state, logits, t, tpb, live_beams=live[t])
+        return decode.beam_step(plan, tables, state, logits, t, bl.step_cap(t, tpb),
+                                live_beams=live[t])
 
     def kernels_fn(tables, nodes):
         out = []
@@ -72,7 +73,7 @@ def _static_runner(compiled, model, cfg) -> Runner:
 
     def run_decode():  # static_compiler.beam_search, without holding `compiled`
         r = decode.beam_search(plan, tables, bl.TableModel.logits_fn, batch_size=B, beam_size=M,
-                               tokens_per_beam=tpb, carry=model.table)
+                               tokens_per_beam=tpb, carry_axes=None, carry=model.table)
         return jax.block_until_ready((r.tokens, r.scores, r.valid))
 
     summary = report.summary(compiled)

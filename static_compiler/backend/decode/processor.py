@@ -23,11 +23,14 @@ def init_processor_state(batch_size: int) -> ProcessorState:
                           finished=jnp.zeros((batch_size,), bool))
 
 
-def mask(plan: Plan, tables, logits, state: ProcessorState, step: int):
+def mask(plan: Plan, tables, logits, state: ProcessorState, step):
     """logits float (B, V) -> float32 (B, V): logits of allowed tokens kept,
     others (and NaN logits) set to SENTINEL_SCORE. A finished row allows only
-    the end token; an invalid row allows nothing."""
-    step = check_step(step, plan.max_length, "mask")
+    the end token; an invalid row allows nothing. step: an int in [0,
+    max_length), or a traced int32 scalar (`mask_switch`; clamped)."""
+    step = check_step(step, plan.max_length, "mask", traced=True)
+    if not isinstance(step, int):
+        return mask_switch(plan, tables, logits, state, step)
     B = state.node.shape[0]
     check_logits(logits, (B,), plan.vocab_size, f"mask(step={step})")
     cand = step_candidates(plan, tables, state.node, state.valid, state.finished, None, step)
@@ -39,10 +42,13 @@ def mask(plan: Plan, tables, logits, state: ProcessorState, step: int):
     return jnp.where(allowed & ~jnp.isnan(x), x, SENTINEL_SCORE)
 
 
-def advance(plan: Plan, tables, state: ProcessorState, tokens, step: int) -> ProcessorState:
+def advance(plan: Plan, tables, state: ProcessorState, tokens, step) -> ProcessorState:
     """Moves each row along its chosen token int (B,); a token that is not
-    allowed marks the row invalid."""
-    step = check_step(step, plan.max_length, "advance")
+    allowed marks the row invalid. step: an int in [0, max_length), or a
+    traced int32 scalar (`advance_switch`; clamped)."""
+    step = check_step(step, plan.max_length, "advance", traced=True)
+    if not isinstance(step, int):
+        return advance_switch(plan, tables, state, tokens, step)
     B = state.node.shape[0]
     check_tokens(tokens, B, f"advance(step={step})")
     tokens = jnp.asarray(tokens, jnp.int32)

@@ -15,76 +15,129 @@ from jax import lax
 
 from static_compiler.backend.decode.candidates import candidate_columns, step_candidates
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob
-from static_compiler.backend.decode.step import (apply_choice, beam_step, finalize, init_beam_state,
-                                                 take_beams)
+from static_compiler.backend.decode.carry import (UNDECLARED, check_same_structure,
+                                                  reorder_carry, resolve_carry_axes)
+from static_compiler.backend.decode.step import (apply_choice, finalize, init_beam_state, run_step,
+                                                 step_signature)
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (DecodeResult, check_callable, check_finite, check_int,
-                                          check_logits, check_start_tokens)
+                                          check_logits, check_start_tokens, check_tokens_per_beam)
 from static_compiler.errors import DecodeInputError
 
 
-def reorder_carry(carry, parent, B: int, M: int):
-    """Reorders every carry leaf whose leading dims are (B, M) by `parent`."""
-    def one(x):
-        if hasattr(x, "shape") and len(x.shape) >= 2 and tuple(x.shape[:2]) == (B, M):
-            return take_beams(x, parent)
-        return x
-    return jax.tree_util.tree_map(one, carry)
+class _NoParams:
+    def __repr__(self):
+        return "NO_PARAMS"
 
 
-def live_beam_bounds(plan: Plan, beam_size: int,
-                     tokens_per_beam: Optional[int] = None) -> tuple[int, ...]:
+NO_PARAMS = _NoParams()
+"""The default of `params`: logits_fn takes no params argument."""
+
+
+def live_beam_bounds(plan: Plan, beam_size: int, tokens_per_beam=None) -> tuple[int, ...]:
     """Static bound per step on the beams that can be valid in a search from
     `init_beam_state`: 1 at step 0, then at most the previous bound times the
-    candidates each beam keeps. Valid beams come first (valid scores are
-    floored at MIN_VALID_SCORE > SENTINEL_SCORE), so beams past the bound
-    need no work (`beam_step`'s live_beams); it binds at step 1 (tokens_per_beam
-    of beam 0) and on small branch factors."""
+    candidates each beam keeps (tokens_per_beam as `beam_search` takes it).
+    Valid beams come first (valid scores are floored at MIN_VALID_SCORE >
+    SENTINEL_SCORE), so beams past the bound need no work (`beam_step`'s
+    live_beams); it binds at step 1 and on small branch factors."""
+    caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
     bounds, live = [], 1
     for step in range(plan.max_length):
         bounds.append(live)
         kept = candidate_columns(plan, step)
-        live = min(beam_size, live * (kept if tokens_per_beam is None else min(kept, tokens_per_beam)))
+        live = min(beam_size, live * (kept if caps[step] is None else min(kept, caps[step])))
     return tuple(bounds)
 
 
+def step_segments(plan: Plan, caps: tuple, live: tuple) -> tuple[tuple[int, ...], ...]:
+    """The steps 0..max_length-1 cut into runs of consecutive steps with one
+    step program (`step_signature`); each run of two or more compiles as one
+    loop instead of an unrolled chain."""
+    runs = []
+    for t in range(plan.max_length):
+        sig = step_signature(plan, t, caps[t], live[t])
+        if runs and runs[-1][0] == sig:
+            runs[-1][1].append(t)
+        else:
+            runs.append((sig, [t]))
+    return tuple(tuple(steps) for _, steps in runs)
+
+
+def _call_model(logits_fn, params, with_params: bool, last_tokens, step, carry):
+    if with_params:
+        return logits_fn(params, last_tokens, step, carry)
+    return logits_fn(last_tokens, step, carry)
+
+
 @functools.partial(jax.jit, static_argnames=("plan", "logits_fn", "batch_size", "beam_size",
-                                             "tokens_per_beam", "length_penalty"))
-def _beam_search(plan, tables, carry, start_tokens, *, logits_fn, batch_size, beam_size,
-                 tokens_per_beam, length_penalty):
+                                             "caps", "length_penalty", "axes", "reorder",
+                                             "with_params"))
+def _beam_search(plan, tables, carry, start_tokens, params, *, logits_fn, batch_size, beam_size,
+                 caps, length_penalty, axes, reorder, with_params):
     state = init_beam_state(plan, batch_size, beam_size, start_tokens)
-    live = live_beam_bounds(plan, beam_size, tokens_per_beam)
-    for step in range(plan.max_length):
-        logits, carry = logits_fn(state.last_tokens, step, carry)
-        state = beam_step(plan, tables, state, logits, step, tokens_per_beam,
-                          live_beams=live[step])
-        carry = reorder_carry(carry, state.parent, batch_size, beam_size)
-    return finalize(state, length_penalty)
+    live = live_beam_bounds(plan, beam_size, caps)
+
+    def one_step(steps, step, state, carry):
+        logits, new_carry = _call_model(logits_fn, params, with_params, state.last_tokens,
+                                        step, carry)
+        check_same_structure(carry, new_carry, f"step {steps[0]}")
+        state = run_step(plan, tables, state, logits, steps, step, caps[steps[0]], live[steps[0]])
+        return state, reorder_carry(new_carry, state.parent, axes, reorder)
+
+    for steps in step_segments(plan, caps, live):
+        if len(steps) == 1:
+            state, carry = one_step(steps, jnp.int32(steps[0]), state, carry)
+        else:
+            body = lambda t, sc, steps=steps: one_step(steps, t, *sc)
+            state, carry = lax.fori_loop(steps[0], steps[-1] + 1, body, (state, carry))
+    return finalize(state, length_penalty), carry
 
 
 def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, beam_size: int,
-                tokens_per_beam: Optional[int] = None, start_token=0, carry=None,
-                length_penalty: float = 0.0) -> DecodeResult:
+                tokens_per_beam=None, start_token=0, carry=None, carry_axes=UNDECLARED,
+                reorder: Optional[Callable] = None, params=NO_PARAMS,
+                length_penalty: float = 0.0, return_carry: bool = False):
     """Constrained beam search (see module doc for the exact semantics).
 
     Args:
-      logits_fn: ``(last_tokens int32 (B, M), step: int, carry) -> (logits
-        float (B, M, V), carry)``. Carry leaves whose leading dims are (B, M)
-        are reordered along beams after every step.
-      tokens_per_beam: expand each beam to at most this many children.
+      logits_fn: ``(last_tokens int32 (B, M), step, carry) -> (logits float
+        (B, M, V), carry)``, or ``(params, last_tokens, step, carry)`` when
+        `params` is given. step is an int32 scalar, traced inside the loops
+        that run runs of similar steps: use it in jnp code, never in Python
+        control flow. The returned carry keeps the carry's structure, shapes
+        and dtypes.
+      tokens_per_beam: None; an int, the most children each beam contributes
+        from step 1 on (step 0 expands the start beam to its top beam_size
+        children); or one entry per step (None or an int), applied as given.
       start_token: the model's input at step 0: an int, or ints (B,) one per row.
+      carry: the model's state (any pytree), threaded through logits_fn.
+      carry_axes: which axis of each carry leaf holds the beams, a pytree
+        prefix of carry like jax.vmap's in_axes: an int (beams flattened as
+        B*M there, b * M + m), `BeamAxis(a, split=True)` ((B, M) on axes a,
+        a + 1), or None (not per beam: never touched). Declared leaves are
+        reordered by each step's parent beams. A carry with leaves must be
+        declared (or `reorder` given) unless beam_size is 1.
+      reorder: instead of carry_axes, ``fn(carry, parent int32 (B, M)) -> carry``.
+      params: passed to logits_fn as a traced argument (new values of the
+        same shapes reuse the compiled search).
       length_penalty: GNMT exponent for re-ranking the final beams (0: off).
+      return_carry: also return the final carry: ``(result, carry)``.
     """
     check_int("batch_size", batch_size, low=1)
     check_int("beam_size", beam_size, low=1)
-    check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
+    caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
     start_tokens = check_start_tokens(start_token, batch_size, "beam_search")
     length_penalty = check_finite("length_penalty", length_penalty)
     check_callable("logits_fn", logits_fn)
-    return _beam_search(plan, tables, carry, start_tokens, logits_fn=logits_fn,
-                        batch_size=int(batch_size), beam_size=int(beam_size),
-                        tokens_per_beam=None if tokens_per_beam is None else int(tokens_per_beam),
-                        length_penalty=length_penalty)
+    axes = resolve_carry_axes(carry, carry_axes, batch_size, beam_size, reorder)
+    with_params = params is not NO_PARAMS
+    result, carry = _beam_search(plan, tables, carry, start_tokens, params if with_params else None,
+                                 logits_fn=logits_fn, batch_size=int(batch_size),
+                                 beam_size=int(beam_size), caps=caps,
+                                 length_penalty=length_penalty, axes=axes, reorder=reorder,
+                                 with_params=with_params)
+    return (result, carry) if return_carry else result
 
 
 @functools.partial(jax.jit, static_argnames=("plan", "logits_fn", "batch_size", "temperature",
@@ -140,7 +193,9 @@ def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
 
 
 def greedy_decode(plan: Plan, tables, logits_fn: Callable, *, batch_size: int,
-                  start_token=0, carry=None) -> DecodeResult:
-    """The most likely valid token at every step: beam search with one beam."""
+                  start_token=0, carry=None, params=NO_PARAMS, return_carry: bool = False):
+    """The most likely valid token at every step: beam search with one beam
+    (so the carry needs no beam axes)."""
     return beam_search(plan, tables, logits_fn, batch_size=batch_size, beam_size=1,
-                       start_token=start_token, carry=carry)
+                       start_token=start_token, carry=carry, params=params,
+                       return_carry=return_carry)

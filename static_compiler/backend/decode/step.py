@@ -19,7 +19,8 @@ from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.decode.selection import select_beams
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
-                                          DecodeResult, check_logits, check_step)
+                                          DecodeResult, check_logits, check_step,
+                                          check_tokens_per_beam)
 
 
 def init_beam_state(plan: Plan, batch_size: int, beam_size: int, start_tokens=0) -> BeamState:
@@ -83,23 +84,59 @@ def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
               live_beams: Optional[int] = None) -> BeamState:
     """One beam-search step at static `step` (0 <= step < plan.max_length).
 
+    tokens_per_beam: the cap at this step (None: none), an int; a search
+    takes it per step from `check_tokens_per_beam`.
     logits: float (B, M, V) for the beams of `state` (fed `state.last_tokens`).
     live_beams: static promise that only beams [0, live_beams) of `state`
     can be valid (see `live_beam_bounds`); the others are not expanded, which
     saves their log_softmax, candidates and top-k."""
-    B, M = state.node.shape
-    check_logits(logits, (B, M), plan.vocab_size, f"beam_step(step={step})")
     check_step(step, plan.max_length, "beam_step")
+    return run_step(plan, tables, state, logits, (step,), step, tokens_per_beam, live_beams)
+
+
+def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...], step,
+             tokens_per_beam: Optional[int], live_beams: Optional[int]) -> BeamState:
+    """One beam-search step at `step`, one of the static `steps` that share
+    one step program (`step_signature`): the same kernels, caps and live
+    bound, tables of different layers. With several steps, `step` is a traced
+    int32 scalar and a `lax.switch` over the steps picks the layer's tables
+    for the candidate gather; everything else (log-probs, selection, the new
+    state) is one program for all of them, so a loop over the steps compiles
+    it once."""
+    B, M = state.node.shape
+    where = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+    check_logits(logits, (B, M), plan.vocab_size, f"beam_step ({where})")
     if live_beams is not None and live_beams < M:
         state = jax.tree_util.tree_map(lambda x: x[:, :live_beams], state)
         logits = logits[:, :live_beams]
     keep = M if tokens_per_beam is None else min(tokens_per_beam, M)
-    cand = step_candidates(plan, tables, state.node, state.valid, state.finished,
-                           LogProbs.of(logits), step, scores=state.scores, keep=keep)
+    logprobs = LogProbs.of(logits)
+    operands = (state.node, state.valid, state.finished, logprobs, state.scores)
+
+    def candidates_at(t, node, valid, finished, lp, scores):
+        return step_candidates(plan, tables, node, valid, finished, lp, t, scores=scores,
+                               keep=keep)
+
+    if len(steps) == 1:
+        cand = candidates_at(steps[0], *operands)
+    else:
+        index = jnp.asarray(step, jnp.int32) - steps[0]
+        cand = lax.switch(index, [functools.partial(candidates_at, t) for t in steps], *operands)
     top, parent, col, real = select_beams(scored(cand.valid, cand.logprob, state.scores), M,
                                           tokens_per_beam)
     valid = real & pick_candidates(cand.valid, parent, col)
     return apply_choice(plan, state, cand, parent, col, top, valid, step)
+
+
+def step_signature(plan: Plan, step: int, tokens_per_beam: Optional[int],
+                   live_beams: Optional[int]) -> tuple:
+    """What the program of a beam-search step depends on besides its layer's
+    tables: consecutive steps with equal signatures run as one loop."""
+    if step >= plan.depth:
+        return ("end", tokens_per_beam, live_beams)
+    sp = plan.steps[step]
+    return (str(sp.kind), sp.k, sp.explicit_targets, sp.has_accepting, sp.token_dtype,
+            sp.state_dtype, sp.light_k, sp.wide_slots, tokens_per_beam, live_beams)
 
 
 def switch_over_steps(plan: Plan, step_fn: Callable, step, *operands):
@@ -112,14 +149,16 @@ def switch_over_steps(plan: Plan, step_fn: Callable, step, *operands):
 
 
 def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
-                     tokens_per_beam: Optional[int] = None) -> BeamState:
-    """`beam_step` with a traced `step` (see `switch_over_steps`)."""
-    return switch_over_steps(plan, functools.partial(_switch_branch, plan, tokens_per_beam),
+                     tokens_per_beam=None) -> BeamState:
+    """`beam_step` with a traced `step` (see `switch_over_steps`);
+    tokens_per_beam as `beam_search` takes it (see `check_tokens_per_beam`)."""
+    caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
+    return switch_over_steps(plan, functools.partial(_switch_branch, plan, caps),
                              step, tables, state, logits)
 
 
-def _switch_branch(plan, tokens_per_beam, step, tables, state, logits):
-    return beam_step(plan, tables, state, logits, step, tokens_per_beam)
+def _switch_branch(plan, caps, step, tables, state, logits):
+    return beam_step(plan, tables, state, logits, step, caps[step])
 
 
 def length_normalized(scores, lengths, length_penalty: float):
