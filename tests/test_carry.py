@@ -189,7 +189,7 @@ def test_runs_of_similar_steps_compile_as_one_loop():
     compiled = oracle.compile_set(deep, 50)
     caps = check_tokens_per_beam(30, compiled.plan.max_length)
     live = decode.live_beam_bounds(compiled.plan, 70, caps)
-    segments = step_segments(compiled.plan, caps, live)
+    segments = step_segments(compiled.plan, caps, live, 70)
     assert sum(len(s) for s in segments) == 12 and max(len(s) for s in segments) >= 6
     jaxpr = jax.make_jaxpr(lambda t: decode.beam_search(
         compiled.plan, t, params_model, batch_size=1, beam_size=70, tokens_per_beam=30,

@@ -158,3 +158,26 @@ def candidate_columns(plan: Plan, step: int) -> int:
         return 2
     sp = plan.steps[step]
     return num_candidates(sp, plan.vocab_size) + int(end and sp.has_accepting) + int(end)
+
+
+def candidate_width(plan: Plan, step: int, keep: Optional[int] = None) -> int:
+    """Columns of `step_candidates` at `step`; in beam search (`keep` given) a
+    mixed layer lists only each beam's best min(keep, k) children."""
+    if keep is not None and step < plan.depth and plan.steps[step].light_k:
+        sp, end = plan.steps[step], plan.end_token is not None
+        return min(keep, sp.k) + int(end and sp.has_accepting) + int(end)
+    return candidate_columns(plan, step)
+
+
+def pad_candidates(cand: StepCandidates, width: int) -> StepCandidates:
+    """`cand` with invalid columns appended up to `width`: they score
+    SENTINEL_SCORE, come after every real column, and are never chosen while
+    a valid candidate remains, so a step padded this way decodes the same."""
+    extra = width - cand.tokens.shape[-1]
+    if extra <= 0:
+        return cand
+    pad = lambda x, value: jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, extra)],
+                                   constant_values=value)
+    return StepCandidates(pad(cand.tokens, PAD_TOKEN), pad(cand.next, 0), pad(cand.valid, False),
+                          pad(cand.logprob, -jnp.inf), pad(cand.ends, False),
+                          pad(cand.stays, False))

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from static_compiler.backend.decode.candidates import StepCandidates, step_candidates
+from static_compiler.backend.decode.candidates import (StepCandidates, candidate_width,
+                                                       pad_candidates, step_candidates)
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.decode.selection import select_beams
 from static_compiler.backend.lowering import Plan
@@ -97,12 +98,12 @@ def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
 def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...], step,
              tokens_per_beam: Optional[int], live_beams: Optional[int]) -> BeamState:
     """One beam-search step at `step`, one of the static `steps` that share
-    one step program (`step_signature`): the same kernels, caps and live
-    bound, tables of different layers. With several steps, `step` is a traced
-    int32 scalar and a `lax.switch` over the steps picks the layer's tables
-    for the candidate gather; everything else (log-probs, selection, the new
-    state) is one program for all of them, so a loop over the steps compiles
-    it once."""
+    one cap and live-beam bound. With several steps, `step` is a traced int32
+    scalar and a `lax.switch` over the steps runs that layer's candidate
+    gather (its kernel and tables), padded to the widest of the steps
+    (`pad_candidates`); everything else (log-probs, selection, the new state)
+    is one program for all of them, so a loop over the steps compiles it
+    once."""
     B, M = state.node.shape
     where = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
     check_logits(logits, (B, M), plan.vocab_size, f"beam_step ({where})")
@@ -113,9 +114,11 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
     logprobs = LogProbs.of(logits)
     operands = (state.node, state.valid, state.finished, logprobs, state.scores)
 
+    width = max(candidate_width(plan, t, keep) for t in steps)
+
     def candidates_at(t, node, valid, finished, lp, scores):
-        return step_candidates(plan, tables, node, valid, finished, lp, t, scores=scores,
-                               keep=keep)
+        return pad_candidates(step_candidates(plan, tables, node, valid, finished, lp, t,
+                                              scores=scores, keep=keep), width)
 
     if len(steps) == 1:
         cand = candidates_at(steps[0], *operands)
@@ -126,17 +129,6 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
                                           tokens_per_beam)
     valid = real & pick_candidates(cand.valid, parent, col)
     return apply_choice(plan, state, cand, parent, col, top, valid, step)
-
-
-def step_signature(plan: Plan, step: int, tokens_per_beam: Optional[int],
-                   live_beams: Optional[int]) -> tuple:
-    """What the program of a beam-search step depends on besides its layer's
-    tables: consecutive steps with equal signatures run as one loop."""
-    if step >= plan.depth:
-        return ("end", tokens_per_beam, live_beams)
-    sp = plan.steps[step]
-    return (str(sp.kind), sp.k, sp.explicit_targets, sp.has_accepting, sp.token_dtype,
-            sp.state_dtype, sp.light_k, sp.wide_slots, tokens_per_beam, live_beams)
 
 
 def switch_over_steps(plan: Plan, step_fn: Callable, step, *operands):
