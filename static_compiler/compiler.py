@@ -96,6 +96,11 @@ class CompiledConstraints:
     def advance(self, state: decode.ProcessorState, tokens, step: int) -> decode.ProcessorState:
         return decode.advance(self.plan, self.device_tables, state, tokens, step)
 
+    def accept_drafts(self, state: decode.ProcessorState, drafts, step):
+        """Speculative decoding: (accepted int32 (B,), state after them) for
+        draft tokens int (B, n) at `step` (see backend.decode.speculative)."""
+        return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step)
+
     def save(self, path, *, overwrite: bool = False):
         """Writes the artifact directory atomically (see static_compiler.artifact)."""
         from static_compiler import artifact

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -198,3 +199,62 @@ def check_tokens_per_beam(tokens_per_beam, max_length: int) -> tuple[Optional[in
                                "or an int >= 1)")
     return tuple(check_int(f"tokens_per_beam[{t}]", cap, low=1, allow_none=True)
                  for t, cap in enumerate(tokens_per_beam))
+
+
+def is_traced(value) -> bool:
+    """Whether `value` is a jax tracer (its values are unknown until run)."""
+    return isinstance(value, jax.core.Tracer)
+
+
+def check_traced_step(step, max_length: int, where: str, traced_outside: str):
+    """A decoding step that may be traced: a Python or numpy int, or a
+    concrete integer scalar array, must lie in [0, max_length) and is
+    returned as a Python int; a traced integer scalar is returned as is.
+    `traced_outside` says what the caller does with a traced step outside
+    that range (for the message)."""
+    if not isinstance(step, (bool, np.bool_)) and not _is_int(step) and hasattr(step, "dtype") \
+            and np.shape(step) == () and _is_integer_dtype(step.dtype):
+        if is_traced(step):
+            return step
+        step = np.asarray(step).item()
+    if _is_int(step) and 0 <= step < max_length:
+        return int(step)
+    raise DecodeInputError(f"{where}: step={step!r}: expected an int in [0, {max_length}) or a "
+                           f"traced integer scalar ({traced_outside})")
+
+
+def check_processor_state(state, where: str) -> ProcessorState:
+    """`state` as a ProcessorState; its fields must be arrays of one shape (B,)."""
+    fields = check_fields(state, ProcessorState, where)
+    shapes = [tuple(np.shape(f)) for f in fields]
+    if len(shapes[0]) != 1 or any(s != shapes[0] for s in shapes):
+        raise DecodeInputError(f"{where}: state fields {ProcessorState._fields} have shapes "
+                               f"{shapes}, expected one shape (batch,)")
+    return ProcessorState(*fields)
+
+
+def check_drafts(drafts, batch_size: int, vocab_size: int, where: str):
+    """Draft tokens: ints of shape (batch_size, n), n >= 0 (n static).
+
+    A concrete array must hold tokens in [0, vocab_size) (the first one
+    outside is named); a traced array cannot be range-checked: the caller
+    treats its tokens outside [0, vocab_size) as not allowed. Returns the
+    drafts as an array (numpy for lists)."""
+    if not is_traced(drafts) and not hasattr(drafts, "dtype"):
+        try:
+            drafts = np.asarray(drafts)
+        except ValueError as err:  # ragged nested lists
+            raise DecodeInputError(f"{where}: drafts={drafts!r}: expected int of shape "
+                                   f"({batch_size}, n)") from err
+    shape, dtype = tuple(np.shape(drafts)), drafts.dtype
+    if len(shape) != 2 or shape[0] != batch_size or not _is_integer_dtype(dtype):
+        raise DecodeInputError(f"{where}: drafts have shape {shape} dtype {dtype}, expected int "
+                               f"of shape ({batch_size}, n): n draft tokens per row")
+    if not is_traced(drafts):
+        values = np.asarray(drafts)
+        outside = np.argwhere((values < 0) | (values >= vocab_size))
+        if len(outside):
+            b, j = (int(i) for i in outside[0])
+            raise DecodeInputError(f"{where}: drafts[{b}, {j}]={values[b, j].item()} is not a "
+                                   f"token: expected ints in [0, {vocab_size})")
+    return drafts

@@ -44,6 +44,7 @@ from static_compiler.backend.decode.processor import (advance, advance_switch, i
 from static_compiler.backend.decode.search import (beam_search, greedy_decode, live_beam_bounds,
                                                    reorder_carry, sample)
 from static_compiler.backend.decode.selection import Selection, select_beams
+from static_compiler.backend.decode.speculative import accept_drafts
 from static_compiler.backend.decode.step import (apply_choice, beam_step, beam_step_switch, finalize,
                                                  init_beam_state, length_normalized,
                                                  switch_over_steps)
@@ -51,7 +52,7 @@ from static_compiler.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_S
                                           DecodeResult, ProcessorState)
 
 __all__ = [
-    "BeamState", "DecodeResult", "LogProbs", "MIN_VALID_SCORE", "PAD_TOKEN", "ProcessorState",
+    "BeamState", "DecodeResult", "accept_drafts", "LogProbs", "MIN_VALID_SCORE", "PAD_TOKEN", "ProcessorState",
     "SENTINEL_SCORE", "Selection", "StepCandidates", "add_logprob", "advance", "advance_switch",
     "apply_choice", "beam_search", "beam_step", "beam_step_switch", "candidate_columns", "finalize",
     "greedy_decode", "init_beam_state", "init_processor_state", "length_normalized",
