@@ -9,8 +9,11 @@ concern per module:
 * `candidates`: every beam's candidate transitions at one step;
 * `selection`: the best beams of each batch row;
 * `step`: one beam-search step (static or traced step) and the final ranking;
-* `search`: the drivers (beam search, sampling, greedy) around the model;
-* `processor`: the `mask` / `advance` pair for custom loops.
+* `search`: the drivers (beam search, sampling, greedy) around the model,
+  runs of similar steps compiled as loops;
+* `carry`: the user's per-beam model state, declared and reordered;
+* `processor`: the `mask` / `advance` pair for custom loops;
+* `speculative`: how many draft tokens stay inside the set.
 
 The state and result types and the argument validators live in
 `static_compiler.decode_state`, shared with the serving loader.
@@ -20,8 +23,10 @@ Beam-search semantics (tested bit-for-bit against a numpy oracle):
 * log-probabilities are ``log_softmax`` of the logits over the full
   vocabulary; a NaN logit is an invalid token; +inf logits share all the
   probability; tokens whose log-probability is -inf are invalid;
-* step 0 expands beam 0 of each batch row only (all beams start at the root);
-* each live beam expands to its valid children (or its top
+* step 0 expands beam 0 of each batch row only (all beams start at the root),
+  to its top ``beam_size`` valid children whatever ``tokens_per_beam`` is (the
+  paper's rule; a per-step schedule of caps applies as given);
+* from step 1 each live beam expands to its valid children (or its top
   ``tokens_per_beam`` of them); the top ``beam_size`` candidates per row
   survive, sorted by score descending, ties broken by lower parent beam, then
   lower token id (the end token's candidate comes after a beam's other
@@ -41,8 +46,9 @@ from static_compiler.backend.decode.candidates import (StepCandidates, candidate
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob, safe_log_softmax, scored
 from static_compiler.backend.decode.processor import (advance, advance_switch, init_processor_state,
                                                       mask, mask_switch)
+from static_compiler.backend.decode.carry import BeamAxis, reorder_carry, resolve_carry_axes
 from static_compiler.backend.decode.search import (beam_search, greedy_decode, live_beam_bounds,
-                                                   reorder_carry, sample)
+                                                   sample, step_segments)
 from static_compiler.backend.decode.selection import Selection, select_beams
 from static_compiler.backend.decode.speculative import accept_drafts
 from static_compiler.backend.decode.step import (apply_choice, beam_step, beam_step_switch, finalize,
@@ -52,10 +58,11 @@ from static_compiler.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_S
                                           DecodeResult, ProcessorState)
 
 __all__ = [
-    "BeamState", "DecodeResult", "accept_drafts", "LogProbs", "MIN_VALID_SCORE", "PAD_TOKEN", "ProcessorState",
-    "SENTINEL_SCORE", "Selection", "StepCandidates", "add_logprob", "advance", "advance_switch",
-    "apply_choice", "beam_search", "beam_step", "beam_step_switch", "candidate_columns", "finalize",
-    "greedy_decode", "init_beam_state", "init_processor_state", "length_normalized",
-    "live_beam_bounds", "mask", "mask_switch", "mixed_children", "reorder_carry", "safe_log_softmax",
-    "sample", "scored", "select_beams", "step_candidates", "switch_over_steps",
+    "BeamAxis", "BeamState", "DecodeResult", "LogProbs", "MIN_VALID_SCORE", "PAD_TOKEN",
+    "ProcessorState", "SENTINEL_SCORE", "Selection", "StepCandidates", "accept_drafts",
+    "add_logprob", "advance", "advance_switch", "apply_choice", "beam_search", "beam_step",
+    "beam_step_switch", "candidate_columns", "finalize", "greedy_decode", "init_beam_state",
+    "init_processor_state", "length_normalized", "live_beam_bounds", "mask", "mask_switch",
+    "mixed_children", "reorder_carry", "resolve_carry_axes", "safe_log_softmax", "sample",
+    "scored", "select_beams", "step_candidates", "step_segments", "switch_over_steps",
 ]
