@@ -47,13 +47,12 @@ from static_compiler.backend.decode.logprobs import LogProbs, add_logprob, safe_
 from static_compiler.backend.decode.processor import (advance, advance_switch, init_processor_state,
                                                       mask, mask_switch)
 from static_compiler.backend.decode.carry import BeamAxis, reorder_carry, resolve_carry_axes
-from static_compiler.backend.decode.search import (beam_search, greedy_decode, live_beam_bounds,
-                                                   sample, step_segments)
+from static_compiler.backend.decode.search import beam_search, greedy_decode, live_beam_bounds, sample
 from static_compiler.backend.decode.selection import Selection, select_beams
 from static_compiler.backend.decode.speculative import accept_drafts
 from static_compiler.backend.decode.step import (apply_choice, beam_step, beam_step_switch, finalize,
                                                  init_beam_state, length_normalized,
-                                                 switch_over_steps)
+                                                 step_segments, switch_over_steps)
 from static_compiler.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
                                           DecodeResult, ProcessorState)
 

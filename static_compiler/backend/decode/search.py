@@ -13,12 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.backend.decode.candidates import (candidate_columns, candidate_width,
-                                                       step_candidates)
+from static_compiler.backend.decode.candidates import candidate_columns, step_candidates
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob
 from static_compiler.backend.decode.carry import (UNDECLARED, check_same_structure,
                                                   reorder_carry, resolve_carry_axes)
-from static_compiler.backend.decode.step import apply_choice, finalize, init_beam_state, run_step
+from static_compiler.backend.decode.step import (apply_choice, finalize, init_beam_state, run_step,
+                                                 step_segments)
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (DecodeResult, check_callable, check_finite, check_int,
                                           check_logits, check_start_tokens, check_tokens_per_beam)
@@ -48,33 +48,6 @@ def live_beam_bounds(plan: Plan, beam_size: int, tokens_per_beam=None) -> tuple[
         kept = candidate_columns(plan, step)
         live = min(beam_size, live * (kept if caps[step] is None else min(kept, caps[step])))
     return tuple(bounds)
-
-
-MAX_PADDING = (2, 8)
-"""A step joins a run of steps compiled as one loop only while the run's
-widest candidate list is at most 2x + 8 of the step's own: padding costs
-selection work, a run saves a compiled copy of the step."""
-
-
-def step_segments(plan: Plan, caps: tuple, live: tuple,
-                  beam_size: int) -> tuple[tuple[int, ...], ...]:
-    """The steps 0..max_length-1 cut into runs of consecutive steps that can
-    share one step program: the same cap and live-beam bound, candidate
-    widths within `MAX_PADDING` of each other. Each run of two or more
-    compiles as one loop instead of an unrolled chain."""
-    factor, extra = MAX_PADDING
-    runs = []
-    for t in range(plan.max_length):
-        keep = beam_size if caps[t] is None else min(caps[t], beam_size)
-        width = candidate_width(plan, t, keep)
-        if runs and runs[-1][0] == (caps[t], live[t]):
-            widths = runs[-1][2] + [width]
-            if max(widths) <= factor * min(widths) + extra:
-                runs[-1][1].append(t)
-                runs[-1][2].append(width)
-                continue
-        runs.append(((caps[t], live[t]), [t], [width]))
-    return tuple(tuple(steps) for _, steps, _ in runs)
 
 
 def _call_model(logits_fn, params, with_params: bool, last_tokens, step, carry):

@@ -142,15 +142,23 @@ def switch_over_steps(plan: Plan, step_fn: Callable, step, *operands):
 
 def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
                      tokens_per_beam=None) -> BeamState:
-    """`beam_step` with a traced `step` (see `switch_over_steps`);
-    tokens_per_beam as `beam_search` takes it (see `check_tokens_per_beam`)."""
+    """`beam_step` with a traced int32 `step` (clamped into [0, max_length)),
+    as the exported modules run it; tokens_per_beam as `beam_search` takes it
+    (see `check_tokens_per_beam`). A `lax.switch` over the runs of
+    `step_segments`: each run compiles one step program (with an inner
+    switch for its layers' candidate gathers), not one per step."""
     caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
-    return switch_over_steps(plan, functools.partial(_switch_branch, plan, caps),
-                             step, tables, state, logits)
+    runs = step_segments(plan, caps, (None,) * plan.max_length, state.node.shape[1])
+    step = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
+    starts = jnp.asarray([run[0] for run in runs[1:]], jnp.int32)
+    index = jnp.sum(step >= starts).astype(jnp.int32)
+    branches = [functools.partial(_run_branch, plan, caps, run) for run in runs]
+    return lax.switch(index, branches, tables, state, logits, step)
 
 
-def _switch_branch(plan, caps, step, tables, state, logits):
-    return beam_step(plan, tables, state, logits, step, caps[step])
+def _run_branch(plan, caps, run, tables, state, logits, step):
+    return run_step(plan, tables, state, logits, run, step if len(run) > 1 else run[0],
+                    caps[run[0]], None)
 
 
 def length_normalized(scores, lengths, length_penalty: float):
@@ -171,3 +179,30 @@ def finalize(state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
     _, order = lax.top_k(ranked, ranked.shape[-1])
     pick = lambda x: take_beams(x, order)
     return DecodeResult(pick(state.tokens), pick(ranked), pick(state.valid), pick(state.lengths))
+
+
+MAX_PADDING = (2, 8)
+"""A step joins a run of steps compiled as one loop only while the run's
+widest candidate list is at most 2x + 8 of the step's own: padding costs
+selection work, a run saves a compiled copy of the step."""
+
+
+def step_segments(plan: Plan, caps: tuple, live: tuple,
+                  beam_size: int) -> tuple[tuple[int, ...], ...]:
+    """The steps 0..max_length-1 cut into runs of consecutive steps that can
+    share one step program: the same cap and live-beam bound, candidate
+    widths within `MAX_PADDING` of each other. Each run of two or more
+    compiles as one loop instead of an unrolled chain."""
+    factor, extra = MAX_PADDING
+    runs = []
+    for t in range(plan.max_length):
+        keep = beam_size if caps[t] is None else min(caps[t], beam_size)
+        width = candidate_width(plan, t, keep)
+        if runs and runs[-1][0] == (caps[t], live[t]):
+            widths = runs[-1][2] + [width]
+            if max(widths) <= factor * min(widths) + extra:
+                runs[-1][1].append(t)
+                runs[-1][2].append(width)
+                continue
+        runs.append(((caps[t], live[t]), [t], [width]))
+    return tuple(tuple(steps) for _, steps, _ in runs)
