@@ -249,14 +249,15 @@ def encode_catalogue(names, tokenizer, vocab_size: int,
     first = np.ones(len(names), dtype=bool)
     first[1:] = (rows[1:] != rows[:-1]).any(axis=1)
     group = np.cumsum(first) - 1  # item of each sorted row
-    aliases = [[] for _ in range(int(group[-1]) + 1)]
+    primary = order[first]  # input index of each item's first name
+    aliases = [[] for _ in range(primary.size)]
     for g, i in zip(group[~first], order[~first]):
-        if names[i] != names[order[first][g]] and names[i] not in aliases[g]:
+        if names[i] != names[primary[g]] and names[i] not in aliases[g]:
             aliases[g].append(names[i])
     unique = rows[first]
-    table = NameTable(names=tuple(names[i] for i in order[first]), tokens=unique,
+    table = NameTable(names=tuple(names[i] for i in primary), tokens=unique,
                       aliases=tuple(tuple(a) for a in aliases))
-    item_lengths = lengths[order[first]]
+    item_lengths = lengths[primary]
     sequences = [row[:n] for row, n in zip(unique, item_lengths)] if ragged else unique
     stats = {"names": len(names), "items": len(table), "duplicates": len(names) - len(table),
              "end_token": end_token, "end_token_from": end_from}
