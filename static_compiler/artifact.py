@@ -1,6 +1,6 @@
 """Writing artifacts (`save`), and reading a saved set back as an automaton
 (`read_automaton`, for `static-compiler verify` and `show-ir`: numpy tables
-only, no module is executed).
+only, no module is executed; `read_names` for a text catalogue's names).
 
 The format (directory layout, manifest schema, version history, checksum
 rules) is `static_compiler.artifact_format`, shared with the serving loader;
@@ -32,6 +32,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -193,6 +194,9 @@ def build_files(compiled) -> dict[str, bytes]:
     (no timestamps; JSON with sorted keys)."""
     _check_beam_sizes(compiled)
     files = {fmt.IR_FILE: compiled.ir.to_text().encode("utf-8")}
+    names = getattr(compiled, "names", None)
+    if names is not None:
+        files[fmt.NAMES_FILE] = names.to_jsonl()
     tables = []
     for t, name in fmt.table_keys(compiled.tables):
         arr = compiled.tables[t][name]
@@ -220,6 +224,7 @@ def build_files(compiled) -> dict[str, bytes]:
         calling_convention_version=cc, platforms=fmt.PLATFORMS, batch_dim=fmt.BATCH_DIM,
         pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
         **set_metadata(compiled), tables=tuple(tables), modules=modules,
+        names_file=None if names is None else fmt.NAMES_FILE,
         files={rel: fmt.FileEntry.of_bytes(data) for rel, data in sorted(files.items())})
     files[fmt.MANIFEST_FILE] = manifest.seal()
     return files
@@ -337,3 +342,9 @@ def automaton_from_metadata(metadata: dict, tables, where: str = "tables") -> Au
     return automaton_from_tables(plan, layouts, tables, where=where,
                                  num_final_states=metadata["num_final_states"],
                                  num_sequences=metadata["num_sequences"])
+
+
+def read_names(path, *, verify_checksums: bool = True) -> Optional[fmt.NameTable]:
+    """The artifact's names (a text catalogue's `NameTable`), or None when
+    it was compiled from token ids or written before format version 2."""
+    return fmt.read_names(path, fmt.read_manifest(path, verify_checksums=verify_checksums))

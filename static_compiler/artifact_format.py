@@ -11,6 +11,11 @@ An artifact is a directory:
 * ``manifest.json``: a `Manifest` (sorted keys, one-space indent), sealed
   with its own sha256 (`MANIFEST_DIGEST_KEY`);
 * ``ir.txt``: the IR dump (rows elided for large sets);
+* ``names.jsonl`` (version 2, text catalogues only): a `NameTable`, one JSON
+  object per item, ``{"name": str, "tokens": [int, ...]}`` plus ``"aliases":
+  [str, ...]`` when other names encode to the same tokens, sorted by tokens
+  (a prefix before its extensions); the manifest's ``names_file`` names it
+  (null when the set was compiled from token ids);
 * ``tables/layer{t}.{name}.npy``: the lookup tables (``np.load(...,
   mmap_mode="r")`` works), in the order ``manifest.tables`` lists them, which
   is every module's table-argument order (`table_keys`);
@@ -36,22 +41,27 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.errors import ArtifactChecksumError, ArtifactFormatError, ArtifactVersionError
+from static_compiler.errors import (ArtifactChecksumError, ArtifactFormatError,
+                                    ArtifactVersionError, DecodeInputError)
 
 # ---------------------------------------------------------------------------
 # Versions. The writer writes FORMAT_VERSION; readers accept
 # [MIN_FORMAT_VERSION, MAX_FORMAT_VERSION]. History:
 #   1 (2026-11-29): manifest.json, ir.txt, tables/*.npy, modules/*.jaxexport;
 #     modules init_m{M}, beam_step_m{M}, mask, advance; batch dimension "b".
+#   2 (2026-12-01): text catalogues: optional names.jsonl (the items' names and
+#     token ids) and the manifest key "names_file" (its path, or null). A
+#     version 1 artifact reads as one without names.
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 1
+MAX_FORMAT_VERSION = 2
 
 # ---------------------------------------------------------------------------
 # Layout.
 MANIFEST_FILE = "manifest.json"
 IR_FILE = "ir.txt"
+NAMES_FILE = "names.jsonl"
 TABLES_DIR = "tables"
 MODULES_DIR = "modules"
 MODULE_SUFFIX = ".jaxexport"
@@ -306,6 +316,7 @@ class Manifest:
     tables: tuple
     modules: dict
     files: dict
+    names_file: Optional[str] = None
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -317,6 +328,8 @@ class Manifest:
                    layers=list(self.layers), tables=[t.to_json() for t in self.tables],
                    modules={name: m.to_json() for name, m in sorted(self.modules.items())},
                    files={rel: f.to_json() for rel, f in sorted(self.files.items())})
+        if self.format_version >= 2:
+            out["names_file"] = self.names_file
         return out
 
     def seal(self) -> bytes:
@@ -330,10 +343,13 @@ class Manifest:
         scalars = {key: require(obj, key, types, where, path) for key, types in _SCALARS}
         files = require(obj, "files", dict, where, path)
         modules = require(obj, "modules", dict, where, path)
+        version = require(obj, "format_version", int, where, path)
         out = cls(
             **scalars,
             format=require(obj, "format", str, where, path),
-            format_version=require(obj, "format_version", int, where, path),
+            format_version=version,
+            names_file=(require(obj, "names_file", (str, type(None)), where, path)
+                        if version >= 2 else None),
             platforms=tuple(require(obj, "platforms", list, where, path)),
             plan_steps=tuple(require(obj, "plan_steps", list, where, path)),
             layers=tuple(require(obj, "layers", list, where, path)),
@@ -344,7 +360,8 @@ class Manifest:
             files={rel: FileEntry.from_json(f, f"files[{rel!r}]", path)
                    for rel, f in sorted(files.items())})
         for what, rel in [(f"tables[{i}]", t.file) for i, t in enumerate(out.tables)] + \
-                [(f"modules[{n!r}]", m.file) for n, m in out.modules.items()]:
+                [(f"modules[{n!r}]", m.file) for n, m in out.modules.items()] + \
+                [("names_file", rel) for rel in [out.names_file] if rel is not None]:
             if rel not in out.files:
                 raise format_error(path, f"{what} names file {rel!r}, which is not among the "
                                          f"manifest's files {sorted(out.files)}")
@@ -359,6 +376,154 @@ class Manifest:
         mask, advance, and init_m{M} for each beam_step_m{M}."""
         expected = {"mask", "advance"} | {beam_module_name("init", m) for m in self.beam_sizes()}
         return sorted(expected - set(self.modules))
+
+
+# ---------------------------------------------------------------------------
+# Text catalogues: names.jsonl.
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NameTable:
+    """The names of a text catalogue's items, and their token ids.
+
+    Attributes:
+      names: one name per item (the first of the names that encode to its tokens).
+      tokens: int32 (items, width): the items' token ids, -1 past an item's
+        end, rows sorted (a prefix before its extensions) and unique.
+      aliases: per item, the other names that encode to the same tokens (in
+        input order; usually empty).
+    """
+
+    names: tuple
+    tokens: np.ndarray
+    aliases: tuple
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __repr__(self) -> str:
+        return f"NameTable({len(self)} names, up to {self.tokens.shape[1]} tokens)"
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """int64 (items,): tokens per item."""
+        return (self.tokens >= 0).sum(axis=1)
+
+    def _index(self) -> dict:
+        """{row bytes: item}, built on first use."""
+        index = self.__dict__.get("_by_tokens")
+        if index is None:
+            index = {row.tobytes(): i for i, row in enumerate(self.tokens)}
+            object.__setattr__(self, "_by_tokens", index)
+        return index
+
+    def _rows(self, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """tokens int (n, T) and lengths (n,) -> int32 (n, width) in the
+        table's padding (-1 past each length); rows longer than the widest item
+        are all -2, which matches no item."""
+        width = self.tokens.shape[1]
+        out = np.full((tokens.shape[0], width), -1, np.int32)
+        take = min(width, tokens.shape[1])
+        out[:, :take] = tokens[:, :take]
+        out[np.arange(width)[None, :] >= lengths[:, None]] = -1
+        out[lengths > width] = -2
+        return out
+
+    def name_of(self, tokens) -> Optional[str]:
+        """The name of the item with these token ids (end token excluded), or None."""
+        row = np.asarray(tokens, np.int64).reshape(1, -1)
+        i = self._index().get(self._rows(row, np.asarray([row.shape[1]]))[0].tobytes())
+        return None if i is None else self.names[i]
+
+    def texts(self, result) -> list:
+        """The names a decoding result holds: nested lists shaped like
+        `result.valid` (batch, beams) of str, None where a beam is invalid.
+
+        `result` has `tokens` int (..., T), `valid` bool (...) and `lengths`
+        int (...), e.g. a DecodeResult. Raises DecodeInputError when the
+        shapes disagree or a valid beam holds a sequence that is no item (a
+        result from another set)."""
+        tokens = np.asarray(result.tokens)
+        valid = np.asarray(result.valid, bool)
+        lengths = np.asarray(result.lengths)
+        if tokens.ndim < 1 or tokens.shape[:-1] != valid.shape or lengths.shape != valid.shape:
+            raise DecodeInputError(
+                f"texts: tokens {list(tokens.shape)}, valid {list(valid.shape)} and lengths "
+                f"{list(lengths.shape)} do not describe one result (expected tokens (..., T) "
+                "with valid and lengths (...))")
+        flat = tokens.reshape(-1, tokens.shape[-1]).astype(np.int64)
+        rows = self._rows(flat, lengths.reshape(-1).astype(np.int64))
+        index = self._index()
+        out = []
+        for i, (ok, row) in enumerate(zip(valid.reshape(-1), rows)):
+            item = index.get(row.tobytes()) if ok else None
+            if ok and item is None:
+                at = tuple(int(x) for x in np.unravel_index(i, valid.shape))
+                seq = [int(t) for t in flat[i, :int(lengths.reshape(-1)[i])]]
+                raise DecodeInputError(f"texts: beam {at} holds tokens {seq}, which are no item "
+                                       f"of this catalogue of {len(self)} names (a result of "
+                                       "another set?)")
+            out.append(None if item is None else self.names[item])
+        shaped = np.empty(len(out), dtype=object)
+        shaped[:] = out
+        return shaped.reshape(valid.shape).tolist()
+
+    def to_jsonl(self) -> bytes:
+        """The bytes of names.jsonl (UTF-8, one object per item, sorted keys)."""
+        lines = []
+        for name, row, aliases in zip(self.names, self.tokens, self.aliases):
+            obj = {"name": name, "tokens": [int(t) for t in row if t >= 0]}
+            if aliases:
+                obj["aliases"] = list(aliases)
+            lines.append(json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n")
+        return "".join(lines).encode("utf-8")
+
+    @classmethod
+    def from_jsonl(cls, data: bytes, path, rel: str = NAMES_FILE) -> "NameTable":
+        """Parses names.jsonl; raises ArtifactFormatError naming the line."""
+        names, rows, aliases = [], [], []
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise format_error(path, f"{rel} is not UTF-8 ({e})") from None
+        for number, line in enumerate(text.splitlines(), 1):
+            where = f"{rel} line {number}"
+            try:
+                obj = json.loads(line, parse_constant=_reject_constant)
+            except ValueError as e:
+                raise format_error(path, f"{where} is not JSON ({e})") from None
+            name = require(obj, "name", str, where, path)
+            tokens = require(obj, "tokens", list, where, path)
+            more = obj.get("aliases", [])
+            if not tokens or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                     for t in tokens):
+                raise format_error(path, f"{where}: tokens {tokens!r} are not a non-empty list "
+                                         "of token ids")
+            if not isinstance(more, list) or not all(isinstance(a, str) for a in more):
+                raise format_error(path, f"{where}: aliases {more!r} are not a list of str")
+            names.append(name)
+            rows.append(tokens)
+            aliases.append(tuple(more))
+        width = max((len(r) for r in rows), default=1)
+        matrix = np.full((len(rows), width), -1, np.int32)
+        for i, r in enumerate(rows):
+            matrix[i, :len(r)] = r
+        return cls(tuple(names), matrix, tuple(aliases))
+
+
+def read_names(path, manifest: "Manifest") -> Optional[NameTable]:
+    """The artifact's `NameTable`, or None when it has none (a set compiled
+    from token ids, or a version 1 artifact). Raises ArtifactFormatError when
+    the file does not parse or its item count differs from the manifest's."""
+    if manifest.names_file is None:
+        return None
+    path = pathlib.Path(path)
+    table = NameTable.from_jsonl((path / manifest.names_file).read_bytes(), path,
+                                 manifest.names_file)
+    if len(table) != manifest.num_sequences:
+        raise format_error(path, f"{manifest.names_file} holds {len(table)} names, the manifest "
+                                 f"records {manifest.num_sequences} sequences")
+    return table
 
 
 # ---------------------------------------------------------------------------

@@ -11,10 +11,12 @@ from typing import Optional
 from static_compiler import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.backend.lowering import Plan, lower, tables_nbytes
-from static_compiler.errors import ConstraintSetError
+from static_compiler.artifact_format import NameTable
+from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import build_automaton
 from static_compiler.graph_frontend import automaton_from_graph, is_graph
 from static_compiler.ir import Automaton, layer_stats
+from static_compiler.text import encode_catalogue, looks_like_names
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -33,7 +35,12 @@ class CompiledConstraints:
         {"states": int, "edges": int} (compare with `ir` to see what the
         passes did, e.g. minimize), and for graph input "graph":
         `GraphStats.as_dict()` (graph nodes and edges, unreachable and dead
-        nodes dropped, states before and after minimizing).
+        nodes dropped, states before and after minimizing), and for a text
+        catalogue "text": names, items, duplicates (names merged into another
+        name's item because they encode to the same tokens), end_token and
+        end_token_from ("argument" or "tokenizer").
+      names: for a text catalogue, the `artifact_format.NameTable` mapping
+        token sequences back to names (saved as names.jsonl); else None.
     """
 
     ir: Automaton
@@ -44,6 +51,7 @@ class CompiledConstraints:
     export_beam_sizes: tuple = (70,)
     export_tokens_per_beam: Optional[int] = None
     frontend_stats: dict = dataclasses.field(default_factory=dict)
+    names: Optional[NameTable] = None
 
     @property
     def vocab_size(self) -> int:
@@ -101,6 +109,16 @@ class CompiledConstraints:
         draft tokens int (B, n) at `step` (see backend.decode.speculative)."""
         return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step)
 
+    def texts(self, result) -> list:
+        """The names a decoding result of this text catalogue holds: lists
+        (batch) of lists (beams) of str, None where a beam is invalid (see
+        `NameTable.texts`). Raises DecodeInputError for a set compiled
+        without a tokenizer."""
+        if self.names is None:
+            raise DecodeInputError("texts: this set was compiled from token ids, not names "
+                                   "(compile_constraints(names, tokenizer=...) keeps names)")
+        return self.names.texts(result)
+
     def save(self, path, *, overwrite: bool = False):
         """Writes the artifact directory atomically (see static_compiler.artifact)."""
         from static_compiler import artifact
@@ -111,15 +129,20 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                         pipeline: Optional[str] = None, print_ir_after_all: bool = False,
                         verify_each: bool = True, export_beam_sizes=(70,),
                         export_tokens_per_beam: Optional[int] = None,
-                        stream=None, start=None) -> CompiledConstraints:
+                        stream=None, start=None, tokenizer=None) -> CompiledConstraints:
     """Compiles a constraint set.
 
     Args:
       constraints: a 2-D int array (N, L), an iterable of int sequences, an
-        `Automaton`, or an acyclic `networkx.DiGraph` (see graph_frontend).
+        `Automaton`, an acyclic `networkx.DiGraph` (see graph_frontend), or,
+        with `tokenizer`, a sequence of str (a text catalogue, see
+        static_compiler.text).
       vocab_size: V; tokens must lie in [0, V).
       end_token: token ending variable-length sequences (required when
-        sequence lengths differ).
+        sequence lengths differ; for names, default the tokenizer's eos).
+      tokenizer: for names: a callable str -> list of token ids, a
+        `tokenizers.Tokenizer`, a `transformers` tokenizer, or an adapter
+        (static_compiler.text); the result keeps the names (`names`, `texts`).
       pipeline: pass pipeline spec; default `pipeline.DEFAULT_PIPELINE`.
       print_ir_after_all: print the IR after every pass to `stream` (stderr).
       export_beam_sizes / export_tokens_per_beam: what `save` exports.
@@ -133,6 +156,15 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     timings = []
     t0 = time.perf_counter()
     frontend_stats = {}
+    names = None
+    if tokenizer is not None:
+        catalogue = encode_catalogue(constraints, tokenizer, vocab_size, end_token=end_token)
+        constraints, end_token, names = catalogue.sequences, catalogue.end_token, catalogue.names
+        frontend_stats["text"] = catalogue.stats
+    elif looks_like_names(constraints):
+        raise ConstraintSetError(f"constraints hold names ({constraints[0]!r}, ...): pass "
+                                 "tokenizer=... (a callable str -> list of token ids, or a "
+                                 "tokenizers / transformers tokenizer) to compile a text catalogue")
     if is_graph(constraints):
         ir, graph_stats = automaton_from_graph(constraints, vocab_size, start=start,
                                                end_token=end_token)
@@ -163,7 +195,7 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                                pipeline=pipeline_lib.format_pipeline(passes),
                                timings=tuple(timings), export_beam_sizes=sizes,
                                export_tokens_per_beam=export_tokens_per_beam,
-                               frontend_stats=frontend_stats)
+                               frontend_stats=frontend_stats, names=names)
 
 
 def _plan_tables(compiled: CompiledConstraints):

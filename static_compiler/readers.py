@@ -12,6 +12,11 @@
 - any other text file: one sequence per line, integer token ids separated by
   whitespace, e.g. ``1 2 3``. Returned as ``list[list[int]]``.
 
+A text catalogue (names, compiled with a tokenizer) is read by
+`read_names(path)`: one name per line, exactly as written (only the line
+ending is removed), empty lines skipped. Returned as ``list[str]``. Which
+reader applies is the caller's choice (the CLI: `--tokenizer` given).
+
 Text files are UTF-8 (a leading byte-order mark is ignored). In the line
 formats, blank lines and lines starting with ``#`` are skipped, and sequences
 may have different lengths. The readers check the file format only: the
@@ -75,6 +80,22 @@ def read_constraints(path: Union[str, os.PathLike]) -> Constraints:
     return parse_token_lines(text, path)
 
 
+def read_names(path: Union[str, os.PathLike]) -> "list[str]":
+    """The names in the text file `path`, one per line: each line without its
+    line ending (spaces and '#' are part of a name), empty lines skipped.
+
+    Raises ConstraintSetError for a missing or non-UTF-8 file, or one
+    without names."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ConstraintSetError(f"input {path!r}: no such file")
+    lines = (line[:-1] if line.endswith("\r") else line for line in _read_text(path).split("\n"))
+    names = [line for line in lines if line]
+    if not names:
+        raise ConstraintSetError(f"input {path!r}: no names found (expected one per line)")
+    return names
+
+
 def read_npy(path: Union[str, os.PathLike]) -> np.ndarray:
     """The array saved in the .npy file `path`, with the shape and dtype it
     was saved with (normally int (N, L); the frontend checks that). Pickled
@@ -121,7 +142,9 @@ def parse_token_lines(text: str, path: str = "<string>") -> "list[list[int]]":
             sequences.append([int(tok) for tok in line.split()])
         except ValueError:
             raise ConstraintSetError(f"input {path!r} line {number}: {line[:_SHOWN_CHARS]!r} is "
-                                     "not space-separated integer token ids") from None
+                                     "not space-separated integer token ids (a file of names is "
+                                     "read with read_names and compiled with a tokenizer; CLI: "
+                                     "--tokenizer)") from None
     return _nonempty(sequences, path)
 
 

@@ -9,6 +9,7 @@ standard library, and of this package only `errors`, `artifact_format` and
         logits = model(state.last_tokens)         # float (B, M, V)
         state = art.beam_step(state, logits, step)
     tokens, scores, valid, lengths = art.finalize(state)
+    names = art.texts(art.finalize(state))       # a text catalogue: its names, None if invalid
 
 SECURITY. A deserialized StableHLO module is a program: executing it runs
 code chosen by whoever wrote the artifact. Load artifacts only from a trusted
@@ -27,6 +28,7 @@ same logits.
 from __future__ import annotations
 
 import pathlib
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -99,9 +101,12 @@ class Artifact:
       beam_sizes: beam sizes with an exported beam_step module.
       tables: the tables as device arrays, in argument order.
       modules: name -> deserialized `jax.export.Exported`.
+      names: a text catalogue's `artifact_format.NameTable` (names.jsonl),
+        or None for a set compiled from token ids (and format version 1).
     """
 
-    def __init__(self, path, manifest: fmt.Manifest, tables: list, modules: dict):
+    def __init__(self, path, manifest: fmt.Manifest, tables: list, modules: dict,
+                 names: Optional[fmt.NameTable] = None):
         self.path = pathlib.Path(path)
         self.manifest = manifest
         self.vocab_size = manifest.vocab_size
@@ -112,6 +117,7 @@ class Artifact:
         self._modules = modules
         self.modules = {name: m.exported for name, m in modules.items()}
         self.beam_sizes = manifest.beam_sizes()
+        self.names = names
 
     def __repr__(self):
         return (f"Artifact({str(self.path)!r}, vocab_size={self.vocab_size}, max_length="
@@ -167,6 +173,15 @@ class Artifact:
         already sorted by score, best first."""
         s = BeamState(*check_fields(state, BeamState, "finalize"))
         return DecodeResult(s.tokens, s.scores, s.valid, s.lengths)
+
+    def texts(self, result) -> list:
+        """The names in a decoding result (e.g. `finalize`'s): lists (batch)
+        of lists (beams) of str, None where a beam is invalid. Raises
+        DecodeInputError when the artifact has no names."""
+        if self.names is None:
+            raise DecodeInputError(f"texts: artifact {str(self.path)!r} has no names (compiled "
+                                   "from token ids, or written before format version 2)")
+        return self.names.texts(result)
 
     # Logits-processor pair
 
@@ -249,4 +264,4 @@ def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
         raise fmt.format_error(path, f"manifest lists no module(s) {missing}")
     device = device if device is not None else jax.devices()[0]
     device_tables = [jax.device_put(np.asarray(t), device) for t in tables]
-    return Artifact(path, manifest, device_tables, modules)
+    return Artifact(path, manifest, device_tables, modules, fmt.read_names(path, manifest))

@@ -22,7 +22,7 @@ LAYERS = (
     ("errors",),
     ("dtypes", "decode_state", "artifact_format"),
     ("ir",),
-    ("cost_model", "merge_states", "frontend", "graph_frontend", "readers", "datasets"),
+    ("cost_model", "merge_states", "frontend", "graph_frontend", "readers", "datasets", "text"),
     ("passes", "pipeline"),
     ("backend",),
     ("artifact", "serving"),
@@ -32,7 +32,7 @@ LAYERS = (
 APPLICATIONS = {"cli"}
 
 # Outside packages each library module may import (the standard library is always allowed).
-THIRD_PARTY = {"jax", "jaxlib", "numpy", "networkx", "ml_dtypes"}
+THIRD_PARTY = {"jax", "jaxlib", "numpy", "networkx", "ml_dtypes", "tokenizers"}
 RESTRICTED = {
     "errors": (set(), set()),
     "artifact_format": ({"numpy"}, {"errors"}),

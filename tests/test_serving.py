@@ -382,11 +382,27 @@ def test_the_manifest_schema_round_trips(fixed):
     ("max_length", True, r"\['max_length'\] is True \(bool\), expected int"),
     ("pipeline", None, r"manifest.json has no key 'pipeline'"),
     ("tables", {}, r"\['tables'\] is \{\} \(dict\), expected list"),
+    ("names_file", None, r"manifest.json has no key 'names_file'"),
+    ("names_file", 3, r"\['names_file'\] is 3 \(int\), expected str or NoneType"),
 ])
 def test_a_manifest_key_of_the_wrong_type_is_named(copy, key, value, match):
     edit_manifest(copy, lambda m: m.pop(key) if value is None else m.update({key: value}))
     with pytest.raises(errors.ArtifactFormatError, match=match):
         serving.load(copy)
+
+
+def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
+    """Version 1 had no names_file key (and no names.jsonl)."""
+    edit_manifest(copy, lambda m: (m.update(format_version=1), m.pop("names_file")))
+    art = serving.load(copy)
+    assert art.manifest.format_version == 1 and art.manifest.names_file is None
+    assert art.names is None and artifact.read_names(copy) is None
+    assert art.manifest.seal() == (copy / artifact_format.MANIFEST_FILE).read_bytes()
+    model = oracle.HashModel(10)
+    assert_bit_identical(serve(art, model, [3], 4), serve(fixed[2], model, [3], 4))
+    with pytest.raises(errors.DecodeInputError, match=r"has no names \(compiled from token ids, "
+                                                      r"or written before format version 2\)"):
+        art.texts(art.finalize(art.init_state(1, 4)))
 
 
 def test_a_table_entry_of_the_wrong_type_is_named(copy):

@@ -17,14 +17,17 @@ DEFAULT_BEAM_SIZES = "70"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", help="constraint set: .npy (N, L) array, .jsonl (one JSON list "
-                                      "per line), an IR dump, or text (one space-separated "
-                                      "sequence per line)")
+                                      "per line), an IR dump, text (one space-separated "
+                                      "sequence per line), or with --tokenizer a text file of "
+                                      "names (one per line)")
+    add_tokenizer_argument(parser)
     parser.add_argument("-o", "--output", required=True, metavar="ART",
                         help="artifact directory to write")
     parser.add_argument("--vocab-size", type=int, default=None,
                         help="vocabulary size V (required unless INPUT is an IR dump)")
     parser.add_argument("--end-token", type=int, default=None,
-                        help="token ending variable-length sequences")
+                        help="token ending variable-length sequences (with --tokenizer: "
+                             "default the tokenizer's end-of-sequence token)")
     parser.add_argument("--pipeline", default=None, metavar="SPEC",
                         help="pass pipeline spec (default: the library's DEFAULT_PIPELINE)")
     parser.add_argument("--memory-budget", default=None, metavar="BYTES",
@@ -48,17 +51,22 @@ def run(args: argparse.Namespace) -> int:
     if args.tokens_per_beam is not None and args.tokens_per_beam < 1:
         raise CliInputError(f"--tokens-per-beam {args.tokens_per_beam}: expected an int >= 1")
     pipeline = _pipeline_with_budget(args.pipeline, args.memory_budget)
-    constraints, vocab_size = read_input(args.input, vocab_size=args.vocab_size,
-                                         end_token=args.end_token)
+    constraints, vocab_size, tokenizer = read_any_input(args.input, vocab_size=args.vocab_size,
+                                                        end_token=args.end_token,
+                                                        tokenizer=args.tokenizer)
     log = sys.stderr
     with progress("compile", log):
         compiled = compile_constraints(constraints, vocab_size, end_token=args.end_token,
-                                       pipeline=pipeline,
+                                       tokenizer=tokenizer, pipeline=pipeline,
                                        print_ir_after_all=args.print_ir_after_all,
                                        export_beam_sizes=beam_sizes,
                                        export_tokens_per_beam=args.tokens_per_beam, stream=log)
     for stage, seconds in compiled.timings:
         log.write(f"[compile]   {stage:<16s} {seconds:8.3f} s\n")
+    text = compiled.frontend_stats.get("text")
+    if text is not None:
+        log.write(f"[compile] {text['names']} names -> {text['items']} items ({text['duplicates']} "
+                  f"names share another name's tokens), end token {text['end_token']}\n")
     with progress("export + save", log):
         path = artifact.save(compiled, args.output, overwrite=args.force)
     sys.stdout.write(f"wrote {path}: {compiled.ir.num_sequences} sequences, vocab "
@@ -66,6 +74,28 @@ def run(args: argparse.Namespace) -> int:
                      f"{compiled.nbytes} table bytes, beam sizes {list(beam_sizes)}, "
                      f"pipeline {compiled.pipeline}\n")
     return 0
+
+
+def add_tokenizer_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",
+                        help="a tokenizers JSON file (tokenizer.json): INPUT is then a text "
+                             "catalogue, one name per line, encoded without special tokens "
+                             "(needs the 'tokenizers' package)")
+
+
+def read_any_input(path: str, *, vocab_size: Optional[int], end_token: Optional[int],
+                   tokenizer: Optional[str]):
+    """(constraints, vocab size, tokenizer adapter or None): a text catalogue
+    and its tokenizer when `tokenizer` (a tokenizers JSON file) is given,
+    else `common.read_input`'s constraint set."""
+    if tokenizer is None:
+        return (*read_input(path, vocab_size=vocab_size, end_token=end_token), None)
+    from static_compiler import readers, text
+
+    if vocab_size is None:
+        raise CliInputError(f"input {path!r}: --vocab-size is required for a text catalogue "
+                            "(the model's vocabulary size)")
+    return readers.read_names(path), vocab_size, text.load_tokenizer(tokenizer)
 
 
 def _int_list(flag: str, text: str) -> tuple:

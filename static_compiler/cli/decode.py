@@ -29,13 +29,26 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     out.write(f"{art!r}\ndemo model seed {args.seed}, batch {args.batch_size}, beams "
               f"{beam_size}\n")
+    texts = art.texts(decoded.result) if art.names is not None else None
     for row in range(args.batch_size):
-        out.write(f"batch row {row}:\n"
-                  f"{demo_model.format_top(decoded.result, row=row, top=args.top)}\n")
+        top = demo_model.format_top(decoded.result, row=row, top=args.top)
+        if texts is not None:
+            top = _with_names(top, decoded.result.valid[row], texts[row])
+        out.write(f"batch row {row}:\n{top}\n")
     steps = sorted(decoded.step_seconds)
     out.write(f"beam_step median {steps[len(steps) // 2] * 1e3:.3f} ms per step "
               f"(first pass with XLA compile {decoded.first_pass_seconds:.2f} s)\n")
     return 0
+
+
+def _with_names(top: str, valid, names: list) -> str:
+    """`demo_model.format_top`'s lines (one per valid beam, in beam order)
+    with each beam's name appended."""
+    lines = top.split("\n")
+    shown = [names[m] for m in range(len(names)) if valid[m]][:len(lines)]
+    if len(shown) != len(lines):  # "(no valid beam)"
+        return top
+    return "\n".join(f"{line}  {name!r}" for line, name in zip(lines, shown))
 
 
 COMMAND = Subcommand("decode", "load an artifact with the serving loader and decode with a "

@@ -8,14 +8,19 @@ import os
 import sys
 from typing import Optional
 
-from static_compiler.cli.common import Subcommand, read_input
+from static_compiler.cli.common import Subcommand
+from static_compiler.cli.compile import add_tokenizer_argument, read_any_input
 from static_compiler.errors import CliInputError
+
+DEFAULT_MAX_NAMES = 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", help="a .npy array (N, L) of token ids, an IR text dump "
-                                      "(.txt / .ir), or an artifact directory (its IR is "
-                                      "rebuilt from the saved tables)")
+                                      "(.txt / .ir), an artifact directory (its IR is "
+                                      "rebuilt from the saved tables), or with --tokenizer a "
+                                      "text file of names (one per line)")
+    add_tokenizer_argument(parser)
     parser.add_argument("--vocab-size", type=int, default=None,
                         help="vocabulary size V (required for .npy input)")
     parser.add_argument("--end-token", type=int, default=None,
@@ -31,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "layout, bytes, the paper's memory bound) instead of the IR")
     parser.add_argument("--layer", type=int, default=None, metavar="N",
                         help="print only layer N's header and rows")
+    parser.add_argument("--max-names", type=int, default=DEFAULT_MAX_NAMES, metavar="N",
+                        help="a text catalogue: names to list after the IR (default "
+                             f"{DEFAULT_MAX_NAMES})")
     parser.add_argument("--max-edges", type=int, default=None, metavar="E",
                         help="print every row when the automaton (with --layer: the layer) "
                              "has at most E edges, else elide rows (default: the IR printer's "
@@ -45,15 +53,19 @@ def run(args: argparse.Namespace) -> int:
     if os.path.isdir(args.input):
         from static_compiler import artifact
         given = [flag for flag, value in (("--vocab-size", args.vocab_size), ("--end-token",
-                 args.end_token), ("--pipeline", args.pipeline)) if value is not None]
+                 args.end_token), ("--pipeline", args.pipeline), ("--tokenizer", args.tokenizer))
+                 if value is not None]
         if given:
             raise CliInputError(f"input {args.input!r} is an artifact, shown as compiled: "
                                 f"{', '.join(given)} apply only to .npy and IR dump inputs")
         compiled = artifact.read_automaton(args.input)
+        names = artifact.read_names(args.input)
     else:
         compiled = load_and_compile(args.input, vocab_size=args.vocab_size,
                                     end_token=args.end_token, pipeline=args.pipeline,
-                                    print_ir_after_all=args.print_ir_after_all)
+                                    print_ir_after_all=args.print_ir_after_all,
+                                    tokenizer=args.tokenizer)
+        names = getattr(compiled, "names", None)
     ir = getattr(compiled, "ir", compiled)
     if args.stats:
         sys.stdout.write(report.stats_table(compiled))
@@ -62,12 +74,28 @@ def run(args: argparse.Namespace) -> int:
     elif not args.stats:
         sys.stdout.write(ir.to_text() if args.max_edges is None
                          else ir.to_text(max_edges=args.max_edges))
+    if names is not None and args.layer is None:
+        sys.stdout.write(format_names(names, args.max_names))
     return 0
 
 
+def format_names(names, limit: int) -> str:
+    """A text catalogue's items, sorted by tokens, one per line (token ids,
+    the name, the other names with the same tokens), at most `limit` lines."""
+    lines = [f"names items={len(names)} aliases={sum(len(a) for a in names.aliases)}"]
+    for name, row, aliases in zip(names.names[:limit], names.tokens, names.aliases):
+        also = f"  (also {', '.join(repr(a) for a in aliases)})" if aliases else ""
+        lines.append(f"  {[int(t) for t in row if t >= 0]}  {name!r}{also}")
+    if len(names) > limit:
+        lines.append(f"  ... {len(names) - limit} more (--max-names)")
+    return "\n".join(lines) + "\n"
+
+
 def load_and_compile(path: str, *, vocab_size: Optional[int], end_token: Optional[int] = None,
-                     pipeline: Optional[str] = None, print_ir_after_all: bool = False):
-    """Reads `path` (any format of `readers.read_constraints`) and compiles it.
+                     pipeline: Optional[str] = None, print_ir_after_all: bool = False,
+                     tokenizer: Optional[str] = None):
+    """Reads `path` (any format of `readers.read_constraints`, or with
+    `tokenizer`, a tokenizers JSON file, a text catalogue) and compiles it.
 
     A constraint set goes through `compile_constraints` with `pipeline`
     (default: DEFAULT_PIPELINE) and gives CompiledConstraints. An IR dump is
@@ -80,10 +108,12 @@ def load_and_compile(path: str, *, vocab_size: Optional[int], end_token: Optiona
     from static_compiler import compile_constraints
     from static_compiler.ir import Automaton
 
-    constraints, vocab_size = read_input(path, vocab_size=vocab_size, end_token=end_token)
+    constraints, vocab_size, tokenizer = read_any_input(path, vocab_size=vocab_size,
+                                                        end_token=end_token, tokenizer=tokenizer)
     if not isinstance(constraints, Automaton):
         return compile_constraints(constraints, vocab_size, end_token=end_token,
-                                   pipeline=pipeline, print_ir_after_all=print_ir_after_all)
+                                   tokenizer=tokenizer, pipeline=pipeline,
+                                   print_ir_after_all=print_ir_after_all)
     if pipeline is None:
         if print_ir_after_all:
             sys.stderr.write("// ----- IR as read (no --pipeline given) -----\n"

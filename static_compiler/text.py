@@ -1,0 +1,271 @@
+"""Text catalogues: compile a closed list of names (strings) with a tokenizer.
+
+`encode_catalogue(names, tokenizer, vocab_size, end_token)` encodes every
+name, checks the encodings, merges names that encode to the same tokens into
+one item, and returns the unique token sequences with a
+`artifact_format.NameTable` that maps them back to names
+(`compile_constraints(names, vocab_size=V, tokenizer=...)` calls it).
+
+A tokenizer is any of:
+
+* a callable ``str -> list[int]`` (e.g. a model's encode function); it has no
+  end token, so pass ``end_token=`` when names encode to different lengths;
+* a Hugging Face ``tokenizers.Tokenizer`` (`HFTokenizer`: batch encoding, no
+  special tokens unless ``add_special_tokens=True``; the end token is the
+  first of `EOS_TOKENS` the vocabulary holds, else pass one);
+* a ``transformers`` PreTrainedTokenizer or PreTrainedTokenizerFast
+  (`TransformersTokenizer`: batch encoding, no special tokens unless asked;
+  the end token is its ``eos_token_id``);
+* an adapter: any object with ``encode_batch(names) -> list[list[int]]`` and
+  an ``end_token`` attribute (int or None).
+
+Neither ``tokenizers`` nor ``transformers`` is imported here unless a
+tokenizer file is loaded (`load_tokenizer`, needs the ``text`` extra:
+``pip install static-compiler[text]``); objects are recognized by their
+methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from typing import Callable, Optional, Sequence, Union
+
+import numpy as np
+
+from static_compiler.artifact_format import NameTable
+from static_compiler.errors import ConstraintSetError
+from static_compiler.frontend import check_end_token, check_vocab_size
+
+EOS_TOKENS = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eos|>", "[EOS]", "<|im_end|>",
+              "<|eot_id|>", "[SEP]")
+"""Special tokens `HFTokenizer` takes as the end token, the first the vocabulary holds."""
+
+_SHOWN_CHARS = 60
+"""Longest piece of a name quoted in an error message."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CallableTokenizer:
+    """A function ``str -> list[int]`` as an adapter (no end token unless given)."""
+
+    encode: Callable[[str], Sequence[int]]
+    end_token: Optional[int] = None
+
+    def encode_batch(self, names: Sequence[str]) -> list:
+        return [self.encode(name) for name in names]
+
+
+@dataclasses.dataclass(frozen=True)
+class HFTokenizer:
+    """A Hugging Face ``tokenizers.Tokenizer`` as an adapter.
+
+    end_token: the end token id; default the first of `eos_tokens` in the
+    tokenizer's vocabulary (None when it has none of them)."""
+
+    tokenizer: object
+    add_special_tokens: bool = False
+    end_token: Optional[int] = None
+    eos_tokens: tuple = EOS_TOKENS
+
+    def __post_init__(self):
+        if self.end_token is None:
+            ids = (self.tokenizer.token_to_id(tok) for tok in self.eos_tokens)
+            object.__setattr__(self, "end_token", next((i for i in ids if i is not None), None))
+
+    def encode_batch(self, names: Sequence[str]) -> list:
+        encodings = self.tokenizer.encode_batch(list(names),
+                                                add_special_tokens=self.add_special_tokens)
+        return [e.ids for e in encodings]
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformersTokenizer:
+    """A ``transformers`` PreTrainedTokenizer(Fast) as an adapter; the end
+    token is its ``eos_token_id`` unless given."""
+
+    tokenizer: object
+    add_special_tokens: bool = False
+    end_token: Optional[int] = None
+
+    def __post_init__(self):
+        if self.end_token is None:
+            object.__setattr__(self, "end_token", getattr(self.tokenizer, "eos_token_id", None))
+
+    def encode_batch(self, names: Sequence[str]) -> list:
+        return self.tokenizer(list(names), add_special_tokens=self.add_special_tokens)["input_ids"]
+
+
+def as_adapter(tokenizer):
+    """`tokenizer` (see the module docstring) as an object with
+    ``encode_batch`` and ``end_token``. Raises ConstraintSetError for
+    anything else."""
+    if hasattr(tokenizer, "encode_batch") and hasattr(tokenizer, "end_token"):
+        return tokenizer
+    if hasattr(tokenizer, "eos_token_id") and hasattr(tokenizer, "convert_tokens_to_ids"):
+        return TransformersTokenizer(tokenizer)
+    if hasattr(tokenizer, "encode_batch") and hasattr(tokenizer, "token_to_id"):
+        return HFTokenizer(tokenizer)
+    if callable(tokenizer):
+        return CallableTokenizer(tokenizer)
+    raise ConstraintSetError(
+        f"tokenizer of type {type(tokenizer).__name__}: expected a callable str -> list[int], a "
+        "tokenizers.Tokenizer, a transformers tokenizer, or an adapter with encode_batch and "
+        "end_token")
+
+
+def load_tokenizer(path: Union[str, os.PathLike], **options) -> HFTokenizer:
+    """An `HFTokenizer` for a ``tokenizers`` JSON file (``tokenizer.json``);
+    `options` go to `HFTokenizer`. Needs the ``tokenizers`` package (the
+    ``text`` extra). Raises ConstraintSetError for a missing or bad file."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as e:
+        raise ConstraintSetError(f"tokenizer {os.fspath(path)!r}: reading a tokenizer file needs "
+                                 "the 'tokenizers' package (pip install "
+                                 "'static-compiler[text]')") from e
+    if not os.path.isfile(path):
+        raise ConstraintSetError(f"tokenizer {os.fspath(path)!r}: no such file")
+    try:
+        return HFTokenizer(Tokenizer.from_file(os.fspath(path)), **options)
+    except Exception as e:  # tokenizers raises its own Exception types for a bad file
+        raise ConstraintSetError(f"tokenizer {os.fspath(path)!r}: not a tokenizers JSON file "
+                                 f"({type(e).__name__}: {e})") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Catalogue:
+    """An encoded text catalogue.
+
+    Attributes:
+      sequences: the unique items' token ids: an int (items, L) array, or a
+        list of int arrays when lengths differ.
+      names: the `NameTable` (items in the same order as `sequences`).
+      end_token: the end token to compile with (None for a fixed-length set).
+      stats: {"names", "items", "duplicates" (names merged into an earlier
+        one's item), "end_token", "end_token_from" ("argument", "tokenizer"
+        or None)}.
+    """
+
+    sequences: object
+    names: NameTable
+    end_token: Optional[int]
+    stats: dict
+
+
+def _shown(name: str) -> str:
+    return repr(name if len(name) <= _SHOWN_CHARS else name[:_SHOWN_CHARS] + "...")
+
+
+def _check_names(names) -> list:
+    if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
+        raise ConstraintSetError(f"names of type {type(names).__name__}: expected a sequence of "
+                                 "str (one name per item)")
+    names = list(names)
+    if not names:
+        raise ConstraintSetError("empty catalogue: expected at least one name")
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise ConstraintSetError(f"name {i} is {name!r} ({type(name).__name__}): expected str")
+    return names
+
+
+def _flatten(names: list, encoded) -> tuple[np.ndarray, np.ndarray]:
+    """(flat int64 token ids, lengths int64 (N,)); rejects a wrong number of
+    encodings, empty ones and non-integer ids, naming the name."""
+    encoded = list(encoded)
+    if len(encoded) != len(names):
+        raise ConstraintSetError(f"the tokenizer returned {len(encoded)} encodings for "
+                                 f"{len(names)} names")
+    lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+    if (lengths == 0).any():
+        i = int(np.flatnonzero(lengths == 0)[0])
+        raise ConstraintSetError(f"name {i} {_shown(names[i])} encodes to no tokens")
+    flat = np.asarray(list(itertools.chain.from_iterable(encoded)))
+    if flat.ndim != 1 or flat.dtype.kind not in "iu":
+        bad = next(((i, t) for i, e in enumerate(encoded) for t in e
+                    if isinstance(t, bool) or not isinstance(t, (int, np.integer))),
+                   (0, encoded[0]))
+        raise ConstraintSetError(f"name {bad[0]} {_shown(names[bad[0]])}: the tokenizer returned "
+                                 f"{bad[1]!r} ({type(bad[1]).__name__}), expected int token ids")
+    return flat.astype(np.int64), lengths
+
+
+def _check_tokens(names: list, flat: np.ndarray, lengths: np.ndarray, vocab_size: int,
+                  end_token: Optional[int], end_from: Optional[str]) -> None:
+    """Every token in [0, vocab_size) and none the end token, else an error
+    naming the first offending name, position and token."""
+    bad = (flat < 0) | (flat >= vocab_size)
+    if end_token is not None:
+        bad |= flat == end_token
+    if not bad.any():
+        return
+    e = int(np.flatnonzero(bad)[0])
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    i = int(np.searchsorted(starts, e, side="right")) - 1
+    token = int(flat[e])
+    where = f"name {i} {_shown(names[i])}, token {e - starts[i]}"
+    if 0 <= token < vocab_size:
+        raise ConstraintSetError(f"{where}: is the end token {token} (from the {end_from}); names "
+                                 "must not encode to it")
+    raise ConstraintSetError(f"{where}: id {token} is outside the vocabulary [0, {vocab_size})")
+
+
+def encode_catalogue(names, tokenizer, vocab_size: int,
+                     end_token: Optional[int] = None) -> Catalogue:
+    """Encodes `names` with `tokenizer` (see the module docstring) and
+    groups names with equal encodings.
+
+    end_token: overrides the tokenizer's end token; a catalogue whose names
+    encode to different lengths needs one from either.
+
+    Raises ConstraintSetError for an empty catalogue, a name that is not a
+    str, encodes to nothing, to an id outside [0, vocab_size) or to the end
+    token, or a ragged catalogue without an end token.
+    """
+    vocab_size = check_vocab_size(vocab_size)
+    names = _check_names(names)
+    adapter = as_adapter(tokenizer)
+    end_from = "argument" if end_token is not None else None
+    if end_token is None and adapter.end_token is not None:
+        end_token, end_from = adapter.end_token, "tokenizer"
+    try:
+        end_token = check_end_token(end_token, vocab_size)
+    except ConstraintSetError as e:
+        raise ConstraintSetError(f"{e} (the end token from the {end_from})") from None
+    flat, lengths = _flatten(names, adapter.encode_batch(names))
+    _check_tokens(names, flat, lengths, vocab_size, end_token, end_from)
+    ragged = bool((lengths != lengths[0]).any())
+    if ragged and end_token is None:
+        raise ConstraintSetError(
+            f"names encode to {int(lengths.min())}..{int(lengths.max())} tokens and the tokenizer "
+            "has no end token: pass end_token=... (the model's end-of-sequence id)")
+    width = int(lengths.max())
+    matrix = np.full((len(names), width), -1, np.int32)
+    matrix[np.arange(width)[None, :] < lengths[:, None]] = flat
+    order = np.lexsort(matrix.T[::-1])  # stable: equal rows keep input order; -1 sorts first
+    rows = matrix[order]
+    first = np.ones(len(names), dtype=bool)
+    first[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+    group = np.cumsum(first) - 1  # item of each sorted row
+    primary = order[first]  # input index of each item's first name
+    aliases = [[] for _ in range(primary.size)]
+    for g, i in zip(group[~first], order[~first]):
+        if names[i] != names[primary[g]] and names[i] not in aliases[g]:
+            aliases[g].append(names[i])
+    unique = rows[first]
+    table = NameTable(names=tuple(names[i] for i in primary), tokens=unique,
+                      aliases=tuple(tuple(a) for a in aliases))
+    item_lengths = lengths[primary]
+    sequences = [row[:n] for row, n in zip(unique, item_lengths)] if ragged else unique
+    stats = {"names": len(names), "items": len(table), "duplicates": len(names) - len(table),
+             "end_token": end_token, "end_token_from": end_from}
+    return Catalogue(sequences=sequences, names=table, end_token=end_token, stats=stats)
+
+
+def looks_like_names(constraints) -> bool:
+    """True when `constraints` is a list or tuple whose first entry is a str
+    (names given without a tokenizer)."""
+    return isinstance(constraints, (list, tuple)) and bool(constraints) \
+        and isinstance(constraints[0], str)
