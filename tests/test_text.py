@@ -224,7 +224,7 @@ def test_beam_search_returns_only_catalogue_names(bpe):
     model = oracle.HashModel(V)
     beams = 8
     result = sc.beam_search(compiled, model, batch_size=2, beam_size=beams,
-                            carry=model.init_carry([1, 2], beams))
+                            carry=model.init_carry([1, 2], beams), carry_axes=model.carry_axes)
     texts = compiled.texts(result)
     assert len(texts) == 2 and all(len(row) == beams for row in texts)
     valid = np.asarray(result.valid)
@@ -278,7 +278,7 @@ def test_decoding_through_the_artifact_gives_names(compiled_chars, saved):
     art = serving.load(saved)
     model = oracle.HashModel(256)
     result = sc.beam_search(compiled_chars, model, batch_size=1, beam_size=6,
-                            carry=model.init_carry([5], 6))
+                            carry=model.init_carry([5], 6), carry_axes=model.carry_axes)
     assert art.texts(result) == compiled_chars.texts(result)
     assert set(art.texts(result)[0]) <= set(CITIES)
 
