@@ -209,3 +209,25 @@ def test_mask_and_advance_take_a_traced_step():
     for t in range(3):
         np.testing.assert_array_equal(
             jax.jit(compiled.mask)(logits, static, jnp.int32(t)), compiled.mask(logits, static, t))
+
+
+def test_decoding_stops_once_every_beam_has_ended():
+    """With an end token, the loop stops when no beam is live: the model runs
+    2 steps for an item of one token, not the set's 7, and the result equals
+    the oracle's."""
+    compiled = oracle.compile_set([(1,), (2, 3, 4, 5, 6, 7)], 8, end_token=0)
+    table = np.full((8, 8), -5.0, np.float32)
+    table[3, 1] = table[1, 0] = 5.0  # from the start token 3: take 1, then end
+
+    def counting(last_tokens, step, carry):
+        return carry["table"][last_tokens], {**carry, "calls": carry["calls"] + 1}
+
+    carry = {"table": jnp.asarray(table), "calls": jnp.int32(0)}
+    got, final = sc.beam_search(compiled, counting, batch_size=1, beam_size=1, start_token=3,
+                                carry=carry, carry_axes=None, return_carry=True)
+    assert int(final["calls"]) == 2 and compiled.plan.max_length == 7
+    assert np.asarray(got.tokens)[0, 0, :2].tolist() == [1, 0] and bool(got.valid[0, 0])
+    two, final = sc.beam_search(compiled, counting, batch_size=1, beam_size=2, start_token=3,
+                                carry=carry, carry_axes=None, return_carry=True)
+    assert int(final["calls"]) == 7  # the second beam stays live to the end
+    assert np.asarray(two.valid).tolist() == [[True, True]]

@@ -55,12 +55,20 @@ def _csr_bounds(tables: dict, node):
     return _take(indptr, node), _take(indptr, node + 1)
 
 
+COMPARE_ALL_MAX = 4096
+"""near_unary layers with at most this many exception states find a state's
+row by comparing against all of them (X compares per beam, no loop)."""
+
+
 def _near_unary_bounds(tables: dict, node):
     ex_states = tables["ex_states"].astype(jnp.int32)
     ex_bounds = tables["ex_bounds"].astype(jnp.int32)
     num_ex = ex_states.shape[0]
-    # j = number of exception states below `node` (binary search, log2(X) steps).
-    j = jnp.searchsorted(ex_states, node, side="left").astype(jnp.int32)
+    # j = number of exception states below `node`: a binary search (a loop of
+    # log2(X) steps) on long lists; on short ones one comparison against all,
+    # which XLA compiles several times faster than the loop.
+    method = "compare_all" if num_ex <= COMPARE_ALL_MAX else "scan"
+    j = jnp.searchsorted(ex_states, node, side="left", method=method).astype(jnp.int32)
     here = jnp.minimum(j, num_ex - 1)
     is_exception = (j < num_ex) & (jnp.take(ex_states, here, mode="clip") == node)
     below = jnp.maximum(j - 1, 0)

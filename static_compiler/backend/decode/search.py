@@ -72,12 +72,32 @@ def _beam_search(plan, tables, carry, start_tokens, params, *, logits_fn, batch_
         return state, reorder_carry(new_carry, state.parent, axes, reorder)
 
     for steps in step_segments(plan, caps, live, beam_size):
-        if len(steps) == 1:
+        if plan.end_token is not None:
+            state, carry = _until_finished(one_step, steps, state, carry)
+        elif len(steps) == 1:
             state, carry = one_step(steps, jnp.int32(steps[0]), state, carry)
         else:
             body = lambda t, sc, steps=steps: one_step(steps, t, *sc)
             state, carry = lax.fori_loop(steps[0], steps[-1] + 1, body, (state, carry))
     return finalize(state, length_penalty), carry
+
+
+def _until_finished(one_step, steps: tuple[int, ...], state, carry):
+    """The run of `steps` as a while loop that stops once no beam is live
+    (every valid beam has taken the end token): the steps left would only
+    carry finished beams over unchanged, in the same order, so stopping is
+    exact and saves their model calls."""
+    def cond(loop):
+        t, state, _ = loop
+        return (t <= steps[-1]) & jnp.any(state.valid & ~state.finished)
+
+    def body(loop):
+        t, state, carry = loop
+        state, carry = one_step(steps, t, state, carry)
+        return t + 1, state, carry
+
+    _, state, carry = lax.while_loop(cond, body, (jnp.int32(steps[0]), state, carry))
+    return state, carry
 
 
 def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, beam_size: int,
@@ -108,7 +128,9 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
       params: passed to logits_fn as a traced argument (new values of the
         same shapes reuse the compiled search).
       length_penalty: GNMT exponent for re-ranking the final beams (0: off).
-      return_carry: also return the final carry: ``(result, carry)``.
+      return_carry: also return the final carry: ``(result, carry)``. With
+        an end token, decoding stops once every valid beam has ended (the
+        result is the same), so the model ran for fewer steps.
     """
     check_int("batch_size", batch_size, low=1)
     check_int("beam_size", beam_size, low=1)
