@@ -96,6 +96,12 @@ class CompiledConstraints:
     def advance(self, state: decode.ProcessorState, tokens, step: int) -> decode.ProcessorState:
         return decode.advance(self.plan, self.device_tables, state, tokens, step)
 
+    def allowed(self, prefixes):
+        """prefixes int (N, t), t in [0, max_length) -> bool (N, V): the tokens
+        that may follow each prefix, with no per-row state (see
+        backend.decode.prefix)."""
+        return decode.allowed(self.plan, self.device_tables, prefixes)
+
     def save(self, path, *, overwrite: bool = False):
         """Writes the artifact directory atomically (see static_compiler.artifact)."""
         from static_compiler import artifact

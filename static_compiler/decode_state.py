@@ -179,3 +179,24 @@ def check_fields(state, state_type: type, where: str) -> tuple[Any, ...]:
         raise DecodeInputError(f"{where}: state is a {type(state).__name__}, expected a "
                                f"tuple of {len(fields)} arrays {fields}")
     return tuple(state)
+
+
+def check_prefixes(prefixes, max_length: int, where: str) -> None:
+    """`prefixes` must be an int array (N, t) with t in [0, max_length)."""
+    shape, dtype = tuple(np.shape(prefixes)), _dtype(prefixes)
+    if len(shape) != 2 or not _is_integer_dtype(dtype):
+        raise DecodeInputError(f"{where}: prefixes have shape {shape} dtype {dtype}, expected "
+                               "an int array (N, t)")
+    if shape[1] >= max_length:
+        raise DecodeInputError(f"{where}: prefixes have length t={shape[1]}, expected t in "
+                               f"[0, {max_length}) (the set's max_length)")
+
+
+def check_token_values(name: str, values: np.ndarray, vocab_size: int, where: str) -> None:
+    """Every entry of the concrete int array `values` must be a token in
+    [0, vocab_size); the first that is not is named with its index."""
+    bad = (values < 0) | (values >= vocab_size)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise DecodeInputError(f"{where}: {name}[{', '.join(map(str, index))}]={values[index]} "
+                               f"is not a token in [0, {vocab_size})")

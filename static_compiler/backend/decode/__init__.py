@@ -10,7 +10,9 @@ concern per module:
 * `selection`: the best beams of each batch row;
 * `step`: one beam-search step (static or traced step) and the final ranking;
 * `search`: the drivers (beam search, sampling, greedy) around the model;
-* `processor`: the `mask` / `advance` pair for custom loops.
+* `processor`: the `mask` / `advance` pair for custom loops;
+* `prefix`: `allowed`, a stateless mask from each row's tokens so far, for
+  engines that own the beam search.
 
 The state and result types and the argument validators live in
 `static_compiler.decode_state`, shared with the serving loader.
@@ -41,6 +43,7 @@ from static_compiler.backend.decode.candidates import (StepCandidates, candidate
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob, safe_log_softmax, scored
 from static_compiler.backend.decode.processor import (advance, advance_switch, init_processor_state,
                                                       mask, mask_switch)
+from static_compiler.backend.decode.prefix import allowed
 from static_compiler.backend.decode.search import (beam_search, greedy_decode, live_beam_bounds,
                                                    reorder_carry, sample)
 from static_compiler.backend.decode.selection import Selection, select_beams
@@ -53,6 +56,7 @@ from static_compiler.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_S
 __all__ = [
     "BeamState", "DecodeResult", "LogProbs", "MIN_VALID_SCORE", "PAD_TOKEN", "ProcessorState",
     "SENTINEL_SCORE", "Selection", "StepCandidates", "add_logprob", "advance", "advance_switch",
+    "allowed",
     "apply_choice", "beam_search", "beam_step", "beam_step_switch", "candidate_columns", "finalize",
     "greedy_decode", "init_beam_state", "init_processor_state", "length_normalized",
     "live_beam_bounds", "mask", "mask_switch", "mixed_children", "reorder_carry", "safe_log_softmax",
