@@ -5,12 +5,16 @@ The model is a randomly initialised tiny GPT-2 (nothing downloaded). On a
 fixed-length and a variable-length set (end token = eos) of ~50 random
 sequences, beam search (8 beams, 8 returned sequences) and greedy search must
 return only members of the set, and exactly the sequences (and beam scores)
-that the dict-trie reference gives with the same model.
+that the dict-trie reference gives with the same model. The mask benchmark
+(`python -m tools.bench.torch_mask`) runs on a tiny set.
 """
 
 from __future__ import annotations
 
 import functools
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -165,3 +169,14 @@ def test_processor_rejects_bad_calls():
         processor(torch.zeros(2, 1, dtype=torch.long), torch.zeros(2, 3))
     with pytest.raises(DecodeInputError, match=r"prompt_length=-1: expected an int >= 0"):
         StaticLogitsProcessor(compiled, -1)
+
+
+def test_mask_benchmark_runs_and_agrees():
+    """`python -m tools.bench.torch_mask` on a tiny set: it checks that both
+    processors agree at every step (exit 1 otherwise) and prints its table."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-m", "tools.bench.torch_mask", "--items", "300",
+                          "--length", "3", "--vocab", "16", "--rows", "4", "5", "--repeats", "1",
+                          "--calls", "1"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("| mean |") == 2
