@@ -52,9 +52,9 @@ def prefix_mask(plan: Plan, tables, prefixes):
     padding id) to make its row allow nothing rather than raise."""
     prefixes = jnp.asarray(prefixes, jnp.int32)
     n, t = prefixes.shape
-    state = init_processor_state(max(n, 1))
     if n == 0:
         return jnp.zeros((0, plan.vocab_size), bool)
+    state = init_processor_state(n)
     for step in range(t):
         state = advance(plan, tables, state, prefixes[:, step], step)
     kept = mask(plan, tables, jnp.zeros((n, plan.vocab_size), jnp.float32), state, t)
