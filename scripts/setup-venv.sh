@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates ./.venv (once) and installs the project with its test extra into it.
+# Creates ./.venv (once) and installs the project with its test and torch extras
+# into it (the torch extra: tests/test_integration_torch.py).
 # Sourced by main-job.sh and test.sh, so a fresh machine needs nothing else.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,7 +11,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ ! -f "$stamp" ]; then
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e "$root[test]"
+  "$venv/bin/python" -m pip install --quiet -e "$root[test,torch]"
   rm -f "$venv"/.installed-*
   touch "$stamp"
 fi

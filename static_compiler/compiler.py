@@ -119,6 +119,12 @@ class CompiledConstraints:
                                    "(compile_constraints(names, tokenizer=...) keeps names)")
         return self.names.texts(result)
 
+    def allowed(self, prefixes):
+        """prefixes int (N, t), t in [0, max_length) -> bool (N, V): the tokens
+        that may follow each prefix, with no per-row state (see
+        backend.decode.prefix)."""
+        return decode.allowed(self.plan, self.device_tables, prefixes)
+
     def save(self, path, *, overwrite: bool = False):
         """Writes the artifact directory atomically (see static_compiler.artifact)."""
         from static_compiler import artifact

@@ -251,10 +251,26 @@ def check_drafts(drafts, batch_size: int, vocab_size: int, where: str):
         raise DecodeInputError(f"{where}: drafts have shape {shape} dtype {dtype}, expected int "
                                f"of shape ({batch_size}, n): n draft tokens per row")
     if not is_traced(drafts):
-        values = np.asarray(drafts)
-        outside = np.argwhere((values < 0) | (values >= vocab_size))
-        if len(outside):
-            b, j = (int(i) for i in outside[0])
-            raise DecodeInputError(f"{where}: drafts[{b}, {j}]={values[b, j].item()} is not a "
-                                   f"token: expected ints in [0, {vocab_size})")
+        check_token_values("drafts", np.asarray(drafts), vocab_size, where)
     return drafts
+
+
+def check_prefixes(prefixes, max_length: int, where: str) -> None:
+    """`prefixes` must be an int array (N, t) with t in [0, max_length)."""
+    shape, dtype = tuple(np.shape(prefixes)), _dtype(prefixes)
+    if len(shape) != 2 or not _is_integer_dtype(dtype):
+        raise DecodeInputError(f"{where}: prefixes have shape {shape} dtype {dtype}, expected "
+                               "an int array (N, t)")
+    if shape[1] >= max_length:
+        raise DecodeInputError(f"{where}: prefixes have length t={shape[1]}, expected t in "
+                               f"[0, {max_length}) (the set's max_length)")
+
+
+def check_token_values(name: str, values: np.ndarray, vocab_size: int, where: str) -> None:
+    """Every entry of the concrete int array `values` must be a token in
+    [0, vocab_size); the first that is not is named with its index."""
+    bad = (values < 0) | (values >= vocab_size)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise DecodeInputError(f"{where}: {name}[{', '.join(map(str, index))}]={values[index]} "
+                               f"is not a token in [0, {vocab_size})")

@@ -27,6 +27,7 @@ LAYERS = (
     ("backend",),
     ("artifact", "serving"),
     ("compiler", "report", ""),  # "" is the package's __init__ (the public API)
+    ("integrations",),  # engines' own decoders (HF generate) on top of the public API
     ("cli",),
 )
 APPLICATIONS = {"cli"}
@@ -38,9 +39,11 @@ RESTRICTED = {
     "artifact_format": ({"numpy"}, {"errors"}),
     "decode_state": ({"jax", "numpy"}, {"errors"}),
     "serving": ({"jax", "numpy"}, {"errors", "artifact_format", "decode_state"}),
+    "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
 }
-"""module -> (third-party packages, modules of ours) it may import; these are
-the modules a serving binary ships, so they stay small."""
+"""module -> (third-party packages, modules of ours) it may import; most are
+the modules a serving binary ships, so they stay small; the integrations may
+also import the engines they plug into."""
 
 
 def _top(name: str) -> str:

@@ -277,8 +277,8 @@ def small():
 
 
 @pytest.mark.parametrize("drafts, match", [
-    (np.array([[1, 3], [1, 2]]), r"drafts\[0, 1\]=3 is not a token: expected ints in \[0, 3\)"),
-    (np.array([[1, 2], [-1, 2]]), r"drafts\[1, 0\]=-1 is not a token: expected ints in \[0, 3\)"),
+    (np.array([[1, 3], [1, 2]]), r"drafts\[0, 1\]=3 is not a token in \[0, 3\)"),
+    (np.array([[1, 2], [-1, 2]]), r"drafts\[1, 0\]=-1 is not a token in \[0, 3\)"),
     (jnp.array([[1, 2], [1, 7]]), r"drafts\[1, 1\]=7 is not a token"),
     (np.array([[1, 2 ** 40]] * 2), r"drafts\[0, 1\]=1099511627776 is not a token"),
     (np.zeros((3, 2), np.int32), r"drafts have shape \(3, 2\) dtype int32, expected int of "

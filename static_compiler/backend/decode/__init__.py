@@ -14,6 +14,8 @@ concern per module:
 * `carry`: the user's per-beam model state, declared and reordered;
 * `processor`: the `mask` / `advance` pair for custom loops;
 * `speculative`: how many draft tokens stay inside the set.
+* `prefix`: `allowed`, a stateless mask from each row's tokens so far, for
+  engines that own the beam search.
 
 The state and result types and the argument validators live in
 `static_compiler.decode_state`, shared with the serving loader.
@@ -47,6 +49,7 @@ from static_compiler.backend.decode.logprobs import LogProbs, add_logprob, safe_
 from static_compiler.backend.decode.processor import (advance, advance_switch, init_processor_state,
                                                       mask, mask_switch)
 from static_compiler.backend.decode.carry import BeamAxis, reorder_carry, resolve_carry_axes
+from static_compiler.backend.decode.prefix import allowed
 from static_compiler.backend.decode.search import beam_search, greedy_decode, live_beam_bounds, sample
 from static_compiler.backend.decode.selection import Selection, select_beams
 from static_compiler.backend.decode.speculative import accept_drafts
@@ -59,7 +62,7 @@ from static_compiler.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_S
 __all__ = [
     "BeamAxis", "BeamState", "DecodeResult", "LogProbs", "MIN_VALID_SCORE", "PAD_TOKEN",
     "ProcessorState", "SENTINEL_SCORE", "Selection", "StepCandidates", "accept_drafts",
-    "add_logprob", "advance", "advance_switch", "apply_choice", "beam_search", "beam_step",
+    "add_logprob", "advance", "allowed", "advance_switch", "apply_choice", "beam_search", "beam_step",
     "beam_step_switch", "candidate_columns", "finalize", "greedy_decode", "init_beam_state",
     "init_processor_state", "length_normalized", "live_beam_bounds", "mask", "mask_switch",
     "mixed_children", "reorder_carry", "resolve_carry_axes", "safe_log_softmax", "sample",

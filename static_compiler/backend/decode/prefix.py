@@ -1,0 +1,61 @@
+"""A stateless mask from prefixes, for engines that own the beam search (vLLM,
+Hugging Face ``generate``): they reorder, fork and drop beams themselves, so
+the constraint reads each row's tokens so far instead of a per-row state
+kept in step with the engine's beams.
+
+``allowed(plan, tables, prefixes)`` replays the logits-processor pair
+(`init_processor_state`, then `advance` over the t static steps, then `mask`
+at step t): one program per prefix length t, O(t) gathers per row, no host
+round trip. Semantics (those of the pair, so a prefix allows what a
+processor row that took these tokens allows):
+
+* a prefix of some item allows the tokens that extend it towards an item,
+  and the end token where it is itself a complete item of a variable-length
+  set;
+* a prefix holding the end token is a finished item: it allows exactly the
+  end token, as long as everything after the first end token is the end
+  token again (an engine that pads finished rows with the end token, as
+  Hugging Face does with GPT-2's ``pad_token_id = eos_token_id``, keeps them
+  valid, and a finished row is never all-False, which would make sampling
+  divide by zero);
+* any other prefix (not in the set, a token after the end token that is not
+  the end token) allows nothing: an all-False row.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from static_compiler.backend.decode.processor import advance, init_processor_state, mask
+from static_compiler.backend.lowering import Plan
+from static_compiler.decode_state import SENTINEL_SCORE, check_prefixes, check_token_values
+
+
+def allowed(plan: Plan, tables, prefixes):
+    """prefixes int (N, t), t static in [0, plan.max_length) (t = 0: the
+    root) -> bool (N, V): True for the tokens that may follow each prefix
+    (see the module docstring for finished and unknown prefixes). Jit-able
+    (one program per t); concrete prefixes are checked: a token outside
+    [0, V) raises DecodeInputError (traced ones are not: such a row allows
+    nothing)."""
+    check_prefixes(prefixes, plan.max_length, "allowed")
+    if not isinstance(prefixes, jax.core.Tracer):
+        check_token_values("prefixes", np.asarray(prefixes), plan.vocab_size, "allowed")
+    return prefix_mask(plan, tables, prefixes)
+
+
+def prefix_mask(plan: Plan, tables, prefixes):
+    """`allowed` without the checks: for callers that have checked the shape
+    already and want any token outside [0, V) (a model's larger vocabulary, a
+    padding id) to make its row allow nothing rather than raise."""
+    prefixes = jnp.asarray(prefixes, jnp.int32)
+    n, t = prefixes.shape
+    if n == 0:
+        return jnp.zeros((0, plan.vocab_size), bool)
+    state = init_processor_state(n)
+    for step in range(t):
+        state = advance(plan, tables, state, prefixes[:, step], step)
+    kept = mask(plan, tables, jnp.zeros((n, plan.vocab_size), jnp.float32), state, t)
+    return kept != SENTINEL_SCORE

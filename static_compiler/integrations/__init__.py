@@ -1,0 +1,9 @@
+"""Constraints for engines that own the beam search, on top of the public API.
+
+* `static_compiler.integrations.torch`: `StaticLogitsProcessor`, a PyTorch
+  logits processor for Hugging Face ``generate`` (needs the ``torch`` extra:
+  ``pip install 'static-compiler[torch]'``).
+
+Nothing in the library imports this package; importing it imports neither
+torch nor transformers (each submodule imports what it needs).
+"""

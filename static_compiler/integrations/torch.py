@@ -1,0 +1,108 @@
+"""A PyTorch logits processor for Hugging Face ``generate``.
+
+``generate`` owns the beam search: it reorders, forks and drops beams itself
+and hands the processor every row's tokens so far. `StaticLogitsProcessor`
+therefore keeps no per-row state: each call masks with `allowed` (the
+stateless mask from prefixes, `static_compiler.backend.decode.prefix`), one
+jitted XLA program per prefix length, with the tensors passed between torch
+and jax through DLPack (no copy on the CPU) and no Python loop over rows.
+
+    processor = StaticLogitsProcessor(compiled, prompt_length=input_ids.shape[1])
+    out = model.generate(input_ids, num_beams=8, max_new_tokens=compiled.max_length,
+                         logits_processor=[processor])
+
+Semantics per row (t = the row's length minus ``prompt_length``, the tokens
+generated so far):
+
+* disallowed tokens get -inf, allowed ones keep their score (what
+  ``prefix_allowed_tokens_fn`` gives for the same allowed tokens);
+* tokens at or beyond the set's vocabulary (the model's vocabulary may be
+  larger) are never allowed, and a generated token outside it makes its row
+  allow nothing;
+* a finished row (it generated the end token, which must be the model's
+  ``eos_token_id``) allows exactly the end token, whatever ``generate`` pads
+  it with afterwards (``pad_token_id``): tokens after a row's first end
+  token are read as the end token. So sampling and greedy search, which
+  keep calling the processor for finished rows, never see an all -inf row
+  there;
+* a row whose tokens are not a prefix of the set allows nothing (all -inf),
+  as in beam search a beam that had to take a -inf candidate;
+* ``generate`` must stop within the set's ``max_length`` new tokens (pass
+  ``max_new_tokens=compiled.max_length``); a call with t >= max_length
+  raises DecodeInputError.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from static_compiler.backend.decode.prefix import prefix_mask
+from static_compiler.backend.lowering import Plan
+from static_compiler.compiler import CompiledConstraints
+from static_compiler.decode_state import check_int
+from static_compiler.errors import DecodeInputError
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _masked_scores(plan: Plan, tables, prefixes, scores):
+    """prefixes int32 (N, t), scores float (N, V_model) -> scores with the
+    disallowed tokens at -inf. One program per plan, N, t and V_model, shared
+    by every processor over equal plans."""
+    end = plan.end_token
+    if end is not None and prefixes.shape[1]:
+        is_end = prefixes == end
+        after_end = jnp.cumsum(is_end, axis=1) - is_end > 0
+        prefixes = jnp.where(after_end, end, prefixes)
+    ok = prefix_mask(plan, tables, prefixes)
+    ok = jnp.pad(ok, ((0, 0), (0, scores.shape[1] - plan.vocab_size)))
+    return jnp.where(ok, scores, jnp.asarray(-jnp.inf, scores.dtype))
+
+
+class StaticLogitsProcessor:
+    """transformers' LogitsProcessor protocol over a compiled constraint set.
+
+    Args:
+      compiled: a `CompiledConstraints` (``sc.compile_constraints(...)``).
+      prompt_length: the length of ``generate``'s ``input_ids`` (the prompt,
+        left-padded to one length per batch as ``generate`` requires); the
+        tokens after it are the prefix the set constrains.
+
+    ``__call__(input_ids LongTensor (N, cur_len), scores FloatTensor (N,
+    V_model)) -> FloatTensor (N, V_model)``, V_model >= the set's vocab_size.
+    See the module docstring for the semantics.
+    """
+
+    def __init__(self, compiled: CompiledConstraints, prompt_length: int):
+        if not isinstance(compiled, CompiledConstraints):
+            raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected the "
+                                   "CompiledConstraints of sc.compile_constraints")
+        self.plan = compiled.plan
+        self.tables = compiled.device_tables
+        self.prompt_length = check_int("prompt_length", prompt_length, low=0)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        plan = self.plan
+        n, length = input_ids.shape
+        t = length - self.prompt_length
+        where = "StaticLogitsProcessor"
+        if not 0 <= t < plan.max_length:
+            raise DecodeInputError(
+                f"{where}: input_ids have {length} tokens, {t} after the prompt of "
+                f"{self.prompt_length}: expected 0 to {plan.max_length - 1} (the set's max_length "
+                f"is {plan.max_length}; pass max_new_tokens={plan.max_length} to generate)")
+        if scores.ndim != 2 or scores.shape[0] != n or scores.shape[1] < plan.vocab_size \
+                or not scores.is_floating_point():
+            raise DecodeInputError(
+                f"{where}: scores have shape {tuple(scores.shape)} dtype {scores.dtype}, expected "
+                f"float ({n}, V) with V >= the set's vocab_size {plan.vocab_size}")
+        # Any token outside [0, V) allows nothing; clamping keeps it outside and within int32.
+        prefixes = input_ids[:, self.prompt_length:].clamp(-1, plan.vocab_size)
+        prefixes = jax.dlpack.from_dlpack(prefixes.to(torch.int32).contiguous()) if t \
+            else np.zeros((n, 0), np.int32)
+        out = _masked_scores(plan, self.tables, prefixes, jax.dlpack.from_dlpack(scores.contiguous()))
+        return torch.from_dlpack(out)
