@@ -68,3 +68,27 @@ def progress(what: str, stream, after: float = 3.0, every: float = 5.0):
         done.set()
         thread.join()
     stream.write(f"[{what}] done in {time.perf_counter() - start:.3f} s\n")
+
+
+def add_input_arguments(parser: argparse.ArgumentParser, input_help: str) -> None:
+    """INPUT and --tokenizer, which every command reading a set takes."""
+    parser.add_argument("input", help=input_help)
+    parser.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",
+                        help="a tokenizers JSON file (tokenizer.json): INPUT is then a text "
+                             "catalogue, one name per line, encoded without special tokens "
+                             "(needs the 'tokenizers' package)")
+
+
+def read_any_input(path: str, *, vocab_size: Optional[int], end_token: Optional[int],
+                   tokenizer: Optional[str]):
+    """(constraints, vocab size, tokenizer adapter or None): a text catalogue
+    and its tokenizer when `tokenizer` (a tokenizers JSON file) is given,
+    else `read_input`'s constraint set."""
+    if tokenizer is None:
+        return (*read_input(path, vocab_size=vocab_size, end_token=end_token), None)
+    from static_compiler import readers, text
+
+    if vocab_size is None:
+        raise CliInputError(f"input {path!r}: --vocab-size is required for a text catalogue "
+                            "(the model's vocabulary size)")
+    return readers.read_names(path), vocab_size, text.load_tokenizer(tokenizer)

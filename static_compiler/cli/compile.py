@@ -9,18 +9,17 @@ import os
 import sys
 from typing import Optional
 
-from static_compiler.cli.common import Subcommand, progress, read_input
+from static_compiler.cli.common import (Subcommand, add_input_arguments, progress,
+                                        read_any_input)
 from static_compiler.errors import CliInputError
 
 DEFAULT_BEAM_SIZES = "70"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("input", help="constraint set: .npy (N, L) array, .jsonl (one JSON list "
-                                      "per line), an IR dump, text (one space-separated "
-                                      "sequence per line), or with --tokenizer a text file of "
-                                      "names (one per line)")
-    add_tokenizer_argument(parser)
+    add_input_arguments(parser, "constraint set: .npy (N, L) array, .jsonl (one JSON list per "
+                                "line), an IR dump, text (one space-separated sequence per "
+                                "line), or with --tokenizer a text file of names (one per line)")
     parser.add_argument("-o", "--output", required=True, metavar="ART",
                         help="artifact directory to write")
     parser.add_argument("--vocab-size", type=int, default=None,
@@ -74,28 +73,6 @@ def run(args: argparse.Namespace) -> int:
                      f"{compiled.nbytes} table bytes, beam sizes {list(beam_sizes)}, "
                      f"pipeline {compiled.pipeline}\n")
     return 0
-
-
-def add_tokenizer_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",
-                        help="a tokenizers JSON file (tokenizer.json): INPUT is then a text "
-                             "catalogue, one name per line, encoded without special tokens "
-                             "(needs the 'tokenizers' package)")
-
-
-def read_any_input(path: str, *, vocab_size: Optional[int], end_token: Optional[int],
-                   tokenizer: Optional[str]):
-    """(constraints, vocab size, tokenizer adapter or None): a text catalogue
-    and its tokenizer when `tokenizer` (a tokenizers JSON file) is given,
-    else `common.read_input`'s constraint set."""
-    if tokenizer is None:
-        return (*read_input(path, vocab_size=vocab_size, end_token=end_token), None)
-    from static_compiler import readers, text
-
-    if vocab_size is None:
-        raise CliInputError(f"input {path!r}: --vocab-size is required for a text catalogue "
-                            "(the model's vocabulary size)")
-    return readers.read_names(path), vocab_size, text.load_tokenizer(tokenizer)
 
 
 def _int_list(flag: str, text: str) -> tuple:

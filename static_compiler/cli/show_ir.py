@@ -8,19 +8,16 @@ import os
 import sys
 from typing import Optional
 
-from static_compiler.cli.common import Subcommand
-from static_compiler.cli.compile import add_tokenizer_argument, read_any_input
+from static_compiler.cli.common import Subcommand, add_input_arguments, read_any_input
 from static_compiler.errors import CliInputError
 
 DEFAULT_MAX_NAMES = 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("input", help="a .npy array (N, L) of token ids, an IR text dump "
-                                      "(.txt / .ir), an artifact directory (its IR is "
-                                      "rebuilt from the saved tables), or with --tokenizer a "
-                                      "text file of names (one per line)")
-    add_tokenizer_argument(parser)
+    add_input_arguments(parser, "a .npy array (N, L) of token ids, an IR text dump (.txt / .ir), "
+                                "an artifact directory (its IR is rebuilt from the saved "
+                                "tables), or with --tokenizer a text file of names (one per line)")
     parser.add_argument("--vocab-size", type=int, default=None,
                         help="vocabulary size V (required for .npy input)")
     parser.add_argument("--end-token", type=int, default=None,
