@@ -4,10 +4,11 @@
 
 The catalogue is the IANA time-zone names (``zoneinfo.available_timezones()``),
 one token per character plus an end token and a start token. The query is
-what a user might type without knowing the exact name: the place's last word,
-lower-cased, with "_" dropped and its characters sorted ("Europe/Paris" ->
-"aiprs", "America/Argentina/Buenos_Aires" -> "aabeiinorssu"). The model has
-to produce the full name (region, sub-region, spelling and case) from that.
+what a user might know without knowing the exact name: the region, and the
+place's last word lower-cased, with "_" dropped and its characters sorted
+("Europe/Paris" -> "europe/aiprs", "America/Argentina/Buenos_Aires" ->
+"america/aabeiinorssu"). The model has to produce the exact name (sub-region,
+spelling, case) from that.
 
 A tiny decoder-only transformer (Flax NNX) is trained for at most
 ``--seconds`` on 85% of the names; the other 15% (chosen by a hash of the
@@ -60,9 +61,13 @@ def catalogue() -> list[str]:
 
 
 def query_of(name: str) -> str:
-    """The user's query: the last path component, lower-cased, without "_",
-    its characters sorted (a deterministic shuffle)."""
-    return "".join(sorted(name.split("/")[-1].lower().replace("_", "")))
+    """The user's query: the region they know (the first path component,
+    lower-cased, then "/"; nothing for names without one) and the place's
+    last word, lower-cased, without "_", its characters sorted (a
+    deterministic shuffle): "Europe/Paris" -> "europe/aiprs"."""
+    parts = name.split("/")
+    region = parts[0].lower() + "/" if len(parts) > 1 else ""
+    return region + "".join(sorted(parts[-1].lower().replace("_", "")))
 
 
 def is_held_out(name: str) -> bool:
@@ -104,7 +109,7 @@ class Config:
     heads: int = 4
     d_model: int = 64
     d_ff: int = 256
-    prompt_len: int = 14      # P: longest query
+    prompt_len: int = 25      # P: longest query
     max_name: int = 32        # longest name; the cache holds P + max_name + 1 positions
 
     @property
