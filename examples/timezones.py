@@ -10,8 +10,8 @@ place's last word lower-cased, with "_" dropped and its characters sorted
 "america/aabeiinorssu"). The model has to produce the exact name (sub-region,
 spelling, case) from that.
 
-A tiny decoder-only transformer (Flax NNX) is trained for at most
-``--seconds`` on 85% of the names; the other 15% (chosen by a hash of the
+A tiny decoder-only transformer (Flax NNX) is trained for ``--seconds``
+(after its first, compiling step) on 85% of the names; the other 15% (chosen by a hash of the
 name) are held out and used as test queries. The prompt is prefilled into a
 KV cache laid out as serving engines do, ``(layers, 2, B*M, heads, T,
 head_dim)``; beam search then decodes with
@@ -452,7 +452,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny", action="store_true",
                     help="CI size: d=16, 1 layer, ~100 names, a few seconds of training")
     ap.add_argument("--seconds", type=float, default=None,
-                    help="training budget in seconds (default 120; 3 with --tiny)")
+                    help="training budget in seconds after the first (compiling) step "
+                         "(default 120; 3 with --tiny)")
     ap.add_argument("--beams", type=int, default=10)
     args = ap.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else (3.0 if args.tiny else 120.0)
