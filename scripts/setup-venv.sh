@@ -11,7 +11,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ ! -f "$stamp" ]; then
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e "$root[test,torch]"
+  "$venv/bin/python" -m pip install --quiet -e "$root[test,torch,examples]"
   rm -f "$venv"/.installed-*
   touch "$stamp"
 fi
