@@ -112,3 +112,14 @@ def test_gpu_configuration_plan():
 def test_command_line_rejects_bad_values(bad):
     run = _run("tools.bench", *bad, "--dry-run")
     assert run.returncode == 2 and bad[-1] in run.stderr
+
+
+def test_compile_time_benchmark_measures_in_fresh_processes():
+    """`python -m tools.bench.compile_time` on the time-zone set: a table row
+    with every measurement, from this checkout's library."""
+    done = _run("tools.bench.compile_time", "--sets", "timezones", "--repeats", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("library: ") and lines[0].endswith("static_compiler/__init__.py")
+    row = [cell.strip() for cell in lines[-1].strip("|").split("|")]
+    assert row[:2] == ["timezones", "33"] and all(float(x) > 0 for x in row[2:5])

@@ -40,7 +40,7 @@ which, repeats, art_dir, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys
 if cache != "-":
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-out = {}
+out = {"library": sc.__file__}
 if which.startswith("artifact:"):
     t0 = time.perf_counter()
     art = serving.load(art_dir)
@@ -87,11 +87,15 @@ print(json.dumps(out))
 
 
 def _run(library: str, args: list) -> dict:
+    """CHILD in a fresh process, run from a temporary folder (with `-c` the
+    working folder comes first on sys.path: run from a checkout, it would
+    shadow `library`)."""
     env = dict(os.environ)
     if library:
         env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(library), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", CHILD, *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=1800)
+    with tempfile.TemporaryDirectory() as cwd:
+        proc = subprocess.run([sys.executable, "-c", CHILD, *map(str, args)], env=env, cwd=cwd,
+                              capture_output=True, text=True, timeout=1800)
     if proc.returncode:
         raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -122,6 +126,7 @@ def main(argv=None) -> int:
     rows = [measure(s, args.repeats, args.library, args.cache) for s in args.sets.split(",")]
     keys = ["set", "steps", "first_call_s", "steady_call_ms", "artifact_first_step_s",
             "artifact_first_step_cached_s"]
+    print(f"library: {rows[0]['library']}")
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
     for row in rows:
