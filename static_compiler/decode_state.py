@@ -122,21 +122,26 @@ def _is_integer_dtype(dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.integer) and dtype != jnp.bool_
 
 
-def check_step(step, max_length: int, where: str, *, traced: bool = False):
-    """A decoding step: a Python or numpy int in [0, max_length), returned as
-    a Python int. With `traced`, an integer scalar array (a traced step) is
-    also accepted and returned as is: the caller clamps it into range."""
-    if _is_int(step):
-        if 0 <= step < max_length:
-            return int(step)
-    elif traced and not isinstance(step, (bool, np.bool_, str)) and np.shape(step) == () \
-            and _is_integer_dtype(_dtype(step)):
-        return step
-    if traced and not _is_int(step) and not isinstance(step, (bool, np.bool_, str)):
-        raise DecodeInputError(f"{where}: step={step!r} is {_dtype(step)}{list(np.shape(step))}: "
-                               f"step must be an int in [0, {max_length}) or an integer scalar "
-                               "(a traced step outside that range is clamped)")
-    raise DecodeInputError(f"{where}: step={step!r} must be an int in [0, {max_length})")
+def check_step(step, max_length: int, where: str, *, traced: bool = False,
+               traced_outside: str = "a traced step outside that range is clamped"):
+    """A decoding step in [0, max_length): a Python or numpy int, or a
+    concrete integer scalar array, returned as a Python int. With `traced`,
+    a traced integer scalar is also accepted and returned as is; the caller
+    handles one outside the range as `traced_outside` says (for the message)."""
+    if not isinstance(step, (bool, np.bool_, str)) and not _is_int(step) \
+            and hasattr(step, "dtype") and np.shape(step) == () and _is_integer_dtype(step.dtype):
+        if traced and is_traced(step):
+            return step
+        if not is_traced(step):
+            step = np.asarray(step).item()
+    if _is_int(step) and 0 <= step < max_length:
+        return int(step)
+    found = f"{step!r}" + (f" ({_dtype(step)}{list(np.shape(step))})"
+                           if hasattr(step, "dtype") else "")
+    if traced:
+        raise DecodeInputError(f"{where}: step={found} must be an int in [0, {max_length}) or a "
+                               f"traced integer scalar ({traced_outside})")
+    raise DecodeInputError(f"{where}: step={found} must be an int in [0, {max_length})")
 
 
 def check_logits(logits, batch_shape: tuple, vocab_size: int, where: str) -> None:
@@ -204,23 +209,6 @@ def check_tokens_per_beam(tokens_per_beam, max_length: int) -> tuple[Optional[in
 def is_traced(value) -> bool:
     """Whether `value` is a jax tracer (its values are unknown until run)."""
     return isinstance(value, jax.core.Tracer)
-
-
-def check_traced_step(step, max_length: int, where: str, traced_outside: str):
-    """A decoding step that may be traced: a Python or numpy int, or a
-    concrete integer scalar array, must lie in [0, max_length) and is
-    returned as a Python int; a traced integer scalar is returned as is.
-    `traced_outside` says what the caller does with a traced step outside
-    that range (for the message)."""
-    if not isinstance(step, (bool, np.bool_)) and not _is_int(step) and hasattr(step, "dtype") \
-            and np.shape(step) == () and _is_integer_dtype(step.dtype):
-        if is_traced(step):
-            return step
-        step = np.asarray(step).item()
-    if _is_int(step) and 0 <= step < max_length:
-        return int(step)
-    raise DecodeInputError(f"{where}: step={step!r}: expected an int in [0, {max_length}) or a "
-                           f"traced integer scalar ({traced_outside})")
 
 
 def check_processor_state(state, where: str) -> ProcessorState:

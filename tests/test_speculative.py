@@ -304,14 +304,14 @@ def test_bad_traced_drafts_are_rejected(small):
 @pytest.mark.parametrize("step", [-1, 3, 1.0, True, "0", None, np.int64(3), np.bool_(True),
                                   jnp.int32(3), jnp.int32(-1), jnp.zeros((1,), jnp.int32)])
 def test_step_out_of_range_is_rejected(small, step):
-    with pytest.raises(DecodeInputError, match=r"accept_drafts: step=.*: expected an int in "
+    with pytest.raises(DecodeInputError, match=r"accept_drafts: step=.* must be an int in "
                                                r"\[0, 3\) or a traced integer scalar"):
         small.accept_drafts(small.init_state(2), np.ones((2, 1), np.int32), step)
 
 
 def test_traced_float_step_is_rejected(small):
     accept = jax.jit(small.accept_drafts)
-    with pytest.raises(DecodeInputError, match=r"step=.*float32.*expected an int in \[0, 3\)"):
+    with pytest.raises(DecodeInputError, match=r"step=.*float32.*must be an int in \[0, 3\)"):
         accept(small.init_state(2), np.ones((2, 1), np.int32), jnp.float32(0))
 
 

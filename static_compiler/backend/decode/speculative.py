@@ -36,7 +36,7 @@ from static_compiler.backend.decode.processor import advance
 from static_compiler.backend.decode.step import switch_over_steps
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (ProcessorState, check_drafts, check_processor_state,
-                                          check_traced_step, is_traced)
+                                          check_step, is_traced)
 
 
 def accept_drafts(plan: Plan, tables, state: ProcessorState, drafts, step):
@@ -44,8 +44,8 @@ def accept_drafts(plan: Plan, tables, state: ProcessorState, drafts, step):
 
     Returns (accepted int32 (B,) in [0, min(n, max_length - step)],
     new_state ProcessorState). See the module docstring for the semantics."""
-    step = check_traced_step(step, plan.max_length, "accept_drafts",
-                             "a traced step outside that range accepts nothing")
+    step = check_step(step, plan.max_length, "accept_drafts", traced=True,
+                      traced_outside="a traced step outside that range accepts nothing")
     where = f"accept_drafts(step={'<traced>' if is_traced(step) else step})"
     state = check_processor_state(state, where)
     drafts = check_drafts(drafts, state.node.shape[0], plan.vocab_size, where)
