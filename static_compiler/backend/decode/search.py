@@ -13,12 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.backend.decode.candidates import candidate_columns, step_candidates
+from static_compiler.backend.decode.candidates import candidate_columns
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob
 from static_compiler.backend.decode.carry import (UNDECLARED, check_same_structure,
                                                   reorder_carry, resolve_carry_axes)
-from static_compiler.backend.decode.step import (apply_choice, finalize, init_beam_state, run_step,
-                                                 step_segments)
+from static_compiler.backend.decode.step import (apply_choice, finalize, init_beam_state,
+                                                 run_candidates, run_step, step_segments)
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (DecodeResult, check_callable, check_finite, check_int,
                                           check_logits, check_start_tokens, check_tokens_per_beam)
@@ -71,15 +71,24 @@ def _beam_search(plan, tables, carry, start_tokens, params, *, logits_fn, batch_
         state = run_step(plan, tables, state, logits, steps, step, caps[steps[0]], live[steps[0]])
         return state, reorder_carry(new_carry, state.parent, axes, reorder)
 
-    for steps in step_segments(plan, caps, live, beam_size):
+    state, carry = _run_segments(plan, one_step, step_segments(plan, caps, live, beam_size),
+                                 state, carry)
+    return finalize(state, length_penalty), carry
+
+
+def _run_segments(plan: Plan, one_step: Callable, segments, state, carry):
+    """Runs `one_step(steps, step, state, carry) -> (state, carry)` over
+    every step: a run of one step inline, longer runs as a loop; with an end
+    token, each run as a while loop that stops once no beam is live."""
+    for steps in segments:
         if plan.end_token is not None:
             state, carry = _until_finished(one_step, steps, state, carry)
         elif len(steps) == 1:
             state, carry = one_step(steps, jnp.int32(steps[0]), state, carry)
         else:
-            body = lambda t, sc, steps=steps: one_step(steps, t, *sc)
+            body = lambda t, loop, steps=steps: one_step(steps, t, *loop)
             state, carry = lax.fori_loop(steps[0], steps[-1] + 1, body, (state, carry))
-    return finalize(state, length_penalty), carry
+    return state, carry
 
 
 def _until_finished(one_step, steps: tuple[int, ...], state, carry):
@@ -152,11 +161,14 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
                                              "top_k"))
 def _sample(plan, tables, key, carry, start_tokens, *, logits_fn, batch_size, temperature, top_k):
     state = init_beam_state(plan, batch_size, 1, start_tokens)
-    for step in range(plan.max_length):
-        logits, carry = logits_fn(state.last_tokens, step, carry)
-        check_logits(logits, (batch_size, 1), plan.vocab_size, f"sample(step={step})")
-        cand = step_candidates(plan, tables, state.node, state.valid, state.finished,
-                               LogProbs.of(logits), step)
+
+    def one_step(steps, step, state, carry_and_key):
+        carry, key = carry_and_key
+        logits, new_carry = logits_fn(state.last_tokens, step, carry)
+        check_same_structure(carry, new_carry, f"step {steps[0]}")
+        check_logits(logits, (batch_size, 1), plan.vocab_size, f"sample (step {steps[0]})")
+        cand = run_candidates(plan, tables, steps, step, state.node, state.valid, state.finished,
+                              LogProbs.of(logits))
         # Shifted by the best valid log-prob first, so the best weight is 0 and
         # a tiny temperature cannot overflow every weight to -inf.
         best = jnp.max(jnp.where(cand.valid, cand.logprob, -jnp.inf), axis=-1, keepdims=True)
@@ -173,6 +185,11 @@ def _sample(plan, tables, key, carry, start_tokens, *, logits_fn, batch_size, te
         parent = jnp.zeros((batch_size, 1), jnp.int32)
         state = apply_choice(plan, state, cand, parent, col, add_logprob(state.scores, lp), valid,
                              step)
+        return state, (new_carry, key)
+
+    T = plan.max_length
+    state, _ = _run_segments(plan, one_step, step_segments(plan, (None,) * T, (1,) * T, 1),
+                             state, (carry, key))
     return finalize(state)
 
 
@@ -184,8 +201,10 @@ def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
     At each step the valid tokens' log-probabilities (log_softmax over the
     full vocabulary) are divided by `temperature`, optionally restricted to
     the `top_k` best, and one is drawn. Scores are the summed (untempered)
-    log-probabilities. logits_fn gets last_tokens (B, 1) and returns (B, 1, V).
-    Results have a beam axis of size 1."""
+    log-probabilities. logits_fn gets last_tokens (B, 1) and returns (B, 1, V);
+    as in `beam_search`, step is an int32 scalar, traced inside the loops
+    that run runs of similar steps, and the carry keeps its shapes. Results
+    have a beam axis of size 1."""
     check_int("batch_size", batch_size, low=1)
     top_k = check_int("top_k", top_k, low=1, allow_none=True)
     start_tokens = check_start_tokens(start_token, batch_size, "sample")

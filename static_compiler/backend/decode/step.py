@@ -111,24 +111,31 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
         state = jax.tree_util.tree_map(lambda x: x[:, :live_beams], state)
         logits = logits[:, :live_beams]
     keep = M if tokens_per_beam is None else min(tokens_per_beam, M)
-    logprobs = LogProbs.of(logits)
-    operands = (state.node, state.valid, state.finished, logprobs, state.scores)
-
-    width = max(candidate_width(plan, t, keep) for t in steps)
-
-    def candidates_at(t, node, valid, finished, lp, scores):
-        return pad_candidates(step_candidates(plan, tables, node, valid, finished, lp, t,
-                                              scores=scores, keep=keep), width)
-
-    if len(steps) == 1:
-        cand = candidates_at(steps[0], *operands)
-    else:
-        index = jnp.asarray(step, jnp.int32) - steps[0]
-        cand = lax.switch(index, [functools.partial(candidates_at, t) for t in steps], *operands)
+    cand = run_candidates(plan, tables, steps, step, state.node, state.valid, state.finished,
+                          LogProbs.of(logits), scores=state.scores, keep=keep)
     top, parent, col, real = select_beams(scored(cand.valid, cand.logprob, state.scores), M,
                                           tokens_per_beam)
     valid = real & pick_candidates(cand.valid, parent, col)
     return apply_choice(plan, state, cand, parent, col, top, valid, step)
+
+
+def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid, finished,
+                   logprobs, scores=None, keep: Optional[int] = None) -> StepCandidates:
+    """`step_candidates` at `step`, one of the static `steps` of a run: with
+    several steps, `step` is traced and a `lax.switch` runs that layer's
+    gather; every branch pads its list to the run's widest
+    (`pad_candidates`), so the rest of the step is one program."""
+    width = max(candidate_width(plan, t, keep) for t in steps)
+
+    def at(t, node, valid, finished, logprobs, scores):
+        return pad_candidates(step_candidates(plan, tables, node, valid, finished, logprobs, t,
+                                              scores=scores, keep=keep), width)
+
+    operands = (node, valid, finished, logprobs, scores)
+    if len(steps) == 1:
+        return at(steps[0], *operands)
+    index = jnp.asarray(step, jnp.int32) - steps[0]
+    return lax.switch(index, [functools.partial(at, t) for t in steps], *operands)
 
 
 def switch_over_steps(plan: Plan, step_fn: Callable, step, *operands):
