@@ -371,6 +371,18 @@ def test_cli_compile_decode_and_show_ir_print_names(bpe, tmp_path, capsys):
                            tmp_path / "tokenizer.json", "--vocab-size", V)
     assert code == 0 and out.startswith("automaton ") and "'Zürich'" in out
 
+    code, out, err = run_cli(capsys, "verify", art, "--input", tmp_path / "names.txt",
+                             "--tokenizer", tmp_path / "tokenizer.json")
+    assert code == 0, err
+    assert f"{len(CITIES)} unique input sequences: OK" in out
+    (tmp_path / "more.txt").write_text("\n".join(CITIES[1:] + ["Quito"]) + "\n", encoding="utf-8")
+    code, out, _ = run_cli(capsys, "verify", art, "--input", tmp_path / "more.txt",
+                           "--tokenizer", tmp_path / "tokenizer.json")
+    assert code == 1 and "1 sequences in the input but not in the artifact" in out
+    assert "1 sequences in the artifact but not in the input" in out
+    code, _, err = run_cli(capsys, "verify", art, "--tokenizer", tmp_path / "tokenizer.json")
+    assert code == 2 and "--tokenizer goes with --input" in err
+
 
 def test_cli_text_catalogue_errors(tmp_path, capsys):
     (tmp_path / "names.txt").write_text("Lima\n", encoding="utf-8")

@@ -13,7 +13,11 @@ from static_compiler.cli.common import Subcommand
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("artifact", metavar="ART", help="artifact directory")
     parser.add_argument("--input", default=None,
-                        help="the constraint set it was compiled from (any `compile` format)")
+                        help="the constraint set it was compiled from (any `compile` format; "
+                             "with --tokenizer a text file of names, one per line)")
+    parser.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",
+                        help="the tokenizers JSON file a text catalogue was compiled with: "
+                             "--input is then its names, encoded as `compile` encodes them")
     parser.add_argument("--examples", type=int, default=5,
                         help="differing sequences to print (default 5)")
 
@@ -21,9 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from static_compiler import artifact, readers
+    from static_compiler import artifact
+    from static_compiler.cli.common import read_any_input
+    from static_compiler.errors import CliInputError
     from static_compiler.frontend import as_token_matrix, row_keys
     from static_compiler.ir import Automaton, enumerate_sequences
+    from static_compiler.text import encode_catalogue
 
     ir = artifact.read_automaton(args.artifact)
     tokens, lengths = enumerate_sequences(ir)
@@ -31,8 +38,14 @@ def run(args: argparse.Namespace) -> int:
     ok = tokens.shape[0] == ir.num_sequences
     out.write(f"{args.artifact}: {tokens.shape[0]} sequences enumerated from the tables; the "
               f"manifest records {ir.num_sequences}: {'OK' if ok else 'MISMATCH'}\n")
+    if args.tokenizer is not None and args.input is None:
+        raise CliInputError("--tokenizer goes with --input (the names to compare with)")
     if args.input is not None:
-        given = readers.read_constraints(args.input)
+        given, _, tokenizer = read_any_input(args.input, vocab_size=ir.vocab_size,
+                                             end_token=ir.end_token, tokenizer=args.tokenizer)
+        if tokenizer is not None:
+            given = encode_catalogue(given, tokenizer, ir.vocab_size,
+                                     end_token=ir.end_token).sequences
         if isinstance(given, Automaton):
             want_tokens, want_lengths = enumerate_sequences(given)
         else:
