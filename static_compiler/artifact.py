@@ -13,8 +13,8 @@ constants, so the module bytes do not grow with the set):
 ============  =================================================================
 init_m{M}     (start_tokens int32[b]) -> BeamState fields (b, M, ...)
 beam_step_m{M}  (*tables, *BeamState fields, logits float32[b, M, V], step int32[])
-              -> BeamState fields; `decode.beam_step_switch` with the compiled
-              set's export_tokens_per_beam
+              -> BeamState fields; `decode.beam_step_switch` with the per-step
+              caps of export_tokens_per_beam (`export_caps`)
 mask          (*tables, logits float32[b, V], node, valid, finished, step)
               -> masked logits float32[b, V]
 advance       (*tables, node, valid, finished, tokens int32[b], step)
@@ -70,7 +70,7 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
     b, = jax_export.symbolic_shape(fmt.BATCH_DIM)
     T, V = plan.max_length, plan.vocab_size
     step_spec = _spec((), jnp.int32)
-    tpb = compiled.export_tokens_per_beam
+    caps = export_caps(compiled)
     state_names = [f"state.{f}" for f in BeamState._fields]
     proc_names = [f"state.{f}" for f in ProcessorState._fields]
     unflatten = functools.partial(fmt.unflatten_tables, keys, num_layers)
@@ -90,7 +90,7 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
         def step_fn(*args):
             state = BeamState(*args[n:n + 8])
             return tuple(decode.beam_step_switch(plan, unflatten(args[:n]), state, args[n + 8],
-                                                 args[n + 9], tpb))
+                                                 args[n + 9], caps))
 
         modules[fmt.beam_module_name("init", M)] = (export(init, [_spec((b,), jnp.int32)]),
                                                     ["start_tokens"], state_names)
@@ -143,25 +143,19 @@ def aval_specs(avals, names: list[str]) -> tuple[fmt.ArraySpec, ...]:
 # Save
 
 
-def _check_beam_sizes(compiled) -> None:
+def export_caps(compiled) -> tuple[Optional[int], ...]:
+    """The per-step caps the beam_step modules apply (`check_tokens_per_beam`
+    of export_tokens_per_beam), after checking export_beam_sizes; raises
+    DecodeInputError naming the export option that is wrong."""
     sizes = compiled.export_beam_sizes
     if not sizes or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1
                         for m in sizes):
         raise DecodeInputError(f"export_beam_sizes={sizes!r}: expected a non-empty tuple of "
                                "ints >= 1")
     try:
-        check_tokens_per_beam(_tokens_per_beam_json(compiled.export_tokens_per_beam),
-                              compiled.plan.max_length)
+        return check_tokens_per_beam(compiled.export_tokens_per_beam, compiled.plan.max_length)
     except DecodeInputError as e:
         raise DecodeInputError(f"export_tokens_per_beam: {e}") from None
-
-
-def _tokens_per_beam_json(tokens_per_beam):
-    """export_tokens_per_beam as the manifest records it: None, an int, or a
-    list (one entry per step)."""
-    if tokens_per_beam is None or isinstance(tokens_per_beam, (int, np.integer, bool, str)):
-        return tokens_per_beam
-    return list(tokens_per_beam) if hasattr(tokens_per_beam, "__len__") else tokens_per_beam
 
 
 def _npy_bytes(arr: np.ndarray) -> bytes:
@@ -192,7 +186,7 @@ def build_files(compiled) -> dict[str, bytes]:
 
     Deterministic: the same compiled set and jax version give the same bytes
     (no timestamps; JSON with sorted keys)."""
-    _check_beam_sizes(compiled)
+    caps = export_caps(compiled)
     files = {fmt.IR_FILE: compiled.ir.to_text().encode("utf-8")}
     names = getattr(compiled, "names", None)
     if names is not None:
@@ -216,8 +210,7 @@ def build_files(compiled) -> dict[str, bytes]:
             args=aval_specs(exported.in_avals, arg_names),
             results=aval_specs(exported.out_avals, result_names),
             beam_size=int(beams) if per_beam else None,
-            tokens_per_beam=_tokens_per_beam_json(compiled.export_tokens_per_beam)
-            if kind == "beam_step" else None)
+            tokens_per_beam=list(caps) if kind == "beam_step" else None)
     (cc,) = cc_versions
     manifest = fmt.Manifest(
         jax_version=jax.__version__, jaxlib_version=_jaxlib_version(),

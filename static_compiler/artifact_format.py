@@ -222,8 +222,8 @@ class ModuleEntry:
     """One exported module: its file, kind (`BEAM_MODULE_KINDS`, "mask" or
     "advance"), platforms, calling convention (args and results in order),
     and for per-beam-size modules the beam size (and, for beam_step, the
-    tokens_per_beam it was exported with: None, an int capping steps 1.., or
-    a list with one cap per step)."""
+    per-step caps it applies: a list of None or ints, one per step; artifacts
+    written before the step-0 rule record the exported int or None)."""
 
     file: str
     kind: str

@@ -124,15 +124,16 @@ def _is_integer_dtype(dtype) -> bool:
 
 def check_step(step, max_length: int, where: str, *, traced: bool = False,
                traced_outside: str = "a traced step outside that range is clamped"):
-    """A decoding step in [0, max_length): a Python or numpy int, or a
-    concrete integer scalar array, returned as a Python int. With `traced`,
-    a traced integer scalar is also accepted and returned as is; the caller
-    handles one outside the range as `traced_outside` says (for the message)."""
+    """A decoding step in [0, max_length): a Python or numpy int (or numpy
+    integer scalar array), returned as a Python int. With `traced`, a jax
+    integer scalar (traced, or a device value: never read back to the host
+    on the per-step path) is also accepted and returned as is; the caller
+    handles one outside the range as `traced_outside` says."""
     if not isinstance(step, (bool, np.bool_, str)) and not _is_int(step) \
             and hasattr(step, "dtype") and np.shape(step) == () and _is_integer_dtype(step.dtype):
-        if traced and is_traced(step):
-            return step
-        if not is_traced(step):
+        if traced and isinstance(step, jax.Array):
+            return step  # a device scalar, traced or not: read on the device, no host sync
+        if not isinstance(step, jax.Array):
             step = np.asarray(step).item()
     if _is_int(step) and 0 <= step < max_length:
         return int(step)

@@ -112,7 +112,7 @@ def test_conventions_give_names_and_order_of_arguments(small):
     assert names("advance") == table_names + proc + ["tokens", "step"]
     logits = m["modules"]["beam_step_m4"]["args"][len(table_names) + 8]
     assert logits == {"name": "logits", "shape": ["b", 4, 8], "dtype": "float32"}
-    assert m["modules"]["beam_step_m4"]["tokens_per_beam"] == 2
+    assert m["modules"]["beam_step_m4"]["tokens_per_beam"] == [None, 2, 2]  # caps per step
     assert m["modules"]["beam_step_m4"]["beam_size"] == 4
 
 

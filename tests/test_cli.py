@@ -51,7 +51,7 @@ def test_compile_npy_matches_the_library(npy_artifact, capsys):
     m = serving.read_manifest(path)
     assert sorted(k for k in m.modules if k.startswith("beam_step")) == [
         "beam_step_m3", "beam_step_m5"]
-    assert m.modules["beam_step_m5"].tokens_per_beam == 4
+    assert m.modules["beam_step_m5"].tokens_per_beam == [None, 4, 4, 4]  # per step; step 0 uncapped
     assert run_cli(capsys, "show-ir", path) == (0, compiled.ir.to_text(), "")
     code, out, _ = run_cli(capsys, "show-ir", path, "--stats")
     assert code == 0 and out == report.stats_table(compiled)

@@ -302,11 +302,22 @@ def test_bad_traced_drafts_are_rejected(small):
 
 
 @pytest.mark.parametrize("step", [-1, 3, 1.0, True, "0", None, np.int64(3), np.bool_(True),
-                                  jnp.int32(3), jnp.int32(-1), jnp.zeros((1,), jnp.int32)])
+                                  np.array(3), jnp.zeros((1,), jnp.int32)])
 def test_step_out_of_range_is_rejected(small, step):
     with pytest.raises(DecodeInputError, match=r"accept_drafts: step=.* must be an int in "
                                                r"\[0, 3\) or a traced integer scalar"):
         small.accept_drafts(small.init_state(2), np.ones((2, 1), np.int32), step)
+
+
+@pytest.mark.parametrize("step", [jnp.int32(3), jnp.int32(-1)])
+def test_a_device_step_out_of_range_accepts_nothing(small, step):
+    """A jax scalar step is not read back to the host: out of range, it
+    accepts nothing and keeps the state, as a traced one does."""
+    state = small.init_state(2)
+    accepted, new_state = small.accept_drafts(state, np.ones((2, 1), np.int32), step)
+    assert np.asarray(accepted).tolist() == [0, 0]
+    for a, b in zip(new_state, state):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_traced_float_step_is_rejected(small):

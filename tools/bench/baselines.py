@@ -41,6 +41,7 @@ from jax import lax
 
 from static_compiler.backend.decode import (PAD_TOKEN, SENTINEL_SCORE, add_logprob,
                                             safe_log_softmax, select_beams)
+from static_compiler.decode_state import check_tokens_per_beam
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import as_token_matrix, automaton_from_sorted_codes, sort_unique_rows
 
@@ -191,9 +192,9 @@ def harness_live_beams(step: int, beam_size: int, vocab_size: int,
 
 
 def step_cap(step: int, tokens_per_beam: Optional[int]) -> Optional[int]:
-    """The cap at `step`, as the library applies an int tokens_per_beam: none
-    at step 0 (the start beam keeps its top beam_size children), the int after."""
-    return tokens_per_beam if step else None
+    """The cap at `step` as the library applies `tokens_per_beam`
+    (`decode_state.check_tokens_per_beam`: none at step 0, the int after)."""
+    return check_tokens_per_beam(tokens_per_beam, step + 1)[step]
 
 
 def masked_beam_step(method, tables, state: MaskedBeamState, logits, step: int,

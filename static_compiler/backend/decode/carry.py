@@ -81,8 +81,7 @@ def resolve_carry_axes(carry, carry_axes, batch_size: int, beam_size: int,
         return (None,) * len(leaves)
     if carry_axes is UNDECLARED:
         if leaves and beam_size > 1:
-            paths = [jax.tree_util.keystr(p) or "carry"
-                     for p, _ in jax.tree_util.tree_flatten_with_path(carry)[0]]
+            paths = _leaf_paths(carry)
             raise DecodeInputError(f"carry has {len(leaves)} leaves ({', '.join(paths[:6])}"
                                    f"{', ...' if len(paths) > 6 else ''}) but no declaration of "
                                    f"which hold beams: {CARRY_HELP}")
@@ -97,12 +96,17 @@ def resolve_carry_axes(carry, carry_axes, batch_size: int, beam_size: int,
                                f"{CARRY_HELP}") from None
     specs = [s for group in jax.tree_util.tree_leaves(per_leaf, is_leaf=lambda x: isinstance(x, list))
              for s in group]
-    paths = [jax.tree_util.keystr(p) or "carry"
-             for p, _ in jax.tree_util.tree_flatten_with_path(carry)[0]]
+    paths = _leaf_paths(carry)
     out = []
     for path, leaf, spec in zip(paths, leaves, specs):
         out.append(None if spec is None else _check_leaf(path, leaf, spec, batch_size, beam_size))
     return tuple(out)
+
+
+def _leaf_paths(tree) -> list[str]:
+    """The key path of every leaf of `tree` (tree_flatten order), for messages."""
+    return [jax.tree_util.keystr(p) or "carry"
+            for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
 def _check_leaf(path: str, leaf, spec: BeamAxis, B: int, M: int) -> BeamAxis:
@@ -128,8 +132,7 @@ def check_same_structure(old, new, where: str) -> None:
     if old_def != new_def:
         raise DecodeInputError(f"{where}: logits_fn returned a carry with structure {new_def}, "
                                f"expected {old_def} (the structure given as carry=)")
-    paths = [jax.tree_util.keystr(p) or "carry"
-             for p, _ in jax.tree_util.tree_flatten_with_path(old)[0]]
+    paths = _leaf_paths(old)
     for path, a, b in zip(paths, jax.tree_util.tree_leaves(old), jax.tree_util.tree_leaves(new)):
         if jnp.shape(a) != jnp.shape(b) or jnp.result_type(a) != jnp.result_type(b):
             raise DecodeInputError(f"{where}: logits_fn returned carry leaf {path} as "

@@ -21,9 +21,10 @@ Semantics, per row b:
   tokens keep their state unchanged (a rejected token never marks a row
   invalid here; call `advance` with the token the target picks instead).
 
-`step` is a Python or numpy int (one program per step), or a traced int32
-scalar: then a `lax.switch` over the steps (`switch_over_steps`) runs, and a
-traced step outside [0, max_length) accepts nothing. Concrete drafts outside
+`step` is a Python or numpy int (one program per step), or a jax int32
+scalar, traced or on the device: then a `lax.switch` over the steps
+(`switch_over_steps`) runs, and a step outside [0, max_length) accepts
+nothing (the step is never read back to the host). Concrete drafts outside
 [0, V) are rejected with DecodeInputError; traced drafts cannot be checked, so
 their tokens outside [0, V) are simply not accepted.
 """
@@ -45,7 +46,7 @@ def accept_drafts(plan: Plan, tables, state: ProcessorState, drafts, step):
     Returns (accepted int32 (B,) in [0, min(n, max_length - step)],
     new_state ProcessorState). See the module docstring for the semantics."""
     step = check_step(step, plan.max_length, "accept_drafts", traced=True,
-                      traced_outside="a traced step outside that range accepts nothing")
+                      traced_outside="a jax step outside that range accepts nothing")
     where = f"accept_drafts(step={'<traced>' if is_traced(step) else step})"
     state = check_processor_state(state, where)
     drafts = check_drafts(drafts, state.node.shape[0], plan.vocab_size, where)
