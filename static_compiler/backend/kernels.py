@@ -16,10 +16,11 @@ so no table needs padding and no branch depends on data.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from static_compiler.backend.lowering import StepPlan
@@ -126,3 +127,156 @@ def accepts(step: StepPlan, tables: dict, node):
     if not step.has_accepting:
         return jnp.zeros(jnp.shape(node), dtype=bool)
     return jnp.take(tables["accepting"], node, mode="clip")
+
+
+# ---------------------------------------------------------------------------
+# Packed runs: the tables of several consecutive steps as one CSR table, so
+# one gather program (no lax.switch over the steps' kernels) serves them all.
+
+PACK_MAX_ENTRIES = 1 << 16
+"""A run of steps is decoded from a packed table only while that table holds
+at most this many entries (row pointers + edges): it is rebuilt on every
+call, which costs O(entries), and on small tables that is far below the
+compile time it saves (one gather program instead of one per step)."""
+
+
+class PackedRun(NamedTuple):
+    """The layers of a run of steps as one CSR table.
+
+    indptr int32 (P + 1,): row r's edges are [indptr[r], indptr[r + 1]); a
+    step has a row per state and one empty row after them (the extra step of
+    variable-length sets: its final states, with no edges). tokens (E,):
+    every step's edges; targets int32 (E,): their targets, local to the
+    next step, or None when every step numbers its targets implicitly (the
+    target is then the edge's index within its step). accepting bool (P,):
+    a state may end here (the extra step: every state). row_offsets,
+    edge_offsets int32 (steps,): where each step's rows and edges start.
+    k: static slots per beam, the widest step's."""
+
+    indptr: jax.Array
+    tokens: jax.Array
+    targets: Optional[jax.Array]
+    accepting: jax.Array
+    row_offsets: jax.Array
+    edge_offsets: jax.Array
+    k: int
+
+
+def packed_entries(plan, tables, steps) -> Optional[int]:
+    """Entries of `pack_run(plan, tables, steps)`, or None when a step has a
+    dense_rows layout (its V slots per beam are read another way)."""
+    total = 0
+    for t in steps:
+        if t >= plan.depth:
+            total += plan.steps[-1].num_next_states + 1
+            continue
+        step = plan.steps[t]
+        if step.kind == LayoutKind.DENSE_ROWS:
+            return None
+        total += step.num_states + 1 + tables[t]["tokens"].shape[0]
+    return total
+
+
+def _concat(parts: list) -> jax.Array:
+    """One concatenate (one kernel) of traced arrays, as int32 unless all bool."""
+    out = parts[0] if len(parts) == 1 else jnp.concatenate(parts)
+    return out if out.dtype == jnp.bool_ else out.astype(jnp.int32)
+
+
+def pack_run(plan, tables, steps) -> PackedRun:
+    """The tables of `steps` (consecutive, no dense_rows layer) packed into
+    one `PackedRun`; jax ops, so it runs on traced tables.
+
+    XLA compiles each op into a kernel of its own, so this is a fixed number
+    of ops whatever the run's length: each kind of table is concatenated
+    once, and what the plan and the table shapes fix (offsets, unary rows,
+    where each piece lands) is a numpy constant. A row's start is its step's
+    edge offset plus: for csr, its indptr entry; otherwise its state id plus
+    the extra children of the near_unary exceptions below it, from one
+    scatter-add and one cumulative sum over the run (each step's total is
+    taken back at its end)."""
+    row_offsets, edge_offsets = [], []
+    base, csr_at, acc_at, tgt_at = [], [], [], []  # static, per row / per edge
+    csr, ex_states, ex_bounds, ex_shift, accepting, tokens, targets = ([] for _ in range(7))
+    cancel = []  # (row, value): a near_unary step's extra children end with it
+    rows = edges = k = csr_len = acc_len = tgt_len = 0
+    explicit = any(t < plan.depth and plan.steps[t].explicit_targets for t in steps)
+    for t in steps:
+        row_offsets.append(rows)
+        edge_offsets.append(edges)
+        if t >= plan.depth:  # the extra step: final states, no edges, all may end
+            n = plan.steps[-1].num_next_states
+            base.append(np.full(n + 1, edges))
+            csr_at.append(np.full(n + 1, -1))
+            acc_at.append(np.full(n + 1, -1))  # -1: True
+            rows += n + 1
+            continue
+        step, tabs = plan.steps[t], tables[t]
+        n, e = step.num_states, tabs["tokens"].shape[0]
+        if step.kind == LayoutKind.CSR:
+            base.append(np.full(n + 1, edges))
+            csr.append(tabs["indptr"])
+            csr_at.append(csr_len + np.arange(n + 1))
+            csr_len += n + 1
+        else:
+            base.append(edges + np.arange(n + 1))
+            csr_at.append(np.full(n + 1, -1))
+        if step.kind == LayoutKind.NEAR_UNARY:
+            ex_states.append(tabs["ex_states"])
+            ex_bounds.append(tabs["ex_bounds"])
+            ex_shift.append(np.full(tabs["ex_states"].shape[0], rows + 1))
+            cancel.append((rows + n + 1, n - e))
+        if step.has_accepting:
+            accepting.append(tabs["accepting"])
+            acc_at.append(np.append(acc_len + np.arange(n), -2))  # -2: False
+            acc_len += n
+        else:
+            acc_at.append(np.full(n + 1, -2))
+        tokens.append(tabs["tokens"])
+        if explicit and step.explicit_targets:
+            targets.append(tabs["targets"])
+            tgt_at.append(tgt_len + np.arange(e))
+            tgt_len += e
+        elif explicit:
+            tgt_at.append(-1 - np.arange(e))  # -1 - j: implicit, target j
+        rows, edges = rows + n + 1, edges + e
+        k = max(k, 1 if step.kind == LayoutKind.UNARY else step.k)
+    base.append([edges])  # row `rows` ends the last one
+    csr_at.append([-1])
+    start = np.concatenate(base).astype(np.int32)
+    csr_at = np.concatenate(csr_at)
+    indptr = jnp.asarray(start)
+    if csr:
+        from_csr = jnp.take(_concat(csr), np.maximum(csr_at, 0).astype(np.int32))
+        indptr = indptr + jnp.where(csr_at >= 0, from_csr, 0)
+    if ex_states:
+        extra = np.zeros(rows + 1, np.int32)
+        for row, value in cancel:
+            extra[row] = value
+        bounds = _concat(ex_bounds)
+        at = _concat(ex_states) + np.concatenate(ex_shift).astype(np.int32)
+        extra = jnp.asarray(extra).at[at].add(bounds[:, 1] - bounds[:, 0] - 1)
+        indptr = indptr + jnp.cumsum(extra, dtype=jnp.int32)
+    acc_at = np.concatenate(acc_at)
+    acc_at = np.where(acc_at == -1, acc_len + 1, np.where(acc_at == -2, acc_len, acc_at))
+    acc_all = _concat(accepting + [np.array([False, True])])
+    if explicit:
+        tgt_at = np.concatenate(tgt_at)
+        found = jnp.take(_concat(targets), np.maximum(tgt_at, 0).astype(np.int32))
+        tgt_all = jnp.where(tgt_at >= 0, found, (-1 - tgt_at).astype(np.int32))
+    return PackedRun(indptr, _concat(tokens) if tokens else np.zeros(1, np.int32), tgt_all if explicit else None,
+                     jnp.take(acc_all, acc_at.astype(np.int32)),
+                     np.asarray(row_offsets, np.int32), np.asarray(edge_offsets, np.int32),
+                     max(k, 1))
+
+
+def packed_expand(packed: PackedRun, index, node) -> tuple[Candidates, jax.Array]:
+    """Candidates (..., k) and accepting bool (...,) of the states `node`
+    int32 (...,) at step `index` (int32 scalar, traced) of a packed run."""
+    row = jnp.asarray(node, jnp.int32) + jnp.take(packed.row_offsets, index, mode="clip")
+    start, end = _take(packed.indptr, row), _take(packed.indptr, row + 1)
+    idx = start[..., None] + lax.iota(jnp.int32, packed.k)
+    nxt = idx - jnp.take(packed.edge_offsets, index, mode="clip") if packed.targets is None \
+        else _take(packed.targets, idx)
+    cand = Candidates(_take(packed.tokens, idx), nxt, idx < end[..., None])
+    return cand, jnp.take(packed.accepting, row, mode="clip")

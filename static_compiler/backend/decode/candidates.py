@@ -12,8 +12,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from static_compiler.backend.decode.logprobs import LogProbs, scored
-from static_compiler.backend.kernels import (Candidates, accepts, entries, expand, num_candidates,
-                                             row_bounds, slice_rows)
+from static_compiler.backend.kernels import (Candidates, PackedRun, accepts, entries, expand,
+                                             num_candidates, packed_expand, row_bounds, slice_rows)
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.ir import LayoutKind
@@ -46,18 +46,13 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
     every child."""
     shape = jnp.shape(node)
     end = plan.end_token
-    cols = []  # (tokens, next, valid, logprob, ends, stays)
 
     def logprob_of(tokens, dense: bool = False):
         if logprobs is None:
             return jnp.zeros(tokens.shape, jnp.float32)
         return logprobs.all() if dense else logprobs.take(tokens)
 
-    def end_col(valid):
-        lp = logprob_of(jnp.full(shape + (1,), end, jnp.int32))
-        return (jnp.full(shape + (1,), end, jnp.int32), jnp.zeros(shape + (1,), jnp.int32),
-                valid[..., None], lp, jnp.ones(shape + (1,), bool), jnp.zeros(shape + (1,), bool))
-
+    accepting = None
     if step < plan.depth:
         sp = plan.steps[step]
         if sp.light_k and scores is not None:
@@ -65,12 +60,46 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
         else:
             c = expand(sp, tables[step], node)
             lp = logprob_of(c.tokens, dense=sp.kind == LayoutKind.DENSE_ROWS)
-        false = jnp.zeros(c.tokens.shape, bool)
-        cols.append((c.tokens, c.next, c.valid, lp, false, false))
         if end is not None and sp.has_accepting:
-            cols.append(end_col(accepts(sp, tables[step], node)))
+            accepting = accepts(sp, tables[step], node)
     else:  # the extra step of variable-length sets: final states can only end
-        cols.append(end_col(jnp.ones(shape, bool)))
+        c, lp, accepting = None, None, jnp.ones(shape, bool)
+    return _assemble(end, c, lp, accepting, live, finished, logprob_of)
+
+
+def packed_step_candidates(plan: Plan, packed: PackedRun, index, node, live, finished,
+                           logprobs: Optional[LogProbs]) -> StepCandidates:
+    """`step_candidates` at step `index` (traced int32) of a packed run:
+    every step reads `packed.k` slots (past a row's end they are invalid)
+    and, with an end token, one end column (valid where the state accepts).
+    The valid columns and their order are those of `step_candidates`, so
+    the selection decodes the same; a mixed layer lists all its children
+    here, and the selection's per-beam cap picks the same best ones."""
+
+    def logprob_of(tokens):
+        return jnp.zeros(tokens.shape, jnp.float32) if logprobs is None else logprobs.take(tokens)
+
+    c, accepting = packed_expand(packed, index, node)
+    end = plan.end_token
+    return _assemble(end, c, logprob_of(c.tokens), None if end is None else accepting, live,
+                     finished, logprob_of)
+
+
+def _assemble(end, children: Optional[Candidates], lp, accepting, live, finished,
+              logprob_of) -> StepCandidates:
+    """The columns of one step: the children (if any) with their log-probs,
+    the end token where `accepting` (None: no end column), and, with an end
+    token, finished beams carried over unchanged."""
+    shape = jnp.shape(live)
+    cols = []  # (tokens, next, valid, logprob, ends, stays)
+    if children is not None:
+        false = jnp.zeros(children.tokens.shape, bool)
+        cols.append((children.tokens, children.next, children.valid, lp, false, false))
+    if accepting is not None:
+        end_tokens = jnp.full(shape + (1,), end, jnp.int32)
+        cols.append((end_tokens, jnp.zeros(shape + (1,), jnp.int32), accepting[..., None],
+                     logprob_of(end_tokens), jnp.ones(shape + (1,), bool),
+                     jnp.zeros(shape + (1,), bool)))
     if end is not None:  # finished beams carry over unchanged
         cols.append((jnp.full(shape + (1,), PAD_TOKEN, jnp.int32), jnp.zeros(shape + (1,), jnp.int32),
                      (live & finished)[..., None], jnp.zeros(shape + (1,), jnp.float32),

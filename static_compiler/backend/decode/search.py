@@ -18,7 +18,8 @@ from static_compiler.backend.decode.logprobs import LogProbs, add_logprob
 from static_compiler.backend.decode.carry import (UNDECLARED, check_same_structure,
                                                   reorder_carry, resolve_carry_axes)
 from static_compiler.backend.decode.step import (apply_choice, finalize, init_beam_state,
-                                                 run_candidates, run_step, step_segments)
+                                                 run_candidates, run_step, run_tables,
+                                                 step_segments)
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (DecodeResult, check_callable, check_finite, check_int,
                                           check_logits, check_start_tokens, check_tokens_per_beam)
@@ -64,34 +65,37 @@ def _beam_search(plan, tables, carry, start_tokens, params, *, logits_fn, batch_
     state = init_beam_state(plan, batch_size, beam_size, start_tokens)
     live = live_beam_bounds(plan, beam_size, caps)
 
-    def one_step(steps, step, state, carry):
+    def one_step(steps, run_tabs, step, state, carry):
         logits, new_carry = _call_model(logits_fn, params, with_params, state.last_tokens,
                                         step, carry)
         check_same_structure(carry, new_carry, f"step {steps[0]}")
-        state = run_step(plan, tables, state, logits, steps, step, caps[steps[0]], live[steps[0]])
+        state = run_step(plan, run_tabs, state, logits, steps, step, caps[steps[0]],
+                         live[steps[0]])
         return state, reorder_carry(new_carry, state.parent, axes, reorder)
 
-    state, carry = _run_segments(plan, one_step, step_segments(plan, caps, live, beam_size),
-                                 state, carry)
+    state, carry = _run_segments(plan, tables, one_step,
+                                 step_segments(plan, caps, live, beam_size), state, carry)
     return finalize(state, length_penalty), carry
 
 
-def _run_segments(plan: Plan, one_step: Callable, segments, state, carry):
-    """Runs `one_step(steps, step, state, carry) -> (state, carry)` over
-    every step: a run of one step inline, longer runs as a loop; with an end
-    token, each run as a while loop that stops once no beam is live."""
+def _run_segments(plan: Plan, tables, one_step: Callable, segments, state, carry):
+    """Runs `one_step(steps, run_tables, step, state, carry) -> (state,
+    carry)` over every step: a run of one step inline, longer runs as a loop
+    over the run's tables (`run_tables`, packed once before the loop); with
+    an end token, each run as a while loop that stops once no beam is live."""
     for steps in segments:
+        step_fn = functools.partial(one_step, steps, run_tables(plan, tables, steps))
         if plan.end_token is not None:
-            state, carry = _until_finished(one_step, steps, state, carry)
+            state, carry = _until_finished(step_fn, steps, state, carry)
         elif len(steps) == 1:
-            state, carry = one_step(steps, jnp.int32(steps[0]), state, carry)
+            state, carry = step_fn(jnp.int32(steps[0]), state, carry)
         else:
-            body = lambda t, loop, steps=steps: one_step(steps, t, *loop)
+            body = lambda t, loop, step_fn=step_fn: step_fn(t, *loop)
             state, carry = lax.fori_loop(steps[0], steps[-1] + 1, body, (state, carry))
     return state, carry
 
 
-def _until_finished(one_step, steps: tuple[int, ...], state, carry):
+def _until_finished(step_fn, steps: tuple[int, ...], state, carry):
     """The run of `steps` as a while loop that stops once no beam is live
     (every valid beam has taken the end token): the steps left would only
     carry finished beams over unchanged, in the same order, so stopping is
@@ -102,7 +106,7 @@ def _until_finished(one_step, steps: tuple[int, ...], state, carry):
 
     def body(loop):
         t, state, carry = loop
-        state, carry = one_step(steps, t, state, carry)
+        state, carry = step_fn(t, state, carry)
         return t + 1, state, carry
 
     _, state, carry = lax.while_loop(cond, body, (jnp.int32(steps[0]), state, carry))
@@ -162,13 +166,13 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
 def _sample(plan, tables, key, carry, start_tokens, *, logits_fn, batch_size, temperature, top_k):
     state = init_beam_state(plan, batch_size, 1, start_tokens)
 
-    def one_step(steps, step, state, carry_and_key):
+    def one_step(steps, run_tabs, step, state, carry_and_key):
         carry, key = carry_and_key
         logits, new_carry = logits_fn(state.last_tokens, step, carry)
         check_same_structure(carry, new_carry, f"step {steps[0]}")
         check_logits(logits, (batch_size, 1), plan.vocab_size, f"sample (step {steps[0]})")
-        cand = run_candidates(plan, tables, steps, step, state.node, state.valid, state.finished,
-                              LogProbs.of(logits))
+        cand = run_candidates(plan, run_tabs, steps, step, state.node, state.valid,
+                              state.finished, LogProbs.of(logits))
         # Shifted by the best valid log-prob first, so the best weight is 0 and
         # a tiny temperature cannot overflow every weight to -inf.
         best = jnp.max(jnp.where(cand.valid, cand.logprob, -jnp.inf), axis=-1, keepdims=True)
@@ -188,8 +192,8 @@ def _sample(plan, tables, key, carry, start_tokens, *, logits_fn, batch_size, te
         return state, (new_carry, key)
 
     T = plan.max_length
-    state, _ = _run_segments(plan, one_step, step_segments(plan, (None,) * T, (1,) * T, 1),
-                             state, (carry, key))
+    state, _ = _run_segments(plan, tables, one_step,
+                             step_segments(plan, (None,) * T, (1,) * T, 1), state, (carry, key))
     return finalize(state)
 
 

@@ -15,7 +15,10 @@ import jax.numpy as jnp
 from jax import lax
 
 from static_compiler.backend.decode.candidates import (StepCandidates, candidate_width,
-                                                       pad_candidates, step_candidates)
+                                                       pad_candidates, packed_step_candidates,
+                                                       step_candidates)
+from static_compiler.backend import kernels
+from static_compiler.backend.kernels import PackedRun, pack_run, packed_entries
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.decode.selection import select_beams
 from static_compiler.backend.lowering import Plan
@@ -119,23 +122,42 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
     return apply_choice(plan, state, cand, parent, col, top, valid, step)
 
 
+def run_tables(plan: Plan, tables, steps: tuple[int, ...]):
+    """What `run_candidates` reads for the run `steps`: its tables packed
+    into one `PackedRun` when the run has several steps and they are small
+    (one gather program serves every step; a driver packs them once, outside
+    its loop), else `tables` as they are. The bound is read when tracing
+    (`kernels.PACK_MAX_ENTRIES`; tests lower it to compare both ways)."""
+    if len(steps) > 1:
+        entries = packed_entries(plan, tables, steps)
+        if entries is not None and entries <= kernels.PACK_MAX_ENTRIES:
+            return pack_run(plan, tables, steps)
+    return tables
+
+
 def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid, finished,
                    logprobs, scores=None, keep: Optional[int] = None) -> StepCandidates:
-    """`step_candidates` at `step`, one of the static `steps` of a run: with
-    several steps, `step` is traced and a `lax.switch` runs that layer's
-    gather; every branch pads its list to the run's widest
-    (`pad_candidates`), so the rest of the step is one program."""
+    """`step_candidates` at `step`, one of the static `steps` of a run, padded
+    to the run's widest list (`pad_candidates`) so the rest of the step is
+    one program. With several steps `step` is traced: `tables` is then the
+    run's `PackedRun` (see `run_tables`), or the layers' tables and a
+    `lax.switch` runs that step's own kernel."""
     width = max(candidate_width(plan, t, keep) for t in steps)
+    if isinstance(tables, PackedRun):
+        index = jnp.asarray(step, jnp.int32) - steps[0]
+        return pad_candidates(packed_step_candidates(plan, tables, index, node, valid, finished,
+                                                     logprobs), width)
+    if len(steps) == 1:
+        return pad_candidates(step_candidates(plan, tables, node, valid, finished, logprobs,
+                                              steps[0], scores=scores, keep=keep), width)
 
     def at(t, node, valid, finished, logprobs, scores):
         return pad_candidates(step_candidates(plan, tables, node, valid, finished, logprobs, t,
                                               scores=scores, keep=keep), width)
 
-    operands = (node, valid, finished, logprobs, scores)
-    if len(steps) == 1:
-        return at(steps[0], *operands)
     index = jnp.asarray(step, jnp.int32) - steps[0]
-    return lax.switch(index, [functools.partial(at, t) for t in steps], *operands)
+    return lax.switch(index, [functools.partial(at, t) for t in steps],
+                      node, valid, finished, logprobs, scores)
 
 
 def switch_over_steps(plan: Plan, step_fn: Callable, step, *operands):
@@ -164,8 +186,8 @@ def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
 
 
 def _run_branch(plan, caps, run, tables, state, logits, step):
-    return run_step(plan, tables, state, logits, run, step if len(run) > 1 else run[0],
-                    caps[run[0]], None)
+    return run_step(plan, run_tables(plan, tables, run), state, logits, run,
+                    step if len(run) > 1 else run[0], caps[run[0]], None)
 
 
 def length_normalized(scores, lengths, length_penalty: float):

@@ -1,0 +1,142 @@
+"""Packed runs (`kernels.pack_run`): the tables of a run of steps as one CSR
+table, so a loop over the run compiles one gather program instead of a
+lax.switch over each step's kernel.
+
+The packed table must list exactly what each step's own kernel lists (rows,
+tokens, targets, accepting states) for every state of every layout, and a
+beam search must decode the same with packing on and off: both equal the
+brute-force oracle, on the families of test_decode (every layout, fixed and
+variable length, mixed layers, explicit targets).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import oracle
+from static_compiler.backend import kernels
+from static_compiler.backend.decode.step import run_tables
+from test_decode import FAMILIES, check_family_example, decode_and_check
+
+
+@pytest.fixture
+def packing_off(monkeypatch):
+    """Decode without packed runs (every run takes the lax.switch path)."""
+    monkeypatch.setattr(kernels, "PACK_MAX_ENTRIES", -1)
+    jax.clear_caches()
+    yield
+    jax.clear_caches()
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _rows_of(plan, tables, steps):
+    """Per step of `steps`: (packed, packed accepting, own kernel, own
+    accepting) for every state: the step's own kernel and the packed run."""
+    packed = kernels.pack_run(plan, tables, steps)
+    out = []
+    for i, t in enumerate(steps):
+        n = plan.steps[t].num_states if t < plan.depth else plan.steps[-1].num_next_states
+        node = jnp.arange(n, dtype=jnp.int32)
+        got, got_acc = kernels.packed_expand(packed, jnp.int32(i), node)
+        if t < plan.depth:
+            want = kernels.expand(plan.steps[t], tables[t], node)
+            want_acc = kernels.accepts(plan.steps[t], tables[t], node)
+        else:
+            want = kernels.Candidates(*(jnp.zeros((n, 0), dt) for dt in (jnp.int32, jnp.int32, bool)))
+            want_acc = jnp.ones(n, bool)
+        out.append((got, got_acc, want, want_acc))
+    return out
+
+
+def _edges(c: kernels.Candidates) -> list:
+    """Per state, its (token, next) pairs in slot order, valid slots only."""
+    tokens, nxt, valid = (np.asarray(x) for x in c)
+    return [list(zip(tokens[s][valid[s]].tolist(), nxt[s][valid[s]].tolist()))
+            for s in range(tokens.shape[0])]
+
+
+CASES = [  # (items maker, vocab, end token, layout, minimize)
+    (lambda rng: oracle.random_set(rng, 60, 4, 16, skew=1.3), 16, None, "near_unary", False),
+    (lambda rng: oracle.random_set(rng, 60, 4, 16, skew=1.3), 16, None, "csr", False),
+    (lambda rng: oracle.random_then_unary(rng, 30, 8), 8, None, "unary", False),
+    (lambda rng: oracle.random_ragged_set(rng, 40, 5, 9, end_token=0), 9, 0, "default", False),
+    (lambda rng: oracle.random_ragged_set(rng, 40, 5, 9, end_token=0), 9, 0, "mixed_near_unary",
+     False),
+    (lambda rng: oracle.shared_suffix_set(rng, 20, 12), 12, None, "near_unary", True),
+    (lambda rng: oracle.shared_suffix_ragged_set(rng, 12, 0), 12, 0, "csr", True),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+@settings(max_examples=3, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1))
+def test_packed_table_lists_what_each_kernel_lists(case, seed):
+    make, vocab, end, layout, minimize = CASES[case]
+    compiled = oracle.compile_set(make(np.random.default_rng(seed)), vocab, layout, end,
+                                  minimize=minimize)
+    plan = compiled.plan
+    steps = tuple(t for t in range(plan.max_length)
+                  if t >= plan.depth or plan.steps[t].kind != "dense_rows")
+    stretches = [steps[i:j] for i in range(len(steps)) for j in range(i + 1, len(steps) + 1)
+                 if steps[j - 1] - steps[i] == j - 1 - i]  # consecutive steps
+    # The longest stretches, and the last step alone (the extra one if any).
+    runs = sorted(stretches, key=len, reverse=True)[:3] + [steps[-1:]]
+    for run in runs:
+        for t, (got, got_acc, want, want_acc) in zip(run, _rows_of(plan, compiled.device_tables, run)):
+            assert _edges(got) == _edges(want), f"step {t} of run {run}"
+            if end is not None:
+                np.testing.assert_array_equal(np.asarray(got_acc), np.asarray(want_acc),
+                                              err_msg=f"accepting, step {t} of run {run}")
+
+
+def test_run_tables_packs_only_small_runs_without_dense_rows(monkeypatch):
+    rng = np.random.default_rng(0)
+    items = oracle.random_set(rng, 60, 4, 16)
+    compiled = oracle.compile_set(items, 16, "near_unary")
+    plan, tables = compiled.plan, compiled.device_tables
+    assert isinstance(run_tables(plan, tables, (1, 2, 3)), kernels.PackedRun)
+    assert run_tables(plan, tables, (2,)) is tables  # one step: its own kernel
+    entries = kernels.packed_entries(plan, tables, (1, 2, 3))
+    assert entries == sum(plan.steps[t].num_states + 1 + tables[t]["tokens"].shape[0]
+                          for t in (1, 2, 3))
+    monkeypatch.setattr(kernels, "PACK_MAX_ENTRIES", entries - 1)
+    assert run_tables(plan, tables, (1, 2, 3)) is tables
+    dense = oracle.compile_set(items, 16, "dense_rows")
+    assert kernels.packed_entries(dense.plan, dense.device_tables, (1, 2)) is None
+
+
+@pytest.mark.parametrize("family, layout", [(name, layout) for name, fam in FAMILIES.items()
+                                            for layout in fam.layouts])
+@settings(max_examples=3, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # one setting for all
+@given(data=st.data())
+def test_beam_search_without_packing_matches_oracle(packing_off, family, layout, data):
+    """test_decode's families decode through packed runs; here through the
+    per-step lax.switch that large tables take: both equal the oracle."""
+    check_family_example(family, layout, data)
+
+
+@pytest.mark.parametrize("minimize", [False, True])
+def test_explicit_targets_decode_the_same_packed_and_not(minimize, monkeypatch):
+    rng = np.random.default_rng(7)
+    items = oracle.shared_suffix_ragged_set(rng, 12, 0)
+    cset = oracle.ConstraintSet(items, 12, 0)
+    model = oracle.HashModel(12, dup=40, nan=20)
+    seeds = [3, 99]
+    results = []
+    for bound in (kernels.PACK_MAX_ENTRIES, -1):
+        monkeypatch.setattr(kernels, "PACK_MAX_ENTRIES", bound)
+        jax.clear_caches()
+        compiled = oracle.compile_set(items, 12, "near_unary", 0, minimize=minimize)
+        results.append(decode_and_check(cset, compiled, model, seeds, beam_size=7,
+                                        tokens_per_beam=3))
+    jax.clear_caches()
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
