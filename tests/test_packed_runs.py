@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 import oracle
 from static_compiler.backend import kernels
-from static_compiler.backend.decode.step import run_tables
+from static_compiler.backend import decode
+from static_compiler.backend.decode.step import run_live_bound, run_tables, step_segments
 from test_decode import FAMILIES, check_family_example, decode_and_check
 
 
@@ -140,3 +141,29 @@ def test_explicit_targets_decode_the_same_packed_and_not(minimize, monkeypatch):
     jax.clear_caches()
     for a, b in zip(*results):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_packable_steps_share_one_run_whatever_their_widths_and_live_bounds():
+    """A small variable-length set in csr: without tables, steps split where
+    the live-beam bound or the width changes; with them, one run (the model
+    compiles once), and the search still equals the oracle."""
+    rng = np.random.default_rng(3)
+    items = oracle.random_ragged_set(rng, 30, 5, 9, end_token=0)
+    compiled = oracle.compile_set(items, 9, "csr", 0)
+    plan, tables = compiled.plan, compiled.device_tables
+    live = decode.live_beam_bounds(plan, 12)
+    caps = (None,) * plan.max_length
+    assert len(set(live)) > 1
+    assert len(step_segments(plan, caps, live, 12)) > 1
+    assert step_segments(plan, caps, live, 12, tables) == (tuple(range(plan.max_length)),)
+    assert run_live_bound(live, tuple(range(plan.max_length))) == max(live)
+    cset = oracle.ConstraintSet(items, 9, 0)
+    decode_and_check(cset, compiled, oracle.HashModel(9, dup=40), [5, 6], beam_size=12)
+
+
+def test_a_step_with_another_cap_starts_a_new_run():
+    rng = np.random.default_rng(4)
+    compiled = oracle.compile_set(oracle.random_set(rng, 40, 4, 8), 8, "csr")
+    plan, tables = compiled.plan, compiled.device_tables
+    caps = (None, 2, 2, None)
+    assert step_segments(plan, caps, (None,) * 4, 5, tables) == ((0,), (1, 2), (3,))

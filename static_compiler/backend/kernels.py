@@ -162,19 +162,23 @@ class PackedRun(NamedTuple):
     k: int
 
 
+def step_entries(plan, tables, t: int) -> Optional[int]:
+    """Entries step `t` adds to a packed run (its rows + 1 and its edges),
+    or None for a dense_rows step (its V slots per beam are read another
+    way, never packed)."""
+    if t >= plan.depth:
+        return plan.steps[-1].num_next_states + 1
+    step = plan.steps[t]
+    if step.kind == LayoutKind.DENSE_ROWS:
+        return None
+    return step.num_states + 1 + tables[t]["tokens"].shape[0]
+
+
 def packed_entries(plan, tables, steps) -> Optional[int]:
     """Entries of `pack_run(plan, tables, steps)`, or None when a step has a
-    dense_rows layout (its V slots per beam are read another way)."""
-    total = 0
-    for t in steps:
-        if t >= plan.depth:
-            total += plan.steps[-1].num_next_states + 1
-            continue
-        step = plan.steps[t]
-        if step.kind == LayoutKind.DENSE_ROWS:
-            return None
-        total += step.num_states + 1 + tables[t]["tokens"].shape[0]
-    return total
+    dense_rows layout."""
+    entries = [step_entries(plan, tables, t) for t in steps]
+    return None if None in entries else sum(entries)
 
 
 def _concat(parts: list) -> jax.Array:

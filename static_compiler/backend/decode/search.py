@@ -18,8 +18,8 @@ from static_compiler.backend.decode.logprobs import LogProbs, add_logprob
 from static_compiler.backend.decode.carry import (UNDECLARED, check_same_structure,
                                                   reorder_carry, resolve_carry_axes)
 from static_compiler.backend.decode.step import (apply_choice, finalize, init_beam_state,
-                                                 run_candidates, run_step, run_tables,
-                                                 step_segments)
+                                                 run_candidates, run_live_bound, run_step,
+                                                 run_tables, step_segments)
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (DecodeResult, check_callable, check_finite, check_int,
                                           check_logits, check_start_tokens, check_tokens_per_beam)
@@ -70,11 +70,11 @@ def _beam_search(plan, tables, carry, start_tokens, params, *, logits_fn, batch_
                                         step, carry)
         check_same_structure(carry, new_carry, f"step {steps[0]}")
         state = run_step(plan, run_tabs, state, logits, steps, step, caps[steps[0]],
-                         live[steps[0]])
+                         run_live_bound(live, steps))
         return state, reorder_carry(new_carry, state.parent, axes, reorder)
 
     state, carry = _run_segments(plan, tables, one_step,
-                                 step_segments(plan, caps, live, beam_size), state, carry)
+                                 step_segments(plan, caps, live, beam_size, tables), state, carry)
     return finalize(state, length_penalty), carry
 
 
@@ -193,7 +193,8 @@ def _sample(plan, tables, key, carry, start_tokens, *, logits_fn, batch_size, te
 
     T = plan.max_length
     state, _ = _run_segments(plan, tables, one_step,
-                             step_segments(plan, (None,) * T, (1,) * T, 1), state, (carry, key))
+                             step_segments(plan, (None,) * T, (1,) * T, 1, tables), state,
+                             (carry, key))
     return finalize(state)
 
 

@@ -177,7 +177,7 @@ def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
     `step_segments`: each run compiles one step program (with an inner
     switch for its layers' candidate gathers), not one per step."""
     caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
-    runs = step_segments(plan, caps, (None,) * plan.max_length, state.node.shape[1])
+    runs = step_segments(plan, caps, (None,) * plan.max_length, state.node.shape[1], tables)
     step = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
     starts = jnp.asarray([run[0] for run in runs[1:]], jnp.int32)
     index = jnp.sum(step >= starts).astype(jnp.int32)
@@ -216,22 +216,42 @@ widest candidate list is at most 2x + 8 of the step's own: padding costs
 selection work, a run saves a compiled copy of the step."""
 
 
-def step_segments(plan: Plan, caps: tuple, live: tuple,
-                  beam_size: int) -> tuple[tuple[int, ...], ...]:
+def step_segments(plan: Plan, caps: tuple, live: tuple, beam_size: int,
+                  tables=None) -> tuple[tuple[int, ...], ...]:
     """The steps 0..max_length-1 cut into runs of consecutive steps that can
-    share one step program: the same cap and live-beam bound, candidate
-    widths within `MAX_PADDING` of each other. Each run of two or more
-    compiles as one loop instead of an unrolled chain."""
+    share one step program (a run of two or more compiles as one loop, not
+    an unrolled chain, and the model inside it once). Steps share a run when
+    they have the same cap and either
+
+    * `tables` is given and the run stays packable (`run_tables`): its steps
+      read one packed table whatever their widths, and the run expands the
+      most beams any of its steps may hold (`run_live_bound`); or
+    * they have the same live-beam bound and candidate widths within
+      `MAX_PADDING` of each other (their own kernels, under a lax.switch).
+    """
     factor, extra = MAX_PADDING
-    runs = []
+    runs = []  # [cap, live bounds, steps, widths, packed entries or None]
     for t in range(plan.max_length):
         keep = beam_size if caps[t] is None else min(caps[t], beam_size)
         width = candidate_width(plan, t, keep)
-        if runs and runs[-1][0] == (caps[t], live[t]):
-            widths = runs[-1][2] + [width]
-            if max(widths) <= factor * min(widths) + extra:
-                runs[-1][1].append(t)
-                runs[-1][2].append(width)
+        entries = None if tables is None else kernels.step_entries(plan, tables, t)
+        if runs and runs[-1][0] == caps[t]:
+            cap, bounds, steps, widths, packed = runs[-1]
+            if packed is not None and entries is not None and \
+                    packed + entries <= kernels.PACK_MAX_ENTRIES:
+                runs[-1] = (cap, bounds + [live[t]], steps + [t], widths + [width],
+                            packed + entries)
                 continue
-        runs.append(((caps[t], live[t]), [t], [width]))
-    return tuple(tuple(steps) for _, steps, _ in runs)
+            if len(set(bounds + [live[t]])) == 1 and \
+                    max(widths + [width]) <= factor * min(widths + [width]) + extra:
+                merged = None if packed is None or entries is None else packed + entries
+                runs[-1] = (cap, bounds + [live[t]], steps + [t], widths + [width], merged)
+                continue
+        runs.append((caps[t], [live[t]], [t], [width], entries))
+    return tuple(tuple(run[2]) for run in runs)
+
+
+def run_live_bound(live: tuple, steps: tuple[int, ...]) -> Optional[int]:
+    """The live-beam bound of a run: the largest of its steps' (None: none)."""
+    bounds = [live[t] for t in steps]
+    return None if None in bounds else max(bounds)
