@@ -12,6 +12,14 @@ K is static per step: V for dense_rows, k for csr / near_unary (speculative
 slicing: exactly k entries from the row start, slots past the row length
 masked), 1 for unary. Gathers clamp out-of-range indices (``mode="clip"``),
 so no table needs padding and no branch depends on data.
+
+A run of consecutive steps decoded in one loop can also read a *packed run*
+(`pack_run`): its steps' tables (csr, near_unary, unary, the extra end step)
+rebuilt per call as one CSR table, so a traced step index picks rows with
+one gather program (`packed_expand`) instead of a `lax.switch` over each
+step's kernel. XLA compiles a kernel per op and per switch branch, which
+made compiling a 33-step search take seconds; packing is used while the
+run's tables are small (`PACK_MAX_ENTRIES`).
 """
 
 from __future__ import annotations
