@@ -18,6 +18,7 @@ _LAZY = {
     "CompiledConstraints": "compiler", "beam_search": "compiler",
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
     "DEFAULT_PIPELINE": "pipeline", "format_pipeline": "pipeline", "parse_pipeline": "pipeline",
+    "Subset": "subsets", "stack_subsets": "subsets",
 }
 
 
@@ -42,5 +43,5 @@ __version__ = "0.1.0"
 __all__ = [
     "BeamAxis", "BeamState", "CompiledConstraints", "DEFAULT_PIPELINE", "DecodeResult", "PAD_TOKEN",
     "ProcessorState", "SENTINEL_SCORE", "beam_search", "compile_constraints", "errors",
-    "format_pipeline", "greedy_decode", "ir", "parse_pipeline", "sample",
+    "format_pipeline", "greedy_decode", "ir", "parse_pipeline", "sample", "Subset", "stack_subsets",
 ]

@@ -8,12 +8,15 @@ import time
 from typing import Optional
 
 
+import numpy as np
+
+from static_compiler import decode_state, subsets
 from static_compiler import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.backend.lowering import Plan, lower, tables_nbytes
 from static_compiler.artifact_format import NameTable
 from static_compiler.errors import ConstraintSetError, DecodeInputError
-from static_compiler.frontend import build_automaton
+from static_compiler.frontend import ItemIndex, build_trie
 from static_compiler.graph_frontend import automaton_from_graph, is_graph
 from static_compiler.ir import Automaton, layer_stats
 from static_compiler.text import encode_catalogue, looks_like_names
@@ -41,6 +44,8 @@ class CompiledConstraints:
         end_token_from ("argument" or "tokenizer").
       names: for a text catalogue, the `artifact_format.NameTable` mapping
         token sequences back to names (saved as names.jsonl); else None.
+      items: for sequence input, where each input row (an item) ends in the
+        trie (`frontend.ItemIndex`), for item subsets; else None.
     """
 
     ir: Automaton
@@ -52,6 +57,7 @@ class CompiledConstraints:
     export_tokens_per_beam: Optional[int] = None
     frontend_stats: dict = dataclasses.field(default_factory=dict)
     names: Optional[NameTable] = None
+    items: Optional[ItemIndex] = None
 
     @property
     def vocab_size(self) -> int:
@@ -125,6 +131,58 @@ class CompiledConstraints:
         backend.decode.prefix)."""
         return decode.allowed(self.plan, self.device_tables, prefixes)
 
+    @property
+    def fingerprint(self) -> str:
+        """Content hash of the compiled automaton (`subsets.set_fingerprint`)."""
+        cached = self.__dict__.get("_fingerprint")
+        if cached is None:
+            cached = subsets.set_fingerprint(self.ir)
+            object.__setattr__(self, "_fingerprint", cached)
+        return cached
+
+    def subset(self, selection) -> subsets.Subset:
+        """The items of this set that `selection` picks, as a `Subset` to
+        decode over (`beam_search(..., subset=...)`), with no recompile.
+
+        selection: bool (N,) over the input rows (item i is row i of the
+        input; duplicate rows are one item). Raises ConstraintSetError for a
+        mask of another shape or dtype, and for a set whose items share
+        states (minimized, graph or IR input)."""
+        return subsets.make_subset(self.ir, self.items, selection, self.fingerprint,
+                                   "CompiledConstraints.subset")
+
+    def live_mask(self, subset: Optional[subsets.Subset], subset_index, batch_size: int,
+                  where: str) -> Optional[decode.LiveMask]:
+        """The decoder's `LiveMask` for `subset` (of this set) and the subset
+        of each batch row, `subset_index` ints (batch_size,) (default: all
+        rows subset 0, allowed only for a single subset)."""
+        if subset is None:
+            if subset_index is not None:
+                raise DecodeInputError(f"{where}: subset_index without a subset")
+            return None
+        if not isinstance(subset, subsets.Subset):
+            raise DecodeInputError(f"{where}: subset is a {type(subset).__name__}: expected a "
+                                   "Subset (compiled.subset(mask) or stack_subsets([...]))")
+        if subset.fingerprint != self.fingerprint:
+            raise DecodeInputError(f"{where}: the subset was made from another compiled set "
+                                   f"(fingerprint {subset.fingerprint}, this set's "
+                                   f"{self.fingerprint})")
+        if subset_index is None:
+            if subset.num_subsets != 1:
+                raise DecodeInputError(f"{where}: {subset.num_subsets} stacked subsets: pass "
+                                       f"subset_index, ints ({batch_size},), one per batch row")
+            subset_index = np.zeros(batch_size, np.int32)
+        import jax
+        device = subset.__dict__.get("_device")
+        if device is None:
+            with jax.ensure_compile_time_eval():
+                device = jax.device_put((subset.live, subset.ends))
+            object.__setattr__(subset, "_device", device)
+        rows = subset_index if decode_state.is_traced(subset_index) else np.asarray(subset_index)
+        if not decode_state.is_traced(rows) and rows.dtype.kind in "iu":
+            rows = rows.astype(np.int32)
+        return decode.LiveMask(device[0], device[1], rows)
+
     def save(self, path, *, overwrite: bool = False):
         """Writes the artifact directory atomically (see static_compiler.artifact)."""
         from static_compiler import artifact
@@ -162,7 +220,7 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     timings = []
     t0 = time.perf_counter()
     frontend_stats = {}
-    names = None
+    names = items = None
     if tokenizer is not None:
         catalogue = encode_catalogue(constraints, tokenizer, vocab_size, end_token=end_token)
         constraints, end_token, names = catalogue.sequences, catalogue.end_token, catalogue.names
@@ -181,7 +239,7 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     elif isinstance(constraints, Automaton):
         ir = constraints
     else:
-        ir = build_automaton(constraints, vocab_size, end_token=end_token)
+        ir, items = build_trie(constraints, vocab_size, end_token=end_token)
     timings.append(("frontend", time.perf_counter() - t0))
     frontend_stats.update(states=ir.num_states, edges=ir.num_edges)
     spec = pipeline if pipeline is not None else pipeline_lib.DEFAULT_PIPELINE
@@ -201,7 +259,7 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                                pipeline=pipeline_lib.format_pipeline(passes),
                                timings=tuple(timings), export_beam_sizes=sizes,
                                export_tokens_per_beam=export_tokens_per_beam,
-                               frontend_stats=frontend_stats, names=names)
+                               frontend_stats=frontend_stats, names=names, items=items)
 
 
 def _plan_tables(compiled: CompiledConstraints):
@@ -209,22 +267,31 @@ def _plan_tables(compiled: CompiledConstraints):
 
 
 def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, beam_size: int,
-                **options):
+                subset: Optional[subsets.Subset] = None, subset_index=None, **options):
     """Constrained beam search over `compiled`; options and semantics as
     `static_compiler.backend.decode.beam_search` (tokens_per_beam,
     start_token, carry, carry_axes, reorder, params, length_penalty,
-    return_carry)."""
+    return_carry). subset: decode over those items only (`compiled.subset`,
+    `stack_subsets`), exactly as over a set compiled from them; with
+    stacked subsets, subset_index ints (batch_size,) picks each row's."""
+    live = compiled.live_mask(subset, subset_index, batch_size, "beam_search")
     return decode.beam_search(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
-                              beam_size=beam_size, **options)
+                              beam_size=beam_size, subset=live, **options)
 
 
-def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int, **options):
-    """Greedy constrained decoding; see backend.decode.greedy_decode."""
+def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
+                  subset: Optional[subsets.Subset] = None, subset_index=None, **options):
+    """Greedy constrained decoding; see backend.decode.greedy_decode (subset
+    as in `beam_search`)."""
+    live = compiled.live_mask(subset, subset_index, batch_size, "greedy_decode")
     return decode.greedy_decode(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
-                                **options)
+                                subset=live, **options)
 
 
-def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int, **options):
-    """Constrained sampling; see backend.decode.sample."""
+def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
+           subset: Optional[subsets.Subset] = None, subset_index=None, **options):
+    """Constrained sampling; see backend.decode.sample (subset as in
+    `beam_search`)."""
+    live = compiled.live_mask(subset, subset_index, batch_size, "sample")
     return decode.sample(*_plan_tables(compiled), logits_fn, key, batch_size=batch_size,
-                         **options)
+                         subset=live, **options)

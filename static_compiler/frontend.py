@@ -14,6 +14,8 @@ next word; each round is one argsort of a uint64 array.
 
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 from typing import Optional
 
@@ -151,13 +153,14 @@ def _bits(v: int) -> int:
     return max(1, int(v).bit_length())
 
 
-def sort_unique_rows(mat: np.ndarray, lengths: np.ndarray, vocab_size: int
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def sort_unique_rows(mat: np.ndarray, lengths: np.ndarray, vocab_size: int,
+                     return_inverse: bool = False):
     """Sorts rows lexicographically (a prefix before its extensions) and drops
     duplicates.
 
     Returns (codes (N', Lmax) uint16/uint32, lengths (N',) int64) where
-    codes = token + 1 inside a row and 0 past its end.
+    codes = token + 1 inside a row and 0 past its end; with
+    `return_inverse`, also int32 (N,): the unique row each input row became.
     """
     n, lmax = mat.shape
     codes = np.empty((n, lmax), dtype=sort_code_dtype_for(vocab_size))
@@ -191,7 +194,11 @@ def sort_unique_rows(mat: np.ndarray, lengths: np.ndarray, vocab_size: int
             if rank_bits > 64 - bits:
                 raise ConstraintSetError(f"{n} sequences are too many to sort with {bits}-bit tokens")
     keep = order[change]
-    return codes[keep], lengths[keep]
+    if not return_inverse:
+        return codes[keep], lengths[keep]
+    inverse = np.empty(n, dtype=np.int32)
+    inverse[order] = np.cumsum(change, dtype=np.int64) - 1
+    return codes[keep], lengths[keep], inverse
 
 
 def build_automaton(sequences, vocab_size: int, end_token: Optional[int] = None) -> Automaton:
@@ -205,6 +212,13 @@ def build_automaton(sequences, vocab_size: int, end_token: Optional[int] = None)
     Raises:
       ConstraintSetError naming the offending value and where it is.
     """
+    mat, lengths, ragged, vocab_size, end_token = _checked_input(sequences, vocab_size, end_token)
+    codes, lengths = sort_unique_rows(mat, lengths, vocab_size)
+    return automaton_from_sorted_codes(codes, lengths, vocab_size, end_token)
+
+
+def _checked_input(sequences, vocab_size, end_token):
+    """(matrix, lengths, ragged, vocab_size, end_token) of valid input."""
     vocab_size = check_vocab_size(vocab_size)
     end_token = check_end_token(end_token, vocab_size)
     mat, lengths, ragged = as_token_matrix(sequences)
@@ -213,8 +227,58 @@ def build_automaton(sequences, vocab_size: int, end_token: Optional[int] = None)
             f"sequences have different lengths ({int(lengths.min())}..{int(lengths.max())}): "
             "pass end_token=... to compile a variable-length set, or give sequences of equal length")
     _check_range(mat, lengths, ragged, vocab_size, end_token)
-    codes, lengths = sort_unique_rows(mat, lengths, vocab_size)
-    return automaton_from_sorted_codes(codes, lengths, vocab_size, end_token)
+    return mat, lengths, ragged, vocab_size, end_token
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ItemIndex:
+    """Where each input sequence (an item) ends in the trie, for item subsets.
+
+    Items are the input's rows in order (duplicates are one item: the same
+    terminal state). row_item int32 (N,): the unique sequence (sorted order)
+    each input row is; item_depth int32 (N',) and item_state int32 (N',):
+    the depth and state id where each unique sequence ends, or None for a
+    fixed-length set, whose unique sequence u ends in final state u."""
+
+    row_item: np.ndarray
+    num_unique: int
+    item_depth: Optional[np.ndarray] = None
+    item_state: Optional[np.ndarray] = None
+
+    @property
+    def num_items(self) -> int:
+        return int(self.row_item.shape[0])
+
+
+def build_trie(sequences, vocab_size: int, end_token: Optional[int] = None
+               ) -> tuple[Automaton, ItemIndex]:
+    """`build_automaton`, and the `ItemIndex` of its input rows."""
+    mat, lengths, ragged, vocab_size, end_token = _checked_input(sequences, vocab_size, end_token)
+    codes, lengths, inverse = sort_unique_rows(mat, lengths, vocab_size, return_inverse=True)
+    ir = automaton_from_sorted_codes(codes, lengths, vocab_size, end_token)
+    if not ragged:
+        return ir, ItemIndex(row_item=inverse, num_unique=int(codes.shape[0]))
+    return ir, ItemIndex(row_item=inverse, num_unique=int(codes.shape[0]),
+                         item_depth=lengths.astype(np.int32),
+                         item_state=terminal_states(codes, lengths))
+
+
+def terminal_states(codes: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """int32 (N',): the state id, at depth lengths[u], where sorted unique
+    row u ends (numbered as `automaton_from_sorted_codes` numbers them: at
+    each depth, states in the order of the rows that start them)."""
+    n, lmax = codes.shape
+    out = np.empty(n, dtype=np.int32)
+    differs = np.zeros(n, dtype=bool)
+    differs[0] = True
+    for t in range(lmax):
+        differs[1:] |= codes[1:, t] != codes[:-1, t]
+        starts = differs & (lengths > t)  # rows starting a state at depth t + 1
+        ends = lengths == t + 1
+        if ends.any():
+            # a row's state at depth t + 1: the states started at or before it, minus one
+            out[ends] = (np.cumsum(starts, dtype=np.int64) - 1)[ends]
+    return out
 
 
 def automaton_from_sorted_codes(codes: np.ndarray, lengths: np.ndarray, vocab_size: int,

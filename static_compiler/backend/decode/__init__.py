@@ -14,6 +14,7 @@ concern per module:
 * `carry`: the user's per-beam model state, declared and reordered;
 * `processor`: the `mask` / `advance` pair for custom loops;
 * `speculative`: how many draft tokens stay inside the set.
+* `live`: item subsets, liveness bits read per candidate;
 * `prefix`: `allowed`, a stateless mask from each row's tokens so far, for
   engines that own the beam search.
 
@@ -45,6 +46,7 @@ Beam-search semantics (tested bit-for-bit against a numpy oracle):
 
 from static_compiler.backend.decode.candidates import (StepCandidates, candidate_columns,
                                                        mixed_children, step_candidates)
+from static_compiler.backend.decode.live import LiveMask
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob, safe_log_softmax, scored
 from static_compiler.backend.decode.processor import (advance, advance_switch, init_processor_state,
                                                       mask, mask_switch)
@@ -60,7 +62,7 @@ from static_compiler.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_S
                                           DecodeResult, ProcessorState)
 
 __all__ = [
-    "BeamAxis", "BeamState", "DecodeResult", "LogProbs", "MIN_VALID_SCORE", "PAD_TOKEN",
+    "BeamAxis", "BeamState", "DecodeResult", "LiveMask", "LogProbs", "MIN_VALID_SCORE", "PAD_TOKEN",
     "ProcessorState", "SENTINEL_SCORE", "Selection", "StepCandidates", "accept_drafts",
     "add_logprob", "advance", "allowed", "advance_switch", "apply_choice", "beam_search", "beam_step",
     "beam_step_switch", "candidate_columns", "finalize", "greedy_decode", "init_beam_state",

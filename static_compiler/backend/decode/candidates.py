@@ -6,11 +6,14 @@ finished beams carried over unchanged.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple, Optional
 
 import jax.numpy as jnp
 from jax import lax
 
+from static_compiler.backend.decode.live import (LiveMask, PackedLive, child_live, end_live,
+                                                 packed_child_live, packed_end_live)
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.kernels import (Candidates, PackedRun, accepts, entries, expand,
                                              num_candidates, packed_expand, row_bounds, slice_rows)
@@ -35,7 +38,8 @@ class StepCandidates(NamedTuple):
 
 
 def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional[LogProbs],
-                step: int, scores=None, keep: Optional[int] = None) -> StepCandidates:
+                step: int, scores=None, keep: Optional[int] = None,
+                subset: Optional[LiveMask] = None) -> StepCandidates:
     """Candidate transitions of every beam at `step` (static), with scores.
 
     node, live, finished: (...,) per beam; logprobs: the beams' `LogProbs`,
@@ -43,8 +47,8 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
     Beam search passes the beams' scores float32 (B, M) (with logprobs) and
     `keep`, the children a beam may contribute; a mixed-layout step then
     lists each beam's best children only (`mixed_children`), all others
-    every child."""
-    shape = jnp.shape(node)
+    every child. `subset`: only children whose next state is live, and the
+    end token only where the state's own item is in it (see `live`)."""
     end = plan.end_token
 
     def logprob_of(tokens, dense: bool = False):
@@ -55,20 +59,24 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
     accepting = None
     if step < plan.depth:
         sp = plan.steps[step]
+        in_subset = functools.partial(child_live, subset, step)
         if sp.light_k and scores is not None:
-            c, lp = mixed_children(sp, tables[step], node, live & ~finished, logprobs, scores, keep)
+            c, lp = mixed_children(sp, tables[step], node, live & ~finished, logprobs, scores, keep,
+                                   in_subset)
         else:
             c = expand(sp, tables[step], node)
+            c = c._replace(valid=c.valid & in_subset(c.next))
             lp = logprob_of(c.tokens, dense=sp.kind == LayoutKind.DENSE_ROWS)
         if end is not None and sp.has_accepting:
-            accepting = accepts(sp, tables[step], node)
+            accepting = accepts(sp, tables[step], node) & end_live(subset, step, node)
     else:  # the extra step of variable-length sets: final states can only end
-        c, lp, accepting = None, None, jnp.ones(shape, bool)
+        c, lp, accepting = None, None, end_live(subset, step, node)
     return _assemble(end, c, lp, accepting, live, finished, logprob_of)
 
 
 def packed_step_candidates(plan: Plan, packed: PackedRun, index, node, live, finished,
-                           logprobs: Optional[LogProbs]) -> StepCandidates:
+                           logprobs: Optional[LogProbs],
+                           subset: Optional[PackedLive] = None) -> StepCandidates:
     """`step_candidates` at step `index` (traced int32) of a packed run:
     every step reads `packed.k` slots (past a row's end they are invalid)
     and, with an end token, one end column (valid where the state accepts).
@@ -80,6 +88,8 @@ def packed_step_candidates(plan: Plan, packed: PackedRun, index, node, live, fin
         return jnp.zeros(tokens.shape, jnp.float32) if logprobs is None else logprobs.take(tokens)
 
     c, accepting = packed_expand(packed, index, node)
+    c = c._replace(valid=c.valid & packed_child_live(subset, index, c.next))
+    accepting = accepting & packed_end_live(subset, index, node)
     end = plan.end_token
     return _assemble(end, c, logprob_of(c.tokens), None if end is None else accepting, live,
                      finished, logprob_of)
@@ -117,7 +127,8 @@ def _child_scores(valid, expanding, lp, scores):
     return scored(valid & expanding[..., None] & (lp > -jnp.inf), lp, scores)
 
 
-def mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep: int):
+def mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep: int,
+                   in_subset=None):
     """The children of beams (B, M) at a mixed-layout step, each beam's list
     cut to its best W = min(keep, k) children (ties: lower token first).
 
@@ -132,8 +143,11 @@ def mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep
 
     Returns (Candidates (B, M, W), logprob float32 (B, M, W)): a beam's
     entries are sorted by score (equal scores by token), or are its light_k
-    entries in token order when light_k <= W; invalid entries are masked."""
+    entries in token order when light_k <= W; invalid entries are masked.
+    in_subset: next states (B, ...) -> bool, the children that may be
+    listed at all (an item subset's live states); None: all."""
     B, M = node.shape
+    sliced = lambda start, end, k: _in_subset(slice_rows(sp, tables, start, end, k), in_subset)
     kl, kw, H = sp.light_k, sp.k - sp.light_k, min(sp.wide_slots, M)
     width = min(keep, sp.k)
     start, end = row_bounds(sp, tables, node)
@@ -152,11 +166,11 @@ def mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep
                 jnp.pad(cols, pad, constant_values=sp.k))
 
     def full():
-        c = slice_rows(sp, tables, start, end, sp.k)
+        c = sliced(start, end, sp.k)
         return best(_child_scores(c.valid, expanding, logprobs.take(c.tokens), scores))
 
     def mixed():
-        light = slice_rows(sp, tables, start, jnp.minimum(end, start + kl), kl)
+        light = sliced(start, jnp.minimum(end, start + kl), kl)
         s_light, c_light = best(_child_scores(light.valid, expanding,
                                               logprobs.take(light.tokens), scores))
         # The first H heavy beams of each row (lower beams first), then fillers.
@@ -164,7 +178,7 @@ def mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep
         at = lambda x: jnp.take_along_axis(x, beams, axis=1)
         used = at(heavy)
         w_start = at(start) + kl
-        wide = slice_rows(sp, tables, w_start, jnp.where(used, at(end), w_start), kw)
+        wide = sliced(w_start, jnp.where(used, at(end), w_start), kw)
         s_wide, c_wide = best(_child_scores(wide.valid, used,
                                             logprobs.take_beams(beams, wide.tokens), at(scores)))
         rows = jnp.arange(B)[:, None]
@@ -178,6 +192,10 @@ def mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep
     child_s, col = lax.cond(jnp.all(jnp.sum(heavy, axis=1) <= H), mixed, full)
     tokens, nxt = entries(sp, tables, start[..., None] + col)
     return Candidates(tokens, nxt, child_s > SENTINEL_SCORE), logprobs.take(tokens)
+
+
+def _in_subset(c: Candidates, in_subset) -> Candidates:
+    return c if in_subset is None else c._replace(valid=c.valid & in_subset(c.next))
 
 
 def candidate_columns(plan: Plan, step: int) -> int:

@@ -14,12 +14,14 @@ import numpy as np
 from jax import lax
 
 from static_compiler.backend.decode.candidates import candidate_columns
+from static_compiler.backend.decode.live import LiveMask, check_live_mask
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob
 from static_compiler.backend.decode.carry import (UNDECLARED, check_same_structure,
                                                   reorder_carry, resolve_carry_axes)
 from static_compiler.backend.decode.step import (apply_choice, finalize, init_beam_state,
                                                  run_candidates, run_live_bound, run_step,
-                                                 run_tables, step_segments)
+                                                 run_subset, run_tables, step_segments)
+from static_compiler.backend.kernels import PackedRun
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (DecodeResult, check_callable, check_finite, check_int,
                                           check_logits, check_start_tokens, check_tokens_per_beam)
@@ -60,31 +62,34 @@ def _call_model(logits_fn, params, with_params: bool, last_tokens, step, carry):
 @functools.partial(jax.jit, static_argnames=("plan", "logits_fn", "batch_size", "beam_size",
                                              "caps", "length_penalty", "axes", "reorder",
                                              "with_params"))
-def _beam_search(plan, tables, carry, start_tokens, params, *, logits_fn, batch_size, beam_size,
-                 caps, length_penalty, axes, reorder, with_params):
+def _beam_search(plan, tables, carry, start_tokens, params, subset, *, logits_fn, batch_size,
+                 beam_size, caps, length_penalty, axes, reorder, with_params):
     state = init_beam_state(plan, batch_size, beam_size, start_tokens)
     live = live_beam_bounds(plan, beam_size, caps)
 
-    def one_step(steps, run_tabs, step, state, carry):
+    def one_step(steps, run_tabs, run_sub, step, state, carry):
         logits, new_carry = _call_model(logits_fn, params, with_params, state.last_tokens,
                                         step, carry)
         check_same_structure(carry, new_carry, f"step {steps[0]}")
         state = run_step(plan, run_tabs, state, logits, steps, step, caps[steps[0]],
-                         run_live_bound(live, steps))
+                         run_live_bound(live, steps), run_sub)
         return state, reorder_carry(new_carry, state.parent, axes, reorder)
 
-    state, carry = _run_segments(plan, tables, one_step,
+    state, carry = _run_segments(plan, tables, subset, one_step,
                                  step_segments(plan, caps, live, beam_size, tables), state, carry)
     return finalize(state, length_penalty), carry
 
 
-def _run_segments(plan: Plan, tables, one_step: Callable, segments, state, carry):
-    """Runs `one_step(steps, run_tables, step, state, carry) -> (state,
-    carry)` over every step: a run of one step inline, longer runs as a loop
-    over the run's tables (`run_tables`, packed once before the loop); with
-    an end token, each run as a while loop that stops once no beam is live."""
+def _run_segments(plan: Plan, tables, subset, one_step: Callable, segments, state, carry):
+    """Runs `one_step(steps, run_tables, run_subset, step, state, carry) ->
+    (state, carry)` over every step: a run of one step inline, longer runs
+    as a loop over the run's tables and subset bits (`run_tables`,
+    `run_subset`: packed once before the loop); with an end token, each run
+    as a while loop that stops once no beam is live."""
     for steps in segments:
-        step_fn = functools.partial(one_step, steps, run_tables(plan, tables, steps))
+        tabs = run_tables(plan, tables, steps)
+        sub = run_subset(plan, subset, steps, isinstance(tabs, PackedRun))
+        step_fn = functools.partial(one_step, steps, tabs, sub)
         if plan.end_token is not None:
             state, carry = _until_finished(step_fn, steps, state, carry)
         elif len(steps) == 1:
@@ -116,7 +121,8 @@ def _until_finished(step_fn, steps: tuple[int, ...], state, carry):
 def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, beam_size: int,
                 tokens_per_beam=None, start_token=0, carry=None, carry_axes=UNDECLARED,
                 reorder: Optional[Callable] = None, params=NO_PARAMS,
-                length_penalty: float = 0.0, return_carry: bool = False):
+                length_penalty: float = 0.0, return_carry: bool = False,
+                subset: Optional[LiveMask] = None):
     """Constrained beam search (see module doc for the exact semantics).
 
     Args:
@@ -144,9 +150,13 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
       return_carry: also return the final carry: ``(result, carry)``. With
         an end token, decoding stops once every valid beam has ended (the
         result is the same), so the model ran for fewer steps.
+      subset: a `LiveMask`: each batch row decodes over its item subset
+        only (see static_compiler.subsets), exactly as over a set compiled
+        from those items; None: every item.
     """
     check_int("batch_size", batch_size, low=1)
     check_int("beam_size", beam_size, low=1)
+    check_live_mask(plan, subset, batch_size, "beam_search")
     caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
     start_tokens = check_start_tokens(start_token, batch_size, "beam_search")
     length_penalty = check_finite("length_penalty", length_penalty)
@@ -154,7 +164,7 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
     axes = resolve_carry_axes(carry, carry_axes, batch_size, beam_size, reorder)
     with_params = params is not NO_PARAMS
     result, carry = _beam_search(plan, tables, carry, start_tokens, params if with_params else None,
-                                 logits_fn=logits_fn, batch_size=int(batch_size),
+                                 subset, logits_fn=logits_fn, batch_size=int(batch_size),
                                  beam_size=int(beam_size), caps=caps,
                                  length_penalty=length_penalty, axes=axes, reorder=reorder,
                                  with_params=with_params)
@@ -163,16 +173,17 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
 
 @functools.partial(jax.jit, static_argnames=("plan", "logits_fn", "batch_size", "temperature",
                                              "top_k"))
-def _sample(plan, tables, key, carry, start_tokens, *, logits_fn, batch_size, temperature, top_k):
+def _sample(plan, tables, key, carry, start_tokens, subset, *, logits_fn, batch_size, temperature,
+            top_k):
     state = init_beam_state(plan, batch_size, 1, start_tokens)
 
-    def one_step(steps, run_tabs, step, state, carry_and_key):
+    def one_step(steps, run_tabs, run_sub, step, state, carry_and_key):
         carry, key = carry_and_key
         logits, new_carry = logits_fn(state.last_tokens, step, carry)
         check_same_structure(carry, new_carry, f"step {steps[0]}")
         check_logits(logits, (batch_size, 1), plan.vocab_size, f"sample (step {steps[0]})")
         cand = run_candidates(plan, run_tabs, steps, step, state.node, state.valid,
-                              state.finished, LogProbs.of(logits))
+                              state.finished, LogProbs.of(logits), subset=run_sub)
         # Shifted by the best valid log-prob first, so the best weight is 0 and
         # a tiny temperature cannot overflow every weight to -inf.
         best = jnp.max(jnp.where(cand.valid, cand.logprob, -jnp.inf), axis=-1, keepdims=True)
@@ -192,7 +203,7 @@ def _sample(plan, tables, key, carry, start_tokens, *, logits_fn, batch_size, te
         return state, (new_carry, key)
 
     T = plan.max_length
-    state, _ = _run_segments(plan, tables, one_step,
+    state, _ = _run_segments(plan, tables, subset, one_step,
                              step_segments(plan, (None,) * T, (1,) * T, 1, tables), state,
                              (carry, key))
     return finalize(state)
@@ -200,7 +211,7 @@ def _sample(plan, tables, key, carry, start_tokens, *, logits_fn, batch_size, te
 
 def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
            temperature: float = 1.0, top_k: Optional[int] = None, start_token=0,
-           carry=None) -> DecodeResult:
+           carry=None, subset: Optional[LiveMask] = None) -> DecodeResult:
     """Samples one sequence per batch row from the constrained distribution.
 
     At each step the valid tokens' log-probabilities (log_softmax over the
@@ -209,8 +220,9 @@ def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
     log-probabilities. logits_fn gets last_tokens (B, 1) and returns (B, 1, V);
     as in `beam_search`, step is an int32 scalar, traced inside the loops
     that run runs of similar steps, and the carry keeps its shapes. Results
-    have a beam axis of size 1."""
+    have a beam axis of size 1; `subset` as in `beam_search`."""
     check_int("batch_size", batch_size, low=1)
+    check_live_mask(plan, subset, batch_size, "sample")
     top_k = check_int("top_k", top_k, low=1, allow_none=True)
     start_tokens = check_start_tokens(start_token, batch_size, "sample")
     temperature = check_finite("temperature", temperature)
@@ -220,14 +232,15 @@ def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
         raise DecodeInputError(f"temperature={temperature!r}: expected at least "
                                f"{np.finfo(np.float32).tiny} (the smallest normal float32)")
     check_callable("logits_fn", logits_fn)
-    return _sample(plan, tables, key, carry, start_tokens, logits_fn=logits_fn,
+    return _sample(plan, tables, key, carry, start_tokens, subset, logits_fn=logits_fn,
                    batch_size=int(batch_size), temperature=temperature, top_k=top_k)
 
 
 def greedy_decode(plan: Plan, tables, logits_fn: Callable, *, batch_size: int,
-                  start_token=0, carry=None, params=NO_PARAMS, return_carry: bool = False):
+                  start_token=0, carry=None, params=NO_PARAMS, return_carry: bool = False,
+                  subset: Optional[LiveMask] = None):
     """The most likely valid token at every step: beam search with one beam
     (so the carry needs no beam axes)."""
     return beam_search(plan, tables, logits_fn, batch_size=batch_size, beam_size=1,
                        start_token=start_token, carry=carry, params=params,
-                       return_carry=return_carry)
+                       return_carry=return_carry, subset=subset)

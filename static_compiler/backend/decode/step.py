@@ -18,6 +18,7 @@ from static_compiler.backend.decode.candidates import (StepCandidates, candidate
                                                        pad_candidates, packed_step_candidates,
                                                        step_candidates)
 from static_compiler.backend import kernels
+from static_compiler.backend.decode.live import LiveMask, pack_live
 from static_compiler.backend.kernels import PackedRun, pack_run, packed_entries
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.decode.selection import select_beams
@@ -99,14 +100,14 @@ def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
 
 
 def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...], step,
-             tokens_per_beam: Optional[int], live_beams: Optional[int]) -> BeamState:
+             tokens_per_beam: Optional[int], live_beams: Optional[int], subset=None) -> BeamState:
     """One beam-search step at `step`, one of the static `steps` that share
     one cap and live-beam bound. With several steps, `step` is a traced int32
     scalar and a `lax.switch` over the steps runs that layer's candidate
     gather (its kernel and tables), padded to the widest of the steps
     (`pad_candidates`); everything else (log-probs, selection, the new state)
     is one program for all of them, so a loop over the steps compiles it
-    once."""
+    once. subset: the run's item subset (`run_subset`), or None."""
     B, M = state.node.shape
     where = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
     check_logits(logits, (B, M), plan.vocab_size, f"beam_step ({where})")
@@ -115,7 +116,7 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
         logits = logits[:, :live_beams]
     keep = M if tokens_per_beam is None else min(tokens_per_beam, M)
     cand = run_candidates(plan, tables, steps, step, state.node, state.valid, state.finished,
-                          LogProbs.of(logits), scores=state.scores, keep=keep)
+                          LogProbs.of(logits), scores=state.scores, keep=keep, subset=subset)
     top, parent, col, real = select_beams(scored(cand.valid, cand.logprob, state.scores), M,
                                           tokens_per_beam)
     valid = real & pick_candidates(cand.valid, parent, col)
@@ -135,8 +136,18 @@ def run_tables(plan: Plan, tables, steps: tuple[int, ...]):
     return tables
 
 
+def run_subset(plan: Plan, subset: Optional[LiveMask], steps: tuple[int, ...], packed: bool):
+    """What `run_candidates` reads of an item subset for the run `steps`:
+    its bits packed like the run's tables (`pack_live`) when those are, else
+    the subset as it is (None: no subset)."""
+    if subset is None or not packed:
+        return subset
+    return pack_live(plan, subset, steps)
+
+
 def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid, finished,
-                   logprobs, scores=None, keep: Optional[int] = None) -> StepCandidates:
+                   logprobs, scores=None, keep: Optional[int] = None,
+                   subset=None) -> StepCandidates:
     """`step_candidates` at `step`, one of the static `steps` of a run, padded
     to the run's widest list (`pad_candidates`) so the rest of the step is
     one program. With several steps `step` is traced: `tables` is then the
@@ -146,14 +157,15 @@ def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid
     if isinstance(tables, PackedRun):
         index = jnp.asarray(step, jnp.int32) - steps[0]
         return pad_candidates(packed_step_candidates(plan, tables, index, node, valid, finished,
-                                                     logprobs), width)
+                                                     logprobs, subset), width)
     if len(steps) == 1:
         return pad_candidates(step_candidates(plan, tables, node, valid, finished, logprobs,
-                                              steps[0], scores=scores, keep=keep), width)
+                                              steps[0], scores=scores, keep=keep, subset=subset),
+                              width)
 
     def at(t, node, valid, finished, logprobs, scores):
         return pad_candidates(step_candidates(plan, tables, node, valid, finished, logprobs, t,
-                                              scores=scores, keep=keep), width)
+                                              scores=scores, keep=keep, subset=subset), width)
 
     index = jnp.asarray(step, jnp.int32) - steps[0]
     return lax.switch(index, [functools.partial(at, t) for t in steps],

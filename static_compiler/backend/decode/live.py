@@ -1,0 +1,145 @@
+"""Item subsets at decode time: liveness bits read per candidate.
+
+A `LiveMask` holds the bit-packed liveness of R subsets (see
+`static_compiler.subsets`) and the subset each batch row decodes over. A
+child candidate stays valid only when its next state is live; the end token
+only where the beam's own item is in the subset. Every lookup is one gather
+of uint32 words, so subsets are plain arguments: any subset of the same set
+reuses the compiled program.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax.numpy as jnp
+import numpy as np
+
+from static_compiler.decode_state import is_traced
+from static_compiler.errors import DecodeInputError
+
+
+class LiveMask(NamedTuple):
+    """live: per depth d = 1..depth, uint32 (R, W_d); ends: per depth d =
+    0..depth, uint32 (R, W_d) or None where no state accepts; rows: int32
+    (B,), the subset of each batch row."""
+
+    live: tuple
+    ends: tuple
+    rows: Any
+
+
+def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str) -> None:
+    """DecodeInputError unless `mask` is None or fits `plan` and the batch:
+    uint32 words of the right widths per depth, one subset row per batch
+    row, in range (checked when the rows are concrete)."""
+    if mask is None:
+        return
+    if not isinstance(mask, LiveMask):
+        raise DecodeInputError(f"{where}: subset is a {type(mask).__name__}: expected a LiveMask "
+                               "(static_compiler.beam_search takes a Subset and subset_index)")
+    depth = plan.depth
+    sizes = [plan.steps[d].num_states if d < depth else plan.steps[-1].num_next_states
+             for d in range(depth + 1)]
+    if len(mask.live) != depth or len(mask.ends) != depth + 1:
+        raise DecodeInputError(f"{where}: subset has {len(mask.live)} live and {len(mask.ends)} "
+                               f"end bit arrays: expected {depth} and {depth + 1} for this set")
+    rows = None
+    for name, arrays, first in (("live", mask.live, 1), ("ends", mask.ends, 0)):
+        for i, words in enumerate(arrays):
+            if words is None:
+                continue
+            d = first + i
+            want = -(-sizes[d] // 32)
+            shape, dtype = getattr(words, "shape", None), getattr(words, "dtype", None)
+            if dtype != np.uint32 or len(shape or ()) != 2 or shape[1] != want or \
+                    (rows is not None and shape[0] != rows):
+                raise DecodeInputError(f"{where}: subset {name} bits at depth {d} are {dtype} "
+                                       f"{shape}: expected uint32 (R, {want}) ({sizes[d]} states)"
+                                       " with the same R everywhere: a subset of another set?")
+            rows = shape[0]
+    sel = mask.rows
+    if getattr(sel, "shape", None) != (batch_size,) or \
+            not jnp.issubdtype(getattr(sel, "dtype", np.float32), jnp.integer):
+        raise DecodeInputError(f"{where}: subset_index has shape {getattr(sel, 'shape', None)} "
+                               f"and dtype {getattr(sel, 'dtype', None)}: expected ints "
+                               f"({batch_size},), one subset per batch row")
+    if not is_traced(sel):
+        values = np.asarray(sel)
+        bad = np.flatnonzero((values < 0) | (values >= rows))
+        if bad.size:
+            raise DecodeInputError(f"{where}: subset_index[{int(bad[0])}] = "
+                                   f"{int(values[bad[0]])}: expected a subset in [0, {rows})")
+
+
+def _bits(words, rows, idx, offset=0):
+    """bool idx.shape: bit idx of row rows[b] of `words` uint32 (R, W),
+    starting `offset` words in; idx int32 (B, ...) (out-of-range indices
+    read some bit: their candidates are invalid anyway)."""
+    R, W = words.shape
+    idx = jnp.asarray(idx, jnp.int32)
+    base = (rows.astype(jnp.int32) * W + offset).reshape(rows.shape + (1,) * (idx.ndim - 1))
+    word = jnp.take(words.reshape(-1), base + (idx >> 5), mode="clip")
+    return ((word >> (idx & 31).astype(jnp.uint32)) & jnp.uint32(1)).astype(bool)
+
+
+def child_live(mask: Optional[LiveMask], step: int, nxt):
+    """bool nxt.shape: the candidates' next states (depth step + 1) are live
+    (all True without a mask)."""
+    if mask is None:
+        return jnp.ones(jnp.shape(nxt), bool)
+    return _bits(mask.live[step], mask.rows, nxt)
+
+
+def end_live(mask: Optional[LiveMask], step: int, node):
+    """bool node.shape: the items ending at states `node` (depth `step`)
+    are in the subset (all True without a mask or where none accepts)."""
+    if mask is None or mask.ends[step] is None:
+        return jnp.ones(jnp.shape(node), bool)
+    return _bits(mask.ends[step], mask.rows, node)
+
+
+class PackedLive(NamedTuple):
+    """A `LiveMask` for a packed run: each kind of bits concatenated over
+    the run's steps (live: of the next depth; ends: of the step's depth),
+    with static word offsets per step."""
+
+    live: Any
+    live_offsets: Any
+    ends: Any
+    end_offsets: Any
+    rows: Any
+
+
+def pack_live(plan, mask: LiveMask, steps) -> PackedLive:
+    """The bits `steps` read, concatenated (one op per kind of bits)."""
+    depth = plan.depth
+    live, live_off, ends, end_off = [], [], [], []
+    words = end_words = 0
+    for t in steps:
+        live_off.append(words)
+        if t < depth:
+            live.append(mask.live[t])
+            words += mask.live[t].shape[1]
+        end_off.append(end_words)
+        if mask.ends[t] is not None:
+            ends.append(mask.ends[t])
+            end_words += mask.ends[t].shape[1]
+    cat = lambda parts: jnp.concatenate(parts, axis=1) if parts else \
+        jnp.zeros((mask.live[0].shape[0], 1), jnp.uint32)  # read by no valid candidate
+    return PackedLive(cat(live), np.asarray(live_off, np.int32), cat(ends),
+                      np.asarray(end_off, np.int32), mask.rows)
+
+
+def packed_child_live(packed: Optional[PackedLive], index, nxt):
+    """`child_live` at step `index` (traced) of a packed run."""
+    if packed is None:
+        return jnp.ones(jnp.shape(nxt), bool)
+    return _bits(packed.live, packed.rows, nxt, jnp.take(packed.live_offsets, index))
+
+
+def packed_end_live(packed: Optional[PackedLive], index, node):
+    """`end_live` at step `index` (traced) of a packed run."""
+    if packed is None:
+        return jnp.ones(jnp.shape(node), bool)
+    return _bits(packed.ends, packed.rows, node, jnp.take(packed.end_offsets, index))

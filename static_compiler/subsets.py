@@ -1,0 +1,188 @@
+"""Item subsets: decode over some of a compiled set's items, no recompile.
+
+A subset is a bit per state and depth: a state is live when some item of the
+subset ends at or below it. Decoding then keeps only candidates whose next
+state is live, and lets a beam take the end token only where its own item is
+in the subset, which is exactly decoding the set compiled from those items
+alone (same candidates, same order, same scores). The bits are computed on
+the host from the children, one vectorized pass per layer (a cumulative sum
+over each layer's edges; unary layers copy), and bit-packed into uint32
+words, so every subset of one compiled set has the same shapes and reuses
+the same compiled programs.
+
+Arrays of a `Subset` with R subsets stacked (`stack_subsets`):
+
+* ``live[d - 1]`` uint32 (R, ceil(S_d / 32)) for depths d = 1..depth: bit s
+  of row r is set when state s at depth d is live in subset r;
+* ``ends[d]`` uint32 (R, ceil(S_d / 32)) for d = 0..depth, or None where no
+  state at depth d accepts: bit s is set when the item ending at state s is
+  in the subset (variable-length sets only; fixed-length sets keep no ends).
+
+Items are only expressible as states in a trie: after `minimize` or for
+graph input, states are shared between items, and a subset is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Optional, Sequence
+
+import numpy as np
+
+from static_compiler.errors import ConstraintSetError
+from static_compiler.frontend import ItemIndex
+from static_compiler.ir import Automaton
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Subset:
+    """R item subsets of one compiled set, as liveness bits (see module doc).
+
+    sizes int64 (R,): items (distinct sequences) in each subset;
+    fingerprint: the compiled set's (`set_fingerprint`), checked when
+    decoding, so a subset of another set is rejected."""
+
+    live: tuple
+    ends: tuple
+    sizes: np.ndarray
+    fingerprint: str
+
+    @property
+    def num_subsets(self) -> int:
+        return int(self.sizes.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all bits, every subset."""
+        return sum(w.nbytes for w in self.live + self.ends if w is not None)
+
+    def bits_per_state(self, ir: Automaton) -> float:
+        """Bits per state and subset (1.0 for a fixed-length set)."""
+        return 8.0 * self.nbytes / self.num_subsets / max(1, ir.num_states)
+
+
+def set_fingerprint(ir: Automaton) -> str:
+    """A short content hash of the automaton (shapes, tokens, structure):
+    equal for equal sets, so a subset only applies to the set it came from."""
+    h = hashlib.blake2b(digest_size=12)
+    h.update(repr((ir.vocab_size, ir.end_token, ir.num_final_states)).encode())
+    for layer in ir.layers:
+        for arr in (layer.indptr, layer.tokens, layer.targets, layer.accepting):
+            if arr is not None:
+                h.update(repr((arr.dtype.str, arr.shape)).encode())
+                h.update(np.ascontiguousarray(arr).data)
+            else:
+                h.update(b"-")
+    return h.hexdigest()
+
+
+def check_subsettable(ir: Automaton, items: Optional[ItemIndex], where: str) -> ItemIndex:
+    """The item index, or a ConstraintSetError saying why this set has none."""
+    if items is None:
+        raise ConstraintSetError(f"{where}: this set has no item index: item subsets need a set "
+                                 "compiled from sequences (a graph or an IR has no items)")
+    shared = [t for t, layer in enumerate(ir.layers) if not layer.implicit_targets]
+    if shared:
+        raise ConstraintSetError(f"{where}: layers {shared} share states between items (explicit "
+                                 "targets, from the 'minimize' pass): an item subset cannot be "
+                                 "expressed as live states; compile without 'minimize' to use "
+                                 "subsets")
+    return items
+
+
+def _item_mask(selection, items: ItemIndex, where: str) -> np.ndarray:
+    """bool (N',) over unique sequences: those some selected input row is."""
+    sel = np.asarray(selection)
+    n = items.num_items
+    if sel.dtype != bool:
+        raise ConstraintSetError(f"{where}: selection has dtype {sel.dtype}: expected a bool "
+                                 f"mask of shape ({n},) over the input rows (use "
+                                 "subset_of_sequences for token sequences)")
+    if sel.shape != (n,):
+        raise ConstraintSetError(f"{where}: mask has shape {sel.shape}: expected ({n},), one "
+                                 "entry per input row of the compiled set")
+    out = np.zeros(items.num_unique, dtype=bool)
+    out[items.row_item[sel]] = True
+    return out
+
+
+def _child_live(layer, live_next: np.ndarray) -> np.ndarray:
+    """bool (S,): states of `layer` with a live child (implicit targets:
+    child e is state e of the next depth)."""
+    if layer.num_edges == layer.num_states and layer.accepting is None:
+        # Every state of a trie layer without accepting states has a child,
+        # so as many edges as states means one child each: state s -> s.
+        return live_next.copy()
+    counts = np.zeros(live_next.shape[0] + 1, dtype=np.int32)
+    np.cumsum(live_next, dtype=np.int32, out=counts[1:])
+    indptr = layer.indptr
+    return counts[indptr[1:]] > counts[indptr[:-1]]
+
+
+def _pack(bits: np.ndarray) -> np.ndarray:
+    """bool (S,) -> uint32 (ceil(S / 32),), bit s of word s // 32 = bits[s]."""
+    words = -(-bits.shape[0] // 32)
+    packed = np.zeros(4 * words, dtype=np.uint8)
+    packed[:(bits.shape[0] + 7) // 8] = np.packbits(bits, bitorder="little")
+    return packed.view("<u4").astype(np.uint32, copy=False)
+
+
+def liveness(ir: Automaton, items: ItemIndex, item_live: np.ndarray
+             ) -> tuple[list, list]:
+    """(live, ends): bool arrays per depth (see module doc; unpacked), for
+    unique sequences `item_live` bool (N',)."""
+    depth = ir.depth
+    own: list = [None] * (depth + 1)  # own[d]: the state's own item is in the subset
+    if items.item_depth is None:
+        own[depth] = item_live
+    else:
+        for d in np.unique(items.item_depth):
+            d = int(d)
+            at = (items.item_depth == d) & item_live
+            bits = np.zeros(ir.num_states_at(d), dtype=bool)
+            bits[items.item_state[at]] = True
+            own[d] = bits
+        if own[depth] is None:
+            own[depth] = np.zeros(ir.num_final_states, dtype=bool)
+    live: list = [None] * (depth + 1)
+    live[depth] = own[depth]
+    for t in range(depth - 1, 0, -1):
+        live[t] = _child_live(ir.layers[t], live[t + 1])
+        if own[t] is not None:
+            live[t] |= own[t]
+    ends = [own[d] if (d == depth or ir.layers[d].accepting is not None) and
+            ir.end_token is not None else None for d in range(depth + 1)]
+    return live[1:], ends
+
+
+def make_subset(ir: Automaton, items: Optional[ItemIndex], selection, fingerprint: str,
+                where: str = "subset") -> Subset:
+    """One subset from a bool mask (N,) over the input rows."""
+    items = check_subsettable(ir, items, where)
+    item_live = _item_mask(selection, items, where)
+    live, ends = liveness(ir, items, item_live)
+    return Subset(live=tuple(_pack(b)[None, :] for b in live),
+                  ends=tuple(None if b is None else _pack(b)[None, :] for b in ends),
+                  sizes=np.array([int(item_live.sum())], dtype=np.int64),
+                  fingerprint=fingerprint)
+
+
+def stack_subsets(subsets: Sequence[Subset]) -> Subset:
+    """R subsets of one set as one `Subset` (rows in order), for per-row
+    subsets in one batch (`subset_index`)."""
+    subsets = list(subsets)
+    if not subsets or not all(isinstance(s, Subset) for s in subsets):
+        raise ConstraintSetError(f"stack_subsets: expected a non-empty list of Subset, got "
+                                 f"{[type(s).__name__ for s in subsets]}")
+    prints = {s.fingerprint for s in subsets}
+    if len(prints) > 1:
+        raise ConstraintSetError("stack_subsets: the subsets come from different compiled sets "
+                                 f"(fingerprints {sorted(prints)})")
+    stack = lambda arrays: None if arrays[0] is None else np.concatenate(arrays, axis=0)
+    return Subset(live=tuple(stack([s.live[i] for s in subsets])
+                             for i in range(len(subsets[0].live))),
+                  ends=tuple(stack([s.ends[i] for s in subsets])
+                             for i in range(len(subsets[0].ends))),
+                  sizes=np.concatenate([s.sizes for s in subsets]),
+                  fingerprint=subsets[0].fingerprint)
