@@ -104,11 +104,19 @@ class CompiledConstraints:
     def init_state(self, batch_size: int) -> decode.ProcessorState:
         return decode.init_processor_state(batch_size)
 
-    def mask(self, logits, state: decode.ProcessorState, step: int):
-        return decode.mask(self.plan, self.device_tables, logits, state, step)
+    def mask(self, logits, state: decode.ProcessorState, step: int, *,
+             subset: Optional[subsets.Subset] = None, subset_index=None):
+        """See backend.decode.mask; subset / subset_index as in `beam_search`
+        (one subset per row of `state`)."""
+        live = self.live_mask(subset, subset_index, state.node.shape[0], "mask")
+        return decode.mask(self.plan, self.device_tables, logits, state, step, live)
 
-    def advance(self, state: decode.ProcessorState, tokens, step: int) -> decode.ProcessorState:
-        return decode.advance(self.plan, self.device_tables, state, tokens, step)
+    def advance(self, state: decode.ProcessorState, tokens, step: int, *,
+                subset: Optional[subsets.Subset] = None,
+                subset_index=None) -> decode.ProcessorState:
+        """See backend.decode.advance; subset / subset_index as in `mask`."""
+        live = self.live_mask(subset, subset_index, state.node.shape[0], "advance")
+        return decode.advance(self.plan, self.device_tables, state, tokens, step, live)
 
     def accept_drafts(self, state: decode.ProcessorState, drafts, step):
         """Speculative decoding: (accepted int32 (B,), state after them) for
@@ -148,8 +156,13 @@ class CompiledConstraints:
         input; duplicate rows are one item). Raises ConstraintSetError for a
         mask of another shape or dtype, and for a set whose items share
         states (minimized, graph or IR input)."""
+        walks = self.__dict__.get("_layer_walks")
+        if walks is None:
+            subsets.check_subsettable(self.ir, self.items, "CompiledConstraints.subset")
+            walks = subsets.layer_walks(self.ir)
+            object.__setattr__(self, "_layer_walks", walks)
         return subsets.make_subset(self.ir, self.items, selection, self.fingerprint,
-                                   "CompiledConstraints.subset")
+                                   "CompiledConstraints.subset", walks)
 
     def live_mask(self, subset: Optional[subsets.Subset], subset_index, batch_size: int,
                   where: str) -> Optional[decode.LiveMask]:

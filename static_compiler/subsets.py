@@ -107,16 +107,73 @@ def _item_mask(selection, items: ItemIndex, where: str) -> np.ndarray:
     return out
 
 
-def _child_live(layer, live_next: np.ndarray) -> np.ndarray:
+NEAR_UNARY_SHARE = 0.25
+"""A layer whose states with other than one child are at most this share of
+its states gets its liveness by one gather (each state's first child) and a
+fix-up of those states; others by a cumulative sum over the edges."""
+
+
+SLICE_MAX_EXCEPTIONS = 1 << 16
+"""Up to this many exceptions, a near-unary layer copies the stretches
+between them (a Python loop over stretches); past it, one gather."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerWalk:
+    """How liveness crosses one layer from its children (see `_child_live`):
+    kind "unary" (state s has child s), "near" (`exceptions`: the states
+    with other than one child, sorted) or "general"."""
+
+    kind: str
+    exceptions: Optional[np.ndarray] = None
+
+
+def layer_walks(ir: Automaton) -> tuple:
+    """One `LayerWalk` per layer: computed once per compiled set (O(edges))."""
+    walks = []
+    for layer in ir.layers:
+        if layer.num_edges == layer.num_states and layer.accepting is None:
+            # Every state of a trie layer without accepting states has a
+            # child, so as many edges as states means one child each.
+            walks.append(LayerWalk("unary"))
+            continue
+        ex = np.flatnonzero(layer.branch() != 1)
+        walks.append(LayerWalk("near", ex) if ex.size <= NEAR_UNARY_SHARE * layer.num_states
+                     else LayerWalk("general"))
+    return tuple(walks)
+
+
+def _child_live(layer, walk: LayerWalk, live_next: np.ndarray) -> np.ndarray:
     """bool (S,): states of `layer` with a live child (implicit targets:
-    child e is state e of the next depth)."""
-    if layer.num_edges == layer.num_states and layer.accepting is None:
-        # Every state of a trie layer without accepting states has a child,
-        # so as many edges as states means one child each: state s -> s.
-        return live_next.copy()
+    child e is state e of the next depth). May return `live_next` itself."""
+    if walk.kind == "unary":
+        return live_next
+    indptr = layer.indptr
+    if walk.kind == "near":
+        ex = walk.exceptions
+        if ex.size <= SLICE_MAX_EXCEPTIONS:
+            # Between two exceptions, states s take child indptr[s], which
+            # advances with s: one slice copy per stretch, no gather.
+            live = np.empty(layer.num_states, dtype=bool)
+            first = np.concatenate([[0], ex + 1])
+            last = np.concatenate([ex, [layer.num_states]])
+            for a, b in zip(first.tolist(), last.tolist()):
+                if b > a:
+                    c = int(indptr[a])
+                    live[a:b] = live_next[c:c + b - a]
+        else:
+            live = live_next[np.minimum(indptr[:-1], live_next.shape[0] - 1)]
+        if ex.size:
+            start, end = indptr[ex].astype(np.int64), indptr[ex + 1].astype(np.int64)
+            padded = np.append(live_next, False).view(np.uint8)
+            bounds = np.empty(2 * ex.size, dtype=np.int64)
+            bounds[0::2], bounds[1::2] = start, end
+            # Pairs [start, end) then [end, next start): keep the first of each.
+            any_child = np.maximum.reduceat(padded, bounds)[0::2].view(bool)
+            live[ex] = any_child & (end > start)
+        return live
     counts = np.zeros(live_next.shape[0] + 1, dtype=np.int32)
     np.cumsum(live_next, dtype=np.int32, out=counts[1:])
-    indptr = layer.indptr
     return counts[indptr[1:]] > counts[indptr[:-1]]
 
 
@@ -128,10 +185,12 @@ def _pack(bits: np.ndarray) -> np.ndarray:
     return packed.view("<u4").astype(np.uint32, copy=False)
 
 
-def liveness(ir: Automaton, items: ItemIndex, item_live: np.ndarray
-             ) -> tuple[list, list]:
-    """(live, ends): bool arrays per depth (see module doc; unpacked), for
-    unique sequences `item_live` bool (N',)."""
+def liveness(ir: Automaton, items: ItemIndex, item_live: np.ndarray,
+             walks: Optional[tuple] = None) -> tuple[list, list]:
+    """(live, ends): bool arrays per depth (see module doc; unpacked, some
+    may be the same array), for unique sequences `item_live` bool (N',);
+    walks: `layer_walks(ir)`, if already computed."""
+    walks = layer_walks(ir) if walks is None else walks
     depth = ir.depth
     own: list = [None] * (depth + 1)  # own[d]: the state's own item is in the subset
     if items.item_depth is None:
@@ -148,20 +207,20 @@ def liveness(ir: Automaton, items: ItemIndex, item_live: np.ndarray
     live: list = [None] * (depth + 1)
     live[depth] = own[depth]
     for t in range(depth - 1, 0, -1):
-        live[t] = _child_live(ir.layers[t], live[t + 1])
+        live[t] = _child_live(ir.layers[t], walks[t], live[t + 1])
         if own[t] is not None:
-            live[t] |= own[t]
+            live[t] = live[t] | own[t]
     ends = [own[d] if (d == depth or ir.layers[d].accepting is not None) and
             ir.end_token is not None else None for d in range(depth + 1)]
     return live[1:], ends
 
 
 def make_subset(ir: Automaton, items: Optional[ItemIndex], selection, fingerprint: str,
-                where: str = "subset") -> Subset:
+                where: str = "subset", walks: Optional[tuple] = None) -> Subset:
     """One subset from a bool mask (N,) over the input rows."""
     items = check_subsettable(ir, items, where)
     item_live = _item_mask(selection, items, where)
-    live, ends = liveness(ir, items, item_live)
+    live, ends = liveness(ir, items, item_live, walks)
     return Subset(live=tuple(_pack(b)[None, :] for b in live),
                   ends=tuple(None if b is None else _pack(b)[None, :] for b in ends),
                   sizes=np.array([int(item_live.sum())], dtype=np.int64),

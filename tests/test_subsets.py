@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import oracle
 import static_compiler as sc
+from static_compiler import frontend as sc_frontend
 from static_compiler import subsets
 from static_compiler.backend import kernels
 from static_compiler.backend.decode import search
@@ -279,3 +280,77 @@ def test_subsets_through_each_steps_own_kernel(layout, monkeypatch):
         got = decode(compiled, model, seeds, case, subset=compiled.subset(mask))
         assert_matches(got, oracle_result(items, mask, case, model, seeds, compiled.max_length))
     jax.clear_caches()
+
+
+@pytest.mark.parametrize("share, slice_max", [(0.25, 1 << 16), (0.25, 0), (-1.0, 0), (1.0, 1)])
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), ragged=st.booleans())
+def test_every_way_across_a_layer_gives_the_same_liveness(share, slice_max, seed, ragged):
+    """Unary, near-unary by slices, near-unary by one gather, and the
+    cumulative sum all give the liveness brute force gives."""
+    rng = np.random.default_rng(seed)
+    items = (oracle.random_ragged_set(rng, 30, 5, 5, end_token=0) if ragged else
+             oracle.random_set(rng, 30, 5, 3))
+    ir, index = sc_frontend.build_trie(items, 5, end_token=0 if ragged else None)
+    mask = rng.random(len(items)) < 0.4
+    item_live = subsets._item_mask(mask, index, "test")
+    old = (subsets.NEAR_UNARY_SHARE, subsets.SLICE_MAX_EXCEPTIONS)
+    subsets.NEAR_UNARY_SHARE, subsets.SLICE_MAX_EXCEPTIONS = share, slice_max
+    try:
+        live, ends = subsets.liveness(ir, index, item_live)
+    finally:
+        subsets.NEAR_UNARY_SHARE, subsets.SLICE_MAX_EXCEPTIONS = old
+    chosen = {tuple(items[i]) for i in np.flatnonzero(mask)}
+    every = sorted({tuple(s) for s in items})
+    for d in range(1, ir.depth + 1):
+        prefixes = sorted({s[:d] for s in every if len(s) >= d})
+        assert live[d - 1].tolist() == [any(c[:d] == p for c in chosen) for p in prefixes], d
+        if ends[d] is not None:
+            assert ends[d].tolist() == [p in chosen for p in prefixes], d
+
+
+@pytest.mark.parametrize("name", ["ragged", "fixed"])
+@pytest.mark.parametrize("traced", [False, True])
+def test_mask_and_advance_follow_each_rows_subset(name, traced):
+    case = CASES[name]
+    items, compiled = compiled_case(name, "default")
+    rng = np.random.default_rng(21)
+    masks = [rng.random(len(items)) < 0.3, np.zeros(len(items), bool), rng.random(len(items)) < 0.6]
+    stacked = sc.stack_subsets([compiled.subset(m) for m in masks])
+    index = np.array([0, 2, 1, 0, 2])
+    csets = [oracle.ConstraintSet([items[i] for i in np.flatnonzero(m)] or [items[0]],
+                                  case.vocab, case.end) for m in masks]
+    empty = [not m.any() for m in masks]
+    B = index.shape[0]
+    state = compiled.init_state(B)
+    rows = [oracle.ProcessorRow() for _ in range(B)]
+    mask_fn, advance_fn = compiled.mask, compiled.advance
+    if traced:
+        mask_fn = jax.jit(lambda x, s, t: compiled.mask(x, s, t, subset=stacked,
+                                                        subset_index=index))
+        advance_fn = jax.jit(lambda s, tok, t: compiled.advance(s, tok, t, subset=stacked,
+                                                                subset_index=index))
+    for step in range(compiled.max_length):
+        logits = rng.standard_normal((B, case.vocab)).astype(np.float32)
+        t = np.int32(step) if traced else step
+        got = np.asarray(mask_fn(logits, state, t) if traced else
+                         mask_fn(logits, state, t, subset=stacked, subset_index=index))
+        tokens = []
+        for b, r in enumerate(index):
+            want = (np.full((1, case.vocab), sc.SENTINEL_SCORE, np.float32) if empty[r] else
+                    oracle.mask(csets[r], logits[b:b + 1], [rows[b]]))
+            np.testing.assert_array_equal(got[b:b + 1], want, err_msg=f"step {step} row {b}")
+            allowed = np.flatnonzero(got[b] > sc.SENTINEL_SCORE)
+            # Mostly an allowed token; sometimes any token (the row may turn invalid).
+            tokens.append(int(rng.choice(allowed)) if allowed.size and rng.random() < 0.8
+                          else int(rng.integers(case.vocab)))
+        tokens = np.array(tokens, np.int32)
+        state = advance_fn(state, tokens, t) if traced else \
+            advance_fn(state, tokens, t, subset=stacked, subset_index=index)
+        for b, r in enumerate(index):
+            if empty[r]:
+                rows[b] = oracle.ProcessorRow(rows[b].prefix, False, False)
+            else:
+                rows[b] = oracle.advance(csets[r], [rows[b]], tokens[b:b + 1])[0]
+        np.testing.assert_array_equal(np.asarray(state.valid), [r.valid for r in rows])
+        np.testing.assert_array_equal(np.asarray(state.finished), [r.finished for r in rows])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from static_compiler.backend.decode.candidates import step_candidates
+from static_compiler.backend.decode.live import check_live_mask
 from static_compiler.backend.decode.step import switch_over_steps
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (SENTINEL_SCORE, ProcessorState, check_int, check_logits,
@@ -23,17 +24,21 @@ def init_processor_state(batch_size: int) -> ProcessorState:
                           finished=jnp.zeros((batch_size,), bool))
 
 
-def mask(plan: Plan, tables, logits, state: ProcessorState, step):
+def mask(plan: Plan, tables, logits, state: ProcessorState, step, subset=None):
     """logits float (B, V) -> float32 (B, V): logits of allowed tokens kept,
     others (and NaN logits) set to SENTINEL_SCORE. A finished row allows only
     the end token; an invalid row allows nothing. step: an int in [0,
-    max_length), or a traced int32 scalar (`mask_switch`; clamped)."""
+    max_length), or a traced int32 scalar (`mask_switch`; clamped).
+    subset: a `LiveMask` (each row allows only tokens towards its subset's
+    items), or None."""
     step = check_step(step, plan.max_length, "mask", traced=True)
-    if not isinstance(step, int):
-        return mask_switch(plan, tables, logits, state, step)
     B = state.node.shape[0]
+    check_live_mask(plan, subset, B, "mask")
+    if not isinstance(step, int):
+        return mask_switch(plan, tables, logits, state, step, subset)
     check_logits(logits, (B,), plan.vocab_size, f"mask(step={step})")
-    cand = step_candidates(plan, tables, state.node, state.valid, state.finished, None, step)
+    cand = step_candidates(plan, tables, state.node, state.valid, state.finished, None, step,
+                           subset=subset)
     rows = jnp.broadcast_to(jnp.arange(B)[:, None], cand.tokens.shape)
     tokens = jnp.where(cand.stays, 0 if plan.end_token is None else plan.end_token, cand.tokens)
     tokens = jnp.where(cand.valid, tokens, plan.vocab_size)  # out of range: dropped
@@ -42,17 +47,21 @@ def mask(plan: Plan, tables, logits, state: ProcessorState, step):
     return jnp.where(allowed & ~jnp.isnan(x), x, SENTINEL_SCORE)
 
 
-def advance(plan: Plan, tables, state: ProcessorState, tokens, step) -> ProcessorState:
+def advance(plan: Plan, tables, state: ProcessorState, tokens, step,
+            subset=None) -> ProcessorState:
     """Moves each row along its chosen token int (B,); a token that is not
-    allowed marks the row invalid. step: an int in [0, max_length), or a
-    traced int32 scalar (`advance_switch`; clamped)."""
+    allowed (by the set, or by the row's `subset` as in `mask`) marks the row
+    invalid. step: an int in [0, max_length), or a traced int32 scalar
+    (`advance_switch`; clamped)."""
     step = check_step(step, plan.max_length, "advance", traced=True)
-    if not isinstance(step, int):
-        return advance_switch(plan, tables, state, tokens, step)
     B = state.node.shape[0]
+    check_live_mask(plan, subset, B, "advance")
+    if not isinstance(step, int):
+        return advance_switch(plan, tables, state, tokens, step, subset)
     check_tokens(tokens, B, f"advance(step={step})")
     tokens = jnp.asarray(tokens, jnp.int32)
-    cand = step_candidates(plan, tables, state.node, state.valid, state.finished, None, step)
+    cand = step_candidates(plan, tables, state.node, state.valid, state.finished, None, step,
+                           subset=subset)
     end = -2 if plan.end_token is None else plan.end_token
     hit = cand.valid & jnp.where(cand.stays, tokens[:, None] == end, cand.tokens == tokens[:, None])
     ok = jnp.any(hit, axis=-1)
@@ -62,12 +71,15 @@ def advance(plan: Plan, tables, state: ProcessorState, tokens, step) -> Processo
                           valid=ok, finished=finished)
 
 
-def mask_switch(plan: Plan, tables, logits, state: ProcessorState, step):
+def mask_switch(plan: Plan, tables, logits, state: ProcessorState, step, subset=None):
     """`mask` with a traced `step` (see `switch_over_steps`)."""
-    return switch_over_steps(plan, lambda t, *ops: mask(plan, *ops, t), step, tables, logits, state)
+    return switch_over_steps(plan, lambda t, tabs, x, st, sub: mask(plan, tabs, x, st, t, sub),
+                             step, tables, logits, state, subset)
 
 
-def advance_switch(plan: Plan, tables, state: ProcessorState, tokens, step) -> ProcessorState:
+def advance_switch(plan: Plan, tables, state: ProcessorState, tokens, step,
+                   subset=None) -> ProcessorState:
     """`advance` with a traced `step` (see `switch_over_steps`)."""
-    return switch_over_steps(plan, lambda t, *ops: advance(plan, *ops, t), step, tables, state,
-                             tokens)
+    return switch_over_steps(plan,
+                             lambda t, tabs, st, tok, sub: advance(plan, tabs, st, tok, t, sub),
+                             step, tables, state, tokens, subset)

@@ -1,0 +1,114 @@
+"""Item subsets at scale: the cost of making a subset and of decoding over
+one, against decoding the whole set in the same run.
+
+N random Semantic IDs (L = 8, V = 2048 by default, the paper's synthetic
+set) are compiled once; then, in one process:
+
+* subset: `compiled.subset(mask)` for a random 10 % mask over the N rows
+  (mask -> bit-packed liveness per depth), median of `--repeats`;
+* memory: the subset's bytes and bits per state;
+* decode: `beam_search` (batch 2, beams 70, 30 tokens per beam, a trivial
+  logits_fn of zeros, so the constraint work is all there is) over the whole
+  set, over one subset, and (batch 3) over three per-row subsets against
+  batch 3 without; whole-search medians over `--repeats` interleaved calls,
+  per step = search / L, ratios against the no-subset search of the same
+  batch;
+* compiles: XLA compilations of `beam_search` while new subsets of the same
+  set are decoded (0 expected: subsets are arguments).
+
+    python -m tools.bench.live                    # 1e7 items
+    python -m tools.bench.live --items 1e5 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import static_compiler as sc
+from static_compiler import datasets
+from static_compiler.backend.decode import search
+from tools.bench.output import machine_line
+
+
+def _median_ms(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.live",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--items", type=float, default=1e7)
+    parser.add_argument("--length", type=int, default=8)
+    parser.add_argument("--vocab", type=int, default=2048)
+    parser.add_argument("--fraction", type=float, default=0.1, help="share of rows in a subset")
+    parser.add_argument("--repeats", type=int, default=21)
+    args = parser.parse_args(argv)
+    n, L, V = int(args.items), args.length, args.vocab
+    print(f"# item subsets: {n} random items, L = {L}, V = {V}, subsets of {args.fraction:.0%}")
+    print(f"# {machine_line()}")
+    start = time.perf_counter()
+    compiled = sc.compile_constraints(datasets.synthetic_sids(n, L, V, seed=0), V)
+    print(f"# compiled in {time.perf_counter() - start:.1f} s, {compiled.nbytes / 2**20:.1f} MiB "
+          f"of tables, {compiled.ir.num_states} states")
+    rng = np.random.default_rng(1)
+    masks = [rng.random(n) < args.fraction for _ in range(args.repeats)]
+    compiled.subset(masks[0])  # the fingerprint is hashed once, on first use
+    times = []
+    for mask in masks:
+        t0 = time.perf_counter()
+        sub = compiled.subset(mask)
+        times.append(time.perf_counter() - t0)
+    subset_ms = 1e3 * statistics.median(times)
+    bits = sub.bits_per_state(compiled.ir)
+
+    def logits_fn(last_tokens, step, carry):
+        return jnp.zeros(last_tokens.shape + (V,), jnp.float32), carry
+
+    def run(batch, **kw):
+        return lambda: jax.block_until_ready(sc.beam_search(
+            compiled, logits_fn, batch_size=batch, beam_size=70, tokens_per_beam=30, **kw))
+
+    three = sc.stack_subsets([compiled.subset(m) for m in masks[:3]])
+    calls = {"none, B=2": run(2), "one subset, B=2": run(2, subset=sub),
+             "none, B=3": run(3),
+             "3 per-row subsets, B=3": run(3, subset=three, subset_index=np.arange(3))}
+    for fn in calls.values():
+        fn()  # compile
+    compiles = search._beam_search._cache_size()
+    for mask in masks[3:6]:  # new subsets of the same set: no new programs
+        run(2, subset=compiled.subset(mask))()
+    new_compiles = search._beam_search._cache_size() - compiles
+    ms = {name: [] for name in calls}
+    for _ in range(args.repeats):  # interleaved, so load hits every variant alike
+        for name, fn in calls.items():
+            ms[name].append(_median_ms(fn, 1))
+    med = {name: statistics.median(v) for name, v in ms.items()}
+    print(f"\n| measure | value | target |\n|---|---|---|")
+    print(f"| subset: mask -> liveness, {args.fraction:.0%} of {n} rows | {subset_ms:.1f} ms "
+          f"| <= 50 ms |")
+    print(f"| subset memory | {sub.nbytes / 2**20:.2f} MiB, {bits:.3f} bits per state | "
+          f"<= 1 bit per state |")
+    print(f"| new XLA compilations for 3 new subsets | {new_compiles} | 0 |")
+    print("\n| decode (beams 70, 30 tokens per beam) | search ms | per step ms | ratio |")
+    print("|---|---|---|---|")
+    for name, value in med.items():
+        base = med["none, B=2"] if "B=2" in name else med["none, B=3"]
+        print(f"| {name} | {value:.3f} | {value / L:.3f} | {value / base:.2f}x |")
+    print(f"# {time.perf_counter() - start:.1f} s")
+    return 1 if new_compiles else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
