@@ -153,9 +153,11 @@ class CompiledConstraints:
         decode over (`beam_search(..., subset=...)`), with no recompile.
 
         selection: bool (N,) over the input rows (item i is row i of the
-        input; duplicate rows are one item). Raises ConstraintSetError for a
-        mask of another shape or dtype, and for a set whose items share
-        states (minimized, graph or IR input)."""
+        input; duplicate rows are one item), or token sequences (a 2-D int
+        array or a list of sequences), each of which must be in the set.
+        Raises ConstraintSetError for a mask of another shape or dtype, a
+        sequence not in the set, and a set whose items share states
+        (minimized, graph or IR input)."""
         walks = self.__dict__.get("_layer_walks")
         if walks is None:
             subsets.check_subsettable(self.ir, self.items, "CompiledConstraints.subset")
@@ -163,6 +165,17 @@ class CompiledConstraints:
             object.__setattr__(self, "_layer_walks", walks)
         return subsets.make_subset(self.ir, self.items, selection, self.fingerprint,
                                    "CompiledConstraints.subset", walks)
+
+    def item_index(self, sequences) -> np.ndarray:
+        """int64 (n,): the item (input row; the first of duplicate rows) each
+        of `sequences` is, -1 for a sequence not in the set."""
+        items = subsets.check_subsettable(self.ir, self.items, "item_index")
+        first = self.__dict__.get("_first_rows")
+        if first is None:
+            first = np.unique(items.row_item, return_index=True)[1].astype(np.int64)
+            object.__setattr__(self, "_first_rows", first)
+        ids = subsets.unique_ids(self.ir, items, sequences, "item_index")
+        return np.where(ids >= 0, first[np.maximum(ids, 0)], -1)
 
     def live_mask(self, subset: Optional[subsets.Subset], subset_index, batch_size: int,
                   where: str) -> Optional[decode.LiveMask]:

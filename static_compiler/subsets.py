@@ -91,14 +91,66 @@ def check_subsettable(ir: Automaton, items: Optional[ItemIndex], where: str) -> 
     return items
 
 
-def _item_mask(selection, items: ItemIndex, where: str) -> np.ndarray:
-    """bool (N',) over unique sequences: those some selected input row is."""
-    sel = np.asarray(selection)
+def unique_ids(ir: Automaton, items: ItemIndex, sequences, where: str) -> np.ndarray:
+    """int64 (n,): the unique sequence (sorted order, as `ItemIndex`) each of
+    `sequences` is, -1 for one not in the set. Walks the trie one depth at a
+    time for all sequences at once (a binary search per depth over the
+    layer's (state, token) keys)."""
+    from static_compiler.frontend import as_token_matrix
+
+    mat, lengths, _ = as_token_matrix(sequences)
+    mat = mat.astype(np.int64)
+    n = mat.shape[0]
+    state = np.zeros(n, dtype=np.int64)
+    ok = (lengths <= ir.depth) & ((mat >= 0) | (np.arange(mat.shape[1]) >= lengths[:, None])).all(1)
+    ends = np.full(n, -1, dtype=np.int64)
+    V = ir.vocab_size
+    for t in range(min(ir.depth, mat.shape[1])):
+        layer = ir.layers[t]
+        walking = ok & (lengths > t)
+        keys = np.repeat(np.arange(layer.num_states, dtype=np.int64), layer.branch()) * V + \
+            layer.tokens.astype(np.int64)
+        want = state * V + np.where(walking, mat[:, t], 0)
+        e = np.minimum(np.searchsorted(keys, want), max(0, keys.shape[0] - 1))
+        found = walking & (keys.shape[0] > 0) & (keys[e] == want)
+        ok &= found | ~walking
+        state = np.where(found, e, state)  # implicit targets: edge e enters state e
+        if items.item_depth is not None:
+            done = found & (lengths == t + 1)
+            ends[done] = _terminal_lookup(ir, items, t + 1)[state[done]]
+    if items.item_depth is None:
+        ends = np.where(ok & (lengths == ir.depth), state, -1)
+    return np.where(ok, ends, -1)
+
+
+def _terminal_lookup(ir: Automaton, items: ItemIndex, depth: int) -> np.ndarray:
+    """int64 (S_depth,): the unique sequence ending at each state, or -1."""
+    out = np.full(ir.num_states_at(depth), -1, dtype=np.int64)
+    at = items.item_depth == depth
+    out[items.item_state[at]] = np.flatnonzero(at)
+    return out
+
+
+def _item_mask(selection, items: ItemIndex, where: str, ir: Optional[Automaton] = None
+               ) -> np.ndarray:
+    """bool (N',) over unique sequences: those some selected input row is
+    (a bool mask (N,)), or those `selection` lists (token sequences)."""
+    sel = selection if isinstance(selection, np.ndarray) else None
+    if sel is None or sel.dtype != bool:
+        if ir is None or (sel is not None and sel.ndim != 2):
+            raise ConstraintSetError(f"{where}: selection has dtype "
+                                     f"{getattr(sel, 'dtype', type(selection).__name__)}: expected "
+                                     f"a bool mask of shape ({items.num_items},) over the input "
+                                     "rows, or token sequences (a 2-D int array or a list)")
+        ids = unique_ids(ir, items, selection, where)
+        missing = np.flatnonzero(ids < 0)
+        if missing.size:
+            raise ConstraintSetError(f"{where}: {missing.size} of {ids.size} sequences are not in "
+                                     f"the compiled set (the first: sequence {int(missing[0])})")
+        out = np.zeros(items.num_unique, dtype=bool)
+        out[ids] = True
+        return out
     n = items.num_items
-    if sel.dtype != bool:
-        raise ConstraintSetError(f"{where}: selection has dtype {sel.dtype}: expected a bool "
-                                 f"mask of shape ({n},) over the input rows (use "
-                                 "subset_of_sequences for token sequences)")
     if sel.shape != (n,):
         raise ConstraintSetError(f"{where}: mask has shape {sel.shape}: expected ({n},), one "
                                  "entry per input row of the compiled set")
@@ -219,7 +271,7 @@ def make_subset(ir: Automaton, items: Optional[ItemIndex], selection, fingerprin
                 where: str = "subset", walks: Optional[tuple] = None) -> Subset:
     """One subset from a bool mask (N,) over the input rows."""
     items = check_subsettable(ir, items, where)
-    item_live = _item_mask(selection, items, where)
+    item_live = _item_mask(selection, items, where, ir)
     live, ends = liveness(ir, items, item_live, walks)
     return Subset(live=tuple(_pack(b)[None, :] for b in live),
                   ends=tuple(None if b is None else _pack(b)[None, :] for b in ends),

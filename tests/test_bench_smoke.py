@@ -123,3 +123,12 @@ def test_compile_time_benchmark_measures_in_fresh_processes():
     assert lines[0].startswith("library: ") and lines[0].endswith("static_compiler/__init__.py")
     row = [cell.strip() for cell in lines[-1].strip("|").split("|")]
     assert row[:2] == ["timezones", "33"] and all(float(x) > 0 for x in row[2:5])
+
+
+def test_live_subset_benchmark_runs_and_compiles_nothing_new():
+    """`python -m tools.bench.live` at tiny size: exits 0 only when new
+    subsets of the set compiled no new program; prints its tables."""
+    out = _run("tools.bench.live", "--items", "3000", "--repeats", "3")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "| new XLA compilations for 3 new subsets | 0 | 0 |" in out.stdout
+    assert "| 3 per-row subsets, B=3 |" in out.stdout

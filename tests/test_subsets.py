@@ -354,3 +354,32 @@ def test_mask_and_advance_follow_each_rows_subset(name, traced):
                 rows[b] = oracle.advance(csets[r], [rows[b]], tokens[b:b + 1])[0]
         np.testing.assert_array_equal(np.asarray(state.valid), [r.valid for r in rows])
         np.testing.assert_array_equal(np.asarray(state.finished), [r.finished for r in rows])
+
+
+@pytest.mark.parametrize("name", ["fixed", "ragged"])
+def test_item_index_and_subsets_of_sequences(name):
+    case = CASES[name]
+    items, compiled = compiled_case(name, "default")
+    rng = np.random.default_rng(4)
+    absent = [tuple(int(x) for x in rng.integers(1, case.vocab, size=len(items[0])))
+              for _ in range(20)]
+    absent = [a for a in absent if a not in set(map(tuple, items))][:3]
+    queries = [items[5], items[len(items) - 1], items[2]]
+    ids = compiled.item_index(queries + absent)
+    for q, i in zip(queries, ids):
+        assert i >= 0 and tuple(items[i]) == tuple(q)
+        assert all(tuple(items[j]) != tuple(q) for j in range(i))  # the first such row
+    assert (ids[len(queries):] == -1).all()
+    if name == "ragged":  # a prefix of an item that is not an item itself
+        prefixes = {tuple(s[:k]) for s in items for k in range(1, len(s))} - set(map(tuple, items))
+        if prefixes:
+            assert compiled.item_index([sorted(prefixes)[0]])[0] == -1
+    chosen = [items[i] for i in (1, 4, 9)]
+    mask = np.zeros(len(items), bool)
+    mask[compiled.item_index(chosen)] = True
+    by_seq, by_mask = compiled.subset(chosen), compiled.subset(mask)
+    for a, b in zip(by_seq.live + by_seq.ends, by_mask.live + by_mask.ends):
+        assert (a is None and b is None) or np.array_equal(a, b)
+    if absent:
+        with pytest.raises(ConstraintSetError, match=r"1 of 2 sequences are not in the compiled set"):
+            compiled.subset([items[0], absent[0]])

@@ -95,7 +95,7 @@ def main(argv=None) -> int:
         for name, fn in calls.items():
             ms[name].append(_median_ms(fn, 1))
     med = {name: statistics.median(v) for name, v in ms.items()}
-    print(f"\n| measure | value | target |\n|---|---|---|")
+    print("\n| measure | value | target |\n|---|---|---|")
     print(f"| subset: mask -> liveness, {args.fraction:.0%} of {n} rows | {subset_ms:.1f} ms "
           f"| <= 50 ms |")
     print(f"| subset memory | {sub.nbytes / 2**20:.2f} MiB, {bits:.3f} bits per state | "
