@@ -13,6 +13,7 @@ import numpy as np
 from static_compiler import decode_state, subsets
 from static_compiler import pipeline as pipeline_lib
 from static_compiler.backend import decode
+from static_compiler.backend.decode.live import check_live_mask
 from static_compiler.backend.lowering import Plan, lower, tables_nbytes
 from static_compiler.artifact_format import NameTable
 from static_compiler.errors import ConstraintSetError, DecodeInputError
@@ -133,11 +134,13 @@ class CompiledConstraints:
                                    "(compile_constraints(names, tokenizer=...) keeps names)")
         return self.names.texts(result)
 
-    def allowed(self, prefixes):
+    def allowed(self, prefixes, *, subset: Optional[subsets.Subset] = None, subset_index=None):
         """prefixes int (N, t), t in [0, max_length) -> bool (N, V): the tokens
         that may follow each prefix, with no per-row state (see
-        backend.decode.prefix)."""
-        return decode.allowed(self.plan, self.device_tables, prefixes)
+        backend.decode.prefix); subset / subset_index (one per prefix row)
+        as in `beam_search`."""
+        live = self.live_mask(subset, subset_index, np.shape(prefixes)[0], "allowed")
+        return decode.allowed(self.plan, self.device_tables, prefixes, live)
 
     @property
     def fingerprint(self) -> str:
@@ -207,7 +210,9 @@ class CompiledConstraints:
         rows = subset_index if decode_state.is_traced(subset_index) else np.asarray(subset_index)
         if not decode_state.is_traced(rows) and rows.dtype.kind in "iu":
             rows = rows.astype(np.int32)
-        return decode.LiveMask(device[0], device[1], rows)
+        live = decode.LiveMask(device[0], device[1], rows)
+        check_live_mask(self.plan, live, batch_size, where)
+        return live
 
     def save(self, path, *, overwrite: bool = False):
         """Writes the artifact directory atomically (see static_compiler.artifact)."""

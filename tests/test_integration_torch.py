@@ -180,3 +180,42 @@ def test_mask_benchmark_runs_and_agrees():
                           "--calls", "1"], cwd=root, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("| mean |") == 2
+
+
+@pytest.mark.parametrize("kind", ["fixed", "ragged"])
+def test_generate_with_a_subset_per_prompt(model, kind):
+    """Each prompt decodes over its own item subset: generate equals HF's
+    prefix_allowed_tokens_fn over a dict trie of that prompt's items."""
+    items, end_token, compiled = compiled_set(kind)
+    rng = np.random.default_rng(6)
+    masks = [rng.random(len(items)) < 0.4, rng.random(len(items)) < 0.4]
+    chosen = [[items[i] for i in np.flatnonzero(m)] for m in masks]
+    stacked = sc.stack_subsets([compiled.subset(m) for m in masks])
+    num_beams = 8
+    prompts = torch.from_numpy(rng.integers(1, MODEL_VOCAB, (2, PROMPT_LENGTH)))
+    kwargs = dict(num_beams=num_beams, num_return_sequences=num_beams)
+    if end_token is None:
+        kwargs["eos_token_id"] = None
+    processor = StaticLogitsProcessor(compiled, PROMPT_LENGTH, subset=stacked,
+                                      subset_index=np.array([1, 0]))
+    got = generate(model, prompts, compiled.max_length, logits_processor=[processor], **kwargs)
+    refs = [reference_fn(chosen[1], end_token), reference_fn(chosen[0], end_token)]
+    want = generate(model, prompts, compiled.max_length,
+                    prefix_allowed_tokens_fn=lambda b, ids: refs[b](b, ids), **kwargs)
+    assert torch.equal(got.sequences, want.sequences)
+    found = members(got.sequences, end_token)
+    for row, seq in enumerate(found):
+        assert seq in set(chosen[1 - row // num_beams])
+
+
+def test_processor_rejects_bad_subsets():
+    items, _, compiled = compiled_set("fixed")
+    one = compiled.subset(np.ones(len(items), bool))
+    with pytest.raises(DecodeInputError, match="subset_index without a subset"):
+        StaticLogitsProcessor(compiled, PROMPT_LENGTH, subset_index=np.array([0]))
+    with pytest.raises(DecodeInputError, match=r"subset_index\[1\] = 1: expected a subset in \[0, 1\)"):
+        StaticLogitsProcessor(compiled, PROMPT_LENGTH, subset=one, subset_index=np.array([0, 1]))
+    processor = StaticLogitsProcessor(compiled, PROMPT_LENGTH, subset=sc.stack_subsets([one, one]),
+                                      subset_index=np.array([0, 1, 0]))
+    with pytest.raises(DecodeInputError, match="4 rows are not a multiple of the 3 prompts"):
+        processor(torch.zeros((4, PROMPT_LENGTH), dtype=torch.long), torch.zeros((4, MODEL_VOCAB)))

@@ -383,3 +383,30 @@ def test_item_index_and_subsets_of_sequences(name):
     if absent:
         with pytest.raises(ConstraintSetError, match=r"1 of 2 sequences are not in the compiled set"):
             compiled.subset([items[0], absent[0]])
+
+
+@pytest.mark.parametrize("name", ["ragged", "fixed"])
+def test_allowed_follows_each_rows_subset(name):
+    case = CASES[name]
+    items, compiled = compiled_case(name, "default")
+    rng = np.random.default_rng(8)
+    masks = [rng.random(len(items)) < 0.3, rng.random(len(items)) < 0.6]
+    stacked = sc.stack_subsets([compiled.subset(m) for m in masks])
+    csets = [oracle.ConstraintSet([items[i] for i in np.flatnonzero(m)], case.vocab, case.end)
+             for m in masks]
+    for t in range(compiled.max_length):
+        # Prefixes of items (so most rows are alive), and a random one.
+        rows = [tuple(items[int(i)])[:t] for i in rng.integers(len(items), size=5)]
+        rows = [r + (0,) * (t - len(r)) if case.end is not None else r for r in rows]
+        rows = [r for r in rows if len(r) == t][:4] + [tuple(int(x) for x in
+                                                          rng.integers(case.vocab, size=t))]
+        index = np.arange(len(rows)) % 2
+        got = np.asarray(compiled.allowed(np.array(rows, np.int32).reshape(len(rows), t),
+                                          subset=stacked, subset_index=index))
+        for b, (prefix, r) in enumerate(zip(rows, index)):
+            row = oracle.ProcessorRow()
+            for tok in prefix:
+                row = oracle.advance(csets[r], [row], [tok])[0]
+            logits = np.zeros((1, case.vocab), np.float32)
+            want = oracle.mask(csets[r], logits, [row])[0] != sc.SENTINEL_SCORE
+            np.testing.assert_array_equal(got[b], want, err_msg=f"t={t} prefix={prefix} subset {r}")

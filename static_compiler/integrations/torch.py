@@ -49,7 +49,7 @@ from static_compiler.errors import DecodeInputError
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _masked_scores(plan: Plan, tables, prefixes, scores):
+def _masked_scores(plan: Plan, tables, prefixes, scores, subset=None):
     """prefixes int32 (N, t), scores float (N, V_model) -> scores with the
     disallowed tokens at -inf. One program per plan, N, t and V_model, shared
     by every processor over equal plans."""
@@ -58,7 +58,7 @@ def _masked_scores(plan: Plan, tables, prefixes, scores):
         is_end = prefixes == end
         after_end = jnp.cumsum(is_end, axis=1) - is_end > 0
         prefixes = jnp.where(after_end, end, prefixes)
-    ok = prefix_mask(plan, tables, prefixes)
+    ok = prefix_mask(plan, tables, prefixes, subset)
     ok = jnp.pad(ok, ((0, 0), (0, scores.shape[1] - plan.vocab_size)))
     return jnp.where(ok, scores, jnp.asarray(-jnp.inf, scores.dtype))
 
@@ -71,19 +71,34 @@ class StaticLogitsProcessor:
       prompt_length: the length of ``generate``'s ``input_ids`` (the prompt,
         left-padded to one length per batch as ``generate`` requires); the
         tokens after it are the prefix the set constrains.
+      subset, subset_index: per-request item subsets (`compiled.subset`,
+        `sc.stack_subsets`), subset_index ints (batch,) one per prompt of
+        ``generate``'s batch (default: subset 0 for every prompt); a call's
+        N rows are taken as the prompts' rows in order, N / batch each (as
+        ``generate`` expands beams and returned sequences).
 
     ``__call__(input_ids LongTensor (N, cur_len), scores FloatTensor (N,
     V_model)) -> FloatTensor (N, V_model)``, V_model >= the set's vocab_size.
     See the module docstring for the semantics.
     """
 
-    def __init__(self, compiled: CompiledConstraints, prompt_length: int):
+    def __init__(self, compiled: CompiledConstraints, prompt_length: int, *, subset=None,
+                 subset_index=None):
         if not isinstance(compiled, CompiledConstraints):
             raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected the "
                                    "CompiledConstraints of sc.compile_constraints")
+        self.compiled = compiled
         self.plan = compiled.plan
         self.tables = compiled.device_tables
         self.prompt_length = check_int("prompt_length", prompt_length, low=0)
+        self.subset = subset
+        if subset is not None:
+            index = np.zeros(1, np.int32) if subset_index is None else np.asarray(subset_index)
+            compiled.live_mask(subset, index, index.shape[0] if index.ndim == 1 else -1,
+                               "StaticLogitsProcessor")  # checks subset and index now
+            self.subset_index = index.astype(np.int32)
+        elif subset_index is not None:
+            raise DecodeInputError("StaticLogitsProcessor: subset_index without a subset")
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         plan = self.plan
@@ -104,5 +119,20 @@ class StaticLogitsProcessor:
         prefixes = input_ids[:, self.prompt_length:].clamp(-1, plan.vocab_size)
         prefixes = jax.dlpack.from_dlpack(prefixes.to(torch.int32).contiguous()) if t \
             else np.zeros((n, 0), np.int32)
-        out = _masked_scores(plan, self.tables, prefixes, jax.dlpack.from_dlpack(scores.contiguous()))
+        out = _masked_scores(plan, self.tables, prefixes, jax.dlpack.from_dlpack(scores.contiguous()),
+                             self._live_rows(n, where))
         return torch.from_dlpack(out)
+
+    def _live_rows(self, n: int, where: str):
+        """The LiveMask for a call of n rows: each prompt's subset for its
+        n / batch consecutive rows."""
+        if self.subset is None:
+            return None
+        per = self.subset_index.shape[0]
+        if self.subset_index.shape == (1,) and self.subset.num_subsets == 1:
+            per = 1  # one subset for every row, whatever the batch
+        if n % per:
+            raise DecodeInputError(f"{where}: {n} rows are not a multiple of the {per} prompts "
+                                   "subset_index gives subsets for")
+        return self.compiled.live_mask(self.subset, np.repeat(self.subset_index, n // per), n,
+                                       where)

@@ -28,25 +28,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from static_compiler.backend.decode.live import check_live_mask
 from static_compiler.backend.decode.processor import advance, init_processor_state, mask
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import SENTINEL_SCORE, check_prefixes, check_token_values
 
 
-def allowed(plan: Plan, tables, prefixes):
+def allowed(plan: Plan, tables, prefixes, subset=None):
     """prefixes int (N, t), t static in [0, plan.max_length) (t = 0: the
     root) -> bool (N, V): True for the tokens that may follow each prefix
     (see the module docstring for finished and unknown prefixes). Jit-able
     (one program per t); concrete prefixes are checked: a token outside
     [0, V) raises DecodeInputError (traced ones are not: such a row allows
-    nothing)."""
+    nothing). subset: a `LiveMask` with one subset row per prefix row (only
+    tokens towards that subset's items), or None."""
     check_prefixes(prefixes, plan.max_length, "allowed")
     if not isinstance(prefixes, jax.core.Tracer):
         check_token_values("prefixes", np.asarray(prefixes), plan.vocab_size, "allowed")
-    return prefix_mask(plan, tables, prefixes)
+    check_live_mask(plan, subset, np.shape(prefixes)[0], "allowed")
+    return prefix_mask(plan, tables, prefixes, subset)
 
 
-def prefix_mask(plan: Plan, tables, prefixes):
+def prefix_mask(plan: Plan, tables, prefixes, subset=None):
     """`allowed` without the checks: for callers that have checked the shape
     already and want any token outside [0, V) (a model's larger vocabulary, a
     padding id) to make its row allow nothing rather than raise."""
@@ -56,6 +59,6 @@ def prefix_mask(plan: Plan, tables, prefixes):
         return jnp.zeros((0, plan.vocab_size), bool)
     state = init_processor_state(n)
     for step in range(t):
-        state = advance(plan, tables, state, prefixes[:, step], step)
-    kept = mask(plan, tables, jnp.zeros((n, plan.vocab_size), jnp.float32), state, t)
+        state = advance(plan, tables, state, prefixes[:, step], step, subset)
+    kept = mask(plan, tables, jnp.zeros((n, plan.vocab_size), jnp.float32), state, t, subset)
     return kept != SENTINEL_SCORE
