@@ -18,7 +18,7 @@ _LAZY = {
     "CompiledConstraints": "compiler", "beam_search": "compiler",
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
     "DEFAULT_PIPELINE": "pipeline", "format_pipeline": "pipeline", "parse_pipeline": "pipeline",
-    "Subset": "subsets", "stack_subsets": "subsets",
+    "Subset": "liveness", "stack_subsets": "liveness",
 }
 
 

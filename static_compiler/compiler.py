@@ -164,7 +164,7 @@ class CompiledConstraints:
         walks = self.__dict__.get("_layer_walks")
         if walks is None:
             subsets.check_subsettable(self.ir, self.items, "CompiledConstraints.subset")
-            walks = subsets.layer_walks(self.ir)
+            walks = subsets.layer_walks(self.ir.layers)
             object.__setattr__(self, "_layer_walks", walks)
         return subsets.make_subset(self.ir, self.items, selection, self.fingerprint,
                                    "CompiledConstraints.subset", walks)

@@ -14,7 +14,6 @@ next word; each round is one argsort of a uint64 array.
 
 from __future__ import annotations
 
-import dataclasses
 
 import itertools
 from typing import Optional
@@ -24,6 +23,7 @@ import numpy as np
 from static_compiler.dtypes import index_dtype_for, sort_code_dtype_for, token_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import Automaton, Layer, frozen
+from static_compiler.liveness import ItemIndex
 
 
 def check_vocab_size(vocab_size) -> int:
@@ -228,26 +228,6 @@ def _checked_input(sequences, vocab_size, end_token):
             "pass end_token=... to compile a variable-length set, or give sequences of equal length")
     _check_range(mat, lengths, ragged, vocab_size, end_token)
     return mat, lengths, ragged, vocab_size, end_token
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class ItemIndex:
-    """Where each input sequence (an item) ends in the trie, for item subsets.
-
-    Items are the input's rows in order (duplicates are one item: the same
-    terminal state). row_item int32 (N,): the unique sequence (sorted order)
-    each input row is; item_depth int32 (N',) and item_state int32 (N',):
-    the depth and state id where each unique sequence ends, or None for a
-    fixed-length set, whose unique sequence u ends in final state u."""
-
-    row_item: np.ndarray
-    num_unique: int
-    item_depth: Optional[np.ndarray] = None
-    item_state: Optional[np.ndarray] = None
-
-    @property
-    def num_items(self) -> int:
-        return int(self.row_item.shape[0])
 
 
 def build_trie(sequences, vocab_size: int, end_token: Optional[int] = None

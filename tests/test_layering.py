@@ -20,7 +20,7 @@ PACKAGE = REPO / "static_compiler"
 # Layers, lowest first. A module may import modules of its own layer or below.
 LAYERS = (
     ("errors",),
-    ("dtypes", "decode_state", "artifact_format"),
+    ("dtypes", "decode_state", "artifact_format", "liveness"),
     ("ir",),
     ("cost_model", "merge_states", "frontend", "graph_frontend", "readers", "datasets", "text",
      "subsets"),
@@ -39,7 +39,8 @@ RESTRICTED = {
     "errors": (set(), set()),
     "artifact_format": ({"numpy"}, {"errors"}),
     "decode_state": ({"jax", "numpy"}, {"errors"}),
-    "serving": ({"jax", "numpy"}, {"errors", "artifact_format", "decode_state"}),
+    "liveness": ({"numpy"}, {"errors"}),
+    "serving": ({"jax", "numpy"}, {"errors", "artifact_format", "decode_state", "liveness"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
 }
 """module -> (third-party packages, modules of ours) it may import; most are

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import oracle
 import static_compiler as sc
 from static_compiler import frontend as sc_frontend
-from static_compiler import subsets
+from static_compiler import liveness, subsets
 from static_compiler.backend import kernels
 from static_compiler.backend.decode import search
 from static_compiler.errors import ConstraintSetError, DecodeInputError
@@ -294,12 +294,12 @@ def test_every_way_across_a_layer_gives_the_same_liveness(share, slice_max, seed
     ir, index = sc_frontend.build_trie(items, 5, end_token=0 if ragged else None)
     mask = rng.random(len(items)) < 0.4
     item_live = subsets._item_mask(mask, index, "test")
-    old = (subsets.NEAR_UNARY_SHARE, subsets.SLICE_MAX_EXCEPTIONS)
-    subsets.NEAR_UNARY_SHARE, subsets.SLICE_MAX_EXCEPTIONS = share, slice_max
+    old = (liveness.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS)
+    liveness.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS = share, slice_max
     try:
         live, ends = subsets.liveness(ir, index, item_live)
     finally:
-        subsets.NEAR_UNARY_SHARE, subsets.SLICE_MAX_EXCEPTIONS = old
+        liveness.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS = old
     chosen = {tuple(items[i]) for i in np.flatnonzero(mask)}
     every = sorted({tuple(s) for s in items})
     for d in range(1, ir.depth + 1):

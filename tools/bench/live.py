@@ -71,7 +71,7 @@ def main(argv=None) -> int:
         sub = compiled.subset(mask)
         times.append(time.perf_counter() - t0)
     subset_ms = 1e3 * statistics.median(times)
-    bits = sub.bits_per_state(compiled.ir)
+    bits = sub.bits_per_state(compiled.ir.num_states)
 
     def logits_fn(last_tokens, step, carry):
         return jnp.zeros(last_tokens.shape + (V,), jnp.float32), carry

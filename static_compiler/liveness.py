@@ -1,0 +1,262 @@
+"""Item subsets as liveness bits: the numpy core that the library
+(`static_compiler.subsets`) and the serving loader share.
+
+A subset is a bit per state and depth: a state is live when some item of the
+subset ends at or below it. Decoding keeps only candidates whose next state
+is live, and lets a beam take the end token only where its own item is in the
+subset, which is exactly decoding the set compiled from those items alone.
+The bits are computed on the host from the children, one vectorized pass per
+layer (unary layers share their children's bits, near-unary layers copy the
+stretches between their exceptions, others take a cumulative sum over the
+edges), and bit-packed into uint32 words, so every subset of one compiled set
+has the same shapes and reuses the same compiled programs.
+
+Arrays of a `Subset` with R subsets stacked (`stack_subsets`):
+
+* ``live[d - 1]`` uint32 (R, ceil(S_d / 32)) for depths d = 1..depth: bit s
+  of row r (bit s % 32 of word s // 32) is set when state s at depth d is
+  live in subset r;
+* ``ends[d]`` uint32 (R, ceil(S_d / 32)) for d = 0..depth, or None where no
+  state at depth d accepts: bit s is set when the item ending at state s is
+  in the subset (variable-length sets only).
+
+A trie is given as its layers: anything with ``indptr`` (S + 1,) row
+pointers (child e of a layer is state e of the next depth), ``accepting``
+bool (S,) or None, ``num_states``, ``num_edges`` and ``branch()``, such as
+`TrieLayer` or `ir.Layer`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from static_compiler.errors import ConstraintSetError
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ItemIndex:
+    """Where each input sequence (an item) ends in the trie, for item subsets.
+
+    Items are the input's rows in order (duplicates are one item: the same
+    terminal state). row_item int32 (N,): the unique sequence (sorted order)
+    each input row is; item_depth int32 (N',) and item_state int32 (N',):
+    the depth and state id where each unique sequence ends, or None for a
+    fixed-length set, whose unique sequence u ends in final state u."""
+
+    row_item: np.ndarray
+    num_unique: int
+    item_depth: Optional[np.ndarray] = None
+    item_state: Optional[np.ndarray] = None
+
+    @property
+    def num_items(self) -> int:
+        return int(self.row_item.shape[0])
+
+
+class TrieLayer(NamedTuple):
+    """One layer of a trie with implicit targets, for `liveness`."""
+
+    indptr: np.ndarray
+    accepting: Optional[np.ndarray] = None
+
+    @property
+    def num_states(self) -> int:
+        return int(self.indptr.shape[0]) - 1
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indptr[-1])
+
+    def branch(self) -> np.ndarray:
+        return np.diff(self.indptr.astype(np.int64))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Subset:
+    """R item subsets of one compiled set, as liveness bits (see module doc).
+
+    sizes int64 (R,): items (distinct sequences) in each subset;
+    fingerprint: the compiled set's (`set_fingerprint`), checked when
+    decoding, so a subset of another set is rejected."""
+
+    live: tuple
+    ends: tuple
+    sizes: np.ndarray
+    fingerprint: str
+
+    @property
+    def num_subsets(self) -> int:
+        return int(self.sizes.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all bits, every subset."""
+        return sum(w.nbytes for w in self.live + self.ends if w is not None)
+
+    def bits_per_state(self, num_states: int) -> float:
+        """Bits per state and subset, over a set of `num_states` states (1.0
+        for a fixed-length set)."""
+        return 8.0 * self.nbytes / self.num_subsets / max(1, num_states)
+
+
+
+NEAR_UNARY_SHARE = 0.25
+"""A layer whose states with other than one child are at most this share of
+its states gets its liveness by one gather (each state's first child) and a
+fix-up of those states; others by a cumulative sum over the edges."""
+
+
+SLICE_MAX_EXCEPTIONS = 1 << 16
+"""Up to this many exceptions, a near-unary layer copies the stretches
+between them (a Python loop over stretches); past it, one gather."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerWalk:
+    """How liveness crosses one layer from its children (see `_child_live`):
+    kind "unary" (state s has child s), "near" (`exceptions`: the states
+    with other than one child, sorted) or "general"."""
+
+    kind: str
+    exceptions: Optional[np.ndarray] = None
+
+
+def layer_walks(layers: Sequence) -> tuple:
+    """One `LayerWalk` per layer (`TrieLayer`s or `ir.Layer`s): computed once
+    per compiled set (O(edges))."""
+    walks = []
+    for layer in layers:
+        if layer.num_edges == layer.num_states and layer.accepting is None:
+            # Every state of a trie layer without accepting states has a
+            # child, so as many edges as states means one child each.
+            walks.append(LayerWalk("unary"))
+            continue
+        ex = np.flatnonzero(layer.branch() != 1)
+        walks.append(LayerWalk("near", ex) if ex.size <= NEAR_UNARY_SHARE * layer.num_states
+                     else LayerWalk("general"))
+    return tuple(walks)
+
+
+def _child_live(layer, walk: LayerWalk, live_next: np.ndarray) -> np.ndarray:
+    """bool (S,): states of `layer` with a live child (implicit targets:
+    child e is state e of the next depth). May return `live_next` itself."""
+    if walk.kind == "unary":
+        return live_next
+    indptr = layer.indptr
+    if walk.kind == "near":
+        ex = walk.exceptions
+        if ex.size <= SLICE_MAX_EXCEPTIONS:
+            # Between two exceptions, states s take child indptr[s], which
+            # advances with s: one slice copy per stretch, no gather.
+            live = np.empty(layer.num_states, dtype=bool)
+            first = np.concatenate([[0], ex + 1])
+            last = np.concatenate([ex, [layer.num_states]])
+            for a, b in zip(first.tolist(), last.tolist()):
+                if b > a:
+                    c = int(indptr[a])
+                    live[a:b] = live_next[c:c + b - a]
+        else:
+            live = live_next[np.minimum(indptr[:-1], live_next.shape[0] - 1)]
+        if ex.size:
+            start, end = indptr[ex].astype(np.int64), indptr[ex + 1].astype(np.int64)
+            padded = np.append(live_next, False).view(np.uint8)
+            bounds = np.empty(2 * ex.size, dtype=np.int64)
+            bounds[0::2], bounds[1::2] = start, end
+            # Pairs [start, end) then [end, next start): keep the first of each.
+            any_child = np.maximum.reduceat(padded, bounds)[0::2].view(bool)
+            live[ex] = any_child & (end > start)
+        return live
+    counts = np.zeros(live_next.shape[0] + 1, dtype=np.int32)
+    np.cumsum(live_next, dtype=np.int32, out=counts[1:])
+    return counts[indptr[1:]] > counts[indptr[:-1]]
+
+
+def pack(bits: np.ndarray) -> np.ndarray:
+    """bool (S,) -> uint32 (ceil(S / 32),), bit s of word s // 32 = bits[s]."""
+    words = -(-bits.shape[0] // 32)
+    packed = np.zeros(4 * words, dtype=np.uint8)
+    packed[:(bits.shape[0] + 7) // 8] = np.packbits(bits, bitorder="little")
+    return packed.view("<u4").astype(np.uint32, copy=False)
+
+
+def liveness(layers: Sequence, num_final_states: int, end_token: Optional[int],
+             items: ItemIndex, item_live: np.ndarray, walks: Optional[tuple] = None
+             ) -> tuple[list, list]:
+    """(live, ends): bool arrays per depth (see module doc; unpacked, some
+    may be the same array) of a trie whose `layers` (`TrieLayer`s or
+    `ir.Layer`s, implicit targets) end in `num_final_states` states, for
+    unique sequences `item_live` bool (N',); walks: `layer_walks(layers)`,
+    if already computed."""
+    walks = layer_walks(layers) if walks is None else walks
+    depth = len(layers)
+    states = [layer.num_states for layer in layers] + [num_final_states]
+    own: list = [None] * (depth + 1)  # own[d]: the state's own item is in the subset
+    if items.item_depth is None:
+        own[depth] = item_live
+    else:
+        for d in np.unique(items.item_depth):
+            d = int(d)
+            at = (items.item_depth == d) & item_live
+            bits = np.zeros(states[d], dtype=bool)
+            bits[items.item_state[at]] = True
+            own[d] = bits
+        if own[depth] is None:
+            own[depth] = np.zeros(num_final_states, dtype=bool)
+    live: list = [None] * (depth + 1)
+    live[depth] = own[depth]
+    for t in range(depth - 1, 0, -1):
+        live[t] = _child_live(layers[t], walks[t], live[t + 1])
+        if own[t] is not None:
+            live[t] = live[t] | own[t]
+    ends = [own[d] if (d == depth or layers[d].accepting is not None) and
+            end_token is not None else None for d in range(depth + 1)]
+    return live[1:], ends
+
+
+def rows_item_mask(selection: np.ndarray, items: ItemIndex, where: str) -> np.ndarray:
+    """bool (N',) over unique sequences: those some selected input row is;
+    selection: bool (N,) over the input rows."""
+    n = items.num_items
+    if selection.dtype != bool:
+        raise ConstraintSetError(f"{where}: selection has dtype {selection.dtype}: expected a "
+                                 f"bool mask of shape ({n},) over the input rows")
+    if selection.shape != (n,):
+        raise ConstraintSetError(f"{where}: mask has shape {selection.shape}: expected ({n},), "
+                                 "one entry per input row of the compiled set")
+    out = np.zeros(items.num_unique, dtype=bool)
+    out[items.row_item[selection]] = True
+    return out
+
+
+def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional[int],
+                    items: ItemIndex, item_live: np.ndarray, fingerprint: str,
+                    walks: Optional[tuple] = None) -> Subset:
+    """One `Subset` holding the unique sequences `item_live` bool (N',)."""
+    live, ends = liveness(layers, num_final_states, end_token, items, item_live, walks)
+    return Subset(live=tuple(pack(b)[None, :] for b in live),
+                  ends=tuple(None if b is None else pack(b)[None, :] for b in ends),
+                  sizes=np.array([int(item_live.sum())], dtype=np.int64),
+                  fingerprint=fingerprint)
+
+
+def stack_subsets(subsets: Sequence[Subset]) -> Subset:
+    """R subsets of one set as one `Subset` (rows in order), for per-row
+    subsets in one batch (`subset_index`)."""
+    subsets = list(subsets)
+    if not subsets or not all(isinstance(s, Subset) for s in subsets):
+        raise ConstraintSetError(f"stack_subsets: expected a non-empty list of Subset, got "
+                                 f"{[type(s).__name__ for s in subsets]}")
+    prints = {s.fingerprint for s in subsets}
+    if len(prints) > 1:
+        raise ConstraintSetError("stack_subsets: the subsets come from different compiled sets "
+                                 f"(fingerprints {sorted(prints)})")
+    stack = lambda arrays: None if arrays[0] is None else np.concatenate(arrays, axis=0)
+    return Subset(live=tuple(stack([s.live[i] for s in subsets])
+                             for i in range(len(subsets[0].live))),
+                  ends=tuple(stack([s.ends[i] for s in subsets])
+                             for i in range(len(subsets[0].ends))),
+                  sizes=np.concatenate([s.sizes for s in subsets]),
+                  fingerprint=subsets[0].fingerprint)
