@@ -46,6 +46,7 @@ from static_compiler.decode_state import (PAD_TOKEN, SENTINEL_SCORE, BeamState, 
                                           check_tokens_per_beam)
 from static_compiler.errors import ArtifactExistsError, ArtifactFormatError, DecodeInputError
 from static_compiler.ir import Automaton, Layout
+from static_compiler.liveness import bit_widths
 
 
 # ---------------------------------------------------------------------------
@@ -67,54 +68,81 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
     n = len(keys)
     table_specs = [_spec(compiled.tables[t][k].shape, compiled.tables[t][k].dtype) for t, k in keys]
     table_names = [f"table:layer{t}.{k}" for t, k in keys]
-    b, = jax_export.symbolic_shape(fmt.BATCH_DIM)
+    b, r = jax_export.symbolic_shape(f"{fmt.BATCH_DIM}, {fmt.SUBSET_DIM}")
     T, V = plan.max_length, plan.vocab_size
     step_spec = _spec((), jnp.int32)
     caps = export_caps(compiled)
     state_names = [f"state.{f}" for f in BeamState._fields]
     proc_names = [f"state.{f}" for f in ProcessorState._fields]
     unflatten = functools.partial(fmt.unflatten_tables, keys, num_layers)
+    # name -> (function of (args, LiveMask or None), specs, argument names, result names)
+    base = {}
+    for M in sorted(set(compiled.export_beam_sizes)):
+        state_specs = [_spec((b, M, T), jnp.int32), _spec((b, M), jnp.float32)] + \
+            [_spec((b, M), dt) for dt in (jnp.int32, bool, bool, jnp.int32, jnp.int32, jnp.int32)]
+
+        def init(a, subset, M=M):
+            return tuple(decode.init_beam_state(plan, a[0].shape[0], M, a[0]))
+
+        def step_fn(a, subset):
+            return tuple(decode.beam_step_switch(plan, unflatten(a[:n]), BeamState(*a[n:n + 8]),
+                                                 a[n + 8], a[n + 9], caps, subset))
+
+        base[fmt.beam_module_name("init", M)] = (init, [_spec((b,), jnp.int32)],
+                                                 ["start_tokens"], state_names)
+        base[fmt.beam_module_name("beam_step", M)] = (
+            step_fn, table_specs + state_specs + [_spec((b, M, V), jnp.float32), step_spec],
+            table_names + state_names + ["logits", "step"], state_names)
+
+    proc_specs = [_spec((b,), jnp.int32), _spec((b,), bool), _spec((b,), bool)]
+
+    def mask_fn(a, subset):
+        return (decode.mask_switch(plan, unflatten(a[:n]), a[n], ProcessorState(*a[n + 1:n + 4]),
+                                   a[n + 4], subset),)
+
+    def advance_fn(a, subset):
+        return tuple(decode.advance_switch(plan, unflatten(a[:n]), ProcessorState(*a[n:n + 3]),
+                                           a[n + 3], a[n + 4], subset))
+
+    base["mask"] = (mask_fn, table_specs + [_spec((b, V), jnp.float32)] + proc_specs + [step_spec],
+                    table_names + ["logits"] + proc_names + ["step"], ["masked_logits"])
+    base["advance"] = (advance_fn, table_specs + proc_specs + [_spec((b,), jnp.int32), step_spec],
+                       table_names + proc_names + ["tokens", "step"], proc_names)
 
     def export(fn, specs):
         with _no_source_locations():
             return jax_export.export(jax.jit(fn), platforms=fmt.PLATFORMS)(*specs)
 
-    modules = {}
-    for M in sorted(set(compiled.export_beam_sizes)):
-        state_specs = [_spec((b, M, T), jnp.int32), _spec((b, M), jnp.float32)] + \
-            [_spec((b, M), dt) for dt in (jnp.int32, bool, bool, jnp.int32, jnp.int32, jnp.int32)]
+    modules = {name: (export(lambda *a, fn=fn: fn(a, None), specs), names, results)
+               for name, (fn, specs, names, results) in base.items()}
+    if getattr(compiled, "export_subsets", False):
+        live_w, ends_w = subset_widths(plan)
+        sub_specs = [_spec((r, w), jnp.uint32) for w in live_w] + \
+            [_spec((r, w), jnp.uint32) for w in ends_w if w is not None] + [_spec((b,), jnp.int32)]
+        sub_names = [f"subset.live{d + 1}" for d in range(len(live_w))] + \
+            [f"subset.ends{d}" for d, w in enumerate(ends_w) if w is not None] + ["subset_index"]
+        k = len(sub_specs)
 
-        def init(start_tokens, M=M):
-            return tuple(decode.init_beam_state(plan, start_tokens.shape[0], M, start_tokens))
+        def with_subset(fn, *a):
+            it = iter(a[-k:])
+            live = tuple(next(it) for _ in live_w)
+            ends = tuple(None if w is None else next(it) for w in ends_w)
+            return fn(a[:-k], decode.LiveMask(live, ends, next(it)))
 
-        def step_fn(*args):
-            state = BeamState(*args[n:n + 8])
-            return tuple(decode.beam_step_switch(plan, unflatten(args[:n]), state, args[n + 8],
-                                                 args[n + 9], caps))
-
-        modules[fmt.beam_module_name("init", M)] = (export(init, [_spec((b,), jnp.int32)]),
-                                                    ["start_tokens"], state_names)
-        modules[fmt.beam_module_name("beam_step", M)] = (
-            export(step_fn, table_specs + state_specs + [_spec((b, M, V), jnp.float32), step_spec]),
-            table_names + state_names + ["logits", "step"], state_names)
-
-    proc_specs = [_spec((b,), jnp.int32), _spec((b,), bool), _spec((b,), bool)]
-
-    def mask_fn(*args):
-        return (decode.mask_switch(plan, unflatten(args[:n]), args[n],
-                                   ProcessorState(*args[n + 1:n + 4]), args[n + 4]),)
-
-    def advance_fn(*args):
-        return tuple(decode.advance_switch(plan, unflatten(args[:n]),
-                                           ProcessorState(*args[n:n + 3]), args[n + 3], args[n + 4]))
-
-    modules["mask"] = (export(mask_fn, table_specs + [_spec((b, V), jnp.float32)] + proc_specs
-                              + [step_spec]),
-                       table_names + ["logits"] + proc_names + ["step"], ["masked_logits"])
-    modules["advance"] = (export(advance_fn, table_specs + proc_specs
-                                 + [_spec((b,), jnp.int32), step_spec]),
-                          table_names + proc_names + ["tokens", "step"], proc_names)
+        for name, (fn, specs, names, results) in base.items():
+            if not name.startswith("init"):
+                modules[fmt.subset_module_name(name)] = (
+                    export(functools.partial(with_subset, fn), specs + sub_specs),
+                    names + sub_names, results)
     return modules
+
+
+def subset_widths(plan: Plan) -> tuple[tuple, tuple]:
+    """`liveness.bit_widths` of a lowered plan: the words per subset row of
+    the live and ends bits the subset modules take."""
+    states = [s.num_states for s in plan.steps] + [plan.steps[-1].num_next_states]
+    accepting = [s.has_accepting for s in plan.steps] + [True]
+    return bit_widths(states, accepting, plan.end_token)
 
 
 @contextlib.contextmanager
@@ -191,6 +219,14 @@ def build_files(compiled) -> dict[str, bytes]:
     names = getattr(compiled, "names", None)
     if names is not None:
         files[fmt.NAMES_FILE] = names.to_jsonl()
+    item_files = None
+    if getattr(compiled, "export_subsets", False):
+        item_files = {}
+        for key in fmt.ITEM_ARRAYS:
+            arr = getattr(compiled.items, key)
+            if arr is not None:
+                item_files[key] = fmt.item_file(key)
+                files[item_files[key]] = _npy_bytes(np.asarray(arr, np.int32))
     tables = []
     for t, name in fmt.table_keys(compiled.tables):
         arr = compiled.tables[t][name]
@@ -210,14 +246,14 @@ def build_files(compiled) -> dict[str, bytes]:
             args=aval_specs(exported.in_avals, arg_names),
             results=aval_specs(exported.out_avals, result_names),
             beam_size=int(beams) if per_beam else None,
-            tokens_per_beam=list(caps) if kind == "beam_step" else None)
+            tokens_per_beam=list(caps) if kind in fmt.STEP_KINDS else None)
     (cc,) = cc_versions
     manifest = fmt.Manifest(
         jax_version=jax.__version__, jaxlib_version=_jaxlib_version(),
         calling_convention_version=cc, platforms=fmt.PLATFORMS, batch_dim=fmt.BATCH_DIM,
         pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
         **set_metadata(compiled), tables=tuple(tables), modules=modules,
-        names_file=None if names is None else fmt.NAMES_FILE,
+        names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files,
         files={rel: fmt.FileEntry.of_bytes(data) for rel, data in sorted(files.items())})
     files[fmt.MANIFEST_FILE] = manifest.seal()
     return files

@@ -52,16 +52,27 @@ from static_compiler.errors import (ArtifactChecksumError, ArtifactFormatError,
 #   2 (2026-12-01): text catalogues: optional names.jsonl (the items' names and
 #     token ids) and the manifest key "names_file" (its path, or null). A
 #     version 1 artifact reads as one without names.
+#   3 (2026-12-01): item subsets: optional items/*.npy (where each input row
+#     ends in the trie: row_item, and for variable-length sets item_depth and
+#     item_state), the manifest key "item_files" ({name: path}, or null), and
+#     with them the modules beam_step_subset_m{M}, mask_subset and
+#     advance_subset (a module's arguments, then the subsets' bits with a
+#     second symbolic dimension "r", then subset_index int32[b]). Versions 1
+#     and 2 read as artifacts without subsets.
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 2
+MAX_FORMAT_VERSION = 3
 
 # ---------------------------------------------------------------------------
 # Layout.
 MANIFEST_FILE = "manifest.json"
 IR_FILE = "ir.txt"
 NAMES_FILE = "names.jsonl"
+ITEMS_DIR = "items"
+ITEM_ARRAYS = ("row_item", "item_depth", "item_state")
+"""The arrays of `liveness.ItemIndex` an artifact may hold (the last two
+for variable-length sets only), one .npy file each under ITEMS_DIR."""
 TABLES_DIR = "tables"
 MODULES_DIR = "modules"
 MODULE_SUFFIX = ".jaxexport"
@@ -72,12 +83,18 @@ PLATFORMS = ("cpu", "cuda", "tpu")
 BATCH_DIM = "b"
 """Name of the symbolic batch dimension in module shapes."""
 
+SUBSET_DIM = "r"
+"""Name of the symbolic dimension of stacked item subsets (subset modules)."""
+
 MANIFEST_DIGEST_KEY = "manifest_sha256"
 """Key of the manifest's own checksum: sha256 of `manifest_bytes` of the
 manifest without this key."""
 
-BEAM_MODULE_KINDS = ("init", "beam_step")
+BEAM_MODULE_KINDS = ("init", "beam_step", "beam_step_subset")
 """Module kinds exported once per beam size, named ``{kind}_m{M}``."""
+
+STEP_KINDS = ("beam_step", "beam_step_subset")
+"""Module kinds that record the per-step caps they apply."""
 
 _HASH_CHUNK = 1 << 20
 
@@ -95,6 +112,18 @@ def module_file(name: str) -> str:
 def beam_module_name(kind: str, beam_size: int) -> str:
     """``{kind}_m{beam_size}``: the name of a per-beam-size module."""
     return f"{kind}_m{beam_size}"
+
+
+def subset_module_name(name: str) -> str:
+    """The name of module `name`'s item-subset variant: ``mask_subset``,
+    ``beam_step_subset_m{M}``."""
+    kind, sep, beams = name.rpartition("_m")
+    return f"{kind}_subset_m{beams}" if sep and kind in BEAM_MODULE_KINDS else f"{name}_subset"
+
+
+def item_file(name: str) -> str:
+    """Relative path of item array `name` (one of ITEM_ARRAYS)."""
+    return f"{ITEMS_DIR}/{name}.npy"
 
 
 def table_keys(tables) -> list[tuple[int, str]]:
@@ -239,7 +268,7 @@ class ModuleEntry:
                "results": [r.to_json() for r in self.results]}
         if self.beam_size is not None:
             out["beam_size"] = self.beam_size
-        if self.kind == "beam_step":
+        if self.kind in STEP_KINDS:
             out["tokens_per_beam"] = self.tokens_per_beam
         return out
 
@@ -254,7 +283,7 @@ class ModuleEntry:
                 raise format_error(path, f"module {name!r} records kind {kind!r} and beam size "
                                          f"{beam_size}, expected the name "
                                          f"{beam_module_name(kind, beam_size)}")
-        if kind == "beam_step" and "tokens_per_beam" in obj:
+        if kind in STEP_KINDS and "tokens_per_beam" in obj:
             tokens_per_beam = require(obj, "tokens_per_beam", (int, type(None), list), where, path)
         specs = lambda key: tuple(ArraySpec.from_json(a, f"{where}[{key!r}][{i}]", path)
                                   for i, a in enumerate(require(obj, key, list, where, path)))
@@ -317,6 +346,7 @@ class Manifest:
     modules: dict
     files: dict
     names_file: Optional[str] = None
+    item_files: Optional[dict] = None
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -330,6 +360,9 @@ class Manifest:
                    files={rel: f.to_json() for rel, f in sorted(self.files.items())})
         if self.format_version >= 2:
             out["names_file"] = self.names_file
+        if self.format_version >= 3:
+            out["item_files"] = None if self.item_files is None else dict(sorted(
+                self.item_files.items()))
         return out
 
     def seal(self) -> bytes:
@@ -350,6 +383,8 @@ class Manifest:
             format_version=version,
             names_file=(require(obj, "names_file", (str, type(None)), where, path)
                         if version >= 2 else None),
+            item_files=(require(obj, "item_files", (dict, type(None)), where, path)
+                        if version >= 3 else None),
             platforms=tuple(require(obj, "platforms", list, where, path)),
             plan_steps=tuple(require(obj, "plan_steps", list, where, path)),
             layers=tuple(require(obj, "layers", list, where, path)),
@@ -361,7 +396,8 @@ class Manifest:
                    for rel, f in sorted(files.items())})
         for what, rel in [(f"tables[{i}]", t.file) for i, t in enumerate(out.tables)] + \
                 [(f"modules[{n!r}]", m.file) for n, m in out.modules.items()] + \
-                [("names_file", rel) for rel in [out.names_file] if rel is not None]:
+                [("names_file", rel) for rel in [out.names_file] if rel is not None] + \
+                [(f"item_files[{k!r}]", rel) for k, rel in (out.item_files or {}).items()]:
             if rel not in out.files:
                 raise format_error(path, f"{what} names file {rel!r}, which is not among the "
                                          f"manifest's files {sorted(out.files)}")
@@ -375,6 +411,8 @@ class Manifest:
         """Modules every artifact must have that this manifest does not list:
         mask, advance, and init_m{M} for each beam_step_m{M}."""
         expected = {"mask", "advance"} | {beam_module_name("init", m) for m in self.beam_sizes()}
+        if self.item_files is not None:  # subsets: every module's subset variant
+            expected |= {subset_module_name(name) for name in expected if not name.startswith("init")}
         return sorted(expected - set(self.modules))
 
 

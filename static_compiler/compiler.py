@@ -46,7 +46,9 @@ class CompiledConstraints:
       names: for a text catalogue, the `artifact_format.NameTable` mapping
         token sequences back to names (saved as names.jsonl); else None.
       items: for sequence input, where each input row (an item) ends in the
-        trie (`frontend.ItemIndex`), for item subsets; else None.
+        trie (`liveness.ItemIndex`), for item subsets; else None.
+      export_subsets: `save` also writes the item index and the modules'
+        subset variants (serving restricts per request).
     """
 
     ir: Automaton
@@ -59,6 +61,7 @@ class CompiledConstraints:
     frontend_stats: dict = dataclasses.field(default_factory=dict)
     names: Optional[NameTable] = None
     items: Optional[ItemIndex] = None
+    export_subsets: bool = False
 
     @property
     def vocab_size(self) -> int:
@@ -224,6 +227,7 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                         pipeline: Optional[str] = None, print_ir_after_all: bool = False,
                         verify_each: bool = True, export_beam_sizes=(70,),
                         export_tokens_per_beam: Optional[int] = None,
+                        export_subsets: bool = False,
                         stream=None, start=None, tokenizer=None) -> CompiledConstraints:
     """Compiles a constraint set.
 
@@ -241,6 +245,10 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
       pipeline: pass pipeline spec; default `pipeline.DEFAULT_PIPELINE`.
       print_ir_after_all: print the IR after every pass to `stream` (stderr).
       export_beam_sizes / export_tokens_per_beam: what `save` exports.
+      export_subsets: `save` also exports item subsets (the item index and
+        a subset variant of beam_step, mask and advance), for
+        `serving.Artifact.subset`; the set must allow subsets (sequence
+        input, no `minimize`).
       start: graph input only: the start node (default: the node whose
         ``start`` attribute is true).
 
@@ -286,11 +294,14 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     plan, tables = lower(ir)
     timings.append(("lower", time.perf_counter() - t0))
     sizes = tuple(int(m) for m in export_beam_sizes)
+    if export_subsets:
+        subsets.check_subsettable(ir, items, "export_subsets=True")
     return CompiledConstraints(ir=ir, plan=plan, tables=tables,
                                pipeline=pipeline_lib.format_pipeline(passes),
                                timings=tuple(timings), export_beam_sizes=sizes,
                                export_tokens_per_beam=export_tokens_per_beam,
-                               frontend_stats=frontend_stats, names=names, items=items)
+                               frontend_stats=frontend_stats, names=names, items=items,
+                               export_subsets=bool(export_subsets))
 
 
 def _plan_tables(compiled: CompiledConstraints):

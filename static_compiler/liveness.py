@@ -103,6 +103,38 @@ class Subset:
 
 
 
+def row_pointers(kind: str, tables: dict, num_states: int) -> np.ndarray:
+    """int64 (S + 1,): the row pointers of a lowered layer of `kind` (a
+    `LayoutKind` value) from its tables (see backend.lowering): the inverse
+    of lowering for the rows, numpy only (the serving loader has no IR)."""
+    if kind == "dense_rows":
+        present = np.asarray(tables["next"]) >= 0
+        return np.concatenate([[0], np.cumsum(present.sum(axis=1))]).astype(np.int64)
+    if kind == "csr":
+        return np.asarray(tables["indptr"]).astype(np.int64)
+    if kind == "unary":
+        return np.arange(num_states + 1, dtype=np.int64)
+    if kind == "near_unary":
+        branch = np.ones(num_states, dtype=np.int64)
+        bounds = np.asarray(tables["ex_bounds"]).astype(np.int64)
+        branch[np.asarray(tables["ex_states"]).astype(np.int64)] = bounds[:, 1] - bounds[:, 0]
+        return np.concatenate([[0], np.cumsum(branch)])
+    raise ValueError(f"layout kind {kind!r}")
+
+
+def bit_widths(num_states: Sequence[int], accepting: Sequence[bool], end_token: Optional[int]
+               ) -> tuple[tuple, tuple]:
+    """(live widths for depths 1..depth, ends widths for depths 0..depth or
+    None): the words per subset row of a `Subset`'s arrays, for a trie with
+    num_states[d] states at depth d = 0..depth and accepting[d] whether
+    some state at depth d < depth accepts."""
+    depth = len(num_states) - 1
+    words = [-(-n // 32) for n in num_states]
+    ends = tuple(words[d] if end_token is not None and (d == depth or accepting[d]) else None
+                 for d in range(depth + 1))
+    return tuple(words[1:]), ends
+
+
 NEAR_UNARY_SHARE = 0.25
 """A layer whose states with other than one child are at most this share of
 its states gets its liveness by one gather (each state's first child) and a

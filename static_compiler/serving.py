@@ -40,6 +40,8 @@ from static_compiler.decode_state import (BeamState, DecodeResult, ProcessorStat
                                           check_int, check_logits, check_start_tokens, check_step,
                                           check_tokens)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
+from static_compiler.liveness import (ItemIndex, Subset, TrieLayer, layer_walks, row_pointers,
+                                      rows_item_mask, subset_of_items)
 
 
 def read_manifest(path, *, verify_checksums: bool = True) -> fmt.Manifest:
@@ -73,18 +75,20 @@ class _Module:
         if len(args) != len(specs):
             raise DecodeInputError(f"{self.name}: got {len(args)} arguments after the tables, "
                                    f"expected {len(specs)} ({[s.name for s in specs]})")
-        batch = None
+        dims: dict = {}  # symbolic dimension -> its size in this call (first seen)
         for value, spec in zip(args, specs):
             shape, dtype = tuple(np.shape(value)), str(jnp.result_type(value))
             want = spec.shape
-            if len(shape) == len(want) and batch is None and fmt.BATCH_DIM in want:
-                batch = shape[want.index(fmt.BATCH_DIM)]
-            expect = tuple((fmt.BATCH_DIM if batch is None else batch) if d == fmt.BATCH_DIM else d
-                           for d in want)
+            if len(shape) == len(want):
+                for d, size in zip(want, shape):
+                    if isinstance(d, str):
+                        dims.setdefault(d, size)
+            expect = tuple(dims.get(d, d) if isinstance(d, str) else d for d in want)
             if shape != expect or dtype != spec.dtype:
                 raise DecodeInputError(
                     f"{self.name}: argument {spec.name!r} is {dtype}{list(shape)}, expected "
-                    f"{spec.dtype}{list(expect)} (manifest shape {list(want)}, b = batch size)")
+                    f"{spec.dtype}{list(expect)} (manifest shape {list(want)}, b = batch size, "
+                    "r = stacked subsets)")
         return self._call(*tables, *args)
 
 
@@ -103,10 +107,13 @@ class Artifact:
       modules: name -> deserialized `jax.export.Exported`.
       names: a text catalogue's `artifact_format.NameTable` (names.jsonl),
         or None for a set compiled from token ids (and format version 1).
+      items: the `liveness.ItemIndex` of an artifact saved with
+        export_subsets=True (items/*.npy), else None: `subset` needs it.
     """
 
     def __init__(self, path, manifest: fmt.Manifest, tables: list, modules: dict,
-                 names: Optional[fmt.NameTable] = None):
+                 names: Optional[fmt.NameTable] = None, items: Optional[ItemIndex] = None,
+                 host_tables: Optional[tuple] = None):
         self.path = pathlib.Path(path)
         self.manifest = manifest
         self.vocab_size = manifest.vocab_size
@@ -118,6 +125,9 @@ class Artifact:
         self.modules = {name: m.exported for name, m in modules.items()}
         self.beam_sizes = manifest.beam_sizes()
         self.names = names
+        self.items = items
+        self._host_tables = host_tables
+        self._walks = None
 
     def __repr__(self):
         return (f"Artifact({str(self.path)!r}, vocab_size={self.vocab_size}, max_length="
@@ -151,12 +161,16 @@ class Artifact:
         module = self._beam_module("init", beam_size)
         return BeamState(*module((), jnp.asarray(start)))
 
-    def beam_step(self, state: BeamState, logits, step) -> BeamState:
+    def beam_step(self, state: BeamState, logits, step, *, subset: Optional[Subset] = None,
+                  subset_index=None) -> BeamState:
         """One beam-search step; jit-able.
 
         state: a BeamState (B, M) with M in `beam_sizes`; logits float (B, M,
         V) for `state.last_tokens`; step: an int in [0, max_length) or an
-        int32 scalar (traced steps are clamped to that range)."""
+        int32 scalar (traced steps are clamped to that range). subset: item
+        subsets of this artifact (`subset`, `liveness.stack_subsets`), with
+        subset_index ints (B,) picking each row's (default 0 for a single
+        subset): each row decodes over its subset's items only."""
         fields = BeamState(*check_fields(state, BeamState, "beam_step"))
         if np.ndim(fields.node) != 2:
             raise DecodeInputError(f"beam_step: state.node has shape {np.shape(fields.node)}, "
@@ -164,8 +178,13 @@ class Artifact:
         B, M = np.shape(fields.node)
         logits = self._logits(logits, (B, M), "beam_step")
         step = self._step(step, "beam_step")
-        module = self._beam_module("beam_step", M)
-        return BeamState(*module(self.tables, *fields, logits, step))
+        if subset is None and subset_index is None:
+            module = self._beam_module("beam_step", M)
+            return BeamState(*module(self.tables, *fields, logits, step))
+        bits = self._subset_args(subset, subset_index, B, "beam_step")
+        module = self._modules[fmt.subset_module_name(fmt.beam_module_name("beam_step", M))] \
+            if M in self.beam_sizes else self._beam_module("beam_step", M)
+        return BeamState(*module(self.tables, *fields, logits, step, *bits))
 
     @staticmethod
     def finalize(state: BeamState) -> DecodeResult:
@@ -193,21 +212,92 @@ class Artifact:
                               valid=jnp.ones((batch_size,), bool),
                               finished=jnp.zeros((batch_size,), bool))
 
-    def mask(self, logits, state: ProcessorState, step):
+    def mask(self, logits, state: ProcessorState, step, *, subset: Optional[Subset] = None,
+             subset_index=None):
         """logits float (B, V) -> float32 (B, V): allowed tokens keep their
-        logit, the others get the sentinel score (-1e30)."""
+        logit, the others get the sentinel score (-1e30). subset /
+        subset_index as in `beam_step`."""
         fields = check_fields(state, ProcessorState, "mask")
         logits = self._logits(logits, tuple(np.shape(fields[0])[:1]), "mask")
-        return self._modules["mask"](self.tables, logits, *fields, self._step(step, "mask"))[0]
+        step = self._step(step, "mask")
+        if subset is None and subset_index is None:
+            return self._modules["mask"](self.tables, logits, *fields, step)[0]
+        bits = self._subset_args(subset, subset_index, int(np.shape(fields[0])[0]), "mask")
+        return self._modules["mask_subset"](self.tables, logits, *fields, step, *bits)[0]
 
-    def advance(self, state: ProcessorState, tokens, step) -> ProcessorState:
+    def advance(self, state: ProcessorState, tokens, step, *, subset: Optional[Subset] = None,
+                subset_index=None) -> ProcessorState:
         """Moves each row along its chosen token, int (B,); a disallowed token
-        marks the row invalid."""
+        marks the row invalid. subset / subset_index as in `beam_step`."""
         fields = check_fields(state, ProcessorState, "advance")
-        check_tokens(tokens, int(np.shape(fields[0])[0]) if np.ndim(fields[0]) else -1, "advance")
+        B = int(np.shape(fields[0])[0]) if np.ndim(fields[0]) else -1
+        check_tokens(tokens, B, "advance")
         tokens = jnp.asarray(tokens).astype(jnp.int32)
-        out = self._modules["advance"](self.tables, *fields, tokens, self._step(step, "advance"))
-        return ProcessorState(*out)
+        step = self._step(step, "advance")
+        if subset is None and subset_index is None:
+            return ProcessorState(*self._modules["advance"](self.tables, *fields, tokens, step))
+        bits = self._subset_args(subset, subset_index, B, "advance")
+        return ProcessorState(*self._modules["advance_subset"](self.tables, *fields, tokens, step,
+                                                               *bits))
+
+    # Item subsets
+
+    @property
+    def fingerprint(self) -> str:
+        """The sha256 of the artifact's IR text: subsets of this set carry it."""
+        return self.manifest.files[fmt.IR_FILE].sha256
+
+    def subset(self, selection) -> Subset:
+        """The items `selection` picks, bool (N,) over the rows the set was
+        compiled from (duplicate rows are one item), as a `Subset` for
+        `beam_step` / `mask` / `advance`. Needs an artifact saved with
+        export_subsets=True; raises DecodeInputError otherwise and
+        ConstraintSetError for a mask of the wrong shape or dtype."""
+        if self.items is None:
+            raise DecodeInputError(f"subset: artifact {str(self.path)!r} has no item index "
+                                   "(compile with export_subsets=True, or format version < 3)")
+        layers = self._trie_layers()
+        if self._walks is None:
+            self._walks = layer_walks(layers)
+        mask = rows_item_mask(np.asarray(selection), self.items, "Artifact.subset")
+        return subset_of_items(layers, self.manifest.num_final_states, self.end_token, self.items,
+                               mask, self.fingerprint, self._walks)
+
+    def _trie_layers(self) -> list:
+        steps = self.manifest.plan_steps
+        return [TrieLayer(row_pointers(step["kind"], tabs, step["num_states"]),
+                          None if "accepting" not in tabs else np.asarray(tabs["accepting"]))
+                for step, tabs in zip(steps, self._host_tables)]
+
+    def _subset_args(self, subset, subset_index, batch_size: int, where: str) -> list:
+        """The subset modules' extra arguments: the bits, then subset_index."""
+        if self.items is None:
+            raise DecodeInputError(f"{where}: artifact {str(self.path)!r} exports no subset "
+                                   "modules (compile with export_subsets=True)")
+        if not isinstance(subset, Subset):
+            raise DecodeInputError(f"{where}: subset is a {type(subset).__name__}: expected a "
+                                   "Subset of this artifact (Artifact.subset)")
+        if subset.fingerprint != self.fingerprint:
+            raise DecodeInputError(f"{where}: the subset was made from another set (fingerprint "
+                                   f"{subset.fingerprint}, this artifact's {self.fingerprint})")
+        if subset_index is None:
+            if subset.num_subsets != 1:
+                raise DecodeInputError(f"{where}: {subset.num_subsets} stacked subsets: pass "
+                                       f"subset_index, ints ({batch_size},), one per batch row")
+            subset_index = np.zeros(batch_size, np.int32)
+        index = np.asarray(subset_index)
+        if index.shape != (batch_size,) or index.dtype.kind not in "iu":
+            raise DecodeInputError(f"{where}: subset_index has shape {index.shape} and dtype "
+                                   f"{index.dtype}: expected ints ({batch_size},), one per row")
+        bad = np.flatnonzero((index < 0) | (index >= subset.num_subsets))
+        if bad.size:
+            raise DecodeInputError(f"{where}: subset_index[{int(bad[0])}] = {int(index[bad[0]])}: "
+                                   f"expected a subset in [0, {subset.num_subsets})")
+        device = subset.__dict__.get("_serving_device")
+        if device is None:
+            device = [jax.device_put(w) for w in subset.live + subset.ends if w is not None]
+            object.__setattr__(subset, "_serving_device", device)
+        return [*device, jnp.asarray(index, jnp.int32)]
 
 
 def _deserialize(path: pathlib.Path, name: str, entry: fmt.ModuleEntry,
@@ -264,4 +354,30 @@ def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
         raise fmt.format_error(path, f"manifest lists no module(s) {missing}")
     device = device if device is not None else jax.devices()[0]
     device_tables = [jax.device_put(np.asarray(t), device) for t in tables]
-    return Artifact(path, manifest, device_tables, modules, fmt.read_names(path, manifest))
+    host = fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables], len(manifest.layers),
+                                tables)
+    return Artifact(path, manifest, device_tables, modules, fmt.read_names(path, manifest),
+                    _read_items(path, manifest), host)
+
+
+def _read_items(path: pathlib.Path, manifest: fmt.Manifest) -> Optional[ItemIndex]:
+    """The artifact's item index (items/*.npy, checksummed with the rest), or
+    None when it was saved without subsets."""
+    if manifest.item_files is None:
+        return None
+    arrays = {}
+    for key, rel in manifest.item_files.items():
+        if key not in fmt.ITEM_ARRAYS:
+            raise fmt.format_error(path, f"item_files names {key!r}, expected one of "
+                                         f"{list(fmt.ITEM_ARRAYS)}")
+        try:
+            arrays[key] = np.load(path / rel, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise fmt.format_error(path, f"{rel} is not a readable .npy file ({e})") from None
+    if "row_item" not in arrays or ("item_depth" in arrays) != ("item_state" in arrays):
+        raise fmt.format_error(path, f"item_files {sorted(arrays)}: expected row_item, and "
+                                     "item_depth with item_state (a variable-length set)")
+    row_item = arrays["row_item"]
+    num_unique = int(row_item.max()) + 1 if row_item.size else 0
+    return ItemIndex(row_item=row_item, num_unique=num_unique,
+                     item_depth=arrays.get("item_depth"), item_state=arrays.get("item_state"))

@@ -201,7 +201,7 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
     info = json.loads(out)
     assert info["modules"] == ["static_compiler", "static_compiler.artifact_format",
                                "static_compiler.decode_state", "static_compiler.errors",
-                               "static_compiler.serving"]
+                               "static_compiler.liveness", "static_compiler.serving"]
     logits = np.linspace(-1, 1, 2 * 4 * 10, dtype=np.float32).reshape(2, 4, -1)
     assert info["tokens"] == np.asarray(art.beam_step(art.init_state(2, 4), logits, 0).tokens).tolist()
 
@@ -392,8 +392,9 @@ def test_a_manifest_key_of_the_wrong_type_is_named(copy, key, value, match):
 
 
 def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
-    """Version 1 had no names_file key (and no names.jsonl)."""
-    edit_manifest(copy, lambda m: (m.update(format_version=1), m.pop("names_file")))
+    """Version 1 had no names_file key (and no names.jsonl), nor item_files."""
+    edit_manifest(copy, lambda m: (m.update(format_version=1), m.pop("names_file"),
+                                   m.pop("item_files")))
     art = serving.load(copy)
     assert art.manifest.format_version == 1 and art.manifest.names_file is None
     assert art.names is None and artifact.read_names(copy) is None

@@ -260,7 +260,7 @@ def saved(compiled_chars, tmp_path_factory):
 
 def test_names_survive_save_and_load(compiled_chars, saved):
     manifest = serving.read_manifest(saved)
-    assert manifest.format_version == 2 and manifest.names_file == "names.jsonl"
+    assert manifest.format_version == artifact_format.FORMAT_VERSION and manifest.names_file == "names.jsonl"
     assert "names.jsonl" in manifest.files
     lines = [json.loads(line) for line in (saved / "names.jsonl").read_text("utf-8").splitlines()]
     assert [(o["name"], o["tokens"]) for o in lines] == [

@@ -27,6 +27,7 @@ import numpy as np
 
 from static_compiler.errors import IRVerificationError, PipelineError
 from static_compiler.ir import Automaton, Layer, Layout, LayoutKind, verify
+from static_compiler.liveness import row_pointers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,21 +140,19 @@ def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where
     kind = step.kind
     if kind == LayoutKind.DENSE_ROWS:
         nxt = np.asarray(tabs["next"])
-        present = nxt >= 0
-        rows, tokens = np.nonzero(present)
-        indptr = np.concatenate([[0], np.cumsum(present.sum(axis=1))])
+        rows, tokens = np.nonzero(nxt >= 0)
+        indptr = row_pointers(kind, tabs, step.num_states)
         targets = nxt[rows, tokens].astype(np.int64)
     elif kind == LayoutKind.CSR:
-        indptr = np.asarray(tabs["indptr"]).astype(np.int64)
+        indptr = row_pointers(kind, tabs, step.num_states)
         tokens = np.asarray(tabs["tokens"])
         targets = None
     elif kind == LayoutKind.UNARY:
         tokens = np.asarray(tabs["tokens"])
-        indptr = np.arange(tokens.shape[0] + 1, dtype=np.int64)
+        indptr = row_pointers(kind, tabs, tokens.shape[0])
         targets = None
     elif kind == LayoutKind.NEAR_UNARY:
         tokens = np.asarray(tabs["tokens"])
-        branch = np.ones(step.num_states, dtype=np.int64)
         ex = np.asarray(tabs["ex_states"]).astype(np.int64)
         bounds = np.asarray(tabs["ex_bounds"]).astype(np.int64)
         if ex.ndim != 1 or bounds.shape != (ex.shape[0], 2) or \
@@ -161,8 +160,7 @@ def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where
             raise IRVerificationError(f"{where}: layer {t} ex_states / ex_bounds have shapes "
                                       f"{ex.shape} / {bounds.shape} or ids outside "
                                       f"[0, {step.num_states})")
-        branch[ex] = bounds[:, 1] - bounds[:, 0]
-        indptr = np.concatenate([[0], np.cumsum(branch)])
+        indptr = row_pointers(kind, tabs, step.num_states)
         if not np.array_equal(indptr[ex], bounds[:, 0]):
             raise IRVerificationError(f"{where}: layer {t} ex_bounds disagree with the row "
                                       "starts implied by ex_states")

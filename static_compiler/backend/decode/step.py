@@ -182,24 +182,26 @@ def switch_over_steps(plan: Plan, step_fn: Callable, step, *operands):
 
 
 def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
-                     tokens_per_beam=None) -> BeamState:
+                     tokens_per_beam=None, subset: Optional[LiveMask] = None) -> BeamState:
     """`beam_step` with a traced int32 `step` (clamped into [0, max_length)),
     as the exported modules run it; tokens_per_beam as `beam_search` takes it
     (see `check_tokens_per_beam`). A `lax.switch` over the runs of
     `step_segments`: each run compiles one step program (with an inner
-    switch for its layers' candidate gathers), not one per step."""
+    switch for its layers' candidate gathers), not one per step. subset:
+    a `LiveMask` (per-row item subsets), or None."""
     caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
     runs = step_segments(plan, caps, (None,) * plan.max_length, state.node.shape[1], tables)
     step = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
     starts = jnp.asarray([run[0] for run in runs[1:]], jnp.int32)
     index = jnp.sum(step >= starts).astype(jnp.int32)
     branches = [functools.partial(_run_branch, plan, caps, run) for run in runs]
-    return lax.switch(index, branches, tables, state, logits, step)
+    return lax.switch(index, branches, tables, state, logits, step, subset)
 
 
-def _run_branch(plan, caps, run, tables, state, logits, step):
-    return run_step(plan, run_tables(plan, tables, run), state, logits, run,
-                    step if len(run) > 1 else run[0], caps[run[0]], None)
+def _run_branch(plan, caps, run, tables, state, logits, step, subset):
+    tabs = run_tables(plan, tables, run)
+    return run_step(plan, tabs, state, logits, run, step if len(run) > 1 else run[0],
+                    caps[run[0]], None, run_subset(plan, subset, run, isinstance(tabs, PackedRun)))
 
 
 def length_normalized(scores, lengths, length_penalty: float):

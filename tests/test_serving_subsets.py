@@ -1,0 +1,140 @@
+"""Item subsets through an exported artifact (`export_subsets=True`):
+`Artifact.subset` computes the same bits from the artifact's own tables and
+item index, and the subset modules decode bit-identically to the library
+(`sc.beam_search`, `mask`, `advance` with the same subsets), with no new
+compilation for new subsets."""
+
+from __future__ import annotations
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import oracle
+import static_compiler as sc
+from static_compiler import artifact_format, serving
+from static_compiler.errors import ArtifactFormatError, ConstraintSetError, DecodeInputError
+
+BEAMS = 5
+
+
+@pytest.fixture(scope="module", params=["fixed", "ragged"])
+def saved(request, tmp_path_factory):
+    rng = np.random.default_rng(3)
+    if request.param == "fixed":
+        items, vocab, end = oracle.random_set(rng, 40, 4, 6, skew=1.0), 6, None
+    else:
+        items, vocab, end = oracle.random_ragged_set(rng, 30, 4, 7, end_token=0), 7, 0
+    items = items + items[:2]
+    compiled = sc.compile_constraints(items, vocab, end_token=end, export_beam_sizes=(BEAMS,),
+                                      export_tokens_per_beam=2, export_subsets=True)
+    path = tmp_path_factory.mktemp("art") / "set.static"
+    compiled.save(path)
+    return items, compiled, serving.load(path), path
+
+
+
+
+def test_artifact_subsets_equal_the_librarys(saved):
+    items, compiled, art, _ = saved
+    rng = np.random.default_rng(1)
+    masks = [rng.random(len(items)) < 0.4, np.zeros(len(items), bool), rng.random(len(items)) < 0.8]
+    by_art = sc.stack_subsets([art.subset(m) for m in masks])
+    by_lib = sc.stack_subsets([compiled.subset(m) for m in masks])
+    for a, b in zip(by_art.live + by_art.ends, by_lib.live + by_lib.ends):
+        assert (a is None and b is None) or np.array_equal(a, b)
+    index = np.array([2, 0, 1, 2])
+    seeds = [5, 6, 7, 8]
+    model = oracle.HashModel(compiled.vocab_size, dup=40)
+    want = sc.beam_search(compiled, model, batch_size=4, beam_size=BEAMS, tokens_per_beam=2,
+                          carry=model.init_carry(seeds, BEAMS), carry_axes=model.carry_axes,
+                          subset=by_lib, subset_index=index)
+    from static_compiler.backend.decode import reorder_carry
+    state, carry = art.init_state(4, BEAMS), model.init_carry(seeds, BEAMS)
+    for t in range(art.max_length):
+        logits, carry = model(state.last_tokens, jnp.int32(t), carry)
+        state = art.beam_step(state, logits, t, subset=by_art, subset_index=index)
+        carry = reorder_carry(carry, state.parent, _axes(model, carry), None)
+    for got, exp in zip(art.finalize(state), want):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(exp))
+    # New subsets run the same deserialized, compiled module.
+    name = artifact_format.subset_module_name(artifact_format.beam_module_name("beam_step", BEAMS))
+    zeros = np.zeros((4, BEAMS, art.vocab_size), np.float32)
+    sizes = []
+    for _ in range(2):
+        again = sc.stack_subsets([art.subset(rng.random(len(items)) < 0.5) for _ in range(3)])
+        art.beam_step(art.init_state(4, BEAMS), zeros, 0, subset=again, subset_index=index)
+        sizes.append(art._modules[name]._call._cache_size())
+    assert sizes[0] == sizes[1]
+
+
+def _axes(model, carry):
+    from static_compiler.backend.decode import resolve_carry_axes
+    return resolve_carry_axes(carry, model.carry_axes, 4, BEAMS, None)
+
+
+def test_artifact_mask_and_advance_with_subsets_equal_the_librarys(saved):
+    items, compiled, art, _ = saved
+    rng = np.random.default_rng(2)
+    masks = [rng.random(len(items)) < 0.5, rng.random(len(items)) < 0.5]
+    by_art = sc.stack_subsets([art.subset(m) for m in masks])
+    by_lib = sc.stack_subsets([compiled.subset(m) for m in masks])
+    index = np.array([0, 1, 1])
+    lib_state, art_state = compiled.init_state(3), art.init_processor_state(3)
+    for t in range(art.max_length):
+        logits = rng.standard_normal((3, art.vocab_size)).astype(np.float32)
+        want = compiled.mask(logits, lib_state, t, subset=by_lib, subset_index=index)
+        got = art.mask(logits, art_state, t, subset=by_art, subset_index=index)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        allowed = [np.flatnonzero(np.asarray(want)[b] > sc.SENTINEL_SCORE) for b in range(3)]
+        tokens = np.array([int(rng.choice(a)) if a.size else 0 for a in allowed], np.int32)
+        lib_state = compiled.advance(lib_state, tokens, t, subset=by_lib, subset_index=index)
+        art_state = art.advance(art_state, tokens, t, subset=by_art, subset_index=index)
+        for a, b in zip(art_state, lib_state):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_subset_errors(saved):
+    items, compiled, art, _ = saved
+    one = art.subset(np.ones(len(items), bool))
+    state = art.init_state(2, BEAMS)
+    logits = np.zeros((2, BEAMS, art.vocab_size), np.float32)
+    with pytest.raises(DecodeInputError, match="made from another set"):
+        art.beam_step(state, logits, 0, subset=compiled.subset(np.ones(len(items), bool)))
+    with pytest.raises(DecodeInputError, match=r"subset_index\[1\] = 3: expected a subset in \[0, 1\)"):
+        art.beam_step(state, logits, 0, subset=one, subset_index=np.array([0, 3]))
+    with pytest.raises(DecodeInputError, match="2 stacked subsets: pass subset_index"):
+        art.beam_step(state, logits, 0, subset=sc.stack_subsets([one, one]))
+    with pytest.raises(ConstraintSetError, match=rf"shape \(3,\): expected \({len(items)},\)"):
+        art.subset(np.ones(3, bool))
+
+
+def test_artifacts_without_subsets_say_so(tmp_path):
+    compiled = sc.compile_constraints([[1, 2], [2, 3]], 4, export_beam_sizes=(2,))
+    compiled.save(tmp_path / "a")
+    art = serving.load(tmp_path / "a")
+    assert art.items is None and art.manifest.item_files is None
+    assert not any(name.endswith("_subset") or "_subset_" in name for name in art.modules)
+    with pytest.raises(DecodeInputError, match="has no item index"):
+        art.subset(np.ones(2, bool))
+    minimized = oracle.shared_suffix_set(np.random.default_rng(0), 6, 8)
+    with pytest.raises(ConstraintSetError, match="'minimize' pass"):
+        sc.compile_constraints(minimized, 8, pipeline=oracle.pipeline_for("default", True),
+                               export_subsets=True)
+
+
+def test_a_manifest_missing_a_subset_module_is_rejected(saved, tmp_path):
+    import shutil
+    _, _, _, path = saved
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["modules"].pop("mask_subset")
+    manifest["files"].pop("modules/mask_subset.jaxexport")
+    (copy / "modules/mask_subset.jaxexport").unlink()
+    manifest.pop(artifact_format.MANIFEST_DIGEST_KEY, None)
+    (copy / "manifest.json").write_bytes(artifact_format.seal_manifest(manifest))
+    with pytest.raises(ArtifactFormatError, match="mask_subset"):
+        serving.load(copy)
