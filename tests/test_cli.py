@@ -267,3 +267,20 @@ def test_a_serving_process_importing_the_compiler_fails_the_main_job(monkeypatch
     with pytest.raises(MainJobError, match=r"imported \['static_compiler.compiler'\]"):
         main_job.serve_in_fresh_process(tmp_path / "a", tmp_path / "o.npz", batch_size=1,
                                         beam_size=1)
+
+
+def test_compile_with_export_subsets_serves_subsets(tmp_path, capsys):
+    np.save(tmp_path / "s.npy", SIDS[:20])
+    code, out, err = run_cli(capsys, "compile", tmp_path / "s.npy", "-o", tmp_path / "a",
+                             "--vocab-size", 16, "--beam-sizes", 2, "--export-subsets")
+    assert code == 0, err
+    art = serving.load(tmp_path / "a")
+    assert art.items is not None and "mask_subset" in art.modules
+    mask = np.zeros(20, bool)
+    mask[[3, 7]] = True
+    sub = art.subset(mask)
+    state = art.init_state(1, 2)
+    for t in range(art.max_length):
+        state = art.beam_step(state, np.zeros((1, 2, 16), np.float32), t, subset=sub)
+    got = {tuple(row) for row in np.asarray(art.finalize(state).tokens)[0].tolist()}
+    assert got == {tuple(SIDS[3].tolist()), tuple(SIDS[7].tolist())}

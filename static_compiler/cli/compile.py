@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{DEFAULT_BEAM_SIZES})")
     parser.add_argument("--tokens-per-beam", type=int, default=None,
                         help="expand each beam to at most this many children (default: all)")
+    parser.add_argument("--export-subsets", action="store_true",
+                        help="also save the item index and subset modules, so a serving process "
+                             "restricts each request to a subset of the items (Artifact.subset)")
     parser.add_argument("--print-ir-after-all", action="store_true",
                         help="print the IR after the frontend and every pass (stderr)")
     parser.add_argument("--force", action="store_true", help="replace an existing artifact")
@@ -59,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
                                        tokenizer=tokenizer, pipeline=pipeline,
                                        print_ir_after_all=args.print_ir_after_all,
                                        export_beam_sizes=beam_sizes,
-                                       export_tokens_per_beam=args.tokens_per_beam, stream=log)
+                                       export_tokens_per_beam=args.tokens_per_beam,
+                                       export_subsets=args.export_subsets, stream=log)
     for stage, seconds in compiled.timings:
         log.write(f"[compile]   {stage:<16s} {seconds:8.3f} s\n")
     text = compiled.frontend_stats.get("text")
