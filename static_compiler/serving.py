@@ -377,7 +377,21 @@ def _read_items(path: pathlib.Path, manifest: fmt.Manifest) -> Optional[ItemInde
     if "row_item" not in arrays or ("item_depth" in arrays) != ("item_state" in arrays):
         raise fmt.format_error(path, f"item_files {sorted(arrays)}: expected row_item, and "
                                      "item_depth with item_state (a variable-length set)")
-    row_item = arrays["row_item"]
-    num_unique = int(row_item.max()) + 1 if row_item.size else 0
-    return ItemIndex(row_item=row_item, num_unique=num_unique,
-                     item_depth=arrays.get("item_depth"), item_state=arrays.get("item_state"))
+    n = manifest.num_sequences
+    row_item, depth, state = arrays["row_item"], arrays.get("item_depth"), arrays.get("item_state")
+    problem = None
+    if row_item.ndim != 1 or row_item.dtype.kind != "i" or \
+            (row_item.size and (row_item.min() < 0 or row_item.max() >= n)):
+        problem = f"row_item must be ints in [0, {n}) (the set's {n} sequences)"
+    elif depth is None and n != manifest.num_final_states:
+        problem = "a fixed-length set's items must be its final states"
+    elif depth is not None:
+        sizes = [s["num_states"] for s in manifest.plan_steps] + [manifest.num_final_states]
+        if depth.shape != (n,) or state.shape != (n,) or depth.min(initial=1) < 1 or \
+                depth.max(initial=1) > manifest.depth or \
+                (state < 0).any() or (state >= np.asarray(sizes)[depth]).any():
+            problem = (f"item_depth / item_state must be ({n},) depths in [1, {manifest.depth}] "
+                       "and state ids within their depth")
+    if problem:
+        raise fmt.format_error(path, f"items: {problem}")
+    return ItemIndex(row_item=row_item, num_unique=n, item_depth=depth, item_state=state)

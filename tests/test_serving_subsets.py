@@ -138,3 +138,22 @@ def test_a_manifest_missing_a_subset_module_is_rejected(saved, tmp_path):
     (copy / "manifest.json").write_bytes(artifact_format.seal_manifest(manifest))
     with pytest.raises(ArtifactFormatError, match="mask_subset"):
         serving.load(copy)
+
+
+def test_a_tampered_item_index_is_rejected(saved, tmp_path):
+    import hashlib
+    import shutil
+    _, compiled, _, path = saved
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    rel = artifact_format.item_file("row_item")
+    row_item = np.load(copy / rel)
+    row_item[0] = compiled.ir.num_sequences  # out of range
+    np.save(copy / rel, row_item)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    data = (copy / rel).read_bytes()
+    manifest["files"][rel] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    manifest.pop(artifact_format.MANIFEST_DIGEST_KEY, None)
+    (copy / "manifest.json").write_bytes(artifact_format.seal_manifest(manifest))
+    with pytest.raises(ArtifactFormatError, match=r"items: row_item must be ints in \[0, "):
+        serving.load(copy)
