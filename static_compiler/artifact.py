@@ -220,13 +220,18 @@ def build_files(compiled) -> dict[str, bytes]:
     if names is not None:
         files[fmt.NAMES_FILE] = names.to_jsonl()
     item_files = None
+    items = getattr(compiled, "items", None)
     if getattr(compiled, "export_subsets", False):
         item_files = {}
         for key in fmt.ITEM_ARRAYS:
             arr = getattr(compiled.items, key)
             if arr is not None:
                 item_files[key] = fmt.item_file(key)
-                files[item_files[key]] = _npy_bytes(np.asarray(arr, np.int32))
+                files[item_files[key]] = _npy_bytes(
+                    np.asarray(arr, bool if key == "removed" else np.int32))
+    elif items is not None and items.removal_tag:
+        raise DecodeInputError("save: items were removed by an update, and an artifact keeps the "
+                               "removal as item subsets: compile with export_subsets=True")
     tables = []
     for t, name in fmt.table_keys(compiled.tables):
         arr = compiled.tables[t][name]

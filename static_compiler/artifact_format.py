@@ -57,8 +57,9 @@ from static_compiler.errors import (ArtifactChecksumError, ArtifactFormatError,
 #     item_state), the manifest key "item_files" ({name: path}, or null), and
 #     with them the modules beam_step_subset_m{M}, mask_subset and
 #     advance_subset (a module's arguments, then the subsets' bits with a
-#     second symbolic dimension "r", then subset_index int32[b]). Versions 1
-#     and 2 read as artifacts without subsets.
+#     second symbolic dimension "r", then subset_index int32[b]); after an
+#     update, items/removed.npy (bool, the unique sequences taken out).
+#     Versions 1 and 2 read as artifacts without subsets.
 FORMAT_NAME = "static-compiler-artifact"
 FORMAT_VERSION = 3
 MIN_FORMAT_VERSION = 1
@@ -70,9 +71,10 @@ MANIFEST_FILE = "manifest.json"
 IR_FILE = "ir.txt"
 NAMES_FILE = "names.jsonl"
 ITEMS_DIR = "items"
-ITEM_ARRAYS = ("row_item", "item_depth", "item_state")
-"""The arrays of `liveness.ItemIndex` an artifact may hold (the last two
-for variable-length sets only), one .npy file each under ITEMS_DIR."""
+ITEM_ARRAYS = ("row_item", "item_depth", "item_state", "removed")
+"""The arrays of `liveness.ItemIndex` an artifact may hold (item_depth and
+item_state for variable-length sets only, removed after an update), one
+.npy file each under ITEMS_DIR."""
 TABLES_DIR = "tables"
 MODULES_DIR = "modules"
 MODULE_SUFFIX = ".jaxexport"

@@ -49,6 +49,7 @@ class CompiledConstraints:
         trie (`liveness.ItemIndex`), for item subsets; else None.
       export_subsets: `save` also writes the item index and the modules'
         subset variants (serving restricts per request).
+      last_update: what the `update` that made this version did.
     """
 
     ir: Automaton
@@ -62,6 +63,7 @@ class CompiledConstraints:
     names: Optional[NameTable] = None
     items: Optional[ItemIndex] = None
     export_subsets: bool = False
+    last_update: Optional[dict] = None
 
     @property
     def vocab_size(self) -> int:
@@ -147,11 +149,57 @@ class CompiledConstraints:
 
     @property
     def fingerprint(self) -> str:
-        """Content hash of the compiled automaton (`subsets.set_fingerprint`)."""
+        """Content hash of the compiled automaton (`subsets.set_fingerprint`),
+        and of the items an update removed (`ItemIndex.removal_tag`)."""
         cached = self.__dict__.get("_fingerprint")
         if cached is None:
             cached = subsets.set_fingerprint(self.ir)
             object.__setattr__(self, "_fingerprint", cached)
+        return cached + ("" if self.items is None else self.items.removal_tag)
+
+    def update(self, *, remove=None) -> "CompiledConstraints":
+        """A new version of this set without the items `remove` picks (a bool
+        mask (N,) over the input rows, or token sequences), sharing its
+        tables and compiled programs: removal is pure liveness, so nothing
+        is rebuilt or recompiled and item ids stay. Every decode of the new
+        version (and every subset made from it) leaves the removed items
+        out; subsets made before the update are refused by it. Sequences not
+        in the set are counted, not an error: `last_update` reports
+        {"removed", "already_removed", "absent"}. Additions are not
+        supported yet (compile the new set)."""
+        items = subsets.check_subsettable(self.ir, self.items, "update")
+        if remove is None:
+            raise ConstraintSetError("update: nothing to do: pass remove=... (a bool mask over "
+                                     "the input rows, or token sequences)")
+        absent = 0
+        if isinstance(remove, np.ndarray) and (remove.dtype == bool or remove.ndim != 2):
+            picked = subsets.rows_item_mask(remove, items, "update")
+        else:
+            ids = subsets.unique_ids(self.ir, items, remove, "update")
+            absent = int((ids < 0).sum())
+            picked = np.zeros(items.num_unique, dtype=bool)
+            picked[ids[ids >= 0]] = True
+        before = np.zeros(items.num_unique, bool) if items.removed is None else items.removed
+        report = {"removed": int((picked & ~before).sum()),
+                  "already_removed": int((picked & before).sum()), "absent": absent}
+        new = dataclasses.replace(self, items=dataclasses.replace(items, removed=before | picked),
+                                  last_update=report)
+        for key in ("_device_tables", "_fingerprint", "_layer_walks", "_first_rows"):
+            if key in self.__dict__:  # the same tables and set: share what was computed
+                object.__setattr__(new, key, self.__dict__[key])
+        new.base_subset  # computed now, so the next decode only reads it
+        return new
+
+    @property
+    def base_subset(self) -> Optional[subsets.Subset]:
+        """The subset every decode of this version runs over when no subset
+        is given: all items but those removed by updates; None if none was."""
+        if self.items is None or not self.items.removal_tag:
+            return None
+        cached = self.__dict__.get("_base_subset")
+        if cached is None:
+            cached = self.subset(np.ones(self.items.num_items, bool))
+            object.__setattr__(self, "_base_subset", cached)
         return cached
 
     def subset(self, selection) -> subsets.Subset:
@@ -174,13 +222,15 @@ class CompiledConstraints:
 
     def item_index(self, sequences) -> np.ndarray:
         """int64 (n,): the item (input row; the first of duplicate rows) each
-        of `sequences` is, -1 for a sequence not in the set."""
+        of `sequences` is, -1 for a sequence not in the set (or removed)."""
         items = subsets.check_subsettable(self.ir, self.items, "item_index")
         first = self.__dict__.get("_first_rows")
         if first is None:
             first = np.unique(items.row_item, return_index=True)[1].astype(np.int64)
             object.__setattr__(self, "_first_rows", first)
         ids = subsets.unique_ids(self.ir, items, sequences, "item_index")
+        if items.removed is not None:
+            ids = np.where(ids >= 0, np.where(items.removed[np.maximum(ids, 0)], -1, ids), -1)
         return np.where(ids >= 0, first[np.maximum(ids, 0)], -1)
 
     def live_mask(self, subset: Optional[subsets.Subset], subset_index, batch_size: int,
@@ -191,7 +241,9 @@ class CompiledConstraints:
         if subset is None:
             if subset_index is not None:
                 raise DecodeInputError(f"{where}: subset_index without a subset")
-            return None
+            if self.base_subset is None:
+                return None
+            subset = self.base_subset
         if not isinstance(subset, subsets.Subset):
             raise DecodeInputError(f"{where}: subset is a {type(subset).__name__}: expected a "
                                    "Subset (compiled.subset(mask) or stack_subsets([...]))")

@@ -29,6 +29,7 @@ bool (S,) or None, ``num_states``, ``num_edges`` and ``branch()``, such as
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -44,16 +45,28 @@ class ItemIndex:
     terminal state). row_item int32 (N,): the unique sequence (sorted order)
     each input row is; item_depth int32 (N',) and item_state int32 (N',):
     the depth and state id where each unique sequence ends, or None for a
-    fixed-length set, whose unique sequence u ends in final state u."""
+    fixed-length set, whose unique sequence u ends in final state u;
+    removed bool (N',) or None: unique sequences an update took out (every
+    decode then runs over the others)."""
 
     row_item: np.ndarray
     num_unique: int
     item_depth: Optional[np.ndarray] = None
     item_state: Optional[np.ndarray] = None
+    removed: Optional[np.ndarray] = None
 
     @property
     def num_items(self) -> int:
         return int(self.row_item.shape[0])
+
+    @property
+    def removal_tag(self) -> str:
+        """"" with nothing removed, else a short hash of `removed` (bool
+        (N',): unique sequences taken out by an update): part of a set's
+        fingerprint, so a subset made before a removal is refused after."""
+        if self.removed is None or not self.removed.any():
+            return ""
+        return "~" + hashlib.blake2b(np.packbits(self.removed).tobytes(), digest_size=6).hexdigest()
 
 
 class TrieLayer(NamedTuple):
@@ -266,7 +279,10 @@ def rows_item_mask(selection: np.ndarray, items: ItemIndex, where: str) -> np.nd
 def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional[int],
                     items: ItemIndex, item_live: np.ndarray, fingerprint: str,
                     walks: Optional[tuple] = None) -> Subset:
-    """One `Subset` holding the unique sequences `item_live` bool (N',)."""
+    """One `Subset` holding the unique sequences `item_live` bool (N',)
+    (less those `items.removed`)."""
+    if items.removed is not None:
+        item_live = item_live & ~items.removed
     live, ends = liveness(layers, num_final_states, end_token, items, item_live, walks)
     return Subset(live=tuple(pack(b)[None, :] for b in live),
                   ends=tuple(None if b is None else pack(b)[None, :] for b in ends),

@@ -128,6 +128,7 @@ class Artifact:
         self.items = items
         self._host_tables = host_tables
         self._walks = None
+        self._base = None
 
     def __repr__(self):
         return (f"Artifact({str(self.path)!r}, vocab_size={self.vocab_size}, max_length="
@@ -179,6 +180,8 @@ class Artifact:
         logits = self._logits(logits, (B, M), "beam_step")
         step = self._step(step, "beam_step")
         if subset is None and subset_index is None:
+            subset = self._base_subset()
+        if subset is None and subset_index is None:
             module = self._beam_module("beam_step", M)
             return BeamState(*module(self.tables, *fields, logits, step))
         bits = self._subset_args(subset, subset_index, B, "beam_step")
@@ -221,6 +224,8 @@ class Artifact:
         logits = self._logits(logits, tuple(np.shape(fields[0])[:1]), "mask")
         step = self._step(step, "mask")
         if subset is None and subset_index is None:
+            subset = self._base_subset()
+        if subset is None and subset_index is None:
             return self._modules["mask"](self.tables, logits, *fields, step)[0]
         bits = self._subset_args(subset, subset_index, int(np.shape(fields[0])[0]), "mask")
         return self._modules["mask_subset"](self.tables, logits, *fields, step, *bits)[0]
@@ -235,6 +240,8 @@ class Artifact:
         tokens = jnp.asarray(tokens).astype(jnp.int32)
         step = self._step(step, "advance")
         if subset is None and subset_index is None:
+            subset = self._base_subset()
+        if subset is None and subset_index is None:
             return ProcessorState(*self._modules["advance"](self.tables, *fields, tokens, step))
         bits = self._subset_args(subset, subset_index, B, "advance")
         return ProcessorState(*self._modules["advance_subset"](self.tables, *fields, tokens, step,
@@ -244,8 +251,18 @@ class Artifact:
 
     @property
     def fingerprint(self) -> str:
-        """The sha256 of the artifact's IR text: subsets of this set carry it."""
-        return self.manifest.files[fmt.IR_FILE].sha256
+        """The sha256 of the artifact's IR text, and the removal tag of its
+        items (`ItemIndex.removal_tag`): subsets of this set carry it."""
+        tag = "" if self.items is None else self.items.removal_tag
+        return self.manifest.files[fmt.IR_FILE].sha256 + tag
+
+    def _base_subset(self) -> Optional[Subset]:
+        """All items but those an update removed, or None when none was."""
+        if self.items is None or not self.items.removal_tag:
+            return None
+        if self._base is None:
+            self._base = self.subset(np.ones(self.items.num_items, bool))
+        return self._base
 
     def subset(self, selection) -> Subset:
         """The items `selection` picks, bool (N,) over the rows the set was
@@ -379,8 +396,11 @@ def _read_items(path: pathlib.Path, manifest: fmt.Manifest) -> Optional[ItemInde
                                      "item_depth with item_state (a variable-length set)")
     n = manifest.num_sequences
     row_item, depth, state = arrays["row_item"], arrays.get("item_depth"), arrays.get("item_state")
+    removed = arrays.get("removed")
     problem = None
-    if row_item.ndim != 1 or row_item.dtype.kind != "i" or \
+    if removed is not None and (removed.dtype != bool or removed.shape != (n,)):
+        problem = f"removed must be bool ({n},)"
+    elif row_item.ndim != 1 or row_item.dtype.kind != "i" or \
             (row_item.size and (row_item.min() < 0 or row_item.max() >= n)):
         problem = f"row_item must be ints in [0, {n}) (the set's {n} sequences)"
     elif depth is None and n != manifest.num_final_states:
@@ -394,4 +414,5 @@ def _read_items(path: pathlib.Path, manifest: fmt.Manifest) -> Optional[ItemInde
                        "and state ids within their depth")
     if problem:
         raise fmt.format_error(path, f"items: {problem}")
-    return ItemIndex(row_item=row_item, num_unique=n, item_depth=depth, item_state=state)
+    return ItemIndex(row_item=row_item, num_unique=n, item_depth=depth, item_state=state,
+                     removed=removed)

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 
 import jax
+import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 import pytest
@@ -410,3 +411,84 @@ def test_allowed_follows_each_rows_subset(name):
             logits = np.zeros((1, case.vocab), np.float32)
             want = oracle.mask(csets[r], logits, [row])[0] != sc.SENTINEL_SCORE
             np.testing.assert_array_equal(got[b], want, err_msg=f"t={t} prefix={prefix} subset {r}")
+
+
+# -- updates: removal as liveness ---------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["fixed", "ragged"])
+def test_update_remove_leaves_items_out_of_every_decode(name, tmp_path):
+    case = CASES[name]
+    items, compiled = compiled_case(name, "default")
+    rng = np.random.default_rng(31)
+    gone = rng.random(len(items)) < 0.3
+    v2 = compiled.update(remove=gone)
+    assert v2.tables is compiled.tables and v2.fingerprint != compiled.fingerprint
+    picked = {tuple(items[i]) for i in np.flatnonzero(gone)}
+    assert v2.last_update == {"removed": len(picked), "already_removed": 0, "absent": 0}
+    model = oracle.HashModel(case.vocab, dup=40)
+    seeds = [11, 12]
+    keep = np.array([tuple(s) not in picked for s in items])
+    want = oracle_result(items, keep, case, model, seeds, compiled.max_length)
+    assert_matches(decode(v2, model, seeds, case), want, "after removal, no subset")
+    # A subset of v2 leaves the removed items out too; one made before is refused.
+    mask = rng.random(len(items)) < 0.6
+    got = decode(v2, model, seeds, case, subset=v2.subset(mask))
+    assert_matches(got, oracle_result(items, mask & keep, case, model, seeds, compiled.max_length))
+    with pytest.raises(DecodeInputError, match="made from another compiled set"):
+        decode(v2, model, seeds, case, subset=compiled.subset(mask))
+    assert (v2.item_index([items[i] for i in np.flatnonzero(gone)]) == -1).all()
+    # Removing again (and sequences that are not in the set) is counted, not an error.
+    v3 = v2.update(remove=[items[int(np.flatnonzero(gone)[0])], (case.vocab - 1,) * 9])
+    assert v3.last_update == {"removed": 0, "already_removed": 1, "absent": 1}
+    # The original is untouched: it still decodes over every item.
+    assert_matches(decode(compiled, model, seeds, case),
+                   oracle_result(items, np.ones(len(items), bool), case, model, seeds,
+                                 compiled.max_length))
+
+
+def test_later_removals_compile_nothing_new():
+    case = CASES["fixed"]
+    items, compiled = compiled_case("fixed", "default")
+    model = oracle.HashModel(case.vocab)
+    rng = np.random.default_rng(32)
+    v = compiled.update(remove=rng.random(len(items)) < 0.1)
+    decode(v, model, [1], case)
+    size = search._beam_search._cache_size()
+    for _ in range(3):
+        v = v.update(remove=rng.random(len(items)) < 0.1)
+        decode(v, model, [1], case)
+    assert search._beam_search._cache_size() == size
+
+
+def test_an_updated_set_saves_its_removals_and_serves_without_them(tmp_path):
+    from static_compiler import serving
+    rng = np.random.default_rng(33)
+    items = oracle.random_ragged_set(rng, 30, 4, 7, end_token=0)
+    plain = sc.compile_constraints(items, 7, end_token=0, export_beam_sizes=(4,))
+    gone = rng.random(len(items)) < 0.3
+    with pytest.raises(DecodeInputError, match="export_subsets=True"):
+        plain.update(remove=gone).save(tmp_path / "plain")
+    compiled = sc.compile_constraints(items, 7, end_token=0, export_beam_sizes=(4,),
+                                      export_subsets=True)
+    v2 = compiled.update(remove=gone)
+    v2.save(tmp_path / "v2")
+    art = serving.load(tmp_path / "v2")
+    assert art.items.removed is not None and art.fingerprint.endswith(v2.items.removal_tag)
+    zeros = np.zeros((1, 4, 7), np.float32)
+    state = art.init_state(1, 4)
+    for t in range(art.max_length):
+        state = art.beam_step(state, zeros, t)
+    want = sc.beam_search(v2, lambda last, step, c: (jnp.zeros(last.shape + (7,)), c),
+                          batch_size=1, beam_size=4)
+    got = art.finalize(state)
+    for field in ("tokens", "valid", "lengths"):
+        np.testing.assert_array_equal(np.asarray(getattr(got, field)),
+                                      np.asarray(getattr(want, field)))
+    # All-equal logits: the exported module's log-sum-exp may round 1 ulp
+    # apart from the jitted search's (so on main before subsets too).
+    np.testing.assert_allclose(np.asarray(got.scores), np.asarray(want.scores), rtol=1e-6)
+    picked = {tuple(items[i]) for i in np.flatnonzero(gone)}
+    tokens, valid, lengths = (np.asarray(x)[0] for x in (want.tokens, want.valid, want.lengths))
+    for j in np.flatnonzero(valid):
+        assert tuple(int(x) for x in tokens[j, :lengths[j]]) not in picked
