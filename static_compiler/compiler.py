@@ -14,6 +14,7 @@ from static_compiler import decode_state, subsets
 from static_compiler import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.backend.decode.live import check_live_mask
+from static_compiler.liveness import checked_subset_index
 from static_compiler.backend.lowering import Plan, lower, tables_nbytes
 from static_compiler.artifact_format import NameTable
 from static_compiler.errors import ConstraintSetError, DecodeInputError
@@ -244,18 +245,8 @@ class CompiledConstraints:
             if self.base_subset is None:
                 return None
             subset = self.base_subset
-        if not isinstance(subset, subsets.Subset):
-            raise DecodeInputError(f"{where}: subset is a {type(subset).__name__}: expected a "
-                                   "Subset (compiled.subset(mask) or stack_subsets([...]))")
-        if subset.fingerprint != self.fingerprint:
-            raise DecodeInputError(f"{where}: the subset was made from another compiled set "
-                                   f"(fingerprint {subset.fingerprint}, this set's "
-                                   f"{self.fingerprint})")
-        if subset_index is None:
-            if subset.num_subsets != 1:
-                raise DecodeInputError(f"{where}: {subset.num_subsets} stacked subsets: pass "
-                                       f"subset_index, ints ({batch_size},), one per batch row")
-            subset_index = np.zeros(batch_size, np.int32)
+        subset_index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size,
+                                            where)
         import jax
         device = subset.__dict__.get("_device")
         if device is None:

@@ -34,7 +34,7 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from static_compiler.errors import ConstraintSetError
+from static_compiler.errors import ConstraintSetError, DecodeInputError
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -288,6 +288,24 @@ def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional
                   ends=tuple(None if b is None else pack(b)[None, :] for b in ends),
                   sizes=np.array([int(item_live.sum())], dtype=np.int64),
                   fingerprint=fingerprint)
+
+
+def checked_subset_index(subset, fingerprint: str, subset_index, batch_size: int, where: str):
+    """`subset_index` for decoding over `subset` (default: zeros when it
+    holds one subset), after checking that `subset` is a `Subset` of the set
+    with `fingerprint`; raises DecodeInputError naming what is wrong."""
+    if not isinstance(subset, Subset):
+        raise DecodeInputError(f"{where}: subset is a {type(subset).__name__}: expected a Subset "
+                               "of this set (its subset(mask), or stack_subsets([...]))")
+    if subset.fingerprint != fingerprint:
+        raise DecodeInputError(f"{where}: the subset was made from another compiled set "
+                               f"(fingerprint {subset.fingerprint}, this set's {fingerprint})")
+    if subset_index is None:
+        if subset.num_subsets != 1:
+            raise DecodeInputError(f"{where}: {subset.num_subsets} stacked subsets: pass "
+                                   f"subset_index, ints ({batch_size},), one per batch row")
+        return np.zeros(batch_size, np.int32)
+    return subset_index
 
 
 def stack_subsets(subsets: Sequence[Subset]) -> Subset:

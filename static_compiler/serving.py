@@ -40,8 +40,8 @@ from static_compiler.decode_state import (BeamState, DecodeResult, ProcessorStat
                                           check_int, check_logits, check_start_tokens, check_step,
                                           check_tokens)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
-from static_compiler.liveness import (ItemIndex, Subset, TrieLayer, layer_walks, row_pointers,
-                                      rows_item_mask, subset_of_items)
+from static_compiler.liveness import (ItemIndex, Subset, TrieLayer, checked_subset_index,
+                                      layer_walks, row_pointers, rows_item_mask, subset_of_items)
 
 
 def read_manifest(path, *, verify_checksums: bool = True) -> fmt.Manifest:
@@ -291,18 +291,8 @@ class Artifact:
         if self.items is None:
             raise DecodeInputError(f"{where}: artifact {str(self.path)!r} exports no subset "
                                    "modules (compile with export_subsets=True)")
-        if not isinstance(subset, Subset):
-            raise DecodeInputError(f"{where}: subset is a {type(subset).__name__}: expected a "
-                                   "Subset of this artifact (Artifact.subset)")
-        if subset.fingerprint != self.fingerprint:
-            raise DecodeInputError(f"{where}: the subset was made from another set (fingerprint "
-                                   f"{subset.fingerprint}, this artifact's {self.fingerprint})")
-        if subset_index is None:
-            if subset.num_subsets != 1:
-                raise DecodeInputError(f"{where}: {subset.num_subsets} stacked subsets: pass "
-                                       f"subset_index, ints ({batch_size},), one per batch row")
-            subset_index = np.zeros(batch_size, np.int32)
-        index = np.asarray(subset_index)
+        index = np.asarray(checked_subset_index(subset, self.fingerprint, subset_index,
+                                                batch_size, where))
         if index.shape != (batch_size,) or index.dtype.kind not in "iu":
             raise DecodeInputError(f"{where}: subset_index has shape {index.shape} and dtype "
                                    f"{index.dtype}: expected ints ({batch_size},), one per row")

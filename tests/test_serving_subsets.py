@@ -101,7 +101,7 @@ def test_subset_errors(saved):
     one = art.subset(np.ones(len(items), bool))
     state = art.init_state(2, BEAMS)
     logits = np.zeros((2, BEAMS, art.vocab_size), np.float32)
-    with pytest.raises(DecodeInputError, match="made from another set"):
+    with pytest.raises(DecodeInputError, match="made from another compiled set"):
         art.beam_step(state, logits, 0, subset=compiled.subset(np.ones(len(items), bool)))
     with pytest.raises(DecodeInputError, match=r"subset_index\[1\] = 3: expected a subset in \[0, 1\)"):
         art.beam_step(state, logits, 0, subset=one, subset_index=np.array([0, 3]))
