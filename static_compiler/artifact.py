@@ -44,7 +44,8 @@ from static_compiler.backend import decode
 from static_compiler.backend.lowering import Plan, StepPlan, automaton_from_tables
 from static_compiler.decode_state import (PAD_TOKEN, SENTINEL_SCORE, BeamState, ProcessorState,
                                           check_tokens_per_beam)
-from static_compiler.errors import ArtifactExistsError, ArtifactFormatError, DecodeInputError
+from static_compiler.errors import (ArtifactBusyError, ArtifactExistsError, ArtifactFormatError,
+                                    DecodeInputError)
 from static_compiler.ir import Automaton, Layout
 from static_compiler.liveness import bit_widths
 
@@ -343,6 +344,92 @@ def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path) -> Non
         raise
     _fsync_dir(parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# Updating a saved artifact (removals)
+
+
+@contextlib.contextmanager
+def update_lock(path: pathlib.Path):
+    """An exclusive lock on updating the artifact at `path` (a lock file
+    beside it); raises ArtifactBusyError at once when another holds it."""
+    import fcntl
+
+    parent = path.parent if str(path.parent) else pathlib.Path(".")
+    fd = os.open(parent / f".{path.name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ArtifactBusyError(f"artifact {str(path)!r} is being updated by another process "
+                                    "(its lock is held); try again when it is done") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def update_removed(path, remove) -> dict:
+    """Writes a new version of the artifact at `path` without the items
+    `remove` picks (a bool mask (N,) over the rows it was compiled from, or
+    token sequences), atomically and under `update_lock`: the tables and
+    modules are hard-linked (or copied) unchanged, items/removed.npy and the
+    manifest are new, and the directory is swapped in as `save` does, so a
+    reader sees the old version or the new one, and a crash leaves the old.
+
+    Returns {"removed", "already_removed", "absent"} (sequences not in the
+    set are counted, not an error). Raises DecodeInputError for an artifact
+    saved without subsets, ArtifactBusyError while another update runs."""
+    from static_compiler import subsets
+    from static_compiler.liveness import ItemIndex, rows_item_mask
+
+    path = pathlib.Path(path)
+    with update_lock(path):
+        manifest = fmt.read_manifest(path)
+        arrays = fmt.read_item_arrays(path, manifest)
+        if arrays is None:
+            raise DecodeInputError(f"update: artifact {str(path)!r} has no item index (compile "
+                                   "with export_subsets=True to update it)")
+        items = ItemIndex(num_unique=manifest.num_sequences, **arrays)
+        absent = 0
+        if isinstance(remove, np.ndarray) and (remove.dtype == bool or remove.ndim != 2):
+            picked = rows_item_mask(remove, items, "update")
+        else:
+            ids = subsets.unique_ids(read_automaton(path, verify_checksums=False), items, remove,
+                                     "update")
+            absent = int((ids < 0).sum())
+            picked = np.zeros(items.num_unique, dtype=bool)
+            picked[ids[ids >= 0]] = True
+        before = np.zeros(items.num_unique, bool) if items.removed is None else items.removed
+        report = {"removed": int((picked & ~before).sum()),
+                  "already_removed": int((picked & before).sum()), "absent": absent}
+        rel = fmt.item_file("removed")
+        data = _npy_bytes(before | picked)
+        files = dict(manifest.files)
+        files[rel] = fmt.FileEntry.of_bytes(data)
+        new = dataclasses.replace(manifest, item_files={**manifest.item_files, "removed": rel},
+                                  files=files, format_version=fmt.FORMAT_VERSION)
+        parent = path.parent if str(path.parent) else pathlib.Path(".")
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=parent))
+        try:
+            for name in manifest.files:
+                if name in (rel, fmt.MANIFEST_FILE):
+                    continue
+                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(path / name, tmp / name)
+                except OSError:
+                    shutil.copyfile(path / name, tmp / name)
+            _write_file(tmp, rel, data)
+            _write_file(tmp, fmt.MANIFEST_FILE, new.seal())
+            for sub in (fmt.TABLES_DIR, fmt.MODULES_DIR, fmt.ITEMS_DIR):
+                _fsync_dir(tmp / sub)
+            _fsync_dir(tmp)
+            _swap_in(tmp, path, parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return report
 
 
 # ---------------------------------------------------------------------------

@@ -567,6 +567,54 @@ def read_names(path, manifest: "Manifest") -> Optional[NameTable]:
 
 
 # ---------------------------------------------------------------------------
+# Item subsets: items/*.npy.
+
+
+def read_item_arrays(path, manifest: Manifest) -> Optional[dict]:
+    """{name: array} of the artifact's item index (`ITEM_ARRAYS`, as
+    `liveness.ItemIndex` takes them; files verified with the rest), or None
+    when it was saved without subsets. Raises ArtifactFormatError when an
+    array is unreadable or disagrees with the manifest's set (ids out of
+    range, depths or states outside the set)."""
+    if manifest.item_files is None:
+        return None
+    path = pathlib.Path(path)
+    arrays = {}
+    for key, rel in manifest.item_files.items():
+        if key not in ITEM_ARRAYS:
+            raise format_error(path, f"item_files names {key!r}, expected one of "
+                                     f"{list(ITEM_ARRAYS)}")
+        try:
+            arrays[key] = np.load(path / rel, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise format_error(path, f"{rel} is not a readable .npy file ({e})") from None
+    if "row_item" not in arrays or ("item_depth" in arrays) != ("item_state" in arrays):
+        raise format_error(path, f"item_files {sorted(arrays)}: expected row_item, and "
+                                 "item_depth with item_state (a variable-length set)")
+    n = manifest.num_sequences
+    row_item, depth, state = arrays["row_item"], arrays.get("item_depth"), arrays.get("item_state")
+    removed = arrays.get("removed")
+    problem = None
+    if removed is not None and (removed.dtype != bool or removed.shape != (n,)):
+        problem = f"removed must be bool ({n},)"
+    elif row_item.ndim != 1 or row_item.dtype.kind != "i" or \
+            (row_item.size and (row_item.min() < 0 or row_item.max() >= n)):
+        problem = f"row_item must be ints in [0, {n}) (the set's {n} sequences)"
+    elif depth is None and n != manifest.num_final_states:
+        problem = "a fixed-length set's items must be its final states"
+    elif depth is not None:
+        sizes = [s["num_states"] for s in manifest.plan_steps] + [manifest.num_final_states]
+        if depth.shape != (n,) or state.shape != (n,) or depth.min(initial=1) < 1 or \
+                depth.max(initial=1) > manifest.depth or \
+                (state < 0).any() or (state >= np.asarray(sizes)[depth]).any():
+            problem = (f"item_depth / item_state must be ({n},) depths in [1, {manifest.depth}] "
+                       "and state ids within their depth")
+    if problem:
+        raise format_error(path, f"items: {problem}")
+    return {"row_item": row_item, "item_depth": depth, "item_state": state, "removed": removed}
+
+
+# ---------------------------------------------------------------------------
 # Reading.
 
 

@@ -67,6 +67,10 @@ class ArtifactExistsError(ArtifactError, FileExistsError):
     """Saving would replace an existing artifact and `overwrite` was not set."""
 
 
+class ArtifactBusyError(ArtifactError, BlockingIOError):
+    """Another process is updating the artifact (its lock is held)."""
+
+
 # Reports and applications.
 
 class ReportInputError(StaticCompilerError, ValueError):

@@ -247,6 +247,33 @@ class Artifact:
         return ProcessorState(*self._modules["advance_subset"](self.tables, *fields, tokens, step,
                                                                *bits))
 
+    # New versions
+
+    def reload(self, *, verify_checksums: bool = True) -> "Artifact":
+        """The artifact as it is on disk now, for the next decode (double
+        buffering: this object keeps serving the version it loaded, so a
+        decode in progress finishes on it; swap in the returned one between
+        two decodes). When only the item index changed (`static-compiler
+        update` removals), the new object shares this one's tables and
+        deserialized modules: nothing is read again but the manifest and
+        items, nothing recompiles. Returns self when nothing changed. Raises
+        ArtifactVersionError when tables or modules changed (load that
+        version with `serving.load`)."""
+        manifest = read_manifest(self.path, verify_checksums=verify_checksums)
+        if manifest.seal() == self.manifest.seal():
+            return self
+        same = lambda rel: manifest.files.get(rel) == self.manifest.files.get(rel)
+        changed = [rel for rel in set(manifest.files) | set(self.manifest.files)
+                   if not rel.startswith(fmt.ITEMS_DIR + "/") and not same(rel)]
+        if changed:
+            raise ArtifactVersionError(f"reload: artifact {str(self.path)!r} changed more than its "
+                                       f"items ({sorted(changed)[:3]}...): load it anew with "
+                                       "serving.load")
+        new = Artifact(self.path, manifest, list(self.tables), self._modules, self.names,
+                       _items(self.path, manifest), self._host_tables)
+        new._walks = self._walks
+        return new
+
     # Item subsets
 
     @property
@@ -364,45 +391,10 @@ def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
     host = fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables], len(manifest.layers),
                                 tables)
     return Artifact(path, manifest, device_tables, modules, fmt.read_names(path, manifest),
-                    _read_items(path, manifest), host)
+                    _items(path, manifest), host)
 
 
-def _read_items(path: pathlib.Path, manifest: fmt.Manifest) -> Optional[ItemIndex]:
-    """The artifact's item index (items/*.npy, checksummed with the rest), or
-    None when it was saved without subsets."""
-    if manifest.item_files is None:
-        return None
-    arrays = {}
-    for key, rel in manifest.item_files.items():
-        if key not in fmt.ITEM_ARRAYS:
-            raise fmt.format_error(path, f"item_files names {key!r}, expected one of "
-                                         f"{list(fmt.ITEM_ARRAYS)}")
-        try:
-            arrays[key] = np.load(path / rel, allow_pickle=False)
-        except (ValueError, OSError) as e:
-            raise fmt.format_error(path, f"{rel} is not a readable .npy file ({e})") from None
-    if "row_item" not in arrays or ("item_depth" in arrays) != ("item_state" in arrays):
-        raise fmt.format_error(path, f"item_files {sorted(arrays)}: expected row_item, and "
-                                     "item_depth with item_state (a variable-length set)")
-    n = manifest.num_sequences
-    row_item, depth, state = arrays["row_item"], arrays.get("item_depth"), arrays.get("item_state")
-    removed = arrays.get("removed")
-    problem = None
-    if removed is not None and (removed.dtype != bool or removed.shape != (n,)):
-        problem = f"removed must be bool ({n},)"
-    elif row_item.ndim != 1 or row_item.dtype.kind != "i" or \
-            (row_item.size and (row_item.min() < 0 or row_item.max() >= n)):
-        problem = f"row_item must be ints in [0, {n}) (the set's {n} sequences)"
-    elif depth is None and n != manifest.num_final_states:
-        problem = "a fixed-length set's items must be its final states"
-    elif depth is not None:
-        sizes = [s["num_states"] for s in manifest.plan_steps] + [manifest.num_final_states]
-        if depth.shape != (n,) or state.shape != (n,) or depth.min(initial=1) < 1 or \
-                depth.max(initial=1) > manifest.depth or \
-                (state < 0).any() or (state >= np.asarray(sizes)[depth]).any():
-            problem = (f"item_depth / item_state must be ({n},) depths in [1, {manifest.depth}] "
-                       "and state ids within their depth")
-    if problem:
-        raise fmt.format_error(path, f"items: {problem}")
-    return ItemIndex(row_item=row_item, num_unique=n, item_depth=depth, item_state=state,
-                     removed=removed)
+def _items(path, manifest: fmt.Manifest) -> Optional[ItemIndex]:
+    """The artifact's item index, or None when it was saved without subsets."""
+    arrays = fmt.read_item_arrays(path, manifest)
+    return None if arrays is None else ItemIndex(num_unique=manifest.num_sequences, **arrays)

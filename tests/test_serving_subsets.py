@@ -157,3 +157,83 @@ def test_a_tampered_item_index_is_rejected(saved, tmp_path):
     (copy / "manifest.json").write_bytes(artifact_format.seal_manifest(manifest))
     with pytest.raises(ArtifactFormatError, match=r"items: row_item must be ints in \[0, "):
         serving.load(copy)
+
+
+# -- new versions: `static-compiler update` and Artifact.reload ---------------
+
+
+def _serve(art, batch: int = 2):
+    state = art.init_state(batch, BEAMS)
+    zeros = np.zeros((batch, BEAMS, art.vocab_size), np.float32)
+    for t in range(art.max_length):
+        state = art.beam_step(state, zeros, t)
+    return art.finalize(state)
+
+
+def _decoded(result) -> set:
+    tokens, valid, lengths = (np.asarray(x) for x in (result.tokens, result.valid, result.lengths))
+    return {tuple(int(t) for t in tokens[b, j, :lengths[b, j]])
+            for b, j in zip(*np.nonzero(valid))}
+
+
+def test_cli_update_and_reload_take_items_out_without_recompiling(saved, tmp_path, capsys):
+    import shutil
+    from static_compiler.cli import main
+    items, compiled, _, path = saved
+    copy = tmp_path / "v"
+    shutil.copytree(path, copy)
+    old = serving.load(copy)
+    before = _decoded(_serve(old))
+    assert before
+    gone = sorted(before)[:2]
+    np.save(tmp_path / "gone.npy", np.array([list(g) for g in gone]) if len({len(g) for g in gone}) == 1
+            else np.array([np.isin(np.arange(len(items)), compiled.item_index(gone))])[0])
+    assert main(["update", str(copy), "--remove", str(tmp_path / "gone.npy")]) == 0
+    assert "2 items removed, 0 already removed, 0 not in the set" in capsys.readouterr().out
+    name = artifact_format.beam_module_name("beam_step", BEAMS)
+    sub_name = artifact_format.subset_module_name(name)
+    new = old.reload()
+    assert new is not old and new._modules is old._modules and new.tables == old.tables
+    assert new.reload() is new  # nothing changed since
+    after = _decoded(_serve(new))  # compiles the subset module once
+    assert not after & set(gone) and after
+    cache = new._modules[sub_name]._call._cache_size()
+    more = np.isin(np.arange(len(items)), compiled.item_index(sorted(after)[:1]))
+    np.save(tmp_path / "more.npy", more)
+    assert main(["update", str(copy), "--remove", str(tmp_path / "more.npy")]) == 0
+    newer = new.reload()  # a second version: same module, nothing compiles
+    assert newer is not new and newer._modules is new._modules
+    _serve(newer)
+    assert newer._modules[sub_name]._call._cache_size() == cache
+    # The old object keeps serving the version it loaded (double buffering).
+    assert _decoded(_serve(old)) == before
+    # And a fresh load sees the new version.
+    assert not _decoded(_serve(serving.load(copy))) & set(gone)
+
+
+def test_update_needs_subsets_is_locked_and_leaves_the_old_version_on_failure(saved, tmp_path,
+                                                                             monkeypatch):
+    import shutil
+    from static_compiler import artifact
+    from static_compiler.errors import ArtifactBusyError
+    items, _, _, path = saved
+    plain = tmp_path / "plain"
+    sc.compile_constraints([[1, 2], [2, 3]], 4, export_beam_sizes=(2,)).save(plain)
+    with pytest.raises(DecodeInputError, match="has no item index"):
+        artifact.update_removed(plain, np.ones(2, bool))
+    copy = tmp_path / "v"
+    shutil.copytree(path, copy)
+    with artifact.update_lock(copy):
+        with pytest.raises(ArtifactBusyError, match="being updated by another process"):
+            artifact.update_removed(copy, np.ones(len(items), bool))
+    before = (copy / "manifest.json").read_bytes()
+
+    def crash(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(artifact, "_swap_in", crash)
+    with pytest.raises(OSError, match="disk full"):
+        artifact.update_removed(copy, np.ones(len(items), bool))
+    assert (copy / "manifest.json").read_bytes() == before
+    serving.load(copy)  # still the old, valid version
+    assert not list(tmp_path.glob(".v.tmp-*"))

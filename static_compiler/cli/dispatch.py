@@ -12,13 +12,14 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from static_compiler.cli import compile, decode, demo, show_ir, verify
+from static_compiler.cli import compile, decode, demo, show_ir, update, verify
 from static_compiler.errors import StaticCompilerError
 
 EXIT_USAGE = 2
 """Exit status for bad input (our typed errors, and argparse's own)."""
 
-SUBCOMMANDS = [show_ir.COMMAND, compile.COMMAND, decode.COMMAND, verify.COMMAND, demo.COMMAND]
+SUBCOMMANDS = [show_ir.COMMAND, compile.COMMAND, decode.COMMAND, verify.COMMAND, update.COMMAND,
+               demo.COMMAND]
 """The subcommand table; `build_parser` registers every row, in this order."""
 
 
