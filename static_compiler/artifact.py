@@ -312,20 +312,31 @@ def save(compiled, path, *, overwrite: bool = False) -> pathlib.Path:
             raise ArtifactExistsError(f"{str(path)!r} exists and is not an artifact (no "
                                       f"{fmt.MANIFEST_FILE}); refusing to replace it")
     files = build_files(compiled)
+    def fill(tmp):
+        for rel, data in files.items():
+            _write_file(tmp, rel, data)
+
+    _write_then_swap(path, fill)
+    return path
+
+
+def _write_then_swap(path: pathlib.Path, fill) -> None:
+    """`fill(tmp)` writes an artifact into a temporary sibling directory,
+    which is fsynced and swapped in at `path` (`_swap_in`); on any failure
+    the temporary directory is removed and `path` is left as it was."""
     parent = path.parent if str(path.parent) else pathlib.Path(".")
     parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=parent))
     try:
-        for rel, data in files.items():
-            _write_file(tmp, rel, data)
-        for sub in (fmt.TABLES_DIR, fmt.MODULES_DIR):
-            _fsync_dir(tmp / sub)
+        fill(tmp)
+        for sub in (fmt.TABLES_DIR, fmt.MODULES_DIR, fmt.ITEMS_DIR):
+            if (tmp / sub).is_dir():
+                _fsync_dir(tmp / sub)
         _fsync_dir(tmp)
         _swap_in(tmp, path, parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return path
 
 
 def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path) -> None:
@@ -381,7 +392,7 @@ def update_removed(path, remove) -> dict:
     set are counted, not an error). Raises DecodeInputError for an artifact
     saved without subsets, ArtifactBusyError while another update runs."""
     from static_compiler import subsets
-    from static_compiler.liveness import ItemIndex, rows_item_mask
+    from static_compiler.liveness import ItemIndex
 
     path = pathlib.Path(path)
     with update_lock(path):
@@ -391,44 +402,28 @@ def update_removed(path, remove) -> dict:
             raise DecodeInputError(f"update: artifact {str(path)!r} has no item index (compile "
                                    "with export_subsets=True to update it)")
         items = ItemIndex(num_unique=manifest.num_sequences, **arrays)
-        absent = 0
-        if isinstance(remove, np.ndarray) and (remove.dtype == bool or remove.ndim != 2):
-            picked = rows_item_mask(remove, items, "update")
-        else:
-            ids = subsets.unique_ids(read_automaton(path, verify_checksums=False), items, remove,
-                                     "update")
-            absent = int((ids < 0).sum())
-            picked = np.zeros(items.num_unique, dtype=bool)
-            picked[ids[ids >= 0]] = True
-        before = np.zeros(items.num_unique, bool) if items.removed is None else items.removed
-        report = {"removed": int((picked & ~before).sum()),
-                  "already_removed": int((picked & before).sum()), "absent": absent}
+        removed, report = subsets.removal(
+            items, remove, lambda: read_automaton(path, verify_checksums=False))
         rel = fmt.item_file("removed")
-        data = _npy_bytes(before | picked)
+        data = _npy_bytes(removed)
         files = dict(manifest.files)
         files[rel] = fmt.FileEntry.of_bytes(data)
         new = dataclasses.replace(manifest, item_files={**manifest.item_files, "removed": rel},
                                   files=files, format_version=fmt.FORMAT_VERSION)
-        parent = path.parent if str(path.parent) else pathlib.Path(".")
-        tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=parent))
-        try:
+
+        def fill(tmp):
             for name in manifest.files:
                 if name in (rel, fmt.MANIFEST_FILE):
                     continue
                 (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-                try:
+                try:  # artifacts are never written in place: share the bytes
                     os.link(path / name, tmp / name)
                 except OSError:
                     shutil.copyfile(path / name, tmp / name)
             _write_file(tmp, rel, data)
             _write_file(tmp, fmt.MANIFEST_FILE, new.seal())
-            for sub in (fmt.TABLES_DIR, fmt.MODULES_DIR, fmt.ITEMS_DIR):
-                _fsync_dir(tmp / sub)
-            _fsync_dir(tmp)
-            _swap_in(tmp, path, parent)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+
+        _write_then_swap(path, fill)
     return report
 
 

@@ -172,18 +172,8 @@ class CompiledConstraints:
         if remove is None:
             raise ConstraintSetError("update: nothing to do: pass remove=... (a bool mask over "
                                      "the input rows, or token sequences)")
-        absent = 0
-        if isinstance(remove, np.ndarray) and (remove.dtype == bool or remove.ndim != 2):
-            picked = subsets.rows_item_mask(remove, items, "update")
-        else:
-            ids = subsets.unique_ids(self.ir, items, remove, "update")
-            absent = int((ids < 0).sum())
-            picked = np.zeros(items.num_unique, dtype=bool)
-            picked[ids[ids >= 0]] = True
-        before = np.zeros(items.num_unique, bool) if items.removed is None else items.removed
-        report = {"removed": int((picked & ~before).sum()),
-                  "already_removed": int((picked & before).sum()), "absent": absent}
-        new = dataclasses.replace(self, items=dataclasses.replace(items, removed=before | picked),
+        removed, report = subsets.removal(items, remove, lambda: self.ir)
+        new = dataclasses.replace(self, items=dataclasses.replace(items, removed=removed),
                                   last_update=report)
         for key in ("_device_tables", "_fingerprint", "_layer_walks", "_first_rows"):
             if key in self.__dict__:  # the same tables and set: share what was computed

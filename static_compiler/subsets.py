@@ -126,3 +126,23 @@ def make_subset(ir: Automaton, items: Optional[ItemIndex], selection, fingerprin
     item_live = _item_mask(selection, items, where, ir)
     return subset_of_items(ir.layers, ir.num_final_states, ir.end_token, items, item_live,
                            fingerprint, walks)
+
+
+def removal(items: ItemIndex, remove, automaton, where: str = "update") -> tuple[np.ndarray, dict]:
+    """(removed bool (N',), report) after taking out the items `remove`
+    picks (a bool mask (N,) over the input rows, or token sequences, looked
+    up in `automaton()`, a function so that a mask needs no automaton) on
+    top of `items.removed`. report: {"removed", "already_removed",
+    "absent"}: sequences not in the set are counted, not an error."""
+    absent = 0
+    if isinstance(remove, np.ndarray) and (remove.dtype == bool or remove.ndim != 2):
+        picked = rows_item_mask(remove, items, where)
+    else:
+        ids = unique_ids(automaton(), items, remove, where)
+        absent = int((ids < 0).sum())
+        picked = np.zeros(items.num_unique, dtype=bool)
+        picked[ids[ids >= 0]] = True
+    before = np.zeros(items.num_unique, bool) if items.removed is None else items.removed
+    report = {"removed": int((picked & ~before).sum()),
+              "already_removed": int((picked & before).sum()), "absent": absent}
+    return before | picked, report
