@@ -10,10 +10,9 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler import decode_state, subsets
+from static_compiler import subsets
 from static_compiler import pipeline as pipeline_lib
 from static_compiler.backend import decode
-from static_compiler.backend.decode.live import check_live_mask
 from static_compiler.liveness import checked_subset_index
 from static_compiler.backend.lowering import Plan, lower, tables_nbytes
 from static_compiler.artifact_format import NameTable
@@ -235,6 +234,8 @@ class CompiledConstraints:
             if self.base_subset is None:
                 return None
             subset = self.base_subset
+        # A subset of this set has this set's bit shapes (the fingerprint);
+        # the index is checked here, traced ones by the decoder.
         subset_index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size,
                                             where)
         import jax
@@ -243,12 +244,7 @@ class CompiledConstraints:
             with jax.ensure_compile_time_eval():
                 device = jax.device_put((subset.live, subset.ends))
             object.__setattr__(subset, "_device", device)
-        rows = subset_index if decode_state.is_traced(subset_index) else np.asarray(subset_index)
-        if not decode_state.is_traced(rows) and rows.dtype.kind in "iu":
-            rows = rows.astype(np.int32)
-        live = decode.LiveMask(device[0], device[1], rows)
-        check_live_mask(self.plan, live, batch_size, where)
-        return live
+        return decode.LiveMask(device[0], device[1], subset_index)
 
     def save(self, path, *, overwrite: bool = False):
         """Writes the artifact directory atomically (see static_compiler.artifact)."""

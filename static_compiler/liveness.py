@@ -291,9 +291,11 @@ def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional
 
 
 def checked_subset_index(subset, fingerprint: str, subset_index, batch_size: int, where: str):
-    """`subset_index` for decoding over `subset` (default: zeros when it
-    holds one subset), after checking that `subset` is a `Subset` of the set
-    with `fingerprint`; raises DecodeInputError naming what is wrong."""
+    """`subset_index` for decoding over `subset`, as int32 (batch_size,)
+    (default: zeros when it holds one subset), after checking that `subset`
+    is a `Subset` of the set with `fingerprint` and that a concrete index
+    has that shape and its values in [0, R) (a traced one is returned as it
+    is); raises DecodeInputError naming what is wrong."""
     if not isinstance(subset, Subset):
         raise DecodeInputError(f"{where}: subset is a {type(subset).__name__}: expected a Subset "
                                "of this set (its subset(mask), or stack_subsets([...]))")
@@ -305,7 +307,19 @@ def checked_subset_index(subset, fingerprint: str, subset_index, batch_size: int
             raise DecodeInputError(f"{where}: {subset.num_subsets} stacked subsets: pass "
                                    f"subset_index, ints ({batch_size},), one per batch row")
         return np.zeros(batch_size, np.int32)
-    return subset_index
+    try:
+        index = np.asarray(subset_index)
+    except Exception:  # a traced value (jax raises on conversion): checked where it is used
+        return subset_index
+    if index.shape != (batch_size,) or index.dtype.kind not in "iu":
+        raise DecodeInputError(f"{where}: subset_index has shape {index.shape} and dtype "
+                               f"{index.dtype}: expected ints ({batch_size},), one subset per "
+                               "batch row")
+    bad = np.flatnonzero((index < 0) | (index >= subset.num_subsets))
+    if bad.size:
+        raise DecodeInputError(f"{where}: subset_index[{int(bad[0])}] = {int(index[bad[0]])}: "
+                               f"expected a subset in [0, {subset.num_subsets})")
+    return index.astype(np.int32)
 
 
 def stack_subsets(subsets: Sequence[Subset]) -> Subset:

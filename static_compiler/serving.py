@@ -318,15 +318,7 @@ class Artifact:
         if self.items is None:
             raise DecodeInputError(f"{where}: artifact {str(self.path)!r} exports no subset "
                                    "modules (compile with export_subsets=True)")
-        index = np.asarray(checked_subset_index(subset, self.fingerprint, subset_index,
-                                                batch_size, where))
-        if index.shape != (batch_size,) or index.dtype.kind not in "iu":
-            raise DecodeInputError(f"{where}: subset_index has shape {index.shape} and dtype "
-                                   f"{index.dtype}: expected ints ({batch_size},), one per row")
-        bad = np.flatnonzero((index < 0) | (index >= subset.num_subsets))
-        if bad.size:
-            raise DecodeInputError(f"{where}: subset_index[{int(bad[0])}] = {int(index[bad[0]])}: "
-                                   f"expected a subset in [0, {subset.num_subsets})")
+        index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size, where)
         device = subset.__dict__.get("_serving_device")
         if device is None:
             device = [jax.device_put(w) for w in subset.live + subset.ends if w is not None]

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import oracle
 from static_compiler.backend import kernels
 from static_compiler.backend import decode
-from static_compiler.backend.decode.step import run_live_bound, run_tables, step_segments
+from static_compiler.backend.decode.step import run_inputs, run_live_bound, step_segments
 from test_decode import FAMILIES, check_family_example, decode_and_check
 
 
@@ -97,18 +97,18 @@ def test_packed_table_lists_what_each_kernel_lists(case, seed):
                                               err_msg=f"accepting, step {t} of run {run}")
 
 
-def test_run_tables_packs_only_small_runs_without_dense_rows(monkeypatch):
+def test_run_inputs_pack_only_small_runs_without_dense_rows(monkeypatch):
     rng = np.random.default_rng(0)
     items = oracle.random_set(rng, 60, 4, 16)
     compiled = oracle.compile_set(items, 16, "near_unary")
     plan, tables = compiled.plan, compiled.device_tables
-    assert isinstance(run_tables(plan, tables, (1, 2, 3)), kernels.PackedRun)
-    assert run_tables(plan, tables, (2,)) is tables  # one step: its own kernel
+    assert isinstance(run_inputs(plan, tables, None, (1, 2, 3))[0], kernels.PackedRun)
+    assert run_inputs(plan, tables, None, (2,))[0] is tables  # one step: its own kernel
     entries = kernels.packed_entries(plan, tables, (1, 2, 3))
     assert entries == sum(plan.steps[t].num_states + 1 + tables[t]["tokens"].shape[0]
                           for t in (1, 2, 3))
     monkeypatch.setattr(kernels, "PACK_MAX_ENTRIES", entries - 1)
-    assert run_tables(plan, tables, (1, 2, 3)) is tables
+    assert run_inputs(plan, tables, None, (1, 2, 3))[0] is tables
     dense = oracle.compile_set(items, 16, "dense_rows")
     assert kernels.packed_entries(dense.plan, dense.device_tables, (1, 2)) is None
 

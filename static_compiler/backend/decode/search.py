@@ -19,9 +19,8 @@ from static_compiler.backend.decode.logprobs import LogProbs, add_logprob
 from static_compiler.backend.decode.carry import (UNDECLARED, check_same_structure,
                                                   reorder_carry, resolve_carry_axes)
 from static_compiler.backend.decode.step import (apply_choice, finalize, init_beam_state,
-                                                 run_candidates, run_live_bound, run_step,
-                                                 run_subset, run_tables, step_segments)
-from static_compiler.backend.kernels import PackedRun
+                                                 run_candidates, run_inputs, run_live_bound,
+                                                 run_step, step_segments)
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (DecodeResult, check_callable, check_finite, check_int,
                                           check_logits, check_start_tokens, check_tokens_per_beam)
@@ -81,14 +80,13 @@ def _beam_search(plan, tables, carry, start_tokens, params, subset, *, logits_fn
 
 
 def _run_segments(plan: Plan, tables, subset, one_step: Callable, segments, state, carry):
-    """Runs `one_step(steps, run_tables, run_subset, step, state, carry) ->
+    """Runs `one_step(steps, tables, subset, step, state, carry) ->
     (state, carry)` over every step: a run of one step inline, longer runs
-    as a loop over the run's tables and subset bits (`run_tables`,
-    `run_subset`: packed once before the loop); with an end token, each run
-    as a while loop that stops once no beam is live."""
+    as a loop over the run's tables and subset bits (`run_inputs`: packed
+    once before the loop); with an end token, each run as a while loop that
+    stops once no beam is live."""
     for steps in segments:
-        tabs = run_tables(plan, tables, steps)
-        sub = run_subset(plan, subset, steps, isinstance(tabs, PackedRun))
+        tabs, sub = run_inputs(plan, tables, subset, steps)
         step_fn = functools.partial(one_step, steps, tabs, sub)
         if plan.end_token is not None:
             state, carry = _until_finished(step_fn, steps, state, carry)

@@ -103,11 +103,11 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
              tokens_per_beam: Optional[int], live_beams: Optional[int], subset=None) -> BeamState:
     """One beam-search step at `step`, one of the static `steps` that share
     one cap and live-beam bound. With several steps, `step` is a traced int32
-    scalar and a `lax.switch` over the steps runs that layer's candidate
-    gather (its kernel and tables), padded to the widest of the steps
-    (`pad_candidates`); everything else (log-probs, selection, the new state)
-    is one program for all of them, so a loop over the steps compiles it
-    once. subset: the run's item subset (`run_subset`), or None."""
+    scalar and the candidates come from `run_candidates` (a packed run's one
+    gather, or a `lax.switch` over the steps' own kernels), padded to the
+    widest of the steps; everything else (log-probs, selection, the new
+    state) is one program for all of them, so a loop over the steps compiles
+    it once. tables, subset: as `run_inputs` gives them for `steps`."""
     B, M = state.node.shape
     where = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
     check_logits(logits, (B, M), plan.vocab_size, f"beam_step ({where})")
@@ -123,26 +123,20 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
     return apply_choice(plan, state, cand, parent, col, top, valid, step)
 
 
-def run_tables(plan: Plan, tables, steps: tuple[int, ...]):
-    """What `run_candidates` reads for the run `steps`: its tables packed
-    into one `PackedRun` when the run has several steps and they are small
-    (one gather program serves every step; a driver packs them once, outside
-    its loop), else `tables` as they are. The bound is read when tracing
-    (`kernels.PACK_MAX_ENTRIES`; tests lower it to compare both ways)."""
+def run_inputs(plan: Plan, tables, subset: Optional[LiveMask], steps: tuple[int, ...]):
+    """(tables, subset) as `run_candidates` reads them for the run `steps`:
+    when the run has several steps and their tables are small, the tables
+    packed into one `PackedRun` and the subset's bits packed alike
+    (`pack_live`), so one gather program serves every step (a driver packs
+    them once, outside its loop); else both as they are. The bound is read
+    when tracing (`kernels.PACK_MAX_ENTRIES`; tests lower it to compare both
+    ways)."""
     if len(steps) > 1:
         entries = packed_entries(plan, tables, steps)
         if entries is not None and entries <= kernels.PACK_MAX_ENTRIES:
-            return pack_run(plan, tables, steps)
-    return tables
-
-
-def run_subset(plan: Plan, subset: Optional[LiveMask], steps: tuple[int, ...], packed: bool):
-    """What `run_candidates` reads of an item subset for the run `steps`:
-    its bits packed like the run's tables (`pack_live`) when those are, else
-    the subset as it is (None: no subset)."""
-    if subset is None or not packed:
-        return subset
-    return pack_live(plan, subset, steps)
+            return (pack_run(plan, tables, steps),
+                    None if subset is None else pack_live(plan, subset, steps))
+    return tables, subset
 
 
 def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid, finished,
@@ -151,7 +145,7 @@ def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid
     """`step_candidates` at `step`, one of the static `steps` of a run, padded
     to the run's widest list (`pad_candidates`) so the rest of the step is
     one program. With several steps `step` is traced: `tables` is then the
-    run's `PackedRun` (see `run_tables`), or the layers' tables and a
+    run's `PackedRun` (see `run_inputs`), or the layers' tables and a
     `lax.switch` runs that step's own kernel."""
     width = max(candidate_width(plan, t, keep) for t in steps)
     if isinstance(tables, PackedRun):
@@ -199,9 +193,9 @@ def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
 
 
 def _run_branch(plan, caps, run, tables, state, logits, step, subset):
-    tabs = run_tables(plan, tables, run)
+    tabs, sub = run_inputs(plan, tables, subset, run)
     return run_step(plan, tabs, state, logits, run, step if len(run) > 1 else run[0],
-                    caps[run[0]], None, run_subset(plan, subset, run, isinstance(tabs, PackedRun)))
+                    caps[run[0]], None, sub)
 
 
 def length_normalized(scores, lengths, length_penalty: float):
@@ -237,7 +231,7 @@ def step_segments(plan: Plan, caps: tuple, live: tuple, beam_size: int,
     an unrolled chain, and the model inside it once). Steps share a run when
     they have the same cap and either
 
-    * `tables` is given and the run stays packable (`run_tables`): its steps
+    * `tables` is given and the run stays packable (`run_inputs`): its steps
       read one packed table whatever their widths, and the run expands the
       most beams any of its steps may hold (`run_live_bound`); or
     * they have the same live-beam bound and candidate widths within
