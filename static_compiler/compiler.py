@@ -10,11 +10,11 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler import subsets
+from static_compiler import additions, subsets
 from static_compiler import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.liveness import checked_subset_index
-from static_compiler.backend.lowering import Plan, lower, tables_nbytes
+from static_compiler.backend.lowering import Plan, lower, state_counts, tables_nbytes
 from static_compiler.artifact_format import NameTable
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import ItemIndex, build_trie
@@ -153,32 +153,77 @@ class CompiledConstraints:
         and of the items an update removed (`ItemIndex.removal_tag`)."""
         cached = self.__dict__.get("_fingerprint")
         if cached is None:
-            cached = subsets.set_fingerprint(self.ir)
+            cached = subsets.set_fingerprint(self.ir, state_counts(self.plan))
             object.__setattr__(self, "_fingerprint", cached)
         return cached + ("" if self.items is None else self.items.removal_tag)
 
-    def update(self, *, remove=None) -> "CompiledConstraints":
-        """A new version of this set without the items `remove` picks (a bool
-        mask (N,) over the input rows, or token sequences), sharing its
-        tables and compiled programs: removal is pure liveness, so nothing
-        is rebuilt or recompiled and item ids stay. Every decode of the new
-        version (and every subset made from it) leaves the removed items
-        out; subsets made before the update are refused by it. Sequences not
-        in the set are counted, not an error: `last_update` reports
-        {"removed", "already_removed", "absent"}. Additions are not
-        supported yet (compile the new set)."""
+    def update(self, *, add=None, remove=None) -> "CompiledConstraints":
+        """A new version of this set with the items `add` lists (token
+        sequences) and without those `remove` picks (a bool mask over the
+        input rows, or token sequences); an item in both is removed. Item
+        ids stay: item i is still input row i, added rows are rows N, N + 1,
+        ... (`item_index` finds them).
+
+        Removal is pure liveness: the tables and compiled programs are
+        shared, nothing recompiles. Additions are merged into the trie
+        (`additions.merge_items`: linear, no full sort); when the merged
+        tables fit the capacity reserved at compile time (`capacity=`) the
+        plan, and so every compiled program, stays the same; otherwise the
+        merged trie is compiled anew once, and `last_update["grew"]` says
+        why (one line per layer that did not fit). Subsets made before an
+        update are refused by the new version.
+
+        `last_update`: {"removed", "already_removed", "absent"} for
+        removals (sequences not in the set are counted, not an error), and
+        {"added", "already_present", "restored", "grew"} for additions.
+        Raises ConstraintSetError for invalid sequences or masks, for a
+        set without items (graph, IR, minimize) and for a text catalogue
+        (add names by compiling anew)."""
         items = subsets.check_subsettable(self.ir, self.items, "update")
-        if remove is None:
-            raise ConstraintSetError("update: nothing to do: pass remove=... (a bool mask over "
-                                     "the input rows, or token sequences)")
-        removed, report = subsets.removal(items, remove, lambda: self.ir)
-        new = dataclasses.replace(self, items=dataclasses.replace(items, removed=removed),
-                                  last_update=report)
-        for key in ("_device_tables", "_fingerprint", "_layer_walks", "_first_rows"):
+        if add is None and remove is None:
+            raise ConstraintSetError("update: nothing to do: pass add=... (token sequences) "
+                                     "and/or remove=... (a bool mask over the input rows, or "
+                                     "token sequences)")
+        new, report = self, {}
+        if add is not None:
+            new, report = self._added(items, add)
+            items = new.items
+        if remove is not None:
+            removed, removal = subsets.removal(items, remove, lambda: new.ir)
+            report.update(removal)
+            items = dataclasses.replace(items, removed=removed)
+        shared = () if add is not None else (
+            "_device_tables", "_fingerprint", "_layer_walks", "_first_rows")
+        version = dataclasses.replace(new, items=items, last_update=report)
+        for key in shared:
             if key in self.__dict__:  # the same tables and set: share what was computed
-                object.__setattr__(new, key, self.__dict__[key])
-        new.base_subset  # computed now, so the next decode only reads it
-        return new
+                object.__setattr__(version, key, self.__dict__[key])
+        version.base_subset  # computed now, so the next decode only reads it
+        return version
+
+    def _added(self, items, add) -> tuple["CompiledConstraints", dict]:
+        """This set with the sequences `add` merged in, and the report."""
+        if self.names is not None:
+            raise ConstraintSetError("update(add=...): this set is a text catalogue: compile "
+                                     "it anew with the new names (added token sequences would "
+                                     "have no name)")
+        t0 = time.perf_counter()
+        merged = additions.merge_items(self.ir, items, add)
+        problems = additions.fit_problems(merged.ir, self.ir)
+        if problems:
+            bare = merged.ir.with_layers(layer.replace(layout=None) for layer in merged.ir.layers)
+            ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(self.pipeline))
+            plan, tables = lower(ir)
+        else:
+            ir = merged.ir
+            plan, tables = lower(ir)
+            if plan != self.plan:  # fit_problems checks what lowering records
+                raise ConstraintSetError(f"update: internal error: the merged set fits but "
+                                         f"lowers to another plan ({plan} != {self.plan})")
+        report = dict(merged.report, grew=problems)
+        new = dataclasses.replace(self, ir=ir, plan=plan, tables=tables, items=merged.items,
+                                  timings=self.timings + (("update", time.perf_counter() - t0),))
+        return new, report
 
     @property
     def base_subset(self) -> Optional[subsets.Subset]:
@@ -208,7 +253,7 @@ class CompiledConstraints:
             walks = subsets.layer_walks(self.ir.layers)
             object.__setattr__(self, "_layer_walks", walks)
         return subsets.make_subset(self.ir, self.items, selection, self.fingerprint,
-                                   "CompiledConstraints.subset", walks)
+                                   "CompiledConstraints.subset", walks, state_counts(self.plan))
 
     def item_index(self, sequences) -> np.ndarray:
         """int64 (n,): the item (input row; the first of duplicate rows) each
@@ -256,7 +301,7 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                         pipeline: Optional[str] = None, print_ir_after_all: bool = False,
                         verify_each: bool = True, export_beam_sizes=(70,),
                         export_tokens_per_beam: Optional[int] = None,
-                        export_subsets: bool = False,
+                        export_subsets: bool = False, capacity: Optional[float] = None,
                         stream=None, start=None, tokenizer=None) -> CompiledConstraints:
     """Compiles a constraint set.
 
@@ -278,6 +323,11 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
         a subset variant of beam_step, mask and advance), for
         `serving.Artifact.subset`; the set must allow subsets (sequence
         input, no `minimize`).
+      capacity: room for items added later by `update(add=...)`, as a
+        growth factor (1.25: 25 % more states at every depth, 25 % wider
+        slices): the tables are padded to it, so additions that fit keep
+        every shape and nothing recompiles (see passes.reserve_capacity).
+        None (default) reserves nothing: each addition compiles anew.
       start: graph input only: the start node (default: the node whose
         ``start`` attribute is true).
 
@@ -312,6 +362,8 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     frontend_stats.update(states=ir.num_states, edges=ir.num_edges)
     spec = pipeline if pipeline is not None else pipeline_lib.DEFAULT_PIPELINE
     passes = pipeline_lib.parse_pipeline(spec)
+    if capacity is not None:
+        passes = pipeline_lib.with_capacity(passes, capacity)
     stream = stream if stream is not None else sys.stderr
     if print_ir_after_all:
         origin = "input" if isinstance(constraints, Automaton) else "frontend"

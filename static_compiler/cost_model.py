@@ -17,7 +17,8 @@ near_unary  tokens (E,), exception states (X,) and their row bounds (X, 2)
 
 A layer where some states accept (variable-length sets) adds a bool
 (S,) table. Slices past the end of a table are clamped by the gather and
-masked, so no table is padded.
+masked, so no table is padded, except to a layout's reserved capacity
+(S and E are then the capacity's, see `Layout.padded_counts`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from static_compiler.ir import Automaton, Layer, Layout, LayoutKind
 
 def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
     """Bytes of the tables `layout` needs for `layer` (S states, E edges)."""
-    S, E = layer.num_states, layer.num_edges
+    S, E = layout.padded_counts(layer.num_states, layer.num_edges)
     tb = np.dtype(layout.token_dtype).itemsize
     sb = np.dtype(layout.state_dtype).itemsize
     explicit = 0 if layer.implicit_targets else 1
@@ -100,7 +101,7 @@ def packed(layer: Layer, layout: Layout, vocab_size: int, num_next_states: int) 
     """`layout` with the narrowest dtypes for `layer` and its byte estimate:
     tokens in `dtypes.token_dtype_for(V)`; state ids / row pointers in
     `dtypes.state_dtype_for` of the largest of edges, states and next states."""
-    largest = max(layer.num_edges, layer.num_states, num_next_states)
+    largest = max(*layout.padded_counts(layer.num_states, layer.num_edges), num_next_states)
     lay = dataclasses.replace(layout, token_dtype=token_dtype_for(vocab_size).name,
                               state_dtype=state_dtype_for(largest).name)
     return with_estimate(layer, lay, vocab_size)

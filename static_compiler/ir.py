@@ -112,6 +112,12 @@ class Layout:
         whose state has more than `light_k` children ("heavy" states); a step
         with more heavy beams falls back to reading k for every beam. Same
         tables as without it: only the reads change.
+      states_capacity, edges_capacity: room reserved for items added later
+        (`reserve-capacity`; 0 = none): the backend pads the layer's tables
+        to this many states and edges (unreachable states with no edges,
+        edges in no row), so an update that fits keeps every table shape
+        and no program recompiles. Only dense_rows, csr and unary layers
+        of a trie (implicit targets) reserve.
     """
 
     kind: LayoutKind
@@ -122,6 +128,8 @@ class Layout:
     estimated_bytes: int = 0
     light_k: int = 0
     wide_slots: int = 0
+    states_capacity: int = 0
+    edges_capacity: int = 0
 
     def __post_init__(self):
         try:
@@ -139,6 +147,23 @@ class Layout:
             raise IRVerificationError(
                 f"layout {self.kind.value}(k={self.k}) with light_k={self.light_k}: the mixed layout "
                 "needs kind csr or near_unary and 1 <= light_k < k")
+        if self.states_capacity < 0 or self.edges_capacity < 0 or \
+                (self.states_capacity > 0) != (self.edges_capacity > 0):
+            raise IRVerificationError(
+                f"layout capacity={self.states_capacity}/{self.edges_capacity}: expected both 0 "
+                "(nothing reserved) or both >= 1")
+        if self.reserved and self.kind == LayoutKind.NEAR_UNARY:
+            raise IRVerificationError("layout near_unary cannot reserve capacity (its rows are "
+                                      "implied by state ids): use csr")
+
+    @property
+    def reserved(self) -> bool:
+        """True when the tables are padded to `states_capacity` / `edges_capacity`."""
+        return self.states_capacity > 0
+
+    def padded_counts(self, num_states: int, num_edges: int) -> tuple[int, int]:
+        """(states, edges) of the lowered tables of a layer with these counts."""
+        return max(num_states, self.states_capacity), max(num_edges, self.edges_capacity)
 
     @property
     def mixed(self) -> bool:
@@ -157,6 +182,8 @@ class Layout:
             fields.append(f"exceptions={self.exceptions}")
         if self.mixed:
             fields.append(self.mixed_text)
+        if self.reserved:
+            fields.append(f"capacity={self.states_capacity}/{self.edges_capacity}")
         fields.append(f"est={self.estimated_bytes}B")
         return f"{self.kind.value}({','.join(fields)})"
 
@@ -167,12 +194,16 @@ class Layout:
             raise IRParseError(f"cannot parse layout {text!r}: expected kind(k=..,...)")
         kv = dict(item.split("=", 1) for item in m.group(2).split(",") if item)
         try:
+            capacity = kv.get("capacity", "0/0").split("/")
+            if len(capacity) != 2:
+                raise ValueError(f"capacity={kv['capacity']!r}: expected states/edges")
             return cls(kind=m.group(1), k=int(kv["k"]),
                        token_dtype=kv.get("tokens", "int32"),
                        state_dtype=kv.get("states", "int32"),
                        exceptions=int(kv.get("exceptions", 0)),
                        estimated_bytes=int(kv.get("est", "0B").rstrip("B")),
-                       light_k=int(kv.get("light", 0)), wide_slots=int(kv.get("wide", 0)))
+                       light_k=int(kv.get("light", 0)), wide_slots=int(kv.get("wide", 0)),
+                       states_capacity=int(capacity[0]), edges_capacity=int(capacity[1]))
         except (KeyError, ValueError) as e:
             raise IRParseError(f"cannot parse layout {text!r}: {e}") from None
 
@@ -387,6 +418,27 @@ def verify(a: Automaton, unchanged_from: Optional[Automaton] = None) -> None:
             _verify_layout(f"layer {t}", layer, a.vocab_size, layer.branch())
         else:
             _verify_layer(a, t, layer)
+    _verify_capacities(a)
+
+
+def _verify_capacities(a: Automaton) -> None:
+    """Reserved capacity is all or nothing, and a layer's reserved edges are
+    the next layer's reserved states (implicit targets number them alike)."""
+    lays = [layer.layout for layer in a.layers]
+    if not any(lay is not None and lay.reserved for lay in lays):
+        return
+    if not all(lay is not None and lay.reserved for lay in lays):
+        t = next(t for t, lay in enumerate(lays) if lay is None or not lay.reserved)
+        raise IRVerificationError(f"layer {t} reserves no capacity while others do: reserve "
+                                  "capacity in every layer or none")
+    for t in range(a.depth - 1):
+        if lays[t].edges_capacity != lays[t + 1].states_capacity:
+            raise IRVerificationError(
+                f"layer {t} reserves {lays[t].edges_capacity} edges, layer {t + 1} "
+                f"{lays[t + 1].states_capacity} states: expected equal (edge e enters state e)")
+    if lays[0].states_capacity != 1:
+        raise IRVerificationError(f"layer 0 reserves {lays[0].states_capacity} states: the root "
+                                  "is one state")
 
 
 def _verify_layer(a: Automaton, t: int, layer: Layer) -> None:
@@ -494,6 +546,18 @@ def _verify_layout(where: str, layer: Layer, V: int, branch: np.ndarray) -> None
             np.dtype(dt)
         except TypeError:
             raise IRVerificationError(f"{where}: {name} dtype {dt!r} is not a numpy dtype") from None
+    if lay.reserved:
+        if not layer.implicit_targets or lay.kind == LayoutKind.NEAR_UNARY:
+            raise IRVerificationError(f"{where}: layout {lay.kind.value} with explicit targets "
+                                      "cannot reserve capacity (a trie's layers can)")
+        if lay.states_capacity < layer.num_states or lay.edges_capacity < layer.num_edges:
+            raise IRVerificationError(
+                f"{where}: capacity {lay.states_capacity}/{lay.edges_capacity} is below the "
+                f"layer's {layer.num_states} states / {layer.num_edges} edges")
+        if lay.kind == LayoutKind.UNARY and lay.states_capacity != lay.edges_capacity:
+            raise IRVerificationError(f"{where}: a unary layer's capacity must reserve as many "
+                                      f"edges as states, got {lay.states_capacity}/"
+                                      f"{lay.edges_capacity}")
     tok_max = int(layer.tokens.max(initial=0))
     if tok_max > np.iinfo(np.dtype(lay.token_dtype)).max:
         raise IRVerificationError(

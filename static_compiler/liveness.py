@@ -219,9 +219,11 @@ def _child_live(layer, walk: LayerWalk, live_next: np.ndarray) -> np.ndarray:
     return counts[indptr[1:]] > counts[indptr[:-1]]
 
 
-def pack(bits: np.ndarray) -> np.ndarray:
-    """bool (S,) -> uint32 (ceil(S / 32),), bit s of word s // 32 = bits[s]."""
-    words = -(-bits.shape[0] // 32)
+def pack(bits: np.ndarray, size: Optional[int] = None) -> np.ndarray:
+    """bool (S,) -> uint32 (ceil(size / 32),), bit s of word s // 32 =
+    bits[s], 0 past S (size: default S; tables padded to a reserved
+    capacity have more states than the trie)."""
+    words = -(-max(bits.shape[0], size or 0) // 32)
     packed = np.zeros(4 * words, dtype=np.uint8)
     packed[:(bits.shape[0] + 7) // 8] = np.packbits(bits, bitorder="little")
     return packed.view("<u4").astype(np.uint32, copy=False)
@@ -278,14 +280,18 @@ def rows_item_mask(selection: np.ndarray, items: ItemIndex, where: str) -> np.nd
 
 def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional[int],
                     items: ItemIndex, item_live: np.ndarray, fingerprint: str,
-                    walks: Optional[tuple] = None) -> Subset:
+                    walks: Optional[tuple] = None, state_counts: Optional[Sequence] = None
+                    ) -> Subset:
     """One `Subset` holding the unique sequences `item_live` bool (N',)
-    (less those `items.removed`)."""
+    (less those `items.removed`); state_counts: states per depth 0..depth
+    the bits cover (default: the trie's; larger where tables are padded)."""
     if items.removed is not None:
         item_live = item_live & ~items.removed
     live, ends = liveness(layers, num_final_states, end_token, items, item_live, walks)
-    return Subset(live=tuple(pack(b)[None, :] for b in live),
-                  ends=tuple(None if b is None else pack(b)[None, :] for b in ends),
+    size = (lambda d: None) if state_counts is None else (lambda d: state_counts[d])
+    return Subset(live=tuple(pack(b, size(d + 1))[None, :] for d, b in enumerate(live)),
+                  ends=tuple(None if b is None else pack(b, size(d))[None, :]
+                             for d, b in enumerate(ends)),
                   sizes=np.array([int(item_live.sum())], dtype=np.int64),
                   fingerprint=fingerprint)
 

@@ -19,6 +19,7 @@ from static_compiler.passes import REGISTRY, Pass
 from static_compiler.passes.choose_layout import ChooseLayoutPass
 from static_compiler.passes.pack_dtypes import PackDtypesPass
 from static_compiler.passes.pad_branches import PadBranchesPass
+from static_compiler.passes.reserve_capacity import ReserveCapacityPass
 from static_compiler.passes.split_heavy import SplitHeavyPass
 from static_compiler.passes.verify import VerifyPass
 
@@ -92,6 +93,24 @@ def parse_pipeline(spec: str) -> tuple[Pass, ...]:
 def format_pipeline(passes: Sequence[Pass]) -> str:
     """The canonical spec text of `passes`."""
     return ",".join(p.spec() for p in passes)
+
+
+def with_capacity(passes: Sequence[Pass], growth: float) -> tuple[Pass, ...]:
+    """`passes` with `reserve-capacity{growth=...}` right after choose-layout
+    (what `compile_constraints(capacity=growth)` runs). PipelineError when
+    the pipeline already reserves capacity or chooses no layout."""
+    passes = tuple(passes)
+    if any(isinstance(p, ReserveCapacityPass) for p in passes):
+        raise PipelineError(f"capacity={growth!r} and a pipeline with reserve-capacity: give one")
+    at = [i for i, p in enumerate(passes) if isinstance(p, ChooseLayoutPass)]
+    if not at:
+        raise PipelineError(f"capacity={growth!r} needs a pipeline with choose-layout (the "
+                            "capacity is reserved in the layouts it picks)")
+    try:
+        reserve = ReserveCapacityPass(growth=float(growth))
+    except (TypeError, ValueError) as e:
+        raise PipelineError(f"capacity={growth!r}: {e}") from None
+    return passes[:at[0] + 1] + (reserve,) + passes[at[0] + 1:]
 
 
 def run_pipeline(ir: Automaton, passes, *, verify_each: bool = True,

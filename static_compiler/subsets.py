@@ -22,11 +22,13 @@ from static_compiler.liveness import (ItemIndex, Subset, layer_walks,  # noqa: F
                                       rows_item_mask, stack_subsets, subset_of_items)
 
 
-def set_fingerprint(ir: Automaton) -> str:
-    """A short content hash of the automaton (shapes, tokens, structure):
-    equal for equal sets, so a subset only applies to the set it came from."""
+def set_fingerprint(ir: Automaton, state_counts: tuple = ()) -> str:
+    """A short content hash of the automaton (shapes, tokens, structure) and
+    of the states per depth its tables hold (`lowering.state_counts`, which
+    reserved capacity pads): equal for equal sets, so a subset only applies
+    to the set it came from."""
     h = hashlib.blake2b(digest_size=12)
-    h.update(repr((ir.vocab_size, ir.end_token, ir.num_final_states)).encode())
+    h.update(repr((ir.vocab_size, ir.end_token, ir.num_final_states, state_counts)).encode())
     for layer in ir.layers:
         for arr in (layer.indptr, layer.tokens, layer.targets, layer.accepting):
             if arr is not None:
@@ -119,13 +121,14 @@ def liveness(ir: Automaton, items: ItemIndex, item_live: np.ndarray,
 
 
 def make_subset(ir: Automaton, items: Optional[ItemIndex], selection, fingerprint: str,
-                where: str = "subset", walks: Optional[tuple] = None) -> Subset:
+                where: str = "subset", walks: Optional[tuple] = None,
+                state_counts: Optional[tuple] = None) -> Subset:
     """One subset from a bool mask (N,) over the input rows, or from token
-    sequences of the set."""
+    sequences of the set; state_counts: bits per depth (default: the IR's)."""
     items = check_subsettable(ir, items, where)
     item_live = _item_mask(selection, items, where, ir)
     return subset_of_items(ir.layers, ir.num_final_states, ir.end_token, items, item_live,
-                           fingerprint, walks)
+                           fingerprint, walks, state_counts)
 
 
 def removal(items: ItemIndex, remove, automaton, where: str = "update") -> tuple[np.ndarray, dict]:

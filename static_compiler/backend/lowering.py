@@ -16,6 +16,11 @@ near_unary  ``tokens``  (E,); ``ex_states`` (X,) state_dtype, sorted ids of
             [start, end) rows; ``targets`` (E,) when explicit
 any         ``accepting`` (S,) bool when some state at this depth accepts
 ==========  ===================================================================
+
+A layout with reserved capacity (`ir.Layout.states_capacity`) pads S and E
+to it: the extra states have no edges (csr rows that end where they start,
+-1 rows, token 0 for unary) and accept nothing, the extra edges belong to
+no row, so no state reaches them; the plan records the padded counts.
 """
 
 from __future__ import annotations
@@ -72,21 +77,33 @@ class Plan:
         return self.depth + (0 if self.end_token is None else 1)
 
 
+def _padded(arr: np.ndarray, size: int, dtype, fill) -> np.ndarray:
+    """`arr` as `dtype`, padded with `fill` to `size` entries (no copy when
+    neither changes anything)."""
+    if arr.shape[0] >= size:
+        return arr.astype(dtype, copy=False)
+    out = np.empty(size, dtype=dtype)
+    out[:arr.shape[0]] = arr
+    out[arr.shape[0]:] = fill
+    return out
+
+
 def _layer_tables(layer: Layer, vocab_size: int) -> dict[str, np.ndarray]:
     lay = layer.layout
     tok_dt, st_dt = np.dtype(lay.token_dtype), np.dtype(lay.state_dtype)
+    num_states, num_edges = lay.padded_counts(layer.num_states, layer.num_edges)
     targets = layer.target_array()
     tables = {}
     if lay.kind == LayoutKind.DENSE_ROWS:
-        nxt = np.full((layer.num_states, vocab_size), -1, dtype=st_dt)
+        nxt = np.full((num_states, vocab_size), -1, dtype=st_dt)
         rows = np.repeat(np.arange(layer.num_states), layer.branch())
         nxt[rows, layer.tokens.astype(np.int64)] = targets
         tables["next"] = nxt
     elif lay.kind == LayoutKind.CSR:
-        tables["indptr"] = layer.indptr.astype(st_dt, copy=False)
-        tables["tokens"] = layer.tokens.astype(tok_dt, copy=False)
+        tables["indptr"] = _padded(layer.indptr, num_states + 1, st_dt, layer.num_edges)
+        tables["tokens"] = _padded(layer.tokens, num_edges, tok_dt, 0)
     elif lay.kind == LayoutKind.UNARY:
-        tables["tokens"] = layer.tokens.astype(tok_dt, copy=False)
+        tables["tokens"] = _padded(layer.tokens, num_states, tok_dt, 0)
     elif lay.kind == LayoutKind.NEAR_UNARY:
         branch = layer.branch()
         ex = np.flatnonzero(branch != 1)
@@ -98,7 +115,7 @@ def _layer_tables(layer: Layer, vocab_size: int) -> dict[str, np.ndarray]:
     if lay.kind != LayoutKind.DENSE_ROWS and not layer.implicit_targets:
         tables["targets"] = targets.astype(st_dt, copy=False)
     if layer.accepting is not None:
-        tables["accepting"] = np.asarray(layer.accepting, dtype=bool)
+        tables["accepting"] = _padded(layer.accepting, num_states, bool, False)
     for name, arr in tables.items():  # read-only views; no copy where dtypes already match
         tables[name] = arr = arr.view()
         arr.flags.writeable = False
@@ -117,14 +134,22 @@ def lower(ir: Automaton) -> tuple[Plan, tuple[dict, ...]]:
             raise PipelineError(f"layer {t} has no layout: run a pipeline with choose-layout "
                                 "before lowering")
         lay = layer.layout
-        steps.append(StepPlan(kind=lay.kind, k=lay.k, num_states=layer.num_states,
-                              num_next_states=ir.num_states_at(t + 1),
+        num_states, num_edges = lay.padded_counts(layer.num_states, layer.num_edges)
+        steps.append(StepPlan(kind=lay.kind, k=lay.k, num_states=num_states,
+                              num_next_states=num_edges if lay.reserved
+                              else ir.num_states_at(t + 1),
                               explicit_targets=not layer.implicit_targets,
                               has_accepting=layer.accepting is not None,
                               token_dtype=lay.token_dtype, state_dtype=lay.state_dtype,
                               light_k=lay.light_k, wide_slots=lay.wide_slots))
         tables.append(_layer_tables(layer, ir.vocab_size))
     return Plan(vocab_size=ir.vocab_size, steps=tuple(steps), end_token=ir.end_token), tuple(tables)
+
+
+def state_counts(plan: Plan) -> tuple[int, ...]:
+    """States per depth 0..depth as the tables hold them (padded to a
+    reserved capacity): the sizes of item subsets' bit rows."""
+    return tuple(s.num_states for s in plan.steps) + (plan.steps[-1].num_next_states,)
 
 
 def tables_nbytes(tables) -> int:

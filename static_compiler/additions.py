@@ -1,0 +1,263 @@
+"""Adding items to a compiled trie without rebuilding it
+(`CompiledConstraints.update(add=...)`).
+
+A trie's states are numbered, at each depth, in the lexicographic order of
+the prefixes that reach them (`frontend.automaton_from_sorted_codes`), and
+child e of a layer is state e of the next depth. New items are merged into
+that order one depth at a time: their new edges are inserted into each
+layer's sorted (state, token) order (`np.insert` at positions found by a
+binary search within the parents' rows), which shifts the ids of the states
+after them, and nothing is sorted but the added items themselves. Cost:
+O(edges) array copies per layer plus O(added * depth * log branch).
+
+Item ids stay: items that were in the set keep theirs, new items take the
+next ids (`ItemIndex`: row_item grows by the added rows, item_state follows
+the renumbering). Whether the merged trie still fits the compiled plan is
+`fit_problems`' answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from static_compiler.errors import ConstraintSetError
+from static_compiler.frontend import _checked_input, as_token_matrix, sort_unique_rows
+from static_compiler.ir import Automaton, Layer, LayoutKind, frozen
+from static_compiler.liveness import ItemIndex
+
+
+@dataclasses.dataclass(frozen=True)
+class Merged:
+    """What `merge_items` returns: the merged automaton (each layer keeps
+    its old layout), its item index, and report {"added": new items,
+    "already_present": added sequences that were items, "restored":
+    removed items added again}."""
+
+    ir: Automaton
+    items: ItemIndex
+    report: dict
+
+
+def _find_children(layer: Layer, states: np.ndarray, tokens: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(edge, found): for each (state, token), the edge with that token in
+    the state's row if `found`, else where it would be inserted to keep the
+    row sorted. A binary search within the rows (no key array per layer)."""
+    indptr = layer.indptr
+    lo = indptr[states].astype(np.int64)
+    end = indptr[states + 1].astype(np.int64)
+    hi = end.copy()
+    tok = layer.tokens
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            break
+        mid = (lo + hi) // 2
+        below = open_ & (tok[np.minimum(mid, max(0, tok.shape[0] - 1))] < tokens)
+        lo = np.where(below, mid + 1, lo)
+        hi = np.where(open_ & ~below, mid, hi)
+    found = lo < end
+    found[found] = tok[lo[found]] == tokens[found]
+    return lo, found
+
+
+def _grown_layers(ir: Automaton, depth: int) -> list:
+    """The layers of `ir`, and empty ones past its depth up to `depth` (the
+    old final states, which all accept, then no states)."""
+    layers = list(ir.layers)
+    for t in range(ir.depth, depth):
+        n = ir.num_final_states if t == ir.depth else 0
+        layers.append(Layer(indptr=frozen(np.zeros(n + 1, np.int64)),
+                            tokens=frozen(np.zeros(0, ir.layers[0].tokens.dtype)),
+                            accepting=frozen(np.ones(n, bool)) if n else None))
+    return layers
+
+
+def checked_additions(ir: Automaton, sequences, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(matrix int64 (n, Lmax), lengths int64 (n,)) of valid added sequences:
+    tokens in [0, V), not the end token, and of the set's length for a
+    fixed-length set."""
+    mat, lengths, _ = as_token_matrix(sequences)
+    if ir.end_token is None and (lengths != ir.depth).any():
+        i = int(np.flatnonzero(lengths != ir.depth)[0])
+        raise ConstraintSetError(f"{where}: added sequence {i} has length {int(lengths[i])}: "
+                                 f"this set's sequences all have length {ir.depth} (compile "
+                                 "with end_token=... for variable lengths)")
+    try:
+        mat, lengths, _, _, _ = _checked_input(
+            [row[:n] for row, n in zip(mat.tolist(), lengths.tolist())]
+            if ir.end_token is not None else mat, ir.vocab_size, ir.end_token)
+    except ConstraintSetError as e:
+        raise ConstraintSetError(f"{where}: added sequences: {e}") from None
+    return mat.astype(np.int64), lengths
+
+
+def merge_items(ir: Automaton, items: ItemIndex, sequences, where: str = "update") -> Merged:
+    """`ir` (a trie: implicit targets) with the token `sequences` added (see
+    module doc), each layer keeping its layout. Raises ConstraintSetError
+    for invalid sequences."""
+    mat, lengths = checked_additions(ir, sequences, where)
+    codes, lengths, inverse = sort_unique_rows(mat, lengths, ir.vocab_size, return_inverse=True)
+    n, depth = codes.shape[0], max(ir.depth, int(lengths.max()))
+    tokens = np.full((n, depth), -1, dtype=np.int64)  # -1 past a row's end
+    tokens[:, :codes.shape[1]] = codes.astype(np.int64) - 1
+    old = _grown_layers(ir, depth)
+    V = ir.vocab_size
+
+    # Walk the old trie: old_state[:, t] is the old state at depth t while
+    # the prefix exists; `matched` tokens were found; a sequence that leaves
+    # the trie leaves at the edge position `leave_at` (old ids).
+    old_state = np.zeros((n, depth + 1), dtype=np.int64)
+    leave_at = np.zeros(n, dtype=np.int64)
+    matched = np.zeros(n, dtype=np.int64)
+    walking = np.ones(n, dtype=bool)
+    for t in range(depth):
+        walking &= lengths > t
+        idx = np.flatnonzero(walking)
+        edge, found = _find_children(old[t], old_state[idx, t], tokens[idx, t])
+        old_state[idx[found], t + 1] = edge[found]
+        matched[idx[found]] += 1
+        leave_at[idx[~found]] = edge[~found]
+        walking[idx[~found]] = False
+
+    layers, shifts = [], []
+    state = np.zeros(n, dtype=np.int64)  # each sequence's state at depth t (new ids)
+    end_state = np.full(n, -1, dtype=np.int64)
+    ins_states = np.zeros(0, dtype=np.int64)  # new states at depth t: old ids they precede
+    for t in range(depth + 1):
+        num_old = old[t].num_states if t < depth else _old_count(ir, depth)
+        # shift[s]: new states placed before old state s (s's new id is s + shift[s])
+        shift = np.cumsum(np.bincount(ins_states, minlength=num_old + 1))
+        shifts.append(shift)
+        on_old = matched >= t
+        state[on_old] = old_state[on_old, t] + shift[old_state[on_old, t]]
+        ending = lengths == t
+        end_state[ending] = state[ending]
+        if t == depth:
+            break
+        layer = old[t]
+        # New edges: from sequences that leave the old trie at or before this layer.
+        leaving = np.flatnonzero((lengths > t) & (matched <= t))
+        keys, first, inv = np.unique(state[leaving] * V + tokens[leaving, t],
+                                     return_index=True, return_inverse=True)
+        src = leaving[first]  # one sequence per new edge
+        parent = keys // V
+        # An old parent's new edge goes where the search left its row; a new
+        # parent's rows come after those of the old states before it.
+        new_ids = ins_states + np.arange(ins_states.shape[0])
+        before = ins_states[np.minimum(np.searchsorted(new_ids, parent),
+                                       max(0, ins_states.shape[0] - 1))] \
+            if ins_states.size else np.zeros(keys.shape[0], np.int64)
+        ins = np.where(matched[src] == t, leave_at[src],
+                       layer.indptr[np.minimum(before, num_old)].astype(np.int64))
+        branch = np.insert(np.diff(layer.indptr.astype(np.int64)), ins_states, 0)
+        branch += np.bincount(parent, minlength=branch.shape[0])
+        indptr = np.zeros(branch.shape[0] + 1, dtype=np.int64)
+        np.cumsum(branch, out=indptr[1:])
+        accepting = None
+        if t > 0 and (layer.accepting is not None or ending.any()):
+            accepting = np.insert(layer.accepting if layer.accepting is not None
+                                  else np.zeros(num_old, bool), ins_states, False)
+            accepting[state[ending]] = True
+        layers.append(Layer(indptr=frozen(indptr),
+                            tokens=frozen(np.insert(layer.tokens, ins,
+                                                    (keys % V).astype(layer.tokens.dtype))),
+                            accepting=None if accepting is None else frozen(accepting),
+                            layout=layer.layout))
+        state[leaving] = (ins + np.arange(ins.shape[0]))[inv]  # new edge j is merged edge ins_j + j
+        ins_states = ins
+    merged = Automaton(vocab_size=V, layers=tuple(layers),
+                       num_final_states=_old_count(ir, depth) + ins_states.shape[0],
+                       num_sequences=1, end_token=ir.end_token)
+    return _with_items(ir, merged, items, lengths, matched, old_state, end_state, inverse,
+                       shifts)
+
+
+def _old_count(ir: Automaton, depth: int) -> int:
+    """States the old trie has at `depth` (>= its own depth)."""
+    return ir.num_final_states if depth == ir.depth else 0
+
+
+def _old_item_at(ir: Automaton, items: ItemIndex, depth: int, states: np.ndarray) -> np.ndarray:
+    """int64: the item ending at each old state at `depth`, -1 for none."""
+    if items.item_depth is None:  # one length: unique sequence u ends in final state u
+        return states.copy() if depth == ir.depth else np.full(states.shape, -1, np.int64)
+    lookup = np.full(ir.num_states_at(depth), -1, dtype=np.int64)
+    at = items.item_depth == depth
+    lookup[items.item_state[at]] = np.flatnonzero(at)
+    return lookup[states]
+
+
+def _with_items(ir, merged, items, lengths, matched, old_state, end_state, inverse, shifts
+                ) -> Merged:
+    """The merged automaton with its item count, the new `ItemIndex` and the report."""
+    n = lengths.shape[0]
+    ids = np.full(n, -1, dtype=np.int64)
+    present = np.flatnonzero((matched == lengths) & (lengths <= ir.depth))
+    for d in np.unique(lengths[present]).tolist():
+        at = present[lengths[present] == d]
+        ids[at] = _old_item_at(ir, items, d, old_state[at, d])
+    fresh = ids < 0
+    ids[fresh] = items.num_unique + np.arange(int(fresh.sum()))
+    num_unique = items.num_unique + int(fresh.sum())
+
+    if items.item_depth is None:
+        depth_old = np.full(items.num_unique, ir.depth, dtype=np.int32)
+        state_old = np.arange(items.num_unique, dtype=np.int64)
+    else:
+        depth_old, state_old = items.item_depth, items.item_state.astype(np.int64)
+    state_old = state_old.copy()
+    for d in np.unique(depth_old).tolist():
+        at = depth_old == d
+        state_old[at] += shifts[d][state_old[at]]
+    order = np.argsort(ids[fresh], kind="stable")
+    item_depth = np.concatenate([depth_old, lengths[fresh][order].astype(np.int32)])
+    item_state = np.concatenate([state_old, end_state[fresh][order]]).astype(np.int32)
+
+    removed = None if items.removed is None else np.concatenate(
+        [items.removed, np.zeros(num_unique - items.num_unique, bool)])
+    was = ids[~fresh]
+    restored = 0 if removed is None else int(removed[was].sum())
+    if removed is not None:
+        removed[was] = False
+    report = {"added": int(fresh.sum()), "already_present": int(was.shape[0]) - restored,
+              "restored": restored}
+    new_items = ItemIndex(row_item=np.concatenate([items.row_item, ids[inverse]]).astype(np.int32),
+                          num_unique=num_unique, item_depth=item_depth, item_state=item_state,
+                          removed=removed)
+    return Merged(merged.replace(num_sequences=num_unique), new_items, report)
+
+
+def fit_problems(ir: Automaton, plan_ir: Automaton) -> list[str]:
+    """Why the merged trie `ir` (layers keeping the layouts of `plan_ir`, the
+    compiled one) does not fit the compiled plan: one line per problem, []
+    when it fits (same table shapes, same programs)."""
+    problems = []
+    if ir.depth != plan_ir.depth:
+        return [f"depth {plan_ir.depth} -> {ir.depth}"]
+    for t, (layer, was) in enumerate(zip(ir.layers, plan_ir.layers)):
+        lay = was.layout
+        where = f"layer {t}"
+        if not lay.reserved:
+            if (layer.num_states, layer.num_edges) != (was.num_states, was.num_edges):
+                problems.append(f"{where}: no capacity reserved ({was.num_states} -> "
+                                f"{layer.num_states} states, {was.num_edges} -> "
+                                f"{layer.num_edges} edges)")
+                continue
+        elif layer.num_states > lay.states_capacity or layer.num_edges > lay.edges_capacity:
+            problems.append(f"{where}: {layer.num_states} states / {layer.num_edges} edges "
+                            f"exceed the capacity {lay.states_capacity}/{lay.edges_capacity}")
+            continue
+        branch = layer.branch()
+        widest = int(branch.max(initial=0))
+        if lay.kind.sliced and widest > lay.k:
+            problems.append(f"{where}: a state has {widest} children, the slice reads k={lay.k}")
+        if lay.kind == LayoutKind.UNARY and (branch != 1).any():
+            problems.append(f"{where}: unary layer gains a state with {widest} children")
+        if lay.kind == LayoutKind.NEAR_UNARY and int((branch != 1).sum()) != lay.exceptions:
+            problems.append(f"{where}: near_unary exceptions change")
+        if (layer.accepting is None) != (was.accepting is None):
+            problems.append(f"{where}: gains accepting states")
+    return problems
