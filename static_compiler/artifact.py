@@ -455,9 +455,10 @@ def automaton_from_metadata(metadata: dict, tables, where: str = "tables") -> Au
         raise ArtifactFormatError(f"{where}: plan_steps or layers do not describe a plan "
                                   f"({type(e).__name__}: {e})") from None
     plan = Plan(vocab_size=metadata["vocab_size"], steps=steps, end_token=metadata["end_token"])
+    counts = [(info.get("states"), info.get("edges")) for info in metadata["layers"]]
     return automaton_from_tables(plan, layouts, tables, where=where,
                                  num_final_states=metadata["num_final_states"],
-                                 num_sequences=metadata["num_sequences"])
+                                 num_sequences=metadata["num_sequences"], counts=counts)
 
 
 def read_names(path, *, verify_checksums: bool = True) -> Optional[fmt.NameTable]:

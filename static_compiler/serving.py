@@ -253,25 +253,40 @@ class Artifact:
         """The artifact as it is on disk now, for the next decode (double
         buffering: this object keeps serving the version it loaded, so a
         decode in progress finishes on it; swap in the returned one between
-        two decodes). When only the item index changed (`static-compiler
-        update` removals), the new object shares this one's tables and
-        deserialized modules: nothing is read again but the manifest and
-        items, nothing recompiles. Returns self when nothing changed. Raises
-        ArtifactVersionError when tables or modules changed (load that
-        version with `serving.load`)."""
+        two decodes). The new object shares this one's deserialized modules
+        whenever they are the same files: after removals (only the items
+        change) and after additions that fit the reserved capacity (new
+        tables of the same shapes and dtypes, read and put on the device
+        beside the old ones), so nothing is deserialized or compiled again.
+        Returns self when nothing changed. Raises ArtifactVersionError when
+        a module or a table's shape changed (load that version with
+        `serving.load`)."""
         manifest = read_manifest(self.path, verify_checksums=verify_checksums)
         if manifest.seal() == self.manifest.seal():
             return self
         same = lambda rel: manifest.files.get(rel) == self.manifest.files.get(rel)
-        changed = [rel for rel in set(manifest.files) | set(self.manifest.files)
-                   if not rel.startswith(fmt.ITEMS_DIR + "/") and not same(rel)]
-        if changed:
-            raise ArtifactVersionError(f"reload: artifact {str(self.path)!r} changed more than its "
-                                       f"items ({sorted(changed)[:3]}...): load it anew with "
+        modules = [e.file for e in manifest.modules.values()] + \
+            [e.file for e in self.manifest.modules.values()]
+        shapes = lambda m: [(t.layer, t.name, tuple(t.shape), t.dtype) for t in m.tables]
+        changed = sorted(rel for rel in modules if not same(rel))
+        if changed or shapes(manifest) != shapes(self.manifest) or \
+                manifest.modules.keys() != self.manifest.modules.keys():
+            raise ArtifactVersionError(f"reload: artifact {str(self.path)!r} changed its modules "
+                                       f"or table shapes ({changed[:3]}...): load it anew with "
                                        "serving.load")
-        new = Artifact(self.path, manifest, list(self.tables), self._modules, self.names,
-                       _items(self.path, manifest), self._host_tables)
-        new._walks = self._walks
+        tables, host = list(self.tables), self._host_tables
+        if any(not same(t.file) for t in manifest.tables):
+            arrays = fmt.load_tables(self.path, manifest)
+            device = self.tables[0].devices().pop() if self.tables else None
+            tables = [old if same(t.file) else jax.device_put(np.asarray(arr), device)
+                      for old, t, arr in zip(self.tables, manifest.tables, arrays)]
+            host = fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables],
+                                        len(manifest.layers), arrays)
+        new = Artifact(self.path, manifest, tables, self._modules, fmt.read_names(self.path,
+                                                                                 manifest),
+                       _items(self.path, manifest), host)
+        if host is self._host_tables:
+            new._walks = self._walks
         return new
 
     # Item subsets
@@ -304,8 +319,10 @@ class Artifact:
         if self._walks is None:
             self._walks = layer_walks(layers)
         mask = rows_item_mask(np.asarray(selection), self.items, "Artifact.subset")
+        steps = self.manifest.plan_steps
+        counts = [s["num_states"] for s in steps] + [steps[-1]["num_next_states"]]
         return subset_of_items(layers, self.manifest.num_final_states, self.end_token, self.items,
-                               mask, self.fingerprint, self._walks)
+                               mask, self.fingerprint, self._walks, counts)
 
     def _trie_layers(self) -> list:
         steps = self.manifest.plan_steps

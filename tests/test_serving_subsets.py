@@ -20,7 +20,7 @@ from static_compiler.errors import ArtifactFormatError, ConstraintSetError, Deco
 BEAMS = 5
 
 
-@pytest.fixture(scope="module", params=["fixed", "ragged"])
+@pytest.fixture(scope="module", params=["fixed", "ragged", "ragged-capacity"])
 def saved(request, tmp_path_factory):
     rng = np.random.default_rng(3)
     if request.param == "fixed":
@@ -28,8 +28,10 @@ def saved(request, tmp_path_factory):
     else:
         items, vocab, end = oracle.random_ragged_set(rng, 30, 4, 7, end_token=0), 7, 0
     items = items + items[:2]
+    capacity = 1.5 if request.param.endswith("capacity") else None
     compiled = sc.compile_constraints(items, vocab, end_token=end, export_beam_sizes=(BEAMS,),
-                                      export_tokens_per_beam=2, export_subsets=True)
+                                      export_tokens_per_beam=2, export_subsets=True,
+                                      capacity=capacity)
     path = tmp_path_factory.mktemp("art") / "set.static"
     compiled.save(path)
     return items, compiled, serving.load(path), path
@@ -237,3 +239,44 @@ def test_update_needs_subsets_is_locked_and_leaves_the_old_version_on_failure(sa
     assert (copy / "manifest.json").read_bytes() == before
     serving.load(copy)  # still the old, valid version
     assert not list(tmp_path.glob(".v.tmp-*"))
+
+
+def test_reload_after_an_addition_within_capacity_shares_the_modules(tmp_path):
+    """A saved set with reserved capacity, a version with more items saved
+    over it: reload reads the new tables (same shapes) beside the old ones,
+    shares the deserialized modules, compiles nothing, and decodes exactly
+    what the library decodes for that version; the old object keeps its own."""
+    rng = np.random.default_rng(8)
+    items = oracle.random_ragged_set(rng, 30, 4, 7, end_token=0)
+    base, extra = items[:20], items[20:]
+    compiled = sc.compile_constraints(base, 7, end_token=0, export_beam_sizes=(BEAMS,),
+                                      export_subsets=True, capacity=2.0)
+    path = tmp_path / "set.static"
+    compiled.save(path)
+    old = serving.load(path)
+    before = _serve(old)
+    name = artifact_format.beam_module_name("beam_step", BEAMS)
+    cache = old._modules[name]._call._cache_size()
+    version = compiled.update(add=extra)
+    assert version.last_update["grew"] == []
+    version.save(path, overwrite=True)
+    new = old.reload()
+    assert new._modules is old._modules and new.num_sequences == version.ir.num_sequences
+    zeros = lambda tokens, step, carry: (jnp.zeros(tokens.shape + (7,), jnp.float32), carry)
+    want = sc.beam_search(version, zeros, batch_size=2, beam_size=BEAMS)
+    got = _serve(new)
+    assert _decoded(got) == _decoded(want) and _decoded(got) & set(extra)
+    for field in ("tokens", "valid", "lengths"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+    # All-equal logits: the artifact may differ by 1 ulp in a score (a known
+    # fusion difference, see the README), so scores are compared to 1e-6.
+    np.testing.assert_allclose(got.scores, want.scores, rtol=1e-6)
+    assert new._modules[name]._call._cache_size() == cache  # nothing compiled
+    for a, b in zip(_serve(old), before):  # the old version still serves its own tables
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # An addition past the capacity changes table shapes: reload refuses it.
+    grown = version.update(add=oracle.random_ragged_set(rng, 200, 4, 7, end_token=0))
+    assert grown.last_update["grew"]
+    grown.save(path, overwrite=True)
+    with pytest.raises(sc.errors.ArtifactVersionError, match="load it anew"):
+        new.reload()

@@ -161,7 +161,8 @@ def tables_nbytes(tables) -> int:
 # The inverse: tables -> layers (numpy only; for reading artifacts back).
 
 
-def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where: str) -> Layer:
+def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where: str,
+                       counts: Optional[tuple] = None) -> Layer:
     kind = step.kind
     if kind == LayoutKind.DENSE_ROWS:
         nxt = np.asarray(tabs["next"])
@@ -201,24 +202,56 @@ def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where
                                       "its dense table does not number children in order")
         targets = None
     accepting = np.asarray(tabs["accepting"]) if "accepting" in tabs else None
-    return Layer(indptr=indptr, tokens=np.asarray(tokens).astype(layout.token_dtype),
+    tokens = np.asarray(tokens)
+    if layout.reserved:
+        indptr, tokens, accepting = _unpadded(t, kind, indptr, tokens, accepting, counts, where)
+    return Layer(indptr=indptr, tokens=tokens.astype(layout.token_dtype),
                  targets=targets, accepting=accepting, layout=layout)
+
+
+def _unpadded(t: int, kind: str, indptr, tokens, accepting, counts, where: str):
+    """A padded layer's arrays cut to its `counts` (states, edges), after
+    checking that the padding holds nothing: padded states have no edges
+    and accept nothing."""
+    if counts is None:
+        raise IRVerificationError(f"{where}: layer {t} is padded to a reserved capacity, and "
+                                  "its state and edge counts are not given")
+    states, edges = counts
+    if not all(isinstance(n, (int, np.integer)) for n in counts):
+        raise IRVerificationError(f"{where}: layer {t} counts {counts!r}: expected ints")
+    padded_states = indptr.shape[0] - 1
+    if not 0 <= states <= padded_states or not 0 <= edges <= tokens.shape[0]:
+        raise IRVerificationError(f"{where}: layer {t} has {states} states / {edges} edges, its "
+                                  f"tables {padded_states} / {tokens.shape[0]}")
+    if kind != LayoutKind.UNARY and (indptr[states:] != edges).any():
+        raise IRVerificationError(f"{where}: layer {t}: states past its {states} (padding to "
+                                  "the reserved capacity) have edges")
+    if accepting is not None and accepting[states:].any():
+        raise IRVerificationError(f"{where}: layer {t}: states past its {states} (padding to "
+                                  "the reserved capacity) accept")
+    return (indptr[:states + 1], tokens[:edges if kind != LayoutKind.UNARY else states],
+            None if accepting is None else accepting[:states])
 
 
 def automaton_from_tables(plan: Plan, layouts: Sequence[Layout], tables, *,
                           num_final_states: int, num_sequences: int,
-                          where: str = "tables") -> Automaton:
+                          where: str = "tables", counts: Optional[Sequence] = None
+                          ) -> Automaton:
     """The automaton that `plan`, the per-layer `layouts` and `tables` (one
     dict of numpy arrays per layer, as `lower` makes them) describe, checked
     with `ir.verify`: the inverse of `lower`, equal to the lowered IR.
+    counts: (states, edges) per layer, needed for tables padded to a
+    reserved capacity (the padding is checked empty and cut off).
 
     Raises IRVerificationError (naming `where` and the layer) when the tables
     do not form a valid automaton."""
     if not len(plan.steps) == len(layouts) == len(tables):
         raise IRVerificationError(f"{where}: {len(plan.steps)} plan steps, {len(layouts)} layouts "
                                   f"and {len(tables)} table layers; expected one of each per layer")
-    layers = tuple(_layer_from_tables(t, step, layout, tabs, where)
-                   for t, (step, layout, tabs) in enumerate(zip(plan.steps, layouts, tables)))
+    counts = [None] * len(tables) if counts is None else list(counts)
+    layers = tuple(_layer_from_tables(t, step, layout, tabs, where, n)
+                   for t, (step, layout, tabs, n) in enumerate(zip(plan.steps, layouts, tables,
+                                                                   counts)))
     ir = Automaton(vocab_size=plan.vocab_size, layers=layers, num_final_states=num_final_states,
                    num_sequences=num_sequences, end_token=plan.end_token)
     verify(ir)
