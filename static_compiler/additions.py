@@ -22,6 +22,7 @@ import dataclasses
 
 import numpy as np
 
+from static_compiler.dtypes import index_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import _checked_input, as_token_matrix, sort_unique_rows
 from static_compiler.ir import Automaton, Layer, LayoutKind, frozen
@@ -31,13 +32,15 @@ from static_compiler.liveness import ItemIndex
 @dataclasses.dataclass(frozen=True)
 class Merged:
     """What `merge_items` returns: the merged automaton (each layer keeps
-    its old layout), its item index, and report {"added": new items,
+    its old layout), its item index, report {"added": new items,
     "already_present": added sequences that were items, "restored":
-    removed items added again}."""
+    removed items added again}, and per layer the most children of a state
+    that gained some (0 where none did)."""
 
     ir: Automaton
     items: ItemIndex
     report: dict
+    widest: tuple
 
 
 def _find_children(layer: Layer, states: np.ndarray, tokens: np.ndarray
@@ -122,7 +125,7 @@ def merge_items(ir: Automaton, items: ItemIndex, sequences, where: str = "update
         leave_at[idx[~found]] = edge[~found]
         walking[idx[~found]] = False
 
-    layers, shifts = [], []
+    layers, shifts, widest = [], [], []
     state = np.zeros(n, dtype=np.int64)  # each sequence's state at depth t (new ids)
     end_state = np.full(n, -1, dtype=np.int64)
     ins_states = np.zeros(0, dtype=np.int64)  # new states at depth t: old ids they precede
@@ -152,10 +155,13 @@ def merge_items(ir: Automaton, items: ItemIndex, sequences, where: str = "update
             if ins_states.size else np.zeros(keys.shape[0], np.int64)
         ins = np.where(matched[src] == t, leave_at[src],
                        layer.indptr[np.minimum(before, num_old)].astype(np.int64))
-        branch = np.insert(np.diff(layer.indptr.astype(np.int64)), ins_states, 0)
-        branch += np.bincount(parent, minlength=branch.shape[0])
-        indptr = np.zeros(branch.shape[0] + 1, dtype=np.int64)
+        num_edges = layer.num_edges + keys.shape[0]
+        index_dtype = index_dtype_for(num_edges)
+        branch = np.insert(np.diff(layer.indptr.astype(index_dtype, copy=False)), ins_states, 0)
+        branch += np.bincount(parent, minlength=branch.shape[0]).astype(index_dtype)
+        indptr = np.zeros(branch.shape[0] + 1, dtype=index_dtype)
         np.cumsum(branch, out=indptr[1:])
+        widest.append(int(branch[parent].max(initial=0)))
         accepting = None
         if t > 0 and (layer.accepting is not None or ending.any()):
             accepting = np.insert(layer.accepting if layer.accepting is not None
@@ -172,7 +178,7 @@ def merge_items(ir: Automaton, items: ItemIndex, sequences, where: str = "update
                        num_final_states=_old_count(ir, depth) + ins_states.shape[0],
                        num_sequences=1, end_token=ir.end_token)
     return _with_items(ir, merged, items, lengths, matched, old_state, end_state, inverse,
-                       shifts)
+                       shifts, tuple(widest))
 
 
 def _old_count(ir: Automaton, depth: int) -> int:
@@ -190,8 +196,8 @@ def _old_item_at(ir: Automaton, items: ItemIndex, depth: int, states: np.ndarray
     return lookup[states]
 
 
-def _with_items(ir, merged, items, lengths, matched, old_state, end_state, inverse, shifts
-                ) -> Merged:
+def _with_items(ir, merged, items, lengths, matched, old_state, end_state, inverse, shifts,
+                widest) -> Merged:
     """The merged automaton with its item count, the new `ItemIndex` and the report."""
     n = lengths.shape[0]
     ids = np.full(n, -1, dtype=np.int64)
@@ -227,37 +233,33 @@ def _with_items(ir, merged, items, lengths, matched, old_state, end_state, inver
     new_items = ItemIndex(row_item=np.concatenate([items.row_item, ids[inverse]]).astype(np.int32),
                           num_unique=num_unique, item_depth=item_depth, item_state=item_state,
                           removed=removed)
-    return Merged(merged.replace(num_sequences=num_unique), new_items, report)
+    return Merged(merged.replace(num_sequences=num_unique), new_items, report, widest)
 
 
-def fit_problems(ir: Automaton, plan_ir: Automaton) -> list[str]:
-    """Why the merged trie `ir` (layers keeping the layouts of `plan_ir`, the
-    compiled one) does not fit the compiled plan: one line per problem, []
-    when it fits (same table shapes, same programs)."""
-    problems = []
+def fit_problems(merged: Merged, plan_ir: Automaton) -> list[str]:
+    """Why the merged trie does not fit the plan `plan_ir` (the compiled
+    automaton, whose layouts the merged layers keep) was lowered for: one
+    line per problem, [] when it fits (same table shapes, same programs).
+    Only states that gained children are looked at: the others fit
+    already."""
+    ir = merged.ir
     if ir.depth != plan_ir.depth:
         return [f"depth {plan_ir.depth} -> {ir.depth}"]
-    for t, (layer, was) in enumerate(zip(ir.layers, plan_ir.layers)):
-        lay = was.layout
-        where = f"layer {t}"
-        if not lay.reserved:
-            if (layer.num_states, layer.num_edges) != (was.num_states, was.num_edges):
-                problems.append(f"{where}: no capacity reserved ({was.num_states} -> "
-                                f"{layer.num_states} states, {was.num_edges} -> "
-                                f"{layer.num_edges} edges)")
-                continue
-        elif layer.num_states > lay.states_capacity or layer.num_edges > lay.edges_capacity:
-            problems.append(f"{where}: {layer.num_states} states / {layer.num_edges} edges "
-                            f"exceed the capacity {lay.states_capacity}/{lay.edges_capacity}")
-            continue
-        branch = layer.branch()
-        widest = int(branch.max(initial=0))
-        if lay.kind.sliced and widest > lay.k:
+    problems = []
+    for t, (layer, was, widest) in enumerate(zip(ir.layers, plan_ir.layers, merged.widest)):
+        lay, where = was.layout, f"layer {t}"
+        counts = (layer.num_states, layer.num_edges)
+        if not lay.reserved and counts != (was.num_states, was.num_edges):
+            problems.append(f"{where}: no capacity reserved ({was.num_states} -> "
+                            f"{layer.num_states} states, {was.num_edges} -> {layer.num_edges} "
+                            "edges)")
+        elif lay.reserved and (counts[0] > lay.states_capacity or counts[1] > lay.edges_capacity):
+            problems.append(f"{where}: {counts[0]} states / {counts[1]} edges exceed the "
+                            f"capacity {lay.states_capacity}/{lay.edges_capacity}")
+        elif lay.kind.sliced and widest > lay.k:
             problems.append(f"{where}: a state has {widest} children, the slice reads k={lay.k}")
-        if lay.kind == LayoutKind.UNARY and (branch != 1).any():
-            problems.append(f"{where}: unary layer gains a state with {widest} children")
-        if lay.kind == LayoutKind.NEAR_UNARY and int((branch != 1).sum()) != lay.exceptions:
-            problems.append(f"{where}: near_unary exceptions change")
-        if (layer.accepting is None) != (was.accepting is None):
+        elif lay.kind == LayoutKind.UNARY and (widest > 1 or counts[0] != counts[1]):
+            problems.append(f"{where}: unary layer gains a state with other than one child")
+        elif (layer.accepting is None) != (was.accepting is None):
             problems.append(f"{where}: gains accepting states")
     return problems

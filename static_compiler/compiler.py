@@ -209,7 +209,7 @@ class CompiledConstraints:
                                      "have no name)")
         t0 = time.perf_counter()
         merged = additions.merge_items(self.ir, items, add)
-        problems = additions.fit_problems(merged.ir, self.ir)
+        problems = additions.fit_problems(merged, self.ir)
         if problems:
             bare = merged.ir.with_layers(layer.replace(layout=None) for layer in merged.ir.layers)
             ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(self.pipeline))

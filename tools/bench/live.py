@@ -18,6 +18,11 @@ set) are compiled once; then, in one process:
 * removal: `compiled.update(remove=...)` of 1e4 random items, then the next
   decode (which leaves them out), timed from the call to the decode's
   result, median over `--repeats` updates after a first one.
+* addition: the same items compiled again with `capacity=--capacity`
+  (tables padded for growth; its memory and decode time against the set
+  without); then `update(add=...)` of 1e4 new random items and the next
+  decode, timed the same way, median over `--add-repeats` additions, and
+  the XLA compilations they caused (0 expected while they fit).
 
     python -m tools.bench.live                    # 1e7 items
     python -m tools.bench.live --items 1e5 --repeats 5
@@ -57,6 +62,9 @@ def main(argv=None) -> int:
     parser.add_argument("--vocab", type=int, default=2048)
     parser.add_argument("--fraction", type=float, default=0.1, help="share of rows in a subset")
     parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--capacity", type=float, default=1.25,
+                        help="growth factor reserved for additions")
+    parser.add_argument("--add-repeats", type=int, default=5)
     args = parser.parse_args(argv)
     n, L, V = int(args.items), args.length, args.vocab
     print(f"# item subsets: {n} random items, L = {L}, V = {V}, subsets of {args.fraction:.0%}")
@@ -99,7 +107,7 @@ def main(argv=None) -> int:
             ms[name].append(_median_ms(fn, 1))
     med = {name: statistics.median(v) for name, v in ms.items()}
     version = compiled.update(remove=rng.random(n) < 1e4 / n)
-    run_removed = lambda v: jax.block_until_ready(sc.beam_search(
+    run_removed = grow = lambda v: jax.block_until_ready(sc.beam_search(
         v, logits_fn, batch_size=2, beam_size=70, tokens_per_beam=30))
     run_removed(version)  # compiles the program with the removal's bits once
     removal = []
@@ -110,6 +118,30 @@ def main(argv=None) -> int:
         version = version.update(remove=gone)
         run_removed(version)
         removal.append(time.perf_counter() - t0)
+    # Additions: a second compile of the same items, with room to grow.
+    del version
+    t0 = time.perf_counter()
+    roomy = sc.compile_constraints(datasets.synthetic_sids(n, L, V, seed=0), V,
+                                   capacity=args.capacity)
+    roomy_s = time.perf_counter() - t0
+    grow(roomy)  # compiles the padded set's program once
+    roomy_ms, plain_ms = [], []
+    for _ in range(args.repeats):
+        roomy_ms.append(_median_ms(lambda: grow(roomy), 1))
+        plain_ms.append(_median_ms(calls["none, B=2"], 1))
+    programs = search._beam_search._cache_size()
+    adding, grew = [], []
+    version = roomy
+    # 1e4 per addition, fewer where that would outgrow the capacity of a small set
+    per_add = max(1, min(10_000, int(n * (args.capacity - 1) / (2 * args.add_repeats))))
+    for _ in range(args.add_repeats):
+        new = rng.integers(0, V, size=(per_add, L))
+        t0 = time.perf_counter()
+        version = version.update(add=new)
+        grow(version)
+        adding.append(time.perf_counter() - t0)
+        grew += version.last_update["grew"]
+    add_compiles = search._beam_search._cache_size() - programs
     print("\n| measure | value | target |\n|---|---|---|")
     print(f"| subset: mask -> liveness, {args.fraction:.0%} of {n} rows | {subset_ms:.1f} ms "
           f"| <= 50 ms |")
@@ -118,13 +150,23 @@ def main(argv=None) -> int:
     print(f"| new XLA compilations for 3 new subsets | {new_compiles} | 0 |")
     print(f"| remove 1e4 items, then the next decode | {1e3 * statistics.median(removal):.1f} ms "
           f"| <= 100 ms |")
+    print(f"| add {per_add} items, then the next decode | {1e3 * statistics.median(adding):.0f} ms "
+          f"(max {1e3 * max(adding):.0f}) | <= 2 s |")
+    print(f"| new XLA compilations for {args.add_repeats} additions | {add_compiles}"
+          f"{' (grew: ' + '; '.join(grew) + ')' if grew else ''} | 0 |")
+    print(f"| capacity {args.capacity}: tables | {roomy.nbytes / 2**20:.1f} MiB against "
+          f"{compiled.nbytes / 2**20:.1f} MiB ({roomy.nbytes / compiled.nbytes:.2f}x), compiled "
+          f"in {roomy_s:.1f} s | |")
+    print(f"| capacity {args.capacity}: decode | {statistics.median(roomy_ms):.3f} ms against "
+          f"{statistics.median(plain_ms):.3f} ms "
+          f"({statistics.median(roomy_ms) / statistics.median(plain_ms):.2f}x) | |")
     print("\n| decode (beams 70, 30 tokens per beam) | search ms | per step ms | ratio |")
     print("|---|---|---|---|")
     for name, value in med.items():
         base = med["none, B=2"] if "B=2" in name else med["none, B=3"]
         print(f"| {name} | {value:.3f} | {value / L:.3f} | {value / base:.2f}x |")
     print(f"# {time.perf_counter() - start:.1f} s")
-    return 1 if new_compiles else 0
+    return 1 if new_compiles or add_compiles else 0
 
 
 if __name__ == "__main__":
