@@ -125,17 +125,15 @@ def merge_items(ir: Automaton, items: ItemIndex, sequences, where: str = "update
         leave_at[idx[~found]] = edge[~found]
         walking[idx[~found]] = False
 
-    layers, shifts, widest = [], [], []
+    layers, inserted, widest = [], [], []
     state = np.zeros(n, dtype=np.int64)  # each sequence's state at depth t (new ids)
     end_state = np.full(n, -1, dtype=np.int64)
     ins_states = np.zeros(0, dtype=np.int64)  # new states at depth t: old ids they precede
     for t in range(depth + 1):
         num_old = old[t].num_states if t < depth else _old_count(ir, depth)
-        # shift[s]: new states placed before old state s (s's new id is s + shift[s])
-        shift = np.cumsum(np.bincount(ins_states, minlength=num_old + 1))
-        shifts.append(shift)
+        inserted.append(ins_states)
         on_old = matched >= t
-        state[on_old] = old_state[on_old, t] + shift[old_state[on_old, t]]
+        state[on_old] = _renumbered(old_state[on_old, t], ins_states)
         ending = lengths == t
         end_state[ending] = state[ending]
         if t == depth:
@@ -178,7 +176,7 @@ def merge_items(ir: Automaton, items: ItemIndex, sequences, where: str = "update
                        num_final_states=_old_count(ir, depth) + ins_states.shape[0],
                        num_sequences=1, end_token=ir.end_token)
     return _with_items(ir, merged, items, lengths, matched, old_state, end_state, inverse,
-                       shifts, tuple(widest))
+                       inserted, tuple(widest))
 
 
 def _old_count(ir: Automaton, depth: int) -> int:
@@ -196,7 +194,20 @@ def _old_item_at(ir: Automaton, items: ItemIndex, depth: int, states: np.ndarray
     return lookup[states]
 
 
-def _with_items(ir, merged, items, lengths, matched, old_state, end_state, inverse, shifts,
+def _renumbered(states: np.ndarray, inserted: np.ndarray) -> np.ndarray:
+    """The new ids of old `states` at a depth where new states were placed
+    before the old ids `inserted` (sorted): s + #(inserted <= s)."""
+    if inserted.shape[0] == 0 or states.shape[0] == 0:
+        return states
+    top = int(states.max())
+    if states.shape[0] * np.log2(inserted.shape[0] + 1) > 4 * top:  # one pass beats searching
+        shift = np.cumsum(np.bincount(np.minimum(inserted, top + 1), minlength=top + 2),
+                          dtype=states.dtype)
+        return states + shift[states]
+    return states + np.searchsorted(inserted, states, side="right").astype(states.dtype)
+
+
+def _with_items(ir, merged, items, lengths, matched, old_state, end_state, inverse, inserted,
                 widest) -> Merged:
     """The merged automaton with its item count, the new `ItemIndex` and the report."""
     n = lengths.shape[0]
@@ -217,7 +228,7 @@ def _with_items(ir, merged, items, lengths, matched, old_state, end_state, inver
     state_old = state_old.copy()
     for d in np.unique(depth_old).tolist():
         at = depth_old == d
-        state_old[at] += shifts[d][state_old[at]]
+        state_old[at] = _renumbered(state_old[at], inserted[d])
     order = np.argsort(ids[fresh], kind="stable")
     item_depth = np.concatenate([depth_old, lengths[fresh][order].astype(np.int32)])
     item_state = np.concatenate([state_old, end_state[fresh][order]]).astype(np.int32)
