@@ -284,3 +284,17 @@ def test_compile_with_export_subsets_serves_subsets(tmp_path, capsys):
         state = art.beam_step(state, np.zeros((1, 2, 16), np.float32), t, subset=sub)
     got = {tuple(row) for row in np.asarray(art.finalize(state).tokens)[0].tolist()}
     assert got == {tuple(SIDS[3].tolist()), tuple(SIDS[7].tolist())}
+
+
+def test_compile_with_capacity_reserves_room_shown_by_show_ir(tmp_path, capsys):
+    np.save(tmp_path / "s.npy", SIDS[:20])
+    code, out, err = run_cli(capsys, "compile", tmp_path / "s.npy", "-o", tmp_path / "a",
+                             "--vocab-size", 16, "--beam-sizes", 2, "--capacity", 1.5)
+    assert code == 0, err
+    assert "reserve-capacity{growth=1.5}" in serving.load(tmp_path / "a").manifest.pipeline
+    code, out, err = run_cli(capsys, "show-ir", tmp_path / "a")
+    assert code == 0, err
+    assert "capacity=1/" in out
+    code, out, err = run_cli(capsys, "compile", tmp_path / "s.npy", "-o", tmp_path / "b",
+                             "--vocab-size", 16, "--capacity", 0.5)
+    assert code != 0 and "growth" in err

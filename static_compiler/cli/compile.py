@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{DEFAULT_BEAM_SIZES})")
     parser.add_argument("--tokens-per-beam", type=int, default=None,
                         help="expand each beam to at most this many children (default: all)")
+    parser.add_argument("--capacity", type=float, default=None, metavar="GROWTH",
+                        help="reserve room for items added later (e.g. 1.25: 25%% more states "
+                             "per depth), so additions that fit recompile nothing")
     parser.add_argument("--export-subsets", action="store_true",
                         help="also save the item index and subset modules, so a serving process "
                              "restricts each request to a subset of the items (Artifact.subset)")
@@ -63,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
                                        print_ir_after_all=args.print_ir_after_all,
                                        export_beam_sizes=beam_sizes,
                                        export_tokens_per_beam=args.tokens_per_beam,
-                                       export_subsets=args.export_subsets, stream=log)
+                                       export_subsets=args.export_subsets,
+                                       capacity=args.capacity, stream=log)
     for stage, seconds in compiled.timings:
         log.write(f"[compile]   {stage:<16s} {seconds:8.3f} s\n")
     text = compiled.frontend_stats.get("text")
