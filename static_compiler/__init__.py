@@ -17,6 +17,7 @@ _LAZY = {
     "BeamAxis": "backend.decode.carry",
     "CompiledConstraints": "compiler", "beam_search": "compiler",
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
+    "load_compiled": "compiler", "update_artifact": "compiler",
     "DEFAULT_PIPELINE": "pipeline", "format_pipeline": "pipeline", "parse_pipeline": "pipeline",
     "Subset": "liveness", "stack_subsets": "liveness",
 }
@@ -43,5 +44,6 @@ __version__ = "0.1.0"
 __all__ = [
     "BeamAxis", "BeamState", "CompiledConstraints", "DEFAULT_PIPELINE", "DecodeResult", "PAD_TOKEN",
     "ProcessorState", "SENTINEL_SCORE", "beam_search", "compile_constraints", "errors",
-    "format_pipeline", "greedy_decode", "ir", "parse_pipeline", "sample", "Subset", "stack_subsets",
+    "format_pipeline", "greedy_decode", "ir", "load_compiled", "parse_pipeline", "sample", "Subset",
+    "stack_subsets", "update_artifact",
 ]

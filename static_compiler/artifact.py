@@ -45,7 +45,7 @@ from static_compiler.backend.lowering import Plan, StepPlan, automaton_from_tabl
 from static_compiler.decode_state import (PAD_TOKEN, SENTINEL_SCORE, BeamState, ProcessorState,
                                           check_tokens_per_beam)
 from static_compiler.errors import (ArtifactBusyError, ArtifactExistsError, ArtifactFormatError,
-                                    DecodeInputError)
+                                    ArtifactVersionError, DecodeInputError)
 from static_compiler.ir import Automaton, Layout
 from static_compiler.liveness import bit_widths
 
@@ -210,8 +210,14 @@ def _fsync_dir(path: pathlib.Path) -> None:
         os.close(fd)
 
 
-def build_files(compiled) -> dict[str, bytes]:
+def build_files(compiled, reuse_modules=None) -> dict[str, bytes]:
     """{relative path: bytes} of every file of the artifact, manifest last.
+
+    reuse_modules: (path, manifest) of a saved artifact whose modules serve
+    `compiled` unchanged (a version with the same plan: an addition within
+    the reserved capacity): their files and manifest entries are copied
+    instead of exporting again, so a serving process reloading the new
+    version keeps its deserialized modules.
 
     Deterministic: the same compiled set and jax version give the same bytes
     (no timestamps; JSON with sorted keys)."""
@@ -239,6 +245,23 @@ def build_files(compiled) -> dict[str, bytes]:
         rel = fmt.table_file(t, name)
         files[rel] = _npy_bytes(arr)
         tables.append(fmt.TableEntry(t, name, rel, tuple(arr.shape), str(arr.dtype)))
+    if reuse_modules is None:
+        modules, cc, versions = _exported_modules(compiled, caps, files)
+    else:
+        modules, cc, versions = _reused_modules(compiled, reuse_modules, files)
+    manifest = fmt.Manifest(
+        jax_version=versions[0], jaxlib_version=versions[1], calling_convention_version=cc, platforms=fmt.PLATFORMS, batch_dim=fmt.BATCH_DIM,
+        pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
+        **set_metadata(compiled), tables=tuple(tables), modules=modules,
+        names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files,
+        files={rel: fmt.FileEntry.of_bytes(data) for rel, data in sorted(files.items())})
+    files[fmt.MANIFEST_FILE] = manifest.seal()
+    return files
+
+
+def _exported_modules(compiled, caps, files: dict) -> tuple[dict, int, tuple]:
+    """Exports `compiled`'s modules into `files`: (manifest entries by name,
+    calling-convention version, (jax, jaxlib) versions)."""
     modules = {}
     cc_versions = set()
     for name, (exported, arg_names, result_names) in export_modules(compiled).items():
@@ -254,15 +277,24 @@ def build_files(compiled) -> dict[str, bytes]:
             beam_size=int(beams) if per_beam else None,
             tokens_per_beam=list(caps) if kind in fmt.STEP_KINDS else None)
     (cc,) = cc_versions
-    manifest = fmt.Manifest(
-        jax_version=jax.__version__, jaxlib_version=_jaxlib_version(),
-        calling_convention_version=cc, platforms=fmt.PLATFORMS, batch_dim=fmt.BATCH_DIM,
-        pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
-        **set_metadata(compiled), tables=tuple(tables), modules=modules,
-        names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files,
-        files={rel: fmt.FileEntry.of_bytes(data) for rel, data in sorted(files.items())})
-    files[fmt.MANIFEST_FILE] = manifest.seal()
-    return files
+    return modules, cc, (jax.__version__, _jaxlib_version())
+
+
+def _reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
+    """The modules of the saved artifact `reuse` = (path, manifest), copied
+    into `files`, after checking that they take `compiled`'s tables."""
+    path, manifest = reuse
+    tables = [fmt.ArraySpec("", tuple(compiled.tables[t][k].shape),
+                            str(compiled.tables[t][k].dtype))
+              for t, k in fmt.table_keys(compiled.tables)]
+    for name, entry in manifest.modules.items():
+        took = [(a.shape, a.dtype) for a in entry.args if a.name.startswith("table:")]
+        if took and took != [(a.shape, a.dtype) for a in tables]:
+            raise ArtifactVersionError(f"artifact {str(path)!r}: module {name!r} takes other "
+                                       "tables than the new version has: export it anew")
+        files[entry.file] = (pathlib.Path(path) / entry.file).read_bytes()
+    return (dict(manifest.modules), manifest.calling_convention_version,
+            (manifest.jax_version, manifest.jaxlib_version))
 
 
 def set_metadata(compiled) -> dict[str, object]:
@@ -288,7 +320,7 @@ def _jaxlib_version() -> str:
     return getattr(jaxlib, "__version__", "unknown")
 
 
-def save(compiled, path, *, overwrite: bool = False) -> pathlib.Path:
+def save(compiled, path, *, overwrite: bool = False, reuse_modules=None) -> pathlib.Path:
     """Writes `compiled` as an artifact directory at `path`, atomically.
 
     The files go into a temporary sibling directory, are fsynced, and the
@@ -311,7 +343,8 @@ def save(compiled, path, *, overwrite: bool = False) -> pathlib.Path:
         if not (path.is_dir() and (path / fmt.MANIFEST_FILE).is_file()):
             raise ArtifactExistsError(f"{str(path)!r} exists and is not an artifact (no "
                                       f"{fmt.MANIFEST_FILE}); refusing to replace it")
-    files = build_files(compiled)
+    files = build_files(compiled, reuse_modules)
+
     def fill(tmp):
         for rel, data in files.items():
             _write_file(tmp, rel, data)
@@ -391,39 +424,50 @@ def update_removed(path, remove) -> dict:
     Returns {"removed", "already_removed", "absent"} (sequences not in the
     set are counted, not an error). Raises DecodeInputError for an artifact
     saved without subsets, ArtifactBusyError while another update runs."""
-    from static_compiler import subsets
-    from static_compiler.liveness import ItemIndex
-
     path = pathlib.Path(path)
     with update_lock(path):
-        manifest = fmt.read_manifest(path)
-        arrays = fmt.read_item_arrays(path, manifest)
-        if arrays is None:
-            raise DecodeInputError(f"update: artifact {str(path)!r} has no item index (compile "
-                                   "with export_subsets=True to update it)")
-        items = ItemIndex(num_unique=manifest.num_sequences, **arrays)
-        removed, report = subsets.removal(
-            items, remove, lambda: read_automaton(path, verify_checksums=False))
-        rel = fmt.item_file("removed")
-        data = _npy_bytes(removed)
-        files = dict(manifest.files)
-        files[rel] = fmt.FileEntry.of_bytes(data)
-        new = dataclasses.replace(manifest, item_files={**manifest.item_files, "removed": rel},
-                                  files=files, format_version=fmt.FORMAT_VERSION)
+        return write_removed(path, remove)
 
-        def fill(tmp):
-            for name in manifest.files:
-                if name in (rel, fmt.MANIFEST_FILE):
-                    continue
-                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-                try:  # artifacts are never written in place: share the bytes
-                    os.link(path / name, tmp / name)
-                except OSError:
-                    shutil.copyfile(path / name, tmp / name)
-            _write_file(tmp, rel, data)
-            _write_file(tmp, fmt.MANIFEST_FILE, new.seal())
 
-        _write_then_swap(path, fill)
+def read_items(path: pathlib.Path, manifest: fmt.Manifest, where: str = "update"):
+    """The artifact's `ItemIndex`; DecodeInputError when it was saved without."""
+    from static_compiler.liveness import ItemIndex
+
+    arrays = fmt.read_item_arrays(path, manifest)
+    if arrays is None:
+        raise DecodeInputError(f"{where}: artifact {str(path)!r} has no item index (compile "
+                               "with export_subsets=True to update it)")
+    return ItemIndex(num_unique=manifest.num_sequences, **arrays)
+
+
+def write_removed(path: pathlib.Path, remove) -> dict:
+    """`update_removed`'s work, for a caller that holds `update_lock`."""
+    from static_compiler import subsets
+
+    manifest = fmt.read_manifest(path)
+    items = read_items(path, manifest)
+    removed, report = subsets.removal(
+        items, remove, lambda: read_automaton(path, verify_checksums=False))
+    rel = fmt.item_file("removed")
+    data = _npy_bytes(removed)
+    files = dict(manifest.files)
+    files[rel] = fmt.FileEntry.of_bytes(data)
+    new = dataclasses.replace(manifest, item_files={**manifest.item_files, "removed": rel},
+                              files=files, format_version=fmt.FORMAT_VERSION)
+
+    def fill(tmp):
+        for name in manifest.files:
+            if name in (rel, fmt.MANIFEST_FILE):
+                continue
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            try:  # artifacts are never written in place: share the bytes
+                os.link(path / name, tmp / name)
+            except OSError:
+                shutil.copyfile(path / name, tmp / name)
+        _write_file(tmp, rel, data)
+        _write_file(tmp, fmt.MANIFEST_FILE, new.seal())
+
+    _write_then_swap(path, fill)
     return report
 
 
@@ -444,17 +488,24 @@ def read_automaton(path, *, verify_checksums: bool = True) -> Automaton:
                                    where=f"artifact {str(path)!r}")
 
 
-def automaton_from_metadata(metadata: dict, tables, where: str = "tables") -> Automaton:
-    """The automaton that `metadata` (the fields of `set_metadata`, as the
-    manifest holds them) and `tables` (one dict of numpy arrays per layer)
-    describe; see `lowering.automaton_from_tables`."""
+def plan_from_metadata(metadata: dict, where: str = "tables") -> tuple[Plan, list]:
+    """(Plan, per-layer Layouts) that `metadata` (the fields of
+    `set_metadata`, as the manifest holds them) records."""
     try:
         steps = tuple(StepPlan(**step) for step in metadata["plan_steps"])
         layouts = [Layout.from_text(info["layout_text"]) for info in metadata["layers"]]
     except (TypeError, KeyError, ValueError) as e:
         raise ArtifactFormatError(f"{where}: plan_steps or layers do not describe a plan "
                                   f"({type(e).__name__}: {e})") from None
-    plan = Plan(vocab_size=metadata["vocab_size"], steps=steps, end_token=metadata["end_token"])
+    return Plan(vocab_size=metadata["vocab_size"], steps=steps,
+                end_token=metadata["end_token"]), layouts
+
+
+def automaton_from_metadata(metadata: dict, tables, where: str = "tables") -> Automaton:
+    """The automaton that `metadata` (the fields of `set_metadata`, as the
+    manifest holds them) and `tables` (one dict of numpy arrays per layer)
+    describe; see `lowering.automaton_from_tables`."""
+    plan, layouts = plan_from_metadata(metadata, where)
     counts = [(info.get("states"), info.get("edges")) for info in metadata["layers"]]
     return automaton_from_tables(plan, layouts, tables, where=where,
                                  num_final_states=metadata["num_final_states"],

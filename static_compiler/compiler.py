@@ -418,3 +418,75 @@ def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
     live = compiled.live_mask(subset, subset_index, batch_size, "sample")
     return decode.sample(*_plan_tables(compiled), logits_fn, key, batch_size=batch_size,
                          subset=live, **options)
+
+
+def load_compiled(path, *, verify_checksums: bool = True) -> CompiledConstraints:
+    """The compiled set a saved artifact holds, rebuilt from its manifest,
+    IR and tables (numpy; no module is run): plan, tables, pipeline, export
+    options, names and item index as saved, the automaton verified
+    (`artifact.read_automaton`). For updating a saved set in the library
+    (`update_artifact`)."""
+    import pathlib
+
+    from static_compiler import artifact
+    from static_compiler import artifact_format as fmt
+
+    path = pathlib.Path(path)
+    manifest = fmt.read_manifest(path, verify_checksums=verify_checksums)
+    where = f"artifact {str(path)!r}"
+    plan, _ = artifact.plan_from_metadata(dataclasses.asdict(manifest), where)
+    tables = tuple(fmt.read_tables(path, manifest))
+    ir = artifact.automaton_from_metadata(dataclasses.asdict(manifest), tables, where)
+    caps = next((m.tokens_per_beam for m in manifest.modules.values()
+                 if m.tokens_per_beam is not None), None)
+    items = None if manifest.item_files is None else artifact.read_items(path, manifest)
+    return CompiledConstraints(ir=ir, plan=plan, tables=tables, pipeline=manifest.pipeline,
+                               export_beam_sizes=manifest.beam_sizes(),
+                               export_tokens_per_beam=_tokens_per_beam_option(caps),
+                               names=fmt.read_names(path, manifest), items=items,
+                               export_subsets=items is not None)
+
+
+def _tokens_per_beam_option(caps) -> Optional[object]:
+    """The export_tokens_per_beam option that gave the per-step `caps` a
+    module records: None or an int when they are what those give (so a set
+    that grows deeper keeps its rule), else the caps as they are."""
+    if caps is None or all(c is None for c in caps):
+        return None
+    if caps[0] is None and len(set(caps[1:])) == 1:
+        return caps[1]
+    return tuple(caps)
+
+
+def update_artifact(path, *, add=None, remove=None) -> dict:
+    """Writes a new version of the saved artifact at `path` with the items
+    `add` lists and without those `remove` picks (as
+    `CompiledConstraints.update`), atomically and under the artifact's
+    update lock (`artifact.update_lock`: a second updater gets
+    ArtifactBusyError at once; a crash leaves the old version).
+
+    Removals alone hard-link tables and modules (`artifact.update_removed`).
+    With additions that fit the reserved capacity, the tables are written
+    anew at the same shapes and the module files are copied unchanged, so a
+    serving process's `reload()` keeps its deserialized modules; additions
+    that do not fit export the modules anew (`reload()` then refuses the
+    version: load it). Returns the `last_update` report."""
+    import pathlib
+
+    from static_compiler import artifact
+
+    path = pathlib.Path(path)
+    if add is None and remove is None:
+        raise ConstraintSetError("update: nothing to do: pass add=... and/or remove=...")
+    with artifact.update_lock(path):
+        if add is None:
+            return artifact.write_removed(path, remove)
+        old = load_compiled(path)
+        if old.items is None:
+            raise DecodeInputError(f"update: artifact {str(path)!r} has no item index (compile "
+                                   "with export_subsets=True to update it)")
+        new = old.update(add=add, remove=remove)
+        from static_compiler import artifact_format as fmt
+        reuse = (path, fmt.read_manifest(path)) if new.plan == old.plan else None
+        artifact.save(new, path, overwrite=True, reuse_modules=reuse)
+        return dict(new.last_update, modules="reused" if reuse else "exported")

@@ -31,9 +31,10 @@ def set_fingerprint(ir: Automaton, state_counts: tuple = ()) -> str:
     h.update(repr((ir.vocab_size, ir.end_token, ir.num_final_states, state_counts)).encode())
     for layer in ir.layers:
         for arr in (layer.indptr, layer.tokens, layer.targets, layer.accepting):
-            if arr is not None:
+            if arr is not None:  # values, not dtypes: a set read back or merged hashes alike
+                arr = np.ascontiguousarray(arr, dtype=bool if arr.dtype == bool else "<i8")
                 h.update(repr((arr.dtype.str, arr.shape)).encode())
-                h.update(np.ascontiguousarray(arr).data)
+                h.update(arr.data)
             else:
                 h.update(b"-")
     return h.hexdigest()

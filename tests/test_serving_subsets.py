@@ -280,3 +280,79 @@ def test_reload_after_an_addition_within_capacity_shares_the_modules(tmp_path):
     grown.save(path, overwrite=True)
     with pytest.raises(sc.errors.ArtifactVersionError, match="load it anew"):
         new.reload()
+
+
+def _serve_subset(art, mask, batch: int = 1):
+    sub = art.subset(mask)
+    state = art.init_state(batch, BEAMS)
+    zeros = np.zeros((batch, BEAMS, art.vocab_size), np.float32)
+    for t in range(art.max_length):
+        state = art.beam_step(state, zeros, t, subset=sub)
+    return _decoded(art.finalize(state))
+
+
+def test_cli_update_add_keeps_the_modules_within_capacity_and_exports_past_it(tmp_path, capsys):
+    from static_compiler.cli import main
+    rng = np.random.default_rng(4)
+    items = np.array(oracle.random_set(rng, 40, 4, 9))
+    compiled = sc.compile_constraints(items, 9, export_beam_sizes=(BEAMS,), export_subsets=True,
+                                      capacity=1.5)
+    path = tmp_path / "set.static"
+    compiled.save(path)
+    old = serving.load(path)
+    added = np.array([[8, 8, 8, 1], [8, 8, 7, 2], [0, 8, 8, 3]])
+    np.save(tmp_path / "add.npy", added)
+    np.save(tmp_path / "gone.npy", items[:2])
+    assert main(["update", str(path), "--add", str(tmp_path / "add.npy"),
+                 "--remove", str(tmp_path / "gone.npy")]) == 0
+    out = capsys.readouterr().out
+    assert "3 items added" in out and "modules kept" in out and "2 items removed" in out
+    new = old.reload()
+    assert new._modules is old._modules and new.items.num_items == len(items) + 3
+    only_added = np.arange(len(items) + 3) >= len(items)
+    assert _serve_subset(new, only_added) == {tuple(r) for r in added.tolist()}
+    assert _serve_subset(new, np.arange(len(items) + 3) < 2) == set()  # removed
+    assert serving.load(path).fingerprint == new.fingerprint
+    # Past the capacity: the modules are exported anew, reload refuses, load serves it.
+    many = np.array(oracle.random_set(rng, 300, 4, 9))
+    np.save(tmp_path / "many.npy", many)
+    assert main(["update", str(path), "--add", str(tmp_path / "many.npy")]) == 0
+    assert "grew past the capacity, modules exported anew" in capsys.readouterr().out
+    with pytest.raises(sc.errors.ArtifactVersionError):
+        new.reload()
+    fresh = serving.load(path)
+    mask = np.zeros(fresh.items.num_items, bool)
+    mask[-1] = True
+    assert _serve_subset(fresh, mask) == {tuple(many[-1].tolist())}
+
+
+def test_cli_update_needs_something_to_do_and_checks_added_sequences(saved, tmp_path, capsys):
+    import shutil
+    from static_compiler.cli import main
+    _, compiled, _, path = saved
+    copy = tmp_path / "v"
+    shutil.copytree(path, copy)
+    assert main(["update", str(copy)]) != 0
+    assert "nothing to do" in capsys.readouterr().err
+    np.save(tmp_path / "bad.npy", np.array([[99] * compiled.ir.depth]))
+    assert main(["update", str(copy), "--add", str(tmp_path / "bad.npy")]) != 0
+    assert "99" in capsys.readouterr().err
+    assert artifact_format.read_manifest(copy).seal() == artifact_format.read_manifest(path).seal()
+
+
+def test_load_compiled_rebuilds_the_saved_set_and_update_artifact_matches_the_library(saved,
+                                                                                     tmp_path):
+    import shutil
+    items, compiled, _, path = saved
+    again = sc.load_compiled(path)
+    assert again.ir == compiled.ir and again.plan == compiled.plan
+    assert again.pipeline == compiled.pipeline and again.export_beam_sizes == (BEAMS,)
+    np.testing.assert_array_equal(again.items.row_item, compiled.items.row_item)
+    assert again.fingerprint == compiled.fingerprint
+    copy = tmp_path / "v"
+    shutil.copytree(path, copy)
+    extra = [items[0][:-1] + (1,)] if compiled.ir.end_token is None else [(1, 2, 3, 4, 5)]
+    report = sc.update_artifact(copy, add=extra)
+    want = compiled.update(add=extra)
+    assert {k: report[k] for k in want.last_update} == want.last_update
+    assert sc.load_compiled(copy).ir == want.ir

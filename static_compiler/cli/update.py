@@ -1,6 +1,8 @@
-"""`static-compiler update`: write a new version of an artifact without some
-of its items (takedowns), atomically and under a lock; a serving process
-picks it up with `Artifact.reload()` between two decodes."""
+"""`static-compiler update`: write a new version of an artifact with some
+items added (`--add`) and/or taken out (`--remove`, takedowns), atomically
+and under a lock; a serving process picks it up with `Artifact.reload()`
+between two decodes (sharing its modules when the additions fit the
+capacity reserved at compile time, `compile --capacity`)."""
 
 from __future__ import annotations
 
@@ -13,27 +15,49 @@ from static_compiler.cli.common import Subcommand
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("artifact", metavar="ART",
                         help="artifact directory (saved with --export-subsets)")
-    parser.add_argument("--remove", required=True, metavar="FILE",
-                        help="the items to take out: a .npy bool mask over the rows the set was "
-                             "compiled from, or sequences in any `compile` format (.npy int "
-                             "array, .jsonl, text)")
+    parser.add_argument("--add", metavar="FILE",
+                        help="items to add: sequences in any `compile` format (.npy int array, "
+                             ".jsonl, text); added rows follow the set's rows")
+    parser.add_argument("--remove", metavar="FILE",
+                        help="the items to take out: a .npy bool mask over the rows of the set, "
+                             "or sequences in any `compile` format (.npy int array, .jsonl, "
+                             "text)")
 
 
-def run(args: argparse.Namespace) -> int:
-    from static_compiler import artifact, readers
+def _read(flag: str, file: str):
+    from static_compiler import readers
     from static_compiler.errors import CliInputError
     from static_compiler.ir import Automaton
 
-    remove = readers.read_constraints(args.remove)
-    if isinstance(remove, Automaton):
-        raise CliInputError(f"--remove {args.remove!r} is an IR dump: expected a bool mask or "
-                            "sequences")
-    report = artifact.update_removed(args.artifact, remove)
-    sys.stdout.write(f"updated {args.artifact}: {report['removed']} items removed, "
-                     f"{report['already_removed']} already removed, {report['absent']} not in "
-                     "the set\n")
+    value = readers.read_constraints(file)
+    if isinstance(value, Automaton):
+        raise CliInputError(f"{flag} {file!r} is an IR dump: expected "
+                            f"{'a bool mask or ' if flag == '--remove' else ''}sequences")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from static_compiler.compiler import update_artifact
+    from static_compiler.errors import CliInputError
+
+    if args.add is None and args.remove is None:
+        raise CliInputError("update: nothing to do: give --add FILE and/or --remove FILE")
+    add = None if args.add is None else _read("--add", args.add)
+    remove = None if args.remove is None else _read("--remove", args.remove)
+    report = update_artifact(args.artifact, add=add, remove=remove)
+    parts = []
+    if add is not None:
+        parts.append(f"{report['added']} items added, {report['already_present']} already in "
+                     f"the set, {report['restored']} restored")
+        parts.append("same table shapes, modules kept" if report["modules"] == "reused" else
+                     "grew past the capacity, modules exported anew (" +
+                     "; ".join(report["grew"]) + ")")
+    if remove is not None:
+        parts.append(f"{report['removed']} items removed, {report['already_removed']} already "
+                     f"removed, {report['absent']} not in the set")
+    sys.stdout.write(f"updated {args.artifact}: {'; '.join(parts)}\n")
     return 0
 
 
-COMMAND = Subcommand("update", "write a new version of an artifact without some items",
+COMMAND = Subcommand("update", "write a new version of an artifact with items added or removed",
                      add_arguments, run)
