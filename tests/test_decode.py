@@ -133,6 +133,23 @@ def test_log_softmax_matches_float64_and_special_values():
     np.testing.assert_allclose(oracle.log_softmax32(x)[finite], ref[finite], rtol=0, atol=2e-6)
 
 
+
+@pytest.mark.parametrize("V", [1, 15, 31, 32, 37, 48, 100, 2048])
+def test_row_max_and_any_fold_to_the_reductions(V):
+    """logprobs.row_max / row_any (halves combined elementwise, so constant
+    logits fold cheaply) give jnp.max / jnp.any exactly, odd widths included."""
+    from static_compiler.backend.decode.logprobs import row_any, row_max
+    rng = np.random.default_rng(V)
+    x = (rng.standard_normal((5, 3, V)) * 4).astype(np.float32)
+    x[0] = -np.inf
+    x[1][rng.random((3, V)) < 0.2] = np.inf
+    x[2][rng.random((3, V)) < 0.5] = -np.inf
+    got = np.asarray(jax.jit(row_max)(x))
+    np.testing.assert_array_equal(got, x.max(axis=-1, keepdims=True))
+    flags = x == np.inf
+    np.testing.assert_array_equal(np.asarray(jax.jit(row_any)(flags)),
+                                  flags.any(axis=-1, keepdims=True))
+
 # --------------------------------------------------------------------------
 # Fixed trie shapes, every layout, hypothesis over tokens, seeds and logits
 
