@@ -16,7 +16,8 @@ from jax import lax
 
 from static_compiler.backend.decode.candidates import (StepCandidates, candidate_width,
                                                        pad_candidates, packed_step_candidates,
-                                                       step_candidates)
+                                                       step_candidates, switched,
+                                                       switched_step_candidates)
 from static_compiler.backend import kernels
 from static_compiler.backend.decode.live import LiveMask, pack_live
 from static_compiler.backend.kernels import PackedRun, pack_run, packed_entries
@@ -157,11 +158,15 @@ def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid
                                               steps[0], scores=scores, keep=keep, subset=subset),
                               width)
 
+    index = jnp.asarray(step, jnp.int32) - steps[0]
+    if switched(plan, steps, scores):
+        return pad_candidates(switched_step_candidates(plan, tables, steps, index, node, valid,
+                                                       finished, logprobs, subset), width)
+
     def at(t, node, valid, finished, logprobs, scores):
         return pad_candidates(step_candidates(plan, tables, node, valid, finished, logprobs, t,
                                               scores=scores, keep=keep, subset=subset), width)
 
-    index = jnp.asarray(step, jnp.int32) - steps[0]
     return lax.switch(index, [functools.partial(at, t) for t in steps],
                       node, valid, finished, logprobs, scores)
 
