@@ -60,8 +60,8 @@ def entries(step: StepPlan, tables: dict, idx) -> tuple[jax.Array, jax.Array]:
 
 
 def _csr_bounds(tables: dict, node):
-    indptr = tables["indptr"]
-    return _take(indptr, node), _take(indptr, node + 1)
+    bounds = _take(tables["indptr"], node[..., None] + lax.iota(jnp.int32, 2))  # one gather
+    return bounds[..., 0], bounds[..., 1]
 
 
 COMPARE_ALL_MAX = 4096
@@ -78,15 +78,17 @@ def _near_unary_bounds(tables: dict, node):
     # which XLA compiles several times faster than the loop.
     method = "compare_all" if num_ex <= COMPARE_ALL_MAX else "scan"
     j = jnp.searchsorted(ex_states, node, side="left", method=method).astype(jnp.int32)
-    here = jnp.minimum(j, num_ex - 1)
-    is_exception = (j < num_ex) & (jnp.take(ex_states, here, mode="clip") == node)
-    below = jnp.maximum(j - 1, 0)
+    # The exception at j (if node is one) and the one below it, read with one
+    # gather per table (XLA compiles a kernel per gather).
+    at = jnp.clip(j[..., None] - lax.iota(jnp.int32, 2), 0, num_ex - 1)  # [here, below]
+    states = jnp.take(ex_states, at, mode="clip")
+    bounds = jnp.take(ex_bounds, at, axis=0, mode="clip")
+    is_exception = (j < num_ex) & (states[..., 0] == node)
     # Between exceptions every state has one child, so rows advance in lockstep
     # with state ids: start = node + (end of the previous exception's row - its id - 1).
-    shift = jnp.where(j > 0, jnp.take(ex_bounds[:, 1], below, mode="clip")
-                      - jnp.take(ex_states, below, mode="clip") - 1, 0)
-    start = jnp.where(is_exception, jnp.take(ex_bounds[:, 0], here, mode="clip"), node + shift)
-    end = jnp.where(is_exception, jnp.take(ex_bounds[:, 1], here, mode="clip"), start + 1)
+    shift = jnp.where(j > 0, bounds[..., 1, 1] - states[..., 1] - 1, 0)
+    start = jnp.where(is_exception, bounds[..., 0, 0], node + shift)
+    end = jnp.where(is_exception, bounds[..., 0, 1], start + 1)
     return start, end
 
 

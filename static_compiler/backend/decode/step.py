@@ -65,7 +65,11 @@ def apply_choice(plan: Plan, state: BeamState, cand: StepCandidates, parent, col
                   step: int) -> BeamState:
     """New beam state after each beam (B, M) chose candidate `col` of beam `parent`."""
     pick = lambda x: pick_candidates(x, parent, col)
-    token, nxt, ends, stays = pick(cand.tokens), pick(cand.next), pick(cand.ends), pick(cand.stays)
+    token, nxt = pick(cand.tokens), pick(cand.next)
+    if plan.end_token is None:  # no end or carried-over columns: nothing to gather
+        ends = stays = jnp.zeros(parent.shape, bool)
+    else:
+        ends, stays = pick(cand.ends), pick(cand.stays)
     finished = valid & (ends | stays)
     history = take_beams(state.tokens, parent)
     history = history.at[:, :, step].set(jnp.where(valid & ~stays, token, PAD_TOKEN))
