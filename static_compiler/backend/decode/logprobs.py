@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
+from jax import lax
 
 from static_compiler.decode_state import MIN_VALID_SCORE, SENTINEL_SCORE
 
@@ -43,14 +44,16 @@ def _row_fold(x, op, reduce):
     n = V // ROW_FOLD_LEAF
     if n < 2:
         return reduce(x, axis=-1, keepdims=True)
-    y = x[..., :n * ROW_FOLD_LEAF].reshape(x.shape[:-1] + (n, ROW_FOLD_LEAF))
-    while y.shape[-2] > 1:
-        half = y.shape[-2] // 2
-        top = op(y[..., :half, :], y[..., half:2 * half, :])
-        y = top if y.shape[-2] % 2 == 0 else jnp.concatenate([top, y[..., 2 * half:, :]], axis=-2)
-    y = y[..., 0, :]
-    if V > n * ROW_FOLD_LEAF:
-        y = jnp.concatenate([y, x[..., n * ROW_FOLD_LEAF:]], axis=-1)
+    part = lambda a, start, stop, axis: lax.slice_in_dim(a, start, stop, axis=axis)
+    y = part(x, 0, n * ROW_FOLD_LEAF, -1).reshape(x.shape[:-1] + (n, ROW_FOLD_LEAF))
+    while n > 1:
+        half = n // 2
+        top = op(part(y, 0, half, -2), part(y, half, 2 * half, -2))
+        y = top if n % 2 == 0 else lax.concatenate([top, part(y, 2 * half, n, -2)], y.ndim - 2)
+        n = y.shape[-2]
+    y = y.reshape(x.shape[:-1] + (ROW_FOLD_LEAF,))
+    if V % ROW_FOLD_LEAF:
+        y = lax.concatenate([y, part(x, V - V % ROW_FOLD_LEAF, V, -1)], y.ndim - 1)
     return reduce(y, axis=-1, keepdims=True)
 
 

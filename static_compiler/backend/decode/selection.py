@@ -73,11 +73,12 @@ def _select_checked(scores, beam_size: int, tokens_per_beam: int,
     before = lax.iota(jnp.int32, R)[None, :] < lax.iota(jnp.int32, R)[:, None]
     rank = jnp.sum((parent[:, :, None] == parent[:, None, :]) & before, axis=-1)
     kept = rank < tokens_per_beam
-    # Positions of the first beam_size kept entries, in list order.
-    _, pos = lax.top_k(jnp.where(kept, -lax.iota(jnp.int32, R), -R), beam_size)
+    # Positions of the first beam_size kept entries, in list order; the last
+    # of them is an unkept one (-R) exactly when fewer than beam_size are kept.
+    order, pos = lax.top_k(jnp.where(kept, -lax.iota(jnp.int32, R), -R), beam_size)
     at = lambda x: jnp.take_along_axis(x, pos, axis=-1)
     fast = Selection(at(top), at(parent), at(flat) % K, jnp.ones((B, beam_size), bool))
-    return lax.cond(jnp.all(jnp.sum(kept, axis=-1) >= beam_size), lambda: fast,
+    return lax.cond(jnp.all(order[:, -1] > -R), lambda: fast,
                     lambda: _select_pruned(scores, beam_size, tokens_per_beam))
 
 
