@@ -64,6 +64,34 @@ def _csr_bounds(tables: dict, node):
     return bounds[..., 0], bounds[..., 1]
 
 
+def take_last(x, idx):
+    """``jnp.take_along_axis(x, idx, axis=-1)`` for x (..., N) and idx int
+    (..., K) with the same leading dims and entries in [0, N): one gather
+    from the flattened x, its index computed elementwise (which XLA fuses
+    into the gather; take_along_axis builds an index array of its own, a
+    kernel more per call) and clamped, not checked."""
+    idx = jnp.asarray(idx, jnp.int32)
+    flat, stride = idx, x.shape[-1]
+    for axis in reversed(range(x.ndim - 1)):
+        flat = flat + _offsets(idx.shape, axis, stride)
+        stride = stride * x.shape[axis]
+    return jnp.take(x.reshape(-1), flat, mode="clip")
+
+
+def take_rows(x, idx):
+    """``x[b, idx[b, m], ...]``: x (B, N, ...) along axis 1 by idx int (B,
+    M) in [0, N) -> (B, M, ...), one clamped gather of rows (see take_last)."""
+    B, N = x.shape[:2]
+    flat = _offsets(idx.shape, 0, N) + jnp.asarray(idx, jnp.int32)
+    return jnp.take(x.reshape((B * N,) + x.shape[2:]), flat, axis=0, mode="clip")
+
+
+def _offsets(shape, axis: int, stride):
+    """int32 `shape`: the index along `axis` times `stride` (an iota: the
+    exported modules' batch size is symbolic)."""
+    return lax.broadcasted_iota(jnp.int32, shape, axis) * stride
+
+
 COMPARE_ALL_MAX = 4096
 """near_unary layers with at most this many exception states find a state's
 row by comparing against all of them (X compares per beam, no loop)."""

@@ -16,7 +16,8 @@ from static_compiler.backend.decode.live import (LiveMask, PackedLive, child_liv
                                                  packed_child_live, packed_end_live)
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.kernels import (Candidates, PackedRun, accepts, entries, expand,
-                                             num_candidates, packed_expand, row_bounds, slice_rows)
+                                             num_candidates, packed_expand, row_bounds, slice_rows,
+                                             take_last, take_rows)
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.ir import LayoutKind
@@ -215,7 +216,7 @@ def mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep
             cols = jnp.broadcast_to(lax.iota(jnp.int32, s.shape[-1]), s.shape)
         if s.shape[-1] > width:
             s, pos = lax.top_k(s, width)
-            return s, jnp.take_along_axis(cols, pos, axis=-1)
+            return s, take_last(cols, pos)
         pad = [(0, 0)] * (s.ndim - 1) + [(0, width - s.shape[-1])]
         return (jnp.pad(s, pad, constant_values=SENTINEL_SCORE),
                 jnp.pad(cols, pad, constant_values=sp.k))
@@ -230,7 +231,7 @@ def mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep
                                               logprobs.take(light.tokens), scores))
         # The first H heavy beams of each row (lower beams first), then fillers.
         _, beams = lax.top_k(jnp.where(heavy, -lax.iota(jnp.int32, M), -M), H)
-        at = lambda x: jnp.take_along_axis(x, beams, axis=1)
+        at = lambda x: take_rows(x, beams)
         used = at(heavy)
         w_start = at(start) + kl
         wide = sliced(w_start, jnp.where(used, at(end), w_start), kw)

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 from jax import lax
 
+from static_compiler.backend.kernels import take_last, take_rows
 from static_compiler.decode_state import MIN_VALID_SCORE, SENTINEL_SCORE
 
 
@@ -107,15 +108,15 @@ class LogProbs(NamedTuple):
 
     def take(self, tokens):
         """float32 (..., K): the log-probabilities of tokens int (..., K)."""
-        return self._normalize(jnp.take_along_axis(self.logits, tokens, axis=-1))
+        return self._normalize(take_last(self.logits, tokens))
 
     def take_beams(self, beams, tokens):
         """float32 (B, H, K): log-probabilities of tokens int32 (B, H, K) in
         the rows `beams` int32 (B, H) of logits (B, M, V)."""
         B, M, V = self.logits.shape
         flat = (beams[..., None] * V + tokens).reshape(B, -1)
-        x = jnp.take_along_axis(self.logits.reshape(B, M * V), flat, axis=-1).reshape(tokens.shape)
-        rows = lambda a: jnp.take_along_axis(a, beams[..., None], axis=1)
+        x = take_last(self.logits.reshape(B, M * V), flat).reshape(tokens.shape)
+        rows = lambda a: take_rows(a, beams)
         return LogProbs(None, rows(self.lse), rows(self.posinf))._normalize(x)
 
 

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Optional
 import jax.numpy as jnp
 from jax import lax
 
+from static_compiler.backend.kernels import take_last
 from static_compiler.decode_state import SENTINEL_SCORE
 
 
@@ -76,7 +77,7 @@ def _select_checked(scores, beam_size: int, tokens_per_beam: int,
     # Positions of the first beam_size kept entries, in list order; the last
     # of them is an unkept one (-R) exactly when fewer than beam_size are kept.
     order, pos = lax.top_k(jnp.where(kept, -lax.iota(jnp.int32, R), -R), beam_size)
-    at = lambda x: jnp.take_along_axis(x, pos, axis=-1)
+    at = lambda x: take_last(x, pos)
     fast = Selection(at(top), at(parent), at(flat) % K, jnp.ones((B, beam_size), bool))
     return lax.cond(jnp.all(order[:, -1] > -R), lambda: fast,
                     lambda: _select_pruned(scores, beam_size, tokens_per_beam))
@@ -99,5 +100,5 @@ def _select_pruned(scores, beam_size: int, tokens_per_beam: Optional[int]) -> Se
     top, flat = lax.top_k(flat_scores, beam_size)
     real = flat < M * K
     parent = jnp.where(real, flat // K, 0)
-    col = jnp.take_along_axis(flat_slot, flat, axis=-1)
+    col = take_last(flat_slot, flat)
     return Selection(top, parent, col, real)

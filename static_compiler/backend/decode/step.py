@@ -51,14 +51,13 @@ def init_beam_state(plan: Plan, batch_size: int, beam_size: int, start_tokens=0)
 
 def take_beams(x, parent):
     """x (B, M, ...) reordered along beams by parent (B, M)."""
-    idx = parent.reshape(parent.shape + (1,) * (x.ndim - 2))
-    return jnp.take_along_axis(x, idx, axis=1)
+    return kernels.take_rows(x, parent)
 
 
 def pick_candidates(x, parent, col):
     """x (B, M', K) -> (B, M): x[b, parent[b, m], col[b, m]], one gather."""
     B, Mp, K = x.shape
-    return jnp.take_along_axis(x.reshape(B, Mp * K), parent * K + col, axis=-1)
+    return kernels.take_last(x.reshape(B, Mp * K), parent * K + col)
 
 
 def apply_choice(plan: Plan, state: BeamState, cand: StepCandidates, parent, col, score, valid,
