@@ -71,7 +71,10 @@ def apply_choice(plan: Plan, state: BeamState, cand: StepCandidates, parent, col
         ends, stays = pick(cand.ends), pick(cand.stays)
     finished = valid & (ends | stays)
     history = take_beams(state.tokens, parent)
-    history = history.at[:, :, step].set(jnp.where(valid & ~stays, token, PAD_TOKEN))
+    # One dynamic-update-slice (0 <= step < T); `.at[:, :, step].set` at a
+    # traced step normalizes the index and scatters: three kernels more.
+    history = lax.dynamic_update_slice_in_dim(
+        history, jnp.where(valid & ~stays, token, PAD_TOKEN)[..., None], step, axis=2)
     history = jnp.where(valid[..., None], history, PAD_TOKEN)
     grows = valid & ~ends & ~stays
     lengths = jnp.where(valid, take_beams(state.lengths, parent) + grows.astype(jnp.int32), 0)
