@@ -78,10 +78,13 @@ def _select_checked(scores, beam_size: int, tokens_per_beam: int,
     # of them is an unkept one (-R) exactly when fewer than beam_size are kept.
     order, pos = lax.top_k(jnp.where(kept, -lax.iota(jnp.int32, R), -R), beam_size)
     at = lambda x: take_last(x, pos)
-    fast = Selection(at(top), at(parent), lax.rem(at(flat), jnp.int32(K)),
-                     jnp.ones((B, beam_size), bool))
-    return lax.cond(jnp.all(order[:, -1] > -R), lambda: fast,
-                    lambda: _select_pruned(scores, beam_size, tokens_per_beam))
+    fast = (at(top), at(parent), lax.rem(at(flat), jnp.int32(K)))
+    # Every place is real on both paths (M * tokens_per_beam >= beam_size), so
+    # `real` stays out of the cond (a constant, not a kernel inside a branch).
+    assert M * tokens_per_beam >= beam_size, (M, tokens_per_beam, beam_size)
+    picked = lax.cond(jnp.all(order[:, -1] > -R), lambda: fast,
+                      lambda: _select_pruned(scores, beam_size, tokens_per_beam)[:3])
+    return Selection(*picked, jnp.ones((B, beam_size), bool))
 
 
 def _select_pruned(scores, beam_size: int, tokens_per_beam: Optional[int]) -> Selection:
