@@ -104,8 +104,10 @@ def _near_unary_bounds(tables: dict, node):
     # j = number of exception states below `node`: a binary search (a loop of
     # log2(X) steps) on long lists; on short ones one comparison against all,
     # which XLA compiles several times faster than the loop.
-    method = "compare_all" if num_ex <= COMPARE_ALL_MAX else "scan"
-    j = jnp.searchsorted(ex_states, node, side="left", method=method).astype(jnp.int32)
+    if num_ex <= COMPARE_ALL_MAX:
+        j = jnp.searchsorted(ex_states, node, side="left", method="compare_all").astype(jnp.int32)
+    else:
+        j = lower_bound(ex_states, node)
     # The exception at j (if node is one) and the one below it, read with one
     # gather per table (XLA compiles a kernel per gather).
     at = jnp.clip(j[..., None] - lax.iota(jnp.int32, 2), 0, num_ex - 1)  # [here, below]
@@ -118,6 +120,31 @@ def _near_unary_bounds(tables: dict, node):
     start = jnp.where(is_exception, bounds[..., 0, 0], node + shift)
     end = jnp.where(is_exception, bounds[..., 0, 1], start + 1)
     return start, end
+
+
+def lower_bound(sorted_values, query):
+    """int32 query.shape: how many of `sorted_values` (int32 (N,), N >= 1,
+    ascending) are below each query, i.e. ``jnp.searchsorted(sorted_values,
+    query, side="left")``, by a branchless binary search: one position per
+    query, moved up by a static half-width at each of the ceil(log2 N)
+    steps. The loop carries that one array (jnp's binary search carries two,
+    and compiles into seven kernels; this one into four)."""
+    halves, n = [], sorted_values.shape[0]
+    while n > 1:
+        halves.append(n // 2)
+        n -= n // 2
+    query = jnp.asarray(query, jnp.int32)
+    base = jnp.zeros(query.shape, jnp.int32)
+    if halves:
+        steps = np.asarray(halves, np.int32)
+
+        def step(i, base):
+            half = jnp.asarray(steps)[i]
+            probe = jnp.take(sorted_values, base + half, mode="clip")
+            return jnp.where(probe < query, base + half, base)
+
+        base = lax.fori_loop(0, len(halves), step, base)
+    return base + (jnp.take(sorted_values, base, mode="clip") < query).astype(jnp.int32)
 
 
 _ROW_BOUNDS = {LayoutKind.CSR: _csr_bounds, LayoutKind.NEAR_UNARY: _near_unary_bounds}
