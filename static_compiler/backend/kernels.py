@@ -125,26 +125,21 @@ def _near_unary_bounds(tables: dict, node):
 def lower_bound(sorted_values, query):
     """int32 query.shape: how many of `sorted_values` (int32 (N,), N >= 1,
     ascending) are below each query, i.e. ``jnp.searchsorted(sorted_values,
-    query, side="left")``, by a branchless binary search: one position per
-    query, moved up by a static half-width at each of the ceil(log2 N)
-    steps. The loop carries that one array (jnp's binary search carries two,
-    and compiles into seven kernels; this one into four)."""
-    halves, n = [], sorted_values.shape[0]
-    while n > 1:
-        halves.append(n // 2)
-        n -= n // 2
+    query, side="left")``, by a branchless binary search: the count is built
+    bit by bit, highest first, adding 2^k wherever the entry 2^k past it is
+    still below the query. The loop carries that one array (jnp's binary
+    search carries two and compiles into seven kernels; this one into four,
+    with no final correction step)."""
+    n = sorted_values.shape[0]
+    bits = np.asarray([1 << k for k in reversed(range(n.bit_length()))], np.int32)
     query = jnp.asarray(query, jnp.int32)
-    base = jnp.zeros(query.shape, jnp.int32)
-    if halves:
-        steps = np.asarray(halves, np.int32)
 
-        def step(i, base):
-            half = jnp.asarray(steps)[i]
-            probe = jnp.take(sorted_values, base + half, mode="clip")
-            return jnp.where(probe < query, base + half, base)
+    def step(i, count):
+        bit = jnp.asarray(bits)[i]
+        probe = jnp.take(sorted_values, count + bit - 1, mode="clip")
+        return jnp.where((count + bit <= n) & (probe < query), count + bit, count)
 
-        base = lax.fori_loop(0, len(halves), step, base)
-    return base + (jnp.take(sorted_values, base, mode="clip") < query).astype(jnp.int32)
+    return lax.fori_loop(0, len(bits), step, jnp.zeros(query.shape, jnp.int32))
 
 
 _ROW_BOUNDS = {LayoutKind.CSR: _csr_bounds, LayoutKind.NEAR_UNARY: _near_unary_bounds}
