@@ -133,6 +133,37 @@ def test_log_softmax_matches_float64_and_special_values():
     np.testing.assert_allclose(oracle.log_softmax32(x)[finite], ref[finite], rtol=0, atol=2e-6)
 
 
+
+@pytest.mark.parametrize("V", [1, 15, 31, 32, 37, 48, 100, 2048])
+def test_row_max_and_any_fold_to_the_reductions(V):
+    """logprobs.row_max / row_any (halves combined elementwise, so constant
+    logits fold cheaply) give jnp.max / jnp.any exactly, odd widths included."""
+    from static_compiler.backend.decode.logprobs import row_any, row_max
+    rng = np.random.default_rng(V)
+    x = (rng.standard_normal((5, 3, V)) * 4).astype(np.float32)
+    x[0] = -np.inf
+    x[1][rng.random((3, V)) < 0.2] = np.inf
+    x[2][rng.random((3, V)) < 0.5] = -np.inf
+    got = np.asarray(jax.jit(row_max)(x))
+    np.testing.assert_array_equal(got, x.max(axis=-1, keepdims=True))
+    flags = x == np.inf
+    np.testing.assert_array_equal(np.asarray(jax.jit(row_any)(flags)),
+                                  flags.any(axis=-1, keepdims=True))
+
+
+@pytest.mark.parametrize("N", [1, 2, 3, 5, 8, 9, 100, 4097])
+def test_lower_bound_is_searchsorted_left(N):
+    """kernels.lower_bound (the near_unary exception search on long lists)
+    counts the entries below each query exactly as np.searchsorted(left),
+    duplicates, the ends and values outside the list included."""
+    from static_compiler.backend.kernels import lower_bound
+    rng = np.random.default_rng(N)
+    values = np.sort(rng.integers(0, 3 * N, N)).astype(np.int32)
+    queries = np.concatenate([values, values - 1, values + 1, [-5, 3 * N + 5],
+                              rng.integers(-2, 3 * N + 2, 64)]).astype(np.int32).reshape(1, -1)
+    np.testing.assert_array_equal(np.asarray(jax.jit(lower_bound)(values, queries)),
+                                  np.searchsorted(values, queries, side="left"))
+
 # --------------------------------------------------------------------------
 # Fixed trie shapes, every layout, hypothesis over tokens, seeds and logits
 

@@ -60,8 +60,36 @@ def entries(step: StepPlan, tables: dict, idx) -> tuple[jax.Array, jax.Array]:
 
 
 def _csr_bounds(tables: dict, node):
-    indptr = tables["indptr"]
-    return _take(indptr, node), _take(indptr, node + 1)
+    bounds = _take(tables["indptr"], node[..., None] + lax.iota(jnp.int32, 2))  # one gather
+    return bounds[..., 0], bounds[..., 1]
+
+
+def take_last(x, idx):
+    """``jnp.take_along_axis(x, idx, axis=-1)`` for x (..., N) and idx int
+    (..., K) with the same leading dims and entries in [0, N): one gather
+    from the flattened x, its index computed elementwise (which XLA fuses
+    into the gather; take_along_axis builds an index array of its own, a
+    kernel more per call) and clamped, not checked."""
+    idx = jnp.asarray(idx, jnp.int32)
+    flat, stride = idx, x.shape[-1]
+    for axis in reversed(range(x.ndim - 1)):
+        flat = flat + _offsets(idx.shape, axis, stride)
+        stride = stride * x.shape[axis]
+    return jnp.take(x.reshape(-1), flat, mode="clip")
+
+
+def take_rows(x, idx):
+    """``x[b, idx[b, m], ...]``: x (B, N, ...) along axis 1 by idx int (B,
+    M) in [0, N) -> (B, M, ...), one clamped gather of rows (see take_last)."""
+    B, N = x.shape[:2]
+    flat = _offsets(idx.shape, 0, N) + jnp.asarray(idx, jnp.int32)
+    return jnp.take(x.reshape((B * N,) + x.shape[2:]), flat, axis=0, mode="clip")
+
+
+def _offsets(shape, axis: int, stride):
+    """int32 `shape`: the index along `axis` times `stride` (an iota: the
+    exported modules' batch size is symbolic)."""
+    return lax.broadcasted_iota(jnp.int32, shape, axis) * stride
 
 
 COMPARE_ALL_MAX = 4096
@@ -76,18 +104,42 @@ def _near_unary_bounds(tables: dict, node):
     # j = number of exception states below `node`: a binary search (a loop of
     # log2(X) steps) on long lists; on short ones one comparison against all,
     # which XLA compiles several times faster than the loop.
-    method = "compare_all" if num_ex <= COMPARE_ALL_MAX else "scan"
-    j = jnp.searchsorted(ex_states, node, side="left", method=method).astype(jnp.int32)
-    here = jnp.minimum(j, num_ex - 1)
-    is_exception = (j < num_ex) & (jnp.take(ex_states, here, mode="clip") == node)
-    below = jnp.maximum(j - 1, 0)
+    if num_ex <= COMPARE_ALL_MAX:
+        j = jnp.searchsorted(ex_states, node, side="left", method="compare_all").astype(jnp.int32)
+    else:
+        j = lower_bound(ex_states, node)
+    # The exception at j (if node is one) and the one below it, read with one
+    # gather per table (XLA compiles a kernel per gather).
+    at = jnp.clip(j[..., None] - lax.iota(jnp.int32, 2), 0, num_ex - 1)  # [here, below]
+    states = jnp.take(ex_states, at, mode="clip")
+    bounds = jnp.take(ex_bounds, at, axis=0, mode="clip")
+    is_exception = (j < num_ex) & (states[..., 0] == node)
     # Between exceptions every state has one child, so rows advance in lockstep
     # with state ids: start = node + (end of the previous exception's row - its id - 1).
-    shift = jnp.where(j > 0, jnp.take(ex_bounds[:, 1], below, mode="clip")
-                      - jnp.take(ex_states, below, mode="clip") - 1, 0)
-    start = jnp.where(is_exception, jnp.take(ex_bounds[:, 0], here, mode="clip"), node + shift)
-    end = jnp.where(is_exception, jnp.take(ex_bounds[:, 1], here, mode="clip"), start + 1)
+    shift = jnp.where(j > 0, bounds[..., 1, 1] - states[..., 1] - 1, 0)
+    start = jnp.where(is_exception, bounds[..., 0, 0], node + shift)
+    end = jnp.where(is_exception, bounds[..., 0, 1], start + 1)
     return start, end
+
+
+def lower_bound(sorted_values, query):
+    """int32 query.shape: how many of `sorted_values` (int32 (N,), N >= 1,
+    ascending) are below each query, i.e. ``jnp.searchsorted(sorted_values,
+    query, side="left")``, by a branchless binary search: the count is built
+    bit by bit, highest first, adding 2^k wherever the entry 2^k past it is
+    still below the query. The loop carries that one array (jnp's binary
+    search carries two and compiles into seven kernels; this one into four,
+    with no final correction step)."""
+    n = sorted_values.shape[0]
+    bits = np.asarray([1 << k for k in reversed(range(n.bit_length()))], np.int32)
+    query = jnp.asarray(query, jnp.int32)
+
+    def step(i, count):
+        bit = jnp.asarray(bits)[i]
+        probe = jnp.take(sorted_values, count + bit - 1, mode="clip")
+        return jnp.where((count + bit <= n) & (probe < query), count + bit, count)
+
+    return lax.fori_loop(0, len(bits), step, jnp.zeros(query.shape, jnp.int32))
 
 
 _ROW_BOUNDS = {LayoutKind.CSR: _csr_bounds, LayoutKind.NEAR_UNARY: _near_unary_bounds}

@@ -16,7 +16,8 @@ from static_compiler.backend.decode.live import (LiveMask, PackedLive, child_liv
                                                  packed_child_live, packed_end_live)
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.kernels import (Candidates, PackedRun, accepts, entries, expand,
-                                             num_candidates, packed_expand, row_bounds, slice_rows)
+                                             num_candidates, packed_expand, row_bounds, slice_rows,
+                                             take_last, take_rows)
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.ir import LayoutKind
@@ -72,6 +73,61 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
     else:  # the extra step of variable-length sets: final states can only end
         c, lp, accepting = None, None, end_live(subset, step, node)
     return _assemble(end, c, lp, accepting, live, finished, logprob_of)
+
+
+def switched(plan: Plan, steps: tuple[int, ...], scores=None) -> bool:
+    """Whether `switched_step_candidates` serves the run `steps`: no step
+    reads dense rows (V slots, all log-probs) or, in beam search (`scores`
+    given), lists a mixed layer's best children (`mixed_children`)."""
+    return all(t >= plan.depth or (plan.steps[t].kind != LayoutKind.DENSE_ROWS and
+                                   not (plan.steps[t].light_k and scores is not None))
+               for t in steps)
+
+
+def switched_step_candidates(plan: Plan, tables, steps: tuple[int, ...], index, node, live,
+                             finished, logprobs: Optional[LogProbs],
+                             subset: Optional[LiveMask] = None) -> StepCandidates:
+    """`step_candidates` at step steps[index] (index traced int32) of a run
+    that `switched` accepts: a lax.switch over the steps' kernels that only
+    gathers each step's children (padded to the run's widest k, past a row's
+    end invalid) and accepting flags, returned as one int32 array; the
+    log-probs, the end and the carried-over columns are built once after it.
+    XLA compiles every op of every branch into kernels of their own, so the
+    less a branch does, the faster the run compiles. The valid columns and
+    their order are those of `step_candidates`, so the selection decodes the
+    same."""
+    end = plan.end_token
+    k = max([1] + [num_candidates(plan.steps[t], plan.vocab_size) for t in steps
+                   if t < plan.depth])
+    with_end = end is not None and any(t >= plan.depth or plan.steps[t].has_accepting
+                                       for t in steps)
+
+    def branch(t, node):
+        shape = jnp.shape(node)
+        if t < plan.depth:
+            sp = plan.steps[t]
+            c = expand(sp, tables[t], node)
+            pad = [(0, 0)] * len(shape) + [(0, k - c.tokens.shape[-1])]
+            cols = [jnp.pad(c.tokens, pad), jnp.pad(c.next, pad),
+                    jnp.pad((c.valid & child_live(subset, t, c.next)).astype(jnp.int32), pad)]
+            accepting = (accepts(sp, tables[t], node) & end_live(subset, t, node)
+                         if sp.has_accepting else jnp.zeros(shape, bool))
+        else:  # the extra step of variable-length sets: final states can only end
+            cols = [jnp.zeros(shape + (k,), jnp.int32)] * 3
+            accepting = end_live(subset, t, node)
+        if with_end:
+            cols.append(accepting.astype(jnp.int32)[..., None])
+        return jnp.concatenate(cols, axis=-1)
+
+    out = lax.switch(index, [functools.partial(branch, t) for t in steps],
+                     jnp.asarray(node, jnp.int32))
+    tokens, nxt, valid = out[..., :k], out[..., k:2 * k], out[..., 2 * k:3 * k] != 0
+
+    def logprob_of(tokens):
+        return jnp.zeros(tokens.shape, jnp.float32) if logprobs is None else logprobs.take(tokens)
+
+    return _assemble(end, Candidates(tokens, nxt, valid), logprob_of(tokens),
+                     out[..., 3 * k] != 0 if with_end else None, live, finished, logprob_of)
 
 
 def packed_step_candidates(plan: Plan, packed: PackedRun, index, node, live, finished,
@@ -160,7 +216,7 @@ def mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep
             cols = jnp.broadcast_to(lax.iota(jnp.int32, s.shape[-1]), s.shape)
         if s.shape[-1] > width:
             s, pos = lax.top_k(s, width)
-            return s, jnp.take_along_axis(cols, pos, axis=-1)
+            return s, take_last(cols, pos)
         pad = [(0, 0)] * (s.ndim - 1) + [(0, width - s.shape[-1])]
         return (jnp.pad(s, pad, constant_values=SENTINEL_SCORE),
                 jnp.pad(cols, pad, constant_values=sp.k))
@@ -175,7 +231,7 @@ def mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep
                                               logprobs.take(light.tokens), scores))
         # The first H heavy beams of each row (lower beams first), then fillers.
         _, beams = lax.top_k(jnp.where(heavy, -lax.iota(jnp.int32, M), -M), H)
-        at = lambda x: jnp.take_along_axis(x, beams, axis=1)
+        at = lambda x: take_rows(x, beams)
         used = at(heavy)
         w_start = at(start) + kl
         wide = sliced(w_start, jnp.where(used, at(end), w_start), kw)

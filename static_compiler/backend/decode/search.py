@@ -21,6 +21,7 @@ from static_compiler.backend.decode.carry import (UNDECLARED, check_same_structu
 from static_compiler.backend.decode.step import (apply_choice, finalize, init_beam_state,
                                                  run_candidates, run_inputs, run_live_bound,
                                                  run_step, step_segments)
+from static_compiler.backend.kernels import take_last
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (DecodeResult, check_callable, check_finite, check_int,
                                           check_logits, check_start_tokens, check_tokens_per_beam)
@@ -193,8 +194,8 @@ def _sample(plan, tables, key, carry, start_tokens, subset, *, logits_fn, batch_
         # Stays (finished rows) are the only valid candidate there; their weight 0/T is finite.
         col = jax.random.categorical(sub, jnp.where(jnp.isnan(weights), -jnp.inf, weights), axis=-1)
         col = col.astype(jnp.int32)
-        valid = jnp.take_along_axis(cand.valid, col[..., None], axis=-1)[..., 0]
-        lp = jnp.take_along_axis(cand.logprob, col[..., None], axis=-1)[..., 0]
+        valid = take_last(cand.valid, col[..., None])[..., 0]
+        lp = take_last(cand.logprob, col[..., None])[..., 0]
         parent = jnp.zeros((batch_size, 1), jnp.int32)
         state = apply_choice(plan, state, cand, parent, col, add_logprob(state.scores, lp), valid,
                              step)

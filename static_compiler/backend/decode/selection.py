@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Optional
 import jax.numpy as jnp
 from jax import lax
 
+from static_compiler.backend.kernels import take_last
 from static_compiler.decode_state import SENTINEL_SCORE
 
 
@@ -67,36 +68,42 @@ def _select_checked(scores, beam_size: int, tokens_per_beam: int,
     B, M, K = scores.shape
     R = min(M * K, list_factor * beam_size)
     top, flat = lax.top_k(scores.reshape(B, M * K), R)
-    parent = flat // K
+    parent = lax.div(flat, jnp.int32(K))  # flat >= 0: no sign fix-up (jnp's // adds kernels)
     # rank[b, r] = entries of the same beam before r (a triangular count, not
     # a cumsum: XLA CPU lowers cumsum to a quadratic reduce-window).
     before = lax.iota(jnp.int32, R)[None, :] < lax.iota(jnp.int32, R)[:, None]
     rank = jnp.sum((parent[:, :, None] == parent[:, None, :]) & before, axis=-1)
     kept = rank < tokens_per_beam
-    # Positions of the first beam_size kept entries, in list order.
-    _, pos = lax.top_k(jnp.where(kept, -lax.iota(jnp.int32, R), -R), beam_size)
-    at = lambda x: jnp.take_along_axis(x, pos, axis=-1)
-    fast = Selection(at(top), at(parent), at(flat) % K, jnp.ones((B, beam_size), bool))
-    return lax.cond(jnp.all(jnp.sum(kept, axis=-1) >= beam_size), lambda: fast,
-                    lambda: _select_pruned(scores, beam_size, tokens_per_beam))
+    # Positions of the first beam_size kept entries, in list order; the last
+    # of them is an unkept one (-R) exactly when fewer than beam_size are kept.
+    order, pos = lax.top_k(jnp.where(kept, -lax.iota(jnp.int32, R), -R), beam_size)
+    at = lambda x: take_last(x, pos)
+    fast = (at(top), at(parent), lax.rem(at(flat), jnp.int32(K)))
+    # Every place is real on both paths (M * tokens_per_beam >= beam_size), so
+    # `real` stays out of the cond (a constant, not a kernel inside a branch).
+    assert M * tokens_per_beam >= beam_size, (M, tokens_per_beam, beam_size)
+    picked = lax.cond(jnp.all(order[:, -1] > -R), lambda: fast,
+                      lambda: _select_pruned(scores, beam_size, tokens_per_beam)[:3])
+    return Selection(*picked, jnp.ones((B, beam_size), bool))
 
 
 def _select_pruned(scores, beam_size: int, tokens_per_beam: Optional[int]) -> Selection:
     """`select_beams` by a per-beam top-k (when tokens_per_beam < K), then a
     flat top-k over the survivors."""
     B, M, K = scores.shape
-    slot = jnp.broadcast_to(lax.iota(jnp.int32, K), scores.shape)
+    slot = None  # each survivor's column, when a per-beam top-k reordered them
     if tokens_per_beam is not None and tokens_per_beam < K:
         # lax.top_k keeps lower indices first among equal scores: lower token id.
         scores, slot = lax.top_k(scores, tokens_per_beam)
         K = tokens_per_beam
-    flat_scores, flat_slot = scores.reshape(B, M * K), slot.reshape(B, M * K)
+    flat_scores = scores.reshape(B, M * K)
     if M * K < beam_size:
-        pad = ((0, 0), (0, beam_size - M * K))
-        flat_scores = jnp.pad(flat_scores, pad, constant_values=SENTINEL_SCORE)
-        flat_slot = jnp.pad(flat_slot, pad)
+        flat_scores = jnp.pad(flat_scores, ((0, 0), (0, beam_size - M * K)),
+                              constant_values=SENTINEL_SCORE)
     top, flat = lax.top_k(flat_scores, beam_size)
     real = flat < M * K
-    parent = jnp.where(real, flat // K, 0)
-    col = jnp.take_along_axis(flat_slot, flat, axis=-1)
-    return Selection(top, parent, col, real)
+    # flat >= 0: lax.div / rem need no sign fix-up (jnp's // and % add kernels).
+    parent = jnp.where(real, lax.div(flat, jnp.int32(K)), 0)
+    col = lax.rem(flat, jnp.int32(K)) if slot is None else \
+        take_last(slot.reshape(B, M * K), jnp.minimum(flat, M * K - 1))
+    return Selection(top, parent, jnp.where(real, col, 0), real)

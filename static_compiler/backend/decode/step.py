@@ -16,7 +16,8 @@ from jax import lax
 
 from static_compiler.backend.decode.candidates import (StepCandidates, candidate_width,
                                                        pad_candidates, packed_step_candidates,
-                                                       step_candidates)
+                                                       step_candidates, switched,
+                                                       switched_step_candidates)
 from static_compiler.backend import kernels
 from static_compiler.backend.decode.live import LiveMask, pack_live
 from static_compiler.backend.kernels import PackedRun, pack_run, packed_entries
@@ -50,24 +51,30 @@ def init_beam_state(plan: Plan, batch_size: int, beam_size: int, start_tokens=0)
 
 def take_beams(x, parent):
     """x (B, M, ...) reordered along beams by parent (B, M)."""
-    idx = parent.reshape(parent.shape + (1,) * (x.ndim - 2))
-    return jnp.take_along_axis(x, idx, axis=1)
+    return kernels.take_rows(x, parent)
 
 
 def pick_candidates(x, parent, col):
     """x (B, M', K) -> (B, M): x[b, parent[b, m], col[b, m]], one gather."""
     B, Mp, K = x.shape
-    return jnp.take_along_axis(x.reshape(B, Mp * K), parent * K + col, axis=-1)
+    return kernels.take_last(x.reshape(B, Mp * K), parent * K + col)
 
 
 def apply_choice(plan: Plan, state: BeamState, cand: StepCandidates, parent, col, score, valid,
                   step: int) -> BeamState:
     """New beam state after each beam (B, M) chose candidate `col` of beam `parent`."""
     pick = lambda x: pick_candidates(x, parent, col)
-    token, nxt, ends, stays = pick(cand.tokens), pick(cand.next), pick(cand.ends), pick(cand.stays)
+    token, nxt = pick(cand.tokens), pick(cand.next)
+    if plan.end_token is None:  # no end or carried-over columns: nothing to gather
+        ends = stays = jnp.zeros(parent.shape, bool)
+    else:
+        ends, stays = pick(cand.ends), pick(cand.stays)
     finished = valid & (ends | stays)
     history = take_beams(state.tokens, parent)
-    history = history.at[:, :, step].set(jnp.where(valid & ~stays, token, PAD_TOKEN))
+    # One dynamic-update-slice (0 <= step < T); `.at[:, :, step].set` at a
+    # traced step normalizes the index and scatters: three kernels more.
+    history = lax.dynamic_update_slice_in_dim(
+        history, jnp.where(valid & ~stays, token, PAD_TOKEN)[..., None], step, axis=2)
     history = jnp.where(valid[..., None], history, PAD_TOKEN)
     grows = valid & ~ends & ~stays
     lengths = jnp.where(valid, take_beams(state.lengths, parent) + grows.astype(jnp.int32), 0)
@@ -157,11 +164,15 @@ def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid
                                               steps[0], scores=scores, keep=keep, subset=subset),
                               width)
 
+    index = jnp.asarray(step, jnp.int32) - steps[0]
+    if switched(plan, steps, scores):
+        return pad_candidates(switched_step_candidates(plan, tables, steps, index, node, valid,
+                                                       finished, logprobs, subset), width)
+
     def at(t, node, valid, finished, logprobs, scores):
         return pad_candidates(step_candidates(plan, tables, node, valid, finished, logprobs, t,
                                               scores=scores, keep=keep, subset=subset), width)
 
-    index = jnp.asarray(step, jnp.int32) - steps[0]
     return lax.switch(index, [functools.partial(at, t) for t in steps],
                       node, valid, finished, logprobs, scores)
 
