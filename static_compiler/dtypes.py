@@ -15,6 +15,10 @@ import numpy as np
 _UINT16_VALUES = 1 << 16
 """Values a uint16 holds: 0 .. 65535."""
 
+MAX_VOCAB_SIZE = np.iinfo(np.int32).max
+"""The largest vocabulary: the decoder reads and compares token ids as int32,
+so a larger id would wrap (2**32 + 1 would become 1)."""
+
 
 def token_dtype_for(vocab_size: int) -> np.dtype:
     """uint16 when every token id 0..vocab_size-1 fits (V <= 65536), else int32.

@@ -20,7 +20,8 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.dtypes import index_dtype_for, sort_code_dtype_for, token_dtype_for
+from static_compiler.dtypes import (MAX_VOCAB_SIZE, index_dtype_for, sort_code_dtype_for,
+                                    token_dtype_for)
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import Automaton, Layer, frozen
 from static_compiler.liveness import ItemIndex
@@ -30,8 +31,9 @@ def check_vocab_size(vocab_size) -> int:
     """Returns `vocab_size` as an int, or raises ConstraintSetError unless it is an int >= 1."""
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
         raise ConstraintSetError(f"vocab_size={vocab_size!r}: expected a positive int")
-    if vocab_size < 1:
-        raise ConstraintSetError(f"vocab_size={vocab_size}: expected an int >= 1")
+    if not 1 <= vocab_size <= MAX_VOCAB_SIZE:
+        raise ConstraintSetError(f"vocab_size={vocab_size}: expected an int in [1, "
+                                 f"{MAX_VOCAB_SIZE}] (token ids are int32 when decoding)")
     return int(vocab_size)
 
 

@@ -32,6 +32,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from static_compiler.dtypes import MAX_VOCAB_SIZE
 from static_compiler.errors import IRParseError, IRVerificationError
 
 class LayoutKind(enum.StrEnum):
@@ -394,8 +395,9 @@ def verify(a: Automaton, unchanged_from: Optional[Automaton] = None) -> None:
     from: layers whose arrays are the very same objects there (a pass that
     only chose layouts) get only their layout checked."""
     V = a.vocab_size
-    if not isinstance(V, (int, np.integer)) or V < 1:
-        raise IRVerificationError(f"vocab_size={V!r}: expected an int >= 1")
+    if not isinstance(V, (int, np.integer)) or not 1 <= V <= MAX_VOCAB_SIZE:
+        raise IRVerificationError(f"vocab_size={V!r}: expected an int in [1, {MAX_VOCAB_SIZE}] "
+                                  "(token ids are int32 when decoding)")
     if a.depth < 1:
         raise IRVerificationError("automaton has no layers: expected depth >= 1")
     if a.end_token is not None and not 0 <= a.end_token < V:
@@ -415,7 +417,8 @@ def verify(a: Automaton, unchanged_from: Optional[Automaton] = None) -> None:
     for t, layer in enumerate(a.layers):
         if same_shape and _same_arrays(layer, unchanged_from.layers[t]) \
                 and a.num_states_at(t + 1) == unchanged_from.num_states_at(t + 1):
-            _verify_layout(f"layer {t}", layer, a.vocab_size, layer.branch())
+            _verify_layout(f"layer {t}", layer, a.vocab_size, layer.branch(),
+                           a.num_states_at(t + 1))
         else:
             _verify_layer(a, t, layer)
     _verify_capacities(a)
@@ -518,10 +521,11 @@ def _verify_layer(a: Automaton, t: int, layer: Layer) -> None:
     if layer.accepting is not None and a.end_token is None and layer.accepting.any():
         raise IRVerificationError(
             f"{where}: states accept before the last layer but the automaton has no end_token")
-    _verify_layout(where, layer, a.vocab_size, branch)
+    _verify_layout(where, layer, a.vocab_size, branch, a.num_states_at(t + 1))
 
 
-def _verify_layout(where: str, layer: Layer, V: int, branch: np.ndarray) -> None:
+def _verify_layout(where: str, layer: Layer, V: int, branch: np.ndarray,
+                   num_next_states: int) -> None:
     lay = layer.layout
     if lay is None:
         return
@@ -558,8 +562,20 @@ def _verify_layout(where: str, layer: Layer, V: int, branch: np.ndarray) -> None
             raise IRVerificationError(f"{where}: a unary layer's capacity must reserve as many "
                                       f"edges as states, got {lay.states_capacity}/"
                                       f"{lay.edges_capacity}")
+    # Row pointers reach E, state ids and targets S - 1 / next S - 1 (padded
+    # to a reserved capacity): a narrower state dtype would wrap them.
+    states, edges = lay.padded_counts(layer.num_states, layer.num_edges)
+    largest = max(states, edges, lay.edges_capacity if lay.reserved else num_next_states)
+    state_max = np.iinfo(np.dtype(lay.state_dtype)).max if np.dtype(lay.state_dtype).kind in "iu" \
+        else None
+    if state_max is None or largest > state_max:
+        raise IRVerificationError(
+            f"{where}: state dtype {lay.state_dtype} cannot hold the layer's row pointers and "
+            f"state ids (up to {largest}: {states} states, {edges} edges, {num_next_states} next "
+            "states): run pack-dtypes, or name a wider dtype")
     tok_max = int(layer.tokens.max(initial=0))
-    if tok_max > np.iinfo(np.dtype(lay.token_dtype)).max:
+    if np.dtype(lay.token_dtype).kind not in "iu" or \
+            tok_max > np.iinfo(np.dtype(lay.token_dtype)).max:
         raise IRVerificationError(
             f"{where}: token {tok_max} does not fit token dtype {lay.token_dtype}")
 

@@ -118,7 +118,7 @@ def test_large_automata_print_statistics_and_elide_rows():
 # The verifier: each broken invariant, and a message naming where.
 
 BROKEN = [
-    ("vocab_size < 1", lambda: three_items(vocab_size=0), r"vocab_size=0: expected an int >= 1"),
+    ("vocab_size < 1", lambda: three_items(vocab_size=0), r"vocab_size=0: expected an int in \[1, "),
     ("no layers", lambda: three_items(layers=()), r"no layers"),
     ("end token outside V", lambda: three_items(end_token=7),
      r"end_token=7 is outside the vocabulary \[0, 4\)"),
@@ -258,3 +258,34 @@ def test_parser_rejects_malformed_text(text, pattern):
 def test_parser_verifies_what_it_reads():
     with pytest.raises(IRVerificationError, match=r"layer 2, state 1: tokens not strictly increasing"):
         parse_ir(_edit("  s1: 2->1 3->2", "  s1: 3->1 2->2"))
+
+
+def test_a_state_dtype_too_narrow_for_the_layer_is_refused_not_wrapped():
+    """An IR dump whose layout names int8 state ids for a layer reaching 200
+    used to compile with pipeline="verify" and decode wrapped ids, beams
+    outside the set."""
+    import static_compiler as sc
+    from static_compiler.errors import PipelineError
+
+    items = [(a, b) for a in range(20) for b in range(10)]
+    ir = sc.compile_constraints(items, 20).ir
+    text = ir.to_text(max_edges=10 ** 9)
+    with pytest.raises(IRVerificationError, match="state dtype int8 cannot hold .*up to 200"):
+        parse_ir(text.replace("states=int16", "states=int8"))
+    with pytest.raises(IRVerificationError, match="state dtype float32"):
+        parse_ir(text.replace("states=int16", "states=float32"))
+    narrow = ir.with_layers(layer.replace(layout=dataclasses.replace(layer.layout,
+                                                                     state_dtype="int8"))
+                            for layer in ir.layers)
+    with pytest.raises(PipelineError, match="int8"):
+        sc.compile_constraints(narrow, 20, pipeline="verify")
+
+
+@pytest.mark.parametrize("vocab", [2 ** 31, 2 ** 33])
+def test_a_vocabulary_past_int32_is_refused_not_wrapped(vocab):
+    """[[2**32 + 1, 1]] with vocab_size 2**33 used to compile to {(1, 1)}."""
+    import static_compiler as sc
+    from static_compiler.errors import ConstraintSetError
+
+    with pytest.raises(ConstraintSetError, match=f"vocab_size={vocab}: expected an int in"):
+        sc.compile_constraints([[2 ** 32 + 1, 1]], vocab)
