@@ -178,3 +178,28 @@ def test_bad_advance_tokens_are_rejected(small, tokens):
 def test_bad_processor_batch_is_rejected(small, batch):
     with pytest.raises(DecodeInputError, match=r"batch_size=.*: expected an int >= 1"):
         small.init_state(batch)
+
+
+def test_a_state_from_another_set_allows_nothing_and_invalidates_its_row():
+    """State ids out of range for the step (another compiled set's state, or
+    a tampered one) used to be clamped by the gathers: the row stayed valid
+    and allowed some other state's tokens, sequences outside the set."""
+    import jax.numpy as jnp
+    import static_compiler as sc
+
+    big = sc.compile_constraints([(a, b, c) for a in range(5) for b in range(5)
+                                  for c in range(5)], 5)
+    small = sc.compile_constraints([(0, 1, 2), (1, 1, 1)], 5)
+    state = big.init_state(2)
+    for t, tokens in enumerate([[4, 0], [4, 0]]):
+        state = big.advance(state, jnp.array(tokens), t)
+    assert np.asarray(state.node).tolist()[0] >= 2 and np.asarray(state.valid).all()
+    for step in (2, jnp.int32(2)):  # static and traced steps
+        masked = np.asarray(small.mask(jnp.zeros((2, 5)), state, step))
+        assert (masked[0] == sc.SENTINEL_SCORE).all()  # state 24: not a state of `small`
+        moved = small.advance(state, jnp.array([4, 2]), step)
+        assert np.asarray(moved.valid).tolist() == [False, True]  # row 1: id 0 is in range
+    negative = state._replace(node=jnp.array([-3, 0], jnp.int32))
+    assert not bool(small.advance(negative, jnp.array([2, 2]), 2).valid[0])
+    drafts = small.accept_drafts(state, jnp.array([[4], [2]]), 2)
+    assert np.asarray(drafts[0]).tolist() == [0, 1]

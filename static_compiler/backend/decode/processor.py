@@ -24,6 +24,16 @@ def init_processor_state(batch_size: int) -> ProcessorState:
                           finished=jnp.zeros((batch_size,), bool))
 
 
+def _checked_valid(plan: Plan, state: ProcessorState, step: int):
+    """state.valid, and False where a row's state id is not a state at depth
+    `step` (a state from another compiled set, or a tampered one): gathers
+    clamp ids, so such a row would otherwise read some other state's children
+    and stay valid on sequences outside the set."""
+    count = plan.steps[step].num_states if step < plan.depth else plan.steps[-1].num_next_states
+    node = jnp.asarray(state.node)
+    return state.valid & (node >= 0) & (node < count)
+
+
 def mask(plan: Plan, tables, logits, state: ProcessorState, step, subset=None):
     """logits float (B, V) -> float32 (B, V): logits of allowed tokens kept,
     others (and NaN logits) set to SENTINEL_SCORE. A finished row allows only
@@ -37,8 +47,8 @@ def mask(plan: Plan, tables, logits, state: ProcessorState, step, subset=None):
     if not isinstance(step, int):
         return mask_switch(plan, tables, logits, state, step, subset)
     check_logits(logits, (B,), plan.vocab_size, f"mask(step={step})")
-    cand = step_candidates(plan, tables, state.node, state.valid, state.finished, None, step,
-                           subset=subset)
+    cand = step_candidates(plan, tables, state.node, _checked_valid(plan, state, step),
+                           state.finished, None, step, subset=subset)
     rows = jnp.broadcast_to(jnp.arange(B)[:, None], cand.tokens.shape)
     tokens = jnp.where(cand.stays, 0 if plan.end_token is None else plan.end_token, cand.tokens)
     tokens = jnp.where(cand.valid, tokens, plan.vocab_size)  # out of range: dropped
@@ -60,8 +70,8 @@ def advance(plan: Plan, tables, state: ProcessorState, tokens, step,
         return advance_switch(plan, tables, state, tokens, step, subset)
     check_tokens(tokens, B, f"advance(step={step})")
     tokens = jnp.asarray(tokens, jnp.int32)
-    cand = step_candidates(plan, tables, state.node, state.valid, state.finished, None, step,
-                           subset=subset)
+    cand = step_candidates(plan, tables, state.node, _checked_valid(plan, state, step),
+                           state.finished, None, step, subset=subset)
     end = -2 if plan.end_token is None else plan.end_token
     hit = cand.valid & jnp.where(cand.stays, tokens[:, None] == end, cand.tokens == tokens[:, None])
     ok = jnp.any(hit, axis=-1)
