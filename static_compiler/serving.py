@@ -36,9 +36,9 @@ import numpy as np
 from jax import export as jax_export
 
 from static_compiler import artifact_format as fmt
-from static_compiler.decode_state import (BeamState, DecodeResult, ProcessorState, check_fields,
-                                          check_int, check_logits, check_start_tokens, check_step,
-                                          check_tokens)
+from static_compiler.decode_state import (SENTINEL_SCORE, BeamState, DecodeResult, ProcessorState,
+                                          check_fields, check_int, check_logits,
+                                          check_start_tokens, check_step, check_tokens)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
 from static_compiler.liveness import (ItemIndex, Subset, TrieLayer, checked_subset_index,
                                       layer_walks, row_pointers, rows_item_mask, subset_of_items)
@@ -189,12 +189,18 @@ class Artifact:
             if M in self.beam_sizes else self._beam_module("beam_step", M)
         return BeamState(*module(self.tables, *fields, logits, step, *bits))
 
-    @staticmethod
-    def finalize(state: BeamState) -> DecodeResult:
-        """(tokens, scores, valid, lengths) of the final state; beams are
-        already sorted by score, best first."""
+    def finalize(self, state: BeamState) -> DecodeResult:
+        """(tokens, scores, valid, lengths) of the state after the last step;
+        beams are already sorted by score, best first. Only complete
+        sequences are valid: a beam that took the end token, or (a fixed
+        length set) holds `depth` tokens; called before the last step, the
+        unfinished prefixes come back invalid (SENTINEL_SCORE), never as
+        sequences of the set."""
         s = BeamState(*check_fields(state, BeamState, "finalize"))
-        return DecodeResult(s.tokens, s.scores, s.valid, s.lengths)
+        complete = jnp.asarray(s.valid) & (jnp.asarray(s.finished)
+                                           | (jnp.asarray(s.lengths) == self.manifest.depth))
+        return DecodeResult(s.tokens, jnp.where(complete, s.scores, SENTINEL_SCORE), complete,
+                            s.lengths)
 
     def texts(self, result) -> list:
         """The names in a decoding result (e.g. `finalize`'s): lists (batch)

@@ -528,3 +528,25 @@ def test_manifest_entries_that_name_unlisted_files_or_wrong_kinds(copy):
                                    m["modules"].pop("init_m6")))
     with pytest.raises(errors.ArtifactFormatError, match=r"no module\(s\) \['init_m6'\]"):
         serving.load(copy)
+
+
+@pytest.mark.parametrize("items, end", [([(0, 1, 2), (1, 1, 1), (2, 0, 1)], None),
+                                        ([(1, 2), (1,), (2, 2, 2)], 0)])
+def test_finalize_before_the_last_step_flags_no_prefix_valid(items, end, tmp_path):
+    """finalize used to return the beams' valid flags as they were mid-way:
+    unfinished prefixes came back valid, sequences not in the set."""
+    import static_compiler as sc
+    compiled = sc.compile_constraints(items, 3, end_token=end, export_beam_sizes=(2,))
+    compiled.save(tmp_path / "a")
+    art = serving.load(tmp_path / "a")
+    state = art.init_state(1, 2)
+    wanted = {tuple(s) for s in items}
+    for t in range(art.max_length):
+        state = art.beam_step(state, np.zeros((1, 2, 3), np.float32), t)
+        result = art.finalize(state)
+        tokens, valid, lengths = (np.asarray(x) for x in (result.tokens, result.valid,
+                                                          result.lengths))
+        for j in np.flatnonzero(valid[0]):
+            assert tuple(tokens[0, j, :lengths[0, j]].tolist()) in wanted, (t, j)
+        assert (np.asarray(result.scores)[~valid] == sc.SENTINEL_SCORE).all()
+    assert valid.all()  # after the last step every beam is a sequence of the set
