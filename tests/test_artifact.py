@@ -182,7 +182,7 @@ def two_sets(built_sets, monkeypatch):
     """The two sets, with `build_files` answered from the module's cache:
     these tests exercise writing, renaming and failure handling, not export."""
     sets, files = built_sets
-    monkeypatch.setattr(artifact, "build_files", lambda compiled: files[id(compiled)])
+    monkeypatch.setattr(artifact, "build_files", lambda compiled, reuse=None: files[id(compiled)])
     return sets
 
 
