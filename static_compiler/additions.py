@@ -156,7 +156,8 @@ def merge_items(ir: Automaton, items: ItemIndex, sequences, where: str = "update
         num_edges = layer.num_edges + keys.shape[0]
         index_dtype = index_dtype_for(num_edges)
         branch = np.insert(np.diff(layer.indptr.astype(index_dtype, copy=False)), ins_states, 0)
-        branch += np.bincount(parent, minlength=branch.shape[0]).astype(index_dtype)
+        gaining, gained = np.unique(parent, return_counts=True)  # few: no array of S counts
+        branch[gaining] += gained.astype(index_dtype)
         indptr = np.zeros(branch.shape[0] + 1, dtype=index_dtype)
         np.cumsum(branch, out=indptr[1:])
         widest.append(int(branch[parent].max(initial=0)))
@@ -220,18 +221,23 @@ def _with_items(ir, merged, items, lengths, matched, old_state, end_state, inver
     ids[fresh] = items.num_unique + np.arange(int(fresh.sum()))
     num_unique = items.num_unique + int(fresh.sum())
 
-    if items.item_depth is None:
-        depth_old = np.full(items.num_unique, ir.depth, dtype=np.int32)
-        state_old = np.arange(items.num_unique, dtype=np.int64)
+    added = int(fresh.sum())  # new ids are num_unique + 0.. in sorted order, as `fresh` lists them
+    item_depth = np.empty(num_unique, dtype=np.int32)
+    item_state = np.empty(num_unique, dtype=np.int32)
+    old = slice(0, items.num_unique)
+    if items.item_depth is None:  # one length: unique sequence u ends in final state u
+        item_depth[old] = ir.depth
+        item_state[old] = _renumbered(np.arange(items.num_unique, dtype=np.int32),
+                                      inserted[ir.depth])
     else:
-        depth_old, state_old = items.item_depth, items.item_state.astype(np.int64)
-    state_old = state_old.copy()
-    for d in np.unique(depth_old).tolist():
-        at = depth_old == d
-        state_old[at] = _renumbered(state_old[at], inserted[d])
-    order = np.argsort(ids[fresh], kind="stable")
-    item_depth = np.concatenate([depth_old, lengths[fresh][order].astype(np.int32)])
-    item_state = np.concatenate([state_old, end_state[fresh][order]]).astype(np.int32)
+        item_depth[old] = items.item_depth
+        depths = np.unique(items.item_depth).tolist()
+        for d in depths:
+            at = slice(None) if len(depths) == 1 else items.item_depth == d
+            item_state[old][at] = _renumbered(items.item_state[at].astype(np.int32, copy=False),
+                                              inserted[d])
+    item_depth[items.num_unique:] = lengths[fresh][:added]
+    item_state[items.num_unique:] = end_state[fresh][:added]
 
     removed = None if items.removed is None else np.concatenate(
         [items.removed, np.zeros(num_unique - items.num_unique, bool)])

@@ -92,12 +92,11 @@ def _layer_tables(layer: Layer, vocab_size: int) -> dict[str, np.ndarray]:
     lay = layer.layout
     tok_dt, st_dt = np.dtype(lay.token_dtype), np.dtype(lay.state_dtype)
     num_states, num_edges = lay.padded_counts(layer.num_states, layer.num_edges)
-    targets = layer.target_array()
     tables = {}
     if lay.kind == LayoutKind.DENSE_ROWS:
         nxt = np.full((num_states, vocab_size), -1, dtype=st_dt)
         rows = np.repeat(np.arange(layer.num_states), layer.branch())
-        nxt[rows, layer.tokens.astype(np.int64)] = targets
+        nxt[rows, layer.tokens.astype(np.int64)] = layer.target_array()
         tables["next"] = nxt
     elif lay.kind == LayoutKind.CSR:
         tables["indptr"] = _padded(layer.indptr, num_states + 1, st_dt, layer.num_edges)
@@ -113,7 +112,7 @@ def _layer_tables(layer: Layer, vocab_size: int) -> dict[str, np.ndarray]:
     else:
         raise PipelineError(f"cannot lower layout kind {lay.kind!r}")
     if lay.kind != LayoutKind.DENSE_ROWS and not layer.implicit_targets:
-        tables["targets"] = targets.astype(st_dt, copy=False)
+        tables["targets"] = layer.targets.astype(st_dt, copy=False)
     if layer.accepting is not None:
         tables["accepting"] = _padded(layer.accepting, num_states, bool, False)
     for name, arr in tables.items():  # read-only views; no copy where dtypes already match
