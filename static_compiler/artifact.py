@@ -25,6 +25,7 @@ advance       (*tables, node, valid, finished, tokens int32[b], step)
 from __future__ import annotations
 
 import contextlib
+import errno
 import dataclasses
 import functools
 import io
@@ -338,25 +339,44 @@ def save(compiled, path, *, overwrite: bool = False, reuse_modules=None) -> path
     path = pathlib.Path(path)
     if path.exists() or path.is_symlink():
         if not overwrite:
-            raise ArtifactExistsError(f"artifact {str(path)!r} already exists: pass "
-                                      "overwrite=True (CLI: --force) to replace it")
-        if not (path.is_dir() and (path / fmt.MANIFEST_FILE).is_file()):
-            raise ArtifactExistsError(f"{str(path)!r} exists and is not an artifact (no "
-                                      f"{fmt.MANIFEST_FILE}); refusing to replace it")
+            raise _exists_error(path)
+        _check_replaceable(path)
     files = build_files(compiled, reuse_modules)
 
     def fill(tmp):
         for rel, data in files.items():
             _write_file(tmp, rel, data)
 
-    _write_then_swap(path, fill)
+    _write_then_swap(path, fill, overwrite=overwrite)
     return path
 
 
-def _write_then_swap(path: pathlib.Path, fill) -> None:
+def _exists_error(path: pathlib.Path) -> ArtifactExistsError:
+    return ArtifactExistsError(f"artifact {str(path)!r} already exists: pass overwrite=True "
+                               "(CLI: --force) to replace it")
+
+
+def _check_replaceable(path: pathlib.Path) -> None:
+    """ArtifactExistsError unless `path` is verifiably an artifact of ours: a
+    directory (not a link) whose manifest parses as our format and lists
+    exactly the files in it, so overwriting never deletes other data (a
+    directory that merely holds a file named manifest.json)."""
+    if path.is_symlink() or not path.is_dir() or not (path / fmt.MANIFEST_FILE).is_file():
+        raise ArtifactExistsError(f"{str(path)!r} exists and is not an artifact (no "
+                                  f"{fmt.MANIFEST_FILE}); refusing to replace it")
+    try:
+        fmt.read_manifest(path, verify_checksums=False)
+    except (ArtifactFormatError, ArtifactVersionError) as e:
+        raise ArtifactExistsError(f"{str(path)!r} exists and is not an artifact of ours that "
+                                  f"can be replaced ({e}); refusing to delete it") from None
+
+
+def _write_then_swap(path: pathlib.Path, fill, overwrite: bool = True) -> None:
     """`fill(tmp)` writes an artifact into a temporary sibling directory,
     which is fsynced and swapped in at `path` (`_swap_in`); on any failure
-    the temporary directory is removed and `path` is left as it was."""
+    the temporary directory is removed and `path` is left as it was. With
+    overwrite False the rename itself is the check that `path` is free (two
+    writers racing for a new path: the second gets ArtifactExistsError)."""
     parent = path.parent if str(path.parent) else pathlib.Path(".")
     parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=parent))
@@ -366,18 +386,29 @@ def _write_then_swap(path: pathlib.Path, fill) -> None:
             if (tmp / sub).is_dir():
                 _fsync_dir(tmp / sub)
         _fsync_dir(tmp)
-        _swap_in(tmp, path, parent)
+        _swap_in(tmp, path, parent, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path) -> None:
-    """Renames `tmp` to `path`, replacing an existing artifact (see `save`)."""
-    if not path.exists():
-        os.rename(tmp, path)
-        _fsync_dir(parent)
-        return
+def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path,
+             overwrite: bool = True) -> None:
+    """Renames `tmp` to `path`, replacing an existing artifact only with
+    `overwrite` (see `save`)."""
+    if not overwrite or not path.exists():
+        try:  # onto a path that must not exist: atomic, whoever renames first wins
+            os.rename(tmp, path)
+            _fsync_dir(parent)
+            return
+        except OSError as e:
+            taken = path.exists() and e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR,
+                                                  errno.ENOTDIR)
+            if not taken:
+                raise
+            if not overwrite:
+                raise _exists_error(path) from None
+    _check_replaceable(path)  # again: what is there now is what gets replaced
     old = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=parent))
     os.rmdir(old)
     os.rename(path, old)

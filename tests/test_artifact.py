@@ -315,3 +315,46 @@ def test_errors_share_one_hierarchy():
         assert issubclass(getattr(errors, name), StaticCompilerError)
     assert issubclass(errors.ArtifactChecksumError, StaticCompilerError)
     assert issubclass(errors.ArtifactExistsError, FileExistsError)
+
+
+def test_two_writers_racing_for_a_new_path_never_delete_each_others_artifact(tmp_path,
+                                                                            two_sets,
+                                                                            monkeypatch):
+    """save(overwrite=False) checked the path, then renamed: a writer that
+    landed in between had its artifact replaced (deleted). Now the rename
+    onto the path is the check: the second writer gets ArtifactExistsError
+    and the first's artifact stays whole."""
+    first, second = two_sets
+    path = tmp_path / "set.static"
+    build = artifact.build_files
+
+    def other_writer_lands_first(compiled, reuse=None):
+        files = build(compiled, reuse)
+        if not path.exists():
+            monkeypatch.setattr(artifact, "build_files", build)
+            artifact.save(first, path)  # the other process, between our check and our rename
+        return files
+
+    monkeypatch.setattr(artifact, "build_files", other_writer_lands_first)
+    with pytest.raises(ArtifactExistsError, match="already exists"):
+        artifact.save(second, path)
+    assert serving.load(path).num_sequences == first.ir.num_sequences
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]  # no temp dirs left
+
+
+@pytest.mark.parametrize("manifest", ['{"name": "my notes"}', "not json", None])
+def test_overwrite_only_replaces_a_verifiable_artifact_of_ours(tmp_path, two_sets, manifest):
+    """overwrite=True used to delete any directory holding a manifest.json,
+    with whatever else was in it."""
+    first, _ = two_sets
+    path = tmp_path / "data"
+    if manifest is None:  # one of ours, with a file added beside it
+        artifact.save(first, path)
+        (path / "my_results.csv").write_text("precious")
+    else:
+        path.mkdir()
+        (path / "manifest.json").write_text(manifest)
+        (path / "my_results.csv").write_text("precious")
+    with pytest.raises(ArtifactExistsError, match="not an artifact of ours"):
+        artifact.save(first, path, overwrite=True)
+    assert (path / "my_results.csv").read_text() == "precious"
