@@ -16,6 +16,7 @@ from static_compiler.backend import decode
 from static_compiler.liveness import checked_subset_index
 from static_compiler.backend.lowering import Plan, lower, state_counts, tables_nbytes
 from static_compiler.artifact_format import NameTable
+from static_compiler.decode_state import check_processor_state
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import ItemIndex, build_trie
 from static_compiler.graph_frontend import automaton_from_graph, is_graph
@@ -114,6 +115,7 @@ class CompiledConstraints:
              subset: Optional[subsets.Subset] = None, subset_index=None):
         """See backend.decode.mask; subset / subset_index as in `beam_search`
         (one subset per row of `state`)."""
+        state = check_processor_state(state, "mask")
         live = self.live_mask(subset, subset_index, state.node.shape[0], "mask")
         return decode.mask(self.plan, self.device_tables, logits, state, step, live)
 
@@ -121,6 +123,7 @@ class CompiledConstraints:
                 subset: Optional[subsets.Subset] = None,
                 subset_index=None) -> decode.ProcessorState:
         """See backend.decode.advance; subset / subset_index as in `mask`."""
+        state = check_processor_state(state, "advance")
         live = self.live_mask(subset, subset_index, state.node.shape[0], "advance")
         return decode.advance(self.plan, self.device_tables, state, tokens, step, live)
 
@@ -374,7 +377,13 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     t0 = time.perf_counter()
     plan, tables = lower(ir)
     timings.append(("lower", time.perf_counter() - t0))
-    sizes = tuple(int(m) for m in export_beam_sizes)
+    sizes = tuple(export_beam_sizes) if isinstance(export_beam_sizes, (tuple, list, range,
+                                                                        np.ndarray)) else None
+    if not sizes or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1
+                        for m in sizes):
+        raise DecodeInputError(f"export_beam_sizes={export_beam_sizes!r}: expected a non-empty "
+                               "tuple of ints >= 1 (the beam sizes to export a beam_step for)")
+    sizes = tuple(int(m) for m in sizes)
     if export_subsets:
         subsets.check_subsettable(ir, items, "export_subsets=True")
     return CompiledConstraints(ir=ir, plan=plan, tables=tables,

@@ -98,7 +98,13 @@ def as_token_matrix(sequences) -> tuple[np.ndarray, np.ndarray, bool]:
         raise ConstraintSetError(
             f"sequence {int(np.flatnonzero(lengths == 0)[0])} is empty: every sequence needs "
             "at least one token")
-    flat = np.asarray(list(itertools.chain.from_iterable(seqs)))
+    values = list(itertools.chain.from_iterable(seqs))
+    flat = np.asarray(values)
+    if flat.dtype.kind in "iu" and any(isinstance(v, (bool, np.bool_)) for v in values):
+        e = next(j for j, v in enumerate(values) if isinstance(v, (bool, np.bool_)))
+        i = int(np.searchsorted(np.cumsum(lengths), e, side="right"))
+        raise ConstraintSetError(f"sequence {i}: value {values[e]!r} is a bool: expected integer "
+                                 "token ids")
     if flat.ndim != 1 or flat.dtype == object:
         raise ConstraintSetError(
             "sequences must hold plain integers; found nested or mixed-type values "

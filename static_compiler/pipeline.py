@@ -85,6 +85,9 @@ def parse_pipeline(spec: str) -> tuple[Pass, ...]:
                 key, eq, value = opt.partition("=")
                 if not eq:
                     raise PipelineError(f"pipeline spec entry {i}: option {opt!r} is not key=value")
+                if key.strip() in options:
+                    raise PipelineError(f"pipeline spec entry {i} {item!r}: option "
+                                        f"{key.strip()!r} is given twice")
                 options[key.strip()] = value.strip()
         passes.append(REGISTRY[name].from_options(options))
     return tuple(passes)

@@ -401,6 +401,9 @@ def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
     missing = manifest.missing_modules()
     if missing:
         raise fmt.format_error(path, f"manifest lists no module(s) {missing}")
+    if device is not None and not isinstance(device, jax.Device):
+        raise DecodeInputError(f"load: device={device!r}: expected a jax.Device (e.g. "
+                               "jax.devices()[0]) or None for the default device")
     device = device if device is not None else jax.devices()[0]
     device_tables = [jax.device_put(np.asarray(t), device) for t in tables]
     host = fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables], len(manifest.layers),

@@ -208,6 +208,19 @@ def _sample(plan, tables, key, carry, start_tokens, subset, *, logits_fn, batch_
     return finalize(state)
 
 
+def _check_key(key) -> None:
+    """DecodeInputError unless `key` is a jax PRNG key: a typed key array of
+    shape (), or raw key data uint32 (2,) (`jax.random.PRNGKey`)."""
+    dtype = getattr(key, "dtype", None)
+    typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    if typed and key.shape == ():
+        return
+    if not typed and dtype == jnp.uint32 and getattr(key, "shape", None) == (2,):
+        return
+    raise DecodeInputError(f"sample: key={key!r}: expected a jax PRNG key "
+                           "(jax.random.key(seed), or jax.random.PRNGKey(seed))")
+
+
 def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
            temperature: float = 1.0, top_k: Optional[int] = None, start_token=0,
            carry=None, subset: Optional[LiveMask] = None) -> DecodeResult:
@@ -231,6 +244,7 @@ def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
         raise DecodeInputError(f"temperature={temperature!r}: expected at least "
                                f"{np.finfo(np.float32).tiny} (the smallest normal float32)")
     check_callable("logits_fn", logits_fn)
+    _check_key(key)
     return _sample(plan, tables, key, carry, start_tokens, subset, logits_fn=logits_fn,
                    batch_size=int(batch_size), temperature=temperature, top_k=top_k)
 
