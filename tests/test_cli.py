@@ -4,6 +4,7 @@ naming what was expected, and the main job checks its decodes against the set.""
 
 import io
 import json
+import os
 import re
 import shutil
 import time
@@ -298,3 +299,34 @@ def test_compile_with_capacity_reserves_room_shown_by_show_ir(tmp_path, capsys):
     code, out, err = run_cli(capsys, "compile", tmp_path / "s.npy", "-o", tmp_path / "b",
                              "--vocab-size", 16, "--capacity", 0.5)
     assert code != 0 and "growth" in err
+
+
+def test_cli_user_errors_print_one_line_and_exit_2(tmp_path, capsys):
+    """These printed a traceback with exit 1 (or exited 0)."""
+    np.save(tmp_path / "s.npy", SIDS[:20])
+    (tmp_path / "file").write_text("x")
+    code, _, err = run_cli(capsys, "compile", tmp_path / "s.npy", "-o", tmp_path / "file" / "a",
+                           "--vocab-size", 16, "--beam-sizes", 2)
+    assert code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("static-compiler compile: error: FileExistsError")
+    (tmp_path / "deep.jsonl").write_text("[" * 100000 + "]" * 100000 + "\n")
+    code, _, err = run_cli(capsys, "show-ir", tmp_path / "deep.jsonl", "--vocab-size", 16)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert run_cli(capsys, "compile", tmp_path / "s.npy", "-o", tmp_path / "a",
+                   "--vocab-size", 16, "--beam-sizes", 2)[0] == 0
+    code, _, err = run_cli(capsys, "decode", tmp_path / "a", "--top", 0)
+    assert code == 2 and "--top 0" in err
+
+
+def test_decode_into_a_closed_pipe_stops_quietly(tmp_path):
+    import subprocess
+    import sys
+    np.save(tmp_path / "s.npy", SIDS[:20])
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    subprocess.run([sys.executable, "-m", "static_compiler.cli", "compile", str(tmp_path / "s.npy"),
+                    "-o", str(tmp_path / "a"), "--vocab-size", "16", "--beam-sizes", "2"],
+                   check=True, capture_output=True, env=env)
+    done = subprocess.run(f"{sys.executable} -m static_compiler.cli decode {tmp_path / 'a'} "
+                          "--batch-size 64 | head -c 10", shell=True, capture_output=True,
+                          text=True, env=env)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

@@ -22,6 +22,10 @@ def run(args: argparse.Namespace) -> int:
     from static_compiler import serving
     from static_compiler.cli import demo_model
 
+    if args.top < 1 or args.batch_size < 1:
+        from static_compiler.errors import CliInputError
+        raise CliInputError(f"--top {args.top} / --batch-size {args.batch_size}: expected ints "
+                            ">= 1")
     art = serving.load(args.artifact)
     beam_size = art.beam_sizes[0] if args.beam_size is None else args.beam_size
     decoded = demo_model.decode_artifact(art, batch_size=args.batch_size, beam_size=beam_size,

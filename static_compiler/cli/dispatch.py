@@ -3,7 +3,8 @@
 Each subcommand is one module with a `COMMAND = Subcommand(name, help,
 add_arguments, run)` row; to add one, write the module and append its row
 to `SUBCOMMANDS`. A `StaticCompilerError` raised anywhere prints one line to
-stderr and exits with status 2.
+stderr and exits with status 2, as does an OSError (a path the user named)
+or input nested or sized past reason; a closed stdout pipe stops quietly.
 """
 
 from __future__ import annotations
@@ -43,7 +44,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args._run(args)
-    except StaticCompilerError as e:
-        message = " ".join(str(e).split("\n"))
+    except BrokenPipeError:  # `... | head` closed our stdout: stop quietly
+        _silence_stdout()
+        return 0
+    except (StaticCompilerError, OSError, RecursionError, MemoryError) as e:
+        # OSError: a path the user named (-o under a file, a read-only disk);
+        # RecursionError / MemoryError: input nested or sized past reason.
+        what = "" if isinstance(e, StaticCompilerError) else f"{type(e).__name__}: "
+        message = " ".join(f"{what}{e}".split("\n"))
         sys.stderr.write(f"{parser.prog} {args.command}: error: {message}\n")
         return EXIT_USAGE
+
+
+def _silence_stdout() -> None:
+    """Points stdout at /dev/null, so the interpreter's final flush does not
+    fail again on the closed pipe."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
