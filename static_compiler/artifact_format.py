@@ -403,7 +403,73 @@ class Manifest:
             if rel not in out.files:
                 raise format_error(path, f"{what} names file {rel!r}, which is not among the "
                                          f"manifest's files {sorted(out.files)}")
+        out.check_plan(path)
         return out
+
+    def check_plan(self, path) -> None:
+        """The set's metadata agrees with itself and with the tables' shapes:
+        depth = plan steps = layers; max_length = depth (+ 1 with an end
+        token); the end token is a token; each step's next states are the
+        next step's states, the root is one state, the final states fit the
+        last step; every table has the shape its step's kind and state count
+        give it. ArtifactFormatError naming the field otherwise (a manifest
+        edited after the fact decoded the tables under another plan)."""
+        depth, steps = self.depth, self.plan_steps
+        problem = None
+        counts = [(st.get("num_states"), st.get("num_next_states")) if isinstance(st, dict)
+                  else (None, None) for st in steps]
+        if not depth >= 1 or len(steps) != depth or len(self.layers) != depth:
+            problem = (f"depth {depth}, {len(steps)} plan_steps and {len(self.layers)} layers: "
+                       "expected one step and one layer per depth")
+        elif self.max_length != depth + (self.end_token is not None):
+            problem = (f"max_length {self.max_length} with depth {depth} and end_token "
+                       f"{self.end_token}: expected {depth + (self.end_token is not None)}")
+        elif self.end_token is not None and not 0 <= self.end_token < self.vocab_size:
+            problem = f"end_token {self.end_token} is not a token in [0, {self.vocab_size})"
+        elif any(not isinstance(n, int) or n < 0 for pair in counts for n in pair):
+            problem = "plan_steps need int num_states and num_next_states >= 0"
+        elif counts[0][0] != 1 or any(counts[t][1] != counts[t + 1][0]
+                                       for t in range(depth - 1)):
+            problem = (f"plan_steps' state counts {counts} do not chain (root: 1 state; each "
+                       "step's next states are the next step's states)")
+        elif not 0 <= self.num_final_states <= counts[-1][1] or self.num_sequences < 1:
+            problem = (f"num_final_states {self.num_final_states} / num_sequences "
+                       f"{self.num_sequences} do not fit the last step's "
+                       f"{counts[-1][1]} next states")
+        if problem is None:
+            problem = self._table_shape_problem(counts)
+        if problem is not None:
+            raise format_error(path, f"{MANIFEST_FILE}: {problem}")
+
+    def check_sequence_count(self, tables, path) -> None:
+        """For a trie (every step numbers its targets implicitly), the
+        sequence count is the final states plus the accepting ones:
+        ArtifactFormatError when `num_sequences` says otherwise. tables: one
+        dict of arrays per layer (`read_tables`); O(states)."""
+        if any(st.get("explicit_targets", True) for st in self.plan_steps):
+            return  # states shared between sequences: no cheap count
+        count = self.num_final_states + sum(int(np.count_nonzero(t["accepting"]))
+                                            for t in tables if "accepting" in t)
+        if count != self.num_sequences:
+            raise format_error(path, f"{MANIFEST_FILE}: num_sequences {self.num_sequences}, but "
+                                     f"the tables end {count} sequences")
+
+    def _table_shape_problem(self, counts) -> Optional[str]:
+        """The first table whose shape disagrees with its step, or None."""
+        V = self.vocab_size
+        for table in self.tables:
+            if not 0 <= table.layer < self.depth:
+                return f"table {table.file!r} is for layer {table.layer}, outside the depth"
+            S = counts[table.layer][0]
+            kind = self.plan_steps[table.layer].get("kind")
+            want = {"next": (S, V), "accepting": (S,),
+                    "indptr": (S + 1,)}.get(table.name)
+            if table.name == "tokens" and kind == "unary":
+                want = (S,)
+            if want is not None and tuple(table.shape) != want:
+                return (f"table {table.file!r} has shape {list(table.shape)}; layer "
+                        f"{table.layer}'s step ({kind}, {S} states) gives it {list(want)}")
+        return None
 
     def beam_sizes(self) -> tuple[int, ...]:
         """Beam sizes with an exported beam_step module, ascending."""

@@ -408,6 +408,7 @@ def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
     device_tables = [jax.device_put(np.asarray(t), device) for t in tables]
     host = fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables], len(manifest.layers),
                                 tables)
+    manifest.check_sequence_count(host, path)
     return Artifact(path, manifest, device_tables, modules, fmt.read_names(path, manifest),
                     _items(path, manifest), host)
 

@@ -550,3 +550,28 @@ def test_finalize_before_the_last_step_flags_no_prefix_valid(items, end, tmp_pat
             assert tuple(tokens[0, j, :lengths[0, j]].tolist()) in wanted, (t, j)
         assert (np.asarray(result.scores)[~valid] == sc.SENTINEL_SCORE).all()
     assert valid.all()  # after the last step every beam is a sequence of the set
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("max_length", 7, "max_length 7 with depth"),
+    ("end_token", 99, "end_token 99 is not a token"),
+    ("num_sequences", 5, "num_sequences 5, but the tables end"),
+    ("depth", 2, "depth 2"),
+    ("num_final_states", 10 ** 6, "num_final_states"),
+])
+def test_a_manifest_whose_metadata_disagrees_with_the_tables_does_not_load(tmp_path, field,
+                                                                           value, match):
+    """Such manifests (resealed after the edit) used to load without complaint."""
+    import json
+    import static_compiler as sc
+    from static_compiler import artifact_format
+    from static_compiler.errors import ArtifactFormatError
+    compiled = sc.compile_constraints([(1, 2), (1,), (2, 2, 2)], 3, end_token=0,
+                                      export_beam_sizes=(2,))
+    compiled.save(tmp_path / "a")
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    manifest[field] = value
+    manifest.pop("manifest_sha256", None)
+    (tmp_path / "a" / "manifest.json").write_bytes(artifact_format.seal_manifest(manifest))
+    with pytest.raises(ArtifactFormatError, match=match):
+        serving.load(tmp_path / "a")
