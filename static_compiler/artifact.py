@@ -31,6 +31,7 @@ import functools
 import io
 import os
 import pathlib
+import re
 import shutil
 import tempfile
 from typing import Optional
@@ -371,6 +372,45 @@ def _check_replaceable(path: pathlib.Path) -> None:
                                   f"can be replaced ({e}); refusing to delete it") from None
 
 
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
+def recover_stale(path) -> list[str]:
+    """Cleans up after writers of `path` that died (kill -9, power loss): their
+    temporary directories beside it (`.NAME.tmp-PID-*`, whose PID is no
+    longer running) are removed, and when `path` itself is missing because a
+    writer died between the two renames of an overwrite, the artifact it had
+    moved aside (`.NAME.old-PID-*`) is renamed back. Directories of live
+    writers, and names without a PID, are left alone. Runs before every
+    save and update; returns what it did, one line each."""
+    path = pathlib.Path(path)
+    parent = path.parent if str(path.parent) else pathlib.Path(".")
+    if not parent.is_dir():
+        return []
+    done = []
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(tmp|old)-(\d+)-")
+    stale = []
+    for entry in sorted(parent.iterdir()):
+        m = pattern.match(entry.name)
+        if m and entry.is_dir() and not entry.is_symlink() and not _process_alive(int(m[2])):
+            stale.append((m[1], entry))
+    for kind, entry in stale:
+        if kind == "old" and not path.exists() and (entry / fmt.MANIFEST_FILE).is_file():
+            os.rename(entry, path)
+            done.append(f"restored {entry.name} to {path.name}")
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+            done.append(f"removed {entry.name}")
+    return done
+
+
 def _write_then_swap(path: pathlib.Path, fill, overwrite: bool = True) -> None:
     """`fill(tmp)` writes an artifact into a temporary sibling directory,
     which is fsynced and swapped in at `path` (`_swap_in`); on any failure
@@ -379,7 +419,8 @@ def _write_then_swap(path: pathlib.Path, fill, overwrite: bool = True) -> None:
     writers racing for a new path: the second gets ArtifactExistsError)."""
     parent = path.parent if str(path.parent) else pathlib.Path(".")
     parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=parent))
+    recover_stale(path)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=parent))
     try:
         fill(tmp)
         for sub in (fmt.TABLES_DIR, fmt.MODULES_DIR, fmt.ITEMS_DIR):
@@ -409,7 +450,7 @@ def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path,
             if not overwrite:
                 raise _exists_error(path) from None
     _check_replaceable(path)  # again: what is there now is what gets replaced
-    old = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=parent))
+    old = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.old-{os.getpid()}-", dir=parent))
     os.rmdir(old)
     os.rename(path, old)
     try:

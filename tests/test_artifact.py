@@ -358,3 +358,36 @@ def test_overwrite_only_replaces_a_verifiable_artifact_of_ours(tmp_path, two_set
     with pytest.raises(ArtifactExistsError, match="not an artifact of ours"):
         artifact.save(first, path, overwrite=True)
     assert (path / "my_results.csv").read_text() == "precious"
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_writers_that_died_leave_nothing_behind_and_no_missing_artifact(tmp_path, two_sets):
+    """A kill -9 during a save left hidden temporary directories that nothing
+    removed, and one between the swap's two renames left no artifact at the
+    path (the old one only in a hidden .old-* directory)."""
+    first, second = two_sets
+    path = tmp_path / "set.static"
+    dead, live = _dead_pid(), os.getpid()
+    for name in (f".set.static.tmp-{dead}-ab", f".set.static.tmp-{live}-cd", ".set.static.tmp-ef"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "junk").write_text("x")
+    artifact.save(first, path)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([".set.static.tmp-ef", f".set.static.tmp-{live}-cd", "set.static"])
+    # Killed between `rename(path, old)` and `rename(tmp, path)`:
+    os.rename(path, tmp_path / f".set.static.old-{dead}-gh")
+    (tmp_path / f".set.static.tmp-{dead}-ij").mkdir()
+    assert not path.exists()
+    done = artifact.recover_stale(path)
+    assert done == [f"restored .set.static.old-{dead}-gh to set.static",
+                    f"removed .set.static.tmp-{dead}-ij"]
+    assert serving.load(path).num_sequences == first.ir.num_sequences
+    artifact.save(second, path, overwrite=True)  # and saving runs the same recovery first
+    assert serving.load(path).num_sequences == second.ir.num_sequences
