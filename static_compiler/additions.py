@@ -24,7 +24,7 @@ import numpy as np
 
 from static_compiler.dtypes import index_dtype_for
 from static_compiler.errors import ConstraintSetError
-from static_compiler.frontend import _checked_input, as_token_matrix, sort_unique_rows
+from static_compiler.frontend import as_token_matrix, check_range, sort_unique_rows
 from static_compiler.ir import Automaton, Layer, LayoutKind, frozen
 from static_compiler.liveness import ItemIndex
 
@@ -81,20 +81,19 @@ def _grown_layers(ir: Automaton, depth: int) -> list:
 def checked_additions(ir: Automaton, sequences, where: str) -> tuple[np.ndarray, np.ndarray]:
     """(matrix int64 (n, Lmax), lengths int64 (n,)) of valid added sequences:
     tokens in [0, V), not the end token, and of the set's length for a
-    fixed-length set."""
-    mat, lengths, _ = as_token_matrix(sequences)
-    if ir.end_token is None and (lengths != ir.depth).any():
-        i = int(np.flatnonzero(lengths != ir.depth)[0])
-        raise ConstraintSetError(f"{where}: added sequence {i} has length {int(lengths[i])}: "
-                                 f"this set's sequences all have length {ir.depth} (compile "
-                                 "with end_token=... for variable lengths)")
+    fixed-length set (the checks `compile_constraints` runs, from
+    `frontend`)."""
     try:
-        mat, lengths, _, _, _ = _checked_input(
-            [row[:n] for row, n in zip(mat.tolist(), lengths.tolist())]
-            if ir.end_token is not None else mat, ir.vocab_size, ir.end_token)
+        mat, lengths, ragged = as_token_matrix(sequences)
+        if ir.end_token is None and (lengths != ir.depth).any():
+            i = int(np.flatnonzero(lengths != ir.depth)[0])
+            raise ConstraintSetError(f"added sequence {i} has length {int(lengths[i])}: this "
+                                     f"set's sequences all have length {ir.depth} (compile with "
+                                     "end_token=... for variable lengths)")
+        check_range(mat, lengths, ragged, ir.vocab_size, ir.end_token)
     except ConstraintSetError as e:
-        raise ConstraintSetError(f"{where}: added sequences: {e}") from None
-    return mat.astype(np.int64), lengths
+        raise ConstraintSetError(f"{where}: {e}") from None
+    return mat.astype(np.int64, copy=False), lengths
 
 
 def merge_items(ir: Automaton, items: ItemIndex, sequences, where: str = "update") -> Merged:

@@ -442,10 +442,10 @@ def load_compiled(path, *, verify_checksums: bool = True) -> CompiledConstraints
 
     path = pathlib.Path(path)
     manifest = fmt.read_manifest(path, verify_checksums=verify_checksums)
-    where = f"artifact {str(path)!r}"
-    plan, _ = artifact.plan_from_metadata(dataclasses.asdict(manifest), where)
+    where, metadata = f"artifact {str(path)!r}", dataclasses.asdict(manifest)
+    plan, _ = artifact.plan_from_metadata(metadata, where)
     tables = tuple(fmt.read_tables(path, manifest))
-    ir = artifact.automaton_from_metadata(dataclasses.asdict(manifest), tables, where)
+    ir = artifact.automaton_from_metadata(metadata, tables, where)
     caps = next((m.tokens_per_beam for m in manifest.modules.values()
                  if m.tokens_per_beam is not None), None)
     items = None if manifest.item_files is None else artifact.read_items(path, manifest)
@@ -483,6 +483,7 @@ def update_artifact(path, *, add=None, remove=None) -> dict:
     import pathlib
 
     from static_compiler import artifact
+    from static_compiler import artifact_format as fmt
 
     path = pathlib.Path(path)
     if add is None and remove is None:
@@ -491,11 +492,9 @@ def update_artifact(path, *, add=None, remove=None) -> dict:
         if add is None:
             return artifact.write_removed(path, remove)
         old = load_compiled(path)
-        if old.items is None:
-            raise DecodeInputError(f"update: artifact {str(path)!r} has no item index (compile "
-                                   "with export_subsets=True to update it)")
+        if old.items is None:  # raises the loader's error: no item index to update
+            artifact.read_items(path, fmt.read_manifest(path, verify_checksums=False))
         new = old.update(add=add, remove=remove)
-        from static_compiler import artifact_format as fmt
         reuse = (path, fmt.read_manifest(path)) if new.plan == old.plan else None
         artifact.save(new, path, overwrite=True, reuse_modules=reuse)
         return dict(new.last_update, modules="reused" if reuse else "exported")

@@ -139,8 +139,10 @@ def _first_hit(hit: np.ndarray, lengths: np.ndarray, ragged: bool):
     return int(r), int(c)
 
 
-def _check_range(mat: np.ndarray, lengths: np.ndarray, ragged: bool, vocab_size: int,
-                 end_token: Optional[int]) -> None:
+def check_range(mat: np.ndarray, lengths: np.ndarray, ragged: bool, vocab_size: int,
+                end_token: Optional[int]) -> None:
+    """ConstraintSetError naming the first token outside [0, vocab_size), or
+    the end token inside a sequence; mat (N, Lmax) as `as_token_matrix`."""
     lo, hi = mat.min(), mat.max()  # padding entries are 0, inside the range
     if lo < 0 or hi >= vocab_size:
         at = _first_hit((mat < 0) | (mat >= vocab_size), lengths, ragged)
@@ -234,7 +236,7 @@ def _checked_input(sequences, vocab_size, end_token):
         raise ConstraintSetError(
             f"sequences have different lengths ({int(lengths.min())}..{int(lengths.max())}): "
             "pass end_token=... to compile a variable-length set, or give sequences of equal length")
-    _check_range(mat, lengths, ragged, vocab_size, end_token)
+    check_range(mat, lengths, ragged, vocab_size, end_token)
     return mat, lengths, ragged, vocab_size, end_token
 
 

@@ -282,12 +282,9 @@ class Artifact:
                                        "serving.load")
         tables, host = list(self.tables), self._host_tables
         if any(not same(t.file) for t in manifest.tables):
-            arrays = fmt.load_tables(self.path, manifest)
             device = self.tables[0].devices().pop() if self.tables else None
-            tables = [old if same(t.file) else jax.device_put(np.asarray(arr), device)
-                      for old, t, arr in zip(self.tables, manifest.tables, arrays)]
-            host = fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables],
-                                        len(manifest.layers), arrays)
+            keep = [old if same(t.file) else None for old, t in zip(self.tables, manifest.tables)]
+            tables, host = _read_tables(self.path, manifest, device, keep)
         new = Artifact(self.path, manifest, tables, self._modules, fmt.read_names(self.path,
                                                                                  manifest),
                        _items(self.path, manifest), host)
@@ -395,7 +392,6 @@ def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
     if platform not in manifest.platforms:
         raise fmt.format_error(path, f"modules were lowered for {list(manifest.platforms)}, this "
                                      f"process runs on {platform!r}")
-    tables = fmt.load_tables(path, manifest)
     modules = {name: _deserialize(path, name, entry, manifest)
                for name, entry in sorted(manifest.modules.items())}
     missing = manifest.missing_modules()
@@ -405,12 +401,22 @@ def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
         raise DecodeInputError(f"load: device={device!r}: expected a jax.Device (e.g. "
                                "jax.devices()[0]) or None for the default device")
     device = device if device is not None else jax.devices()[0]
-    device_tables = [jax.device_put(np.asarray(t), device) for t in tables]
-    host = fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables], len(manifest.layers),
-                                tables)
-    manifest.check_sequence_count(host, path)
+    device_tables, host = _read_tables(path, manifest, device)
     return Artifact(path, manifest, device_tables, modules, fmt.read_names(path, manifest),
                     _items(path, manifest), host)
+
+
+def _read_tables(path, manifest: fmt.Manifest, device, keep=None) -> tuple[list, tuple]:
+    """(device arrays in argument order, host arrays per layer) of the
+    artifact's tables, after checking the sequence count against them;
+    keep: device arrays to reuse (None where a table is read and put)."""
+    arrays = fmt.load_tables(path, manifest)
+    host = fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables],
+                                len(manifest.layers), arrays)
+    manifest.check_sequence_count(host, path)
+    keep = keep or [None] * len(arrays)
+    return [jax.device_put(np.asarray(a), device) if k is None else k
+            for k, a in zip(keep, arrays)], host
 
 
 def _items(path, manifest: fmt.Manifest) -> Optional[ItemIndex]:

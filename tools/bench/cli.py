@@ -15,6 +15,19 @@ from tools.bench.config import (ALL_METHODS, BASE_METHODS, GPU_ITEMS, GPU_METHOD
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def sid_set_parser(module: str, doc: str, items: float) -> argparse.ArgumentParser:
+    """The parser of a single-purpose bench `python -m tools.bench.MODULE`
+    over random Semantic IDs: --items (default `items`), --length, --vocab
+    (the paper's L = 8, V = 2048); the module's docstring's first paragraph
+    describes it."""
+    parser = argparse.ArgumentParser(prog=f"python -m tools.bench.{module}",
+                                     description=doc.split("\n\n")[0])
+    parser.add_argument("--items", type=float, default=items)
+    parser.add_argument("--length", type=int, default=8)
+    parser.add_argument("--vocab", type=int, default=2048)
+    return parser
+
+
 def _count(text: str) -> int:
     value = float(text)
     if value < 1 or value != int(value):

@@ -42,6 +42,7 @@ import numpy as np
 import static_compiler as sc
 from static_compiler import datasets
 from static_compiler.backend.decode import search
+from tools.bench.cli import sid_set_parser
 from tools.bench.output import machine_line
 
 
@@ -55,11 +56,7 @@ def _median_ms(fn, repeats: int) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.bench.live",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--items", type=float, default=1e7)
-    parser.add_argument("--length", type=int, default=8)
-    parser.add_argument("--vocab", type=int, default=2048)
+    parser = sid_set_parser("live", __doc__, 1e7)
     parser.add_argument("--fraction", type=float, default=0.1, help="share of rows in a subset")
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--capacity", type=float, default=1.25,

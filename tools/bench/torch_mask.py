@@ -33,6 +33,7 @@ from transformers.generation.logits_process import PrefixConstrainedLogitsProces
 
 import static_compiler as sc
 from static_compiler.integrations.torch import StaticLogitsProcessor
+from tools.bench.cli import sid_set_parser
 from tools.bench.output import machine_line
 
 PROMPT_LENGTH = 4
@@ -108,11 +109,7 @@ def table(rows: list) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.bench.torch_mask",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--items", type=float, default=1e5)
-    parser.add_argument("--length", type=int, default=8)
-    parser.add_argument("--vocab", type=int, default=2048)
+    parser = sid_set_parser("torch_mask", __doc__, 1e5)
     parser.add_argument("--rows", type=int, nargs="+", default=[16, 140],
                         help="rows per call (batch x beams); one table each")
     parser.add_argument("--repeats", type=int, default=15)
