@@ -30,7 +30,6 @@ set) are compiled once; then, in one process:
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time

@@ -21,7 +21,6 @@ would credit the static processor with the pool's waits.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import sys
