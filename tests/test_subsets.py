@@ -310,6 +310,27 @@ def test_every_way_across_a_layer_gives_the_same_liveness(share, slice_max, seed
             assert ends[d].tolist() == [p in chosen for p in prefixes], d
 
 
+@pytest.mark.parametrize("widest, dtype", [(7, np.uint16), (65534, np.uint16),
+                                            (65535, np.uint32), (70_000, np.uint32)])
+def test_the_running_count_of_a_general_layer_wraps_without_losing_a_row(widest, dtype):
+    """The cumulative count of live children runs in a narrow dtype chosen
+    from the widest row and wraps many times over a long layer; a row is
+    still live exactly when one of its children is."""
+    rng = np.random.default_rng(widest)
+    branch = rng.integers(2, 6, size=60_000)
+    branch[rng.integers(0, branch.size)] = widest
+    indptr = np.concatenate([[0], np.cumsum(branch)]).astype(np.int64)
+    layer = liveness.TrieLayer(indptr)
+    (walk,) = liveness.layer_walks([layer])
+    assert (walk.kind, walk.count_dtype) == ("general", dtype)
+    for share in (0.0, 0.5, 1.0):  # past 2**16 live children: the count wraps
+        live_next = rng.random(int(indptr[-1])) < share
+        live_next[indptr[1]:indptr[2]] = False  # a dead row between live ones
+        got = liveness._child_live(layer, walk, live_next)
+        want = np.logical_or.reduceat(live_next, indptr[:-1])
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("name", ["ragged", "fixed"])
 @pytest.mark.parametrize("traced", [False, True])
 def test_mask_and_advance_follow_each_rows_subset(name, traced):
