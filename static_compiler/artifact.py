@@ -215,9 +215,10 @@ def _fsync_dir(path: pathlib.Path) -> None:
 def build_files(compiled, reuse_modules=None) -> dict[str, bytes]:
     """{relative path: bytes} of every file of the artifact, manifest last.
 
-    reuse_modules: (path, manifest) of a saved artifact whose modules serve
-    `compiled` unchanged (a version with the same plan: an addition within
-    the reserved capacity): their files and manifest entries are copied
+    reuse_modules: an open `artifact_format.Snapshot` of a saved artifact
+    whose modules serve `compiled` unchanged (a version with the same plan:
+    an addition within the reserved capacity): their files and manifest
+    entries are copied
     instead of exporting again, so a serving process reloading the new
     version keeps its deserialized modules.
 
@@ -283,9 +284,9 @@ def _exported_modules(compiled, caps, files: dict) -> tuple[dict, int, tuple]:
 
 
 def _reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
-    """The modules of the saved artifact `reuse` = (path, manifest), copied
+    """The modules of the saved artifact `reuse` (an open Snapshot), copied
     into `files`, after checking that they take `compiled`'s tables."""
-    path, manifest = reuse
+    path, manifest = reuse.path, reuse.manifest
     tables = [fmt.ArraySpec("", tuple(compiled.tables[t][k].shape),
                             str(compiled.tables[t][k].dtype))
               for t, k in fmt.table_keys(compiled.tables)]
@@ -294,7 +295,7 @@ def _reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
         if took and took != [(a.shape, a.dtype) for a in tables]:
             raise ArtifactVersionError(f"artifact {str(path)!r}: module {name!r} takes other "
                                        "tables than the new version has: export it anew")
-        files[entry.file] = (pathlib.Path(path) / entry.file).read_bytes()
+        files[entry.file] = reuse.read_bytes(entry.file)
     return (dict(manifest.modules), manifest.calling_convention_version,
             (manifest.jax_version, manifest.jaxlib_version))
 
@@ -501,23 +502,23 @@ def update_removed(path, remove) -> dict:
         return write_removed(path, remove)
 
 
-def read_items(path: pathlib.Path, manifest: fmt.Manifest, where: str = "update"):
+def read_items(snap: fmt.Snapshot, where: str = "update"):
     """The artifact's `ItemIndex`; DecodeInputError when it was saved without."""
     from static_compiler.liveness import ItemIndex
 
-    arrays = fmt.read_item_arrays(path, manifest)
+    arrays = fmt.read_item_arrays(snap)
     if arrays is None:
-        raise DecodeInputError(f"{where}: artifact {str(path)!r} has no item index (compile "
-                               "with export_subsets=True to update it)")
-    return ItemIndex(num_unique=manifest.num_sequences, **arrays)
+        raise DecodeInputError(f"{where}: artifact {str(snap.path)!r} has no item index "
+                               "(compile with export_subsets=True to update it)")
+    return ItemIndex(num_unique=snap.manifest.num_sequences, **arrays)
 
 
 def write_removed(path: pathlib.Path, remove) -> dict:
     """`update_removed`'s work, for a caller that holds `update_lock`."""
     from static_compiler import subsets
 
-    manifest = fmt.read_manifest(path)
-    items = read_items(path, manifest)
+    with fmt.open_snapshot(path) as snap:
+        manifest, items = snap.manifest, read_items(snap)
     removed, report = subsets.removal(
         items, remove, lambda: read_automaton(path, verify_checksums=False))
     rel = fmt.item_file("removed")
@@ -553,11 +554,26 @@ def read_automaton(path, *, verify_checksums: bool = True) -> Automaton:
 
     Raises the artifact format's errors for a damaged artifact, and
     IRVerificationError when the tables do not form a valid automaton."""
-    path = pathlib.Path(path)
-    manifest = fmt.read_manifest(path, verify_checksums=verify_checksums)
-    tables = fmt.read_tables(path, manifest)
-    return automaton_from_metadata(dataclasses.asdict(manifest), tables,
-                                   where=f"artifact {str(path)!r}")
+    with fmt.open_snapshot(path, verify_checksums=verify_checksums) as snap:
+        return automaton_from_metadata(dataclasses.asdict(snap.manifest), fmt.read_tables(snap),
+                                       where=f"artifact {str(path)!r}")
+
+
+def load_checked(path, *, verify_checksums: bool = True, device=None):
+    """`serving.load`, after also checking, on the very files it loads, what
+    `read_automaton` checks: the tables form a valid automaton that agrees
+    with the manifest (O(table size)). Checksums only catch damage; this
+    also refuses tables edited with their checksums recomputed, which could
+    otherwise decode sequences outside the set.
+
+    Raises what `serving.load` raises, and IRVerificationError or
+    ArtifactFormatError for tables that are not a valid automaton."""
+    from static_compiler import serving
+
+    with serving.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
+        automaton_from_metadata(dataclasses.asdict(snap.manifest), fmt.read_tables(snap),
+                                where=f"artifact {str(path)!r}")
+        return serving.load_from(snap, device=device)
 
 
 def plan_from_metadata(metadata: dict, where: str = "tables") -> tuple[Plan, list]:
@@ -587,4 +603,5 @@ def automaton_from_metadata(metadata: dict, tables, where: str = "tables") -> Au
 def read_names(path, *, verify_checksums: bool = True) -> Optional[fmt.NameTable]:
     """The artifact's names (a text catalogue's `NameTable`), or None when
     it was compiled from token ids or written before format version 2."""
-    return fmt.read_names(path, fmt.read_manifest(path, verify_checksums=verify_checksums))
+    with fmt.open_snapshot(path, verify_checksums=verify_checksums) as snap:
+        return fmt.read_names(snap)

@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import pathlib
+import stat
 from typing import Optional
 
 import numpy as np
@@ -146,24 +147,33 @@ def unflatten_tables(keys: list[tuple[int, str]], num_layers: int, flat) -> tupl
 # Checksums and the file set.
 
 
-def sha256_file(path) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
+def _file_sha256(f) -> str:
+    """Hex sha256 of an open binary file from its start, read in 1 MiB chunks."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
-            digest.update(chunk)
+    f.seek(0)
+    for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
+        digest.update(chunk)
     return digest.hexdigest()
 
 
-def list_files(root) -> list[str]:
-    """Relative POSIX paths of every file under `root` (sorted), excluding
-    the manifest."""
-    root = pathlib.Path(root)
+def sha256_file(path) -> str:
+    """Hex sha256 of the file at `path`."""
+    with open(path, "rb") as f:
+        return _file_sha256(f)
+
+
+def _list_files_at(dir_fd: int, path) -> list[str]:
+    """Relative POSIX paths of every file under the directory `dir_fd`
+    (sorted), excluding the manifest; ArtifactFormatError for a symbolic
+    link anywhere inside (it could point outside the artifact)."""
     out = []
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            rel = (pathlib.Path(dirpath) / name).relative_to(root).as_posix()
-            if rel != MANIFEST_FILE:
+    for dirpath, dirnames, filenames, at in os.fwalk(".", dir_fd=dir_fd):
+        for name in dirnames + filenames:
+            rel = os.path.normpath(os.path.join(dirpath, name)).replace(os.sep, "/")
+            if stat.S_ISLNK(os.stat(name, dir_fd=at, follow_symlinks=False).st_mode):
+                raise format_error(path, f"{rel!r} is a symbolic link: an artifact holds only "
+                                         "its own files")
+            if name in filenames and rel != MANIFEST_FILE:
                 out.append(rel)
     return sorted(out)
 
@@ -617,14 +627,14 @@ class NameTable:
         return cls(tuple(names), matrix, tuple(aliases))
 
 
-def read_names(path, manifest: "Manifest") -> Optional[NameTable]:
+def read_names(snap: "Snapshot") -> Optional[NameTable]:
     """The artifact's `NameTable`, or None when it has none (a set compiled
     from token ids, or a version 1 artifact). Raises ArtifactFormatError when
     the file does not parse or its item count differs from the manifest's."""
+    manifest, path = snap.manifest, snap.path
     if manifest.names_file is None:
         return None
-    path = pathlib.Path(path)
-    table = NameTable.from_jsonl((path / manifest.names_file).read_bytes(), path,
+    table = NameTable.from_jsonl(snap.read_bytes(manifest.names_file), path,
                                  manifest.names_file)
     if len(table) != manifest.num_sequences:
         raise format_error(path, f"{manifest.names_file} holds {len(table)} names, the manifest "
@@ -636,24 +646,21 @@ def read_names(path, manifest: "Manifest") -> Optional[NameTable]:
 # Item subsets: items/*.npy.
 
 
-def read_item_arrays(path, manifest: Manifest) -> Optional[dict]:
+def read_item_arrays(snap: "Snapshot") -> Optional[dict]:
     """{name: array} of the artifact's item index (`ITEM_ARRAYS`, as
     `liveness.ItemIndex` takes them; files verified with the rest), or None
     when it was saved without subsets. Raises ArtifactFormatError when an
     array is unreadable or disagrees with the manifest's set (ids out of
     range, depths or states outside the set)."""
+    manifest, path = snap.manifest, snap.path
     if manifest.item_files is None:
         return None
-    path = pathlib.Path(path)
     arrays = {}
     for key, rel in manifest.item_files.items():
         if key not in ITEM_ARRAYS:
             raise format_error(path, f"item_files names {key!r}, expected one of "
                                      f"{list(ITEM_ARRAYS)}")
-        try:
-            arrays[key] = np.load(path / rel, allow_pickle=False)
-        except (ValueError, OSError) as e:
-            raise format_error(path, f"{rel} is not a readable .npy file ({e})") from None
+        arrays[key] = snap.npy(rel, mmap=False)
     if "row_item" not in arrays or ("item_depth" in arrays) != ("item_state" in arrays):
         raise format_error(path, f"item_files {sorted(arrays)}: expected row_item, and "
                                  "item_depth with item_state (a variable-length set)")
@@ -688,33 +695,197 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
-def read_manifest(path, *, verify_checksums: bool = True,
-                  calling_conventions: Optional[tuple[int, int, str]] = None) -> Manifest:
-    """Reads `path`/manifest.json and checks it against the directory.
+SNAPSHOT_ATTEMPTS = 5
+"""Times `open_snapshot` starts over when the directory at the path is
+replaced (an overwrite's swap) while it is being opened."""
+
+
+class _Replaced(Exception):
+    """The directory at the path is no longer the one being read."""
+
+
+class Snapshot:
+    """One artifact directory, every file of it opened once.
+
+    `open_snapshot` opens the directory, and through that handle every file
+    the manifest lists, before it checks or reads anything; checksums are
+    computed on, and tables, modules, names and items read from, those open
+    files. So everything read comes from one version: an overwrite that
+    swaps the directory, or removes the old one, after that changes nothing
+    here (this package never writes a file in place). Close it (or use
+    `with`) when done; arrays and bytes it returned stay valid.
+
+    path: the artifact's path as given; manifest: its `Manifest`."""
+
+    def __init__(self, path: pathlib.Path, manifest: "Manifest", files: dict):
+        self.path = path
+        self.manifest = manifest
+        self._files = files  # rel -> open binary file
+
+    def _file(self, rel: str):
+        f = self._files.get(rel)
+        if f is None:
+            raise format_error(self.path, f"{rel!r} is not a file of this artifact")
+        f.seek(0)
+        return f
+
+    def read_bytes(self, rel: str) -> bytes:
+        """The whole file `rel` (a path relative to the artifact)."""
+        return self._file(rel).read()
+
+    def npy(self, rel: str, mmap: bool = True) -> np.ndarray:
+        """The .npy file `rel` as an array, memory-mapped (read-only) unless
+        mmap is False; ArtifactFormatError when it is not a plain .npy."""
+        f = self._file(rel)
+        try:
+            version = np.lib.format.read_magic(f)
+            header = {(1, 0): np.lib.format.read_array_header_1_0,
+                      (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            if header is None or not mmap:
+                f.seek(0)
+                return np.lib.format.read_array(f, allow_pickle=False)
+            shape, fortran, dtype = header(f)
+            if dtype.hasobject:
+                raise ValueError("object arrays are not allowed")
+            if not shape or 0 in shape:
+                return np.zeros(shape, dtype)
+            return np.memmap(f, dtype=dtype, mode="r", offset=f.tell(), shape=shape,
+                             order="F" if fortran else "C")
+        except (ValueError, OSError) as e:
+            raise format_error(self.path, f"{rel} is not a readable .npy file ({e})") from None
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files = {}
+
+    def __enter__(self) -> "Snapshot":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_snapshot(path, *, verify_checksums: bool = True,
+                  calling_conventions: Optional[tuple[int, int, str]] = None) -> Snapshot:
+    """Opens the artifact at `path` as a `Snapshot` and checks it against
+    its manifest.
 
     Checks, in this order: the manifest is a JSON object of our format; the
     format version is in [MIN_FORMAT_VERSION, MAX_FORMAT_VERSION]; the
     jax.export calling-convention version is in [lo, hi] when
     `calling_conventions` = (lo, hi, runtime name) is given; the manifest's
-    own sha256; the files on disk are exactly those the manifest lists; each
-    has the listed size and (unless `verify_checksums` is False) sha256; every
-    key has its schema type.
+    own sha256; the files on disk are exactly those the manifest lists, none
+    a symbolic link; each has the listed size and (unless `verify_checksums`
+    is False) sha256; every key has its schema type.
+
+    When an overwrite replaces the directory while it is being opened, it
+    starts over on the new one (up to SNAPSHOT_ATTEMPTS times), so the
+    snapshot is all of one version or an error.
 
     Raises ArtifactFormatError, ArtifactVersionError or ArtifactChecksumError,
     each naming the artifact, the file, what was expected and what was found.
     """
     path = pathlib.Path(path)
-    if not path.is_dir():
-        raise format_error(path, "expected a directory written by static_compiler.artifact.save"
-                                 f", found {'a file' if path.exists() else 'nothing'}")
-    manifest_path = path / MANIFEST_FILE
-    if not manifest_path.is_file():
-        raise format_error(path, f"missing file {MANIFEST_FILE!r}")
+    for _ in range(SNAPSHOT_ATTEMPTS):
+        try:
+            dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            raise format_error(path, "expected a directory written by static_compiler.artifact."
+                                     "save, found nothing") from None
+        except NotADirectoryError:
+            raise format_error(path, "expected a directory written by static_compiler.artifact."
+                                     "save, found a file") from None
+        except OSError as e:
+            raise format_error(path, f"cannot open the directory ({e.strerror})") from None
+        try:
+            return _snapshot(path, dir_fd, verify_checksums, calling_conventions)
+        except _Replaced:
+            continue
+        finally:
+            os.close(dir_fd)
+    raise format_error(path, f"the directory was replaced {SNAPSHOT_ATTEMPTS} times while it "
+                             "was being opened (concurrent saves with overwrite=True); try again")
+
+
+def _replaced(path: pathlib.Path, dir_fd: int) -> bool:
+    """Whether `path` no longer names the directory open as `dir_fd`."""
     try:
-        raw = json.loads(manifest_path.read_bytes().decode("utf-8"),
-                         parse_constant=_reject_constant)
+        now = os.stat(path)
+    except OSError:
+        return True
+    held = os.fstat(dir_fd)
+    return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)
+
+
+def _open_at(path: pathlib.Path, dir_fd: int, rel: str):
+    """The file `rel` of the directory `dir_fd`, open for binary reading
+    (not following a symbolic link); _Replaced when it is gone because the
+    directory was swapped out."""
+    try:
+        fd = os.open(rel, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=dir_fd)
+    except FileNotFoundError:
+        if _replaced(path, dir_fd):
+            raise _Replaced from None
+        raise format_error(path, f"missing file {rel!r}") from None
+    except OSError as e:
+        raise format_error(path, f"cannot open {rel!r} ({e.strerror})") from None
+    return os.fdopen(fd, "rb")
+
+
+def _snapshot(path: pathlib.Path, dir_fd: int, verify_checksums: bool,
+              calling_conventions) -> Snapshot:
+    with _open_at(path, dir_fd, MANIFEST_FILE) as f:
+        data = f.read()
+    try:
+        raw = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
     except ValueError as e:  # UnicodeDecodeError, JSONDecodeError, NaN/Infinity
         raise format_error(path, f"{MANIFEST_FILE} is not valid UTF-8 JSON ({e})") from None
+    except RecursionError:
+        raise format_error(path, f"{MANIFEST_FILE} is nested too deeply to be a manifest") \
+            from None
+    body = _checked_manifest_body(path, raw, calling_conventions)
+    files = require(raw, "files", dict, MANIFEST_FILE, path)
+    try:
+        on_disk = _list_files_at(dir_fd, path)
+    except FileNotFoundError:  # a directory emptied under the walk
+        raise _Replaced from None
+    missing = sorted(set(files) - set(on_disk))
+    extra = sorted(set(on_disk) - set(files))
+    if missing and _replaced(path, dir_fd):
+        raise _Replaced
+    if missing:
+        raise format_error(path, f"missing file(s) {missing} listed in {MANIFEST_FILE}")
+    if extra:
+        raise format_error(path, f"extra file(s) {extra} not listed in {MANIFEST_FILE} "
+                                 f"(expected exactly {sorted(files)})")
+    opened = {}
+    try:
+        for rel in sorted(files):
+            entry = FileEntry.from_json(files[rel], f"files[{rel!r}]", path)
+            f = opened[rel] = _open_at(path, dir_fd, rel)
+            found = os.fstat(f.fileno()).st_size
+            if found != entry.size:
+                what = "truncated" if found < entry.size else "longer than recorded"
+                raise ArtifactChecksumError(
+                    f"artifact {str(path)!r}: file {rel!r} is {what}: {found} bytes, expected "
+                    f"{entry.size}")
+            if verify_checksums:
+                actual = _file_sha256(f)
+                if actual != entry.sha256:
+                    raise ArtifactChecksumError(
+                        f"artifact {str(path)!r}: file {rel!r} has sha256 {actual}, expected "
+                        f"{entry.sha256} (the file is corrupted)")
+        return Snapshot(path, Manifest.from_json(body, path), opened)
+    except BaseException:
+        for f in opened.values():
+            f.close()
+        raise
+
+
+def _checked_manifest_body(path: pathlib.Path, raw, calling_conventions) -> dict:
+    """The manifest without its own digest, after checking the format, the
+    versions and the digest."""
     if not isinstance(raw, dict):
         raise format_error(path, f"{MANIFEST_FILE} holds a {type(raw).__name__}, "
                                  "expected a JSON object")
@@ -742,52 +913,35 @@ def read_manifest(path, *, verify_checksums: bool = True,
         raise ArtifactChecksumError(
             f"artifact {str(path)!r}: {MANIFEST_FILE} content has sha256 {actual}, its "
             f"{MANIFEST_DIGEST_KEY} says {digest} (the manifest is corrupted)")
-    files = require(raw, "files", dict, MANIFEST_FILE, path)
-    on_disk = list_files(path)
-    missing = sorted(set(files) - set(on_disk))
-    extra = sorted(set(on_disk) - set(files))
-    if missing:
-        raise format_error(path, f"missing file(s) {missing} listed in {MANIFEST_FILE}")
-    if extra:
-        raise format_error(path, f"extra file(s) {extra} not listed in {MANIFEST_FILE} "
-                                 f"(expected exactly {sorted(files)})")
-    for rel in sorted(files):
-        entry = FileEntry.from_json(files[rel], f"files[{rel!r}]", path)
-        found = (path / rel).stat().st_size
-        if found != entry.size:
-            what = "truncated" if found < entry.size else "longer than recorded"
-            raise ArtifactChecksumError(
-                f"artifact {str(path)!r}: file {rel!r} is {what}: {found} bytes, expected "
-                f"{entry.size}")
-        if verify_checksums:
-            actual = sha256_file(path / rel)
-            if actual != entry.sha256:
-                raise ArtifactChecksumError(
-                    f"artifact {str(path)!r}: file {rel!r} has sha256 {actual}, expected "
-                    f"{entry.sha256} (the file is corrupted)")
-    return Manifest.from_json(body, path)
+    return body
 
 
-def load_tables(path, manifest: Manifest, mmap_mode: Optional[str] = "r") -> list[np.ndarray]:
+def read_manifest(path, *, verify_checksums: bool = True,
+                  calling_conventions: Optional[tuple[int, int, str]] = None) -> Manifest:
+    """The manifest of the artifact at `path`, after the checks of
+    `open_snapshot` (for metadata only: read files through a snapshot, so
+    they are of the version this manifest describes)."""
+    with open_snapshot(path, verify_checksums=verify_checksums,
+                       calling_conventions=calling_conventions) as snap:
+        return snap.manifest
+
+
+def load_tables(snap: Snapshot, mmap: bool = True) -> list[np.ndarray]:
     """The tables as numpy arrays (memory-mapped by default), in argument
     order, each checked against the manifest's shape and dtype."""
-    path = pathlib.Path(path)
     out = []
-    for entry in manifest.tables:
-        try:
-            arr = np.load(path / entry.file, mmap_mode=mmap_mode, allow_pickle=False)
-        except (ValueError, OSError) as e:
-            raise format_error(path, f"table {entry.file!r} is not a readable .npy file "
-                                     f"({e})") from None
+    for entry in snap.manifest.tables:
+        arr = snap.npy(entry.file, mmap)
         if arr.shape != tuple(entry.shape) or str(arr.dtype) != entry.dtype:
-            raise format_error(path, f"table {entry.file!r} holds {arr.dtype}{list(arr.shape)}, "
-                                     f"the manifest says {entry.dtype}{list(entry.shape)}")
+            raise format_error(snap.path, f"table {entry.file!r} holds {arr.dtype}"
+                                          f"{list(arr.shape)}, the manifest says {entry.dtype}"
+                                          f"{list(entry.shape)}")
         out.append(arr)
     return out
 
 
-def read_tables(path, manifest: Manifest, mmap_mode: Optional[str] = "r") -> tuple[dict, ...]:
+def read_tables(snap: Snapshot, mmap: bool = True) -> tuple[dict, ...]:
     """`load_tables` as one dict of arrays per layer, keyed by table name."""
+    manifest = snap.manifest
     keys = [(t.layer, t.name) for t in manifest.tables]
-    return unflatten_tables(keys, len(manifest.layers), load_tables(path, manifest, mmap_mode))
-
+    return unflatten_tables(keys, len(manifest.layers), load_tables(snap, mmap))

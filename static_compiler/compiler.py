@@ -441,19 +441,20 @@ def load_compiled(path, *, verify_checksums: bool = True) -> CompiledConstraints
     from static_compiler import artifact_format as fmt
 
     path = pathlib.Path(path)
-    manifest = fmt.read_manifest(path, verify_checksums=verify_checksums)
-    where, metadata = f"artifact {str(path)!r}", dataclasses.asdict(manifest)
-    plan, _ = artifact.plan_from_metadata(metadata, where)
-    tables = tuple(fmt.read_tables(path, manifest))
-    ir = artifact.automaton_from_metadata(metadata, tables, where)
+    with fmt.open_snapshot(path, verify_checksums=verify_checksums) as snap:
+        manifest = snap.manifest
+        where, metadata = f"artifact {str(path)!r}", dataclasses.asdict(manifest)
+        plan, _ = artifact.plan_from_metadata(metadata, where)
+        tables = tuple(fmt.read_tables(snap))
+        ir = artifact.automaton_from_metadata(metadata, tables, where)
+        items = None if manifest.item_files is None else artifact.read_items(snap)
+        names = fmt.read_names(snap)
     caps = next((m.tokens_per_beam for m in manifest.modules.values()
                  if m.tokens_per_beam is not None), None)
-    items = None if manifest.item_files is None else artifact.read_items(path, manifest)
     return CompiledConstraints(ir=ir, plan=plan, tables=tables, pipeline=manifest.pipeline,
                                export_beam_sizes=manifest.beam_sizes(),
                                export_tokens_per_beam=_tokens_per_beam_option(caps),
-                               names=fmt.read_names(path, manifest), items=items,
-                               export_subsets=items is not None)
+                               names=names, items=items, export_subsets=items is not None)
 
 
 def _tokens_per_beam_option(caps) -> Optional[object]:
@@ -493,8 +494,10 @@ def update_artifact(path, *, add=None, remove=None) -> dict:
             return artifact.write_removed(path, remove)
         old = load_compiled(path)
         if old.items is None:  # raises the loader's error: no item index to update
-            artifact.read_items(path, fmt.read_manifest(path, verify_checksums=False))
+            with fmt.open_snapshot(path, verify_checksums=False) as snap:
+                artifact.read_items(snap)
         new = old.update(add=add, remove=remove)
-        reuse = (path, fmt.read_manifest(path)) if new.plan == old.plan else None
-        artifact.save(new, path, overwrite=True, reuse_modules=reuse)
+        with fmt.open_snapshot(path) as snap:
+            reuse = snap if new.plan == old.plan else None
+            artifact.save(new, path, overwrite=True, reuse_modules=reuse)
         return dict(new.last_update, modules="reused" if reuse else "exported")

@@ -44,13 +44,19 @@ from static_compiler.liveness import (ItemIndex, Subset, TrieLayer, checked_subs
                                       layer_walks, row_pointers, rows_item_mask, subset_of_items)
 
 
-def read_manifest(path, *, verify_checksums: bool = True) -> fmt.Manifest:
-    """`artifact_format.read_manifest`, also checking that the artifact's
+def open_snapshot(path, *, verify_checksums: bool = True) -> fmt.Snapshot:
+    """`artifact_format.open_snapshot`, also checking that the artifact's
     jax.export calling-convention version is one this jax can run."""
     lo = jax_export.minimum_supported_calling_convention_version
     hi = jax_export.maximum_supported_calling_convention_version
-    return fmt.read_manifest(path, verify_checksums=verify_checksums,
+    return fmt.open_snapshot(path, verify_checksums=verify_checksums,
                              calling_conventions=(lo, hi, f"jax {jax.__version__}"))
+
+
+def read_manifest(path, *, verify_checksums: bool = True) -> fmt.Manifest:
+    """The manifest, after the checks of `open_snapshot`."""
+    with open_snapshot(path, verify_checksums=verify_checksums) as snap:
+        return snap.manifest
 
 
 def _current_platform() -> str:
@@ -267,7 +273,11 @@ class Artifact:
         Returns self when nothing changed. Raises ArtifactVersionError when
         a module or a table's shape changed (load that version with
         `serving.load`)."""
-        manifest = read_manifest(self.path, verify_checksums=verify_checksums)
+        with open_snapshot(self.path, verify_checksums=verify_checksums) as snap:
+            return self._reloaded(snap)
+
+    def _reloaded(self, snap: fmt.Snapshot) -> "Artifact":
+        manifest = snap.manifest
         if manifest.seal() == self.manifest.seal():
             return self
         same = lambda rel: manifest.files.get(rel) == self.manifest.files.get(rel)
@@ -284,10 +294,9 @@ class Artifact:
         if any(not same(t.file) for t in manifest.tables):
             device = self.tables[0].devices().pop() if self.tables else None
             keep = [old if same(t.file) else None for old, t in zip(self.tables, manifest.tables)]
-            tables, host = _read_tables(self.path, manifest, device, keep)
-        new = Artifact(self.path, manifest, tables, self._modules, fmt.read_names(self.path,
-                                                                                 manifest),
-                       _items(self.path, manifest), host)
+            tables, host = _read_tables(snap, device, keep)
+        new = Artifact(self.path, manifest, tables, self._modules, fmt.read_names(snap),
+                       _items(snap), host)
         if host is self._host_tables:
             new._walks = self._walks
         return new
@@ -346,11 +355,11 @@ class Artifact:
         return [*device, jnp.asarray(index, jnp.int32)]
 
 
-def _deserialize(path: pathlib.Path, name: str, entry: fmt.ModuleEntry,
-                 manifest: fmt.Manifest) -> _Module:
+def _deserialize(snap: fmt.Snapshot, name: str, entry: fmt.ModuleEntry) -> _Module:
     """Module `name`, checked against its manifest entry."""
+    path, manifest = snap.path, snap.manifest
     try:
-        exported = jax_export.deserialize(bytearray((path / entry.file).read_bytes()))
+        exported = jax_export.deserialize(bytearray(snap.read_bytes(entry.file)))
     except Exception as e:  # jax raises several types for a damaged flatbuffer
         raise fmt.format_error(path, f"module {entry.file!r} cannot be deserialized "
                                      f"({type(e).__name__}: {e}); truncated or not a jax.export "
@@ -381,18 +390,30 @@ def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
     verify_checksums=False for huge tables already verified once), format and
     calling-convention versions, that the modules were lowered for this
     platform and match their recorded calling convention; then puts the
-    tables on `device` (default: jax's default device) once.
+    tables on `device` (default: jax's default device) once. Everything is
+    read from one `artifact_format.Snapshot`, so a save with overwrite=True
+    landing meanwhile gives the old version or the new one, never a mix.
+
+    Checksums catch damage, not tables edited with their checksums
+    recomputed: `static_compiler.artifact.load_checked` also checks that the
+    tables form a valid automaton (O(table size); it needs the compiler).
 
     Raises ArtifactFormatError, ArtifactChecksumError or ArtifactVersionError.
     Only load artifacts from a trusted source (see the module docstring).
     """
-    path = pathlib.Path(path)
-    manifest = read_manifest(path, verify_checksums=verify_checksums)
+    with open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
+        return load_from(snap, device=device)
+
+
+def load_from(snap: fmt.Snapshot, *, device=None) -> Artifact:
+    """`load` of an artifact already open as a snapshot (`open_snapshot`),
+    for a caller that checks more of it first (`artifact.load_checked`)."""
+    path, manifest = snap.path, snap.manifest
     platform = _current_platform()
     if platform not in manifest.platforms:
         raise fmt.format_error(path, f"modules were lowered for {list(manifest.platforms)}, this "
                                      f"process runs on {platform!r}")
-    modules = {name: _deserialize(path, name, entry, manifest)
+    modules = {name: _deserialize(snap, name, entry)
                for name, entry in sorted(manifest.modules.items())}
     missing = manifest.missing_modules()
     if missing:
@@ -401,25 +422,27 @@ def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
         raise DecodeInputError(f"load: device={device!r}: expected a jax.Device (e.g. "
                                "jax.devices()[0]) or None for the default device")
     device = device if device is not None else jax.devices()[0]
-    device_tables, host = _read_tables(path, manifest, device)
-    return Artifact(path, manifest, device_tables, modules, fmt.read_names(path, manifest),
-                    _items(path, manifest), host)
+    device_tables, host = _read_tables(snap, device)
+    return Artifact(path, manifest, device_tables, modules, fmt.read_names(snap), _items(snap),
+                    host)
 
 
-def _read_tables(path, manifest: fmt.Manifest, device, keep=None) -> tuple[list, tuple]:
+def _read_tables(snap: fmt.Snapshot, device, keep=None) -> tuple[list, tuple]:
     """(device arrays in argument order, host arrays per layer) of the
     artifact's tables, after checking the sequence count against them;
     keep: device arrays to reuse (None where a table is read and put)."""
-    arrays = fmt.load_tables(path, manifest)
+    manifest = snap.manifest
+    arrays = fmt.load_tables(snap)
     host = fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables],
                                 len(manifest.layers), arrays)
-    manifest.check_sequence_count(host, path)
+    manifest.check_sequence_count(host, snap.path)
     keep = keep or [None] * len(arrays)
     return [jax.device_put(np.asarray(a), device) if k is None else k
             for k, a in zip(keep, arrays)], host
 
 
-def _items(path, manifest: fmt.Manifest) -> Optional[ItemIndex]:
+def _items(snap: fmt.Snapshot) -> Optional[ItemIndex]:
     """The artifact's item index, or None when it was saved without subsets."""
-    arrays = fmt.read_item_arrays(path, manifest)
-    return None if arrays is None else ItemIndex(num_unique=manifest.num_sequences, **arrays)
+    arrays = fmt.read_item_arrays(snap)
+    return None if arrays is None else ItemIndex(num_unique=snap.manifest.num_sequences,
+                                                 **arrays)

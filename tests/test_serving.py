@@ -451,6 +451,55 @@ def test_table_that_disagrees_with_the_manifest(copy):
         serving.load(copy)
 
 
+def reseal_table(copy, entry_file, edit):
+    """Edits a table in place and records its new size and sha256: what
+    checksums cannot catch."""
+    arr = np.load(copy / entry_file)
+    edit(arr)
+    np.save(copy / entry_file, arr)
+
+    def fix(m):
+        m["files"][entry_file] = {"size": (copy / entry_file).stat().st_size,
+                                  "sha256": artifact_format.sha256_file(copy / entry_file)}
+    edit_manifest(copy, fix)
+
+
+TABLE_EDITS = {
+    "next state out of range": ("tables/layer1.next.npy", lambda a: a.__setitem__((0, 0), 900)),
+    "dense child ids out of order": ("tables/layer1.next.npy",
+                                     lambda a: a.__setitem__((0, slice(0, 2)), a[0, 1::-1])),
+    "token out of range": ("tables/layer2.tokens.npy", lambda a: a.__setitem__(0, 11)),
+    "row not increasing": ("tables/layer2.tokens.npy",
+                           lambda a: a.__setitem__(slice(0, 2), a[1::-1])),
+    "exception state out of range": ("tables/layer2.ex_states.npy",
+                                     lambda a: a.__setitem__(-1, 1000)),
+    "exception bounds reversed": ("tables/layer2.ex_bounds.npy",
+                                  lambda a: a.__setitem__(0, a[0, ::-1])),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(TABLE_EDITS))
+def test_load_checked_refuses_tables_edited_under_recomputed_checksums(fixed, copy, edit):
+    """serving.load trusts checksums (documented); artifact.load_checked
+    (and `decode --check-tables`) run the structural check on the files
+    it loads, and refuse every edit here."""
+    entry_file, change = TABLE_EDITS[edit]
+    reseal_table(copy, entry_file, change)
+    with pytest.raises((errors.IRVerificationError, errors.ArtifactFormatError)):
+        artifact.load_checked(copy)
+    from static_compiler.cli import main
+    assert main(["decode", str(copy), "--check-tables"]) == 2
+
+
+def test_load_checked_loads_an_intact_artifact_like_load(fixed):
+    compiled, path, art = fixed
+    checked = artifact.load_checked(path)
+    assert checked.manifest == art.manifest
+    logits = np.linspace(-1, 1, 2 * 4 * 10, dtype=np.float32).reshape(2, 4, -1)
+    assert np.array_equal(np.asarray(checked.beam_step(checked.init_state(2, 4), logits, 0).tokens),
+                          np.asarray(art.beam_step(art.init_state(2, 4), logits, 0).tokens))
+
+
 def test_artifact_errors_are_static_compiler_errors(copy):
     (copy / artifact_format.MANIFEST_FILE).write_text("nope")
     with pytest.raises(StaticCompilerError):

@@ -16,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one of the artifact's exported beam sizes (default: the first)")
     parser.add_argument("--top", type=int, default=5, help="beams to print per batch row")
     parser.add_argument("--seed", type=int, default=0, help="seed of the demo model")
+    parser.add_argument("--check-tables", action="store_true",
+                        help="also check that the tables form a valid automaton (O(table "
+                             "size)): catches tables edited with their checksums recomputed")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,7 +29,11 @@ def run(args: argparse.Namespace) -> int:
         from static_compiler.errors import CliInputError
         raise CliInputError(f"--top {args.top} / --batch-size {args.batch_size}: expected ints "
                             ">= 1")
-    art = serving.load(args.artifact)
+    if args.check_tables:
+        from static_compiler import artifact
+        art = artifact.load_checked(args.artifact)
+    else:
+        art = serving.load(args.artifact)
     beam_size = art.beam_sizes[0] if args.beam_size is None else args.beam_size
     decoded = demo_model.decode_artifact(art, batch_size=args.batch_size, beam_size=beam_size,
                                         seed=args.seed)
