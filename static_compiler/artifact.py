@@ -25,6 +25,7 @@ advance       (*tables, node, valid, finished, tokens int32[b], step)
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import dataclasses
 import functools
@@ -451,6 +452,15 @@ def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path,
             if not overwrite:
                 raise _exists_error(path) from None
     _check_replaceable(path)  # again: what is there now is what gets replaced
+    if _rename_exchange(tmp, path):
+        # One atomic step: the path held the old artifact, now the new one;
+        # `tmp` holds the old one (a stale .tmp- directory if we die here).
+        _fsync_dir(parent)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    # No atomic exchange here (not Linux, or a filesystem without it): two
+    # renames, and a kill between them leaves the old artifact moved aside
+    # until `recover_stale` renames it back.
     old = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.old-{os.getpid()}-", dir=parent))
     os.rmdir(old)
     os.rename(path, old)
@@ -461,6 +471,31 @@ def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path,
         raise
     _fsync_dir(parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _rename_exchange(a: pathlib.Path, b: pathlib.Path) -> bool:
+    """Atomically swaps the directories at `a` and `b` (Linux renameat2 with
+    RENAME_EXCHANGE), so a reader of `b` sees the one or the other at every
+    instant. False, having done nothing, where the system or filesystem
+    cannot; OSError for any other failure."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 # ---------------------------------------------------------------------------

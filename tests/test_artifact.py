@@ -391,3 +391,56 @@ def test_writers_that_died_leave_nothing_behind_and_no_missing_artifact(tmp_path
     assert serving.load(path).num_sequences == first.ir.num_sequences
     artifact.save(second, path, overwrite=True)  # and saving runs the same recovery first
     assert serving.load(path).num_sequences == second.ir.num_sequences
+
+
+KILLED_AFTER_EXCHANGE = """
+import os, sys
+sys.path.insert(0, sys.argv[3])
+import test_artifact as t
+from static_compiler import artifact, compile_constraints
+second = compile_constraints(t.SMALL[:3], 8, export_beam_sizes=(2,))
+real = artifact._rename_exchange
+
+def exchange_then_die(a, b):
+    ok = real(a, b)
+    print("exchanged" if ok else "unsupported", flush=True)
+    os._exit(9)  # kill -9 right after the swap: nothing cleans up
+
+artifact._rename_exchange = exchange_then_die
+artifact.save(second, sys.argv[1], overwrite=True)
+"""
+
+
+def test_an_overwrite_swaps_in_one_step_so_the_path_always_holds_an_artifact(tmp_path, two_sets):
+    """The swap used to be two renames with no artifact at the path between
+    them; it is now one atomic exchange (renameat2 RENAME_EXCHANGE). A writer
+    killed right after it leaves the new artifact at the path and the old one
+    in a temporary directory that the next save removes."""
+    import subprocess
+    import sys
+    first, second = two_sets
+    path = tmp_path / "set.static"
+    artifact.save(first, path)
+    out = subprocess.run([sys.executable, "-c", KILLED_AFTER_EXCHANGE, str(path), "",
+                          os.path.dirname(__file__)], capture_output=True, text=True)
+    if out.stdout.strip() == "unsupported":
+        pytest.skip("this filesystem has no atomic exchange (the two-rename fallback is tested)")
+    assert out.returncode == 9 and out.stdout.strip() == "exchanged", out.stderr
+    assert serving.load(path).num_sequences == second.ir.num_sequences
+    stale = [p.name for p in tmp_path.iterdir() if p.name != "set.static"]
+    assert len(stale) == 1 and stale[0].startswith(".set.static.tmp-")
+    assert serving.load(tmp_path / stale[0]).num_sequences == first.ir.num_sequences
+    artifact.save(first, path, overwrite=True)  # recovers first: the dead writer's dir goes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+    assert serving.load(path).num_sequences == first.ir.num_sequences
+
+
+def test_without_an_atomic_exchange_an_overwrite_falls_back_to_two_renames(tmp_path, two_sets,
+                                                                         monkeypatch):
+    first, second = two_sets
+    path = tmp_path / "set.static"
+    artifact.save(first, path)
+    monkeypatch.setattr(artifact, "_rename_exchange", lambda a, b: False)
+    artifact.save(second, path, overwrite=True)
+    assert serving.load(path).num_sequences == second.ir.num_sequences
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
