@@ -228,7 +228,10 @@ def test_a_failure_while_writing_leaves_the_old_artifact_intact(tmp_path, two_se
     serving.load(path)
 
 
-def test_a_failure_during_the_swap_restores_the_old_artifact(tmp_path, two_sets, monkeypatch):
+@pytest.mark.parametrize("exchange", [True, False])
+def test_a_failure_during_the_swap_restores_the_old_artifact(tmp_path, two_sets, monkeypatch,
+                                                              exchange):
+    """Whether the swap is one exchange or (fallback) two renames."""
     first, second = two_sets
     path = artifact.save(first, tmp_path / "set.static")
     before = files_of(path)
@@ -239,6 +242,11 @@ def test_a_failure_during_the_swap_restores_the_old_artifact(tmp_path, two_sets,
             raise OSError("rename failed (simulated)")
         real_rename(src, dst)
 
+    def failing_exchange(a, b):
+        raise OSError("exchange failed (simulated)")
+
+    monkeypatch.setattr(artifact, "_rename_exchange",
+                        failing_exchange if exchange else lambda a, b: False)
     monkeypatch.setattr(artifact.os, "rename", failing_rename)
     with pytest.raises(OSError, match="simulated"):
         artifact.save(second, path, overwrite=True)
