@@ -359,6 +359,11 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                                  f"{type(constraints).__name__}")
     elif isinstance(constraints, Automaton):
         ir = constraints
+        if vocab_size != ir.vocab_size or end_token not in (None, ir.end_token):
+            raise ConstraintSetError(
+                f"vocab_size={vocab_size!r}, end_token={end_token!r}: the Automaton given has "
+                f"vocab_size={ir.vocab_size}, end_token={ir.end_token}; pass its own values "
+                "(end_token may be left None)")
     else:
         ir, items = build_trie(constraints, vocab_size, end_token=end_token)
     timings.append(("frontend", time.perf_counter() - t0))

@@ -45,7 +45,7 @@ import numpy as np
 from static_compiler.dtypes import index_dtype_for, token_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import check_end_token, check_vocab_size
-from static_compiler.ir import Automaton, Layer
+from static_compiler.ir import Automaton, Layer, count_sequences
 from static_compiler.merge_states import MinimizeStats, minimize_automaton
 
 
@@ -166,18 +166,6 @@ def _reject_cycle(graph, out: dict) -> None:
         "expected an acyclic graph (a cycle accepts infinitely many sequences)")
 
 
-def _count_sequences(layers: list, num_final: int) -> int:
-    """Accepted sequences, counted bottom-up (Python ints when int64 would overflow)."""
-    below = np.ones(num_final, dtype=object)
-    for layer in reversed(layers):
-        per_edge = below[layer.target_array()]
-        counts = np.zeros(layer.num_states, dtype=object)
-        rows = np.repeat(np.arange(layer.num_states), layer.branch())
-        np.add.at(counts, rows, per_edge)
-        below = counts + layer.accepting_array().astype(object)
-    return int(below[0])
-
-
 def _layers_by_depth(out: dict, accepting: set, start, order: dict, vocab_size: int,
                      end_token: Optional[int]) -> tuple[list[Layer], int]:
     """Subset construction by depth over the useful nodes.
@@ -279,7 +267,7 @@ def automaton_from_graph(graph, vocab_size: int, *, start=None, end_token=None,
 
     layers, num_final = _layers_by_depth(out, accepting, start, order, vocab_size, end_token)
     ir = Automaton(vocab_size=vocab_size, layers=tuple(layers), num_final_states=num_final,
-                   num_sequences=_count_sequences(layers, num_final), end_token=end_token)
+                   num_sequences=count_sequences(layers, num_final), end_token=end_token)
     determinized = ir.num_states
     ir, minimize_stats = minimize_automaton(ir, force=False) if minimize else (ir, None)
     stats = GraphStats(nodes=graph.number_of_nodes(), edges=graph.number_of_edges(),

@@ -422,6 +422,34 @@ def verify(a: Automaton, unchanged_from: Optional[Automaton] = None) -> None:
         else:
             _verify_layer(a, t, layer)
     _verify_capacities(a)
+    if not (same_shape and unchanged_from.num_sequences == a.num_sequences):
+        counted = count_sequences(a.layers, a.num_final_states)
+        if counted != a.num_sequences:
+            raise IRVerificationError(f"num_sequences={a.num_sequences}, but the layers accept "
+                                      f"{counted} sequences")
+
+
+def count_sequences(layers, num_final_states: int) -> int:
+    """The sequences that `layers` (ending in `num_final_states` final
+    states) accept: for a trie (implicit targets throughout) its final and
+    accepting states, O(states); else counted bottom-up over the edges
+    (int64 sums, Python ints only where those could overflow)."""
+    if all(layer.implicit_targets for layer in layers):
+        return num_final_states + sum(int(layer.accepting.sum()) for layer in layers
+                                      if layer.accepting is not None)
+    below = np.ones(num_final_states, dtype=np.int64)
+    for layer in reversed(layers):
+        per_edge = below[layer.target_array()]
+        if per_edge.dtype == np.int64 and per_edge.size and \
+                int(per_edge.max()) > np.iinfo(np.int64).max // max(1, int(layer.branch().max())):
+            per_edge = per_edge.astype(object)  # sums per row could overflow int64
+        starts = layer.indptr[:-1].astype(np.int64)
+        counts = np.zeros(layer.num_states, dtype=per_edge.dtype)
+        has = layer.branch() > 0
+        if per_edge.size:
+            counts[has] = np.add.reduceat(per_edge, starts[has])
+        below = counts + layer.accepting_array().astype(counts.dtype)
+    return int(below[0])
 
 
 def _verify_capacities(a: Automaton) -> None:

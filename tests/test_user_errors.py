@@ -11,7 +11,8 @@ import pytest
 
 import static_compiler as sc
 from static_compiler import serving
-from static_compiler.errors import ConstraintSetError, DecodeInputError, PipelineError
+from static_compiler.errors import (ConstraintSetError, DecodeInputError, IRVerificationError,
+                                    PipelineError)
 
 
 def zeros(last_tokens, step, carry):
@@ -70,3 +71,45 @@ def test_load_refuses_a_device_that_is_not_one(compiled, tmp_path):
         serving.load(tmp_path / "a", device="bogus")
     assert serving.load(tmp_path / "a", device=jax.devices()[0]).num_sequences == 2
 
+
+
+@pytest.mark.parametrize("header", ["sequences=1", "sequences=3"])
+def test_an_ir_dump_whose_sequence_count_is_wrong_is_refused(compiled, header):
+    text = compiled.ir.to_text()
+    assert "sequences=2" in text
+    with pytest.raises(IRVerificationError, match=r"num_sequences=\d, but the layers accept 2"):
+        sc.compile_constraints(sc.ir.parse_ir(text.replace("sequences=2", header)), 3,
+                               pipeline="verify")
+
+
+@pytest.mark.parametrize("vocab, end", [(4, None), (3, 2)])
+def test_vocab_size_and_end_token_must_agree_with_an_automaton_given(compiled, vocab, end):
+    with pytest.raises(ConstraintSetError, match=r"the Automaton given has vocab_size=3, "
+                                                 r"end_token=None"):
+        sc.compile_constraints(compiled.ir, vocab, end_token=end)
+    assert sc.compile_constraints(compiled.ir, 3).ir.num_sequences == 2
+
+
+def test_sequence_counts_of_shared_states_and_of_huge_graphs():
+    """Explicit targets are counted over the edges; a graph with more paths
+    than int64 holds is counted in Python ints."""
+    import networkx as nx
+
+    from static_compiler.ir import count_sequences
+
+    rows = [[a, b, c] for a in range(4) for b in range(3) for c in range(2)] + [[5, 0, 0]]
+    minimized = sc.compile_constraints(rows, 6, pipeline="minimize,choose-layout").ir
+    assert any(not layer.implicit_targets for layer in minimized.layers)
+    assert count_sequences(minimized.layers, minimized.num_final_states) == len(rows) == \
+        minimized.num_sequences
+    g = nx.DiGraph()
+    depth = 70  # 2**70 paths: two ways of two tokens from node t to node t + 1
+    for t in range(depth):
+        for way in (0, 1):
+            g.add_edge(t, (t, way), token=way)
+            g.add_edge((t, way), t + 1, token=2)
+    g.nodes[0]["start"] = True
+    g.nodes[depth]["accept"] = True
+    ir = sc.compile_constraints(g, 3).ir
+    assert ir.num_sequences == count_sequences(ir.layers, ir.num_final_states)
+    assert ir.num_sequences > 2 ** 63
