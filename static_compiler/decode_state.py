@@ -123,7 +123,8 @@ def _is_integer_dtype(dtype) -> bool:
 
 
 def check_step(step, max_length: int, where: str, *, traced: bool = False,
-               traced_outside: str = "a traced step outside that range is clamped"):
+               traced_outside: str = "a traced step outside that range appends "
+                                     "nothing"):
     """A decoding step in [0, max_length): a Python or numpy int (or numpy
     integer scalar array), returned as a Python int. With `traced`, a jax
     integer scalar (traced, or a device value: never read back to the host

@@ -174,7 +174,8 @@ class Artifact:
 
         state: a BeamState (B, M) with M in `beam_sizes`; logits float (B, M,
         V) for `state.last_tokens`; step: an int in [0, max_length) or an
-        int32 scalar (traced steps are clamped to that range). subset: item
+        int32 scalar (a traced step outside that range appends nothing: the
+        state comes back unchanged, parent the identity). subset: item
         subsets of this artifact (`subset`, `liveness.stack_subsets`), with
         subset_index ints (B,) picking each row's (default 0 for a single
         subset): each row decodes over its subset's items only."""

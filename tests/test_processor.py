@@ -133,6 +133,33 @@ def test_fixed_length_rows_end_valid_and_unfinished():
     assert not np.asarray(state.finished).any()
 
 
+@pytest.mark.parametrize("end_token", [None, 0])
+def test_past_the_end_a_traced_step_appends_nothing(end_token):
+    """A traced step outside [0, max_length) used to run the last step
+    again. Now: mask allows a finished row only the end token and other
+    rows nothing; advance keeps a finished row on the end token and marks
+    every other row invalid (no sequence of the set is that long)."""
+    items = [(1, 2), (2, 1)] if end_token is None else [(1,), (1, 2)]
+    compiled = oracle.compile_set(items, 3, end_token=end_token)
+    plan, tables = compiled.plan, compiled.device_tables
+    state = compiled.init_state(2)
+    walk = [[1, 2], [2, 1]] if end_token is None else [[1, 1], [0, 2]]  # row 0 ends, row 1 not
+    for step, tokens in enumerate(walk):
+        state = compiled.advance(state, np.asarray(tokens, np.int32), step)
+    logits = jnp.arange(6, dtype=jnp.float32).reshape(2, 3)
+    for step in (plan.max_length, plan.max_length + 3, -1):
+        masked = np.asarray(decode.mask_switch(plan, tables, logits, state, jnp.int32(step)))
+        allowed = masked > decode.SENTINEL_SCORE
+        want = [[False] * 3, [False] * 3]
+        if end_token is not None:
+            want[0][end_token] = True  # row 0 took the end token at step 1
+        assert allowed.tolist() == want, step
+        for token in range(3):
+            moved = decode.advance_switch(plan, tables, state, jnp.full((2,), token, jnp.int32),
+                                          jnp.int32(step))
+            assert np.asarray(moved.valid).tolist() == [want[0][token], want[1][token]]
+
+
 @pytest.fixture(scope="module")
 def small():
     return oracle.compile_set([(1,), (1, 2)], 3, end_token=0)

@@ -137,6 +137,30 @@ def test_beam_step_is_jittable_with_a_traced_step(fixed):
     assert_bit_identical(got, want)
 
 
+@pytest.mark.parametrize("which", ["fixed", "ragged"])
+def test_a_traced_step_outside_the_range_appends_nothing(fixed, ragged, which):
+    """Running the loop past max_length (or with a negative step) used to
+    rerun the last step on finished beams: lengths above the sequence length
+    and beams turned invalid. Now such a step returns the state unchanged,
+    with parent the identity."""
+    compiled, _, art = {"fixed": fixed, "ragged": ragged}[which]
+    B, M, V = 2, art.beam_sizes[0], art.vocab_size
+    step_fn = jax.jit(art.beam_step)
+    rng = np.random.default_rng(0)
+    state = art.init_state(B, M)
+    for step in range(art.max_length):
+        state = step_fn(state, rng.standard_normal((B, M, V)).astype(np.float32), jnp.int32(step))
+    done = art.finalize(state)
+    for step in (art.max_length, art.max_length + 5, -1):
+        after = step_fn(state, rng.standard_normal((B, M, V)).astype(np.float32), jnp.int32(step))
+        for name in ("tokens", "scores", "node", "valid", "finished", "lengths", "last_tokens"):
+            np.testing.assert_array_equal(np.asarray(getattr(after, name)),
+                                          np.asarray(getattr(state, name)), err_msg=name)
+        np.testing.assert_array_equal(np.asarray(after.parent), np.tile(np.arange(M), (B, 1)))
+        assert_bit_identical(art.finalize(after), done)
+    assert int(np.asarray(done.lengths).max()) <= art.max_length
+
+
 def test_init_states_match_the_in_process_ones(fixed):
     compiled, _, art = fixed
     got = art.init_state(3, 4, start_token=7)

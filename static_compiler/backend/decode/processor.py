@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from static_compiler.backend.decode.candidates import step_candidates
 from static_compiler.backend.decode.live import check_live_mask
-from static_compiler.backend.decode.step import switch_over_steps
+from static_compiler.backend.decode.step import step_in_range, switch_over_steps
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (SENTINEL_SCORE, ProcessorState, check_int, check_logits,
                                           check_step, check_tokens)
@@ -38,7 +38,8 @@ def mask(plan: Plan, tables, logits, state: ProcessorState, step, subset=None):
     """logits float (B, V) -> float32 (B, V): logits of allowed tokens kept,
     others (and NaN logits) set to SENTINEL_SCORE. A finished row allows only
     the end token; an invalid row allows nothing. step: an int in [0,
-    max_length), or a traced int32 scalar (`mask_switch`; clamped).
+    max_length), or a traced int32 scalar (`mask_switch`: past the end,
+    finished rows allow only the end token and others nothing).
     subset: a `LiveMask` (each row allows only tokens towards its subset's
     items), or None."""
     step = check_step(step, plan.max_length, "mask", traced=True)
@@ -62,7 +63,8 @@ def advance(plan: Plan, tables, state: ProcessorState, tokens, step,
     """Moves each row along its chosen token int (B,); a token that is not
     allowed (by the set, or by the row's `subset` as in `mask`) marks the row
     invalid. step: an int in [0, max_length), or a traced int32 scalar
-    (`advance_switch`; clamped)."""
+    (`advance_switch`: past the end, a finished row stays finished on the
+    end token and every other row becomes invalid)."""
     step = check_step(step, plan.max_length, "advance", traced=True)
     B = state.node.shape[0]
     check_live_mask(plan, subset, B, "advance")
@@ -82,14 +84,30 @@ def advance(plan: Plan, tables, state: ProcessorState, tokens, step,
 
 
 def mask_switch(plan: Plan, tables, logits, state: ProcessorState, step, subset=None):
-    """`mask` with a traced `step` (see `switch_over_steps`)."""
-    return switch_over_steps(plan, lambda t, tabs, x, st, sub: mask(plan, tabs, x, st, t, sub),
-                             step, tables, logits, state, subset)
+    """`mask` with a traced `step` (see `switch_over_steps`); outside [0,
+    max_length) nothing can be appended: finished rows allow only the end
+    token, other rows nothing."""
+    masked = switch_over_steps(plan, lambda t, tabs, x, st, sub: mask(plan, tabs, x, st, t, sub),
+                               step, tables, logits, state, subset)
+    x = jnp.asarray(logits).astype(jnp.float32)
+    end_only = jnp.arange(plan.vocab_size) == (-1 if plan.end_token is None else plan.end_token)
+    done = (state.valid & state.finished)[:, None] & end_only & ~jnp.isnan(x)
+    return jnp.where(step_in_range(plan, step), masked, jnp.where(done, x, SENTINEL_SCORE))
 
 
 def advance_switch(plan: Plan, tables, state: ProcessorState, tokens, step,
                    subset=None) -> ProcessorState:
-    """`advance` with a traced `step` (see `switch_over_steps`)."""
-    return switch_over_steps(plan,
-                             lambda t, tabs, st, tok, sub: advance(plan, tabs, st, tok, t, sub),
-                             step, tables, state, tokens, subset)
+    """`advance` with a traced `step` (see `switch_over_steps`); outside [0,
+    max_length) only a finished row taking the end token stays valid."""
+    moved = switch_over_steps(plan,
+                              lambda t, tabs, st, tok, sub: advance(plan, tabs, st, tok, t, sub),
+                              step, tables, state, tokens, subset)
+    end = -2 if plan.end_token is None else plan.end_token
+    done = state.valid & state.finished & (jnp.asarray(tokens, jnp.int32) == end)
+    past = ProcessorState(jnp.zeros_like(state.node), done, done)
+    return select_state(step_in_range(plan, step), moved, past)
+
+
+def select_state(take, new: ProcessorState, old: ProcessorState) -> ProcessorState:
+    """Per row (or for all rows, `take` scalar): `new` where `take`, else `old`."""
+    return ProcessorState(*(jnp.where(take, a, b) for a, b in zip(new, old)))

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from static_compiler.backend.decode.processor import advance
-from static_compiler.backend.decode.step import switch_over_steps
+from static_compiler.backend.decode.processor import advance, select_state
+from static_compiler.backend.decode.step import step_in_range, switch_over_steps
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (ProcessorState, check_drafts, check_processor_state,
                                           check_step, is_traced)
@@ -55,13 +55,8 @@ def accept_drafts(plan: Plan, tables, state: ProcessorState, drafts, step):
     step = jnp.asarray(step, jnp.int32)
     accepted, new_state = switch_over_steps(
         plan, lambda t, *ops: _accept_at(plan, t, *ops), step, tables, state, drafts)
-    in_range = (step >= 0) & (step < plan.max_length)  # the switch clamped the step
-    return jnp.where(in_range, accepted, 0), _where(in_range, new_state, state)
-
-
-def _where(take, new: ProcessorState, old: ProcessorState) -> ProcessorState:
-    """Per row (or for all rows, `take` scalar): `new` where `take`, else `old`."""
-    return ProcessorState(*(jnp.where(take, a, b) for a, b in zip(new, old)))
+    in_range = step_in_range(plan, step)  # the switch ran the nearest step
+    return jnp.where(in_range, accepted, 0), select_state(in_range, new_state, state)
 
 
 def _accept_at(plan: Plan, step: int, tables, state: ProcessorState, drafts):
@@ -76,7 +71,7 @@ def _accept_at(plan: Plan, step: int, tables, state: ProcessorState, drafts):
     for j in range(min(n, plan.max_length - step)):
         moved = advance(plan, tables, state, tokens[:, j], step + j)
         take = open_rows & moved.valid & in_vocab[:, j]
-        state = _where(take, moved, state)
+        state = select_state(take, moved, state)
         accepted = accepted + take.astype(jnp.int32)
         open_rows = take & ~moved.finished
     return accepted, state

@@ -180,27 +180,40 @@ def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid
 def switch_over_steps(plan: Plan, step_fn: Callable, step, *operands):
     """``step_fn(t, *operands)`` for a traced int32 scalar `step`: a lax.switch
     over the programs of every static t in [0, plan.max_length) (a step
-    outside is clamped), so one exported module serves every step."""
+    outside runs the nearest one: callers keep its result only where
+    `step_in_range`), so one exported module serves every step."""
     branches = [functools.partial(step_fn, t) for t in range(plan.max_length)]
     index = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
     return lax.switch(index, branches, *operands)
 
 
+def step_in_range(plan: Plan, step):
+    """bool scalar: a traced `step` is in [0, plan.max_length)."""
+    step = jnp.asarray(step, jnp.int32)
+    return (step >= 0) & (step < plan.max_length)
+
+
 def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
                      tokens_per_beam=None, subset: Optional[LiveMask] = None) -> BeamState:
-    """`beam_step` with a traced int32 `step` (clamped into [0, max_length)),
-    as the exported modules run it; tokens_per_beam as `beam_search` takes it
+    """`beam_step` with a traced int32 `step`, as the exported modules run
+    it; a step outside [0, max_length) appends nothing: the state comes back
+    as it was, with parent the identity (so reordering the model's cache by
+    it changes nothing). tokens_per_beam as `beam_search` takes it
     (see `check_tokens_per_beam`). A `lax.switch` over the runs of
     `step_segments`: each run compiles one step program (with an inner
     switch for its layers' candidate gathers), not one per step. subset:
     a `LiveMask` (per-row item subsets), or None."""
     caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
     runs = step_segments(plan, caps, (None,) * plan.max_length, state.node.shape[1], tables)
+    in_range = step_in_range(plan, step)
     step = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
     starts = jnp.asarray([run[0] for run in runs[1:]], jnp.int32)
     index = jnp.sum(step >= starts).astype(jnp.int32)
     branches = [functools.partial(_run_branch, plan, caps, run) for run in runs]
-    return lax.switch(index, branches, tables, state, logits, step, subset)
+    new = lax.switch(index, branches, tables, state, logits, step, subset)
+    same = state._replace(parent=jnp.broadcast_to(
+        lax.iota(jnp.int32, state.parent.shape[-1]), state.parent.shape))
+    return BeamState(*(jnp.where(in_range, a, b) for a, b in zip(new, same)))
 
 
 def _run_branch(plan, caps, run, tables, state, logits, step, subset):
