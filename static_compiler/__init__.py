@@ -15,6 +15,7 @@ _LAZY = {
     "PAD_TOKEN": "decode_state", "SENTINEL_SCORE": "decode_state", "BeamState": "decode_state",
     "DecodeResult": "decode_state", "ProcessorState": "decode_state",
     "BeamAxis": "backend.decode.carry",
+    "max_programs": "backend.decode.programs", "set_max_programs": "backend.decode.programs",
     "CompiledConstraints": "compiler", "beam_search": "compiler",
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
     "load_compiled": "compiler", "update_artifact": "compiler",
@@ -44,6 +45,6 @@ __version__ = "0.1.0"
 __all__ = [
     "BeamAxis", "BeamState", "CompiledConstraints", "DEFAULT_PIPELINE", "DecodeResult", "PAD_TOKEN",
     "ProcessorState", "SENTINEL_SCORE", "beam_search", "compile_constraints", "errors",
-    "format_pipeline", "greedy_decode", "ir", "load_compiled", "parse_pipeline", "sample", "Subset",
-    "stack_subsets", "update_artifact",
+    "format_pipeline", "greedy_decode", "ir", "load_compiled", "max_programs", "parse_pipeline",
+    "sample", "set_max_programs", "Subset", "stack_subsets", "update_artifact",
 ]

@@ -134,7 +134,7 @@ def test_added_items_decode_like_the_oracle_with_the_same_program(name, layout):
     assert_matches(decode(compiled, model, seeds, case),
                    oracle_result(base, np.ones(len(base), bool), case, model, seeds,
                                  compiled.max_length), "before")
-    programs = search._beam_search._cache_size()
+    programs = search._beam_search.compilations()
     version = compiled.update(add=extra)
     assert version.last_update["grew"] == []
     assert version.plan == compiled.plan
@@ -142,7 +142,7 @@ def test_added_items_decode_like_the_oracle_with_the_same_program(name, layout):
     assert_matches(decode(version, model, seeds, case),
                    oracle_result(everything, np.ones(len(everything), bool), case, model, seeds,
                                  compiled.max_length), "after the addition")
-    assert search._beam_search._cache_size() == programs  # no new compilation
+    assert search._beam_search.compilations() == programs  # no new compilation
     mask = np.random.default_rng(1).random(len(everything)) < 0.5
     assert_matches(decode(version, model, seeds, case, subset=version.subset(mask)),
                    oracle_result(everything, mask, case, model, seeds, compiled.max_length),
@@ -320,7 +320,7 @@ class LiveSetMachine(RuleBasedStateMachine):
     @rule(seed=st.integers(0, 2 ** 31))
     def decode(self, seed):
         live = self.live()
-        programs = search._beam_search._cache_size()
+        programs = search._beam_search.compilations()
         got = sc.beam_search(self.compiled, self.model, batch_size=1, beam_size=4,
                              carry=self.model.init_carry([seed], 4),
                              carry_axes=self.model.carry_axes)
@@ -329,7 +329,7 @@ class LiveSetMachine(RuleBasedStateMachine):
                              self.compiled.max_length)
         assert_matches(got, want, f"{len(live)} live items")
         if self.compiled.last_update is None or not self.compiled.last_update.get("grew"):
-            assert search._beam_search._cache_size() <= programs + 1  # base program, once
+            assert search._beam_search.compilations() <= programs + 1  # base program, once
 
     @rule(data=st.data(), seed=st.integers(0, 2 ** 31))
     def decode_a_subset(self, data, seed):

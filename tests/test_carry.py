@@ -145,10 +145,10 @@ def params_model(params, last_tokens, step, carry):
 def test_params_are_traced_new_values_do_not_recompile(compiled):
     rng = np.random.default_rng(0)
     tables = [rng.standard_normal((V, V)).astype(np.float32) for _ in range(3)]
-    before = _beam_search._cache_size()
+    before = _beam_search.compilations()
     results = [sc.beam_search(compiled, params_model, batch_size=B, beam_size=M,
                               params={"table": jnp.asarray(t)}) for t in tables]
-    assert _beam_search._cache_size() == before + 1
+    assert _beam_search.compilations() == before + 1
     assert not np.array_equal(results[0].tokens, results[1].tokens)
     bigram = lambda last, step, table: (table[last], table)  # the same model through the carry
     want = sc.beam_search(compiled, bigram, batch_size=B, beam_size=M, carry=tables[2],

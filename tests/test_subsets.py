@@ -151,8 +151,8 @@ def test_a_subset_equals_the_set_compiled_from_its_items_and_reuses_the_program(
             a, b = np.asarray(a), np.asarray(b)
             np.testing.assert_array_equal(a[..., :b.shape[-1]] if a.ndim == 3 else a, b)
         if first is None:
-            first = search._beam_search._cache_size()
-    assert search._beam_search._cache_size() == first + 2  # the two sets alone, not the subsets
+            first = search._beam_search.compilations()
+    assert search._beam_search.compilations() == first + 2  # the two sets alone, not the subsets
 
 
 def test_greedy_and_sample_stay_in_the_subset():
@@ -475,11 +475,11 @@ def test_later_removals_compile_nothing_new():
     rng = np.random.default_rng(32)
     v = compiled.update(remove=rng.random(len(items)) < 0.1)
     decode(v, model, [1], case)
-    size = search._beam_search._cache_size()
+    size = search._beam_search.compilations()
     for _ in range(3):
         v = v.update(remove=rng.random(len(items)) < 0.1)
         decode(v, model, [1], case)
-    assert search._beam_search._cache_size() == size
+    assert search._beam_search.compilations() == size
 
 
 def test_an_updated_set_saves_its_removals_and_serves_without_them(tmp_path):

@@ -93,10 +93,10 @@ def main(argv=None) -> int:
              "3 per-row subsets, B=3": run(3, subset=three, subset_index=np.arange(3))}
     for fn in calls.values():
         fn()  # compile
-    compiles = search._beam_search._cache_size()
+    compiles = search._beam_search.compilations()
     for mask in masks[3:6]:  # new subsets of the same set: no new programs
         run(2, subset=compiled.subset(mask))()
-    new_compiles = search._beam_search._cache_size() - compiles
+    new_compiles = search._beam_search.compilations() - compiles
     ms = {name: [] for name in calls}
     for _ in range(args.repeats):  # interleaved, so load hits every variant alike
         for name, fn in calls.items():
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
     for _ in range(args.repeats):
         roomy_ms.append(_median_ms(lambda: grow(roomy), 1))
         plain_ms.append(_median_ms(calls["none, B=2"], 1))
-    programs = search._beam_search._cache_size()
+    programs = search._beam_search.compilations()
     adding, grew = [], []
     version = roomy
     # 1e4 per addition, fewer where that would outgrow the capacity of a small set
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
         grow(version)
         adding.append(time.perf_counter() - t0)
         grew += version.last_update["grew"]
-    add_compiles = search._beam_search._cache_size() - programs
+    add_compiles = search._beam_search.compilations() - programs
     print("\n| measure | value | target |\n|---|---|---|")
     print(f"| subset: mask -> liveness, {args.fraction:.0%} of {n} rows | {subset_ms:.1f} ms "
           f"| <= 50 ms |")

@@ -16,6 +16,7 @@ from jax import lax
 from static_compiler.backend.decode.candidates import candidate_columns
 from static_compiler.backend.decode.live import LiveMask, check_live_mask
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob
+from static_compiler.backend.decode.programs import bounded_jit
 from static_compiler.backend.decode.carry import (UNDECLARED, check_same_structure,
                                                   reorder_carry, resolve_carry_axes)
 from static_compiler.backend.decode.step import (apply_choice, finalize, init_beam_state,
@@ -59,9 +60,8 @@ def _call_model(logits_fn, params, with_params: bool, last_tokens, step, carry):
     return logits_fn(last_tokens, step, carry)
 
 
-@functools.partial(jax.jit, static_argnames=("plan", "logits_fn", "batch_size", "beam_size",
-                                             "caps", "length_penalty", "axes", "reorder",
-                                             "with_params"))
+@bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "beam_size", "caps",
+                              "length_penalty", "axes", "reorder", "with_params"))
 def _beam_search(plan, tables, carry, start_tokens, params, subset, *, logits_fn, batch_size,
                  beam_size, caps, length_penalty, axes, reorder, with_params):
     state = init_beam_state(plan, batch_size, beam_size, start_tokens)
@@ -170,8 +170,7 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
     return (result, carry) if return_carry else result
 
 
-@functools.partial(jax.jit, static_argnames=("plan", "logits_fn", "batch_size", "temperature",
-                                             "top_k"))
+@bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "temperature", "top_k"))
 def _sample(plan, tables, key, carry, start_tokens, subset, *, logits_fn, batch_size, temperature,
             top_k):
     state = init_beam_state(plan, batch_size, 1, start_tokens)

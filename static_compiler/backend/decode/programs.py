@@ -1,0 +1,107 @@
+"""Compiled decoding programs, bounded per process.
+
+`jax.jit` keeps one executable per static configuration for the life of the
+process, and a compiled set's plan is static (its per-layer shapes), so a
+process that decodes many sets (a server swapping catalogues, a fuzzer)
+kept every set's programs: ~90 memory maps and ~4.5 MB each on CPU, until the
+kernel's limit on memory maps aborted it. `BoundedJit` keeps the programs of
+at most `max_programs()` static configurations, least recently used first
+out: an evicted configuration's jitted function is dropped, and with it its
+executables; using it again compiles it again. Sets of equal shapes (tables
+padded to one reserved capacity) share a plan, so they share programs.
+
+`jax.clear_caches()` drops every compiled program of the process at once
+(ours and the model's).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import inspect
+import os
+import threading
+from typing import Callable
+
+import jax
+
+from static_compiler.errors import DecodeInputError
+
+_DEFAULT_MAX_PROGRAMS = 32
+_max_programs = int(os.environ.get("STATIC_COMPILER_MAX_PROGRAMS", _DEFAULT_MAX_PROGRAMS))
+_instances: list = []
+
+
+def max_programs() -> int:
+    """Static configurations (plan, model function, batch and beam sizes,
+    caps ...) whose programs each decoding entry point keeps."""
+    return _max_programs
+
+
+def set_max_programs(n: int) -> None:
+    """Keep the programs of at most `n` >= 1 static configurations per
+    decoding entry point (default 32, or the environment variable
+    STATIC_COMPILER_MAX_PROGRAMS); evicts the oldest now if over."""
+    global _max_programs
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise DecodeInputError(f"set_max_programs: n={n!r}: expected an int >= 1")
+    _max_programs = n
+    for cache in _instances:
+        cache.trim()
+
+
+class BoundedJit:
+    """`jax.jit(fn, static_argnames=...)` that keeps at most `max_programs()`
+    static configurations (one jitted function each, LRU). Call it as the
+    jitted function: static arguments by keyword."""
+
+    def __init__(self, fn: Callable, static_argnames: tuple[str, ...]):
+        self._fn = fn
+        self._static = tuple(static_argnames)
+        self._programs: collections.OrderedDict = collections.OrderedDict()
+        self._evicted = 0  # executables of configurations evicted so far
+        self._lock = threading.Lock()
+        self._signature = inspect.signature(fn)
+        functools.update_wrapper(self, fn)
+        _instances.append(self)
+
+    def __call__(self, *args, **kwargs):
+        bound = self._signature.bind(*args, **kwargs).arguments
+        static = tuple((name, bound.pop(name)) for name in self._static)
+        with self._lock:
+            jitted = self._programs.pop(static, None)
+            if jitted is None:
+                jitted = jax.jit(functools.partial(self._fn, **dict(static)))
+            self._programs[static] = jitted
+            self._trim_locked()
+        return jitted(**bound)
+
+    def trim(self) -> None:
+        with self._lock:
+            self._trim_locked()
+
+    def _trim_locked(self) -> None:
+        while len(self._programs) > _max_programs:
+            self._evicted += self._programs.popitem(last=False)[1]._cache_size()
+
+    def num_configurations(self) -> int:
+        """Static configurations held now."""
+        return len(self._programs)
+
+    def compilations(self) -> int:
+        """Executables compiled so far: those held now and those evicted
+        (so a count taken before and after a call tells whether it
+        compiled)."""
+        with self._lock:
+            return self._evicted + sum(jitted._cache_size() for jitted in self._programs.values())
+
+    def clear_cache(self) -> None:
+        """Drops every configuration's programs."""
+        with self._lock:
+            self._evicted += sum(jitted._cache_size() for jitted in self._programs.values())
+            self._programs.clear()
+
+
+def bounded_jit(static_argnames: tuple[str, ...]):
+    """Decorator form of `BoundedJit`."""
+    return lambda fn: BoundedJit(fn, static_argnames)
