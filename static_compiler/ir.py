@@ -193,7 +193,12 @@ class Layout:
         m = re.fullmatch(r"([a-z_]+)\(([^)]*)\)", text)
         if not m:
             raise IRParseError(f"cannot parse layout {text!r}: expected kind(k=..,...)")
-        kv = dict(item.split("=", 1) for item in m.group(2).split(",") if item)
+        items = [item for item in m.group(2).split(",") if item]
+        bare = [item for item in items if "=" not in item]
+        if bare:
+            raise IRParseError(f"cannot parse layout {text!r}: {bare[0]!r} has no value "
+                               "(expected name=value)")
+        kv = dict(item.split("=", 1) for item in items)
         try:
             capacity = kv.get("capacity", "0/0").split("/")
             if len(capacity) != 2:
@@ -667,6 +672,11 @@ _LAYER_RE = re.compile(r"layer (\d+)  states=(\d+) edges=(\d+) max_branch=\d+ "
 _ROW_RE = re.compile(r"  s(\d+)( accept)?:((?: \d+->\d+)*)")
 
 
+def _elided(line: int) -> IRParseError:
+    return IRParseError(f"line {line}: rows were elided in this dump; print it with max_edges "
+                        "large enough to parse it back")
+
+
 def parse_ir(text: str) -> Automaton:
     """Parses the full text form back into an equal `Automaton`.
 
@@ -693,6 +703,12 @@ def parse_ir(text: str) -> Automaton:
         implicit = lm.group(4) == "implicit"
         layout = None if lm.group(5) == "none" else Layout.from_text(lm.group(5))
         i += 1
+        if S > len(lines) - i:  # one row per state follows: refuse before allocating
+            if any(ln.startswith("  ...") for ln in lines[i:]):
+                raise _elided(i)
+            left = len(lines) - i
+            raise IRParseError(f"line {i}: layer {t} header says states={S}, but only {left} "
+                               f"line{'s' * (left != 1)} follow{'s' * (left == 1)}")
         indptr = np.zeros(S + 1, dtype=np.int64)
         tokens, targets = [], []
         accepting = np.zeros(S, dtype=bool)
@@ -700,8 +716,7 @@ def parse_ir(text: str) -> Automaton:
             if i >= len(lines):
                 raise IRParseError(f"layer {t}: expected row s{s}, text ended")
             if lines[i].startswith("  ..."):
-                raise IRParseError(f"line {i + 1}: rows were elided in this dump; "
-                                   "print it with max_edges large enough to parse it back")
+                raise _elided(i + 1)
             rm = _ROW_RE.fullmatch(lines[i])
             if not rm or int(rm.group(1)) != s:
                 raise IRParseError(f"line {i + 1}: expected row s{s} of layer {t}, got {lines[i]!r}")
@@ -714,10 +729,14 @@ def parse_ir(text: str) -> Automaton:
             i += 1
         if len(tokens) != E:
             raise IRParseError(f"layer {t}: header says edges={E}, rows hold {len(tokens)}")
-        tg = np.asarray(targets, dtype=np.int64)
+        try:
+            tg, tok = np.asarray(targets, dtype=np.int64), np.asarray(tokens, dtype=np.int64)
+        except OverflowError:
+            big = max(tokens + targets, key=abs)
+            raise IRParseError(f"layer {t}: token or target {big} does not fit int64") from None
         if implicit and not np.array_equal(tg, np.arange(E)):
             raise IRParseError(f"layer {t}: targets=implicit but rows name other targets")
-        layers.append(Layer(indptr=indptr, tokens=np.asarray(tokens, dtype=np.int64),
+        layers.append(Layer(indptr=indptr, tokens=tok,
                             targets=None if implicit else tg,
                             accepting=accepting if accepting.any() else None,
                             layout=layout))

@@ -104,7 +104,9 @@ def read_npy(path: Union[str, os.PathLike]) -> np.ndarray:
     Raises ConstraintSetError when the file is missing or not a .npy array."""
     path = os.fspath(path)
     try:
-        return np.load(path, allow_pickle=False)
+        # Memory-mapped first: a header claiming more data than the file
+        # holds fails here, instead of allocating what the header claims.
+        return np.array(np.load(path, mmap_mode="r", allow_pickle=False))
     except (ValueError, OSError) as e:
         raise ConstraintSetError(f"input {path!r}: not a readable .npy array ({e})") from e
 

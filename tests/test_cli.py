@@ -330,3 +330,44 @@ def test_decode_into_a_closed_pipe_stops_quietly(tmp_path):
                           "--batch-size 64 | head -c 10", shell=True, capture_output=True,
                           text=True, env=env)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+IR_DUMP = """automaton vocab=5 depth=2 sequences=2 final_states=2
+layer 0  states=1 edges=2 max_branch=2 mean_branch=2.000 targets=implicit layout=csr(k=5,tokens=uint16,states=int16,est=8B)
+  s0: 1->0 2->1
+layer 1  states=2 edges=2 max_branch=1 mean_branch=1.000 targets=implicit layout=unary(k=1,tokens=uint16,states=int16,est=4B)
+  s0: 3->0
+  s1: 4->1
+"""
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("states=1 ", "states=99999999999999999999 "), r"line 2: layer 0 header says "
+                                                    r"states=99999999999999999999, but only 4"),
+    (("1->0", "99999999999999999999->0"), "token or target 99999999999999999999 does not fit"),
+    (("csr(k=5,", "csr(k,"), "'k' has no value"),
+    (("tokens=uint16,states=int16,est=8B", "tokens=float32,states=int16,est=8B"),
+     "does not fit token dtype float32"),
+])
+def test_malformed_ir_dumps_exit_2_with_one_line(tmp_path, capsys, edit, message):
+    """The first three printed a traceback (ValueError, OverflowError)."""
+    (tmp_path / "ok.ir").write_text(IR_DUMP)
+    assert run_cli(capsys, "compile", tmp_path / "ok.ir", "-o", tmp_path / "a",
+                   "--beam-sizes", 2)[0] == 0
+    (tmp_path / "bad.ir").write_text(IR_DUMP.replace(*edit))
+    code, out, err = run_cli(capsys, "compile", tmp_path / "bad.ir", "-o", tmp_path / "b")
+    assert code == 2 and "Traceback" not in err
+    assert re.search(message, one_error_line(err)), err
+
+
+def test_an_npy_header_claiming_more_rows_than_the_file_holds(tmp_path, capsys):
+    """Used to try to allocate what the header claimed (745 GiB here)."""
+    import numpy.lib.format as npy_format
+    with open(tmp_path / "huge.npy", "wb") as f:
+        npy_format.write_array_header_1_0(f, {"descr": "<i4", "fortran_order": False,
+                                              "shape": (10 ** 11, 2)})
+        f.write(b"\0" * 16)
+    code, _, err = run_cli(capsys, "compile", tmp_path / "huge.npy", "-o", tmp_path / "a",
+                           "--vocab-size", 5)
+    assert code == 2 and "not a readable .npy array (mmap length is greater than file size)" \
+        in one_error_line(err)
