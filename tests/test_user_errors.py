@@ -113,3 +113,11 @@ def test_sequence_counts_of_shared_states_and_of_huge_graphs():
     ir = sc.compile_constraints(g, 3).ir
     assert ir.num_sequences == count_sequences(ir.layers, ir.num_final_states)
     assert ir.num_sequences > 2 ** 63
+
+
+def test_a_manifest_of_deeply_nested_json_is_a_format_error(compiled, tmp_path):
+    """Raised a bare RecursionError."""
+    path = compiled.save(tmp_path / "a")
+    (path / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(sc.errors.ArtifactFormatError, match="nested too deeply"):
+        serving.load(path)
