@@ -20,7 +20,7 @@ _LAZY = {
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
     "load_compiled": "compiler", "update_artifact": "compiler",
     "DEFAULT_PIPELINE": "pipeline", "format_pipeline": "pipeline", "parse_pipeline": "pipeline",
-    "Subset": "liveness", "stack_subsets": "liveness",
+    "Subset": "liveness", "stack_subsets": "liveness", "Shards": "partitioned",
 }
 
 
@@ -46,5 +46,5 @@ __all__ = [
     "BeamAxis", "BeamState", "CompiledConstraints", "DEFAULT_PIPELINE", "DecodeResult", "PAD_TOKEN",
     "ProcessorState", "SENTINEL_SCORE", "beam_search", "compile_constraints", "errors",
     "format_pipeline", "greedy_decode", "ir", "load_compiled", "max_programs", "parse_pipeline",
-    "sample", "set_max_programs", "Subset", "stack_subsets", "update_artifact",
+    "sample", "set_max_programs", "Shards", "Subset", "stack_subsets", "update_artifact",
 ]

@@ -20,6 +20,7 @@ from static_compiler.decode_state import check_processor_state
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import ItemIndex, build_trie
 from static_compiler.graph_frontend import automaton_from_graph, is_graph
+from static_compiler.partitioned import Shards, build_trie_partitioned
 from static_compiler.ir import Automaton, layer_stats
 from static_compiler.text import encode_catalogue, looks_like_names
 
@@ -357,6 +358,8 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     elif start is not None:
         raise ConstraintSetError(f"start={start!r} applies to graph input only; got "
                                  f"{type(constraints).__name__}")
+    elif isinstance(constraints, Shards):
+        ir, items = build_trie_partitioned(constraints, vocab_size, end_token=end_token)
     elif isinstance(constraints, Automaton):
         ir = constraints
         if vocab_size != ir.vocab_size or end_token not in (None, ir.end_token):

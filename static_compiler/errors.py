@@ -32,6 +32,11 @@ class PipelineError(StaticCompilerError, ValueError):
     option of the wrong type, or a pass failed while running."""
 
 
+class BuildError(StaticCompilerError, RuntimeError):
+    """A task of a partitioned build failed (its worker died, or it raised);
+    the message names the partition."""
+
+
 class MemoryBudgetError(PipelineError):
     """No layout fits the memory budget; the message says what the smallest
     layout needs."""

@@ -177,6 +177,15 @@ def sort_unique_rows(mat: np.ndarray, lengths: np.ndarray, vocab_size: int,
     np.add(mat, 1, out=codes, casting="unsafe")
     if (lengths != lmax).any():
         codes[np.arange(lmax)[None, :] >= lengths[:, None]] = 0
+    return sort_unique_codes(codes, lengths, vocab_size, return_inverse)
+
+
+def sort_unique_codes(codes: np.ndarray, lengths: np.ndarray, vocab_size: int,
+                      return_inverse: bool = False):
+    """`sort_unique_rows` of rows already encoded as sort codes (codes
+    (N, Lmax) `sort_code_dtype_for(vocab_size)`: token + 1, 0 past a row's
+    end; lengths (N,))."""
+    n, lmax = codes.shape
     bits = _bits(vocab_size)
     order = None
     col = 0

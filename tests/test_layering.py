@@ -23,7 +23,7 @@ LAYERS = (
     ("dtypes", "decode_state", "artifact_format", "liveness"),
     ("ir",),
     ("cost_model", "merge_states", "frontend", "graph_frontend", "readers", "datasets", "text",
-     "subsets", "additions"),
+     "subsets", "additions", "partitioned"),
     ("passes", "pipeline"),
     ("backend",),
     ("artifact", "serving"),

@@ -1,0 +1,177 @@
+"""The partitioned build (issue 13, first step) equals the monolithic one,
+array for array: layers (values and dtypes), counts and the item index,
+for fixed and variable-length sets, any number of partitions, arrays and
+.npy shard files, inline and on a process pool; bad input names the shard
+and row; a dying worker fails the build naming the partition and leaves no
+spill files."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import static_compiler as sc
+from static_compiler import datasets, partitioned
+from static_compiler.errors import BuildError, ConstraintSetError
+from static_compiler.frontend import build_trie
+from static_compiler.partitioned import Shards, build_trie_partitioned
+
+
+def assert_same_build(got, want):
+    (ir, items), (ir_want, items_want) = got, want
+    assert (ir.depth, ir.num_final_states, ir.num_sequences, ir.end_token) == \
+        (ir_want.depth, ir_want.num_final_states, ir_want.num_sequences, ir_want.end_token)
+    for t, (a, b) in enumerate(zip(ir.layers, ir_want.layers)):
+        for name in ("indptr", "tokens", "accepting", "targets"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert (x is None) == (y is None), (t, name)
+            if x is not None:
+                assert x.dtype == y.dtype and np.array_equal(x, y), (t, name)
+    for name in ("row_item", "item_depth", "item_state"):
+        x, y = getattr(items, name), getattr(items_want, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            np.testing.assert_array_equal(x, y, err_msg=name)
+    assert items.num_unique == items_want.num_unique
+
+
+def ragged_rows(rng, n, width, vocab, end):
+    lengths = rng.integers(1, width + 1, size=n)
+    tokens = rng.integers(0, vocab, size=(n, width))
+    tokens[tokens == end] = (end + 1) % vocab
+    padded = np.where(np.arange(width)[None, :] < lengths[:, None], tokens, -1)
+    return padded, [row[row >= 0].tolist() for row in padded]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), partitions=st.integers(1, 40),
+       vocab=st.sampled_from([2, 5, 37]), width=st.integers(1, 5), ragged=st.booleans(),
+       splits=st.lists(st.integers(0, 400), max_size=3), chunk=st.integers(1, 300))
+def test_equals_the_monolithic_build(seed, partitions, vocab, width, ragged, splits, chunk):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    end = 0 if ragged else None
+    if ragged:
+        rows, seqs = ragged_rows(rng, n, width, vocab, end)
+    else:
+        rows = rng.integers(0, vocab, size=(n, width))
+        seqs = rows
+    cuts = sorted(min(c, n) for c in splits)
+    sources = [rows[a:b] for a, b in zip([0] + cuts, cuts + [n]) if b > a]
+    want = build_trie(seqs, vocab, end_token=end)
+    got = build_trie_partitioned(Shards(sources, partitions=partitions, chunk_rows=chunk),
+                                 vocab, end_token=end)
+    assert_same_build(got, want)
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_shard_files_on_a_process_pool_at_1e5(tmp_path, ragged):
+    rng = np.random.default_rng(1)
+    if ragged:
+        rows, seqs = ragged_rows(rng, 100_000, 6, 300, 299)
+        paths = []
+        for i, part in enumerate(np.array_split(rows, 3)):
+            paths.append(tmp_path / f"s{i}.npy")
+            np.save(paths[-1], part.astype(np.int32))
+        want = build_trie(seqs, 300, end_token=299)
+    else:
+        paths = datasets.write_synthetic_shards(tmp_path, 100_000, 3, 6, 300, seed=4)
+        want = build_trie(np.concatenate([np.load(p) for p in paths]), 300)
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for partitions in (1, 7, 64):
+            got = build_trie_partitioned(Shards(paths, partitions=partitions, executor=pool,
+                                                chunk_rows=30_000, workdir=tmp_path / "work"),
+                                         300, end_token=299 if ragged else None)
+            assert_same_build(got, want)
+    assert list((tmp_path / "work").iterdir()) == []  # spill files removed
+
+
+def test_synthetic_shards_are_deterministic_and_written_in_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets, "SHARD_CHUNK_ROWS", 1000)
+    a = datasets.write_synthetic_shards(tmp_path / "a", 5_001, 3, 4, 50, seed=9)
+    b = datasets.write_synthetic_shards(tmp_path / "b", 5_001, 3, 4, 50, seed=9)
+    arrays = [np.load(p) for p in a]
+    assert [x.shape for x in arrays] == [(1667, 4), (1667, 4), (1667, 4)]
+    assert all(np.array_equal(x, np.load(q)) for x, q in zip(arrays, b))
+    assert all(x.dtype == np.int32 and x.min() >= 0 and x.max() < 50 for x in arrays)
+    assert len({x.tobytes() for x in arrays}) == 3
+
+
+def test_compile_constraints_takes_shards_and_decodes_like_the_array(tmp_path):
+    paths = datasets.write_synthetic_shards(tmp_path, 3_000, 2, 3, 16, seed=2)
+    rows = np.concatenate([np.load(p) for p in paths])
+    lines = []
+    from_shards = sc.compile_constraints(Shards(paths, partitions=5, progress=lines.append), 16,
+                                         export_subsets=True)
+    from_array = sc.compile_constraints(rows, 16)
+    assert from_shards.plan == from_array.plan
+    assert from_shards.fingerprint == from_array.fingerprint
+    zeros = lambda t, s, c: (jnp.sin(jnp.arange(16, dtype=jnp.float32) * (s + 1))
+                             * jnp.ones(t.shape + (16,)), c)
+    a = sc.beam_search(from_shards, zeros, batch_size=1, beam_size=5)
+    b = sc.beam_search(from_array, zeros, batch_size=1, beam_size=5)
+    np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
+    mask = np.arange(rows.shape[0]) % 3 == 0  # item subsets: the item index is the array's
+    c = sc.beam_search(from_shards, zeros, batch_size=1, beam_size=5,
+                       subset=from_shards.subset(mask))
+    picked = {tuple(r) for r in rows[mask].tolist()}
+    assert all(tuple(t) in picked for t, v in zip(np.asarray(c.tokens)[0].tolist(),
+                                                     np.asarray(c.valid)[0]) if v)
+    assert any("spilled" in line for line in lines) and any("merged" in line for line in lines)
+
+
+def test_bad_shards_name_the_shard_and_row(tmp_path):
+    good = tmp_path / "good.npy"
+    np.save(good, np.array([[1, 2, 3], [2, 3, 4]], np.int32))
+    cases = {
+        "wide.npy": (np.zeros((2, 4), np.int32), r"shard '.*wide.npy': rows of length 4, the "
+                                                 r"shards before hold 3"),
+        "float.npy": (np.zeros((2, 3), np.float32), r"shard '.*float.npy': holds "
+                                                    r"float32\[2, 3\]: expected a 2-D int array"),
+        "big.npy": (np.array([[1, 2, 3], [1, 9, 2]], np.int32),
+                    r"shard '.*big.npy', row 1: has a token outside the vocabulary \[0, 8\)"),
+        "gap.npy": (np.array([[1, -1, 3]], np.int32), r"shard '.*gap.npy', row 0: has a token "
+                                                      r"after -1 padding"),
+    }
+    for name, (arr, message) in cases.items():
+        np.save(tmp_path / name, arr)
+        with pytest.raises(ConstraintSetError, match=message):
+            build_trie_partitioned(Shards([good, tmp_path / name]), 8, end_token=7)
+    np.save(tmp_path / "short.npy", np.array([[1, 2, -1]], np.int32))
+    with pytest.raises(ConstraintSetError, match="pass end_token"):
+        build_trie_partitioned(Shards([good, tmp_path / "short.npy"]), 8)
+    with pytest.raises(ConstraintSetError, match="holds the end token 3"):
+        build_trie_partitioned(Shards([good]), 8, end_token=3)
+    with pytest.raises(ConstraintSetError, match="no rows"):
+        build_trie_partitioned(Shards([np.zeros((0, 3), np.int32)]), 8)
+    with pytest.raises(ConstraintSetError, match="not a readable .npy"):
+        build_trie_partitioned(Shards([tmp_path / "missing.npy"]), 8)
+    with pytest.raises(ConstraintSetError, match=r"partitions=0: expected an int >= 1"):
+        Shards([good], partitions=0)
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]
+
+
+def _dying_task(work, p, *args):
+    if p == 2:
+        os._exit(3)  # the worker process dies (kill -9 alike)
+    return _real_task(work, p, *args)
+
+
+_real_task = partitioned.build_partition
+
+
+def test_a_dying_worker_fails_the_build_naming_the_partition(tmp_path, monkeypatch):
+    rows = np.random.default_rng(0).integers(0, 40, size=(2_000, 3))
+    monkeypatch.setattr(partitioned, "build_partition", _dying_task)
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with pytest.raises(BuildError, match=r"partition \d+ of 4 failed"):
+            build_trie_partitioned(Shards([rows], partitions=4, executor=pool,
+                                          workdir=tmp_path), 40)
+    assert list(tmp_path.iterdir()) == []
