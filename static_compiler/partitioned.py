@@ -6,9 +6,10 @@ in parts on any `concurrent.futures.Executor`.
     compiled = sc.compile_constraints(shards, vocab_size=V)
 
 1. Spill: the input (.npy shard files, memory-mapped, or (n, L) int arrays)
-   is streamed once in chunks of `chunk_rows`; each chunk is checked (dtype,
-   L, tokens in range: an error names the shard and row) and every row is
-   appended to the spill files of its partition: P equal ranges of the first
+   is streamed once in chunks of `chunk_rows`, one executor task per shard
+   file (arrays in this process); each chunk is checked (dtype, L, tokens in
+   range: an error names the shard and row) and every row is appended to
+   its shard's spill file for its partition: P equal ranges of the first
    token, so partitions follow the sorted order.
 2. Build: each partition is sorted, deduplicated and turned into layers
    (`frontend.sort_unique_codes`, `automaton_from_sorted_codes`) by one
@@ -22,8 +23,10 @@ in parts on any `concurrent.futures.Executor`.
    (tested).
 
 Variable-length shards hold -1 past each row's end (and need end_token).
-Peak memory is one chunk while spilling, one partition per worker while
-building, and the merged layers (held in memory for now).
+Peak memory is one chunk per worker while spilling, one partition per worker
+while building, and the merged layers (held in memory for now). With a
+process pool, use the "spawn" start method (jax is threaded; forking it can
+deadlock) and an ``if __name__ == "__main__":`` guard in the script.
 """
 
 from __future__ import annotations
@@ -108,7 +111,14 @@ def _open_source(source, index: int):
 def _chunk_codes(chunk: np.ndarray, name: str, first_row: int, vocab_size: int,
                  end_token: Optional[int], code_dtype) -> tuple[np.ndarray, np.ndarray]:
     """(codes (n, L), lengths (n,) int32) of a chunk, after checking it."""
-    chunk = np.asarray(chunk, dtype=np.int64)
+    chunk = np.asarray(chunk)
+    if chunk.size and int(chunk.min()) >= 0 and int(chunk.max()) < vocab_size and (
+            end_token is None or not (chunk == end_token).any()):
+        # Every row full and in range (the common case): two passes, no masks.
+        codes = np.empty(chunk.shape, dtype=code_dtype)
+        np.add(chunk, 1, out=codes, casting="unsafe")
+        return codes, np.full(chunk.shape[0], chunk.shape[1], dtype=np.int32)
+    chunk = chunk.astype(np.int64)
     padding = chunk < 0
     lengths = np.where(padding.any(axis=1), padding.argmax(axis=1), chunk.shape[1])
     inside = np.arange(chunk.shape[1])[None, :] < lengths[:, None]
@@ -135,66 +145,95 @@ def _chunk_codes(chunk: np.ndarray, name: str, first_row: int, vocab_size: int,
     return codes, lengths.astype(np.int32)
 
 
-def _spill(shards: Shards, vocab_size: int, end_token: Optional[int],
-           work: pathlib.Path) -> tuple[int, int, bool]:
-    """Streams the input into per-partition spill files; (L, rows, ragged)."""
-    P = int(shards.partitions)
-    code_dtype = sort_code_dtype_for(vocab_size)
-    files = [{kind: open(work / f"p{p}.{kind}", "wb") for kind in ("codes", "lengths", "rows")}
-             for p in range(P)]
-    width, total, ragged = None, 0, False
+def spill_source(work: str, index: int, source, first_row: int, partitions: int,
+                 chunk_rows: int, vocab_size: int, end_token: Optional[int]) -> dict:
+    """One source's spill task (module-level so that it pickles, for a .npy
+    path; arrays are spilled in this process): its rows, checked chunk by
+    chunk, appended to its own per-partition files `s{index}.p{p}.*`
+    (codes, lengths, global row ids from `first_row`). Returns its width,
+    rows and whether some row is shorter than the width."""
+    work = pathlib.Path(work)
+    arr, name = _open_source(source, index)
+    P, code_dtype = partitions, sort_code_dtype_for(vocab_size)
+    files = {}
+    ragged = False
     try:
-        for index, source in enumerate(shards.sources):
-            arr, name = _open_source(source, index)
-            if width is None:
-                width = arr.shape[1]
-            elif arr.shape[1] != width:
-                raise ConstraintSetError(f"{name}: rows of length {arr.shape[1]}, the shards "
-                                         f"before hold {width}")
-            for start in range(0, arr.shape[0], int(shards.chunk_rows)):
-                codes, lengths = _chunk_codes(arr[start:start + int(shards.chunk_rows)], name,
-                                              start, vocab_size, end_token, code_dtype)
-                ragged |= bool((lengths != width).any())
-                part = (codes[:, 0].astype(np.int64) - 1) * P // vocab_size
-                rows = np.arange(total, total + codes.shape[0], dtype=np.int64)
-                order = np.argsort(part, kind="stable")
-                bounds = np.searchsorted(part[order], np.arange(P + 1))
-                for p in np.flatnonzero(np.diff(bounds)):
-                    take = order[bounds[p]:bounds[p + 1]]
-                    files[p]["codes"].write(codes[take].tobytes())
-                    files[p]["lengths"].write(lengths[take].tobytes())
-                    files[p]["rows"].write(rows[take].tobytes())
-                total += codes.shape[0]
-            _say(shards, f"[partitioned build] spilled {name}: {total} rows so far")
+        for start in range(0, arr.shape[0], chunk_rows):
+            codes, lengths = _chunk_codes(arr[start:start + chunk_rows], name, start,
+                                          vocab_size, end_token, code_dtype)
+            ragged |= bool((lengths != arr.shape[1]).any())
+            part = ((codes[:, 0].astype(np.int64) - 1) * P // vocab_size).astype(
+                np.uint16 if P <= 1 << 16 else np.int64)
+            rows = np.arange(first_row + start, first_row + start + codes.shape[0],
+                             dtype=np.int64)
+            order = np.argsort(part, kind="stable")  # a radix sort for uint16
+            bounds = np.searchsorted(part[order], np.arange(P + 1))
+            for p in np.flatnonzero(np.diff(bounds)).tolist():
+                take = order[bounds[p]:bounds[p + 1]]
+                if p not in files:
+                    files[p] = [open(work / f"s{index}.p{p}.{kind}", "wb")
+                                for kind in ("codes", "lengths", "rows")]
+                for f, arr_ in zip(files[p], (codes, lengths, rows)):
+                    f.write(arr_[take].tobytes())
     finally:
-        for group in files:
-            for f in group.values():
+        for group in files.values():
+            for f in group:
                 f.close()
+    return {"index": index, "name": name, "width": int(arr.shape[1]),
+            "rows": int(arr.shape[0]), "ragged": ragged, "partitions": sorted(files)}
+
+
+def _spill(shards: Shards, vocab_size: int, end_token: Optional[int],
+           work: pathlib.Path) -> tuple[int, int, bool, list]:
+    """Streams the input into per-source, per-partition spill files (sources
+    given as paths on the executor, arrays here); (L, rows, ragged, spill
+    results)."""
+    opened = [_open_source(source, i) for i, source in enumerate(shards.sources)]
+    width = opened[0][0].shape[1]
+    for arr, name in opened:
+        if arr.shape[1] != width:
+            raise ConstraintSetError(f"{name}: rows of length {arr.shape[1]}, the shards "
+                                     f"before hold {width}")
+    firsts = np.concatenate([[0], np.cumsum([arr.shape[0] for arr, _ in opened])]).tolist()
+    del opened  # (memory maps: the tasks open their own)
+    tasks = [(str(work), i, source, firsts[i], int(shards.partitions), int(shards.chunk_rows),
+              vocab_size, end_token) for i, source in enumerate(shards.sources)]
+    on_executor = [isinstance(source, (str, os.PathLike)) for source in shards.sources]
+    results = _run(shards, spill_source, tasks, on_executor, "spilled source")
+    total = int(firsts[-1])
     if total == 0:
         raise ConstraintSetError("empty constraint set: the shards hold no rows")
+    ragged = any(r["ragged"] for r in results)
     if ragged and end_token is None:
         raise ConstraintSetError("shards hold rows of different lengths (-1 padding): pass "
                                  "end_token=... to compile a variable-length set")
-    return width, total, ragged
+    return width, total, ragged, results
 
 
-def build_partition(work: str, p: int, width: int, vocab_size: int,
+def _read_spill(work: pathlib.Path, p: int, sources: list[int], kind: str, dtype) -> np.ndarray:
+    """Partition p's spill files of `kind` from `sources`, concatenated."""
+    parts = [np.fromfile(work / f"s{i}.p{p}.{kind}", dtype=dtype) for i in sources]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def build_partition(work: str, p: int, sources: list[int], width: int, vocab_size: int,
                     end_token: Optional[int], ragged: bool) -> dict:
     """One partition's task (run by the executor; module-level so that it
-    pickles): reads its spill files, builds its trie and writes the arrays
-    under `work`; returns their counts."""
+    pickles): reads its spill files (from the `sources` that have rows in
+    it), builds its trie and writes the arrays under `work`; returns their
+    counts."""
     work = pathlib.Path(work)
-    codes = np.fromfile(work / f"p{p}.codes", dtype=sort_code_dtype_for(vocab_size))
+    codes = _read_spill(work, p, sources, "codes", sort_code_dtype_for(vocab_size))
     if codes.size == 0:
         return {"p": p, "unique": 0}
     codes = codes.reshape(-1, width)
-    lengths = np.fromfile(work / f"p{p}.lengths", dtype=np.int32).astype(np.int64)
+    lengths = _read_spill(work, p, sources, "lengths", np.int32).astype(np.int64)
     codes, lengths, inverse = sort_unique_codes(codes, lengths, vocab_size, return_inverse=True)
     depth = int(lengths.max())
     sub = automaton_from_sorted_codes(codes[:, :depth], lengths, vocab_size, end_token)
     out = {"p": p, "unique": int(codes.shape[0]), "depth": depth,
            "final": sub.num_final_states}
-    arrays = {"inverse": inverse}
+    arrays = {"inverse": inverse, "rows": _read_spill(work, p, sources, "rows", np.int64)}
     if ragged:
         arrays.update(item_depth=lengths.astype(np.int32),
                       item_state=terminal_states(codes[:, :depth], lengths))
@@ -209,86 +248,92 @@ def build_partition(work: str, p: int, width: int, vocab_size: int,
     return out
 
 
-def _run(shards: Shards, tasks: list[tuple]) -> list[dict]:
-    """Runs `build_partition` over tasks on the executor (or inline)."""
+def _run(shards: Shards, task: Callable, tasks: list[tuple], on_executor: list[bool],
+         what: str) -> list:
+    """`task(*args)` for each of `tasks`, on the executor where on_executor
+    says so (and one is given), else in this process; in order. A task's
+    ConstraintSetError (bad input) is raised as it is; any other failure
+    (a worker that died) as BuildError naming the task."""
+    futures = [shards.executor.submit(task, *args) if shards.executor is not None and remote
+               else None for args, remote in zip(tasks, on_executor)]
     results = []
-    if shards.executor is None:
-        for args in tasks:
-            results.append(build_partition(*args))
-            _say(shards, f"[partitioned build] built partition {len(results)}/{len(tasks)}")
-        return results
-    futures = [(args[1], shards.executor.submit(build_partition, *args)) for args in tasks]
-    for p, future in futures:
-        try:
-            results.append(future.result())
-        except Exception as e:  # a worker died, or the task raised
-            for _, other in futures:
-                other.cancel()
-            raise BuildError(f"partitioned build: partition {p} of {len(tasks)} failed "
-                             f"({type(e).__name__}: {e})") from e
-        _say(shards, f"[partitioned build] built partition {len(results)}/{len(tasks)}")
+    try:
+        for number, (args, future) in enumerate(zip(tasks, futures)):
+            try:
+                results.append(task(*args) if future is None else future.result())
+            except ConstraintSetError:
+                raise
+            except Exception as e:  # a worker died, or the task raised
+                raise BuildError(f"partitioned build: {what.split()[-1]} {number} of "
+                                 f"{len(tasks)} failed ({type(e).__name__}: {e})") from e
+            _say(shards, f"[partitioned build] {what} {number + 1}/{len(tasks)}")
+    finally:
+        for future in futures:
+            if future is not None:
+                future.cancel()
     return results
 
 
 def _merge(work: pathlib.Path, parts: list[dict], vocab_size: int, end_token: Optional[int],
            total: int, ragged: bool) -> tuple[Automaton, ItemIndex]:
-    """The partitions' layers and item indexes, concatenated (see module doc)."""
+    """The partitions' layers and item indexes, concatenated (see module doc):
+    each global array is allocated once and the partitions' pieces copied
+    into it at their offsets."""
     parts = [part for part in parts if part["unique"]]
-    load = lambda part, key: np.load(work / f"p{part['p']}.{key}.npy")
+    load = lambda part, key: np.load(work / f"p{part['p']}.{key}.npy", mmap_mode="r")
     depth = max(part["depth"] for part in parts)
-    states = [[] for _ in range(depth + 1)]  # states[t][i]: partition i's states at depth t
-    for part in parts:
-        for t in range(depth + 1):
-            if t == 0:
-                count = 1
-            elif t < part["depth"]:
-                count = int(load(part, f"indptr{t}").shape[0]) - 1
-            elif t == part["depth"]:
-                count = part["final"]
-            else:
-                count = 0
-            states[t].append(count)
-    layers = []
+    # states[t][i] / edges[t][i]: partition i's states at depth t / edges of layer t.
+    states = np.zeros((depth + 1, len(parts)), dtype=np.int64)
+    edges = np.zeros((depth, len(parts)), dtype=np.int64)
+    for i, part in enumerate(parts):
+        for t in range(part["depth"]):
+            indptr = load(part, f"indptr{t}")
+            states[t, i], edges[t, i] = indptr.shape[0] - 1, int(indptr[-1])
+        states[part["depth"], i] = part["final"]
+    states[0, :] = 1
+    state_offset = np.zeros_like(states)
+    np.cumsum(states[:, :-1], axis=1, out=state_offset[:, 1:])
+    edge_offset = np.zeros_like(edges)
+    np.cumsum(edges[:, :-1], axis=1, out=edge_offset[:, 1:])
     tok_dtype = token_dtype_for(vocab_size)
+    layers = []
     for t in range(depth):
-        rows, tokens, accepting = [], [], []
+        num_edges = int(edges[t].sum())
+        num_states = 1 if t == 0 else int(states[t].sum())
+        indptr = np.empty(num_states + 1, dtype=index_dtype_for(num_edges))
+        tokens = np.empty(num_edges, dtype=tok_dtype)
+        accepting = np.zeros(num_states, dtype=bool) if t else None
+        indptr[0] = 0
         for i, part in enumerate(parts):
-            if t < part["depth"]:
-                indptr = load(part, f"indptr{t}").astype(np.int64)
-                rows.append(np.diff(indptr))
-                tokens.append(load(part, f"tokens{t}"))
-                key = f"accepting{t}"
-                accepting.append(load(part, key) if key in part["arrays"] else
-                                 np.zeros(states[t][i], bool))
-            elif t == part["depth"]:  # its rows all end here: states without children
-                rows.append(np.zeros(states[t][i], np.int64))
-                accepting.append(np.ones(states[t][i], bool))
-        branch = np.concatenate(rows)
+            e0, s0, d = int(edge_offset[t, i]), int(state_offset[t, i]), part["depth"]
+            if t < d:
+                tokens[e0:e0 + edges[t, i]] = load(part, f"tokens{t}")
+                if t and f"accepting{t}" in part["arrays"]:
+                    accepting[s0:s0 + states[t, i]] = load(part, f"accepting{t}")
+                if t:
+                    rows = indptr[s0 + 1:s0 + 1 + states[t, i]]
+                    np.add(load(part, f"indptr{t}")[1:], e0, out=rows, casting="unsafe")
+            elif t == d:  # its rows all end here: states without children
+                indptr[s0 + 1:s0 + 1 + states[t, i]] = e0
+                accepting[s0:s0 + states[t, i]] = True
         if t == 0:
-            branch = np.array([branch.sum()])  # one root for every partition
-            accepting = []
-        edges = int(branch.sum())
-        indptr = np.zeros(branch.shape[0] + 1, dtype=index_dtype_for(edges))
-        np.cumsum(branch, out=indptr[1:])
-        acc = np.concatenate(accepting) if accepting else None
-        layers.append(Layer(indptr=frozen(indptr),
-                            tokens=frozen(np.concatenate(tokens).astype(tok_dtype)),
-                            accepting=frozen(acc) if acc is not None and acc.any() else None))
+            indptr[1] = num_edges  # one root for every partition
+        layers.append(Layer(indptr=frozen(indptr), tokens=frozen(tokens),
+                            accepting=frozen(accepting) if accepting is not None and
+                            accepting.any() else None))
     ir = Automaton(vocab_size=vocab_size, layers=tuple(layers),
-                   num_final_states=sum(states[depth]),
+                   num_final_states=int(states[depth].sum()),
                    num_sequences=sum(part["unique"] for part in parts), end_token=end_token)
     row_item = np.empty(total, dtype=np.int32)
     unique_offset = 0
     depths, terminal = [], []
     for i, part in enumerate(parts):
-        rows = np.fromfile(work / f"p{part['p']}.rows", dtype=np.int64)
-        row_item[rows] = load(part, "inverse") + unique_offset
+        row_item[load(part, "rows")] = load(part, "inverse") + unique_offset
         unique_offset += part["unique"]
         if ragged:
-            d = load(part, "item_depth")
-            offsets = np.array([sum(states[t][:i]) for t in range(depth + 1)], np.int64)
+            d = np.asarray(load(part, "item_depth"))
             depths.append(d)
-            terminal.append((load(part, "item_state") + offsets[d]).astype(np.int32))
+            terminal.append((load(part, "item_state") + state_offset[d, i]).astype(np.int32))
     if not ragged:
         return ir, ItemIndex(row_item=row_item, num_unique=ir.num_sequences)
     return ir, ItemIndex(row_item=row_item, num_unique=ir.num_sequences,
@@ -315,13 +360,13 @@ def build_trie_partitioned(shards: Shards, vocab_size: int, end_token: Optional[
     work = pathlib.Path(tempfile.mkdtemp(prefix="static-compiler-build-", dir=root))
     start = time.perf_counter()
     try:
-        width, total, ragged = _spill(shards, vocab_size, end_token, work)
-        spilled = sum(f.stat().st_size for f in work.iterdir())
+        width, total, ragged, spilled = _spill(shards, vocab_size, end_token, work)
+        size = sum(f.stat().st_size for f in work.iterdir())
         _say(shards, f"[partitioned build] {total} rows in {shards.partitions} partitions, "
-                     f"{spilled / 2**20:.1f} MiB spilled, {time.perf_counter() - start:.1f} s")
-        tasks = [(str(work), p, width, vocab_size, end_token, ragged)
-                 for p in range(int(shards.partitions))]
-        parts = _run(shards, tasks)
+                     f"{size / 2**20:.1f} MiB spilled, {time.perf_counter() - start:.1f} s")
+        tasks = [(str(work), p, [r["index"] for r in spilled if p in r["partitions"]], width,
+                  vocab_size, end_token, ragged) for p in range(int(shards.partitions))]
+        parts = _run(shards, build_partition, tasks, [True] * len(tasks), "built partition")
         ir, items = _merge(work, parts, vocab_size, end_token, total, ragged)
         _say(shards, f"[partitioned build] merged: {ir.num_sequences} sequences, "
                      f"{ir.num_states} states, {time.perf_counter() - start:.1f} s")

@@ -60,8 +60,9 @@ def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int)
     elif mode == "partitioned":
         ir, items = build_trie_partitioned(Shards(paths, partitions=partitions), vocab)
     else:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(workers) as pool:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             ir, items = build_trie_partitioned(Shards(paths, partitions=partitions,
                                                       executor=pool), vocab)
             worker_peaks = list(pool.map(_worker_peak, range(workers)))
