@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Creates ./.venv (once) and installs the project with its test and torch extras
-# into it (the torch extra: tests/test_integration_torch.py).
+# Creates ./.venv (once) and installs the project with its test, torch, examples
+# and distributed extras into it (torch: tests/test_integration_torch.py;
+# distributed: the Dask test of tests/test_partitioned.py).
 # Sourced by main-job.sh and test.sh, so a fresh machine needs nothing else.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,7 +12,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ ! -f "$stamp" ]; then
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e "$root[test,torch,examples]"
+  "$venv/bin/python" -m pip install --quiet -e "$root[test,torch,examples,distributed]"
   rm -f "$venv"/.installed-*
   touch "$stamp"
 fi

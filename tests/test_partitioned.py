@@ -175,3 +175,35 @@ def test_a_dying_worker_fails_the_build_naming_the_partition(tmp_path, monkeypat
             build_trie_partitioned(Shards([rows], partitions=4, executor=pool,
                                           workdir=tmp_path), 40)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dask_cluster_builds_the_same_trie(tmp_path):
+    """The same build on a real dask.distributed LocalCluster (two worker
+    processes), through the cluster's concurrent.futures Executor."""
+    distributed = pytest.importorskip("distributed")
+    paths = datasets.write_synthetic_shards(tmp_path / "shards", 20_000, 4, 5, 100, seed=3)
+    want = build_trie(np.concatenate([np.load(p) for p in paths]), 100)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        got = build_trie_partitioned(Shards(paths, partitions=6, executor=client.get_executor(),
+                                            workdir=tmp_path / "work"), 100)
+    assert_same_build(got, want)
+
+
+def test_the_cli_compiles_a_directory_of_shards(tmp_path, capsys):
+    from static_compiler import artifact
+    from static_compiler.cli import main
+
+    paths = datasets.write_synthetic_shards(tmp_path / "shards", 4_000, 3, 4, 32, seed=5)
+    code = main(["compile", str(tmp_path / "shards"), "--vocab-size", "32", "--partitions", "4",
+                 "--beam-sizes", "3", "-o", str(tmp_path / "art")])
+    assert code == 0
+    assert "[partitioned build] merged" in capsys.readouterr().err
+    got = artifact.read_automaton(tmp_path / "art")
+    want = sc.compile_constraints(np.concatenate([np.load(p) for p in paths]), 32).ir
+    assert got == want
+    (tmp_path / "set.txt").write_text("1 2\n")
+    assert main(["compile", str(tmp_path / "set.txt"), "--vocab-size", "32", "--partitions", "4",
+                 "-o", str(tmp_path / "b")]) == 2
+    assert "expected a .npy file or a directory of them" in capsys.readouterr().err

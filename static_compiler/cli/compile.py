@@ -4,6 +4,7 @@ artifact directory, logging each stage with its time."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -44,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "restricts each request to a subset of the items (Artifact.subset)")
     parser.add_argument("--print-ir-after-all", action="store_true",
                         help="print the IR after the frontend and every pass (stderr)")
+    parser.add_argument("--partitions", type=int, default=None, metavar="P",
+                        help="build in P partitions (sc.Shards): INPUT is then a .npy file or a "
+                             "directory of .npy shards (N_i, L), read in chunks")
+    parser.add_argument("--workers", type=int, default=0, metavar="W",
+                        help="with --partitions: run the spill and build tasks on W worker "
+                             "processes (default: in this process)")
     parser.add_argument("--force", action="store_true", help="replace an existing artifact")
 
 
@@ -56,18 +63,22 @@ def run(args: argparse.Namespace) -> int:
     if args.tokens_per_beam is not None and args.tokens_per_beam < 1:
         raise CliInputError(f"--tokens-per-beam {args.tokens_per_beam}: expected an int >= 1")
     pipeline = _pipeline_with_budget(args.pipeline, args.memory_budget)
-    constraints, vocab_size, tokenizer = read_any_input(args.input, vocab_size=args.vocab_size,
-                                                        end_token=args.end_token,
-                                                        tokenizer=args.tokenizer)
     log = sys.stderr
-    with progress("compile", log):
-        compiled = compile_constraints(constraints, vocab_size, end_token=args.end_token,
-                                       tokenizer=tokenizer, pipeline=pipeline,
-                                       print_ir_after_all=args.print_ir_after_all,
-                                       export_beam_sizes=beam_sizes,
-                                       export_tokens_per_beam=args.tokens_per_beam,
-                                       export_subsets=args.export_subsets,
-                                       capacity=args.capacity, stream=log)
+    with contextlib.ExitStack() as stack:
+        if args.partitions is not None:
+            constraints, vocab_size, tokenizer = _shards(args, stack, log), args.vocab_size, None
+        else:
+            constraints, vocab_size, tokenizer = read_any_input(
+                args.input, vocab_size=args.vocab_size, end_token=args.end_token,
+                tokenizer=args.tokenizer)
+        with progress("compile", log):
+            compiled = compile_constraints(constraints, vocab_size, end_token=args.end_token,
+                                           tokenizer=tokenizer, pipeline=pipeline,
+                                           print_ir_after_all=args.print_ir_after_all,
+                                           export_beam_sizes=beam_sizes,
+                                           export_tokens_per_beam=args.tokens_per_beam,
+                                           export_subsets=args.export_subsets,
+                                           capacity=args.capacity, stream=log)
     for stage, seconds in compiled.timings:
         log.write(f"[compile]   {stage:<16s} {seconds:8.3f} s\n")
     text = compiled.frontend_stats.get("text")
@@ -81,6 +92,37 @@ def run(args: argparse.Namespace) -> int:
                      f"{compiled.nbytes} table bytes, beam sizes {list(beam_sizes)}, "
                      f"pipeline {compiled.pipeline}\n")
     return 0
+
+
+def _shards(args: argparse.Namespace, stack: contextlib.ExitStack, log):
+    """The `Shards` that --partitions / --workers describe (a worker pool
+    entered on `stack`)."""
+    from static_compiler.partitioned import Shards
+
+    if args.partitions < 1 or args.workers < 0:
+        raise CliInputError(f"--partitions {args.partitions} / --workers {args.workers}: "
+                            "expected ints >= 1 / >= 0")
+    if args.vocab_size is None or args.tokenizer is not None:
+        raise CliInputError("--partitions needs --vocab-size and .npy input (no --tokenizer)")
+    if os.path.isdir(args.input):
+        paths = sorted(os.path.join(args.input, f) for f in os.listdir(args.input)
+                       if f.endswith(".npy"))
+        if not paths:
+            raise CliInputError(f"input {args.input!r}: a directory without .npy shards")
+    elif args.input.endswith(".npy"):
+        paths = [args.input]
+    else:
+        raise CliInputError(f"input {args.input!r}: with --partitions, expected a .npy file or "
+                            "a directory of them")
+    executor = None
+    if args.workers:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        executor = stack.enter_context(ProcessPoolExecutor(
+            args.workers, mp_context=multiprocessing.get_context("spawn")))
+    return Shards(paths, partitions=args.partitions, executor=executor,
+                  progress=lambda line: log.write(line + "\n"))
 
 
 def _int_list(flag: str, text: str) -> tuple:
