@@ -99,6 +99,18 @@ def test_build_benchmark_runs_each_size_in_a_child(tmp_path):
     assert run.stderr.count("bytes/item") == 2
 
 
+def test_partitioned_build_benchmark_compares_equal_tries(tmp_path):
+    run = _run("tools.bench.partitioned", "--items", 3000, "--shards", 3, "--partitions", 4,
+               "--length", 3, "--vocab", 16, "--compile")
+    assert run.returncode == 0, run.stderr
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| ")][1:]
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| monolithic", "| partitioned", "| partitioned, 2 workers",
+        "| compile_constraints(Shards), 2 workers"]
+    assert [r.rstrip(" |").rsplit(" | ", 1)[-1] for r in rows] == ["yes", "yes", "yes",
+                                                                    "(a compile)"]
+
+
 def test_gpu_configuration_plan():
     run = _run("tools.bench", "--gpu", "--dry-run")
     assert run.returncode == 0, run.stderr

@@ -59,16 +59,26 @@ def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int)
         ir, items = build_trie(np.concatenate([np.load(p) for p in paths]), vocab)
     elif mode == "partitioned":
         ir, items = build_trie_partitioned(Shards(paths, partitions=partitions), vocab)
-    else:
+    else:  # "pool", or "compile": the whole compile_constraints on the pool
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
+
+        import static_compiler as sc
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            ir, items = build_trie_partitioned(Shards(paths, partitions=partitions,
-                                                      executor=pool), vocab)
+            shards = Shards(paths, partitions=partitions, executor=pool)
+            if mode == "compile":
+                compiled = sc.compile_constraints(shards, vocab)
+                ir, items = compiled.ir, compiled.items
+                stages = ", ".join(f"{k} {v:.1f}" for k, v in compiled.timings)
+            else:
+                ir, items = build_trie_partitioned(shards, vocab)
             worker_peaks = list(pool.map(_worker_peak, range(workers)))
     seconds = time.perf_counter() - start
+    if mode != "compile":
+        stages = ""
     return {"mode": mode, "seconds": seconds, "peak": proc_status_bytes("VmHWM"),
-            "worker_peaks": worker_peaks, "digest": _digest(ir, items),
+            "worker_peaks": worker_peaks, "stages": stages,
+            "digest": _digest(ir, items) if mode != "compile" else "",
             "sequences": ir.num_sequences, "states": ir.num_states}
 
 
@@ -79,6 +89,9 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--skip-monolithic", action="store_true",
                         help="past this machine's memory: compare the two partitioned builds")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time the whole compile_constraints(Shards) on the pool "
+                             "(build, passes, lowering)")
     parser.add_argument("--child", nargs=5, help=argparse_hidden())
     args = parser.parse_args(argv)
     if args.child:
@@ -97,6 +110,7 @@ def main(argv=None) -> int:
         print(f"# shards written in {time.perf_counter() - start:.1f} s")
         modes = ["partitioned", "pool"] if args.skip_monolithic else \
             ["monolithic", "partitioned", "pool"]
+        modes += ["compile"] if args.compile else []
         rows = []
         for mode in modes:
             out = subprocess.run([sys.executable, "-m", "tools.bench.partitioned", "--child", mode,
@@ -109,12 +123,19 @@ def main(argv=None) -> int:
     base = rows[0]
     print("\n| build | seconds | vs first | peak RSS (GiB) | same trie |")
     print("|---|---|---|---|---|")
+    names = {"pool": f"partitioned, {args.workers} workers",
+             "compile": f"compile_constraints(Shards), {args.workers} workers"}
+    built = [r for r in rows if r["mode"] != "compile"]
     for r in rows:
         peak = r["peak"] + sum(r["worker_peaks"])
-        name = r["mode"] if r["mode"] != "pool" else f"partitioned, {args.workers} workers"
-        print(f"| {name} | {r['seconds']:.1f} | {r['seconds'] / base['seconds']:.2f}x | "
-              f"{peak / 2**30:.2f} | {'yes' if r['digest'] == base['digest'] else 'NO'} |")
-    return 0 if all(r["digest"] == base["digest"] for r in rows) else 1
+        same = "(a compile)" if r["mode"] == "compile" else \
+            "yes" if r["digest"] == base["digest"] else "NO"
+        print(f"| {names.get(r['mode'], r['mode'])} | {r['seconds']:.1f} | "
+              f"{r['seconds'] / base['seconds']:.2f}x | {peak / 2**30:.2f} | {same} |")
+    for r in rows:
+        if r["stages"]:
+            print(f"# {names[r['mode']]}: {r['stages']} s")
+    return 0 if all(r["digest"] == base["digest"] for r in built) else 1
 
 
 def argparse_hidden():
