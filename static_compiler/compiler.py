@@ -108,6 +108,45 @@ class CompiledConstraints:
             object.__setattr__(self, "_device_tables", cached)
         return cached
 
+    def shard(self, mesh, axis: str, min_bytes: int = 1 << 20) -> "CompiledConstraints":
+        """This set with its tables placed across `mesh`'s `axis` (D
+        devices) for every decoder (`beam_search`, `sample`, `mask` ...):
+        a table of at least `min_bytes` whose first dimension D divides is
+        split into D contiguous ranges of rows (states or edges), one per
+        device; the others are replicated. Inside jit, XLA partitions each
+        gather from a split table into a local gather and one all-reduce,
+        so results are bit-identical to one device. Compile with capacity
+        (multiples of 8 rows) so that deep tables divide by D in {2, 4, 8};
+        row pointers (S + 1 rows) stay replicated. `table_bytes_per_device`
+        reports what each device holds."""
+        import jax
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        if axis not in mesh.shape:
+            raise DecodeInputError(f"shard: mesh has axes {list(mesh.shape)}, not {axis!r}")
+        D = mesh.shape[axis]
+
+        def place(arr):
+            split = arr.ndim >= 1 and arr.shape[0] % D == 0 and arr.nbytes >= min_bytes
+            spec = PartitionSpec(axis, *([None] * (arr.ndim - 1))) if split else PartitionSpec()
+            return jax.device_put(arr, NamedSharding(mesh, spec))
+
+        with jax.ensure_compile_time_eval():
+            placed = jax.tree_util.tree_map(place, self.tables)
+        out = dataclasses.replace(self)
+        for key in ("_fingerprint", "_base_subset"):
+            if key in self.__dict__:
+                object.__setattr__(out, key, self.__dict__[key])
+        object.__setattr__(out, "_device_tables", placed)
+        return out
+
+    def table_bytes_per_device(self) -> int:
+        """Bytes of the decoder's tables on each device (the largest share:
+        all of them on one device, split ones / D after `shard`)."""
+        import jax
+        return sum(max(shard.data.nbytes for shard in arr.addressable_shards)
+                   for arr in jax.tree_util.tree_leaves(self.device_tables))
+
     # Logits-processor pair (see backend.decode).
     def init_state(self, batch_size: int) -> decode.ProcessorState:
         return decode.init_processor_state(batch_size)
