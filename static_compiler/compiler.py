@@ -117,8 +117,9 @@ class CompiledConstraints:
         gather from a split table into a local gather and one all-reduce,
         so results are bit-identical to one device. Compile with capacity
         (multiples of 8 rows) so that deep tables divide by D in {2, 4, 8};
-        row pointers (S + 1 rows) stay replicated. `table_bytes_per_device`
-        reports what each device holds."""
+        row pointers (S + 1 rows) are padded with their last value to a
+        multiple of D. `table_bytes_per_device` reports what each device
+        holds."""
         import jax
         from jax.sharding import NamedSharding, PartitionSpec
 
@@ -126,13 +127,18 @@ class CompiledConstraints:
             raise DecodeInputError(f"shard: mesh has axes {list(mesh.shape)}, not {axis!r}")
         D = mesh.shape[axis]
 
-        def place(arr):
+        def place(name, arr):
+            if name == "indptr" and arr.shape[0] % D:
+                # S + 1 row pointers: padded with the last one (empty rows
+                # past the end, never a state's), so they split evenly too.
+                arr = np.concatenate([arr, np.full(D - arr.shape[0] % D, arr[-1], arr.dtype)])
             split = arr.ndim >= 1 and arr.shape[0] % D == 0 and arr.nbytes >= min_bytes
             spec = PartitionSpec(axis, *([None] * (arr.ndim - 1))) if split else PartitionSpec()
             return jax.device_put(arr, NamedSharding(mesh, spec))
 
         with jax.ensure_compile_time_eval():
-            placed = jax.tree_util.tree_map(place, self.tables)
+            placed = tuple({name: place(name, np.asarray(arr)) for name, arr in tabs.items()}
+                           for tabs in self.tables)
         out = dataclasses.replace(self)
         for key in ("_fingerprint", "_base_subset"):
             if key in self.__dict__:

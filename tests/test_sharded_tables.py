@@ -2,7 +2,7 @@
 `compiled.shard(mesh, axis)` places large tables in contiguous row ranges,
 one per device; decoding is bit-identical to one device for D in {1, 2, 4,
 8}, fixed and variable length, with and without a cap per beam, and each
-device holds about 1/D of the split tables. Run on 8 host CPU devices in a
+device holds about 1/D of the tables (row pointers padded to split evenly). Run on 8 host CPU devices in a
 subprocess, so the rest of the suite keeps one device."""
 
 from __future__ import annotations
@@ -60,6 +60,5 @@ def test_decoding_with_tables_split_across_devices_is_bit_identical():
     assert all(v for k, v in out.items() if "caps" in k), out
     for name in ("fixed", "ragged"):
         assert out[f"{name} D=1 bytes"] == 1.0
-        # Row pointers (S + 1 rows) and small tables stay whole on every device.
-        assert out[f"{name} D=8 bytes"] < out[f"{name} D=4 bytes"] < out[f"{name} D=2 bytes"] < 1
-        assert out[f"{name} D=8 bytes"] < 0.5, out
+        for D in (2, 4, 8):  # ~1/D: only tables under min_bytes stay whole on every device
+            assert out[f"{name} D={D} bytes"] < 1.1 / D, out

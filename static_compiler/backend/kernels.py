@@ -281,7 +281,7 @@ def pack_run(plan, tables, steps) -> PackedRun:
             base.append(np.full(n + 1, edges))
             csr.append(tabs["indptr"])
             csr_at.append(csr_len + np.arange(n + 1))
-            csr_len += n + 1
+            csr_len += tabs["indptr"].shape[0]  # n + 1, or more where padded to split evenly
         else:
             base.append(edges + np.arange(n + 1))
             csr_at.append(np.full(n + 1, -1))
