@@ -111,6 +111,16 @@ def test_partitioned_build_benchmark_compares_equal_tries(tmp_path):
                                                                     "(a compile)"]
 
 
+def test_sharded_tables_benchmark_splits_and_matches(tmp_path):
+    run = _run("tools.bench.sharded", "--items", 5000, "--length", 4, "--vocab", 32,
+               "--repeats", 1, "--min-bytes", 1024)
+    assert run.returncode == 0, run.stderr
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| capacity")]
+    assert len(rows) == 4 and all(r.endswith("| yes |") for r in rows), run.stdout
+    ratio = [float(r.split(" | ")[2].rstrip("x")) for r in rows]  # bytes per device / replicated
+    assert ratio[3] < ratio[0] / 4, ratio
+
+
 def test_gpu_configuration_plan():
     run = _run("tools.bench", "--gpu", "--dry-run")
     assert run.returncode == 0, run.stderr
