@@ -140,9 +140,7 @@ class CompiledConstraints:
             placed = tuple({name: place(name, np.asarray(arr)) for name, arr in tabs.items()}
                            for tabs in self.tables)
         out = dataclasses.replace(self)
-        for key in ("_fingerprint", "_base_subset"):
-            if key in self.__dict__:
-                object.__setattr__(out, key, self.__dict__[key])
+        _share_computed(self, out, _SET_CACHES + ("_base_subset",))  # the same set
         object.__setattr__(out, "_device_tables", placed)
         return out
 
@@ -241,12 +239,9 @@ class CompiledConstraints:
             removed, removal = subsets.removal(items, remove, lambda: new.ir)
             report.update(removal)
             items = dataclasses.replace(items, removed=removed)
-        shared = () if add is not None else (
-            "_device_tables", "_fingerprint", "_layer_walks", "_first_rows")
         version = dataclasses.replace(new, items=items, last_update=report)
-        for key in shared:
-            if key in self.__dict__:  # the same tables and set: share what was computed
-                object.__setattr__(version, key, self.__dict__[key])
+        if add is None:  # the same tables and set: share what was computed
+            _share_computed(self, version, ("_device_tables",) + _SET_CACHES)
         version.base_subset  # computed now, so the next decode only reads it
         return version
 
@@ -344,6 +339,18 @@ class CompiledConstraints:
         """Writes the artifact directory atomically (see static_compiler.artifact)."""
         from static_compiler import artifact
         return artifact.save(self, path, overwrite=overwrite)
+
+
+_SET_CACHES = ("_fingerprint", "_layer_walks", "_first_rows")
+"""What a CompiledConstraints computes from its set on first use (and caches
+in its __dict__), valid for any version with the same IR."""
+
+
+def _share_computed(source: CompiledConstraints, target: CompiledConstraints, keys) -> None:
+    """Gives `target` the values of `keys` that `source` has computed."""
+    for key in keys:
+        if key in source.__dict__:
+            object.__setattr__(target, key, source.__dict__[key])
 
 
 def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int] = None,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import os
+import pathlib
 import unicodedata
 from typing import Callable, Optional
 
@@ -67,9 +69,6 @@ def write_synthetic_shards(directory, num_items: int, num_shards: int, length: i
     never held whole), for partitioned builds at any size. Deterministic:
     chunk c of shard i is drawn from PCG64 seeded with (seed, i, c). Returns
     the paths, in order."""
-    import os
-    import pathlib
-
     for name, value in (("num_items", num_items), ("num_shards", num_shards),
                         ("length", length), ("vocab_size", vocab_size)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:

@@ -140,22 +140,25 @@ def _first_hit(hit: np.ndarray, lengths: np.ndarray, ragged: bool):
 
 
 def check_range(mat: np.ndarray, lengths: np.ndarray, ragged: bool, vocab_size: int,
-                end_token: Optional[int]) -> None:
+                end_token: Optional[int], where: str = "", first_row: int = 0) -> None:
     """ConstraintSetError naming the first token outside [0, vocab_size), or
-    the end token inside a sequence; mat (N, Lmax) as `as_token_matrix`."""
-    lo, hi = mat.min(), mat.max()  # padding entries are 0, inside the range
+    the end token inside a sequence; mat (N, Lmax) as `as_token_matrix`
+    (entries past a row's length are not looked at). where / first_row: a
+    prefix for the message and the number of row 0 (a chunk of a file)."""
+    lo, hi = mat.min(), mat.max()
     if lo < 0 or hi >= vocab_size:
         at = _first_hit((mat < 0) | (mat >= vocab_size), lengths, ragged)
         if at is not None:
             raise ConstraintSetError(
-                f"sequence {at[0]}, position {at[1]}: token {int(mat[at])} is outside the "
-                f"vocabulary [0, {vocab_size})")
+                f"{where}sequence {first_row + at[0]}, position {at[1]}: token {int(mat[at])} "
+                f"is outside the vocabulary [0, {vocab_size})")
     if end_token is not None:
         at = _first_hit(mat == end_token, lengths, ragged)
         if at is not None:
             raise ConstraintSetError(
-                f"sequence {at[0]}, position {at[1]}: holds the end token {end_token}; sequences "
-                "must not contain it (the compiler adds the end transition itself)")
+                f"{where}sequence {first_row + at[0]}, position {at[1]}: holds the end token "
+                f"{end_token}; sequences must not contain it (the compiler adds the end "
+                "transition itself)")
 
 
 def _bits(v: int) -> int:

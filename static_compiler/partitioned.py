@@ -45,7 +45,8 @@ import numpy as np
 from static_compiler.dtypes import index_dtype_for, sort_code_dtype_for, token_dtype_for
 from static_compiler.errors import BuildError, ConstraintSetError
 from static_compiler.frontend import (automaton_from_sorted_codes, check_end_token,
-                                      check_vocab_size, sort_unique_codes, terminal_states)
+                                      check_range, check_vocab_size, sort_unique_codes,
+                                      terminal_states)
 from static_compiler.ir import Automaton, Layer, frozen
 from static_compiler.liveness import ItemIndex
 
@@ -110,38 +111,29 @@ def _open_source(source, index: int):
 
 def _chunk_codes(chunk: np.ndarray, name: str, first_row: int, vocab_size: int,
                  end_token: Optional[int], code_dtype) -> tuple[np.ndarray, np.ndarray]:
-    """(codes (n, L), lengths (n,) int32) of a chunk, after checking it."""
+    """(codes (n, L), lengths (n,) int32) of a chunk, after checking it
+    (`frontend.check_range`, and that -1 padding only ends rows)."""
     chunk = np.asarray(chunk)
-    if chunk.size and int(chunk.min()) >= 0 and int(chunk.max()) < vocab_size and (
-            end_token is None or not (chunk == end_token).any()):
-        # Every row full and in range (the common case): two passes, no masks.
-        codes = np.empty(chunk.shape, dtype=code_dtype)
-        np.add(chunk, 1, out=codes, casting="unsafe")
-        return codes, np.full(chunk.shape[0], chunk.shape[1], dtype=np.int32)
-    chunk = chunk.astype(np.int64)
-    padding = chunk < 0
-    lengths = np.where(padding.any(axis=1), padding.argmax(axis=1), chunk.shape[1])
-    inside = np.arange(chunk.shape[1])[None, :] < lengths[:, None]
-    problems = [
-        (~padding & ~inside, "has a token after -1 padding: -1 may only follow a row's last "
-                             "token"),
-        (inside & (chunk >= vocab_size) | (chunk < -1),
-         f"has a token outside the vocabulary [0, {vocab_size}) (or padding other than -1)"),
-    ]
-    if end_token is not None:
-        problems.append((inside & (chunk == end_token),
-                         f"holds the end token {end_token}, which the compiler adds itself"))
-    for bad, what in problems:
-        hit = np.flatnonzero(bad.any(axis=1))
-        if hit.size:
-            r = int(hit[0])
-            raise ConstraintSetError(f"{name}, row {first_row + r}: {what} "
-                                     f"({chunk[r].tolist()})")
-    if (lengths == 0).any():
-        r = int(np.flatnonzero(lengths == 0)[0])
-        raise ConstraintSetError(f"{name}, row {first_row + r}: empty (every sequence needs a "
-                                 "token)")
-    codes = np.where(inside, chunk + 1, 0).astype(code_dtype)
+    ragged = bool(chunk.size) and int(chunk.min()) < 0
+    lengths = np.full(chunk.shape[0], chunk.shape[1], dtype=np.int64)
+    if ragged:
+        padding = chunk < 0
+        lengths = np.where(padding.any(axis=1), padding.argmax(axis=1), chunk.shape[1])
+        inside = np.arange(chunk.shape[1])[None, :] < lengths[:, None]
+        for bad, what in ((~padding & ~inside, "has a token after -1 padding: -1 may only "
+                                               "follow a row's last token"),
+                          (chunk < -1, "is padded with a value other than -1"),
+                          (lengths[:, None] == 0, "is empty (every sequence needs a token)")):
+            hit = np.flatnonzero(bad.any(axis=1))
+            if hit.size:
+                r = int(hit[0])
+                raise ConstraintSetError(f"{name}, sequence {first_row + r}: {what} "
+                                         f"({chunk[r].tolist()})")
+    check_range(chunk, lengths, ragged, vocab_size, end_token, f"{name}, ", first_row)
+    codes = np.empty(chunk.shape, dtype=code_dtype)
+    np.add(chunk, 1, out=codes, casting="unsafe")
+    if ragged:
+        codes[~inside] = 0
     return codes, lengths.astype(np.int32)
 
 

@@ -121,6 +121,14 @@ def test_sharded_tables_benchmark_splits_and_matches(tmp_path):
     assert ratio[3] < ratio[0] / 4, ratio
 
 
+def test_long_lived_benchmark_reports_maps_and_rss():
+    run = _run("tools.bench.long_lived", "--sets", 4, "--every", 2, "--bound", 2,
+               "--artifacts", 2, "--rounds", 1)
+    assert run.returncode == 0, run.stderr
+    rows = [line.split(" | ")[0] for line in run.stdout.splitlines() if line.startswith("| ")]
+    assert rows == ["| process", "| library, bound 2", "| library, bound 2", "| serving loader"]
+
+
 def test_gpu_configuration_plan():
     run = _run("tools.bench", "--gpu", "--dry-run")
     assert run.returncode == 0, run.stderr

@@ -136,9 +136,10 @@ def test_bad_shards_name_the_shard_and_row(tmp_path):
         "float.npy": (np.zeros((2, 3), np.float32), r"shard '.*float.npy': holds "
                                                     r"float32\[2, 3\]: expected a 2-D int array"),
         "big.npy": (np.array([[1, 2, 3], [1, 9, 2]], np.int32),
-                    r"shard '.*big.npy', row 1: has a token outside the vocabulary \[0, 8\)"),
-        "gap.npy": (np.array([[1, -1, 3]], np.int32), r"shard '.*gap.npy', row 0: has a token "
-                                                      r"after -1 padding"),
+                    r"shard '.*big.npy', sequence 1, position 1: token 9 is outside the "
+                    r"vocabulary \[0, 8\)"),
+        "gap.npy": (np.array([[1, -1, 3]], np.int32), r"shard '.*gap.npy', sequence 0: has a "
+                                                      r"token after -1 padding"),
     }
     for name, (arr, message) in cases.items():
         np.save(tmp_path / name, arr)

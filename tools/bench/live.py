@@ -43,15 +43,7 @@ from static_compiler import datasets
 from static_compiler.backend.decode import search
 from tools.bench.cli import sid_set_parser
 from tools.bench.output import machine_line
-
-
-def _median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+from tools.bench.timing import median_ms
 
 
 def main(argv=None) -> int:
@@ -100,7 +92,7 @@ def main(argv=None) -> int:
     ms = {name: [] for name in calls}
     for _ in range(args.repeats):  # interleaved, so load hits every variant alike
         for name, fn in calls.items():
-            ms[name].append(_median_ms(fn, 1))
+            ms[name].append(median_ms(fn, 1))
     med = {name: statistics.median(v) for name, v in ms.items()}
     version = compiled.update(remove=rng.random(n) < 1e4 / n)
     run_removed = grow = lambda v: jax.block_until_ready(sc.beam_search(
@@ -123,8 +115,8 @@ def main(argv=None) -> int:
     grow(roomy)  # compiles the padded set's program once
     roomy_ms, plain_ms = [], []
     for _ in range(args.repeats):
-        roomy_ms.append(_median_ms(lambda: grow(roomy), 1))
-        plain_ms.append(_median_ms(calls["none, B=2"], 1))
+        roomy_ms.append(median_ms(lambda: grow(roomy), 1))
+        plain_ms.append(median_ms(calls["none, B=2"], 1))
     programs = search._beam_search.compilations()
     adding, grew = [], []
     version = roomy

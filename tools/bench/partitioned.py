@@ -17,6 +17,7 @@ hash of every array).
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -92,7 +93,7 @@ def main(argv=None) -> int:
     parser.add_argument("--compile", action="store_true",
                         help="also time the whole compile_constraints(Shards) on the pool "
                              "(build, passes, lowering)")
-    parser.add_argument("--child", nargs=5, help=argparse_hidden())
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         mode, shard_dir, vocab, partitions, workers = args.child
@@ -136,11 +137,6 @@ def main(argv=None) -> int:
         if r["stages"]:
             print(f"# {names[r['mode']]}: {r['stages']} s")
     return 0 if all(r["digest"] == base["digest"] for r in built) else 1
-
-
-def argparse_hidden():
-    import argparse
-    return argparse.SUPPRESS
 
 
 if __name__ == "__main__":

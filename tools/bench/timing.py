@@ -15,6 +15,17 @@ KERNEL_CALLS = 10
 here, where one call's time is mostly scheduling jitter."""
 
 
+def median_ms(fn, repeats: int) -> float:
+    """Median milliseconds of `repeats` calls of fn() (which waits for its
+    own result)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * float(np.median(times))
+
+
 def _time_call(fn, args, calls: int = 1) -> float:
     """Mean seconds of `calls` calls of fn(*args), each waited for."""
     start = time.perf_counter()
