@@ -57,8 +57,8 @@ from static_compiler.liveness import bit_widths
 # Export
 
 
-def _spec(shape, dtype) -> jax.ShapeDtypeStruct:
-    return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
+def _spec(shape, dtype, sharding=None) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype), sharding=sharding)
 
 
 def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], list[str]]]:
@@ -70,11 +70,23 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
     keys = fmt.table_keys(compiled.tables)
     num_layers = len(compiled.tables)
     n = len(keys)
-    table_specs = [_spec(compiled.tables[t][k].shape, compiled.tables[t][k].dtype) for t, k in keys]
+    # On a mesh (`compiled.shard`) the modules are exported for it: split
+    # tables (row pointers padded) along its axis, every other argument
+    # replicated; jax.export records the shardings and the device count.
+    where = getattr(compiled, "placement", None)
+    spec = functools.partial(_spec, sharding=None if where is None else where.sharding(None))
+
+    def table_spec(t, k):
+        arr = compiled.tables[t][k]
+        if where is None:
+            return _spec(arr.shape, arr.dtype)
+        return _spec(where.shape((t, k), arr.shape), arr.dtype, where.sharding((t, k), arr.ndim))
+
+    table_specs = [table_spec(t, k) for t, k in keys]
     table_names = [f"table:layer{t}.{k}" for t, k in keys]
     b, r = jax_export.symbolic_shape(f"{fmt.BATCH_DIM}, {fmt.SUBSET_DIM}")
     T, V = plan.max_length, plan.vocab_size
-    step_spec = _spec((), jnp.int32)
+    step_spec = spec((), jnp.int32)
     caps = export_caps(compiled)
     state_names = [f"state.{f}" for f in BeamState._fields]
     proc_names = [f"state.{f}" for f in ProcessorState._fields]
@@ -82,8 +94,8 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
     # name -> (function of (args, LiveMask or None), specs, argument names, result names)
     base = {}
     for M in sorted(set(compiled.export_beam_sizes)):
-        state_specs = [_spec((b, M, T), jnp.int32), _spec((b, M), jnp.float32)] + \
-            [_spec((b, M), dt) for dt in (jnp.int32, bool, bool, jnp.int32, jnp.int32, jnp.int32)]
+        state_specs = [spec((b, M, T), jnp.int32), spec((b, M), jnp.float32)] + \
+            [spec((b, M), dt) for dt in (jnp.int32, bool, bool, jnp.int32, jnp.int32, jnp.int32)]
 
         def init(a, subset, M=M):
             return tuple(decode.init_beam_state(plan, a[0].shape[0], M, a[0]))
@@ -92,13 +104,13 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
             return tuple(decode.beam_step_switch(plan, unflatten(a[:n]), BeamState(*a[n:n + 8]),
                                                  a[n + 8], a[n + 9], caps, subset))
 
-        base[fmt.beam_module_name("init", M)] = (init, [_spec((b,), jnp.int32)],
+        base[fmt.beam_module_name("init", M)] = (init, [spec((b,), jnp.int32)],
                                                  ["start_tokens"], state_names)
         base[fmt.beam_module_name("beam_step", M)] = (
-            step_fn, table_specs + state_specs + [_spec((b, M, V), jnp.float32), step_spec],
+            step_fn, table_specs + state_specs + [spec((b, M, V), jnp.float32), step_spec],
             table_names + state_names + ["logits", "step"], state_names)
 
-    proc_specs = [_spec((b,), jnp.int32), _spec((b,), bool), _spec((b,), bool)]
+    proc_specs = [spec((b,), jnp.int32), spec((b,), bool), spec((b,), bool)]
 
     def mask_fn(a, subset):
         return (decode.mask_switch(plan, unflatten(a[:n]), a[n], ProcessorState(*a[n + 1:n + 4]),
@@ -108,9 +120,9 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
         return tuple(decode.advance_switch(plan, unflatten(a[:n]), ProcessorState(*a[n:n + 3]),
                                            a[n + 3], a[n + 4], subset))
 
-    base["mask"] = (mask_fn, table_specs + [_spec((b, V), jnp.float32)] + proc_specs + [step_spec],
+    base["mask"] = (mask_fn, table_specs + [spec((b, V), jnp.float32)] + proc_specs + [step_spec],
                     table_names + ["logits"] + proc_names + ["step"], ["masked_logits"])
-    base["advance"] = (advance_fn, table_specs + proc_specs + [_spec((b,), jnp.int32), step_spec],
+    base["advance"] = (advance_fn, table_specs + proc_specs + [spec((b,), jnp.int32), step_spec],
                        table_names + proc_names + ["tokens", "step"], proc_names)
 
     def export(fn, specs):
@@ -121,8 +133,8 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
                for name, (fn, specs, names, results) in base.items()}
     if getattr(compiled, "export_subsets", False):
         live_w, ends_w = subset_widths(plan)
-        sub_specs = [_spec((r, w), jnp.uint32) for w in live_w] + \
-            [_spec((r, w), jnp.uint32) for w in ends_w if w is not None] + [_spec((b,), jnp.int32)]
+        sub_specs = [spec((r, w), jnp.uint32) for w in live_w] + \
+            [spec((r, w), jnp.uint32) for w in ends_w if w is not None] + [spec((b,), jnp.int32)]
         sub_names = [f"subset.live{d + 1}" for d in range(len(live_w))] + \
             [f"subset.ends{d}" for d, w in enumerate(ends_w) if w is not None] + ["subset_index"]
         k = len(sub_specs)
@@ -251,13 +263,16 @@ def build_files(compiled, reuse_modules=None) -> dict[str, bytes]:
         tables.append(fmt.TableEntry(t, name, rel, tuple(arr.shape), str(arr.dtype)))
     if reuse_modules is None:
         modules, cc, versions = _exported_modules(compiled, caps, files)
+        where = getattr(compiled, "placement", None)
+        mesh = None if where is None else where.to_json()
     else:
         modules, cc, versions = _reused_modules(compiled, reuse_modules, files)
+        mesh = reuse_modules.manifest.mesh
     manifest = fmt.Manifest(
         jax_version=versions[0], jaxlib_version=versions[1], calling_convention_version=cc, platforms=fmt.PLATFORMS, batch_dim=fmt.BATCH_DIM,
         pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
         **set_metadata(compiled), tables=tuple(tables), modules=modules,
-        names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files,
+        names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files, mesh=mesh,
         files={rel: fmt.FileEntry.of_bytes(data) for rel, data in sorted(files.items())})
     files[fmt.MANIFEST_FILE] = manifest.seal()
     return files
@@ -288,7 +303,7 @@ def _reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
     """The modules of the saved artifact `reuse` (an open Snapshot), copied
     into `files`, after checking that they take `compiled`'s tables."""
     path, manifest = reuse.path, reuse.manifest
-    tables = [fmt.ArraySpec("", tuple(compiled.tables[t][k].shape),
+    tables = [fmt.ArraySpec("", manifest.placed_shape(t, k, compiled.tables[t][k].shape),
                             str(compiled.tables[t][k].dtype))
               for t, k in fmt.table_keys(compiled.tables)]
     for name, entry in manifest.modules.items():
@@ -594,7 +609,7 @@ def read_automaton(path, *, verify_checksums: bool = True) -> Automaton:
                                        where=f"artifact {str(path)!r}")
 
 
-def load_checked(path, *, verify_checksums: bool = True, device=None):
+def load_checked(path, *, verify_checksums: bool = True, device=None, mesh=None):
     """`serving.load`, after also checking, on the very files it loads, what
     `read_automaton` checks: the tables form a valid automaton that agrees
     with the manifest (O(table size)). Checksums only catch damage; this
@@ -608,7 +623,7 @@ def load_checked(path, *, verify_checksums: bool = True, device=None):
     with serving.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
         automaton_from_metadata(dataclasses.asdict(snap.manifest), fmt.read_tables(snap),
                                 where=f"artifact {str(path)!r}")
-        return serving.load_from(snap, device=device)
+        return serving.load_from(snap, device=device, mesh=mesh)
 
 
 def plan_from_metadata(metadata: dict, where: str = "tables") -> tuple[Plan, list]:

@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import stat
 from typing import Optional
 
@@ -61,10 +62,17 @@ from static_compiler.errors import (ArtifactChecksumError, ArtifactFormatError,
 #     second symbolic dimension "r", then subset_index int32[b]); after an
 #     update, items/removed.npy (bool, the unique sequences taken out).
 #     Versions 1 and 2 read as artifacts without subsets.
+#   4 (2026-12-01): tables on a device mesh: the manifest key "mesh" (null for
+#     one device, else {"axes": [[name, size], ...], "table_axis": name,
+#     "split_tables": ["layer{t}.{name}", ...], "min_bytes": int}); the
+#     modules were exported for that mesh (jax.export records the device
+#     count and shardings) and take the split row pointers padded to a
+#     multiple of the axis size (`placement`). The table files are the
+#     same as for one device. Versions 1 to 3 read as one-device artifacts.
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 3
+MAX_FORMAT_VERSION = 4
 
 # ---------------------------------------------------------------------------
 # Layout.
@@ -331,6 +339,30 @@ _SCALARS = (("jax_version", str), ("jaxlib_version", str), ("calling_convention_
             ("end_token", (int, type(None))), ("num_sequences", int), ("num_final_states", int))
 
 
+def _mesh_record(record: Optional[dict], path) -> Optional[dict]:
+    """The manifest's "mesh" value, checked (see the version history)."""
+    if record is None:
+        return None
+    where = f"{MANIFEST_FILE}['mesh']"
+    axes = require(record, "axes", list, where, path)
+    if not axes or any(not isinstance(a, list) or len(a) != 2 or not isinstance(a[0], str)
+                       or isinstance(a[1], bool) or not isinstance(a[1], int) or a[1] < 1
+                       for a in axes) or len({a[0] for a in axes}) != len(axes):
+        raise format_error(path, f"{where}['axes'] is {axes!r}: expected [[name, size >= 1], "
+                                 "...] with distinct names")
+    axis = require(record, "table_axis", str, where, path)
+    if axis not in {a[0] for a in axes}:
+        raise format_error(path, f"{where}['table_axis'] {axis!r} is not one of the axes "
+                                 f"{[a[0] for a in axes]}")
+    split = require(record, "split_tables", list, where, path)
+    if any(not isinstance(k, str) or not re.fullmatch(r"layer\d+\.[a-z_]+", k) for k in split):
+        raise format_error(path, f"{where}['split_tables'] is {split!r}: expected "
+                                 "[\"layer{t}.{name}\", ...]")
+    min_bytes = require(record, "min_bytes", int, where, path)
+    return {"axes": [[a[0], a[1]] for a in axes], "table_axis": axis,
+            "split_tables": sorted(split), "min_bytes": min_bytes}
+
+
 @dataclasses.dataclass(frozen=True)
 class Manifest:
     """manifest.json, typed. `plan_steps` (the backend's static plan, one dict
@@ -359,6 +391,7 @@ class Manifest:
     files: dict
     names_file: Optional[str] = None
     item_files: Optional[dict] = None
+    mesh: Optional[dict] = None
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -375,6 +408,8 @@ class Manifest:
         if self.format_version >= 3:
             out["item_files"] = None if self.item_files is None else dict(sorted(
                 self.item_files.items()))
+        if self.format_version >= 4:
+            out["mesh"] = self.mesh
         return out
 
     def seal(self) -> bytes:
@@ -397,6 +432,8 @@ class Manifest:
                         if version >= 2 else None),
             item_files=(require(obj, "item_files", (dict, type(None)), where, path)
                         if version >= 3 else None),
+            mesh=(_mesh_record(require(obj, "mesh", (dict, type(None)), where, path), path)
+                  if version >= 4 else None),
             platforms=tuple(require(obj, "platforms", list, where, path)),
             plan_steps=tuple(require(obj, "plan_steps", list, where, path)),
             layers=tuple(require(obj, "layers", list, where, path)),
@@ -413,8 +450,23 @@ class Manifest:
             if rel not in out.files:
                 raise format_error(path, f"{what} names file {rel!r}, which is not among the "
                                          f"manifest's files {sorted(out.files)}")
+        if out.mesh is not None:
+            tables = {f"layer{t.layer}.{t.name}" for t in out.tables}
+            unknown = sorted(set(out.mesh["split_tables"]) - tables)
+            if unknown:
+                raise format_error(path, f"{MANIFEST_FILE}['mesh'] splits {unknown}, which are "
+                                         "not among the tables")
         out.check_plan(path)
         return out
+
+    def placed_shape(self, layer: int, name: str, shape: tuple) -> tuple:
+        """The shape the modules take table (layer, name) of `shape` in: a
+        split row-pointer table is padded to a multiple of the mesh axis."""
+        if self.mesh is None or f"layer{layer}.{name}" not in self.mesh["split_tables"] or \
+                name != "indptr":
+            return tuple(shape)
+        D = dict(self.mesh["axes"])[self.mesh["table_axis"]]
+        return (shape[0] + (-shape[0]) % D,) + tuple(shape[1:])
 
     def check_plan(self, path) -> None:
         """The set's metadata agrees with itself and with the tables' shapes:

@@ -11,6 +11,7 @@ from typing import Optional
 import numpy as np
 
 from static_compiler import additions, subsets
+from static_compiler import placement as placement_lib
 from static_compiler import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.liveness import checked_subset_index
@@ -52,6 +53,8 @@ class CompiledConstraints:
       export_subsets: `save` also writes the item index and the modules'
         subset variants (serving restricts per request).
       last_update: what the `update` that made this version did.
+      placement: where the tables live on a device mesh (`shard`), or None
+        for one device.
     """
 
     ir: Automaton
@@ -66,6 +69,7 @@ class CompiledConstraints:
     items: Optional[ItemIndex] = None
     export_subsets: bool = False
     last_update: Optional[dict] = None
+    placement: Optional[placement_lib.MeshPlacement] = None
 
     @property
     def vocab_size(self) -> int:
@@ -81,11 +85,20 @@ class CompiledConstraints:
         """Bytes of all tables the decoder reads."""
         return tables_nbytes(self.tables)
 
-    def layer_stats(self) -> list[dict]:
+    def layer_stats(self, devices: Optional[int] = None) -> list[dict]:
         """One dict per layer: states, edges, max_branch, mean_branch,
         accepting, targets, layout, k, mixed ("light=l,wide=H" for a mixed
-        layout, else None), token/state dtypes, estimated_bytes (cost model)
-        and bytes (measured tables)."""
+        layout, else None), token/state dtypes, estimated_bytes (cost model),
+        bytes (measured tables) and bytes_per_device: what each device
+        holds when the tables are split across `devices` devices by the
+        `placement` rule (default: this set's own placement, else one
+        device: all bytes)."""
+        where = self.placement
+        if devices is None:
+            devices = 1 if where is None else where.devices
+        if isinstance(devices, bool) or not isinstance(devices, (int, np.integer)) or devices < 1:
+            raise DecodeInputError(f"layer_stats: devices={devices!r}: expected an int >= 1")
+        min_bytes = placement_lib.DEFAULT_MIN_BYTES if where is None else where.min_bytes
         out = []
         for layer, step, tabs in zip(self.ir.layers, self.plan.steps, self.tables):
             st = layer_stats(layer)
@@ -93,7 +106,9 @@ class CompiledConstraints:
                       token_dtype=step.token_dtype,
                       state_dtype=step.state_dtype,
                       estimated_bytes=layer.layout.estimated_bytes,
-                      bytes=sum(a.nbytes for a in tabs.values()))
+                      bytes=sum(a.nbytes for a in tabs.values()),
+                      bytes_per_device=placement_lib.bytes_per_device(tabs, int(devices),
+                                                                      min_bytes))
             out.append(st)
         return out
 
@@ -104,44 +119,32 @@ class CompiledConstraints:
         if cached is None:
             import jax
             with jax.ensure_compile_time_eval():  # concrete even when first used under jit
-                cached = jax.device_put(self.tables)
+                if self.placement is None:
+                    cached = jax.device_put(self.tables)
+                else:
+                    cached = tuple({name: self.placement.place((t, name), arr)
+                                    for name, arr in tabs.items()}
+                                   for t, tabs in enumerate(self.tables))
             object.__setattr__(self, "_device_tables", cached)
         return cached
 
-    def shard(self, mesh, axis: str, min_bytes: int = 1 << 20) -> "CompiledConstraints":
+    def shard(self, mesh, axis: str, min_bytes: int = placement_lib.DEFAULT_MIN_BYTES
+              ) -> "CompiledConstraints":
         """This set with its tables placed across `mesh`'s `axis` (D
-        devices) for every decoder (`beam_search`, `sample`, `mask` ...):
-        a table of at least `min_bytes` whose first dimension D divides is
-        split into D contiguous ranges of rows (states or edges), one per
-        device; the others are replicated. Inside jit, XLA partitions each
-        gather from a split table into a local gather and one all-reduce,
-        so results are bit-identical to one device. Compile with capacity
-        (multiples of 8 rows) so that deep tables divide by D in {2, 4, 8};
-        row pointers (S + 1 rows) are padded with their last value to a
-        multiple of D. `table_bytes_per_device` reports what each device
-        holds."""
-        import jax
-        from jax.sharding import NamedSharding, PartitionSpec
-
-        if axis not in mesh.shape:
-            raise DecodeInputError(f"shard: mesh has axes {list(mesh.shape)}, not {axis!r}")
-        D = mesh.shape[axis]
-
-        def place(name, arr):
-            if name == "indptr" and arr.shape[0] % D:
-                # S + 1 row pointers: padded with the last one (empty rows
-                # past the end, never a state's), so they split evenly too.
-                arr = np.concatenate([arr, np.full(D - arr.shape[0] % D, arr[-1], arr.dtype)])
-            split = arr.ndim >= 1 and arr.shape[0] % D == 0 and arr.nbytes >= min_bytes
-            spec = PartitionSpec(axis, *([None] * (arr.ndim - 1))) if split else PartitionSpec()
-            return jax.device_put(arr, NamedSharding(mesh, spec))
-
-        with jax.ensure_compile_time_eval():
-            placed = tuple({name: place(name, np.asarray(arr)) for name, arr in tabs.items()}
-                           for tabs in self.tables)
-        out = dataclasses.replace(self)
+        devices) for every decoder (`beam_search`, `sample`, `mask` ...)
+        and for `save`, which then exports modules for this mesh: a table
+        of at least `min_bytes` whose first dimension D divides is split
+        into D contiguous ranges of rows (states or edges), one per device;
+        the others are replicated (`placement`). Inside jit, XLA partitions
+        each gather from a split table into a local gather and one
+        all-reduce, so results are bit-identical to one device. Compile
+        with capacity (multiples of 8 rows) so that deep tables divide by D
+        in {2, 4, 8}; row pointers (S + 1 rows) are padded with their last
+        value to a multiple of D. `table_bytes_per_device` reports what
+        each device holds."""
+        out = dataclasses.replace(
+            self, placement=placement_lib.MeshPlacement.of(mesh, axis, self.tables, min_bytes))
         _share_computed(self, out, _SET_CACHES + ("_base_subset",))  # the same set
-        object.__setattr__(out, "_device_tables", placed)
         return out
 
     def table_bytes_per_device(self) -> int:
@@ -265,8 +268,11 @@ class CompiledConstraints:
                 raise ConstraintSetError(f"update: internal error: the merged set fits but "
                                          f"lowers to another plan ({plan} != {self.plan})")
         report = dict(merged.report, grew=problems)
+        where = self.placement
+        if where is not None:  # grown tables may split differently
+            where = placement_lib.MeshPlacement.of(where.mesh, where.axis, tables, where.min_bytes)
         new = dataclasses.replace(self, ir=ir, plan=plan, tables=tables, items=merged.items,
-                                  timings=self.timings + (("update", time.perf_counter() - t0),))
+                                  placement=where, timings=self.timings + (("update", time.perf_counter() - t0),))
         return new, report
 
     @property
@@ -528,7 +534,7 @@ def _tokens_per_beam_option(caps) -> Optional[object]:
     return tuple(caps)
 
 
-def update_artifact(path, *, add=None, remove=None) -> dict:
+def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
     """Writes a new version of the saved artifact at `path` with the items
     `add` lists and without those `remove` picks (as
     `CompiledConstraints.update`), atomically and under the artifact's
@@ -540,7 +546,9 @@ def update_artifact(path, *, add=None, remove=None) -> dict:
     anew at the same shapes and the module files are copied unchanged, so a
     serving process's `reload()` keeps its deserialized modules; additions
     that do not fit export the modules anew (`reload()` then refuses the
-    version: load it). Returns the `last_update` report."""
+    version: load it); for an artifact exported for a mesh that needs
+    `mesh` (the same axes and sizes), else DecodeInputError. Returns the
+    `last_update` report."""
     import pathlib
 
     from static_compiler import artifact
@@ -559,5 +567,10 @@ def update_artifact(path, *, add=None, remove=None) -> dict:
         new = old.update(add=add, remove=remove)
         with fmt.open_snapshot(path) as snap:
             reuse = snap if new.plan == old.plan else None
+            record = snap.manifest.mesh
+            if reuse is None and record is not None:  # export anew for the same mesh
+                where = placement_lib.placement_for(record, mesh, f"update: artifact {str(path)!r} "
+                                                    "(the additions outgrew its capacity)")
+                new = new.shard(mesh, where.axis, where.min_bytes)
             artifact.save(new, path, overwrite=True, reuse_modules=reuse)
         return dict(new.last_update, modules="reused" if reuse else "exported")

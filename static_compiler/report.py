@@ -85,32 +85,35 @@ def paper_memory_bound(vocab_size: int, depth: int, num_sequences: int, dense_la
     return dense + sparse
 
 
-def _compiled_stats(obj) -> Optional[list]:
-    """`CompiledConstraints.layer_stats()` of `obj`; an Automaton whose layers
-    all have layouts is lowered first (to measure its tables); None when some
-    layer has no layout."""
+def _compiled_stats(obj, devices: Optional[int] = None) -> Optional[list]:
+    """`CompiledConstraints.layer_stats(devices)` of `obj`; an Automaton
+    whose layers all have layouts is lowered first (to measure its tables);
+    None when some layer has no layout."""
     from static_compiler.backend.lowering import lower
     from static_compiler.compiler import CompiledConstraints
 
     if isinstance(obj, CompiledConstraints):
-        return obj.layer_stats()
+        return obj.layer_stats(devices)
     if any(layer.layout is None for layer in obj.layers):
         return None
     plan, tables = lower(obj)
-    return CompiledConstraints(ir=obj, plan=plan, tables=tables, pipeline="").layer_stats()
+    return CompiledConstraints(ir=obj, plan=plan, tables=tables,
+                               pipeline="").layer_stats(devices)
 
 
-def layer_rows(obj: Union[Automaton, "CompiledConstraints"]) -> list[dict]:
+def layer_rows(obj: Union[Automaton, "CompiledConstraints"],
+               devices: Optional[int] = None) -> list[dict]:
     """One dict per layer.
 
     Keys: layer, states, edges, max_branch, mean_branch, accepting, targets,
     histogram ([(lo, hi, count)], see `branch_histogram`), layout (a
     `LayoutKind`, or "none"), k, mixed (`Layout.mixed_text`), token_dtype,
-    state_dtype, estimated_bytes (cost model) and bytes (measured tables).
-    For a layer without a layout (an IR before choose-layout) layout is
-    "none" and the six after it are None."""
+    state_dtype, estimated_bytes (cost model), bytes (measured tables) and
+    bytes_per_device (split across `devices` devices, see
+    `CompiledConstraints.layer_stats`). For a layer without a layout (an IR
+    before choose-layout) layout is "none" and the seven after it are None."""
     ir = _automaton_of(obj)
-    compiled_stats = _compiled_stats(obj)
+    compiled_stats = _compiled_stats(obj, devices)
     rows = []
     for t, layer in enumerate(ir.layers):
         if compiled_stats is not None:
@@ -122,7 +125,8 @@ def layer_rows(obj: Union[Automaton, "CompiledConstraints"]) -> list[dict]:
                        mixed=lay.mixed_text if lay else None,
                        token_dtype=lay.token_dtype if lay else None,
                        state_dtype=lay.state_dtype if lay else None,
-                       estimated_bytes=lay.estimated_bytes if lay else None, bytes=None)
+                       estimated_bytes=lay.estimated_bytes if lay else None, bytes=None,
+                       bytes_per_device=None)
         row["layer"] = t
         row["histogram"] = branch_histogram(layer.branch())
         rows.append(row)
@@ -183,22 +187,32 @@ def _cell(key: str, value) -> str:
     return str(value)
 
 
-def stats_table(obj, markdown: bool = False) -> str:
+def stats_table(obj, markdown: bool = False, devices: Optional[int] = None) -> str:
     """The per-layer table, a totals row and the memory reference lines.
 
     Args:
       obj: CompiledConstraints, or an Automaton (with or without layouts).
       markdown: render a Markdown table (for README figures) instead of
         fixed-width columns.
+      devices: also show each device's bytes with the tables split across
+        this many devices (`CompiledConstraints.shard`); default: the set's
+        own placement, if it has one.
     """
     ir = _automaton_of(obj)
-    rows = layer_rows(obj)
+    rows = layer_rows(obj, devices)
     tot = summary(obj, rows)
-    body = [[_cell(key, r[key]) for key, _ in _COLUMNS] for r in rows]
+    columns = _COLUMNS
+    split = devices is not None and devices > 1 or getattr(obj, "placement", None) is not None
+    if split and tot["bytes"] is not None:
+        at = [key for key, _ in columns].index("bytes") + 1
+        columns = columns[:at] + (("bytes_per_device", "bytes/dev"),) + columns[at:]
+    body = [[_cell(key, r[key]) for key, _ in columns] for r in rows]
+    per_device = sum(r["bytes_per_device"] for r in rows) if tot["bytes"] is not None else None
     totals = {"layer": "total", "states": sum(r["states"] for r in rows), "edges": tot["edges"],
-              "estimated_bytes": tot["estimated_bytes"], "bytes": tot["bytes"]}
-    body.append([_cell(key, totals.get(key)) if key in totals else "" for key, _ in _COLUMNS])
-    header = [title for _, title in _COLUMNS]
+              "estimated_bytes": tot["estimated_bytes"], "bytes": tot["bytes"],
+              "bytes_per_device": per_device}
+    body.append([_cell(key, totals.get(key)) if key in totals else "" for key, _ in columns])
+    header = [title for _, title in columns]
     if markdown:
         lines = ["| " + " | ".join(header) + " |",
                  "|" + "|".join("---" if i == len(header) - 1 else "--:"
@@ -217,6 +231,9 @@ def stats_table(obj, markdown: bool = False) -> str:
     if tot["bytes"] is not None:
         lines.append(f"bytes: measured {tot['bytes']} (estimated {tot['estimated_bytes']}), "
                      f"{tot['bytes_per_sequence']:.2f} bytes per sequence")
+        if split:
+            lines.append(f"bytes per device: {per_device} ({per_device / tot['bytes']:.3f}x of "
+                         "one device's; split tables / D + replicated ones)")
     else:
         lines.append("bytes: - (some layer has no layout; run a pipeline with choose-layout)")
     ratio = "" if tot["bytes_over_bound"] is None else \

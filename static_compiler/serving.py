@@ -1,6 +1,7 @@
 """Serving loader for saved artifacts. It needs only jax, numpy and the
-standard library, and of this package only `errors`, `artifact_format` and
-`decode_state` (so a serving binary can ship it with little else).
+standard library, and of this package only `errors`, `artifact_format`,
+`decode_state`, `liveness` and `placement` (so a serving binary can ship it
+with little else).
 
     from static_compiler import serving
     art = serving.load("fresh_items.static")     # verifies files, sizes, sha256, versions
@@ -10,6 +11,11 @@ standard library, and of this package only `errors`, `artifact_format` and
         state = art.beam_step(state, logits, step)
     tokens, scores, valid, lengths = art.finalize(state)
     names = art.texts(art.finalize(state))       # a text catalogue: its names, None if invalid
+
+An artifact saved from `compiled.shard(mesh, axis)` holds modules exported
+for that mesh: load it with `serving.load(path, mesh=mesh)` on a mesh of the
+same axes and sizes; its large tables are split across the axis as they
+were when it was saved (`static_compiler.placement`).
 
 SECURITY. A deserialized StableHLO module is a program: executing it runs
 code chosen by whoever wrote the artifact. Load artifacts only from a trusted
@@ -40,6 +46,7 @@ from static_compiler.decode_state import (SENTINEL_SCORE, BeamState, DecodeResul
                                           check_fields, check_int, check_logits,
                                           check_start_tokens, check_step, check_tokens)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
+from static_compiler.placement import MeshPlacement, mesh_text, placement_for
 from static_compiler.liveness import (ItemIndex, Subset, TrieLayer, checked_subset_index,
                                       layer_walks, row_pointers, rows_item_mask, subset_of_items)
 
@@ -70,11 +77,13 @@ class _Module:
     """One deserialized module with its calling convention; calls are checked
     against the convention before reaching XLA."""
 
-    def __init__(self, name: str, exported: jax_export.Exported, entry: fmt.ModuleEntry):
+    def __init__(self, name: str, exported: jax_export.Exported, entry: fmt.ModuleEntry,
+                 replicated=None):
         self.name = name
         self.exported = exported
         self.entry = entry
         self._call = jax.jit(exported.call)
+        self._replicated = replicated  # a module for a mesh: its other arguments' sharding
 
     def __call__(self, tables, *args):
         specs = self.entry.args[len(tables):]
@@ -95,6 +104,8 @@ class _Module:
                     f"{self.name}: argument {spec.name!r} is {dtype}{list(shape)}, expected "
                     f"{spec.dtype}{list(expect)} (manifest shape {list(want)}, b = batch size, "
                     "r = stacked subsets)")
+        if self._replicated is not None:  # every argument on the module's mesh
+            args = jax.device_put(args, self._replicated)
         return self._call(*tables, *args)
 
 
@@ -115,11 +126,14 @@ class Artifact:
         or None for a set compiled from token ids (and format version 1).
       items: the `liveness.ItemIndex` of an artifact saved with
         export_subsets=True (items/*.npy), else None: `subset` needs it.
+      placement: for an artifact exported for a mesh, where its tables
+        live (`placement.MeshPlacement`); None for one device.
     """
 
     def __init__(self, path, manifest: fmt.Manifest, tables: list, modules: dict,
                  names: Optional[fmt.NameTable] = None, items: Optional[ItemIndex] = None,
-                 host_tables: Optional[tuple] = None):
+                 host_tables: Optional[tuple] = None, put=None,
+                 placement: Optional[MeshPlacement] = None):
         self.path = pathlib.Path(path)
         self.manifest = manifest
         self.vocab_size = manifest.vocab_size
@@ -133,6 +147,8 @@ class Artifact:
         self.names = names
         self.items = items
         self._host_tables = host_tables
+        self._put = put
+        self.placement = placement
         self._walks = None
         self._base = None
 
@@ -269,7 +285,7 @@ class Artifact:
         two decodes). The new object shares this one's deserialized modules
         whenever they are the same files: after removals (only the items
         change) and after additions that fit the reserved capacity (new
-        tables of the same shapes and dtypes, read and put on the device
+        tables of the same shapes and dtypes, read and put on the device (or mesh)
         beside the old ones), so nothing is deserialized or compiled again.
         Returns self when nothing changed. Raises ArtifactVersionError when
         a module or a table's shape changed (load that version with
@@ -293,11 +309,10 @@ class Artifact:
                                        "serving.load")
         tables, host = list(self.tables), self._host_tables
         if any(not same(t.file) for t in manifest.tables):
-            device = self.tables[0].devices().pop() if self.tables else None
             keep = [old if same(t.file) else None for old, t in zip(self.tables, manifest.tables)]
-            tables, host = _read_tables(snap, device, keep)
+            tables, host = _read_tables(snap, self._put, keep)
         new = Artifact(self.path, manifest, tables, self._modules, fmt.read_names(snap),
-                       _items(snap), host)
+                       _items(snap), host, self._put, self.placement)
         if host is self._host_tables:
             new._walks = self._walks
         return new
@@ -349,15 +364,19 @@ class Artifact:
             raise DecodeInputError(f"{where}: artifact {str(self.path)!r} exports no subset "
                                    "modules (compile with export_subsets=True)")
         index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size, where)
-        device = subset.__dict__.get("_serving_device")
-        if device is None:
-            device = [jax.device_put(w) for w in subset.live + subset.ends if w is not None]
-            object.__setattr__(subset, "_serving_device", device)
-        return [*device, jnp.asarray(index, jnp.int32)]
+        on = None if self.placement is None else self.placement.sharding(None)
+        placed = subset.__dict__.get("_serving_device")
+        if placed is None or placed[0] != on:  # put once per device (or mesh)
+            placed = (on, [jax.device_put(w, on) for w in subset.live + subset.ends
+                           if w is not None])
+            object.__setattr__(subset, "_serving_device", placed)
+        return [*placed[1], jnp.asarray(index, jnp.int32)]
 
 
-def _deserialize(snap: fmt.Snapshot, name: str, entry: fmt.ModuleEntry) -> _Module:
-    """Module `name`, checked against its manifest entry."""
+def _deserialize(snap: fmt.Snapshot, name: str, entry: fmt.ModuleEntry,
+                 where: Optional[MeshPlacement] = None) -> _Module:
+    """Module `name`, checked against its manifest entry (`where`: the
+    mesh it runs on, for an artifact exported for one)."""
     path, manifest = snap.path, snap.manifest
     try:
         exported = jax_export.deserialize(bytearray(snap.read_bytes(entry.file)))
@@ -376,7 +395,7 @@ def _deserialize(snap: fmt.Snapshot, name: str, entry: fmt.ModuleEntry) -> _Modu
         as_json = lambda specs: [{"shape": list(shape), "dtype": dtype} for shape, dtype in specs]
         raise fmt.format_error(path, f"module {entry.file!r} takes {as_json(found)}, the "
                                      f"manifest's calling convention says {as_json(want)}")
-    return _Module(name, exported, entry)
+    return _Module(name, exported, entry, None if where is None else where.sharding(None))
 
 
 def _avals(avals) -> list[fmt.ArraySpec]:
@@ -384,14 +403,17 @@ def _avals(avals) -> list[fmt.ArraySpec]:
                           str(a.dtype)) for a in avals]
 
 
-def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
+def load(path, *, verify_checksums: bool = True, device=None, mesh=None) -> Artifact:
     """Loads an artifact for serving.
 
     Verifies the manifest, file set, sizes, sha256 checksums (skip them with
     verify_checksums=False for huge tables already verified once), format and
     calling-convention versions, that the modules were lowered for this
     platform and match their recorded calling convention; then puts the
-    tables on `device` (default: jax's default device) once. Everything is
+    tables on `device` (default: jax's default device) once; an artifact
+    exported for a mesh (saved from `compiled.shard(mesh, axis)`) needs
+    `mesh`, a `jax.sharding.Mesh` with the same axes and sizes, and its
+    tables are split across it as they were when saved. Everything is
     read from one `artifact_format.Snapshot`, so a save with overwrite=True
     landing meanwhile gives the old version or the new one, never a mix.
 
@@ -399,14 +421,15 @@ def load(path, *, verify_checksums: bool = True, device=None) -> Artifact:
     recomputed: `static_compiler.artifact.load_checked` also checks that the
     tables form a valid automaton (O(table size); it needs the compiler).
 
-    Raises ArtifactFormatError, ArtifactChecksumError or ArtifactVersionError.
-    Only load artifacts from a trusted source (see the module docstring).
+    Raises ArtifactFormatError, ArtifactChecksumError or ArtifactVersionError;
+    DecodeInputError for a bad device, a mesh unlike the artifact's or a
+    mesh given for a one-device artifact (and the reverse). Only load artifacts from a trusted source (see the module docstring).
     """
     with open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
-        return load_from(snap, device=device)
+        return load_from(snap, device=device, mesh=mesh)
 
 
-def load_from(snap: fmt.Snapshot, *, device=None) -> Artifact:
+def load_from(snap: fmt.Snapshot, *, device=None, mesh=None) -> Artifact:
     """`load` of an artifact already open as a snapshot (`open_snapshot`),
     for a caller that checks more of it first (`artifact.load_checked`)."""
     path, manifest = snap.path, snap.manifest
@@ -414,32 +437,68 @@ def load_from(snap: fmt.Snapshot, *, device=None) -> Artifact:
     if platform not in manifest.platforms:
         raise fmt.format_error(path, f"modules were lowered for {list(manifest.platforms)}, this "
                                      f"process runs on {platform!r}")
-    modules = {name: _deserialize(snap, name, entry)
+    _check_table_arguments(snap)
+    put, where = _placement(snap, device, mesh)
+    modules = {name: _deserialize(snap, name, entry, where)
                for name, entry in sorted(manifest.modules.items())}
     missing = manifest.missing_modules()
     if missing:
         raise fmt.format_error(path, f"manifest lists no module(s) {missing}")
+    device_tables, host = _read_tables(snap, put)
+    return Artifact(path, manifest, device_tables, modules, fmt.read_names(snap), _items(snap),
+                    host, put, where)
+
+
+def _placement(snap: fmt.Snapshot, device, mesh) -> tuple:
+    """(put(key, array) -> device array, MeshPlacement or None) for the
+    artifact's tables: on one device, or split across `mesh` as its
+    manifest records."""
+    path, record = str(snap.path), snap.manifest.mesh
     if device is not None and not isinstance(device, jax.Device):
         raise DecodeInputError(f"load: device={device!r}: expected a jax.Device (e.g. "
                                "jax.devices()[0]) or None for the default device")
-    device = device if device is not None else jax.devices()[0]
-    device_tables, host = _read_tables(snap, device)
-    return Artifact(path, manifest, device_tables, modules, fmt.read_names(snap), _items(snap),
-                    host)
+    if record is None:
+        if mesh is not None:
+            raise DecodeInputError(f"load: artifact {path!r} was exported for one device; got "
+                                   f"mesh={mesh!r}: load it without mesh=, or save the set "
+                                   "from compiled.shard(mesh, axis) to export it for a mesh")
+        device = device if device is not None else jax.devices()[0]
+        return (lambda key, arr: jax.device_put(arr, device)), None
+    if device is not None or mesh is None:
+        raise DecodeInputError(
+            f"load: artifact {path!r} was exported for a mesh {mesh_text(record['axes'])}: pass "
+            "mesh=jax.sharding.Mesh(...) with those axes and sizes (not device=)")
+    where = placement_for(record, mesh, f"load: artifact {path!r}")
+    return where.place, where
 
 
-def _read_tables(snap: fmt.Snapshot, device, keep=None) -> tuple[list, tuple]:
+def _check_table_arguments(snap: fmt.Snapshot) -> None:
+    """Every module takes the manifest's tables, in the shapes their
+    placement gives them (`Manifest.placed_shape`)."""
+    manifest = snap.manifest
+    want = [(manifest.placed_shape(t.layer, t.name, tuple(t.shape)), t.dtype)
+            for t in manifest.tables]
+    for name, entry in sorted(manifest.modules.items()):
+        took = [(tuple(a.shape), a.dtype) for a in entry.args if a.name.startswith("table:")]
+        if took and took != want:
+            raise fmt.format_error(snap.path, f"module {entry.file!r} takes tables "
+                                              f"{took[:4]}..., the manifest's tables are "
+                                              f"{want[:4]}... placed")
+
+
+def _read_tables(snap: fmt.Snapshot, put, keep=None) -> tuple[list, tuple]:
     """(device arrays in argument order, host arrays per layer) of the
-    artifact's tables, after checking the sequence count against them;
-    keep: device arrays to reuse (None where a table is read and put)."""
+    artifact's tables, after checking the sequence count against them; put:
+    (layer, name), array -> device array (`_placement`); keep: device arrays
+    to reuse (None where a table is read and put)."""
     manifest = snap.manifest
     arrays = fmt.load_tables(snap)
     host = fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables],
                                 len(manifest.layers), arrays)
     manifest.check_sequence_count(host, snap.path)
     keep = keep or [None] * len(arrays)
-    return [jax.device_put(np.asarray(a), device) if k is None else k
-            for k, a in zip(keep, arrays)], host
+    return [put((t.layer, t.name), np.asarray(a)) if k is None else k
+            for k, a, t in zip(keep, arrays, manifest.tables)], host
 
 
 def _items(snap: fmt.Snapshot) -> Optional[ItemIndex]:

@@ -112,7 +112,7 @@ def test_partitioned_build_benchmark_compares_equal_tries(tmp_path):
 
 
 def test_sharded_tables_benchmark_splits_and_matches(tmp_path):
-    run = _run("tools.bench.sharded", "--items", 5000, "--length", 4, "--vocab", 32,
+    run = _run("tools.bench.sharded", "--items", 150_000, "--length", 4, "--vocab", 64,
                "--repeats", 1, "--min-bytes", 1024)
     assert run.returncode == 0, run.stderr
     rows = [line for line in run.stdout.splitlines() if line.startswith("| capacity")]

@@ -20,7 +20,7 @@ PACKAGE = REPO / "static_compiler"
 # Layers, lowest first. A module may import modules of its own layer or below.
 LAYERS = (
     ("errors",),
-    ("dtypes", "decode_state", "artifact_format", "liveness"),
+    ("dtypes", "decode_state", "artifact_format", "liveness", "placement"),
     ("ir",),
     ("cost_model", "merge_states", "frontend", "graph_frontend", "readers", "datasets", "text",
      "subsets", "additions", "partitioned"),
@@ -40,7 +40,9 @@ RESTRICTED = {
     "artifact_format": ({"numpy"}, {"errors"}),
     "decode_state": ({"jax", "numpy"}, {"errors"}),
     "liveness": ({"numpy"}, {"errors"}),
-    "serving": ({"jax", "numpy"}, {"errors", "artifact_format", "decode_state", "liveness"}),
+    "placement": ({"jax", "numpy"}, {"errors"}),
+    "serving": ({"jax", "numpy"}, {"errors", "artifact_format", "decode_state", "liveness",
+                                   "placement"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
 }
 """module -> (third-party packages, modules of ours) it may import; most are

@@ -225,7 +225,8 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
     info = json.loads(out)
     assert info["modules"] == ["static_compiler", "static_compiler.artifact_format",
                                "static_compiler.decode_state", "static_compiler.errors",
-                               "static_compiler.liveness", "static_compiler.serving"]
+                               "static_compiler.liveness", "static_compiler.placement",
+                               "static_compiler.serving"]
     logits = np.linspace(-1, 1, 2 * 4 * 10, dtype=np.float32).reshape(2, 4, -1)
     assert info["tokens"] == np.asarray(art.beam_step(art.init_state(2, 4), logits, 0).tokens).tolist()
 
@@ -416,9 +417,10 @@ def test_a_manifest_key_of_the_wrong_type_is_named(copy, key, value, match):
 
 
 def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
-    """Version 1 had no names_file key (and no names.jsonl), nor item_files."""
+    """Version 1 had no names_file key (and no names.jsonl), nor item_files
+    nor mesh."""
     edit_manifest(copy, lambda m: (m.update(format_version=1), m.pop("names_file"),
-                                   m.pop("item_files")))
+                                   m.pop("item_files"), m.pop("mesh")))
     art = serving.load(copy)
     assert art.manifest.format_version == 1 and art.manifest.names_file is None
     assert art.names is None and artifact.read_names(copy) is None
@@ -428,6 +430,60 @@ def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
     with pytest.raises(errors.DecodeInputError, match=r"has no names \(compiled from token ids, "
                                                       r"or written before format version 2\)"):
         art.texts(art.finalize(art.init_state(1, 4)))
+
+
+def test_a_version_3_artifact_loads_as_one_for_one_device(copy, fixed):
+    """Version 3 had no mesh key: its modules run on one device."""
+    edit_manifest(copy, lambda m: (m.update(format_version=3), m.pop("mesh")))
+    art = serving.load(copy)
+    assert art.manifest.mesh is None and art.placement is None
+    model = oracle.HashModel(10)
+    assert_bit_identical(serve(art, model, [3], 4), serve(fixed[2], model, [3], 4))
+
+
+@pytest.mark.parametrize("mesh, message", [
+    ({"axes": [], "table_axis": "d", "split_tables": [], "min_bytes": 0}, r"\['axes'\] is \[\]"),
+    ({"axes": [["d", 0]], "table_axis": "d", "split_tables": [], "min_bytes": 0},
+     r"expected \[\[name, size >= 1\]"),
+    ({"axes": [["d", 2]], "table_axis": "x", "split_tables": [], "min_bytes": 0},
+     r"'table_axis'\] 'x' is not one of the axes \['d'\]"),
+    ({"axes": [["d", 2]], "table_axis": "d", "split_tables": ["layer99.tokens"], "min_bytes": 0},
+     r"splits \['layer99.tokens'\], which are not among the tables"),
+    ({"axes": [["d", 2]], "table_axis": "d", "split_tables": [7], "min_bytes": 0},
+     r"'split_tables'\] is \[7\]"),
+    ({"axes": [["d", 2]], "table_axis": "d", "split_tables": []}, r"has no key 'min_bytes'"),
+    ([2], r"\['mesh'\] is \[2\] \(list\), expected dict"),
+])
+def test_a_bad_mesh_record_is_named(copy, mesh, message):
+    edit_manifest(copy, lambda m: m.update(mesh=mesh))
+    with pytest.raises(errors.ArtifactFormatError, match=message):
+        serving.load(copy)
+
+
+def test_a_one_device_artifact_refuses_a_mesh(fixed):
+    import jax
+    from jax.sharding import Mesh
+    mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+    with pytest.raises(errors.DecodeInputError, match=r"was exported for one device; got "
+                                                      r"mesh=.*load it without mesh="):
+        serving.load(fixed[1], mesh=mesh)
+
+
+def test_a_mesh_record_on_modules_for_one_device_is_refused(tmp_path):
+    """A mesh record whose split row pointers the modules do not take padded
+    (an edited manifest, resealed)."""
+    from static_compiler import datasets
+    path = artifact.save(compile_constraints(datasets.synthetic_sids(3000, 4, 64, seed=2), 64,
+                                             pipeline="choose-layout{force=csr},pack-dtypes",
+                                             export_beam_sizes=(4,)), tmp_path / "csr.static")
+
+    def split(m):
+        ptrs = [t for t in m["tables"] if t["name"] == "indptr" and t["shape"][0] % 7919]
+        m["mesh"] = {"axes": [["d", 7919]], "table_axis": "d", "min_bytes": 0,
+                     "split_tables": [f"layer{ptrs[0]['layer']}.indptr"]}
+    edit_manifest(path, split)
+    with pytest.raises(errors.ArtifactFormatError, match=r"takes tables .* placed"):
+        serving.load(path)
 
 
 def test_a_table_entry_of_the_wrong_type_is_named(copy):

@@ -33,6 +33,7 @@ from jax import lax
 
 from static_compiler.backend.lowering import StepPlan
 from static_compiler.ir import LayoutKind
+from static_compiler.placement import PACKED_TABLE_ENTRIES
 
 
 class Candidates(NamedTuple):
@@ -193,11 +194,12 @@ def accepts(step: StepPlan, tables: dict, node):
 # Packed runs: the tables of several consecutive steps as one CSR table, so
 # one gather program (no lax.switch over the steps' kernels) serves them all.
 
-PACK_MAX_ENTRIES = 1 << 16
+PACK_MAX_ENTRIES = PACKED_TABLE_ENTRIES
 """A run of steps is decoded from a packed table only while that table holds
 at most this many entries (row pointers + edges): it is rebuilt on every
 call, which costs O(entries), and on small tables that is far below the
-compile time it saves (one gather program instead of one per step)."""
+compile time it saves (one gather program instead of one per step). Tables
+split across devices are larger (`placement`), so never packed."""
 
 
 class PackedRun(NamedTuple):

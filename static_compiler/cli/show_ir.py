@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stats", action="store_true",
                         help="print the per-layer table (states, edges, branch factors, "
                              "layout, bytes, the paper's memory bound) instead of the IR")
+    parser.add_argument("--devices", type=int, default=None, metavar="D",
+                        help="with --stats: also each device's table bytes when the tables "
+                             "are split across D devices (compiled.shard(mesh, axis))")
     parser.add_argument("--layer", type=int, default=None, metavar="N",
                         help="print only layer N's header and rows")
     parser.add_argument("--max-names", type=int, default=DEFAULT_MAX_NAMES, metavar="N",
@@ -47,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_edges is not None and args.max_edges < 0:
         raise CliInputError(f"--max-edges {args.max_edges}: expected an int >= 0")
+    if args.devices is not None and (args.devices < 1 or not args.stats):
+        raise CliInputError(f"--devices {args.devices}: expected an int >= 1, with --stats")
     if os.path.isdir(args.input):
         from static_compiler import artifact
         given = [flag for flag, value in (("--vocab-size", args.vocab_size), ("--end-token",
@@ -65,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         names = getattr(compiled, "names", None)
     ir = getattr(compiled, "ir", compiled)
     if args.stats:
-        sys.stdout.write(report.stats_table(compiled))
+        sys.stdout.write(report.stats_table(compiled, devices=args.devices))
     if args.layer is not None:
         sys.stdout.write(report.layer_text(ir, args.layer, max_edges=args.max_edges))
     elif not args.stats:
