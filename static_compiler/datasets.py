@@ -62,17 +62,23 @@ SHARD_CHUNK_ROWS = 1 << 20
 
 
 def write_synthetic_shards(directory, num_items: int, num_shards: int, length: int = 8,
-                           vocab_size: int = 2048, seed: int = 0) -> list:
+                           vocab_size: int = 2048, seed: int = 0, dtype="int32") -> list:
     """Writes `num_items` uniform random Semantic IDs as `num_shards` .npy
-    files (int32 (n_i, length), shard-00000.npy ...) under `directory`, one
-    chunk of SHARD_CHUNK_ROWS rows at a time (written through a memory map,
-    never held whole), for partitioned builds at any size. Deterministic:
-    chunk c of shard i is drawn from PCG64 seeded with (seed, i, c). Returns
+    files (`dtype` (n_i, length), shard-00000.npy ...) under `directory`,
+    one chunk of SHARD_CHUNK_ROWS rows at a time (written through a memory
+    map, never held whole), for partitioned builds at any size; dtype: an
+    integer dtype that holds every token (uint16 halves int32's bytes for
+    V <= 65536). Deterministic: chunk c of shard i is drawn from PCG64
+    seeded with (seed, i, c), the same tokens whatever the dtype. Returns
     the paths, in order."""
     for name, value in (("num_items", num_items), ("num_shards", num_shards),
                         ("length", length), ("vocab_size", vocab_size)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"write_synthetic_shards: {name}={value!r}, expected an int >= 1")
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iu" or np.iinfo(dtype).max < vocab_size - 1:
+        raise ValueError(f"write_synthetic_shards: dtype={dtype}: expected an integer dtype "
+                         f"that holds tokens up to {vocab_size - 1}")
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     sizes = np.full(num_shards, num_items // num_shards, dtype=np.int64)
@@ -81,12 +87,12 @@ def write_synthetic_shards(directory, num_items: int, num_shards: int, length: i
     for i, n in enumerate(sizes.tolist()):
         path = directory / f"shard-{i:05d}.npy"
         tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32, shape=(n, length))
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(n, length))
         for c, start in enumerate(range(0, n, SHARD_CHUNK_ROWS)):
             rows = min(SHARD_CHUNK_ROWS, n - start)
             rng = np.random.Generator(np.random.PCG64([seed, i, c]))
             out[start:start + rows] = rng.integers(0, vocab_size, size=(rows, length),
-                                                   dtype=np.int32)
+                                                   dtype=np.int32).astype(dtype, copy=False)
         out.flush()
         del out
         os.replace(tmp, path)

@@ -137,16 +137,27 @@ def _chunk_codes(chunk: np.ndarray, name: str, first_row: int, vocab_size: int,
     return codes, lengths.astype(np.int32)
 
 
+def spill_dtypes(width: int, total_rows: int) -> tuple[str, str]:
+    """(lengths, row ids) dtypes of the spill files: the narrowest that hold
+    a row's length and every row id (uint8 and uint32 for a billion rows of
+    8 tokens: 5 bytes per row beside the codes, not 12)."""
+    return ("uint8" if width < 1 << 8 else "int32",
+            "uint32" if total_rows <= 1 << 32 else "int64")
+
+
 def spill_source(work: str, index: int, source, first_row: int, partitions: int,
-                 chunk_rows: int, vocab_size: int, end_token: Optional[int]) -> dict:
+                 chunk_rows: int, vocab_size: int, end_token: Optional[int],
+                 total_rows: Optional[int] = None) -> dict:
     """One source's spill task (module-level so that it pickles, for a .npy
     path; arrays are spilled in this process): its rows, checked chunk by
     chunk, appended to its own per-partition files `s{index}.p{p}.*`
-    (codes, lengths, global row ids from `first_row`). Returns its width,
-    rows and whether some row is shorter than the width."""
+    (codes, lengths, global row ids from `first_row`, in `spill_dtypes` of
+    total_rows). Returns its width, rows and whether some row is shorter
+    than the width."""
     work = pathlib.Path(work)
     arr, name = _open_source(source, index)
     P, code_dtype = partitions, sort_code_dtype_for(vocab_size)
+    length_dtype, row_dtype = spill_dtypes(arr.shape[1], total_rows or first_row + arr.shape[0])
     files = {}
     ragged = False
     try:
@@ -157,7 +168,8 @@ def spill_source(work: str, index: int, source, first_row: int, partitions: int,
             part = ((codes[:, 0].astype(np.int64) - 1) * P // vocab_size).astype(
                 np.uint16 if P <= 1 << 16 else np.int64)
             rows = np.arange(first_row + start, first_row + start + codes.shape[0],
-                             dtype=np.int64)
+                             dtype=row_dtype)
+            lengths = lengths.astype(length_dtype)
             order = np.argsort(part, kind="stable")  # a radix sort for uint16
             bounds = np.searchsorted(part[order], np.arange(P + 1))
             for p in np.flatnonzero(np.diff(bounds)).tolist():
@@ -189,7 +201,7 @@ def _spill(shards: Shards, vocab_size: int, end_token: Optional[int],
     firsts = np.concatenate([[0], np.cumsum([arr.shape[0] for arr, _ in opened])]).tolist()
     del opened  # (memory maps: the tasks open their own)
     tasks = [(str(work), i, source, firsts[i], int(shards.partitions), int(shards.chunk_rows),
-              vocab_size, end_token) for i, source in enumerate(shards.sources)]
+              vocab_size, end_token, int(firsts[-1])) for i, source in enumerate(shards.sources)]
     on_executor = [isinstance(source, (str, os.PathLike)) for source in shards.sources]
     results = _run(shards, spill_source, tasks, on_executor, "spilled source")
     total = int(firsts[-1])
@@ -209,23 +221,28 @@ def _read_spill(work: pathlib.Path, p: int, sources: list[int], kind: str, dtype
 
 
 def build_partition(work: str, p: int, sources: list[int], width: int, vocab_size: int,
-                    end_token: Optional[int], ragged: bool) -> dict:
+                    end_token: Optional[int], ragged: bool, total_rows: int) -> dict:
     """One partition's task (run by the executor; module-level so that it
     pickles): reads its spill files (from the `sources` that have rows in
-    it), builds its trie and writes the arrays under `work`; returns their
+    it), builds its trie, writes the arrays under `work` and removes the
+    codes and lengths it read (the merge reads the row ids); returns their
     counts."""
     work = pathlib.Path(work)
     codes = _read_spill(work, p, sources, "codes", sort_code_dtype_for(vocab_size))
     if codes.size == 0:
         return {"p": p, "unique": 0}
     codes = codes.reshape(-1, width)
-    lengths = _read_spill(work, p, sources, "lengths", np.int32).astype(np.int64)
+    length_dtype, _ = spill_dtypes(width, total_rows)
+    lengths = _read_spill(work, p, sources, "lengths", length_dtype).astype(np.int64)
+    for i in sources:  # read: their disk space goes to this partition's layers
+        for kind in ("codes", "lengths"):
+            os.unlink(work / f"s{i}.p{p}.{kind}")
     codes, lengths, inverse = sort_unique_codes(codes, lengths, vocab_size, return_inverse=True)
     depth = int(lengths.max())
     sub = automaton_from_sorted_codes(codes[:, :depth], lengths, vocab_size, end_token)
     out = {"p": p, "unique": int(codes.shape[0]), "depth": depth,
            "final": sub.num_final_states}
-    arrays = {"inverse": inverse, "rows": _read_spill(work, p, sources, "rows", np.int64)}
+    arrays = {"inverse": inverse}
     if ragged:
         arrays.update(item_depth=lengths.astype(np.int32),
                       item_state=terminal_states(codes[:, :depth], lengths))
@@ -266,13 +283,50 @@ def _run(shards: Shards, task: Callable, tasks: list[tuple], on_executor: list[b
     return results
 
 
+class _MergedArrays:
+    """The merge's outputs: .npy files under `root`, each written through a
+    writable memory map, then reopened read-only (`sealed`), so the merged
+    layers are never all in memory: pages come in when read and the kernel
+    can drop them. `build_trie_partitioned` removes the directory at the
+    end; the maps keep the files' data until the arrays are dropped."""
+
+    def __init__(self, root: pathlib.Path):
+        self.root = root
+        root.mkdir()
+        self.bytes_written = 0
+
+    def create(self, name: str, dtype, shape) -> np.ndarray:
+        if int(np.prod(shape)) == 0:
+            return np.zeros(shape, dtype)
+        return np.lib.format.open_memmap(self.root / f"{name}.npy", mode="w+", dtype=dtype,
+                                         shape=shape)
+
+    def sealed(self, name: str, arr: np.ndarray) -> np.ndarray:
+        """`arr` (from `create`) flushed and reopened read-only; drop `arr`."""
+        self.bytes_written += arr.nbytes
+        if not isinstance(arr, np.memmap):
+            return frozen(arr)
+        arr.flush()
+        return np.load(self.root / f"{name}.npy", mmap_mode="r")
+
+
 def _merge(work: pathlib.Path, parts: list[dict], vocab_size: int, end_token: Optional[int],
-           total: int, ragged: bool) -> tuple[Automaton, ItemIndex]:
+           total: int, ragged: bool, sources: dict) -> tuple[Automaton, ItemIndex, int]:
     """The partitions' layers and item indexes, concatenated (see module doc):
-    each global array is allocated once and the partitions' pieces copied
-    into it at their offsets."""
+    each global array is created once as a memory-mapped file
+    (`_MergedArrays`) and the partitions' pieces copied into it at their
+    offsets; each piece's file is removed once copied. sources: partition
+    -> the spill sources with rows in it. Returns the automaton, the item
+    index and the bytes written."""
     parts = [part for part in parts if part["unique"]]
-    load = lambda part, key: np.load(work / f"p{part['p']}.{key}.npy", mmap_mode="r")
+    merged = _MergedArrays(work / "merged")
+
+    def load(part, key):
+        return np.load(work / f"p{part['p']}.{key}.npy", mmap_mode="r")
+
+    def consumed(part, key):
+        os.unlink(work / f"p{part['p']}.{key}.npy")
+
     depth = max(part["depth"] for part in parts)
     # states[t][i] / edges[t][i]: partition i's states at depth t / edges of layer t.
     states = np.zeros((depth + 1, len(parts)), dtype=np.int64)
@@ -292,44 +346,61 @@ def _merge(work: pathlib.Path, parts: list[dict], vocab_size: int, end_token: Op
     for t in range(depth):
         num_edges = int(edges[t].sum())
         num_states = 1 if t == 0 else int(states[t].sum())
-        indptr = np.empty(num_states + 1, dtype=index_dtype_for(num_edges))
-        tokens = np.empty(num_edges, dtype=tok_dtype)
-        accepting = np.zeros(num_states, dtype=bool) if t else None
+        indptr = merged.create(f"indptr{t}", index_dtype_for(num_edges), (num_states + 1,))
+        tokens = merged.create(f"tokens{t}", tok_dtype, (num_edges,))
+        accepting = merged.create(f"accepting{t}", bool, (num_states,)) if t else None
+        any_accepting = False
         indptr[0] = 0
         for i, part in enumerate(parts):
             e0, s0, d = int(edge_offset[t, i]), int(state_offset[t, i]), part["depth"]
             if t < d:
                 tokens[e0:e0 + edges[t, i]] = load(part, f"tokens{t}")
+                consumed(part, f"tokens{t}")
                 if t and f"accepting{t}" in part["arrays"]:
                     accepting[s0:s0 + states[t, i]] = load(part, f"accepting{t}")
+                    consumed(part, f"accepting{t}")
+                    any_accepting = True
+                elif t:
+                    accepting[s0:s0 + states[t, i]] = False
                 if t:
                     rows = indptr[s0 + 1:s0 + 1 + states[t, i]]
                     np.add(load(part, f"indptr{t}")[1:], e0, out=rows, casting="unsafe")
+                consumed(part, f"indptr{t}")
             elif t == d:  # its rows all end here: states without children
                 indptr[s0 + 1:s0 + 1 + states[t, i]] = e0
                 accepting[s0:s0 + states[t, i]] = True
+                any_accepting = True
+            elif t:
+                accepting[s0:s0 + states[t, i]] = False
         if t == 0:
             indptr[1] = num_edges  # one root for every partition
-        layers.append(Layer(indptr=frozen(indptr), tokens=frozen(tokens),
-                            accepting=frozen(accepting) if accepting is not None and
-                            accepting.any() else None))
+        if accepting is not None:
+            accepting = merged.sealed(f"accepting{t}", accepting) if any_accepting else None
+        layers.append(Layer(indptr=merged.sealed(f"indptr{t}", indptr),
+                            tokens=merged.sealed(f"tokens{t}", tokens), accepting=accepting))
+        del indptr, tokens  # unmapped: written pages leave this process
     ir = Automaton(vocab_size=vocab_size, layers=tuple(layers),
                    num_final_states=int(states[depth].sum()),
                    num_sequences=sum(part["unique"] for part in parts), end_token=end_token)
-    row_item = np.empty(total, dtype=np.int32)
+    row_item = merged.create("row_item", np.int32, (total,))
     unique_offset = 0
     depths, terminal = [], []
+    _, row_dtype = spill_dtypes(1, total)
     for i, part in enumerate(parts):
-        row_item[load(part, "rows")] = load(part, "inverse") + unique_offset
+        rows = _read_spill(work, part["p"], sources[part["p"]], "rows", row_dtype)
+        row_item[rows] = load(part, "inverse") + np.int32(unique_offset)
+        consumed(part, "inverse")
         unique_offset += part["unique"]
         if ragged:
             d = np.asarray(load(part, "item_depth"))
             depths.append(d)
             terminal.append((load(part, "item_state") + state_offset[d, i]).astype(np.int32))
+    row_item = merged.sealed("row_item", row_item)
     if not ragged:
-        return ir, ItemIndex(row_item=row_item, num_unique=ir.num_sequences)
+        return ir, ItemIndex(row_item=row_item, num_unique=ir.num_sequences), merged.bytes_written
     return ir, ItemIndex(row_item=row_item, num_unique=ir.num_sequences,
-                         item_depth=np.concatenate(depths), item_state=np.concatenate(terminal))
+                         item_depth=np.concatenate(depths),
+                         item_state=np.concatenate(terminal)), merged.bytes_written
 
 
 def build_trie_partitioned(shards: Shards, vocab_size: int, end_token: Optional[int] = None
@@ -356,12 +427,15 @@ def build_trie_partitioned(shards: Shards, vocab_size: int, end_token: Optional[
         size = sum(f.stat().st_size for f in work.iterdir())
         _say(shards, f"[partitioned build] {total} rows in {shards.partitions} partitions, "
                      f"{size / 2**20:.1f} MiB spilled, {time.perf_counter() - start:.1f} s")
-        tasks = [(str(work), p, [r["index"] for r in spilled if p in r["partitions"]], width,
-                  vocab_size, end_token, ragged) for p in range(int(shards.partitions))]
+        sources = {p: [r["index"] for r in spilled if p in r["partitions"]]
+                   for p in range(int(shards.partitions))}
+        tasks = [(str(work), p, sources[p], width, vocab_size, end_token, ragged, total)
+                 for p in range(int(shards.partitions))]
         parts = _run(shards, build_partition, tasks, [True] * len(tasks), "built partition")
-        ir, items = _merge(work, parts, vocab_size, end_token, total, ragged)
+        ir, items, written = _merge(work, parts, vocab_size, end_token, total, ragged, sources)
         _say(shards, f"[partitioned build] merged: {ir.num_sequences} sequences, "
-                     f"{ir.num_states} states, {time.perf_counter() - start:.1f} s")
+                     f"{ir.num_states} states, {written / 2**20:.1f} MiB written, "
+                     f"{time.perf_counter() - start:.1f} s")
         return ir, items
     finally:
         shutil.rmtree(work, ignore_errors=True)

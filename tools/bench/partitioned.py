@@ -6,24 +6,31 @@ then built three ways, each in a fresh child process (its own peak RSS):
 * partitioned: `build_trie_partitioned` with the tasks run in the child;
 * partitioned with `--workers` processes (`ProcessPoolExecutor`).
 
-Reported per build: seconds, peak RSS of the child (VmHWM; the workers'
-own peaks are added for the pool: each reports its VmHWM), and that the
-trie equals the monolithic one (states, edges, sequences per layer and a
-hash of every array).
+Reported per build: seconds, peak RSS of the child (VmHWM, read before the
+check below touches the merged arrays; the workers' own peaks are added for
+the pool: each reports its VmHWM), the peak temporary disk (the file
+system's used bytes above those before the build, sampled every 0.5 s),
+and that the trie equals the first build's (states, edges, sequences per
+layer and a hash of every array).
 
     python -m tools.bench.partitioned                         # 1e7 items
     python -m tools.bench.partitioned --items 1e8 --partitions 32 --workers 2
+    python -m tools.bench.partitioned --items 1e9 --shards 100 --partitions 128 \
+        --shard-dtype uint16 --modes pool --workdir /var/tmp   # past memory
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from tools.bench.build import ROOT, proc_status_bytes
@@ -46,7 +53,29 @@ def _worker_peak(_=None) -> int:
     return proc_status_bytes("VmHWM")
 
 
-def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int) -> dict:
+class _DiskPeak:
+    """Samples the used bytes of the file system holding `path` in a thread:
+    `peak` is the most above those at the start."""
+
+    def __init__(self, path: str, every: float = 0.5):
+        self.path, self.every = path, every
+        self.base = self.peak_used = shutil.disk_usage(path).used
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(self.every):
+            self.peak_used = max(self.peak_used, shutil.disk_usage(self.path).used)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak_used - self.base
+
+
+def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int,
+           workdir: str) -> dict:
     import numpy as np
 
     from static_compiler.frontend import build_trie
@@ -54,6 +83,9 @@ def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int)
 
     paths = sorted(os.path.join(shard_dir, f) for f in os.listdir(shard_dir)
                    if f.endswith(".npy"))
+    Shards = functools.partial(Shards, workdir=workdir or None,
+                               progress=lambda line: print(line, file=sys.stderr, flush=True))
+    disk = _DiskPeak(workdir or tempfile.gettempdir())
     start = time.perf_counter()
     worker_peaks = []
     if mode == "monolithic":
@@ -75,9 +107,10 @@ def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int)
                 ir, items = build_trie_partitioned(shards, vocab)
             worker_peaks = list(pool.map(_worker_peak, range(workers)))
     seconds = time.perf_counter() - start
+    peak, disk_peak = proc_status_bytes("VmHWM"), disk.stop()
     if mode != "compile":
         stages = ""
-    return {"mode": mode, "seconds": seconds, "peak": proc_status_bytes("VmHWM"),
+    return {"mode": mode, "seconds": seconds, "peak": peak, "disk": disk_peak,
             "worker_peaks": worker_peaks, "stages": stages,
             "digest": _digest(ir, items) if mode != "compile" else "",
             "sequences": ir.num_sequences, "states": ir.num_states}
@@ -90,14 +123,22 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--skip-monolithic", action="store_true",
                         help="past this machine's memory: compare the two partitioned builds")
+    parser.add_argument("--modes", default=None,
+                        help="comma-separated builds to run, of monolithic, partitioned, pool "
+                             "(default: all three, or the last two with --skip-monolithic)")
+    parser.add_argument("--shard-dtype", default="int32",
+                        help="dtype of the shard files (uint16 halves the input for V <= 65536)")
+    parser.add_argument("--workdir", default="",
+                        help="where shards and spill files go (default: the temp directory)")
     parser.add_argument("--compile", action="store_true",
                         help="also time the whole compile_constraints(Shards) on the pool "
                              "(build, passes, lowering)")
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        mode, shard_dir, vocab, partitions, workers = args.child
-        print(json.dumps(_child(mode, shard_dir, int(vocab), int(partitions), int(workers))))
+        mode, shard_dir, vocab, partitions, workers, workdir = args.child
+        print(json.dumps(_child(mode, shard_dir, int(vocab), int(partitions), int(workers),
+                                workdir)))
         return 0
     from static_compiler import datasets
 
@@ -105,25 +146,29 @@ def main(argv=None) -> int:
     print(f"# partitioned build: {n} random items, L = {args.length}, V = {args.vocab}, "
           f"{args.shards} shards, P = {args.partitions}")
     print(f"# {machine_line()}")
-    with tempfile.TemporaryDirectory(prefix="shards-") as shard_dir:
+    with tempfile.TemporaryDirectory(prefix="shards-", dir=args.workdir or None) as shard_dir:
         start = time.perf_counter()
-        datasets.write_synthetic_shards(shard_dir, n, args.shards, args.length, args.vocab)
-        print(f"# shards written in {time.perf_counter() - start:.1f} s")
-        modes = ["partitioned", "pool"] if args.skip_monolithic else \
+        paths = datasets.write_synthetic_shards(shard_dir, n, args.shards, args.length,
+                                                args.vocab, dtype=args.shard_dtype)
+        size = sum(os.path.getsize(p) for p in paths)
+        print(f"# shards written in {time.perf_counter() - start:.1f} s: {size / 2**30:.2f} GiB "
+              f"of {args.shard_dtype}")
+        modes = args.modes.split(",") if args.modes else \
+            ["partitioned", "pool"] if args.skip_monolithic else \
             ["monolithic", "partitioned", "pool"]
         modes += ["compile"] if args.compile else []
         rows = []
         for mode in modes:
             out = subprocess.run([sys.executable, "-m", "tools.bench.partitioned", "--child", mode,
                                   shard_dir, str(args.vocab), str(args.partitions),
-                                  str(args.workers)], cwd=ROOT, capture_output=True, text=True)
+                                  str(args.workers), args.workdir], cwd=ROOT,
+                                 stdout=subprocess.PIPE, text=True)  # progress on stderr
             if out.returncode:
-                print(out.stderr, file=sys.stderr)
                 return 1
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     base = rows[0]
-    print("\n| build | seconds | vs first | peak RSS (GiB) | same trie |")
-    print("|---|---|---|---|---|")
+    print("\n| build | seconds | vs first | peak RSS (GiB) | temporary disk (GiB) | same trie |")
+    print("|---|---|---|---|---|---|")
     names = {"pool": f"partitioned, {args.workers} workers",
              "compile": f"compile_constraints(Shards), {args.workers} workers"}
     built = [r for r in rows if r["mode"] != "compile"]
@@ -132,7 +177,8 @@ def main(argv=None) -> int:
         same = "(a compile)" if r["mode"] == "compile" else \
             "yes" if r["digest"] == base["digest"] else "NO"
         print(f"| {names.get(r['mode'], r['mode'])} | {r['seconds']:.1f} | "
-              f"{r['seconds'] / base['seconds']:.2f}x | {peak / 2**30:.2f} | {same} |")
+              f"{r['seconds'] / base['seconds']:.2f}x | {peak / 2**30:.2f} | "
+              f"{r['disk'] / 2**30:.2f} | {same} |")
     for r in rows:
         if r["stages"]:
             print(f"# {names[r['mode']]}: {r['stages']} s")
