@@ -371,3 +371,18 @@ def test_an_npy_header_claiming_more_rows_than_the_file_holds(tmp_path, capsys):
                            "--vocab-size", 5)
     assert code == 2 and "not a readable .npy array (mmap length is greater than file size)" \
         in one_error_line(err)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("d4", "--mesh 'd4': expected NAME=SIZE[,NAME=SIZE...]"),
+    ("d=0", "--mesh 'd=0': expected NAME=SIZE"),
+    ("d=2,d=2", "--mesh 'd=2,d=2': expected NAME=SIZE[,NAME=SIZE...] with distinct names"),
+    ("d=64", "--mesh d=64: a mesh {d: 64} needs 64 devices, this process has"),
+])
+def test_compile_mesh_bad_input(tmp_path, capsys, value, message):
+    np.save(tmp_path / "s.npy", np.array([[1, 2], [2, 3]]))
+    code = main(["compile", str(tmp_path / "s.npy"), "--vocab-size", "4", "-o",
+                 str(tmp_path / "a.static"), "--mesh", value])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "a.static").exists()

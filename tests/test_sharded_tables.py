@@ -167,3 +167,32 @@ def test_an_artifact_exported_for_a_mesh_loads_on_it_and_decodes_bit_identically
             assert value == 1.0, (key, out)
         else:
             assert value is True, (key, out)
+
+
+def test_the_cli_compiles_for_a_mesh_and_decodes_on_one(tmp_path):
+    """`compile --mesh d=4` exports for 4 devices; `decode` loads it on a
+    mesh of the process's devices and prints what the one-device artifact
+    prints; a process with too few devices gets one line, no traceback."""
+    import numpy as np
+    from static_compiler import datasets
+
+    np.save(tmp_path / "s.npy", datasets.synthetic_sids(150_000, 4, 64, seed=4))
+    cli = [sys.executable, "-m", "static_compiler.cli"]
+    many = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+            "JAX_PLATFORMS": "cpu"}
+    one = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    run = lambda argv, env: subprocess.run(cli + argv, capture_output=True, text=True, env=env,
+                                           cwd=tmp_path, timeout=600)
+    for name, extra in (("mesh", ["--mesh", "d=4"]), ("one", [])):
+        done = run(["compile", "s.npy", "--vocab-size", "64", "--capacity", "1.0",
+                    "--beam-sizes", "8", "-o", f"{name}.static", *extra], many)
+        assert done.returncode == 0, done.stderr
+    assert "tables split across 'd'" in run(["compile", "s.npy", "--vocab-size", "64", "-o",
+                                             "x.static", "--mesh", "d=4"], many).stderr
+    beams = lambda out: [line for line in out.splitlines() if "score" in line]
+    on_mesh, alone = (run(["decode", f"{name}.static"], many) for name in ("mesh", "one"))
+    assert on_mesh.returncode == 0 and alone.returncode == 0, on_mesh.stderr + alone.stderr
+    assert beams(on_mesh.stdout) == beams(alone.stdout) and len(beams(alone.stdout)) == 10
+    few = run(["decode", "mesh.static"], one)
+    assert few.returncode == 2 and "Traceback" not in few.stderr
+    assert "a mesh {d: 4} needs 4 devices, this process has 1" in few.stderr

@@ -46,6 +46,37 @@ def read_input(path: str, *, vocab_size: Optional[int], end_token: Optional[int]
     return constraints, constraints.vocab_size
 
 
+def parse_mesh(text: str) -> list[tuple[str, int]]:
+    """--mesh NAME=SIZE[,NAME=SIZE...] as [(name, size)]; CliInputError
+    naming the flag's value otherwise."""
+    axes = []
+    for part in text.split(","):
+        name, eq, size = part.strip().partition("=")
+        if not eq or not name.isidentifier() or not size.strip().isdigit() or int(size) < 1 \
+                or name in dict(axes):
+            raise CliInputError(f"--mesh {text!r}: expected NAME=SIZE[,NAME=SIZE...] with "
+                                "distinct names and sizes >= 1 (e.g. d=8)")
+        axes.append((name, int(size)))
+    return axes
+
+
+def device_mesh(axes: list, where: str):
+    """A `jax.sharding.Mesh` of this process's first devices with `axes`
+    [(name, size)]; CliInputError when there are too few."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    sizes = [size for _, size in axes]
+    need, have = int(np.prod(sizes)), len(jax.devices())
+    if need > have:
+        shape = ", ".join(f"{name}: {size}" for name, size in axes)
+        raise CliInputError(f"{where}: a mesh {{{shape}}} needs {need} devices, this process has "
+                            f"{have} (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count="
+                            f"{need})")
+    return Mesh(np.array(jax.devices()[:need]).reshape(sizes), tuple(name for name, _ in axes))
+
+
 @contextlib.contextmanager
 def progress(what: str, stream, after: float = 3.0, every: float = 5.0):
     """Logs `[what] still running, N s` to `stream` for work lasting more

@@ -10,8 +10,8 @@ import os
 import sys
 from typing import Optional
 
-from static_compiler.cli.common import (Subcommand, add_input_arguments, progress,
-                                        read_any_input)
+from static_compiler.cli.common import (Subcommand, add_input_arguments, device_mesh,
+                                        parse_mesh, progress, read_any_input)
 from static_compiler.errors import CliInputError
 
 DEFAULT_BEAM_SIZES = "70"
@@ -51,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=0, metavar="W",
                         help="with --partitions: run the spill and build tasks on W worker "
                              "processes (default: in this process)")
+    parser.add_argument("--mesh", default=None, metavar="NAME=SIZE[,...]",
+                        help="export for a device mesh of this process's devices: the tables "
+                             "split across the last axis named (compiled.shard); serve it with "
+                             "serving.load(path, mesh=...) or `decode`")
     parser.add_argument("--force", action="store_true", help="replace an existing artifact")
 
 
@@ -63,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if args.tokens_per_beam is not None and args.tokens_per_beam < 1:
         raise CliInputError(f"--tokens-per-beam {args.tokens_per_beam}: expected an int >= 1")
     pipeline = _pipeline_with_budget(args.pipeline, args.memory_budget)
+    axes = None if args.mesh is None else parse_mesh(args.mesh)
+    mesh = None if axes is None else device_mesh(axes, f"--mesh {args.mesh}")
     log = sys.stderr
     with contextlib.ExitStack() as stack:
         if args.partitions is not None:
@@ -85,6 +91,11 @@ def run(args: argparse.Namespace) -> int:
     if text is not None:
         log.write(f"[compile] {text['names']} names -> {text['items']} items ({text['duplicates']} "
                   f"names share another name's tokens), end token {text['end_token']}\n")
+    if mesh is not None:
+        compiled = compiled.shard(mesh, axes[-1][0])
+        log.write(f"[compile] tables split across {axes[-1][0]!r}: "
+                  f"{sum(r['bytes_per_device'] for r in compiled.layer_stats())} bytes per "
+                  f"device of {compiled.nbytes}\n")
     with progress("export + save", log):
         path = artifact.save(compiled, args.output, overwrite=args.force)
     sys.stdout.write(f"wrote {path}: {compiled.ir.num_sequences} sequences, vocab "

@@ -1,12 +1,14 @@
 """`static-compiler decode`: load an artifact with the serving loader and
-decode with the built-in demo model (`demo_model`)."""
+decode with the built-in demo model (`demo_model`); an artifact exported for
+a device mesh is loaded on a mesh of this process's devices with the same
+axes and sizes."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from static_compiler.cli.common import Subcommand
+from static_compiler.cli.common import Subcommand, device_mesh
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,11 +31,15 @@ def run(args: argparse.Namespace) -> int:
         from static_compiler.errors import CliInputError
         raise CliInputError(f"--top {args.top} / --batch-size {args.batch_size}: expected ints "
                             ">= 1")
+    # An artifact exported for a mesh runs on one of this process's devices
+    # with its axes and sizes (the manifest records them).
+    record = serving.read_manifest(args.artifact).mesh
+    mesh = None if record is None else device_mesh(record["axes"], f"artifact {args.artifact!r}")
     if args.check_tables:
         from static_compiler import artifact
-        art = artifact.load_checked(args.artifact)
+        art = artifact.load_checked(args.artifact, mesh=mesh)
     else:
-        art = serving.load(args.artifact)
+        art = serving.load(args.artifact, mesh=mesh)
     beam_size = art.beam_sizes[0] if args.beam_size is None else args.beam_size
     decoded = demo_model.decode_artifact(art, batch_size=args.batch_size, beam_size=beam_size,
                                         seed=args.seed)
