@@ -9,8 +9,12 @@ in parts on any `concurrent.futures.Executor`.
    is streamed once in chunks of `chunk_rows`, one executor task per shard
    file (arrays in this process); each chunk is checked (dtype, L, tokens in
    range: an error names the shard and row) and every row is appended to
-   its shard's spill file for its partition: P equal ranges of the first
-   token, so partitions follow the sorted order.
+   its shard's spill file for its partition: P contiguous ranges of the
+   first token, so partitions follow the sorted order. The ranges hold
+   about equal rows: their bounds come from the first tokens of a sample of
+   rows (`partition_of_token`; equal ranges for uniform tokens), so skewed
+   catalogues still split into P similar tasks (one first token is never
+   split: its rows share a partition).
 2. Build: each partition is sorted, deduplicated and turned into layers
    (`frontend.sort_unique_codes`, `automaton_from_sorted_codes`) by one
    executor task that reads its spill files and writes its layers back to
@@ -23,8 +27,10 @@ in parts on any `concurrent.futures.Executor`.
    (tested).
 
 Variable-length shards hold -1 past each row's end (and need end_token).
-Peak memory is one chunk per worker while spilling, one partition per worker
-while building, and the merged layers (held in memory for now). With a
+Peak memory is one chunk per worker while spilling and one partition per
+worker while building; the merged layers and item index are written
+through memory maps and reopened read-only (`_MergedArrays`), so they are
+never all in memory. With a
 process pool, use the "spawn" start method (jax is threaded; forking it can
 deadlock) and an ``if __name__ == "__main__":`` guard in the script.
 """
@@ -59,7 +65,8 @@ class Shards:
 
     sources: .npy file paths (memory-mapped, read in chunks) and/or int
     arrays (N_i, L), all of one L; rows are numbered across them in order.
-    partitions: P, equal ranges of the first token built separately.
+    partitions: P, ranges of the first token (of about equal rows) built
+    separately.
     executor: runs the partition tasks (default: one after another in this
     process). workdir: where spill files go (default: the system's temp
     directory); removed afterwards. progress: called with one line per stage.
@@ -145,31 +152,61 @@ def spill_dtypes(width: int, total_rows: int) -> tuple[str, str]:
             "uint32" if total_rows <= 1 << 32 else "int64")
 
 
+SAMPLE_BLOCKS = 64
+SAMPLE_BLOCK_ROWS = 4096
+
+
+def partition_of_token(arrays: list, vocab_size: int, partitions: int) -> np.ndarray:
+    """int64 (V,): the partition of each first token, non-decreasing, so
+    partitions follow the sorted order, with about equal rows each.
+
+    The first tokens of up to SAMPLE_BLOCKS evenly spaced blocks of
+    SAMPLE_BLOCK_ROWS rows per array (a few pages of a memory-mapped shard)
+    are counted, one added to every token (so unseen tokens spread evenly),
+    and token t goes to partition floor(P * rows before t / all rows).
+    Values outside [0, V) are clipped here; the spill's checks report them."""
+    counts = np.ones(vocab_size, dtype=np.int64)
+    for arr in arrays:
+        n = arr.shape[0]
+        starts = np.unique(np.linspace(0, max(n - SAMPLE_BLOCK_ROWS, 0), SAMPLE_BLOCKS,
+                                       dtype=np.int64))
+        for start in starts.tolist():
+            first = np.asarray(arr[start:start + SAMPLE_BLOCK_ROWS, 0]).astype(np.int64)
+            counts += np.bincount(np.clip(first, 0, vocab_size - 1), minlength=vocab_size)
+    before = np.cumsum(counts) - counts
+    return np.minimum(before * partitions // int(counts.sum()), partitions - 1)
+
+
 def spill_source(work: str, index: int, source, first_row: int, partitions: int,
                  chunk_rows: int, vocab_size: int, end_token: Optional[int],
-                 total_rows: Optional[int] = None) -> dict:
+                 total_rows: Optional[int] = None,
+                 token_partition: Optional[np.ndarray] = None) -> dict:
     """One source's spill task (module-level so that it pickles, for a .npy
     path; arrays are spilled in this process): its rows, checked chunk by
     chunk, appended to its own per-partition files `s{index}.p{p}.*`
     (codes, lengths, global row ids from `first_row`, in `spill_dtypes` of
-    total_rows). Returns its width, rows and whether some row is shorter
-    than the width."""
+    total_rows); token_partition: `partition_of_token` (default: P equal
+    ranges of the first token). Returns its width, rows and whether some
+    row is shorter than the width."""
     work = pathlib.Path(work)
     arr, name = _open_source(source, index)
     P, code_dtype = partitions, sort_code_dtype_for(vocab_size)
     length_dtype, row_dtype = spill_dtypes(arr.shape[1], total_rows or first_row + arr.shape[0])
     files = {}
     ragged = False
+    counts = np.zeros(P, dtype=np.int64)
     try:
         for start in range(0, arr.shape[0], chunk_rows):
             codes, lengths = _chunk_codes(arr[start:start + chunk_rows], name, start,
                                           vocab_size, end_token, code_dtype)
             ragged |= bool((lengths != arr.shape[1]).any())
-            part = ((codes[:, 0].astype(np.int64) - 1) * P // vocab_size).astype(
-                np.uint16 if P <= 1 << 16 else np.int64)
+            first = codes[:, 0].astype(np.int64) - 1
+            part = (first * P // vocab_size if token_partition is None
+                    else token_partition[first]).astype(np.uint16 if P <= 1 << 16 else np.int64)
             rows = np.arange(first_row + start, first_row + start + codes.shape[0],
                              dtype=row_dtype)
             lengths = lengths.astype(length_dtype)
+            counts += np.bincount(part, minlength=P)
             order = np.argsort(part, kind="stable")  # a radix sort for uint16
             bounds = np.searchsorted(part[order], np.arange(P + 1))
             for p in np.flatnonzero(np.diff(bounds)).tolist():
@@ -184,7 +221,8 @@ def spill_source(work: str, index: int, source, first_row: int, partitions: int,
             for f in group:
                 f.close()
     return {"index": index, "name": name, "width": int(arr.shape[1]),
-            "rows": int(arr.shape[0]), "ragged": ragged, "partitions": sorted(files)}
+            "rows": int(arr.shape[0]), "ragged": ragged, "partitions": sorted(files),
+            "counts": counts}
 
 
 def _spill(shards: Shards, vocab_size: int, end_token: Optional[int],
@@ -199,9 +237,12 @@ def _spill(shards: Shards, vocab_size: int, end_token: Optional[int],
             raise ConstraintSetError(f"{name}: rows of length {arr.shape[1]}, the shards "
                                      f"before hold {width}")
     firsts = np.concatenate([[0], np.cumsum([arr.shape[0] for arr, _ in opened])]).tolist()
+    token_partition = partition_of_token([arr for arr, _ in opened], vocab_size,
+                                         int(shards.partitions))
     del opened  # (memory maps: the tasks open their own)
     tasks = [(str(work), i, source, firsts[i], int(shards.partitions), int(shards.chunk_rows),
-              vocab_size, end_token, int(firsts[-1])) for i, source in enumerate(shards.sources)]
+              vocab_size, end_token, int(firsts[-1]), token_partition)
+             for i, source in enumerate(shards.sources)]
     on_executor = [isinstance(source, (str, os.PathLike)) for source in shards.sources]
     results = _run(shards, spill_source, tasks, on_executor, "spilled source")
     total = int(firsts[-1])
@@ -425,8 +466,10 @@ def build_trie_partitioned(shards: Shards, vocab_size: int, end_token: Optional[
     try:
         width, total, ragged, spilled = _spill(shards, vocab_size, end_token, work)
         size = sum(f.stat().st_size for f in work.iterdir())
-        _say(shards, f"[partitioned build] {total} rows in {shards.partitions} partitions, "
-                     f"{size / 2**20:.1f} MiB spilled, {time.perf_counter() - start:.1f} s")
+        largest = int(sum(r["counts"] for r in spilled).max())
+        _say(shards, f"[partitioned build] {total} rows in {shards.partitions} partitions "
+                     f"(largest {largest} rows, {largest * shards.partitions / total:.2f}x the "
+                     f"mean), {size / 2**20:.1f} MiB spilled, {time.perf_counter() - start:.1f} s")
         sources = {p: [r["index"] for r in spilled if p in r["partitions"]]
                    for p in range(int(shards.partitions))}
         tasks = [(str(work), p, sources[p], width, vocab_size, end_token, ragged, total)

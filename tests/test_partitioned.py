@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 from concurrent.futures import ProcessPoolExecutor
 
 import jax.numpy as jnp
@@ -53,8 +54,10 @@ def ragged_rows(rng, n, width, vocab, end):
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2 ** 32 - 1), partitions=st.integers(1, 40),
        vocab=st.sampled_from([2, 5, 37]), width=st.integers(1, 5), ragged=st.booleans(),
-       splits=st.lists(st.integers(0, 400), max_size=3), chunk=st.integers(1, 300))
-def test_equals_the_monolithic_build(seed, partitions, vocab, width, ragged, splits, chunk):
+       splits=st.lists(st.integers(0, 400), max_size=3), chunk=st.integers(1, 300),
+       skewed=st.booleans())
+def test_equals_the_monolithic_build(seed, partitions, vocab, width, ragged, splits, chunk,
+                                     skewed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 400))
     end = 0 if ragged else None
@@ -62,13 +65,41 @@ def test_equals_the_monolithic_build(seed, partitions, vocab, width, ragged, spl
         rows, seqs = ragged_rows(rng, n, width, vocab, end)
     else:
         rows = rng.integers(0, vocab, size=(n, width))
-        seqs = rows
+    if skewed:  # first tokens far from uniform: partition bounds move
+        first = (rng.geometric(0.4, size=n) - 1) % vocab
+        rows[:, 0] = np.where(first == end, (first + 1) % vocab, first) if ragged else first
+    seqs = [row[row >= 0].tolist() for row in rows] if ragged else rows
     cuts = sorted(min(c, n) for c in splits)
     sources = [rows[a:b] for a, b in zip([0] + cuts, cuts + [n]) if b > a]
     want = build_trie(seqs, vocab, end_token=end)
     got = build_trie_partitioned(Shards(sources, partitions=partitions, chunk_rows=chunk),
                                  vocab, end_token=end)
     assert_same_build(got, want)
+
+
+def test_partitions_hold_about_equal_rows_on_skewed_first_tokens():
+    """Equal ranges of the first token would put 57 % of these rows in one
+    of 8 partitions; bounds from the sampled first tokens keep every
+    partition near the mean (token 0 alone holds 10 %: never split)."""
+    rng = np.random.default_rng(0)
+    V, P, n = 64, 8, 100_000
+    rows = rng.integers(0, V, size=(n, 4))
+    rows[:, 0] = np.minimum(rng.geometric(0.1, size=n) - 1, V - 1)
+    parts = partitioned.partition_of_token([rows[:50_000], rows[50_000:]], V, P)
+    assert parts.shape == (V,) and parts[0] == 0 and parts[-1] == P - 1
+    assert np.all(np.diff(parts) >= 0) and np.all(np.diff(parts) <= 1)  # sorted order kept
+    sizes = np.bincount(parts[rows[:, 0]], minlength=P)
+    equal = np.bincount(rows[:, 0] * P // V, minlength=P)
+    assert equal.max() > 4 * n / P and sizes.max() < 1.6 * n / P, (sizes, equal)
+    lines = []
+    build_trie_partitioned(Shards([rows], partitions=P, progress=lines.append), V)
+    largest = re.search(r"largest (\d+) rows, (\d+\.\d+)x the mean", lines[1])
+    assert int(largest.group(1)) == sizes.max() and float(largest.group(2)) < 1.6, lines
+
+
+def test_uniform_first_tokens_give_equal_ranges():
+    rows = np.repeat(np.arange(16)[:, None], 100, axis=0).reshape(-1, 1)
+    assert partitioned.partition_of_token([rows], 16, 4).tolist() == [p // 4 for p in range(16)]
 
 
 @pytest.mark.parametrize("ragged", [False, True])
