@@ -48,6 +48,22 @@ SCRIPT = textwrap.dedent("""
                 same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(got, want))
                 out[f"{name} D={D} caps={caps}"] = same
             out[f"{name} D={D} bytes"] = split.table_bytes_per_device() / whole
+    # every layout: each forced where it can serve a layer (csr, near_unary,
+    # unary, dense_rows), and mixed (split-heavy) slices, at D = 8 against D = 1
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    for spec in ("choose-layout{force=csr}", "choose-layout{force=near_unary}",
+                 "choose-layout{force=unary}", "choose-layout{force=dense_rows}",
+                 "choose-layout{force=csr},split-heavy{light-k=2,wide-slots=2}"):
+        compiled = sc.compile_constraints(fixed, V, capacity=1.0,
+                                          pipeline=spec + ",pack-dtypes")
+        want = sc.beam_search(compiled, model, batch_size=2, beam_size=6, tokens_per_beam=3)
+        split = compiled.shard(mesh, "d", min_bytes=1024)
+        got = sc.beam_search(split, model, batch_size=2, beam_size=6, tokens_per_beam=3)
+        kinds = sorted({str(st.kind) + ("+mixed" if st.light_k else "")
+                        for st in compiled.plan.steps})
+        out[f"layouts {kinds} caps=3"] = all(np.array_equal(np.asarray(a), np.asarray(b))
+                                              for a, b in zip(got, want))
+        out[f"layouts {kinds} split"] = len(split.placement.split)
     print(json.dumps(out))
 """)
 
@@ -64,6 +80,7 @@ def on_8_devices(script: str) -> dict:
 
 def test_decoding_with_tables_split_across_devices_is_bit_identical():
     out = on_8_devices(SCRIPT)
+    assert all(v > 0 for k, v in out.items() if k.endswith(" split")), out  # something split
     assert all(v for k, v in out.items() if "caps" in k), out
     for name in ("fixed", "ragged"):
         assert out[f"{name} D=1 bytes"] == 1.0
@@ -151,6 +168,19 @@ EXPORT_SCRIPT = textwrap.dedent("""
     out["update reused"] = report["modules"] == "reused" and new._modules is art._modules
     out["update decode"] = same(serve(new), sc.beam_search(ref, model, batch_size=B, beam_size=M))
     out["update on mesh"] = new.placement is not None and new.manifest.mesh == art.manifest.mesh
+    # an update past the capacity exports anew: it needs the mesh, then serves on it
+    more = datasets.synthetic_sids(100_000, 5, V, seed=11)
+    try:
+        sc.update_artifact(path, add=more)
+        out["outgrown without mesh refused"] = False
+    except errors.DecodeInputError as e:
+        out["outgrown without mesh refused"] = "exported for a mesh {d: 2}" in str(e)
+    report = sc.update_artifact(path, add=more, mesh=mesh_of(2))
+    grown = serving.load(path, mesh=mesh_of(2))
+    want = sc.beam_search(ref.update(add=more), model, batch_size=B, beam_size=M)
+    out["outgrown exported"] = report["modules"] == "exported" and bool(report["grew"])
+    out["outgrown decode"] = same(serve(grown), want)
+    out["outgrown on mesh"] = grown.manifest.mesh is not None and grown.placement.devices == 2
     print(json.dumps(out))
 """)
 
@@ -190,7 +220,8 @@ def test_the_cli_compiles_for_a_mesh_and_decodes_on_one(tmp_path):
     assert "tables split across 'd'" in run(["compile", "s.npy", "--vocab-size", "64", "-o",
                                              "x.static", "--mesh", "d=4"], many).stderr
     beams = lambda out: [line for line in out.splitlines() if "score" in line]
-    on_mesh, alone = (run(["decode", f"{name}.static"], many) for name in ("mesh", "one"))
+    on_mesh, alone = (run(["decode", f"{name}.static", "--check-tables"], many)
+                      for name in ("mesh", "one"))
     assert on_mesh.returncode == 0 and alone.returncode == 0, on_mesh.stderr + alone.stderr
     assert beams(on_mesh.stdout) == beams(alone.stdout) and len(beams(alone.stdout)) == 10
     few = run(["decode", "mesh.static"], one)
