@@ -65,6 +65,10 @@ class Shards:
 
     sources: .npy file paths (memory-mapped, read in chunks) and/or int
     arrays (N_i, L), all of one L; rows are numbered across them in order.
+    A list or tuple is opened up front (its files' spill tasks run on the
+    executor); any other iterable (a generator of arrays) is consumed once,
+    one source at a time in this process, so only the current one is ever
+    in memory.
     partitions: P, ranges of the first token (of about equal rows) built
     separately.
     executor: runs the partition tasks (default: one after another in this
@@ -82,13 +86,20 @@ class Shards:
     def __post_init__(self):
         if isinstance(self.sources, (str, os.PathLike, np.ndarray)):
             object.__setattr__(self, "sources", (self.sources,))
-        else:
+        elif isinstance(self.sources, (list, tuple)):
             object.__setattr__(self, "sources", tuple(self.sources))
+        else:
+            try:
+                object.__setattr__(self, "sources", iter(self.sources))
+            except TypeError:
+                raise ConstraintSetError(f"Shards: sources is a {type(self.sources).__name__}: "
+                                         "expected .npy paths or int arrays (a list, or an "
+                                         "iterable consumed once)") from None
         for name in ("partitions", "chunk_rows"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ConstraintSetError(f"Shards: {name}={value!r}: expected an int >= 1")
-        if not self.sources:
+        if isinstance(self.sources, tuple) and not self.sources:
             raise ConstraintSetError("Shards: no sources: expected .npy paths or int arrays")
 
 
@@ -144,12 +155,13 @@ def _chunk_codes(chunk: np.ndarray, name: str, first_row: int, vocab_size: int,
     return codes, lengths.astype(np.int32)
 
 
-def spill_dtypes(width: int, total_rows: int) -> tuple[str, str]:
+def spill_dtypes(width: int, total_rows: Optional[int]) -> tuple[str, str]:
     """(lengths, row ids) dtypes of the spill files: the narrowest that hold
     a row's length and every row id (uint8 and uint32 for a billion rows of
-    8 tokens: 5 bytes per row beside the codes, not 12)."""
+    8 tokens: 5 bytes per row beside the codes, not 12); total_rows None
+    (not known yet: an iterable of sources) gives int64 row ids."""
     return ("uint8" if width < 1 << 8 else "int32",
-            "uint32" if total_rows <= 1 << 32 else "int64")
+            "uint32" if total_rows is not None and total_rows <= 1 << 32 else "int64")
 
 
 SAMPLE_BLOCKS = 64
@@ -179,19 +191,19 @@ def partition_of_token(arrays: list, vocab_size: int, partitions: int) -> np.nda
 
 def spill_source(work: str, index: int, source, first_row: int, partitions: int,
                  chunk_rows: int, vocab_size: int, end_token: Optional[int],
-                 total_rows: Optional[int] = None,
+                 row_dtype: str = "int64",
                  token_partition: Optional[np.ndarray] = None) -> dict:
     """One source's spill task (module-level so that it pickles, for a .npy
     path; arrays are spilled in this process): its rows, checked chunk by
     chunk, appended to its own per-partition files `s{index}.p{p}.*`
-    (codes, lengths, global row ids from `first_row`, in `spill_dtypes` of
-    total_rows); token_partition: `partition_of_token` (default: P equal
+    (codes, lengths in `spill_dtypes`, global row ids from `first_row` in
+    `row_dtype`); token_partition: `partition_of_token` (default: P equal
     ranges of the first token). Returns its width, rows and whether some
     row is shorter than the width."""
     work = pathlib.Path(work)
     arr, name = _open_source(source, index)
     P, code_dtype = partitions, sort_code_dtype_for(vocab_size)
-    length_dtype, row_dtype = spill_dtypes(arr.shape[1], total_rows or first_row + arr.shape[0])
+    length_dtype, _ = spill_dtypes(arr.shape[1], None)
     files = {}
     ragged = False
     counts = np.zeros(P, dtype=np.int64)
@@ -226,33 +238,59 @@ def spill_source(work: str, index: int, source, first_row: int, partitions: int,
 
 
 def _spill(shards: Shards, vocab_size: int, end_token: Optional[int],
-           work: pathlib.Path) -> tuple[int, int, bool, list]:
-    """Streams the input into per-source, per-partition spill files (sources
-    given as paths on the executor, arrays here); (L, rows, ragged, spill
-    results)."""
-    opened = [_open_source(source, i) for i, source in enumerate(shards.sources)]
-    width = opened[0][0].shape[1]
-    for arr, name in opened:
-        if arr.shape[1] != width:
-            raise ConstraintSetError(f"{name}: rows of length {arr.shape[1]}, the shards "
-                                     f"before hold {width}")
-    firsts = np.concatenate([[0], np.cumsum([arr.shape[0] for arr, _ in opened])]).tolist()
-    token_partition = partition_of_token([arr for arr, _ in opened], vocab_size,
-                                         int(shards.partitions))
-    del opened  # (memory maps: the tasks open their own)
-    tasks = [(str(work), i, source, firsts[i], int(shards.partitions), int(shards.chunk_rows),
-              vocab_size, end_token, int(firsts[-1]), token_partition)
-             for i, source in enumerate(shards.sources)]
-    on_executor = [isinstance(source, (str, os.PathLike)) for source in shards.sources]
-    results = _run(shards, spill_source, tasks, on_executor, "spilled source")
-    total = int(firsts[-1])
+           work: pathlib.Path) -> tuple[int, int, bool, list, str]:
+    """Streams the input into per-source, per-partition spill files;
+    (L, rows, ragged, spill results, row id dtype). A tuple of sources is
+    opened first (rows numbered, first tokens sampled from all) and spilled
+    by one task per source (paths on the executor, arrays here); an iterable
+    is consumed one source at a time here (first tokens sampled from the
+    first source)."""
+    P, chunk = int(shards.partitions), int(shards.chunk_rows)
+    if isinstance(shards.sources, tuple):
+        opened = [_open_source(source, i) for i, source in enumerate(shards.sources)]
+        width = opened[0][0].shape[1]
+        for arr, name in opened:
+            _check_width(arr, name, width)
+        firsts = np.concatenate([[0], np.cumsum([arr.shape[0] for arr, _ in opened])]).tolist()
+        token_partition = partition_of_token([arr for arr, _ in opened], vocab_size, P)
+        del opened  # (memory maps: the tasks open their own)
+        total = int(firsts[-1])
+        _, row_dtype = spill_dtypes(width, total)
+        tasks = [(str(work), i, source, firsts[i], P, chunk, vocab_size, end_token, row_dtype,
+                  token_partition) for i, source in enumerate(shards.sources)]
+        on_executor = [isinstance(source, (str, os.PathLike)) for source in shards.sources]
+        results = _run(shards, spill_source, tasks, on_executor, "spilled source")
+    else:
+        results, total, width, token_partition = [], 0, None, None
+        _, row_dtype = spill_dtypes(1, None)
+        i = -1
+        for source in shards.sources:  # (enumerate would keep the last source alive)
+            i += 1
+            arr, name = _open_source(source, i)
+            width = arr.shape[1] if width is None else width
+            _check_width(arr, name, width)
+            if token_partition is None:
+                token_partition = partition_of_token([arr], vocab_size, P)
+            rows = arr.shape[0]
+            del arr  # spill_source opens it again (a path: its own memory map)
+            results.append(spill_source(str(work), i, source, total, P, chunk, vocab_size,
+                                        end_token, row_dtype, token_partition))
+            total += rows
+            del source  # only the current source is held
+            _say(shards, f"[partitioned build] spilled source {i + 1} ({total} rows so far)")
     if total == 0:
         raise ConstraintSetError("empty constraint set: the shards hold no rows")
     ragged = any(r["ragged"] for r in results)
     if ragged and end_token is None:
         raise ConstraintSetError("shards hold rows of different lengths (-1 padding): pass "
                                  "end_token=... to compile a variable-length set")
-    return width, total, ragged, results
+    return width, total, ragged, results, row_dtype
+
+
+def _check_width(arr, name: str, width: int) -> None:
+    if arr.shape[1] != width:
+        raise ConstraintSetError(f"{name}: rows of length {arr.shape[1]}, the shards "
+                                 f"before hold {width}")
 
 
 def _read_spill(work: pathlib.Path, p: int, sources: list[int], kind: str, dtype) -> np.ndarray:
@@ -262,7 +300,7 @@ def _read_spill(work: pathlib.Path, p: int, sources: list[int], kind: str, dtype
 
 
 def build_partition(work: str, p: int, sources: list[int], width: int, vocab_size: int,
-                    end_token: Optional[int], ragged: bool, total_rows: int) -> dict:
+                    end_token: Optional[int], ragged: bool) -> dict:
     """One partition's task (run by the executor; module-level so that it
     pickles): reads its spill files (from the `sources` that have rows in
     it), builds its trie, writes the arrays under `work` and removes the
@@ -273,7 +311,7 @@ def build_partition(work: str, p: int, sources: list[int], width: int, vocab_siz
     if codes.size == 0:
         return {"p": p, "unique": 0}
     codes = codes.reshape(-1, width)
-    length_dtype, _ = spill_dtypes(width, total_rows)
+    length_dtype, _ = spill_dtypes(width, None)
     lengths = _read_spill(work, p, sources, "lengths", length_dtype).astype(np.int64)
     for i in sources:  # read: their disk space goes to this partition's layers
         for kind in ("codes", "lengths"):
@@ -352,12 +390,13 @@ class _MergedArrays:
 
 
 def _merge(work: pathlib.Path, parts: list[dict], vocab_size: int, end_token: Optional[int],
-           total: int, ragged: bool, sources: dict) -> tuple[Automaton, ItemIndex, int]:
+           total: int, ragged: bool, sources: dict, row_dtype: str
+           ) -> tuple[Automaton, ItemIndex, int]:
     """The partitions' layers and item indexes, concatenated (see module doc):
     each global array is created once as a memory-mapped file
     (`_MergedArrays`) and the partitions' pieces copied into it at their
     offsets; each piece's file is removed once copied. sources: partition
-    -> the spill sources with rows in it. Returns the automaton, the item
+    -> the spill sources with rows in it; row_dtype: their row ids'. Returns the automaton, the item
     index and the bytes written."""
     parts = [part for part in parts if part["unique"]]
     merged = _MergedArrays(work / "merged")
@@ -426,7 +465,6 @@ def _merge(work: pathlib.Path, parts: list[dict], vocab_size: int, end_token: Op
     row_item = merged.create("row_item", np.int32, (total,))
     unique_offset = 0
     depths, terminal = [], []
-    _, row_dtype = spill_dtypes(1, total)
     for i, part in enumerate(parts):
         rows = _read_spill(work, part["p"], sources[part["p"]], "rows", row_dtype)
         row_item[rows] = load(part, "inverse") + np.int32(unique_offset)
@@ -464,7 +502,7 @@ def build_trie_partitioned(shards: Shards, vocab_size: int, end_token: Optional[
     work = pathlib.Path(tempfile.mkdtemp(prefix="static-compiler-build-", dir=root))
     start = time.perf_counter()
     try:
-        width, total, ragged, spilled = _spill(shards, vocab_size, end_token, work)
+        width, total, ragged, spilled, row_dtype = _spill(shards, vocab_size, end_token, work)
         size = sum(f.stat().st_size for f in work.iterdir())
         largest = int(sum(r["counts"] for r in spilled).max())
         _say(shards, f"[partitioned build] {total} rows in {shards.partitions} partitions "
@@ -472,10 +510,11 @@ def build_trie_partitioned(shards: Shards, vocab_size: int, end_token: Optional[
                      f"mean), {size / 2**20:.1f} MiB spilled, {time.perf_counter() - start:.1f} s")
         sources = {p: [r["index"] for r in spilled if p in r["partitions"]]
                    for p in range(int(shards.partitions))}
-        tasks = [(str(work), p, sources[p], width, vocab_size, end_token, ragged, total)
+        tasks = [(str(work), p, sources[p], width, vocab_size, end_token, ragged)
                  for p in range(int(shards.partitions))]
         parts = _run(shards, build_partition, tasks, [True] * len(tasks), "built partition")
-        ir, items, written = _merge(work, parts, vocab_size, end_token, total, ragged, sources)
+        ir, items, written = _merge(work, parts, vocab_size, end_token, total, ragged, sources,
+                                    row_dtype)
         _say(shards, f"[partitioned build] merged: {ir.num_sequences} sequences, "
                      f"{ir.num_states} states, {written / 2**20:.1f} MiB written, "
                      f"{time.perf_counter() - start:.1f} s")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import weakref
 from concurrent.futures import ProcessPoolExecutor
 
 import jax.numpy as jnp
@@ -156,6 +157,47 @@ def test_compile_constraints_takes_shards_and_decodes_like_the_array(tmp_path):
     assert all(tuple(t) in picked for t, v in zip(np.asarray(c.tokens)[0].tolist(),
                                                      np.asarray(c.valid)[0]) if v)
     assert any("spilled" in line for line in lines) and any("merged" in line for line in lines)
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_an_iterable_of_arrays_is_consumed_one_at_a_time(ragged):
+    """A generator of (n, L) arrays: each is spilled and dropped before the
+    next is drawn, and the trie equals the monolithic build of all rows."""
+    rng = np.random.default_rng(7)
+    V, end = 40, (0 if ragged else None)
+    pieces = [ragged_rows(rng, 3000, 5, V, end)[0] if ragged else rng.integers(0, V, (3000, 5))
+              for _ in range(6)]
+    alive = []  # weak references to the arrays handed out
+
+    def generate():
+        for piece in pieces:
+            out = piece.copy()  # a fresh array the build alone holds
+            assert sum(ref() is not None for ref in alive) == 0, "previous sources still held"
+            alive.append(weakref.ref(out))
+            yield out
+            del out
+
+    lines = []
+    got = build_trie_partitioned(Shards(generate(), partitions=7, progress=lines.append), V,
+                                 end_token=end)
+    rows = np.concatenate(pieces)
+    want = build_trie([r[r >= 0].tolist() for r in rows] if ragged else rows, V, end_token=end)
+    assert_same_build(got, want)
+    assert "[partitioned build] spilled source 6 (18000 rows so far)" in lines
+
+
+def test_bad_iterables_of_sources():
+    with pytest.raises(ConstraintSetError, match=r"sources is a int: expected .npy paths"):
+        Shards(3)
+    with pytest.raises(ConstraintSetError, match="empty constraint set"):
+        build_trie_partitioned(Shards(iter([])), 8)
+    bad = (a for a in [np.ones((2, 3), np.int32), np.full((2, 3), 9, np.int32)])
+    with pytest.raises(ConstraintSetError, match=r"shard 1 \(an array\), sequence 0, position 0: "
+                                                 r"token 9 is outside the vocabulary \[0, 8\)"):
+        build_trie_partitioned(Shards(bad), 8)
+    wide = (a for a in [np.ones((2, 3), np.int32), np.ones((2, 4), np.int32)])
+    with pytest.raises(ConstraintSetError, match=r"shard 1 \(an array\): rows of length 4"):
+        build_trie_partitioned(Shards(wide), 8)
 
 
 def test_bad_shards_name_the_shard_and_row(tmp_path):
