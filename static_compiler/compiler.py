@@ -21,7 +21,7 @@ from static_compiler.decode_state import check_processor_state
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import ItemIndex, build_trie
 from static_compiler.graph_frontend import automaton_from_graph, is_graph
-from static_compiler.partitioned import Shards, build_trie_partitioned
+from static_compiler.partitioned import Shards, build_partitioned
 from static_compiler.ir import Automaton, layer_stats
 from static_compiler.text import encode_catalogue, looks_like_names
 
@@ -400,7 +400,7 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     timings = []
     t0 = time.perf_counter()
     frontend_stats = {}
-    names = items = None
+    names = items = summary = None
     if tokenizer is not None:
         catalogue = encode_catalogue(constraints, tokenizer, vocab_size, end_token=end_token)
         constraints, end_token, names = catalogue.sequences, catalogue.end_token, catalogue.names
@@ -417,7 +417,8 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
         raise ConstraintSetError(f"start={start!r} applies to graph input only; got "
                                  f"{type(constraints).__name__}")
     elif isinstance(constraints, Shards):
-        ir, items = build_trie_partitioned(constraints, vocab_size, end_token=end_token)
+        built = build_partitioned(constraints, vocab_size, end_token=end_token)
+        ir, items, summary = built.ir, built.items, built.summary
     elif isinstance(constraints, Automaton):
         ir = constraints
         if vocab_size != ir.vocab_size or end_token not in (None, ir.end_token):
@@ -437,9 +438,18 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     if print_ir_after_all:
         origin = "input" if isinstance(constraints, Automaton) else "frontend"
         stream.write(f"// ----- IR after {origin} -----\n" + ir.to_text())
-    ir = pipeline_lib.run_pipeline(ir, passes, verify_each=verify_each,
-                                   print_ir_after_all=print_ir_after_all, stream=stream,
-                                   timings=timings)
+    if summary is not None and not print_ir_after_all and \
+            all(p.layout_only or p.name == "verify" for p in passes):
+        # A partitioned build: layouts planned from the partitions' summed
+        # summaries (the parts were verified where built), so the passes
+        # never read the merged layers (`pipeline.plan_layouts`).
+        planned = pipeline_lib.run_pipeline(summary, passes, verify_each=False, timings=timings)
+        ir = ir.with_layers(layer.replace(layout=s.layout)
+                            for layer, s in zip(ir.layers, planned.layers))
+    else:
+        ir = pipeline_lib.run_pipeline(ir, passes, verify_each=verify_each,
+                                       print_ir_after_all=print_ir_after_all, stream=stream,
+                                       timings=timings)
     t0 = time.perf_counter()
     plan, tables = lower(ir)
     timings.append(("lower", time.perf_counter() - t0))

@@ -30,6 +30,10 @@ import numpy as np
 from static_compiler.dtypes import state_dtype_for, token_dtype_for
 from static_compiler.ir import Automaton, Layer, Layout, LayoutKind
 
+# The functions below read a layer's counts, branch histogram
+# (`branch_counts`), accepting table and targets only, so they take an
+# `ir.Layer` or its `ir.LayerSummary` alike.
+
 
 def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
     """Bytes of the tables `layout` needs for `layer` (S states, E edges)."""
@@ -37,7 +41,7 @@ def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
     tb = np.dtype(layout.token_dtype).itemsize
     sb = np.dtype(layout.state_dtype).itemsize
     explicit = 0 if layer.implicit_targets else 1
-    accepting = 0 if layer.accepting is None else S
+    accepting = S if layer.has_accepting else 0
     if layout.kind == LayoutKind.DENSE_ROWS:
         return accepting + S * vocab_size * sb
     if layout.kind == LayoutKind.CSR:
@@ -80,14 +84,18 @@ def mixed_light_k(layer: Layer, k: int, vocab_size: int, beams: int, wide_slots:
     when the row reads at most `max_read_ratio` of the unmixed reads."""
     if k <= multiple:
         return 0
-    branch = layer.branch()
-    if branch.size == 0:
+    counts = layer.branch_counts()
+    states = int(counts.sum())
+    if states == 0:
         return 0
     padded_k = padded_width(k, multiple, vocab_size)
-    # heavier[l] = states with more than l children, for l in [0, k]: O(S), no sort.
-    heavier = branch.size - np.cumsum(np.bincount(np.minimum(branch, k), minlength=k + 1))
+    # heavier[l] = states with more than l children, for l in [0, k]: from the histogram.
+    capped = np.zeros(k + 1, dtype=np.int64)
+    capped[:min(k, counts.size)] = counts[:k]
+    capped[k] += counts[k:].sum()
+    heavier = states - np.cumsum(capped)
     for light in range(multiple, k, multiple):
-        if beams * heavier[light] / branch.size <= wide_slots / 2:
+        if beams * heavier[light] / states <= wide_slots / 2:
             reads = beams * light + wide_slots * (padded_k - light)
             return light if reads <= max_read_ratio * beams * padded_k else 0
     return 0
@@ -110,9 +118,9 @@ def packed(layer: Layer, layout: Layout, vocab_size: int, num_next_states: int) 
 def applicable_layouts(layer: Layer, vocab_size: int, num_next_states: int
                        ) -> dict[LayoutKind, Layout]:
     """Every layout kind that can serve `layer` exactly, by kind, at packed dtypes."""
-    branch = layer.branch()
-    max_branch = max(1, int(branch.max(initial=0)))
-    exceptions = int((branch != 1).sum())
+    counts = layer.branch_counts()
+    max_branch = max(1, layer.max_branch)
+    exceptions = layer.num_states - (int(counts[1]) if counts.size > 1 else 0)
     options = {LayoutKind.DENSE_ROWS: Layout(LayoutKind.DENSE_ROWS, vocab_size),
                LayoutKind.CSR: Layout(LayoutKind.CSR, max_branch)}
     if exceptions == 0:

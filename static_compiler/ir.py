@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 import numpy as np
 
@@ -249,6 +249,20 @@ class Layer:
     @property
     def max_branch(self) -> int:
         return int(self.branch().max(initial=0))
+
+    def branch_counts(self) -> np.ndarray:
+        """int64 (max_branch + 1,): at b, how many states have b children
+        (what the cost model reads; `LayerSummary` holds only this)."""
+        return np.bincount(self.branch(), minlength=1)
+
+    @property
+    def has_accepting(self) -> bool:
+        """Whether the layer has an accepting table (a variable-length set)."""
+        return self.accepting is not None
+
+    @property
+    def num_accepting(self) -> int:
+        return 0 if self.accepting is None else int(np.count_nonzero(self.accepting))
 
     def target_array(self) -> np.ndarray:
         """int64 (num_edges,): explicit targets (arange for implicit ones)."""
@@ -621,15 +635,103 @@ def _row_of(indptr: np.ndarray, edge: int) -> int:
 # Printer and parser
 
 
-def layer_stats(layer: Layer) -> dict[str, object]:
-    """Statistics of one layer: states, edges, max/mean branch, layout."""
-    branch = layer.branch()
+@dataclasses.dataclass(frozen=True, eq=False)
+class LayerSummary:
+    """What the layout passes and the cost model read of a layer, without
+    its arrays: counts, the branch histogram, accepting states, targets, and
+    the layout. A partitioned build sums its partitions' summaries, so the
+    passes plan the merged layers' layouts without reading them
+    (`pipeline.plan_layouts`).
+
+    counts: int64 (max_branch + 1,), at b the states with b children."""
+
+    num_states: int
+    num_edges: int
+    counts: np.ndarray
+    num_accepting: int = 0
+    has_accepting: bool = False
+    implicit_targets: bool = True
+    layout: Optional[Layout] = None
+
+    @classmethod
+    def of(cls, layer: Layer) -> "LayerSummary":
+        return cls(layer.num_states, layer.num_edges, layer.branch_counts(),
+                   layer.num_accepting, layer.has_accepting, layer.implicit_targets,
+                   layer.layout)
+
+    def branch_counts(self) -> np.ndarray:
+        return self.counts
+
+    @property
+    def max_branch(self) -> int:
+        nonzero = np.flatnonzero(self.counts)
+        return int(nonzero[-1]) if nonzero.size else 0
+
+    def replace(self, **changes) -> "LayerSummary":
+        return dataclasses.replace(self, **changes)
+
+    def __eq__(self, other):
+        if not isinstance(other, LayerSummary):
+            return NotImplemented
+        trim = lambda c: np.trim_zeros(np.asarray(c, np.int64), "b")
+        return (self.num_states, self.num_edges, self.num_accepting, self.has_accepting,
+                self.implicit_targets, self.layout) == \
+            (other.num_states, other.num_edges, other.num_accepting, other.has_accepting,
+             other.implicit_targets, other.layout) and \
+            np.array_equal(trim(self.counts), trim(other.counts))
+
+    __hash__ = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AutomatonSummary:
+    """An `Automaton` with `LayerSummary` layers: what `pipeline.plan_layouts`
+    runs the layout passes over (vocab_size, depth, num_states_at,
+    with_layers, as the passes use an Automaton)."""
+
+    vocab_size: int
+    layers: tuple
+    num_final_states: int
+    num_sequences: int
+    end_token: Optional[int] = None
+
+    @classmethod
+    def of(cls, ir: "Automaton") -> "AutomatonSummary":
+        return cls(ir.vocab_size, tuple(LayerSummary.of(layer) for layer in ir.layers),
+                   ir.num_final_states, ir.num_sequences, ir.end_token)
+
+    @property
+    def depth(self) -> int:
+        return len(self.layers)
+
+    def num_states_at(self, depth: int) -> int:
+        if depth == self.depth:
+            return self.num_final_states
+        return self.layers[depth].num_states
+
+    def with_layers(self, layers) -> "AutomatonSummary":
+        return dataclasses.replace(self, layers=tuple(layers))
+
+    def __eq__(self, other):
+        if not isinstance(other, AutomatonSummary):
+            return NotImplemented
+        return (self.vocab_size, self.num_final_states, self.num_sequences, self.end_token) == \
+            (other.vocab_size, other.num_final_states, other.num_sequences, other.end_token) \
+            and len(self.layers) == len(other.layers) and \
+            all(a == b for a, b in zip(self.layers, other.layers))
+
+    __hash__ = None
+
+
+def layer_stats(layer: Union[Layer, "LayerSummary"]) -> dict[str, object]:
+    """Statistics of one layer (or its summary): states, edges, max/mean
+    branch, layout."""
     return {
         "states": layer.num_states,
         "edges": layer.num_edges,
-        "max_branch": int(branch.max(initial=0)),
-        "mean_branch": float(branch.mean()) if branch.size else 0.0,
-        "accepting": int(layer.accepting_array().sum()),
+        "max_branch": layer.max_branch,
+        "mean_branch": layer.num_edges / layer.num_states if layer.num_states else 0.0,
+        "accepting": layer.num_accepting,
         "targets": "implicit" if layer.implicit_targets else "explicit",
         "layout": layer.layout.to_text() if layer.layout else "none",
     }

@@ -53,7 +53,7 @@ from static_compiler.errors import BuildError, ConstraintSetError
 from static_compiler.frontend import (automaton_from_sorted_codes, check_end_token,
                                       check_range, check_vocab_size, sort_unique_codes,
                                       terminal_states)
-from static_compiler.ir import Automaton, Layer, frozen
+from static_compiler.ir import Automaton, AutomatonSummary, Layer, LayerSummary, frozen, verify
 from static_compiler.liveness import ItemIndex
 
 DEFAULT_CHUNK_ROWS = 1 << 20
@@ -198,20 +198,22 @@ def spill_source(work: str, index: int, source, first_row: int, partitions: int,
     chunk, appended to its own per-partition files `s{index}.p{p}.*`
     (codes, lengths in `spill_dtypes`, global row ids from `first_row` in
     `row_dtype`); token_partition: `partition_of_token` (default: P equal
-    ranges of the first token). Returns its width, rows and whether some
-    row is shorter than the width."""
+    ranges of the first token). Returns its width, rows, (shortest, longest)
+    row length and the partitions it has rows in."""
     work = pathlib.Path(work)
     arr, name = _open_source(source, index)
     P, code_dtype = partitions, sort_code_dtype_for(vocab_size)
     length_dtype, _ = spill_dtypes(arr.shape[1], None)
     files = {}
-    ragged = False
+    shortest, longest = arr.shape[1], 0
     counts = np.zeros(P, dtype=np.int64)
     try:
         for start in range(0, arr.shape[0], chunk_rows):
             codes, lengths = _chunk_codes(arr[start:start + chunk_rows], name, start,
                                           vocab_size, end_token, code_dtype)
-            ragged |= bool((lengths != arr.shape[1]).any())
+            if lengths.size:
+                shortest = min(shortest, int(lengths.min()))
+                longest = max(longest, int(lengths.max()))
             first = codes[:, 0].astype(np.int64) - 1
             part = (first * P // vocab_size if token_partition is None
                     else token_partition[first]).astype(np.uint16 if P <= 1 << 16 else np.int64)
@@ -233,7 +235,8 @@ def spill_source(work: str, index: int, source, first_row: int, partitions: int,
             for f in group:
                 f.close()
     return {"index": index, "name": name, "width": int(arr.shape[1]),
-            "rows": int(arr.shape[0]), "ragged": ragged, "partitions": sorted(files),
+            "rows": int(arr.shape[0]), "lengths": (shortest, longest),
+            "partitions": sorted(files),
             "counts": counts}
 
 
@@ -280,7 +283,10 @@ def _spill(shards: Shards, vocab_size: int, end_token: Optional[int],
             _say(shards, f"[partitioned build] spilled source {i + 1} ({total} rows so far)")
     if total == 0:
         raise ConstraintSetError("empty constraint set: the shards hold no rows")
-    ragged = any(r["ragged"] for r in results)
+    # Rows of different lengths (not merely shorter than the width: those
+    # are one fixed length, as `frontend.build_trie` takes them too).
+    spans = [r["lengths"] for r in results if r["rows"]]
+    ragged = min(a for a, _ in spans) != max(b for _, b in spans)
     if ragged and end_token is None:
         raise ConstraintSetError("shards hold rows of different lengths (-1 padding): pass "
                                  "end_token=... to compile a variable-length set")
@@ -319,8 +325,10 @@ def build_partition(work: str, p: int, sources: list[int], width: int, vocab_siz
     codes, lengths, inverse = sort_unique_codes(codes, lengths, vocab_size, return_inverse=True)
     depth = int(lengths.max())
     sub = automaton_from_sorted_codes(codes[:, :depth], lengths, vocab_size, end_token)
+    verify(sub)  # each part here, in parallel: the merged trie's layouts are planned unread
     out = {"p": p, "unique": int(codes.shape[0]), "depth": depth,
-           "final": sub.num_final_states}
+           "final": sub.num_final_states,
+           "layers": [LayerSummary.of(layer) for layer in sub.layers]}
     arrays = {"inverse": inverse}
     if ragged:
         arrays.update(item_depth=lengths.astype(np.int32),
@@ -482,6 +490,53 @@ def _merge(work: pathlib.Path, parts: list[dict], vocab_size: int, end_token: Op
                          item_state=np.concatenate(terminal)), merged.bytes_written
 
 
+def merged_summary(parts: list[dict], vocab_size: int, end_token: Optional[int]
+                   ) -> AutomatonSummary:
+    """The `ir.AutomatonSummary` of the trie `_merge` makes of `parts` (the
+    partition tasks' results), from their layer summaries alone: one root
+    with every partition's first edges; at depth t, each partition's layer t,
+    and the final states of partitions whose rows all end at t (childless
+    accepting states there)."""
+    parts = [part for part in parts if part["unique"]]
+    depth = max(part["depth"] for part in parts)
+    roots = sum(part["layers"][0].num_edges for part in parts)
+    layers = [LayerSummary(1, roots, np.bincount([roots]))]
+    for t in range(1, depth):
+        states = edges = accepting = 0
+        counts = np.zeros(1, dtype=np.int64)
+        has = False
+        for part in parts:
+            if t < part["depth"]:
+                layer = part["layers"][t]
+                c = layer.branch_counts()
+                counts = np.pad(counts, (0, max(0, c.size - counts.size)))
+                counts[:c.size] += c
+                states, edges = states + layer.num_states, edges + layer.num_edges
+                accepting += layer.num_accepting
+                has |= layer.has_accepting
+            elif t == part["depth"]:
+                states += part["final"]
+                counts[0] += part["final"]
+                accepting += part["final"]
+                has = True
+        layers.append(LayerSummary(states, edges, counts, accepting, has))
+    return AutomatonSummary(vocab_size, tuple(layers),
+                            sum(part["final"] for part in parts if part["depth"] == depth),
+                            sum(part["unique"] for part in parts), end_token)
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionedBuild:
+    """What `build_partitioned` returns: the merged trie (`ir`, memory-mapped
+    arrays), its item index, and its `summary`, summed from the partitions'
+    (`merged_summary`), from which `pipeline.plan_layouts` plans the
+    layouts without reading the merged layers."""
+
+    ir: Automaton
+    items: ItemIndex
+    summary: AutomatonSummary
+
+
 def build_trie_partitioned(shards: Shards, vocab_size: int, end_token: Optional[int] = None
                            ) -> tuple[Automaton, ItemIndex]:
     """`frontend.build_trie` of the rows `shards` holds, built in partitions
@@ -490,6 +545,13 @@ def build_trie_partitioned(shards: Shards, vocab_size: int, end_token: Optional[
     Raises ConstraintSetError for bad input (naming the shard and row) and
     BuildError when a partition's task fails (naming the partition); spill
     files are removed either way."""
+    built = build_partitioned(shards, vocab_size, end_token)
+    return built.ir, built.items
+
+
+def build_partitioned(shards: Shards, vocab_size: int, end_token: Optional[int] = None
+                      ) -> PartitionedBuild:
+    """`build_trie_partitioned`, with the merged trie's summary."""
     if not isinstance(shards, Shards):
         raise ConstraintSetError(f"build_trie_partitioned: expected Shards, got "
                                  f"{type(shards).__name__}")
@@ -518,6 +580,6 @@ def build_trie_partitioned(shards: Shards, vocab_size: int, end_token: Optional[
         _say(shards, f"[partitioned build] merged: {ir.num_sequences} sequences, "
                      f"{ir.num_states} states, {written / 2**20:.1f} MiB written, "
                      f"{time.perf_counter() - start:.1f} s")
-        return ir, items
+        return PartitionedBuild(ir, items, merged_summary(parts, vocab_size, end_token))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -14,7 +14,7 @@ import time
 from typing import Optional, Sequence, TextIO
 
 from static_compiler.errors import IRVerificationError, PipelineError, StaticCompilerError
-from static_compiler.ir import Automaton, verify
+from static_compiler.ir import Automaton, AutomatonSummary, verify
 from static_compiler.passes import REGISTRY, Pass
 from static_compiler.passes.choose_layout import ChooseLayoutPass
 from static_compiler.passes.pack_dtypes import PackDtypesPass
@@ -132,13 +132,20 @@ def run_pipeline(ir: Automaton, passes, *, verify_each: bool = True,
     """
     passes = parse_pipeline(passes) if isinstance(passes, str) else tuple(passes)
     stream = stream if stream is not None else sys.stderr
+    summary = isinstance(ir, AutomatonSummary)
     done = []
     for i, p in enumerate(passes):
+        if summary and not p.layout_only:
+            if p.name == "verify":
+                continue  # a summary has no arrays: its parts were verified where built
+            raise PipelineError(f"pass {p.spec()!r} rewrites the layers themselves, so it cannot "
+                                "run on layer summaries (a partitioned build plans its layouts "
+                                "from them): build the set in memory to run it")
         start = time.perf_counter()
         try:
             before = ir
             ir = p.wired(passes[i + 1:]).run(ir)
-            if verify_each and p.name != "verify":
+            if verify_each and p.name != "verify" and not summary:
                 verify(ir, unchanged_from=before if done else None)
         except StaticCompilerError as e:
             before = format_pipeline(done) or "(none)"
@@ -148,11 +155,21 @@ def run_pipeline(ir: Automaton, passes, *, verify_each: bool = True,
         if timings is not None:
             timings.append((p.spec(), time.perf_counter() - start))
         done.append(p)
-        if print_ir_after_all:
+        if print_ir_after_all and not summary:
             stream.write(f"// ----- IR after {p.spec()} -----\n")
             stream.write(ir.to_text())
             stream.flush()
     return ir
+
+
+def plan_layouts(summary: AutomatonSummary, passes) -> AutomatonSummary:
+    """The layouts `passes` give the automaton `summary` describes, planned
+    from its layers' summaries alone (`ir.LayerSummary`: counts and branch
+    histograms; no arrays): equal to running the pipeline on the automaton
+    itself (tested), in time independent of its size. verify passes are
+    skipped (the caller verified the parts the summary sums); a pass that
+    rewrites layers (minimize) raises PipelineError."""
+    return run_pipeline(summary, passes, verify_each=False)
 
 
 def stage_dumps(ir: Automaton, passes=DEFAULT_PIPELINE, *, input_stage: str = "input",

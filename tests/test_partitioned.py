@@ -23,6 +23,7 @@ import static_compiler as sc
 from static_compiler import datasets, partitioned
 from static_compiler.errors import BuildError, ConstraintSetError
 from static_compiler.frontend import build_trie
+from static_compiler.ir import AutomatonSummary
 from static_compiler.partitioned import Shards, build_trie_partitioned
 
 
@@ -73,9 +74,10 @@ def test_equals_the_monolithic_build(seed, partitions, vocab, width, ragged, spl
     cuts = sorted(min(c, n) for c in splits)
     sources = [rows[a:b] for a, b in zip([0] + cuts, cuts + [n]) if b > a]
     want = build_trie(seqs, vocab, end_token=end)
-    got = build_trie_partitioned(Shards(sources, partitions=partitions, chunk_rows=chunk),
-                                 vocab, end_token=end)
-    assert_same_build(got, want)
+    got = partitioned.build_partitioned(Shards(sources, partitions=partitions, chunk_rows=chunk),
+                                        vocab, end_token=end)
+    assert_same_build((got.ir, got.items), want)
+    assert got.summary == AutomatonSummary.of(want[0])  # summed from the parts alone
 
 
 def test_partitions_hold_about_equal_rows_on_skewed_first_tokens():
@@ -198,6 +200,37 @@ def test_bad_iterables_of_sources():
     wide = (a for a in [np.ones((2, 3), np.int32), np.ones((2, 4), np.int32)])
     with pytest.raises(ConstraintSetError, match=r"shard 1 \(an array\): rows of length 4"):
         build_trie_partitioned(Shards(wide), 8)
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+@pytest.mark.parametrize("pipeline, capacity", [
+    (None, None), (None, 1.25),
+    ("verify,choose-layout{force=csr},split-heavy{light-k=2,wide-slots=2},pad-branches,"
+     "pack-dtypes", None),
+    ("choose-layout{force=near_unary},pack-dtypes", 1.5),
+    ("verify,minimize{force=true},choose-layout,pack-dtypes", None),  # runs on the merged trie
+])
+def test_compiling_shards_plans_the_layouts_the_array_compile_runs(ragged, pipeline, capacity):
+    """compile_constraints(Shards) plans layouts from the partitions'
+    summaries (the passes never read the merged layers); plan, layouts and
+    tables equal the in-memory compile's, array for array."""
+    rng = np.random.default_rng(5)
+    V = 50
+    rows = ragged_rows(rng, 6000, 6, V, 0)[0] if ragged else rng.integers(0, V, (6000, 6))
+    end = 0 if ragged else None
+    seqs = [r[r >= 0].tolist() for r in rows] if ragged else rows
+    kw = dict(end_token=end, pipeline=pipeline, capacity=capacity)
+    want = sc.compile_constraints(seqs, V, **kw)
+    got = sc.compile_constraints(Shards([rows[:2500], rows[2500:]], partitions=6), V, **kw)
+    assert got.plan == want.plan and got.pipeline == want.pipeline
+    assert [layer.layout for layer in got.ir.layers] == [layer.layout for layer in want.ir.layers]
+    for t, (a, b) in enumerate(zip(got.tables, want.tables)):
+        assert a.keys() == b.keys(), t
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=f"layer {t} {name}")
+            assert a[name].dtype == b[name].dtype
+    planned = pipeline is None or "minimize" not in pipeline
+    assert ("verify" in [stage for stage, _ in got.timings]) != planned  # summaries skip it
 
 
 def test_bad_shards_name_the_shard_and_row(tmp_path):

@@ -5,6 +5,7 @@ request, and names the failing pass and the passes before it."""
 import contextlib
 import dataclasses
 import io
+import re
 from typing import Tuple
 
 import numpy as np
@@ -296,3 +297,53 @@ def test_every_intermediate_ir_parses_back(case):
         assert str(parse_ir(dump)) == dump
     assert parse_ir(dumps[-1]) == out
     assert list(out.sequences()) == sorted(set(map(tuple, rows)))
+
+
+# ----- layouts planned from layer summaries (partitioned builds) -----
+
+SUMMARY_PIPELINES = [
+    DEFAULT_PIPELINE,
+    "verify,choose-layout,reserve-capacity{growth=1.5},split-heavy,pad-branches,pack-dtypes",
+    "choose-layout{force=csr},split-heavy{light-k=1,wide-slots=1},pad-branches{multiple=4},"
+    "pack-dtypes",
+    "choose-layout{force=near_unary},split-heavy{beams=4},pack-dtypes",
+    "choose-layout{force=dense_rows,dense-threshold=0.01}",
+    "choose-layout{memory-budget=600,dense-max-overhead=64}",
+    "choose-layout{memory-budget=8}",  # too small for any set: the same error
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), spec=st.sampled_from(SUMMARY_PIPELINES), ragged=st.booleans())
+def test_layouts_planned_from_summaries_equal_the_pipelines(data, spec, ragged):
+    """`plan_layouts` on `AutomatonSummary.of(ir)` gives every layer the
+    layout `run_pipeline` gives it (or the same error), for fixed and
+    variable-length sets and pipelines with capacity, forced, mixed and
+    budget-bound layouts."""
+    from static_compiler.ir import AutomatonSummary
+    from static_compiler.pipeline import plan_layouts
+
+    if ragged:
+        rows, vocab, end = data.draw(ragged_sets(max_vocab=40, max_items=60))
+    else:
+        (rows, vocab), end = data.draw(fixed_length_sets(max_vocab=40, max_items=60)), None
+    ir = build_automaton(rows, vocab, end_token=end)
+    try:
+        want = [layer.layout for layer in run_pipeline(ir, spec).layers]
+    except PipelineError as e:
+        with pytest.raises(type(e), match=re.escape(str(e))):
+            plan_layouts(AutomatonSummary.of(ir), spec)
+        return
+    got = plan_layouts(AutomatonSummary.of(ir), spec)
+    assert [layer.layout for layer in got.layers] == want
+
+
+def test_a_pass_that_rewrites_layers_cannot_plan_from_summaries():
+    from static_compiler.ir import AutomatonSummary
+    from static_compiler.pipeline import plan_layouts
+
+    summary = AutomatonSummary.of(build_automaton(THREE, 4))
+    with pytest.raises(PipelineError, match=r"pass 'minimize' rewrites the layers themselves"):
+        plan_layouts(summary, "minimize,choose-layout")
+    planned = plan_layouts(summary, "verify,choose-layout")  # verify: skipped on summaries
+    assert all(layer.layout is not None for layer in planned.layers)

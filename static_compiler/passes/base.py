@@ -71,9 +71,14 @@ def _format_value(value) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Pass(abc.ABC):
-    """Base class of compiler passes. Subclasses set `name` and `run`."""
+    """Base class of compiler passes. Subclasses set `name` and `run`.
+
+    layout_only: the pass reads layers only as the cost model does (counts,
+    branch histogram, accepting, targets) and changes only their layouts, so
+    it runs on an `ir.AutomatonSummary` too (`pipeline.plan_layouts`)."""
 
     name: ClassVar[str] = ""
+    layout_only: ClassVar[bool] = False
 
     @abc.abstractmethod
     def run(self, ir: Automaton) -> Automaton:

@@ -35,6 +35,7 @@ class ChooseLayoutPass(Pass):
     """
 
     name = "choose-layout"
+    layout_only = True
     memory_budget: ByteSize = ByteSize(2 << 30)
     dense_threshold: float = DEFAULT_DENSE_THRESHOLD
     dense_max_overhead: float = DEFAULT_DENSE_MAX_OVERHEAD

@@ -18,6 +18,7 @@ from static_compiler.ir import Automaton
 @dataclasses.dataclass(frozen=True)
 class PackDtypesPass(Pass):
     name = "pack-dtypes"
+    layout_only = True
 
     def run(self, ir: Automaton) -> Automaton:
         return self.map_layouts(ir, lambda t, layer, lay: packed(layer, lay, ir.vocab_size,

@@ -16,6 +16,7 @@ from static_compiler.passes.base import Pass
 @dataclasses.dataclass(frozen=True)
 class PadBranchesPass(Pass):
     name = "pad-branches"
+    layout_only = True
     multiple: int = DEFAULT_PAD_MULTIPLE
 
     def __post_init__(self):

@@ -44,6 +44,7 @@ class ReserveCapacityPass(Pass):
     """
 
     name = "reserve-capacity"
+    layout_only = True
     growth: float = 1.25
 
     def __post_init__(self):

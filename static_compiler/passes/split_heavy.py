@@ -45,6 +45,7 @@ class SplitHeavyPass(Pass):
     """
 
     name = "split-heavy"
+    layout_only = True
     wide_slots: int = 4
     beams: int = 70
     max_read_ratio: float = 0.5
