@@ -292,8 +292,26 @@ class Layer:
     __hash__ = None
 
 
+class _Layered:
+    """Depth and per-depth state counts of a dataclass with `layers` (one
+    per depth) and `num_final_states`: shared by `Automaton` and
+    `AutomatonSummary`, which the layout passes take alike."""
+
+    @property
+    def depth(self) -> int:
+        return len(self.layers)
+
+    def num_states_at(self, depth: int) -> int:
+        if depth == self.depth:
+            return self.num_final_states
+        return self.layers[depth].num_states
+
+    def with_layers(self, layers):
+        return dataclasses.replace(self, layers=tuple(layers))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
-class Automaton:
+class Automaton(_Layered):
     """A layered acyclic automaton over tokens 0..vocab_size-1.
 
     Attributes:
@@ -315,15 +333,6 @@ class Automaton:
         object.__setattr__(self, "layers", tuple(self.layers))
 
     @property
-    def depth(self) -> int:
-        return len(self.layers)
-
-    def num_states_at(self, depth: int) -> int:
-        if depth == self.depth:
-            return self.num_final_states
-        return self.layers[depth].num_states
-
-    @property
     def num_states(self) -> int:
         return sum(l.num_states for l in self.layers) + self.num_final_states
 
@@ -333,9 +342,6 @@ class Automaton:
 
     def replace(self, **changes) -> "Automaton":
         return dataclasses.replace(self, **changes)
-
-    def with_layers(self, layers) -> "Automaton":
-        return dataclasses.replace(self, layers=tuple(layers))
 
     def __eq__(self, other):
         if not isinstance(other, Automaton):
@@ -684,7 +690,7 @@ class LayerSummary:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class AutomatonSummary:
+class AutomatonSummary(_Layered):
     """An `Automaton` with `LayerSummary` layers: what `pipeline.plan_layouts`
     runs the layout passes over (vocab_size, depth, num_states_at,
     with_layers, as the passes use an Automaton)."""
@@ -699,18 +705,6 @@ class AutomatonSummary:
     def of(cls, ir: "Automaton") -> "AutomatonSummary":
         return cls(ir.vocab_size, tuple(LayerSummary.of(layer) for layer in ir.layers),
                    ir.num_final_states, ir.num_sequences, ir.end_token)
-
-    @property
-    def depth(self) -> int:
-        return len(self.layers)
-
-    def num_states_at(self, depth: int) -> int:
-        if depth == self.depth:
-            return self.num_final_states
-        return self.layers[depth].num_states
-
-    def with_layers(self, layers) -> "AutomatonSummary":
-        return dataclasses.replace(self, layers=tuple(layers))
 
     def __eq__(self, other):
         if not isinstance(other, AutomatonSummary):

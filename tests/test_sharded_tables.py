@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -217,8 +218,13 @@ def test_the_cli_compiles_for_a_mesh_and_decodes_on_one(tmp_path):
         done = run(["compile", "s.npy", "--vocab-size", "64", "--capacity", "1.0",
                     "--beam-sizes", "8", "-o", f"{name}.static", *extra], many)
         assert done.returncode == 0, done.stderr
-    assert "tables split across 'd'" in run(["compile", "s.npy", "--vocab-size", "64", "-o",
-                                             "x.static", "--mesh", "d=4"], many).stderr
+    logged = run(["compile", "s.npy", "--vocab-size", "64", "-o", "x.static", "--mesh", "d=4"],
+                 many).stderr
+    per_device = re.search(r"tables split across 'd': (\d+) bytes per device of (\d+)", logged)
+    shown = run(["show-ir", "x.static", "--stats"], one)  # one device: modules not loaded
+    assert shown.returncode == 0, shown.stderr
+    assert "mesh {d: 4}: modules exported for it" in shown.stdout
+    assert f"{per_device.group(1)} table bytes per device of {per_device.group(2)}" in shown.stdout
     beams = lambda out: [line for line in out.splitlines() if "score" in line]
     on_mesh, alone = (run(["decode", f"{name}.static", "--check-tables"], many)
                       for name in ("mesh", "one"))

@@ -8,6 +8,8 @@ import os
 import sys
 from typing import Optional
 
+import numpy as np
+
 from static_compiler.cli.common import Subcommand, add_input_arguments, read_any_input
 from static_compiler.errors import CliInputError
 
@@ -62,15 +64,17 @@ def run(args: argparse.Namespace) -> int:
                                 f"{', '.join(given)} apply only to .npy and IR dump inputs")
         compiled = artifact.read_automaton(args.input)
         names = artifact.read_names(args.input)
+        mesh_line = _mesh_line(args.input)
     else:
         compiled = load_and_compile(args.input, vocab_size=args.vocab_size,
                                     end_token=args.end_token, pipeline=args.pipeline,
                                     print_ir_after_all=args.print_ir_after_all,
                                     tokenizer=args.tokenizer)
         names = getattr(compiled, "names", None)
+        mesh_line = ""
     ir = getattr(compiled, "ir", compiled)
     if args.stats:
-        sys.stdout.write(report.stats_table(compiled, devices=args.devices))
+        sys.stdout.write(report.stats_table(compiled, devices=args.devices) + mesh_line)
     if args.layer is not None:
         sys.stdout.write(report.layer_text(ir, args.layer, max_edges=args.max_edges))
     elif not args.stats:
@@ -79,6 +83,32 @@ def run(args: argparse.Namespace) -> int:
     if names is not None and args.layer is None:
         sys.stdout.write(format_names(names, args.max_names))
     return 0
+
+
+def _mesh_line(path: str) -> str:
+    """For an artifact exported for a device mesh: its axes, the tables split
+    across the table axis and the bytes each device holds (from the
+    manifest's record, see static_compiler.placement); else ""."""
+    from static_compiler import placement, serving
+
+    manifest = serving.read_manifest(path)
+    record = manifest.mesh
+    if record is None:
+        return ""
+    D = dict(record["axes"])[record["table_axis"]]
+    split = set(record["split_tables"])
+    total = per_device = 0
+    for table in manifest.tables:
+        nbytes = int(np.prod(table.shape, dtype=np.int64)) * np.dtype(table.dtype).itemsize
+        total += nbytes
+        if f"layer{table.layer}.{table.name}" in split:
+            rows = placement.padded_rows(table.name, table.shape[0], D)
+            nbytes = rows * (nbytes // max(table.shape[0], 1)) // D
+        per_device += nbytes
+    return (f"mesh {placement.mesh_text(record['axes'])}: modules exported for it; "
+            f"{len(split)} tables split along {record['table_axis']!r} "
+            f"({', '.join(sorted(split)) or 'none'}); {per_device} table bytes per device of "
+            f"{total}\n")
 
 
 def format_names(names, limit: int) -> str:
