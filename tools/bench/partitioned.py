@@ -15,8 +15,9 @@ layer and a hash of every array).
 
     python -m tools.bench.partitioned                         # 1e7 items
     python -m tools.bench.partitioned --items 1e8 --partitions 32 --workers 2
-    python -m tools.bench.partitioned --items 1e9 --shards 100 --partitions 128 \
-        --shard-dtype uint16 --modes pool --workdir /var/tmp   # past memory
+    python -m tools.bench.partitioned --items 3e8 --shards 30 --partitions 64 \
+        --shard-dtype uint16 --modes compile \
+        --pipeline "verify,choose-layout{memory-budget=16GiB},split-heavy,pad-branches,pack-dtypes"
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class _DiskPeak:
 
 
 def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int,
-           workdir: str) -> dict:
+           workdir: str, pipeline: str) -> dict:
     import numpy as np
 
     from static_compiler.frontend import build_trie
@@ -100,7 +101,7 @@ def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int,
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             shards = Shards(paths, partitions=partitions, executor=pool)
             if mode == "compile":
-                compiled = sc.compile_constraints(shards, vocab)
+                compiled = sc.compile_constraints(shards, vocab, pipeline=pipeline or None)
                 ir, items = compiled.ir, compiled.items
                 stages = ", ".join(f"{k} {v:.1f}" for k, v in compiled.timings)
             else:
@@ -133,12 +134,15 @@ def main(argv=None) -> int:
     parser.add_argument("--compile", action="store_true",
                         help="also time the whole compile_constraints(Shards) on the pool "
                              "(build, passes, lowering)")
-    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--pipeline", default="",
+                        help="--compile's pass pipeline (default: the library's; past 2 GiB of "
+                             "tables give choose-layout a larger memory-budget)")
+    parser.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        mode, shard_dir, vocab, partitions, workers, workdir = args.child
+        mode, shard_dir, vocab, partitions, workers, workdir, pipeline = args.child
         print(json.dumps(_child(mode, shard_dir, int(vocab), int(partitions), int(workers),
-                                workdir)))
+                                workdir, pipeline)))
         return 0
     from static_compiler import datasets
 
@@ -161,7 +165,7 @@ def main(argv=None) -> int:
         for mode in modes:
             out = subprocess.run([sys.executable, "-m", "tools.bench.partitioned", "--child", mode,
                                   shard_dir, str(args.vocab), str(args.partitions),
-                                  str(args.workers), args.workdir], cwd=ROOT,
+                                  str(args.workers), args.workdir, args.pipeline], cwd=ROOT,
                                  stdout=subprocess.PIPE, text=True)  # progress on stderr
             if out.returncode:
                 return 1
