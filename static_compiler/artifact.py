@@ -29,6 +29,7 @@ import ctypes
 import errno
 import dataclasses
 import functools
+import hashlib
 import io
 import os
 import pathlib
@@ -208,11 +209,59 @@ def _npy_bytes(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _write_file(root: pathlib.Path, rel: str, data: bytes) -> None:
+class NpyFile:
+    """The bytes `np.save` writes for `arr`, produced in chunks of about
+    CHUNK_BYTES: a table is hashed and written without a copy of it in
+    memory (a memory-mapped one is read a chunk at a time). Compares equal
+    to another NpyFile or to bytes with the same content."""
+
+    CHUNK_BYTES = 1 << 24
+
+    def __init__(self, arr: np.ndarray):
+        self.arr = arr
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(arr))
+        self.header = buf.getvalue()
+
+    @property
+    def size(self) -> int:
+        return len(self.header) + self.arr.nbytes
+
+    def chunks(self):
+        yield self.header
+        flat = self.arr.reshape(-1)
+        step = max(1, self.CHUNK_BYTES // max(1, self.arr.itemsize))
+        for start in range(0, flat.shape[0], step):
+            yield np.ascontiguousarray(flat[start:start + step]).tobytes()
+
+    def entry(self) -> fmt.FileEntry:
+        digest = hashlib.sha256()
+        for chunk in self.chunks():
+            digest.update(chunk)
+        return fmt.FileEntry(size=self.size, sha256=digest.hexdigest())
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.chunks())
+
+    def __eq__(self, other):
+        if isinstance(other, (bytes, bytearray, NpyFile)):
+            return bytes(self) == bytes(other)
+        return NotImplemented
+
+    __hash__ = None
+
+
+def _file_entry(data) -> fmt.FileEntry:
+    return data.entry() if isinstance(data, NpyFile) else fmt.FileEntry.of_bytes(data)
+
+
+def _write_file(root: pathlib.Path, rel: str, data) -> None:
+    """Writes `data` (bytes, or an `NpyFile` in chunks) to root / rel."""
     target = root / rel
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "wb") as f:
-        f.write(data)
+        for chunk in (data.chunks() if isinstance(data, NpyFile) else (data,)):
+            f.write(chunk)
         f.flush()
         os.fsync(f.fileno())
 
@@ -225,8 +274,9 @@ def _fsync_dir(path: pathlib.Path) -> None:
         os.close(fd)
 
 
-def build_files(compiled, reuse_modules=None) -> dict[str, bytes]:
-    """{relative path: bytes} of every file of the artifact, manifest last.
+def build_files(compiled, reuse_modules=None) -> dict[str, object]:
+    """{relative path: bytes, or an `NpyFile` for a table} of every file of
+    the artifact, manifest last.
 
     reuse_modules: an open `artifact_format.Snapshot` of a saved artifact
     whose modules serve `compiled` unchanged (a version with the same plan:
@@ -250,7 +300,7 @@ def build_files(compiled, reuse_modules=None) -> dict[str, bytes]:
             arr = getattr(compiled.items, key)
             if arr is not None:
                 item_files[key] = fmt.item_file(key)
-                files[item_files[key]] = _npy_bytes(
+                files[item_files[key]] = NpyFile(
                     np.asarray(arr, bool if key == "removed" else np.int32))
     elif items is not None and items.removal_tag:
         raise DecodeInputError("save: items were removed by an update, and an artifact keeps the "
@@ -259,7 +309,7 @@ def build_files(compiled, reuse_modules=None) -> dict[str, bytes]:
     for t, name in fmt.table_keys(compiled.tables):
         arr = compiled.tables[t][name]
         rel = fmt.table_file(t, name)
-        files[rel] = _npy_bytes(arr)
+        files[rel] = NpyFile(arr)
         tables.append(fmt.TableEntry(t, name, rel, tuple(arr.shape), str(arr.dtype)))
     if reuse_modules is None:
         modules, cc, versions = _exported_modules(compiled, caps, files)
@@ -273,7 +323,7 @@ def build_files(compiled, reuse_modules=None) -> dict[str, bytes]:
         pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
         **set_metadata(compiled), tables=tuple(tables), modules=modules,
         names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files, mesh=mesh,
-        files={rel: fmt.FileEntry.of_bytes(data) for rel, data in sorted(files.items())})
+        files={rel: _file_entry(data) for rel, data in sorted(files.items())})
     files[fmt.MANIFEST_FILE] = manifest.seal()
     return files
 

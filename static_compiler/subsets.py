@@ -31,13 +31,21 @@ def set_fingerprint(ir: Automaton, state_counts: tuple = ()) -> str:
     h.update(repr((ir.vocab_size, ir.end_token, ir.num_final_states, state_counts)).encode())
     for layer in ir.layers:
         for arr in (layer.indptr, layer.tokens, layer.targets, layer.accepting):
-            if arr is not None:  # values, not dtypes: a set read back or merged hashes alike
-                arr = np.ascontiguousarray(arr, dtype=bool if arr.dtype == bool else "<i8")
-                h.update(repr((arr.dtype.str, arr.shape)).encode())
-                h.update(arr.data)
-            else:
+            if arr is None:
                 h.update(b"-")
+                continue
+            # values, not dtypes: a set read back or merged hashes alike; in
+            # chunks, so a large (or memory-mapped) layer is never copied whole
+            as_dtype = np.dtype(bool if arr.dtype == bool else "<i8")
+            h.update(repr((as_dtype.str, arr.shape)).encode())
+            for start in range(0, arr.shape[0], FINGERPRINT_CHUNK):
+                h.update(np.ascontiguousarray(arr[start:start + FINGERPRINT_CHUNK],
+                                              dtype=as_dtype).data)
     return h.hexdigest()
+
+
+FINGERPRINT_CHUNK = 1 << 21
+"""Entries hashed at a time by `set_fingerprint` (16 MiB as int64)."""
 
 
 def check_subsettable(ir: Automaton, items: Optional[ItemIndex], where: str) -> ItemIndex:

@@ -452,3 +452,21 @@ def test_without_an_atomic_exchange_an_overwrite_falls_back_to_two_renames(tmp_p
     artifact.save(second, path, overwrite=True)
     assert serving.load(path).num_sequences == second.ir.num_sequences
     assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+
+
+@pytest.mark.parametrize("arr", [
+    np.arange(10, dtype=np.int32), np.zeros((0,), np.uint16), np.array([True, False, True]),
+    np.arange(24, dtype=np.int64).reshape(6, 4), np.arange(40, dtype=np.int16)[::2],
+    np.full((3, 5), -1, np.int8),
+])
+def test_table_files_are_np_save_bytes_written_in_chunks(arr, tmp_path, monkeypatch):
+    """A table is hashed and written a chunk at a time (no bytes copy of it),
+    byte for byte what np.save writes; here with 8-byte chunks."""
+    monkeypatch.setattr(artifact.NpyFile, "CHUNK_BYTES", 8)
+    npy = artifact.NpyFile(arr)
+    want = artifact._npy_bytes(arr)
+    assert bytes(npy) == want and npy == want and npy.size == len(want)
+    assert npy.entry() == artifact_format.FileEntry.of_bytes(want)
+    artifact._write_file(tmp_path, "t/x.npy", npy)
+    assert (tmp_path / "t" / "x.npy").read_bytes() == want
+    assert np.array_equal(np.load(tmp_path / "t" / "x.npy"), arr)
