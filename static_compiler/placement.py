@@ -4,9 +4,9 @@ One rule, shared by `CompiledConstraints.shard`, the artifact's export and
 `serving.load(path, mesh=...)`: along one mesh axis of D devices, a table of
 at least `min_bytes` and more than `PACKED_TABLE_ENTRIES` entries whose first
 dimension divides by D is split into D contiguous ranges of rows (states or
-edges), one per device; every other table is replicated. Row pointers (`indptr`, S + 1 rows) are first padded
-with their last value to a multiple of D (empty rows past the end, never a
-state's), so they split too. Inside jit, XLA partitions each gather from a
+edges), one per device; every other table is replicated. Row pointers
+(`indptr`, S + 1 rows) are first padded with their last value to a multiple
+of D (empty rows past the end, never a state's), so they split too. Inside jit, XLA partitions each gather from a
 split table into a local gather and one all-reduce, so decoding is
 bit-identical to one device.
 
@@ -59,17 +59,21 @@ def padded(name: str, arr: np.ndarray, rows: int) -> np.ndarray:
     return np.concatenate([arr, np.full(rows - arr.shape[0], arr[-1], arr.dtype)])
 
 
+def device_bytes(name: str, shape: tuple, dtype, devices: int, split: bool) -> int:
+    """Bytes one device holds of a table: all of them, or, split, its rows
+    (row pointers padded) / D."""
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    if not split:
+        return int(shape[0]) * row_bytes if len(shape) else np.dtype(dtype).itemsize
+    return padded_rows(name, int(shape[0]), devices) * row_bytes // devices
+
+
 def bytes_per_device(tables: dict, devices: int, min_bytes: int = DEFAULT_MIN_BYTES) -> int:
     """Bytes one device holds of one layer's tables ({name: array}) under
     the rule: split ones / D (after padding) plus replicated ones."""
-    total = 0
-    for name, arr in tables.items():
-        if is_split(name, arr.shape, arr.dtype, devices, min_bytes):
-            rows = padded_rows(name, arr.shape[0], devices)
-            total += rows * (arr.nbytes // max(arr.shape[0], 1)) // devices
-        else:
-            total += arr.nbytes
-    return total
+    return sum(device_bytes(name, arr.shape, arr.dtype, devices,
+                            is_split(name, arr.shape, arr.dtype, devices, min_bytes))
+               for name, arr in tables.items())
 
 
 @dataclasses.dataclass(frozen=True)

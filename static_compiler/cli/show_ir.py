@@ -8,8 +8,6 @@ import os
 import sys
 from typing import Optional
 
-import numpy as np
-
 from static_compiler.cli.common import Subcommand, add_input_arguments, read_any_input
 from static_compiler.errors import CliInputError
 
@@ -99,12 +97,10 @@ def _mesh_line(path: str) -> str:
     split = set(record["split_tables"])
     total = per_device = 0
     for table in manifest.tables:
-        nbytes = int(np.prod(table.shape, dtype=np.int64)) * np.dtype(table.dtype).itemsize
-        total += nbytes
-        if f"layer{table.layer}.{table.name}" in split:
-            rows = placement.padded_rows(table.name, table.shape[0], D)
-            nbytes = rows * (nbytes // max(table.shape[0], 1)) // D
-        per_device += nbytes
+        shape = tuple(table.shape)
+        total += placement.device_bytes(table.name, shape, table.dtype, D, False)
+        per_device += placement.device_bytes(table.name, shape, table.dtype, D,
+                                             f"layer{table.layer}.{table.name}" in split)
     return (f"mesh {placement.mesh_text(record['axes'])}: modules exported for it; "
             f"{len(split)} tables split along {record['table_axis']!r} "
             f"({', '.join(sorted(split)) or 'none'}); {per_device} table bytes per device of "
