@@ -159,6 +159,19 @@ EXPORT_SCRIPT = textwrap.dedent("""
                 out[f"{name} {label} refused"] = False
             except errors.DecodeInputError as e:
                 out[f"{name} {label} refused"] = f"exported for a mesh {{d: {D}}}" in str(e)
+    # a 2-D mesh: tables split along "d" (4), replicated along "data" (2)
+    grid = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "d"))
+    compiled = sets["fixed"]
+    path = artifact.save(compiled.shard(grid, "d", min_bytes=1024), work / "grid.static")
+    art = serving.load(path, mesh=grid)
+    out["2-D mesh decode"] = same(serve(art), sc.beam_search(compiled, model, batch_size=B,
+                                                             beam_size=M))
+    out["2-D mesh record"] = art.manifest.mesh["axes"] == [["data", 2], ["d", 4]]
+    try:
+        serving.load(path, mesh=Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "d")))
+        out["2-D mesh of other sizes refused"] = False
+    except errors.DecodeInputError as e:
+        out["2-D mesh of other sizes refused"] = "got a mesh {data: 4, d: 2}" in str(e)
     # an update within capacity keeps the modules and the mesh; reload serves it
     path = work / "fixed2.static"
     art = serving.load(path, mesh=mesh_of(2))
