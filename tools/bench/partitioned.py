@@ -4,7 +4,10 @@ then built three ways, each in a fresh child process (its own peak RSS):
 
 * monolithic: the shards loaded and concatenated, `frontend.build_trie`;
 * partitioned: `build_trie_partitioned` with the tasks run in the child;
-* partitioned with `--workers` processes (`ProcessPoolExecutor`).
+* partitioned with `--workers` processes (`ProcessPoolExecutor`);
+* with `--compile` (or `--modes compile`), the whole `compile_constraints`
+  of the shards on the pool, then `save` of the artifact (its seconds and
+  the child's peak RSS before and after it).
 
 Reported per build: seconds, peak RSS of the child (VmHWM, read before the
 check below touches the merged arrays; the workers' own peaks are added for
@@ -103,7 +106,7 @@ def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int,
             if mode == "compile":
                 compiled = sc.compile_constraints(shards, vocab, pipeline=pipeline or None)
                 ir, items = compiled.ir, compiled.items
-                stages = ", ".join(f"{k} {v:.1f}" for k, v in compiled.timings)
+                stages = ", ".join(f"{k} {v:.1f} s" for k, v in compiled.timings)
             else:
                 ir, items = build_trie_partitioned(shards, vocab)
             worker_peaks = list(pool.map(_worker_peak, range(workers)))
@@ -111,6 +114,14 @@ def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int,
     peak, disk_peak = proc_status_bytes("VmHWM"), disk.stop()
     if mode != "compile":
         stages = ""
+    else:  # and the artifact: save's own time and what it adds to the peak
+        from static_compiler import artifact
+        with tempfile.TemporaryDirectory(dir=workdir or None) as out:
+            t0 = time.perf_counter()
+            artifact.save(compiled, os.path.join(out, "set.static"))
+            stages += (f"; save {time.perf_counter() - t0:.1f} s, peak RSS {peak / 2**30:.2f} -> "
+                       f"{proc_status_bytes('VmHWM') / 2**30:.2f} GiB (tables "
+                       f"{compiled.nbytes / 2**30:.2f} GiB)")
     return {"mode": mode, "seconds": seconds, "peak": peak, "disk": disk_peak,
             "worker_peaks": worker_peaks, "stages": stages,
             "digest": _digest(ir, items) if mode != "compile" else "",
@@ -185,7 +196,7 @@ def main(argv=None) -> int:
               f"{r['disk'] / 2**30:.2f} | {same} |")
     for r in rows:
         if r["stages"]:
-            print(f"# {names[r['mode']]}: {r['stages']} s")
+            print(f"# {names[r['mode']]}: {r['stages']}")
     return 0 if all(r["digest"] == base["digest"] for r in built) else 1
 
 
