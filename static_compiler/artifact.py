@@ -52,6 +52,7 @@ from static_compiler.errors import (ArtifactBusyError, ArtifactExistsError, Arti
                                     ArtifactVersionError, DecodeInputError)
 from static_compiler.ir import Automaton, Layout
 from static_compiler.liveness import bit_widths
+from static_compiler.placement import placed_shape
 
 
 # ---------------------------------------------------------------------------
@@ -353,7 +354,7 @@ def _reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
     """The modules of the saved artifact `reuse` (an open Snapshot), copied
     into `files`, after checking that they take `compiled`'s tables."""
     path, manifest = reuse.path, reuse.manifest
-    tables = [fmt.ArraySpec("", manifest.placed_shape(t, k, compiled.tables[t][k].shape),
+    tables = [fmt.ArraySpec("", placed_shape(manifest.mesh, t, k, compiled.tables[t][k].shape),
                             str(compiled.tables[t][k].dtype))
               for t, k in fmt.table_keys(compiled.tables)]
     for name, entry in manifest.modules.items():

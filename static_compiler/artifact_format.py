@@ -459,15 +459,6 @@ class Manifest:
         out.check_plan(path)
         return out
 
-    def placed_shape(self, layer: int, name: str, shape: tuple) -> tuple:
-        """The shape the modules take table (layer, name) of `shape` in: a
-        split row-pointer table is padded to a multiple of the mesh axis."""
-        if self.mesh is None or f"layer{layer}.{name}" not in self.mesh["split_tables"] or \
-                name != "indptr":
-            return tuple(shape)
-        D = dict(self.mesh["axes"])[self.mesh["table_axis"]]
-        return (shape[0] + (-shape[0]) % D,) + tuple(shape[1:])
-
     def check_plan(self, path) -> None:
         """The set's metadata agrees with itself and with the tables' shapes:
         depth = plan steps = layers; max_length = depth (+ 1 with an end

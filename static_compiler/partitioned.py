@@ -155,13 +155,16 @@ def _chunk_codes(chunk: np.ndarray, name: str, first_row: int, vocab_size: int,
     return codes, lengths.astype(np.int32)
 
 
-def spill_dtypes(width: int, total_rows: Optional[int]) -> tuple[str, str]:
-    """(lengths, row ids) dtypes of the spill files: the narrowest that hold
-    a row's length and every row id (uint8 and uint32 for a billion rows of
-    8 tokens: 5 bytes per row beside the codes, not 12); total_rows None
-    (not known yet: an iterable of sources) gives int64 row ids."""
-    return ("uint8" if width < 1 << 8 else "int32",
-            "uint32" if total_rows is not None and total_rows <= 1 << 32 else "int64")
+def length_dtype(width: int) -> str:
+    """dtype of the spilled row lengths: uint8 below 256 tokens a row."""
+    return "uint8" if width < 1 << 8 else "int32"
+
+
+def row_id_dtype(total_rows: Optional[int]) -> str:
+    """dtype of the spilled row ids: uint32 up to 2**32 rows (5 bytes per
+    row beside the codes with uint8 lengths, not 12); int64 when the total
+    is not known yet (an iterable of sources)."""
+    return "uint32" if total_rows is not None and total_rows <= 1 << 32 else "int64"
 
 
 SAMPLE_BLOCKS = 64
@@ -191,19 +194,19 @@ def partition_of_token(arrays: list, vocab_size: int, partitions: int) -> np.nda
 
 def spill_source(work: str, index: int, source, first_row: int, partitions: int,
                  chunk_rows: int, vocab_size: int, end_token: Optional[int],
-                 row_dtype: str = "int64",
-                 token_partition: Optional[np.ndarray] = None) -> dict:
+                 row_dtype: str, token_partition: np.ndarray) -> dict:
     """One source's spill task (module-level so that it pickles, for a .npy
     path; arrays are spilled in this process): its rows, checked chunk by
     chunk, appended to its own per-partition files `s{index}.p{p}.*`
-    (codes, lengths in `spill_dtypes`, global row ids from `first_row` in
-    `row_dtype`); token_partition: `partition_of_token` (default: P equal
-    ranges of the first token). Returns its width, rows, (shortest, longest)
-    row length and the partitions it has rows in."""
+    (codes, lengths in `length_dtype`, global row ids from `first_row` in
+    `row_dtype`), each row in the partition `token_partition`
+    (`partition_of_token`) gives its first token. Returns its rows,
+    (shortest, longest) row length, rows per partition and the partitions
+    it has rows in."""
     work = pathlib.Path(work)
     arr, name = _open_source(source, index)
     P, code_dtype = partitions, sort_code_dtype_for(vocab_size)
-    length_dtype, _ = spill_dtypes(arr.shape[1], None)
+    lengths_as = length_dtype(arr.shape[1])
     files = {}
     shortest, longest = arr.shape[1], 0
     counts = np.zeros(P, dtype=np.int64)
@@ -214,12 +217,11 @@ def spill_source(work: str, index: int, source, first_row: int, partitions: int,
             if lengths.size:
                 shortest = min(shortest, int(lengths.min()))
                 longest = max(longest, int(lengths.max()))
-            first = codes[:, 0].astype(np.int64) - 1
-            part = (first * P // vocab_size if token_partition is None
-                    else token_partition[first]).astype(np.uint16 if P <= 1 << 16 else np.int64)
+            part = token_partition[codes[:, 0].astype(np.int64) - 1].astype(
+                np.uint16 if P <= 1 << 16 else np.int64)
             rows = np.arange(first_row + start, first_row + start + codes.shape[0],
                              dtype=row_dtype)
-            lengths = lengths.astype(length_dtype)
+            lengths = lengths.astype(lengths_as)
             counts += np.bincount(part, minlength=P)
             order = np.argsort(part, kind="stable")  # a radix sort for uint16
             bounds = np.searchsorted(part[order], np.arange(P + 1))
@@ -234,10 +236,8 @@ def spill_source(work: str, index: int, source, first_row: int, partitions: int,
         for group in files.values():
             for f in group:
                 f.close()
-    return {"index": index, "name": name, "width": int(arr.shape[1]),
-            "rows": int(arr.shape[0]), "lengths": (shortest, longest),
-            "partitions": sorted(files),
-            "counts": counts}
+    return {"index": index, "rows": int(arr.shape[0]), "lengths": (shortest, longest),
+            "partitions": sorted(files), "counts": counts}
 
 
 def _spill(shards: Shards, vocab_size: int, end_token: Optional[int],
@@ -258,14 +258,14 @@ def _spill(shards: Shards, vocab_size: int, end_token: Optional[int],
         token_partition = partition_of_token([arr for arr, _ in opened], vocab_size, P)
         del opened  # (memory maps: the tasks open their own)
         total = int(firsts[-1])
-        _, row_dtype = spill_dtypes(width, total)
+        row_dtype = row_id_dtype(total)
         tasks = [(str(work), i, source, firsts[i], P, chunk, vocab_size, end_token, row_dtype,
                   token_partition) for i, source in enumerate(shards.sources)]
         on_executor = [isinstance(source, (str, os.PathLike)) for source in shards.sources]
         results = _run(shards, spill_source, tasks, on_executor, "spilled source")
     else:
         results, total, width, token_partition = [], 0, None, None
-        _, row_dtype = spill_dtypes(1, None)
+        row_dtype = row_id_dtype(None)
         i = -1
         for source in shards.sources:  # (enumerate would keep the last source alive)
             i += 1
@@ -317,8 +317,7 @@ def build_partition(work: str, p: int, sources: list[int], width: int, vocab_siz
     if codes.size == 0:
         return {"p": p, "unique": 0}
     codes = codes.reshape(-1, width)
-    length_dtype, _ = spill_dtypes(width, None)
-    lengths = _read_spill(work, p, sources, "lengths", length_dtype).astype(np.int64)
+    lengths = _read_spill(work, p, sources, "lengths", length_dtype(width)).astype(np.int64)
     for i in sources:  # read: their disk space goes to this partition's layers
         for kind in ("codes", "lengths"):
             os.unlink(work / f"s{i}.p{p}.{kind}")
@@ -340,7 +339,6 @@ def build_partition(work: str, p: int, sources: list[int], width: int, vocab_siz
             arrays[f"accepting{t}"] = layer.accepting
     for key, arr in arrays.items():
         np.save(work / f"p{p}.{key}.npy", arr)
-    out["arrays"] = sorted(arrays)
     return out
 
 
@@ -403,9 +401,10 @@ def _merge(work: pathlib.Path, parts: list[dict], vocab_size: int, end_token: Op
     """The partitions' layers and item indexes, concatenated (see module doc):
     each global array is created once as a memory-mapped file
     (`_MergedArrays`) and the partitions' pieces copied into it at their
-    offsets; each piece's file is removed once copied. sources: partition
-    -> the spill sources with rows in it; row_dtype: their row ids'. Returns the automaton, the item
-    index and the bytes written."""
+    offsets (counts from the tasks' layer summaries); each piece's file is
+    removed once copied. sources: partition -> the spill sources with rows
+    in it; row_dtype: their row ids'. Returns the automaton, the item index
+    and the bytes written."""
     parts = [part for part in parts if part["unique"]]
     merged = _MergedArrays(work / "merged")
 
@@ -419,10 +418,9 @@ def _merge(work: pathlib.Path, parts: list[dict], vocab_size: int, end_token: Op
     # states[t][i] / edges[t][i]: partition i's states at depth t / edges of layer t.
     states = np.zeros((depth + 1, len(parts)), dtype=np.int64)
     edges = np.zeros((depth, len(parts)), dtype=np.int64)
-    for i, part in enumerate(parts):
-        for t in range(part["depth"]):
-            indptr = load(part, f"indptr{t}")
-            states[t, i], edges[t, i] = indptr.shape[0] - 1, int(indptr[-1])
+    for i, part in enumerate(parts):  # from the tasks' layer summaries
+        for t, layer in enumerate(part["layers"]):
+            states[t, i], edges[t, i] = layer.num_states, layer.num_edges
         states[part["depth"], i] = part["final"]
     states[0, :] = 1
     state_offset = np.zeros_like(states)
@@ -436,6 +434,7 @@ def _merge(work: pathlib.Path, parts: list[dict], vocab_size: int, end_token: Op
         num_states = 1 if t == 0 else int(states[t].sum())
         indptr = merged.create(f"indptr{t}", index_dtype_for(num_edges), (num_states + 1,))
         tokens = merged.create(f"tokens{t}", tok_dtype, (num_edges,))
+        # (a new mapped file reads as zeros: rows no partition writes stay False)
         accepting = merged.create(f"accepting{t}", bool, (num_states,)) if t else None
         any_accepting = False
         indptr[0] = 0
@@ -444,12 +443,10 @@ def _merge(work: pathlib.Path, parts: list[dict], vocab_size: int, end_token: Op
             if t < d:
                 tokens[e0:e0 + edges[t, i]] = load(part, f"tokens{t}")
                 consumed(part, f"tokens{t}")
-                if t and f"accepting{t}" in part["arrays"]:
+                if t and part["layers"][t].has_accepting:
                     accepting[s0:s0 + states[t, i]] = load(part, f"accepting{t}")
                     consumed(part, f"accepting{t}")
                     any_accepting = True
-                elif t:
-                    accepting[s0:s0 + states[t, i]] = False
                 if t:
                     rows = indptr[s0 + 1:s0 + 1 + states[t, i]]
                     np.add(load(part, f"indptr{t}")[1:], e0, out=rows, casting="unsafe")
@@ -458,8 +455,6 @@ def _merge(work: pathlib.Path, parts: list[dict], vocab_size: int, end_token: Op
                 indptr[s0 + 1:s0 + 1 + states[t, i]] = e0
                 accepting[s0:s0 + states[t, i]] = True
                 any_accepting = True
-            elif t:
-                accepting[s0:s0 + states[t, i]] = False
         if t == 0:
             indptr[1] = num_edges  # one root for every partition
         if accepting is not None:

@@ -93,11 +93,6 @@ class MeshPlacement:
         """D, the devices along the axis."""
         return int(self.mesh.shape[self.axis])
 
-    @property
-    def num_devices(self) -> int:
-        """Devices in the whole mesh (what jax.export records)."""
-        return int(np.prod(list(self.mesh.shape.values())))
-
     @classmethod
     def of(cls, mesh, axis: str, tables, min_bytes: int = DEFAULT_MIN_BYTES) -> "MeshPlacement":
         """The rule applied to `tables` (one {name: array} per layer)."""
@@ -144,6 +139,16 @@ class MeshPlacement:
                 "table_axis": self.axis,
                 "split_tables": sorted(f"layer{t}.{name}" for t, name in self.split),
                 "min_bytes": self.min_bytes}
+
+
+def placed_shape(record: Optional[dict], layer: int, name: str, shape: tuple) -> tuple:
+    """The shape a saved artifact's modules take table (layer, name) of
+    `shape` in, under its manifest's mesh `record` (None: one device): a
+    split table's rows padded as `padded_rows` pads them."""
+    if record is None or f"layer{layer}.{name}" not in record["split_tables"]:
+        return tuple(shape)
+    D = dict(record["axes"])[record["table_axis"]]
+    return (padded_rows(name, int(shape[0]), D),) + tuple(shape[1:])
 
 
 def mesh_text(axes) -> str:

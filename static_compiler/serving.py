@@ -46,7 +46,7 @@ from static_compiler.decode_state import (SENTINEL_SCORE, BeamState, DecodeResul
                                           check_fields, check_int, check_logits,
                                           check_start_tokens, check_step, check_tokens)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
-from static_compiler.placement import MeshPlacement, mesh_text, placement_for
+from static_compiler.placement import MeshPlacement, mesh_text, placed_shape, placement_for
 from static_compiler.liveness import (ItemIndex, Subset, TrieLayer, checked_subset_index,
                                       layer_walks, row_pointers, rows_item_mask, subset_of_items)
 
@@ -465,18 +465,19 @@ def _placement(snap: fmt.Snapshot, device, mesh) -> tuple:
         device = device if device is not None else jax.devices()[0]
         return (lambda key, arr: jax.device_put(arr, device)), None
     if device is not None or mesh is None:
+        given = f"got device={device!r}" if device is not None else "got no mesh"
         raise DecodeInputError(
-            f"load: artifact {path!r} was exported for a mesh {mesh_text(record['axes'])}: pass "
-            "mesh=jax.sharding.Mesh(...) with those axes and sizes (not device=)")
+            f"load: artifact {path!r} was exported for a mesh {mesh_text(record['axes'])}, "
+            f"{given}: pass mesh=jax.sharding.Mesh(...) with those axes and sizes")
     where = placement_for(record, mesh, f"load: artifact {path!r}")
     return where.place, where
 
 
 def _check_table_arguments(snap: fmt.Snapshot) -> None:
     """Every module takes the manifest's tables, in the shapes their
-    placement gives them (`Manifest.placed_shape`)."""
+    placement gives them (`placement.placed_shape`)."""
     manifest = snap.manifest
-    want = [(manifest.placed_shape(t.layer, t.name, tuple(t.shape)), t.dtype)
+    want = [(placed_shape(manifest.mesh, t.layer, t.name, tuple(t.shape)), t.dtype)
             for t in manifest.tables]
     for name, entry in sorted(manifest.modules.items()):
         took = [(tuple(a.shape), a.dtype) for a in entry.args if a.name.startswith("table:")]

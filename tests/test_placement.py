@@ -108,7 +108,7 @@ def test_placement_of_bad_meshes():
     with pytest.raises(errors.DecodeInputError, match=r"min_bytes=-1: expected an int >= 0"):
         placement.MeshPlacement.of(fake_mesh(d=2), "d", tables, min_bytes=-1)
     where = placement.MeshPlacement.of(fake_mesh(d=2), "d", tables, min_bytes=0)
-    assert where.split == {(0, "tokens")} and where.devices == 2 and where.num_devices == 2
+    assert where.split == {(0, "tokens")} and where.devices == 2
     assert where.to_json() == {"axes": [["d", 2]], "table_axis": "d",
                                "split_tables": ["layer0.tokens"], "min_bytes": 0}
 
@@ -117,7 +117,7 @@ def test_a_saved_mesh_must_match_the_loading_mesh():
     record = {"axes": [["data", 2], ["d", 4]], "table_axis": "d",
               "split_tables": ["layer3.tokens"], "min_bytes": 0}
     where = placement.placement_for(record, fake_mesh(data=2, d=4), "load")
-    assert where.split == {(3, "tokens")} and where.devices == 4 and where.num_devices == 8
+    assert where.split == {(3, "tokens")} and where.devices == 4
     with pytest.raises(errors.DecodeInputError,
                        match=r"exported for a mesh \{data: 2, d: 4\} \(8 devices\); got a mesh "
                              r"\{d: 8\} \(8 devices\)"):
