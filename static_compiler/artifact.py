@@ -51,7 +51,6 @@ from static_compiler.decode_state import (PAD_TOKEN, SENTINEL_SCORE, BeamState, 
 from static_compiler.errors import (ArtifactBusyError, ArtifactExistsError, ArtifactFormatError,
                                     ArtifactVersionError, DecodeInputError)
 from static_compiler.ir import Automaton, Layout
-from static_compiler.liveness import bit_widths
 from static_compiler.placement import placed_shape
 
 
@@ -134,7 +133,7 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
     modules = {name: (export(lambda *a, fn=fn: fn(a, None), specs), names, results)
                for name, (fn, specs, names, results) in base.items()}
     if getattr(compiled, "export_subsets", False):
-        live_w, ends_w = subset_widths(plan)
+        live_w, ends_w = decode.subset_widths(plan)
         sub_specs = [spec((r, w), jnp.uint32) for w in live_w] + \
             [spec((r, w), jnp.uint32) for w in ends_w if w is not None] + [spec((b,), jnp.int32)]
         sub_names = [f"subset.live{d + 1}" for d in range(len(live_w))] + \
@@ -153,14 +152,6 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
                     export(functools.partial(with_subset, fn), specs + sub_specs),
                     names + sub_names, results)
     return modules
-
-
-def subset_widths(plan: Plan) -> tuple[tuple, tuple]:
-    """`liveness.bit_widths` of a lowered plan: the words per subset row of
-    the live and ends bits the subset modules take."""
-    states = [s.num_states for s in plan.steps] + [plan.steps[-1].num_next_states]
-    accepting = [s.has_accepting for s in plan.steps] + [True]
-    return bit_widths(states, accepting, plan.end_token)
 
 
 @contextlib.contextmanager
@@ -316,15 +307,16 @@ def build_files(compiled, reuse_modules=None) -> dict[str, object]:
         modules, cc, versions = _exported_modules(compiled, caps, files)
         where = getattr(compiled, "placement", None)
         mesh = None if where is None else where.to_json()
+        subset_bits = fmt.SUBSET_BITS[-1]
     else:
         modules, cc, versions = _reused_modules(compiled, reuse_modules, files)
-        mesh = reuse_modules.manifest.mesh
+        mesh, subset_bits = reuse_modules.manifest.mesh, reuse_modules.manifest.subset_bits
     manifest = fmt.Manifest(
         jax_version=versions[0], jaxlib_version=versions[1], calling_convention_version=cc, platforms=fmt.PLATFORMS, batch_dim=fmt.BATCH_DIM,
         pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
         **set_metadata(compiled), tables=tuple(tables), modules=modules,
         names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files, mesh=mesh,
-        files={rel: _file_entry(data) for rel, data in sorted(files.items())})
+        subset_bits=subset_bits, files={rel: _file_entry(data) for rel, data in sorted(files.items())})
     files[fmt.MANIFEST_FILE] = manifest.seal()
     return files
 

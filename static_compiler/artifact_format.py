@@ -69,10 +69,20 @@ from static_compiler.errors import (ArtifactChecksumError, ArtifactFormatError,
 #     count and shardings) and take the split row pointers padded to a
 #     multiple of the axis size (`placement`). The table files are the
 #     same as for one device. Versions 1 to 3 read as one-device artifacts.
+#   5 (2026-12-01): the manifest key "subset_bits", how the subset modules
+#     take an item subset's bits: "dense_slots" (this writer: the children of
+#     a dense_rows step t as slot bits, num_states[t] * ceil(V / 32) words per
+#     subset, in (state, token) order; see `liveness`) or "per_state" (one bit
+#     per state at every depth, as versions 3 and 4 took them; an update
+#     that keeps a version 3 or 4 artifact's modules keeps it). Versions 1 to
+#     4 read as "per_state".
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 4
+MAX_FORMAT_VERSION = 5
+SUBSET_BITS = ("per_state", "dense_slots")
+"""The values of the manifest's "subset_bits" (format version 5); this
+writer's is the last."""
 
 # ---------------------------------------------------------------------------
 # Layout.
@@ -392,6 +402,7 @@ class Manifest:
     names_file: Optional[str] = None
     item_files: Optional[dict] = None
     mesh: Optional[dict] = None
+    subset_bits: str = SUBSET_BITS[-1]
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -410,6 +421,8 @@ class Manifest:
                 self.item_files.items()))
         if self.format_version >= 4:
             out["mesh"] = self.mesh
+        if self.format_version >= 5:
+            out["subset_bits"] = self.subset_bits
         return out
 
     def seal(self) -> bytes:
@@ -434,6 +447,8 @@ class Manifest:
                         if version >= 3 else None),
             mesh=(_mesh_record(require(obj, "mesh", (dict, type(None)), where, path), path)
                   if version >= 4 else None),
+            subset_bits=(require(obj, "subset_bits", str, where, path) if version >= 5
+                         else SUBSET_BITS[0]),
             platforms=tuple(require(obj, "platforms", list, where, path)),
             plan_steps=tuple(require(obj, "plan_steps", list, where, path)),
             layers=tuple(require(obj, "layers", list, where, path)),
@@ -450,6 +465,9 @@ class Manifest:
             if rel not in out.files:
                 raise format_error(path, f"{what} names file {rel!r}, which is not among the "
                                          f"manifest's files {sorted(out.files)}")
+        if out.subset_bits not in SUBSET_BITS:
+            raise format_error(path, f"{MANIFEST_FILE}['subset_bits'] is {out.subset_bits!r}: "
+                                     f"expected one of {list(SUBSET_BITS)}")
         if out.mesh is not None:
             tables = {f"layer{t.layer}.{t.name}" for t in out.tables}
             unknown = sorted(set(out.mesh["split_tables"]) - tables)

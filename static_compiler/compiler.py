@@ -15,7 +15,7 @@ from static_compiler import placement as placement_lib
 from static_compiler import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.liveness import checked_subset_index
-from static_compiler.backend.lowering import Plan, lower, state_counts, tables_nbytes
+from static_compiler.backend.lowering import Plan, lower, slot_steps, state_counts, tables_nbytes
 from static_compiler.artifact_format import NameTable
 from static_compiler.decode_state import check_processor_state
 from static_compiler.errors import ConstraintSetError, DecodeInputError
@@ -297,13 +297,19 @@ class CompiledConstraints:
         Raises ConstraintSetError for a mask of another shape or dtype, a
         sequence not in the set, and a set whose items share states
         (minimized, graph or IR input)."""
-        walks = self.__dict__.get("_layer_walks")
-        if walks is None:
-            subsets.check_subsettable(self.ir, self.items, "CompiledConstraints.subset")
-            walks = subsets.layer_walks(self.ir.layers)
-            object.__setattr__(self, "_layer_walks", walks)
         return subsets.make_subset(self.ir, self.items, selection, self.fingerprint,
-                                   "CompiledConstraints.subset", walks, state_counts(self.plan))
+                                   "CompiledConstraints.subset", self._bit_layout())
+
+    def _bit_layout(self):
+        """The `liveness.BitLayout` of this set's subsets (computed once)."""
+        layout = self.__dict__.get("_bit_layout_cache")
+        if layout is None:
+            subsets.check_subsettable(self.ir, self.items, "CompiledConstraints.subset")
+            layout = subsets.bit_layout(self.ir.layers,
+                                        {t: self.tables[t]["next"] for t in slot_steps(self.plan)},
+                                        state_counts(self.plan))
+            object.__setattr__(self, "_bit_layout_cache", layout)
+        return layout
 
     def item_index(self, sequences) -> np.ndarray:
         """int64 (n,): the item (input row; the first of duplicate rows) each
@@ -337,7 +343,7 @@ class CompiledConstraints:
         device = subset.__dict__.get("_device")
         if device is None:
             with jax.ensure_compile_time_eval():
-                device = jax.device_put((subset.live, subset.ends))
+                device = subset.placed(jax.device_put)
             object.__setattr__(subset, "_device", device)
         return decode.LiveMask(device[0], device[1], subset_index)
 
@@ -347,7 +353,7 @@ class CompiledConstraints:
         return artifact.save(self, path, overwrite=overwrite)
 
 
-_SET_CACHES = ("_fingerprint", "_layer_walks", "_first_rows")
+_SET_CACHES = ("_fingerprint", "_bit_layout_cache", "_first_rows")
 """What a CompiledConstraints computes from its set on first use (and caches
 in its __dict__), valid for any version with the same IR."""
 

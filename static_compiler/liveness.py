@@ -15,7 +15,14 @@ Arrays of a `Subset` with R subsets stacked (`stack_subsets`):
 
 * ``live[d - 1]`` uint32 (R, ceil(S_d / 32)) for depths d = 1..depth: bit s
   of row r (bit s % 32 of word s // 32) is set when state s at depth d is
-  live in subset r;
+  live in subset r. Where the step from depth d - 1 reads dense rows, the
+  bits are instead *slot bits* in (state, token) order, uint32 (R, S_{d-1} *
+  W) with W = ceil(V / 32): bit v of row s (bit v % 32 of word s * W + v //
+  32) is set when state s's child by token v is live. A beam then reads its
+  state's W words (one gather of a row) and unpacks them with shifts,
+  instead of one gather per candidate: that step lists V candidates per
+  beam. Where layer d is unary (state s's one child is state s), depth d's
+  bits are depth d + 1's: one array, held once (`Subset.nbytes`);
 * ``ends[d]`` uint32 (R, ceil(S_d / 32)) for d = 0..depth, or None where no
   state at depth d accepts: bit s is set when the item ending at state s is
   in the subset (variable-length sets only).
@@ -23,7 +30,8 @@ Arrays of a `Subset` with R subsets stacked (`stack_subsets`):
 A trie is given as its layers: anything with ``indptr`` (S + 1,) row
 pointers (child e of a layer is state e of the next depth), ``accepting``
 bool (S,) or None, ``num_states``, ``num_edges`` and ``branch()``, such as
-`TrieLayer` or `ir.Layer`.
+`TrieLayer` or `ir.Layer`; how a set's subsets are laid out and computed is
+its `BitLayout` (`bit_layout`, built once per set).
 """
 
 from __future__ import annotations
@@ -106,8 +114,23 @@ class Subset:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of all bits, every subset."""
-        return sum(w.nbytes for w in self.live + self.ends if w is not None)
+        """Bytes of all bits, every subset (an array two depths share counts once)."""
+        return sum(w.nbytes for w in self.arrays())
+
+    def arrays(self) -> list:
+        """The distinct bit arrays (two depths may share one), in order."""
+        seen: dict = {}
+        for w in self.live + self.ends:
+            if w is not None:
+                seen.setdefault(id(w), w)
+        return list(seen.values())
+
+    def placed(self, put) -> tuple[tuple, tuple]:
+        """(live, ends) with `put` (e.g. jax.device_put) applied once per
+        distinct array, so depths that share bits share the placed copy."""
+        done = {id(w): put(w) for w in self.arrays()}
+        at = lambda arrays: tuple(None if w is None else done[id(w)] for w in arrays)
+        return at(self.live), at(self.ends)
 
     def bits_per_state(self, num_states: int) -> float:
         """Bits per state and subset, over a set of `num_states` states (1.0
@@ -135,17 +158,50 @@ def row_pointers(kind: str, tables: dict, num_states: int) -> np.ndarray:
     raise ValueError(f"layout kind {kind!r}")
 
 
-def bit_widths(num_states: Sequence[int], accepting: Sequence[bool], end_token: Optional[int]
-               ) -> tuple[tuple, tuple]:
+def slot_words(vocab_size: int) -> int:
+    """W: uint32 words per state of slot bits (see module doc), ceil(V / 32)."""
+    return -(-int(vocab_size) // 32)
+
+
+SLOT_MIN_FILL = 0.5
+"""A dense_rows step's children get slot bits when at least this share of
+its (state, token) slots hold an edge, so slot bits cost at most 1 /
+SLOT_MIN_FILL bits per child; sparser dense steps keep per-state bits."""
+
+
+def slot_step(kind: str, num_states: int, num_next_states: int, vocab_size: int) -> bool:
+    """Whether the children of a step of layout `kind` (num_states states,
+    num_next_states children, as its tables hold them) get slot bits."""
+    return kind == "dense_rows" and num_next_states >= SLOT_MIN_FILL * num_states * vocab_size
+
+
+def bit_widths(num_states: Sequence[int], accepting: Sequence[bool], end_token: Optional[int],
+               vocab_size: int = 0, dense: Sequence[int] = ()) -> tuple[tuple, tuple]:
     """(live widths for depths 1..depth, ends widths for depths 0..depth or
     None): the words per subset row of a `Subset`'s arrays, for a trie with
-    num_states[d] states at depth d = 0..depth and accepting[d] whether
-    some state at depth d < depth accepts."""
+    num_states[d] states at depth d = 0..depth (as its tables hold them),
+    accepting[d] whether some state at depth d < depth accepts, and `dense`
+    the steps whose children get slot bits (`slot_step`:
+    num_states[t] * slot_words(vocab_size) words)."""
     depth = len(num_states) - 1
     words = [-(-n // 32) for n in num_states]
+    live = tuple(num_states[d - 1] * slot_words(vocab_size) if d - 1 in dense else words[d]
+                 for d in range(1, depth + 1))
     ends = tuple(words[d] if end_token is not None and (d == depth or accepting[d]) else None
                  for d in range(depth + 1))
-    return tuple(words[1:]), ends
+    return live, ends
+
+
+def dense_slots(next_table: np.ndarray) -> np.ndarray:
+    """bool (rows, 32 * W): the (state, token) slots of a dense_rows table
+    `next` int (rows, V) that hold an edge (next >= 0), False past V. In
+    row-major order these slots are the layer's edges in order (a trie lists
+    each state's children by token), so a subset's slot bits are its
+    children's bits scattered to them."""
+    rows, V = next_table.shape
+    present = np.zeros((rows, 32 * slot_words(V)), dtype=bool)
+    present[:, :V] = np.asarray(next_table) >= 0
+    return present
 
 
 NEAR_UNARY_SHARE = 0.25
@@ -217,11 +273,17 @@ def _child_live(layer, walk: LayerWalk, live_next: np.ndarray) -> np.ndarray:
             live = live_next[np.minimum(indptr[:-1], live_next.shape[0] - 1)]
         if ex.size:
             start, end = indptr[ex].astype(np.int64), indptr[ex + 1].astype(np.int64)
-            padded = np.append(live_next, False).view(np.uint8)
             bounds = np.empty(2 * ex.size, dtype=np.int64)
             bounds[0::2], bounds[1::2] = start, end
-            # Pairs [start, end) then [end, next start): keep the first of each.
-            any_child = np.maximum.reduceat(padded, bounds)[0::2].view(bool)
+            # Pairs [start, end) then [end, next start): keep the first of
+            # each. reduceat takes indices below the length only: bounds are
+            # ascending, so those equal to it trail, and dropping them makes
+            # the last kept start reduce to the end (no padded copy).
+            kept = int(np.searchsorted(bounds, live_next.shape[0]))
+            any_child = np.zeros(ex.size, dtype=bool)
+            if kept:
+                reduced = np.maximum.reduceat(live_next.view(np.uint8), bounds[:kept])
+                any_child[:(kept + 1) // 2] = reduced[0::2].view(bool)
             live[ex] = any_child & (end > start)
         return live
     # A running count of live children, wrapping in the walk's narrow dtype
@@ -244,16 +306,93 @@ def pack(bits: np.ndarray, size: Optional[int] = None) -> np.ndarray:
     return packed.view("<u4").astype(np.uint32, copy=False)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class SlotStep:
+    """A step whose children get slot bits: present, its `dense_slots`;
+    children, the next layer seen from the slots (a `TrieLayer` whose
+    states are the slots, absent ones without children) with its walk, so
+    the slot bits come straight from the depth below; None where the next
+    depth is the last or itself has slot bits (then they are scattered from
+    its per-state bits)."""
+
+    present: np.ndarray
+    children: Optional[TrieLayer] = None
+    walk: Optional[LayerWalk] = None
+
+
+def slot_step_of(present: np.ndarray, next_layer) -> SlotStep:
+    """The `SlotStep` of a dense step with `present` slots whose next
+    layer (its children's) is `next_layer`, or None for none to walk."""
+    if next_layer is None:
+        return SlotStep(present)
+    flat = present.reshape(-1)
+    # Slot k starts where the edge after the present slots before k starts:
+    # its own edge's children if present, an empty row otherwise.
+    before = np.cumsum(flat, dtype=np.int64) - flat
+    indptr = np.asarray(next_layer.indptr)
+    starts = np.append(np.take(indptr, before), indptr[np.count_nonzero(flat)])
+    children = TrieLayer(starts.astype(indptr.dtype, copy=False))
+    return SlotStep(present, children, layer_walks([children])[0])
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BitLayout:
+    """How the subsets of one set are computed and laid out, built once per
+    set (`bit_layout`, O(edges)): walks, one `LayerWalk` per layer; slots,
+    {t: `SlotStep`} for the steps whose children get slot bits
+    (`slot_step`); state_counts, the states per depth 0..depth the bits
+    cover (the tables', larger than the trie's where capacity is reserved),
+    or None for the trie's."""
+
+    walks: tuple
+    slots: dict
+    state_counts: Optional[tuple] = None
+
+    def shares_next(self, d: int) -> bool:
+        """Whether depth d's bits are depth d + 1's, held once: layer d is
+        unary (state s's one child is state s), neither depth has slot
+        bits, and the tables hold as many states at both."""
+        counts = self.state_counts
+        return 0 < d < len(self.walks) and self.walks[d].kind == "unary" and \
+            not {d - 1, d} & self.slots.keys() and (counts is None or counts[d] == counts[d + 1])
+
+
+def bit_layout(layers: Sequence, dense_tables: Optional[dict] = None,
+               state_counts: Optional[Sequence] = None) -> BitLayout:
+    """The `BitLayout` of a trie's `layers`, with dense_tables {t: the
+    `next` table int (rows, V) of each step t whose children get slot bits}
+    (None: per-state bits everywhere, as artifacts before format version 5
+    take them)."""
+    dense_tables = dense_tables or {}
+    walk_below = lambda t: t + 1 < len(layers) and t + 1 not in dense_tables
+    slots = {t: slot_step_of(dense_slots(nxt), layers[t + 1] if walk_below(t) else None)
+             for t, nxt in dense_tables.items()}
+    return BitLayout(layer_walks(layers), slots,
+                     None if state_counts is None else tuple(int(n) for n in state_counts))
+
+
 def liveness(layers: Sequence, num_final_states: int, end_token: Optional[int],
              items: ItemIndex, item_live: np.ndarray, walks: Optional[tuple] = None
              ) -> tuple[list, list]:
-    """(live, ends): bool arrays per depth (see module doc; unpacked, some
-    may be the same array) of a trie whose `layers` (`TrieLayer`s or
-    `ir.Layer`s, implicit targets) end in `num_final_states` states, for
-    unique sequences `item_live` bool (N',); walks: `layer_walks(layers)`,
-    if already computed."""
-    walks = layer_walks(layers) if walks is None else walks
-    depth = len(layers)
+    """(live, ends): bool arrays per depth (see module doc; per state,
+    unpacked, some may be the same array) of a trie whose `layers`
+    (`TrieLayer`s or `ir.Layer`s, implicit targets) end in
+    `num_final_states` states, for unique sequences `item_live` bool (N',);
+    walks: `layer_walks(layers)`, if already computed."""
+    layout = BitLayout(layer_walks(layers) if walks is None else walks, {})
+    live, ends, _ = _walk_up(layers, num_final_states, end_token, items, item_live, layout)
+    return live[1:], ends
+
+
+def _walk_up(layers: Sequence, num_final_states: int, end_token: Optional[int],
+             items: ItemIndex, item_live: np.ndarray, layout: BitLayout
+             ) -> tuple[list, list, dict]:
+    """(live per depth 0..depth (None at depth 0 and where slot bits were
+    walked to straight), ends, slot words {t: uint32 (rows * W,)} for the
+    layout's slot steps): liveness from the deepest layer up. A slot step's
+    states are live where a word of their row is nonzero (no walk across
+    that layer)."""
+    walks, depth = layout.walks, len(layers)
     states = [layer.num_states for layer in layers] + [num_final_states]
     own: list = [None] * (depth + 1)  # own[d]: the state's own item is in the subset
     if items.item_depth is None:
@@ -269,13 +408,35 @@ def liveness(layers: Sequence, num_final_states: int, end_token: Optional[int],
             own[depth] = np.zeros(num_final_states, dtype=bool)
     live: list = [None] * (depth + 1)
     live[depth] = own[depth]
-    for t in range(depth - 1, 0, -1):
-        live[t] = _child_live(layers[t], walks[t], live[t + 1])
+    slot_bits: dict = {}
+    for t in range(depth - 1, -1, -1):
+        step = layout.slots.get(t)
+        if step is not None and live[t + 1] is not None:
+            scattered = np.zeros(step.present.shape, dtype=bool)
+            # the layer's children, in order (states past them pad a capacity)
+            scattered[step.present] = live[t + 1][:layers[t].num_edges]
+            slot_bits[t] = pack(scattered.reshape(-1))
+        if t == 0:
+            break
+        above = layout.slots.get(t - 1)
+        if step is not None:
+            rows = slot_bits[t].reshape(step.present.shape[0], -1)
+            live[t] = rows[:states[t]].any(axis=1)
+        elif above is not None and above.children is not None:
+            # Depth t has slot bits: walk from depth t + 1 to the slots
+            # straight (live[t] per state is never needed).
+            bits = _child_live(above.children, above.walk, live[t + 1])
+            if own[t] is not None:
+                bits[above.present.reshape(-1)] |= own[t][:layers[t - 1].num_edges]
+            slot_bits[t - 1] = pack(bits)
+            continue
+        else:
+            live[t] = _child_live(layers[t], walks[t], live[t + 1])
         if own[t] is not None:
             live[t] = live[t] | own[t]
     ends = [own[d] if (d == depth or layers[d].accepting is not None) and
             end_token is not None else None for d in range(depth + 1)]
-    return live[1:], ends
+    return live, ends, slot_bits
 
 
 def rows_item_mask(selection: np.ndarray, items: ItemIndex, where: str) -> np.ndarray:
@@ -288,6 +449,8 @@ def rows_item_mask(selection: np.ndarray, items: ItemIndex, where: str) -> np.nd
     if selection.shape != (n,):
         raise ConstraintSetError(f"{where}: mask has shape {selection.shape}: expected ({n},), "
                                  "one entry per input row of the compiled set")
+    if np.count_nonzero(selection) == n:  # every row (a removal's base subset): no scatter
+        return np.ones(items.num_unique, dtype=bool)
     out = np.zeros(items.num_unique, dtype=bool)
     # flatnonzero + take: ~40 % faster than indexing with the mask at 1e7 rows
     out[np.take(items.row_item, np.flatnonzero(selection))] = True
@@ -296,16 +459,25 @@ def rows_item_mask(selection: np.ndarray, items: ItemIndex, where: str) -> np.nd
 
 def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional[int],
                     items: ItemIndex, item_live: np.ndarray, fingerprint: str,
-                    walks: Optional[tuple] = None, state_counts: Optional[Sequence] = None
-                    ) -> Subset:
+                    layout: BitLayout) -> Subset:
     """One `Subset` holding the unique sequences `item_live` bool (N',)
-    (less those `items.removed`); state_counts: states per depth 0..depth
-    the bits cover (default: the trie's; larger where tables are padded)."""
+    (less those `items.removed`), laid out as `layout` says."""
     if items.removed is not None:
         item_live = item_live & ~items.removed
-    live, ends = liveness(layers, num_final_states, end_token, items, item_live, walks)
-    size = (lambda d: None) if state_counts is None else (lambda d: state_counts[d])
-    return Subset(live=tuple(pack(b, size(d + 1))[None, :] for d, b in enumerate(live)),
+    live, ends, slot_bits = _walk_up(layers, num_final_states, end_token, items, item_live,
+                                     layout)
+    counts = layout.state_counts
+    size = (lambda d: None) if counts is None else (lambda d: counts[d])
+    depth = len(layers)
+    words: list = [None] * (depth + 1)
+    for d in range(depth, 0, -1):
+        if d - 1 in slot_bits:
+            words[d] = slot_bits[d - 1][None, :]
+        elif layout.shares_next(d):
+            words[d] = words[d + 1]  # live[d] is live[d + 1]: one array
+        else:
+            words[d] = pack(live[d], size(d))[None, :]
+    return Subset(live=tuple(words[1:]),
                   ends=tuple(None if b is None else pack(b, size(d))[None, :]
                              for d, b in enumerate(ends)),
                   sizes=np.array([int(item_live.sum())], dtype=np.int64),
@@ -346,7 +518,8 @@ def checked_subset_index(subset, fingerprint: str, subset_index, batch_size: int
 
 def stack_subsets(subsets: Sequence[Subset]) -> Subset:
     """R subsets of one set as one `Subset` (rows in order), for per-row
-    subsets in one batch (`subset_index`)."""
+    subsets in one batch (`subset_index`); depths whose bits every subset
+    shares (unary layers) share the stacked array too."""
     subsets = list(subsets)
     if not subsets or not all(isinstance(s, Subset) for s in subsets):
         raise ConstraintSetError(f"stack_subsets: expected a non-empty list of Subset, got "
@@ -355,7 +528,16 @@ def stack_subsets(subsets: Sequence[Subset]) -> Subset:
     if len(prints) > 1:
         raise ConstraintSetError("stack_subsets: the subsets come from different compiled sets "
                                  f"(fingerprints {sorted(prints)})")
-    stack = lambda arrays: None if arrays[0] is None else np.concatenate(arrays, axis=0)
+    stacked: dict = {}
+
+    def stack(arrays):
+        if arrays[0] is None:
+            return None
+        key = tuple(id(a) for a in arrays)
+        if key not in stacked:
+            stacked[key] = np.concatenate(arrays, axis=0)
+        return stacked[key]
+
     return Subset(live=tuple(stack([s.live[i] for s in subsets])
                              for i in range(len(subsets[0].live))),
                   ends=tuple(stack([s.ends[i] for s in subsets])

@@ -236,12 +236,32 @@ def stats_table(obj, markdown: bool = False, devices: Optional[int] = None) -> s
                          "one device's; split tables / D + replicated ones)")
     else:
         lines.append("bytes: - (some layer has no layout; run a pipeline with choose-layout)")
+    subsets = _subset_line(obj)
+    if subsets:
+        lines.append(subsets)
     ratio = "" if tot["bytes_over_bound"] is None else \
         f"; measured / U_max = {tot['bytes_over_bound']:.3f}"
     lines.append(f"paper bound U_max = (1/8 + {PAPER_K2})|V|^d + {PAPER_K1} * "
                  f"sum_(l>d) min(|V|^l, |C|) with d={tot['dense_layers']}: "
                  f"{tot['paper_bound_bytes']} bytes{ratio}")
     return "\n".join(lines) + "\n"
+
+
+def _subset_line(obj) -> str:
+    """For a compiled set whose items can form subsets: the bits one subset
+    takes and how they are laid out (`liveness`); else ""."""
+    if getattr(obj, "items", None) is None or getattr(obj, "plan", None) is None or \
+            not all(layer.implicit_targets for layer in obj.ir.layers):
+        return ""
+    from static_compiler.backend import decode, lowering
+
+    layout = obj._bit_layout()
+    live, ends = decode.subset_widths(obj.plan)
+    shared = [d for d in range(1, len(live) + 1) if layout.shares_next(d)]
+    words = sum(w for d, w in enumerate(live, 1) if d not in shared) + sum(w or 0 for w in ends)
+    return (f"item subsets: {4 * words} bytes per subset ({32 * words / obj.ir.num_states:.3f} "
+            f"bits per state); slot bits for the children of steps "
+            f"{list(lowering.slot_steps(obj.plan))}; depths {shared} hold the next depth's bits")
 
 
 def layer_text(ir: Automaton, layer: int, max_edges: Optional[int] = None) -> str:

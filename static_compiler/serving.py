@@ -47,8 +47,9 @@ from static_compiler.decode_state import (SENTINEL_SCORE, BeamState, DecodeResul
                                           check_start_tokens, check_step, check_tokens)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
 from static_compiler.placement import MeshPlacement, mesh_text, placed_shape, placement_for
-from static_compiler.liveness import (ItemIndex, Subset, TrieLayer, checked_subset_index,
-                                      layer_walks, row_pointers, rows_item_mask, subset_of_items)
+from static_compiler.liveness import (BitLayout, ItemIndex, Subset, TrieLayer, bit_layout,
+                                      checked_subset_index, row_pointers, rows_item_mask,
+                                      slot_step, subset_of_items)
 
 
 def open_snapshot(path, *, verify_checksums: bool = True) -> fmt.Snapshot:
@@ -149,7 +150,7 @@ class Artifact:
         self._host_tables = host_tables
         self._put = put
         self.placement = placement
-        self._walks = None
+        self._bit_layout: Optional[BitLayout] = None
         self._base = None
 
     def __repr__(self):
@@ -314,7 +315,7 @@ class Artifact:
         new = Artifact(self.path, manifest, tables, self._modules, fmt.read_names(snap),
                        _items(snap), host, self._put, self.placement)
         if host is self._host_tables:
-            new._walks = self._walks
+            new._bit_layout = self._bit_layout
         return new
 
     # Item subsets
@@ -344,13 +345,21 @@ class Artifact:
             raise DecodeInputError(f"subset: artifact {str(self.path)!r} has no item index "
                                    "(compile with export_subsets=True, or format version < 3)")
         layers = self._trie_layers()
-        if self._walks is None:
-            self._walks = layer_walks(layers)
+        if self._bit_layout is None:
+            self._bit_layout = self._subset_layout(layers)
         mask = rows_item_mask(np.asarray(selection), self.items, "Artifact.subset")
-        steps = self.manifest.plan_steps
-        counts = [s["num_states"] for s in steps] + [steps[-1]["num_next_states"]]
         return subset_of_items(layers, self.manifest.num_final_states, self.end_token, self.items,
-                               mask, self.fingerprint, self._walks, counts)
+                               mask, self.fingerprint, self._bit_layout)
+
+    def _subset_layout(self, layers) -> BitLayout:
+        """The `BitLayout` the subset modules take (manifest "subset_bits")."""
+        steps = self.manifest.plan_steps
+        V = self.manifest.vocab_size
+        dense = {t: self._host_tables[t]["next"] for t, step in enumerate(steps)
+                 if slot_step(step["kind"], step["num_states"], step["num_next_states"], V)} \
+            if self.manifest.subset_bits == "dense_slots" else None
+        counts = [s["num_states"] for s in steps] + [steps[-1]["num_next_states"]]
+        return bit_layout(layers, dense, counts)
 
     def _trie_layers(self) -> list:
         steps = self.manifest.plan_steps
@@ -367,8 +376,8 @@ class Artifact:
         on = None if self.placement is None else self.placement.sharding(None)
         placed = subset.__dict__.get("_serving_device")
         if placed is None or placed[0] != on:  # put once per device (or mesh)
-            placed = (on, [jax.device_put(w, on) for w in subset.live + subset.ends
-                           if w is not None])
+            live, ends = subset.placed(lambda w: jax.device_put(w, on))
+            placed = (on, [w for w in live + ends if w is not None])
             object.__setattr__(subset, "_serving_device", placed)
         return [*placed[1], jnp.asarray(index, jnp.int32)]
 

@@ -18,8 +18,9 @@ import numpy as np
 
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import Automaton
-from static_compiler.liveness import (ItemIndex, Subset, layer_walks,  # noqa: F401 (API)
-                                      rows_item_mask, stack_subsets, subset_of_items)
+from static_compiler.liveness import (BitLayout, ItemIndex, Subset,  # noqa: F401 (API)
+                                      bit_layout, layer_walks, rows_item_mask, stack_subsets,
+                                      subset_of_items)
 
 
 def set_fingerprint(ir: Automaton, state_counts: tuple = ()) -> str:
@@ -130,14 +131,14 @@ def liveness(ir: Automaton, items: ItemIndex, item_live: np.ndarray,
 
 
 def make_subset(ir: Automaton, items: Optional[ItemIndex], selection, fingerprint: str,
-                where: str = "subset", walks: Optional[tuple] = None,
-                state_counts: Optional[tuple] = None) -> Subset:
+                where: str = "subset", layout: Optional[BitLayout] = None) -> Subset:
     """One subset from a bool mask (N,) over the input rows, or from token
-    sequences of the set; state_counts: bits per depth (default: the IR's)."""
+    sequences of the set; layout: the set's `BitLayout` (default: per-state
+    bits over the IR's states)."""
     items = check_subsettable(ir, items, where)
     item_live = _item_mask(selection, items, where, ir)
     return subset_of_items(ir.layers, ir.num_final_states, ir.end_token, items, item_live,
-                           fingerprint, walks, state_counts)
+                           fingerprint, layout or bit_layout(ir.layers))
 
 
 def removal(items: ItemIndex, remove, automaton, where: str = "update") -> tuple[np.ndarray, dict]:

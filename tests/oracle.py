@@ -583,3 +583,14 @@ def relabel(ir, rng: np.random.Generator) -> list:
     shaped = Automaton(vocab_size=V, layers=tuple(layers), num_final_states=ir.num_final_states,
                        num_sequences=ir.num_sequences, end_token=end)
     return list(shaped.sequences())
+
+
+def stats_without_subsets(compiled) -> str:
+    """`report.stats_table(compiled)` less its "item subsets" line: what
+    `show-ir --stats` prints for the same set read back without its items
+    (an artifact saved without subsets, an IR dump)."""
+    from static_compiler import report
+    lines = report.stats_table(compiled).splitlines(True)
+    kept = [line for line in lines if not line.startswith("item subsets:")]
+    assert len(kept) == len(lines) - 1, "the compiled set reports no subsets"
+    return "".join(kept)

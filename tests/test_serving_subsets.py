@@ -7,6 +7,8 @@ compilation for new subsets."""
 from __future__ import annotations
 
 import json
+import pathlib
+import shutil
 
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +17,7 @@ import pytest
 import oracle
 import static_compiler as sc
 from static_compiler import artifact_format, serving
+from static_compiler.backend import lowering
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, DecodeInputError
 
 BEAMS = 5
@@ -356,3 +359,90 @@ def test_load_compiled_rebuilds_the_saved_set_and_update_artifact_matches_the_li
     want = compiled.update(add=extra)
     assert {k: report[k] for k in want.last_update} == want.last_update
     assert sc.load_compiled(copy).ir == want.ir
+
+
+V4_ARTIFACT = pathlib.Path(__file__).parent / "data" / "artifact_v4_subsets"
+
+
+def _serve_subsets(art, subset, index, seeds, model):
+    """The artifact's beam_step loop (4 beams) over `subset`, finalized."""
+    from static_compiler.backend.decode import reorder_carry, resolve_carry_axes
+    state, carry = art.init_state(len(seeds), 4), model.init_carry(seeds, 4)
+    for t in range(art.max_length):
+        logits, carry = model(state.last_tokens, jnp.int32(t), carry)
+        state = art.beam_step(state, logits, t, subset=subset, subset_index=index)
+        axes = resolve_carry_axes(carry, model.carry_axes, len(seeds), 4, None)
+        carry = reorder_carry(carry, state.parent, axes, None)
+    return art.finalize(state)
+
+
+def _library_decode(compiled, subset, index, seeds, model):
+    return sc.beam_search(compiled, model, batch_size=len(seeds), beam_size=4,
+                          carry=model.init_carry(seeds, 4), carry_axes=model.carry_axes,
+                          subset=subset, subset_index=index)
+
+
+def test_a_version_4_artifact_serves_subsets_from_per_state_bits(tmp_path):
+    """An artifact written by format version 4 (tests/data/README.md): its
+    subset modules take per-state bits everywhere, so the loader builds
+    them so, and it decodes exactly what a set compiled today does with the
+    same subsets (slot bits at its dense steps). A removal keeps its
+    modules and their layout; an addition past its capacity exports anew."""
+    path = tmp_path / "v4.static"
+    shutil.copytree(V4_ARTIFACT, path)
+    sids = np.load(V4_ARTIFACT.parent / "artifact_v4_subsets_sids.npy")
+    compiled = sc.compile_constraints(sids, 8, export_beam_sizes=(4,), export_subsets=True)
+    assert lowering.slot_steps(compiled.plan)  # today's layout differs at those depths
+    art = serving.load(path)
+    assert (art.manifest.format_version, art.manifest.subset_bits) == (4, "per_state")
+    rng = np.random.default_rng(4)
+    masks = [rng.random(len(sids)) < 0.3, rng.random(len(sids)) < 0.6]
+    by_art = sc.stack_subsets([art.subset(m) for m in masks])
+    by_lib = sc.stack_subsets([compiled.subset(m) for m in masks])
+    assert [w.shape for w in by_art.live] != [w.shape for w in by_lib.live]
+    index, seeds = np.array([1, 0, 1]), [3, 4, 5]
+    model = oracle.HashModel(8, dup=40)
+    want = _library_decode(compiled, by_lib, index, seeds, model)
+    for got, exp in zip(_serve_subsets(art, by_art, index, seeds, model), want):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(exp))
+
+    gone = rng.random(len(sids)) < 0.2
+    sc.update_artifact(path, remove=gone)
+    art = serving.load(path)
+    assert (art.manifest.format_version, art.manifest.subset_bits) == (5, "per_state")
+    after = compiled.update(remove=gone)
+    by_art = sc.stack_subsets([art.subset(m) for m in masks])
+    by_lib = sc.stack_subsets([after.subset(m) for m in masks])
+    want = _library_decode(after, by_lib, index, seeds, model)
+    for got, exp in zip(_serve_subsets(art, by_art, index, seeds, model), want):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(exp))
+
+    extra = rng.integers(0, 8, size=(40, 4))
+    assert sc.update_artifact(path, add=extra)["modules"] == "exported"
+    art = serving.load(path)
+    assert art.manifest.subset_bits == "dense_slots"
+    grown = after.update(add=extra)
+    masks = [rng.random(len(grown.items.row_item)) < 0.5]
+    want = _library_decode(grown, grown.subset(masks[0]), None, seeds, model)
+    for got, exp in zip(_serve_subsets(art, art.subset(masks[0]), None, seeds, model), want):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(exp))
+
+
+def test_new_artifacts_record_slot_bits_and_a_bad_record_is_refused(saved, tmp_path):
+    _, _, art, path = saved
+    assert art.manifest.subset_bits == "dense_slots"
+    copy = tmp_path / "copy.static"
+    shutil.copytree(path, copy)
+    manifest = json.loads((copy / artifact_format.MANIFEST_FILE).read_text())
+    for value, message in (("slots", r"\['subset_bits'\] is 'slots': expected one of "
+                                     r"\['per_state', 'dense_slots'\]"),
+                           (None, r"manifest.json has no key 'subset_bits'"),
+                           (3, r"\['subset_bits'\] is 3 \(int\), expected str")):
+        edited = dict(manifest)
+        if value is None:
+            edited.pop("subset_bits")
+        else:
+            edited["subset_bits"] = value
+        (copy / artifact_format.MANIFEST_FILE).write_bytes(artifact_format.seal_manifest(edited))
+        with pytest.raises(ArtifactFormatError, match=message):
+            serving.load(copy)

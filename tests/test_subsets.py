@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 import oracle
 import static_compiler as sc
 from static_compiler import frontend as sc_frontend
-from static_compiler import liveness, subsets
-from static_compiler.backend import kernels
+from static_compiler import datasets, liveness, report, subsets
+from static_compiler.backend import decode as decode_lib
+from static_compiler.backend import kernels, lowering
 from static_compiler.backend.decode import search
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from test_decode import assert_matches
@@ -44,7 +45,8 @@ CASES = {
     "ragged": Case(lambda rng: oracle.random_ragged_set(rng, 25, 4, 7, end_token=0), 7, 0, 6),
     "unary-tail": Case(lambda rng: oracle.random_then_unary(rng, 30, 8), 8, None, 4),
 }
-LAYOUTS = {"fixed": oracle.LAYOUTS, "ragged": ("csr", "near_unary", "mixed_csr", "default"),
+LAYOUTS = {"fixed": oracle.LAYOUTS,
+           "ragged": ("csr", "near_unary", "mixed_csr", "dense_rows", "default"),
            "unary-tail": ("unary", "dense_rows")}
 
 
@@ -189,14 +191,108 @@ def test_liveness_bits_equal_brute_force():
             assert ends[d].tolist() == [p in chosen for p in prefixes]
 
 
-def test_subset_memory_is_one_bit_per_state_for_a_fixed_length_set():
-    items, compiled = compiled_case("fixed", "default")
+SLOT_CASES = [("fixed", "dense_rows", None), ("fixed", "default", None),
+              ("fixed", "dense_rows", 1.5), ("ragged", "dense_rows", None),
+              ("ragged", "dense_rows", 2.0), ("unary-tail", "dense_rows", None),
+              ("unary-tail", "unary", None)]
+
+
+@functools.lru_cache(maxsize=None)
+def slot_case(name: str, layout: str, capacity):
+    if capacity is None:
+        return compiled_case(name, layout)
+    case = CASES[name]
+    items = case.make(np.random.default_rng(11))
+    return items, sc.compile_constraints(items, case.vocab, end_token=case.end, capacity=capacity,
+                                         pipeline=oracle.pipeline_for(layout))
+
+
+@pytest.mark.parametrize("name, layout, capacity", SLOT_CASES)
+def test_slot_bits_and_shared_depths_hold_the_per_state_liveness(name, layout, capacity):
+    """A subset's bits, unpacked, equal the per-state liveness (`liveness`,
+    checked against brute force above): at the children of dense steps at
+    least half full, in (state, token) order (the slot of state s and token
+    v holds its child's bit, absent children and padding 0); elsewhere per
+    state, padded to the tables' capacity; a unary layer's two depths are
+    one array, counted once in nbytes."""
+    items, compiled = slot_case(name, layout, capacity)
+    ir, plan = compiled.ir, compiled.plan
+    mask = np.random.default_rng(5).random(len(items)) < 0.4
+    sub = compiled.subset(mask)
+    live, _ = subsets.liveness(ir, compiled.items, subsets._item_mask(mask, compiled.items, "t"))
+    slots = set(lowering.slot_steps(plan))
+    counts = lowering.state_counts(plan)
+    W = liveness.slot_words(ir.vocab_size)
+    unpack = lambda words: np.unpackbits(words.view(np.uint8), bitorder="little").astype(bool)
+    for d in range(1, ir.depth + 1):
+        (got,) = [unpack(row) for row in sub.live[d - 1]]
+        if d - 1 in slots:
+            layer = ir.layers[d - 1]
+            want = np.zeros((counts[d - 1], 32 * W), bool)
+            want[np.repeat(np.arange(layer.num_states), layer.branch()), layer.tokens] = live[d - 1]
+            np.testing.assert_array_equal(got, want.reshape(-1), err_msg=f"depth {d}")
+        else:
+            want = np.zeros(32 * -(-counts[d] // 32), bool)
+            want[:live[d - 1].shape[0]] = live[d - 1]
+            np.testing.assert_array_equal(got, want, err_msg=f"depth {d}")
+    walks = liveness.layer_walks(ir.layers)
+    shared = [d for d in range(1, ir.depth) if walks[d].kind == "unary" and
+              {d - 1, d}.isdisjoint(slots) and counts[d] == counts[d + 1]]
+    for d in shared:
+        assert sub.live[d - 1] is sub.live[d], d
+    assert sub.nbytes == sum(w.nbytes for w in {id(w): w for w in sub.live + sub.ends
+                                                if w is not None}.values())
+    if (name, layout) == ("unary-tail", "unary"):
+        assert shared  # the case holds unary depths once
+    if layout == "dense_rows":
+        assert slots  # the case reads slot bits
+
+
+def test_slot_bits_only_where_dense_rows_are_at_least_half_full():
+    """Sparser dense steps keep per-state bits (slot bits would cost more
+    than 2 bits per child there)."""
+    items, compiled = compiled_case("fixed", "dense_rows")
+    plan = compiled.plan
+    V = compiled.ir.vocab_size
+    fill = [s.num_next_states / (s.num_states * V) for s in plan.steps]
+    assert set(lowering.slot_steps(plan)) == {t for t, f in enumerate(fill) if f >= 0.5}
+    assert any(f < 0.5 for f in fill) and any(f >= 0.5 for f in fill)
+    live_w, _ = decode_lib.subset_widths(plan)
     sub = compiled.subset(np.ones(len(items), bool))
-    states = sum(compiled.ir.num_states_at(d) for d in range(1, compiled.ir.depth + 1))
-    assert sub.nbytes == sum(4 * -(-compiled.ir.num_states_at(d) // 32)
-                             for d in range(1, compiled.ir.depth + 1))
-    assert sub.nbytes * 8 < states + 32 * compiled.ir.depth
-    assert all(e is None for e in sub.ends)
+    assert [w.shape[1] for w in sub.live] == list(live_w)
+
+
+def test_stacked_subsets_keep_shared_depths_shared():
+    items, compiled = compiled_case("unary-tail", "unary")
+    masks = [np.random.default_rng(s).random(len(items)) < 0.5 for s in range(3)]
+    stacked = sc.stack_subsets([compiled.subset(m) for m in masks])
+    one = compiled.subset(masks[0])
+    pairs = [(i, j) for i in range(len(one.live)) for j in range(i + 1, len(one.live))
+             if one.live[i] is one.live[j]]
+    assert pairs
+    for i, j in pairs:
+        assert stacked.live[i] is stacked.live[j]
+    assert stacked.nbytes == 3 * one.nbytes
+    live, _ = stacked.placed(jnp.asarray)
+    for i, j in pairs:
+        assert live[i] is live[j]
+
+
+def test_subset_memory_at_scale_is_under_one_bit_per_state():
+    """A synthetic Semantic-ID set like the benchmark's (dense root, then
+    near-unary and unary layers): slot bits at the root, unary depths held
+    once, well under one bit per state and subset."""
+    n, V = 3000, 64
+    compiled = sc.compile_constraints(datasets.synthetic_sids(n, 8, V, seed=0), V)
+    sub = compiled.subset(np.random.default_rng(0).random(n) < 0.1)
+    assert lowering.slot_steps(compiled.plan) == (0, 1)
+    bits = sub.bits_per_state(compiled.ir.num_states)
+    assert bits < 0.7
+    # show-ir --stats reports the same figures
+    (line,) = [s for s in report.stats_table(compiled).splitlines() if s.startswith("item subsets")]
+    assert line == (f"item subsets: {sub.nbytes} bytes per subset ({bits:.3f} bits per state); "
+                    "slot bits for the children of steps [0, 1]; depths [5, 6, 7] hold the next "
+                    "depth's bits")
 
 
 # -- bad input ---------------------------------------------------------------
@@ -329,6 +425,27 @@ def test_the_running_count_of_a_general_layer_wraps_without_losing_a_row(widest,
         got = liveness._child_live(layer, walk, live_next)
         want = np.logical_or.reduceat(live_next, indptr[:-1])
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("branch", [[1, 1, 2, 1, 3], [1, 2, 1, 0, 0], [0, 1, 1, 1, 0],
+                                    [2, 0, 1, 1, 1], [3, 0, 0, 0, 0]])
+@pytest.mark.parametrize("slice_max", [1 << 16, 0])
+def test_near_unary_rows_at_the_end_of_the_layer(branch, slice_max, monkeypatch):
+    """Exceptions whose rows end at the layer's last edge, or are empty there
+    (the row bounds the reduction takes stop short of the end), give the
+    liveness of a plain per-row reduction, for every pattern of live
+    children. A state without children accepts (a trie's layer)."""
+    monkeypatch.setattr(liveness, "NEAR_UNARY_SHARE", 1.0)
+    monkeypatch.setattr(liveness, "SLICE_MAX_EXCEPTIONS", slice_max)
+    indptr = np.concatenate([[0], np.cumsum(branch)]).astype(np.int64)
+    layer = liveness.TrieLayer(indptr, np.asarray(branch) == 0)
+    (walk,) = liveness.layer_walks([layer])
+    assert walk.kind == "near"
+    edges = int(indptr[-1])
+    for pattern in range(1 << edges):
+        live_next = np.array([(pattern >> e) & 1 for e in range(edges)], dtype=bool)
+        want = [bool(live_next[a:b].any()) for a, b in zip(indptr[:-1], indptr[1:])]
+        assert liveness._child_live(layer, walk, live_next).tolist() == want, pattern
 
 
 @pytest.mark.parametrize("name", ["ragged", "fixed"])

@@ -32,7 +32,7 @@ import numpy as np
 
 from static_compiler.errors import IRVerificationError, PipelineError
 from static_compiler.ir import Automaton, Layer, Layout, LayoutKind, verify
-from static_compiler.liveness import row_pointers
+from static_compiler.liveness import row_pointers, slot_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +149,13 @@ def state_counts(plan: Plan) -> tuple[int, ...]:
     """States per depth 0..depth as the tables hold them (padded to a
     reserved capacity): the sizes of item subsets' bit rows."""
     return tuple(s.num_states for s in plan.steps) + (plan.steps[-1].num_next_states,)
+
+
+def slot_steps(plan: Plan) -> tuple[int, ...]:
+    """The steps whose children an item subset holds as slot bits: dense
+    rows at least half full (`liveness.slot_step`)."""
+    return tuple(t for t, s in enumerate(plan.steps)
+                 if slot_step(s.kind.value, s.num_states, s.num_next_states, plan.vocab_size))
 
 
 def tables_nbytes(tables) -> int:

@@ -12,13 +12,14 @@ from typing import Any, NamedTuple, Optional
 import jax.numpy as jnp
 from jax import lax
 
-from static_compiler.backend.decode.live import (LiveMask, PackedLive, child_live, end_live,
-                                                 packed_child_live, packed_end_live)
+from static_compiler.backend.decode.live import (LiveMask, PackedLive, child_live,
+                                                 dense_child_live, end_live, packed_child_live,
+                                                 packed_end_live)
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.kernels import (Candidates, PackedRun, accepts, entries, expand,
                                              num_candidates, packed_expand, row_bounds, slice_rows,
                                              take_last, take_rows)
-from static_compiler.backend.lowering import Plan
+from static_compiler.backend.lowering import Plan, slot_steps
 from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.ir import LayoutKind
 
@@ -66,7 +67,9 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
                                    in_subset)
         else:
             c = expand(sp, tables[step], node)
-            c = c._replace(valid=c.valid & in_subset(c.next))
+            live_children = dense_child_live(subset, step, node, plan.vocab_size) \
+                if step in slot_steps(plan) else in_subset(c.next)
+            c = c._replace(valid=c.valid & live_children)
             lp = logprob_of(c.tokens, dense=sp.kind == LayoutKind.DENSE_ROWS)
         if end is not None and sp.has_accepting:
             accepting = accepts(sp, tables[step], node) & end_live(subset, step, node)

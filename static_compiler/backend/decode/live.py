@@ -1,11 +1,12 @@
 """Item subsets at decode time: liveness bits read per candidate.
 
 A `LiveMask` holds the bit-packed liveness of R subsets (see
-`static_compiler.subsets`) and the subset each batch row decodes over. A
+`static_compiler.liveness`) and the subset each batch row decodes over. A
 child candidate stays valid only when its next state is live; the end token
-only where the beam's own item is in the subset. Every lookup is one gather
-of uint32 words, so subsets are plain arguments: any subset of the same set
-reuses the compiled program.
+only where the beam's own item is in the subset. A lookup is one gather of
+uint32 words (at a dense_rows step, of each beam's row of slot words), so
+subsets are plain arguments: any subset of the same set reuses the compiled
+program.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from typing import Any, NamedTuple, Optional
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
+from static_compiler.backend.lowering import Plan, slot_steps
 from static_compiler.decode_state import is_traced
 from static_compiler.errors import DecodeInputError
+from static_compiler.liveness import bit_widths, slot_words
 
 
 class LiveMask(NamedTuple):
@@ -39,8 +43,7 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
         raise DecodeInputError(f"{where}: subset is a {type(mask).__name__}: expected a LiveMask "
                                "(static_compiler.beam_search takes a Subset and subset_index)")
     depth = plan.depth
-    sizes = [plan.steps[d].num_states if d < depth else plan.steps[-1].num_next_states
-             for d in range(depth + 1)]
+    widths = subset_widths(plan)
     if len(mask.live) != depth or len(mask.ends) != depth + 1:
         raise DecodeInputError(f"{where}: subset has {len(mask.live)} live and {len(mask.ends)} "
                                f"end bit arrays: expected {depth} and {depth + 1} for this set")
@@ -50,13 +53,13 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
             if words is None:
                 continue
             d = first + i
-            want = -(-sizes[d] // 32)
+            want = widths[0 if name == "live" else 1][i]
             shape, dtype = getattr(words, "shape", None), getattr(words, "dtype", None)
             if dtype != np.uint32 or len(shape or ()) != 2 or shape[1] != want or \
                     (rows is not None and shape[0] != rows):
                 raise DecodeInputError(f"{where}: subset {name} bits at depth {d} are {dtype} "
-                                       f"{shape}: expected uint32 (R, {want}) ({sizes[d]} states)"
-                                       " with the same R everywhere: a subset of another set?")
+                                       f"{shape}: expected uint32 (R, {want}) with the same R "
+                                       "everywhere: a subset of another set?")
             rows = shape[0]
     sel = mask.rows
     if getattr(sel, "shape", None) != (batch_size,) or \
@@ -70,6 +73,14 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
         if bad.size:
             raise DecodeInputError(f"{where}: subset_index[{int(bad[0])}] = "
                                    f"{int(values[bad[0]])}: expected a subset in [0, {rows})")
+
+
+def subset_widths(plan: Plan) -> tuple[tuple, tuple]:
+    """`liveness.bit_widths` of a lowered plan: the words per subset row of
+    the live and ends bits (slot bits for the children of dense_rows steps)."""
+    states = [s.num_states for s in plan.steps] + [plan.steps[-1].num_next_states]
+    accepting = [s.has_accepting for s in plan.steps] + [True]
+    return bit_widths(states, accepting, plan.end_token, plan.vocab_size, slot_steps(plan))
 
 
 def _bits(words, rows, idx, offset=0):
@@ -89,6 +100,24 @@ def child_live(mask: Optional[LiveMask], step: int, nxt):
     if mask is None:
         return jnp.ones(jnp.shape(nxt), bool)
     return _bits(mask.live[step], mask.rows, nxt)
+
+
+def dense_child_live(mask: Optional[LiveMask], step: int, node, vocab_size: int):
+    """bool node.shape + (V,): which tokens of states `node` (depth `step`, a
+    dense_rows step whose children have slot bits) lead to a live state (all True without a mask). Each
+    beam reads its state's row of W = ceil(V / 32) slot words (one gather of
+    rows) and unpacks it with shifts: no gather per candidate."""
+    shape = jnp.shape(node) + (vocab_size,)
+    if mask is None:
+        return jnp.ones(shape, bool)
+    words = mask.live[step]
+    W = slot_words(vocab_size)
+    R, states = words.shape[0], words.shape[1] // W
+    node = jnp.asarray(node, jnp.int32)
+    rows = mask.rows.astype(jnp.int32).reshape(mask.rows.shape + (1,) * (node.ndim - 1))
+    row = jnp.take(words.reshape(R * states, W), rows * states + node, axis=0, mode="clip")
+    bits = (row[..., None] >> lax.iota(jnp.uint32, 32)) & jnp.uint32(1)
+    return bits.reshape(node.shape + (32 * W,))[..., :vocab_size].astype(bool)
 
 
 def end_live(mask: Optional[LiveMask], step: int, node):
