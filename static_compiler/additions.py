@@ -18,6 +18,7 @@ the renumbering). Whether the merged trie still fits the compiled plan is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -27,6 +28,28 @@ from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import as_token_matrix, check_range, sort_unique_rows
 from static_compiler.ir import Automaton, Layer, LayoutKind, frozen
 from static_compiler.liveness import ItemIndex
+
+
+@contextlib.contextmanager
+def small_pages():
+    """numpy allocations in the block get no MADV_HUGEPAGE. An addition
+    allocates ~0.6 GB of new arrays at 1e7 items; where the kernel compacts
+    memory synchronously to back madvised regions with huge pages
+    (transparent huge pages with defrag "madvise", as on this machine),
+    the first additions of a process stalled on it: 1.3-2.9 s, against at
+    most 1.3 s without (`tools.bench.live`). numpy's switch is private
+    (numpy >= 1.20) and process-wide; where it is missing nothing changes."""
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # numpy 1.x
+        from numpy.core import multiarray
+    setter = getattr(multiarray, "_set_madvise_hugepage", None)
+    previous = setter(False) if setter is not None else None
+    try:
+        yield
+    finally:
+        if setter is not None:
+            setter(previous)
 
 
 @dataclasses.dataclass(frozen=True)

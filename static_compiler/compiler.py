@@ -236,7 +236,8 @@ class CompiledConstraints:
                                      "token sequences)")
         new, report = self, {}
         if add is not None:
-            new, report = self._added(items, add)
+            with additions.small_pages():
+                new, report = self._added(items, add)
             items = new.items
         if remove is not None:
             removed, removal = subsets.removal(items, remove, lambda: new.ir)

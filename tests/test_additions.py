@@ -359,3 +359,20 @@ def dataclass_case(vocab, end, beams):
 LiveSetMachine.TestCase.settings = settings(max_examples=12, stateful_step_count=8,
                                             deadline=None)
 TestLiveSet = LiveSetMachine.TestCase
+
+
+def test_small_pages_turns_numpys_huge_pages_off_inside_and_restores_them():
+    """Additions allocate without MADV_HUGEPAGE (see `additions.small_pages`)
+    and leave numpy's process-wide switch as they found it, also on error."""
+    from numpy._core import multiarray
+
+    switch = multiarray._set_madvise_hugepage  # sets a value, returns the previous one
+    for outside in (True, False):
+        switch(outside)
+        with additions.small_pages():
+            assert switch(False) is False
+        assert switch(outside) is outside
+        with pytest.raises(KeyError):
+            with additions.small_pages():
+                raise KeyError
+        assert switch(outside) is outside
