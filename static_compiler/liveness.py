@@ -321,8 +321,8 @@ class SlotStep:
 
 
 def slot_step_of(present: np.ndarray, next_layer) -> SlotStep:
-    """The `SlotStep` of a dense step with `present` slots whose next
-    layer (its children's) is `next_layer`, or None for none to walk."""
+    """The `SlotStep` of a dense step with `present` slots whose children
+    lie in `next_layer` (None: no layer to walk from, see `SlotStep`)."""
     if next_layer is None:
         return SlotStep(present)
     flat = present.reshape(-1)
