@@ -230,14 +230,30 @@ class LayerWalk:
     count_dtype: type = np.uint32
 
 
+def is_unary(layer) -> bool:
+    """Whether state s of `layer` has one child, state s: every state of a
+    trie layer without accepting states has a child, so as many edges as
+    states means one each (O(1), no edges read)."""
+    return layer.num_edges == layer.num_states and layer.accepting is None
+
+
+def shared_depths(layers: Sequence, slot_steps: Sequence[int],
+                  state_counts: Optional[Sequence] = None) -> frozenset:
+    """The depths d whose bits are depth d + 1's, held once: layer d is
+    unary, neither depth has slot bits (`slot_steps`: the steps whose
+    children do), and the tables hold as many states at both
+    (`state_counts` per depth 0..depth; None: the trie's)."""
+    return frozenset(d for d in range(1, len(layers)) if is_unary(layers[d]) and
+                     not {d - 1, d} & set(slot_steps) and
+                     (state_counts is None or state_counts[d] == state_counts[d + 1]))
+
+
 def layer_walks(layers: Sequence) -> tuple:
     """One `LayerWalk` per layer (`TrieLayer`s or `ir.Layer`s): computed once
     per compiled set (O(edges))."""
     walks = []
     for layer in layers:
-        if layer.num_edges == layer.num_states and layer.accepting is None:
-            # Every state of a trie layer without accepting states has a
-            # child, so as many edges as states means one child each.
+        if is_unary(layer):
             walks.append(LayerWalk("unary"))
             continue
         branch = layer.branch()
@@ -342,19 +358,13 @@ class BitLayout:
     {t: `SlotStep`} for the steps whose children get slot bits
     (`slot_step`); state_counts, the states per depth 0..depth the bits
     cover (the tables', larger than the trie's where capacity is reserved),
-    or None for the trie's."""
+    or None for the trie's; shared, the depths that hold the next depth's
+    bits (`shared_depths`)."""
 
     walks: tuple
     slots: dict
     state_counts: Optional[tuple] = None
-
-    def shares_next(self, d: int) -> bool:
-        """Whether depth d's bits are depth d + 1's, held once: layer d is
-        unary (state s's one child is state s), neither depth has slot
-        bits, and the tables hold as many states at both."""
-        counts = self.state_counts
-        return 0 < d < len(self.walks) and self.walks[d].kind == "unary" and \
-            not {d - 1, d} & self.slots.keys() and (counts is None or counts[d] == counts[d + 1])
+    shared: frozenset = frozenset()
 
 
 def bit_layout(layers: Sequence, dense_tables: Optional[dict] = None,
@@ -367,8 +377,9 @@ def bit_layout(layers: Sequence, dense_tables: Optional[dict] = None,
     walk_below = lambda t: t + 1 < len(layers) and t + 1 not in dense_tables
     slots = {t: slot_step_of(dense_slots(nxt), layers[t + 1] if walk_below(t) else None)
              for t, nxt in dense_tables.items()}
-    return BitLayout(layer_walks(layers), slots,
-                     None if state_counts is None else tuple(int(n) for n in state_counts))
+    counts = None if state_counts is None else tuple(int(n) for n in state_counts)
+    return BitLayout(layer_walks(layers), slots, counts,
+                     shared_depths(layers, tuple(slots), counts))
 
 
 def liveness(layers: Sequence, num_final_states: int, end_token: Optional[int],
@@ -473,7 +484,7 @@ def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional
     for d in range(depth, 0, -1):
         if d - 1 in slot_bits:
             words[d] = slot_bits[d - 1][None, :]
-        elif layout.shares_next(d):
+        elif d in layout.shared:
             words[d] = words[d + 1]  # live[d] is live[d + 1]: one array
         else:
             words[d] = pack(live[d], size(d))[None, :]

@@ -254,14 +254,15 @@ def _subset_line(obj) -> str:
             not all(layer.implicit_targets for layer in obj.ir.layers):
         return ""
     from static_compiler.backend import decode, lowering
+    from static_compiler.liveness import shared_depths
 
-    layout = obj._bit_layout()
+    slots = lowering.slot_steps(obj.plan)
+    shared = sorted(shared_depths(obj.ir.layers, slots, lowering.state_counts(obj.plan)))
     live, ends = decode.subset_widths(obj.plan)
-    shared = [d for d in range(1, len(live) + 1) if layout.shares_next(d)]
     words = sum(w for d, w in enumerate(live, 1) if d not in shared) + sum(w or 0 for w in ends)
     return (f"item subsets: {4 * words} bytes per subset ({32 * words / obj.ir.num_states:.3f} "
-            f"bits per state); slot bits for the children of steps "
-            f"{list(lowering.slot_steps(obj.plan))}; depths {shared} hold the next depth's bits")
+            f"bits per state); slot bits for the children of steps {list(slots)}; depths "
+            f"{shared} hold the next depth's bits")
 
 
 def layer_text(ir: Automaton, layer: int, max_edges: Optional[int] = None) -> str:

@@ -150,7 +150,7 @@ class Artifact:
         self._host_tables = host_tables
         self._put = put
         self.placement = placement
-        self._bit_layout: Optional[BitLayout] = None
+        self._trie: Optional[tuple] = None  # (trie layers, BitLayout), for subsets
         self._base = None
 
     def __repr__(self):
@@ -315,7 +315,7 @@ class Artifact:
         new = Artifact(self.path, manifest, tables, self._modules, fmt.read_names(snap),
                        _items(snap), host, self._put, self.placement)
         if host is self._host_tables:
-            new._bit_layout = self._bit_layout
+            new._trie = self._trie
         return new
 
     # Item subsets
@@ -344,12 +344,13 @@ class Artifact:
         if self.items is None:
             raise DecodeInputError(f"subset: artifact {str(self.path)!r} has no item index "
                                    "(compile with export_subsets=True, or format version < 3)")
-        layers = self._trie_layers()
-        if self._bit_layout is None:
-            self._bit_layout = self._subset_layout(layers)
+        if self._trie is None:  # per set: the layers' row pointers and the bit layout
+            layers = self._trie_layers()
+            self._trie = (layers, self._subset_layout(layers))
+        layers, layout = self._trie
         mask = rows_item_mask(np.asarray(selection), self.items, "Artifact.subset")
         return subset_of_items(layers, self.manifest.num_final_states, self.end_token, self.items,
-                               mask, self.fingerprint, self._bit_layout)
+                               mask, self.fingerprint, layout)
 
     def _subset_layout(self, layers) -> BitLayout:
         """The `BitLayout` the subset modules take (manifest "subset_bits")."""

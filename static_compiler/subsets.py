@@ -131,14 +131,13 @@ def liveness(ir: Automaton, items: ItemIndex, item_live: np.ndarray,
 
 
 def make_subset(ir: Automaton, items: Optional[ItemIndex], selection, fingerprint: str,
-                where: str = "subset", layout: Optional[BitLayout] = None) -> Subset:
+                where: str, layout: BitLayout) -> Subset:
     """One subset from a bool mask (N,) over the input rows, or from token
-    sequences of the set; layout: the set's `BitLayout` (default: per-state
-    bits over the IR's states)."""
+    sequences of the set, laid out as the set's `BitLayout` says."""
     items = check_subsettable(ir, items, where)
     item_live = _item_mask(selection, items, where, ir)
     return subset_of_items(ir.layers, ir.num_final_states, ir.end_token, items, item_live,
-                           fingerprint, layout or bit_layout(ir.layers))
+                           fingerprint, layout)
 
 
 def removal(items: ItemIndex, remove, automaton, where: str = "update") -> tuple[np.ndarray, dict]:

@@ -446,3 +446,16 @@ def test_new_artifacts_record_slot_bits_and_a_bad_record_is_refused(saved, tmp_p
         (copy / artifact_format.MANIFEST_FILE).write_bytes(artifact_format.seal_manifest(edited))
         with pytest.raises(ArtifactFormatError, match=message):
             serving.load(copy)
+
+
+def test_the_trie_and_bit_layout_are_built_once_per_set(saved, monkeypatch):
+    """Row pointers from the tables and the slot layout are O(edges) (0.65 s
+    at 1e7 items): Artifact.subset builds them on first use only."""
+    items, _, _, path = saved
+    art = serving.load(path)
+    calls = []
+    built = art._trie_layers
+    monkeypatch.setattr(art, "_trie_layers", lambda: calls.append(1) or built())
+    for seed in range(3):
+        art.subset(np.random.default_rng(seed).random(len(items)) < 0.5)
+    assert len(calls) == 1

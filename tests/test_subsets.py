@@ -262,6 +262,26 @@ def test_slot_bits_only_where_dense_rows_are_at_least_half_full():
     assert [w.shape[1] for w in sub.live] == list(live_w)
 
 
+def test_bits_of_another_layout_are_refused_by_the_decoder():
+    """A LiveMask whose dense step holds per-state bits (the layout of
+    format version 4 modules) has the wrong width there: the decoder names
+    the depth and the width it expects."""
+    items, compiled = compiled_case("fixed", "dense_rows")
+    plan = compiled.plan
+    t = lowering.slot_steps(plan)[-1]
+    sub = compiled.subset(np.ones(len(items), bool))
+    per_state = -(-plan.steps[t].num_next_states // 32)
+    live = list(sub.live)
+    live[t] = np.zeros((1, per_state), np.uint32)
+    mask = decode_lib.LiveMask(tuple(live), sub.ends, np.zeros(2, np.int32))
+    want = decode_lib.subset_widths(plan)[0][t]
+    assert want != per_state
+    with pytest.raises(DecodeInputError, match=rf"subset live bits at depth {t + 1} are uint32 "
+                                               rf"\(1, {per_state}\): expected uint32 \(R, {want}\)"):
+        search.beam_search(plan, compiled.device_tables, lambda *a: None, batch_size=2,
+                           beam_size=2, subset=mask)
+
+
 def test_stacked_subsets_keep_shared_depths_shared():
     items, compiled = compiled_case("unary-tail", "unary")
     masks = [np.random.default_rng(s).random(len(items)) < 0.5 for s in range(3)]

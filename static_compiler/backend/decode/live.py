@@ -103,10 +103,11 @@ def child_live(mask: Optional[LiveMask], step: int, nxt):
 
 
 def dense_child_live(mask: Optional[LiveMask], step: int, node, vocab_size: int):
-    """bool node.shape + (V,): which tokens of states `node` (depth `step`, a
-    dense_rows step whose children have slot bits) lead to a live state (all True without a mask). Each
-    beam reads its state's row of W = ceil(V / 32) slot words (one gather of
-    rows) and unpacks it with shifts: no gather per candidate."""
+    """bool node.shape + (V,): which tokens of states `node` (depth `step`,
+    a dense_rows step whose children have slot bits) lead to a live state
+    (all True without a mask). Each beam reads its state's row of W =
+    ceil(V / 32) slot words (one gather of rows) and unpacks it with
+    shifts: no gather per candidate."""
     shape = jnp.shape(node) + (vocab_size,)
     if mask is None:
         return jnp.ones(shape, bool)
