@@ -51,6 +51,7 @@ from static_compiler.decode_state import (PAD_TOKEN, SENTINEL_SCORE, BeamState, 
 from static_compiler.errors import (ArtifactBusyError, ArtifactExistsError, ArtifactFormatError,
                                     ArtifactVersionError, DecodeInputError)
 from static_compiler.ir import Automaton, Layout
+from static_compiler.mapped import release_pages
 from static_compiler.placement import placed_shape
 
 
@@ -222,9 +223,11 @@ class NpyFile:
     def chunks(self):
         yield self.header
         flat = self.arr.reshape(-1)
-        step = max(1, self.CHUNK_BYTES // max(1, self.arr.itemsize))
+        size = max(1, self.arr.itemsize)
+        step = max(1, self.CHUNK_BYTES // size)
         for start in range(0, flat.shape[0], step):
             yield np.ascontiguousarray(flat[start:start + step]).tobytes()
+            release_pages(flat, start * size, (start + step) * size)  # (a mapped table's)
 
     def entry(self) -> fmt.FileEntry:
         digest = hashlib.sha256()
@@ -280,7 +283,7 @@ def build_files(compiled, reuse_modules=None) -> dict[str, object]:
     Deterministic: the same compiled set and jax version give the same bytes
     (no timestamps; JSON with sorted keys)."""
     caps = export_caps(compiled)
-    files = {fmt.IR_FILE: compiled.ir.to_text().encode("utf-8")}
+    files = {fmt.IR_FILE: compiled.ir_text().encode("utf-8")}
     names = getattr(compiled, "names", None)
     if names is not None:
         files[fmt.NAMES_FILE] = names.to_jsonl()
@@ -366,7 +369,7 @@ def set_metadata(compiled) -> dict[str, object]:
     text and table names). With the tables they determine the automaton
     (`automaton_from_tables`)."""
     plan: Plan = compiled.plan
-    ir = compiled.ir
+    ir = compiled.outline  # (counts and layouts: a set lowered from pieces keeps its IR unread)
     layers = []
     for t, (stats, layer) in enumerate(zip(compiled.layer_stats(), ir.layers)):
         layers.append({**stats, "layout_text": layer.layout.to_text(),

@@ -15,14 +15,15 @@ from static_compiler import placement as placement_lib
 from static_compiler import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.liveness import checked_subset_index
-from static_compiler.backend.lowering import Plan, lower, slot_steps, state_counts, tables_nbytes
+from static_compiler.backend.lowering import (Plan, automaton_from_tables, lower, lower_pieces,
+                                              slot_steps, state_counts, table_head, tables_nbytes)
 from static_compiler.artifact_format import NameTable
 from static_compiler.decode_state import check_processor_state
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import ItemIndex, build_trie
 from static_compiler.graph_frontend import automaton_from_graph, is_graph
-from static_compiler.partitioned import Shards, build_partitioned
-from static_compiler.ir import Automaton, layer_stats
+from static_compiler.partitioned import ArrayFiles, Shards, partitions_built
+from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
 from static_compiler.text import encode_catalogue, looks_like_names
 
 
@@ -55,6 +56,13 @@ class CompiledConstraints:
       last_update: what the `update` that made this version did.
       placement: where the tables live on a device mesh (`shard`), or None
         for one device.
+      summary: the laid-out `ir.AutomatonSummary` (counts, branch
+        histograms, layouts) of a set compiled from `Shards` straight into
+        its tables (`lowering.lower_pieces`). Such a set is built with
+        ir=None: its automaton is read back from the tables
+        (`lowering.automaton_from_tables`, some 36 bytes per item against
+        the tables' 12) only when something asks for `ir`; the IR text,
+        `layer_stats`, `save` and decoding read `outline` and the tables.
     """
 
     ir: Automaton
@@ -70,6 +78,50 @@ class CompiledConstraints:
     export_subsets: bool = False
     last_update: Optional[dict] = None
     placement: Optional[placement_lib.MeshPlacement] = None
+    summary: Optional[AutomatonSummary] = None
+
+    def __post_init__(self):
+        if self.ir is None:
+            if self.summary is None:
+                raise ConstraintSetError("CompiledConstraints: ir=None needs the summary of "
+                                         "the IR its tables hold")
+            object.__delattr__(self, "ir")  # read from the tables when asked (__getattr__)
+
+    def __getattr__(self, name):
+        # Reached only for attributes not set: `ir` of a set lowered from pieces.
+        summary = self.__dict__.get("summary")
+        if name != "ir" or summary is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        ir = automaton_from_tables(
+            self.plan, [layer.layout for layer in summary.layers], self.tables,
+            num_final_states=summary.num_final_states, num_sequences=summary.num_sequences,
+            where="compiled tables",
+            counts=[(layer.num_states, layer.num_edges) for layer in summary.layers])
+        object.__setattr__(self, "ir", ir)
+        return ir
+
+    @property
+    def outline(self):
+        """What the IR is without its arrays: `summary` for a set whose IR
+        lives in its tables (never rebuilt by this), else `ir` itself; both
+        have vocab_size, depth, num_sequences, num_final_states, end_token,
+        num_states, num_edges and layers with counts and layouts."""
+        return self.ir if "ir" in self.__dict__ else self.summary
+
+    def ir_text(self) -> str:
+        """The IR's text dump (`ir.print_ir`); for a set whose IR lives in
+        its tables, printed from `summary` and the first rows of each
+        table (`lowering.table_head`), equal to the automaton's."""
+        if "ir" in self.__dict__:
+            return self.ir.to_text()
+        return print_ir(self.summary, rows_of=lambda t, n: table_head(self.plan.steps[t],
+                                                                      self.tables[t], n))
+
+    def _replace(self, **changes) -> "CompiledConstraints":
+        """dataclasses.replace that leaves an unread IR unread."""
+        if "ir" not in changes and "ir" not in self.__dict__:
+            changes["ir"] = None
+        return dataclasses.replace(self, **changes)
 
     @property
     def vocab_size(self) -> int:
@@ -100,7 +152,7 @@ class CompiledConstraints:
             raise DecodeInputError(f"layer_stats: devices={devices!r}: expected an int >= 1")
         min_bytes = placement_lib.DEFAULT_MIN_BYTES if where is None else where.min_bytes
         out = []
-        for layer, step, tabs in zip(self.ir.layers, self.plan.steps, self.tables):
+        for layer, step, tabs in zip(self.outline.layers, self.plan.steps, self.tables):
             st = layer_stats(layer)
             st.update(layout=step.kind, k=step.k, mixed=layer.layout.mixed_text,
                       token_dtype=step.token_dtype,
@@ -142,8 +194,8 @@ class CompiledConstraints:
         in {2, 4, 8}; row pointers (S + 1 rows) are padded with their last
         value to a multiple of D. `table_bytes_per_device` reports what
         each device holds."""
-        out = dataclasses.replace(
-            self, placement=placement_lib.MeshPlacement.of(mesh, axis, self.tables, min_bytes))
+        out = self._replace(
+            placement=placement_lib.MeshPlacement.of(mesh, axis, self.tables, min_bytes))
         _share_computed(self, out, _SET_CACHES + ("_base_subset",))  # the same set
         return out
 
@@ -407,7 +459,16 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     timings = []
     t0 = time.perf_counter()
     frontend_stats = {}
-    names = items = summary = None
+    names = items = None
+    spec = pipeline if pipeline is not None else pipeline_lib.DEFAULT_PIPELINE
+    passes = pipeline_lib.parse_pipeline(spec)
+    if capacity is not None:
+        passes = pipeline_lib.with_capacity(passes, capacity)
+    stream = stream if stream is not None else sys.stderr
+    options = dict(pipeline=pipeline_lib.format_pipeline(passes),
+                   export_beam_sizes=_export_beam_sizes(export_beam_sizes),
+                   export_tokens_per_beam=export_tokens_per_beam,
+                   frontend_stats=frontend_stats, export_subsets=bool(export_subsets))
     if tokenizer is not None:
         catalogue = encode_catalogue(constraints, tokenizer, vocab_size, end_token=end_token)
         constraints, end_token, names = catalogue.sequences, catalogue.end_token, catalogue.names
@@ -416,16 +477,25 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
         raise ConstraintSetError(f"constraints hold names ({constraints[0]!r}, ...): pass "
                                  "tokenizer=... (a callable str -> list of token ids, or a "
                                  "tokenizers / transformers tokenizer) to compile a text catalogue")
-    if is_graph(constraints):
+    if start is not None and not is_graph(constraints):
+        raise ConstraintSetError(f"start={start!r} applies to graph input only; got "
+                                 f"{type(constraints).__name__}")
+    if isinstance(constraints, Shards):
+        with partitions_built(constraints, vocab_size, end_token=end_token) as built:
+            timings.append(("frontend", time.perf_counter() - t0))
+            summary = built.summary
+            frontend_stats.update(states=summary.num_states, edges=summary.num_edges)
+            files = ArrayFiles(built.work / "merged")
+            if not print_ir_after_all and all(p.layout_only or p.name == "verify"
+                                              for p in passes):
+                return _compiled_from_pieces(built, files, passes, timings, options)
+            # Passes that read the arrays (minimize, or printing the IR) run
+            # on the merged trie.
+            ir, items = built.trie(files), built.items(files)
+    elif is_graph(constraints):
         ir, graph_stats = automaton_from_graph(constraints, vocab_size, start=start,
                                                end_token=end_token)
         frontend_stats["graph"] = graph_stats.as_dict()
-    elif start is not None:
-        raise ConstraintSetError(f"start={start!r} applies to graph input only; got "
-                                 f"{type(constraints).__name__}")
-    elif isinstance(constraints, Shards):
-        built = build_partitioned(constraints, vocab_size, end_token=end_token)
-        ir, items, summary = built.ir, built.items, built.summary
     elif isinstance(constraints, Automaton):
         ir = constraints
         if vocab_size != ir.vocab_size or end_token not in (None, ir.end_token):
@@ -435,46 +505,54 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                 "(end_token may be left None)")
     else:
         ir, items = build_trie(constraints, vocab_size, end_token=end_token)
-    timings.append(("frontend", time.perf_counter() - t0))
-    frontend_stats.update(states=ir.num_states, edges=ir.num_edges)
-    spec = pipeline if pipeline is not None else pipeline_lib.DEFAULT_PIPELINE
-    passes = pipeline_lib.parse_pipeline(spec)
-    if capacity is not None:
-        passes = pipeline_lib.with_capacity(passes, capacity)
-    stream = stream if stream is not None else sys.stderr
+    if not isinstance(constraints, Shards):
+        timings.append(("frontend", time.perf_counter() - t0))
+        frontend_stats.update(states=ir.num_states, edges=ir.num_edges)
     if print_ir_after_all:
         origin = "input" if isinstance(constraints, Automaton) else "frontend"
         stream.write(f"// ----- IR after {origin} -----\n" + ir.to_text())
-    if summary is not None and not print_ir_after_all and \
-            all(p.layout_only or p.name == "verify" for p in passes):
-        # A partitioned build: layouts planned from the partitions' summed
-        # summaries (the parts were verified where built), so the passes
-        # never read the merged layers (`pipeline.plan_layouts`).
-        planned = pipeline_lib.run_pipeline(summary, passes, verify_each=False, timings=timings)
-        ir = ir.with_layers(layer.replace(layout=s.layout)
-                            for layer, s in zip(ir.layers, planned.layers))
-    else:
-        ir = pipeline_lib.run_pipeline(ir, passes, verify_each=verify_each,
-                                       print_ir_after_all=print_ir_after_all, stream=stream,
-                                       timings=timings)
+    ir = pipeline_lib.run_pipeline(ir, passes, verify_each=verify_each,
+                                   print_ir_after_all=print_ir_after_all, stream=stream,
+                                   timings=timings)
     t0 = time.perf_counter()
     plan, tables = lower(ir)
     timings.append(("lower", time.perf_counter() - t0))
+    if export_subsets:
+        subsets.check_subsettable(ir, items, "export_subsets=True")
+    return CompiledConstraints(ir=ir, plan=plan, tables=tables, timings=tuple(timings),
+                               names=names, items=items, **options)
+
+
+def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, options: dict
+                          ) -> CompiledConstraints:
+    """A partitioned build compiled without its merged trie: the layout
+    passes plan over the partitions' summed summaries (each part was
+    verified where it was built), then every layer is lowered piece by
+    piece into memory-mapped table files (`lowering.lower_pieces`); the
+    IR is read back from the tables only when asked for."""
+    planned = pipeline_lib.run_pipeline(built.summary, passes, verify_each=False,
+                                        timings=timings)
+    t0 = time.perf_counter()
+    plan, tables = lower_pieces(planned, built.pieces, files.writer)
+    items = built.items(files)
+    timings.append(("lower", time.perf_counter() - t0))
+    built.say(f"lowered: {tables_nbytes(tables) / 2**20:.1f} MiB of tables and "
+              f"{items.row_item.nbytes / 2**20:.1f} MiB of item index written, "
+              f"{timings[-1][1]:.1f} s")
+    if options["export_subsets"]:
+        subsets.check_subsettable(planned, items, "export_subsets=True")
+    return CompiledConstraints(ir=None, summary=planned, plan=plan, tables=tables,
+                               timings=tuple(timings), items=items, **options)
+
+
+def _export_beam_sizes(export_beam_sizes) -> tuple:
     sizes = tuple(export_beam_sizes) if isinstance(export_beam_sizes, (tuple, list, range,
                                                                         np.ndarray)) else None
     if not sizes or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1
                         for m in sizes):
         raise DecodeInputError(f"export_beam_sizes={export_beam_sizes!r}: expected a non-empty "
                                "tuple of ints >= 1 (the beam sizes to export a beam_step for)")
-    sizes = tuple(int(m) for m in sizes)
-    if export_subsets:
-        subsets.check_subsettable(ir, items, "export_subsets=True")
-    return CompiledConstraints(ir=ir, plan=plan, tables=tables,
-                               pipeline=pipeline_lib.format_pipeline(passes),
-                               timings=tuple(timings), export_beam_sizes=sizes,
-                               export_tokens_per_beam=export_tokens_per_beam,
-                               frontend_stats=frontend_stats, names=names, items=items,
-                               export_subsets=bool(export_subsets))
+    return tuple(int(m) for m in sizes)
 
 
 def _plan_tables(compiled: CompiledConstraints):

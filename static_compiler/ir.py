@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-from typing import Iterator, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 
@@ -309,6 +309,14 @@ class _Layered:
     def with_layers(self, layers):
         return dataclasses.replace(self, layers=tuple(layers))
 
+    @property
+    def num_states(self) -> int:
+        return sum(l.num_states for l in self.layers) + self.num_final_states
+
+    @property
+    def num_edges(self) -> int:
+        return sum(l.num_edges for l in self.layers)
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Automaton(_Layered):
@@ -331,14 +339,6 @@ class Automaton(_Layered):
 
     def __post_init__(self):
         object.__setattr__(self, "layers", tuple(self.layers))
-
-    @property
-    def num_states(self) -> int:
-        return sum(l.num_states for l in self.layers) + self.num_final_states
-
-    @property
-    def num_edges(self) -> int:
-        return sum(l.num_edges for l in self.layers)
 
     def replace(self, **changes) -> "Automaton":
         return dataclasses.replace(self, **changes)
@@ -717,6 +717,52 @@ class AutomatonSummary(_Layered):
     __hash__ = None
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class LayerPiece:
+    """A contiguous run of one tree layer's states and their edges: what a
+    partitioned build hands the lowering one partition at a time
+    (`backend.lowering.lower_pieces`), so a merged layer is never built.
+
+    The run holds the layer's states [state_offset, state_offset +
+    num_states) and edges [edge_offset, edge_offset + num_edges); the
+    pieces of a layer come in order and tile it. Targets are implicit (edge
+    i enters state i at the next depth).
+
+    branch: children per state, uint (num_states,), or an int for all of
+      them (1: a unary run, 0: states where every sequence ends).
+    tokens: (num_edges,) int, the edge labels in layer order.
+    accepting: bool (num_states,), a bool for all of them, or None (none).
+    """
+
+    state_offset: int
+    edge_offset: int
+    num_states: int
+    num_edges: int
+    branch: Union[np.ndarray, int]
+    tokens: np.ndarray
+    accepting: Union[np.ndarray, bool, None] = None
+
+    def indptr(self) -> np.ndarray:
+        """int64 (num_states + 1,): the run's row pointers, offset to the
+        layer's edge ids (from edge_offset)."""
+        if isinstance(self.branch, (int, np.integer)):
+            return self.edge_offset + int(self.branch) * np.arange(self.num_states + 1,
+                                                                    dtype=np.int64)
+        out = np.empty(self.num_states + 1, dtype=np.int64)
+        out[0] = self.edge_offset
+        np.cumsum(self.branch, dtype=np.int64, out=out[1:])
+        out[1:] += self.edge_offset
+        return out
+
+    def accepting_array(self) -> Optional[np.ndarray]:
+        """bool (num_states,), or None when no state of the run accepts."""
+        if self.accepting is None or self.accepting is False:
+            return None
+        if self.accepting is True:
+            return np.ones(self.num_states, dtype=bool)
+        return self.accepting
+
+
 def layer_stats(layer: Union[Layer, "LayerSummary"]) -> dict[str, object]:
     """Statistics of one layer (or its summary): states, edges, max/mean
     branch, layout."""
@@ -731,10 +777,16 @@ def layer_stats(layer: Union[Layer, "LayerSummary"]) -> dict[str, object]:
     }
 
 
-def print_ir(a: Automaton, max_edges: int = _ELIDE_EDGES) -> str:
+def print_ir(a: Union[Automaton, "AutomatonSummary"], max_edges: int = _ELIDE_EDGES,
+             rows_of: Optional[Callable[[int, int], Layer]] = None) -> str:
     """Text form of `a`; see the module docstring. Rows are printed in full
     when the automaton has at most `max_edges` edges, else the first
-    `_ELIDED_ROWS_PER_LAYER` rows per layer and a count of the rest."""
+    `_ELIDED_ROWS_PER_LAYER` rows per layer and a count of the rest.
+
+    rows_of(t, n): a `Layer` holding layer t's first n states and their
+    edges (what is printed of it); default `a`'s own layers. With it, `a`
+    may be an `AutomatonSummary` (a set whose IR lives in its tables,
+    `backend.lowering.table_head`): the text equals the automaton's."""
     full = a.num_edges <= max_edges
     head = f"automaton vocab={a.vocab_size} depth={a.depth} sequences={a.num_sequences} " \
            f"final_states={a.num_final_states}"
@@ -748,9 +800,10 @@ def print_ir(a: Automaton, max_edges: int = _ELIDE_EDGES) -> str:
             f"max_branch={st['max_branch']} mean_branch={st['mean_branch']:.3f} "
             f"targets={st['targets']} layout={st['layout']}")
         rows = layer.num_states if full else min(layer.num_states, _ELIDED_ROWS_PER_LAYER)
-        ip, tok = layer.indptr, layer.tokens
-        tg = layer.target_array() if rows else None
-        acc = layer.accepting_array()
+        shown = layer if rows_of is None else rows_of(t, rows)
+        ip, tok = shown.indptr, shown.tokens
+        tg = shown.target_array() if rows else None
+        acc = shown.accepting_array()
         for s in range(rows):
             lo, hi = int(ip[s]), int(ip[s + 1])
             edges = " ".join(f"{int(tok[e])}->{int(tg[e])}" for e in range(lo, hi))

@@ -94,6 +94,10 @@ class TrieLayer(NamedTuple):
     def branch(self) -> np.ndarray:
         return np.diff(self.indptr.astype(np.int64))
 
+    @property
+    def has_accepting(self) -> bool:
+        return self.accepting is not None
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Subset:
@@ -233,8 +237,9 @@ class LayerWalk:
 def is_unary(layer) -> bool:
     """Whether state s of `layer` has one child, state s: every state of a
     trie layer without accepting states has a child, so as many edges as
-    states means one each (O(1), no edges read)."""
-    return layer.num_edges == layer.num_states and layer.accepting is None
+    states means one each (O(1), no edges read; a `TrieLayer`, an
+    `ir.Layer` or an `ir.LayerSummary`)."""
+    return layer.num_edges == layer.num_states and not layer.has_accepting
 
 
 def shared_depths(layers: Sequence, slot_steps: Sequence[int],

@@ -18,25 +18,36 @@ in parts on any `concurrent.futures.Executor`.
 2. Build: each partition is sorted, deduplicated and turned into layers
    (`frontend.sort_unique_codes`, `automaton_from_sorted_codes`) by one
    executor task that reads its spill files and writes its layers back to
-   disk, so tasks need only a shared directory (a process pool, or a Dask /
-   Ray cluster's `Executor` over a shared file system).
-3. Merge: partition p's states at every depth follow partition p - 1's, so
-   the layers are the partitions' layers concatenated with their row
-   pointers offset, and the item index is theirs with unique ids offset: the
-   result equals `frontend.build_trie` of the same rows, array for array
-   (tested).
+   disk in a compact form (tokens, one narrow branch count per state, none
+   for a unary layer), so tasks need only a shared directory (a process
+   pool, or a Dask / Ray cluster's `Executor` over a shared file system).
+   Each task returns its layers' summaries; their sums describe the merged
+   trie (`merged_summary`), so the layout passes plan it unread.
+3. Merge (`partitions_built` yields the built partitions, `BuiltPartitions`):
+   partition p's states at every depth follow partition p - 1's, so a
+   merged layer is the partitions' layers concatenated, their row pointers
+   offset (`BuiltPartitions.pieces`: one `ir.LayerPiece` per partition),
+   and the item index is theirs with unique ids offset. `compile_constraints`
+   lowers the pieces straight into the tables (`lowering.lower_pieces`), so
+   the merged trie (some 36 bytes per item at L = 8, against 12 in the
+   tables) never exists; `build_trie_partitioned` merges them into the trie
+   (`BuiltPartitions.trie`), equal to `frontend.build_trie` of the same
+   rows, array for array (tested), as are the tables to `lower` of it.
 
 Variable-length shards hold -1 past each row's end (and need end_token).
 Peak memory is one chunk per worker while spilling and one partition per
-worker while building; the merged layers and item index are written
-through memory maps and reopened read-only (`_MergedArrays`), so they are
-never all in memory. With a
-process pool, use the "spawn" start method (jax is threaded; forking it can
+worker while building; the merged tables (or layers) are written with file
+writes and reopened read-only as memory maps (`ArrayFiles`), and the item
+index is scattered into a mapped file whose pages are released after each
+partition (`mapped.release_pages`), so none of them is ever all in memory.
+With a process
+pool, use the "spawn" start method (jax is threaded; forking it can
 deadlock) and an ``if __name__ == "__main__":`` guard in the script.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -44,7 +55,7 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import Executor
-from typing import Callable, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 
@@ -53,8 +64,10 @@ from static_compiler.errors import BuildError, ConstraintSetError
 from static_compiler.frontend import (automaton_from_sorted_codes, check_end_token,
                                       check_range, check_vocab_size, sort_unique_codes,
                                       terminal_states)
-from static_compiler.ir import Automaton, AutomatonSummary, Layer, LayerSummary, frozen, verify
+from static_compiler.ir import (Automaton, AutomatonSummary, Layer, LayerPiece, LayerSummary,
+                                frozen, verify)
 from static_compiler.liveness import ItemIndex
+from static_compiler.mapped import release_pages
 
 DEFAULT_CHUNK_ROWS = 1 << 20
 
@@ -309,9 +322,11 @@ def build_partition(work: str, p: int, sources: list[int], width: int, vocab_siz
                     end_token: Optional[int], ragged: bool) -> dict:
     """One partition's task (run by the executor; module-level so that it
     pickles): reads its spill files (from the `sources` that have rows in
-    it), builds its trie, writes the arrays under `work` and removes the
-    codes and lengths it read (the merge reads the row ids); returns their
-    counts."""
+    it), builds its trie, writes its layers under `work` in a compact form
+    (per layer the tokens, the branch of each state in `branch_dtype`, left
+    out where every state has one child, and the accepting flags) and
+    removes the codes and lengths it read (the merge reads the row ids);
+    returns its layers' summaries."""
     work = pathlib.Path(work)
     codes = _read_spill(work, p, sources, "codes", sort_code_dtype_for(vocab_size))
     if codes.size == 0:
@@ -333,13 +348,25 @@ def build_partition(work: str, p: int, sources: list[int], width: int, vocab_siz
         arrays.update(item_depth=lengths.astype(np.int32),
                       item_state=terminal_states(codes[:, :depth], lengths))
     for t, layer in enumerate(sub.layers):
-        arrays[f"indptr{t}"] = layer.indptr
+        branch = layer.branch()
+        if t and not (branch == 1).all():  # (unary layers and the root need none)
+            arrays[f"branch{t}"] = branch.astype(branch_dtype(int(branch.max(initial=0))))
         arrays[f"tokens{t}"] = layer.tokens
         if layer.accepting is not None:
             arrays[f"accepting{t}"] = layer.accepting
     for key, arr in arrays.items():
         np.save(work / f"p{p}.{key}.npy", arr)
     return out
+
+
+def branch_dtype(max_branch: int) -> np.dtype:
+    """The narrowest unsigned dtype holding branches up to `max_branch` (a
+    partition's layer keeps one per state: 1 byte for most layers, not the
+    8 of int64 row pointers)."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if max_branch <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
 
 
 def _run(shards: Shards, task: Callable, tasks: list[tuple], on_executor: list[bool],
@@ -368,126 +395,189 @@ def _run(shards: Shards, task: Callable, tasks: list[tuple], on_executor: list[b
     return results
 
 
-class _MergedArrays:
-    """The merge's outputs: .npy files under `root`, each written through a
-    writable memory map, then reopened read-only (`sealed`), so the merged
-    layers are never all in memory: pages come in when read and the kernel
-    can drop them. `build_trie_partitioned` removes the directory at the
-    end; the maps keep the files' data until the arrays are dropped."""
+class ArrayFiles:
+    """Arrays written front to back into .npy files under `root` (the
+    `backend.lowering.ArrayWriter` protocol), with plain file writes, so
+    the pages go to the page cache and never count in this process's RSS;
+    each is reopened read-only as a memory map when closed. The caller
+    removes the directory once done: the maps keep the files' data until
+    the arrays are dropped (POSIX), so the merged tables are never all in
+    memory."""
 
     def __init__(self, root: pathlib.Path):
         self.root = root
         root.mkdir()
         self.bytes_written = 0
 
-    def create(self, name: str, dtype, shape) -> np.ndarray:
-        if int(np.prod(shape)) == 0:
-            return np.zeros(shape, dtype)
-        return np.lib.format.open_memmap(self.root / f"{name}.npy", mode="w+", dtype=dtype,
-                                         shape=shape)
-
-    def sealed(self, name: str, arr: np.ndarray) -> np.ndarray:
-        """`arr` (from `create`) flushed and reopened read-only; drop `arr`."""
-        self.bytes_written += arr.nbytes
-        if not isinstance(arr, np.memmap):
-            return frozen(arr)
-        arr.flush()
-        return np.load(self.root / f"{name}.npy", mmap_mode="r")
+    def writer(self, name: str, dtype, shape: tuple) -> "NpyFileWriter":
+        return NpyFileWriter(self, self.root / f"{name}.npy", np.dtype(dtype), tuple(shape))
 
 
-def _merge(work: pathlib.Path, parts: list[dict], vocab_size: int, end_token: Optional[int],
-           total: int, ragged: bool, sources: dict, row_dtype: str
-           ) -> tuple[Automaton, ItemIndex, int]:
-    """The partitions' layers and item indexes, concatenated (see module doc):
-    each global array is created once as a memory-mapped file
-    (`_MergedArrays`) and the partitions' pieces copied into it at their
-    offsets (counts from the tasks' layer summaries); each piece's file is
-    removed once copied. sources: partition -> the spill sources with rows
-    in it; row_dtype: their row ids'. Returns the automaton, the item index
-    and the bytes written."""
-    parts = [part for part in parts if part["unique"]]
-    merged = _MergedArrays(work / "merged")
+class NpyFileWriter:
+    """One array of `ArrayFiles`: an .npy header, then rows as appended."""
 
-    def load(part, key):
-        return np.load(work / f"p{part['p']}.{key}.npy", mmap_mode="r")
+    FILL_ROWS = 1 << 20
 
-    def consumed(part, key):
-        os.unlink(work / f"p{part['p']}.{key}.npy")
+    def __init__(self, files: ArrayFiles, path: pathlib.Path, dtype: np.dtype, shape: tuple):
+        self.files, self.path, self.dtype, self.shape = files, path, dtype, shape
+        self.rows = 0
+        self.file = open(path, "wb")
+        np.lib.format.write_array_header_1_0(
+            self.file, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                        "shape": shape})
 
-    depth = max(part["depth"] for part in parts)
-    # states[t][i] / edges[t][i]: partition i's states at depth t / edges of layer t.
-    states = np.zeros((depth + 1, len(parts)), dtype=np.int64)
-    edges = np.zeros((depth, len(parts)), dtype=np.int64)
-    for i, part in enumerate(parts):  # from the tasks' layer summaries
-        for t, layer in enumerate(part["layers"]):
-            states[t, i], edges[t, i] = layer.num_states, layer.num_edges
-        states[part["depth"], i] = part["final"]
-    states[0, :] = 1
-    state_offset = np.zeros_like(states)
-    np.cumsum(states[:, :-1], axis=1, out=state_offset[:, 1:])
-    edge_offset = np.zeros_like(edges)
-    np.cumsum(edges[:, :-1], axis=1, out=edge_offset[:, 1:])
-    tok_dtype = token_dtype_for(vocab_size)
-    layers = []
-    for t in range(depth):
-        num_edges = int(edges[t].sum())
-        num_states = 1 if t == 0 else int(states[t].sum())
-        indptr = merged.create(f"indptr{t}", index_dtype_for(num_edges), (num_states + 1,))
-        tokens = merged.create(f"tokens{t}", tok_dtype, (num_edges,))
-        # (a new mapped file reads as zeros: rows no partition writes stay False)
-        accepting = merged.create(f"accepting{t}", bool, (num_states,)) if t else None
-        any_accepting = False
-        indptr[0] = 0
-        for i, part in enumerate(parts):
-            e0, s0, d = int(edge_offset[t, i]), int(state_offset[t, i]), part["depth"]
-            if t < d:
-                tokens[e0:e0 + edges[t, i]] = load(part, f"tokens{t}")
-                consumed(part, f"tokens{t}")
-                if t and part["layers"][t].has_accepting:
-                    accepting[s0:s0 + states[t, i]] = load(part, f"accepting{t}")
-                    consumed(part, f"accepting{t}")
-                    any_accepting = True
-                if t:
-                    rows = indptr[s0 + 1:s0 + 1 + states[t, i]]
-                    np.add(load(part, f"indptr{t}")[1:], e0, out=rows, casting="unsafe")
-                consumed(part, f"indptr{t}")
-            elif t == d:  # its rows all end here: states without children
-                indptr[s0 + 1:s0 + 1 + states[t, i]] = e0
-                accepting[s0:s0 + states[t, i]] = True
-                any_accepting = True
+    def append(self, values: np.ndarray) -> None:
+        values = np.ascontiguousarray(values, dtype=self.dtype)
+        if values.shape[1:] != self.shape[1:] or self.rows + values.shape[0] > self.shape[0]:
+            raise BuildError(f"{self.path.name}: rows of shape {values.shape} after "
+                             f"{self.rows}, for an array {self.shape}")
+        if values.size:
+            self.file.write(memoryview(values.reshape(-1)).cast("B"))
+        self.rows += values.shape[0]
+
+    def close(self, fill=0) -> np.ndarray:
+        """The array, read-only: rows not appended hold `fill`."""
+        while self.rows < self.shape[0]:
+            n = min(self.shape[0] - self.rows, self.FILL_ROWS)
+            self.append(np.full((n,) + self.shape[1:], fill, dtype=self.dtype))
+        self.file.close()
+        nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
+        self.files.bytes_written += nbytes
+        if nbytes == 0:  # (an empty file cannot be mapped)
+            return frozen(np.zeros(self.shape, self.dtype))
+        return np.load(self.path, mmap_mode="r")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltPartitions:
+    """The partitions' tries, on disk under `work` (see `build_partition`),
+    while `partitions_built` holds them: their summed `summary`, their
+    layers as `LayerPiece`s (`pieces`, what the lowering and `trie` merge)
+    and the item index (`items`). Each piece is read once: its files are
+    removed as it is handed out."""
+
+    work: pathlib.Path
+    parts: tuple  # the task results of the partitions with rows, in order
+    vocab_size: int
+    end_token: Optional[int]
+    total: int
+    ragged: bool
+    sources: dict  # partition -> the spill sources with rows in it
+    row_dtype: str
+    summary: AutomatonSummary
+    progress: Optional[Callable[[str], None]] = None
+
+    def say(self, line: str) -> None:
+        """A progress line (`Shards.progress`)."""
+        if self.progress is not None:
+            self.progress(f"[partitioned build] {line}")
+
+    @property
+    def depth(self) -> int:
+        return max(part["depth"] for part in self.parts)
+
+    def _counts(self, key: str) -> np.ndarray:
+        """int64 (depth + 1, parts): partition i's states at depth t
+        ("states", the root counted once per part) or edges of layer t
+        ("edges"), from the tasks' layer summaries."""
+        out = np.zeros((self.depth + 1, len(self.parts)), dtype=np.int64)
+        for i, part in enumerate(self.parts):
+            for t, layer in enumerate(part["layers"]):
+                out[t, i] = layer.num_states if key == "states" else layer.num_edges
+            if key == "states":
+                out[part["depth"], i] = part["final"]
+        return out
+
+    def _load(self, part: dict, key: str) -> np.ndarray:
+        path = self.work / f"p{part['p']}.{key}.npy"
+        arr = np.load(path)
+        os.unlink(path)  # read: its disk space goes to the merged tables
+        return arr
+
+    def pieces(self, t: int):
+        """Layer t's `LayerPiece`s, one per partition (one for the root
+        layer: its single state's edges are every partition's first ones)."""
+        parts = self.parts
         if t == 0:
-            indptr[1] = num_edges  # one root for every partition
-        if accepting is not None:
-            accepting = merged.sealed(f"accepting{t}", accepting) if any_accepting else None
-        layers.append(Layer(indptr=merged.sealed(f"indptr{t}", indptr),
-                            tokens=merged.sealed(f"tokens{t}", tokens), accepting=accepting))
-        del indptr, tokens  # unmapped: written pages leave this process
-    ir = Automaton(vocab_size=vocab_size, layers=tuple(layers),
-                   num_final_states=int(states[depth].sum()),
-                   num_sequences=sum(part["unique"] for part in parts), end_token=end_token)
-    row_item = merged.create("row_item", np.int32, (total,))
-    unique_offset = 0
-    depths, terminal = [], []
-    for i, part in enumerate(parts):
-        rows = _read_spill(work, part["p"], sources[part["p"]], "rows", row_dtype)
-        row_item[rows] = load(part, "inverse") + np.int32(unique_offset)
-        consumed(part, "inverse")
-        unique_offset += part["unique"]
-        if ragged:
-            d = np.asarray(load(part, "item_depth"))
-            depths.append(d)
-            terminal.append((load(part, "item_state") + state_offset[d, i]).astype(np.int32))
-    row_item = merged.sealed("row_item", row_item)
-    if not ragged:
-        return ir, ItemIndex(row_item=row_item, num_unique=ir.num_sequences), merged.bytes_written
-    return ir, ItemIndex(row_item=row_item, num_unique=ir.num_sequences,
-                         item_depth=np.concatenate(depths),
-                         item_state=np.concatenate(terminal)), merged.bytes_written
+            tokens = np.concatenate([self._load(part, "tokens0") for part in parts])
+            yield LayerPiece(0, 0, 1, tokens.shape[0], np.array([tokens.shape[0]]), tokens)
+            self.say("merged layer 0")
+            return
+        states, edges = self._counts("states"), self._counts("edges")
+        s0, e0 = 0, 0
+        for i, part in enumerate(parts):
+            d, ns, ne = part["depth"], int(states[t, i]), int(edges[t, i])
+            if t < d:
+                layer = part["layers"][t]
+                branch = self._load(part, f"branch{t}") if layer.max_branch != 1 or \
+                    layer.num_edges != layer.num_states else 1
+                accepting = self._load(part, f"accepting{t}") if layer.has_accepting else None
+                yield LayerPiece(s0, e0, ns, ne, branch, self._load(part, f"tokens{t}"),
+                                 accepting)
+            elif t == d:  # its rows all end here: states without children
+                yield LayerPiece(s0, e0, ns, 0, 0, np.zeros(0, token_dtype_for(self.vocab_size)),
+                                 True)
+            s0, e0 = s0 + ns, e0 + ne
+        self.say(f"merged layer {t}: {s0} states, {e0} edges")
+
+    def trie(self, files: ArrayFiles) -> Automaton:
+        """The merged trie (memory-mapped layers): equal to
+        `frontend.build_trie` of the rows, array for array."""
+        layers = []
+        tok_dtype = token_dtype_for(self.vocab_size)
+        for t, layer in enumerate(self.summary.layers):
+            indptr = files.writer(f"indptr{t}", index_dtype_for(layer.num_edges),
+                                  (layer.num_states + 1,))
+            tokens = files.writer(f"tokens{t}", tok_dtype, (layer.num_edges,))
+            accepting = files.writer(f"accepting{t}", bool, (layer.num_states,)) \
+                if layer.has_accepting else None
+            indptr.append(np.zeros(1, np.int64))
+            for piece in self.pieces(t):
+                indptr.append(piece.indptr()[1:])
+                tokens.append(piece.tokens)
+                if accepting is not None:
+                    acc = piece.accepting_array()
+                    accepting.append(np.zeros(piece.num_states, bool) if acc is None else acc)
+            layers.append(Layer(indptr=indptr.close(), tokens=tokens.close(),
+                                accepting=None if accepting is None else accepting.close()))
+        return Automaton(vocab_size=self.vocab_size, layers=tuple(layers),
+                         num_final_states=self.summary.num_final_states,
+                         num_sequences=self.summary.num_sequences, end_token=self.end_token)
+
+    def items(self, files: ArrayFiles) -> ItemIndex:
+        """The item index: each input row's unique id (a memory-mapped
+        file), and for variable length each unique sequence's depth and
+        terminal state."""
+        row_item = np.lib.format.open_memmap(files.root / "row_item.npy", mode="w+",
+                                             dtype=np.int32, shape=(self.total,))
+        state_offset = np.zeros_like(states := self._counts("states"))
+        np.cumsum(states[:, :-1], axis=1, out=state_offset[:, 1:])
+        unique_offset = 0
+        depths, terminal = [], []
+        for i, part in enumerate(self.parts):
+            rows = _read_spill(self.work, part["p"], self.sources[part["p"]], "rows",
+                               self.row_dtype)
+            row_item[rows] = self._load(part, "inverse") + np.int32(unique_offset)
+            release_pages(row_item)  # (its rows are scattered over the whole file)
+            unique_offset += part["unique"]
+            if self.ragged:
+                d = self._load(part, "item_depth")
+                depths.append(d)
+                terminal.append((self._load(part, "item_state") + state_offset[d, i])
+                                .astype(np.int32))
+        row_item.flush()
+        files.bytes_written += row_item.nbytes
+        del row_item
+        row_item = np.load(files.root / "row_item.npy", mmap_mode="r")
+        if not self.ragged:
+            return ItemIndex(row_item=row_item, num_unique=self.summary.num_sequences)
+        return ItemIndex(row_item=row_item, num_unique=self.summary.num_sequences,
+                         item_depth=np.concatenate(depths), item_state=np.concatenate(terminal))
 
 
 def merged_summary(parts: list[dict], vocab_size: int, end_token: Optional[int]
                    ) -> AutomatonSummary:
-    """The `ir.AutomatonSummary` of the trie `_merge` makes of `parts` (the
+    """The `ir.AutomatonSummary` of the trie `BuiltPartitions.trie` merges of `parts` (the
     partition tasks' results), from their layer summaries alone: one root
     with every partition's first edges; at depth t, each partition's layer t,
     and the final states of partitions whose rows all end at t (childless
@@ -547,6 +637,25 @@ def build_trie_partitioned(shards: Shards, vocab_size: int, end_token: Optional[
 def build_partitioned(shards: Shards, vocab_size: int, end_token: Optional[int] = None
                       ) -> PartitionedBuild:
     """`build_trie_partitioned`, with the merged trie's summary."""
+    with partitions_built(shards, vocab_size, end_token) as built:
+        files = ArrayFiles(built.work / "merged")
+        ir, items = built.trie(files), built.items(files)
+        _say(shards, f"[partitioned build] merged: {ir.num_sequences} sequences, "
+                     f"{ir.num_states} states, {files.bytes_written / 2**20:.1f} MiB written")
+        return PartitionedBuild(ir, items, built.summary)
+
+
+@contextlib.contextmanager
+def partitions_built(shards: Shards, vocab_size: int, end_token: Optional[int] = None
+                     ) -> Iterator[BuiltPartitions]:
+    """Spills `shards` and builds every partition (see module doc), then
+    yields the partitions (`BuiltPartitions`) for the caller to merge: into
+    a trie (`BuiltPartitions.trie`) or straight into tables
+    (`backend.lowering.lower_pieces` of `BuiltPartitions.pieces`). The work
+    directory is removed on exit, whatever happens.
+
+    Raises ConstraintSetError for bad input (naming the shard and row) and
+    BuildError when a partition's task fails (naming the partition)."""
     if not isinstance(shards, Shards):
         raise ConstraintSetError(f"build_trie_partitioned: expected Shards, got "
                                  f"{type(shards).__name__}")
@@ -570,11 +679,9 @@ def build_partitioned(shards: Shards, vocab_size: int, end_token: Optional[int] 
         tasks = [(str(work), p, sources[p], width, vocab_size, end_token, ragged)
                  for p in range(int(shards.partitions))]
         parts = _run(shards, build_partition, tasks, [True] * len(tasks), "built partition")
-        ir, items, written = _merge(work, parts, vocab_size, end_token, total, ragged, sources,
-                                    row_dtype)
-        _say(shards, f"[partitioned build] merged: {ir.num_sequences} sequences, "
-                     f"{ir.num_states} states, {written / 2**20:.1f} MiB written, "
-                     f"{time.perf_counter() - start:.1f} s")
-        return PartitionedBuild(ir, items, merged_summary(parts, vocab_size, end_token))
+        _say(shards, f"[partitioned build] built, {time.perf_counter() - start:.1f} s")
+        yield BuiltPartitions(work, tuple(part for part in parts if part["unique"]), vocab_size,
+                              end_token, total, ragged, sources, row_dtype,
+                              merged_summary(parts, vocab_size, end_token), shards.progress)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -45,15 +45,27 @@ def branch_histogram(branch: np.ndarray) -> list[tuple[int, int, int]]:
       in increasing order of lo.
     """
     branch = np.asarray(branch, dtype=np.int64)
-    if branch.size == 0:
-        return []
-    # bucket 0 holds branch 0, bucket 1 branch 1, bucket j >= 2 holds 2^(j-2)+1 .. 2^(j-1)
-    bucket = np.zeros(branch.shape, dtype=np.int64)
-    positive = branch > 0
-    bucket[positive] = np.ceil(np.log2(branch[positive])).astype(np.int64) + 1
-    counts = np.bincount(bucket)
+    return _bucketed(np.unique(branch, return_counts=True))
+
+
+def counts_histogram(counts: np.ndarray) -> list[tuple[int, int, int]]:
+    """`branch_histogram` of the states that counts int (B,) describes
+    (counts[b]: states with b children, as `Layer.branch_counts` and
+    `LayerSummary` hold them)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    return _bucketed((np.arange(counts.size), counts))
+
+
+def _bucketed(values_counts) -> list[tuple[int, int, int]]:
+    """(branch values, states with each) summed into the buckets of
+    `branch_histogram`: 0 holds branch 0, 1 branch 1, j >= 2 holds
+    2^(j-2)+1 .. 2^(j-1)."""
+    values, counts = (np.asarray(a, dtype=np.int64) for a in values_counts)
+    bucket = np.zeros(values.shape, dtype=np.int64)
+    positive = values > 0
+    bucket[positive] = np.ceil(np.log2(values[positive])).astype(np.int64) + 1
     out = []
-    for j, count in enumerate(counts):
+    for j, count in enumerate(np.bincount(bucket, weights=counts, minlength=1).astype(np.int64)):
         if count:
             lo, hi = (j, j) if j < 2 else ((1 << (j - 2)) + 1, 1 << (j - 1))
             out.append((lo, hi, int(count)))
@@ -128,7 +140,7 @@ def layer_rows(obj: Union[Automaton, "CompiledConstraints"],
                        estimated_bytes=lay.estimated_bytes if lay else None, bytes=None,
                        bytes_per_device=None)
         row["layer"] = t
-        row["histogram"] = branch_histogram(layer.branch())
+        row["histogram"] = counts_histogram(layer.branch_counts())
         rows.append(row)
     return rows
 
@@ -164,7 +176,7 @@ def _automaton_of(obj) -> Automaton:
     from static_compiler.compiler import CompiledConstraints
 
     if isinstance(obj, CompiledConstraints):
-        return obj.ir
+        return obj.outline  # (a set lowered from pieces: its summary, the IR left unread)
     if isinstance(obj, Automaton):
         return obj
     raise ReportInputError(f"report of a {type(obj).__name__}: expected CompiledConstraints "
@@ -251,16 +263,18 @@ def _subset_line(obj) -> str:
     """For a compiled set whose items can form subsets: the bits one subset
     takes and how they are laid out (`liveness`); else ""."""
     if getattr(obj, "items", None) is None or getattr(obj, "plan", None) is None or \
-            not all(layer.implicit_targets for layer in obj.ir.layers):
+            not all(layer.implicit_targets for layer in obj.outline.layers):
         return ""
     from static_compiler.backend import decode, lowering
     from static_compiler.liveness import shared_depths
 
     slots = lowering.slot_steps(obj.plan)
-    shared = sorted(shared_depths(obj.ir.layers, slots, lowering.state_counts(obj.plan)))
+    shared = sorted(shared_depths(obj.outline.layers, slots,
+                                  lowering.state_counts(obj.plan)))
     live, ends = decode.subset_widths(obj.plan)
     words = sum(w for d, w in enumerate(live, 1) if d not in shared) + sum(w or 0 for w in ends)
-    return (f"item subsets: {4 * words} bytes per subset ({32 * words / obj.ir.num_states:.3f} "
+    bits = 32 * words / obj.outline.num_states
+    return (f"item subsets: {4 * words} bytes per subset ({bits:.3f} "
             f"bits per state); slot bits for the children of steps {list(slots)}; depths "
             f"{shared} hold the next depth's bits")
 

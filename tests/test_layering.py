@@ -20,7 +20,7 @@ PACKAGE = REPO / "static_compiler"
 # Layers, lowest first. A module may import modules of its own layer or below.
 LAYERS = (
     ("errors",),
-    ("dtypes", "decode_state", "artifact_format", "liveness", "placement"),
+    ("dtypes", "decode_state", "artifact_format", "liveness", "placement", "mapped"),
     ("ir",),
     ("cost_model", "merge_states", "frontend", "graph_frontend", "readers", "datasets", "text",
      "subsets", "additions", "partitioned"),
@@ -40,6 +40,7 @@ RESTRICTED = {
     "artifact_format": ({"numpy"}, {"errors"}),
     "decode_state": ({"jax", "numpy"}, {"errors"}),
     "liveness": ({"numpy"}, {"errors"}),
+    "mapped": ({"numpy"}, set()),
     "placement": ({"jax", "numpy"}, {"errors"}),
     "serving": ({"jax", "numpy"}, {"errors", "artifact_format", "decode_state", "liveness",
                                    "placement"}),

@@ -158,7 +158,8 @@ def test_compile_constraints_takes_shards_and_decodes_like_the_array(tmp_path):
     picked = {tuple(r) for r in rows[mask].tolist()}
     assert all(tuple(t) in picked for t, v in zip(np.asarray(c.tokens)[0].tolist(),
                                                      np.asarray(c.valid)[0]) if v)
-    assert any("spilled" in line for line in lines) and any("merged" in line for line in lines)
+    assert [any(word in line for line in lines) for word in ("spilled", "merged", "lowered")] \
+        == [True] * 3
 
 
 @pytest.mark.parametrize("ragged", [False, True])
@@ -223,14 +224,94 @@ def test_compiling_shards_plans_the_layouts_the_array_compile_runs(ragged, pipel
     want = sc.compile_constraints(seqs, V, **kw)
     got = sc.compile_constraints(Shards([rows[:2500], rows[2500:]], partitions=6), V, **kw)
     assert got.plan == want.plan and got.pipeline == want.pipeline
+    planned = pipeline is None or "minimize" not in pipeline
+    if planned:  # lowered from the pieces: the IR is printed and counted unread
+        assert got.ir_text() == want.ir.to_text() and got.layer_stats() == want.layer_stats()
+        assert "ir" not in got.__dict__ and got.outline == AutomatonSummary.of(want.ir)
+    assert got.ir == want.ir  # (read back from the tables)
     assert [layer.layout for layer in got.ir.layers] == [layer.layout for layer in want.ir.layers]
     for t, (a, b) in enumerate(zip(got.tables, want.tables)):
         assert a.keys() == b.keys(), t
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=f"layer {t} {name}")
             assert a[name].dtype == b[name].dtype
-    planned = pipeline is None or "minimize" not in pipeline
     assert ("verify" in [stage for stage, _ in got.timings]) != planned  # summaries skip it
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), partitions=st.integers(1, 12),
+       vocab=st.sampled_from([3, 7, 300]), width=st.integers(1, 5), ragged=st.booleans(),
+       force=st.sampled_from([None, "csr", "dense_rows", "unary", "near_unary"]),
+       capacity=st.sampled_from([None, 1.5]))
+def test_tables_lowered_from_pieces_equal_the_merged_tries(seed, partitions, vocab, width,
+                                                           ragged, force, capacity):
+    """Every layout kind, padded or not, fixed and variable length: the
+    tables lowered piece by piece from the partitions equal `lower` of the
+    whole trie, and the IR read back from them equals the trie's."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    end = 0 if ragged else None
+    if ragged:
+        rows, seqs = ragged_rows(rng, n, width, vocab, end)
+    else:
+        rows = seqs = rng.integers(0, vocab, size=(n, width))
+    pipeline = None if force is None else \
+        f"verify,choose-layout{{force={force}}},pad-branches,pack-dtypes"
+    kw = dict(end_token=end, pipeline=pipeline, capacity=capacity)
+    try:
+        want = sc.compile_constraints(seqs, vocab, **kw)
+    except sc.PipelineError:  # a forced kind this set cannot take
+        with pytest.raises(sc.PipelineError):
+            sc.compile_constraints(Shards([rows], partitions=partitions), vocab, **kw)
+        return
+    got = sc.compile_constraints(Shards([rows], partitions=partitions), vocab, **kw)
+    assert got.plan == want.plan
+    for t, (a, b) in enumerate(zip(got.tables, want.tables)):
+        assert a.keys() == b.keys(), t
+        for name in a:
+            assert a[name].dtype == b[name].dtype, (t, name)
+            np.testing.assert_array_equal(a[name], b[name], err_msg=f"layer {t} {name}")
+    assert got.ir_text() == want.ir.to_text()
+    assert got.ir == want.ir
+
+
+def test_a_set_lowered_from_pieces_saves_the_same_artifact_unread(tmp_path):
+    """save of a set compiled from shards writes the bytes the in-memory
+    compile's save writes (IR text, manifest, tables, modules), and neither
+    it nor decoding reads the IR back from the tables."""
+    rows = np.random.default_rng(4).integers(0, 40, size=(3_000, 4))
+    kw = dict(export_beam_sizes=(4,))
+    got = sc.compile_constraints(Shards([rows], partitions=3), 40, **kw)
+    want = sc.compile_constraints(rows, 40, **kw)
+    got.save(tmp_path / "got")
+    want.save(tmp_path / "want")
+    files = sorted(p.relative_to(tmp_path / "want") for p in (tmp_path / "want").rglob("*")
+                   if p.is_file())
+    assert files == sorted(p.relative_to(tmp_path / "got") for p in (tmp_path / "got").rglob("*")
+                           if p.is_file())
+    for rel in files:
+        assert (tmp_path / "got" / rel).read_bytes() == (tmp_path / "want" / rel).read_bytes(), rel
+    logits = lambda t, s, c: (jnp.cos(jnp.arange(40, dtype=jnp.float32) * (s + 1))
+                              * jnp.ones(t.shape + (40,)), c)
+    out = sc.beam_search(got, logits, batch_size=2, beam_size=4)
+    np.testing.assert_array_equal(out.tokens, sc.beam_search(want, logits, batch_size=2,
+                                                             beam_size=4).tokens)
+    assert "ir" not in got.__dict__
+
+
+def test_array_files_refuse_rows_past_the_shape(tmp_path):
+    files = partitioned.ArrayFiles(tmp_path / "files")
+    writer = files.writer("a", np.int32, (3, 2))
+    writer.append(np.ones((2, 2), np.int64))
+    with pytest.raises(BuildError, match=r"a.npy: rows of shape \(2, 2\) after 2, for an array "
+                                         r"\(3, 2\)"):
+        writer.append(np.ones((2, 2)))
+    with pytest.raises(BuildError, match=r"rows of shape \(1, 3\)"):
+        writer.append(np.ones((1, 3)))
+    arr = writer.close(fill=-1)
+    np.testing.assert_array_equal(arr, [[1, 1], [1, 1], [-1, -1]])
+    assert not arr.flags.writeable and files.bytes_written == 24
+    assert files.writer("empty", bool, (0,)).close().shape == (0,)
 
 
 def test_bad_shards_name_the_shard_and_row(tmp_path):
@@ -314,3 +395,26 @@ def test_the_cli_compiles_a_directory_of_shards(tmp_path, capsys):
     assert main(["compile", str(tmp_path / "set.txt"), "--vocab-size", "32", "--partitions", "4",
                  "-o", str(tmp_path / "b")]) == 2
     assert "expected a .npy file or a directory of them" in capsys.readouterr().err
+
+
+def _resident_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_released_pages_leave_the_resident_set_and_keep_the_data(tmp_path):
+    from static_compiler.mapped import release_pages
+    path = tmp_path / "a.npy"
+    arr = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(1 << 24,))
+    arr[:] = np.arange(1 << 24)  # 128 MiB of written pages, resident
+    before = _resident_kib()
+    release_pages(arr[1 << 22:], 0, 8 << 22)  # a view: its own first 32 MiB
+    middle = _resident_kib()
+    release_pages(arr)
+    after = _resident_kib()
+    assert before - middle > 24 << 10 and middle - after > 64 << 10, (before, middle, after)
+    assert int(arr[(1 << 24) - 1]) == (1 << 24) - 1 and int(arr[5 << 20]) == 5 << 20
+    del arr
+    np.testing.assert_array_equal(np.load(path, mmap_mode="r")[::4097],
+                                  np.arange(1 << 24)[::4097])
+    release_pages(np.arange(4))  # not mapped: nothing to do

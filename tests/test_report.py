@@ -171,3 +171,11 @@ def test_layer_text_rejects_bad_layers(layer, pattern):
 def test_reports_reject_other_objects(fn):
     with pytest.raises(ReportInputError, match=r"of a list: expected"):
         fn([[1, 2]])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 300), max_size=60))
+def test_histogram_of_branch_counts_equals_the_branches(branch):
+    """A summary's histogram (from its branch counts) is the layer's."""
+    counts = np.bincount(np.array(branch, dtype=np.int64), minlength=1)
+    assert report.counts_histogram(counts) == report.branch_histogram(np.array(branch, np.int64))

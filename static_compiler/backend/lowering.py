@@ -26,12 +26,13 @@ no row, so no state reaches them; the plan records the padded counts.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
 from static_compiler.errors import IRVerificationError, PipelineError
-from static_compiler.ir import Automaton, Layer, Layout, LayoutKind, verify
+from static_compiler.ir import (Automaton, AutomatonSummary, Layer, LayerPiece, Layout,
+                                LayoutKind, verify)
 from static_compiler.liveness import row_pointers, slot_step
 
 
@@ -121,13 +122,11 @@ def _layer_tables(layer: Layer, vocab_size: int) -> dict[str, np.ndarray]:
     return tables
 
 
-def lower(ir: Automaton) -> tuple[Plan, tuple[dict, ...]]:
-    """Lowers a laid-out automaton to (Plan, tables); `automaton_from_tables`
-    is the inverse.
-
-    `tables` is a tuple (one dict of numpy arrays per layer). Raises
-    PipelineError when a layer has no layout (run choose-layout first)."""
-    steps, tables = [], []
+def plan_of(ir: Union[Automaton, AutomatonSummary]) -> Plan:
+    """The static plan of a laid-out automaton (or its summary: the plan
+    reads only counts and layouts). Raises PipelineError when a layer has
+    no layout (run choose-layout first)."""
+    steps = []
     for t, layer in enumerate(ir.layers):
         if layer.layout is None:
             raise PipelineError(f"layer {t} has no layout: run a pipeline with choose-layout "
@@ -138,11 +137,152 @@ def lower(ir: Automaton) -> tuple[Plan, tuple[dict, ...]]:
                               num_next_states=num_edges if lay.reserved
                               else ir.num_states_at(t + 1),
                               explicit_targets=not layer.implicit_targets,
-                              has_accepting=layer.accepting is not None,
+                              has_accepting=layer.has_accepting,
                               token_dtype=lay.token_dtype, state_dtype=lay.state_dtype,
                               light_k=lay.light_k, wide_slots=lay.wide_slots))
-        tables.append(_layer_tables(layer, ir.vocab_size))
-    return Plan(vocab_size=ir.vocab_size, steps=tuple(steps), end_token=ir.end_token), tuple(tables)
+    return Plan(vocab_size=ir.vocab_size, steps=tuple(steps), end_token=ir.end_token)
+
+
+def lower(ir: Automaton) -> tuple[Plan, tuple[dict, ...]]:
+    """Lowers a laid-out automaton to (Plan, tables); `automaton_from_tables`
+    is the inverse.
+
+    `tables` is a tuple (one dict of numpy arrays per layer). Raises
+    PipelineError when a layer has no layout (run choose-layout first)."""
+    plan = plan_of(ir)
+    return plan, tuple(_layer_tables(layer, ir.vocab_size) for layer in ir.layers)
+
+
+# ---------------------------------------------------------------------------
+# Lowering piece by piece: a partitioned build's layers, never merged.
+
+
+class ArrayWriter:
+    """Fills a new array of `shape` and `dtype` front to back, `append` by
+    `append` (rows along the first axis), in memory; `close` pads the rest
+    with a fill value and returns it read-only. The protocol of the writers
+    `lower_pieces` takes (a partitioned build passes ones that write
+    memory-mapped files, `partitioned.ArrayFiles`)."""
+
+    def __init__(self, dtype, shape: tuple):
+        self.array = np.empty(shape, dtype=dtype)
+        self.rows = 0
+
+    def append(self, values: np.ndarray) -> None:
+        values = np.asarray(values)
+        self.array[self.rows:self.rows + values.shape[0]] = values
+        self.rows += values.shape[0]
+
+    def close(self, fill=0) -> np.ndarray:
+        self.array[self.rows:] = fill
+        self.array.flags.writeable = False
+        return self.array
+
+
+def lower_pieces(summary: AutomatonSummary, pieces_of: Callable[[int], Iterable[LayerPiece]],
+                 create: Callable[[str, np.dtype, tuple], ArrayWriter] = None
+                 ) -> tuple[Plan, tuple[dict, ...]]:
+    """`lower` of a tree whose layers come as pieces: `summary` is the
+    laid-out summary of the automaton (`pipeline.run_pipeline` over the
+    partitions' summed summaries) and pieces_of(t) yields layer t's
+    `LayerPiece`s in order. Each table is written front to back by a writer
+    from create(name, dtype, shape) (default in memory, `ArrayWriter`;
+    names are "<layer>.<table>"), so a partitioned build lowers straight
+    into files and the merged layers are never held: equal to `lower` of
+    the merged automaton, array for array (tests/test_partitioned.py)."""
+    create = create or (lambda name, dtype, shape: ArrayWriter(dtype, shape))
+    plan = plan_of(summary)
+    tables = []
+    for t, (layer, step) in enumerate(zip(summary.layers, plan.steps)):
+        if not layer.implicit_targets:
+            raise PipelineError(f"layer {t} has explicit targets: pieces lower trees only")
+        tables.append(_layer_tables_from_pieces(t, layer, step, pieces_of(t),
+                                                summary.vocab_size, create))
+    return plan, tuple(tables)
+
+
+def _layer_tables_from_pieces(t: int, layer, step: StepPlan, pieces: Iterable[LayerPiece],
+                              vocab_size: int, create) -> dict[str, np.ndarray]:
+    tok_dt, st_dt = np.dtype(step.token_dtype), np.dtype(step.state_dtype)
+    S, E, kind = step.num_states, layer.num_edges, step.kind
+    fills = {}
+    if kind == LayoutKind.DENSE_ROWS:
+        writers = {"next": create(f"{t}.next", st_dt, (S, vocab_size))}
+        fills["next"] = -1
+    elif kind == LayoutKind.CSR:
+        padded_edges = layer.layout.padded_counts(layer.num_states, E)[1]
+        writers = {"indptr": create(f"{t}.indptr", st_dt, (S + 1,)),
+                   "tokens": create(f"{t}.tokens", tok_dt, (padded_edges,))}
+        writers["indptr"].append(np.zeros(1, st_dt))
+        fills["indptr"] = E
+    elif kind == LayoutKind.UNARY:
+        writers = {"tokens": create(f"{t}.tokens", tok_dt, (S,))}
+    elif kind == LayoutKind.NEAR_UNARY:
+        counts = layer.branch_counts()
+        exceptions = layer.num_states - (int(counts[1]) if counts.size > 1 else 0)
+        writers = {"tokens": create(f"{t}.tokens", tok_dt, (E,)),
+                   "ex_states": create(f"{t}.ex_states", st_dt, (exceptions,)),
+                   "ex_bounds": create(f"{t}.ex_bounds", st_dt, (exceptions, 2))}
+    else:
+        raise PipelineError(f"cannot lower layout kind {kind!r}")
+    if layer.has_accepting:
+        writers["accepting"] = create(f"{t}.accepting", np.dtype(bool), (S,))
+    for piece in pieces:
+        tokens = np.asarray(piece.tokens)
+        if kind == LayoutKind.DENSE_ROWS:
+            block = np.full((piece.num_states, vocab_size), -1, dtype=st_dt)
+            rows = np.repeat(np.arange(piece.num_states), np.diff(piece.indptr()))
+            block[rows, tokens.astype(np.int64)] = np.arange(
+                piece.edge_offset, piece.edge_offset + piece.num_edges)
+            writers["next"].append(block)
+        elif kind == LayoutKind.CSR:
+            writers["indptr"].append(piece.indptr()[1:])
+            writers["tokens"].append(tokens)
+        elif kind == LayoutKind.UNARY:
+            writers["tokens"].append(tokens)
+        else:
+            writers["tokens"].append(tokens)
+            ip = piece.indptr()
+            ex = np.flatnonzero(ip[1:] - ip[:-1] != 1)
+            writers["ex_states"].append(ex + piece.state_offset)
+            writers["ex_bounds"].append(np.stack([ip[ex], ip[ex + 1]], axis=1))
+        if "accepting" in writers:
+            acc = piece.accepting_array()
+            writers["accepting"].append(np.zeros(piece.num_states, bool) if acc is None else acc)
+    return {name: w.close(fills.get(name, 0)) for name, w in writers.items()}
+
+
+def table_head(step: StepPlan, tabs: dict, rows: int) -> Layer:
+    """A `Layer` holding a lowered layer's first `rows` states and their
+    edges, read from its tables alone (a few entries of each): what the IR
+    text prints of a large layer (`ir.print_ir` rows_of), so a set lowered
+    from pieces prints without rebuilding its automaton."""
+    kind = step.kind
+    if kind == LayoutKind.DENSE_ROWS:
+        nxt = np.asarray(tabs["next"][:rows])
+        present = nxt >= 0
+        indptr = np.concatenate([[0], np.cumsum(present.sum(axis=1))])
+        tokens = np.nonzero(present)[1]
+        targets = nxt[present].astype(np.int64)
+    else:
+        if kind == LayoutKind.CSR:
+            indptr = np.asarray(tabs["indptr"][:rows + 1]).astype(np.int64)
+        elif kind == LayoutKind.UNARY:
+            indptr = np.arange(rows + 1, dtype=np.int64)
+        elif kind == LayoutKind.NEAR_UNARY:
+            n = int(np.searchsorted(tabs["ex_states"], rows))  # (a few pages of a large map)
+            ex = np.asarray(tabs["ex_states"][:n]).astype(np.int64)
+            bounds = np.asarray(tabs["ex_bounds"][:n]).astype(np.int64)
+            branch = np.ones(rows, dtype=np.int64)
+            branch[ex] = bounds[:, 1] - bounds[:, 0]
+            indptr = np.concatenate([[0], np.cumsum(branch)])
+        else:
+            raise PipelineError(f"cannot read layout kind {kind!r}")
+        tokens = np.asarray(tabs["tokens"][:indptr[-1]])
+        targets = np.asarray(tabs["targets"][:indptr[-1]]).astype(np.int64) \
+            if step.explicit_targets else None
+    accepting = np.asarray(tabs["accepting"][:rows]) if "accepting" in tabs else None
+    return Layer(indptr=indptr, tokens=tokens, targets=targets, accepting=accepting)
 
 
 def state_counts(plan: Plan) -> tuple[int, ...]:

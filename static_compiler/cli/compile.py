@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
                   f"device of {compiled.nbytes}\n")
     with progress("export + save", log):
         path = artifact.save(compiled, args.output, overwrite=args.force)
-    sys.stdout.write(f"wrote {path}: {compiled.ir.num_sequences} sequences, vocab "
+    sys.stdout.write(f"wrote {path}: {compiled.outline.num_sequences} sequences, vocab "
                      f"{compiled.vocab_size}, max length {compiled.max_length}, "
                      f"{compiled.nbytes} table bytes, beam sizes {list(beam_sizes)}, "
                      f"pipeline {compiled.pipeline}\n")
