@@ -38,8 +38,8 @@ Variable-length shards hold -1 past each row's end (and need end_token).
 Peak memory is one chunk per worker while spilling and one partition per
 worker while building; the merged tables (or layers) are written with file
 writes and reopened read-only as memory maps (`ArrayFiles`), and the item
-index is scattered into a mapped file whose pages are released after each
-partition (`mapped.release_pages`), so none of them is ever all in memory.
+index is gathered a window of rows at a time (`BuiltPartitions.items`), so
+none of them is ever all in memory.
 With a process
 pool, use the "spawn" start method (jax is threaded; forking it can
 deadlock) and an ``if __name__ == "__main__":`` guard in the script.
@@ -67,7 +67,6 @@ from static_compiler.frontend import (automaton_from_sorted_codes, check_end_tok
 from static_compiler.ir import (Automaton, AutomatonSummary, Layer, LayerPiece, LayerSummary,
                                 frozen, verify)
 from static_compiler.liveness import ItemIndex
-from static_compiler.mapped import release_pages
 
 DEFAULT_CHUNK_ROWS = 1 << 20
 
@@ -462,9 +461,10 @@ class BuiltPartitions:
     end_token: Optional[int]
     total: int
     ragged: bool
-    sources: dict  # partition -> the spill sources with rows in it
     row_dtype: str
     summary: AutomatonSummary
+    source_rows: tuple  # rows of each source, in order
+    source_counts: np.ndarray  # int64 (sources, P): source i's rows in partition p
     progress: Optional[Callable[[str], None]] = None
 
     def say(self, line: str) -> None:
@@ -544,33 +544,63 @@ class BuiltPartitions:
                          num_final_states=self.summary.num_final_states,
                          num_sequences=self.summary.num_sequences, end_token=self.end_token)
 
+    ITEM_WINDOW_ROWS = 1 << 24
+
     def items(self, files: ArrayFiles) -> ItemIndex:
-        """The item index: each input row's unique id (a memory-mapped
-        file), and for variable length each unique sequence's depth and
-        terminal state."""
-        row_item = np.lib.format.open_memmap(files.root / "row_item.npy", mode="w+",
-                                             dtype=np.int32, shape=(self.total,))
-        state_offset = np.zeros_like(states := self._counts("states"))
-        np.cumsum(states[:, :-1], axis=1, out=state_offset[:, 1:])
-        unique_offset = 0
-        depths, terminal = [], []
-        for i, part in enumerate(self.parts):
-            rows = _read_spill(self.work, part["p"], self.sources[part["p"]], "rows",
-                               self.row_dtype)
-            row_item[rows] = self._load(part, "inverse") + np.int32(unique_offset)
-            release_pages(row_item)  # (its rows are scattered over the whole file)
-            unique_offset += part["unique"]
-            if self.ragged:
-                d = self._load(part, "item_depth")
-                depths.append(d)
-                terminal.append((self._load(part, "item_state") + state_offset[d, i])
-                                .astype(np.int32))
-        row_item.flush()
-        files.bytes_written += row_item.nbytes
-        del row_item
-        row_item = np.load(files.root / "row_item.npy", mmap_mode="r")
+        """The item index: each input row's unique id, and for variable
+        length each unique sequence's depth and terminal state.
+
+        row_item is written front to back (`ArrayFiles`), a window of
+        ITEM_WINDOW_ROWS rows of one source at a time: each partition's
+        rows from that window (a slice of its sorted spill of row ids) and
+        their ids (the same slice of its `inverse`, read from the file)
+        are scattered into the window, so memory holds one window, not the
+        whole index, and no mapped page is touched at random."""
+        P = self.source_counts.shape[1]
+        unique_offset = np.zeros(P, dtype=np.int64)  # partition p's first unique id
+        inverse_at = {}  # partition p -> (path, byte offset of its inverse's data)
+        offset = 0
+        for part in self.parts:
+            unique_offset[part["p"]] = offset
+            offset += part["unique"]
+            path = self.work / f"p{part['p']}.inverse.npy"
+            inverse_at[part["p"]] = (path, np.load(path, mmap_mode="r").offset)
+        # Where source i's rows start in partition p's inverse (spilled in source order).
+        inverse_start = np.zeros_like(self.source_counts)
+        np.cumsum(self.source_counts[:-1], axis=0, out=inverse_start[1:])
+        row_item = files.writer("row_item", np.int32, (self.total,))
+        first_row = 0
+        for i, rows_i in enumerate(self.source_rows):
+            spills = {p: np.memmap(self.work / f"s{i}.p{p}.rows", dtype=self.row_dtype, mode="r")
+                      for p in np.flatnonzero(self.source_counts[i]).tolist()}
+            for lo in range(first_row, first_row + rows_i, self.ITEM_WINDOW_ROWS):
+                hi = min(lo + self.ITEM_WINDOW_ROWS, first_row + rows_i)
+                window = np.empty(hi - lo, dtype=np.int32)
+                for p, spill in spills.items():
+                    a, b = np.searchsorted(spill, [lo, hi])  # (its rows ascend)
+                    if a == b:
+                        continue
+                    path, data = inverse_at[p]
+                    first = int(inverse_start[i, p]) + int(a)
+                    ids = np.fromfile(path, dtype=np.int32, count=int(b - a),
+                                      offset=data + 4 * first)
+                    window[np.asarray(spill[a:b]).astype(np.int64) - lo] = \
+                        ids + np.int32(unique_offset[p])
+                row_item.append(window)
+            del spills
+            first_row += rows_i
+        row_item = row_item.close()
         if not self.ragged:
             return ItemIndex(row_item=row_item, num_unique=self.summary.num_sequences)
+        states = self._counts("states")
+        state_offset = np.zeros_like(states)
+        np.cumsum(states[:, :-1], axis=1, out=state_offset[:, 1:])
+        depths, terminal = [], []
+        for i, part in enumerate(self.parts):
+            d = self._load(part, "item_depth")
+            depths.append(d)
+            terminal.append((self._load(part, "item_state") + state_offset[d, i])
+                            .astype(np.int32))
         return ItemIndex(row_item=row_item, num_unique=self.summary.num_sequences,
                          item_depth=np.concatenate(depths), item_state=np.concatenate(terminal))
 
@@ -681,7 +711,9 @@ def partitions_built(shards: Shards, vocab_size: int, end_token: Optional[int] =
         parts = _run(shards, build_partition, tasks, [True] * len(tasks), "built partition")
         _say(shards, f"[partitioned build] built, {time.perf_counter() - start:.1f} s")
         yield BuiltPartitions(work, tuple(part for part in parts if part["unique"]), vocab_size,
-                              end_token, total, ragged, sources, row_dtype,
-                              merged_summary(parts, vocab_size, end_token), shards.progress)
+                              end_token, total, ragged, row_dtype,
+                              merged_summary(parts, vocab_size, end_token),
+                              tuple(r["rows"] for r in spilled),
+                              np.stack([r["counts"] for r in spilled]), shards.progress)
     finally:
         shutil.rmtree(work, ignore_errors=True)

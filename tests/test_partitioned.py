@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import re
 import weakref
+from unittest import mock
 from concurrent.futures import ProcessPoolExecutor
 
 import jax.numpy as jnp
@@ -57,9 +58,9 @@ def ragged_rows(rng, n, width, vocab, end):
 @given(seed=st.integers(0, 2 ** 32 - 1), partitions=st.integers(1, 40),
        vocab=st.sampled_from([2, 5, 37]), width=st.integers(1, 5), ragged=st.booleans(),
        splits=st.lists(st.integers(0, 400), max_size=3), chunk=st.integers(1, 300),
-       skewed=st.booleans())
+       skewed=st.booleans(), window=st.sampled_from([1, 7, 1 << 24]))
 def test_equals_the_monolithic_build(seed, partitions, vocab, width, ragged, splits, chunk,
-                                     skewed):
+                                     skewed, window):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 400))
     end = 0 if ragged else None
@@ -74,8 +75,9 @@ def test_equals_the_monolithic_build(seed, partitions, vocab, width, ragged, spl
     cuts = sorted(min(c, n) for c in splits)
     sources = [rows[a:b] for a, b in zip([0] + cuts, cuts + [n]) if b > a]
     want = build_trie(seqs, vocab, end_token=end)
-    got = partitioned.build_partitioned(Shards(sources, partitions=partitions, chunk_rows=chunk),
-                                        vocab, end_token=end)
+    with mock.patch.object(partitioned.BuiltPartitions, "ITEM_WINDOW_ROWS", window):
+        got = partitioned.build_partitioned(Shards(sources, partitions=partitions,
+                                                   chunk_rows=chunk), vocab, end_token=end)
     assert_same_build((got.ir, got.items), want)
     assert got.summary == AutomatonSummary.of(want[0])  # summed from the parts alone
 
