@@ -88,7 +88,10 @@ def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int,
     paths = sorted(os.path.join(shard_dir, f) for f in os.listdir(shard_dir)
                    if f.endswith(".npy"))
     Shards = functools.partial(Shards, workdir=workdir or None,
-                               progress=lambda line: print(line, file=sys.stderr, flush=True))
+                               progress=lambda line: print(
+                                   f"{line} (RSS {proc_status_bytes('VmRSS') / 2**30:.2f} GiB, "
+                                   f"peak {proc_status_bytes('VmHWM') / 2**30:.2f} GiB)",
+                                   file=sys.stderr, flush=True))
     disk = _DiskPeak(workdir or tempfile.gettempdir())
     start = time.perf_counter()
     worker_peaks = []
