@@ -11,8 +11,9 @@ dense_rows  next-state table (S, V) of state_dtype (-1 marks no edge)
 csr         indptr (S + 1,) state_dtype, tokens (E,) token_dtype,
             targets (E,) state_dtype when targets are explicit
 unary       tokens (S,) token_dtype, targets (S,) when explicit
-near_unary  tokens (E,), exception states (X,) and their row bounds (X, 2)
-            of state_dtype, targets (E,) when explicit
+near_unary  tokens (E,), exception states (X,) and their row starts (X,)
+            of state_dtype, their branches (X,) of `branch_dtype_for` the
+            max branch, targets (E,) when explicit
 ==========  ==============================================================
 
 A layer where some states accept (variable-length sets) adds a bool
@@ -27,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.dtypes import state_dtype_for, token_dtype_for
+from static_compiler.dtypes import branch_dtype_for, state_dtype_for, token_dtype_for
 from static_compiler.ir import Automaton, Layer, Layout, LayoutKind
 
 # The functions below read a layer's counts, branch histogram
@@ -49,7 +50,8 @@ def layout_bytes(layer: Layer, layout: Layout, vocab_size: int) -> int:
     if layout.kind == LayoutKind.UNARY:
         return accepting + S * tb + explicit * S * sb
     if layout.kind == LayoutKind.NEAR_UNARY:
-        return accepting + E * tb + 3 * layout.exceptions * sb + explicit * E * sb
+        bb = branch_dtype_for(layer.max_branch).itemsize
+        return accepting + E * tb + layout.exceptions * (2 * sb + bb) + explicit * E * sb
     raise ValueError(f"unknown layout kind {layout.kind!r}")
 
 

@@ -59,3 +59,14 @@ def state_dtype_for(max_value: int) -> np.dtype:
         if max_value <= np.iinfo(dtype).max:
             return np.dtype(dtype)
     raise ValueError(f"{max_value} does not fit in int64")
+
+
+def branch_dtype_for(max_branch: int) -> np.dtype:
+    """Narrowest unsigned dtype (uint8, uint16 or uint32) holding child
+    counts 0..max_branch: a near_unary layer's `ex_branch` table and a
+    partition's per-state branch counts (1 byte each in most layers, not
+    the 4-8 of row pointers). int64 past uint32."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if max_branch <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)

@@ -156,10 +156,28 @@ def row_pointers(kind: str, tables: dict, num_states: int) -> np.ndarray:
         return np.arange(num_states + 1, dtype=np.int64)
     if kind == "near_unary":
         branch = np.ones(num_states, dtype=np.int64)
-        bounds = np.asarray(tables["ex_bounds"]).astype(np.int64)
-        branch[np.asarray(tables["ex_states"]).astype(np.int64)] = bounds[:, 1] - bounds[:, 0]
+        branch[np.asarray(tables["ex_states"]).astype(np.int64)] = exception_rows(tables)[1]
         return np.concatenate([[0], np.cumsum(branch)])
     raise ValueError(f"layout kind {kind!r}")
+
+
+EXCEPTION_TABLES = ("ex_starts", "ex_branch", "ex_bounds")
+"""A near_unary layer's tables of its exceptions' rows besides ex_states:
+ex_starts and ex_branch, or ex_bounds (X, 2) in artifacts before format
+version 6."""
+
+
+def exception_rows(tables: dict, count: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+    """(row starts, branches) int64 of a near_unary layer's first `count`
+    (default all) exception states, from its ex_starts / ex_branch tables or
+    the ex_bounds of older artifacts (numpy; `kernels.exception_rows` is the
+    decoder's)."""
+    end = None if count is None else int(count)
+    if "ex_bounds" in tables:
+        bounds = np.asarray(tables["ex_bounds"][:end]).astype(np.int64)
+        return bounds[:, 0], bounds[:, 1] - bounds[:, 0]
+    return (np.asarray(tables["ex_starts"][:end]).astype(np.int64),
+            np.asarray(tables["ex_branch"][:end]).astype(np.int64))
 
 
 def slot_words(vocab_size: int) -> int:

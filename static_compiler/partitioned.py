@@ -59,7 +59,8 @@ from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 
-from static_compiler.dtypes import index_dtype_for, sort_code_dtype_for, token_dtype_for
+from static_compiler.dtypes import (branch_dtype_for, index_dtype_for, sort_code_dtype_for,
+                                   token_dtype_for)
 from static_compiler.errors import BuildError, ConstraintSetError
 from static_compiler.frontend import (automaton_from_sorted_codes, check_end_token,
                                       check_range, check_vocab_size, sort_unique_codes,
@@ -324,7 +325,7 @@ def build_partition(work: str, p: int, sources: list[int], width: int, vocab_siz
     """One partition's task (run by the executor; module-level so that it
     pickles): reads its spill files (from the `sources` that have rows in
     it), builds its trie, writes its layers under `work` in a compact form
-    (per layer the tokens, the branch of each state in `branch_dtype`, left
+    (per layer the tokens, the branch of each state in `branch_dtype_for`, left
     out where every state has one child, and the accepting flags) and
     removes the codes and lengths it read (the merge reads the row ids);
     returns its layers' summaries."""
@@ -351,23 +352,13 @@ def build_partition(work: str, p: int, sources: list[int], width: int, vocab_siz
     for t, layer in enumerate(sub.layers):
         branch = layer.branch()
         if t and not (branch == 1).all():  # (unary layers and the root need none)
-            arrays[f"branch{t}"] = branch.astype(branch_dtype(int(branch.max(initial=0))))
+            arrays[f"branch{t}"] = branch.astype(branch_dtype_for(int(branch.max(initial=0))))
         arrays[f"tokens{t}"] = layer.tokens
         if layer.accepting is not None:
             arrays[f"accepting{t}"] = layer.accepting
     for key, arr in arrays.items():
         np.save(work / f"p{p}.{key}.npy", arr)
     return out
-
-
-def branch_dtype(max_branch: int) -> np.dtype:
-    """The narrowest unsigned dtype holding branches up to `max_branch` (a
-    partition's layer keeps one per state: 1 byte for most layers, not the
-    8 of int64 row pointers)."""
-    for dtype in (np.uint8, np.uint16, np.uint32):
-        if max_branch <= np.iinfo(dtype).max:
-            return np.dtype(dtype)
-    return np.dtype(np.int64)
 
 
 def _run(shards: Shards, task: Callable, tasks: list[tuple], on_executor: list[bool],

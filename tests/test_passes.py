@@ -63,7 +63,7 @@ def test_levels_of_single_children_become_unary_without_row_pointers(ir):
     for layer, tables in zip(compiled.ir.layers, compiled.tables):
         if (layer.branch() == 1).all():
             assert layer.layout.kind == LayoutKind.UNARY and layer.layout.k == 1
-            assert "indptr" not in tables and "ex_bounds" not in tables
+            assert "indptr" not in tables and "ex_starts" not in tables
             assert set(tables) <= {"tokens", "targets", "accepting"}
         else:
             assert layer.layout.kind != LayoutKind.UNARY
@@ -80,15 +80,17 @@ def test_near_root_full_fanout_is_dense():
     assert [l.layout.kind for l in compiled.ir.layers] == [LayoutKind.DENSE_ROWS, LayoutKind.UNARY]
 
 
-def test_smallest_layouts_for_the_example_are_48_bytes():
+def test_smallest_layouts_for_the_example_are_23_bytes():
     # Packed tables (uint16 tokens, int16 states): layer 0 dense 1*4*2 = csr 2*2+2*2 = 8;
     # layer 1 unary 2*2 = 4;
-    # layer 2 csr 3*2+3*2 = 12 (dense 2*4*2 = 16): 24 bytes in all.
-    with pytest.raises(MemoryBudgetError, match=r"the smallest layouts need 24 bytes"):
-        run_pipeline(build_automaton(THREE, 4), "choose-layout{memory-budget=23}")
-    ir = run_pipeline(build_automaton(THREE, 4), "choose-layout{memory-budget=24}")
-    assert [l.layout.kind for l in ir.layers] == [LayoutKind.DENSE_ROWS, LayoutKind.UNARY, LayoutKind.CSR]
-    assert sum(l.layout.estimated_bytes for l in ir.layers) == 24
+    # layer 2 near_unary 3*2 + one exception (id 2, start 2, uint8 branch 1) = 11
+    # (csr 3*2+3*2 = 12, dense 2*4*2 = 16): 23 bytes in all.
+    with pytest.raises(MemoryBudgetError, match=r"the smallest layouts need 23 bytes"):
+        run_pipeline(build_automaton(THREE, 4), "choose-layout{memory-budget=22}")
+    ir = run_pipeline(build_automaton(THREE, 4), "choose-layout{memory-budget=23}")
+    assert [l.layout.kind for l in ir.layers] == [LayoutKind.DENSE_ROWS, LayoutKind.UNARY,
+                                                  LayoutKind.NEAR_UNARY]
+    assert sum(l.layout.estimated_bytes for l in ir.layers) == 23
 
 
 def _smallest_bytes(ir) -> int:
@@ -117,7 +119,7 @@ def test_memory_budget_error_names_pass_budget_and_need():
         compile_constraints(THREE, 4, pipeline="verify,choose-layout{memory-budget=10},pack-dtypes")
     message = str(info.value)
     for part in ("pass 'choose-layout{memory-budget=10}'", "passes run before it: verify",
-                 "memory-budget=10 (10 bytes) is too small", "need 24 bytes"):
+                 "memory-budget=10 (10 bytes) is too small", "need 23 bytes"):
         assert part in message
 
 

@@ -553,8 +553,10 @@ TABLE_EDITS = {
                            lambda a: a.__setitem__(slice(0, 2), a[1::-1])),
     "exception state out of range": ("tables/layer2.ex_states.npy",
                                      lambda a: a.__setitem__(-1, 1000)),
-    "exception bounds reversed": ("tables/layer2.ex_bounds.npy",
-                                  lambda a: a.__setitem__(0, a[0, ::-1])),
+    "exception start moved": ("tables/layer2.ex_starts.npy",
+                              lambda a: a.__setitem__(0, a[0] + 1)),
+    "exception branch changed": ("tables/layer2.ex_branch.npy",
+                                 lambda a: a.__setitem__(0, a[0] + 3)),
 }
 
 

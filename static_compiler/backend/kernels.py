@@ -98,9 +98,18 @@ COMPARE_ALL_MAX = 4096
 row by comparing against all of them (X compares per beam, no loop)."""
 
 
+def exception_rows(tables: dict):
+    """(row starts, branches) int32 (X,) of a near_unary layer's exception
+    states: its `ex_starts` / `ex_branch` tables, or the `ex_bounds` (X, 2)
+    that artifacts before format version 6 hold."""
+    if "ex_bounds" in tables:
+        bounds = tables["ex_bounds"].astype(jnp.int32)
+        return bounds[:, 0], bounds[:, 1] - bounds[:, 0]
+    return tables["ex_starts"].astype(jnp.int32), tables["ex_branch"].astype(jnp.int32)
+
+
 def _near_unary_bounds(tables: dict, node):
     ex_states = tables["ex_states"].astype(jnp.int32)
-    ex_bounds = tables["ex_bounds"].astype(jnp.int32)
     num_ex = ex_states.shape[0]
     # j = number of exception states below `node`: a binary search (a loop of
     # log2(X) steps) on long lists; on short ones one comparison against all,
@@ -113,13 +122,18 @@ def _near_unary_bounds(tables: dict, node):
     # gather per table (XLA compiles a kernel per gather).
     at = jnp.clip(j[..., None] - lax.iota(jnp.int32, 2), 0, num_ex - 1)  # [here, below]
     states = jnp.take(ex_states, at, mode="clip")
-    bounds = jnp.take(ex_bounds, at, axis=0, mode="clip")
+    if "ex_bounds" in tables:  # (format version <= 5: both bounds in one table)
+        bounds = jnp.take(tables["ex_bounds"].astype(jnp.int32), at, axis=0, mode="clip")
+        starts, ends = bounds[..., 0], bounds[..., 1]
+    else:
+        starts = jnp.take(tables["ex_starts"].astype(jnp.int32), at, mode="clip")
+        ends = starts + jnp.take(tables["ex_branch"].astype(jnp.int32), at, mode="clip")
     is_exception = (j < num_ex) & (states[..., 0] == node)
     # Between exceptions every state has one child, so rows advance in lockstep
     # with state ids: start = node + (end of the previous exception's row - its id - 1).
-    shift = jnp.where(j > 0, bounds[..., 1, 1] - states[..., 1] - 1, 0)
-    start = jnp.where(is_exception, bounds[..., 0, 0], node + shift)
-    end = jnp.where(is_exception, bounds[..., 0, 1], start + 1)
+    shift = jnp.where(j > 0, ends[..., 1] - states[..., 1] - 1, 0)
+    start = jnp.where(is_exception, starts[..., 0], node + shift)
+    end = jnp.where(is_exception, ends[..., 0], start + 1)
     return start, end
 
 
@@ -263,7 +277,7 @@ def pack_run(plan, tables, steps) -> PackedRun:
     taken back at its end)."""
     row_offsets, edge_offsets = [], []
     base, csr_at, acc_at, tgt_at = [], [], [], []  # static, per row / per edge
-    csr, ex_states, ex_bounds, ex_shift, accepting, tokens, targets = ([] for _ in range(7))
+    csr, ex_states, ex_branch, ex_shift, accepting, tokens, targets = ([] for _ in range(7))
     cancel = []  # (row, value): a near_unary step's extra children end with it
     rows = edges = k = csr_len = acc_len = tgt_len = 0
     explicit = any(t < plan.depth and plan.steps[t].explicit_targets for t in steps)
@@ -289,7 +303,7 @@ def pack_run(plan, tables, steps) -> PackedRun:
             csr_at.append(np.full(n + 1, -1))
         if step.kind == LayoutKind.NEAR_UNARY:
             ex_states.append(tabs["ex_states"])
-            ex_bounds.append(tabs["ex_bounds"])
+            ex_branch.append(exception_rows(tabs)[1])
             ex_shift.append(np.full(tabs["ex_states"].shape[0], rows + 1))
             cancel.append((rows + n + 1, n - e))
         if step.has_accepting:
@@ -319,9 +333,8 @@ def pack_run(plan, tables, steps) -> PackedRun:
         extra = np.zeros(rows + 1, np.int32)
         for row, value in cancel:
             extra[row] = value
-        bounds = _concat(ex_bounds)
         at = _concat(ex_states) + np.concatenate(ex_shift).astype(np.int32)
-        extra = jnp.asarray(extra).at[at].add(bounds[:, 1] - bounds[:, 0] - 1)
+        extra = jnp.asarray(extra).at[at].add(_concat(ex_branch) - 1)
         indptr = indptr + jnp.cumsum(extra, dtype=jnp.int32)
     acc_at = np.concatenate(acc_at)
     acc_at = np.where(acc_at == -1, acc_len + 1, np.where(acc_at == -2, acc_len, acc_at))

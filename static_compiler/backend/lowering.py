@@ -12,8 +12,12 @@ csr         ``indptr``  (S + 1,) state_dtype; ``tokens`` (E,) token_dtype;
             ``targets`` (E,) state_dtype when targets are explicit
 unary       ``tokens``  (S,) token_dtype; ``targets`` (S,) when explicit
 near_unary  ``tokens``  (E,); ``ex_states`` (X,) state_dtype, sorted ids of
-            the states whose branch is not 1; ``ex_bounds`` (X, 2) their
-            [start, end) rows; ``targets`` (E,) when explicit
+            the states whose branch is not 1; ``ex_starts`` (X,) state_dtype
+            their row starts; ``ex_branch`` (X,) their branches, in
+            `dtypes.branch_dtype_for` the layer's max branch (artifacts
+            before format version 6 hold ``ex_bounds`` (X, 2), [start, end)
+            rows, instead of the two: 8 bytes an exception, not 4 + 1);
+            ``targets`` (E,) when explicit
 any         ``accepting`` (S,) bool when some state at this depth accepts
 ==========  ===================================================================
 
@@ -33,7 +37,8 @@ import numpy as np
 from static_compiler.errors import IRVerificationError, PipelineError
 from static_compiler.ir import (Automaton, AutomatonSummary, Layer, LayerPiece, Layout,
                                 LayoutKind, verify)
-from static_compiler.liveness import row_pointers, slot_step
+from static_compiler.dtypes import branch_dtype_for
+from static_compiler.liveness import EXCEPTION_TABLES, exception_rows, row_pointers, slot_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +114,8 @@ def _layer_tables(layer: Layer, vocab_size: int) -> dict[str, np.ndarray]:
         ex = np.flatnonzero(branch != 1)
         tables["tokens"] = layer.tokens.astype(tok_dt, copy=False)
         tables["ex_states"] = ex.astype(st_dt)
-        tables["ex_bounds"] = np.stack([layer.indptr[ex], layer.indptr[ex + 1]], axis=1).astype(st_dt)
+        tables["ex_starts"] = layer.indptr[ex].astype(st_dt)
+        tables["ex_branch"] = branch[ex].astype(branch_dtype_for(layer.max_branch))
     else:
         raise PipelineError(f"cannot lower layout kind {lay.kind!r}")
     if lay.kind != LayoutKind.DENSE_ROWS and not layer.implicit_targets:
@@ -222,7 +228,9 @@ def _layer_tables_from_pieces(t: int, layer, step: StepPlan, pieces: Iterable[La
         exceptions = layer.num_states - (int(counts[1]) if counts.size > 1 else 0)
         writers = {"tokens": create(f"{t}.tokens", tok_dt, (E,)),
                    "ex_states": create(f"{t}.ex_states", st_dt, (exceptions,)),
-                   "ex_bounds": create(f"{t}.ex_bounds", st_dt, (exceptions, 2))}
+                   "ex_starts": create(f"{t}.ex_starts", st_dt, (exceptions,)),
+                   "ex_branch": create(f"{t}.ex_branch", branch_dtype_for(layer.max_branch),
+                                       (exceptions,))}
     else:
         raise PipelineError(f"cannot lower layout kind {kind!r}")
     if layer.has_accepting:
@@ -243,9 +251,11 @@ def _layer_tables_from_pieces(t: int, layer, step: StepPlan, pieces: Iterable[La
         else:
             writers["tokens"].append(tokens)
             ip = piece.indptr()
-            ex = np.flatnonzero(ip[1:] - ip[:-1] != 1)
+            branch = np.diff(ip)
+            ex = np.flatnonzero(branch != 1)
             writers["ex_states"].append(ex + piece.state_offset)
-            writers["ex_bounds"].append(np.stack([ip[ex], ip[ex + 1]], axis=1))
+            writers["ex_starts"].append(ip[ex])
+            writers["ex_branch"].append(branch[ex])
         if "accepting" in writers:
             acc = piece.accepting_array()
             writers["accepting"].append(np.zeros(piece.num_states, bool) if acc is None else acc)
@@ -272,9 +282,8 @@ def table_head(step: StepPlan, tabs: dict, rows: int) -> Layer:
         elif kind == LayoutKind.NEAR_UNARY:
             n = int(np.searchsorted(tabs["ex_states"], rows))  # (a few pages of a large map)
             ex = np.asarray(tabs["ex_states"][:n]).astype(np.int64)
-            bounds = np.asarray(tabs["ex_bounds"][:n]).astype(np.int64)
             branch = np.ones(rows, dtype=np.int64)
-            branch[ex] = bounds[:, 1] - bounds[:, 0]
+            branch[ex] = exception_rows(tabs, n)[1]
             indptr = np.concatenate([[0], np.cumsum(branch)])
         else:
             raise PipelineError(f"cannot read layout kind {kind!r}")
@@ -326,16 +335,16 @@ def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where
     elif kind == LayoutKind.NEAR_UNARY:
         tokens = np.asarray(tabs["tokens"])
         ex = np.asarray(tabs["ex_states"]).astype(np.int64)
-        bounds = np.asarray(tabs["ex_bounds"]).astype(np.int64)
-        if ex.ndim != 1 or bounds.shape != (ex.shape[0], 2) or \
+        shapes = [np.shape(tabs[name]) for name in EXCEPTION_TABLES if name in tabs]
+        if ex.ndim != 1 or shapes not in ([(ex.shape[0],)] * 2, [(ex.shape[0], 2)]) or \
                 (ex.size and (ex.min() < 0 or ex.max() >= step.num_states)):
-            raise IRVerificationError(f"{where}: layer {t} ex_states / ex_bounds have shapes "
-                                      f"{ex.shape} / {bounds.shape} or ids outside "
+            raise IRVerificationError(f"{where}: layer {t} ex_states and its row tables have "
+                                      f"shapes {ex.shape} / {shapes} or ids outside "
                                       f"[0, {step.num_states})")
         indptr = row_pointers(kind, tabs, step.num_states)
-        if not np.array_equal(indptr[ex], bounds[:, 0]):
-            raise IRVerificationError(f"{where}: layer {t} ex_bounds disagree with the row "
-                                      "starts implied by ex_states")
+        if not np.array_equal(indptr[ex], exception_rows(tabs)[0]):
+            raise IRVerificationError(f"{where}: layer {t}: its exceptions' row starts disagree "
+                                      "with the starts implied by ex_states")
         targets = None
     else:
         raise IRVerificationError(f"{where}: layer {t} has layout kind {kind!r}, expected one of "
