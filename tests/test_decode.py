@@ -609,3 +609,53 @@ def test_bad_per_row_start_tokens_are_rejected(small, start):
                                                r"\(2,\)"):
         sc.beam_search(small, _const_logits(lambda s: s + (3,)), batch_size=2, beam_size=2,
                        start_token=start)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_exception_bounds_of_older_artifacts_decode_and_read_back_alike(packed, monkeypatch):
+    """Tables of format version <= 5 hold a near_unary layer's exceptions as
+    ex_bounds (X, 2); the decoder, the packed runs and the readers take them
+    exactly as ex_starts / ex_branch."""
+    import dataclasses
+
+    import static_compiler as sc
+    from static_compiler.backend.lowering import automaton_from_tables
+    from static_compiler.liveness import row_pointers
+
+    rng = np.random.default_rng(8)
+    rows = rng.integers(0, 9, size=(400, 5))
+    rows[::7, 3:] = rows[::7, 3:] % 2  # some branching deep down
+    compiled = sc.compile_constraints(
+        rows, 9, pipeline="verify,choose-layout{force=near_unary},pad-branches,pack-dtypes")
+    old = []
+    for step, tabs in zip(compiled.plan.steps, compiled.tables):
+        tabs = dict(tabs)
+        if step.kind == "near_unary":
+            starts = tabs.pop("ex_starts").astype(np.int64)
+            ends = starts + tabs.pop("ex_branch")
+            tabs["ex_bounds"] = np.stack([starts, ends], axis=1).astype(step.state_dtype)
+        old.append(tabs)
+    assert any("ex_bounds" in tabs for tabs in old)
+    older = dataclasses.replace(compiled, tables=tuple(old))
+    for a, b, step in zip(compiled.tables, old, compiled.plan.steps):
+        np.testing.assert_array_equal(row_pointers(step.kind, a, step.num_states),
+                                      row_pointers(step.kind, b, step.num_states))
+    layouts = [layer.layout for layer in compiled.ir.layers]
+    assert automaton_from_tables(compiled.plan, layouts, older.tables,
+                                 num_final_states=compiled.ir.num_final_states,
+                                 num_sequences=compiled.ir.num_sequences) == compiled.ir
+    from static_compiler.backend import kernels
+    if not packed:  # every run through lax.switch, not one packed gather
+        monkeypatch.setattr(kernels, "PACK_MAX_ENTRIES", -1)
+    jax.clear_caches()
+    model = oracle.HashModel(9)
+    try:
+        for tokens_per_beam in (None, 2):
+            got, want = (sc.beam_search(c, model, batch_size=2, beam_size=6,
+                                        tokens_per_beam=tokens_per_beam,
+                                        carry=model.init_carry([3, 4], 6),
+                                        carry_axes=model.carry_axes) for c in (older, compiled))
+            np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(want.tokens))
+            np.testing.assert_array_equal(np.asarray(got.scores), np.asarray(want.scores))
+    finally:
+        jax.clear_caches()  # (traces made with the bound lowered)
