@@ -131,7 +131,7 @@ ERRORS = [
      ["--vocab-size", "4", "--pipeline", "pad-branches{multiple=x}"], r"expected int, got 'x'"),
     ("budget too small", "sids.npy", THREE,
      ["--vocab-size", "4", "--pipeline", "choose-layout{memory-budget=8}"],
-     r"the smallest layouts need 24 bytes"),
+     r"the smallest layouts need 23 bytes"),
     ("layer out of range", "sids.npy", THREE, ["--vocab-size", "4", "--layer", "3"],
      r"layer 3: expected an int in \[0, 3\)"),
     ("negative max edges", "sids.npy", THREE, ["--vocab-size", "4", "--max-edges", "-1"],
