@@ -65,7 +65,7 @@ class CompiledConstraints:
         `layer_stats`, `save` and decoding read `outline` and the tables.
     """
 
-    ir: Automaton
+    ir: Automaton = dataclasses.field(repr=False)  # (repr would read a lazy IR back)
     plan: Plan
     tables: tuple
     pipeline: str

@@ -299,6 +299,7 @@ def test_a_set_lowered_from_pieces_saves_the_same_artifact_unread(tmp_path):
     np.testing.assert_array_equal(out.tokens, sc.beam_search(want, logits, batch_size=2,
                                                              beam_size=4).tokens)
     assert "ir" not in got.__dict__
+    assert "CompiledConstraints(plan=" in repr(got) and "ir" not in got.__dict__
 
 
 def test_array_files_refuse_rows_past_the_shape(tmp_path):
