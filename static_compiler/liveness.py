@@ -144,19 +144,24 @@ class Subset:
 
 
 def row_pointers(kind: str, tables: dict, num_states: int) -> np.ndarray:
-    """int64 (S + 1,): the row pointers of a lowered layer of `kind` (a
-    `LayoutKind` value) from its tables (see backend.lowering): the inverse
-    of lowering for the rows, numpy only (the serving loader has no IR)."""
+    """int64 (num_states + 1,): the row pointers of the first num_states
+    states (all of them, or a prefix: what the IR text prints of a large
+    layer) of a lowered layer of `kind` (a `LayoutKind` value), from its
+    tables (see backend.lowering), reading only those rows' entries: the
+    inverse of lowering for the rows, numpy only (the serving loader has no
+    IR)."""
     if kind == "dense_rows":
-        present = np.asarray(tables["next"]) >= 0
+        present = np.asarray(tables["next"][:num_states]) >= 0
         return np.concatenate([[0], np.cumsum(present.sum(axis=1))]).astype(np.int64)
     if kind == "csr":
-        return np.asarray(tables["indptr"]).astype(np.int64)
+        return np.asarray(tables["indptr"][:num_states + 1]).astype(np.int64)
     if kind == "unary":
         return np.arange(num_states + 1, dtype=np.int64)
     if kind == "near_unary":
+        count = int(np.searchsorted(tables["ex_states"], num_states))  # those below num_states
         branch = np.ones(num_states, dtype=np.int64)
-        branch[np.asarray(tables["ex_states"]).astype(np.int64)] = exception_rows(tables)[1]
+        branch[np.asarray(tables["ex_states"][:count]).astype(np.int64)] = \
+            exception_rows(tables, count)[1]
         return np.concatenate([[0], np.cumsum(branch)])
     raise ValueError(f"layout kind {kind!r}")
 

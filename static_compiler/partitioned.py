@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import pathlib
 import shutil
@@ -349,16 +350,21 @@ def build_partition(work: str, p: int, sources: list[int], width: int, vocab_siz
     if ragged:
         arrays.update(item_depth=lengths.astype(np.int32),
                       item_state=terminal_states(codes[:, :depth], lengths))
-    for t, layer in enumerate(sub.layers):
-        branch = layer.branch()
-        if t and not (branch == 1).all():  # (unary layers and the root need none)
-            arrays[f"branch{t}"] = branch.astype(branch_dtype_for(int(branch.max(initial=0))))
+    for t, (layer, summary) in enumerate(zip(sub.layers, out["layers"])):
+        if t and keeps_branch(summary):  # (the root's is its edge count)
+            arrays[f"branch{t}"] = layer.branch().astype(branch_dtype_for(summary.max_branch))
         arrays[f"tokens{t}"] = layer.tokens
         if layer.accepting is not None:
             arrays[f"accepting{t}"] = layer.accepting
     for key, arr in arrays.items():
         np.save(work / f"p{p}.{key}.npy", arr)
     return out
+
+
+def keeps_branch(layer: LayerSummary) -> bool:
+    """Whether a partition's layer keeps a branch count per state: not when
+    every state has exactly one child (a unary layer)."""
+    return not (layer.max_branch == 1 and layer.num_edges == layer.num_states)
 
 
 def _run(shards: Shards, task: Callable, tasks: list[tuple], on_executor: list[bool],
@@ -389,7 +395,7 @@ def _run(shards: Shards, task: Callable, tasks: list[tuple], on_executor: list[b
 
 class ArrayFiles:
     """Arrays written front to back into .npy files under `root` (the
-    `backend.lowering.ArrayWriter` protocol), with plain file writes, so
+    writers `backend.lowering.lower_pieces` takes), with plain file writes, so
     the pages go to the page cache and never count in this process's RSS;
     each is reopened read-only as a memory map when closed. The caller
     removes the directory once done: the maps keep the files' data until
@@ -469,17 +475,18 @@ class BuiltPartitions:
     def depth(self) -> int:
         return max(part["depth"] for part in self.parts)
 
-    def _counts(self, key: str) -> np.ndarray:
-        """int64 (depth + 1, parts): partition i's states at depth t
-        ("states", the root counted once per part) or edges of layer t
-        ("edges"), from the tasks' layer summaries."""
-        out = np.zeros((self.depth + 1, len(self.parts)), dtype=np.int64)
+    @functools.cached_property
+    def counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(states, edges) int64 (depth + 1, parts): partition i's states at
+        depth t (the root counted once per part) and edges of layer t, from
+        the tasks' layer summaries."""
+        states = np.zeros((self.depth + 1, len(self.parts)), dtype=np.int64)
+        edges = np.zeros_like(states)
         for i, part in enumerate(self.parts):
             for t, layer in enumerate(part["layers"]):
-                out[t, i] = layer.num_states if key == "states" else layer.num_edges
-            if key == "states":
-                out[part["depth"], i] = part["final"]
-        return out
+                states[t, i], edges[t, i] = layer.num_states, layer.num_edges
+            states[part["depth"], i] = part["final"]
+        return states, edges
 
     def _load(self, part: dict, key: str) -> np.ndarray:
         path = self.work / f"p{part['p']}.{key}.npy"
@@ -496,14 +503,13 @@ class BuiltPartitions:
             yield LayerPiece(0, 0, 1, tokens.shape[0], np.array([tokens.shape[0]]), tokens)
             self.say("merged layer 0")
             return
-        states, edges = self._counts("states"), self._counts("edges")
+        states, edges = self.counts
         s0, e0 = 0, 0
         for i, part in enumerate(parts):
             d, ns, ne = part["depth"], int(states[t, i]), int(edges[t, i])
             if t < d:
                 layer = part["layers"][t]
-                branch = self._load(part, f"branch{t}") if layer.max_branch != 1 or \
-                    layer.num_edges != layer.num_states else 1
+                branch = self._load(part, f"branch{t}") if keeps_branch(layer) else 1
                 accepting = self._load(part, f"accepting{t}") if layer.has_accepting else None
                 yield LayerPiece(s0, e0, ns, ne, branch, self._load(part, f"tokens{t}"),
                                  accepting)
@@ -585,7 +591,7 @@ class BuiltPartitions:
         row_item = row_item.close()
         if not self.ragged:
             return ItemIndex(row_item=row_item, num_unique=self.summary.num_sequences)
-        states = self._counts("states")
+        states = self.counts[0]
         state_offset = np.zeros_like(states)
         np.cumsum(states[:, :-1], axis=1, out=state_offset[:, 1:])
         depths, terminal = [], []

@@ -163,40 +163,18 @@ def lower(ir: Automaton) -> tuple[Plan, tuple[dict, ...]]:
 # Lowering piece by piece: a partitioned build's layers, never merged.
 
 
-class ArrayWriter:
-    """Fills a new array of `shape` and `dtype` front to back, `append` by
-    `append` (rows along the first axis), in memory; `close` pads the rest
-    with a fill value and returns it read-only. The protocol of the writers
-    `lower_pieces` takes (a partitioned build passes ones that write
-    memory-mapped files, `partitioned.ArrayFiles`)."""
-
-    def __init__(self, dtype, shape: tuple):
-        self.array = np.empty(shape, dtype=dtype)
-        self.rows = 0
-
-    def append(self, values: np.ndarray) -> None:
-        values = np.asarray(values)
-        self.array[self.rows:self.rows + values.shape[0]] = values
-        self.rows += values.shape[0]
-
-    def close(self, fill=0) -> np.ndarray:
-        self.array[self.rows:] = fill
-        self.array.flags.writeable = False
-        return self.array
-
-
 def lower_pieces(summary: AutomatonSummary, pieces_of: Callable[[int], Iterable[LayerPiece]],
-                 create: Callable[[str, np.dtype, tuple], ArrayWriter] = None
-                 ) -> tuple[Plan, tuple[dict, ...]]:
+                 create: Callable) -> tuple[Plan, tuple[dict, ...]]:
     """`lower` of a tree whose layers come as pieces: `summary` is the
     laid-out summary of the automaton (`pipeline.run_pipeline` over the
     partitions' summed summaries) and pieces_of(t) yields layer t's
-    `LayerPiece`s in order. Each table is written front to back by a writer
-    from create(name, dtype, shape) (default in memory, `ArrayWriter`;
-    names are "<layer>.<table>"), so a partitioned build lowers straight
-    into files and the merged layers are never held: equal to `lower` of
-    the merged automaton, array for array (tests/test_partitioned.py)."""
-    create = create or (lambda name, dtype, shape: ArrayWriter(dtype, shape))
+    `LayerPiece`s in order. Each table is written front to back by a
+    writer from create(name, dtype, shape) (names "<layer>.<table>"): its
+    append(rows) adds rows along the first axis, its close(fill) pads the
+    rest with `fill` and returns the array (`partitioned.ArrayFiles.writer`:
+    into a file), so a partitioned build lowers straight into files and the
+    merged layers are never held: equal to `lower` of the merged automaton,
+    array for array (tests/test_partitioned.py)."""
     plan = plan_of(summary)
     tables = []
     for t, (layer, step) in enumerate(zip(summary.layers, plan.steps)):
@@ -267,26 +245,12 @@ def table_head(step: StepPlan, tabs: dict, rows: int) -> Layer:
     edges, read from its tables alone (a few entries of each): what the IR
     text prints of a large layer (`ir.print_ir` rows_of), so a set lowered
     from pieces prints without rebuilding its automaton."""
-    kind = step.kind
-    if kind == LayoutKind.DENSE_ROWS:
+    indptr = row_pointers(step.kind, tabs, rows)
+    if step.kind == LayoutKind.DENSE_ROWS:
         nxt = np.asarray(tabs["next"][:rows])
-        present = nxt >= 0
-        indptr = np.concatenate([[0], np.cumsum(present.sum(axis=1))])
-        tokens = np.nonzero(present)[1]
-        targets = nxt[present].astype(np.int64)
+        tokens = np.nonzero(nxt >= 0)[1]
+        targets = nxt[nxt >= 0].astype(np.int64)
     else:
-        if kind == LayoutKind.CSR:
-            indptr = np.asarray(tabs["indptr"][:rows + 1]).astype(np.int64)
-        elif kind == LayoutKind.UNARY:
-            indptr = np.arange(rows + 1, dtype=np.int64)
-        elif kind == LayoutKind.NEAR_UNARY:
-            n = int(np.searchsorted(tabs["ex_states"], rows))  # (a few pages of a large map)
-            ex = np.asarray(tabs["ex_states"][:n]).astype(np.int64)
-            branch = np.ones(rows, dtype=np.int64)
-            branch[ex] = exception_rows(tabs, n)[1]
-            indptr = np.concatenate([[0], np.cumsum(branch)])
-        else:
-            raise PipelineError(f"cannot read layout kind {kind!r}")
         tokens = np.asarray(tabs["tokens"][:indptr[-1]])
         targets = np.asarray(tabs["targets"][:indptr[-1]]).astype(np.int64) \
             if step.explicit_targets else None
