@@ -54,6 +54,15 @@ def ragged_rows(rng, n, width, vocab, end):
     return padded, [row[row >= 0].tolist() for row in padded]
 
 
+def random_rows(rng, n, width, vocab, ragged):
+    """(rows (n, width), the sequences they hold, end token or None): -1
+    padded rows of lengths 1..width with end token 0, or full rows."""
+    if ragged:
+        return (*ragged_rows(rng, n, width, vocab, 0), 0)
+    rows = rng.integers(0, vocab, size=(n, width))
+    return rows, rows, None
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2 ** 32 - 1), partitions=st.integers(1, 40),
        vocab=st.sampled_from([2, 5, 37]), width=st.integers(1, 5), ragged=st.booleans(),
@@ -63,11 +72,7 @@ def test_equals_the_monolithic_build(seed, partitions, vocab, width, ragged, spl
                                      skewed, window):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 400))
-    end = 0 if ragged else None
-    if ragged:
-        rows, seqs = ragged_rows(rng, n, width, vocab, end)
-    else:
-        rows = rng.integers(0, vocab, size=(n, width))
+    rows, _, end = random_rows(rng, n, width, vocab, ragged)
     if skewed:  # first tokens far from uniform: partition bounds move
         first = (rng.geometric(0.4, size=n) - 1) % vocab
         rows[:, 0] = np.where(first == end, (first + 1) % vocab, first) if ragged else first
@@ -251,12 +256,7 @@ def test_tables_lowered_from_pieces_equal_the_merged_tries(seed, partitions, voc
     tables lowered piece by piece from the partitions equal `lower` of the
     whole trie, and the IR read back from them equals the trie's."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 300))
-    end = 0 if ragged else None
-    if ragged:
-        rows, seqs = ragged_rows(rng, n, width, vocab, end)
-    else:
-        rows = seqs = rng.integers(0, vocab, size=(n, width))
+    rows, seqs, end = random_rows(rng, int(rng.integers(1, 300)), width, vocab, ragged)
     pipeline = None if force is None else \
         f"verify,choose-layout{{force={force}}},pad-branches,pack-dtypes"
     kw = dict(end_token=end, pipeline=pipeline, capacity=capacity)
