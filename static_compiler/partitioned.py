@@ -40,9 +40,18 @@ worker while building; the merged tables (or layers) are written with file
 writes and reopened read-only as memory maps (`ArrayFiles`), and the item
 index is gathered a window of rows at a time (`BuiltPartitions.items`), so
 none of them is ever all in memory.
-With a process
-pool, use the "spawn" start method (jax is threaded; forking it can
-deadlock) and an ``if __name__ == "__main__":`` guard in the script.
+
+Every file one task writes and another reads (spill files, partition
+layers) is checked when read against the size and CRC-32 its writer
+recorded while writing (`CheckedWriter`, `read_checked`): a flipped byte, a
+truncated or a deleted file fails the build with BuildError naming the file,
+never compiles into another set. The work directory records its owner
+(host, pid, start time): a build removes those of builds that died
+(SIGKILL) in the same parent directory (`remove_stale_builds`).
+With a process pool, use the "spawn" start method (jax is threaded; forking
+it can deadlock) and an ``if __name__ == "__main__":`` guard in the script:
+each worker re-imports the main module (without the guard the pool breaks,
+and the BuildError says so).
 """
 
 from __future__ import annotations
@@ -50,12 +59,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import io
 import os
 import pathlib
 import shutil
+import socket
 import tempfile
 import time
+import zlib
 from concurrent.futures import Executor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
@@ -208,6 +221,97 @@ def partition_of_token(arrays: list, vocab_size: int, partitions: int) -> np.nda
     return np.minimum(before * partitions // int(counts.sum()), partitions - 1)
 
 
+# Files passed between tasks: checked when read against what was written.
+
+CHECK_CHUNK_BYTES = 16 << 20
+
+
+class CheckedWriter:
+    """A binary file written front to back that keeps its size and CRC-32
+    (zlib, some 5 GB/s: a few % of a build's time; a flipped byte or a
+    truncation is always caught) as the bytes go out, so nothing is read
+    back to checksum it. `close` returns the record (size, crc) that
+    `read_checked` checks the file against in the task that reads it."""
+
+    def __init__(self, path: pathlib.Path):
+        self.path, self.size, self.crc = path, 0, 0
+        self.file = open(path, "wb")
+
+    def write(self, data) -> None:
+        """Appends an array (any shape, written in C order) or bytes."""
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data).reshape(-1)
+        view = memoryview(data).cast("B")
+        self.crc = zlib.crc32(view, self.crc)
+        self.file.write(view)
+        self.size += view.nbytes
+
+    def close(self) -> tuple[int, int]:
+        self.file.close()
+        return self.size, self.crc
+
+
+def save_checked(path: pathlib.Path, arr: np.ndarray) -> tuple[int, int]:
+    """`np.save` of `arr` (a .npy 1.0 file, C order) through a
+    `CheckedWriter`; its record (size, crc)."""
+    arr = np.ascontiguousarray(arr)
+    writer = CheckedWriter(path)
+    try:
+        np.lib.format.write_array_header_1_0(writer,
+                                             np.lib.format.header_data_from_array_1_0(arr))
+        writer.write(arr)
+    finally:
+        record = writer.close()
+    return record
+
+
+def read_checked(path: pathlib.Path, record: tuple[int, int], keep: bool = True
+                 ) -> Optional[np.ndarray]:
+    """The bytes (uint8 (size,)) of a file another task wrote, checked
+    against its writer's record (size, crc): BuildError naming the file
+    when it is missing, of another size or altered since (a flipped byte
+    would compile into another set). Read in CHECK_CHUNK_BYTES chunks
+    straight into the array returned, so the file is held once; with keep
+    False into one reused chunk (a check before the file is memory-mapped)
+    and None is returned."""
+    size, crc = record
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise BuildError(f"{path}: missing: a task of this build wrote {size} bytes there "
+                         "(was the work directory cleaned while the build ran?)") from None
+    with f:
+        found = os.fstat(f.fileno()).st_size
+        if found != size:
+            raise BuildError(f"{path}: {found} bytes, expected the {size} its task wrote "
+                             "(truncated or overwritten since)")
+        out = np.empty(size if keep else min(size, CHECK_CHUNK_BYTES), np.uint8)
+        got = 0
+        for start in range(0, size, CHECK_CHUNK_BYTES):
+            n = min(CHECK_CHUNK_BYTES, size - start)
+            chunk = memoryview(out)[start:start + n] if keep else memoryview(out)[:n]
+            if f.readinto(chunk) != n:
+                raise BuildError(f"{path}: shorter than the {size} bytes its task wrote "
+                                 "(truncated while read)")
+            got = zlib.crc32(chunk, got)
+    if got != crc:
+        raise BuildError(f"{path}: CRC-32 {got:08x}, expected {crc:08x} as its task wrote it: "
+                         "the file was altered since (disk or file system corruption?)")
+    return out if keep else None
+
+
+def npy_array(data: np.ndarray) -> np.ndarray:
+    """The array of an .npy file's bytes (uint8, from `read_checked`), a
+    view of them (no copy)."""
+    head = io.BytesIO(data[:10 + (1 << 16)].tobytes())  # (magic, length, header <= 64 KiB)
+    version = np.lib.format.read_magic(head)
+    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                   else np.lib.format.read_array_header_2_0)
+    shape, fortran_order, dtype = read_header(head)
+    arr = data[head.tell():].view(dtype)
+    return arr.reshape(shape, order="F" if fortran_order else "C")
+
+
 def spill_source(work: str, index: int, source, first_row: int, partitions: int,
                  chunk_rows: int, vocab_size: int, end_token: Optional[int],
                  row_dtype: str, token_partition: np.ndarray) -> dict:
@@ -217,8 +321,8 @@ def spill_source(work: str, index: int, source, first_row: int, partitions: int,
     (codes, lengths in `length_dtype`, global row ids from `first_row` in
     `row_dtype`), each row in the partition `token_partition`
     (`partition_of_token`) gives its first token. Returns its rows,
-    (shortest, longest) row length, rows per partition and the partitions
-    it has rows in."""
+    (shortest, longest) row length, rows per partition, the partitions it
+    has rows in and each file's record (`CheckedWriter`) by name."""
     work = pathlib.Path(work)
     arr, name = _open_source(source, index)
     P, code_dtype = partitions, sort_code_dtype_for(vocab_size)
@@ -226,6 +330,7 @@ def spill_source(work: str, index: int, source, first_row: int, partitions: int,
     files = {}
     shortest, longest = arr.shape[1], 0
     counts = np.zeros(P, dtype=np.int64)
+    records = {}
     try:
         for start in range(0, arr.shape[0], chunk_rows):
             codes, lengths = _chunk_codes(arr[start:start + chunk_rows], name, start,
@@ -244,16 +349,16 @@ def spill_source(work: str, index: int, source, first_row: int, partitions: int,
             for p in np.flatnonzero(np.diff(bounds)).tolist():
                 take = order[bounds[p]:bounds[p + 1]]
                 if p not in files:
-                    files[p] = [open(work / f"s{index}.p{p}.{kind}", "wb")
+                    files[p] = [CheckedWriter(work / f"s{index}.p{p}.{kind}")
                                 for kind in ("codes", "lengths", "rows")]
                 for f, arr_ in zip(files[p], (codes, lengths, rows)):
-                    f.write(arr_[take].tobytes())
+                    f.write(arr_[take])
     finally:
         for group in files.values():
             for f in group:
-                f.close()
+                records[f.path.name] = f.close()
     return {"index": index, "rows": int(arr.shape[0]), "lengths": (shortest, longest),
-            "partitions": sorted(files), "counts": counts}
+            "partitions": sorted(files), "counts": counts, "files": records}
 
 
 def _spill(shards: Shards, vocab_size: int, end_token: Optional[int],
@@ -315,27 +420,32 @@ def _check_width(arr, name: str, width: int) -> None:
                                  f"before hold {width}")
 
 
-def _read_spill(work: pathlib.Path, p: int, sources: list[int], kind: str, dtype) -> np.ndarray:
-    """Partition p's spill files of `kind` from `sources`, concatenated."""
-    parts = [np.fromfile(work / f"s{i}.p{p}.{kind}", dtype=dtype) for i in sources]
+def _read_spill(work: pathlib.Path, p: int, sources: list[int], kind: str, dtype,
+                records: dict) -> np.ndarray:
+    """Partition p's spill files of `kind` from `sources`, checked against
+    their `records` (`read_checked`) and concatenated."""
+    parts = [read_checked(work / f"s{i}.p{p}.{kind}", records[f"s{i}.p{p}.{kind}"]).view(dtype)
+             for i in sources]
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
 def build_partition(work: str, p: int, sources: list[int], width: int, vocab_size: int,
-                    end_token: Optional[int], ragged: bool) -> dict:
+                    end_token: Optional[int], ragged: bool, records: dict) -> dict:
     """One partition's task (run by the executor; module-level so that it
     pickles): reads its spill files (from the `sources` that have rows in
-    it), builds its trie, writes its layers under `work` in a compact form
-    (per layer the tokens, the branch of each state in `branch_dtype_for`, left
-    out where every state has one child, and the accepting flags) and
-    removes the codes and lengths it read (the merge reads the row ids);
-    returns its layers' summaries."""
+    it; checked against their writers' `records`, by name), builds its
+    trie, writes its layers under `work` in a compact form (per layer the
+    tokens, the branch of each state in `branch_dtype_for`, left out where
+    every state has one child, and the accepting flags) and removes the
+    codes and lengths it read (the merge reads the row ids); returns its
+    layers' summaries and its files' records (`save_checked`) by name."""
     work = pathlib.Path(work)
-    codes = _read_spill(work, p, sources, "codes", sort_code_dtype_for(vocab_size))
+    codes = _read_spill(work, p, sources, "codes", sort_code_dtype_for(vocab_size), records)
     if codes.size == 0:
-        return {"p": p, "unique": 0}
+        return {"p": p, "unique": 0, "files": {}}
     codes = codes.reshape(-1, width)
-    lengths = _read_spill(work, p, sources, "lengths", length_dtype(width)).astype(np.int64)
+    lengths = _read_spill(work, p, sources, "lengths", length_dtype(width),
+                          records).astype(np.int64)
     for i in sources:  # read: their disk space goes to this partition's layers
         for kind in ("codes", "lengths"):
             os.unlink(work / f"s{i}.p{p}.{kind}")
@@ -356,8 +466,8 @@ def build_partition(work: str, p: int, sources: list[int], width: int, vocab_siz
         arrays[f"tokens{t}"] = layer.tokens
         if layer.accepting is not None:
             arrays[f"accepting{t}"] = layer.accepting
-    for key, arr in arrays.items():
-        np.save(work / f"p{p}.{key}.npy", arr)
+    out["files"] = {f"p{p}.{key}.npy": save_checked(work / f"p{p}.{key}.npy", arr)
+                    for key, arr in arrays.items()}
     return out
 
 
@@ -372,20 +482,26 @@ def _run(shards: Shards, task: Callable, tasks: list[tuple], on_executor: list[b
     """`task(*args)` for each of `tasks`, on the executor where on_executor
     says so (and one is given), else in this process; in order. A task's
     ConstraintSetError (bad input) is raised as it is; any other failure
-    (a worker that died) as BuildError naming the task."""
-    futures = [shards.executor.submit(task, *args) if shards.executor is not None and remote
-               else None for args, remote in zip(tasks, on_executor)]
-    results = []
+    (a worker that died, a broken pool) as BuildError naming the task."""
+    futures, results = [], []
+    number = 0
     try:
+        for number, (args, remote) in enumerate(zip(tasks, on_executor)):
+            futures.append(shards.executor.submit(task, *args)
+                           if shards.executor is not None and remote else None)
         for number, (args, future) in enumerate(zip(tasks, futures)):
-            try:
-                results.append(task(*args) if future is None else future.result())
-            except ConstraintSetError:
-                raise
-            except Exception as e:  # a worker died, or the task raised
-                raise BuildError(f"partitioned build: {what.split()[-1]} {number} of "
-                                 f"{len(tasks)} failed ({type(e).__name__}: {e})") from e
+            results.append(task(*args) if future is None else future.result())
             _say(shards, f"[partitioned build] {what} {number + 1}/{len(tasks)}")
+    except ConstraintSetError:
+        raise
+    except Exception as e:  # a worker died, or the task raised
+        why = ""
+        if isinstance(e, BrokenProcessPool):
+            why = (": a worker process died (killed, out of memory) or could not start; a "
+                   "'spawn' or 'forkserver' pool re-imports the main module in every worker, "
+                   "so a script's build code must sit under `if __name__ == \"__main__\":`")
+        raise BuildError(f"partitioned build: {what.split()[-1]} {number} of {len(tasks)} "
+                         f"failed ({type(e).__name__}: {e}){why}") from e
     finally:
         for future in futures:
             if future is not None:
@@ -452,7 +568,8 @@ class BuiltPartitions:
     while `partitions_built` holds them: their summed `summary`, their
     layers as `LayerPiece`s (`pieces`, what the lowering and `trie` merge)
     and the item index (`items`). Each piece is read once: its files are
-    removed as it is handed out."""
+    removed as it is handed out. Every file read is checked against its
+    writer's record in `records` (by name: `read_checked`)."""
 
     work: pathlib.Path
     parts: tuple  # the task results of the partitions with rows, in order
@@ -464,6 +581,7 @@ class BuiltPartitions:
     summary: AutomatonSummary
     source_rows: tuple  # rows of each source, in order
     source_counts: np.ndarray  # int64 (sources, P): source i's rows in partition p
+    records: dict  # file name -> (size, crc) as written (spill row ids, partition layers)
     progress: Optional[Callable[[str], None]] = None
 
     def say(self, line: str) -> None:
@@ -488,10 +606,14 @@ class BuiltPartitions:
             states[part["depth"], i] = part["final"]
         return states, edges
 
+    def _check(self, name: str, keep: bool = True) -> Optional[np.ndarray]:
+        """`read_checked` of the file `name` under `work`."""
+        return read_checked(self.work / name, self.records[name], keep)
+
     def _load(self, part: dict, key: str) -> np.ndarray:
-        path = self.work / f"p{part['p']}.{key}.npy"
-        arr = np.load(path)
-        os.unlink(path)  # read: its disk space goes to the merged tables
+        name = f"p{part['p']}.{key}.npy"
+        arr = npy_array(self._check(name))
+        os.unlink(self.work / name)  # read: its disk space goes to the merged tables
         return arr
 
     def pieces(self, t: int):
@@ -554,7 +676,9 @@ class BuiltPartitions:
         rows from that window (a slice of its sorted spill of row ids) and
         their ids (the same slice of its `inverse`, read from the file)
         are scattered into the window, so memory holds one window, not the
-        whole index, and no mapped page is touched at random."""
+        whole index, and no mapped page is touched at random. The spilled
+        row ids and the inverses are checked (`read_checked`, a chunk at a
+        time) before they are mapped or read."""
         P = self.source_counts.shape[1]
         unique_offset = np.zeros(P, dtype=np.int64)  # partition p's first unique id
         inverse_at = {}  # partition p -> (path, byte offset of its inverse's data)
@@ -563,6 +687,7 @@ class BuiltPartitions:
             unique_offset[part["p"]] = offset
             offset += part["unique"]
             path = self.work / f"p{part['p']}.inverse.npy"
+            self._check(path.name, keep=False)
             inverse_at[part["p"]] = (path, np.load(path, mmap_mode="r").offset)
         # Where source i's rows start in partition p's inverse (spilled in source order).
         inverse_start = np.zeros_like(self.source_counts)
@@ -570,8 +695,11 @@ class BuiltPartitions:
         row_item = files.writer("row_item", np.int32, (self.total,))
         first_row = 0
         for i, rows_i in enumerate(self.source_rows):
-            spills = {p: np.memmap(self.work / f"s{i}.p{p}.rows", dtype=self.row_dtype, mode="r")
-                      for p in np.flatnonzero(self.source_counts[i]).tolist()}
+            spills = {}
+            for p in np.flatnonzero(self.source_counts[i]).tolist():
+                self._check(f"s{i}.p{p}.rows", keep=False)
+                spills[p] = np.memmap(self.work / f"s{i}.p{p}.rows", dtype=self.row_dtype,
+                                      mode="r")
             for lo in range(first_row, first_row + rows_i, self.ITEM_WINDOW_ROWS):
                 hi = min(lo + self.ITEM_WINDOW_ROWS, first_row + rows_i)
                 window = np.empty(hi - lo, dtype=np.int32)
@@ -674,6 +802,75 @@ def build_partitioned(shards: Shards, vocab_size: int, end_token: Optional[int] 
         return PartitionedBuild(ir, items, built.summary)
 
 
+# Work directories of builds that died.
+
+WORK_PREFIX = "static-compiler-build-"
+OWNER_FILE = "owner"
+
+
+def _process_start(pid: int) -> Optional[str]:
+    """When process `pid` started (clock ticks since boot, /proc/PID/stat's
+    field 22: Linux), or None where unknown; with the pid it names one
+    process, not whichever later reuses the pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat.rsplit(b")", 1)[1].split()[19].decode()  # (after the command name)
+    except (OSError, IndexError):
+        return None
+
+
+def _owner() -> str:
+    """What a work directory's OWNER_FILE holds: "host pid start"."""
+    return f"{socket.gethostname()} {os.getpid()} {_process_start(os.getpid()) or '-'}"
+
+
+def _owner_died(owner: str) -> bool:
+    """Whether the build an OWNER_FILE names (`_owner`) is no longer
+    running: it ran on this host, and its pid is not running or now names
+    a process started at another time. Another host's build (a shared file
+    system) or one not read whole is taken as running."""
+    fields = owner.split()
+    if len(fields) != 3 or fields[0] != socket.gethostname() or not fields[1].isdigit():
+        return False
+    pid = int(fields[1])
+    if pid == 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):  # someone else's process, or not a pid
+        return False
+    start = _process_start(pid)
+    return fields[2] != "-" and start is not None and start != fields[2]
+
+
+def remove_stale_builds(parent: pathlib.Path) -> list[str]:
+    """Removes the work directories in `parent` of builds that died without
+    cleaning up (SIGKILL, power loss: their `finally` never ran), as
+    `artifact.recover_stale` does for artifacts: `WORK_PREFIX*`
+    directories whose OWNER_FILE names a process gone (`_owner_died`).
+    Those without one (older builds, or one being created now) and those
+    of live builds are left alone. Returns the names removed."""
+    removed = []
+    try:
+        entries = sorted(parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(WORK_PREFIX) or entry.is_symlink() or not entry.is_dir():
+            continue
+        try:
+            owner = (entry / OWNER_FILE).read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if _owner_died(owner):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
+
+
 @contextlib.contextmanager
 def partitions_built(shards: Shards, vocab_size: int, end_token: Optional[int] = None
                      ) -> Iterator[BuiltPartitions]:
@@ -681,22 +878,30 @@ def partitions_built(shards: Shards, vocab_size: int, end_token: Optional[int] =
     yields the partitions (`BuiltPartitions`) for the caller to merge: into
     a trie (`BuiltPartitions.trie`) or straight into tables
     (`backend.lowering.lower_pieces` of `BuiltPartitions.pieces`). The work
-    directory is removed on exit, whatever happens.
+    directory (under `Shards.workdir`, or the system's temp directory) is
+    removed on exit, whatever happens, and those of builds there that died
+    first (`remove_stale_builds`).
 
     Raises ConstraintSetError for bad input (naming the shard and row) and
-    BuildError when a partition's task fails (naming the partition)."""
+    BuildError when a partition's task fails (naming the partition), or
+    a file passed between tasks is missing or altered (naming the file)."""
     if not isinstance(shards, Shards):
         raise ConstraintSetError(f"build_trie_partitioned: expected Shards, got "
                                  f"{type(shards).__name__}")
     vocab_size = check_vocab_size(vocab_size)
     end_token = check_end_token(end_token, vocab_size)
-    root = None
     if shards.workdir is not None:
         root = pathlib.Path(shards.workdir)
         root.mkdir(parents=True, exist_ok=True)
-    work = pathlib.Path(tempfile.mkdtemp(prefix="static-compiler-build-", dir=root))
+    else:
+        root = pathlib.Path(tempfile.gettempdir())
+    for name in remove_stale_builds(root):
+        _say(shards, f"[partitioned build] removed {root / name}: the work directory of a "
+                     "build that died")
+    work = pathlib.Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=root))
     start = time.perf_counter()
     try:
+        (work / OWNER_FILE).write_text(_owner())
         width, total, ragged, spilled, row_dtype = _spill(shards, vocab_size, end_token, work)
         size = sum(f.stat().st_size for f in work.iterdir())
         largest = int(sum(r["counts"] for r in spilled).max())
@@ -705,14 +910,22 @@ def partitions_built(shards: Shards, vocab_size: int, end_token: Optional[int] =
                      f"mean), {size / 2**20:.1f} MiB spilled, {time.perf_counter() - start:.1f} s")
         sources = {p: [r["index"] for r in spilled if p in r["partitions"]]
                    for p in range(int(shards.partitions))}
-        tasks = [(str(work), p, sources[p], width, vocab_size, end_token, ragged)
+        spill_records = {name: record for r in spilled for name, record in r["files"].items()}
+        tasks = [(str(work), p, sources[p], width, vocab_size, end_token, ragged,
+                  {f"s{i}.p{p}.{kind}": spill_records[f"s{i}.p{p}.{kind}"]
+                   for i in sources[p] for kind in ("codes", "lengths")})
                  for p in range(int(shards.partitions))]
         parts = _run(shards, build_partition, tasks, [True] * len(tasks), "built partition")
         _say(shards, f"[partitioned build] built, {time.perf_counter() - start:.1f} s")
+        records = {name: record for name, record in spill_records.items()
+                   if name.endswith(".rows")}
+        for part in parts:
+            records.update(part["files"])
         yield BuiltPartitions(work, tuple(part for part in parts if part["unique"]), vocab_size,
                               end_token, total, ragged, row_dtype,
                               merged_summary(parts, vocab_size, end_token),
                               tuple(r["rows"] for r in spilled),
-                              np.stack([r["counts"] for r in spilled]), shards.progress)
+                              np.stack([r["counts"] for r in spilled]), records,
+                              shards.progress)
     finally:
         shutil.rmtree(work, ignore_errors=True)
