@@ -1,10 +1,15 @@
 """Text catalogues: compile a closed list of names (strings) with a tokenizer.
 
 `encode_catalogue(names, tokenizer, vocab_size, end_token)` encodes every
-name, checks the encodings, merges names that encode to the same tokens into
-one item, and returns the unique token sequences with a
-`artifact_format.NameTable` that maps them back to names
-(`compile_constraints(names, vocab_size=V, tokenizer=...)` calls it).
+name, checks the encodings, and returns one token sequence per name given, in
+the order given, with an `artifact_format.NameTable` that maps the unique
+sequences back to names (`compile_constraints(names, vocab_size=V,
+tokenizer=...)` calls it). The compiled set's item i is therefore the i-th
+name given, as item i of a set compiled from token ids is its i-th row: a
+bool mask over the names picks items (`subset`, `update(remove=...)`), and
+`item_index` of a name's tokens is the first position of that name. Names
+given twice, or that encode to the same tokens, are one item (one entry of
+the NameTable: the first such name, the others its aliases).
 
 A tokenizer is any of:
 
@@ -36,7 +41,7 @@ import numpy as np
 
 from static_compiler.artifact_format import NameTable
 from static_compiler.errors import ConstraintSetError
-from static_compiler.frontend import check_end_token, check_vocab_size
+from static_compiler.frontend import check_end_token, check_vocab_size, sort_unique_rows
 
 EOS_TOKENS = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eos|>", "[EOS]", "<|im_end|>",
               "<|eot_id|>", "[SEP]")
@@ -139,9 +144,12 @@ class Catalogue:
     """An encoded text catalogue.
 
     Attributes:
-      sequences: the unique items' token ids: an int (items, L) array, or a
-        list of int arrays when lengths differ.
-      names: the `NameTable` (items in the same order as `sequences`).
+      sequences: the token ids of every name given, in the order given
+        (duplicates kept, so row i is names[i] and compiling them numbers
+        the items as the names): an int32 (names, L) array, or a list of
+        int32 arrays when lengths differ.
+      names: the `NameTable`: the unique sequences, sorted as the compiled
+        set numbers them (`frontend.sort_unique_rows`), with their names.
       end_token: the end token to compile with (None for a fixed-length set).
       stats: {"names", "items", "duplicates" (names merged into an earlier
         one's item), "end_token", "end_token_from" ("argument", "tokenizer"
@@ -212,10 +220,32 @@ def _check_tokens(names: list, flat: np.ndarray, lengths: np.ndarray, vocab_size
     raise ConstraintSetError(f"{where}: id {token} is outside the vocabulary [0, {vocab_size})")
 
 
+def _name_table(names: list, matrix: np.ndarray, lengths: np.ndarray,
+                vocab_size: int) -> NameTable:
+    """The `NameTable` of the names' encodings (matrix int32 (N, L), valid up
+    to lengths int64 (N,)): the unique rows in the order the compiled set
+    numbers its unique sequences (the same `sort_unique_rows` as
+    `frontend.build_trie`, so table row u is unique sequence u of the item
+    index), each named by the first name that encodes to it, the other
+    distinct names in input order as its aliases."""
+    codes, _, inverse = sort_unique_rows(matrix, lengths, vocab_size, return_inverse=True)
+    first = np.full(codes.shape[0], len(names), dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(len(names)))
+    aliases = [[] for _ in range(codes.shape[0])]
+    for i in np.flatnonzero(first[inverse] != np.arange(len(names))).tolist():  # input order
+        u = inverse[i]
+        if names[i] != names[first[u]] and names[i] not in aliases[u]:
+            aliases[u].append(names[i])
+    return NameTable(names=tuple(names[i] for i in first.tolist()),
+                     tokens=codes.astype(np.int32) - 1,
+                     aliases=tuple(tuple(a) for a in aliases))
+
+
 def encode_catalogue(names, tokenizer, vocab_size: int,
                      end_token: Optional[int] = None) -> Catalogue:
-    """Encodes `names` with `tokenizer` (see the module docstring) and
-    groups names with equal encodings.
+    """Encodes `names` with `tokenizer` (see the module docstring): the
+    sequences one per name in the order given (item i of the compiled set is
+    names[i]) and the `NameTable` of the names with equal encodings grouped.
 
     end_token: overrides the tokenizer's end token; a catalogue whose names
     encode to different lengths needs one from either.
@@ -242,23 +272,10 @@ def encode_catalogue(names, tokenizer, vocab_size: int,
             f"names encode to {int(lengths.min())}..{int(lengths.max())} tokens and the tokenizer "
             "has no end token: pass end_token=... (the model's end-of-sequence id)")
     width = int(lengths.max())
-    matrix = np.full((len(names), width), -1, np.int32)
+    matrix = np.zeros((len(names), width), np.int32)
     matrix[np.arange(width)[None, :] < lengths[:, None]] = flat
-    order = np.lexsort(matrix.T[::-1])  # stable: equal rows keep input order; -1 sorts first
-    rows = matrix[order]
-    first = np.ones(len(names), dtype=bool)
-    first[1:] = (rows[1:] != rows[:-1]).any(axis=1)
-    group = np.cumsum(first) - 1  # item of each sorted row
-    primary = order[first]  # input index of each item's first name
-    aliases = [[] for _ in range(primary.size)]
-    for g, i in zip(group[~first], order[~first]):
-        if names[i] != names[primary[g]] and names[i] not in aliases[g]:
-            aliases[g].append(names[i])
-    unique = rows[first]
-    table = NameTable(names=tuple(names[i] for i in primary), tokens=unique,
-                      aliases=tuple(tuple(a) for a in aliases))
-    item_lengths = lengths[primary]
-    sequences = [row[:n] for row, n in zip(unique, item_lengths)] if ragged else unique
+    sequences = [row[:n] for row, n in zip(matrix, lengths)] if ragged else matrix
+    table = _name_table(names, matrix, lengths, vocab_size)
     stats = {"names": len(names), "items": len(table), "duplicates": len(names) - len(table),
              "end_token": end_token, "end_token_from": end_from}
     return Catalogue(sequences=sequences, names=table, end_token=end_token, stats=stats)
