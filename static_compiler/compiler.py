@@ -88,7 +88,12 @@ class CompiledConstraints:
             object.__delattr__(self, "ir")  # read from the tables when asked (__getattr__)
 
     def __getattr__(self, name):
-        # Reached only for attributes not set: `ir` of a set lowered from pieces.
+        # Reached for attributes not set (`ir` of a set lowered from pieces),
+        # and when a property raised AttributeError: run it again so its own
+        # error surfaces instead of a misleading "no attribute".
+        prop = getattr(type(self), name, None)
+        if isinstance(prop, property):
+            return prop.fget(self)
         summary = self.__dict__.get("summary")
         if name != "ir" or summary is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -226,10 +231,15 @@ class CompiledConstraints:
         live = self.live_mask(subset, subset_index, state.node.shape[0], "advance")
         return decode.advance(self.plan, self.device_tables, state, tokens, step, live)
 
-    def accept_drafts(self, state: decode.ProcessorState, drafts, step):
+    def accept_drafts(self, state: decode.ProcessorState, drafts, step, *,
+                      subset: Optional[subsets.Subset] = None, subset_index=None):
         """Speculative decoding: (accepted int32 (B,), state after them) for
-        draft tokens int (B, n) at `step` (see backend.decode.speculative)."""
-        return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step)
+        draft tokens int (B, n) at `step` (see backend.decode.speculative);
+        subset / subset_index as in `mask` (default: the items this version
+        has not removed)."""
+        state = check_processor_state(state, "accept_drafts")
+        live = self.live_mask(subset, subset_index, state.node.shape[0], "accept_drafts")
+        return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
 
     def texts(self, result) -> list:
         """The names a decoding result of this text catalogue holds: lists

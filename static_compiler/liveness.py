@@ -94,6 +94,10 @@ class TrieLayer(NamedTuple):
     def branch(self) -> np.ndarray:
         return np.diff(self.indptr.astype(np.int64))
 
+    def branch_counts(self) -> np.ndarray:
+        """int64 (max_branch + 1,): at b, how many states have b children."""
+        return np.bincount(self.branch(), minlength=1)
+
     @property
     def has_accepting(self) -> bool:
         return self.accepting is not None
@@ -258,11 +262,18 @@ class LayerWalk:
 
 
 def is_unary(layer) -> bool:
-    """Whether state s of `layer` has one child, state s: every state of a
-    trie layer without accepting states has a child, so as many edges as
-    states means one each (O(1), no edges read; a `TrieLayer`, an
-    `ir.Layer` or an `ir.LayerSummary`)."""
-    return layer.num_edges == layer.num_states and not layer.has_accepting
+    """Whether state s of `layer` has exactly one child, state s, and no
+    state accepts: decided from the structure (every state's branch is 1),
+    never from counts alone. Equal state and edge counts are not enough:
+    rows padded to a reserved capacity, or the absent slots of a dense
+    step, are states without children, and then some other state has
+    several. `layer`: a `TrieLayer`, an `ir.Layer` or an `ir.LayerSummary`
+    (anything with num_states, num_edges, has_accepting and
+    branch_counts(); O(1) when the counts differ, else one pass)."""
+    if layer.has_accepting or layer.num_edges != layer.num_states:
+        return False
+    counts = layer.branch_counts()
+    return counts.shape[0] > 1 and int(counts[1]) == layer.num_states or layer.num_states == 0
 
 
 def shared_depths(layers: Sequence, slot_steps: Sequence[int],
@@ -487,7 +498,8 @@ def rows_item_mask(selection: np.ndarray, items: ItemIndex, where: str) -> np.nd
                                  f"bool mask of shape ({n},) over the input rows")
     if selection.shape != (n,):
         raise ConstraintSetError(f"{where}: mask has shape {selection.shape}: expected ({n},), "
-                                 "one entry per input row of the compiled set")
+                                 "one entry per input row of the compiled set (per name given, "
+                                 "for a text catalogue)")
     if np.count_nonzero(selection) == n:  # every row (a removal's base subset): no scatter
         return np.ones(items.num_unique, dtype=bool)
     out = np.zeros(items.num_unique, dtype=bool)

@@ -46,7 +46,7 @@ class StepPlan:
     """Static facts about one decoding step (one IR layer); light_k and
     wide_slots are the mixed layout's (0 when off, see `ir.Layout`)."""
 
-    kind: str
+    kind: LayoutKind
     k: int
     num_states: int
     num_next_states: int
@@ -56,6 +56,10 @@ class StepPlan:
     state_dtype: str
     light_k: int = 0
     wide_slots: int = 0
+
+    def __post_init__(self):
+        # Plans read back from a manifest name their kind as a plain string.
+        object.__setattr__(self, "kind", LayoutKind(self.kind))
 
 
 @dataclasses.dataclass(frozen=True)

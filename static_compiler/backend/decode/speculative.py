@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from static_compiler.backend.decode.live import check_live_mask
 from static_compiler.backend.decode.processor import advance, select_state
 from static_compiler.backend.decode.step import step_in_range, switch_over_steps
 from static_compiler.backend.lowering import Plan
@@ -40,8 +41,10 @@ from static_compiler.decode_state import (ProcessorState, check_drafts, check_pr
                                           check_step, is_traced)
 
 
-def accept_drafts(plan: Plan, tables, state: ProcessorState, drafts, step):
-    """state: ProcessorState of B rows at position `step`; drafts: int (B, n).
+def accept_drafts(plan: Plan, tables, state: ProcessorState, drafts, step, subset=None):
+    """state: ProcessorState of B rows at position `step`; drafts: int (B, n);
+    subset: a `LiveMask` (each row accepts only tokens towards its subset's
+    items, as `advance` with it), or None.
 
     Returns (accepted int32 (B,) in [0, min(n, max_length - step)],
     new_state ProcessorState). See the module docstring for the semantics."""
@@ -50,16 +53,17 @@ def accept_drafts(plan: Plan, tables, state: ProcessorState, drafts, step):
     where = f"accept_drafts(step={'<traced>' if is_traced(step) else step})"
     state = check_processor_state(state, where)
     drafts = check_drafts(drafts, state.node.shape[0], plan.vocab_size, where)
+    check_live_mask(plan, subset, state.node.shape[0], where)
     if isinstance(step, int):
-        return _accept_at(plan, step, tables, state, drafts)
+        return _accept_at(plan, step, tables, state, drafts, subset)
     step = jnp.asarray(step, jnp.int32)
     accepted, new_state = switch_over_steps(
-        plan, lambda t, *ops: _accept_at(plan, t, *ops), step, tables, state, drafts)
+        plan, lambda t, *ops: _accept_at(plan, t, *ops), step, tables, state, drafts, subset)
     in_range = step_in_range(plan, step)  # the switch ran the nearest step
     return jnp.where(in_range, accepted, 0), select_state(in_range, new_state, state)
 
 
-def _accept_at(plan: Plan, step: int, tables, state: ProcessorState, drafts):
+def _accept_at(plan: Plan, step: int, tables, state: ProcessorState, drafts, subset=None):
     """`accept_drafts` at a static step, on checked arguments."""
     batch, n = drafts.shape
     in_vocab = (drafts >= 0) & (drafts < plan.vocab_size)  # in the drafts' own dtype: no wrap
@@ -69,7 +73,7 @@ def _accept_at(plan: Plan, step: int, tables, state: ProcessorState, drafts):
     open_rows = state.valid & ~state.finished  # rows that may still take a draft token
     accepted = jnp.zeros((batch,), jnp.int32)
     for j in range(min(n, plan.max_length - step)):
-        moved = advance(plan, tables, state, tokens[:, j], step + j)
+        moved = advance(plan, tables, state, tokens[:, j], step + j, subset)
         take = open_rows & moved.valid & in_vocab[:, j]
         state = select_state(take, moved, state)
         accepted = accepted + take.astype(jnp.int32)
