@@ -19,7 +19,7 @@ from static_compiler.passes import REGISTRY, Pass
 from static_compiler.passes.choose_layout import ChooseLayoutPass
 from static_compiler.passes.pack_dtypes import PackDtypesPass
 from static_compiler.passes.pad_branches import PadBranchesPass
-from static_compiler.passes.reserve_capacity import ReserveCapacityPass
+from static_compiler.passes.reserve_capacity import ReserveCapacityPass, checked_growth
 from static_compiler.passes.split_heavy import SplitHeavyPass
 from static_compiler.passes.verify import VerifyPass
 
@@ -101,7 +101,8 @@ def format_pipeline(passes: Sequence[Pass]) -> str:
 def with_capacity(passes: Sequence[Pass], growth: float) -> tuple[Pass, ...]:
     """`passes` with `reserve-capacity{growth=...}` right after choose-layout
     (what `compile_constraints(capacity=growth)` runs). PipelineError when
-    the pipeline already reserves capacity or chooses no layout."""
+    the pipeline already reserves capacity or chooses no layout, or growth
+    is not a finite number >= 1.0 (inf, NaN, a bool, a str)."""
     passes = tuple(passes)
     if any(isinstance(p, ReserveCapacityPass) for p in passes):
         raise PipelineError(f"capacity={growth!r} and a pipeline with reserve-capacity: give one")
@@ -109,10 +110,7 @@ def with_capacity(passes: Sequence[Pass], growth: float) -> tuple[Pass, ...]:
     if not at:
         raise PipelineError(f"capacity={growth!r} needs a pipeline with choose-layout (the "
                             "capacity is reserved in the layouts it picks)")
-    try:
-        reserve = ReserveCapacityPass(growth=float(growth))
-    except (TypeError, ValueError) as e:
-        raise PipelineError(f"capacity={growth!r}: {e}") from None
+    reserve = ReserveCapacityPass(growth=checked_growth(growth, "capacity"))
     return passes[:at[0] + 1] + (reserve,) + passes[at[0] + 1:]
 
 

@@ -1,6 +1,11 @@
 """`static-compiler verify`: re-enumerate an artifact's sequences from its
 tables with numpy and compare them with the manifest and, optionally, with
-the input it was compiled from. Exit status 1 on a mismatch."""
+the input it was compiled from. Exit status 1 on a mismatch.
+
+The set a decode serves is the live one: the tables' sequences less those
+`static-compiler update --remove` took out (items/removed.npy). The input is
+compared with the live set, so after a removal the removed items count as
+missing (labelled so) unless the input left them out too."""
 
 from __future__ import annotations
 
@@ -38,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
     ok = tokens.shape[0] == ir.num_sequences
     out.write(f"{args.artifact}: {tokens.shape[0]} sequences enumerated from the tables; the "
               f"manifest records {ir.num_sequences}: {'OK' if ok else 'MISMATCH'}\n")
+    removed = _removed_rows(args.artifact, ir, tokens, lengths)
+    if removed.any():
+        out.write(f"{int(removed.sum())} of them removed by updates, "
+                  f"{int((~removed).sum())} live\n")
     if args.tokenizer is not None and args.input is None:
         raise CliInputError("--tokenizer goes with --input (the names to compare with)")
     if args.input is not None:
@@ -53,19 +62,46 @@ def run(args: argparse.Namespace) -> int:
         width = max(tokens.shape[1], want_tokens.shape[1])
         pad = lambda a: np.pad(np.asarray(a, np.int64), ((0, 0), (0, width - a.shape[1])),
                                constant_values=-1)
-        have = np.unique(row_keys(pad(tokens), lengths))
+        keys = row_keys(pad(tokens), lengths)
+        have = np.unique(keys[~removed])
         want = np.unique(row_keys(pad(want_tokens), want_lengths))
         missing = want[~np.isin(want, have)]
         extra = have[~np.isin(have, want)]
-        for label, keys in (("in the input but not in the artifact", missing),
-                            ("in the artifact but not in the input", extra)):
-            out.write(f"{len(keys)} sequences {label}\n")
-            for key in keys[:args.examples]:
+        gone = int(np.isin(missing, keys[removed]).sum())
+        note = f" ({gone} of them removed by updates)" if gone else ""
+        served = "live in the artifact" if removed.any() else "in the artifact"
+        for label, rows in ((f"in the input but not {served}{note}", missing),
+                            (f"{served} but not in the input", extra)):
+            out.write(f"{len(rows)} sequences {label}\n")
+            for key in rows[:args.examples]:
                 row = np.frombuffer(key.tobytes(), dtype=np.int64)
                 out.write(f"  {[int(t) for t in row if t >= 0]}\n")
         ok = ok and not len(missing) and not len(extra)
         out.write(f"{len(want)} unique input sequences: {'OK' if ok else 'MISMATCH'}\n")
     return 0 if ok else 1
+
+
+def _removed_rows(path, ir, tokens, lengths):
+    """bool (N,) over `enumerate_sequences(ir)`'s rows `tokens` int64 (N, L)
+    (-1 past `lengths`): True for a sequence an update removed (the
+    artifact's items/removed.npy); all False for an artifact without item
+    index or removals."""
+    import numpy as np
+
+    from static_compiler import artifact_format as fmt
+    from static_compiler.liveness import ItemIndex
+    from static_compiler.subsets import unique_ids
+
+    with fmt.open_snapshot(path) as snap:
+        arrays = fmt.read_item_arrays(snap)
+    none = np.zeros(tokens.shape[0], bool)
+    if arrays is None or arrays.get("removed") is None or not arrays["removed"].any():
+        return none
+    items = ItemIndex(num_unique=ir.num_sequences, **arrays)
+    fixed = bool((lengths == tokens.shape[1]).all())
+    sequences = tokens if fixed else [row[:n] for row, n in zip(tokens, lengths.tolist())]
+    ids = unique_ids(ir, items, sequences, "verify")
+    return np.where(ids >= 0, items.removed[np.maximum(ids, 0)], False)
 
 
 COMMAND = Subcommand("verify", "re-enumerate an artifact's set from its tables and compare it "

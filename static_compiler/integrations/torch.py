@@ -4,8 +4,11 @@
 and hands the processor every row's tokens so far. `StaticLogitsProcessor`
 therefore keeps no per-row state: each call masks with `allowed` (the
 stateless mask from prefixes, `static_compiler.backend.decode.prefix`), one
-jitted XLA program per prefix length, with the tensors passed between torch
-and jax through DLPack (no copy on the CPU) and no Python loop over rows.
+jitted XLA program per prefix length, with the token ids and the bool mask
+passed between torch and jax through DLPack (no copy on the CPU) and no
+Python loop over rows. The scores never leave torch: the mask is applied with
+``masked_fill``, so they keep their dtype (float64, float16, bfloat16 stay
+so) and their autograd graph (scores that require grad work).
 
     processor = StaticLogitsProcessor(compiled, prompt_length=input_ids.shape[1])
     out = model.generate(input_ids, num_beams=8, max_new_tokens=compiled.max_length,
@@ -14,6 +17,10 @@ and jax through DLPack (no copy on the CPU) and no Python loop over rows.
 Semantics per row (t = the row's length minus ``prompt_length``, the tokens
 generated so far):
 
+* only the set's live items count: after ``compiled.update(remove=...)``
+  the removed items are never allowed (the version's `base_subset`), and
+  with ``subset=`` only that subset's items (per prompt with
+  ``subset_index``);
 * disallowed tokens get -inf, allowed ones keep their score (what
   ``prefix_allowed_tokens_fn`` gives for the same allowed tokens);
 * tokens at or beyond the set's vocabulary (the model's vocabulary may be
@@ -48,19 +55,22 @@ from static_compiler.decode_state import check_int
 from static_compiler.errors import DecodeInputError
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _masked_scores(plan: Plan, tables, prefixes, scores, subset=None):
-    """prefixes int32 (N, t), scores float (N, V_model) -> scores with the
-    disallowed tokens at -inf. One program per plan, N, t and V_model, shared
-    by every processor over equal plans."""
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _allowed_tokens(plan: Plan, tables, prefixes, width: int, subset=None):
+    """prefixes int32 (N, t) -> bool (N, width): the tokens each row may take
+    next (width = the model's vocabulary, >= the set's; tokens at or beyond
+    the set's are never allowed). Tokens after a row's first end token are
+    read as the end token. The scores never enter this program, so their
+    dtype (float64, bfloat16) and autograd graph stay torch's. One program
+    per plan, N, t and width, shared by every processor over equal plans;
+    subset: a `LiveMask` with one subset row per prefix row, or None."""
     end = plan.end_token
     if end is not None and prefixes.shape[1]:
         is_end = prefixes == end
         after_end = jnp.cumsum(is_end, axis=1) - is_end > 0
         prefixes = jnp.where(after_end, end, prefixes)
     ok = prefix_mask(plan, tables, prefixes, subset)
-    ok = jnp.pad(ok, ((0, 0), (0, scores.shape[1] - plan.vocab_size)))
-    return jnp.where(ok, scores, jnp.asarray(-jnp.inf, scores.dtype))
+    return jnp.pad(ok, ((0, 0), (0, width - plan.vocab_size)))
 
 
 class StaticLogitsProcessor:
@@ -75,10 +85,13 @@ class StaticLogitsProcessor:
         `sc.stack_subsets`), subset_index ints (batch,) one per prompt of
         ``generate``'s batch (default: subset 0 for every prompt); a call's
         N rows are taken as the prompts' rows in order, N / batch each (as
-        ``generate`` expands beams and returned sequences).
+        ``generate`` expands beams and returned sequences). Without a
+        subset: every live item of `compiled` (all but those its updates
+        removed).
 
-    ``__call__(input_ids LongTensor (N, cur_len), scores FloatTensor (N,
-    V_model)) -> FloatTensor (N, V_model)``, V_model >= the set's vocab_size.
+    ``__call__(input_ids LongTensor (N, cur_len), scores float tensor (N,
+    V_model)) -> scores' dtype and device (N, V_model)``, V_model >= the
+    set's vocab_size; differentiable in the scores.
     See the module docstring for the semantics.
     """
 
@@ -119,15 +132,19 @@ class StaticLogitsProcessor:
         prefixes = input_ids[:, self.prompt_length:].clamp(-1, plan.vocab_size)
         prefixes = jax.dlpack.from_dlpack(prefixes.to(torch.int32).contiguous()) if t \
             else np.zeros((n, 0), np.int32)
-        out = _masked_scores(plan, self.tables, prefixes, jax.dlpack.from_dlpack(scores.contiguous()),
+        ok = _allowed_tokens(plan, self.tables, prefixes, scores.shape[1],
                              self._live_rows(n, where))
-        return torch.from_dlpack(out)
+        # Masked in torch: the scores keep their dtype, device and autograd graph
+        # (the gradient of an allowed score is 1, of a masked one 0).
+        ok = torch.from_dlpack(ok).to(scores.device)
+        return scores.masked_fill(~ok, float("-inf"))
 
     def _live_rows(self, n: int, where: str):
         """The LiveMask for a call of n rows: each prompt's subset for its
-        n / batch consecutive rows."""
+        n / batch consecutive rows; without a subset, the set's live items
+        (all but those its updates removed; None if none was)."""
         if self.subset is None:
-            return None
+            return self.compiled.live_mask(None, None, n, where)
         per = self.subset_index.shape[0]
         if self.subset_index.shape == (1,) and self.subset.num_subsets == 1:
             per = 1  # one subset for every row, whatever the batch

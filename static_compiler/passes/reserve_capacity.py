@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 from static_compiler.cost_model import packed
 from static_compiler.errors import PipelineError
@@ -30,10 +31,33 @@ CAPACITY_MULTIPLE = 8
 """Reserved state and edge counts are rounded up to a multiple of this."""
 
 
-def reserved_count(count: int, growth: float) -> int:
-    """The capacity reserved for `count` states (or edges) at `growth`."""
-    want = max(count, math.ceil(count * growth))
-    return -(-want // CAPACITY_MULTIPLE) * CAPACITY_MULTIPLE
+def scaled(count: int, growth: float, limit: int) -> int:
+    """min(limit, max(count, ceil(count * growth))) for count <= limit,
+    exact where the float product overflows (growth 1e308) or the limit
+    (V ** depth) is past any float."""
+    if count * growth >= limit:  # float vs int compares exactly; inf >= any int
+        return limit
+    return max(count, math.ceil(count * growth))
+
+
+def reserved_count(count: int, growth: float, limit: int) -> int:
+    """The capacity reserved for `count` states (or edges) at `growth`:
+    rounded up to a multiple of CAPACITY_MULTIPLE, at most `limit` (the most
+    states the depth can hold)."""
+    want = scaled(count, growth, limit)
+    return min(limit, -(-want // CAPACITY_MULTIPLE) * CAPACITY_MULTIPLE)
+
+
+def checked_growth(value, name: str) -> float:
+    """`value` as a float when it is a finite real number >= 1.0; else
+    PipelineError naming `name` (the option or argument) and the value. A
+    bool is an int to Python, inf would overflow math.ceil and NaN fails
+    every comparison, so each is refused here rather than deep in the pass."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(value) or not value >= 1.0:
+        raise PipelineError(f"{name}={value!r} ({type(value).__name__}): expected a finite "
+                            "growth factor >= 1.0 (1.25 reserves 25 % more room)")
+    return float(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +72,7 @@ class ReserveCapacityPass(Pass):
     growth: float = 1.25
 
     def __post_init__(self):
-        if not self.growth >= 1.0:
-            raise ValueError(f"growth={self.growth} must be >= 1")
+        object.__setattr__(self, "growth", checked_growth(self.growth, "growth"))
 
     def run(self, ir: Automaton) -> Automaton:
         explicit = [t for t, layer in enumerate(ir.layers) if not layer.implicit_targets]
@@ -60,14 +83,14 @@ class ReserveCapacityPass(Pass):
         caps = [1]
         for d in range(1, ir.depth + 1):  # a depth has at most V times its parent's states
             caps.append(caps[-1] if ir.layers[d - 1].layout.kind == LayoutKind.UNARY
-                        else min(reserved_count(ir.num_states_at(d), self.growth),
-                                 caps[-1] * ir.vocab_size))
+                        else reserved_count(ir.num_states_at(d), self.growth,
+                                            caps[-1] * ir.vocab_size))
 
         def reserve(t, layer, lay):
             k = lay.k
             kind = LayoutKind.CSR if lay.kind == LayoutKind.NEAR_UNARY else lay.kind
             if kind.sliced:
-                k = min(ir.vocab_size, max(k, math.ceil(k * self.growth)))
+                k = scaled(k, self.growth, ir.vocab_size)
             lay = dataclasses.replace(lay, kind=kind, k=k, exceptions=0,
                                       states_capacity=caps[t], edges_capacity=caps[t + 1])
             return packed(layer, lay, ir.vocab_size, caps[t + 1])

@@ -54,10 +54,26 @@ def live_beam_bounds(plan: Plan, beam_size: int, tokens_per_beam=None) -> tuple[
     return tuple(bounds)
 
 
-def _call_model(logits_fn, params, with_params: bool, last_tokens, step, carry):
-    if with_params:
-        return logits_fn(params, last_tokens, step, carry)
-    return logits_fn(last_tokens, step, carry)
+def _call_model(logits_fn, params, with_params: bool, last_tokens, step, carry, vocab_size: int,
+                where: str):
+    """(logits, new_carry) from `logits_fn` for last_tokens int32 (B, M),
+    after checking that it returned that pair (a tuple or list of two):
+    a model returning only logits would otherwise fail in the unpacking
+    with Python's own message (or, with B = 2, unpack its batch rows)."""
+    out = logits_fn(params, last_tokens, step, carry) if with_params \
+        else logits_fn(last_tokens, step, carry)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        if hasattr(out, "shape") and hasattr(out, "dtype"):  # an array, traced or not
+            got = f"an array {out.dtype}{list(out.shape)} alone"
+        elif isinstance(out, (tuple, list)):
+            got = f"a {type(out).__name__} of length {len(out)}"
+        else:
+            got = f"a {type(out).__name__}"
+        want = tuple(last_tokens.shape) + (vocab_size,)
+        raise DecodeInputError(f"{where}: logits_fn must return (logits float (B, M, V) = "
+                               f"{want}, new_carry); got {got} (return (logits, carry): the "
+                               "new carry, of the carry's structure, None without carry=)")
+    return out[0], out[1]
 
 
 @bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "beam_size", "caps",
@@ -69,7 +85,8 @@ def _beam_search(plan, tables, carry, start_tokens, params, subset, *, logits_fn
 
     def one_step(steps, run_tabs, run_sub, step, state, carry):
         logits, new_carry = _call_model(logits_fn, params, with_params, state.last_tokens,
-                                        step, carry)
+                                        step, carry, plan.vocab_size,
+                                        f"beam_search (step {steps[0]})")
         check_same_structure(carry, new_carry, f"step {steps[0]}")
         state = run_step(plan, run_tabs, state, logits, steps, step, caps[steps[0]],
                          run_live_bound(live, steps), run_sub)
@@ -177,7 +194,8 @@ def _sample(plan, tables, key, carry, start_tokens, subset, *, logits_fn, batch_
 
     def one_step(steps, run_tabs, run_sub, step, state, carry_and_key):
         carry, key = carry_and_key
-        logits, new_carry = logits_fn(state.last_tokens, step, carry)
+        logits, new_carry = _call_model(logits_fn, None, False, state.last_tokens, step, carry,
+                                        plan.vocab_size, f"sample (step {steps[0]})")
         check_same_structure(carry, new_carry, f"step {steps[0]}")
         check_logits(logits, (batch_size, 1), plan.vocab_size, f"sample (step {steps[0]})")
         cand = run_candidates(plan, run_tabs, steps, step, state.node, state.valid,
