@@ -395,24 +395,59 @@ def save(compiled, path, *, overwrite: bool = False, reuse_modules=None) -> path
     before the swap, the old artifact is left untouched (and restored if the
     swap itself fails).
 
+    Every writer of a path (this, `update_removed`,
+    `compiler.update_artifact`) writes and swaps under its `update_lock`,
+    so a save can never replace the version an update is building on while
+    that update reads it. The export runs first, without the lock; when
+    another writer holds the lock, save raises ArtifactBusyError at once and
+    `path` is left as it was (as a second update does: it fails rather
+    than waits, so a stuck writer never hangs a caller; try again).
+
     Raises ArtifactExistsError when `path` exists and `overwrite` is False,
     or when it exists and is not an artifact (we never delete other data);
-    DecodeInputError for bad export_beam_sizes / export_tokens_per_beam.
-    Returns the artifact path.
+    ArtifactBusyError as above; DecodeInputError for bad export_beam_sizes /
+    export_tokens_per_beam. Returns the artifact path.
     """
     path = pathlib.Path(path)
+    files = _files_to_save(compiled, path, overwrite, reuse_modules)
+    _parent(path).mkdir(parents=True, exist_ok=True)  # for the lock file
+    with update_lock(path):
+        _write_files(path, files, overwrite)
+    return path
+
+
+def save_locked(compiled, path, *, overwrite: bool = False, reuse_modules=None) -> pathlib.Path:
+    """`save`, for a caller that already holds `update_lock(path)` (an update
+    writing the version it built): the same checks and atomic write, without
+    taking the lock again (a flock is per open file, so a second take would
+    find the caller itself busy)."""
+    path = pathlib.Path(path)
+    _write_files(path, _files_to_save(compiled, path, overwrite, reuse_modules), overwrite)
+    return path
+
+
+def _files_to_save(compiled, path: pathlib.Path, overwrite: bool, reuse_modules) -> dict:
+    """`build_files`, after the checks on `path` that fail before an export
+    (ArtifactExistsError; `_swap_in` checks again when it replaces)."""
     if path.exists() or path.is_symlink():
         if not overwrite:
             raise _exists_error(path)
         _check_replaceable(path)
-    files = build_files(compiled, reuse_modules)
+    return build_files(compiled, reuse_modules)
 
+
+def _write_files(path: pathlib.Path, files: dict, overwrite: bool) -> None:
+    """Writes `files` (of `build_files`) as the artifact at `path`
+    (`_write_then_swap`); the caller holds `update_lock(path)`."""
     def fill(tmp):
         for rel, data in files.items():
             _write_file(tmp, rel, data)
 
     _write_then_swap(path, fill, overwrite=overwrite)
-    return path
+
+
+def _parent(path: pathlib.Path) -> pathlib.Path:
+    return path.parent if str(path.parent) else pathlib.Path(".")
 
 
 def _exists_error(path: pathlib.Path) -> ArtifactExistsError:
@@ -454,7 +489,7 @@ def recover_stale(path) -> list[str]:
     writers, and names without a PID, are left alone. Runs before every
     save and update; returns what it did, one line each."""
     path = pathlib.Path(path)
-    parent = path.parent if str(path.parent) else pathlib.Path(".")
+    parent = _parent(path)
     if not parent.is_dir():
         return []
     done = []
@@ -480,7 +515,7 @@ def _write_then_swap(path: pathlib.Path, fill, overwrite: bool = True) -> None:
     the temporary directory is removed and `path` is left as it was. With
     overwrite False the rename itself is the check that `path` is free (two
     writers racing for a new path: the second gets ArtifactExistsError)."""
-    parent = path.parent if str(path.parent) else pathlib.Path(".")
+    parent = _parent(path)
     parent.mkdir(parents=True, exist_ok=True)
     recover_stale(path)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=parent))
@@ -560,39 +595,98 @@ def _rename_exchange(a: pathlib.Path, b: pathlib.Path) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Updating a saved artifact (removals)
+# The writers' lock, and updating a saved artifact (removals)
+
+
+def lock_file(path) -> pathlib.Path:
+    """The lock file of the artifact at `path` (`update_lock`): `.NAME.lock`
+    beside it."""
+    path = pathlib.Path(path)
+    return _parent(path) / f".{path.name}.lock"
 
 
 @contextlib.contextmanager
-def update_lock(path: pathlib.Path):
-    """An exclusive lock on updating the artifact at `path` (a lock file
-    beside it); raises ArtifactBusyError at once when another holds it."""
+def update_lock(path):
+    """An exclusive lock on writing the artifact at `path`, which every
+    writer of it takes (`save`, `update_removed`, `compiler.update_artifact`),
+    so no two versions are ever built or swapped in at once; raises
+    ArtifactBusyError at once when another writer (of any process, or
+    another thread) holds it.
+
+    It is an flock on `lock_file(path)`. The holder removes the file as it
+    lets go, so none is left beside the artifact; a writer that locked a
+    file removed that way (it had opened it just before) starts over on the
+    path's new one, so two writers never both hold the lock. A writer killed
+    while holding it leaves the file, unlocked by the kernel, for the next.
+    Raises ArtifactFormatError when the artifact's directory does not exist."""
     import fcntl
 
-    parent = path.parent if str(path.parent) else pathlib.Path(".")
-    fd = os.open(parent / f".{path.name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
-    try:
+    path = pathlib.Path(path)
+    lock = lock_file(path)
+    while True:
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+        except FileNotFoundError:
+            raise fmt.format_error(path, "expected a directory written by static_compiler."
+                                         "artifact.save, found nothing (its parent directory "
+                                         "does not exist)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _names_open_file(lock, fd):
+                break
         except BlockingIOError:
-            raise ArtifactBusyError(f"artifact {str(path)!r} is being updated by another process "
-                                    "(its lock is held); try again when it is done") from None
+            os.close(fd)
+            raise ArtifactBusyError(
+                f"artifact {str(path)!r} is being updated by another process (a save or an "
+                f"update holds its lock {lock.name!r}); nothing was written: try again when it "
+                "is done") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # the holder before removed it as it let go: lock the new one
+    try:
         yield
     finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
         os.close(fd)
+
+
+def _names_open_file(path: pathlib.Path, fd: int) -> bool:
+    """Whether `path` names the file open as `fd`."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
+def require_current(snap: fmt.Snapshot, what: str = "update") -> None:
+    """ArtifactBusyError unless `snap.path` still names the version `snap`
+    opened. Writers that take `update_lock` never replace it under an
+    update; this catches one that does not (an older release, a copy by
+    hand) before the update swaps its version over that writer's."""
+    if not snap.is_current():
+        raise ArtifactBusyError(
+            f"{what}: artifact {str(snap.path)!r} was replaced while the update was reading it "
+            f"(by a writer that does not take its lock {lock_file(snap.path).name!r}); nothing "
+            "was written: try again")
 
 
 def update_removed(path, remove) -> dict:
     """Writes a new version of the artifact at `path` without the items
     `remove` picks (a bool mask (N,) over the rows it was compiled from, or
     token sequences), atomically and under `update_lock`: the tables and
-    modules are hard-linked (or copied) unchanged, items/removed.npy and the
-    manifest are new, and the directory is swapped in as `save` does, so a
-    reader sees the old version or the new one, and a crash leaves the old.
+    modules are hard-linked (or copied) unchanged from the version it read
+    (`write_removed`), items/removed.npy and the manifest are new, and the
+    directory is swapped in as `save` does, so a reader sees the old version
+    or the new one, and a crash leaves the old.
 
     Returns {"removed", "already_removed", "absent"} (sequences not in the
     set are counted, not an error). Raises DecodeInputError for an artifact
-    saved without subsets, ArtifactBusyError while another update runs."""
+    saved without subsets, ArtifactBusyError at once while another writer
+    (a save or an update) holds the lock."""
     path = pathlib.Path(path)
     with update_lock(path):
         return write_removed(path, remove)
@@ -609,34 +703,36 @@ def read_items(snap: fmt.Snapshot, where: str = "update"):
     return ItemIndex(num_unique=snap.manifest.num_sequences, **arrays)
 
 
-def write_removed(path: pathlib.Path, remove) -> dict:
-    """`update_removed`'s work, for a caller that holds `update_lock`."""
+def write_removed(path, remove) -> dict:
+    """`update_removed`'s work, for a caller that holds `update_lock`.
+
+    The new version is built from the one snapshot read here and nothing
+    else: the item index, the automaton (to look up sequences) and every
+    unchanged file come from its open files (`Snapshot.link_into`: a hard
+    link to, or copy of, the very file opened), never from the path again,
+    so a version swapped in meanwhile cannot mix into it."""
     from static_compiler import subsets
 
+    path = pathlib.Path(path)
     with fmt.open_snapshot(path) as snap:
         manifest, items = snap.manifest, read_items(snap)
-    removed, report = subsets.removal(
-        items, remove, lambda: read_automaton(path, verify_checksums=False))
-    rel = fmt.item_file("removed")
-    data = _npy_bytes(removed)
-    files = dict(manifest.files)
-    files[rel] = fmt.FileEntry.of_bytes(data)
-    new = dataclasses.replace(manifest, item_files={**manifest.item_files, "removed": rel},
-                              files=files, format_version=fmt.FORMAT_VERSION)
+        removed, report = subsets.removal(items, remove, lambda: _automaton_of(snap))
+        rel = fmt.item_file("removed")
+        data = _npy_bytes(removed)
+        files = dict(manifest.files)
+        files[rel] = fmt.FileEntry.of_bytes(data)
+        new = dataclasses.replace(manifest, item_files={**manifest.item_files, "removed": rel},
+                                  files=files, format_version=fmt.FORMAT_VERSION)
 
-    def fill(tmp):
-        for name in manifest.files:
-            if name in (rel, fmt.MANIFEST_FILE):
-                continue
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            try:  # artifacts are never written in place: share the bytes
-                os.link(path / name, tmp / name)
-            except OSError:
-                shutil.copyfile(path / name, tmp / name)
-        _write_file(tmp, rel, data)
-        _write_file(tmp, fmt.MANIFEST_FILE, new.seal())
+        def fill(tmp):
+            for name in manifest.files:
+                if name not in (rel, fmt.MANIFEST_FILE):
+                    snap.link_into(name, tmp / name)
+            _write_file(tmp, rel, data)
+            _write_file(tmp, fmt.MANIFEST_FILE, new.seal())
+            require_current(snap)
 
-    _write_then_swap(path, fill)
+        _write_then_swap(path, fill)
     return report
 
 
@@ -651,8 +747,13 @@ def read_automaton(path, *, verify_checksums: bool = True) -> Automaton:
     Raises the artifact format's errors for a damaged artifact, and
     IRVerificationError when the tables do not form a valid automaton."""
     with fmt.open_snapshot(path, verify_checksums=verify_checksums) as snap:
-        return automaton_from_metadata(dataclasses.asdict(snap.manifest), fmt.read_tables(snap),
-                                       where=f"artifact {str(path)!r}")
+        return _automaton_of(snap)
+
+
+def _automaton_of(snap: fmt.Snapshot) -> Automaton:
+    """`read_automaton` of an open snapshot."""
+    return automaton_from_metadata(dataclasses.asdict(snap.manifest), fmt.read_tables(snap),
+                                   where=f"artifact {str(snap.path)!r}")
 
 
 def load_checked(path, *, verify_checksums: bool = True, device=None, mesh=None):
@@ -667,8 +768,7 @@ def load_checked(path, *, verify_checksums: bool = True, device=None, mesh=None)
     from static_compiler import serving
 
     with serving.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
-        automaton_from_metadata(dataclasses.asdict(snap.manifest), fmt.read_tables(snap),
-                                where=f"artifact {str(path)!r}")
+        _automaton_of(snap)
         return serving.load_from(snap, device=device, mesh=mesh)
 
 

@@ -14,8 +14,11 @@ An artifact is a directory:
 * ``names.jsonl`` (version 2, text catalogues only): a `NameTable`, one JSON
   object per item, ``{"name": str, "tokens": [int, ...]}`` plus ``"aliases":
   [str, ...]`` when other names encode to the same tokens, sorted by tokens
-  (a prefix before its extensions); the manifest's ``names_file`` names it
-  (null when the set was compiled from token ids);
+  (a prefix before its extensions); lines end in a line feed alone, and
+  U+0085, U+2028 and U+2029 are written as JSON escapes (the reader splits
+  on line feeds only, so a file an older writer wrote them raw in reads
+  too); the manifest's ``names_file`` names it (null when the set was
+  compiled from token ids);
 * ``tables/layer{t}.{name}.npy``: the lookup tables (``np.load(...,
   mmap_mode="r")`` works), in the order ``manifest.tables`` lists them, which
   is every module's table-argument order (`table_keys`);
@@ -38,6 +41,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import stat
 from typing import Optional
 
@@ -568,9 +572,20 @@ class Manifest:
 # Text catalogues: names.jsonl.
 
 
+_LINE_BREAK_ESCAPES = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+"""str.translate table for names.jsonl: the line breaks str.splitlines
+knows that JSON allows raw in a string (U+0085, U+2028, U+2029) -> their
+JSON escapes. The others (U+000A to U+000D, U+001C to U+001E) are control
+characters, which json.dumps escapes itself."""
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class NameTable:
     """The names of a text catalogue's items, and their token ids.
+
+    Items here are the catalogue's unique token sequences, in the order the
+    compiled set numbers them (row u is unique sequence u of its
+    `liveness.ItemIndex`; the item index maps each name given to its row).
 
     Attributes:
       names: one name per item (the first of the names that encode to its tokens).
@@ -655,24 +670,37 @@ class NameTable:
         return shaped.reshape(valid.shape).tolist()
 
     def to_jsonl(self) -> bytes:
-        """The bytes of names.jsonl (UTF-8, one object per item, sorted keys)."""
+        """The bytes of names.jsonl: UTF-8, one object per item, sorted keys,
+        each line ended by a line feed alone. JSON leaves U+0085, U+2028 and
+        U+2029 raw inside strings, but line-splitting readers (str.splitlines,
+        many JSON Lines tools) break lines there, so they are written escaped
+        (`_LINE_BREAK_ESCAPES`); the bytes depend on the table alone."""
         lines = []
         for name, row, aliases in zip(self.names, self.tokens, self.aliases):
             obj = {"name": name, "tokens": [int(t) for t in row if t >= 0]}
             if aliases:
                 obj["aliases"] = list(aliases)
-            lines.append(json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n")
+            line = json.dumps(obj, ensure_ascii=False, sort_keys=True)
+            lines.append(line.translate(_LINE_BREAK_ESCAPES) + "\n")
         return "".join(lines).encode("utf-8")
 
     @classmethod
     def from_jsonl(cls, data: bytes, path, rel: str = NAMES_FILE) -> "NameTable":
-        """Parses names.jsonl; raises ArtifactFormatError naming the line."""
+        """Parses names.jsonl; raises ArtifactFormatError naming the line.
+
+        Lines are split on line feeds only (a final one ends the last
+        line), not on every Unicode line break as str.splitlines does: a
+        name holding U+0085, U+2028 or U+2029 raw (as writers before the
+        escapes wrote it) is inside its JSON string, not a line end."""
         names, rows, aliases = [], [], []
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise format_error(path, f"{rel} is not UTF-8 ({e})") from None
-        for number, line in enumerate(text.splitlines(), 1):
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        for number, line in enumerate(lines, 1):
             where = f"{rel} line {number}"
             try:
                 obj = json.loads(line, parse_constant=_reject_constant)
@@ -785,12 +813,56 @@ class Snapshot:
     here (this package never writes a file in place). Close it (or use
     `with`) when done; arrays and bytes it returned stay valid.
 
-    path: the artifact's path as given; manifest: its `Manifest`."""
+    path: the artifact's path as given; manifest: its `Manifest`;
+    directory: (st_dev, st_ino) of the version directory that was opened
+    (held open too, for `link_into`)."""
 
-    def __init__(self, path: pathlib.Path, manifest: "Manifest", files: dict):
+    def __init__(self, path: pathlib.Path, manifest: "Manifest", files: dict,
+                 dir_fd: Optional[int] = None):
         self.path = path
         self.manifest = manifest
         self._files = files  # rel -> open binary file
+        self._dir_fd = dir_fd  # the version directory (owned: closed by `close`)
+        held = None if dir_fd is None else os.fstat(dir_fd)
+        self.directory = None if held is None else (held.st_dev, held.st_ino)
+
+    def is_current(self) -> bool:
+        """Whether `path` still names the version directory this snapshot
+        opened (no writer has swapped another version in since)."""
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            return False
+        return self.directory is not None and (now.st_dev, now.st_ino) == self.directory
+
+    def link_into(self, rel: str, dest) -> None:
+        """Puts the file `rel`, as this snapshot opened it, at the new path
+        `dest` (its directory is created): a hard link to the very file that
+        is open (through the opened directory, checked to be the same
+        inode), else a copy of the open file's bytes, fsynced. The artifact
+        path is never looked up again, so an update that builds a new
+        version from this snapshot cannot take a file of a version that an
+        overwrite swapped in meanwhile (nor lose one that it deleted: the
+        open file still reads)."""
+        f = self._file(rel)
+        dest = pathlib.Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        held = os.fstat(f.fileno())
+        if self._dir_fd is not None and os.link in os.supports_dir_fd:
+            try:
+                os.link(rel, dest, src_dir_fd=self._dir_fd, follow_symlinks=False)
+            except OSError:
+                pass  # deleted with its directory, another filesystem, no links: copy it
+            else:
+                now = os.stat(dest, follow_symlinks=False)
+                if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                    return
+                os.unlink(dest)  # not the file opened: never take it
+        f.seek(0)
+        with open(dest, "wb") as out:
+            shutil.copyfileobj(f, out, _HASH_CHUNK)
+            out.flush()
+            os.fsync(out.fileno())
 
     def _file(self, rel: str):
         f = self._files.get(rel)
@@ -828,6 +900,9 @@ class Snapshot:
         for f in self._files.values():
             f.close()
         self._files = {}
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
     def __enter__(self) -> "Snapshot":
         return self
@@ -946,7 +1021,7 @@ def _snapshot(path: pathlib.Path, dir_fd: int, verify_checksums: bool,
                     raise ArtifactChecksumError(
                         f"artifact {str(path)!r}: file {rel!r} has sha256 {actual}, expected "
                         f"{entry.sha256} (the file is corrupted)")
-        return Snapshot(path, Manifest.from_json(body, path), opened)
+        return Snapshot(path, Manifest.from_json(body, path), opened, os.dup(dir_fd))
     except BaseException:
         for f in opened.values():
             f.close()

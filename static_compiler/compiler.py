@@ -643,8 +643,11 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
     """Writes a new version of the saved artifact at `path` with the items
     `add` lists and without those `remove` picks (as
     `CompiledConstraints.update`), atomically and under the artifact's
-    update lock (`artifact.update_lock`: a second updater gets
-    ArtifactBusyError at once; a crash leaves the old version).
+    lock (`artifact.update_lock`, which every writer of the path takes,
+    `artifact.save` too: while another holds it this raises
+    ArtifactBusyError at once; a crash leaves the old version). The new
+    version is built from the one version read (a snapshot), never from
+    files of one swapped in meanwhile.
 
     Removals alone hard-link tables and modules (`artifact.update_removed`).
     With additions that fit the reserved capacity, the tables are written
@@ -665,17 +668,21 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
     with artifact.update_lock(path):
         if add is None:
             return artifact.write_removed(path, remove)
-        old = load_compiled(path)
-        if old.items is None:  # raises the loader's error: no item index to update
-            with fmt.open_snapshot(path, verify_checksums=False) as snap:
-                artifact.read_items(snap)
-        new = old.update(add=add, remove=remove)
         with fmt.open_snapshot(path) as snap:
+            # The new version builds on `snap` alone: what `load_compiled`
+            # reads by path is that version (checked: the path still names
+            # it, and files are never written in place, so its checksums hold).
+            old = load_compiled(path, verify_checksums=False)
+            artifact.require_current(snap)
+            if old.items is None:  # raises the loader's error: no item index to update
+                artifact.read_items(snap)
+            new = old.update(add=add, remove=remove)
             reuse = snap if new.plan == old.plan else None
             record = snap.manifest.mesh
             if reuse is None and record is not None:  # export anew for the same mesh
-                where = placement_lib.placement_for(record, mesh, f"update: artifact {str(path)!r} "
-                                                    "(the additions outgrew its capacity)")
+                where = placement_lib.placement_for(record, mesh, f"update: artifact "
+                                                    f"{str(path)!r} (the additions outgrew its "
+                                                    "capacity)")
                 new = new.shard(mesh, where.axis, where.min_bytes)
-            artifact.save(new, path, overwrite=True, reuse_modules=reuse)
+            artifact.save_locked(new, path, overwrite=True, reuse_modules=reuse)
         return dict(new.last_update, modules="reused" if reuse else "exported")
