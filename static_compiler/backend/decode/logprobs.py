@@ -84,7 +84,11 @@ class LogProbs(NamedTuple):
 
     @classmethod
     def of(cls, logits) -> "LogProbs":
-        x = jnp.asarray(logits).astype(jnp.float32)
+        # The barrier keeps XLA from evaluating the log-softmax of constant
+        # logits (a trivial model) at compile time: its constant folder's
+        # exp / log round apart from the compiled kernels', so the same
+        # logits passed as an argument (a served module) gave other bits.
+        x = lax.optimization_barrier(jnp.asarray(logits).astype(jnp.float32))
         x = jnp.where(jnp.isnan(x), -jnp.inf, x)
         posinf = row_any(x == jnp.inf)
         shifted = _posinf_rows(x, posinf)
