@@ -20,7 +20,7 @@ _LAZY = {
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
     "load_compiled": "compiler", "update_artifact": "compiler",
     "DEFAULT_PIPELINE": "pipeline", "format_pipeline": "pipeline", "parse_pipeline": "pipeline",
-    "Subset": "liveness", "stack_subsets": "liveness", "Shards": "partitioned",
+    "Subset": "live.liveness", "stack_subsets": "live.liveness", "Shards": "partitioned",
 }
 
 

@@ -694,7 +694,7 @@ def update_removed(path, remove) -> dict:
 
 def read_items(snap: fmt.Snapshot, where: str = "update"):
     """The artifact's `ItemIndex`; DecodeInputError when it was saved without."""
-    from static_compiler.liveness import ItemIndex
+    from static_compiler.live.liveness import ItemIndex
 
     arrays = fmt.read_item_arrays(snap)
     if arrays is None:
@@ -711,7 +711,7 @@ def write_removed(path, remove) -> dict:
     unchanged file come from its open files (`Snapshot.link_into`: a hard
     link to, or copy of, the very file opened), never from the path again,
     so a version swapped in meanwhile cannot mix into it."""
-    from static_compiler import subsets
+    from static_compiler.live import subsets
 
     path = pathlib.Path(path)
     with fmt.open_snapshot(path) as snap:

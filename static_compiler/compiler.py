@@ -10,15 +10,16 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler import additions, subsets
+from static_compiler.live import additions
+from static_compiler.live import subsets
 from static_compiler import placement as placement_lib
 from static_compiler import pipeline as pipeline_lib
 from static_compiler.backend import decode
-from static_compiler.liveness import checked_subset_index
+from static_compiler.live.liveness import checked_subset_index
 from static_compiler.backend.lowering import (Plan, automaton_from_tables, lower, lower_pieces,
                                               slot_steps, state_counts, table_head, tables_nbytes)
 from static_compiler.artifact_format import NameTable
-from static_compiler.decode_state import check_processor_state
+from static_compiler.decode_state import check_processor_state, is_traced
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import ItemIndex, build_trie
 from static_compiler.graph_frontend import automaton_from_graph, is_graph
@@ -237,8 +238,9 @@ class CompiledConstraints:
         draft tokens int (B, n) at `step` (see backend.decode.speculative);
         subset / subset_index as in `mask` (default: the items this version
         has not removed)."""
-        state = check_processor_state(state, "accept_drafts")
-        live = self.live_mask(subset, subset_index, state.node.shape[0], "accept_drafts")
+        where = f"accept_drafts(step={'<traced>' if is_traced(step) else step})"
+        state = check_processor_state(state, where)  # named as the decoder names it
+        live = self.live_mask(subset, subset_index, state.node.shape[0], where)
         return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
 
     def texts(self, result) -> list:

@@ -24,7 +24,7 @@ from static_compiler.dtypes import (MAX_VOCAB_SIZE, index_dtype_for, sort_code_d
                                     token_dtype_for)
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import Automaton, Layer, frozen
-from static_compiler.liveness import ItemIndex
+from static_compiler.live.liveness import ItemIndex
 
 
 def check_vocab_size(vocab_size) -> int:

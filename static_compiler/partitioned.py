@@ -81,7 +81,7 @@ from static_compiler.frontend import (automaton_from_sorted_codes, check_end_tok
                                       terminal_states)
 from static_compiler.ir import (Automaton, AutomatonSummary, Layer, LayerPiece, LayerSummary,
                                 frozen, verify)
-from static_compiler.liveness import ItemIndex
+from static_compiler.live.liveness import ItemIndex
 from static_compiler.mapped import release_pages
 
 DEFAULT_CHUNK_ROWS = 1 << 20

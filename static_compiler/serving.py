@@ -47,9 +47,9 @@ from static_compiler.decode_state import (SENTINEL_SCORE, BeamState, DecodeResul
                                           check_start_tokens, check_step, check_tokens)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
 from static_compiler.placement import MeshPlacement, mesh_text, placed_shape, placement_for
-from static_compiler.liveness import (BitLayout, ItemIndex, Subset, TrieLayer, bit_layout,
-                                      checked_subset_index, row_pointers, rows_item_mask,
-                                      slot_step, subset_of_items)
+from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset, TrieLayer, bit_layout,
+                                           checked_subset_index, row_pointers, rows_item_mask,
+                                           slot_step, subset_of_items)
 
 
 def open_snapshot(path, *, verify_checksums: bool = True) -> fmt.Snapshot:

@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import oracle
 import static_compiler as sc
-from static_compiler import additions
+from static_compiler.live import additions
 from static_compiler.backend.decode import search
 from static_compiler.errors import ConstraintSetError, DecodeInputError, IRVerificationError
 from static_compiler.frontend import build_trie

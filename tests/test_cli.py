@@ -210,7 +210,8 @@ def test_demo_main_job_end_to_end(capsys):
     assert "est_bytes" in out and "paper bound U_max" in out  # the per-layer table
     assert re.search(r"imports \['static_compiler', 'static_compiler.artifact_format', "
                      r"'static_compiler.cli', 'static_compiler.decode_state', "
-                     r"'static_compiler.errors', 'static_compiler.liveness', "
+                     r"'static_compiler.errors', 'static_compiler.live', "
+                     r"'static_compiler.live.liveness', "
                      r"'static_compiler.placement', 'static_compiler.serving'\]", out)
     assert re.search(r"constrained step \(serving beam_step\): median \d+\.\d+ ms", out)
     valid = re.search(r"check    (\d+)/16 beams valid; (\d+)/(\d+) valid beams are in the set: OK",

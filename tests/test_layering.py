@@ -18,12 +18,15 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "static_compiler"
 
 # Layers, lowest first. A module may import modules of its own layer or below.
+# A key is a module or package path inside static_compiler ("live.liveness");
+# a module takes the layer of the longest key its path starts with, so a
+# stage's package may hold modules of several layers.
 LAYERS = (
     ("errors",),
-    ("dtypes", "decode_state", "artifact_format", "liveness", "placement", "mapped"),
+    ("dtypes", "decode_state", "artifact_format", "live", "live.liveness", "placement", "mapped"),
     ("ir",),
     ("cost_model", "merge_states", "frontend", "graph_frontend", "readers", "datasets", "text",
-     "subsets", "additions", "partitioned"),
+     "live.subsets", "live.additions", "partitioned"),
     ("passes", "pipeline"),
     ("backend",),
     ("artifact", "serving"),
@@ -39,11 +42,11 @@ RESTRICTED = {
     "errors": (set(), set()),
     "artifact_format": ({"numpy"}, {"errors"}),
     "decode_state": ({"jax", "numpy"}, {"errors"}),
-    "liveness": ({"numpy"}, {"errors"}),
+    "live.liveness": ({"numpy"}, {"errors"}),
     "mapped": ({"numpy"}, set()),
     "placement": ({"jax", "numpy"}, {"errors"}),
-    "serving": ({"jax", "numpy"}, {"errors", "artifact_format", "decode_state", "liveness",
-                                   "placement"}),
+    "serving": ({"jax", "numpy"}, {"errors", "artifact_format", "decode_state", "live",
+                                   "live.liveness", "placement"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
 }
 """module -> (third-party packages, modules of ours) it may import; most are
@@ -51,10 +54,18 @@ the modules a serving binary ships, so they stay small; the integrations may
 also import the engines they plug into."""
 
 
+KEYS = {key for members in LAYERS for key in members}
+
+
 def _top(name: str) -> str:
-    """The layer key of a module name inside static_compiler ('' for the package)."""
-    parts = name.split(".")
-    return parts[1] if len(parts) > 1 else ""
+    """The layer key of a module name inside static_compiler ('' for the
+    package): the longest key of LAYERS that is the module's path or a
+    package above it, else the first part of its path."""
+    parts = name.split(".")[1:]
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in KEYS:
+            return ".".join(parts[:n])
+    return parts[0] if parts else ""
 
 
 def _rank(key: str) -> int:

@@ -9,7 +9,8 @@ import pytest
 
 import oracle
 import static_compiler as sc
-from static_compiler import liveness, serving
+from static_compiler import serving
+from static_compiler.live import liveness
 from static_compiler.backend import lowering
 from test_live_fuzz import allowed_tokens, replay
 

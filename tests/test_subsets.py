@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 import oracle
 import static_compiler as sc
 from static_compiler import frontend as sc_frontend
-from static_compiler import datasets, liveness, report, subsets
+from static_compiler import datasets, report
+from static_compiler.live import liveness
+from static_compiler.live import subsets
 from static_compiler.backend import decode as decode_lib
 from static_compiler.backend import kernels, lowering
 from static_compiler.backend.decode import search
@@ -657,7 +659,7 @@ def test_the_fingerprint_hashes_in_chunks_and_does_not_depend_on_them(monkeypatc
     large sets); the digest is the one of each array hashed whole (a chunk
     larger than every array), as before chunking."""
     import static_compiler as sc
-    from static_compiler import subsets as subsets_lib
+    from static_compiler.live import subsets as subsets_lib
     from static_compiler.backend.lowering import state_counts
 
     compiled = sc.compile_constraints([[1, 2, 3], [1, 3, 2], [2, 2, 2], [3, 1]], 5, end_token=0)

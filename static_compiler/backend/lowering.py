@@ -38,7 +38,7 @@ from static_compiler.errors import IRVerificationError, PipelineError
 from static_compiler.ir import (Automaton, AutomatonSummary, Layer, LayerPiece, Layout,
                                 LayoutKind, verify)
 from static_compiler.dtypes import branch_dtype_for
-from static_compiler.liveness import EXCEPTION_TABLES, exception_rows, row_pointers, slot_step
+from static_compiler.live.liveness import EXCEPTION_TABLES, exception_rows, row_pointers, slot_step
 
 
 @dataclasses.dataclass(frozen=True)

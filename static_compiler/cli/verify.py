@@ -89,8 +89,8 @@ def _removed_rows(path, ir, tokens, lengths):
     import numpy as np
 
     from static_compiler import artifact_format as fmt
-    from static_compiler.liveness import ItemIndex
-    from static_compiler.subsets import unique_ids
+    from static_compiler.live.liveness import ItemIndex
+    from static_compiler.live.subsets import unique_ids
 
     with fmt.open_snapshot(path) as snap:
         arrays = fmt.read_item_arrays(snap)

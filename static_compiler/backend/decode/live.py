@@ -1,7 +1,7 @@
 """Item subsets at decode time: liveness bits read per candidate.
 
 A `LiveMask` holds the bit-packed liveness of R subsets (see
-`static_compiler.liveness`) and the subset each batch row decodes over. A
+`static_compiler.live.liveness`) and the subset each batch row decodes over. A
 child candidate stays valid only when its next state is live; the end token
 only where the beam's own item is in the subset. A lookup is one gather of
 uint32 words (at a dense_rows step, of each beam's row of slot words), so
@@ -20,7 +20,7 @@ from jax import lax
 from static_compiler.backend.lowering import Plan, slot_steps
 from static_compiler.decode_state import is_traced
 from static_compiler.errors import DecodeInputError
-from static_compiler.liveness import bit_widths, slot_words
+from static_compiler.live.liveness import bit_widths, slot_words
 
 
 class LiveMask(NamedTuple):

@@ -167,7 +167,7 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
         an end token, decoding stops once every valid beam has ended (the
         result is the same), so the model ran for fewer steps.
       subset: a `LiveMask`: each batch row decodes over its item subset
-        only (see static_compiler.subsets), exactly as over a set compiled
+        only (see static_compiler.live.subsets), exactly as over a set compiled
         from those items; None: every item.
     """
     check_int("batch_size", batch_size, low=1)

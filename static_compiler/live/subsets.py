@@ -2,7 +2,7 @@
 recompile (`CompiledConstraints.subset`, `stack_subsets`).
 
 The bits, their layout and how they are computed are in
-`static_compiler.liveness` (shared with the serving loader); this module
+`static_compiler.live.liveness` (shared with the serving loader); this module
 adds what needs the compiled automaton: the set's fingerprint, the check
 that its items are states of a trie, and finding token sequences in it.
 Items are only expressible as states in a trie: after `minimize` or for
@@ -18,9 +18,9 @@ import numpy as np
 
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import Automaton
-from static_compiler.liveness import (BitLayout, ItemIndex, Subset,  # noqa: F401 (API)
-                                      bit_layout, layer_walks, rows_item_mask, stack_subsets,
-                                      subset_of_items)
+from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset,  # noqa: F401 (API)
+                                           bit_layout, layer_walks, rows_item_mask, stack_subsets,
+                                           subset_of_items)
 
 
 def set_fingerprint(ir: Automaton, state_counts: tuple = ()) -> str:
@@ -125,7 +125,7 @@ def _item_mask(selection, items: ItemIndex, where: str, ir: Optional[Automaton] 
 def liveness(ir: Automaton, items: ItemIndex, item_live: np.ndarray,
              walks: Optional[tuple] = None) -> tuple[list, list]:
     """`liveness.liveness` of the automaton's trie (unpacked bits per depth)."""
-    from static_compiler import liveness as core
+    from static_compiler.live import liveness as core
 
     return core.liveness(ir.layers, ir.num_final_states, ir.end_token, items, item_live, walks)
 

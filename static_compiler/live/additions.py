@@ -27,7 +27,7 @@ from static_compiler.dtypes import index_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import as_token_matrix, check_range, sort_unique_rows
 from static_compiler.ir import Automaton, Layer, LayoutKind, frozen
-from static_compiler.liveness import ItemIndex
+from static_compiler.live.liveness import ItemIndex
 
 
 @contextlib.contextmanager
