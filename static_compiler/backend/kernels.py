@@ -20,6 +20,12 @@ one gather program (`packed_expand`) instead of a `lax.switch` over each
 step's kernel. XLA compiles a kernel per op and per switch branch, which
 made compiling a 33-step search take seconds; packing is used while the
 run's tables are small (`PACK_MAX_ENTRIES`).
+
+A longer run (or one with dense_rows layers) switches over its steps'
+kernels, but steps with the same plan and table shapes share one kernel
+(`group_run`): their tables stacked, one step's read through a
+`TableSlice` at a traced position. A long set repeats a few step shapes,
+so its program stays the same size whatever its length.
 """
 
 from __future__ import annotations
@@ -42,8 +48,34 @@ class Candidates(NamedTuple):
     valid: jnp.ndarray
 
 
+class TableSlice(NamedTuple):
+    """One step's table inside a stack of its group's equal-shaped tables
+    (`group_run`): rows [pos * n, (pos + 1) * n) of `data`, pos traced. The
+    kernels read it as they read the table itself (`_gather` clamps an index
+    into the step's own rows first, so out-of-range reads are the same)."""
+
+    data: jax.Array  # (g * n, ...)
+    pos: jax.Array  # int32 scalar
+    n: int
+
+
+def _gather(table, idx):
+    """``jnp.take(table, idx, axis=0, mode="clip")`` of a table or a `TableSlice`."""
+    if isinstance(table, TableSlice):
+        idx = jnp.clip(jnp.asarray(idx, jnp.int32), 0, table.n - 1) + table.pos * table.n
+        return jnp.take(table.data, idx, axis=0, mode="clip")
+    return jnp.take(table, idx, axis=0, mode="clip")
+
+
+def whole(table):
+    """The array of a table or of a `TableSlice` (one dynamic slice)."""
+    if isinstance(table, TableSlice):
+        return lax.dynamic_slice_in_dim(table.data, table.pos * table.n, table.n, axis=0)
+    return table
+
+
 def _take(table, idx):
-    return jnp.take(table, idx, axis=0, mode="clip").astype(jnp.int32)
+    return _gather(table, idx).astype(jnp.int32)
 
 
 def slice_rows(step: StepPlan, tables: dict, start, end, k: int) -> Candidates:
@@ -103,13 +135,14 @@ def exception_rows(tables: dict):
     states: its `ex_starts` / `ex_branch` tables, or the `ex_bounds` (X, 2)
     that artifacts before format version 6 hold."""
     if "ex_bounds" in tables:
-        bounds = tables["ex_bounds"].astype(jnp.int32)
+        bounds = whole(tables["ex_bounds"]).astype(jnp.int32)
         return bounds[:, 0], bounds[:, 1] - bounds[:, 0]
-    return tables["ex_starts"].astype(jnp.int32), tables["ex_branch"].astype(jnp.int32)
+    return (whole(tables["ex_starts"]).astype(jnp.int32),
+            whole(tables["ex_branch"]).astype(jnp.int32))
 
 
 def _near_unary_bounds(tables: dict, node):
-    ex_states = tables["ex_states"].astype(jnp.int32)
+    ex_states = whole(tables["ex_states"]).astype(jnp.int32)
     num_ex = ex_states.shape[0]
     # j = number of exception states below `node`: a binary search (a loop of
     # log2(X) steps) on long lists; on short ones one comparison against all,
@@ -123,11 +156,11 @@ def _near_unary_bounds(tables: dict, node):
     at = jnp.clip(j[..., None] - lax.iota(jnp.int32, 2), 0, num_ex - 1)  # [here, below]
     states = jnp.take(ex_states, at, mode="clip")
     if "ex_bounds" in tables:  # (format version <= 5: both bounds in one table)
-        bounds = jnp.take(tables["ex_bounds"].astype(jnp.int32), at, axis=0, mode="clip")
+        bounds = _take(tables["ex_bounds"], at)
         starts, ends = bounds[..., 0], bounds[..., 1]
     else:
-        starts = jnp.take(tables["ex_starts"].astype(jnp.int32), at, mode="clip")
-        ends = starts + jnp.take(tables["ex_branch"].astype(jnp.int32), at, mode="clip")
+        starts = _take(tables["ex_starts"], at)
+        ends = starts + _take(tables["ex_branch"], at)
     is_exception = (j < num_ex) & (states[..., 0] == node)
     # Between exceptions every state has one child, so rows advance in lockstep
     # with state ids: start = node + (end of the previous exception's row - its id - 1).
@@ -201,7 +234,7 @@ def accepts(step: StepPlan, tables: dict, node):
     """bool (...,): whether each state `node` may end its sequence here."""
     if not step.has_accepting:
         return jnp.zeros(jnp.shape(node), dtype=bool)
-    return jnp.take(tables["accepting"], node, mode="clip")
+    return _gather(tables["accepting"], node)
 
 
 # ---------------------------------------------------------------------------
@@ -359,3 +392,97 @@ def packed_expand(packed: PackedRun, index, node) -> tuple[Candidates, jax.Array
         else _take(packed.targets, idx)
     cand = Candidates(_take(packed.tokens, idx), nxt, idx < end[..., None])
     return cand, jnp.take(packed.accepting, row, mode="clip")
+
+
+# ---------------------------------------------------------------------------
+# Grouped runs: the steps of a run that is not packed, grouped by kernel, so
+# a traced step index switches over the groups, not over every step.
+
+STACK_MAX_ENTRIES = 1 << 22
+"""A group of equal steps (`group_run`) stacks at most this many table
+entries; longer runs of them split into several groups. The stack is
+rebuilt on every call (a decoding loop builds it once, before the loop)."""
+
+
+class GroupedRun(NamedTuple):
+    """The layers of a run of steps, grouped by kernel: steps with the same
+    `StepPlan` and table shapes run one kernel, reading their tables from
+    one stack (each kind of table concatenated along its first axis over
+    the group's steps) at the step's position, a traced index.
+
+    A `lax.switch` over every step of a long run compiled one branch per
+    step, each taking every step's tables as operands (XLA passes a
+    conditional's operands to every branch): compile time grew with the
+    square of the run's length. Over the groups it grows with the number of
+    distinct step shapes, which a long set repeats.
+
+    tables: per group, its stacked tables (key -> (g * n, ...)), or, for a
+    group of one step, that step's own tables. steps: per group, its steps
+    (static; the first names the kernel). group, position: int32 (run
+    length,): each step's group and its place in it."""
+
+    tables: tuple
+    steps: tuple
+    group: np.ndarray
+    position: np.ndarray
+
+    def step_tables(self, g: int, pos) -> dict:
+        """``{t: tables}`` for group `g`'s first step t: the tables of the
+        step at position `pos` (int32 scalar, traced) of the group, as the
+        kernels read them (`TableSlice` where stacked)."""
+        steps, tabs = self.steps[g], self.tables[g]
+        if len(steps) == 1:
+            return {steps[0]: tabs}
+        n = len(steps)
+        return {steps[0]: {key: TableSlice(arr, pos, arr.shape[0] // n)
+                           for key, arr in tabs.items()}}
+
+
+def step_signature(plan, tables, t: int):
+    """What fixes step `t`'s kernel: its `StepPlan` and its tables' shapes
+    and dtypes (None for the extra end step: a group of its own)."""
+    if t >= plan.depth:
+        return None
+    return plan.steps[t], tuple((key, tuple(arr.shape), str(arr.dtype))
+                                for key, arr in sorted(tables[t].items()))
+
+
+def run_groups(plan, tables, steps, limit: Optional[int] = None) -> tuple[tuple[int, ...], ...]:
+    """The steps of a run grouped by `step_signature` (first-seen order),
+    each group stacking at most `limit` (default `STACK_MAX_ENTRIES`)
+    entries; a longer group splits (a step over the limit alone)."""
+    limit = STACK_MAX_ENTRIES if limit is None else limit
+    groups, open_group = [], {}  # signature -> index of its group still filling
+    sizes = []
+    for t in steps:
+        sig = step_signature(plan, tables, t)
+        size = 0 if t >= plan.depth else sum(int(np.prod(a.shape)) for a in tables[t].values())
+        g = open_group.get(sig) if sig is not None else None
+        if g is not None and sizes[g] + size <= limit:
+            groups[g].append(t)
+            sizes[g] += size
+            continue
+        if sig is not None:
+            open_group[sig] = len(groups)
+        groups.append([t])
+        sizes.append(size)
+    return tuple(tuple(g) for g in groups)
+
+
+def group_run(plan, tables, steps, limit: Optional[int] = None) -> Optional[GroupedRun]:
+    """The run `steps` as a `GroupedRun` (`run_groups`), or None when no two
+    of its steps share a kernel (the per-step switch is then as small)."""
+    groups = run_groups(plan, tables, steps, limit)
+    if len(groups) == len(steps):
+        return None
+    where = {t: (g, i) for g, members in enumerate(groups) for i, t in enumerate(members)}
+    stacked = []
+    for members in groups:
+        if len(members) == 1:
+            stacked.append(tables[members[0]] if members[0] < plan.depth else {})
+            continue
+        stacked.append({key: jnp.concatenate([jnp.asarray(tables[t][key]) for t in members])
+                        for key in tables[members[0]]})
+    return GroupedRun(tuple(stacked), groups,
+                      np.asarray([where[t][0] for t in steps], np.int32),
+                      np.asarray([where[t][1] for t in steps], np.int32))

@@ -13,12 +13,12 @@ import jax.numpy as jnp
 from jax import lax
 
 from static_compiler.backend.decode.live import (LiveMask, PackedLive, child_live,
-                                                 dense_child_live, end_live, packed_child_live,
-                                                 packed_end_live)
+                                                 dense_child_live, end_live, grouped_live_view,
+                                                 packed_child_live, packed_end_live)
 from static_compiler.backend.decode.logprobs import LogProbs, scored
-from static_compiler.backend.kernels import (Candidates, PackedRun, accepts, entries, expand,
-                                             num_candidates, packed_expand, row_bounds, slice_rows,
-                                             take_last, take_rows)
+from static_compiler.backend.kernels import (Candidates, GroupedRun, PackedRun, accepts, entries,
+                                             expand, num_candidates, packed_expand, row_bounds,
+                                             slice_rows, take_last, take_rows)
 from static_compiler.backend.lowering import Plan, slot_steps
 from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.ir import LayoutKind
@@ -87,6 +87,32 @@ def switched(plan: Plan, steps: tuple[int, ...], scores=None) -> bool:
                for t in steps)
 
 
+def switch_steps(tables, subset, steps: tuple[int, ...], index, fn, *operands):
+    """``fn(t, tables, subset, *operands)`` for the step steps[index] (index
+    traced int32) of a run: a `lax.switch` over the steps, each branch
+    calling `fn` at its static step; or, when `tables` is the run's
+    `GroupedRun` (and `subset` its `GroupedLive` or None), over its groups,
+    each calling `fn` at its first step with the tables and subset bits of
+    the step at the traced position within the group (`step_tables`,
+    `grouped_live_view`): as many branches as distinct kernels, however
+    long the run."""
+    if not isinstance(tables, GroupedRun):
+        return lax.switch(index, [functools.partial(fn, t, tables, subset) for t in steps],
+                          *operands)
+    groups = tables.steps
+
+    def branch(g, pos, *ops):
+        return fn(groups[g][0], tables.step_tables(g, pos),
+                  grouped_live_view(subset, groups, g, pos), *ops)
+
+    position = jnp.take(tables.position, index, mode="clip")
+    if len(groups) == 1:
+        return branch(0, position, *operands)
+    return lax.switch(jnp.take(tables.group, index, mode="clip"),
+                      [functools.partial(branch, g) for g in range(len(groups))],
+                      position, *operands)
+
+
 def switched_step_candidates(plan: Plan, tables, steps: tuple[int, ...], index, node, live,
                              finished, logprobs: Optional[LogProbs],
                              subset: Optional[LiveMask] = None) -> StepCandidates:
@@ -105,7 +131,7 @@ def switched_step_candidates(plan: Plan, tables, steps: tuple[int, ...], index, 
     with_end = end is not None and any(t >= plan.depth or plan.steps[t].has_accepting
                                        for t in steps)
 
-    def branch(t, node):
+    def branch(t, tables, subset, node):
         shape = jnp.shape(node)
         if t < plan.depth:
             sp = plan.steps[t]
@@ -122,8 +148,7 @@ def switched_step_candidates(plan: Plan, tables, steps: tuple[int, ...], index, 
             cols.append(accepting.astype(jnp.int32)[..., None])
         return jnp.concatenate(cols, axis=-1)
 
-    out = lax.switch(index, [functools.partial(branch, t) for t in steps],
-                     jnp.asarray(node, jnp.int32))
+    out = switch_steps(tables, subset, steps, index, branch, jnp.asarray(node, jnp.int32))
     tokens, nxt, valid = out[..., :k], out[..., k:2 * k], out[..., 2 * k:3 * k] != 0
 
     def logprob_of(tokens):

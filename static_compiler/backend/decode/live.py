@@ -83,10 +83,24 @@ def subset_widths(plan: Plan) -> tuple[tuple, tuple]:
     return bit_widths(states, accepting, plan.end_token, plan.vocab_size, slot_steps(plan))
 
 
+class BitsSlice(NamedTuple):
+    """One step's bits inside its group's bits (`group_live`): words uint32
+    (R, g * W), the step's W words of each row at offset pos * W (pos
+    traced)."""
+
+    words: Any
+    pos: Any
+    width: int
+
+
 def _bits(words, rows, idx, offset=0):
-    """bool idx.shape: bit idx of row rows[b] of `words` uint32 (R, W),
-    starting `offset` words in; idx int32 (B, ...) (out-of-range indices
-    read some bit: their candidates are invalid anyway)."""
+    """bool idx.shape: bit idx of row rows[b] of `words` uint32 (R, W) (or
+    a `BitsSlice`), starting `offset` words in; idx int32 (B, ...)
+    (out-of-range indices read some bit: their candidates are invalid
+    anyway)."""
+    if isinstance(words, BitsSlice):
+        offset = offset + words.pos * words.width
+        words = words.words
     R, W = words.shape
     idx = jnp.asarray(idx, jnp.int32)
     base = (rows.astype(jnp.int32) * W + offset).reshape(rows.shape + (1,) * (idx.ndim - 1))
@@ -113,8 +127,11 @@ def dense_child_live(mask: Optional[LiveMask], step: int, node, vocab_size: int)
         return jnp.ones(shape, bool)
     words = mask.live[step]
     W = slot_words(vocab_size)
-    R, states = words.shape[0], words.shape[1] // W
     node = jnp.asarray(node, jnp.int32)
+    if isinstance(words, BitsSlice):  # the step's states come pos * states rows in
+        node = node + words.pos * (words.width // W)
+        words = words.words
+    R, states = words.shape[0], words.shape[1] // W
     rows = mask.rows.astype(jnp.int32).reshape(mask.rows.shape + (1,) * (node.ndim - 1))
     row = jnp.take(words.reshape(R * states, W), rows * states + node, axis=0, mode="clip")
     bits = (row[..., None] >> lax.iota(jnp.uint32, 32)) & jnp.uint32(1)
@@ -173,3 +190,43 @@ def packed_end_live(packed: Optional[PackedLive], index, node):
     if packed is None:
         return jnp.ones(jnp.shape(node), bool)
     return _bits(packed.ends, packed.rows, node, jnp.take(packed.end_offsets, index))
+
+
+class GroupedLive(NamedTuple):
+    """A `LiveMask` for a `GroupedRun`: per group, its steps' live bits (of
+    the next depth) and end bits concatenated along the words (None where
+    the steps have none), as `grouped_live_view` reads them."""
+
+    live: tuple
+    ends: tuple
+    rows: Any
+
+
+def group_live(plan, mask: LiveMask, groups) -> GroupedLive:
+    """The bits of each group of `groups` (a `GroupedRun`'s steps)
+    concatenated: steps of a group have equal bit widths."""
+    depth = plan.depth
+    cat = lambda parts: parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=1)
+    live, ends = [], []
+    for members in groups:
+        live.append(cat([mask.live[t] for t in members]) if members[0] < depth else None)
+        ends.append(None if mask.ends[members[0]] is None
+                    else cat([mask.ends[t] for t in members]))
+    return GroupedLive(tuple(live), tuple(ends), mask.rows)
+
+
+def grouped_live_view(grouped: Optional[GroupedLive], groups, g: int, pos) -> Optional[LiveMask]:
+    """The `LiveMask` that step_candidates reads at group `g`'s first step
+    for the step at position `pos` (traced) of the group: ``live[t]`` and
+    ``ends[t]`` are `BitsSlice` views (the arrays themselves for a group of
+    one)."""
+    if grouped is None:
+        return None
+    t, n = groups[g][0], len(groups[g])
+
+    def view(words):
+        if words is None or n == 1:
+            return words
+        return BitsSlice(words, pos, words.shape[1] // n)
+
+    return LiveMask({t: view(grouped.live[g])}, {t: view(grouped.ends[g])}, grouped.rows)

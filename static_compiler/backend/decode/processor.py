@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from static_compiler.backend.decode.candidates import step_candidates
 from static_compiler.backend.decode.live import check_live_mask
-from static_compiler.backend.decode.step import step_in_range, switch_over_steps
+from static_compiler.backend.decode.step import step_in_range, switch_over_groups
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (SENTINEL_SCORE, ProcessorState, check_int, check_logits,
                                           check_step, check_tokens)
@@ -48,6 +48,13 @@ def mask(plan: Plan, tables, logits, state: ProcessorState, step, subset=None):
     if not isinstance(step, int):
         return mask_switch(plan, tables, logits, state, step, subset)
     check_logits(logits, (B,), plan.vocab_size, f"mask(step={step})")
+    return _mask_at(plan, tables, logits, state, step, subset)
+
+
+def _mask_at(plan: Plan, tables, logits, state: ProcessorState, step: int, subset=None):
+    """`mask` at a static step, on checked arguments (`tables[step]` and
+    the subset's bits at `step` may be a group's views: `switch_over_groups`)."""
+    B = state.node.shape[0]
     cand = step_candidates(plan, tables, state.node, _checked_valid(plan, state, step),
                            state.finished, None, step, subset=subset)
     rows = jnp.broadcast_to(jnp.arange(B)[:, None], cand.tokens.shape)
@@ -71,6 +78,12 @@ def advance(plan: Plan, tables, state: ProcessorState, tokens, step,
     if not isinstance(step, int):
         return advance_switch(plan, tables, state, tokens, step, subset)
     check_tokens(tokens, B, f"advance(step={step})")
+    return _advance_at(plan, tables, state, tokens, step, subset)
+
+
+def _advance_at(plan: Plan, tables, state: ProcessorState, tokens, step: int,
+                subset=None) -> ProcessorState:
+    """`advance` at a static step, on checked arguments (see `_mask_at`)."""
     tokens = jnp.asarray(tokens, jnp.int32)
     cand = step_candidates(plan, tables, state.node, _checked_valid(plan, state, step),
                            state.finished, None, step, subset=subset)
@@ -84,11 +97,15 @@ def advance(plan: Plan, tables, state: ProcessorState, tokens, step,
 
 
 def mask_switch(plan: Plan, tables, logits, state: ProcessorState, step, subset=None):
-    """`mask` with a traced `step` (see `switch_over_steps`); outside [0,
+    """`mask` with a traced `step` (see `switch_over_groups`); outside [0,
     max_length) nothing can be appended: finished rows allow only the end
     token, other rows nothing."""
-    masked = switch_over_steps(plan, lambda t, tabs, x, st, sub: mask(plan, tabs, x, st, t, sub),
-                               step, tables, logits, state, subset)
+    check_step(step, plan.max_length, "mask", traced=True)
+    check_live_mask(plan, subset, state.node.shape[0], "mask")
+    check_logits(logits, (state.node.shape[0],), plan.vocab_size, "mask(step=<traced>)")
+    masked = switch_over_groups(
+        plan, lambda t, tabs, sub, x, st: _mask_at(plan, tabs, x, st, t, sub),
+        step, tables, subset, logits, state)
     x = jnp.asarray(logits).astype(jnp.float32)
     end_only = jnp.arange(plan.vocab_size) == (-1 if plan.end_token is None else plan.end_token)
     done = (state.valid & state.finished)[:, None] & end_only & ~jnp.isnan(x)
@@ -97,11 +114,14 @@ def mask_switch(plan: Plan, tables, logits, state: ProcessorState, step, subset=
 
 def advance_switch(plan: Plan, tables, state: ProcessorState, tokens, step,
                    subset=None) -> ProcessorState:
-    """`advance` with a traced `step` (see `switch_over_steps`); outside [0,
+    """`advance` with a traced `step` (see `switch_over_groups`); outside [0,
     max_length) only a finished row taking the end token stays valid."""
-    moved = switch_over_steps(plan,
-                              lambda t, tabs, st, tok, sub: advance(plan, tabs, st, tok, t, sub),
-                              step, tables, state, tokens, subset)
+    check_step(step, plan.max_length, "advance", traced=True)
+    check_live_mask(plan, subset, state.node.shape[0], "advance")
+    check_tokens(tokens, state.node.shape[0], "advance(step=<traced>)")
+    moved = switch_over_groups(
+        plan, lambda t, tabs, sub, st, tok: _advance_at(plan, tabs, st, tok, t, sub),
+        step, tables, subset, state, tokens)
     end = -2 if plan.end_token is None else plan.end_token
     done = state.valid & state.finished & (jnp.asarray(tokens, jnp.int32) == end)
     past = ProcessorState(jnp.zeros_like(state.node), done, done)

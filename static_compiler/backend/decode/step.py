@@ -16,11 +16,11 @@ from jax import lax
 
 from static_compiler.backend.decode.candidates import (StepCandidates, candidate_width,
                                                        pad_candidates, packed_step_candidates,
-                                                       step_candidates, switched,
+                                                       step_candidates, switch_steps, switched,
                                                        switched_step_candidates)
 from static_compiler.backend import kernels
-from static_compiler.backend.decode.live import LiveMask, pack_live
-from static_compiler.backend.kernels import PackedRun, pack_run, packed_entries
+from static_compiler.backend.decode.live import LiveMask, group_live, pack_live
+from static_compiler.backend.kernels import PackedRun, group_run, pack_run, packed_entries
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.decode.selection import select_beams
 from static_compiler.backend.lowering import Plan
@@ -130,19 +130,28 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
     return apply_choice(plan, state, cand, parent, col, top, valid, step)
 
 
-def run_inputs(plan: Plan, tables, subset: Optional[LiveMask], steps: tuple[int, ...]):
+def run_inputs(plan: Plan, tables, subset: Optional[LiveMask], steps: tuple[int, ...],
+               stack_limit: Optional[int] = None):
     """(tables, subset) as `run_candidates` reads them for the run `steps`:
     when the run has several steps and their tables are small, the tables
     packed into one `PackedRun` and the subset's bits packed alike
     (`pack_live`), so one gather program serves every step (a driver packs
-    them once, outside its loop); else both as they are. The bound is read
-    when tracing (`kernels.PACK_MAX_ENTRIES`; tests lower it to compare both
-    ways)."""
+    them once, outside its loop); else, when some of its steps share a
+    kernel (same `StepPlan` and table shapes, as the long tail of a long
+    set does), the run's `GroupedRun` and the subset's bits grouped alike
+    (`group_live`), so the step's switch has a branch per distinct kernel,
+    not per step; else both as they are. The bounds are read when tracing
+    (`kernels.PACK_MAX_ENTRIES`; `stack_limit`, by default
+    `kernels.STACK_MAX_ENTRIES`, per group; tests lower them to compare
+    the ways)."""
     if len(steps) > 1:
         entries = packed_entries(plan, tables, steps)
         if entries is not None and entries <= kernels.PACK_MAX_ENTRIES:
             return (pack_run(plan, tables, steps),
                     None if subset is None else pack_live(plan, subset, steps))
+        grouped = group_run(plan, tables, steps, stack_limit)
+        if grouped is not None:
+            return grouped, None if subset is None else group_live(plan, subset, grouped.steps)
     return tables, subset
 
 
@@ -152,8 +161,10 @@ def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid
     """`step_candidates` at `step`, one of the static `steps` of a run, padded
     to the run's widest list (`pad_candidates`) so the rest of the step is
     one program. With several steps `step` is traced: `tables` is then the
-    run's `PackedRun` (see `run_inputs`), or the layers' tables and a
-    `lax.switch` runs that step's own kernel."""
+    run's `PackedRun` (see `run_inputs`), or a `lax.switch` runs that
+    step's kernel: over the run's `GroupedRun` groups (steps of one shape
+    share a kernel, reading their stacked tables), or over the steps, on
+    the layers' own tables (`switch_steps`)."""
     width = max(candidate_width(plan, t, keep) for t in steps)
     if isinstance(tables, PackedRun):
         index = jnp.asarray(step, jnp.int32) - steps[0]
@@ -169,12 +180,11 @@ def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid
         return pad_candidates(switched_step_candidates(plan, tables, steps, index, node, valid,
                                                        finished, logprobs, subset), width)
 
-    def at(t, node, valid, finished, logprobs, scores):
+    def at(t, tables, subset, node, valid, finished, logprobs, scores):
         return pad_candidates(step_candidates(plan, tables, node, valid, finished, logprobs, t,
                                               scores=scores, keep=keep, subset=subset), width)
 
-    return lax.switch(index, [functools.partial(at, t) for t in steps],
-                      node, valid, finished, logprobs, scores)
+    return switch_steps(tables, subset, steps, index, at, node, valid, finished, logprobs, scores)
 
 
 def switch_over_steps(plan: Plan, step_fn: Callable, step, *operands):
@@ -185,6 +195,23 @@ def switch_over_steps(plan: Plan, step_fn: Callable, step, *operands):
     branches = [functools.partial(step_fn, t) for t in range(plan.max_length)]
     index = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
     return lax.switch(index, branches, *operands)
+
+
+def switch_over_groups(plan: Plan, step_fn: Callable, step, tables, subset, *operands):
+    """``step_fn(t, tables, subset, *operands)`` for a traced int32 scalar
+    `step`, as `switch_over_steps` runs it (a step outside [0, max_length)
+    runs the nearest one), but steps with the same plan and table shapes
+    share a branch (`kernels.group_run`, stacks as small as packed runs:
+    they are built on every call), which reads `tables[t]` and the subset's
+    bits at its first step t as views of the step's own (`switch_steps`):
+    `step_fn` indexes them at t only, and takes the subset unchecked."""
+    steps = tuple(range(plan.max_length))
+    index = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
+    grouped = group_run(plan, tables, steps, kernels.PACK_MAX_ENTRIES)
+    if grouped is not None:
+        tables, subset = grouped, None if subset is None else group_live(plan, subset,
+                                                                          grouped.steps)
+    return switch_steps(tables, subset, steps, index, step_fn, *operands)
 
 
 def step_in_range(plan: Plan, step):
@@ -217,7 +244,8 @@ def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
 
 
 def _run_branch(plan, caps, run, tables, state, logits, step, subset):
-    tabs, sub = run_inputs(plan, tables, subset, run)
+    # Built on every call here, not once per loop: stacks as small as packed runs.
+    tabs, sub = run_inputs(plan, tables, subset, run, kernels.PACK_MAX_ENTRIES)
     return run_step(plan, tabs, state, logits, run, step if len(run) > 1 else run[0],
                     caps[run[0]], None, sub)
 
