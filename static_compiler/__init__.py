@@ -20,11 +20,20 @@ _LAZY = {
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
     "load_compiled": "compiler", "update_artifact": "compiler",
     "DEFAULT_PIPELINE": "pipeline", "format_pipeline": "pipeline", "parse_pipeline": "pipeline",
-    "Subset": "live.liveness", "stack_subsets": "live.liveness", "Shards": "partitioned",
+    "Subset": "live.liveness", "stack_subsets": "live.liveness", "Shards": "frontend.partitioned",
 }
+
+# Modules that moved into their stage's package, still importable as
+# `from static_compiler import datasets` (a path the docs used).
+_MOVED = {"datasets": "frontend.datasets", "text": "frontend.text", "readers": "frontend.readers",
+          "partitioned": "frontend.partitioned"}
 
 
 def __getattr__(name):
+    if name in _MOVED:
+        value = importlib.import_module(f"static_compiler.{_MOVED[name]}")
+        globals()[name] = value
+        return value
     if name not in _LAZY:
         raise AttributeError(f"module 'static_compiler' has no attribute {name!r}")
     module = _LAZY[name]

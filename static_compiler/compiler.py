@@ -22,10 +22,10 @@ from static_compiler.artifact_format import NameTable
 from static_compiler.decode_state import check_processor_state, is_traced
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import ItemIndex, build_trie
-from static_compiler.graph_frontend import automaton_from_graph, is_graph
-from static_compiler.partitioned import ArrayFiles, Shards, partitions_built
+from static_compiler.frontend.graph import automaton_from_graph, is_graph
+from static_compiler.frontend.partitioned import ArrayFiles, Shards, partitions_built
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
-from static_compiler.text import encode_catalogue, looks_like_names
+from static_compiler.frontend.text import encode_catalogue, looks_like_names
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -442,13 +442,13 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
       constraints: a 2-D int array (N, L), an iterable of int sequences, an
         `Automaton`, an acyclic `networkx.DiGraph` (see graph_frontend), or,
         with `tokenizer`, a sequence of str (a text catalogue, see
-        static_compiler.text).
+        static_compiler.frontend.text).
       vocab_size: V; tokens must lie in [0, V).
       end_token: token ending variable-length sequences (required when
         sequence lengths differ; for names, default the tokenizer's eos).
       tokenizer: for names: a callable str -> list of token ids, a
         `tokenizers.Tokenizer`, a `transformers` tokenizer, or an adapter
-        (static_compiler.text); the result keeps the names (`names`, `texts`).
+        (static_compiler.frontend.text); the result keeps the names (`names`, `texts`).
       pipeline: pass pipeline spec; default `pipeline.DEFAULT_PIPELINE`.
       print_ir_after_all: print the IR after every pass to `stream` (stderr).
       export_beam_sizes / export_tokens_per_beam: what `save` exports.

@@ -257,7 +257,7 @@ def test_serving_modules_are_the_loaders_own_and_the_demo_server():
             "static_compiler.cli", main_job.DEMO_SERVER} <= allowed
     compiler_side = {"static_compiler.compiler", "static_compiler.frontend",
                      "static_compiler.pipeline", "static_compiler.passes",
-                     "static_compiler.readers", "static_compiler.cli.dispatch",
+                     "static_compiler.frontend.readers", "static_compiler.cli.dispatch",
                      "static_compiler.cli.main_job"}
     assert not allowed & compiler_side
 

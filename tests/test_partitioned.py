@@ -21,11 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import static_compiler as sc
-from static_compiler import datasets, partitioned
+from static_compiler.frontend import datasets
+from static_compiler.frontend import partitioned
 from static_compiler.errors import BuildError, ConstraintSetError
 from static_compiler.frontend import build_trie
 from static_compiler.ir import AutomatonSummary
-from static_compiler.partitioned import Shards, build_trie_partitioned
+from static_compiler.frontend.partitioned import Shards, build_trie_partitioned
 
 
 def assert_same_build(got, want):

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler import partitioned
+from static_compiler.frontend import partitioned
 from static_compiler.errors import BuildError
-from static_compiler.partitioned import Shards, build_trie_partitioned
+from static_compiler.frontend.partitioned import Shards, build_trie_partitioned
 
 V = 16
 ROWS = np.random.default_rng(3).integers(0, V, size=(400, 4))
@@ -165,7 +165,7 @@ def test_a_build_removes_the_work_directories_of_builds_that_died(tmp_path):
 KILLED_BUILD = """
 import os, signal, sys
 import numpy as np
-from static_compiler.partitioned import Shards, build_trie_partitioned
+from static_compiler.frontend.partitioned import Shards, build_trie_partitioned
 
 def progress(line):
     if "built partition 2/" in line:

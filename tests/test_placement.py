@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler import datasets, errors, placement, report
+from static_compiler import errors, placement, report
+from static_compiler.frontend import datasets
 from static_compiler.cli import main
 
 BIG = placement.PACKED_TABLE_ENTRIES + 8  # rows; divisible by 8

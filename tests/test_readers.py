@@ -1,4 +1,4 @@
-"""static_compiler.readers: every file format reads back what was written, and
+"""static_compiler.frontend.readers: every file format reads back what was written, and
 every bad file raises a typed error naming the file, the line and the text."""
 
 import json
@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from static_compiler import compile_constraints, readers
+from static_compiler import compile_constraints
+from static_compiler.frontend import readers
 from static_compiler.errors import ConstraintSetError, IRParseError, IRVerificationError
 from static_compiler.frontend import build_automaton
 from static_compiler.ir import Automaton

@@ -473,7 +473,7 @@ def test_a_one_device_artifact_refuses_a_mesh(fixed):
 def test_a_mesh_record_on_modules_for_one_device_is_refused(tmp_path):
     """A mesh record whose split row pointers the modules do not take padded
     (an edited manifest, resealed)."""
-    from static_compiler import datasets
+    from static_compiler.frontend import datasets
     path = artifact.save(compile_constraints(datasets.synthetic_sids(3000, 4, 64, seed=2), 64,
                                              pipeline="choose-layout{force=csr},pack-dtypes",
                                              export_beam_sizes=(4,)), tmp_path / "csr.static")

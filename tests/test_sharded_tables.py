@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh
     import static_compiler as sc
-    from static_compiler import datasets
+    from static_compiler.frontend import datasets
 
     assert len(jax.devices()) == 8
     V = 64
@@ -94,7 +94,8 @@ EXPORT_SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh
     import static_compiler as sc
-    from static_compiler import artifact, datasets, errors, serving
+    from static_compiler import artifact, errors, serving
+    from static_compiler.frontend import datasets
 
     assert len(jax.devices()) == 8
     V, M, B = 64, 6, 2
@@ -218,7 +219,7 @@ def test_the_cli_compiles_for_a_mesh_and_decodes_on_one(tmp_path):
     mesh of the process's devices and prints what the one-device artifact
     prints; a process with too few devices gets one line, no traceback."""
     import numpy as np
-    from static_compiler import datasets
+    from static_compiler.frontend import datasets
 
     np.save(tmp_path / "s.npy", datasets.synthetic_sids(150_000, 4, 64, seed=4))
     cli = [sys.executable, "-m", "static_compiler.cli"]

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 import oracle
 import static_compiler as sc
 from static_compiler import frontend as sc_frontend
-from static_compiler import datasets, report
+from static_compiler import report
+from static_compiler.frontend import datasets
 from static_compiler.live import liveness
 from static_compiler.live import subsets
 from static_compiler.backend import decode as decode_lib

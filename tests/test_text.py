@@ -16,7 +16,9 @@ import pytest
 
 import oracle
 import static_compiler as sc
-from static_compiler import artifact, artifact_format, readers, serving, text
+from static_compiler import artifact, artifact_format, serving
+from static_compiler.frontend import readers
+from static_compiler.frontend import text
 from static_compiler.cli import main
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, DecodeInputError
 

@@ -30,7 +30,7 @@ def read_input(path: str, *, vocab_size: Optional[int], end_token: Optional[int]
 
     Raises CliInputError when a constraint set comes without --vocab-size, or
     when --vocab-size / --end-token differ from an IR dump's values."""
-    from static_compiler import readers
+    from static_compiler.frontend import readers
     from static_compiler.ir import Automaton
 
     constraints = readers.read_constraints(path)
@@ -117,7 +117,8 @@ def read_any_input(path: str, *, vocab_size: Optional[int], end_token: Optional[
     else `read_input`'s constraint set."""
     if tokenizer is None:
         return (*read_input(path, vocab_size=vocab_size, end_token=end_token), None)
-    from static_compiler import readers, text
+    from static_compiler.frontend import readers
+    from static_compiler.frontend import text
 
     if vocab_size is None:
         raise CliInputError(f"input {path!r}: --vocab-size is required for a text catalogue "

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 def _shards(args: argparse.Namespace, stack: contextlib.ExitStack, log):
     """The `Shards` that --partitions / --workers describe (a worker pool
     entered on `stack`)."""
-    from static_compiler.partitioned import Shards
+    from static_compiler.frontend.partitioned import Shards
 
     if args.partitions < 1 or args.workers < 0:
         raise CliInputError(f"--partitions {args.partitions} / --workers {args.workers}: "

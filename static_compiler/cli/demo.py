@@ -10,7 +10,7 @@ from static_compiler.errors import CliInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from static_compiler import datasets
+    from static_compiler.frontend import datasets
 
     parser.add_argument("--dataset", default=datasets.DEFAULT_DATASET,
                         choices=sorted(datasets.DATASETS), help="built-in constraint set")

@@ -20,7 +20,8 @@ from typing import Optional, TextIO
 
 import numpy as np
 
-from static_compiler import artifact, datasets, report, serving
+from static_compiler import artifact, report, serving
+from static_compiler.frontend import datasets
 from static_compiler.cli import demo_model
 from static_compiler.compiler import compile_constraints
 from static_compiler.errors import MainJobError

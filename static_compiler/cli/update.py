@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read(flag: str, file: str):
-    from static_compiler import readers
+    from static_compiler.frontend import readers
     from static_compiler.errors import CliInputError
     from static_compiler.ir import Automaton
 

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from static_compiler.errors import CliInputError
     from static_compiler.frontend import as_token_matrix, row_keys
     from static_compiler.ir import Automaton, enumerate_sequences
-    from static_compiler.text import encode_catalogue
+    from static_compiler.frontend.text import encode_catalogue
 
     ir = artifact.read_automaton(args.artifact)
     tokens, lengths = enumerate_sequences(ir)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.datasets import synthetic_sids
+from static_compiler.frontend.datasets import synthetic_sids
 
 ALL_METHODS = ("static", "static_mask", "unconstrained", "host_trie", "exact_bsearch",
                "approx_bsearch", "hash_bitmap")

@@ -45,7 +45,7 @@ import numpy as np
 from jax import lax
 
 import static_compiler as sc
-from static_compiler import datasets
+from static_compiler.frontend import datasets
 from static_compiler.backend.decode import search
 from tools.bench.cli import sid_set_parser
 from tools.bench.output import machine_line

@@ -83,7 +83,7 @@ def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int,
     import numpy as np
 
     from static_compiler.frontend import build_trie
-    from static_compiler.partitioned import Shards, build_trie_partitioned
+    from static_compiler.frontend.partitioned import Shards, build_trie_partitioned
 
     paths = sorted(os.path.join(shard_dir, f) for f in os.listdir(shard_dir)
                    if f.endswith(".npy"))
@@ -159,7 +159,7 @@ def main(argv=None) -> int:
         print(json.dumps(_child(mode, shard_dir, int(vocab), int(partitions), int(workers),
                                 workdir, pipeline)))
         return 0
-    from static_compiler import datasets
+    from static_compiler.frontend import datasets
 
     n = int(args.items)
     print(f"# partitioned build: {n} random items, L = {args.length}, V = {args.vocab}, "

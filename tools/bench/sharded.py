@@ -30,7 +30,7 @@ def _measure(n: int, length: int, vocab: int, repeats: int, min_bytes: int) -> i
     from jax.sharding import Mesh
 
     import static_compiler as sc
-    from static_compiler import datasets
+    from static_compiler.frontend import datasets
     from tools.bench.output import machine_line
 
     print(f"# tables across devices: {n} random items, L = {length}, V = {vocab}, "

@@ -1,0 +1,28 @@
+"""The frontend: inputs become the automaton IR.
+
+* `sequences`: token sequences (an int array (N, L) or ragged lists) are
+  validated, sorted, deduplicated and built into a trie, vectorized (its
+  names are re-exported here: ``from static_compiler.frontend import
+  build_trie``);
+* `graph`: an acyclic `networkx.DiGraph` becomes a layered automaton;
+* `text`: text catalogues (names and a tokenizer) become token sequences;
+* `readers`: constraint sets read from files (.npy, .jsonl, .txt);
+* `datasets`: the built-in deterministic sets of the demos and benchmarks;
+* `partitioned`: catalogues larger than memory, built from shards
+  partition by partition on any `concurrent.futures.Executor` (`Shards`).
+
+numpy only here (networkx for graphs, tokenizers when a tokenizer file is
+read); no jax.
+"""
+
+from static_compiler.frontend.sequences import (ItemIndex, as_token_matrix,
+                                                automaton_from_sorted_codes, build_automaton,
+                                                build_trie, check_end_token, check_range,
+                                                check_vocab_size, row_keys, sort_unique_codes,
+                                                sort_unique_rows, terminal_states)
+
+__all__ = [
+    "ItemIndex", "as_token_matrix", "automaton_from_sorted_codes", "build_automaton", "build_trie",
+    "check_end_token", "check_range", "check_vocab_size", "row_keys", "sort_unique_codes",
+    "sort_unique_rows", "terminal_states",
+]
