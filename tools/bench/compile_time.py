@@ -5,9 +5,10 @@ measured in a fresh process, so nothing is cached in memory:
         [--library PATH]   # a checkout whose static_compiler to measure (default: this one)
 
 Sets: `timezones` (the IANA time-zone names of `zoneinfo`, one token per
-character, an end token: a variable-length set of ~600 names, ~33 steps) and
+character, an end token: a variable-length set of ~600 names, ~33 steps),
 `sids` (1e6 synthetic Semantic IDs, L = 8, V = 2048: the paper's
-configuration). For each set it reports, at batch 2, beams 70, 30 tokens per
+configuration) and `long:L` (200 random sequences of L tokens over V = 4:
+first-call time against the length, the library only, no artifact). For each set it reports, at batch 2, beams 70, 30 tokens per
 beam, with a trivial logits_fn (zeros, so the model costs nothing):
 
 * beam_search first call: trace + compile + one run, in seconds;
@@ -35,7 +36,7 @@ import json, sys, time, statistics, zoneinfo
 import numpy as np, jax, jax.numpy as jnp
 import static_compiler as sc
 from static_compiler import serving
-from static_compiler.frontend import datasets
+from static_compiler import datasets  # both layouts (a --library checkout may be older)
 
 which, repeats, art_dir, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 if cache != "-":
@@ -61,6 +62,9 @@ if which == "timezones":
     seqs = [[ids[c] for c in n] for n in names]
     compiled = sc.compile_constraints(seqs, len(chars) + 1, end_token=0,
                                       export_tokens_per_beam=30)
+elif which.startswith("long:"):
+    rows = np.random.default_rng(0).integers(0, 4, size=(200, int(which[5:])))
+    compiled = sc.compile_constraints(rows, 4, export_tokens_per_beam=30)
 else:
     data = datasets.synthetic_sids(1_000_000, 8, 2048, seed=0)
     compiled = sc.compile_constraints(data, 2048, export_tokens_per_beam=30)
@@ -104,8 +108,10 @@ def _run(library: str, args: list) -> dict:
 
 def measure(which: str, repeats: int, library: str, cache: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        art = os.path.join(tmp, "set.static")
+        art = "-" if which.startswith("long:") else os.path.join(tmp, "set.static")
         row = {"set": which, **_run(library, [which, repeats, art, "-"])}
+        if art == "-":
+            return row
         row.update(_run(library, [f"artifact:{which}", 0, art, "-"]))
         if cache:
             cache_dir = os.path.join(tmp, "jax-cache")
