@@ -19,7 +19,8 @@ _LAZY = {
     "CompiledConstraints": "compiler", "beam_search": "compiler",
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
     "load_compiled": "compiler", "update_artifact": "compiler",
-    "DEFAULT_PIPELINE": "pipeline", "format_pipeline": "pipeline", "parse_pipeline": "pipeline",
+    "DEFAULT_PIPELINE": "passes.pipeline", "format_pipeline": "passes.pipeline",
+    "parse_pipeline": "passes.pipeline",
     "Subset": "live.liveness", "stack_subsets": "live.liveness", "Shards": "frontend.partitioned",
 }
 

@@ -13,7 +13,7 @@ import numpy as np
 from static_compiler.live import additions
 from static_compiler.live import subsets
 from static_compiler import placement as placement_lib
-from static_compiler import pipeline as pipeline_lib
+from static_compiler.passes import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.live.liveness import checked_subset_index
 from static_compiler.backend.lowering import (Plan, automaton_from_tables, lower, lower_pieces,

@@ -256,7 +256,7 @@ def test_serving_modules_are_the_loaders_own_and_the_demo_server():
     assert {"static_compiler", "static_compiler.errors", "static_compiler.serving",
             "static_compiler.cli", main_job.DEMO_SERVER} <= allowed
     compiler_side = {"static_compiler.compiler", "static_compiler.frontend",
-                     "static_compiler.pipeline", "static_compiler.passes",
+                     "static_compiler.passes.pipeline", "static_compiler.passes",
                      "static_compiler.frontend.readers", "static_compiler.cli.dispatch",
                      "static_compiler.cli.main_job"}
     assert not allowed & compiler_side

@@ -15,7 +15,7 @@ import pytest
 from ir_strategies import unique_sorted
 from static_compiler.frontend import build_automaton
 from static_compiler.ir import parse_ir
-from static_compiler.pipeline import DEFAULT_PIPELINE, parse_pipeline, run_pipeline, stage_dumps
+from static_compiler.passes.pipeline import DEFAULT_PIPELINE, parse_pipeline, run_pipeline, stage_dumps
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "golden"

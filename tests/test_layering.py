@@ -26,7 +26,7 @@ LAYERS = (
     ("dtypes", "decode_state", "artifact_format", "live", "live.liveness", "placement", "mapped"),
     ("ir",),
     ("cost_model", "merge_states", "frontend", "live.subsets", "live.additions"),
-    ("passes", "pipeline"),
+    ("passes",),
     ("backend",),
     ("artifact", "serving"),
     ("compiler", "report", ""),  # "" is the package's __init__ (the public API)

@@ -20,7 +20,7 @@ from static_compiler import compile_constraints
 from static_compiler.errors import MemoryBudgetError, PipelineError
 from static_compiler.frontend import build_automaton
 from static_compiler.ir import LayoutKind, parse_ir
-from static_compiler.pipeline import run_pipeline
+from static_compiler.passes.pipeline import run_pipeline
 
 THREE = np.array([[1, 2, 1], [3, 1, 2], [3, 1, 3]])
 

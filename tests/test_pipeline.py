@@ -19,7 +19,7 @@ from static_compiler import DEFAULT_PIPELINE, compile_constraints, format_pipeli
 from static_compiler.errors import IRVerificationError, MemoryBudgetError, PipelineError
 from static_compiler.frontend import build_automaton
 from static_compiler.ir import LayoutKind, parse_ir
-from static_compiler.pipeline import run_pipeline
+from static_compiler.passes.pipeline import run_pipeline
 
 THREE = np.array([[1, 2, 1], [3, 1, 2], [3, 1, 3]])
 
@@ -321,7 +321,7 @@ def test_layouts_planned_from_summaries_equal_the_pipelines(data, spec, ragged):
     variable-length sets and pipelines with capacity, forced, mixed and
     budget-bound layouts."""
     from static_compiler.ir import AutomatonSummary
-    from static_compiler.pipeline import plan_layouts
+    from static_compiler.passes.pipeline import plan_layouts
 
     if ragged:
         rows, vocab, end = data.draw(ragged_sets(max_vocab=40, max_items=60))
@@ -340,7 +340,7 @@ def test_layouts_planned_from_summaries_equal_the_pipelines(data, spec, ragged):
 
 def test_a_pass_that_rewrites_layers_cannot_plan_from_summaries():
     from static_compiler.ir import AutomatonSummary
-    from static_compiler.pipeline import plan_layouts
+    from static_compiler.passes.pipeline import plan_layouts
 
     summary = AutomatonSummary.of(build_automaton(THREE, 4))
     with pytest.raises(PipelineError, match=r"pass 'minimize' rewrites the layers themselves"):

@@ -13,7 +13,7 @@ is a folder ``golden/<case>/`` whose ``input.json`` holds the set
 (``sequences``, ``vocab_size``, ``end_token``, and ``about``, a line on what
 it exercises); ``<NN>-<stage>.ir`` are its dumps, NN = 00 for the frontend
 output and 01.. for the passes in pipeline order
-(`static_compiler.pipeline.stage_dumps`). A new case is a new folder with an
+(`static_compiler.passes.pipeline.stage_dumps`). A new case is a new folder with an
 input.json; run this to create its dumps.
 """
 
@@ -25,7 +25,7 @@ import os
 import sys
 
 from static_compiler.frontend import build_automaton
-from static_compiler.pipeline import DEFAULT_PIPELINE, stage_dumps
+from static_compiler.passes.pipeline import DEFAULT_PIPELINE, stage_dumps
 
 GOLDEN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "golden")
 INPUT = "input.json"

@@ -152,7 +152,7 @@ def _pipeline_with_budget(pipeline: Optional[str], budget: Optional[str]) -> Opt
     if budget is None:
         return pipeline
     from static_compiler.passes.base import ByteSize
-    from static_compiler.pipeline import DEFAULT_PIPELINE, format_pipeline, parse_pipeline
+    from static_compiler.passes.pipeline import DEFAULT_PIPELINE, format_pipeline, parse_pipeline
 
     try:
         size = ByteSize.parse(budget)
