@@ -44,6 +44,7 @@ import numpy as np
 from jax import export as jax_export
 
 from static_compiler import artifact_format as fmt
+from static_compiler import processes
 from static_compiler.backend import decode
 from static_compiler.backend.lowering import Plan, StepPlan, automaton_from_tables
 from static_compiler.decode_state import (PAD_TOKEN, SENTINEL_SCORE, BeamState, ProcessorState,
@@ -470,16 +471,6 @@ def _check_replaceable(path: pathlib.Path) -> None:
                                   f"can be replaced ({e}); refusing to delete it") from None
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        return True
-    return True
-
-
 def recover_stale(path) -> list[str]:
     """Cleans up after writers of `path` that died (kill -9, power loss): their
     temporary directories beside it (`.NAME.tmp-PID-*`, whose PID is no
@@ -497,7 +488,7 @@ def recover_stale(path) -> list[str]:
     stale = []
     for entry in sorted(parent.iterdir()):
         m = pattern.match(entry.name)
-        if m and entry.is_dir() and not entry.is_symlink() and not _process_alive(int(m[2])):
+        if m and entry.is_dir() and not entry.is_symlink() and not processes.alive(int(m[2])):
             stale.append((m[1], entry))
     for kind, entry in stale:
         if kind == "old" and not path.exists() and (entry / fmt.MANIFEST_FILE).is_file():
@@ -632,7 +623,7 @@ def update_lock(path):
                                          "does not exist)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if _names_open_file(lock, fd):
+            if fmt.names_open_file(lock, fd):
                 break
         except BlockingIOError:
             os.close(fd)
@@ -650,16 +641,6 @@ def update_lock(path):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lock)
         os.close(fd)
-
-
-def _names_open_file(path: pathlib.Path, fd: int) -> bool:
-    """Whether `path` names the file open as `fd`."""
-    try:
-        now = os.stat(path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
 
 
 def require_current(snap: fmt.Snapshot, what: str = "update") -> None:

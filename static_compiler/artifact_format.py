@@ -802,6 +802,19 @@ class _Replaced(Exception):
     """The directory at the path is no longer the one being read."""
 
 
+def names_open_file(path, fd: int) -> bool:
+    """Whether `path` names the file or directory open as `fd`: the same
+    device and inode. How a snapshot, the
+    writers' lock and a hard link tell that a path was not swapped under
+    them."""
+    try:
+        now = os.stat(path)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
 class Snapshot:
     """One artifact directory, every file of it opened once.
 
@@ -813,9 +826,8 @@ class Snapshot:
     here (this package never writes a file in place). Close it (or use
     `with`) when done; arrays and bytes it returned stay valid.
 
-    path: the artifact's path as given; manifest: its `Manifest`;
-    directory: (st_dev, st_ino) of the version directory that was opened
-    (held open too, for `link_into`)."""
+    path: the artifact's path as given; manifest: its `Manifest`. The
+    version directory opened stays open (`is_current`, `link_into`)."""
 
     def __init__(self, path: pathlib.Path, manifest: "Manifest", files: dict,
                  dir_fd: Optional[int] = None):
@@ -823,17 +835,11 @@ class Snapshot:
         self.manifest = manifest
         self._files = files  # rel -> open binary file
         self._dir_fd = dir_fd  # the version directory (owned: closed by `close`)
-        held = None if dir_fd is None else os.fstat(dir_fd)
-        self.directory = None if held is None else (held.st_dev, held.st_ino)
 
     def is_current(self) -> bool:
         """Whether `path` still names the version directory this snapshot
         opened (no writer has swapped another version in since)."""
-        try:
-            now = os.stat(self.path)
-        except OSError:
-            return False
-        return self.directory is not None and (now.st_dev, now.st_ino) == self.directory
+        return self._dir_fd is not None and names_open_file(self.path, self._dir_fd)
 
     def link_into(self, rel: str, dest) -> None:
         """Puts the file `rel`, as this snapshot opened it, at the new path
@@ -847,15 +853,13 @@ class Snapshot:
         f = self._file(rel)
         dest = pathlib.Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        held = os.fstat(f.fileno())
         if self._dir_fd is not None and os.link in os.supports_dir_fd:
             try:
                 os.link(rel, dest, src_dir_fd=self._dir_fd, follow_symlinks=False)
             except OSError:
                 pass  # deleted with its directory, another filesystem, no links: copy it
             else:
-                now = os.stat(dest, follow_symlinks=False)
-                if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                if names_open_file(dest, f.fileno()):
                     return
                 os.unlink(dest)  # not the file opened: never take it
         f.seek(0)

@@ -610,18 +610,25 @@ def load_compiled(path, *, verify_checksums: bool = True) -> CompiledConstraints
     (`update_artifact`)."""
     import pathlib
 
+    from static_compiler import artifact_format as fmt
+
+    with fmt.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
+        return _compiled_from_snapshot(snap)
+
+
+def _compiled_from_snapshot(snap) -> CompiledConstraints:
+    """`load_compiled` of an open `artifact_format.Snapshot` (every array
+    read from its open files)."""
     from static_compiler import artifact
     from static_compiler import artifact_format as fmt
 
-    path = pathlib.Path(path)
-    with fmt.open_snapshot(path, verify_checksums=verify_checksums) as snap:
-        manifest = snap.manifest
-        where, metadata = f"artifact {str(path)!r}", dataclasses.asdict(manifest)
-        plan, _ = artifact.plan_from_metadata(metadata, where)
-        tables = tuple(fmt.read_tables(snap))
-        ir = artifact.automaton_from_metadata(metadata, tables, where)
-        items = None if manifest.item_files is None else artifact.read_items(snap)
-        names = fmt.read_names(snap)
+    manifest = snap.manifest
+    where, metadata = f"artifact {str(snap.path)!r}", dataclasses.asdict(manifest)
+    plan, _ = artifact.plan_from_metadata(metadata, where)
+    tables = tuple(fmt.read_tables(snap))
+    ir = artifact.automaton_from_metadata(metadata, tables, where)
+    items = None if manifest.item_files is None else artifact.read_items(snap)
+    names = fmt.read_names(snap)
     caps = next((m.tokens_per_beam for m in manifest.modules.values()
                  if m.tokens_per_beam is not None), None)
     return CompiledConstraints(ir=ir, plan=plan, tables=tables, pipeline=manifest.pipeline,
@@ -671,11 +678,7 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
         if add is None:
             return artifact.write_removed(path, remove)
         with fmt.open_snapshot(path) as snap:
-            # The new version builds on `snap` alone: what `load_compiled`
-            # reads by path is that version (checked: the path still names
-            # it, and files are never written in place, so its checksums hold).
-            old = load_compiled(path, verify_checksums=False)
-            artifact.require_current(snap)
+            old = _compiled_from_snapshot(snap)  # the new version builds on `snap` alone
             if old.items is None:  # raises the loader's error: no item index to update
                 artifact.read_items(snap)
             new = old.update(add=add, remove=remove)
@@ -686,5 +689,6 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
                                                     f"{str(path)!r} (the additions outgrew its "
                                                     "capacity)")
                 new = new.shard(mesh, where.axis, where.min_bytes)
+            artifact.require_current(snap)  # a writer that skips the lock swapped nothing in
             artifact.save_locked(new, path, overwrite=True, reuse_modules=reuse)
         return dict(new.last_update, modules="reused" if reuse else "exported")

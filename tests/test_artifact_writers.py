@@ -165,13 +165,13 @@ def test_a_writer_that_locked_a_removed_lock_file_does_not_hold_the_lock(tmp_pat
 def test_update_lock_starts_over_when_the_file_it_locked_was_removed(tmp_path, monkeypatch):
     path = tmp_path / "set.static"
     checks = []
-    real = artifact._names_open_file
+    real = artifact.fmt.names_open_file
 
     def removed_once(lock, fd):
         checks.append(lock)
         return len(checks) > 1 and real(lock, fd)
 
-    monkeypatch.setattr(artifact, "_names_open_file", removed_once)
+    monkeypatch.setattr(artifact.fmt, "names_open_file", removed_once)
     with artifact.update_lock(path):
         assert len(checks) == 2
     assert not artifact.lock_file(path).exists()
@@ -219,14 +219,14 @@ def _in_the_window(monkeypatch, kind: str, action):
 
         monkeypatch.setattr(artifact_format.Snapshot, "link_into", link_into)
     else:  # after the old set is read, before the new version is built
-        real_load = compiler.load_compiled
+        real_read = compiler._compiled_from_snapshot
 
-        def load_compiled(*args, **kwargs):
-            out = real_load(*args, **kwargs)
+        def read(*args, **kwargs):
+            out = real_read(*args, **kwargs)
             once()
             return out
 
-        monkeypatch.setattr(compiler, "load_compiled", load_compiled)
+        monkeypatch.setattr(compiler, "_compiled_from_snapshot", read)
     return done
 
 

@@ -23,7 +23,8 @@ PACKAGE = REPO / "static_compiler"
 # stage's package may hold modules of several layers.
 LAYERS = (
     ("errors",),
-    ("dtypes", "decode_state", "artifact_format", "live", "live.liveness", "placement", "mapped"),
+    ("dtypes", "decode_state", "artifact_format", "live", "live.liveness", "placement", "mapped",
+     "processes"),
     ("ir",),
     ("cost_model", "merge_states", "frontend", "live.subsets", "live.additions"),
     ("passes",),

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
+from static_compiler import processes
 from static_compiler.frontend import partitioned
 from static_compiler.errors import BuildError
 from static_compiler.frontend.partitioned import Shards, build_trie_partitioned
@@ -151,7 +152,7 @@ def test_a_build_removes_the_work_directories_of_builds_that_died(tmp_path):
     build_trie_partitioned(Shards([ROWS], partitions=2, workdir=tmp_path,
                                   progress=lines.append), V)
     gone = {"dead", "dead-no-start"}
-    if partitioned._process_start(os.getpid()) is not None:  # (Linux: /proc)
+    if processes.start_time(os.getpid()) is not None:  # (Linux: /proc)
         gone.add("reused-pid")
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == sorted(["not-a-build", f"{partitioned.WORK_PREFIX}no-owner"]

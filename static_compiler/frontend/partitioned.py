@@ -75,6 +75,7 @@ import numpy as np
 
 from static_compiler.dtypes import (branch_dtype_for, index_dtype_for, sort_code_dtype_for,
                                    token_dtype_for)
+from static_compiler import processes
 from static_compiler.errors import BuildError, ConstraintSetError
 from static_compiler.frontend import (automaton_from_sorted_codes, check_end_token,
                                       check_range, check_vocab_size, sort_unique_codes,
@@ -808,21 +809,9 @@ WORK_PREFIX = "static-compiler-build-"
 OWNER_FILE = "owner"
 
 
-def _process_start(pid: int) -> Optional[str]:
-    """When process `pid` started (clock ticks since boot, /proc/PID/stat's
-    field 22: Linux), or None where unknown; with the pid it names one
-    process, not whichever later reuses the pid."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return stat.rsplit(b")", 1)[1].split()[19].decode()  # (after the command name)
-    except (OSError, IndexError):
-        return None
-
-
 def _owner() -> str:
     """What a work directory's OWNER_FILE holds: "host pid start"."""
-    return f"{socket.gethostname()} {os.getpid()} {_process_start(os.getpid()) or '-'}"
+    return f"{socket.gethostname()} {os.getpid()} {processes.start_time(os.getpid()) or '-'}"
 
 
 def _owner_died(owner: str) -> bool:
@@ -837,12 +826,11 @@ def _owner_died(owner: str) -> bool:
     if pid == 0:
         return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OverflowError):  # someone else's process, or not a pid
+        if not processes.alive(pid):
+            return True
+    except OverflowError:  # not a pid
         return False
-    start = _process_start(pid)
+    start = processes.start_time(pid)
     return fields[2] != "-" and start is not None and start != fields[2]
 
 
