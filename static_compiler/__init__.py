@@ -27,7 +27,7 @@ _LAZY = {
 # Modules that moved into their stage's package, still importable as
 # `from static_compiler import datasets` (a path the docs used).
 _MOVED = {"datasets": "frontend.datasets", "text": "frontend.text", "readers": "frontend.readers",
-          "partitioned": "frontend.partitioned"}
+          "partitioned": "frontend.partitioned", "serving": "artifact.serving"}
 
 
 def __getattr__(name):

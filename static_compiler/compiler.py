@@ -12,18 +12,19 @@ import numpy as np
 
 from static_compiler.live import additions
 from static_compiler.live import subsets
-from static_compiler import placement as placement_lib
+from static_compiler.artifact import placement as placement_lib
 from static_compiler.passes import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.live.liveness import checked_subset_index
 from static_compiler.backend.lowering import (Plan, automaton_from_tables, lower, lower_pieces,
                                               slot_steps, state_counts, table_head, tables_nbytes)
-from static_compiler.artifact_format import NameTable
+from static_compiler.artifact.names import NameTable
 from static_compiler.decode_state import check_processor_state, is_traced
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import ItemIndex, build_trie
+from static_compiler.frontend.array_files import ArrayFiles
 from static_compiler.frontend.graph import automaton_from_graph, is_graph
-from static_compiler.frontend.partitioned import ArrayFiles, Shards, partitions_built
+from static_compiler.frontend.partitioned import Shards, partitions_built
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
 from static_compiler.frontend.text import encode_catalogue, looks_like_names
 
@@ -48,7 +49,7 @@ class CompiledConstraints:
         catalogue "text": names, items, duplicates (names merged into another
         name's item because they encode to the same tokens), end_token and
         end_token_from ("argument" or "tokenizer").
-      names: for a text catalogue, the `artifact_format.NameTable` mapping
+      names: for a text catalogue, the `artifact.names.NameTable` mapping
         token sequences back to names (saved as names.jsonl); else None.
       items: for sequence input, where each input row (an item) ends in the
         trie (`liveness.ItemIndex`), for item subsets; else None.
@@ -413,9 +414,9 @@ class CompiledConstraints:
         return decode.LiveMask(device[0], device[1], subset_index)
 
     def save(self, path, *, overwrite: bool = False):
-        """Writes the artifact directory atomically (see static_compiler.artifact)."""
-        from static_compiler import artifact
-        return artifact.save(self, path, overwrite=overwrite)
+        """Writes the artifact directory atomically (see static_compiler.artifact.writer)."""
+        from static_compiler.artifact import writer
+        return writer.save(self, path, overwrite=overwrite)
 
 
 _SET_CACHES = ("_fingerprint", "_bit_layout_cache", "_first_rows")
@@ -610,25 +611,26 @@ def load_compiled(path, *, verify_checksums: bool = True) -> CompiledConstraints
     (`update_artifact`)."""
     import pathlib
 
-    from static_compiler import artifact_format as fmt
+    from static_compiler.artifact import snapshot
 
-    with fmt.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
+    with snapshot.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
         return _compiled_from_snapshot(snap)
 
 
 def _compiled_from_snapshot(snap) -> CompiledConstraints:
-    """`load_compiled` of an open `artifact_format.Snapshot` (every array
+    """`load_compiled` of an open `artifact.snapshot.Snapshot` (every array
     read from its open files)."""
-    from static_compiler import artifact
-    from static_compiler import artifact_format as fmt
+    from static_compiler.artifact import snapshot
+    from static_compiler.artifact.metadata import automaton_from_metadata, plan_from_metadata
+    from static_compiler.artifact.update import read_items
 
     manifest = snap.manifest
     where, metadata = f"artifact {str(snap.path)!r}", dataclasses.asdict(manifest)
-    plan, _ = artifact.plan_from_metadata(metadata, where)
-    tables = tuple(fmt.read_tables(snap))
-    ir = artifact.automaton_from_metadata(metadata, tables, where)
-    items = None if manifest.item_files is None else artifact.read_items(snap)
-    names = fmt.read_names(snap)
+    plan, _ = plan_from_metadata(metadata, where)
+    tables = tuple(snapshot.read_tables(snap))
+    ir = automaton_from_metadata(metadata, tables, where)
+    items = None if manifest.item_files is None else read_items(snap)
+    names = snapshot.read_names(snap)
     caps = next((m.tokens_per_beam for m in manifest.modules.values()
                  if m.tokens_per_beam is not None), None)
     return CompiledConstraints(ir=ir, plan=plan, tables=tables, pipeline=manifest.pipeline,
@@ -668,19 +670,21 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
     `last_update` report."""
     import pathlib
 
-    from static_compiler import artifact
-    from static_compiler import artifact_format as fmt
+    from static_compiler.artifact import snapshot
+    from static_compiler.artifact.lock import update_lock
+    from static_compiler.artifact.update import read_items, require_current, write_removed
+    from static_compiler.artifact.writer import save_locked
 
     path = pathlib.Path(path)
     if add is None and remove is None:
         raise ConstraintSetError("update: nothing to do: pass add=... and/or remove=...")
-    with artifact.update_lock(path):
+    with update_lock(path):
         if add is None:
-            return artifact.write_removed(path, remove)
-        with fmt.open_snapshot(path) as snap:
+            return write_removed(path, remove)
+        with snapshot.open_snapshot(path) as snap:
             old = _compiled_from_snapshot(snap)  # the new version builds on `snap` alone
             if old.items is None:  # raises the loader's error: no item index to update
-                artifact.read_items(snap)
+                read_items(snap)
             new = old.update(add=add, remove=remove)
             reuse = snap if new.plan == old.plan else None
             record = snap.manifest.mesh
@@ -689,6 +693,6 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
                                                     f"{str(path)!r} (the additions outgrew its "
                                                     "capacity)")
                 new = new.shard(mesh, where.axis, where.min_bytes)
-            artifact.require_current(snap)  # a writer that skips the lock swapped nothing in
-            artifact.save_locked(new, path, overwrite=True, reuse_modules=reuse)
+            require_current(snap)  # a writer that skips the lock swapped nothing in
+            save_locked(new, path, overwrite=True, reuse_modules=reuse)
         return dict(new.last_update, modules="reused" if reuse else "exported")

@@ -266,7 +266,7 @@ def _subset_line(obj) -> str:
             not all(layer.implicit_targets for layer in obj.outline.layers):
         return ""
     from static_compiler.backend import decode, lowering
-    from static_compiler.live.liveness import shared_depths
+    from static_compiler.live.layers import shared_depths
 
     slots = lowering.slot_steps(obj.plan)
     shared = sorted(shared_depths(obj.outline.layers, slots,

@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 
 import oracle
 from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted
-from static_compiler import artifact, artifact_format, compile_constraints, errors, serving
+from static_compiler import artifact, compile_constraints, errors
+from static_compiler.artifact import format as fmt
+from static_compiler.artifact import serving, writer
+from static_compiler.artifact.manifest import FileEntry
 from static_compiler.decode_state import BeamState, ProcessorState
 from static_compiler.ir import enumerate_sequences
 from static_compiler.errors import (ArtifactExistsError, DecodeInputError, IRVerificationError,
@@ -44,7 +47,7 @@ def saved(request):
 
 
 def manifest_of(path) -> dict:
-    return json.loads((path / artifact_format.MANIFEST_FILE).read_text())
+    return json.loads((path / fmt.MANIFEST_FILE).read_text())
 
 
 def files_of(path) -> dict:
@@ -121,7 +124,7 @@ def test_conventions_give_names_and_order_of_arguments(small):
 def test_manifest_records_the_set_versions_and_every_file(saved):
     compiled, path = saved
     m = manifest_of(path)
-    assert m["format"] == artifact_format.FORMAT_NAME and m["format_version"] == artifact_format.FORMAT_VERSION
+    assert m["format"] == fmt.FORMAT_NAME and m["format_version"] == fmt.FORMAT_VERSION
     assert m["jax_version"] == jax.__version__ and m["jaxlib_version"]
     lo = jax.export.minimum_supported_calling_convention_version
     hi = jax.export.maximum_supported_calling_convention_version
@@ -134,12 +137,12 @@ def test_manifest_records_the_set_versions_and_every_file(saved):
     assert [layer["layout_text"] for layer in m["layers"]] == [
         layer.layout.to_text() for layer in compiled.ir.layers]
     on_disk = files_of(path)
-    assert set(m["files"]) == set(on_disk) - {artifact_format.MANIFEST_FILE}
+    assert set(m["files"]) == set(on_disk) - {fmt.MANIFEST_FILE}
     for rel, entry in m["files"].items():
         assert entry["size"] == len(on_disk[rel])
-        assert entry["sha256"] == artifact_format.sha256_file(path / rel)
-    assert on_disk[artifact_format.IR_FILE].decode() == compiled.ir.to_text()
-    assert on_disk[artifact_format.MANIFEST_FILE] == artifact_format.seal_manifest(m)
+        assert entry["sha256"] == fmt.sha256_file(path / rel)
+    assert on_disk[fmt.IR_FILE].decode() == compiled.ir.to_text()
+    assert on_disk[fmt.MANIFEST_FILE] == fmt.seal_manifest(m)
 
 
 def test_tables_load_memory_mapped_and_equal_the_compiled_ones(saved):
@@ -182,7 +185,7 @@ def two_sets(built_sets, monkeypatch):
     """The two sets, with `build_files` answered from the module's cache:
     these tests exercise writing, renaming and failure handling, not export."""
     sets, files = built_sets
-    monkeypatch.setattr(artifact, "build_files", lambda compiled, reuse=None: files[id(compiled)])
+    monkeypatch.setattr(writer, "build_files", lambda compiled, reuse=None: files[id(compiled)])
     return sets
 
 
@@ -212,7 +215,7 @@ def test_a_failure_while_writing_leaves_the_old_artifact_intact(tmp_path, two_se
     path = artifact.save(first, tmp_path / "set.static")
     before = files_of(path)
     written = []
-    real_write = artifact._write_file
+    real_write = writer._write_file
 
     def failing_write(root, rel, data):
         if len(written) == 3:
@@ -220,7 +223,7 @@ def test_a_failure_while_writing_leaves_the_old_artifact_intact(tmp_path, two_se
         written.append(rel)
         real_write(root, rel, data)
 
-    monkeypatch.setattr(artifact, "_write_file", failing_write)
+    monkeypatch.setattr(writer, "_write_file", failing_write)
     with pytest.raises(OSError, match="simulated"):
         artifact.save(second, path, overwrite=True)
     assert files_of(path) == before
@@ -245,9 +248,9 @@ def test_a_failure_during_the_swap_restores_the_old_artifact(tmp_path, two_sets,
     def failing_exchange(a, b):
         raise OSError("exchange failed (simulated)")
 
-    monkeypatch.setattr(artifact, "_rename_exchange",
+    monkeypatch.setattr(writer, "_rename_exchange",
                         failing_exchange if exchange else lambda a, b: False)
-    monkeypatch.setattr(artifact.os, "rename", failing_rename)
+    monkeypatch.setattr(writer.os, "rename", failing_rename)
     with pytest.raises(OSError, match="simulated"):
         artifact.save(second, path, overwrite=True)
     assert files_of(path) == before
@@ -257,7 +260,7 @@ def test_a_failure_during_the_swap_restores_the_old_artifact(tmp_path, two_sets,
 def test_a_failure_on_first_save_leaves_nothing(tmp_path, two_sets, monkeypatch):
     def failing_write(root, rel, data):
         raise OSError("simulated")
-    monkeypatch.setattr(artifact, "_write_file", failing_write)
+    monkeypatch.setattr(writer, "_write_file", failing_write)
     with pytest.raises(OSError):
         artifact.save(two_sets[0], tmp_path / "new.static")
     assert list(tmp_path.iterdir()) == []
@@ -334,16 +337,16 @@ def test_two_writers_racing_for_a_new_path_never_delete_each_others_artifact(tmp
     and the first's artifact stays whole."""
     first, second = two_sets
     path = tmp_path / "set.static"
-    build = artifact.build_files
+    build = writer.build_files
 
     def other_writer_lands_first(compiled, reuse=None):
         files = build(compiled, reuse)
         if not path.exists():
-            monkeypatch.setattr(artifact, "build_files", build)
+            monkeypatch.setattr(writer, "build_files", build)
             artifact.save(first, path)  # the other process, between our check and our rename
         return files
 
-    monkeypatch.setattr(artifact, "build_files", other_writer_lands_first)
+    monkeypatch.setattr(writer, "build_files", other_writer_lands_first)
     with pytest.raises(ArtifactExistsError, match="already exists"):
         artifact.save(second, path)
     assert serving.load(path).num_sequences == first.ir.num_sequences
@@ -406,15 +409,16 @@ import os, sys
 sys.path.insert(0, sys.argv[3])
 import test_artifact as t
 from static_compiler import artifact, compile_constraints
+from static_compiler.artifact import writer
 second = compile_constraints(t.SMALL[:3], 8, export_beam_sizes=(2,))
-real = artifact._rename_exchange
+real = writer._rename_exchange
 
 def exchange_then_die(a, b):
     ok = real(a, b)
     print("exchanged" if ok else "unsupported", flush=True)
     os._exit(9)  # kill -9 right after the swap: nothing cleans up
 
-artifact._rename_exchange = exchange_then_die
+writer._rename_exchange = exchange_then_die
 artifact.save(second, sys.argv[1], overwrite=True)
 """
 
@@ -450,7 +454,7 @@ def test_without_an_atomic_exchange_an_overwrite_falls_back_to_two_renames(tmp_p
     first, second = two_sets
     path = tmp_path / "set.static"
     artifact.save(first, path)
-    monkeypatch.setattr(artifact, "_rename_exchange", lambda a, b: False)
+    monkeypatch.setattr(writer, "_rename_exchange", lambda a, b: False)
     artifact.save(second, path, overwrite=True)
     assert serving.load(path).num_sequences == second.ir.num_sequences
     assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
@@ -464,11 +468,11 @@ def test_without_an_atomic_exchange_an_overwrite_falls_back_to_two_renames(tmp_p
 def test_table_files_are_np_save_bytes_written_in_chunks(arr, tmp_path, monkeypatch):
     """A table is hashed and written a chunk at a time (no bytes copy of it),
     byte for byte what np.save writes; here with 8-byte chunks."""
-    monkeypatch.setattr(artifact.NpyFile, "CHUNK_BYTES", 8)
-    npy = artifact.NpyFile(arr)
-    want = artifact._npy_bytes(arr)
+    monkeypatch.setattr(writer.NpyFile, "CHUNK_BYTES", 8)
+    npy = writer.NpyFile(arr)
+    want = writer._npy_bytes(arr)
     assert bytes(npy) == want and npy == want and npy.size == len(want)
-    assert npy.entry() == artifact_format.FileEntry.of_bytes(want)
-    artifact._write_file(tmp_path, "t/x.npy", npy)
+    assert npy.entry() == FileEntry.of_bytes(want)
+    writer._write_file(tmp_path, "t/x.npy", npy)
     assert (tmp_path / "t" / "x.npy").read_bytes() == want
     assert np.array_equal(np.load(tmp_path / "t" / "x.npy"), arr)

@@ -26,7 +26,9 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler import artifact, artifact_format, compiler, serving
+from static_compiler import artifact, compiler
+from static_compiler.artifact import format as fmt
+from static_compiler.artifact import lock, serving, snapshot, writer
 from static_compiler.errors import ArtifactBusyError
 
 V, L = 6, 3
@@ -90,8 +92,8 @@ def two_sets(built, monkeypatch):
     """A and B, with `build_files` answered from the cache for them (these
     tests exercise writing and locking, not export)."""
     ca, cb, files = built
-    real = artifact.build_files
-    monkeypatch.setattr(artifact, "build_files", lambda c, reuse=None:
+    real = writer.build_files
+    monkeypatch.setattr(writer, "build_files", lambda c, reuse=None:
                         files[id(c)] if reuse is None and id(c) in files else real(c, reuse))
     return ca, cb
 
@@ -165,13 +167,13 @@ def test_a_writer_that_locked_a_removed_lock_file_does_not_hold_the_lock(tmp_pat
 def test_update_lock_starts_over_when_the_file_it_locked_was_removed(tmp_path, monkeypatch):
     path = tmp_path / "set.static"
     checks = []
-    real = artifact.fmt.names_open_file
+    real = lock.names_open_file
 
     def removed_once(lock, fd):
         checks.append(lock)
         return len(checks) > 1 and real(lock, fd)
 
-    monkeypatch.setattr(artifact.fmt, "names_open_file", removed_once)
+    monkeypatch.setattr(lock, "names_open_file", removed_once)
     with artifact.update_lock(path):
         assert len(checks) == 2
     assert not artifact.lock_file(path).exists()
@@ -189,7 +191,7 @@ def test_locking_a_path_whose_directory_is_missing_is_a_typed_error(tmp_path):
 def test_link_into_takes_the_opened_file_even_after_the_path_was_replaced(tmp_path, two_sets):
     ca, cb = two_sets
     path = artifact.save(ca, tmp_path / "set.static")
-    with artifact_format.open_snapshot(path) as snap:
+    with snapshot.open_snapshot(path) as snap:
         rel = snap.manifest.tables[0].file
         snap.link_into(rel, tmp_path / "linked" / rel)
         if os.link in os.supports_dir_fd:  # a hard link to the very file, not a copy
@@ -198,7 +200,7 @@ def test_link_into_takes_the_opened_file_even_after_the_path_was_replaced(tmp_pa
         assert not snap.is_current()
         for rel, entry in snap.manifest.files.items():
             snap.link_into(rel, tmp_path / "copy" / rel)
-            assert artifact_format.sha256_file(tmp_path / "copy" / rel) == entry.sha256, rel
+            assert fmt.sha256_file(tmp_path / "copy" / rel) == entry.sha256, rel
 
 
 def _in_the_window(monkeypatch, kind: str, action):
@@ -211,13 +213,13 @@ def _in_the_window(monkeypatch, kind: str, action):
             done.append(action())
 
     if kind == "remove":  # before the first file is linked from the snapshot
-        real = artifact_format.Snapshot.link_into
+        real = snapshot.Snapshot.link_into
 
         def link_into(self, rel, dest):
             once()
             return real(self, rel, dest)
 
-        monkeypatch.setattr(artifact_format.Snapshot, "link_into", link_into)
+        monkeypatch.setattr(snapshot.Snapshot, "link_into", link_into)
     else:  # after the old set is read, before the new version is built
         real_read = compiler._compiled_from_snapshot
 
@@ -278,7 +280,7 @@ def test_a_writer_that_skips_the_lock_cannot_mix_versions_into_an_update(tmp_pat
     path = artifact.save(ca, tmp_path / "set.static")
     b_files = artifact.build_files(cb)
     done = _in_the_window(monkeypatch, kind,
-                          lambda: artifact._write_files(path, b_files, overwrite=True))
+                          lambda: writer._write_files(path, b_files, overwrite=True))
     with pytest.raises(ArtifactBusyError, match="was replaced while the update was reading it"):
         _update(path, kind)
     assert done
@@ -297,14 +299,14 @@ def _record_swaps(out: list) -> None:
     """Makes every version this process swaps in recorded in `out` (by
     `version_id`, read from the manifest it is about to swap in, under the
     writers' lock) before the swap."""
-    real = artifact._swap_in
+    real = writer._swap_in
 
     def swap_in(tmp, path, parent, overwrite=True):
-        files = json.loads((tmp / artifact_format.MANIFEST_FILE).read_bytes())["files"]
+        files = json.loads((tmp / fmt.MANIFEST_FILE).read_bytes())["files"]
         out.append(version_id({rel: e["sha256"] for rel, e in files.items()}))
         return real(tmp, path, parent, overwrite)
 
-    artifact._swap_in = swap_in
+    writer._swap_in = swap_in
 
 
 def _writer(role: str, path: str, seed: int, start, stop, results) -> None:
@@ -373,7 +375,7 @@ def _stress(tmp_path, seconds: float) -> None:
     a, _, _ = sets()
     artifact.save(compiled(a), path)
     initial = version_id({rel: e.sha256 for rel, e in
-                          artifact_format.read_manifest(path).files.items()})
+                          snapshot.read_manifest(path).files.items()})
     ctx = multiprocessing.get_context("spawn")
     start, stop, results = ctx.Event(), ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=_writer, args=(role, str(path), seed, start, stop, results))

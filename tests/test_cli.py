@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import oracle
-from static_compiler import artifact, compile_constraints, serving
+from static_compiler import artifact, compile_constraints
+from static_compiler.artifact import serving
 from static_compiler.cli import main, main_job
 from static_compiler.cli.common import progress
 from static_compiler.errors import MainJobError
@@ -208,11 +209,14 @@ def test_demo_main_job_end_to_end(capsys):
     assert "dataset  synthetic-sids: 3000 uniform random Semantic IDs, L=8, V=2048" in out
     assert re.search(r"compile  \d+ unique sequences in \d+\.\d+ s \(frontend", out)
     assert "est_bytes" in out and "paper bound U_max" in out  # the per-layer table
-    assert re.search(r"imports \['static_compiler', 'static_compiler.artifact_format', "
+    assert re.search(r"imports \['static_compiler', 'static_compiler.artifact', "
+                     r"'static_compiler.artifact.format', 'static_compiler.artifact.manifest', "
+                     r"'static_compiler.artifact.names', 'static_compiler.artifact.placement', "
+                     r"'static_compiler.artifact.runtime', 'static_compiler.artifact.serving', "
+                     r"'static_compiler.artifact.snapshot', "
                      r"'static_compiler.cli', 'static_compiler.decode_state', "
                      r"'static_compiler.errors', 'static_compiler.live', "
-                     r"'static_compiler.live.liveness', "
-                     r"'static_compiler.placement', 'static_compiler.serving'\]", out)
+                     r"'static_compiler.live.layers', 'static_compiler.live.liveness'\]", out)
     assert re.search(r"constrained step \(serving beam_step\): median \d+\.\d+ ms", out)
     valid = re.search(r"check    (\d+)/16 beams valid; (\d+)/(\d+) valid beams are in the set: OK",
                       out)
@@ -253,19 +257,20 @@ def test_compile_an_ir_dump(tmp_path, capsys):
 
 def test_serving_modules_are_the_loaders_own_and_the_demo_server():
     allowed = main_job.serving_modules()
-    assert {"static_compiler", "static_compiler.errors", "static_compiler.serving",
+    assert {"static_compiler", "static_compiler.errors", "static_compiler.artifact.serving",
             "static_compiler.cli", main_job.DEMO_SERVER} <= allowed
     compiler_side = {"static_compiler.compiler", "static_compiler.frontend",
                      "static_compiler.passes.pipeline", "static_compiler.passes",
                      "static_compiler.frontend.readers", "static_compiler.cli.dispatch",
-                     "static_compiler.cli.main_job"}
+                     "static_compiler.cli.main_job", "static_compiler.backend",
+                     "static_compiler.artifact.writer", "static_compiler.artifact.export"}
     assert not allowed & compiler_side
 
 
 def test_a_serving_process_importing_the_compiler_fails_the_main_job(monkeypatch, tmp_path):
-    modules = ["static_compiler", "static_compiler.compiler", "static_compiler.serving"]
+    modules = ["static_compiler", "static_compiler.compiler", "static_compiler.artifact.serving"]
     monkeypatch.setattr(main_job, "serving_modules",
-                        lambda: frozenset({"static_compiler", "static_compiler.serving"}))
+                        lambda: frozenset({"static_compiler", "static_compiler.artifact.serving"}))
     monkeypatch.setattr(main_job, "_run_child", lambda cmd: json.dumps({"modules": modules}))
     with pytest.raises(MainJobError, match=r"imported \['static_compiler.compiler'\]"):
         main_job.serve_in_fresh_process(tmp_path / "a", tmp_path / "o.npz", batch_size=1,

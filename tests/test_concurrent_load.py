@@ -17,7 +17,10 @@ import time
 import numpy as np
 import pytest
 
-from static_compiler import artifact, artifact_format, compile_constraints, serving
+from static_compiler import artifact, compile_constraints
+from static_compiler.artifact import format as fmt
+from static_compiler.artifact import serving, snapshot
+from static_compiler.artifact.manifest import Manifest
 from static_compiler.errors import ArtifactError
 
 V, L, N = 12, 3, 40
@@ -96,7 +99,7 @@ def test_an_overwrite_after_the_manifest_is_read_leaves_the_load_on_the_old_vers
     read again by path, after B replaced A: A's manifest over B's tables."""
     path, prints, ca, cb = saved
     artifact.save(ca, path, overwrite=True)
-    original = artifact_format.Manifest.from_json.__func__
+    original = Manifest.from_json.__func__
     fired = []
 
     def from_json(cls, obj, where):
@@ -106,7 +109,7 @@ def test_an_overwrite_after_the_manifest_is_read_leaves_the_load_on_the_old_vers
             artifact.save(cb, path, overwrite=True)  # lands between verify and read
         return manifest
 
-    monkeypatch.setattr(artifact_format.Manifest, "from_json", classmethod(from_json))
+    monkeypatch.setattr(Manifest, "from_json", classmethod(from_json))
     art = serving.load(path)
     assert fired
     assert_one_version(art, prints)
@@ -119,7 +122,7 @@ def test_an_overwrite_while_the_files_are_opened_restarts_on_the_new_version(
     path, prints, ca, cb = saved
     artifact.save(ca, path, overwrite=True)
     a_print = serving.load(path).fingerprint
-    calls = overwrite_on_call(monkeypatch, artifact_format, "_open_at", 4,
+    calls = overwrite_on_call(monkeypatch, snapshot, "_open_at", 4,
                               lambda: artifact.save(cb, path, overwrite=True))
     art = serving.load(path)
     assert len(calls) > 4
@@ -129,19 +132,19 @@ def test_an_overwrite_while_the_files_are_opened_restarts_on_the_new_version(
 
 def test_a_directory_replaced_on_every_attempt_is_a_typed_error(saved, monkeypatch):
     path, _, ca, cb = saved
-    versions = iter([cb, ca] * artifact_format.SNAPSHOT_ATTEMPTS)
-    original, saving = artifact_format._open_at, []
+    versions = iter([cb, ca] * snapshot.SNAPSHOT_ATTEMPTS)
+    original, saving = snapshot._open_at, []
 
     def open_at(path_, dir_fd, rel):
         f = original(path_, dir_fd, rel)
         # Every attempt opens the manifest first (so does save's own check).
-        if rel == artifact_format.MANIFEST_FILE and not saving:
+        if rel == fmt.MANIFEST_FILE and not saving:
             saving.append(1)
             artifact.save(next(versions), path, overwrite=True)
             saving.clear()
         return f
 
-    monkeypatch.setattr(artifact_format, "_open_at", open_at)
+    monkeypatch.setattr(snapshot, "_open_at", open_at)
     with pytest.raises(ArtifactError, match="replaced 5 times while it was being opened"):
         serving.load(path)
 

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 import oracle
 import static_compiler as sc
-from static_compiler import serving
+from static_compiler.artifact import serving
 from test_decode import assert_matches
 
 CI_EXAMPLES = int(os.environ.get("STATIC_COMPILER_FUZZ_EXAMPLES", "6"))

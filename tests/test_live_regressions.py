@@ -9,8 +9,8 @@ import pytest
 
 import oracle
 import static_compiler as sc
-from static_compiler import serving
-from static_compiler.live import liveness
+from static_compiler.artifact import serving
+from static_compiler.live import layers
 from static_compiler.backend import lowering
 from test_live_fuzz import allowed_tokens, replay
 
@@ -38,10 +38,10 @@ def allowed_at_root(compiled, **subset) -> list:
 
 def test_is_unary_reads_the_structure_not_the_counts():
     # As many edges as states, but one state has two children and one none.
-    assert not liveness.is_unary(liveness.TrieLayer(np.array([0, 2, 2, 3])))
-    assert liveness.is_unary(liveness.TrieLayer(np.array([0, 1, 2, 3])))
-    assert liveness.is_unary(liveness.TrieLayer(np.array([0])))
-    assert not liveness.is_unary(liveness.TrieLayer(np.array([0, 1, 2]), np.array([True, False])))
+    assert not layers.is_unary(layers.TrieLayer(np.array([0, 2, 2, 3])))
+    assert layers.is_unary(layers.TrieLayer(np.array([0, 1, 2, 3])))
+    assert layers.is_unary(layers.TrieLayer(np.array([0])))
+    assert not layers.is_unary(layers.TrieLayer(np.array([0, 1, 2]), np.array([True, False])))
 
 
 def test_a_dense_steps_slots_are_not_taken_for_a_unary_layer():

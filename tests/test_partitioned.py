@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import static_compiler as sc
 from static_compiler.frontend import datasets
-from static_compiler.frontend import partitioned
+from static_compiler.frontend import array_files, partition_layers, partitioned, spill
 from static_compiler.errors import BuildError, ConstraintSetError
 from static_compiler.frontend import build_trie
 from static_compiler.ir import AutomatonSummary
@@ -81,7 +81,7 @@ def test_equals_the_monolithic_build(seed, partitions, vocab, width, ragged, spl
     cuts = sorted(min(c, n) for c in splits)
     sources = [rows[a:b] for a, b in zip([0] + cuts, cuts + [n]) if b > a]
     want = build_trie(seqs, vocab, end_token=end)
-    with mock.patch.object(partitioned.BuiltPartitions, "ITEM_WINDOW_ROWS", window):
+    with mock.patch.object(partition_layers.BuiltPartitions, "ITEM_WINDOW_ROWS", window):
         got = partitioned.build_partitioned(Shards(sources, partitions=partitions,
                                                    chunk_rows=chunk), vocab, end_token=end)
     assert_same_build((got.ir, got.items), want)
@@ -96,7 +96,7 @@ def test_partitions_hold_about_equal_rows_on_skewed_first_tokens():
     V, P, n = 64, 8, 100_000
     rows = rng.integers(0, V, size=(n, 4))
     rows[:, 0] = np.minimum(rng.geometric(0.1, size=n) - 1, V - 1)
-    parts = partitioned.partition_of_token([rows[:50_000], rows[50_000:]], V, P)
+    parts = spill.partition_of_token([rows[:50_000], rows[50_000:]], V, P)
     assert parts.shape == (V,) and parts[0] == 0 and parts[-1] == P - 1
     assert np.all(np.diff(parts) >= 0) and np.all(np.diff(parts) <= 1)  # sorted order kept
     sizes = np.bincount(parts[rows[:, 0]], minlength=P)
@@ -110,7 +110,7 @@ def test_partitions_hold_about_equal_rows_on_skewed_first_tokens():
 
 def test_uniform_first_tokens_give_equal_ranges():
     rows = np.repeat(np.arange(16)[:, None], 100, axis=0).reshape(-1, 1)
-    assert partitioned.partition_of_token([rows], 16, 4).tolist() == [p // 4 for p in range(16)]
+    assert spill.partition_of_token([rows], 16, 4).tolist() == [p // 4 for p in range(16)]
 
 
 @pytest.mark.parametrize("ragged", [False, True])
@@ -304,7 +304,7 @@ def test_a_set_lowered_from_pieces_saves_the_same_artifact_unread(tmp_path):
 
 
 def test_array_files_refuse_rows_past_the_shape(tmp_path):
-    files = partitioned.ArrayFiles(tmp_path / "files")
+    files = array_files.ArrayFiles(tmp_path / "files")
     writer = files.writer("a", np.int32, (3, 2))
     writer.append(np.ones((2, 2), np.int64))
     with pytest.raises(BuildError, match=r"a.npy: rows of shape \(2, 2\) after 2, for an array "
@@ -356,12 +356,12 @@ def _dying_task(work, p, *args):
     return _real_task(work, p, *args)
 
 
-_real_task = partitioned.build_partition
+_real_task = partition_layers.build_partition
 
 
 def test_a_dying_worker_fails_the_build_naming_the_partition(tmp_path, monkeypatch):
     rows = np.random.default_rng(0).integers(0, 40, size=(2_000, 3))
-    monkeypatch.setattr(partitioned, "build_partition", _dying_task)
+    monkeypatch.setattr(partitioned, "build_partition", _dying_task)  # (partitions_built's)
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         with pytest.raises(BuildError, match=r"partition \d+ of 4 failed"):
             build_trie_partitioned(Shards([rows], partitions=4, executor=pool,
@@ -407,7 +407,7 @@ def _resident_kib() -> int:
 
 
 def test_released_pages_leave_the_resident_set_and_keep_the_data(tmp_path):
-    from static_compiler.mapped import release_pages
+    from static_compiler.artifact.mapped import release_pages
     path = tmp_path / "a.npy"
     arr = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(1 << 24,))
     arr[:] = np.arange(1 << 24)  # 128 MiB of written pages, resident

@@ -23,7 +23,7 @@ import pytest
 
 import static_compiler as sc
 from static_compiler import processes
-from static_compiler.frontend import partitioned
+from static_compiler.frontend import array_files, build_dirs, partitioned
 from static_compiler.errors import BuildError
 from static_compiler.frontend.partitioned import Shards, build_trie_partitioned
 
@@ -51,12 +51,14 @@ def damage_between(monkeypatch, tmp_path, hook: str, name: str, damage) -> None:
     """Damages file `name` of the build's work directory under tmp_path
     when `partitioned.<hook>` is called: build_partition (partition 1's
     task, after the spill wrote its files) or merged_summary (after every
-    partition's task wrote its pieces, before the merge reads them)."""
+    partition's task wrote its pieces, before the merge reads them). Both
+    are looked up in `partitioned` (by `partitions_built`), so they are
+    patched there."""
     real = getattr(partitioned, hook)
 
     def hooked(*args):
         if hook != "build_partition" or args[1] == 1:
-            (work,) = tmp_path.glob(f"{partitioned.WORK_PREFIX}*")
+            (work,) = tmp_path.glob(f"{build_dirs.WORK_PREFIX}*")
             damage(work / name)
         return real(*args)
 
@@ -85,7 +87,7 @@ def test_a_damaged_file_fails_the_build_naming_it(tmp_path, monkeypatch, hook, n
     damage_between(monkeypatch, tmp_path, hook, name, damage)
     with pytest.raises(BuildError, match=re.escape(name) + ": " + message) as info:
         build_trie_partitioned(Shards([ROWS], partitions=3, workdir=tmp_path), V)
-    assert str(tmp_path / partitioned.WORK_PREFIX) in str(info.value)  # the full path
+    assert str(tmp_path / build_dirs.WORK_PREFIX) in str(info.value)  # the full path
     if hook == "build_partition":
         assert "partition 1 of 3 failed" in str(info.value)
     assert list(tmp_path.iterdir()) == []  # the work directory is removed either way
@@ -105,17 +107,17 @@ def test_compiling_shards_checks_the_pieces_it_lowers(tmp_path, monkeypatch, nam
 @pytest.mark.parametrize("dtype, shape", [(np.uint16, (5,)), (bool, (3,)), (np.int32, (4, 3)),
                                           (np.int64, (0,))])
 def test_checked_files_round_trip_in_chunks(tmp_path, monkeypatch, dtype, shape):
-    monkeypatch.setattr(partitioned, "CHECK_CHUNK_BYTES", 7)  # many chunks, a short last one
+    monkeypatch.setattr(array_files, "CHECK_CHUNK_BYTES", 7)  # many chunks, a short last one
     arr = (np.arange(int(np.prod(shape))) * 7919 % 251).astype(dtype).reshape(shape)
-    size, crc = record = partitioned.save_checked(tmp_path / "a.npy", arr)
+    size, crc = record = array_files.save_checked(tmp_path / "a.npy", arr)
     assert size == (tmp_path / "a.npy").stat().st_size
     np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), arr)  # a plain .npy file
-    got = partitioned.npy_array(partitioned.read_checked(tmp_path / "a.npy", record))
+    got = array_files.npy_array(array_files.read_checked(tmp_path / "a.npy", record))
     assert got.dtype == arr.dtype and got.shape == arr.shape and np.array_equal(got, arr)
-    assert partitioned.read_checked(tmp_path / "a.npy", record, keep=False) is None
+    assert array_files.read_checked(tmp_path / "a.npy", record, keep=False) is None
     with pytest.raises(BuildError, match=rf"a.npy: CRC-32 \w{{8}}, expected {crc ^ 1:08x}"):
-        partitioned.read_checked(tmp_path / "a.npy", (size, crc ^ 1), keep=False)
-    writer = partitioned.CheckedWriter(tmp_path / "raw")
+        array_files.read_checked(tmp_path / "a.npy", (size, crc ^ 1), keep=False)
+    writer = array_files.CheckedWriter(tmp_path / "raw")
     writer.write(arr)
     writer.write(b"xy")
     assert writer.close() == (arr.nbytes + 2, zlib.crc32(arr.tobytes() + b"xy"))
@@ -132,7 +134,7 @@ def dead_pid() -> int:
 
 def test_a_build_removes_the_work_directories_of_builds_that_died(tmp_path):
     host = socket.gethostname()
-    me = partitioned._owner()
+    me = build_dirs.current_owner()
     owners = {
         "dead": f"{host} {dead_pid()} 12345",
         "dead-no-start": f"{host} {dead_pid()} -",
@@ -143,11 +145,11 @@ def test_a_build_removes_the_work_directories_of_builds_that_died(tmp_path):
         "garbled": "x",
     }
     for key, owner in owners.items():
-        (tmp_path / f"{partitioned.WORK_PREFIX}{key}").mkdir()
-        (tmp_path / f"{partitioned.WORK_PREFIX}{key}" / partitioned.OWNER_FILE).write_text(owner)
-    (tmp_path / f"{partitioned.WORK_PREFIX}no-owner").mkdir()  # an older build, or one starting
+        (tmp_path / f"{build_dirs.WORK_PREFIX}{key}").mkdir()
+        (tmp_path / f"{build_dirs.WORK_PREFIX}{key}" / build_dirs.OWNER_FILE).write_text(owner)
+    (tmp_path / f"{build_dirs.WORK_PREFIX}no-owner").mkdir()  # an older build, or one starting
     (tmp_path / "not-a-build").mkdir()
-    (tmp_path / "not-a-build" / partitioned.OWNER_FILE).write_text(owners["dead"])
+    (tmp_path / "not-a-build" / build_dirs.OWNER_FILE).write_text(owners["dead"])
     lines = []
     build_trie_partitioned(Shards([ROWS], partitions=2, workdir=tmp_path,
                                   progress=lines.append), V)
@@ -155,8 +157,8 @@ def test_a_build_removes_the_work_directories_of_builds_that_died(tmp_path):
     if processes.start_time(os.getpid()) is not None:  # (Linux: /proc)
         gone.add("reused-pid")
     left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == sorted(["not-a-build", f"{partitioned.WORK_PREFIX}no-owner"]
-                          + [f"{partitioned.WORK_PREFIX}{key}" for key in owners
+    assert left == sorted(["not-a-build", f"{build_dirs.WORK_PREFIX}no-owner"]
+                          + [f"{build_dirs.WORK_PREFIX}{key}" for key in owners
                              if key not in gone])
     removed = [line for line in lines if "removed" in line]
     assert len(removed) == len(gone) and all("the work directory of a build that died" in line
@@ -182,8 +184,8 @@ def test_a_sigkilled_build_leaves_a_directory_the_next_build_removes(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == -9, done.stderr
     (stale,) = tmp_path.iterdir()
-    assert stale.name.startswith(partitioned.WORK_PREFIX) and (stale / "p0.tokens0.npy").exists()
-    assert partitioned.remove_stale_builds(tmp_path) == [stale.name]
+    assert stale.name.startswith(build_dirs.WORK_PREFIX) and (stale / "p0.tokens0.npy").exists()
+    assert build_dirs.remove_stale_builds(tmp_path) == [stale.name]
     assert list(tmp_path.iterdir()) == []
 
 

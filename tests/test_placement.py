@@ -1,4 +1,4 @@
-"""The placement rule (`static_compiler.placement`): which tables split
+"""The placement rule (`static_compiler.artifact.placement`): which tables split
 across a mesh axis, the per-device bytes it gives (`layer_stats(devices=)`,
 `show-ir --stats --devices`), and the mesh checks of `serving.load`. The
 decoding side runs on 8 host devices in tests/test_sharded_tables.py."""
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler import errors, placement, report
+from static_compiler import errors, report
+from static_compiler.artifact import placement
 from static_compiler.frontend import datasets
 from static_compiler.cli import main
 

@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 
 import oracle
-from static_compiler import artifact, artifact_format, beam_search, compile_constraints, errors, serving
+from static_compiler import artifact, beam_search, compile_constraints, errors
+from static_compiler.artifact import format as fmt
+from static_compiler.artifact import serving
+from static_compiler.artifact.manifest import Manifest
 from static_compiler.backend import decode
 from static_compiler.errors import StaticCompilerError
 
@@ -223,11 +226,20 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                           "tokens": np.asarray(state.tokens).tolist()}))
     """), path)
     info = json.loads(out)
-    assert info["modules"] == ["static_compiler", "static_compiler.artifact_format",
+    # `static_compiler.serving` is an alias of the loader's module: the
+    # artifact package's format modules, runtime and placement, not its
+    # writer, export or update modules (and no compiler module).
+    assert info["modules"] == ["static_compiler", "static_compiler.artifact",
+                               "static_compiler.artifact.format",
+                               "static_compiler.artifact.manifest",
+                               "static_compiler.artifact.names",
+                               "static_compiler.artifact.placement",
+                               "static_compiler.artifact.runtime",
+                               "static_compiler.artifact.serving",
+                               "static_compiler.artifact.snapshot",
                                "static_compiler.decode_state", "static_compiler.errors",
-                               "static_compiler.live", "static_compiler.live.liveness",
-                               "static_compiler.placement",
-                               "static_compiler.serving"]
+                               "static_compiler.live", "static_compiler.live.layers",
+                               "static_compiler.live.liveness"]
     logits = np.linspace(-1, 1, 2 * 4 * 10, dtype=np.float32).reshape(2, 4, -1)
     assert info["tokens"] == np.asarray(art.beam_step(art.init_state(2, 4), logits, 0).tokens).tolist()
 
@@ -296,10 +308,10 @@ def copy(fixed, tmp_path):
 
 
 def edit_manifest(path, change, reseal=True):
-    m = json.loads((path / artifact_format.MANIFEST_FILE).read_text())
+    m = json.loads((path / fmt.MANIFEST_FILE).read_text())
     change(m)
-    data = artifact_format.seal_manifest(m) if reseal else artifact_format.manifest_bytes(m)
-    (path / artifact_format.MANIFEST_FILE).write_bytes(data)
+    data = fmt.seal_manifest(m) if reseal else fmt.manifest_bytes(m)
+    (path / fmt.MANIFEST_FILE).write_bytes(data)
 
 
 def flip_byte(file, offset=None):
@@ -312,7 +324,7 @@ def flip_byte(file, offset=None):
 def test_a_flipped_byte_in_any_file_is_caught(fixed, tmp_path):
     path = fixed[1]
     files = sorted(p.relative_to(path).as_posix() for p in path.rglob("*")
-                   if p.is_file() and p.name != artifact_format.MANIFEST_FILE)
+                   if p.is_file() and p.name != fmt.MANIFEST_FILE)
     assert len(files) >= 8
     for i, rel in enumerate(files):
         dst = tmp_path / f"flip{i}"
@@ -325,12 +337,12 @@ def test_a_flipped_byte_in_any_file_is_caught(fixed, tmp_path):
 
 def test_a_flipped_byte_in_the_manifest_is_caught(fixed, tmp_path):
     path = fixed[1]
-    size = (path / artifact_format.MANIFEST_FILE).stat().st_size
+    size = (path / fmt.MANIFEST_FILE).stat().st_size
     offsets = np.random.default_rng(0).choice(size, size=25, replace=False)
     for offset in offsets:
         dst = tmp_path / f"m{offset}"
         shutil.copytree(path, dst)
-        flip_byte(dst / artifact_format.MANIFEST_FILE, int(offset))
+        flip_byte(dst / fmt.MANIFEST_FILE, int(offset))
         with pytest.raises((errors.ArtifactFormatError, errors.ArtifactChecksumError,
                             errors.ArtifactVersionError)):
             serving.load(dst)
@@ -345,7 +357,7 @@ def test_missing_and_extra_files(copy):
     with pytest.raises(errors.ArtifactFormatError, match=r"extra file.*modules/notes.txt"):
         serving.load(copy)
     (copy / "modules" / "notes.txt").unlink()
-    (copy / artifact_format.MANIFEST_FILE).unlink()
+    (copy / fmt.MANIFEST_FILE).unlink()
     with pytest.raises(errors.ArtifactFormatError, match="missing file 'manifest.json'"):
         serving.load(copy)
 
@@ -369,16 +381,16 @@ def test_truncated_module(copy):
 
     def fix(m):  # a manifest that agrees with the truncated file
         m["files"]["modules/beam_step_m4.jaxexport"] = {
-            "size": len(data) // 3, "sha256": artifact_format.sha256_file(module)}
+            "size": len(data) // 3, "sha256": fmt.sha256_file(module)}
     edit_manifest(copy, fix)
     with pytest.raises(errors.ArtifactFormatError, match="cannot be deserialized"):
         serving.load(copy)
 
 
-@pytest.mark.parametrize("version", [0, artifact_format.MAX_FORMAT_VERSION + 1, 99])
+@pytest.mark.parametrize("version", [0, fmt.MAX_FORMAT_VERSION + 1, 99])
 def test_format_version_outside_the_supported_range(copy, version):
     edit_manifest(copy, lambda m: m.update(format_version=version))
-    lo, hi = artifact_format.MIN_FORMAT_VERSION, artifact_format.MAX_FORMAT_VERSION
+    lo, hi = fmt.MIN_FORMAT_VERSION, fmt.MAX_FORMAT_VERSION
     with pytest.raises(errors.ArtifactVersionError,
                        match=rf"format version {version} is outside .*\[{lo}, {hi}\]"):
         serving.load(copy)
@@ -397,8 +409,8 @@ def test_a_calling_convention_this_jax_cannot_run(copy):
 def test_the_manifest_schema_round_trips(fixed):
     _, path, art = fixed
     manifest = art.manifest
-    assert artifact_format.Manifest.from_json(manifest.to_json(), path) == manifest
-    assert manifest.seal() == (path / artifact_format.MANIFEST_FILE).read_bytes()
+    assert Manifest.from_json(manifest.to_json(), path) == manifest
+    assert manifest.seal() == (path / fmt.MANIFEST_FILE).read_bytes()
     assert manifest.beam_sizes() == art.beam_sizes and manifest.missing_modules() == []
 
 
@@ -425,7 +437,7 @@ def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
     art = serving.load(copy)
     assert art.manifest.format_version == 1 and art.manifest.names_file is None
     assert art.names is None and artifact.read_names(copy) is None
-    assert art.manifest.seal() == (copy / artifact_format.MANIFEST_FILE).read_bytes()
+    assert art.manifest.seal() == (copy / fmt.MANIFEST_FILE).read_bytes()
     model = oracle.HashModel(10)
     assert_bit_identical(serve(art, model, [3], 4), serve(fixed[2], model, [3], 4))
     with pytest.raises(errors.DecodeInputError, match=r"has no names \(compiled from token ids, "
@@ -494,13 +506,13 @@ def test_a_table_entry_of_the_wrong_type_is_named(copy):
 
 
 def test_manifest_not_json_or_not_ours(copy):
-    (copy / artifact_format.MANIFEST_FILE).write_text("{not json")
+    (copy / fmt.MANIFEST_FILE).write_text("{not json")
     with pytest.raises(errors.ArtifactFormatError, match="not valid UTF-8 JSON"):
         serving.load(copy)
-    (copy / artifact_format.MANIFEST_FILE).write_text("[1, 2]")
+    (copy / fmt.MANIFEST_FILE).write_text("[1, 2]")
     with pytest.raises(errors.ArtifactFormatError, match="holds a list, expected a JSON object"):
         serving.load(copy)
-    (copy / artifact_format.MANIFEST_FILE).write_text('{"format": "something-else"}')
+    (copy / fmt.MANIFEST_FILE).write_text('{"format": "something-else"}')
     with pytest.raises(errors.ArtifactFormatError, match="format is 'something-else'"):
         serving.load(copy)
 
@@ -526,7 +538,7 @@ def test_table_that_disagrees_with_the_manifest(copy):
 
     def fix(m):
         m["files"][entry_file] = {"size": (copy / entry_file).stat().st_size,
-                                  "sha256": artifact_format.sha256_file(copy / entry_file)}
+                                  "sha256": fmt.sha256_file(copy / entry_file)}
     edit_manifest(copy, fix)
     with pytest.raises(errors.ArtifactFormatError, match=r"layer0.next.npy' holds int64"):
         serving.load(copy)
@@ -541,7 +553,7 @@ def reseal_table(copy, entry_file, edit):
 
     def fix(m):
         m["files"][entry_file] = {"size": (copy / entry_file).stat().st_size,
-                                  "sha256": artifact_format.sha256_file(copy / entry_file)}
+                                  "sha256": fmt.sha256_file(copy / entry_file)}
     edit_manifest(copy, fix)
 
 
@@ -584,7 +596,7 @@ def test_load_checked_loads_an_intact_artifact_like_load(fixed):
 
 
 def test_artifact_errors_are_static_compiler_errors(copy):
-    (copy / artifact_format.MANIFEST_FILE).write_text("nope")
+    (copy / fmt.MANIFEST_FILE).write_text("nope")
     with pytest.raises(StaticCompilerError):
         serving.load(copy)
 
@@ -696,7 +708,6 @@ def test_a_manifest_whose_metadata_disagrees_with_the_tables_does_not_load(tmp_p
     """Such manifests (resealed after the edit) used to load without complaint."""
     import json
     import static_compiler as sc
-    from static_compiler import artifact_format
     from static_compiler.errors import ArtifactFormatError
     compiled = sc.compile_constraints([(1, 2), (1,), (2, 2, 2)], 3, end_token=0,
                                       export_beam_sizes=(2,))
@@ -704,6 +715,6 @@ def test_a_manifest_whose_metadata_disagrees_with_the_tables_does_not_load(tmp_p
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     manifest[field] = value
     manifest.pop("manifest_sha256", None)
-    (tmp_path / "a" / "manifest.json").write_bytes(artifact_format.seal_manifest(manifest))
+    (tmp_path / "a" / "manifest.json").write_bytes(fmt.seal_manifest(manifest))
     with pytest.raises(ArtifactFormatError, match=match):
         serving.load(tmp_path / "a")

@@ -16,7 +16,8 @@ import pytest
 
 import oracle
 import static_compiler as sc
-from static_compiler import artifact_format, serving
+from static_compiler.artifact import format as fmt
+from static_compiler.artifact import serving, snapshot
 from static_compiler.backend import lowering
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, DecodeInputError
 
@@ -65,7 +66,7 @@ def test_artifact_subsets_equal_the_librarys(saved):
     for got, exp in zip(art.finalize(state), want):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(exp))
     # New subsets run the same deserialized, compiled module.
-    name = artifact_format.subset_module_name(artifact_format.beam_module_name("beam_step", BEAMS))
+    name = fmt.subset_module_name(fmt.beam_module_name("beam_step", BEAMS))
     zeros = np.zeros((4, BEAMS, art.vocab_size), np.float32)
     sizes = []
     for _ in range(2):
@@ -139,8 +140,8 @@ def test_a_manifest_missing_a_subset_module_is_rejected(saved, tmp_path):
     manifest["modules"].pop("mask_subset")
     manifest["files"].pop("modules/mask_subset.jaxexport")
     (copy / "modules/mask_subset.jaxexport").unlink()
-    manifest.pop(artifact_format.MANIFEST_DIGEST_KEY, None)
-    (copy / "manifest.json").write_bytes(artifact_format.seal_manifest(manifest))
+    manifest.pop(fmt.MANIFEST_DIGEST_KEY, None)
+    (copy / "manifest.json").write_bytes(fmt.seal_manifest(manifest))
     with pytest.raises(ArtifactFormatError, match="mask_subset"):
         serving.load(copy)
 
@@ -151,15 +152,15 @@ def test_a_tampered_item_index_is_rejected(saved, tmp_path):
     _, compiled, _, path = saved
     copy = tmp_path / "copy"
     shutil.copytree(path, copy)
-    rel = artifact_format.item_file("row_item")
+    rel = fmt.item_file("row_item")
     row_item = np.load(copy / rel)
     row_item[0] = compiled.ir.num_sequences  # out of range
     np.save(copy / rel, row_item)
     manifest = json.loads((copy / "manifest.json").read_text())
     data = (copy / rel).read_bytes()
     manifest["files"][rel] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-    manifest.pop(artifact_format.MANIFEST_DIGEST_KEY, None)
-    (copy / "manifest.json").write_bytes(artifact_format.seal_manifest(manifest))
+    manifest.pop(fmt.MANIFEST_DIGEST_KEY, None)
+    (copy / "manifest.json").write_bytes(fmt.seal_manifest(manifest))
     with pytest.raises(ArtifactFormatError, match=r"items: row_item must be ints in \[0, "):
         serving.load(copy)
 
@@ -195,8 +196,8 @@ def test_cli_update_and_reload_take_items_out_without_recompiling(saved, tmp_pat
             else np.array([np.isin(np.arange(len(items)), compiled.item_index(gone))])[0])
     assert main(["update", str(copy), "--remove", str(tmp_path / "gone.npy")]) == 0
     assert "2 items removed, 0 already removed, 0 not in the set" in capsys.readouterr().out
-    name = artifact_format.beam_module_name("beam_step", BEAMS)
-    sub_name = artifact_format.subset_module_name(name)
+    name = fmt.beam_module_name("beam_step", BEAMS)
+    sub_name = fmt.subset_module_name(name)
     new = old.reload()
     assert new is not old and new._modules is old._modules and new.tables == old.tables
     assert new.reload() is new  # nothing changed since
@@ -220,6 +221,7 @@ def test_update_needs_subsets_is_locked_and_leaves_the_old_version_on_failure(sa
                                                                              monkeypatch):
     import shutil
     from static_compiler import artifact
+    from static_compiler.artifact import writer
     from static_compiler.errors import ArtifactBusyError
     items, _, _, path = saved
     plain = tmp_path / "plain"
@@ -236,7 +238,7 @@ def test_update_needs_subsets_is_locked_and_leaves_the_old_version_on_failure(sa
     def crash(*args):
         raise OSError("disk full")
 
-    monkeypatch.setattr(artifact, "_swap_in", crash)
+    monkeypatch.setattr(writer, "_swap_in", crash)
     with pytest.raises(OSError, match="disk full"):
         artifact.update_removed(copy, np.ones(len(items), bool))
     assert (copy / "manifest.json").read_bytes() == before
@@ -258,7 +260,7 @@ def test_reload_after_an_addition_within_capacity_shares_the_modules(tmp_path):
     compiled.save(path)
     old = serving.load(path)
     before = _serve(old)
-    name = artifact_format.beam_module_name("beam_step", BEAMS)
+    name = fmt.beam_module_name("beam_step", BEAMS)
     cache = old._modules[name]._call._cache_size()
     version = compiled.update(add=extra)
     assert version.last_update["grew"] == []
@@ -340,7 +342,7 @@ def test_cli_update_needs_something_to_do_and_checks_added_sequences(saved, tmp_
     np.save(tmp_path / "bad.npy", np.array([[99] * compiled.ir.depth]))
     assert main(["update", str(copy), "--add", str(tmp_path / "bad.npy")]) != 0
     assert "99" in capsys.readouterr().err
-    assert artifact_format.read_manifest(copy).seal() == artifact_format.read_manifest(path).seal()
+    assert snapshot.read_manifest(copy).seal() == snapshot.read_manifest(path).seal()
 
 
 def test_load_compiled_rebuilds_the_saved_set_and_update_artifact_matches_the_library(saved,
@@ -410,7 +412,7 @@ def test_a_version_4_artifact_serves_subsets_from_per_state_bits(tmp_path):
     sc.update_artifact(path, remove=gone)
     art = serving.load(path)
     assert (art.manifest.format_version, art.manifest.subset_bits) == \
-        (artifact_format.FORMAT_VERSION, "per_state")
+        (fmt.FORMAT_VERSION, "per_state")
     near = {table.name for table in art.manifest.tables if table.name.startswith("ex_")}
     assert near == {"ex_states", "ex_bounds"}  # the old modules' tables, kept as they were
     after = compiled.update(remove=gone)
@@ -436,7 +438,7 @@ def test_new_artifacts_record_slot_bits_and_a_bad_record_is_refused(saved, tmp_p
     assert art.manifest.subset_bits == "dense_slots"
     copy = tmp_path / "copy.static"
     shutil.copytree(path, copy)
-    manifest = json.loads((copy / artifact_format.MANIFEST_FILE).read_text())
+    manifest = json.loads((copy / fmt.MANIFEST_FILE).read_text())
     for value, message in (("slots", r"\['subset_bits'\] is 'slots': expected one of "
                                      r"\['per_state', 'dense_slots'\]"),
                            (None, r"manifest.json has no key 'subset_bits'"),
@@ -446,7 +448,7 @@ def test_new_artifacts_record_slot_bits_and_a_bad_record_is_refused(saved, tmp_p
             edited.pop("subset_bits")
         else:
             edited["subset_bits"] = value
-        (copy / artifact_format.MANIFEST_FILE).write_bytes(artifact_format.seal_manifest(edited))
+        (copy / fmt.MANIFEST_FILE).write_bytes(fmt.seal_manifest(edited))
         with pytest.raises(ArtifactFormatError, match=message):
             serving.load(copy)
 

@@ -94,7 +94,8 @@ EXPORT_SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh
     import static_compiler as sc
-    from static_compiler import artifact, errors, serving
+    from static_compiler import artifact, errors
+    from static_compiler.artifact import serving
     from static_compiler.frontend import datasets
 
     assert len(jax.devices()) == 8

@@ -25,7 +25,7 @@ import static_compiler as sc
 from static_compiler import frontend as sc_frontend
 from static_compiler import report
 from static_compiler.frontend import datasets
-from static_compiler.live import liveness
+from static_compiler.live import layers, liveness
 from static_compiler.live import subsets
 from static_compiler.backend import decode as decode_lib
 from static_compiler.backend import kernels, lowering
@@ -225,7 +225,7 @@ def test_slot_bits_and_shared_depths_hold_the_per_state_liveness(name, layout, c
     live, _ = subsets.liveness(ir, compiled.items, subsets._item_mask(mask, compiled.items, "t"))
     slots = set(lowering.slot_steps(plan))
     counts = lowering.state_counts(plan)
-    W = liveness.slot_words(ir.vocab_size)
+    W = layers.slot_words(ir.vocab_size)
     unpack = lambda words: np.unpackbits(words.view(np.uint8), bitorder="little").astype(bool)
     for d in range(1, ir.depth + 1):
         (got,) = [unpack(row) for row in sub.live[d - 1]]
@@ -238,7 +238,7 @@ def test_slot_bits_and_shared_depths_hold_the_per_state_liveness(name, layout, c
             want = np.zeros(32 * -(-counts[d] // 32), bool)
             want[:live[d - 1].shape[0]] = live[d - 1]
             np.testing.assert_array_equal(got, want, err_msg=f"depth {d}")
-    walks = liveness.layer_walks(ir.layers)
+    walks = layers.layer_walks(ir.layers)
     shared = [d for d in range(1, ir.depth) if walks[d].kind == "unary" and
               {d - 1, d}.isdisjoint(slots) and counts[d] == counts[d + 1]]
     for d in shared:
@@ -414,12 +414,12 @@ def test_every_way_across_a_layer_gives_the_same_liveness(share, slice_max, seed
     ir, index = sc_frontend.build_trie(items, 5, end_token=0 if ragged else None)
     mask = rng.random(len(items)) < 0.4
     item_live = subsets._item_mask(mask, index, "test")
-    old = (liveness.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS)
-    liveness.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS = share, slice_max
+    old = (layers.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS)
+    layers.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS = share, slice_max
     try:
         live, ends = subsets.liveness(ir, index, item_live)
     finally:
-        liveness.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS = old
+        layers.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS = old
     chosen = {tuple(items[i]) for i in np.flatnonzero(mask)}
     every = sorted({tuple(s) for s in items})
     for d in range(1, ir.depth + 1):
@@ -439,8 +439,8 @@ def test_the_running_count_of_a_general_layer_wraps_without_losing_a_row(widest,
     branch = rng.integers(2, 6, size=60_000)
     branch[rng.integers(0, branch.size)] = widest
     indptr = np.concatenate([[0], np.cumsum(branch)]).astype(np.int64)
-    layer = liveness.TrieLayer(indptr)
-    (walk,) = liveness.layer_walks([layer])
+    layer = layers.TrieLayer(indptr)
+    (walk,) = layers.layer_walks([layer])
     assert (walk.kind, walk.count_dtype) == ("general", dtype)
     for share in (0.0, 0.5, 1.0):  # past 2**16 live children: the count wraps
         live_next = rng.random(int(indptr[-1])) < share
@@ -458,11 +458,11 @@ def test_near_unary_rows_at_the_end_of_the_layer(branch, slice_max, monkeypatch)
     (the row bounds the reduction takes stop short of the end), give the
     liveness of a plain per-row reduction, for every pattern of live
     children. A state without children accepts (a trie's layer)."""
-    monkeypatch.setattr(liveness, "NEAR_UNARY_SHARE", 1.0)
+    monkeypatch.setattr(layers, "NEAR_UNARY_SHARE", 1.0)
     monkeypatch.setattr(liveness, "SLICE_MAX_EXCEPTIONS", slice_max)
     indptr = np.concatenate([[0], np.cumsum(branch)]).astype(np.int64)
-    layer = liveness.TrieLayer(indptr, np.asarray(branch) == 0)
-    (walk,) = liveness.layer_walks([layer])
+    layer = layers.TrieLayer(indptr, np.asarray(branch) == 0)
+    (walk,) = layers.layer_walks([layer])
     assert walk.kind == "near"
     edges = int(indptr[-1])
     for pattern in range(1 << edges):
@@ -623,7 +623,7 @@ def test_later_removals_compile_nothing_new():
 
 
 def test_an_updated_set_saves_its_removals_and_serves_without_them(tmp_path):
-    from static_compiler import serving
+    from static_compiler.artifact import serving
     rng = np.random.default_rng(33)
     items = oracle.random_ragged_set(rng, 30, 4, 7, end_token=0)
     plain = sc.compile_constraints(items, 7, end_token=0, export_beam_sizes=(4,))

@@ -16,7 +16,10 @@ import pytest
 
 import oracle
 import static_compiler as sc
-from static_compiler import artifact, artifact_format, serving
+from static_compiler import artifact
+from static_compiler.artifact import format as fmt
+from static_compiler.artifact import serving
+from static_compiler.artifact.manifest import FileEntry
 from static_compiler.frontend import readers
 from static_compiler.frontend import text
 from static_compiler.cli import main
@@ -262,7 +265,7 @@ def saved(compiled_chars, tmp_path_factory):
 
 def test_names_survive_save_and_load(compiled_chars, saved):
     manifest = serving.read_manifest(saved)
-    assert manifest.format_version == artifact_format.FORMAT_VERSION and manifest.names_file == "names.jsonl"
+    assert manifest.format_version == fmt.FORMAT_VERSION and manifest.names_file == "names.jsonl"
     assert "names.jsonl" in manifest.files
     lines = [json.loads(line) for line in (saved / "names.jsonl").read_text("utf-8").splitlines()]
     assert [(o["name"], o["tokens"]) for o in lines] == [
@@ -296,9 +299,9 @@ def rewrite(path, rel, data: bytes):
     """Replaces file `rel` and updates the manifest's size and sha256 (a
     consistent artifact with different content)."""
     (path / rel).write_bytes(data)
-    m = json.loads((path / artifact_format.MANIFEST_FILE).read_text())
-    m["files"][rel] = artifact_format.FileEntry.of_bytes(data).to_json()
-    (path / artifact_format.MANIFEST_FILE).write_bytes(artifact_format.seal_manifest(m))
+    m = json.loads((path / fmt.MANIFEST_FILE).read_text())
+    m["files"][rel] = FileEntry.of_bytes(data).to_json()
+    (path / fmt.MANIFEST_FILE).write_bytes(fmt.seal_manifest(m))
 
 
 @pytest.mark.parametrize("content, match", [
@@ -316,16 +319,16 @@ def test_a_damaged_names_file_is_named(copy, content, match):
 
 
 def test_a_names_file_the_manifest_does_not_list(copy):
-    original = (copy / artifact_format.MANIFEST_FILE).read_bytes()
+    original = (copy / fmt.MANIFEST_FILE).read_bytes()
     m = json.loads(original)
     m["names_file"] = None
     m["files"].pop("names.jsonl")
-    (copy / artifact_format.MANIFEST_FILE).write_bytes(artifact_format.seal_manifest(m))
+    (copy / fmt.MANIFEST_FILE).write_bytes(fmt.seal_manifest(m))
     with pytest.raises(ArtifactFormatError, match=r"extra file\(s\) \['names.jsonl'\]"):
         serving.load(copy)
     m = json.loads(original)
     m["names_file"] = "other.jsonl"
-    (copy / artifact_format.MANIFEST_FILE).write_bytes(artifact_format.seal_manifest(m))
+    (copy / fmt.MANIFEST_FILE).write_bytes(fmt.seal_manifest(m))
     with pytest.raises(ArtifactFormatError, match=r"names_file names file 'other.jsonl', which "
                                                   r"is not among the manifest's files"):
         serving.load(copy)

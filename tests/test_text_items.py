@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import static_compiler as sc
-from static_compiler import artifact_format, serving
+from static_compiler.artifact import serving
+from static_compiler.artifact.names import NameTable
 from static_compiler.errors import ConstraintSetError
 
 END = 0
@@ -173,7 +174,7 @@ def test_a_names_file_written_with_raw_line_breaks_reads():
     """Writers before the escapes wrote U+2028, U+2029 and U+0085 raw."""
     raw = ('{"name": "a\u2028b", "tokens": [1]}\n{"name": "c\x85d\u2029", "tokens": [2, 3]}\n'
            '{"name": "e", "tokens": [4]}').encode("utf-8")  # and no final line feed
-    table = artifact_format.NameTable.from_jsonl(raw, "test")
+    table = NameTable.from_jsonl(raw, "test")
     assert table.names == ("a\u2028b", "c\x85d\u2029", "e")
     assert table.tokens.tolist() == [[1, -1], [2, 3], [4, -1]]
 
@@ -234,7 +235,7 @@ def test_any_name_list_numbers_its_items_as_given(names, seed):
         [first_of(names, i) for i in range(n)]
     assert [compiled.names.name_of(folded(name)) for name in names] == \
         [names[first_of(names, i)] for i in range(n)]
-    back = artifact_format.NameTable.from_jsonl(compiled.names.to_jsonl(), "test")
+    back = NameTable.from_jsonl(compiled.names.to_jsonl(), "test")
     assert back.names == compiled.names.names and back.aliases == compiled.names.aliases
     mask = np.random.default_rng(seed).random(n) < 0.5
     if mask.any():

@@ -39,7 +39,7 @@ from jax import lax
 
 from static_compiler.backend.lowering import StepPlan
 from static_compiler.ir import LayoutKind
-from static_compiler.placement import PACKED_TABLE_ENTRIES
+from static_compiler.artifact.placement import PACKED_TABLE_ENTRIES
 
 
 class Candidates(NamedTuple):

@@ -38,7 +38,7 @@ from static_compiler.errors import IRVerificationError, PipelineError
 from static_compiler.ir import (Automaton, AutomatonSummary, Layer, LayerPiece, Layout,
                                 LayoutKind, verify)
 from static_compiler.dtypes import branch_dtype_for
-from static_compiler.live.liveness import EXCEPTION_TABLES, exception_rows, row_pointers, slot_step
+from static_compiler.live.layers import EXCEPTION_TABLES, exception_rows, row_pointers, slot_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,7 +270,7 @@ def state_counts(plan: Plan) -> tuple[int, ...]:
 
 def slot_steps(plan: Plan) -> tuple[int, ...]:
     """The steps whose children an item subset holds as slot bits: dense
-    rows at least half full (`liveness.slot_step`)."""
+    rows at least half full (`layers.slot_step`)."""
     return tuple(t for t, s in enumerate(plan.steps)
                  if slot_step(s.kind.value, s.num_states, s.num_next_states, plan.vocab_size))
 

@@ -59,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from static_compiler import artifact, compile_constraints
+    from static_compiler import compile_constraints
+    from static_compiler.artifact import writer
 
     if os.path.exists(args.output) and not args.force:
         raise CliInputError(f"output {args.output!r} already exists: pass --force to replace it")
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{sum(r['bytes_per_device'] for r in compiled.layer_stats())} bytes per "
                   f"device of {compiled.nbytes}\n")
     with progress("export + save", log):
-        path = artifact.save(compiled, args.output, overwrite=args.force)
+        path = writer.save(compiled, args.output, overwrite=args.force)
     sys.stdout.write(f"wrote {path}: {compiled.outline.num_sequences} sequences, vocab "
                      f"{compiled.vocab_size}, max length {compiled.max_length}, "
                      f"{compiled.nbytes} table bytes, beam sizes {list(beam_sizes)}, "

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from static_compiler import serving
+    from static_compiler.artifact import serving
     from static_compiler.cli import demo_model
 
     if args.top < 1 or args.batch_size < 1:
@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     record = serving.read_manifest(args.artifact).mesh
     mesh = None if record is None else device_mesh(record["axes"], f"artifact {args.artifact!r}")
     if args.check_tables:
-        from static_compiler import artifact
-        art = artifact.load_checked(args.artifact, mesh=mesh)
+        from static_compiler.artifact.read import load_checked
+        art = load_checked(args.artifact, mesh=mesh)
     else:
         art = serving.load(args.artifact, mesh=mesh)
     beam_size = art.beam_sizes[0] if args.beam_size is None else args.beam_size

@@ -2,8 +2,8 @@
 for `static-compiler decode` and the main job (`static-compiler demo`).
 
 Like `serving`, this module imports only jax, numpy, the standard library and
-`static_compiler.serving` (and, as its package, `static_compiler.cli`, whose
-`__init__` imports nothing), so `python -m static_compiler.cli.demo_model ART`
+`static_compiler.artifact.serving` (and, as its package, `static_compiler.cli`,
+whose `__init__` imports nothing), so `python -m static_compiler.cli.demo_model ART`
 proves a process can serve an artifact without the compiler.
 """
 
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from static_compiler import serving
+from static_compiler.artifact import serving
 
 DEMO_SEED = 0
 

@@ -20,7 +20,8 @@ from typing import Optional, TextIO
 
 import numpy as np
 
-from static_compiler import artifact, report, serving
+from static_compiler import report
+from static_compiler.artifact import serving, writer
 from static_compiler.frontend import datasets
 from static_compiler.cli import demo_model
 from static_compiler.compiler import compile_constraints
@@ -63,10 +64,11 @@ def _run_child(cmd: list) -> str:
 
 def serving_modules() -> frozenset:
     """The static_compiler modules the fresh serving process may import:
-    those that `import static_compiler.serving` loads (measured in a fresh
+    those that `import static_compiler.artifact.serving` loads (measured in a fresh
     interpreter, so a module the loader starts to import is allowed without a
     list to edit), plus the demo server (`DEMO_SERVER`) and its packages."""
-    code = "import json, sys, static_compiler.serving; print(json.dumps(sorted(sys.modules)))"
+    code = ("import json, sys, static_compiler.artifact.serving; "
+            "print(json.dumps(sorted(sys.modules)))")
     loaded = json.loads(_run_child([sys.executable, "-c", code]).strip().splitlines()[-1])
     parts = DEMO_SERVER.split(".")
     server = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
@@ -143,7 +145,7 @@ def run(config: MainJobConfig, out: Optional[TextIO] = None) -> int:
         path = pathlib.Path(config.artifact_path)
     try:
         t0 = time.perf_counter()
-        artifact.save(compiled, path, overwrite=config.force)
+        writer.save(compiled, path, overwrite=config.force)
         save_seconds = time.perf_counter() - t0
         total = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         w(f"save     {path}: {total} bytes on disk (tables {_dir_bytes(path, 'tables')}, "

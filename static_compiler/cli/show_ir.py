@@ -53,15 +53,15 @@ def run(args: argparse.Namespace) -> int:
     if args.devices is not None and (args.devices < 1 or not args.stats):
         raise CliInputError(f"--devices {args.devices}: expected an int >= 1, with --stats")
     if os.path.isdir(args.input):
-        from static_compiler import artifact
+        from static_compiler.artifact.read import read_automaton, read_names
         given = [flag for flag, value in (("--vocab-size", args.vocab_size), ("--end-token",
                  args.end_token), ("--pipeline", args.pipeline), ("--tokenizer", args.tokenizer))
                  if value is not None]
         if given:
             raise CliInputError(f"input {args.input!r} is an artifact, shown as compiled: "
                                 f"{', '.join(given)} apply only to .npy and IR dump inputs")
-        compiled = artifact.read_automaton(args.input)
-        names = artifact.read_names(args.input)
+        compiled = read_automaton(args.input)
+        names = read_names(args.input)
         mesh_line = _mesh_line(args.input)
     else:
         compiled = load_and_compile(args.input, vocab_size=args.vocab_size,
@@ -86,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
 def _mesh_line(path: str) -> str:
     """For an artifact exported for a device mesh: its axes, the tables split
     across the table axis and the bytes each device holds (from the
-    manifest's record, see static_compiler.placement); else ""."""
-    from static_compiler import placement, serving
+    manifest's record, see static_compiler.artifact.placement); else ""."""
+    from static_compiler.artifact import placement, serving
 
     manifest = serving.read_manifest(path)
     record = manifest.mesh

@@ -30,14 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from static_compiler import artifact
+    from static_compiler.artifact.read import read_automaton
     from static_compiler.cli.common import read_any_input
     from static_compiler.errors import CliInputError
     from static_compiler.frontend import as_token_matrix, row_keys
     from static_compiler.ir import Automaton, enumerate_sequences
     from static_compiler.frontend.text import encode_catalogue
 
-    ir = artifact.read_automaton(args.artifact)
+    ir = read_automaton(args.artifact)
     tokens, lengths = enumerate_sequences(ir)
     out = sys.stdout
     ok = tokens.shape[0] == ir.num_sequences
@@ -88,12 +88,12 @@ def _removed_rows(path, ir, tokens, lengths):
     index or removals."""
     import numpy as np
 
-    from static_compiler import artifact_format as fmt
+    from static_compiler.artifact import snapshot
     from static_compiler.live.liveness import ItemIndex
     from static_compiler.live.subsets import unique_ids
 
-    with fmt.open_snapshot(path) as snap:
-        arrays = fmt.read_item_arrays(snap)
+    with snapshot.open_snapshot(path) as snap:
+        arrays = snapshot.read_item_arrays(snap)
     none = np.zeros(tokens.shape[0], bool)
     if arrays is None or arrays.get("removed") is None or not arrays["removed"].any():
         return none

@@ -18,8 +18,9 @@ import numpy as np
 
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import Automaton
+from static_compiler.live.layers import layer_walks  # noqa: F401 (API)
 from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset,  # noqa: F401 (API)
-                                           bit_layout, layer_walks, rows_item_mask, stack_subsets,
+                                           bit_layout, rows_item_mask, stack_subsets,
                                            subset_of_items)
 
 

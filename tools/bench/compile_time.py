@@ -35,7 +35,7 @@ CHILD = r"""
 import json, sys, time, statistics, zoneinfo
 import numpy as np, jax, jax.numpy as jnp
 import static_compiler as sc
-from static_compiler import serving
+from static_compiler.artifact import serving
 from static_compiler import datasets  # both layouts (a --library checkout may be older)
 
 which, repeats, art_dir, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]

@@ -20,7 +20,7 @@ from jax import lax
 from static_compiler.backend.lowering import Plan, slot_steps
 from static_compiler.decode_state import is_traced
 from static_compiler.errors import DecodeInputError
-from static_compiler.live.liveness import bit_widths, slot_words
+from static_compiler.live.layers import bit_widths, slot_words
 
 
 class LiveMask(NamedTuple):
@@ -76,7 +76,7 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
 
 
 def subset_widths(plan: Plan) -> tuple[tuple, tuple]:
-    """`liveness.bit_widths` of a lowered plan: the words per subset row of
+    """`layers.bit_widths` of a lowered plan: the words per subset row of
     the live and ends bits (slot bits for the children of dense_rows steps)."""
     states = [s.num_states for s in plan.steps] + [plan.steps[-1].num_next_states]
     accepting = [s.has_accepting for s in plan.steps] + [True]

@@ -1,9 +1,10 @@
 """Serving loader for saved artifacts. It needs only jax, numpy and the
-standard library, and of this package only `errors`, `artifact_format`,
-`decode_state`, `liveness` and `placement` (so a serving binary can ship it
-with little else).
+standard library, and of this package only `errors`, the format modules
+(`format`, `manifest`, `names`, `snapshot`), `runtime` (its modules and
+tables on the device), `placement`, `decode_state` and `live.liveness` with
+`live.layers` (so a serving binary can ship it with little else).
 
-    from static_compiler import serving
+    from static_compiler.artifact import serving
     art = serving.load("fresh_items.static")     # verifies files, sizes, sha256, versions
     state = art.init_state(batch_size=2, beam_size=70)
     for step in range(art.max_length):
@@ -15,7 +16,7 @@ with little else).
 An artifact saved from `compiled.shard(mesh, axis)` holds modules exported
 for that mesh: load it with `serving.load(path, mesh=mesh)` on a mesh of the
 same axes and sizes; its large tables are split across the axis as they
-were when it was saved (`static_compiler.placement`).
+were when it was saved (`static_compiler.artifact.placement`).
 
 SECURITY. A deserialized StableHLO module is a program: executing it runs
 code chosen by whoever wrote the artifact. Load artifacts only from a trusted
@@ -23,7 +24,8 @@ source. The sha256 checksums in the manifest guard against corruption
 (truncated copies, flipped bits), NOT against an attacker, who can rewrite
 the manifest along with the files.
 
-The artifact's layout and manifest are described in `static_compiler.artifact_format`.
+The artifact's layout and manifest are described in
+`static_compiler.artifact.format` and `static_compiler.artifact.manifest`.
 
 Modules execute exactly what `static_compiler.backend.decode` does in
 process (beam_step, mask, advance with the step as a traced argument), so
@@ -41,73 +43,36 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export as jax_export
 
-from static_compiler import artifact_format as fmt
+from static_compiler.artifact import format as fmt
+from static_compiler.artifact import snapshot
+from static_compiler.artifact.manifest import Manifest
+from static_compiler.artifact.names import NameTable
+from static_compiler.artifact.placement import MeshPlacement
+from static_compiler.artifact.runtime import (Module, check_table_arguments, current_platform,
+                                              deserialize, item_index, put_tables,
+                                              table_placement)
 from static_compiler.decode_state import (SENTINEL_SCORE, BeamState, DecodeResult, ProcessorState,
                                           check_fields, check_int, check_logits,
                                           check_start_tokens, check_step, check_tokens)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
-from static_compiler.placement import MeshPlacement, mesh_text, placed_shape, placement_for
-from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset, TrieLayer, bit_layout,
-                                           checked_subset_index, row_pointers, rows_item_mask,
-                                           slot_step, subset_of_items)
+from static_compiler.live.layers import TrieLayer, row_pointers, slot_step
+from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset, bit_layout,
+                                           checked_subset_index, rows_item_mask, subset_of_items)
 
 
-def open_snapshot(path, *, verify_checksums: bool = True) -> fmt.Snapshot:
-    """`artifact_format.open_snapshot`, also checking that the artifact's
+def open_snapshot(path, *, verify_checksums: bool = True) -> snapshot.Snapshot:
+    """`snapshot.open_snapshot`, also checking that the artifact's
     jax.export calling-convention version is one this jax can run."""
     lo = jax_export.minimum_supported_calling_convention_version
     hi = jax_export.maximum_supported_calling_convention_version
-    return fmt.open_snapshot(path, verify_checksums=verify_checksums,
-                             calling_conventions=(lo, hi, f"jax {jax.__version__}"))
+    return snapshot.open_snapshot(path, verify_checksums=verify_checksums,
+                                  calling_conventions=(lo, hi, f"jax {jax.__version__}"))
 
 
-def read_manifest(path, *, verify_checksums: bool = True) -> fmt.Manifest:
+def read_manifest(path, *, verify_checksums: bool = True) -> Manifest:
     """The manifest, after the checks of `open_snapshot`."""
     with open_snapshot(path, verify_checksums=verify_checksums) as snap:
         return snap.manifest
-
-
-def _current_platform() -> str:
-    backend = jax.default_backend()
-    if backend == "gpu":
-        return "rocm" if "rocm" in jax.devices()[0].client.platform_version.lower() else "cuda"
-    return backend
-
-
-class _Module:
-    """One deserialized module with its calling convention; calls are checked
-    against the convention before reaching XLA."""
-
-    def __init__(self, name: str, exported: jax_export.Exported, entry: fmt.ModuleEntry,
-                 replicated=None):
-        self.name = name
-        self.exported = exported
-        self.entry = entry
-        self._call = jax.jit(exported.call)
-        self._replicated = replicated  # a module for a mesh: its other arguments' sharding
-
-    def __call__(self, tables, *args):
-        specs = self.entry.args[len(tables):]
-        if len(args) != len(specs):
-            raise DecodeInputError(f"{self.name}: got {len(args)} arguments after the tables, "
-                                   f"expected {len(specs)} ({[s.name for s in specs]})")
-        dims: dict = {}  # symbolic dimension -> its size in this call (first seen)
-        for value, spec in zip(args, specs):
-            shape, dtype = tuple(np.shape(value)), str(jnp.result_type(value))
-            want = spec.shape
-            if len(shape) == len(want):
-                for d, size in zip(want, shape):
-                    if isinstance(d, str):
-                        dims.setdefault(d, size)
-            expect = tuple(dims.get(d, d) if isinstance(d, str) else d for d in want)
-            if shape != expect or dtype != spec.dtype:
-                raise DecodeInputError(
-                    f"{self.name}: argument {spec.name!r} is {dtype}{list(shape)}, expected "
-                    f"{spec.dtype}{list(expect)} (manifest shape {list(want)}, b = batch size, "
-                    "r = stacked subsets)")
-        if self._replicated is not None:  # every argument on the module's mesh
-            args = jax.device_put(args, self._replicated)
-        return self._call(*tables, *args)
 
 
 class Artifact:
@@ -115,7 +80,7 @@ class Artifact:
 
     Attributes:
       path: the artifact directory.
-      manifest: the parsed, checked manifest (`artifact_format.Manifest`).
+      manifest: the parsed, checked manifest (`manifest.Manifest`).
       vocab_size: V, the model's vocabulary size.
       max_length: T, decoding steps (depth, plus one with an end token).
       end_token: the end token, or None for fixed-length sets.
@@ -123,7 +88,7 @@ class Artifact:
       beam_sizes: beam sizes with an exported beam_step module.
       tables: the tables as device arrays, in argument order.
       modules: name -> deserialized `jax.export.Exported`.
-      names: a text catalogue's `artifact_format.NameTable` (names.jsonl),
+      names: a text catalogue's `names.NameTable` (names.jsonl),
         or None for a set compiled from token ids (and format version 1).
       items: the `liveness.ItemIndex` of an artifact saved with
         export_subsets=True (items/*.npy), else None: `subset` needs it.
@@ -131,8 +96,8 @@ class Artifact:
         live (`placement.MeshPlacement`); None for one device.
     """
 
-    def __init__(self, path, manifest: fmt.Manifest, tables: list, modules: dict,
-                 names: Optional[fmt.NameTable] = None, items: Optional[ItemIndex] = None,
+    def __init__(self, path, manifest: Manifest, tables: list, modules: dict,
+                 names: Optional[NameTable] = None, items: Optional[ItemIndex] = None,
                  host_tables: Optional[tuple] = None, put=None,
                  placement: Optional[MeshPlacement] = None):
         self.path = pathlib.Path(path)
@@ -158,7 +123,7 @@ class Artifact:
                 f"{self.max_length}, num_sequences={self.num_sequences}, beam_sizes="
                 f"{self.beam_sizes})")
 
-    def _beam_module(self, kind: str, beam_size: int) -> _Module:
+    def _beam_module(self, kind: str, beam_size: int) -> Module:
         if beam_size not in self.beam_sizes:
             raise DecodeInputError(f"beam_size={beam_size}: this artifact exports beam sizes "
                                    f"{list(self.beam_sizes)} (compile with export_beam_sizes=... "
@@ -294,7 +259,7 @@ class Artifact:
         with open_snapshot(self.path, verify_checksums=verify_checksums) as snap:
             return self._reloaded(snap)
 
-    def _reloaded(self, snap: fmt.Snapshot) -> "Artifact":
+    def _reloaded(self, snap: snapshot.Snapshot) -> "Artifact":
         manifest = snap.manifest
         if manifest.seal() == self.manifest.seal():
             return self
@@ -311,9 +276,9 @@ class Artifact:
         tables, host = list(self.tables), self._host_tables
         if any(not same(t.file) for t in manifest.tables):
             keep = [old if same(t.file) else None for old, t in zip(self.tables, manifest.tables)]
-            tables, host = _read_tables(snap, self._put, keep)
-        new = Artifact(self.path, manifest, tables, self._modules, fmt.read_names(snap),
-                       _items(snap), host, self._put, self.placement)
+            tables, host = put_tables(snap, self._put, keep)
+        new = Artifact(self.path, manifest, tables, self._modules, snapshot.read_names(snap),
+                       item_index(snap), host, self._put, self.placement)
         if host is self._host_tables:
             new._trie = self._trie
         return new
@@ -383,36 +348,6 @@ class Artifact:
         return [*placed[1], jnp.asarray(index, jnp.int32)]
 
 
-def _deserialize(snap: fmt.Snapshot, name: str, entry: fmt.ModuleEntry,
-                 where: Optional[MeshPlacement] = None) -> _Module:
-    """Module `name`, checked against its manifest entry (`where`: the
-    mesh it runs on, for an artifact exported for one)."""
-    path, manifest = snap.path, snap.manifest
-    try:
-        exported = jax_export.deserialize(bytearray(snap.read_bytes(entry.file)))
-    except Exception as e:  # jax raises several types for a damaged flatbuffer
-        raise fmt.format_error(path, f"module {entry.file!r} cannot be deserialized "
-                                     f"({type(e).__name__}: {e}); truncated or not a jax.export "
-                                     "module") from None
-    if exported.calling_convention_version != manifest.calling_convention_version:
-        raise ArtifactVersionError(
-            f"artifact {str(path)!r}: module {entry.file!r} has calling-convention version "
-            f"{exported.calling_convention_version}, the manifest says "
-            f"{manifest.calling_convention_version}")
-    found = [(s.shape, s.dtype) for s in _avals(exported.in_avals)]
-    want = [(s.shape, s.dtype) for s in entry.args]
-    if found != want:
-        as_json = lambda specs: [{"shape": list(shape), "dtype": dtype} for shape, dtype in specs]
-        raise fmt.format_error(path, f"module {entry.file!r} takes {as_json(found)}, the "
-                                     f"manifest's calling convention says {as_json(want)}")
-    return _Module(name, exported, entry, None if where is None else where.sharding(None))
-
-
-def _avals(avals) -> list[fmt.ArraySpec]:
-    return [fmt.ArraySpec("", tuple(d if isinstance(d, int) else str(d) for d in a.shape),
-                          str(a.dtype)) for a in avals]
-
-
 def load(path, *, verify_checksums: bool = True, device=None, mesh=None) -> Artifact:
     """Loads an artifact for serving.
 
@@ -424,7 +359,7 @@ def load(path, *, verify_checksums: bool = True, device=None, mesh=None) -> Arti
     exported for a mesh (saved from `compiled.shard(mesh, axis)`) needs
     `mesh`, a `jax.sharding.Mesh` with the same axes and sizes, and its
     tables are split across it as they were when saved. Everything is
-    read from one `artifact_format.Snapshot`, so a save with overwrite=True
+    read from one `snapshot.Snapshot`, so a save with overwrite=True
     landing meanwhile gives the old version or the new one, never a mix.
 
     Checksums catch damage, not tables edited with their checksums
@@ -439,81 +374,21 @@ def load(path, *, verify_checksums: bool = True, device=None, mesh=None) -> Arti
         return load_from(snap, device=device, mesh=mesh)
 
 
-def load_from(snap: fmt.Snapshot, *, device=None, mesh=None) -> Artifact:
+def load_from(snap: snapshot.Snapshot, *, device=None, mesh=None) -> Artifact:
     """`load` of an artifact already open as a snapshot (`open_snapshot`),
     for a caller that checks more of it first (`artifact.load_checked`)."""
     path, manifest = snap.path, snap.manifest
-    platform = _current_platform()
+    platform = current_platform()
     if platform not in manifest.platforms:
         raise fmt.format_error(path, f"modules were lowered for {list(manifest.platforms)}, this "
                                      f"process runs on {platform!r}")
-    _check_table_arguments(snap)
-    put, where = _placement(snap, device, mesh)
-    modules = {name: _deserialize(snap, name, entry, where)
+    check_table_arguments(snap)
+    put, where = table_placement(snap, device, mesh)
+    modules = {name: deserialize(snap, name, entry, where)
                for name, entry in sorted(manifest.modules.items())}
     missing = manifest.missing_modules()
     if missing:
         raise fmt.format_error(path, f"manifest lists no module(s) {missing}")
-    device_tables, host = _read_tables(snap, put)
-    return Artifact(path, manifest, device_tables, modules, fmt.read_names(snap), _items(snap),
-                    host, put, where)
-
-
-def _placement(snap: fmt.Snapshot, device, mesh) -> tuple:
-    """(put(key, array) -> device array, MeshPlacement or None) for the
-    artifact's tables: on one device, or split across `mesh` as its
-    manifest records."""
-    path, record = str(snap.path), snap.manifest.mesh
-    if device is not None and not isinstance(device, jax.Device):
-        raise DecodeInputError(f"load: device={device!r}: expected a jax.Device (e.g. "
-                               "jax.devices()[0]) or None for the default device")
-    if record is None:
-        if mesh is not None:
-            raise DecodeInputError(f"load: artifact {path!r} was exported for one device; got "
-                                   f"mesh={mesh!r}: load it without mesh=, or save the set "
-                                   "from compiled.shard(mesh, axis) to export it for a mesh")
-        device = device if device is not None else jax.devices()[0]
-        return (lambda key, arr: jax.device_put(arr, device)), None
-    if device is not None or mesh is None:
-        given = f"got device={device!r}" if device is not None else "got no mesh"
-        raise DecodeInputError(
-            f"load: artifact {path!r} was exported for a mesh {mesh_text(record['axes'])}, "
-            f"{given}: pass mesh=jax.sharding.Mesh(...) with those axes and sizes")
-    where = placement_for(record, mesh, f"load: artifact {path!r}")
-    return where.place, where
-
-
-def _check_table_arguments(snap: fmt.Snapshot) -> None:
-    """Every module takes the manifest's tables, in the shapes their
-    placement gives them (`placement.placed_shape`)."""
-    manifest = snap.manifest
-    want = [(placed_shape(manifest.mesh, t.layer, t.name, tuple(t.shape)), t.dtype)
-            for t in manifest.tables]
-    for name, entry in sorted(manifest.modules.items()):
-        took = [(tuple(a.shape), a.dtype) for a in entry.args if a.name.startswith("table:")]
-        if took and took != want:
-            raise fmt.format_error(snap.path, f"module {entry.file!r} takes tables "
-                                              f"{took[:4]}..., the manifest's tables are "
-                                              f"{want[:4]}... placed")
-
-
-def _read_tables(snap: fmt.Snapshot, put, keep=None) -> tuple[list, tuple]:
-    """(device arrays in argument order, host arrays per layer) of the
-    artifact's tables, after checking the sequence count against them; put:
-    (layer, name), array -> device array (`_placement`); keep: device arrays
-    to reuse (None where a table is read and put)."""
-    manifest = snap.manifest
-    arrays = fmt.load_tables(snap)
-    host = fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables],
-                                len(manifest.layers), arrays)
-    manifest.check_sequence_count(host, snap.path)
-    keep = keep or [None] * len(arrays)
-    return [put((t.layer, t.name), np.asarray(a)) if k is None else k
-            for k, a, t in zip(keep, arrays, manifest.tables)], host
-
-
-def _items(snap: fmt.Snapshot) -> Optional[ItemIndex]:
-    """The artifact's item index, or None when it was saved without subsets."""
-    arrays = fmt.read_item_arrays(snap)
-    return None if arrays is None else ItemIndex(num_unique=snap.manifest.num_sequences,
-                                                 **arrays)
+    device_tables, host = put_tables(snap, put)
+    return Artifact(path, manifest, device_tables, modules, snapshot.read_names(snap),
+                    item_index(snap), host, put, where)

@@ -1,0 +1,67 @@
+"""The artifact stage: a compiled set saved as a directory of .npy tables,
+`jax.export` modules and a manifest, and read back for serving.
+
+Modules by layer (tests/test_layering.py), lowest first:
+
+* core definitions (standard library and numpy only, no jax; shared by the
+  compiler, the writers and the serving loader):
+  - `format`: names of files, format versions with their dated history, the
+    checksum rules;
+  - `manifest`: the manifest's schema (`Manifest` and its entries);
+  - `names`: a text catalogue's names.jsonl (`NameTable`);
+  - `snapshot`: opening and checking an artifact (`Snapshot`,
+    `open_snapshot`) and reading its manifest, tables, names and items;
+  - `placement`: which tables split across a device mesh;
+  - `mapped`: memory-mapped arrays read or written without their pages
+    piling up in the resident set;
+* the artifact layer (jax, and the backend for the writers):
+  - `export`: the modules exported with `jax.export`;
+  - `metadata`: the manifest fields that describe the set, and the plan and
+    automaton read back from them;
+  - `lock`: the writers' lock (`update_lock`);
+  - `writer`: `save`, the files and their atomic swap, `recover_stale`;
+  - `update`: updating a saved artifact (removals);
+  - `read`: `read_automaton`, `read_names`, `load_checked`;
+  - `runtime` and `serving`: the serving loader (`serving.load`), which
+    imports no compiler module.
+
+Nothing is imported here: `static_compiler.artifact.format` loads without
+jax. The writer's and readers' functions are available here on first use
+(PEP 562), as `artifact.save`, `artifact.load_checked`, `artifact.update_lock`.
+"""
+
+import importlib
+
+_EXPORTS = {
+    "export_modules": "export", "aval_specs": "export", "export_caps": "export",
+    "set_metadata": "metadata", "plan_from_metadata": "metadata",
+    "automaton_from_metadata": "metadata",
+    "lock_file": "lock", "update_lock": "lock",
+    "NpyFile": "writer", "build_files": "writer", "save": "writer", "save_locked": "writer",
+    "recover_stale": "writer",
+    "require_current": "update", "update_removed": "update", "read_items": "update",
+    "write_removed": "update",
+    "read_automaton": "read", "load_checked": "read", "read_names": "read",
+}
+"""Public name -> the module of this package that defines it."""
+
+_SUBMODULES = frozenset({"format", "manifest", "names", "snapshot", "placement", "mapped",
+                         "export", "metadata", "lock", "writer", "update", "read", "runtime",
+                         "serving"})
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
+
+
+__all__ = sorted(_EXPORTS)

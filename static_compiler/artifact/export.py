@@ -1,0 +1,215 @@
+"""Exporting a compiled set's modules with `jax.export` (`export_modules`),
+for ("cpu", "cuda", "tpu") at once and a symbolic batch dimension ``b``, and
+their manifest entries (`exported_modules`; `reused_modules` copies a saved
+version's unchanged). Tables are arguments, never constants, so the module
+bytes do not grow with the set:
+
+============  =================================================================
+init_m{M}     (start_tokens int32[b]) -> BeamState fields (b, M, ...)
+beam_step_m{M}  (*tables, *BeamState fields, logits float32[b, M, V], step int32[])
+              -> BeamState fields; `decode.beam_step_switch` with the per-step
+              caps of export_tokens_per_beam (`export_caps`)
+mask          (*tables, logits float32[b, V], node, valid, finished, step)
+              -> masked logits float32[b, V]
+advance       (*tables, node, valid, finished, tokens int32[b], step)
+              -> node, valid, finished
+============  =================================================================
+
+With item subsets (export_subsets=True) each but init_m{M} also has a
+``_subset`` variant taking the subsets' bits and subset_index last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import export as jax_export
+
+from static_compiler.artifact import format as fmt
+from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
+from static_compiler.artifact.placement import placed_shape
+from static_compiler.backend import decode
+from static_compiler.backend.lowering import Plan
+from static_compiler.decode_state import BeamState, ProcessorState, check_tokens_per_beam
+from static_compiler.errors import ArtifactVersionError, DecodeInputError
+
+
+def _spec(shape, dtype, sharding=None) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype), sharding=sharding)
+
+
+def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], list[str]]]:
+    """Exports the modules of `compiled`.
+
+    Returns {name: (jax.export.Exported, argument names, result names)} in
+    the order `save` writes them."""
+    plan: Plan = compiled.plan
+    keys = fmt.table_keys(compiled.tables)
+    num_layers = len(compiled.tables)
+    n = len(keys)
+    # On a mesh (`compiled.shard`) the modules are exported for it: split
+    # tables (row pointers padded) along its axis, every other argument
+    # replicated; jax.export records the shardings and the device count.
+    where = getattr(compiled, "placement", None)
+    spec = functools.partial(_spec, sharding=None if where is None else where.sharding(None))
+
+    def table_spec(t, k):
+        arr = compiled.tables[t][k]
+        if where is None:
+            return _spec(arr.shape, arr.dtype)
+        return _spec(where.shape((t, k), arr.shape), arr.dtype, where.sharding((t, k), arr.ndim))
+
+    table_specs = [table_spec(t, k) for t, k in keys]
+    table_names = [f"table:layer{t}.{k}" for t, k in keys]
+    b, r = jax_export.symbolic_shape(f"{fmt.BATCH_DIM}, {fmt.SUBSET_DIM}")
+    T, V = plan.max_length, plan.vocab_size
+    step_spec = spec((), jnp.int32)
+    caps = export_caps(compiled)
+    state_names = [f"state.{f}" for f in BeamState._fields]
+    proc_names = [f"state.{f}" for f in ProcessorState._fields]
+    unflatten = functools.partial(fmt.unflatten_tables, keys, num_layers)
+    # name -> (function of (args, LiveMask or None), specs, argument names, result names)
+    base = {}
+    for M in sorted(set(compiled.export_beam_sizes)):
+        state_specs = [spec((b, M, T), jnp.int32), spec((b, M), jnp.float32)] + \
+            [spec((b, M), dt) for dt in (jnp.int32, bool, bool, jnp.int32, jnp.int32, jnp.int32)]
+
+        def init(a, subset, M=M):
+            return tuple(decode.init_beam_state(plan, a[0].shape[0], M, a[0]))
+
+        def step_fn(a, subset):
+            return tuple(decode.beam_step_switch(plan, unflatten(a[:n]), BeamState(*a[n:n + 8]),
+                                                 a[n + 8], a[n + 9], caps, subset))
+
+        base[fmt.beam_module_name("init", M)] = (init, [spec((b,), jnp.int32)],
+                                                 ["start_tokens"], state_names)
+        base[fmt.beam_module_name("beam_step", M)] = (
+            step_fn, table_specs + state_specs + [spec((b, M, V), jnp.float32), step_spec],
+            table_names + state_names + ["logits", "step"], state_names)
+
+    proc_specs = [spec((b,), jnp.int32), spec((b,), bool), spec((b,), bool)]
+
+    def mask_fn(a, subset):
+        return (decode.mask_switch(plan, unflatten(a[:n]), a[n], ProcessorState(*a[n + 1:n + 4]),
+                                   a[n + 4], subset),)
+
+    def advance_fn(a, subset):
+        return tuple(decode.advance_switch(plan, unflatten(a[:n]), ProcessorState(*a[n:n + 3]),
+                                           a[n + 3], a[n + 4], subset))
+
+    base["mask"] = (mask_fn, table_specs + [spec((b, V), jnp.float32)] + proc_specs + [step_spec],
+                    table_names + ["logits"] + proc_names + ["step"], ["masked_logits"])
+    base["advance"] = (advance_fn, table_specs + proc_specs + [spec((b,), jnp.int32), step_spec],
+                       table_names + proc_names + ["tokens", "step"], proc_names)
+
+    def export(fn, specs):
+        with _no_source_locations():
+            return jax_export.export(jax.jit(fn), platforms=fmt.PLATFORMS)(*specs)
+
+    modules = {name: (export(lambda *a, fn=fn: fn(a, None), specs), names, results)
+               for name, (fn, specs, names, results) in base.items()}
+    if getattr(compiled, "export_subsets", False):
+        live_w, ends_w = decode.subset_widths(plan)
+        sub_specs = [spec((r, w), jnp.uint32) for w in live_w] + \
+            [spec((r, w), jnp.uint32) for w in ends_w if w is not None] + [spec((b,), jnp.int32)]
+        sub_names = [f"subset.live{d + 1}" for d in range(len(live_w))] + \
+            [f"subset.ends{d}" for d, w in enumerate(ends_w) if w is not None] + ["subset_index"]
+        k = len(sub_specs)
+
+        def with_subset(fn, *a):
+            it = iter(a[-k:])
+            live = tuple(next(it) for _ in live_w)
+            ends = tuple(None if w is None else next(it) for w in ends_w)
+            return fn(a[:-k], decode.LiveMask(live, ends, next(it)))
+
+        for name, (fn, specs, names, results) in base.items():
+            if not name.startswith("init"):
+                modules[fmt.subset_module_name(name)] = (
+                    export(functools.partial(with_subset, fn), specs + sub_specs),
+                    names + sub_names, results)
+    return modules
+
+
+@contextlib.contextmanager
+def _no_source_locations():
+    """Lowers without Python source locations, so module bytes depend neither
+    on the call site nor on where the package is installed (deterministic,
+    and no build-machine paths end up in artifacts)."""
+    keys = ("jax_traceback_in_locations_limit", "jax_include_full_tracebacks_in_locations")
+    saved = [getattr(jax.config, key) for key in keys]
+    jax.config.update(keys[0], 0)
+    jax.config.update(keys[1], False)
+    try:
+        yield
+    finally:
+        for key, value in zip(keys, saved):
+            jax.config.update(key, value)
+
+
+def aval_specs(avals, names: list[str]) -> tuple[ArraySpec, ...]:
+    """ArraySpecs of abstract values (symbolic dims as strings, e.g. "b")."""
+    return tuple(ArraySpec(name, tuple(d if isinstance(d, int) else str(d) for d in a.shape),
+                           str(a.dtype)) for name, a in zip(names, avals))
+
+
+def export_caps(compiled) -> tuple[Optional[int], ...]:
+    """The per-step caps the beam_step modules apply (`check_tokens_per_beam`
+    of export_tokens_per_beam), after checking export_beam_sizes; raises
+    DecodeInputError naming the export option that is wrong."""
+    sizes = compiled.export_beam_sizes
+    if not sizes or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1
+                        for m in sizes):
+        raise DecodeInputError(f"export_beam_sizes={sizes!r}: expected a non-empty tuple of "
+                               "ints >= 1")
+    try:
+        return check_tokens_per_beam(compiled.export_tokens_per_beam, compiled.plan.max_length)
+    except DecodeInputError as e:
+        raise DecodeInputError(f"export_tokens_per_beam: {e}") from None
+
+
+def exported_modules(compiled, caps, files: dict) -> tuple[dict, int, tuple]:
+    """Exports `compiled`'s modules into `files`: (manifest entries by name,
+    calling-convention version, (jax, jaxlib) versions)."""
+    modules = {}
+    cc_versions = set()
+    for name, (exported, arg_names, result_names) in export_modules(compiled).items():
+        rel = fmt.module_file(name)
+        files[rel] = bytes(exported.serialize())
+        cc_versions.add(exported.calling_convention_version)
+        kind, _, beams = name.rpartition("_m")
+        per_beam = kind in fmt.BEAM_MODULE_KINDS
+        modules[name] = ModuleEntry(
+            file=rel, kind=kind if per_beam else name, platforms=tuple(exported.platforms),
+            args=aval_specs(exported.in_avals, arg_names),
+            results=aval_specs(exported.out_avals, result_names),
+            beam_size=int(beams) if per_beam else None,
+            tokens_per_beam=list(caps) if kind in fmt.STEP_KINDS else None)
+    (cc,) = cc_versions
+    return modules, cc, (jax.__version__, _jaxlib_version())
+
+
+def reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
+    """The modules of the saved artifact `reuse` (an open Snapshot), copied
+    into `files`, after checking that they take `compiled`'s tables."""
+    path, manifest = reuse.path, reuse.manifest
+    tables = [ArraySpec("", placed_shape(manifest.mesh, t, k, compiled.tables[t][k].shape),
+                        str(compiled.tables[t][k].dtype))
+              for t, k in fmt.table_keys(compiled.tables)]
+    for name, entry in manifest.modules.items():
+        took = [(a.shape, a.dtype) for a in entry.args if a.name.startswith("table:")]
+        if took and took != [(a.shape, a.dtype) for a in tables]:
+            raise ArtifactVersionError(f"artifact {str(path)!r}: module {name!r} takes other "
+                                       "tables than the new version has: export it anew")
+        files[entry.file] = reuse.read_bytes(entry.file)
+    return (dict(manifest.modules), manifest.calling_convention_version,
+            (manifest.jax_version, manifest.jaxlib_version))
+
+
+def _jaxlib_version() -> str:
+    import jaxlib
+    return getattr(jaxlib, "__version__", "unknown")

@@ -1,0 +1,362 @@
+"""Writing artifacts: `save` builds every file of the artifact
+(`build_files`: the IR, names, item arrays, tables as `NpyFile`s, the
+exported modules and the manifest, last) and writes them atomically
+(`_write_then_swap`): into a temporary sibling directory, fsynced, then
+swapped in at the path (`_swap_in`: one renameat2 exchange where the
+system has it, else two renames), so a reader sees the old version or the
+new one; `recover_stale` cleans up after writers that died. Every writer
+holds the path's `lock.update_lock` while it writes.
+
+The format (directory layout, manifest schema, version history, checksum
+rules) is `format` and `manifest`, shared with the serving loader; the
+security note is in `serving`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import hashlib
+import io
+import os
+import pathlib
+import re
+import shutil
+import tempfile
+
+import numpy as np
+
+from static_compiler import processes
+from static_compiler.artifact import format as fmt
+from static_compiler.artifact.export import export_caps, exported_modules, reused_modules
+from static_compiler.artifact.lock import _parent, update_lock
+from static_compiler.artifact.manifest import FileEntry, Manifest, TableEntry
+from static_compiler.artifact.mapped import release_pages
+from static_compiler.artifact.metadata import set_metadata
+from static_compiler.artifact.snapshot import read_manifest
+from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE
+from static_compiler.errors import (ArtifactExistsError, ArtifactFormatError, ArtifactVersionError,
+                                    DecodeInputError)
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+class NpyFile:
+    """The bytes `np.save` writes for `arr`, produced in chunks of about
+    CHUNK_BYTES: a table is hashed and written without a copy of it in
+    memory (a memory-mapped one is read a chunk at a time). Compares equal
+    to another NpyFile or to bytes with the same content."""
+
+    CHUNK_BYTES = 1 << 24
+
+    def __init__(self, arr: np.ndarray):
+        self.arr = arr
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(arr))
+        self.header = buf.getvalue()
+
+    @property
+    def size(self) -> int:
+        return len(self.header) + self.arr.nbytes
+
+    def chunks(self):
+        yield self.header
+        flat = self.arr.reshape(-1)
+        size = max(1, self.arr.itemsize)
+        step = max(1, self.CHUNK_BYTES // size)
+        for start in range(0, flat.shape[0], step):
+            yield np.ascontiguousarray(flat[start:start + step]).tobytes()
+            release_pages(flat, start * size, (start + step) * size)  # (a mapped table's)
+
+    def entry(self) -> FileEntry:
+        digest = hashlib.sha256()
+        for chunk in self.chunks():
+            digest.update(chunk)
+        return FileEntry(size=self.size, sha256=digest.hexdigest())
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.chunks())
+
+    def __eq__(self, other):
+        if isinstance(other, (bytes, bytearray, NpyFile)):
+            return bytes(self) == bytes(other)
+        return NotImplemented
+
+    __hash__ = None
+
+
+def _file_entry(data) -> FileEntry:
+    return data.entry() if isinstance(data, NpyFile) else FileEntry.of_bytes(data)
+
+
+def _write_file(root: pathlib.Path, rel: str, data) -> None:
+    """Writes `data` (bytes, or an `NpyFile` in chunks) to root / rel."""
+    target = root / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "wb") as f:
+        for chunk in (data.chunks() if isinstance(data, NpyFile) else (data,)):
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: pathlib.Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def build_files(compiled, reuse_modules=None) -> dict[str, object]:
+    """{relative path: bytes, or an `NpyFile` for a table} of every file of
+    the artifact, manifest last.
+
+    reuse_modules: an open `snapshot.Snapshot` of a saved artifact
+    whose modules serve `compiled` unchanged (a version with the same plan:
+    an addition within the reserved capacity): their files and manifest
+    entries are copied
+    instead of exporting again, so a serving process reloading the new
+    version keeps its deserialized modules.
+
+    Deterministic: the same compiled set and jax version give the same bytes
+    (no timestamps; JSON with sorted keys)."""
+    caps = export_caps(compiled)
+    files = {fmt.IR_FILE: compiled.ir_text().encode("utf-8")}
+    names = getattr(compiled, "names", None)
+    if names is not None:
+        files[fmt.NAMES_FILE] = names.to_jsonl()
+    item_files = None
+    items = getattr(compiled, "items", None)
+    if getattr(compiled, "export_subsets", False):
+        item_files = {}
+        for key in fmt.ITEM_ARRAYS:
+            arr = getattr(compiled.items, key)
+            if arr is not None:
+                item_files[key] = fmt.item_file(key)
+                files[item_files[key]] = NpyFile(
+                    np.asarray(arr, bool if key == "removed" else np.int32))
+    elif items is not None and items.removal_tag:
+        raise DecodeInputError("save: items were removed by an update, and an artifact keeps the "
+                               "removal as item subsets: compile with export_subsets=True")
+    tables = []
+    for t, name in fmt.table_keys(compiled.tables):
+        arr = compiled.tables[t][name]
+        rel = fmt.table_file(t, name)
+        files[rel] = NpyFile(arr)
+        tables.append(TableEntry(t, name, rel, tuple(arr.shape), str(arr.dtype)))
+    if reuse_modules is None:
+        modules, cc, versions = exported_modules(compiled, caps, files)
+        where = getattr(compiled, "placement", None)
+        mesh = None if where is None else where.to_json()
+        subset_bits = fmt.SUBSET_BITS[-1]
+    else:
+        modules, cc, versions = reused_modules(compiled, reuse_modules, files)
+        mesh, subset_bits = reuse_modules.manifest.mesh, reuse_modules.manifest.subset_bits
+    manifest = Manifest(
+        jax_version=versions[0], jaxlib_version=versions[1], calling_convention_version=cc, platforms=fmt.PLATFORMS, batch_dim=fmt.BATCH_DIM,
+        pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
+        **set_metadata(compiled), tables=tuple(tables), modules=modules,
+        names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files, mesh=mesh,
+        subset_bits=subset_bits, files={rel: _file_entry(data) for rel, data in sorted(files.items())})
+    files[fmt.MANIFEST_FILE] = manifest.seal()
+    return files
+
+
+def save(compiled, path, *, overwrite: bool = False, reuse_modules=None) -> pathlib.Path:
+    """Writes `compiled` as an artifact directory at `path`, atomically.
+
+    The files go into a temporary sibling directory, are fsynced, and the
+    directory is renamed to `path`: readers never see a half-written
+    artifact. With `overwrite=True` an existing artifact is renamed aside,
+    the new one renamed in, then the old one deleted; if anything fails
+    before the swap, the old artifact is left untouched (and restored if the
+    swap itself fails).
+
+    Every writer of a path (this, `update_removed`,
+    `compiler.update_artifact`) writes and swaps under its `update_lock`,
+    so a save can never replace the version an update is building on while
+    that update reads it. The export runs first, without the lock; when
+    another writer holds the lock, save raises ArtifactBusyError at once and
+    `path` is left as it was (as a second update does: it fails rather
+    than waits, so a stuck writer never hangs a caller; try again).
+
+    Raises ArtifactExistsError when `path` exists and `overwrite` is False,
+    or when it exists and is not an artifact (we never delete other data);
+    ArtifactBusyError as above; DecodeInputError for bad export_beam_sizes /
+    export_tokens_per_beam. Returns the artifact path.
+    """
+    path = pathlib.Path(path)
+    files = _files_to_save(compiled, path, overwrite, reuse_modules)
+    _parent(path).mkdir(parents=True, exist_ok=True)  # for the lock file
+    with update_lock(path):
+        _write_files(path, files, overwrite)
+    return path
+
+
+def save_locked(compiled, path, *, overwrite: bool = False, reuse_modules=None) -> pathlib.Path:
+    """`save`, for a caller that already holds `update_lock(path)` (an update
+    writing the version it built): the same checks and atomic write, without
+    taking the lock again (a flock is per open file, so a second take would
+    find the caller itself busy)."""
+    path = pathlib.Path(path)
+    _write_files(path, _files_to_save(compiled, path, overwrite, reuse_modules), overwrite)
+    return path
+
+
+def _files_to_save(compiled, path: pathlib.Path, overwrite: bool, reuse_modules) -> dict:
+    """`build_files`, after the checks on `path` that fail before an export
+    (ArtifactExistsError; `_swap_in` checks again when it replaces)."""
+    if path.exists() or path.is_symlink():
+        if not overwrite:
+            raise _exists_error(path)
+        _check_replaceable(path)
+    return build_files(compiled, reuse_modules)
+
+
+def _write_files(path: pathlib.Path, files: dict, overwrite: bool) -> None:
+    """Writes `files` (of `build_files`) as the artifact at `path`
+    (`_write_then_swap`); the caller holds `update_lock(path)`."""
+    def fill(tmp):
+        for rel, data in files.items():
+            _write_file(tmp, rel, data)
+
+    _write_then_swap(path, fill, overwrite=overwrite)
+
+
+def _exists_error(path: pathlib.Path) -> ArtifactExistsError:
+    return ArtifactExistsError(f"artifact {str(path)!r} already exists: pass overwrite=True "
+                               "(CLI: --force) to replace it")
+
+
+def _check_replaceable(path: pathlib.Path) -> None:
+    """ArtifactExistsError unless `path` is verifiably an artifact of ours: a
+    directory (not a link) whose manifest parses as our format and lists
+    exactly the files in it, so overwriting never deletes other data (a
+    directory that merely holds a file named manifest.json)."""
+    if path.is_symlink() or not path.is_dir() or not (path / fmt.MANIFEST_FILE).is_file():
+        raise ArtifactExistsError(f"{str(path)!r} exists and is not an artifact (no "
+                                  f"{fmt.MANIFEST_FILE}); refusing to replace it")
+    try:
+        read_manifest(path, verify_checksums=False)
+    except (ArtifactFormatError, ArtifactVersionError) as e:
+        raise ArtifactExistsError(f"{str(path)!r} exists and is not an artifact of ours that "
+                                  f"can be replaced ({e}); refusing to delete it") from None
+
+
+def recover_stale(path) -> list[str]:
+    """Cleans up after writers of `path` that died (kill -9, power loss): their
+    temporary directories beside it (`.NAME.tmp-PID-*`, whose PID is no
+    longer running) are removed, and when `path` itself is missing because a
+    writer died between the two renames of an overwrite, the artifact it had
+    moved aside (`.NAME.old-PID-*`) is renamed back. Directories of live
+    writers, and names without a PID, are left alone. Runs before every
+    save and update; returns what it did, one line each."""
+    path = pathlib.Path(path)
+    parent = _parent(path)
+    if not parent.is_dir():
+        return []
+    done = []
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(tmp|old)-(\d+)-")
+    stale = []
+    for entry in sorted(parent.iterdir()):
+        m = pattern.match(entry.name)
+        if m and entry.is_dir() and not entry.is_symlink() and not processes.alive(int(m[2])):
+            stale.append((m[1], entry))
+    for kind, entry in stale:
+        if kind == "old" and not path.exists() and (entry / fmt.MANIFEST_FILE).is_file():
+            os.rename(entry, path)
+            done.append(f"restored {entry.name} to {path.name}")
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+            done.append(f"removed {entry.name}")
+    return done
+
+
+def _write_then_swap(path: pathlib.Path, fill, overwrite: bool = True) -> None:
+    """`fill(tmp)` writes an artifact into a temporary sibling directory,
+    which is fsynced and swapped in at `path` (`_swap_in`); on any failure
+    the temporary directory is removed and `path` is left as it was. With
+    overwrite False the rename itself is the check that `path` is free (two
+    writers racing for a new path: the second gets ArtifactExistsError)."""
+    parent = _parent(path)
+    parent.mkdir(parents=True, exist_ok=True)
+    recover_stale(path)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=parent))
+    try:
+        fill(tmp)
+        for sub in (fmt.TABLES_DIR, fmt.MODULES_DIR, fmt.ITEMS_DIR):
+            if (tmp / sub).is_dir():
+                _fsync_dir(tmp / sub)
+        _fsync_dir(tmp)
+        _swap_in(tmp, path, parent, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path,
+             overwrite: bool = True) -> None:
+    """Renames `tmp` to `path`, replacing an existing artifact only with
+    `overwrite` (see `save`)."""
+    if not overwrite or not path.exists():
+        try:  # onto a path that must not exist: atomic, whoever renames first wins
+            os.rename(tmp, path)
+            _fsync_dir(parent)
+            return
+        except OSError as e:
+            taken = path.exists() and e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR,
+                                                  errno.ENOTDIR)
+            if not taken:
+                raise
+            if not overwrite:
+                raise _exists_error(path) from None
+    _check_replaceable(path)  # again: what is there now is what gets replaced
+    if _rename_exchange(tmp, path):
+        # One atomic step: the path held the old artifact, now the new one;
+        # `tmp` holds the old one (a stale .tmp- directory if we die here).
+        _fsync_dir(parent)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    # No atomic exchange here (not Linux, or a filesystem without it): two
+    # renames, and a kill between them leaves the old artifact moved aside
+    # until `recover_stale` renames it back.
+    old = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.old-{os.getpid()}-", dir=parent))
+    os.rmdir(old)
+    os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    _fsync_dir(parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _rename_exchange(a: pathlib.Path, b: pathlib.Path) -> bool:
+    """Atomically swaps the directories at `a` and `b` (Linux renameat2 with
+    RENAME_EXCHANGE), so a reader of `b` sees the one or the other at every
+    instant. False, having done nothing, where the system or filesystem
+    cannot; OSError for any other failure."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
