@@ -1,434 +1,33 @@
-"""`compile_constraints`: frontend -> passes -> lowering, and the object it returns."""
+"""`compile_constraints`: frontend -> passes -> lowering, and the decode
+entry points over the `CompiledConstraints` it returns (`beam_search`,
+`greedy_decode`, `sample`). The compiled set itself lives in `compiled`,
+the artifact round trip (`load_compiled`, `update_artifact`) in `saved`;
+both are importable from here too."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from typing import Optional
 
-
 import numpy as np
 
-from static_compiler.live import additions
 from static_compiler.live import subsets
-from static_compiler.artifact import placement as placement_lib
 from static_compiler.passes import pipeline as pipeline_lib
 from static_compiler.backend import decode
-from static_compiler.live.liveness import checked_subset_index
-from static_compiler.backend.lowering import (Plan, automaton_from_tables, lower, lower_pieces,
-                                              slot_steps, state_counts, table_head, tables_nbytes)
-from static_compiler.artifact.names import NameTable
-from static_compiler.decode_state import check_processor_state, is_traced
+from static_compiler.backend.lowering import lower, lower_pieces, tables_nbytes
+from static_compiler.compiled import CompiledConstraints
 from static_compiler.errors import ConstraintSetError, DecodeInputError
-from static_compiler.frontend import ItemIndex, build_trie
+from static_compiler.frontend import build_trie
 from static_compiler.frontend.array_files import ArrayFiles
 from static_compiler.frontend.graph import automaton_from_graph, is_graph
 from static_compiler.frontend.partitioned import Shards, partitions_built
-from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
+from static_compiler.ir import Automaton
 from static_compiler.frontend.text import encode_catalogue, looks_like_names
+from static_compiler.saved import load_compiled, update_artifact
 
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class CompiledConstraints:
-    """A compiled constraint set.
-
-    Attributes:
-      ir: the automaton after the pipeline (print it for the text dump).
-      plan: the static decoding plan (hashable).
-      tables: tuple of dicts of numpy arrays, one per layer (see
-        backend.lowering for names, shapes and dtypes).
-      pipeline: canonical spec of the passes that ran.
-      timings: (stage, seconds) pairs: frontend, each pass, lowering.
-      export_beam_sizes: beam sizes `save` exports a beam_step module for.
-      frontend_stats: the IR the frontend produced, before the passes:
-        {"states": int, "edges": int} (compare with `ir` to see what the
-        passes did, e.g. minimize), and for graph input "graph":
-        `GraphStats.as_dict()` (graph nodes and edges, unreachable and dead
-        nodes dropped, states before and after minimizing), and for a text
-        catalogue "text": names, items, duplicates (names merged into another
-        name's item because they encode to the same tokens), end_token and
-        end_token_from ("argument" or "tokenizer").
-      names: for a text catalogue, the `artifact.names.NameTable` mapping
-        token sequences back to names (saved as names.jsonl); else None.
-      items: for sequence input, where each input row (an item) ends in the
-        trie (`liveness.ItemIndex`), for item subsets; else None.
-      export_subsets: `save` also writes the item index and the modules'
-        subset variants (serving restricts per request).
-      last_update: what the `update` that made this version did.
-      placement: where the tables live on a device mesh (`shard`), or None
-        for one device.
-      summary: the laid-out `ir.AutomatonSummary` (counts, branch
-        histograms, layouts) of a set compiled from `Shards` straight into
-        its tables (`lowering.lower_pieces`). Such a set is built with
-        ir=None: its automaton is read back from the tables
-        (`lowering.automaton_from_tables`, some 36 bytes per item against
-        the tables' 12) only when something asks for `ir`; the IR text,
-        `layer_stats`, `save` and decoding read `outline` and the tables.
-    """
-
-    ir: Automaton = dataclasses.field(repr=False)  # (repr would read a lazy IR back)
-    plan: Plan
-    tables: tuple
-    pipeline: str
-    timings: tuple = ()
-    export_beam_sizes: tuple = (70,)
-    export_tokens_per_beam: Optional[int] = None
-    frontend_stats: dict = dataclasses.field(default_factory=dict)
-    names: Optional[NameTable] = None
-    items: Optional[ItemIndex] = None
-    export_subsets: bool = False
-    last_update: Optional[dict] = None
-    placement: Optional[placement_lib.MeshPlacement] = None
-    summary: Optional[AutomatonSummary] = None
-
-    def __post_init__(self):
-        if self.ir is None:
-            if self.summary is None:
-                raise ConstraintSetError("CompiledConstraints: ir=None needs the summary of "
-                                         "the IR its tables hold")
-            object.__delattr__(self, "ir")  # read from the tables when asked (__getattr__)
-
-    def __getattr__(self, name):
-        # Reached for attributes not set (`ir` of a set lowered from pieces),
-        # and when a property raised AttributeError: run it again so its own
-        # error surfaces instead of a misleading "no attribute".
-        prop = getattr(type(self), name, None)
-        if isinstance(prop, property):
-            return prop.fget(self)
-        summary = self.__dict__.get("summary")
-        if name != "ir" or summary is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        ir = automaton_from_tables(
-            self.plan, [layer.layout for layer in summary.layers], self.tables,
-            num_final_states=summary.num_final_states, num_sequences=summary.num_sequences,
-            where="compiled tables",
-            counts=[(layer.num_states, layer.num_edges) for layer in summary.layers])
-        object.__setattr__(self, "ir", ir)
-        return ir
-
-    @property
-    def outline(self):
-        """What the IR is without its arrays: `summary` for a set whose IR
-        lives in its tables (never rebuilt by this), else `ir` itself; both
-        have vocab_size, depth, num_sequences, num_final_states, end_token,
-        num_states, num_edges and layers with counts and layouts."""
-        return self.ir if "ir" in self.__dict__ else self.summary
-
-    def ir_text(self) -> str:
-        """The IR's text dump (`ir.print_ir`); for a set whose IR lives in
-        its tables, printed from `summary` and the first rows of each
-        table (`lowering.table_head`), equal to the automaton's."""
-        if "ir" in self.__dict__:
-            return self.ir.to_text()
-        return print_ir(self.summary, rows_of=lambda t, n: table_head(self.plan.steps[t],
-                                                                      self.tables[t], n))
-
-    def _replace(self, **changes) -> "CompiledConstraints":
-        """dataclasses.replace that leaves an unread IR unread."""
-        if "ir" not in changes and "ir" not in self.__dict__:
-            changes["ir"] = None
-        return dataclasses.replace(self, **changes)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.plan.vocab_size
-
-    @property
-    def max_length(self) -> int:
-        """Length of decoded token arrays (depth, plus one for the end token)."""
-        return self.plan.max_length
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of all tables the decoder reads."""
-        return tables_nbytes(self.tables)
-
-    def layer_stats(self, devices: Optional[int] = None) -> list[dict]:
-        """One dict per layer: states, edges, max_branch, mean_branch,
-        accepting, targets, layout, k, mixed ("light=l,wide=H" for a mixed
-        layout, else None), token/state dtypes, estimated_bytes (cost model),
-        bytes (measured tables) and bytes_per_device: what each device
-        holds when the tables are split across `devices` devices by the
-        `placement` rule (default: this set's own placement, else one
-        device: all bytes)."""
-        where = self.placement
-        if devices is None:
-            devices = 1 if where is None else where.devices
-        if isinstance(devices, bool) or not isinstance(devices, (int, np.integer)) or devices < 1:
-            raise DecodeInputError(f"layer_stats: devices={devices!r}: expected an int >= 1")
-        min_bytes = placement_lib.DEFAULT_MIN_BYTES if where is None else where.min_bytes
-        out = []
-        for layer, step, tabs in zip(self.outline.layers, self.plan.steps, self.tables):
-            st = layer_stats(layer)
-            st.update(layout=step.kind, k=step.k, mixed=layer.layout.mixed_text,
-                      token_dtype=step.token_dtype,
-                      state_dtype=step.state_dtype,
-                      estimated_bytes=layer.layout.estimated_bytes,
-                      bytes=sum(a.nbytes for a in tabs.values()),
-                      bytes_per_device=placement_lib.bytes_per_device(tabs, int(devices),
-                                                                      min_bytes))
-            out.append(st)
-        return out
-
-    @property
-    def device_tables(self):
-        """The tables as jax arrays on the default device, put there once."""
-        cached = self.__dict__.get("_device_tables")
-        if cached is None:
-            import jax
-            with jax.ensure_compile_time_eval():  # concrete even when first used under jit
-                if self.placement is None:
-                    cached = jax.device_put(self.tables)
-                else:
-                    cached = tuple({name: self.placement.place((t, name), arr)
-                                    for name, arr in tabs.items()}
-                                   for t, tabs in enumerate(self.tables))
-            object.__setattr__(self, "_device_tables", cached)
-        return cached
-
-    def shard(self, mesh, axis: str, min_bytes: int = placement_lib.DEFAULT_MIN_BYTES
-              ) -> "CompiledConstraints":
-        """This set with its tables placed across `mesh`'s `axis` (D
-        devices) for every decoder (`beam_search`, `sample`, `mask` ...)
-        and for `save`, which then exports modules for this mesh: a table
-        of at least `min_bytes` whose first dimension D divides is split
-        into D contiguous ranges of rows (states or edges), one per device;
-        the others are replicated (`placement`). Inside jit, XLA partitions
-        each gather from a split table into a local gather and one
-        all-reduce, so results are bit-identical to one device. Compile
-        with capacity (multiples of 8 rows) so that deep tables divide by D
-        in {2, 4, 8}; row pointers (S + 1 rows) are padded with their last
-        value to a multiple of D. `table_bytes_per_device` reports what
-        each device holds."""
-        out = self._replace(
-            placement=placement_lib.MeshPlacement.of(mesh, axis, self.tables, min_bytes))
-        _share_computed(self, out, _SET_CACHES + ("_base_subset",))  # the same set
-        return out
-
-    def table_bytes_per_device(self) -> int:
-        """Bytes of the decoder's tables on each device (the largest share:
-        all of them on one device, split ones / D after `shard`)."""
-        import jax
-        return sum(max(shard.data.nbytes for shard in arr.addressable_shards)
-                   for arr in jax.tree_util.tree_leaves(self.device_tables))
-
-    # Logits-processor pair (see backend.decode).
-    def init_state(self, batch_size: int) -> decode.ProcessorState:
-        return decode.init_processor_state(batch_size)
-
-    def mask(self, logits, state: decode.ProcessorState, step: int, *,
-             subset: Optional[subsets.Subset] = None, subset_index=None):
-        """See backend.decode.mask; subset / subset_index as in `beam_search`
-        (one subset per row of `state`)."""
-        state = check_processor_state(state, "mask")
-        live = self.live_mask(subset, subset_index, state.node.shape[0], "mask")
-        return decode.mask(self.plan, self.device_tables, logits, state, step, live)
-
-    def advance(self, state: decode.ProcessorState, tokens, step: int, *,
-                subset: Optional[subsets.Subset] = None,
-                subset_index=None) -> decode.ProcessorState:
-        """See backend.decode.advance; subset / subset_index as in `mask`."""
-        state = check_processor_state(state, "advance")
-        live = self.live_mask(subset, subset_index, state.node.shape[0], "advance")
-        return decode.advance(self.plan, self.device_tables, state, tokens, step, live)
-
-    def accept_drafts(self, state: decode.ProcessorState, drafts, step, *,
-                      subset: Optional[subsets.Subset] = None, subset_index=None):
-        """Speculative decoding: (accepted int32 (B,), state after them) for
-        draft tokens int (B, n) at `step` (see backend.decode.speculative);
-        subset / subset_index as in `mask` (default: the items this version
-        has not removed)."""
-        where = f"accept_drafts(step={'<traced>' if is_traced(step) else step})"
-        state = check_processor_state(state, where)  # named as the decoder names it
-        live = self.live_mask(subset, subset_index, state.node.shape[0], where)
-        return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
-
-    def texts(self, result) -> list:
-        """The names a decoding result of this text catalogue holds: lists
-        (batch) of lists (beams) of str, None where a beam is invalid (see
-        `NameTable.texts`). Raises DecodeInputError for a set compiled
-        without a tokenizer."""
-        if self.names is None:
-            raise DecodeInputError("texts: this set was compiled from token ids, not names "
-                                   "(compile_constraints(names, tokenizer=...) keeps names)")
-        return self.names.texts(result)
-
-    def allowed(self, prefixes, *, subset: Optional[subsets.Subset] = None, subset_index=None):
-        """prefixes int (N, t), t in [0, max_length) -> bool (N, V): the tokens
-        that may follow each prefix, with no per-row state (see
-        backend.decode.prefix); subset / subset_index (one per prefix row)
-        as in `beam_search`."""
-        live = self.live_mask(subset, subset_index, np.shape(prefixes)[0], "allowed")
-        return decode.allowed(self.plan, self.device_tables, prefixes, live)
-
-    @property
-    def fingerprint(self) -> str:
-        """Content hash of the compiled automaton (`subsets.set_fingerprint`),
-        and of the items an update removed (`ItemIndex.removal_tag`)."""
-        cached = self.__dict__.get("_fingerprint")
-        if cached is None:
-            cached = subsets.set_fingerprint(self.ir, state_counts(self.plan))
-            object.__setattr__(self, "_fingerprint", cached)
-        return cached + ("" if self.items is None else self.items.removal_tag)
-
-    def update(self, *, add=None, remove=None) -> "CompiledConstraints":
-        """A new version of this set with the items `add` lists (token
-        sequences) and without those `remove` picks (a bool mask over the
-        input rows, or token sequences); an item in both is removed. Item
-        ids stay: item i is still input row i, added rows are rows N, N + 1,
-        ... (`item_index` finds them).
-
-        Removal is pure liveness: the tables and compiled programs are
-        shared, nothing recompiles. Additions are merged into the trie
-        (`additions.merge_items`: linear, no full sort); when the merged
-        tables fit the capacity reserved at compile time (`capacity=`) the
-        plan, and so every compiled program, stays the same; otherwise the
-        merged trie is compiled anew once, and `last_update["grew"]` says
-        why (one line per layer that did not fit). Subsets made before an
-        update are refused by the new version.
-
-        `last_update`: {"removed", "already_removed", "absent"} for
-        removals (sequences not in the set are counted, not an error), and
-        {"added", "already_present", "restored", "grew"} for additions.
-        Raises ConstraintSetError for invalid sequences or masks, for a
-        set without items (graph, IR, minimize) and for a text catalogue
-        (add names by compiling anew)."""
-        items = subsets.check_subsettable(self.ir, self.items, "update")
-        if add is None and remove is None:
-            raise ConstraintSetError("update: nothing to do: pass add=... (token sequences) "
-                                     "and/or remove=... (a bool mask over the input rows, or "
-                                     "token sequences)")
-        new, report = self, {}
-        if add is not None:
-            with additions.small_pages():
-                new, report = self._added(items, add)
-            items = new.items
-        if remove is not None:
-            removed, removal = subsets.removal(items, remove, lambda: new.ir)
-            report.update(removal)
-            items = dataclasses.replace(items, removed=removed)
-        version = dataclasses.replace(new, items=items, last_update=report)
-        if add is None:  # the same tables and set: share what was computed
-            _share_computed(self, version, ("_device_tables",) + _SET_CACHES)
-        version.base_subset  # computed now, so the next decode only reads it
-        return version
-
-    def _added(self, items, add) -> tuple["CompiledConstraints", dict]:
-        """This set with the sequences `add` merged in, and the report."""
-        if self.names is not None:
-            raise ConstraintSetError("update(add=...): this set is a text catalogue: compile "
-                                     "it anew with the new names (added token sequences would "
-                                     "have no name)")
-        t0 = time.perf_counter()
-        merged = additions.merge_items(self.ir, items, add)
-        problems = additions.fit_problems(merged, self.ir)
-        if problems:
-            bare = merged.ir.with_layers(layer.replace(layout=None) for layer in merged.ir.layers)
-            ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(self.pipeline))
-            plan, tables = lower(ir)
-        else:
-            ir = merged.ir
-            plan, tables = lower(ir)
-            if plan != self.plan:  # fit_problems checks what lowering records
-                raise ConstraintSetError(f"update: internal error: the merged set fits but "
-                                         f"lowers to another plan ({plan} != {self.plan})")
-        report = dict(merged.report, grew=problems)
-        where = self.placement
-        if where is not None:  # grown tables may split differently
-            where = placement_lib.MeshPlacement.of(where.mesh, where.axis, tables, where.min_bytes)
-        new = dataclasses.replace(self, ir=ir, plan=plan, tables=tables, items=merged.items,
-                                  placement=where, timings=self.timings + (("update", time.perf_counter() - t0),))
-        return new, report
-
-    @property
-    def base_subset(self) -> Optional[subsets.Subset]:
-        """The subset every decode of this version runs over when no subset
-        is given: all items but those removed by updates; None if none was."""
-        if self.items is None or not self.items.removal_tag:
-            return None
-        cached = self.__dict__.get("_base_subset")
-        if cached is None:
-            cached = self.subset(np.ones(self.items.num_items, bool))
-            object.__setattr__(self, "_base_subset", cached)
-        return cached
-
-    def subset(self, selection) -> subsets.Subset:
-        """The items of this set that `selection` picks, as a `Subset` to
-        decode over (`beam_search(..., subset=...)`), with no recompile.
-
-        selection: bool (N,) over the input rows (item i is row i of the
-        input; duplicate rows are one item), or token sequences (a 2-D int
-        array or a list of sequences), each of which must be in the set.
-        Raises ConstraintSetError for a mask of another shape or dtype, a
-        sequence not in the set, and a set whose items share states
-        (minimized, graph or IR input)."""
-        return subsets.make_subset(self.ir, self.items, selection, self.fingerprint,
-                                   "CompiledConstraints.subset", self._bit_layout())
-
-    def _bit_layout(self):
-        """The `liveness.BitLayout` of this set's subsets (computed once)."""
-        layout = self.__dict__.get("_bit_layout_cache")
-        if layout is None:
-            subsets.check_subsettable(self.ir, self.items, "CompiledConstraints.subset")
-            layout = subsets.bit_layout(self.ir.layers,
-                                        {t: self.tables[t]["next"] for t in slot_steps(self.plan)},
-                                        state_counts(self.plan))
-            object.__setattr__(self, "_bit_layout_cache", layout)
-        return layout
-
-    def item_index(self, sequences) -> np.ndarray:
-        """int64 (n,): the item (input row; the first of duplicate rows) each
-        of `sequences` is, -1 for a sequence not in the set (or removed)."""
-        items = subsets.check_subsettable(self.ir, self.items, "item_index")
-        first = self.__dict__.get("_first_rows")
-        if first is None:
-            first = np.unique(items.row_item, return_index=True)[1].astype(np.int64)
-            object.__setattr__(self, "_first_rows", first)
-        ids = subsets.unique_ids(self.ir, items, sequences, "item_index")
-        if items.removed is not None:
-            ids = np.where(ids >= 0, np.where(items.removed[np.maximum(ids, 0)], -1, ids), -1)
-        return np.where(ids >= 0, first[np.maximum(ids, 0)], -1)
-
-    def live_mask(self, subset: Optional[subsets.Subset], subset_index, batch_size: int,
-                  where: str) -> Optional[decode.LiveMask]:
-        """The decoder's `LiveMask` for `subset` (of this set) and the subset
-        of each batch row, `subset_index` ints (batch_size,) (default: all
-        rows subset 0, allowed only for a single subset)."""
-        if subset is None:
-            if subset_index is not None:
-                raise DecodeInputError(f"{where}: subset_index without a subset")
-            if self.base_subset is None:
-                return None
-            subset = self.base_subset
-        # A subset of this set has this set's bit shapes (the fingerprint);
-        # the index is checked here, traced ones by the decoder.
-        subset_index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size,
-                                            where)
-        import jax
-        device = subset.__dict__.get("_device")
-        if device is None:
-            with jax.ensure_compile_time_eval():
-                device = subset.placed(jax.device_put)
-            object.__setattr__(subset, "_device", device)
-        return decode.LiveMask(device[0], device[1], subset_index)
-
-    def save(self, path, *, overwrite: bool = False):
-        """Writes the artifact directory atomically (see static_compiler.artifact.writer)."""
-        from static_compiler.artifact import writer
-        return writer.save(self, path, overwrite=overwrite)
-
-
-_SET_CACHES = ("_fingerprint", "_bit_layout_cache", "_first_rows")
-"""What a CompiledConstraints computes from its set on first use (and caches
-in its __dict__), valid for any version with the same IR."""
-
-
-def _share_computed(source: CompiledConstraints, target: CompiledConstraints, keys) -> None:
-    """Gives `target` the values of `keys` that `source` has computed."""
-    for key in keys:
-        if key in source.__dict__:
-            object.__setattr__(target, key, source.__dict__[key])
+__all__ = ["CompiledConstraints", "beam_search", "compile_constraints", "greedy_decode",
+           "load_compiled", "sample", "update_artifact"]
 
 
 def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int] = None,
@@ -439,35 +38,78 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                         stream=None, start=None, tokenizer=None) -> CompiledConstraints:
     """Compiles a constraint set.
 
-    Args:
-      constraints: a 2-D int array (N, L), an iterable of int sequences, an
-        `Automaton`, an acyclic `networkx.DiGraph` (see graph_frontend), or,
-        with `tokenizer`, a sequence of str (a text catalogue, see
-        static_compiler.frontend.text).
-      vocab_size: V; tokens must lie in [0, V).
-      end_token: token ending variable-length sequences (required when
-        sequence lengths differ; for names, default the tokenizer's eos).
-      tokenizer: for names: a callable str -> list of token ids, a
-        `tokenizers.Tokenizer`, a `transformers` tokenizer, or an adapter
-        (static_compiler.frontend.text); the result keeps the names (`names`, `texts`).
-      pipeline: pass pipeline spec; default `pipeline.DEFAULT_PIPELINE`.
-      print_ir_after_all: print the IR after every pass to `stream` (stderr).
-      export_beam_sizes / export_tokens_per_beam: what `save` exports.
-      export_subsets: `save` also exports item subsets (the item index and
-        a subset variant of beam_step, mask and advance), for
+    Runs the frontend (sequences, graph, IR or text catalogue -> IR), the
+    pass pipeline and lowering (IR -> plan and tables).
+
+    Parameters
+    ----------
+    constraints : int array (N, L), iterable of int sequences, Automaton, networkx.DiGraph, Shards or sequence of str
+        A 2-D int array (N, L), an iterable of int sequences, an
+        `Automaton`, an acyclic `networkx.DiGraph` (see graph_frontend),
+        `Shards` (a partitioned build), or, with `tokenizer`, a sequence of
+        str (a text catalogue, see static_compiler.frontend.text).
+    vocab_size : int
+        V; tokens must lie in [0, V).
+    end_token : int, optional
+        Token ending variable-length sequences (required when sequence
+        lengths differ; for names, default the tokenizer's eos).
+    pipeline : str, optional
+        Pass pipeline spec; default `pipeline.DEFAULT_PIPELINE`.
+    print_ir_after_all : bool
+        Print the IR after every pass to `stream` (stderr).
+    verify_each : bool
+        Run the IR verifier after every pass.
+    export_beam_sizes : tuple of int
+        The beam sizes `save` exports a beam_step module for (each >= 1).
+    export_tokens_per_beam : int, optional
+        The tokens_per_beam `save` exports beam_step with.
+    export_subsets : bool
+        `save` also exports item subsets (the item index and a subset
+        variant of beam_step, mask and advance), for
         `serving.Artifact.subset`; the set must allow subsets (sequence
         input, no `minimize`).
-      capacity: room for items added later by `update(add=...)`, as a
-        growth factor (1.25: 25 % more states at every depth, 25 % wider
-        slices): the tables are padded to it, so additions that fit keep
-        every shape and nothing recompiles (see passes.reserve_capacity).
-        None (default) reserves nothing: each addition compiles anew.
-      start: graph input only: the start node (default: the node whose
+    capacity : float, optional
+        Room for items added later by `update(add=...)`, as a growth
+        factor (1.25: 25 % more states at every depth, 25 % wider slices):
+        the tables are padded to it, so additions that fit keep every shape
+        and nothing recompiles (see passes.reserve_capacity). None
+        (default) reserves nothing: each addition compiles anew.
+    stream : text file, optional
+        Where `print_ir_after_all` writes (default sys.stderr).
+    start : hashable, optional
+        Graph input only: the start node (default: the node whose
         ``start`` attribute is true).
+    tokenizer : callable or tokenizer, optional
+        For names: a callable str -> list of token ids, a
+        `tokenizers.Tokenizer`, a `transformers` tokenizer, or an adapter
+        (static_compiler.frontend.text); the result keeps the names
+        (`names`, `texts`).
 
-    Raises:
-      ConstraintSetError for a bad set, PipelineError for a bad pipeline or a
-      failing pass, MemoryBudgetError when no layout fits the budget.
+    Returns
+    -------
+    CompiledConstraints
+        The compiled set: its IR, plan and tables (numpy), pipeline,
+        timings and export options.
+
+    Raises
+    ------
+    ConstraintSetError
+        For a bad set (or names without a tokenizer, `start` without graph
+        input, an `Automaton` with another vocab_size or end_token).
+    PipelineError
+        For a bad pipeline or a failing pass.
+    MemoryBudgetError
+        When no layout fits the budget.
+    DecodeInputError
+        For bad `export_beam_sizes`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import static_compiler as sc
+    >>> compiled = sc.compile_constraints(np.array([[1, 2], [1, 3], [2, 3]]), vocab_size=4)
+    >>> compiled.max_length, compiled.outline.num_states
+    (2, 6)
     """
     timings = []
     t0 = time.perf_counter()
@@ -574,12 +216,65 @@ def _plan_tables(compiled: CompiledConstraints):
 
 def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, beam_size: int,
                 subset: Optional[subsets.Subset] = None, subset_index=None, **options):
-    """Constrained beam search over `compiled`; options and semantics as
-    `static_compiler.backend.decode.beam_search` (tokens_per_beam,
-    start_token, carry, carry_axes, reorder, params, length_penalty,
-    return_carry). subset: decode over those items only (`compiled.subset`,
-    `stack_subsets`), exactly as over a set compiled from them; with
-    stacked subsets, subset_index ints (batch_size,) picks each row's."""
+    """Constrained beam search over `compiled`.
+
+    Options and semantics as `static_compiler.backend.decode.beam_search`
+    (tokens_per_beam, start_token, carry, carry_axes, reorder, params,
+    length_penalty, return_carry), summarized below. B = batch_size,
+    M = beam_size, V = `compiled.vocab_size`, T = `compiled.max_length`.
+
+    Parameters
+    ----------
+    compiled : CompiledConstraints
+        The set to decode over.
+    logits_fn : callable
+        ``(last_tokens int32 (B, M), step, carry) -> (logits float32
+        (B, M, V), carry)``, or ``(params, last_tokens, step, carry)`` when
+        `params` is given. step is an int32 scalar, traced inside the loops
+        that run runs of similar steps: use it in jnp code, never in Python
+        control flow. The returned carry keeps the carry's structure,
+        shapes and dtypes. Logits of another float dtype (bfloat16) are
+        read as float32.
+    batch_size : int
+        B >= 1.
+    beam_size : int
+        M >= 1.
+    subset : Subset, optional
+        Decode over those items only (`compiled.subset`, `stack_subsets`),
+        exactly as over a set compiled from them (default: the items this
+        version has not removed).
+    subset_index : int array (B,), optional
+        With stacked subsets, each row's subset.
+    **options
+        tokens_per_beam (None, an int: the most children each beam
+        contributes from step 1 on, or one entry per step); start_token (an
+        int or ints (B,)); carry (the model's state, any pytree);
+        carry_axes (which axis of each carry leaf holds the beams, a pytree
+        prefix of carry like jax.vmap's in_axes: an int for beams flattened
+        as B*M, `BeamAxis(a, split=True)` for (B, M) on axes a, a + 1, or
+        None; declared leaves are reordered by each step's parent beams; a
+        carry with leaves must be declared, or `reorder` given, unless
+        beam_size is 1); reorder (instead of carry_axes, ``fn(carry,
+        parent int32 (B, M)) -> carry``); params (passed to logits_fn as a
+        traced argument: new values of the same shapes reuse the compiled
+        search); length_penalty (GNMT exponent for re-ranking the final
+        beams, 0: off); return_carry (also return the final carry).
+
+    Returns
+    -------
+    DecodeResult or (DecodeResult, carry)
+        tokens int32 (B, M, T), scores float32 (B, M), valid bool (B, M),
+        lengths int32 (B, M); with return_carry=True also the final carry
+        (with an end token, decoding stops once every valid beam has ended,
+        so the model ran for fewer steps).
+
+    Raises
+    ------
+    DecodeInputError
+        For bad arguments: sizes, start tokens, carry axes, a subset of
+        another set, a subset_index without a subset or of the wrong shape
+        or range.
+    """
     live = compiled.live_mask(subset, subset_index, batch_size, "beam_search")
     return decode.beam_search(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
                               beam_size=beam_size, subset=live, **options)
@@ -587,8 +282,37 @@ def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, be
 
 def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
                   subset: Optional[subsets.Subset] = None, subset_index=None, **options):
-    """Greedy constrained decoding; see backend.decode.greedy_decode (subset
-    as in `beam_search`)."""
+    """Greedy constrained decoding: the most likely valid token at every step.
+
+    Beam search with one beam (so the carry needs no beam axes); see
+    backend.decode.greedy_decode. B = batch_size, V = `compiled.vocab_size`,
+    T = `compiled.max_length`.
+
+    Parameters
+    ----------
+    compiled : CompiledConstraints
+        The set to decode over.
+    logits_fn : callable
+        ``(last_tokens int32 (B, 1), step, carry) -> (logits float32
+        (B, 1, V), carry)`` (or with `params` first), as in `beam_search`.
+    batch_size : int
+        B >= 1.
+    subset, subset_index : Subset, int array (B,), optional
+        As in `beam_search`.
+    **options
+        start_token, carry, params, return_carry, as in `beam_search`.
+
+    Returns
+    -------
+    DecodeResult or (DecodeResult, carry)
+        tokens int32 (B, 1, T), scores float32 (B, 1), valid bool (B, 1),
+        lengths int32 (B, 1); with return_carry=True also the final carry.
+
+    Raises
+    ------
+    DecodeInputError
+        For bad arguments, as in `beam_search`.
+    """
     live = compiled.live_mask(subset, subset_index, batch_size, "greedy_decode")
     return decode.greedy_decode(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
                                 subset=live, **options)
@@ -596,103 +320,46 @@ def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
 
 def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
            subset: Optional[subsets.Subset] = None, subset_index=None, **options):
-    """Constrained sampling; see backend.decode.sample (subset as in
-    `beam_search`)."""
+    """Constrained sampling: one sequence per batch row.
+
+    See backend.decode.sample: at each step the valid tokens'
+    log-probabilities (log_softmax over the full vocabulary) are divided by
+    `temperature`, optionally restricted to the `top_k` best, and one is
+    drawn. Scores are the summed (untempered) log-probabilities. B =
+    batch_size, V = `compiled.vocab_size`, T = `compiled.max_length`.
+
+    Parameters
+    ----------
+    compiled : CompiledConstraints
+        The set to decode over.
+    logits_fn : callable
+        ``(last_tokens int32 (B, 1), step, carry) -> (logits float32
+        (B, 1, V), carry)``; as in `beam_search`, step is an int32 scalar,
+        traced inside the loops that run runs of similar steps, and the
+        carry keeps its shapes.
+    key : jax PRNG key
+        A typed key array of shape (), or raw key data uint32 (2,)
+        (`jax.random.PRNGKey`).
+    batch_size : int
+        B >= 1.
+    subset, subset_index : Subset, int array (B,), optional
+        As in `beam_search`.
+    **options
+        temperature (a float > 0, default 1.0), top_k (an int >= 1, or
+        None), start_token, carry.
+
+    Returns
+    -------
+    DecodeResult
+        With a beam axis of size 1: tokens int32 (B, 1, T), scores float32
+        (B, 1), valid bool (B, 1), lengths int32 (B, 1).
+
+    Raises
+    ------
+    DecodeInputError
+        For bad arguments (a temperature, top_k or key out of range, and
+        as in `beam_search`).
+    """
     live = compiled.live_mask(subset, subset_index, batch_size, "sample")
     return decode.sample(*_plan_tables(compiled), logits_fn, key, batch_size=batch_size,
                          subset=live, **options)
-
-
-def load_compiled(path, *, verify_checksums: bool = True) -> CompiledConstraints:
-    """The compiled set a saved artifact holds, rebuilt from its manifest,
-    IR and tables (numpy; no module is run): plan, tables, pipeline, export
-    options, names and item index as saved, the automaton verified
-    (`artifact.read_automaton`). For updating a saved set in the library
-    (`update_artifact`)."""
-    import pathlib
-
-    from static_compiler.artifact import snapshot
-
-    with snapshot.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
-        return _compiled_from_snapshot(snap)
-
-
-def _compiled_from_snapshot(snap) -> CompiledConstraints:
-    """`load_compiled` of an open `artifact.snapshot.Snapshot` (every array
-    read from its open files)."""
-    from static_compiler.artifact import snapshot
-    from static_compiler.artifact.metadata import automaton_from_metadata, plan_from_metadata
-    from static_compiler.artifact.update import read_items
-
-    manifest = snap.manifest
-    where, metadata = f"artifact {str(snap.path)!r}", dataclasses.asdict(manifest)
-    plan, _ = plan_from_metadata(metadata, where)
-    tables = tuple(snapshot.read_tables(snap))
-    ir = automaton_from_metadata(metadata, tables, where)
-    items = None if manifest.item_files is None else read_items(snap)
-    names = snapshot.read_names(snap)
-    caps = next((m.tokens_per_beam for m in manifest.modules.values()
-                 if m.tokens_per_beam is not None), None)
-    return CompiledConstraints(ir=ir, plan=plan, tables=tables, pipeline=manifest.pipeline,
-                               export_beam_sizes=manifest.beam_sizes(),
-                               export_tokens_per_beam=_tokens_per_beam_option(caps),
-                               names=names, items=items, export_subsets=items is not None)
-
-
-def _tokens_per_beam_option(caps) -> Optional[object]:
-    """The export_tokens_per_beam option that gave the per-step `caps` a
-    module records: None or an int when they are what those give (so a set
-    that grows deeper keeps its rule), else the caps as they are."""
-    if caps is None or all(c is None for c in caps):
-        return None
-    if caps[0] is None and len(set(caps[1:])) == 1:
-        return caps[1]
-    return tuple(caps)
-
-
-def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
-    """Writes a new version of the saved artifact at `path` with the items
-    `add` lists and without those `remove` picks (as
-    `CompiledConstraints.update`), atomically and under the artifact's
-    lock (`artifact.update_lock`, which every writer of the path takes,
-    `artifact.save` too: while another holds it this raises
-    ArtifactBusyError at once; a crash leaves the old version). The new
-    version is built from the one version read (a snapshot), never from
-    files of one swapped in meanwhile.
-
-    Removals alone hard-link tables and modules (`artifact.update_removed`).
-    With additions that fit the reserved capacity, the tables are written
-    anew at the same shapes and the module files are copied unchanged, so a
-    serving process's `reload()` keeps its deserialized modules; additions
-    that do not fit export the modules anew (`reload()` then refuses the
-    version: load it); for an artifact exported for a mesh that needs
-    `mesh` (the same axes and sizes), else DecodeInputError. Returns the
-    `last_update` report."""
-    import pathlib
-
-    from static_compiler.artifact import snapshot
-    from static_compiler.artifact.lock import update_lock
-    from static_compiler.artifact.update import read_items, require_current, write_removed
-    from static_compiler.artifact.writer import save_locked
-
-    path = pathlib.Path(path)
-    if add is None and remove is None:
-        raise ConstraintSetError("update: nothing to do: pass add=... and/or remove=...")
-    with update_lock(path):
-        if add is None:
-            return write_removed(path, remove)
-        with snapshot.open_snapshot(path) as snap:
-            old = _compiled_from_snapshot(snap)  # the new version builds on `snap` alone
-            if old.items is None:  # raises the loader's error: no item index to update
-                read_items(snap)
-            new = old.update(add=add, remove=remove)
-            reuse = snap if new.plan == old.plan else None
-            record = snap.manifest.mesh
-            if reuse is None and record is not None:  # export anew for the same mesh
-                where = placement_lib.placement_for(record, mesh, f"update: artifact "
-                                                    f"{str(path)!r} (the additions outgrew its "
-                                                    "capacity)")
-                new = new.shard(mesh, where.axis, where.min_bytes)
-            require_current(snap)  # a writer that skips the lock swapped nothing in
-            save_locked(new, path, overwrite=True, reuse_modules=reuse)
-        return dict(new.last_update, modules="reused" if reuse else "exported")

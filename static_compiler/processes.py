@@ -1,7 +1,7 @@
 """Which processes are still running, for cleaning up after writers that
 died (SIGKILL, power loss): an artifact's temporary directories
 (`artifact.recover_stale`) and a partitioned build's work directories
-(`frontend.partitioned.remove_stale_builds`). Standard library only, so a
+(`frontend.build_dirs.remove_stale_builds`). Standard library only, so a
 build's worker processes import no jax for it."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from static_compiler.errors import ReportInputError
 from static_compiler.ir import Automaton, LayoutKind, layer_stats
 
 if TYPE_CHECKING:  # the report layer sits beside the compiler; imported lazily at run time
-    from static_compiler.compiler import CompiledConstraints
+    from static_compiler.compiled import CompiledConstraints
 
 PAPER_K1 = 12
 """Bytes per CSR node in the paper's bound."""
@@ -102,7 +102,7 @@ def _compiled_stats(obj, devices: Optional[int] = None) -> Optional[list]:
     whose layers all have layouts is lowered first (to measure its tables);
     None when some layer has no layout."""
     from static_compiler.backend.lowering import lower
-    from static_compiler.compiler import CompiledConstraints
+    from static_compiler.compiled import CompiledConstraints
 
     if isinstance(obj, CompiledConstraints):
         return obj.layer_stats(devices)
@@ -173,7 +173,7 @@ def summary(obj, rows: Optional[list] = None) -> dict[str, object]:
 
 
 def _automaton_of(obj) -> Automaton:
-    from static_compiler.compiler import CompiledConstraints
+    from static_compiler.compiled import CompiledConstraints
 
     if isinstance(obj, CompiledConstraints):
         return obj.outline  # (a set lowered from pieces: its summary, the IR left unread)

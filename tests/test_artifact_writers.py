@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler import artifact, compiler
+from static_compiler import artifact, saved
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import lock, serving, snapshot, writer
 from static_compiler.errors import ArtifactBusyError
@@ -221,14 +221,14 @@ def _in_the_window(monkeypatch, kind: str, action):
 
         monkeypatch.setattr(snapshot.Snapshot, "link_into", link_into)
     else:  # after the old set is read, before the new version is built
-        real_read = compiler._compiled_from_snapshot
+        real_read = saved._compiled_from_snapshot
 
         def read(*args, **kwargs):
             out = real_read(*args, **kwargs)
             once()
             return out
 
-        monkeypatch.setattr(compiler, "_compiled_from_snapshot", read)
+        monkeypatch.setattr(saved, "_compiled_from_snapshot", read)
     return done
 
 
@@ -320,9 +320,9 @@ def _writer(role: str, path: str, seed: int, start, stop, results) -> None:
         _record_swaps(out["written"])
         if role == "save":
             versions = [compiled(a), compiled(b)]
-            files = {id(c): artifact.build_files(c) for c in versions}  # export once
-            real = artifact.build_files
-            artifact.build_files = lambda c, reuse=None: (
+            files = {id(c): writer.build_files(c) for c in versions}  # export once
+            real = writer.build_files  # where `save` looks it up
+            writer.build_files = lambda c, reuse=None: (
                 files[id(c)] if reuse is None and id(c) in files else real(c, reuse))
         pool = np.concatenate([a, b, extra])
         results.put(("ready", role))

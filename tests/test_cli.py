@@ -263,7 +263,8 @@ def test_serving_modules_are_the_loaders_own_and_the_demo_server():
                      "static_compiler.passes.pipeline", "static_compiler.passes",
                      "static_compiler.frontend.readers", "static_compiler.cli.dispatch",
                      "static_compiler.cli.main_job", "static_compiler.backend",
-                     "static_compiler.artifact.writer", "static_compiler.artifact.export"}
+                     "static_compiler.artifact.writer", "static_compiler.artifact.export",
+                     "static_compiler.compiled", "static_compiler.saved"}
     assert not allowed & compiler_side
 
 

@@ -31,7 +31,7 @@ LAYERS = (
     ("passes",),
     ("backend",),
     ("artifact", "artifact.runtime", "artifact.serving"),
-    ("compiler", "report", ""),  # "" is the package's __init__ (the public API)
+    ("compiled", "compiler", "saved", "report", ""),  # "" is the package's __init__ (the public API)
     ("integrations",),  # engines' own decoders (HF generate) on top of the public API
     ("cli",),
 )

@@ -3,7 +3,7 @@
 modules are hard-linked (or copied) from the version read, with a new
 items/removed.npy and manifest, swapped in as `save` does; `read_items` and
 `require_current` serve the library's updates too
-(`compiler.update_artifact`).
+(`saved.update_artifact`).
 """
 
 from __future__ import annotations

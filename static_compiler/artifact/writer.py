@@ -178,7 +178,7 @@ def save(compiled, path, *, overwrite: bool = False, reuse_modules=None) -> path
     swap itself fails).
 
     Every writer of a path (this, `update_removed`,
-    `compiler.update_artifact`) writes and swaps under its `update_lock`,
+    `saved.update_artifact`) writes and swaps under its `update_lock`,
     so a save can never replace the version an update is building on while
     that update reads it. The export runs first, without the lock; when
     another writer holds the lock, save raises ArtifactBusyError at once and

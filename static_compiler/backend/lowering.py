@@ -175,7 +175,7 @@ def lower_pieces(summary: AutomatonSummary, pieces_of: Callable[[int], Iterable[
     `LayerPiece`s in order. Each table is written front to back by a
     writer from create(name, dtype, shape) (names "<layer>.<table>"): its
     append(rows) adds rows along the first axis, its close(fill) pads the
-    rest with `fill` and returns the array (`partitioned.ArrayFiles.writer`:
+    rest with `fill` and returns the array (`frontend.array_files.ArrayFiles.writer`:
     into a file), so a partitioned build lowers straight into files and the
     merged layers are never held: equal to `lower` of the merged automaton,
     array for array (tests/test_partitioned.py)."""

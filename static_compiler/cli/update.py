@@ -37,7 +37,7 @@ def _read(flag: str, file: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from static_compiler.compiler import update_artifact
+    from static_compiler.saved import update_artifact
     from static_compiler.errors import CliInputError
 
     if args.add is None and args.remove is None:

@@ -71,8 +71,10 @@ DEFAULT_CHUNK_ROWS = 1 << 20
 
 @dataclasses.dataclass(frozen=True)
 class Shards:
-    """Input for `build_trie_partitioned` (and `compile_constraints`): a
-    catalogue larger than memory, built in partitions (see module doc).
+    """A catalogue larger than memory, built in partitions.
+
+    The input of `build_trie_partitioned` and of `compile_constraints` for
+    sets that do not fit one array (see the module doc).
 
     Parameters
     ----------

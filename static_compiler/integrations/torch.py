@@ -50,7 +50,7 @@ import torch
 
 from static_compiler.backend.decode.prefix import prefix_mask
 from static_compiler.backend.lowering import Plan
-from static_compiler.compiler import CompiledConstraints
+from static_compiler.compiled import CompiledConstraints
 from static_compiler.decode_state import check_int
 from static_compiler.errors import DecodeInputError
 

@@ -409,8 +409,9 @@ def checked_subset_index(subset, fingerprint: str, subset_index, batch_size: int
 
 
 def stack_subsets(subsets: Sequence[Subset]) -> Subset:
-    """R subsets of one set as one `Subset` (rows in order), for per-row
-    subsets in one batch (`subset_index`).
+    """R subsets of one set as one `Subset`, rows in order.
+
+    For per-row subsets in one batch (`subset_index` picks a row's subset).
 
     Depths whose bits every subset shares (unary layers) share the stacked
     array too.

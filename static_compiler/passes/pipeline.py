@@ -5,6 +5,14 @@ pass names separated by commas, options in braces. `parse_pipeline` and
 `format_pipeline` round-trip (parse -> str -> parse gives equal passes).
 `run_pipeline` runs the passes, verifies the IR between them, prints the IR
 after each on request, and on failure names the pass and those before it.
+
+Constants
+---------
+DEFAULT_PIPELINE : str
+    The pipeline `compile_constraints` runs when none is given:
+    ``verify,choose-layout{memory-budget=2GiB},split-heavy{wide-slots=4},pad-branches{multiple=8},pack-dtypes``
+    (the option values are the passes' own defaults, spelled out where
+    they are worth tuning). Edit a copy of it to tune one option.
 """
 
 from __future__ import annotations
@@ -62,7 +70,36 @@ def parse_pipeline(spec: str) -> tuple[Pass, ...]:
     """Parses a spec into a tuple of pass instances.
 
     Raises PipelineError for an unknown pass (listing the known ones), an
-    unknown option, or an option value of the wrong type."""
+    unknown option, or an option value of the wrong type.
+
+    Parameters
+    ----------
+    spec : str
+        Pass names separated by commas, each optionally followed by its
+        options in braces, ``name{key=value,...}``; whitespace around
+        entries, keys and values is ignored.
+
+    Returns
+    -------
+    tuple of Pass
+        One pass instance per entry, in order; options not given are at
+        the pass's defaults.
+
+    Raises
+    ------
+    PipelineError
+        If `spec` is not a string, an entry is empty, braces are
+        unbalanced, a pass or option is unknown, an option is not
+        key=value or is given twice, or a value has the wrong type.
+
+    Examples
+    --------
+    >>> passes = parse_pipeline("verify, pad-branches{multiple=16}")
+    >>> [p.name for p in passes]
+    ['verify', 'pad-branches']
+    >>> format_pipeline(passes)
+    'verify,pad-branches{multiple=16}'
+    """
     if not isinstance(spec, str):
         raise PipelineError(f"pipeline spec {spec!r}: expected a string")
     passes = []
@@ -94,7 +131,26 @@ def parse_pipeline(spec: str) -> tuple[Pass, ...]:
 
 
 def format_pipeline(passes: Sequence[Pass]) -> str:
-    """The canonical spec text of `passes`."""
+    """The canonical spec text of `passes`.
+
+    Options at their defaults are left out, so ``parse_pipeline`` of the
+    result gives passes equal to `passes`.
+
+    Parameters
+    ----------
+    passes : sequence of Pass
+        Pass instances, as `parse_pipeline` returns.
+
+    Returns
+    -------
+    str
+        The passes' specs joined by commas ("" for no passes).
+
+    Examples
+    --------
+    >>> format_pipeline(parse_pipeline("verify,pad-branches{multiple=8}"))
+    'verify,pad-branches'
+    """
     return ",".join(p.spec() for p in passes)
 
 

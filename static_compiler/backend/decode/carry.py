@@ -20,13 +20,41 @@ from static_compiler.errors import DecodeInputError
 class BeamAxis:
     """Where a carry leaf holds its beams.
 
-    axis: the leaf's axis (negative counts from the end).
-    split: False (the default) for one axis of size B*M, beam m of batch row b
-      at index b * M + m (the layout of serving engines' KV caches, e.g.
-      (B*M, heads, T, d) with axis=0 or layers-first (L, 2, B*M, ...) with
-      axis=2); True for two axes (axis, axis + 1) of sizes (B, M).
+    A leaf's spec in `carry_axes` (of `beam_search`): after every step the
+    search reorders the leaf's beams by the step's parent beams, parent
+    int32 (B, M) (B = batch, M = beams). In `carry_axes` a plain int `a` is
+    short for ``BeamAxis(a)``.
 
-    In `carry_axes` a plain int `a` is short for ``BeamAxis(a)``."""
+    Parameters
+    ----------
+    axis : int
+        The leaf's axis (negative counts from the end).
+    split : bool, default False
+        False for one axis of size B*M, beam m of batch row b at index
+        b * M + m (the layout of serving engines' KV caches, e.g.
+        (B*M, heads, T, d) with axis=0 or layers-first (L, 2, B*M, ...) with
+        axis=2); True for two axes (axis, axis + 1) of sizes (B, M).
+
+    Attributes
+    ----------
+    axis : int
+        As given.
+    split : bool
+        As given.
+
+    Raises
+    ------
+    DecodeInputError
+        If `axis` is not an int (a bool is not). Whether the leaf has the
+        axis, of size B*M (or B and M), is checked when decoding starts.
+
+    Examples
+    --------
+    >>> import static_compiler as sc
+    >>> sc.BeamAxis(0)
+    BeamAxis(axis=0, split=False)
+    >>> carry_axes = {"kv": sc.BeamAxis(2), "bias": sc.BeamAxis(0, split=True), "pos": None}
+    """
 
     axis: int
     split: bool = False

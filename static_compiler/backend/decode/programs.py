@@ -33,15 +33,49 @@ _instances: list = []
 
 
 def max_programs() -> int:
-    """Static configurations (plan, model function, batch and beam sizes,
-    caps ...) whose programs each decoding entry point keeps."""
+    """The bound on kept programs, per decoding entry point.
+
+    Static configurations (plan, model function, batch and beam sizes,
+    caps ...) whose programs each decoding entry point keeps.
+
+    Returns
+    -------
+    int
+        The last `set_max_programs` value, else the environment variable
+        STATIC_COMPILER_MAX_PROGRAMS as read at import, else 32.
+    """
     return _max_programs
 
 
 def set_max_programs(n: int) -> None:
-    """Keep the programs of at most `n` >= 1 static configurations per
+    """Sets the bound on kept programs, per decoding entry point.
+
+    Keep the programs of at most `n` >= 1 static configurations per
     decoding entry point (default 32, or the environment variable
-    STATIC_COMPILER_MAX_PROGRAMS); evicts the oldest now if over."""
+    STATIC_COMPILER_MAX_PROGRAMS); evicts the oldest now if over. The
+    bound is process-wide (every entry point, every thread).
+
+    Parameters
+    ----------
+    n : int
+        The new bound, at least 1 (not a bool). Configurations over it are
+        evicted at once, least recently used first; using one again
+        compiles it again.
+
+    Raises
+    ------
+    DecodeInputError
+        If `n` is not an int >= 1.
+
+    Examples
+    --------
+    >>> import static_compiler as sc
+    >>> before = sc.max_programs()
+    >>> sc.set_max_programs(8)
+    >>> sc.max_programs()
+    8
+    >>> sc.set_max_programs(before)
+    """
     global _max_programs
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise DecodeInputError(f"set_max_programs: n={n!r}: expected an int >= 1")

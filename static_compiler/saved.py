@@ -1,0 +1,166 @@
+"""The artifact round trip of the library: `load_compiled` reads a saved
+artifact back into a `CompiledConstraints`, `update_artifact` writes a new
+version of it (additions and removals) in place."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from static_compiler.artifact import placement as placement_lib
+from static_compiler.compiled import CompiledConstraints
+from static_compiler.errors import ConstraintSetError
+
+
+def load_compiled(path, *, verify_checksums: bool = True) -> CompiledConstraints:
+    """The compiled set a saved artifact holds.
+
+    Rebuilt from its manifest, IR and tables (numpy; no module is run):
+    plan, tables, pipeline, export options, names and item index as saved,
+    the automaton verified (`artifact.read_automaton`). For updating a
+    saved set in the library (`update_artifact`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The artifact directory (`CompiledConstraints.save`).
+    verify_checksums : bool
+        Check every file against the manifest's checksums.
+
+    Returns
+    -------
+    CompiledConstraints
+        The saved set, tables as numpy arrays (one dict per layer), one
+        device (no `placement`), `export_subsets` set when the artifact
+        holds an item index.
+
+    Raises
+    ------
+    ArtifactFormatError
+        For a missing or malformed artifact (manifest, plan, files).
+    IRVerificationError
+        When its tables do not form a valid automaton.
+    ArtifactChecksumError
+        For a file whose checksum differs from the manifest's.
+    ArtifactVersionError
+        For an artifact of an unsupported format version.
+    """
+    import pathlib
+
+    from static_compiler.artifact import snapshot
+
+    with snapshot.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
+        return _compiled_from_snapshot(snap)
+
+
+def _compiled_from_snapshot(snap) -> CompiledConstraints:
+    """`load_compiled` of an open `artifact.snapshot.Snapshot` (every array
+    read from its open files)."""
+    from static_compiler.artifact import snapshot
+    from static_compiler.artifact.metadata import automaton_from_metadata, plan_from_metadata
+    from static_compiler.artifact.update import read_items
+
+    manifest = snap.manifest
+    where, metadata = f"artifact {str(snap.path)!r}", dataclasses.asdict(manifest)
+    plan, _ = plan_from_metadata(metadata, where)
+    tables = tuple(snapshot.read_tables(snap))
+    ir = automaton_from_metadata(metadata, tables, where)
+    items = None if manifest.item_files is None else read_items(snap)
+    names = snapshot.read_names(snap)
+    caps = next((m.tokens_per_beam for m in manifest.modules.values()
+                 if m.tokens_per_beam is not None), None)
+    return CompiledConstraints(ir=ir, plan=plan, tables=tables, pipeline=manifest.pipeline,
+                               export_beam_sizes=manifest.beam_sizes(),
+                               export_tokens_per_beam=_tokens_per_beam_option(caps),
+                               names=names, items=items, export_subsets=items is not None)
+
+
+def _tokens_per_beam_option(caps) -> Optional[object]:
+    """The export_tokens_per_beam option that gave the per-step `caps` a
+    module records: None or an int when they are what those give (so a set
+    that grows deeper keeps its rule), else the caps as they are."""
+    if caps is None or all(c is None for c in caps):
+        return None
+    if caps[0] is None and len(set(caps[1:])) == 1:
+        return caps[1]
+    return tuple(caps)
+
+
+def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
+    """Writes a new version of the saved artifact at `path`.
+
+    The new version holds the items `add` lists and not those `remove`
+    picks (as `CompiledConstraints.update`); it is written atomically and
+    under the artifact's lock (`artifact.update_lock`, which every writer
+    of the path takes, `artifact.save` too: while another holds it this
+    raises ArtifactBusyError at once; a crash leaves the old version). The
+    new version is built from the one version read (a snapshot), never
+    from files of one swapped in meanwhile.
+
+    Removals alone hard-link tables and modules (`artifact.update_removed`).
+    With additions that fit the reserved capacity, the tables are written
+    anew at the same shapes and the module files are copied unchanged, so a
+    serving process's `reload()` keeps its deserialized modules; additions
+    that do not fit export the modules anew (`reload()` then refuses the
+    version: load it); for an artifact exported for a mesh that needs
+    `mesh` (the same axes and sizes), else DecodeInputError.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The artifact directory.
+    add : int array (n, L) or sequence of int sequences, optional
+        Token sequences to add; with N input rows saved, they become items
+        N, N + 1, ... (an item in both `add` and `remove` is removed).
+    remove : bool array (N,) or token sequences, optional
+        The items to remove: a mask over the input rows, or sequences.
+    mesh : jax.sharding.Mesh, optional
+        For an artifact exported for a mesh whose additions outgrow its
+        capacity: the mesh to export the new modules for.
+
+    Returns
+    -------
+    dict
+        The `last_update` report (see `CompiledConstraints.update`), with
+        "modules": "reused" or "exported".
+
+    Raises
+    ------
+    ConstraintSetError
+        With neither `add` nor `remove`, and as `CompiledConstraints.update`.
+    ArtifactBusyError
+        While another writer holds the artifact's lock.
+    DecodeInputError
+        For an artifact saved without an item index, and when the modules
+        must be exported anew for a mesh and `mesh` is missing or differs.
+    ArtifactFormatError, ArtifactChecksumError, ArtifactVersionError
+        As `load_compiled`.
+    """
+    import pathlib
+
+    from static_compiler.artifact import snapshot
+    from static_compiler.artifact.lock import update_lock
+    from static_compiler.artifact.update import read_items, require_current, write_removed
+    from static_compiler.artifact.writer import save_locked
+
+    path = pathlib.Path(path)
+    if add is None and remove is None:
+        raise ConstraintSetError("update: nothing to do: pass add=... and/or remove=...")
+    with update_lock(path):
+        if add is None:
+            return write_removed(path, remove)
+        with snapshot.open_snapshot(path) as snap:
+            old = _compiled_from_snapshot(snap)  # the new version builds on `snap` alone
+            if old.items is None:  # raises the loader's error: no item index to update
+                read_items(snap)
+            new = old.update(add=add, remove=remove)
+            reuse = snap if new.plan == old.plan else None
+            record = snap.manifest.mesh
+            if reuse is None and record is not None:  # export anew for the same mesh
+                where = placement_lib.placement_for(record, mesh, f"update: artifact "
+                                                    f"{str(path)!r} (the additions outgrew its "
+                                                    "capacity)")
+                new = new.shard(mesh, where.axis, where.min_bytes)
+            require_current(snap)  # a writer that skips the lock swapped nothing in
+            save_locked(new, path, overwrite=True, reuse_modules=reuse)
+        return dict(new.last_update, modules="reused" if reuse else "exported")
