@@ -16,6 +16,7 @@ Timings are not asserted: speed is measured by the suite itself, never in tests.
 from __future__ import annotations
 
 import csv
+import json
 import math
 import pathlib
 import subprocess
@@ -144,10 +145,10 @@ def test_command_line_rejects_bad_values(bad):
     assert run.returncode == 2 and bad[-1] in run.stderr
 
 
-def test_compile_time_benchmark_measures_in_fresh_processes():
-    """`python -m tools.bench.compile_time` on the time-zone set: a table row
+def test_first_call_benchmark_measures_in_fresh_processes():
+    """`python -m tools.bench.first_call` on the time-zone set: a table row
     with every measurement, from this checkout's library."""
-    done = _run("tools.bench.compile_time", "--sets", "timezones", "--repeats", "1")
+    done = _run("tools.bench.first_call", "--sets", "timezones", "--repeats", "1")
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("library: ") and lines[0].endswith("static_compiler/__init__.py")
@@ -162,3 +163,36 @@ def test_live_subset_benchmark_runs_and_compiles_nothing_new():
     assert out.returncode == 0, out.stdout + out.stderr
     assert "| new XLA compilations for 3 new subsets | 0 | 0 |" in out.stdout
     assert "| 3 per-row subsets, B=3 |" in out.stdout
+
+
+def test_compile_time_benchmark_writes_and_compares_a_baseline(tmp_path):
+    """`python -m tools.bench compile-time`: per-stage medians of fresh
+    builds, written as a baseline only when asked, then compared with it."""
+    baseline = tmp_path / "baseline.json"
+    args = ("tools.bench", "compile-time", "--items", "2000", "--repeats", "1",
+            "--baseline", baseline)
+    first = _run(*args, "--write-baseline")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "No baseline" in first.stdout and baseline.exists()
+    stages = json.loads(baseline.read_text())["items"]["2000"]["stages"]
+    assert {"frontend", "verify", "choose-layout", "lower"} <= set(stages)
+    again = _run(*args, "--check")
+    assert again.returncode == 0, again.stdout + again.stderr[-3000:]
+    assert "| frontend |" in again.stdout and "REGRESSED" not in again.stdout
+    assert json.loads(baseline.read_text())["items"]["2000"]["stages"] == stages  # unchanged
+
+
+def test_compile_time_comparison_flags_only_real_regressions():
+    from tools.bench import compile_time as ct
+
+    run = {10: {"total": 3.0, "repeats": 3, "library": "x",
+                "stages": {"frontend": 2.0, "verify": 0.04, "lower": 0.9}}}
+    base = {"machine": ct.machine(), "items": {"10": {
+        "total": 2.0, "stages": {"frontend": 1.0, "verify": 0.001, "lower": 0.9}}}}
+    lines, regressed = ct.compare(run, base, tolerance=1.25)
+    # frontend doubled: flagged; verify 40x but below the noise floor; lower unchanged
+    assert [r.split(":")[0] for r in regressed] == ["1e+01 frontend", "1e+01 total"]
+    assert "| lower | 0.900 | 0.900 | 1.00 |" in lines
+    other = dict(base, machine={"cpu": "elsewhere", "cores": 64})
+    assert "indicative only" in ct.compare(run, other, 1.25)[0][0]
+    assert ct.compare(run, None, 1.25)[0][0].startswith("No baseline")

@@ -4,6 +4,7 @@ brute-force set; every bad input is rejected with a typed, located error."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ir_strategies import fixed_length_sets, ragged_sets, trie_shape, unique_sorted
 from static_compiler import compile_constraints
@@ -178,3 +179,37 @@ def test_bad_input_is_rejected_with_a_located_message(sequences, vocab_size, end
 def test_compile_constraints_raises_the_same_typed_errors(sequences, vocab_size, end_token, pattern):
     with pytest.raises(StaticCompilerError, match=pattern):
         compile_constraints(sequences, vocab_size, end_token=end_token)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ragged_sets(), st.integers(0, 2**32 - 1))
+def test_sorted_rows_map_back_to_every_input_row(case, seed):
+    # the radix passes' position bits keep the sort stable: the inverse names,
+    # for every input row, the unique row equal to it
+    rows, V, end = case
+    rng = np.random.default_rng(seed)
+    rows = [rows[i] for i in rng.integers(0, len(rows), 3 * len(rows))]
+    lengths = np.array([len(r) for r in rows])
+    matrix = np.zeros((len(rows), max(lengths)), dtype=np.int64)
+    for i, r in enumerate(rows):
+        matrix[i, :len(r)] = r
+    codes, unique_lengths, inverse = sort_unique_rows(matrix, lengths, V, return_inverse=True)
+    keys = [tuple(int(c) - 1 for c in row[:n]) for row, n in zip(codes, unique_lengths)]
+    assert keys == sorted(set(map(tuple, rows)))
+    assert inverse.dtype == np.int32
+    assert [keys[i] for i in inverse] == [tuple(r) for r in rows]
+
+
+@pytest.mark.parametrize("V,L,shared", [(2048, 8, 3), (1 << 20, 12, 2), (1 << 20, 12, 7), (3, 40, 30)])
+def test_rows_that_tie_on_their_leading_columns_are_ordered_by_the_rest(V, L, shared):
+    # the first radix digit holds the leading columns; rows that tie there
+    # (here: most of them, in several groups) are ordered by the rest
+    rng = np.random.default_rng(V + L)
+    heads = rng.integers(0, V, size=(4, shared))
+    rows = np.concatenate([heads[rng.integers(0, 4, 3000)], rng.integers(0, min(V, 3), (3000, L - shared))], 1)
+    rows = np.concatenate([rows, rng.integers(0, V, (500, L)), rows[:700]])
+    lengths = np.full(len(rows), L)
+    codes, unique_lengths, inverse = sort_unique_rows(rows, lengths, V, return_inverse=True)
+    keys = [tuple(r) for r in (codes.astype(np.int64) - 1).tolist()]
+    assert keys == unique_sorted(rows)
+    assert [keys[i] for i in inverse] == [tuple(r) for r in rows.tolist()]

@@ -290,3 +290,19 @@ def test_a_vocabulary_past_int32_is_refused_not_wrapped(vocab):
 
     with pytest.raises(ConstraintSetError, match=f"vocab_size={vocab}: expected an int in"):
         sc.compile_constraints([[2 ** 32 + 1, 1]], vocab)
+
+
+def test_branch_counts_are_computed_once_read_only_and_follow_the_rows():
+    # passes plan from the branch histogram; a layer computes it once, and a
+    # copy that changes only the layout keeps it, one with new rows does not
+    layer = Layer(indptr=np.array([0, 2, 2, 5]), tokens=np.array([1, 4, 0, 2, 3]))
+    assert layer.branch().tolist() == [2, 0, 3] and layer.branch_counts().tolist() == [1, 0, 1, 1]
+    assert layer.branch() is layer.branch() and layer.max_branch == 3
+    with pytest.raises(ValueError):
+        layer.branch()[0] = 7
+    with pytest.raises(ValueError):
+        layer.branch_counts()[0] = 7
+    relaid = layer.replace(layout=Layout(kind="csr", k=3))
+    assert relaid.branch() is layer.branch() and relaid.branch_counts() is layer.branch_counts()
+    rerowed = layer.replace(indptr=np.array([0, 1, 1, 5]))
+    assert rerowed.branch().tolist() == [1, 0, 4] and rerowed.max_branch == 4

@@ -6,6 +6,7 @@ for what the arrays hold; numpy only."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import enum
 import re
 from typing import Iterator, Optional
@@ -193,6 +194,10 @@ class Layout:
             raise IRParseError(f"cannot parse layout {text!r}: {e}") from None
 
 
+_BRANCH_CACHES = ("_branch", "_branch_counts")
+"""A `Layer`'s values computed from its row pointers on first use."""
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Layer:
     """Transitions from the states at one depth to the next (see module doc)."""
@@ -222,17 +227,32 @@ class Layer:
         return self.targets is None
 
     def branch(self) -> np.ndarray:
-        """int64 (num_states,): number of children of each state."""
-        return np.diff(self.indptr.astype(np.int64))
+        """int64 (num_states,), read-only: number of children of each state.
+
+        Computed once per layer (its arrays are frozen) and shared by every
+        pass that plans from it."""
+        return self._branch
+
+    @functools.cached_property
+    def _branch(self) -> np.ndarray:
+        out = np.subtract(self.indptr[1:], self.indptr[:-1], dtype=np.int64)
+        out.flags.writeable = False
+        return out
 
     @property
     def max_branch(self) -> int:
         return int(self.branch().max(initial=0))
 
     def branch_counts(self) -> np.ndarray:
-        """int64 (max_branch + 1,): at b, how many states have b children
-        (what the cost model reads; `LayerSummary` holds only this)."""
-        return np.bincount(self.branch(), minlength=1)
+        """int64 (max_branch + 1,), read-only: at b, how many states have b
+        children (what the cost model reads; `LayerSummary` holds only this)."""
+        return self._branch_counts
+
+    @functools.cached_property
+    def _branch_counts(self) -> np.ndarray:
+        out = np.bincount(self.branch(), minlength=1)
+        out.flags.writeable = False
+        return out
 
     @property
     def has_accepting(self) -> bool:
@@ -256,7 +276,14 @@ class Layer:
         return self.accepting
 
     def replace(self, **changes) -> "Layer":
-        return dataclasses.replace(self, **changes)
+        """A copy with `changes`; it keeps the branch counts computed so far
+        when the rows stay (a pass changing the layout only)."""
+        new = dataclasses.replace(self, **changes)
+        if "indptr" not in changes:
+            for key in _BRANCH_CACHES:
+                if key in self.__dict__:
+                    new.__dict__[key] = self.__dict__[key]
+        return new
 
     def __eq__(self, other):
         if not isinstance(other, Layer):

@@ -4,6 +4,7 @@ package docstring, or --help)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
@@ -145,7 +146,15 @@ def plan_cells(args) -> list:
     return cells
 
 
+SUBCOMMANDS = {"compile-time": "tools.bench.compile_time"}
+"""`python -m tools.bench NAME ...`: benchmarks with their own options,
+each a module with a `main(argv)`."""
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
     args = parse_args(argv)
     if args.check:
         from tools.bench.check import main as check_main

@@ -1,25 +1,25 @@
-"""First-call (trace + XLA compile) and steady-state times of decoding, each
-measured in a fresh process, so nothing is cached in memory:
+"""Compile time per stage (`compile_constraints`: frontend, verify, each pass,
+lower), each build in a fresh process, compared with a committed baseline:
 
-    python -m tools.bench.compile_time [--sets timezones,sids] [--repeats 3]
-        [--library PATH]   # a checkout whose static_compiler to measure (default: this one)
+    python -m tools.bench compile-time [--items 1e6 1e7] [--repeats 3]
+        [--library PATH]      # measure another checkout's static_compiler
+        [--check]             # exit 1 when a stage regressed past --tolerance
+        [--write-baseline]    # record this run as the baseline (review the diff)
 
-Sets: `timezones` (the IANA time-zone names of `zoneinfo`, one token per
-character, an end token: a variable-length set of ~600 names, ~33 steps),
-`sids` (1e6 synthetic Semantic IDs, L = 8, V = 2048: the paper's
-configuration) and `long:L` (200 random sequences of L tokens over V = 4:
-first-call time against the length, the library only, no artifact). For each set it reports, at batch 2, beams 70, 30 tokens per
-beam, with a trivial logits_fn (zeros, so the model costs nothing):
+The set is the issue's: `datasets.synthetic_sids(N)` (uniform random
+Semantic IDs, L = 8, V = 2048, unsorted, seed 0) compiled with the default
+pipeline. A child imports the compiler (and so JAX) and makes the input
+before its clock starts, so a stage's time is the build's alone, page faults
+of its fresh arrays included, as a user's first build pays them. Each size
+is built `--repeats` times, each in its own process, and the median of each
+stage is reported.
 
-* beam_search first call: trace + compile + one run, in seconds;
-* beam_search steady call: the median of later calls, in ms;
-* artifact first beam_step: `serving.load` then the first step (XLA compiles
-  the deserialized module), in seconds; and with jax's persistent compilation
-  cache (`--cache`), the same in a second process that finds it warm.
-
-`--library` points the child processes at another checkout (first on
-PYTHONPATH), so a baseline commit is measured in the same
-run: `git worktree add /tmp/base <commit>` then `--library /tmp/base`.
+The baseline (`tools/bench/compile_time_baseline.json`) holds the medians of
+one run and the machine it ran on (CPU model, cores). Each stage is printed
+with its ratio to the baseline; a ratio above `--tolerance` (default 1.25)
+on a stage that takes at least 0.05 s in the baseline is marked REGRESSED.
+A baseline from another CPU model or core count makes ratios indicative
+only, and the table says so. The baseline changes only by `--write-baseline`.
 """
 
 from __future__ import annotations
@@ -27,120 +27,156 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import statistics
 import subprocess
 import sys
-import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BASELINE = os.path.join(ROOT, "tools", "bench", "compile_time_baseline.json")
+DEFAULT_ITEMS = (10 ** 6, 10 ** 7)
+TOLERANCE = 1.25
+MIN_STAGE_S = 0.05
+"""Stages faster than this in the baseline are printed but never flagged:
+their ratios are noise."""
 
 CHILD = r"""
-import json, sys, time, statistics, zoneinfo
-import numpy as np, jax, jax.numpy as jnp
+import json, sys, time
+import static_compiler.compiler  # jax & co. load before the clock starts
 import static_compiler as sc
-from static_compiler.artifact import serving
 from static_compiler import datasets  # both layouts (a --library checkout may be older)
 
-which, repeats, art_dir, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-if cache != "-":
-    jax.config.update("jax_compilation_cache_dir", cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-out = {"library": sc.__file__}
-if which.startswith("artifact:"):
-    t0 = time.perf_counter()
-    art = serving.load(art_dir)
-    state = art.init_state(2, 70)
-    logits = np.zeros((2, 70, art.vocab_size), np.float32)
-    t1 = time.perf_counter()
-    state = art.beam_step(state, logits, 0)
-    jax.block_until_ready(state)
-    out["artifact_first_step_s"] = time.perf_counter() - t1
-    out["artifact_load_s"] = t1 - t0
-    print(json.dumps(out))
-    sys.exit(0)
-if which == "timezones":
-    names = sorted(zoneinfo.available_timezones())
-    chars = sorted({c for n in names for c in n})
-    ids = {c: i + 1 for i, c in enumerate(chars)}
-    seqs = [[ids[c] for c in n] for n in names]
-    compiled = sc.compile_constraints(seqs, len(chars) + 1, end_token=0,
-                                      export_tokens_per_beam=30)
-elif which.startswith("long:"):
-    rows = np.random.default_rng(0).integers(0, 4, size=(200, int(which[5:])))
-    compiled = sc.compile_constraints(rows, 4, export_tokens_per_beam=30)
-else:
-    data = datasets.synthetic_sids(1_000_000, 8, 2048, seed=0)
-    compiled = sc.compile_constraints(data, 2048, export_tokens_per_beam=30)
-V = compiled.plan.vocab_size
-
-def trivial(last_tokens, step, carry):
-    return jnp.zeros(last_tokens.shape + (V,), jnp.float32), carry
-
-t0 = time.perf_counter()
-r = sc.beam_search(compiled, trivial, batch_size=2, beam_size=70, tokens_per_beam=30)
-jax.block_until_ready(r)
-out["first_call_s"] = time.perf_counter() - t0
-times = []
-for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(sc.beam_search(compiled, trivial, batch_size=2, beam_size=70,
-                                         tokens_per_beam=30))
-    times.append(time.perf_counter() - t0)
-out["steady_call_ms"] = 1e3 * statistics.median(times)
-out["steps"] = compiled.plan.max_length
-if art_dir != "-":
-    compiled.save(art_dir, overwrite=True)
-print(json.dumps(out))
+items = int(sys.argv[1])
+sids = datasets.synthetic_sids(items)
+start = time.perf_counter()
+compiled = sc.compile_constraints(sids, vocab_size=2048)
+total = time.perf_counter() - start
+print(json.dumps({"library": sc.__file__, "total": total,
+                  "stages": dict(compiled.timings), "nbytes": int(compiled.nbytes)}))
 """
 
 
-def _run(library: str, args: list) -> dict:
-    """CHILD in a fresh process, run from a temporary folder (with `-c` the
-    working folder comes first on sys.path: run from a checkout, it would
-    shadow `library`)."""
+def machine() -> dict:
+    """The machine class a timing belongs to: CPU model and core count."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": model, "cores": os.cpu_count()}
+
+
+def _child(items: int, library: str | None) -> dict:
     env = dict(os.environ)
     if library:
-        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(library), env.get("PYTHONPATH", "")])
-    with tempfile.TemporaryDirectory() as cwd:
-        proc = subprocess.run([sys.executable, "-c", CHILD, *map(str, args)], env=env, cwd=cwd,
-                              capture_output=True, text=True, timeout=1800)
-    if proc.returncode:
-        raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [library, env.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", CHILD, str(items)], cwd=library or ROOT,
+                          env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"the build of {items} items failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(which: str, repeats: int, library: str, cache: bool) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        art = "-" if which.startswith("long:") else os.path.join(tmp, "set.static")
-        row = {"set": which, **_run(library, [which, repeats, art, "-"])}
-        if art == "-":
-            return row
-        row.update(_run(library, [f"artifact:{which}", 0, art, "-"]))
-        if cache:
-            cache_dir = os.path.join(tmp, "jax-cache")
-            _run(library, [f"artifact:{which}", 0, art, cache_dir])
-            warm = _run(library, [f"artifact:{which}", 0, art, cache_dir])
-            row["artifact_first_step_cached_s"] = warm["artifact_first_step_s"]
-    return row
+def measure(items: int, repeats: int, library: str | None = None) -> dict:
+    """Median seconds of each stage and of the whole build over `repeats`
+    fresh processes: {"total": s, "stages": {name: s}, "library": path}."""
+    runs = [_child(items, library) for _ in range(repeats)]
+    stages = {name: statistics.median(r["stages"][name] for r in runs)
+              for name in runs[0]["stages"]}
+    return {"total": statistics.median(r["total"] for r in runs), "stages": stages,
+            "library": runs[0]["library"], "repeats": repeats}
+
+
+def read_baseline(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def write_baseline(path: str, results: dict) -> None:
+    """Writes the run as the baseline, atomically; sorted keys and rounded
+    times keep the file's diff readable."""
+    body = {"machine": machine(), "items": {
+        str(items): {"total": round(r["total"], 4),
+                     "stages": {k: round(v, 4) for k, v in r["stages"].items()}}
+        for items, r in results.items()}}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(body, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def compare(results: dict, baseline: dict | None, tolerance: float) -> tuple[list[str], list[str]]:
+    """(markdown lines, regressions): a table per size of each stage's median,
+    the baseline's and their ratio."""
+    lines, regressed = [], []
+    if baseline is None:
+        lines.append("No baseline: run with --write-baseline to record one.")
+    elif baseline.get("machine") != machine():
+        lines.append(f"Baseline from another machine ({baseline.get('machine')}; this one "
+                     f"{machine()}): ratios are indicative only.")
+    for items, r in results.items():
+        base = (baseline or {}).get("items", {}).get(str(items))
+        lines += ["", f"{items:.0e} items (median of {r['repeats']} fresh processes, "
+                      f"library {r['library']}):", "",
+                  "| stage | seconds | baseline s | ratio |", "|---|---|---|---|"]
+        rows = list(r["stages"].items()) + [("total", r["total"])]
+        for name, seconds in rows:
+            was = None if base is None else (base["total"] if name == "total"
+                                             else base["stages"].get(name))
+            if was is None:
+                lines.append(f"| {name} | {seconds:.3f} | - | - |")
+                continue
+            ratio = seconds / was if was > 0 else float("inf")
+            flag = ""
+            if ratio > tolerance and was >= MIN_STAGE_S:
+                flag = " REGRESSED"
+                regressed.append(f"{items:.0e} {name}: {seconds:.3f} s vs {was:.3f} s "
+                                 f"({ratio:.2f}x)")
+            lines.append(f"| {name} | {seconds:.3f} | {was:.3f} | {ratio:.2f}{flag} |")
+    return lines, regressed
+
+
+def _count(text: str) -> int:
+    value = float(text)
+    if value < 1 or value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer (1e6 is fine)")
+    return int(value)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.bench.compile_time",
+    parser = argparse.ArgumentParser(prog="python -m tools.bench compile-time",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", default="timezones,sids")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--library", default="", help="checkout to measure (default: this one)")
-    parser.add_argument("--cache", action="store_true",
-                        help="also time the artifact's first step with a warm persistent cache")
+    parser.add_argument("--items", nargs="+", type=_count, default=list(DEFAULT_ITEMS))
+    parser.add_argument("--repeats", type=_count, default=3)
+    parser.add_argument("--library", help="a checkout whose static_compiler to measure")
+    parser.add_argument("--baseline", default=BASELINE)
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE)
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when a stage is slower than the baseline by --tolerance")
+    parser.add_argument("--write-baseline", action="store_true",
+                        help="record this run as the baseline")
     args = parser.parse_args(argv)
-    rows = [measure(s, args.repeats, args.library, args.cache) for s in args.sets.split(",")]
-    keys = ["set", "steps", "first_call_s", "steady_call_ms", "artifact_first_step_s",
-            "artifact_first_step_cached_s"]
-    print(f"library: {rows[0]['library']}")
-    print("| " + " | ".join(keys) + " |")
-    print("|" + "---|" * len(keys))
-    for row in rows:
-        cells = [f"{row[k]:.3f}" if isinstance(row.get(k), float) else str(row.get(k, "-"))
-                 for k in keys]
-        print("| " + " | ".join(cells) + " |")
-    return 0
+    if args.tolerance <= 1:
+        parser.error(f"--tolerance {args.tolerance}: expected a ratio > 1")
+    results = {}
+    for items in args.items:
+        results[items] = measure(items, args.repeats, args.library)
+        print(f"{items:.0e} items: {results[items]['total']:.3f} s", file=sys.stderr, flush=True)
+    baseline = read_baseline(args.baseline)
+    lines, regressed = compare(results, baseline, args.tolerance)
+    print("\n".join(lines))
+    if args.write_baseline:
+        write_baseline(args.baseline, results)
+        print(f"\nbaseline written: {args.baseline}")
+    if regressed:
+        print("\nREGRESSED:\n" + "\n".join(regressed))
+    return 1 if args.check and regressed else 0
 
 
 if __name__ == "__main__":
