@@ -182,17 +182,23 @@ def test_compile_time_benchmark_writes_and_compares_a_baseline(tmp_path):
     assert json.loads(baseline.read_text())["items"]["2000"]["stages"] == stages  # unchanged
 
 
-def test_compile_time_comparison_flags_only_real_regressions():
-    from tools.bench import compile_time as ct
-
-    run = {10: {"total": 3.0, "repeats": 3, "library": "x",
-                "stages": {"frontend": 2.0, "verify": 0.04, "lower": 0.9}}}
-    base = {"machine": ct.machine(), "items": {"10": {
-        "total": 2.0, "stages": {"frontend": 1.0, "verify": 0.001, "lower": 0.9}}}}
-    lines, regressed = ct.compare(run, base, tolerance=1.25)
-    # frontend doubled: flagged; verify 40x but below the noise floor; lower unchanged
-    assert [r.split(":")[0] for r in regressed] == ["1e+01 frontend", "1e+01 total"]
-    assert "| lower | 0.900 | 0.900 | 1.00 |" in lines
-    other = dict(base, machine={"cpu": "elsewhere", "cores": 64})
-    assert "indicative only" in ct.compare(run, other, 1.25)[0][0]
-    assert ct.compare(run, None, 1.25)[0][0].startswith("No baseline")
+def test_compile_time_comparison_flags_only_real_regressions(tmp_path):
+    """A saved run compared with a baseline (`--run`, no measuring): a stage
+    twice as slow is flagged and fails --check; one under the noise floor or
+    unchanged is not; another machine's baseline is called indicative."""
+    saved, baseline = tmp_path / "run.json", tmp_path / "baseline.json"
+    saved.write_text(json.dumps({"10": {"total": 3.0, "repeats": 3, "library": "x", "stages": {
+        "frontend": 2.0, "verify": 0.04, "lower": 0.9}}}))
+    baseline.write_text(json.dumps({"machine": {"cpu": "elsewhere", "cores": 64}, "items": {"10": {
+        "total": 2.0, "stages": {"frontend": 1.0, "verify": 0.001, "lower": 0.9}}}}))
+    args = ("tools.bench", "compile-time", "--run", saved, "--baseline", baseline)
+    shown = _run(*args)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "indicative only" in shown.stdout
+    assert "| frontend | 2.000 | 1.000 | 2.00 REGRESSED |" in shown.stdout
+    assert "| verify | 0.040 | 0.001 | 40.00 |" in shown.stdout  # below the noise floor
+    assert "| lower | 0.900 | 0.900 | 1.00 |" in shown.stdout
+    assert shown.stdout.split("REGRESSED:")[1].split() == [
+        "1e+01", "frontend:", "2.000", "s", "vs", "1.000", "s", "(2.00x)",
+        "1e+01", "total:", "3.000", "s", "vs", "2.000", "s", "(1.50x)"]
+    assert _run(*args, "--check").returncode == 1

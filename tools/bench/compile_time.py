@@ -5,6 +5,8 @@ lower), each build in a fresh process, compared with a committed baseline:
         [--library PATH]      # measure another checkout's static_compiler
         [--check]             # exit 1 when a stage regressed past --tolerance
         [--write-baseline]    # record this run as the baseline (review the diff)
+        [--save-run PATH]     # keep this run's figures (JSON)
+        [--run PATH]          # compare a saved run instead of measuring
 
 The set is the issue's: `datasets.synthetic_sids(N)` (uniform random
 Semantic IDs, L = 8, V = 2048, unsorted, seed 0) compiled with the default
@@ -100,10 +102,13 @@ def read_baseline(path: str) -> dict | None:
 def write_baseline(path: str, results: dict) -> None:
     """Writes the run as the baseline, atomically; sorted keys and rounded
     times keep the file's diff readable."""
-    body = {"machine": machine(), "items": {
+    _write_json(path, {"machine": machine(), "items": {
         str(items): {"total": round(r["total"], 4),
                      "stages": {k: round(v, 4) for k, v in r["stages"].items()}}
-        for items, r in results.items()}}
+        for items, r in results.items()}})
+
+
+def _write_json(path: str, body: dict) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(body, f, indent=1, sort_keys=True)
@@ -161,13 +166,22 @@ def main(argv=None) -> int:
                         help="exit 1 when a stage is slower than the baseline by --tolerance")
     parser.add_argument("--write-baseline", action="store_true",
                         help="record this run as the baseline")
+    parser.add_argument("--save-run", help="also write this run's figures here (JSON)")
+    parser.add_argument("--run", help="compare the figures saved by --save-run instead of measuring")
     args = parser.parse_args(argv)
     if args.tolerance <= 1:
         parser.error(f"--tolerance {args.tolerance}: expected a ratio > 1")
-    results = {}
-    for items in args.items:
-        results[items] = measure(items, args.repeats, args.library)
-        print(f"{items:.0e} items: {results[items]['total']:.3f} s", file=sys.stderr, flush=True)
+    if args.run:
+        with open(args.run) as f:
+            results = {int(items): r for items, r in json.load(f).items()}
+    else:
+        results = {}
+        for items in args.items:
+            results[items] = measure(items, args.repeats, args.library)
+            print(f"{items:.0e} items: {results[items]['total']:.3f} s", file=sys.stderr,
+                  flush=True)
+    if args.save_run:
+        _write_json(args.save_run, {str(items): r for items, r in results.items()})
     baseline = read_baseline(args.baseline)
     lines, regressed = compare(results, baseline, args.tolerance)
     print("\n".join(lines))
