@@ -32,6 +32,7 @@ LAYERS = (
     ("backend",),
     ("artifact", "artifact.runtime", "artifact.serving"),
     ("compiled", "compiler", "saved", "report", ""),  # "" is the package's __init__ (the public API)
+    ("torch_backend",),  # the tables as torch tensors; imports only numpy-only modules below
     ("integrations",),  # engines' own decoders (HF generate) on top of the public API
     ("cli",),
 )
@@ -60,6 +61,10 @@ RESTRICTED = {
                                             "artifact.placement", "artifact.runtime",
                                             "decode_state", "live.layers", "live.liveness"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
+    # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
+    "torch_backend": ({"numpy", "torch"}, {"errors", "artifact.format", "artifact.manifest",
+                                           "artifact.snapshot", "live.layers", "live.liveness",
+                                           "torch_backend", "compiled"}),
 }
 """module -> (third-party packages, modules of ours) it may import; most are
 the modules a serving binary ships, so they stay small; the integrations may

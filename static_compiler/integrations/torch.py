@@ -3,7 +3,9 @@
 ``generate`` owns the beam search: it reorders, forks and drops beams itself
 and hands the processor every row's tokens so far. `StaticLogitsProcessor`
 therefore keeps no per-row state: each call masks with `allowed` (the
-stateless mask from prefixes, `static_compiler.backend.decode.prefix`), one
+stateless mask from prefixes, `static_compiler.backend.decode.prefix`); with
+backend="torch" in torch ops (`static_compiler.torch_backend`, no jax
+imported), with backend="jax" (the default for a CompiledConstraints) as one
 jitted XLA program per prefix length, with the token ids and the bool mask
 passed between torch and jax through DLPack (no copy on the CPU) and no
 Python loop over rows. The scores never leave torch: the mask is applied with
@@ -42,42 +44,74 @@ generated so far):
 from __future__ import annotations
 
 import functools
+import importlib.util
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import torch
 
-from static_compiler.backend.decode.prefix import prefix_mask
-from static_compiler.backend.lowering import Plan
-from static_compiler.compiled import CompiledConstraints
-from static_compiler.decode_state import check_int
 from static_compiler.errors import DecodeInputError
+from static_compiler.torch_backend import TorchConstraints
+from static_compiler.torch_backend import checks as torch_checks
+from static_compiler.torch_backend import ops as torch_ops
+
+BACKENDS = ("jax", "torch")
+"""The processor's backends: "jax" runs `allowed` as one jitted XLA program
+per prefix length (tokens and mask passed through DLPack); "torch" runs
+`static_compiler.torch_backend` (torch ops, no jax imported)."""
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3))
-def _allowed_tokens(plan: Plan, tables, prefixes, width: int, subset=None):
-    """prefixes int32 (N, t) -> bool (N, width): the tokens each row may take
-    next (width = the model's vocabulary, >= the set's; tokens at or beyond
-    the set's are never allowed). Tokens after a row's first end token are
-    read as the end token. The scores never enter this program, so their
-    dtype (float64, bfloat16) and autograd graph stay torch's. One program
-    per plan, N, t and width, shared by every processor over equal plans;
-    subset: a `LiveMask` with one subset row per prefix row, or None."""
-    end = plan.end_token
+def default_backend(constraints) -> str:
+    """"torch" for a `TorchConstraints` or where jax is not installed, else
+    "jax" (see docs/integrations.md for the measurements behind it)."""
+    if isinstance(constraints, TorchConstraints) or importlib.util.find_spec("jax") is None:
+        return "torch"
+    return "jax"
+
+
+@functools.lru_cache(maxsize=None)
+def _jax_allowed_tokens():
+    """The jitted JAX program (jax imported on first use of the jax backend)."""
+    import jax
+    import jax.numpy as jnp
+
+    from static_compiler.backend.decode.prefix import prefix_mask
+
+    @functools.partial(jax.jit, static_argnums=(0, 3))
+    def allowed_tokens(plan, tables, prefixes, width: int, subset=None):
+        """prefixes int32 (N, t) -> bool (N, width): the tokens each row may
+        take next (width = the model's vocabulary, >= the set's; tokens at or
+        beyond the set's are never allowed). Tokens after a row's first end
+        token are read as the end token. One program per plan, N, t and
+        width; subset: a `LiveMask` with one subset row per prefix row."""
+        end = plan.end_token
+        if end is not None and prefixes.shape[1]:
+            is_end = prefixes == end
+            after_end = jnp.cumsum(is_end, axis=1) - is_end > 0
+            prefixes = jnp.where(after_end, end, prefixes)
+        ok = prefix_mask(plan, tables, prefixes, subset)
+        return jnp.pad(ok, ((0, 0), (0, width - plan.vocab_size)))
+
+    return allowed_tokens
+
+
+def _torch_allowed_tokens(tc: TorchConstraints, prefixes: torch.Tensor, width: int, sub):
+    """`_jax_allowed_tokens` in torch: prefixes int64 (N, t) -> bool (N, width)."""
+    end = tc.end_token
     if end is not None and prefixes.shape[1]:
         is_end = prefixes == end
-        after_end = jnp.cumsum(is_end, axis=1) - is_end > 0
-        prefixes = jnp.where(after_end, end, prefixes)
-    ok = prefix_mask(plan, tables, prefixes, subset)
-    return jnp.pad(ok, ((0, 0), (0, width - plan.vocab_size)))
+        after_end = torch.cumsum(is_end.long(), dim=1) - is_end.long() > 0
+        prefixes = torch.where(after_end, torch.full_like(prefixes, end), prefixes)
+    ok = torch_ops.prefix_mask(tc.plan, tc.tables, prefixes, sub)
+    return torch.nn.functional.pad(ok, (0, width - tc.vocab_size))
 
 
 class StaticLogitsProcessor:
     """transformers' LogitsProcessor protocol over a compiled constraint set.
 
     Args:
-      compiled: a `CompiledConstraints` (``sc.compile_constraints(...)``).
+      compiled: a `CompiledConstraints` (``sc.compile_constraints(...)``), or
+        a `TorchConstraints` (``TorchConstraints.from_artifact(path)``: the
+        torch backend, with no jax imported).
       prompt_length: the length of ``generate``'s ``input_ids`` (the prompt,
         left-padded to one length per batch as ``generate`` requires); the
         tokens after it are the prefix the set constrains.
@@ -88,6 +122,11 @@ class StaticLogitsProcessor:
         ``generate`` expands beams and returned sequences). Without a
         subset: every live item of `compiled` (all but those its updates
         removed).
+      backend: "jax" (one jitted XLA program per prefix length) or "torch"
+        (`static_compiler.torch_backend`: torch ops on the scores' device,
+        jax never imported); default `default_backend(compiled)`: "torch"
+        for a `TorchConstraints` or without jax installed, else "jax". Both
+        give the same masks bit for bit.
 
     ``__call__(input_ids LongTensor (N, cur_len), scores float tensor (N,
     V_model)) -> scores' dtype and device (N, V_model)``, V_model >= the
@@ -95,23 +134,43 @@ class StaticLogitsProcessor:
     See the module docstring for the semantics.
     """
 
-    def __init__(self, compiled: CompiledConstraints, prompt_length: int, *, subset=None,
-                 subset_index=None):
-        if not isinstance(compiled, CompiledConstraints):
-            raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected the "
-                                   "CompiledConstraints of sc.compile_constraints")
-        self.compiled = compiled
-        self.plan = compiled.plan
-        self.tables = compiled.device_tables
-        self.prompt_length = check_int("prompt_length", prompt_length, low=0)
+    def __init__(self, compiled, prompt_length: int, *, subset=None, subset_index=None,
+                 backend=None):
+        backend = default_backend(compiled) if backend is None else backend
+        if backend not in BACKENDS:
+            raise DecodeInputError(f"StaticLogitsProcessor: backend={backend!r}, expected one of "
+                                   f"{BACKENDS}")
+        self.backend = backend
+        if isinstance(compiled, TorchConstraints):
+            if backend != "torch":
+                raise DecodeInputError("StaticLogitsProcessor: a TorchConstraints runs on "
+                                       "backend='torch' only (pass the CompiledConstraints for jax)")
+            self.compiled, self.torch_constraints = None, compiled
+            fingerprint = compiled.fingerprint
+        else:
+            from static_compiler.compiled import CompiledConstraints  # imports jax
+            if not isinstance(compiled, CompiledConstraints):
+                raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected the "
+                                       "CompiledConstraints of sc.compile_constraints (or a "
+                                       "TorchConstraints)")
+            self.compiled = compiled
+            self.torch_constraints = TorchConstraints.from_compiled(compiled) \
+                if backend == "torch" else None
+            fingerprint = compiled.fingerprint
+        self.plan = (self.torch_constraints or compiled).plan
+        self.tables = None if backend == "torch" else compiled.device_tables
+        self.prompt_length = torch_checks.check_int("prompt_length", prompt_length, low=0)
         self.subset = subset
         if subset is not None:
+            from static_compiler.live.liveness import checked_subset_index
             index = np.zeros(1, np.int32) if subset_index is None else np.asarray(subset_index)
-            compiled.live_mask(subset, index, index.shape[0] if index.ndim == 1 else -1,
-                               "StaticLogitsProcessor")  # checks subset and index now
+            checked_subset_index(subset, fingerprint, index,
+                                 index.shape[0] if index.ndim == 1 else -1,
+                                 "StaticLogitsProcessor")  # checks subset and index now
             self.subset_index = index.astype(np.int32)
         elif subset_index is not None:
             raise DecodeInputError("StaticLogitsProcessor: subset_index without a subset")
+        self._rows = {}  # n -> the subset of each of n rows (numpy int32)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         plan = self.plan
@@ -130,26 +189,34 @@ class StaticLogitsProcessor:
                 f"float ({n}, V) with V >= the set's vocab_size {plan.vocab_size}")
         # Any token outside [0, V) allows nothing; clamping keeps it outside and within int32.
         prefixes = input_ids[:, self.prompt_length:].clamp(-1, plan.vocab_size)
-        prefixes = jax.dlpack.from_dlpack(prefixes.to(torch.int32).contiguous()) if t \
-            else np.zeros((n, 0), np.int32)
-        ok = _allowed_tokens(plan, self.tables, prefixes, scores.shape[1],
-                             self._live_rows(n, where))
+        rows = self._subset_rows(n, where)
+        if self.backend == "torch":
+            tc = self.torch_constraints
+            sub = tc._sub(self.subset, rows, n, where)
+            ok = _torch_allowed_tokens(tc, prefixes.to(tc.device), scores.shape[1], sub)
+        else:
+            import jax
+            prefixes = jax.dlpack.from_dlpack(prefixes.to(torch.int32).contiguous()) if t \
+                else np.zeros((n, 0), np.int32)
+            live = self.compiled.live_mask(self.subset, rows, n, where)
+            ok = torch.from_dlpack(_jax_allowed_tokens()(plan, self.tables, prefixes,
+                                                         scores.shape[1], live))
         # Masked in torch: the scores keep their dtype, device and autograd graph
         # (the gradient of an allowed score is 1, of a masked one 0).
-        ok = torch.from_dlpack(ok).to(scores.device)
-        return scores.masked_fill(~ok, float("-inf"))
+        return scores.masked_fill(~ok.to(scores.device), float("-inf"))
 
-    def _live_rows(self, n: int, where: str):
-        """The LiveMask for a call of n rows: each prompt's subset for its
-        n / batch consecutive rows; without a subset, the set's live items
-        (all but those its updates removed; None if none was)."""
+    def _subset_rows(self, n: int, where: str):
+        """The subset of each of a call's n rows: each prompt's subset for
+        its n / batch consecutive rows (None without a subset: the set's
+        live items)."""
         if self.subset is None:
-            return self.compiled.live_mask(None, None, n, where)
-        per = self.subset_index.shape[0]
-        if self.subset_index.shape == (1,) and self.subset.num_subsets == 1:
-            per = 1  # one subset for every row, whatever the batch
-        if n % per:
-            raise DecodeInputError(f"{where}: {n} rows are not a multiple of the {per} prompts "
-                                   "subset_index gives subsets for")
-        return self.compiled.live_mask(self.subset, np.repeat(self.subset_index, n // per), n,
-                                       where)
+            return None
+        if n not in self._rows:
+            per = self.subset_index.shape[0]
+            if self.subset_index.shape == (1,) and self.subset.num_subsets == 1:
+                per = 1  # one subset for every row, whatever the batch
+            if n % per:
+                raise DecodeInputError(f"{where}: {n} rows are not a multiple of the {per} "
+                                       "prompts subset_index gives subsets for")
+            self._rows[n] = np.repeat(self.subset_index, n // per)
+        return self._rows[n]

@@ -17,6 +17,10 @@ would credit the static processor with the pool's waits.
 
     python -m tools.bench.torch_mask                      # 1e5 items, L=8, V=2048, 16 and 140 rows
     python -m tools.bench.torch_mask --items 1e6 --rows 16 --repeats 50
+    python -m tools.bench.torch_mask --backend jax torch --rows 140 128   # both backends
+
+``--backend`` picks the static processor's backends (`StaticLogitsProcessor`
+backend=, one column each; default jax).
 """
 
 from __future__ import annotations
@@ -66,12 +70,13 @@ def _mean_seconds(fn, args, calls: int) -> float:
 
 
 def measure(items: int, length: int, vocab: int, rows: int, repeats: int, calls: int,
-            seed: int = 0) -> list:
-    """Rows [t, trie ms, static ms] for t in 0..length-1 (medians over repeats)."""
+            seed: int = 0, backends=("jax",)) -> list:
+    """Rows [t, trie ms, static ms per backend...] for t in 0..length-1
+    (medians over repeats)."""
     rng = np.random.default_rng(seed)
     ids = np.unique(rng.integers(0, vocab, size=(items, length)), axis=0)
     compiled = sc.compile_constraints(ids, vocab_size=vocab)
-    static = StaticLogitsProcessor(compiled, PROMPT_LENGTH)
+    statics = {b: StaticLogitsProcessor(compiled, PROMPT_LENGTH, backend=b) for b in backends}
     hf = PrefixConstrainedLogitsProcessor(trie_fn(dict_trie(ids), PROMPT_LENGTH), num_beams=rows)
     out = []
     for t in range(length):
@@ -79,31 +84,37 @@ def measure(items: int, length: int, vocab: int, rows: int, repeats: int, calls:
         prompt = rng.integers(0, vocab, size=(rows, PROMPT_LENGTH))
         input_ids = torch.from_numpy(np.concatenate([prompt, picks], axis=1).astype(np.int64))
         scores = torch.from_numpy(rng.standard_normal((rows, vocab)).astype(np.float32))
-        if not torch.equal(static(input_ids, scores), hf(input_ids, scores)):
-            raise SystemExit(f"step {t}: the processors disagree")
-        for _ in range(3):  # warm-up: compiles static's program for this t
-            static(input_ids, scores)
-        times = {"trie": [], "static": []}
+        want = hf(input_ids, scores)
+        for b, static in statics.items():
+            if not torch.equal(static(input_ids, scores), want):
+                raise SystemExit(f"step {t}: the processors disagree (backend {b})")
+            for _ in range(3):  # warm-up: compiles static's program for this t
+                static(input_ids, scores)
+        times = {"trie": [], **{b: [] for b in statics}}
         gc.collect()
         gc.disable()
         try:
             for _ in range(repeats):
                 times["trie"].append(_mean_seconds(hf, (input_ids, scores), calls))
-                times["static"].append(_mean_seconds(static, (input_ids, scores), calls))
+                for b, static in statics.items():
+                    times[b].append(_mean_seconds(static, (input_ids, scores), calls))
         finally:
             gc.enable()
-        out.append([t, 1e3 * float(np.median(times["trie"])),
-                    1e3 * float(np.median(times["static"]))])
+        out.append([t] + [1e3 * float(np.median(times[k])) for k in times])
     return out
 
 
-def table(rows: list) -> str:
-    lines = ["| step t | dict trie ms | static ms | ratio |", "|--:|--:|--:|--:|"]
-    for t, trie, static in rows:
-        lines.append(f"| {t} | {trie:.3f} | {static:.3f} | {trie / static:.1f}x |")
-    trie = float(np.mean([r[1] for r in rows]))
-    static = float(np.mean([r[2] for r in rows]))
-    lines.append(f"| mean | {trie:.3f} | {static:.3f} | {trie / static:.1f}x |")
+def table(rows: list, backends=("jax",)) -> str:
+    """Markdown: per step the trie's ms, then per backend its ms and the
+    trie's time over it."""
+    head = "| step t | dict trie ms | " + " | ".join(f"static {b} ms | ratio" for b in backends)
+    lines = [head + " |", "|--:" * (2 + 2 * len(backends)) + "|"]
+    mean = ["mean"] + [float(np.mean([r[i] for r in rows])) for i in range(1, 2 + len(backends))]
+    for row in rows + [mean]:
+        trie, cells = row[1], [f"{row[1]:.3f}"]
+        for ms in row[2:]:
+            cells += [f"{ms:.3f}", f"{trie / ms:.1f}x"]
+        lines.append(f"| {row[0]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -114,6 +125,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--calls", type=int, default=10, help="back-to-back calls per repeat")
     parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--backend", nargs="+", choices=["jax", "torch"], default=["jax"],
+                        help="the static processor's backends, a column each")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.torch_threads)
     start = time.perf_counter()
@@ -123,9 +136,10 @@ def main(argv=None) -> int:
     print("# static: StaticLogitsProcessor; dict trie: PrefixConstrainedLogitsProcessor over "
           "prefix_allowed_tokens_fn; outputs equal at every step")
     for n in args.rows:
-        rows = measure(int(args.items), args.length, args.vocab, n, args.repeats, args.calls)
+        rows = measure(int(args.items), args.length, args.vocab, n, args.repeats, args.calls,
+                       backends=tuple(args.backend))
         print(f"\n{n} rows per call\n")
-        print(table(rows))
+        print(table(rows, tuple(args.backend)))
     print(f"# {time.perf_counter() - start:.1f} s")
     return 0
 

@@ -1,0 +1,252 @@
+"""`TorchConstraints`: a compiled constraint set decoded with torch.
+
+    tc = TorchConstraints.from_artifact("sids.sc", device="cuda")   # no jax imported
+    state = tc.init_state(rows)
+    for step in range(tc.max_length):
+        logits = logits.masked_fill(~tc.mask(state, step), float("-inf"))
+        tokens = pick(logits)
+        state = tc.advance(state, tokens, step)
+
+or, for an engine that hands over each row's tokens so far (Hugging Face
+``generate``): ``tc.allowed(prefixes)``. The semantics are those of the JAX
+backend's `mask` / `advance` / `allowed`, bit for bit
+(tests/test_torch_backend.py), including the set's removals (an updated
+set's live items) and item subsets.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Optional
+
+import numpy as np
+import torch
+
+from static_compiler.artifact import snapshot
+from static_compiler.artifact.format import IR_FILE
+from static_compiler.errors import DecodeInputError
+from static_compiler.live.layers import TrieLayer, row_pointers
+from static_compiler.live.liveness import (ItemIndex, Subset, bit_layout, checked_subset_index,
+                                           rows_item_mask, subset_of_items)
+from static_compiler.torch_backend import checks, ops
+from static_compiler.torch_backend.kernels import LiveBits
+from static_compiler.torch_backend.ops import TorchState
+from static_compiler.torch_backend.tables import (TorchPlan, plan_from_manifest, plan_from_steps,
+                                                  torch_tables)
+
+
+def live_bits(subset: Subset, device=None) -> LiveBits:
+    """A `Subset`'s uint32 words as int32 tensors on `device` (cached on the
+    subset per device: every call with it reuses them)."""
+    key = str(torch.device(device) if device is not None else torch.device("cpu"))
+    cache = subset.__dict__.get("_torch_bits")
+    if cache is None:
+        cache = {}
+        object.__setattr__(subset, "_torch_bits", cache)
+    if key not in cache:
+        convert = lambda w: None if w is None else \
+            torch.from_numpy(np.ascontiguousarray(w).view(np.int32).copy()).to(device)
+        cache[key] = LiveBits(tuple(convert(w) for w in subset.live),
+                              tuple(convert(w) for w in subset.ends))
+    return cache[key]
+
+
+class TorchConstraints:
+    """A compiled set's plan and tables as torch tensors, with the decoding
+    operations as torch ops (no jax at call time).
+
+    Build it with `from_artifact` (a saved artifact, read with numpy only)
+    or `from_compiled` (a `CompiledConstraints`). Every operation is
+    vectorized over the rows at a static step (a Python int), reads no
+    tensor value back to the host and branches on none, so it runs under
+    ``torch.compile(fullgraph=True)`` (pass subsets as `live_bits` with a
+    tensor subset_index there; a `Subset` with a numpy index is checked on
+    the host).
+
+    Attributes
+    ----------
+    plan : TorchPlan
+        The static plan (vocab_size, steps, end_token).
+    tables : tuple of dict of str to torch.Tensor
+        One dict per layer, int32 (bool ``accepting``), on `device`.
+    device : torch.device
+    fingerprint : str
+        The set's fingerprint: subsets must carry it.
+    base_subset : Subset or None
+        All items but those an update removed (None if none was): what
+        every call decodes over when no subset is given.
+    """
+
+    def __init__(self, plan: TorchPlan, tables: tuple, *, fingerprint: str,
+                 base_subset: Optional[Subset] = None, device=None, make_subset=None):
+        self.plan = plan
+        self.tables = tables
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.fingerprint = fingerprint
+        self.base_subset = base_subset
+        self._make_subset = make_subset
+        self._base_bits = None if base_subset is None else live_bits(base_subset, self.device)
+
+    def __repr__(self):
+        return (f"TorchConstraints(vocab_size={self.vocab_size}, max_length={self.max_length}, "
+                f"end_token={self.end_token}, device={self.device})")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.plan.vocab_size
+
+    @property
+    def max_length(self) -> int:
+        return self.plan.max_length
+
+    @property
+    def end_token(self) -> Optional[int]:
+        return self.plan.end_token
+
+    # Construction
+
+    @classmethod
+    def from_artifact(cls, path, device=None, *, verify_checksums: bool = True
+                      ) -> "TorchConstraints":
+        """The set saved at `path` (``compiled.save(path)``), its tables read
+        through the numpy-only snapshot readers and put on `device` once
+        (default: the CPU). Neither jax nor the compiler is imported.
+        Raises ArtifactFormatError / ArtifactChecksumError /
+        ArtifactVersionError as `serving.load` does for a damaged artifact."""
+        with snapshot.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
+            manifest = snap.manifest
+            host = snapshot.read_tables(snap)
+            arrays = snapshot.read_item_arrays(snap)
+        plan = plan_from_manifest(manifest)
+        items = None if arrays is None else ItemIndex(num_unique=manifest.num_sequences, **arrays)
+        fingerprint = manifest.files[IR_FILE].sha256 + ("" if items is None else items.removal_tag)
+        make = None if items is None else _ArtifactSubsets(plan, host, manifest, items, fingerprint)
+        base = None
+        if items is not None and items.removal_tag:
+            base = make(np.ones(items.num_items, bool))
+        return cls(plan, torch_tables(host, device), fingerprint=fingerprint, base_subset=base,
+                   device=device, make_subset=make)
+
+    @classmethod
+    def from_compiled(cls, compiled, device=None) -> "TorchConstraints":
+        """The set `compiled` (a `CompiledConstraints`), its numpy tables
+        put on `device` once (default: the CPU)."""
+        from static_compiler.compiled import CompiledConstraints  # the compiler, lazily
+        if not isinstance(compiled, CompiledConstraints):
+            raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected the "
+                                   "CompiledConstraints of sc.compile_constraints")
+        p = compiled.plan
+        plan = plan_from_steps(p.vocab_size, p.steps, p.end_token, slots=True)
+        return cls(plan, torch_tables(compiled.tables, device), fingerprint=compiled.fingerprint,
+                   base_subset=compiled.base_subset, device=device, make_subset=compiled.subset)
+
+    # Item subsets
+
+    def subset(self, selection) -> Subset:
+        """The items `selection` picks (bool (N,) over the input rows; for a
+        compiled set also token sequences), as a `Subset` for the `subset=`
+        arguments. Needs an item index (``export_subsets=True`` for an
+        artifact); raises DecodeInputError otherwise."""
+        if self._make_subset is None:
+            raise DecodeInputError("subset: this artifact has no item index (compile with "
+                                   "export_subsets=True)")
+        return self._make_subset(selection)
+
+    def _sub(self, subset, subset_index, n: int, where: str):
+        """(LiveBits, rows int64 (n,)) for a call of n rows, or None."""
+        if subset is None:
+            if subset_index is not None:
+                raise DecodeInputError(f"{where}: subset_index without a subset")
+            if self._base_bits is None:
+                return None
+            return self._base_bits, torch.zeros(n, dtype=torch.int64, device=self.device)
+        if isinstance(subset, LiveBits):
+            if not isinstance(subset_index, torch.Tensor):
+                raise DecodeInputError(f"{where}: with live bits, pass subset_index as an int "
+                                       f"tensor ({n},)")
+            checks.check_subset_rows(subset_index, n, where)
+            return subset, subset_index.to(self.device, torch.int64)
+        if isinstance(subset_index, torch.Tensor):
+            checks.check_subset_rows(subset_index, n, where)
+            # the subset's set is checked; the index's values stay on the device
+            checked_subset_index(subset, self.fingerprint, np.zeros(n, np.int32), n, where)
+            return live_bits(subset, self.device), subset_index.to(self.device, torch.int64)
+        index = checked_subset_index(subset, self.fingerprint, subset_index, n, where)
+        return (live_bits(subset, self.device),
+                torch.from_numpy(np.asarray(index, np.int64)).to(self.device))
+
+    # Operations
+
+    def init_state(self, rows: int) -> TorchState:
+        """`TorchState` of `rows` rows at the root (int64 node, bool valid,
+        bool finished, each (rows,)) on this set's device."""
+        return ops.init_state(checks.check_int("batch_size", rows, low=1), self.device)
+
+    def mask(self, state: TorchState, step: int, *, subset=None, subset_index=None
+             ) -> torch.Tensor:
+        """bool (B, V): the tokens each row of `state` may take at `step`
+        (an int in [0, max_length)): a finished row only the end token, an
+        invalid row nothing. subset: a `Subset` of this set (or its
+        `live_bits`), subset_index ints (B,) one subset per row (default:
+        subset 0 for a single subset); without one, the set's live items."""
+        step = checks.check_step(step, self.max_length, "mask")
+        state = checks.check_state(state, "mask")
+        sub = self._sub(subset, subset_index, state[0].shape[0], "mask")
+        return ops.mask_at(self.plan, self.tables, TorchState(*state), step, sub)
+
+    def advance(self, state: TorchState, tokens, step: int, *, subset=None,
+                subset_index=None) -> TorchState:
+        """Moves each row along its token, ints (B,); a token the row does
+        not allow (see `mask`) makes the row invalid. Returns the new
+        `TorchState`."""
+        step = checks.check_step(step, self.max_length, "advance")
+        state = checks.check_state(state, "advance")
+        B = state[0].shape[0]
+        tokens = checks.as_tensor("tokens", tokens, self.device, f"advance(step={step})")
+        checks.check_tokens(tokens, B, f"advance(step={step})")
+        sub = self._sub(subset, subset_index, B, "advance")
+        return ops.advance_at(self.plan, self.tables, TorchState(*state), tokens, step, sub)
+
+    def allowed(self, prefixes, *, subset=None, subset_index=None,
+                check_values: bool = True) -> torch.Tensor:
+        """prefixes int (N, t), t in [0, max_length) -> bool (N, V): the
+        tokens that may follow each prefix, with no per-row state (the
+        semantics of `static_compiler.backend.decode.prefix.allowed`:
+        finished prefixes allow the end token, unknown ones nothing).
+        check_values: raise DecodeInputError for a token outside [0, V)
+        (reads the prefixes back to the host; skipped under torch.compile);
+        False: such a row allows nothing."""
+        prefixes = checks.as_tensor("prefixes", prefixes, self.device, "allowed")
+        checks.check_prefixes(prefixes, self.max_length, "allowed")
+        if check_values and not torch.compiler.is_compiling():
+            checks.check_token_values("prefixes", prefixes, self.vocab_size, "allowed")
+        sub = self._sub(subset, subset_index, prefixes.shape[0], "allowed")
+        if prefixes.shape[0] == 0:
+            return torch.zeros((0, self.vocab_size), dtype=torch.bool, device=self.device)
+        return ops.prefix_mask(self.plan, self.tables, prefixes, sub)
+
+
+class _ArtifactSubsets:
+    """Subsets of a saved artifact's items (what `serving.Artifact.subset`
+    computes, numpy only): the layers' row pointers and the bit layout,
+    built on first use."""
+
+    def __init__(self, plan: TorchPlan, host: tuple, manifest, items: ItemIndex, fingerprint: str):
+        self.plan, self.host, self.manifest = plan, host, manifest
+        self.items, self.fingerprint = items, fingerprint
+        self._trie = None
+
+    def __call__(self, selection) -> Subset:
+        if self._trie is None:
+            steps = self.plan.steps
+            layers = [TrieLayer(row_pointers(s.kind, tabs, s.num_states),
+                                None if "accepting" not in tabs else np.asarray(tabs["accepting"]))
+                      for s, tabs in zip(steps, self.host)]
+            dense = {t: self.host[t]["next"] for t in self.plan.slot_steps}
+            layout = bit_layout(layers, dense if self.plan.slot_steps else None,
+                                list(self.plan.state_counts()))
+            self._trie = (layers, layout)
+        layers, layout = self._trie
+        mask = rows_item_mask(np.asarray(selection), self.items, "TorchConstraints.subset")
+        return subset_of_items(layers, self.manifest.num_final_states, self.plan.end_token,
+                               self.items, mask, self.fingerprint, layout)
