@@ -146,7 +146,7 @@ def plan_cells(args) -> list:
     return cells
 
 
-SUBCOMMANDS = {"compile-time": "tools.bench.compile_time"}
+SUBCOMMANDS = {"compile-time": "tools.bench.compile_time", "peers": "tools.bench.peers"}
 """`python -m tools.bench NAME ...`: benchmarks with their own options,
 each a module with a `main(argv)`."""
 
