@@ -213,3 +213,20 @@ def test_rows_that_tie_on_their_leading_columns_are_ordered_by_the_rest(V, L, sh
     keys = [tuple(r) for r in (codes.astype(np.int64) - 1).tolist()]
     assert keys == unique_sorted(rows)
     assert [keys[i] for i in inverse] == [tuple(r) for r in rows.tolist()]
+
+
+def test_padded_rows_compile_like_the_lists_they_pad_and_reject_bad_lengths():
+    from static_compiler.frontend import PaddedRows
+    rows = [[3, 1], [3, 1, 4], [2], [3, 1]]
+    matrix = np.array([[3, 1, 9], [3, 1, 4], [2, 9, 9], [3, 1, 9]], np.int32)  # 9: ignored padding
+    padded = PaddedRows(matrix, np.array([2, 3, 1, 2]))
+    assert build_automaton(padded, 10, end_token=0) == build_automaton(rows, 10, end_token=0)
+    for lengths, pattern in (([2, 0, 1, 2], "sequence 1 has length 0"),
+                             ([2, 4, 1, 2], "sequence 1 has length 4: expected 1..3"),
+                             ([2, 3, 1], "expected an int matrix")):
+        with pytest.raises(ConstraintSetError, match=pattern):
+            build_automaton(PaddedRows(matrix, np.array(lengths)), 10, end_token=0)
+    with pytest.raises(ConstraintSetError, match="expected an int matrix"):
+        build_automaton(PaddedRows(matrix.astype(float), np.array([2, 3, 1, 2])), 10, end_token=0)
+    with pytest.raises(ConstraintSetError, match="empty constraint set"):
+        build_automaton(PaddedRows(matrix[:0], np.zeros(0, int)), 10, end_token=0)

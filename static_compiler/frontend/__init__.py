@@ -19,14 +19,14 @@ numpy only here (networkx for graphs, tokenizers when a tokenizer file is
 read); no jax.
 """
 
-from static_compiler.frontend.sequences import (ItemIndex, as_token_matrix,
+from static_compiler.frontend.sequences import (ItemIndex, PaddedRows, as_token_matrix,
                                                 automaton_from_sorted_codes, build_automaton,
                                                 build_trie, check_end_token, check_range,
                                                 check_vocab_size, row_keys, sort_unique_codes,
                                                 sort_unique_rows, terminal_states)
 
 __all__ = [
-    "ItemIndex", "as_token_matrix", "automaton_from_sorted_codes", "build_automaton", "build_trie",
+    "ItemIndex", "PaddedRows", "as_token_matrix", "automaton_from_sorted_codes", "build_automaton", "build_trie",
     "check_end_token", "check_range", "check_vocab_size", "row_keys", "sort_unique_codes",
     "sort_unique_rows", "terminal_states",
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 
 import itertools
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -65,10 +65,23 @@ def _integral(values: np.ndarray, where: str) -> np.ndarray:
         f"{where}: expected integer token ids, got dtype {values.dtype}")
 
 
+class PaddedRows(NamedTuple):
+    """Sequences of different lengths as one padded matrix: matrix int
+    (N, W), lengths int (N,) in [1, W]; entries past a row's length are
+    ignored. What the text frontend hands the compiler, so a catalogue of a
+    million names is not turned into a million arrays and checked token by
+    token in Python."""
+
+    matrix: np.ndarray
+    lengths: np.ndarray
+
+
 def as_token_matrix(sequences) -> tuple[np.ndarray, np.ndarray, bool]:
     """Converts the user's input to (matrix (N, Lmax) int, lengths (N,) int64, ragged).
 
     Entries of `matrix` past a row's length are undefined (zero)."""
+    if isinstance(sequences, PaddedRows):
+        return _padded_rows(sequences)
     if isinstance(sequences, np.ndarray) and sequences.dtype != object:
         if sequences.ndim != 2:
             raise ConstraintSetError(
@@ -159,6 +172,25 @@ def check_range(mat: np.ndarray, lengths: np.ndarray, ragged: bool, vocab_size: 
                 f"{where}sequence {first_row + at[0]}, position {at[1]}: holds the end token "
                 f"{end_token}; sequences must not contain it (the compiler adds the end "
                 "transition itself)")
+
+
+def _padded_rows(rows: PaddedRows) -> tuple[np.ndarray, np.ndarray, bool]:
+    matrix, lengths = rows.matrix, np.asarray(rows.lengths)
+    if not isinstance(matrix, np.ndarray) or matrix.ndim != 2 or matrix.dtype.kind not in "iu" \
+            or lengths.shape != matrix.shape[:1] or lengths.dtype.kind not in "iu":
+        raise ConstraintSetError(
+            f"PaddedRows: matrix {getattr(matrix, 'shape', None)} "
+            f"{getattr(matrix, 'dtype', type(matrix).__name__)}, lengths {lengths.shape} "
+            f"{lengths.dtype}: expected an int matrix (N, W) and int lengths (N,)")
+    if matrix.shape[0] == 0:
+        raise ConstraintSetError("empty constraint set: expected at least one sequence")
+    bad = (lengths < 1) | (lengths > matrix.shape[1])
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ConstraintSetError(f"PaddedRows: sequence {i} has length {int(lengths[i])}: "
+                                 f"expected 1..{matrix.shape[1]}")
+    lengths = lengths.astype(np.int64)
+    return matrix, lengths, bool((lengths != matrix.shape[1]).any())
 
 
 def _bits(v: int) -> int:

@@ -41,7 +41,8 @@ import numpy as np
 
 from static_compiler.artifact.names import NameTable
 from static_compiler.errors import ConstraintSetError
-from static_compiler.frontend import check_end_token, check_vocab_size, sort_unique_rows
+from static_compiler.frontend import (PaddedRows, check_end_token, check_vocab_size,
+                                      sort_unique_rows)
 
 EOS_TOKENS = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eos|>", "[EOS]", "<|im_end|>",
               "<|eot_id|>", "[SEP]")
@@ -146,8 +147,9 @@ class Catalogue:
     Attributes:
       sequences: the token ids of every name given, in the order given
         (duplicates kept, so row i is names[i] and compiling them numbers
-        the items as the names): an int32 (names, L) array, or a list of
-        int32 arrays when lengths differ.
+        the items as the names): an int32 (names, L) array, or
+        `PaddedRows` (an int32 (names, W) matrix and the lengths) when
+        lengths differ.
       names: the `NameTable`: the unique sequences, sorted as the compiled
         set numbers them (`frontend.sort_unique_rows`), with their names.
       end_token: the end token to compile with (None for a fixed-length set).
@@ -274,7 +276,7 @@ def encode_catalogue(names, tokenizer, vocab_size: int,
     width = int(lengths.max())
     matrix = np.zeros((len(names), width), np.int32)
     matrix[np.arange(width)[None, :] < lengths[:, None]] = flat
-    sequences = [row[:n] for row, n in zip(matrix, lengths)] if ragged else matrix
+    sequences = PaddedRows(matrix, lengths) if ragged else matrix
     table = _name_table(names, matrix, lengths, vocab_size)
     stats = {"names": len(names), "items": len(table), "duplicates": len(names) - len(table),
              "end_token": end_token, "end_token_from": end_from}
