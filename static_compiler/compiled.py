@@ -270,6 +270,33 @@ class CompiledConstraints:
         live = self.live_mask(subset, subset_index, state.node.shape[0], "advance")
         return decode.advance(self.plan, self.device_tables, state, tokens, step, live)
 
+    def processor(self, batch_size: int, *, subset: Optional[subsets.Subset] = None,
+                  subset_index=None) -> decode.StepProcessor:
+        """The processor pair for `batch_size` rows with one jitted program
+        per step (`backend.decode.StepProcessor`): `mask(logits, state,
+        step)`, `advance(state, tokens, step)` and the fused
+        `advance_and_mask(state, tokens, step, logits)`, bit-identical to
+        `mask` / `advance`, each call one dispatch that passes only the
+        logits, state, tokens and step t's tables (and subset bits). For
+        custom loops at a few rows, where `mask` / `advance` (op by op, or
+        jitted with every step's tables as arguments) cost more in dispatch
+        than in work. subset / subset_index as in `mask`, fixed for the
+        processor. Without a subset one processor per batch size is kept."""
+        key = None if subset is not None or subset_index is not None else int(
+            decode.StepProcessor.checked_batch(batch_size))
+        cache = self.__dict__.get("_processors")
+        if key is not None and cache is not None and key in cache:
+            return cache[key]
+        batch_size = decode.StepProcessor.checked_batch(batch_size)
+        live = self.live_mask(subset, subset_index, batch_size, "processor")
+        out = decode.StepProcessor(self.plan, self.device_tables, batch_size, live)
+        if key is not None:
+            if cache is None:
+                cache = {}
+                object.__setattr__(self, "_processors", cache)
+            cache[key] = out
+        return out
+
     def accept_drafts(self, state: decode.ProcessorState, drafts, step, *,
                       subset: Optional[subsets.Subset] = None, subset_index=None):
         """Speculative decoding: (accepted int32 (B,), state after them) for

@@ -153,10 +153,10 @@ def test_row_max_and_any_fold_to_the_reductions(V):
 
 @pytest.mark.parametrize("N", [1, 2, 3, 5, 8, 9, 100, 4097])
 def test_lower_bound_is_searchsorted_left(N):
-    """kernels.lower_bound (the near_unary exception search on long lists)
+    """row_search.lower_bound (the near_unary exception search on long lists)
     counts the entries below each query exactly as np.searchsorted(left),
     duplicates, the ends and values outside the list included."""
-    from static_compiler.backend.kernels import lower_bound
+    from static_compiler.backend.row_search import lower_bound
     rng = np.random.default_rng(N)
     values = np.sort(rng.integers(0, 3 * N, N)).astype(np.int32)
     queries = np.concatenate([values, values - 1, values + 1, [-5, 3 * N + 5],

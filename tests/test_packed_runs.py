@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oracle
-from static_compiler.backend import kernels
+from static_compiler.backend import kernels, row_search
 from static_compiler.backend import decode
 from static_compiler.backend.decode.step import run_inputs, run_live_bound, step_segments
 from test_decode import FAMILIES, check_family_example, decode_and_check
@@ -130,9 +130,9 @@ def test_beam_search_without_packing_matches_oracle(packing_off, family, layout,
 @given(data=st.data())
 def test_near_unary_binary_search_matches_oracle(packing_off, monkeypatch, family, layout, data):
     """near_unary layers with more than COMPARE_ALL_MAX exception states find
-    rows by kernels.lower_bound (only sets of 1e5+ states reach it): forced
+    rows by row_search.lower_bound (only sets of 1e5+ states reach it): forced
     here on small sets, unpacked, the decode still equals the oracle."""
-    monkeypatch.setattr(kernels, "COMPARE_ALL_MAX", 0)
+    monkeypatch.setattr(row_search, "COMPARE_ALL_MAX", 0)
     check_family_example(family, layout, data)
 
 

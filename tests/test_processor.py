@@ -230,3 +230,109 @@ def test_a_state_from_another_set_allows_nothing_and_invalidates_its_row():
     assert not bool(small.advance(negative, jnp.array([2, 2]), 2).valid[0])
     drafts = small.accept_drafts(state, jnp.array([[4], [2]]), 2)
     assert np.asarray(drafts[0]).tolist() == [0, 1]
+
+
+def _random_state(compiled, rng, batch, step):
+    """A state at `step`: rows walked along random members (some tokens off the set)."""
+    state = compiled.init_state(batch)
+    for t in range(step):
+        masked = np.asarray(compiled.mask(np.zeros((batch, compiled.vocab_size), np.float32),
+                                          state, t))
+        allowed = [np.flatnonzero(row > decode.SENTINEL_SCORE) for row in masked]
+        tokens = np.asarray([int(rng.choice(a)) if a.size and rng.random() < 0.9
+                             else int(rng.integers(-1, compiled.vocab_size + 1))
+                             for a in allowed], np.int32)
+        state = compiled.advance(state, tokens, t)
+    return state
+
+
+@pytest.mark.parametrize("kind, layout, with_subset", [
+    ("fixed", "csr", False), ("fixed", "near_unary", True), ("ragged", "csr", True),
+    ("ragged", "near_unary", False), ("fixed", "dense_rows", True), ("ragged", "unary", False)])
+def test_step_processor_is_bit_identical_to_mask_and_advance(kind, layout, with_subset,
+                                                            monkeypatch):
+    """`compiled.processor(B)`: one program per step, bit-identical to
+    `compiled.mask` / `advance` at every step, with and without a subset,
+    and its fused advance_and_mask too; near_unary layers are searched by
+    the unrolled binary search there (many exception states)."""
+    import static_compiler as sc
+    from static_compiler.backend import row_search
+
+    monkeypatch.setattr(row_search, "BINARY_SEARCH_MIN", 0)  # the unrolled search, on small sets
+    rng = np.random.default_rng([len(kind), len(layout), with_subset])
+    items, end_token = make_set(kind)
+    compiled = oracle.compile_set(items, 8, layout, end_token)
+    kw = {}
+    if with_subset:
+        subs = [compiled.subset(rng.random(len(items)) < 0.5) for _ in range(2)]
+        kw = dict(subset=sc.stack_subsets(subs), subset_index=np.array([0, 1, 1, 0, 1], np.int32))
+    B = 5
+    proc = compiled.processor(B, **kw)
+    assert with_subset or compiled.processor(B) is proc
+    for t in range(compiled.max_length):
+        for _ in range(3):
+            state = _random_state(compiled, rng, B, t)
+            logits = random_logits(rng, (B, compiled.vocab_size))
+            tokens = np.asarray(rng.integers(-1, compiled.vocab_size + 1, B), np.int32)
+            want = compiled.mask(logits, state, t, **kw)
+            got = proc.mask(jnp.asarray(logits), state, t)
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"step {t}")
+            moved = proc.advance(state, jnp.asarray(tokens), t)
+            for a, b in zip(moved, compiled.advance(state, tokens, t, **kw)):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"step {t}")
+            if t + 1 < compiled.max_length:
+                nxt = random_logits(rng, (B, compiled.vocab_size))
+                st, masked = proc.advance_and_mask(state, tokens, t, nxt)
+                for a, b in zip(st, moved):
+                    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+                np.testing.assert_array_equal(np.asarray(masked),
+                                              np.asarray(compiled.mask(nxt, moved, t + 1, **kw)))
+    assert not row_search.BINARY_ROW_SEARCH.get()  # set only while tracing
+
+
+def test_binary_row_search_matches_compare_all():
+    """The unrolled binary search the processor traces equals searchsorted."""
+    from static_compiler.backend import row_search
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 65, 100, 1000):
+        values = np.sort(rng.choice(5 * n, n, replace=False)).astype(np.int16)
+        query = np.arange(-2, 5 * n + 2, dtype=np.int32)
+        got = row_search.lower_bound(jnp.asarray(values), jnp.asarray(query), unrolled=True)
+        np.testing.assert_array_equal(np.asarray(got), np.searchsorted(values, query))
+
+
+def test_step_processor_rejects_bad_input_as_the_pair_does(small):
+    proc = small.processor(2)
+    state = proc.init_state()
+    for step in (-1, 3, 1.0, True, "0", np.int64(3)):
+        with pytest.raises(DecodeInputError, match=r"step=.* must be an int in \[0, 3\)"):
+            proc.mask(np.zeros((2, 3), np.float32), state, step)
+        with pytest.raises(DecodeInputError, match=r"step=.* must be an int in \[0, 3\)"):
+            proc.advance(state, np.zeros(2, np.int32), step)
+    with pytest.raises(DecodeInputError, match=r"step=2 must be an int in \[0, 2\)"):
+        proc.advance_and_mask(state, np.zeros(2, np.int32), 2, np.zeros((2, 3), np.float32))
+    for logits, match in [
+            (np.zeros((2, 4), np.float32), r"logits have shape \(2, 4\), expected \(2, 3\)"),
+            (np.zeros((3, 3), np.float32), r"logits have shape \(3, 3\), expected \(2, 3\)"),
+            (np.zeros((2, 3), np.int32), r"logits have dtype int32, expected a float")]:
+        with pytest.raises(DecodeInputError, match=match):
+            proc.mask(logits, state, 0)
+        with pytest.raises(DecodeInputError, match=match):
+            proc.advance_and_mask(state, np.zeros(2, np.int32), 0, logits)
+    for tokens in (np.zeros(3, np.int32), np.zeros((2, 1), np.int32), np.zeros(2, np.float32),
+                   np.int32(1)):
+        with pytest.raises(DecodeInputError, match=r"tokens have shape .* expected int of shape"):
+            proc.advance(state, tokens, 0)
+    with pytest.raises(DecodeInputError, match=r"state has 3 rows: this processor is for "
+                                               r"batch_size=2"):
+        proc.mask(np.zeros((2, 3), np.float32), small.init_state(3), 0)
+    with pytest.raises(DecodeInputError, match=r"state fields"):
+        proc.advance((jnp.zeros(2, jnp.int32), jnp.ones(3, bool), jnp.zeros(2, bool)),
+                     np.zeros(2, np.int32), 0)
+    for batch in (0, -1, 2.0, True):
+        with pytest.raises(DecodeInputError, match=r"batch_size=.*: expected an int >= 1"):
+            small.processor(batch)
+    # numpy arrays and numpy integer steps work as in the pair
+    np.testing.assert_array_equal(np.asarray(proc.mask(np.arange(6.).reshape(2, 3), state,
+                                                       np.int32(0))),
+                                  np.asarray(small.mask(np.arange(6.).reshape(2, 3), state, 0)))

@@ -38,6 +38,7 @@ import numpy as np
 from jax import lax
 
 from static_compiler.backend.lowering import StepPlan
+from static_compiler.backend.row_search import exceptions_below
 from static_compiler.ir import LayoutKind
 from static_compiler.artifact.placement import PACKED_TABLE_ENTRIES
 
@@ -125,11 +126,6 @@ def _offsets(shape, axis: int, stride):
     return lax.broadcasted_iota(jnp.int32, shape, axis) * stride
 
 
-COMPARE_ALL_MAX = 4096
-"""near_unary layers with at most this many exception states find a state's
-row by comparing against all of them (X compares per beam, no loop)."""
-
-
 def exception_rows(tables: dict):
     """(row starts, branches) int32 (X,) of a near_unary layer's exception
     states: its `ex_starts` / `ex_branch` tables, or the `ex_bounds` (X, 2)
@@ -142,19 +138,13 @@ def exception_rows(tables: dict):
 
 
 def _near_unary_bounds(tables: dict, node):
-    ex_states = whole(tables["ex_states"]).astype(jnp.int32)
-    num_ex = ex_states.shape[0]
-    # j = number of exception states below `node`: a binary search (a loop of
-    # log2(X) steps) on long lists; on short ones one comparison against all,
-    # which XLA compiles several times faster than the loop.
-    if num_ex <= COMPARE_ALL_MAX:
-        j = jnp.searchsorted(ex_states, node, side="left", method="compare_all").astype(jnp.int32)
-    else:
-        j = lower_bound(ex_states, node)
+    raw_states = whole(tables["ex_states"])
+    num_ex = raw_states.shape[0]
+    j, ex_states = exceptions_below(raw_states, node)
     # The exception at j (if node is one) and the one below it, read with one
     # gather per table (XLA compiles a kernel per gather).
     at = jnp.clip(j[..., None] - lax.iota(jnp.int32, 2), 0, num_ex - 1)  # [here, below]
-    states = jnp.take(ex_states, at, mode="clip")
+    states = jnp.take(ex_states, at, mode="clip").astype(jnp.int32)
     if "ex_bounds" in tables:  # (format version <= 5: both bounds in one table)
         bounds = _take(tables["ex_bounds"], at)
         starts, ends = bounds[..., 0], bounds[..., 1]
@@ -168,26 +158,6 @@ def _near_unary_bounds(tables: dict, node):
     start = jnp.where(is_exception, starts[..., 0], node + shift)
     end = jnp.where(is_exception, ends[..., 0], start + 1)
     return start, end
-
-
-def lower_bound(sorted_values, query):
-    """int32 query.shape: how many of `sorted_values` (int32 (N,), N >= 1,
-    ascending) are below each query, i.e. ``jnp.searchsorted(sorted_values,
-    query, side="left")``, by a branchless binary search: the count is built
-    bit by bit, highest first, adding 2^k wherever the entry 2^k past it is
-    still below the query. The loop carries that one array (jnp's binary
-    search carries two and compiles into seven kernels; this one into four,
-    with no final correction step)."""
-    n = sorted_values.shape[0]
-    bits = np.asarray([1 << k for k in reversed(range(n.bit_length()))], np.int32)
-    query = jnp.asarray(query, jnp.int32)
-
-    def step(i, count):
-        bit = jnp.asarray(bits)[i]
-        probe = jnp.take(sorted_values, count + bit - 1, mode="clip")
-        return jnp.where((count + bit <= n) & (probe < query), count + bit, count)
-
-    return lax.fori_loop(0, len(bits), step, jnp.zeros(query.shape, jnp.int32))
 
 
 _ROW_BOUNDS = {LayoutKind.CSR: _csr_bounds, LayoutKind.NEAR_UNARY: _near_unary_bounds}

@@ -27,8 +27,11 @@ Per engine and N, in a fresh child process (``--timeout`` each):
   masked logits out, and the matchers advanced. Peers fill their token
   bitmask for each sequence (their batch call where they have one), the
   bitmask is applied with numpy, and each matcher takes its token; the dict
-  trie is HF's `PrefixConstrainedLogitsProcessor`; we run the jitted
-  processor pair (`mask`, `advance`) on jax arrays. Median over repeats of
+  trie is HF's `PrefixConstrainedLogitsProcessor`; we run
+  `compiled.processor(rows)` (`mask`, then `advance`: one jitted program
+  per step each, passed only that step's tables) on jax arrays;
+  ``--old-path`` also times, interleaved, the earlier way (the pair jitted
+  per step with every step's tables as arguments, dense mask). Median over repeats of
   the mean step, after a warm-up walk;
 * beam step ms (us only): `beam_search` with 70 beams over a stand-in model
   (a table of logits), total / max_length, median over repeats;
@@ -436,24 +439,49 @@ class Static(Engine):
         self._traced = jax.jit(traced)  # one program for every step (the checks)
 
     def _step_fn(self, t):
+        """The earlier path (`--old-path`): mask + advance jitted as one
+        program per step, every step's tables passed as arguments, the mask
+        built as (B, V) allowed flags (traced with the scatter off)."""
         if t not in self._steps:
             plan, decode = self.compiled.plan, self.decode
+            from static_compiler.backend.decode import processor
 
             def fn(tables, logits, state, tokens):
-                return (decode.mask(plan, tables, logits, state, t),
-                        decode.advance(plan, tables, state, tokens, t))
+                scatter, processor.SCATTER_MAX_COLUMNS = processor.SCATTER_MAX_COLUMNS, 2 ** 62
+                try:
+                    return (decode.mask(plan, tables, logits, state, t),
+                            decode.advance(plan, tables, state, tokens, t))
+                finally:
+                    processor.SCATTER_MAX_COLUMNS = scatter
             self._steps[t] = self.jax.jit(fn)
         return self._steps[t]
 
     def start(self, rows):
-        return [self.compiled.init_state(rows)]
+        return [self.compiled.processor(rows), self.compiled.init_state(rows)]
 
     def device_logits(self, logits):
         return self.jax.device_put(logits)
 
     def step(self, state, logits, tokens, t):
-        masked, state[0] = self._step_fn(t)(self.compiled.device_tables, logits, state[0],
-                                            tokens)
+        """`compiled.processor(rows)`: mask, then advance, one dispatch each."""
+        proc = state[0]
+        tokens = self._device_tokens(tokens)
+        masked = proc.mask(logits, state[1], t)
+        state[1] = proc.advance(state[1], tokens, t)
+        return self.jax.block_until_ready(masked)
+
+    def _device_tokens(self, tokens):
+        # the walk's tokens as device arrays, made once (a model's sampled
+        # tokens are device arrays already)
+        cache = self.__dict__.setdefault("_tokens", {})
+        key = (id(tokens), tokens.shape)
+        if key not in cache:
+            cache[key] = (tokens, self.jax.device_put(tokens))
+        return cache[key][1]
+
+    def old_step(self, state, logits, tokens, t):
+        masked, state[1] = self._step_fn(t)(self.compiled.device_tables, logits, state[1],
+                                            self._device_tokens(tokens))
         return self.jax.block_until_ready(masked)
 
     def accepts_all(self, spellings):
@@ -526,21 +554,26 @@ def _reset_peak():
         pass
 
 
-def _walk_ms(engine, logits, walk, T, repeats) -> float:
-    """Median over repeats of the mean step (ms) of walking `walk` (rows, T)."""
+def _walk_ms(engine, logits, walk, T, repeats, steps=None) -> list:
+    """Per stepper (default: `engine.step`), the median over repeats of the
+    mean step (ms) of walking `walk` (rows, T); several steppers are timed
+    interleaved (walk by walk), so load hits them alike."""
+    steps = [engine.step] if steps is None else steps
     rows = walk.shape[0]
-    times = []
+    columns = [walk[:, t].copy() for t in range(T)]
+    times = [[] for _ in steps]
     for r in range(repeats + 1):  # the first walk warms up
-        state = engine.start(rows)
-        total = 0.0
-        for t in range(T):
-            tokens = walk[:, t]
-            start = time.perf_counter()
-            engine.step(state, logits, tokens, t)
-            total += time.perf_counter() - start
-        if r:
-            times.append(total / T)
-    return 1e3 * float(np.median(times))
+        for i, step in enumerate(steps):
+            state = engine.start(rows)
+            total = 0.0
+            for t in range(T):
+                tokens = columns[t]
+                start = time.perf_counter()
+                step(state, logits, tokens, t)
+                total += time.perf_counter() - start
+            if r:
+                times[i].append(total / T)
+    return [1e3 * float(np.median(x)) for x in times]
 
 
 def child(args) -> dict:
@@ -585,13 +618,17 @@ def child(args) -> dict:
         gc.collect()
         gc.disable()
         try:
-            out[f"mask_ms_{rows}"] = _walk_ms(engine, logits, walk[:rows], T, args.repeats)
+            if isinstance(engine, Static) and args.old_path:
+                out[f"mask_ms_{rows}"], out[f"old_mask_ms_{rows}"] = _walk_ms(
+                    engine, logits, walk[:rows], T, args.repeats, [engine.step, engine.old_step])
+            else:
+                out[f"mask_ms_{rows}"], = _walk_ms(engine, logits, walk[:rows], T, args.repeats)
         except Exception as e:  # a peer that rejects a name's own tokens
             out[f"mask_ms_{rows}"] = None
             out["walk_error"] = f"{type(e).__name__}: {e}"[:200]
         finally:
             gc.enable()
-    if isinstance(engine, Static):
+    if isinstance(engine, Static) and not args.no_beam:
         out["beam_step_ms"] = engine.beam_step_ms(args.rows, args.repeats)
         out["max_length"] = engine.compiled.max_length
     return out
@@ -627,6 +664,8 @@ def prepare(workdir: str, sizes, vocab: int, text_bytes: int, rows: int, seed: i
 def run_child(engine: str, n: int, args) -> dict:
     cmd = [sys.executable, "-m", "tools.bench.peers", "--child", engine, "--workdir",
            args.workdir, "--n", str(n), "--rows", str(args.rows), "--repeats", str(args.repeats)]
+    cmd += ["--old-path"] if args.old_path else []
+    cmd += ["--no-beam"] if args.no_beam else []
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -651,7 +690,11 @@ def _f(x, fmt):
 def table(results: list, rows: int) -> str:
     head = (f"| engine | version | N | compile s | RSS MB | mask ms @1 | mask ms @{rows} | "
             f"our beam step ms @{rows} | exact | non-canonical accepted |")
-    lines = [head, "|---|---|--:|--:|--:|--:|--:|--:|---|---|"]
+    old = any("old_mask_ms_1" in r for r in results)
+    if old:
+        head = head.replace(f"mask ms @{rows} |",
+                            f"mask ms @{rows} | old path ms @1 | old path ms @{rows} |")
+    lines = [head, "|---|---|--:|--:|--:|--:|--:|" + ("--:|--:|" if old else "") + "--:|---|---|"]
     for r in results:
         if r["status"] != "ok":
             lines.append(f"| {r['engine']} | {r['version'] or '-'} | {_n(r['n']) if r['n'] else '-'} | "
@@ -665,7 +708,10 @@ def table(results: list, rows: int) -> str:
             nc = f"{r['noncanonical_accepted']}/{r['noncanonical_total']}"
         lines.append(f"| {r['engine']} | {r['version'] or '-'} | {_n(r['n'])} | "
                      f"{r['compile_s']:.2f} | {r['rss_mb']:.0f} | {_f(r['mask_ms_1'], '.3f')} | "
-                     f"{_f(r[f'mask_ms_{rows}'], '.3f')} | {_f(r.get('beam_step_ms'), '.3f')} | "
+                     f"{_f(r[f'mask_ms_{rows}'], '.3f')} | " +
+                     (f"{_f(r.get('old_mask_ms_1'), '.3f')} | "
+                      f"{_f(r.get(f'old_mask_ms_{rows}'), '.3f')} | " if old else "") +
+                     f"{_f(r.get('beam_step_ms'), '.3f')} | "
                      f"{exact_s} | {nc} |")
     return "\n".join(lines)
 
@@ -693,6 +739,11 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per engine and N")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="also write the markdown here")
+    p.add_argument("--old-path", action="store_true",
+                   help="also time our earlier per-step path (the jitted pair with every "
+                        "step's tables as arguments, dense mask), interleaved with the "
+                        "processor's, as extra 'old' columns")
+    p.add_argument("--no-beam", action="store_true", help="skip our beam step timing")
     p.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, help=argparse.SUPPRESS)

@@ -48,8 +48,8 @@ from static_compiler.backend.decode.candidates import (StepCandidates, candidate
                                                        mixed_children, step_candidates)
 from static_compiler.backend.decode.live import LiveMask, subset_widths
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob, safe_log_softmax, scored
-from static_compiler.backend.decode.processor import (advance, advance_switch, init_processor_state,
-                                                      mask, mask_switch)
+from static_compiler.backend.decode.processor import (StepProcessor, advance, advance_switch,
+                                                      init_processor_state, mask, mask_switch)
 from static_compiler.backend.decode.carry import BeamAxis, reorder_carry, resolve_carry_axes
 from static_compiler.backend.decode.prefix import allowed
 from static_compiler.backend.decode.search import beam_search, greedy_decode, live_beam_bounds, sample
@@ -63,7 +63,7 @@ from static_compiler.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_S
 
 __all__ = [
     "BeamAxis", "BeamState", "DecodeResult", "LiveMask", "LogProbs", "MIN_VALID_SCORE", "PAD_TOKEN",
-    "ProcessorState", "SENTINEL_SCORE", "Selection", "StepCandidates", "accept_drafts",
+    "ProcessorState", "SENTINEL_SCORE", "Selection", "StepCandidates", "StepProcessor", "accept_drafts",
     "add_logprob", "advance", "allowed", "advance_switch", "apply_choice", "beam_search", "beam_step",
     "beam_step_switch", "candidate_columns", "finalize", "greedy_decode", "init_beam_state",
     "init_processor_state", "length_normalized", "live_beam_bounds", "mask", "mask_switch",

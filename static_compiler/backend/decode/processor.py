@@ -6,14 +6,25 @@ owns the search.
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
+import numpy as np
 
 from static_compiler.backend.decode.candidates import step_candidates
-from static_compiler.backend.decode.live import check_live_mask
+from static_compiler.backend.decode.live import LiveMask, check_live_mask
 from static_compiler.backend.decode.step import step_in_range, switch_over_groups
 from static_compiler.backend.lowering import Plan
+from static_compiler.backend.row_search import few_rows
 from static_compiler.decode_state import (SENTINEL_SCORE, ProcessorState, check_int, check_logits,
-                                          check_step, check_tokens)
+                                          check_processor_state, check_step, check_tokens)
+from static_compiler.errors import DecodeInputError
+
+
+SCATTER_MAX_COLUMNS = 16
+"""`mask` scatters the allowed logits into a row of SENTINEL_SCORE when a
+step lists at most V / SCATTER_MAX_COLUMNS candidates per row; else it
+builds the (B, V) allowed flags and selects."""
 
 
 def init_processor_state(batch_size: int) -> ProcessorState:
@@ -60,6 +71,16 @@ def _mask_at(plan: Plan, tables, logits, state: ProcessorState, step: int, subse
     rows = jnp.broadcast_to(jnp.arange(B)[:, None], cand.tokens.shape)
     tokens = jnp.where(cand.stays, 0 if plan.end_token is None else plan.end_token, cand.tokens)
     tokens = jnp.where(cand.valid, tokens, plan.vocab_size)  # out of range: dropped
+    if SCATTER_MAX_COLUMNS * cand.tokens.shape[-1] <= plan.vocab_size:
+        # Few candidates: the allowed logits scattered into a constant row of
+        # SENTINEL_SCORE. No elementwise op runs over (B, V) (XLA on CPU
+        # splits loops of 1024+ elements across threads: tens of us per op
+        # at one row); a token listed twice writes its one logit twice.
+        x = jnp.asarray(logits)[rows, jnp.minimum(tokens, plan.vocab_size - 1)]
+        x = x.astype(jnp.float32)
+        x = jnp.where(jnp.isnan(x), SENTINEL_SCORE, x)
+        return jnp.full((B, plan.vocab_size), SENTINEL_SCORE, jnp.float32).at[rows, tokens].set(
+            x, mode="drop")
     allowed = jnp.zeros((B, plan.vocab_size), bool).at[rows, tokens].set(True, mode="drop")
     x = jnp.asarray(logits).astype(jnp.float32)
     return jnp.where(allowed & ~jnp.isnan(x), x, SENTINEL_SCORE)
@@ -131,3 +152,148 @@ def advance_switch(plan: Plan, tables, state: ProcessorState, tokens, step,
 def select_state(take, new: ProcessorState, old: ProcessorState) -> ProcessorState:
     """Per row (or for all rows, `take` scalar): `new` where `take`, else `old`."""
     return ProcessorState(*(jnp.where(take, a, b) for a, b in zip(new, old)))
+
+
+class StepProcessor:
+    """The processor pair for one batch size, one jitted program per static
+    step (`CompiledConstraints.processor`): each call passes only what
+    changes (logits, state, tokens) and the tables (and subset bits) of its
+    step, not every step's tables, and runs one dispatch; the first call at
+    a step compiles its program. Results are bit-identical to `mask` /
+    `advance` at that step. Arguments are checked as `mask` / `advance`
+    check them (same errors); state must have `batch_size` rows.
+
+    mask(logits, state, step) -> float32 (B, V); advance(state, tokens,
+    step) -> ProcessorState; advance_and_mask(state, tokens, step, logits)
+    -> (advance(state, tokens, step), mask(logits, that state, step + 1)):
+    one dispatch per decoding step in a loop (step + 1 < max_length)."""
+
+    def __init__(self, plan: Plan, tables, batch_size: int, subset=None):
+        self.plan = plan
+        self.batch_size = check_int("batch_size", batch_size, low=1)
+        check_live_mask(plan, subset, self.batch_size, "processor")
+        self.subset = subset
+        self._tables = tables
+        self._args, self._programs = {}, {}
+        self._logits_shape = (self.batch_size, plan.vocab_size)
+
+    @staticmethod
+    def checked_batch(batch_size) -> int:
+        return check_int("batch_size", batch_size, low=1)
+
+    def init_state(self) -> ProcessorState:
+        return init_processor_state(self.batch_size)
+
+    # -- per-step arrays and programs
+
+    def _step_args(self, t: int):
+        args = self._args.get(t)
+        if args is None:
+            tables = self._tables[t] if t < self.plan.depth else {}
+            sub = self.subset
+            bits = None if sub is None else (sub.live[t] if t < self.plan.depth else None,
+                                              sub.ends[t], sub.rows)
+            args = self._args[t] = (tables, bits)
+        return args
+
+    def _program(self, kind: str, t: int):
+        fn = self._programs.get((kind, t))
+        if fn is None:
+            import jax
+            plan = self.plan
+
+            views = functools.partial(_views_at, t=t)
+
+            def traced(body):
+                def run(args, *rest):
+                    with few_rows():
+                        return body(*views(args), *rest)
+                return jax.jit(run)
+
+            if kind == "mask":
+                fn = traced(lambda tabs, sub, x, st: _mask_at(plan, tabs, x, st, t, sub))
+            elif kind == "advance":
+                fn = traced(lambda tabs, sub, st, tok: _advance_at(plan, tabs, st, tok, t, sub))
+            else:  # advance at t, then mask at t + 1
+                def both(args, next_args, st, tok, x):
+                    with few_rows():
+                        tabs, sub = _views_at(args, t)
+                        moved = _advance_at(plan, tabs, st, tok, t, sub)
+                        nxt_tabs, nxt_sub = _views_at(next_args, t + 1)
+                        return moved, _mask_at(plan, nxt_tabs, x, moved, t + 1, nxt_sub)
+                fn = jax.jit(both)
+            self._programs[(kind, t)] = fn
+        return fn
+
+    # -- checks: a fast path for well-formed arguments, else the validators
+
+    def _checked_step(self, step, where: str, last: int) -> int:
+        if type(step) is int and 0 <= step < last:
+            return step
+        return check_step(step, last, where)
+
+    def _checked_state(self, state, where: str) -> ProcessorState:
+        B = (self.batch_size,)
+        if not (type(state) is ProcessorState and getattr(state.node, "shape", None) == B
+                and getattr(state.valid, "shape", None) == B
+                and getattr(state.finished, "shape", None) == B):
+            state = check_processor_state(state, where)
+            if tuple(np.shape(state.node)) != B:
+                raise DecodeInputError(f"{where}: state has {np.shape(state.node)[0]} rows: this "
+                                       f"processor is for batch_size={self.batch_size}")
+        return state
+
+    def _checked_logits(self, logits, where: str):
+        if getattr(logits, "shape", None) == self._logits_shape and \
+                _is_float_dtype(getattr(logits, "dtype", None)):
+            return logits
+        check_logits(logits, (self.batch_size,), self.plan.vocab_size, where)
+        return np.asarray(logits) if not hasattr(logits, "dtype") else logits
+
+    def _checked_tokens(self, tokens, where: str):
+        if getattr(tokens, "shape", None) == (self.batch_size,) and \
+                _is_int_dtype(getattr(tokens, "dtype", None)):
+            return tokens
+        check_tokens(tokens, self.batch_size, where)
+        return np.asarray(tokens) if not hasattr(tokens, "dtype") else tokens
+
+    # -- the pair
+
+    def mask(self, logits, state: ProcessorState, step):
+        step = self._checked_step(step, "mask", self.plan.max_length)
+        where = f"mask(step={step})"
+        state = self._checked_state(state, where)
+        logits = self._checked_logits(logits, where)
+        return self._program("mask", step)(self._step_args(step), logits, state)
+
+    def advance(self, state: ProcessorState, tokens, step) -> ProcessorState:
+        step = self._checked_step(step, "advance", self.plan.max_length)
+        where = f"advance(step={step})"
+        state = self._checked_state(state, where)
+        tokens = self._checked_tokens(tokens, where)
+        return self._program("advance", step)(self._step_args(step), state, tokens)
+
+    def advance_and_mask(self, state: ProcessorState, tokens, step, logits):
+        step = self._checked_step(step, "advance_and_mask", self.plan.max_length - 1)
+        where = f"advance_and_mask(step={step})"
+        state = self._checked_state(state, where)
+        tokens = self._checked_tokens(tokens, where)
+        logits = self._checked_logits(logits, f"advance_and_mask(step={step}): next step's")
+        return self._program("both", step)(self._step_args(step), self._step_args(step + 1),
+                                           state, tokens, logits)
+
+
+def _views_at(args, t: int):
+    tables, bits = args
+    sub = None if bits is None else LiveMask({t: bits[0]}, {t: bits[1]}, bits[2])
+    return {t: tables}, sub
+
+
+@functools.lru_cache(maxsize=None)
+def _is_float_dtype(dtype) -> bool:
+    return dtype is not None and bool(jnp.issubdtype(dtype, jnp.floating))
+
+
+@functools.lru_cache(maxsize=None)
+def _is_int_dtype(dtype) -> bool:
+    return dtype is not None and dtype != jnp.bool_ and bool(jnp.issubdtype(dtype, jnp.integer))
