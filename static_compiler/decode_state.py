@@ -27,12 +27,17 @@ MIN_VALID_SCORE : float
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from static_compiler.arguments import (check_callable, check_finite, check_int,  # noqa: F401
+                                       check_prefix_shape, check_token_shape,
+                                       check_token_values)
+from static_compiler.arguments import is_int as _is_int
 from static_compiler.errors import DecodeInputError
 
 SENTINEL_SCORE = -1e30
@@ -136,47 +141,19 @@ class ProcessorState(NamedTuple):
 # value and what was expected.
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def check_int(name: str, value, *, low: Optional[int] = None, high: Optional[int] = None,
-              allow_none: bool = False) -> Optional[int]:
-    """`value` as a Python int; it must be a Python or numpy int (not a bool)
-    in [low, high) (either bound optional), or None when `allow_none`."""
-    if value is None and allow_none:
-        return None
-    if not _is_int(value) or (low is not None and value < low) \
-            or (high is not None and value >= high):
-        if low is not None and high is not None:
-            bound = f" in [{low}, {high})"
-        elif low is not None:
-            bound = f" >= {low}"
-        else:
-            bound = ""
-        raise DecodeInputError(f"{name}={value!r}: expected an int{bound}")
-    return int(value)
-
-
-def check_finite(name: str, value) -> float:
-    """`value` as a Python float; it must be a finite real number (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value):
-        raise DecodeInputError(f"{name}={value!r}: expected a finite float")
-    return float(value)
-
-
-def check_callable(name: str, value) -> None:
-    if not callable(value):
-        raise DecodeInputError(f"{name}={value!r}: expected a callable")
-
-
 def _dtype(value):
-    return jnp.result_type(value)
+    dtype = getattr(value, "dtype", None)  # arrays (jax, numpy): no dtype promotion to run
+    return dtype if isinstance(dtype, np.dtype) else jnp.result_type(value)
 
 
+@functools.lru_cache(maxsize=None)
 def _is_integer_dtype(dtype) -> bool:
-    return jnp.issubdtype(dtype, jnp.integer) and dtype != jnp.bool_
+    return bool(jnp.issubdtype(dtype, jnp.integer)) and dtype != jnp.bool_
+
+
+@functools.lru_cache(maxsize=None)
+def _is_float_dtype(dtype) -> bool:
+    return bool(jnp.issubdtype(dtype, jnp.floating))
 
 
 def check_step(step, max_length: int, where: str, *, traced: bool = False,
@@ -211,17 +188,15 @@ def check_logits(logits, batch_shape: tuple, vocab_size: int, where: str) -> Non
         raise DecodeInputError(f"{where}: logits have shape {shape}, expected {want} "
                                f"(batch dims {tuple(batch_shape)}, vocab {vocab_size})")
     dtype = _dtype(logits)
-    if not jnp.issubdtype(dtype, jnp.floating):
+    if not _is_float_dtype(dtype):
         raise DecodeInputError(f"{where}: logits have dtype {dtype}, expected a float dtype "
                                "(computed in float32)")
 
 
 def check_tokens(tokens, batch_size: int, where: str) -> None:
     """`tokens` (the chosen token per row) must be ints of shape (batch_size,)."""
-    shape, dtype = tuple(np.shape(tokens)), _dtype(tokens)
-    if shape != (batch_size,) or not _is_integer_dtype(dtype):
-        raise DecodeInputError(f"{where}: tokens have shape {shape} dtype {dtype}, expected int "
-                               f"of shape ({batch_size},)")
+    dtype = _dtype(tokens)
+    check_token_shape(np.shape(tokens), dtype, _is_integer_dtype(dtype), batch_size, where)
 
 
 def check_start_tokens(start_token, batch_size: int, where: str) -> np.ndarray:
@@ -304,20 +279,5 @@ def check_drafts(drafts, batch_size: int, vocab_size: int, where: str):
 
 def check_prefixes(prefixes, max_length: int, where: str) -> None:
     """`prefixes` must be an int array (N, t) with t in [0, max_length)."""
-    shape, dtype = tuple(np.shape(prefixes)), _dtype(prefixes)
-    if len(shape) != 2 or not _is_integer_dtype(dtype):
-        raise DecodeInputError(f"{where}: prefixes have shape {shape} dtype {dtype}, expected "
-                               "an int array (N, t)")
-    if shape[1] >= max_length:
-        raise DecodeInputError(f"{where}: prefixes have length t={shape[1]}, expected t in "
-                               f"[0, {max_length}) (the set's max_length)")
-
-
-def check_token_values(name: str, values: np.ndarray, vocab_size: int, where: str) -> None:
-    """Every entry of the concrete int array `values` must be a token in
-    [0, vocab_size); the first that is not is named with its index."""
-    bad = (values < 0) | (values >= vocab_size)
-    if bad.any():
-        index = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise DecodeInputError(f"{where}: {name}[{', '.join(map(str, index))}]={values[index]} "
-                               f"is not a token in [0, {vocab_size})")
+    dtype = _dtype(prefixes)
+    check_prefix_shape(np.shape(prefixes), dtype, _is_integer_dtype(dtype), max_length, where)

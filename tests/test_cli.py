@@ -209,7 +209,8 @@ def test_demo_main_job_end_to_end(capsys):
     assert "dataset  synthetic-sids: 3000 uniform random Semantic IDs, L=8, V=2048" in out
     assert re.search(r"compile  \d+ unique sequences in \d+\.\d+ s \(frontend", out)
     assert "est_bytes" in out and "paper bound U_max" in out  # the per-layer table
-    assert re.search(r"imports \['static_compiler', 'static_compiler.artifact', "
+    assert re.search(r"imports \['static_compiler', 'static_compiler.arguments', "
+                     r"'static_compiler.artifact', "
                      r"'static_compiler.artifact.format', 'static_compiler.artifact.manifest', "
                      r"'static_compiler.artifact.names', 'static_compiler.artifact.placement', "
                      r"'static_compiler.artifact.runtime', 'static_compiler.artifact.serving', "

@@ -23,7 +23,7 @@ PACKAGE = REPO / "static_compiler"
 # stage's package may hold modules of several layers.
 LAYERS = (
     ("errors",),
-    ("dtypes", "decode_state", "artifact.format", "artifact.manifest", "artifact.names",
+    ("dtypes", "arguments", "decode_state", "artifact.format", "artifact.manifest", "artifact.names",
      "artifact.snapshot", "artifact.placement", "artifact.mapped", "live", "live.layers",
      "live.liveness", "processes"),
     ("ir",),
@@ -47,7 +47,8 @@ RESTRICTED = {
     "artifact.names": ({"numpy"}, {"errors", "artifact.format"}),
     "artifact.snapshot": ({"numpy"}, {"errors", "artifact.format", "artifact.manifest",
                                       "artifact.names"}),
-    "decode_state": ({"jax", "numpy"}, {"errors"}),
+    "arguments": ({"numpy"}, {"errors"}),
+    "decode_state": ({"jax", "numpy"}, {"errors", "arguments"}),
     "live.layers": ({"numpy"}, {"errors"}),
     "live.liveness": ({"numpy"}, {"errors", "live.layers"}),
     "artifact.mapped": ({"numpy"}, set()),
@@ -64,7 +65,7 @@ RESTRICTED = {
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
     "torch_backend": ({"numpy", "torch"}, {"errors", "artifact.format", "artifact.manifest",
                                            "artifact.snapshot", "live.layers", "live.liveness",
-                                           "torch_backend", "compiled"}),
+                                           "arguments", "torch_backend", "compiled"}),
 }
 """module -> (third-party packages, modules of ours) it may import; most are
 the modules a serving binary ships, so they stay small; the integrations may

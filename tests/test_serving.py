@@ -229,7 +229,8 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
     # `static_compiler.serving` is an alias of the loader's module: the
     # artifact package's format modules, runtime and placement, not its
     # writer, export or update modules (and no compiler module).
-    assert info["modules"] == ["static_compiler", "static_compiler.artifact",
+    assert info["modules"] == ["static_compiler", "static_compiler.arguments",
+                               "static_compiler.artifact",
                                "static_compiler.artifact.format",
                                "static_compiler.artifact.manifest",
                                "static_compiler.artifact.names",

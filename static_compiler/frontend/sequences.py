@@ -260,7 +260,8 @@ def _lsd_order(rows: np.ndarray, first: int, bits: int, lead: np.ndarray) -> np.
         _, moved = _pack_sort([rows[:, c] for c in range(start, stop)], bits, position_bits)
         rows = np.take(rows, moved, axis=0)
         order = np.take(order, moved)
-    _digits_per_word(m, _bits(int(lead[-1])))  # the lead fits beside the position
+    if _bits(int(lead[-1])) + position_bits > 64:
+        raise ConstraintSetError(f"{m} tied sequences are too many to sort")
     _, moved = _pack_sort([], bits, position_bits, lead=np.take(lead, order))
     return np.take(order, moved)
 

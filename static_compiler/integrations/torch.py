@@ -49,6 +49,7 @@ import importlib.util
 import numpy as np
 import torch
 
+from static_compiler import arguments
 from static_compiler.errors import DecodeInputError
 from static_compiler.torch_backend import TorchConstraints
 from static_compiler.torch_backend import checks as torch_checks
@@ -159,7 +160,7 @@ class StaticLogitsProcessor:
             fingerprint = compiled.fingerprint
         self.plan = (self.torch_constraints or compiled).plan
         self.tables = None if backend == "torch" else compiled.device_tables
-        self.prompt_length = torch_checks.check_int("prompt_length", prompt_length, low=0)
+        self.prompt_length = arguments.check_int("prompt_length", prompt_length, low=0)
         self.subset = subset
         if subset is not None:
             from static_compiler.live.liveness import checked_subset_index

@@ -1,5 +1,6 @@
 """Validators of the torch backend's arguments: the checks (and messages)
-of `static_compiler.decode_state` for torch tensors, without importing jax.
+of `static_compiler.decode_state` for torch tensors, without importing jax
+(the rules themselves are `static_compiler.arguments`, shared with it).
 They read shapes and dtypes only (no tensor values, so no host
 synchronisation), except `check_token_values`, which `allowed` calls on
 eager prefixes only.
@@ -10,11 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from static_compiler import arguments
+from static_compiler.arguments import check_prefix_shape, check_token_shape, is_int
 from static_compiler.errors import DecodeInputError
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _is_int_dtype(dtype) -> bool:
@@ -33,19 +32,11 @@ def as_tensor(name: str, value, device, where: str) -> torch.Tensor:
         raise DecodeInputError(f"{where}: {name}={value!r}: expected an array") from err
 
 
-def check_int(name: str, value, *, low=None) -> int:
-    """`value` as a Python int (not a bool), >= low when given."""
-    if not _is_int(value) or (low is not None and value < low):
-        bound = "" if low is None else f" >= {low}"
-        raise DecodeInputError(f"{name}={value!r}: expected an int{bound}")
-    return int(value)
-
-
 def check_step(step, max_length: int, where: str) -> int:
     """A static decoding step: a Python or numpy int in [0, max_length)."""
     if isinstance(step, np.ndarray) and step.shape == () and step.dtype.kind in "iu":
         step = step.item()
-    if _is_int(step) and 0 <= step < max_length:
+    if is_int(step) and 0 <= step < max_length:
         return int(step)
     raise DecodeInputError(f"{where}: step={step!r} must be an int in [0, {max_length})")
 
@@ -65,31 +56,20 @@ def check_state(state, where: str):
 
 def check_tokens(tokens: torch.Tensor, batch_size: int, where: str) -> None:
     """`tokens` (the chosen token per row) must be ints of shape (batch_size,)."""
-    shape = tuple(tokens.shape)
-    if shape != (batch_size,) or not _is_int_dtype(tokens.dtype):
-        raise DecodeInputError(f"{where}: tokens have shape {shape} dtype {tokens.dtype}, "
-                               f"expected int of shape ({batch_size},)")
+    check_token_shape(tokens.shape, tokens.dtype, _is_int_dtype(tokens.dtype), batch_size, where)
 
 
 def check_prefixes(prefixes: torch.Tensor, max_length: int, where: str) -> None:
     """`prefixes` must be an int tensor (N, t) with t in [0, max_length)."""
-    shape = tuple(prefixes.shape)
-    if len(shape) != 2 or not _is_int_dtype(prefixes.dtype):
-        raise DecodeInputError(f"{where}: prefixes have shape {shape} dtype {prefixes.dtype}, "
-                               "expected an int array (N, t)")
-    if shape[1] >= max_length:
-        raise DecodeInputError(f"{where}: prefixes have length t={shape[1]}, expected t in "
-                               f"[0, {max_length}) (the set's max_length)")
+    check_prefix_shape(prefixes.shape, prefixes.dtype, _is_int_dtype(prefixes.dtype), max_length,
+                       where)
 
 
 def check_token_values(name: str, values: torch.Tensor, vocab_size: int, where: str) -> None:
     """Every entry must be a token in [0, vocab_size); the first that is
-    not is named with its index (reads the values: eager callers only)."""
-    bad = (values < 0) | (values >= vocab_size)
-    if bool(bad.any()):
-        index = tuple(int(i) for i in torch.nonzero(bad)[0].tolist())
-        raise DecodeInputError(f"{where}: {name}[{', '.join(map(str, index))}]="
-                               f"{int(values[index])} is not a token in [0, {vocab_size})")
+    not is named with its index (reads the values back to the host: eager
+    callers only)."""
+    arguments.check_token_values(name, values.cpu().numpy(), vocab_size, where)
 
 
 def check_subset_rows(rows: torch.Tensor, batch_size: int, where: str) -> None:

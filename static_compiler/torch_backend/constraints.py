@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from static_compiler import arguments
 from static_compiler.artifact import snapshot
 from static_compiler.artifact.format import IR_FILE
 from static_compiler.errors import DecodeInputError
@@ -180,7 +181,7 @@ class TorchConstraints:
     def init_state(self, rows: int) -> TorchState:
         """`TorchState` of `rows` rows at the root (int64 node, bool valid,
         bool finished, each (rows,)) on this set's device."""
-        return ops.init_state(checks.check_int("batch_size", rows, low=1), self.device)
+        return ops.init_state(arguments.check_int("batch_size", rows, low=1), self.device)
 
     def mask(self, state: TorchState, step: int, *, subset=None, subset_index=None
              ) -> torch.Tensor:

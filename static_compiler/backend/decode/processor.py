@@ -225,62 +225,40 @@ class StepProcessor:
             self._programs[(kind, t)] = fn
         return fn
 
-    # -- checks: a fast path for well-formed arguments, else the validators
-
-    def _checked_step(self, step, where: str, last: int) -> int:
-        if type(step) is int and 0 <= step < last:
-            return step
-        return check_step(step, last, where)
+    # -- checks: the validators of `mask` / `advance`, and this batch size
 
     def _checked_state(self, state, where: str) -> ProcessorState:
-        B = (self.batch_size,)
-        if not (type(state) is ProcessorState and getattr(state.node, "shape", None) == B
-                and getattr(state.valid, "shape", None) == B
-                and getattr(state.finished, "shape", None) == B):
-            state = check_processor_state(state, where)
-            if tuple(np.shape(state.node)) != B:
-                raise DecodeInputError(f"{where}: state has {np.shape(state.node)[0]} rows: this "
-                                       f"processor is for batch_size={self.batch_size}")
+        state = check_processor_state(state, where)
+        if tuple(np.shape(state.node)) != (self.batch_size,):
+            raise DecodeInputError(f"{where}: state has {np.shape(state.node)[0]} rows: this "
+                                   f"processor is for batch_size={self.batch_size}")
         return state
 
-    def _checked_logits(self, logits, where: str):
-        if getattr(logits, "shape", None) == self._logits_shape and \
-                _is_float_dtype(getattr(logits, "dtype", None)):
-            return logits
-        check_logits(logits, (self.batch_size,), self.plan.vocab_size, where)
-        return np.asarray(logits) if not hasattr(logits, "dtype") else logits
-
-    def _checked_tokens(self, tokens, where: str):
-        if getattr(tokens, "shape", None) == (self.batch_size,) and \
-                _is_int_dtype(getattr(tokens, "dtype", None)):
-            return tokens
-        check_tokens(tokens, self.batch_size, where)
-        return np.asarray(tokens) if not hasattr(tokens, "dtype") else tokens
-
-    # -- the pair
+    # -- the pair (lists become arrays: a jitted program would read them as pytrees)
 
     def mask(self, logits, state: ProcessorState, step):
-        step = self._checked_step(step, "mask", self.plan.max_length)
+        step = check_step(step, self.plan.max_length, "mask")
         where = f"mask(step={step})"
         state = self._checked_state(state, where)
-        logits = self._checked_logits(logits, where)
-        return self._program("mask", step)(self._step_args(step), logits, state)
+        check_logits(logits, (self.batch_size,), self.plan.vocab_size, where)
+        return self._program("mask", step)(self._step_args(step), _array(logits), state)
 
     def advance(self, state: ProcessorState, tokens, step) -> ProcessorState:
-        step = self._checked_step(step, "advance", self.plan.max_length)
+        step = check_step(step, self.plan.max_length, "advance")
         where = f"advance(step={step})"
         state = self._checked_state(state, where)
-        tokens = self._checked_tokens(tokens, where)
-        return self._program("advance", step)(self._step_args(step), state, tokens)
+        check_tokens(tokens, self.batch_size, where)
+        return self._program("advance", step)(self._step_args(step), state, _array(tokens))
 
     def advance_and_mask(self, state: ProcessorState, tokens, step, logits):
-        step = self._checked_step(step, "advance_and_mask", self.plan.max_length - 1)
+        step = check_step(step, self.plan.max_length - 1, "advance_and_mask")
         where = f"advance_and_mask(step={step})"
         state = self._checked_state(state, where)
-        tokens = self._checked_tokens(tokens, where)
-        logits = self._checked_logits(logits, f"advance_and_mask(step={step}): next step's")
+        check_tokens(tokens, self.batch_size, where)
+        check_logits(logits, (self.batch_size,), self.plan.vocab_size,
+                     f"advance_and_mask(step={step}): next step's")
         return self._program("both", step)(self._step_args(step), self._step_args(step + 1),
-                                           state, tokens, logits)
+                                           state, _array(tokens), _array(logits))
 
 
 def _views_at(args, t: int):
@@ -289,11 +267,5 @@ def _views_at(args, t: int):
     return {t: tables}, sub
 
 
-@functools.lru_cache(maxsize=None)
-def _is_float_dtype(dtype) -> bool:
-    return dtype is not None and bool(jnp.issubdtype(dtype, jnp.floating))
-
-
-@functools.lru_cache(maxsize=None)
-def _is_int_dtype(dtype) -> bool:
-    return dtype is not None and dtype != jnp.bool_ and bool(jnp.issubdtype(dtype, jnp.integer))
+def _array(value):
+    return value if hasattr(value, "dtype") else np.asarray(value)

@@ -1,0 +1,83 @@
+"""Validators of decoding arguments that need neither jax nor torch: ints,
+floats, callables, token values, and the shape-and-dtype rules for tokens
+and prefixes, each raising `DecodeInputError` naming the argument, the value
+and what was expected. One definition for the JAX decoder
+(`static_compiler.decode_state` adds the checks of jax values) and the
+PyTorch backend (`static_compiler.torch_backend.checks`), so both give the
+same messages. numpy only.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from static_compiler.errors import DecodeInputError
+
+
+def is_int(value) -> bool:
+    """A Python or numpy int, not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(name: str, value, *, low: Optional[int] = None, high: Optional[int] = None,
+              allow_none: bool = False) -> Optional[int]:
+    """`value` as a Python int; it must be a Python or numpy int (not a bool)
+    in [low, high) (either bound optional), or None when `allow_none`."""
+    if value is None and allow_none:
+        return None
+    if not is_int(value) or (low is not None and value < low) \
+            or (high is not None and value >= high):
+        if low is not None and high is not None:
+            bound = f" in [{low}, {high})"
+        elif low is not None:
+            bound = f" >= {low}"
+        else:
+            bound = ""
+        raise DecodeInputError(f"{name}={value!r}: expected an int{bound}")
+    return int(value)
+
+
+def check_finite(name: str, value) -> float:
+    """`value` as a Python float; it must be a finite real number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value):
+        raise DecodeInputError(f"{name}={value!r}: expected a finite float")
+    return float(value)
+
+
+def check_callable(name: str, value) -> None:
+    if not callable(value):
+        raise DecodeInputError(f"{name}={value!r}: expected a callable")
+
+
+def check_token_shape(shape: tuple, dtype, int_dtype: bool, batch_size: int, where: str) -> None:
+    """Tokens (the chosen token per row) of `shape` and `dtype` (`int_dtype`:
+    whether the caller's framework calls it an integer dtype) must be ints
+    of shape (batch_size,)."""
+    if tuple(shape) != (batch_size,) or not int_dtype:
+        raise DecodeInputError(f"{where}: tokens have shape {tuple(shape)} dtype {dtype}, "
+                               f"expected int of shape ({batch_size},)")
+
+
+def check_prefix_shape(shape: tuple, dtype, int_dtype: bool, max_length: int, where: str) -> None:
+    """Prefixes of `shape` and `dtype` must be an int array (N, t) with t in
+    [0, max_length)."""
+    shape = tuple(shape)
+    if len(shape) != 2 or not int_dtype:
+        raise DecodeInputError(f"{where}: prefixes have shape {shape} dtype {dtype}, expected "
+                               "an int array (N, t)")
+    if shape[1] >= max_length:
+        raise DecodeInputError(f"{where}: prefixes have length t={shape[1]}, expected t in "
+                               f"[0, {max_length}) (the set's max_length)")
+
+
+def check_token_values(name: str, values: np.ndarray, vocab_size: int, where: str) -> None:
+    """Every entry of the concrete int array `values` must be a token in
+    [0, vocab_size); the first that is not is named with its index."""
+    bad = (values < 0) | (values >= vocab_size)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise DecodeInputError(f"{where}: {name}[{', '.join(map(str, index))}]={values[index]} "
+                               f"is not a token in [0, {vocab_size})")
