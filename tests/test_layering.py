@@ -29,7 +29,7 @@ LAYERS = (
     ("ir",),
     ("cost_model", "merge_states", "frontend", "live.subsets", "live.additions"),
     ("passes",),
-    ("backend",),
+    ("backend", "backend.lowering"),
     ("artifact", "artifact.runtime", "artifact.serving"),
     ("compiled", "compiler", "saved", "report", ""),  # "" is the package's __init__ (the public API)
     ("torch_backend",),  # the tables as torch tensors; imports only numpy-only modules below
@@ -50,6 +50,8 @@ RESTRICTED = {
     "arguments": ({"numpy"}, {"errors"}),
     "decode_state": ({"jax", "numpy"}, {"errors", "arguments"}),
     "live.layers": ({"numpy"}, {"errors"}),
+    # The static plan and lowering: numpy only, so the torch backend reads plans with it.
+    "backend.lowering": ({"numpy"}, {"errors", "ir", "dtypes", "live.layers"}),
     "live.liveness": ({"numpy"}, {"errors", "live.layers"}),
     "artifact.mapped": ({"numpy"}, set()),
     "artifact.placement": ({"jax", "numpy"}, {"errors"}),
@@ -65,7 +67,8 @@ RESTRICTED = {
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
     "torch_backend": ({"numpy", "torch"}, {"errors", "artifact.format", "artifact.manifest",
                                            "artifact.snapshot", "live.layers", "live.liveness",
-                                           "arguments", "torch_backend", "compiled"}),
+                                           "arguments", "backend.lowering", "torch_backend",
+                                           "compiled"}),
 }
 """module -> (third-party packages, modules of ours) it may import; most are
 the modules a serving binary ships, so they stay small; the integrations may

@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from static_compiler.torch_backend.tables import StepInfo
+from static_compiler.backend.lowering import StepPlan
 
 
 class Children(NamedTuple):
@@ -69,20 +69,20 @@ def _near_unary_bounds(tabs: dict, node: torch.Tensor):
     return start, end
 
 
-def row_bounds(step: StepInfo, tabs: dict, node: torch.Tensor):
+def row_bounds(step: StepPlan, tabs: dict, node: torch.Tensor):
     """[start, end) int64 (B,) of the rows of states `node` (csr and
     near_unary layers)."""
     return (_csr_bounds if step.kind == "csr" else _near_unary_bounds)(tabs, node)
 
 
-def slice_rows(step: StepInfo, tabs: dict, start, end, k: int) -> Children:
+def slice_rows(step: StepPlan, tabs: dict, start, end, k: int) -> Children:
     """k entries from `start`, valid below `end` (start, end int64 (B,))."""
     idx = start[:, None] + torch.arange(k, device=start.device)
     nxt = take(tabs["targets"], idx).long() if step.explicit_targets else idx
     return Children(take(tabs["tokens"], idx).long(), nxt, idx < end[:, None])
 
 
-def children(step: StepInfo, tabs: dict, node: torch.Tensor, vocab_size: int) -> Children:
+def children(step: StepPlan, tabs: dict, node: torch.Tensor, vocab_size: int) -> Children:
     """The children the tables list for states `node` int64 (B,)."""
     if step.kind == "dense_rows":
         nxt = take(tabs["next"], node).long()
@@ -96,7 +96,7 @@ def children(step: StepInfo, tabs: dict, node: torch.Tensor, vocab_size: int) ->
     return slice_rows(step, tabs, start, end, step.k)
 
 
-def accepts(step: StepInfo, tabs: dict, node: torch.Tensor) -> torch.Tensor:
+def accepts(step: StepPlan, tabs: dict, node: torch.Tensor) -> torch.Tensor:
     """bool (B,): whether each state may end its sequence here."""
     if not step.has_accepting:
         return torch.zeros(node.shape, dtype=torch.bool, device=node.device)
