@@ -12,8 +12,8 @@ import importlib
 # serving` loads jax and numpy only, not the compiler.
 _LAZY = {
     "errors": None, "ir": None,
-    "PAD_TOKEN": "decode_state", "SENTINEL_SCORE": "decode_state", "BeamState": "decode_state",
-    "DecodeResult": "decode_state", "ProcessorState": "decode_state",
+    "PAD_TOKEN": "decode_types", "SENTINEL_SCORE": "decode_types", "BeamState": "decode_types",
+    "DecodeResult": "decode_types", "ProcessorState": "decode_types",
     "BeamAxis": "backend.decode.carry",
     "max_programs": "backend.decode.programs", "set_max_programs": "backend.decode.programs",
     "CompiledConstraints": "compiled", "beam_search": "compiler",

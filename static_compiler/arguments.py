@@ -1,5 +1,6 @@
 """Validators of decoding arguments that need neither jax nor torch: ints,
-floats, callables, token values, and the shape-and-dtype rules for tokens
+floats, callables, token values, start tokens, the per-step cap on each
+beam's children, and the shape-and-dtype rules for tokens
 and prefixes, each raising `DecodeInputError` naming the argument, the value
 and what was expected. One definition for the JAX decoder
 (`static_compiler.decode_state` adds the checks of jax values) and the
@@ -9,6 +10,7 @@ same messages. numpy only.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import numpy as np
@@ -42,7 +44,7 @@ def check_int(name: str, value, *, low: Optional[int] = None, high: Optional[int
 def check_finite(name: str, value) -> float:
     """`value` as a Python float; it must be a finite real number (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value):
+            or not math.isfinite(value):
         raise DecodeInputError(f"{name}={value!r}: expected a finite float")
     return float(value)
 
@@ -59,6 +61,20 @@ def check_token_shape(shape: tuple, dtype, int_dtype: bool, batch_size: int, whe
     if tuple(shape) != (batch_size,) or not int_dtype:
         raise DecodeInputError(f"{where}: tokens have shape {tuple(shape)} dtype {dtype}, "
                                f"expected int of shape ({batch_size},)")
+
+
+def check_logits_shape(shape: tuple, dtype, float_dtype: bool, batch_shape: tuple,
+                       vocab_size: int, where: str) -> None:
+    """Logits of `shape` and `dtype` (`float_dtype`: whether the caller's
+    framework calls it a floating dtype) must be floats of shape
+    batch_shape + (vocab_size,)."""
+    shape, want = tuple(shape), tuple(batch_shape) + (vocab_size,)
+    if shape != want:
+        raise DecodeInputError(f"{where}: logits have shape {shape}, expected {want} "
+                               f"(batch dims {tuple(batch_shape)}, vocab {vocab_size})")
+    if not float_dtype:
+        raise DecodeInputError(f"{where}: logits have dtype {dtype}, expected a float dtype "
+                               "(computed in float32)")
 
 
 def check_prefix_shape(shape: tuple, dtype, int_dtype: bool, max_length: int, where: str) -> None:
@@ -81,3 +97,33 @@ def check_token_values(name: str, values: np.ndarray, vocab_size: int, where: st
         index = tuple(int(i) for i in np.argwhere(bad)[0])
         raise DecodeInputError(f"{where}: {name}[{', '.join(map(str, index))}]={values[index]} "
                                f"is not a token in [0, {vocab_size})")
+
+
+def check_start_tokens(start_token, batch_size: int, where: str) -> np.ndarray:
+    """The model's input at step 0 per row: an int, or ints of shape
+    (batch_size,), within int32. Returns int32 (batch_size,)."""
+    start = np.asarray(start_token) if not isinstance(start_token, (bool, np.bool_)) else None
+    if start is None or start.dtype.kind not in "iu" or start.shape not in ((), (batch_size,)) \
+            or (start.size and (start.min() < -2 ** 31 or start.max() >= 2 ** 31)):
+        raise DecodeInputError(f"{where}: start_token={start_token!r}: expected an int or ints "
+                               f"of shape ({batch_size},), within int32")
+    return np.broadcast_to(start, (batch_size,)).astype(np.int32)
+
+
+def check_tokens_per_beam(tokens_per_beam, max_length: int) -> tuple[Optional[int], ...]:
+    """The cap on the children each beam may contribute, per step (None: no cap).
+
+    tokens_per_beam: None (no cap); an int >= 1, which applies from step 1
+    on (step 0 expands the start beam to its top beam_size children, as the
+    paper and its reference do); or a sequence of max_length entries, each
+    None or an int >= 1, applied as given at every step (step 0 included)."""
+    if tokens_per_beam is None or is_int(tokens_per_beam):
+        cap = check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
+        return (None,) + (cap,) * (max_length - 1)
+    if isinstance(tokens_per_beam, (str, bytes)) or not hasattr(tokens_per_beam, "__len__") \
+            or len(tokens_per_beam) != max_length:
+        raise DecodeInputError(f"tokens_per_beam={tokens_per_beam!r}: expected None, an int >= 1, "
+                               f"or a sequence of {max_length} entries (one per step, each None "
+                               "or an int >= 1)")
+    return tuple(check_int(f"tokens_per_beam[{t}]", cap, low=1, allow_none=True)
+                 for t, cap in enumerate(tokens_per_beam))

@@ -7,134 +7,28 @@ the state the other takes, field for field (the exported modules' arguments
 and results are these fields, in this order). It imports jax.numpy only to
 read the dtypes of traced values; it holds no decoding logic.
 
-Shapes below: B = batch size, M = beams per row (1 for `greedy_decode` and
-`sample`), T = the set's max length (tokens per sequence, the end token
-included where there is one).
-
-Constants
----------
-PAD_TOKEN : int
-    -1. Token written where a beam holds no sequence, and after the end
-    token: in ``DecodeResult.tokens`` and ``BeamState.tokens``.
-SENTINEL_SCORE : float
-    -1e30. Score of invalid candidates and beams: finite, so no -inf
-    arithmetic. ``DecodeResult.scores`` holds it where ``valid`` is False,
-    and masked logits hold it at disallowed tokens.
-MIN_VALID_SCORE : float
-    -1e29. Floor of a valid score: above SENTINEL_SCORE, so valid beams
-    rank first.
+The state and result types and the constants are `static_compiler.decode_types`
+(no jax: the torch backend shares them); this module re-exports them.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from static_compiler.arguments import (check_callable, check_finite, check_int,  # noqa: F401
-                                       check_prefix_shape, check_token_shape,
-                                       check_token_values)
+                                       check_logits_shape,
+                                       check_prefix_shape, check_start_tokens,
+                                       check_token_shape, check_token_values,
+                                       check_tokens_per_beam)
+from static_compiler.decode_types import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE,  # noqa: F401
+                                          BeamState, DecodeResult, ProcessorState)
 from static_compiler.arguments import is_int as _is_int
 from static_compiler.errors import DecodeInputError
-
-SENTINEL_SCORE = -1e30
-"""Score of invalid candidates and beams: finite, so no -inf arithmetic."""
-
-MIN_VALID_SCORE = -1e29
-"""Floor of a valid score: above SENTINEL_SCORE, so valid beams rank first."""
-
-PAD_TOKEN = -1
-"""Token written where a beam holds no sequence, and after the end token."""
-
-
-class BeamState(NamedTuple):
-    """Beam-search state carried between steps (B = batch, M = beams, T = max length).
-
-    Made by ``init_beam_state`` and advanced a step at a time by
-    ``beam_step`` (`static_compiler.backend.decode.step`); an exported
-    artifact's ``init_m{M}`` and ``beam_step_m{M}`` modules take and return
-    these fields as separate arrays, in this order.
-
-    Attributes
-    ----------
-    tokens : int32 array (B, M, T)
-        Decoded tokens so far, PAD_TOKEN elsewhere.
-    scores : float32 array (B, M)
-        Summed log-probabilities, SENTINEL_SCORE if not valid.
-    node : int32 array (B, M)
-        Automaton state at the current depth (0 when not live).
-    valid : bool array (B, M)
-        The beam holds a real (live or finished) sequence.
-    finished : bool array (B, M)
-        The beam has taken the end token.
-    lengths : int32 array (B, M)
-        Tokens before the end token.
-    last_tokens : int32 array (B, M)
-        Token to feed the model at the next step.
-    parent : int32 array (B, M)
-        Beam each beam came from at the last step; reorder per-beam model
-        state (KV caches) with it.
-    """
-
-    tokens: Any
-    scores: Any
-    node: Any
-    valid: Any
-    finished: Any
-    lengths: Any
-    last_tokens: Any
-    parent: Any
-
-
-class DecodeResult(NamedTuple):
-    """What every decoder returns (B = batch, M = beams, T = max length).
-
-    `beam_search` returns M = beam_size beams per row; `greedy_decode` and
-    `sample` return M = 1.
-
-    Attributes
-    ----------
-    tokens : int32 array (B, M, T)
-        Decoded sequences, PAD_TOKEN past the end (and where a beam holds
-        no sequence).
-    scores : float32 array (B, M)
-        Summed log-probabilities, sorted descending per row;
-        SENTINEL_SCORE where not valid.
-    valid : bool array (B, M)
-        The beam holds a sequence; False only where fewer than M valid
-        sequences exist.
-    lengths : int32 array (B, M)
-        Tokens of each sequence, without the end token.
-    """
-
-    tokens: Any
-    scores: Any
-    valid: Any
-    lengths: Any
-
-
-class ProcessorState(NamedTuple):
-    """Per-row state of the logits-processor pair (`mask` / `advance`).
-
-    One entry per row (B = batch size); every field has the same shape (B,).
-
-    Attributes
-    ----------
-    node : int32 array (B,)
-        Automaton state at the current depth.
-    valid : bool array (B,)
-        False once a row took a disallowed token.
-    finished : bool array (B,)
-        The row has taken the end token.
-    """
-
-    node: Any
-    valid: Any
-    finished: Any
-
 
 # ---------------------------------------------------------------------------
 # Argument validators. Each raises DecodeInputError naming the argument, the
@@ -182,32 +76,15 @@ def check_step(step, max_length: int, where: str, *, traced: bool = False,
 
 def check_logits(logits, batch_shape: tuple, vocab_size: int, where: str) -> None:
     """`logits` must be a float array of shape batch_shape + (vocab_size,)."""
-    shape = tuple(np.shape(logits))
-    want = tuple(batch_shape) + (vocab_size,)
-    if shape != want:
-        raise DecodeInputError(f"{where}: logits have shape {shape}, expected {want} "
-                               f"(batch dims {tuple(batch_shape)}, vocab {vocab_size})")
     dtype = _dtype(logits)
-    if not _is_float_dtype(dtype):
-        raise DecodeInputError(f"{where}: logits have dtype {dtype}, expected a float dtype "
-                               "(computed in float32)")
+    check_logits_shape(np.shape(logits), dtype, _is_float_dtype(dtype), batch_shape, vocab_size,
+                       where)
 
 
 def check_tokens(tokens, batch_size: int, where: str) -> None:
     """`tokens` (the chosen token per row) must be ints of shape (batch_size,)."""
     dtype = _dtype(tokens)
     check_token_shape(np.shape(tokens), dtype, _is_integer_dtype(dtype), batch_size, where)
-
-
-def check_start_tokens(start_token, batch_size: int, where: str) -> np.ndarray:
-    """The model's input at step 0 per row: an int, or ints of shape
-    (batch_size,), within int32. Returns int32 (batch_size,)."""
-    start = np.asarray(start_token) if not isinstance(start_token, (bool, np.bool_)) else None
-    if start is None or start.dtype.kind not in "iu" or start.shape not in ((), (batch_size,)) \
-            or (start.size and (start.min() < -2 ** 31 or start.max() >= 2 ** 31)):
-        raise DecodeInputError(f"{where}: start_token={start_token!r}: expected an int or ints "
-                               f"of shape ({batch_size},), within int32")
-    return np.broadcast_to(start, (batch_size,)).astype(np.int32)
 
 
 def check_fields(state, state_type: type, where: str) -> tuple[Any, ...]:
@@ -219,25 +96,6 @@ def check_fields(state, state_type: type, where: str) -> tuple[Any, ...]:
         raise DecodeInputError(f"{where}: state is a {type(state).__name__}, expected a "
                                f"tuple of {len(fields)} arrays {fields}")
     return tuple(state)
-
-
-def check_tokens_per_beam(tokens_per_beam, max_length: int) -> tuple[Optional[int], ...]:
-    """The cap on the children each beam may contribute, per step (None: no cap).
-
-    tokens_per_beam: None (no cap); an int >= 1, which applies from step 1
-    on (step 0 expands the start beam to its top beam_size children, as the
-    paper and its reference do); or a sequence of max_length entries, each
-    None or an int >= 1, applied as given at every step (step 0 included)."""
-    if tokens_per_beam is None or _is_int(tokens_per_beam):
-        cap = check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
-        return (None,) + (cap,) * (max_length - 1)
-    if isinstance(tokens_per_beam, (str, bytes)) or not hasattr(tokens_per_beam, "__len__") \
-            or len(tokens_per_beam) != max_length:
-        raise DecodeInputError(f"tokens_per_beam={tokens_per_beam!r}: expected None, an int >= 1, "
-                               f"or a sequence of {max_length} entries (one per step, each None "
-                               "or an int >= 1)")
-    return tuple(check_int(f"tokens_per_beam[{t}]", cap, low=1, allow_none=True)
-                 for t, cap in enumerate(tokens_per_beam))
 
 
 def is_traced(value) -> bool:

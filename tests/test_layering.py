@@ -23,7 +23,7 @@ PACKAGE = REPO / "static_compiler"
 # stage's package may hold modules of several layers.
 LAYERS = (
     ("errors",),
-    ("dtypes", "arguments", "decode_state", "artifact.format", "artifact.manifest", "artifact.names",
+    ("dtypes", "arguments", "decode_types", "decode_state", "artifact.format", "artifact.manifest", "artifact.names",
      "artifact.snapshot", "artifact.placement", "artifact.mapped", "live", "live.layers",
      "live.liveness", "processes"),
     ("ir",),
@@ -48,7 +48,8 @@ RESTRICTED = {
     "artifact.snapshot": ({"numpy"}, {"errors", "artifact.format", "artifact.manifest",
                                       "artifact.names"}),
     "arguments": ({"numpy"}, {"errors"}),
-    "decode_state": ({"jax", "numpy"}, {"errors", "arguments"}),
+    "decode_types": (set(), set()),
+    "decode_state": ({"jax", "numpy"}, {"errors", "arguments", "decode_types"}),
     "live.layers": ({"numpy"}, {"errors"}),
     # The static plan and lowering: numpy only, so the torch backend reads plans with it.
     "backend.lowering": ({"numpy"}, {"errors", "ir", "dtypes", "live.layers"}),
@@ -62,12 +63,14 @@ RESTRICTED = {
     "artifact.serving": ({"jax", "numpy"}, {"errors", "artifact.format", "artifact.manifest",
                                             "artifact.names", "artifact.snapshot",
                                             "artifact.placement", "artifact.runtime",
-                                            "decode_state", "live.layers", "live.liveness"}),
+                                            "decode_state", "decode_types", "live.layers",
+                                            "live.liveness"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
     "torch_backend": ({"numpy", "torch"}, {"errors", "artifact.format", "artifact.manifest",
                                            "artifact.snapshot", "live.layers", "live.liveness",
-                                           "arguments", "backend.lowering", "torch_backend",
+                                           "arguments", "decode_types", "backend.lowering",
+                                           "torch_backend",
                                            "compiled"}),
 }
 """module -> (third-party packages, modules of ours) it may import; most are
