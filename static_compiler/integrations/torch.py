@@ -193,7 +193,7 @@ class StaticLogitsProcessor:
         rows = self._subset_rows(n, where)
         if self.backend == "torch":
             tc = self.torch_constraints
-            sub = tc._sub(self.subset, rows, n, where)
+            sub = tc.subset_bits(self.subset, rows, n, where)
             ok = _torch_allowed_tokens(tc, prefixes.to(tc.device), scores.shape[1], sub)
         else:
             import jax

@@ -12,7 +12,9 @@ import numpy as np
 import torch
 
 from static_compiler import arguments
-from static_compiler.arguments import check_prefix_shape, check_token_shape, is_int
+from static_compiler.arguments import (check_logits_shape, check_prefix_shape,
+                                       check_token_shape, is_int)
+from static_compiler.decode_types import BeamState
 from static_compiler.errors import DecodeInputError
 
 
@@ -52,6 +54,35 @@ def check_state(state, where: str):
         raise DecodeInputError(f"{where}: state fields ('node', 'valid', 'finished') have shapes "
                                f"{shapes}, expected one shape (batch,)")
     return state
+
+
+def check_beam_state(state, where: str) -> BeamState:
+    """`state`: a tuple of the 8 `BeamState` tensors, ints (B, M, T) for
+    tokens and (B, M) for the others."""
+    fields = BeamState._fields
+    if not isinstance(state, tuple) or len(state) != len(fields) or \
+            not all(isinstance(f, torch.Tensor) for f in state):
+        raise DecodeInputError(f"{where}: state is a {type(state).__name__}, expected a "
+                               f"tuple of {len(fields)} tensors {fields} (TorchConstraints"
+                               ".init_beams)")
+    state = BeamState(*state)
+    shape = tuple(state.node.shape)
+    bad = [name for name, f in zip(fields, state)
+           if tuple(f.shape[:2]) != shape or f.ndim != (3 if name == "tokens" else 2)]
+    if len(shape) != 2 or bad:
+        raise DecodeInputError(f"{where}: state fields {bad or list(fields)} do not have the "
+                               f"shapes of a beam state (node {shape}: expected (batch, beams); "
+                               "tokens (batch, beams, max_length), the others (batch, beams))")
+    return state
+
+
+def check_logits(logits: torch.Tensor, batch_shape: tuple, vocab_size: int, where: str) -> None:
+    """`logits` must be a float tensor of shape batch_shape + (vocab_size,)."""
+    if not isinstance(logits, torch.Tensor):
+        raise DecodeInputError(f"{where}: logits is a {type(logits).__name__}, expected a "
+                               "float tensor")
+    check_logits_shape(logits.shape, logits.dtype, logits.dtype.is_floating_point, batch_shape,
+                       vocab_size, where)
 
 
 def check_tokens(tokens: torch.Tensor, batch_size: int, where: str) -> None:

@@ -17,7 +17,7 @@ set's live items) and item subsets.
 from __future__ import annotations
 
 import pathlib
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -29,7 +29,8 @@ from static_compiler.errors import DecodeInputError
 from static_compiler.live.layers import TrieLayer, row_pointers
 from static_compiler.live.liveness import (ItemIndex, Subset, bit_layout, checked_subset_index,
                                            rows_item_mask, subset_of_items)
-from static_compiler.torch_backend import checks, ops
+from static_compiler.decode_types import BeamState, DecodeResult
+from static_compiler.torch_backend import beam, checks, ops
 from static_compiler.torch_backend.kernels import LiveBits
 from static_compiler.torch_backend.ops import TorchState
 from static_compiler.torch_backend.tables import (TorchPlan, plan_from_manifest, plan_from_steps,
@@ -153,8 +154,13 @@ class TorchConstraints:
                                    "export_subsets=True)")
         return self._make_subset(selection)
 
-    def _sub(self, subset, subset_index, n: int, where: str):
-        """(LiveBits, rows int64 (n,)) for a call of n rows, or None."""
+    def subset_bits(self, subset, subset_index, n: int, where: str):
+        """The subset bits a call of n rows reads: (LiveBits, rows int64
+        (n,)) each row's subset, or None (every item of the set). subset: a
+        `Subset` of this set or its `live_bits`, or None (the set's live
+        items); subset_index: ints (n,) (a tensor stays on the device), or
+        None (subset 0 for every row). Raises DecodeInputError for a subset
+        of another set or an index of the wrong shape, naming `where`."""
         if subset is None:
             if subset_index is not None:
                 raise DecodeInputError(f"{where}: subset_index without a subset")
@@ -192,7 +198,7 @@ class TorchConstraints:
         subset 0 for a single subset); without one, the set's live items."""
         step = checks.check_step(step, self.max_length, "mask")
         state = checks.check_state(state, "mask")
-        sub = self._sub(subset, subset_index, state[0].shape[0], "mask")
+        sub = self.subset_bits(subset, subset_index, state[0].shape[0], "mask")
         return ops.mask_at(self.plan, self.tables, TorchState(*state), step, sub)
 
     def advance(self, state: TorchState, tokens, step: int, *, subset=None,
@@ -205,7 +211,7 @@ class TorchConstraints:
         B = state[0].shape[0]
         tokens = checks.as_tensor("tokens", tokens, self.device, f"advance(step={step})")
         checks.check_tokens(tokens, B, f"advance(step={step})")
-        sub = self._sub(subset, subset_index, B, "advance")
+        sub = self.subset_bits(subset, subset_index, B, "advance")
         return ops.advance_at(self.plan, self.tables, TorchState(*state), tokens, step, sub)
 
     def allowed(self, prefixes, *, subset=None, subset_index=None,
@@ -221,10 +227,105 @@ class TorchConstraints:
         checks.check_prefixes(prefixes, self.max_length, "allowed")
         if check_values and not torch.compiler.is_compiling():
             checks.check_token_values("prefixes", prefixes, self.vocab_size, "allowed")
-        sub = self._sub(subset, subset_index, prefixes.shape[0], "allowed")
+        sub = self.subset_bits(subset, subset_index, prefixes.shape[0], "allowed")
         if prefixes.shape[0] == 0:
             return torch.zeros((0, self.vocab_size), dtype=torch.bool, device=self.device)
         return ops.prefix_mask(self.plan, self.tables, prefixes, sub)
+
+    # Beam search
+
+    def init_beams(self, batch_size: int, beam_size: int, start_token=0) -> BeamState:
+        """The `BeamState` (torch tensors, int64 ints) of a search from the
+        root: beam 0 of each of batch_size rows valid. start_token: the
+        model's input at step 0, an int or ints (batch_size,)."""
+        B = arguments.check_int("batch_size", batch_size, low=1)
+        M = arguments.check_int("beam_size", beam_size, low=1)
+        if arguments.is_int(start_token) and -2 ** 31 <= start_token < 2 ** 31:
+            start = torch.full((B,), int(start_token), dtype=torch.int64, device=self.device)
+        else:  # checked with numpy (not traceable: pass an int under torch.compile)
+            start = torch.from_numpy(arguments.check_start_tokens(start_token, B, "init_beams")
+                                     .astype(np.int64)).to(self.device)
+        return beam.init_beams(self.plan, B, M, start)
+
+    def beam_step(self, state: BeamState, logits: torch.Tensor, step: int, *,
+                  tokens_per_beam: Optional[int] = None, live_beams: Optional[int] = None,
+                  subset=None, subset_index=None) -> BeamState:
+        """One constrained beam-search step at static `step` in [0,
+        max_length): the JAX backend's `beam_step` (its semantics in
+        `static_compiler.backend.decode`), with no host synchronisation.
+
+        logits: float (B, M, V) for the beams of `state` (fed
+        ``state.last_tokens``); tokens_per_beam: the most children a beam
+        may contribute at this step (None: no cap); live_beams: a static
+        promise that only beams [0, live_beams) can be valid (`beam_search`
+        passes the bound, saving the expansion of the others); subset,
+        subset_index: as `mask`, one subset per batch row. Returns the new
+        `BeamState`; its ``parent`` int64 (B, M) reorders per-beam model
+        state."""
+        step = checks.check_step(step, self.max_length, "beam_step")
+        state = checks.check_beam_state(state, "beam_step")
+        B, M = state.node.shape
+        checks.check_logits(logits, (B, M), self.vocab_size, f"beam_step (step {step})")
+        cap = arguments.check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
+        live = arguments.check_int("live_beams", live_beams, low=1, allow_none=True)
+        sub = self.subset_bits(subset, subset_index, B, "beam_step")
+        return beam.beam_step(self.plan, self.tables, state, logits.to(self.device), step, cap,
+                              live, sub)
+
+    def finalize(self, state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
+        """The `DecodeResult` of a search's last state; with a length penalty
+        (the GNMT exponent) the beams re-ranked by normalized score."""
+        state = checks.check_beam_state(state, "finalize")
+        return beam.finalize(state, arguments.check_finite("length_penalty", length_penalty))
+
+    def beam_search(self, logits_fn: Callable, *, batch_size: int, beam_size: int,
+                    tokens_per_beam=None, start_token=0, carry=None, reorder=None,
+                    length_penalty: float = 0.0, subset=None, subset_index=None,
+                    return_carry: bool = False):
+        """Constrained beam search in torch: the tokens, validity and lengths
+        of `static_compiler.beam_search` on the same model (scores to float32
+        rounding: torch's log_softmax is not XLA's bit for bit).
+
+        logits_fn: ``(last_tokens int64 (B, M), step int, carry) -> (logits
+        float (B, M, V), carry)``; step is a Python int. reorder:
+        ``fn(carry, parent int64 (B, M)) -> carry``, the model state of each
+        beam's parent (KV caches); needed for a carry when beam_size > 1.
+        tokens_per_beam, start_token, length_penalty, subset, subset_index:
+        as `static_compiler.beam_search`. With an end token, the search stops
+        once every valid beam has ended (one host read of a bool per step;
+        the result is the same). Returns a `DecodeResult` of torch tensors
+        (int64 tokens (B, M, T)), or ``(result, carry)`` with return_carry.
+        """
+        B = arguments.check_int("batch_size", batch_size, low=1)
+        M = arguments.check_int("beam_size", beam_size, low=1)
+        arguments.check_callable("logits_fn", logits_fn)
+        if reorder is not None:
+            arguments.check_callable("reorder", reorder)
+        elif carry is not None and M > 1:
+            raise DecodeInputError("beam_search: a carry with beam_size > 1 needs reorder="
+                                   "fn(carry, parent) (the model state of each beam's parent)")
+        caps = arguments.check_tokens_per_beam(tokens_per_beam, self.max_length)
+        length_penalty = arguments.check_finite("length_penalty", length_penalty)
+        sub = self.subset_bits(subset, subset_index, B, "beam_search")
+        state = self.init_beams(B, M, start_token)
+        bounds = beam.live_bounds(self.plan, M, caps)
+        for step in range(self.max_length):
+            if self.end_token is not None and step and \
+                    not bool((state.valid & ~state.finished).any()):
+                break  # every valid beam has ended: the steps left change nothing
+            out = logits_fn(state.last_tokens, step, carry)
+            if not isinstance(out, (tuple, list)) or len(out) != 2:
+                raise DecodeInputError(f"beam_search (step {step}): logits_fn must return "
+                                       f"(logits float (B, M, V) = {(B, M, self.vocab_size)}, "
+                                       f"new_carry); got a {type(out).__name__}")
+            logits, carry = out
+            checks.check_logits(logits, (B, M), self.vocab_size, f"beam_search (step {step})")
+            state = beam.beam_step(self.plan, self.tables, state, logits.to(self.device), step,
+                                   caps[step], bounds[step], sub)
+            if reorder is not None:
+                carry = reorder(carry, state.parent)
+        result = beam.finalize(state, length_penalty)
+        return (result, carry) if return_carry else result
 
 
 class _ArtifactSubsets:
