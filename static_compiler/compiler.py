@@ -18,7 +18,8 @@ from static_compiler.backend import decode
 from static_compiler.backend.lowering import lower, lower_pieces, tables_nbytes
 from static_compiler.compiled import CompiledConstraints
 from static_compiler.errors import ConstraintSetError, DecodeInputError
-from static_compiler.frontend import build_trie
+from static_compiler.frontend import PaddedRows, build_trie
+from static_compiler.frontend.sequences import trie_from_sorted
 from static_compiler.frontend.array_files import ArrayFiles
 from static_compiler.frontend.graph import automaton_from_graph, is_graph
 from static_compiler.frontend.partitioned import Shards, partitions_built
@@ -114,7 +115,7 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     timings = []
     t0 = time.perf_counter()
     frontend_stats = {}
-    names = items = None
+    names = items = sorted_rows = None
     spec = pipeline if pipeline is not None else pipeline_lib.DEFAULT_PIPELINE
     passes = pipeline_lib.parse_pipeline(spec)
     if capacity is not None:
@@ -127,6 +128,7 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     if tokenizer is not None:
         catalogue = encode_catalogue(constraints, tokenizer, vocab_size, end_token=end_token)
         constraints, end_token, names = catalogue.sequences, catalogue.end_token, catalogue.names
+        sorted_rows = catalogue.sorted_rows
         frontend_stats["text"] = catalogue.stats
     elif looks_like_names(constraints):
         raise ConstraintSetError(f"constraints hold names ({constraints[0]!r}, ...): pass "
@@ -158,6 +160,9 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                 f"vocab_size={vocab_size!r}, end_token={end_token!r}: the Automaton given has "
                 f"vocab_size={ir.vocab_size}, end_token={ir.end_token}; pass its own values "
                 "(end_token may be left None)")
+    elif sorted_rows is not None:  # a text catalogue, its encodings sorted once
+        ir, items = trie_from_sorted(sorted_rows, vocab_size, end_token,
+                                     ragged=isinstance(constraints, PaddedRows))
     else:
         ir, items = build_trie(constraints, vocab_size, end_token=end_token)
     if not isinstance(constraints, Shards):

@@ -94,6 +94,24 @@ def test_the_same_set_as_compiling_the_token_ids(compiled_chars):
     assert compiled_chars.ir == ids.ir
 
 
+def test_chunked_encoding_gives_the_same_set_and_names_the_right_name(monkeypatch,
+                                                                     compiled_chars):
+    """Names are encoded ENCODE_CHUNK at a time: the same set, names and item
+    index as one call, and an error in a later chunk names the name's index
+    in the catalogue."""
+    monkeypatch.setattr(text, "ENCODE_CHUNK", 3)
+    c = sc.compile_constraints(CITIES, vocab_size=256, tokenizer=chars, end_token=END,
+                               export_beam_sizes=(6,))
+    assert c.ir == compiled_chars.ir
+    assert c.names.names == compiled_chars.names.names
+    assert c.names.aliases == compiled_chars.names.aliases
+    assert np.array_equal(c.names.tokens, compiled_chars.names.tokens)
+    assert c.frontend_stats["text"] == compiled_chars.frontend_stats["text"]
+    with pytest.raises(ConstraintSetError, match="name 7 'Kraków' encodes to no tokens"):
+        sc.compile_constraints(CITIES, vocab_size=256, end_token=END,
+                               tokenizer=lambda s: [] if s == "Kraków" else chars(s))
+
+
 def test_names_that_encode_alike_are_one_item_with_aliases():
     upper = lambda s: chars(s.upper())
     c = sc.compile_constraints(["Paris", "PARIS", "paris", "Lima", "Paris", "Lim"], vocab_size=256,

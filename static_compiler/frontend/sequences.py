@@ -349,7 +349,18 @@ def build_trie(sequences, vocab_size: int, end_token: Optional[int] = None
                ) -> tuple[Automaton, ItemIndex]:
     """`build_automaton`, and the `ItemIndex` of its input rows."""
     mat, lengths, ragged, vocab_size, end_token = _checked_input(sequences, vocab_size, end_token)
-    codes, lengths, inverse = sort_unique_rows(mat, lengths, vocab_size, return_inverse=True)
+    return trie_from_sorted(sort_unique_rows(mat, lengths, vocab_size, return_inverse=True),
+                            vocab_size, end_token, ragged)
+
+
+def trie_from_sorted(sorted_rows: tuple, vocab_size: int, end_token: Optional[int],
+                     ragged: bool) -> tuple[Automaton, ItemIndex]:
+    """`build_trie` of rows already sorted and checked: sorted_rows is
+    `sort_unique_rows(..., return_inverse=True)` of them (codes, lengths,
+    inverse); ragged: whether their lengths differ (the item index then
+    records each item's depth and state). The text frontend sorts a
+    catalogue's encodings once for its name table and once here."""
+    codes, lengths, inverse = sorted_rows
     ir = automaton_from_sorted_codes(codes, lengths, vocab_size, end_token)
     if not ragged:
         return ir, ItemIndex(row_item=inverse, num_unique=int(codes.shape[0]))

@@ -156,12 +156,17 @@ class Catalogue:
       stats: {"names", "items", "duplicates" (names merged into an earlier
         one's item), "end_token", "end_token_from" ("argument", "tokenizer"
         or None)}.
+      sorted_rows: the sequences' `sort_unique_rows(..., return_inverse=True)`
+        (codes, lengths, inverse), which the name table was built from:
+        `frontend.trie_from_sorted` builds the trie from it without sorting
+        again.
     """
 
     sequences: object
     names: NameTable
     end_token: Optional[int]
     stats: dict
+    sorted_rows: Optional[tuple] = None
 
 
 def _shown(name: str) -> str:
@@ -181,9 +186,27 @@ def _check_names(names) -> list:
     return names
 
 
-def _flatten(names: list, encoded) -> tuple[np.ndarray, np.ndarray]:
-    """(flat int64 token ids, lengths int64 (N,)); rejects a wrong number of
-    encodings, empty ones and non-integer ids, naming the name."""
+ENCODE_CHUNK = 1 << 16
+"""Names per `encode_batch` call: a tokenizer's per-name objects (a
+`tokenizers` Encoding holds ids, offsets, masks: ~3 KB) live for one chunk,
+not the catalogue (3.1 GB at 1e6 names when encoded in one call)."""
+
+
+def _encode(adapter, names: list) -> tuple[np.ndarray, np.ndarray]:
+    """(flat int64 token ids, lengths int64 (N,)) of every name, encoded
+    ENCODE_CHUNK names at a time (see `_flatten` for what is rejected)."""
+    parts = [_flatten(names[i:i + ENCODE_CHUNK], adapter.encode_batch(names[i:i + ENCODE_CHUNK]),
+                      offset=i)
+             for i in range(0, len(names), ENCODE_CHUNK)]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([f for f, _ in parts]), np.concatenate([n for _, n in parts])
+
+
+def _flatten(names: list, encoded, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(flat int64 token ids, lengths int64 (N,)) of the encodings of
+    `names` (names[0] is name `offset` of the catalogue); rejects a wrong
+    number of encodings, empty ones and non-integer ids, naming the name."""
     encoded = list(encoded)
     if len(encoded) != len(names):
         raise ConstraintSetError(f"the tokenizer returned {len(encoded)} encodings for "
@@ -191,14 +214,15 @@ def _flatten(names: list, encoded) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
     if (lengths == 0).any():
         i = int(np.flatnonzero(lengths == 0)[0])
-        raise ConstraintSetError(f"name {i} {_shown(names[i])} encodes to no tokens")
+        raise ConstraintSetError(f"name {offset + i} {_shown(names[i])} encodes to no tokens")
     flat = np.asarray(list(itertools.chain.from_iterable(encoded)))
     if flat.ndim != 1 or flat.dtype.kind not in "iu":
         bad = next(((i, t) for i, e in enumerate(encoded) for t in e
                     if isinstance(t, bool) or not isinstance(t, (int, np.integer))),
                    (0, encoded[0]))
-        raise ConstraintSetError(f"name {bad[0]} {_shown(names[bad[0]])}: the tokenizer returned "
-                                 f"{bad[1]!r} ({type(bad[1]).__name__}), expected int token ids")
+        raise ConstraintSetError(f"name {offset + bad[0]} {_shown(names[bad[0]])}: the tokenizer "
+                                 f"returned {bad[1]!r} ({type(bad[1]).__name__}), expected int "
+                                 "token ids")
     return flat.astype(np.int64), lengths
 
 
@@ -222,15 +246,14 @@ def _check_tokens(names: list, flat: np.ndarray, lengths: np.ndarray, vocab_size
     raise ConstraintSetError(f"{where}: id {token} is outside the vocabulary [0, {vocab_size})")
 
 
-def _name_table(names: list, matrix: np.ndarray, lengths: np.ndarray,
-                vocab_size: int) -> NameTable:
-    """The `NameTable` of the names' encodings (matrix int32 (N, L), valid up
-    to lengths int64 (N,)): the unique rows in the order the compiled set
-    numbers its unique sequences (the same `sort_unique_rows` as
-    `frontend.build_trie`, so table row u is unique sequence u of the item
-    index), each named by the first name that encodes to it, the other
-    distinct names in input order as its aliases."""
-    codes, _, inverse = sort_unique_rows(matrix, lengths, vocab_size, return_inverse=True)
+def _name_table(names: list, sorted_rows: tuple) -> NameTable:
+    """The `NameTable` of the names' encodings: the unique rows in the order
+    the compiled set numbers its unique sequences (sorted_rows: the
+    encodings' `sort_unique_rows(..., return_inverse=True)`, which the
+    compiler builds the trie from, so table row u is unique sequence u of
+    the item index), each named by the first name that encodes to it, the
+    other distinct names in input order as its aliases."""
+    codes, _, inverse = sorted_rows
     first = np.full(codes.shape[0], len(names), dtype=np.int64)
     np.minimum.at(first, inverse, np.arange(len(names)))
     aliases = [[] for _ in range(codes.shape[0])]
@@ -266,7 +289,7 @@ def encode_catalogue(names, tokenizer, vocab_size: int,
         end_token = check_end_token(end_token, vocab_size)
     except ConstraintSetError as e:
         raise ConstraintSetError(f"{e} (the end token from the {end_from})") from None
-    flat, lengths = _flatten(names, adapter.encode_batch(names))
+    flat, lengths = _encode(adapter, names)
     _check_tokens(names, flat, lengths, vocab_size, end_token, end_from)
     ragged = bool((lengths != lengths[0]).any())
     if ragged and end_token is None:
@@ -277,10 +300,12 @@ def encode_catalogue(names, tokenizer, vocab_size: int,
     matrix = np.zeros((len(names), width), np.int32)
     matrix[np.arange(width)[None, :] < lengths[:, None]] = flat
     sequences = PaddedRows(matrix, lengths) if ragged else matrix
-    table = _name_table(names, matrix, lengths, vocab_size)
+    sorted_rows = sort_unique_rows(matrix, lengths, vocab_size, return_inverse=True)
+    table = _name_table(names, sorted_rows)
     stats = {"names": len(names), "items": len(table), "duplicates": len(names) - len(table),
              "end_token": end_token, "end_token_from": end_from}
-    return Catalogue(sequences=sequences, names=table, end_token=end_token, stats=stats)
+    return Catalogue(sequences=sequences, names=table, end_token=end_token, stats=stats,
+                     sorted_rows=sorted_rows)
 
 
 def looks_like_names(constraints) -> bool:
