@@ -24,6 +24,7 @@ from static_compiler.frontend.array_files import ArrayFiles
 from static_compiler.frontend.graph import automaton_from_graph, is_graph
 from static_compiler.frontend.partitioned import Shards, partitions_built
 from static_compiler.ir import Automaton
+from static_compiler.frontend.spellings import SPELLINGS, catalogue_spellings
 from static_compiler.frontend.text import encode_catalogue, looks_like_names
 from static_compiler.saved import load_compiled, update_artifact
 
@@ -36,7 +37,8 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                         verify_each: bool = True, export_beam_sizes=(70,),
                         export_tokens_per_beam: Optional[int] = None,
                         export_subsets: bool = False, capacity: Optional[float] = None,
-                        stream=None, start=None, tokenizer=None) -> CompiledConstraints:
+                        stream=None, start=None, tokenizer=None,
+                        spellings: str = "canonical") -> CompiledConstraints:
     """Compiles a constraint set.
 
     Runs the frontend (sequences, graph, IR or text catalogue -> IR), the
@@ -85,6 +87,11 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
         `tokenizers.Tokenizer`, a `transformers` tokenizer, or an adapter
         (static_compiler.frontend.text); the result keeps the names
         (`names`, `texts`).
+    spellings : {"canonical", "any"}
+        Names only: "canonical" (default) holds each name's own encoding;
+        "any" every token sequence that spells a name's bytes, as grammar
+        engines allow (static_compiler.frontend.spellings: no item index,
+        no names table, tens of times the states).
 
     Returns
     -------
@@ -125,11 +132,21 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                    export_beam_sizes=_export_beam_sizes(export_beam_sizes),
                    export_tokens_per_beam=export_tokens_per_beam,
                    frontend_stats=frontend_stats, export_subsets=bool(export_subsets))
+    if spellings not in SPELLINGS or (spellings != "canonical" and tokenizer is None):
+        raise ConstraintSetError(f"spellings={spellings!r}: expected one of {SPELLINGS}, and "
+                                 "'any' only for names with a tokenizer")
     if tokenizer is not None:
         catalogue = encode_catalogue(constraints, tokenizer, vocab_size, end_token=end_token)
         constraints, end_token, names = catalogue.sequences, catalogue.end_token, catalogue.names
         sorted_rows = catalogue.sorted_rows
-        frontend_stats["text"] = catalogue.stats
+        frontend_stats["text"] = dict(catalogue.stats, spellings=spellings)
+        if spellings == "any":
+            if export_subsets:
+                raise ConstraintSetError("spellings='any' keeps no item index: export_subsets "
+                                         "needs the canonical spellings")
+            constraints, graph_stats = catalogue_spellings(catalogue, tokenizer, vocab_size)
+            frontend_stats["graph"] = graph_stats.as_dict()
+            names = sorted_rows = None
     elif looks_like_names(constraints):
         raise ConstraintSetError(f"constraints hold names ({constraints[0]!r}, ...): pass "
                                  "tokenizer=... (a callable str -> list of token ids, or a "

@@ -30,7 +30,9 @@ def test_bench_runs_tiny(tmp_path):
     rows = {line.split("|")[1].strip(): line for line in text.splitlines()
             if line.startswith("| ") and not line.startswith("| engine")}
     static = [c.strip() for c in rows["static"].split("|")]
-    assert static[9] == "yes" and static[10] == "no"     # exact; holds the canonical spelling only
+    assert static[10] == "yes" and static[11] == "no"     # exact; holds the canonical spelling only
+    every = [c.strip() for c in rows["static-any"].split("|")]
+    assert every[10] == "yes" and every[11] == "yes"      # spellings="any": every tokenization
     for engine, module in (("xgrammar", "xgrammar"), ("llguidance", "llguidance"),
                            ("outlines-core", "outlines_core")):
         if importlib.util.find_spec(module) is None:

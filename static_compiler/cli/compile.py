@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_input_arguments(parser, "constraint set: .npy (N, L) array, .jsonl (one JSON list per "
                                 "line), an IR dump, text (one space-separated sequence per "
                                 "line), or with --tokenizer a text file of names (one per line)")
+    parser.add_argument("--spellings", choices=("canonical", "any"), default="canonical",
+                        help="with --tokenizer: each name's own encoding (canonical, the "
+                             "default) or every token sequence that spells it (any)")
     parser.add_argument("-o", "--output", required=True, metavar="ART",
                         help="artifact directory to write")
     parser.add_argument("--vocab-size", type=int, default=None,
@@ -80,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
                 tokenizer=args.tokenizer)
         with progress("compile", log):
             compiled = compile_constraints(constraints, vocab_size, end_token=args.end_token,
-                                           tokenizer=tokenizer, pipeline=pipeline,
+                                           tokenizer=tokenizer, spellings=args.spellings,
+                                           pipeline=pipeline,
                                            print_ir_after_all=args.print_ir_after_all,
                                            export_beam_sizes=beam_sizes,
                                            export_tokens_per_beam=args.tokens_per_beam,

@@ -264,14 +264,29 @@ def automaton_from_graph(graph, vocab_size: int, *, start=None, end_token=None,
     out = {n: {tok: tuple(sorted(vs, key=order.__getitem__)) for tok, vs in row.items()}
            for n, row in out.items()}
     _reject_cycle(graph, out)
+    return automaton_from_edges(out, accepting, start, vocab_size, end_token, order=order,
+                                minimize=minimize, num_edges=graph.number_of_edges(),
+                                nodes=graph.number_of_nodes(),
+                                unreachable=graph.number_of_nodes() - len(reachable),
+                                dead=len(reachable - coreachable))
 
+
+def automaton_from_edges(out: dict, accepting: set, start, vocab_size: int,
+                         end_token: Optional[int], *, order: Optional[dict] = None,
+                         minimize: bool = True, num_edges: int = 0, nodes: Optional[int] = None,
+                         unreachable: int = 0, dead: int = 0) -> tuple[Automaton, GraphStats]:
+    """Steps 4 and 5 of the module doc on a checked acyclic graph given as
+    `out`: node -> {token: targets tuple} (every node useful), `accepting`
+    nodes and the `start` node; order: node -> rank (sorts non-deterministic
+    targets; default the nodes' own order, for int nodes). The rest of
+    `GraphStats` (nodes, edges, unreachable, dead) as the caller counted."""
+    order = order if order is not None else {n: n for n in out}
     layers, num_final = _layers_by_depth(out, accepting, start, order, vocab_size, end_token)
     ir = Automaton(vocab_size=vocab_size, layers=tuple(layers), num_final_states=num_final,
                    num_sequences=count_sequences(layers, num_final), end_token=end_token)
     determinized = ir.num_states
     ir, minimize_stats = minimize_automaton(ir, force=False) if minimize else (ir, None)
-    stats = GraphStats(nodes=graph.number_of_nodes(), edges=graph.number_of_edges(),
-                       unreachable_nodes=graph.number_of_nodes() - len(reachable),
-                       dead_nodes=len(reachable - coreachable),
+    stats = GraphStats(nodes=len(out) if nodes is None else nodes, edges=num_edges,
+                       unreachable_nodes=unreachable, dead_nodes=dead,
                        determinized_states=determinized, minimize=minimize_stats)
     return ir, stats
