@@ -80,7 +80,8 @@ def test_a_callable_tokenizer_compiles_the_catalogue(compiled_chars):
     c = compiled_chars
     assert c.ir.num_sequences == len(CITIES) == len(c.names)
     assert c.frontend_stats["text"] == {"names": 14, "items": 14, "duplicates": 0,
-                                        "end_token": END, "end_token_from": "argument"}
+                                        "end_token": END, "end_token_from": "argument",
+                                        "spellings": "canonical"}
     assert sorted(c.names.names) == sorted(CITIES)
     rows = [tuple(int(t) for t in row if t >= 0) for row in c.names.tokens]
     assert rows == sorted(rows) and rows == sorted(tuple(chars(n)) for n in CITIES)
