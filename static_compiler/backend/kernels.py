@@ -189,11 +189,6 @@ def _unary(step: StepPlan, tables: dict, node) -> Candidates:
 _KERNELS = {LayoutKind.DENSE_ROWS: _dense_rows, LayoutKind.CSR: _sliced, LayoutKind.UNARY: _unary, LayoutKind.NEAR_UNARY: _sliced}
 
 
-def num_candidates(step: StepPlan, vocab_size: int) -> int:
-    """K, the static candidate count of `step`."""
-    return {LayoutKind.DENSE_ROWS: vocab_size, LayoutKind.UNARY: 1}.get(step.kind, step.k)
-
-
 def expand(step: StepPlan, tables: dict, node) -> Candidates:
     """Candidate transitions of the states `node` int32 (...,); see module doc."""
     node = jnp.asarray(node, dtype=jnp.int32)

@@ -262,6 +262,36 @@ def table_head(step: StepPlan, tabs: dict, rows: int) -> Layer:
     return Layer(indptr=indptr, tokens=tokens, targets=targets, accepting=accepting)
 
 
+def num_candidates(step: StepPlan, vocab_size: int) -> int:
+    """K, the static candidate count of `step`."""
+    return {LayoutKind.DENSE_ROWS: vocab_size, LayoutKind.UNARY: 1}.get(step.kind, step.k)
+
+
+def candidate_columns(plan: Plan, step: int) -> int:
+    """K at `step`: candidates per beam, end-token and carried-over columns included."""
+    end = plan.end_token is not None
+    if step >= plan.depth:
+        return 2
+    sp = plan.steps[step]
+    return num_candidates(sp, plan.vocab_size) + int(end and sp.has_accepting) + int(end)
+
+
+def live_beam_bounds(plan: Plan, beam_size: int, caps: Sequence[Optional[int]]
+                     ) -> tuple[int, ...]:
+    """Static bound per step on the beams that can be valid in a search
+    whose beam 0 alone starts valid: 1 at step 0, then at most the previous
+    bound times the candidates each beam keeps (caps: the per-step cap on a
+    beam's children, None for none, as `arguments.check_tokens_per_beam`
+    gives them). Valid beams come first, so beams past the bound need no
+    work; both backends' beam searches pass it to their steps."""
+    bounds, live = [], 1
+    for step in range(plan.max_length):
+        bounds.append(live)
+        kept = candidate_columns(plan, step)
+        live = min(beam_size, live * (kept if caps[step] is None else min(kept, caps[step])))
+    return tuple(bounds)
+
+
 def state_counts(plan: Plan) -> tuple[int, ...]:
     """States per depth 0..depth as the tables hold them (padded to a
     reserved capacity): the sizes of item subsets' bit rows."""

@@ -213,31 +213,6 @@ def beam_step(plan, tables, state: BeamState, logits: torch.Tensor, step: int,
     )
 
 
-def candidate_width(plan, step: int) -> int:
-    """C: the candidate columns of a beam at `step` (children, the end
-    column, the carried-over column)."""
-    width = 0
-    if step < plan.depth:
-        sp = plan.steps[step]
-        width = plan.vocab_size if sp.kind == "dense_rows" else 1 if sp.kind == "unary" else sp.k
-        width += int(plan.end_token is not None and sp.has_accepting)
-    elif plan.end_token is not None:
-        width = 1
-    return width + int(plan.end_token is not None)
-
-
-def live_bounds(plan, beam_size: int, caps: tuple) -> tuple:
-    """Static bound per step on the beams that can be valid in a search from
-    `init_beams`: 1 at step 0, then at most the previous bound times the
-    candidates each beam keeps."""
-    bounds, live = [], 1
-    for step in range(plan.max_length):
-        bounds.append(live)
-        kept = candidate_width(plan, step)
-        live = min(beam_size, live * (kept if caps[step] is None else min(kept, caps[step])))
-    return tuple(bounds)
-
-
 def finalize(state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
     """The result; with a length penalty the beams re-ranked by the GNMT
     normalized score ``score / ((5 + length) / 6) ** length_penalty``

@@ -25,6 +25,7 @@ import torch
 from static_compiler import arguments
 from static_compiler.artifact import snapshot
 from static_compiler.artifact.format import IR_FILE
+from static_compiler.backend.lowering import live_beam_bounds
 from static_compiler.errors import DecodeInputError
 from static_compiler.live.layers import TrieLayer, row_pointers
 from static_compiler.live.liveness import (ItemIndex, Subset, bit_layout, checked_subset_index,
@@ -308,7 +309,7 @@ class TorchConstraints:
         length_penalty = arguments.check_finite("length_penalty", length_penalty)
         sub = self.subset_bits(subset, subset_index, B, "beam_search")
         state = self.init_beams(B, M, start_token)
-        bounds = beam.live_bounds(self.plan, M, caps)
+        bounds = live_beam_bounds(self.plan, M, caps)
         for step in range(self.max_length):
             if self.end_token is not None and step and \
                     not bool((state.valid & ~state.finished).any()):

@@ -16,6 +16,17 @@ from tools.bench.config import (ALL_METHODS, BASE_METHODS, GPU_ITEMS, GPU_METHOD
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def exit_without_teardown(code: int) -> None:
+    """Flush and leave with `code`, skipping interpreter teardown: with
+    torch and XLA's CPU client in one process, their thread pools'
+    destructors at exit aborted a bench once in CI ("terminate called
+    without an active exception", SIGABRT) after every table had been
+    printed. Nothing is left to clean up by then."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def sid_set_parser(module: str, doc: str, items: float) -> argparse.ArgumentParser:
     """The parser of a single-purpose bench `python -m tools.bench.MODULE`
     over random Semantic IDs: --items (default `items`), --length, --vocab

@@ -142,5 +142,3 @@ def write_plots(rows, out_dir: str) -> tuple:
         plt.close(fig)
         paths[sweep] = path
     return paths, "plots: " + ", ".join(os.path.basename(p) for p in paths.values())
-
-

@@ -70,6 +70,8 @@ import zoneinfo
 
 import numpy as np
 
+from tools.bench.cli import exit_without_teardown
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ENGINES = ("static", "static-any", "xgrammar", "llguidance", "outlines-core", "hf-dict-trie")
@@ -865,7 +867,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # as torch_mask: skip the torch / XLA thread pools' teardown
+    exit_without_teardown(main())

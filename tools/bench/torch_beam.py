@@ -22,7 +22,6 @@ the same tokens, validity and lengths (the run exits 1 otherwise).
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import time
 
@@ -32,7 +31,7 @@ import torch
 
 import static_compiler as sc
 from static_compiler.torch_backend import TorchConstraints
-from tools.bench.cli import sid_set_parser
+from tools.bench.cli import exit_without_teardown, sid_set_parser
 from tools.bench.output import machine_line
 from tools.bench.torch_generate import shape
 
@@ -130,7 +129,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # see tools.bench.torch_mask: torch and XLA thread pools at exit
+    exit_without_teardown(main())

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 import time
 
@@ -40,7 +39,7 @@ import transformers
 
 import static_compiler as sc
 from static_compiler.integrations.torch import StaticLogitsProcessor
-from tools.bench.cli import sid_set_parser
+from tools.bench.cli import exit_without_teardown, sid_set_parser
 from tools.bench.output import machine_line
 from tools.bench.torch_mask import PROMPT_LENGTH, dict_trie, trie_fn
 
@@ -184,10 +183,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Skip interpreter teardown (see tools.bench.torch_mask): with torch and
-    # XLA's CPU client in one process, their thread pools' destructors at
-    # exit aborted a run once (SIGABRT) after every table had been printed.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_without_teardown(main())

@@ -26,8 +26,6 @@ backend=, one column each; default jax).
 from __future__ import annotations
 
 import gc
-import os
-import sys
 import time
 
 import numpy as np
@@ -36,7 +34,7 @@ from transformers.generation.logits_process import PrefixConstrainedLogitsProces
 
 import static_compiler as sc
 from static_compiler.integrations.torch import StaticLogitsProcessor
-from tools.bench.cli import sid_set_parser
+from tools.bench.cli import exit_without_teardown, sid_set_parser
 from tools.bench.output import machine_line
 
 PROMPT_LENGTH = 4
@@ -145,11 +143,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Skip interpreter teardown: with torch and XLA's CPU client in one
-    # process, their thread pools' destructors at exit aborted this run once
-    # in CI ("terminate called without an active exception", SIGABRT) after
-    # every table had been printed. Nothing is left to clean up here.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_without_teardown(main())

@@ -17,9 +17,10 @@ from static_compiler.backend.decode.live import (LiveMask, PackedLive, child_liv
                                                  packed_child_live, packed_end_live)
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.kernels import (Candidates, GroupedRun, PackedRun, accepts, entries,
-                                             expand, num_candidates, packed_expand, row_bounds,
+                                             expand, packed_expand, row_bounds,
                                              slice_rows, take_last, take_rows)
-from static_compiler.backend.lowering import Plan, slot_steps
+from static_compiler.backend.lowering import (Plan, candidate_columns,  # noqa: F401
+                                             num_candidates, slot_steps)
 from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.ir import LayoutKind
 
@@ -280,15 +281,6 @@ def mixed_children(sp, tables, node, expanding, logprobs: LogProbs, scores, keep
 
 def _in_subset(c: Candidates, in_subset) -> Candidates:
     return c if in_subset is None else c._replace(valid=c.valid & in_subset(c.next))
-
-
-def candidate_columns(plan: Plan, step: int) -> int:
-    """K at `step`: candidates per beam, end-token and carried-over columns included."""
-    end = plan.end_token is not None
-    if step >= plan.depth:
-        return 2
-    sp = plan.steps[step]
-    return num_candidates(sp, plan.vocab_size) + int(end and sp.has_accepting) + int(end)
 
 
 def candidate_width(plan: Plan, step: int, keep: Optional[int] = None) -> int:

@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.backend.decode.candidates import candidate_columns
 from static_compiler.backend.decode.live import LiveMask, check_live_mask
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob
 from static_compiler.backend.decode.programs import bounded_jit
@@ -23,6 +22,7 @@ from static_compiler.backend.decode.step import (apply_choice, finalize, init_be
                                                  run_candidates, run_inputs, run_live_bound,
                                                  run_step, step_segments)
 from static_compiler.backend.kernels import take_last
+from static_compiler.backend import lowering
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (DecodeResult, check_callable, check_finite, check_int,
                                           check_logits, check_start_tokens, check_tokens_per_beam)
@@ -40,18 +40,11 @@ NO_PARAMS = _NoParams()
 
 def live_beam_bounds(plan: Plan, beam_size: int, tokens_per_beam=None) -> tuple[int, ...]:
     """Static bound per step on the beams that can be valid in a search from
-    `init_beam_state`: 1 at step 0, then at most the previous bound times the
-    candidates each beam keeps (tokens_per_beam as `beam_search` takes it).
-    Valid beams come first (valid scores are floored at MIN_VALID_SCORE >
-    SENTINEL_SCORE), so beams past the bound need no work (`beam_step`'s
-    live_beams); it binds at step 1 and on small branch factors."""
-    caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
-    bounds, live = [], 1
-    for step in range(plan.max_length):
-        bounds.append(live)
-        kept = candidate_columns(plan, step)
-        live = min(beam_size, live * (kept if caps[step] is None else min(kept, caps[step])))
-    return tuple(bounds)
+    `init_beam_state` (`backend.lowering.live_beam_bounds`, tokens_per_beam
+    as `beam_search` takes it): it binds at step 1 and on small branch
+    factors, and `beam_step`'s live_beams skips the beams past it."""
+    return lowering.live_beam_bounds(plan, beam_size,
+                                     check_tokens_per_beam(tokens_per_beam, plan.max_length))
 
 
 def _call_model(logits_fn, params, with_params: bool, last_tokens, step, carry, vocab_size: int,
