@@ -127,3 +127,22 @@ def check_tokens_per_beam(tokens_per_beam, max_length: int) -> tuple[Optional[in
                                "or an int >= 1)")
     return tuple(check_int(f"tokens_per_beam[{t}]", cap, low=1, allow_none=True)
                  for t, cap in enumerate(tokens_per_beam))
+
+
+def model_output(out, want: tuple, where: str) -> tuple:
+    """(logits, new_carry): what a decoder's ``logits_fn`` returned, which
+    must be that pair (a tuple or list of two); a model returning only
+    logits would otherwise fail in the unpacking with Python's own message
+    (or, with B = 2, unpack its batch rows). want: the logits' shape (B, M,
+    V), for the message."""
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        if hasattr(out, "shape") and hasattr(out, "dtype"):  # an array or tensor, traced or not
+            got = f"an array {out.dtype}{list(out.shape)} alone"
+        elif isinstance(out, (tuple, list)):
+            got = f"a {type(out).__name__} of length {len(out)}"
+        else:
+            got = f"a {type(out).__name__}"
+        raise DecodeInputError(f"{where}: logits_fn must return (logits float (B, M, V) = "
+                               f"{want}, new_carry); got {got} (return (logits, carry): the "
+                               "new carry, of the carry's structure, None without carry=)")
+    return out[0], out[1]

@@ -16,8 +16,9 @@ from static_compiler.artifact import placement as placement_lib
 from static_compiler.passes import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.live.liveness import checked_subset_index
-from static_compiler.backend.lowering import (Plan, automaton_from_tables, lower, slot_steps,
-                                              state_counts, table_head, tables_nbytes)
+from static_compiler.backend.lowering import (Plan, PlanFacts, automaton_from_tables, lower,
+                                              slot_steps, state_counts, table_head,
+                                              tables_nbytes)
 from static_compiler.artifact.names import NameTable
 from static_compiler.decode_state import check_processor_state, is_traced
 from static_compiler.errors import ConstraintSetError, DecodeInputError
@@ -26,7 +27,7 @@ from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_i
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class CompiledConstraints:
+class CompiledConstraints(PlanFacts):
     """A compiled constraint set: its automaton, decoding plan and tables.
 
     What `compile_constraints` returns (also `load_compiled`, `update`,
@@ -168,15 +169,6 @@ class CompiledConstraints:
         return dataclasses.replace(self, **changes)
 
     @property
-    def vocab_size(self) -> int:
-        return self.plan.vocab_size
-
-    @property
-    def max_length(self) -> int:
-        """Length of decoded token arrays (depth, plus one for the end token)."""
-        return self.plan.max_length
-
-    @property
     def nbytes(self) -> int:
         """Bytes of all tables the decoder reads."""
         return tables_nbytes(self.tables)
@@ -282,12 +274,11 @@ class CompiledConstraints:
         jitted with every step's tables as arguments) cost more in dispatch
         than in work. subset / subset_index as in `mask`, fixed for the
         processor. Without a subset one processor per batch size is kept."""
-        key = None if subset is not None or subset_index is not None else int(
-            decode.StepProcessor.checked_batch(batch_size))
+        batch_size = decode.StepProcessor.checked_batch(batch_size)
+        key = None if subset is not None or subset_index is not None else batch_size
         cache = self.__dict__.get("_processors")
         if key is not None and cache is not None and key in cache:
             return cache[key]
-        batch_size = decode.StepProcessor.checked_batch(batch_size)
         live = self.live_mask(subset, subset_index, batch_size, "processor")
         out = decode.StepProcessor(self.plan, self.device_tables, batch_size, live)
         if key is not None:

@@ -87,6 +87,29 @@ class Plan:
         return self.depth + (0 if self.end_token is None else 1)
 
 
+class PlanFacts:
+    """The facts of a set every decoder states, read from its `plan`: a
+    mixin of `CompiledConstraints` and the torch backend's
+    `TorchConstraints`."""
+
+    plan: Plan
+
+    @property
+    def vocab_size(self) -> int:
+        """V: tokens lie in [0, V)."""
+        return self.plan.vocab_size
+
+    @property
+    def max_length(self) -> int:
+        """Length of decoded token arrays (depth, plus one for the end token)."""
+        return self.plan.max_length
+
+    @property
+    def end_token(self) -> Optional[int]:
+        """The token ending variable-length sequences (None: fixed length)."""
+        return self.plan.end_token
+
+
 def _padded(arr: np.ndarray, size: int, dtype, fill) -> np.ndarray:
     """`arr` as `dtype`, padded with `fill` to `size` entries (no copy when
     neither changes anything)."""

@@ -171,7 +171,7 @@ class StaticLogitsProcessor:
             self.subset_index = index.astype(np.int32)
         elif subset_index is not None:
             raise DecodeInputError("StaticLogitsProcessor: subset_index without a subset")
-        self._rows = {}  # n -> the subset of each of n rows (numpy int32)
+        self._subsets = {}  # n -> `_subset_arg(n)`
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         plan = self.plan
@@ -190,34 +190,43 @@ class StaticLogitsProcessor:
                 f"float ({n}, V) with V >= the set's vocab_size {plan.vocab_size}")
         # Any token outside [0, V) allows nothing; clamping keeps it outside and within int32.
         prefixes = input_ids[:, self.prompt_length:].clamp(-1, plan.vocab_size)
-        rows = self._subset_rows(n, where)
+        sub = self._subset_arg(n, where)
         if self.backend == "torch":
             tc = self.torch_constraints
-            sub = tc.subset_bits(self.subset, rows, n, where)
             ok = _torch_allowed_tokens(tc, prefixes.to(tc.device), scores.shape[1], sub)
         else:
             import jax
             prefixes = jax.dlpack.from_dlpack(prefixes.to(torch.int32).contiguous()) if t \
                 else np.zeros((n, 0), np.int32)
-            live = self.compiled.live_mask(self.subset, rows, n, where)
             ok = torch.from_dlpack(_jax_allowed_tokens()(plan, self.tables, prefixes,
-                                                         scores.shape[1], live))
+                                                         scores.shape[1], sub))
         # Masked in torch: the scores keep their dtype, device and autograd graph
         # (the gradient of an allowed score is 1, of a masked one 0).
         return scores.masked_fill(~ok.to(scores.device), float("-inf"))
 
-    def _subset_rows(self, n: int, where: str):
-        """The subset of each of a call's n rows: each prompt's subset for
-        its n / batch consecutive rows (None without a subset: the set's
-        live items)."""
-        if self.subset is None:
-            return None
-        if n not in self._rows:
+    def _subset_arg(self, n: int, where: str):
+        """What the backend reads for a call of n rows: each prompt's subset
+        for its n / batch consecutive rows (without a subset, the set's live
+        items): the jax backend's `LiveMask` or the torch backend's
+        (LiveBits, rows), or None. Checked and put on the device once per n,
+        not at every generate step."""
+        if n in self._subsets:
+            return self._subsets[n]
+        rows = None
+        if self.subset is not None:
             per = self.subset_index.shape[0]
             if self.subset_index.shape == (1,) and self.subset.num_subsets == 1:
                 per = 1  # one subset for every row, whatever the batch
             if n % per:
                 raise DecodeInputError(f"{where}: {n} rows are not a multiple of the {per} "
                                        "prompts subset_index gives subsets for")
-            self._rows[n] = np.repeat(self.subset_index, n // per)
-        return self._rows[n]
+            rows = np.repeat(self.subset_index, n // per)
+        if self.backend == "torch":
+            arg = self.torch_constraints.subset_bits(self.subset, rows, n, where)
+        else:
+            import jax
+            arg = self.compiled.live_mask(self.subset, rows, n, where)
+            if arg is not None:
+                arg = arg._replace(rows=jax.device_put(arg.rows))
+        self._subsets[n] = arg
+        return arg

@@ -14,7 +14,7 @@ import torch
 from static_compiler import arguments
 from static_compiler.arguments import (check_logits_shape, check_prefix_shape,
                                        check_token_shape, is_int)
-from static_compiler.decode_types import BeamState
+from static_compiler.decode_types import BeamState, ProcessorState
 from static_compiler.errors import DecodeInputError
 
 
@@ -43,36 +43,39 @@ def check_step(step, max_length: int, where: str) -> int:
     raise DecodeInputError(f"{where}: step={step!r} must be an int in [0, {max_length})")
 
 
-def check_state(state, where: str):
-    """`state`: a tuple of three tensors (node, valid, finished) of one shape (B,)."""
-    if not isinstance(state, tuple) or len(state) != 3 or \
+def _tensor_fields(state, state_type, where: str, hint: str = ""):
+    """`state` as a `state_type` (a decode_types NamedTuple) when it is a
+    tuple of as many tensors; else DecodeInputError naming the fields."""
+    fields = state_type._fields
+    if not isinstance(state, tuple) or len(state) != len(fields) or \
             not all(isinstance(f, torch.Tensor) for f in state):
         raise DecodeInputError(f"{where}: state is a {type(state).__name__}, expected a "
-                               "tuple of 3 tensors ('node', 'valid', 'finished')")
+                               f"tuple of {len(fields)} tensors {fields}{hint}")
+    return state_type(*state)
+
+
+def check_state(state, where: str) -> ProcessorState:
+    """`state`: the 3 `ProcessorState` tensors (node, valid, finished), each (B,)."""
+    state = _tensor_fields(state, ProcessorState, where)
     shapes = [tuple(f.shape) for f in state]
     if len(shapes[0]) != 1 or any(s != shapes[0] for s in shapes):
-        raise DecodeInputError(f"{where}: state fields ('node', 'valid', 'finished') have shapes "
+        raise DecodeInputError(f"{where}: state fields {ProcessorState._fields} have shapes "
                                f"{shapes}, expected one shape (batch,)")
     return state
 
 
 def check_beam_state(state, where: str) -> BeamState:
-    """`state`: a tuple of the 8 `BeamState` tensors, ints (B, M, T) for
-    tokens and (B, M) for the others."""
-    fields = BeamState._fields
-    if not isinstance(state, tuple) or len(state) != len(fields) or \
-            not all(isinstance(f, torch.Tensor) for f in state):
-        raise DecodeInputError(f"{where}: state is a {type(state).__name__}, expected a "
-                               f"tuple of {len(fields)} tensors {fields} (TorchConstraints"
-                               ".init_beams)")
-    state = BeamState(*state)
+    """`state`: the 8 `BeamState` tensors, (B, M, T) for tokens and (B, M)
+    for the others."""
+    state = _tensor_fields(state, BeamState, where, " (TorchConstraints.init_beams)")
     shape = tuple(state.node.shape)
-    bad = [name for name, f in zip(fields, state)
+    bad = [name for name, f in zip(BeamState._fields, state)
            if tuple(f.shape[:2]) != shape or f.ndim != (3 if name == "tokens" else 2)]
     if len(shape) != 2 or bad:
-        raise DecodeInputError(f"{where}: state fields {bad or list(fields)} do not have the "
-                               f"shapes of a beam state (node {shape}: expected (batch, beams); "
-                               "tokens (batch, beams, max_length), the others (batch, beams))")
+        raise DecodeInputError(f"{where}: state fields {bad or list(BeamState._fields)} do not "
+                               f"have the shapes of a beam state (node {shape}: expected (batch, "
+                               "beams); tokens (batch, beams, max_length), the others (batch, "
+                               "beams))")
     return state
 
 

@@ -25,7 +25,7 @@ import torch
 from static_compiler import arguments
 from static_compiler.artifact import snapshot
 from static_compiler.artifact.format import IR_FILE
-from static_compiler.backend.lowering import live_beam_bounds
+from static_compiler.backend.lowering import PlanFacts, live_beam_bounds
 from static_compiler.errors import DecodeInputError
 from static_compiler.live.layers import TrieLayer, row_pointers
 from static_compiler.live.liveness import (ItemIndex, Subset, bit_layout, checked_subset_index,
@@ -54,7 +54,7 @@ def live_bits(subset: Subset, device=None) -> LiveBits:
     return cache[key]
 
 
-class TorchConstraints:
+class TorchConstraints(PlanFacts):
     """A compiled set's plan and tables as torch tensors, with the decoding
     operations as torch ops (no jax at call time).
 
@@ -93,18 +93,6 @@ class TorchConstraints:
     def __repr__(self):
         return (f"TorchConstraints(vocab_size={self.vocab_size}, max_length={self.max_length}, "
                 f"end_token={self.end_token}, device={self.device})")
-
-    @property
-    def vocab_size(self) -> int:
-        return self.plan.vocab_size
-
-    @property
-    def max_length(self) -> int:
-        return self.plan.max_length
-
-    @property
-    def end_token(self) -> Optional[int]:
-        return self.plan.end_token
 
     # Construction
 
@@ -200,7 +188,7 @@ class TorchConstraints:
         step = checks.check_step(step, self.max_length, "mask")
         state = checks.check_state(state, "mask")
         sub = self.subset_bits(subset, subset_index, state[0].shape[0], "mask")
-        return ops.mask_at(self.plan, self.tables, TorchState(*state), step, sub)
+        return ops.mask_at(self.plan, self.tables, state, step, sub)
 
     def advance(self, state: TorchState, tokens, step: int, *, subset=None,
                 subset_index=None) -> TorchState:
@@ -213,7 +201,7 @@ class TorchConstraints:
         tokens = checks.as_tensor("tokens", tokens, self.device, f"advance(step={step})")
         checks.check_tokens(tokens, B, f"advance(step={step})")
         sub = self.subset_bits(subset, subset_index, B, "advance")
-        return ops.advance_at(self.plan, self.tables, TorchState(*state), tokens, step, sub)
+        return ops.advance_at(self.plan, self.tables, state, tokens, step, sub)
 
     def allowed(self, prefixes, *, subset=None, subset_index=None,
                 check_values: bool = True) -> torch.Tensor:
@@ -314,12 +302,9 @@ class TorchConstraints:
             if self.end_token is not None and step and \
                     not bool((state.valid & ~state.finished).any()):
                 break  # every valid beam has ended: the steps left change nothing
-            out = logits_fn(state.last_tokens, step, carry)
-            if not isinstance(out, (tuple, list)) or len(out) != 2:
-                raise DecodeInputError(f"beam_search (step {step}): logits_fn must return "
-                                       f"(logits float (B, M, V) = {(B, M, self.vocab_size)}, "
-                                       f"new_carry); got a {type(out).__name__}")
-            logits, carry = out
+            logits, carry = arguments.model_output(logits_fn(state.last_tokens, step, carry),
+                                                   (B, M, self.vocab_size),
+                                                   f"beam_search (step {step})")
             checks.check_logits(logits, (B, M), self.vocab_size, f"beam_search (step {step})")
             state = beam.beam_step(self.plan, self.tables, state, logits.to(self.device), step,
                                    caps[step], bounds[step], sub)

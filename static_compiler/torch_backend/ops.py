@@ -9,29 +9,17 @@ int), with no host synchronisation and no branch on tensor values.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
+
+from static_compiler.decode_types import ProcessorState
 
 from static_compiler.torch_backend.kernels import dense_child, row_status, step_columns
 
 
-class TorchState(NamedTuple):
-    """Per-row processor state (B rows).
-
-    Attributes
-    ----------
-    node : int64 tensor (B,)
-        Automaton state at the current depth (0 when not live).
-    valid : bool tensor (B,)
-        The row holds a prefix of the set (of its subset).
-    finished : bool tensor (B,)
-        The row has taken the end token.
-    """
-
-    node: torch.Tensor
-    valid: torch.Tensor
-    finished: torch.Tensor
+TorchState = ProcessorState
+"""Per-row processor state (B rows): `static_compiler.decode_types.ProcessorState`
+(node, valid, finished) of torch tensors, node int64 (B,), the JAX
+backend's fields in its order."""
 
 
 def init_state(rows: int, device=None) -> TorchState:

@@ -202,27 +202,24 @@ class StepProcessor:
             import jax
             plan = self.plan
 
-            views = functools.partial(_views_at, t=t)
+            def mask(args, x, st, at=t):
+                tabs, sub = _views_at(args, at)
+                return _mask_at(plan, tabs, x, st, at, sub)
 
-            def traced(body):
-                def run(args, *rest):
-                    with few_rows():
-                        return body(*views(args), *rest)
-                return jax.jit(run)
+            def advance(args, st, tok):
+                tabs, sub = _views_at(args, t)
+                return _advance_at(plan, tabs, st, tok, t, sub)
 
-            if kind == "mask":
-                fn = traced(lambda tabs, sub, x, st: _mask_at(plan, tabs, x, st, t, sub))
-            elif kind == "advance":
-                fn = traced(lambda tabs, sub, st, tok: _advance_at(plan, tabs, st, tok, t, sub))
-            else:  # advance at t, then mask at t + 1
-                def both(args, next_args, st, tok, x):
-                    with few_rows():
-                        tabs, sub = _views_at(args, t)
-                        moved = _advance_at(plan, tabs, st, tok, t, sub)
-                        nxt_tabs, nxt_sub = _views_at(next_args, t + 1)
-                        return moved, _mask_at(plan, nxt_tabs, x, moved, t + 1, nxt_sub)
-                fn = jax.jit(both)
-            self._programs[(kind, t)] = fn
+            def both(args, next_args, st, tok, x):  # advance at t, then mask at t + 1
+                moved = advance(args, st, tok)
+                return moved, mask(next_args, x, moved, at=t + 1)
+
+            body = {"mask": mask, "advance": advance, "both": both}[kind]
+
+            def run(*args):
+                with few_rows():
+                    return body(*args)
+            fn = self._programs[(kind, t)] = jax.jit(run)
         return fn
 
     # -- checks: the validators of `mask` / `advance`, and this batch size

@@ -26,6 +26,7 @@ from static_compiler.backend import lowering
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (DecodeResult, check_callable, check_finite, check_int,
                                           check_logits, check_start_tokens, check_tokens_per_beam)
+from static_compiler.arguments import model_output
 from static_compiler.errors import DecodeInputError
 
 
@@ -50,23 +51,10 @@ def live_beam_bounds(plan: Plan, beam_size: int, tokens_per_beam=None) -> tuple[
 def _call_model(logits_fn, params, with_params: bool, last_tokens, step, carry, vocab_size: int,
                 where: str):
     """(logits, new_carry) from `logits_fn` for last_tokens int32 (B, M),
-    after checking that it returned that pair (a tuple or list of two):
-    a model returning only logits would otherwise fail in the unpacking
-    with Python's own message (or, with B = 2, unpack its batch rows)."""
+    after checking that it returned that pair (`arguments.model_output`)."""
     out = logits_fn(params, last_tokens, step, carry) if with_params \
         else logits_fn(last_tokens, step, carry)
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        if hasattr(out, "shape") and hasattr(out, "dtype"):  # an array, traced or not
-            got = f"an array {out.dtype}{list(out.shape)} alone"
-        elif isinstance(out, (tuple, list)):
-            got = f"a {type(out).__name__} of length {len(out)}"
-        else:
-            got = f"a {type(out).__name__}"
-        want = tuple(last_tokens.shape) + (vocab_size,)
-        raise DecodeInputError(f"{where}: logits_fn must return (logits float (B, M, V) = "
-                               f"{want}, new_carry); got {got} (return (logits, carry): the "
-                               "new carry, of the carry's structure, None without carry=)")
-    return out[0], out[1]
+    return model_output(out, tuple(last_tokens.shape) + (vocab_size,), where)
 
 
 @bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "beam_size", "caps",
