@@ -15,14 +15,16 @@ each an edge to the node its bytes reach. That graph is deterministic and
 acyclic; `frontend.graph` lays it out by depth (a node reached with 3 or 5
 tokens is two states) and merges equivalent states.
 
-Cost, measured on the peers bench's catalogues (V = 16384 byte-level BPE,
-`compile_constraints` on this 2-core machine): at 1e3 / 1e4 / 1e5 names
-the layered graph has 140k / 1.01M / 9.33M states, merged to 92k / 445k /
-2.56M (22x / 16x / 7.7x the canonical trie's states, 52x / 44x / 25x its
-edges), compiled in 0.7 / 3.4 / 32 s, with as many steps as the longest
-name has bytes (69 / 84 / 89 against 26 / 34 / 36 tokens). The set has no
-item index (no subsets or removals by name) and no name table: decode a
-beam's tokens with the tokenizer.
+Cost, on the peers bench's catalogues (tools/bench/peers.py, V = 16384
+byte-level BPE; the states are ``compiled.frontend_stats["graph"]``): at
+1e3 / 1e4 / 1e5 names the layered graph has 140k / 1.01M / 9.33M states,
+merged to 92k / 445k / 2.56M (22x / 16x / 7.7x the canonical trie's
+states, 52x / 44x / 25x its edges), with as many steps as the longest name
+has bytes (69 / 84 / 89 against 26 / 34 / 36 tokens). Compile time, from
+``python -m tools.bench peers`` (engine "static-any"): 0.56 s at 1e3 and
+2.42 s at 1e4 (``--quick``, V = 8192), 33.6 s and 1.0 GB at 1e5. The set
+has no item index (no subsets or removals by name) and no name table:
+decode a beam's tokens with the tokenizer.
 
 Token bytes come from the adapter's ``token_bytes()`` (a sequence of
 ``bytes`` or None per token id, None: never part of a spelling), or, for a
