@@ -153,14 +153,22 @@ class CompiledConstraints(PlanFacts):
         num_states, num_edges and layers with counts and layouts."""
         return self.ir if "ir" in self.__dict__ else self.summary
 
-    def ir_text(self) -> str:
-        """The IR's text dump (`ir.print_ir`); for a set whose IR lives in
+    def ir_text(self, max_edges: Optional[int] = None) -> str:
+        """The IR's text dump (`ir.print_ir`, rows elided past `max_edges`
+        edges, default the printer's limit); for a set whose IR lives in
         its tables, printed from `summary` and the first rows of each
         table (`lowering.table_head`), equal to the automaton's."""
+        from static_compiler.ir import _ELIDE_EDGES
+
+        limit = _ELIDE_EDGES if max_edges is None else max_edges
+        return print_ir(self.outline, max_edges=limit, rows_of=self.rows_of())
+
+    def rows_of(self):
+        """None for a set that holds its IR; else `ir.print_ir`'s rows_of:
+        (t, n) -> a `Layer` of layer t's first n states, read from the tables."""
         if "ir" in self.__dict__:
-            return self.ir.to_text()
-        return print_ir(self.summary, rows_of=lambda t, n: table_head(self.plan.steps[t],
-                                                                      self.tables[t], n))
+            return None
+        return lambda t, n: table_head(self.plan.steps[t], self.tables[t], n)
 
     def _replace(self, **changes) -> "CompiledConstraints":
         """dataclasses.replace that leaves an unread IR unread."""
@@ -225,10 +233,10 @@ class CompiledConstraints(PlanFacts):
         into D contiguous ranges of rows (states or edges), one per device;
         the others are replicated (`placement`). Inside jit, XLA partitions
         each gather from a split table into a local gather and one
-        all-reduce, so results are bit-identical to one device. Compile
-        with capacity (multiples of 8 rows) so that deep tables divide by D
-        in {2, 4, 8}; row pointers (S + 1 rows) are padded with their last
-        value to a multiple of D. `table_bytes_per_device` reports what
+        all-reduce, so results are bit-identical to one device. A split
+        table is padded to a multiple of D rows that no decode reads
+        (`placement.padded`), so any set splits, with or without reserved
+        capacity. `table_bytes_per_device` reports what
         each device holds."""
         out = self._replace(
             placement=placement_lib.MeshPlacement.of(mesh, axis, self.tables, min_bytes))
@@ -319,11 +327,11 @@ class CompiledConstraints(PlanFacts):
 
     @property
     def fingerprint(self) -> str:
-        """Content hash of the compiled automaton (`subsets.set_fingerprint`),
+        """Content hash of the plan and tables (`subsets.set_fingerprint`),
         and of the items an update removed (`ItemIndex.removal_tag`)."""
         cached = self.__dict__.get("_fingerprint")
         if cached is None:
-            cached = subsets.set_fingerprint(self.ir, state_counts(self.plan))
+            cached = subsets.set_fingerprint(self.plan, self.tables)
             object.__setattr__(self, "_fingerprint", cached)
         return cached + ("" if self.items is None else self.items.removal_tag)
 
@@ -349,7 +357,7 @@ class CompiledConstraints(PlanFacts):
         Raises ConstraintSetError for invalid sequences or masks, for a
         set without items (graph, IR, minimize) and for a text catalogue
         (add names by compiling anew)."""
-        items = subsets.check_subsettable(self.ir, self.items, "update")
+        items = subsets.check_subsettable(self.outline, self.items, "update")
         if add is None and remove is None:
             raise ConstraintSetError("update: nothing to do: pass add=... (token sequences) "
                                      "and/or remove=... (a bool mask over the input rows, or "
@@ -360,10 +368,10 @@ class CompiledConstraints(PlanFacts):
                 new, report = self._added(items, add)
             items = new.items
         if remove is not None:
-            removed, removal = subsets.removal(items, remove, lambda: new.ir)
+            removed, removal = subsets.removal(items, remove, new._trie)
             report.update(removal)
             items = dataclasses.replace(items, removed=removed)
-        version = dataclasses.replace(new, items=items, last_update=report)
+        version = new._replace(items=items, last_update=report)
         if add is None:  # the same tables and set: share what was computed
             _share_computed(self, version, ("_device_tables",) + _SET_CACHES)
         version.base_subset  # computed now, so the next decode only reads it
@@ -376,12 +384,14 @@ class CompiledConstraints(PlanFacts):
                                      "it anew with the new names (added token sequences would "
                                      "have no name)")
         t0 = time.perf_counter()
-        merged = additions.merge_items(self.ir, items, add)
-        problems = additions.fit_problems(merged, self.ir)
+        merged = additions.merge_items(self._trie(), items, add)
+        problems = additions.fit_problems(merged, self.outline)
+        held = "ir" in self.__dict__  # else the new version stays in its tables too
         if problems:
             bare = merged.ir.with_layers(layer.replace(layout=None) for layer in merged.ir.layers)
             ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(self.pipeline))
             plan, tables = lower(ir)
+            held = True
         else:
             ir = merged.ir
             plan, tables = lower(ir)
@@ -392,8 +402,11 @@ class CompiledConstraints(PlanFacts):
         where = self.placement
         if where is not None:  # grown tables may split differently
             where = placement_lib.MeshPlacement.of(where.mesh, where.axis, tables, where.min_bytes)
-        new = dataclasses.replace(self, ir=ir, plan=plan, tables=tables, items=merged.items,
-                                  placement=where, timings=self.timings + (("update", time.perf_counter() - t0),))
+        held_as = dict(ir=ir, summary=None) if held else \
+            dict(ir=None, summary=AutomatonSummary.of(ir))
+        new = dataclasses.replace(self, plan=plan, tables=tables, items=merged.items,
+                                  placement=where, **held_as,
+                                  timings=self.timings + (("update", time.perf_counter() - t0),))
         return new, report
 
     @property
@@ -418,15 +431,27 @@ class CompiledConstraints(PlanFacts):
         Raises ConstraintSetError for a mask of another shape or dtype, a
         sequence not in the set, and a set whose items share states
         (minimized, graph or IR input)."""
-        return subsets.make_subset(self.ir, self.items, selection, self.fingerprint,
+        return subsets.make_subset(self._trie(), self.items, selection, self.fingerprint,
                                    "CompiledConstraints.subset", self._bit_layout())
+
+    def _trie(self):
+        """What subsets, removals and item lookups read: the IR when this set
+        holds it, else a `subsets.TableTrie` of its tables (the IR is never
+        rebuilt for them)."""
+        if "ir" in self.__dict__:
+            return self.ir
+        cached = self.__dict__.get("_trie_cache")
+        if cached is None:
+            cached = subsets.TableTrie.of(self.plan, self.summary, self.tables)
+            object.__setattr__(self, "_trie_cache", cached)
+        return cached
 
     def _bit_layout(self):
         """The `liveness.BitLayout` of this set's subsets (computed once)."""
         layout = self.__dict__.get("_bit_layout_cache")
         if layout is None:
-            subsets.check_subsettable(self.ir, self.items, "CompiledConstraints.subset")
-            layout = subsets.bit_layout(self.ir.layers,
+            subsets.check_subsettable(self.outline, self.items, "CompiledConstraints.subset")
+            layout = subsets.bit_layout(self._trie().layers,
                                         {t: self.tables[t]["next"] for t in slot_steps(self.plan)},
                                         state_counts(self.plan))
             object.__setattr__(self, "_bit_layout_cache", layout)
@@ -435,12 +460,12 @@ class CompiledConstraints(PlanFacts):
     def item_index(self, sequences) -> np.ndarray:
         """int64 (n,): the item (input row; the first of duplicate rows) each
         of `sequences` is, -1 for a sequence not in the set (or removed)."""
-        items = subsets.check_subsettable(self.ir, self.items, "item_index")
+        items = subsets.check_subsettable(self.outline, self.items, "item_index")
         first = self.__dict__.get("_first_rows")
         if first is None:
             first = np.unique(items.row_item, return_index=True)[1].astype(np.int64)
             object.__setattr__(self, "_first_rows", first)
-        ids = subsets.unique_ids(self.ir, items, sequences, "item_index")
+        ids = subsets.unique_ids(self._trie(), items, sequences, "item_index")
         if items.removed is not None:
             ids = np.where(ids >= 0, np.where(items.removed[np.maximum(ids, 0)], -1, ids), -1)
         return np.where(ids >= 0, first[np.maximum(ids, 0)], -1)
@@ -468,13 +493,27 @@ class CompiledConstraints(PlanFacts):
             object.__setattr__(subset, "_device", device)
         return decode.LiveMask(device[0], device[1], subset_index)
 
+    def removal_program(self, live, batch_size: int):
+        """What a decoder also compiles (`decode.beam_search`'s
+        also_compile) when it decodes this set over every item (`live` is
+        None: no subset, nothing removed): for a set compiled with capacity
+        (one that expects updates) and an item index, the shapes of its
+        decode over the items a removal leaves, so that warming up a decode
+        loop compiles that program too and the first removal compiles
+        nothing; else None."""
+        if live is not None or self.items is None or \
+                not all(layer.implicit_targets for layer in self.outline.layers) or \
+                not any(layer.layout.reserved for layer in self.outline.layers):
+            return None
+        return decode.live_mask_spec(self.plan, batch_size)
+
     def save(self, path, *, overwrite: bool = False):
         """Writes the artifact directory atomically (see static_compiler.artifact.writer)."""
         from static_compiler.artifact import writer
         return writer.save(self, path, overwrite=overwrite)
 
 
-_SET_CACHES = ("_fingerprint", "_bit_layout_cache", "_first_rows")
+_SET_CACHES = ("_fingerprint", "_bit_layout_cache", "_first_rows", "_trie_cache")
 """What a CompiledConstraints computes from its set on first use (and caches
 in its __dict__), valid for any version with the same IR."""
 

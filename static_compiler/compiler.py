@@ -299,7 +299,8 @@ def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, be
     """
     live = compiled.live_mask(subset, subset_index, batch_size, "beam_search")
     return decode.beam_search(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
-                              beam_size=beam_size, subset=live, **options)
+                              beam_size=beam_size, subset=live,
+                              also_compile=compiled.removal_program(live, batch_size), **options)
 
 
 def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
@@ -337,7 +338,8 @@ def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
     """
     live = compiled.live_mask(subset, subset_index, batch_size, "greedy_decode")
     return decode.greedy_decode(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
-                                subset=live, **options)
+                                subset=live,
+                                also_compile=compiled.removal_program(live, batch_size), **options)
 
 
 def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
@@ -384,4 +386,5 @@ def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
     """
     live = compiled.live_mask(subset, subset_index, batch_size, "sample")
     return decode.sample(*_plan_tables(compiled), logits_fn, key, batch_size=batch_size,
-                         subset=live, **options)
+                         subset=live, also_compile=compiled.removal_program(live, batch_size),
+                         **options)

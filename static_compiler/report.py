@@ -279,17 +279,18 @@ def _subset_line(obj) -> str:
             f"{shared} hold the next depth's bits")
 
 
-def layer_text(ir: Automaton, layer: int, max_edges: Optional[int] = None) -> str:
+def layer_text(obj, layer: int, max_edges: Optional[int] = None) -> str:
     """Layer `layer`'s header and rows, exactly as in the IR text form
     (`ir.print_ir`); rows are elided when the layer has more than `max_edges`
     edges (default: the printer's limit). Targets name states at depth
-    `layer` + 1.
+    `layer` + 1. obj: an ir.Automaton, or CompiledConstraints (a set whose
+    IR lives in its tables prints the rows from its tables, unread).
 
     Raises ReportInputError when `layer` is not in [0, depth)."""
     from static_compiler.ir import _ELIDE_EDGES, print_ir
 
-    if not isinstance(ir, Automaton):
-        raise ReportInputError(f"layer_text of a {type(ir).__name__}: expected an ir.Automaton")
+    ir = _automaton_of(obj) if not isinstance(obj, Automaton) else obj
+    rows_of = getattr(obj, "rows_of", lambda: None)()
     if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
             or not 0 <= layer < ir.depth:
         raise ReportInputError(f"layer {layer!r}: expected an int in [0, {ir.depth}) "
@@ -297,7 +298,8 @@ def layer_text(ir: Automaton, layer: int, max_edges: Optional[int] = None) -> st
     # Print a one-layer automaton with the printer itself, then give the
     # header its real index: one formatter for both views.
     single = dataclasses.replace(ir, layers=(ir.layers[layer],))
-    text = print_ir(single, max_edges=_ELIDE_EDGES if max_edges is None else max_edges)
+    text = print_ir(single, max_edges=_ELIDE_EDGES if max_edges is None else max_edges,
+                    rows_of=None if rows_of is None else lambda _, n: rows_of(layer, n))
     lines = text.splitlines()[1:]  # drop the one-layer automaton's own header
     lines[0] = f"layer {layer} " + lines[0][len("layer 0 "):]
     return "\n".join(lines) + "\n"

@@ -12,13 +12,19 @@ from static_compiler.compiled import CompiledConstraints
 from static_compiler.errors import ConstraintSetError
 
 
-def load_compiled(path, *, verify_checksums: bool = True) -> CompiledConstraints:
+def load_compiled(path, *, verify_checksums: bool = True,
+                  check_automaton: bool = False) -> CompiledConstraints:
     """The compiled set a saved artifact holds.
 
-    Rebuilt from its manifest, IR and tables (numpy; no module is run):
-    plan, tables, pipeline, export options, names and item index as saved,
-    the automaton verified (`artifact.read_automaton`). For updating a
-    saved set in the library (`update_artifact`).
+    Read from its manifest and tables (numpy, memory-mapped; no module is
+    run): plan, tables, pipeline, export options, names and item index as
+    saved, and the manifest's summary of the automaton (counts, branch
+    histograms, layouts: `metadata.summary_from_metadata`), checked against
+    the tables a chunk at a time. The automaton itself is never rebuilt:
+    subsets, removals, additions, `show-ir` and a new save read the tables
+    (as for a set built from `Shards`), so a set of 1e9 items loads in
+    bounded memory. `ir` reads it back when asked for. For updating a saved
+    set in the library (`update_artifact`).
 
     Parameters
     ----------
@@ -26,6 +32,11 @@ def load_compiled(path, *, verify_checksums: bool = True) -> CompiledConstraints
         The artifact directory (`CompiledConstraints.save`).
     verify_checksums : bool
         Check every file against the manifest's checksums.
+    check_automaton : bool
+        Also rebuild the automaton from the tables and verify every
+        invariant (`artifact.read_automaton`: O(table size) memory, some
+        36 bytes per item), refusing tables edited with their checksums
+        recomputed.
 
     Returns
     -------
@@ -39,7 +50,7 @@ def load_compiled(path, *, verify_checksums: bool = True) -> CompiledConstraints
     ArtifactFormatError
         For a missing or malformed artifact (manifest, plan, files).
     IRVerificationError
-        When its tables do not form a valid automaton.
+        With check_automaton, when its tables do not form a valid automaton.
     ArtifactChecksumError
         For a file whose checksum differs from the manifest's.
     ArtifactVersionError
@@ -50,26 +61,29 @@ def load_compiled(path, *, verify_checksums: bool = True) -> CompiledConstraints
     from static_compiler.artifact import snapshot
 
     with snapshot.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
-        return _compiled_from_snapshot(snap)
+        return _compiled_from_snapshot(snap, check_automaton)
 
 
-def _compiled_from_snapshot(snap) -> CompiledConstraints:
+def _compiled_from_snapshot(snap, check_automaton: bool = False) -> CompiledConstraints:
     """`load_compiled` of an open `artifact.snapshot.Snapshot` (every array
     read from its open files)."""
     from static_compiler.artifact import snapshot
-    from static_compiler.artifact.metadata import automaton_from_metadata, plan_from_metadata
+    from static_compiler.artifact.metadata import (automaton_from_metadata, plan_from_metadata,
+                                                   summary_from_metadata)
     from static_compiler.artifact.update import read_items
 
     manifest = snap.manifest
     where, metadata = f"artifact {str(snap.path)!r}", dataclasses.asdict(manifest)
     plan, _ = plan_from_metadata(metadata, where)
     tables = tuple(snapshot.read_tables(snap))
-    ir = automaton_from_metadata(metadata, tables, where)
+    summary = summary_from_metadata(metadata, tables, where)
+    ir = automaton_from_metadata(metadata, tables, where) if check_automaton else None
     items = None if manifest.item_files is None else read_items(snap)
     names = snapshot.read_names(snap)
     caps = next((m.tokens_per_beam for m in manifest.modules.values()
                  if m.tokens_per_beam is not None), None)
-    return CompiledConstraints(ir=ir, plan=plan, tables=tables, pipeline=manifest.pipeline,
+    return CompiledConstraints(ir=ir, summary=None if ir is not None else summary, plan=plan,
+                               tables=tables, pipeline=manifest.pipeline,
                                export_beam_sizes=manifest.beam_sizes(),
                                export_tokens_per_beam=_tokens_per_beam_option(caps),
                                names=names, items=items, export_subsets=items is not None)

@@ -13,6 +13,8 @@ capacity reserved for them (`compile_constraints(capacity=...)`,
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 
 import numpy as np
@@ -101,7 +103,7 @@ def test_added_items_take_the_next_ids_and_item_index_finds_them():
 # Decoding after additions, against the oracle.
 
 CAPACITY_LAYOUTS = {"fixed": ("dense_rows", "csr", "near_unary", "mixed_csr", "default"),
-                    "ragged": ("csr", "mixed_csr", "default"),
+                    "ragged": ("csr", "near_unary", "mixed_csr", "default"),
                     "unary-tail": ("unary", "default")}
 
 
@@ -128,7 +130,8 @@ def decode(compiled, model, seeds, case, **kwargs):
 def test_added_items_decode_like_the_oracle_with_the_same_program(name, layout):
     case = CASES[name]
     base, extra, compiled = capacity_case(name, layout)
-    assert all(step.kind != "near_unary" for step in compiled.plan.steps)
+    if layout == "near_unary":  # keeps its form with room (not csr)
+        assert any(step.kind == "near_unary" for step in compiled.plan.steps)
     model = oracle.HashModel(case.vocab, dup=40, nan=10)
     seeds = [3, 4]
     assert_matches(decode(compiled, model, seeds, case),
@@ -250,12 +253,37 @@ def test_capacity_round_trips_through_the_ir_text_and_pads_the_tables():
 
 @pytest.mark.parametrize("text, match", [
     ("csr(k=2,capacity=4)", "states/edges"),
-    ("near_unary(k=2,capacity=4/8)", "near_unary cannot reserve"),
     ("csr(k=2,capacity=4/0)", "both 0"),
 ])
 def test_bad_capacities_in_a_layout_are_refused(text, match):
     with pytest.raises((IRVerificationError, Exception), match=match):
         Layout.from_text(text)
+
+
+def test_near_unary_layers_keep_their_form_with_room():
+    """Capacity pads a near_unary layer (one token per state plus its
+    exceptions' rows) instead of turning it into csr: room for growth times
+    its states, edges and exceptions; the padding entries are ids past every
+    state with no children, and verification refuses room below the
+    exceptions the layer has."""
+    rows = [(a, b, c) for a in range(1, 4) for b in range(1, 6) for c in (1, 2)][::3]
+    pipeline = "verify,choose-layout{force=near_unary},reserve-capacity{growth=2.0},pack-dtypes"
+    c = sc.compile_constraints(rows, 7, pipeline=pipeline)
+    for layer, step, tabs in zip(c.ir.layers, c.plan.steps, c.tables):
+        if step.kind != "near_unary":
+            continue
+        lay = layer.layout
+        assert lay.reserved and lay.exceptions >= int((layer.branch() != 1).sum())
+        real = int((layer.branch() != 1).sum())
+        assert tabs["ex_states"].shape == (lay.exceptions,)
+        assert (tabs["ex_states"][real:] == step.num_states).all()
+        assert (tabs["ex_branch"][real:] == 0).all()
+        assert tabs["tokens"].shape == (step.num_next_states,)
+    layer = next(l for l in c.ir.layers if l.layout.kind == "near_unary")
+    bad = c.ir.with_layers([l if l is not layer else l.replace(
+        layout=dataclasses.replace(l.layout, exceptions=0)) for l in c.ir.layers])
+    with pytest.raises(IRVerificationError, match="exceptions"):
+        verify(bad)
 
 
 def test_inconsistent_capacities_fail_verification():

@@ -149,8 +149,15 @@ def live_cases(draw) -> LiveCase:
     return LiveCase(V, end, rows, layout, capacity, added, remove, subsets, index, shape)
 
 
-def compile_case(case: LiveCase, **options):
-    return sc.compile_constraints(list(case.rows), case.vocab, end_token=case.end,
+def compile_case(case: LiveCase, shards: bool = False, **options):
+    """The case's set compiled from its rows; with `shards`, built in
+    partitions (`sc.Shards`) straight into its tables, never as an IR."""
+    rows = list(case.rows)
+    if shards:
+        L = max(len(r) for r in rows)
+        rows = sc.Shards(np.asarray([list(r) + [-1] * (L - len(r)) for r in rows], np.int64),
+                         partitions=2)
+    return sc.compile_constraints(rows, case.vocab, end_token=case.end,
                                   pipeline=oracle.pipeline_for(case.layout),
                                   capacity=case.capacity, export_subsets=True, **options)
 
@@ -447,6 +454,24 @@ def run_library_case(case: LiveCase) -> None:
     check_library(updated(compile_case(case), case), case)
 
 
+def run_shards_case(case: LiveCase) -> None:
+    """A set built from Shards, which holds no IR: its updates, subsets and
+    decoders read the tables, and the IR is never built (unless an
+    addition outgrew the capacity: that compiles the merged set anew)."""
+    compiled = compile_case(case, shards=True)
+    assert "ir" not in compiled.__dict__
+    version, grew = compiled, False
+    if case.added:
+        version = version.update(add=list(case.added))
+        grew = bool(version.last_update["grew"])
+    if case.remove.any():
+        version = version.update(remove=case.remove)
+    check_library(version, case)
+    assert "ir" not in compiled.__dict__
+    if not grew:
+        assert "ir" not in version.__dict__, version.last_update
+
+
 def run_served_case(case: LiveCase, tmp_path) -> None:
     import shutil
     beams = beams_for(max(len(set(case.all_rows)), 1))
@@ -469,6 +494,12 @@ def test_every_library_decoder_equals_brute_force(case):
 
 @fuzz_settings(max(2, CI_EXAMPLES // 2))
 @given(case=live_cases())
+def test_sets_built_from_shards_stay_in_their_tables_and_equal_brute_force(case):
+    run_shards_case(case)
+
+
+@fuzz_settings(max(2, CI_EXAMPLES // 2))
+@given(case=live_cases())
 def test_served_artifacts_and_load_compiled_equal_brute_force(case, tmp_path_factory):
     run_served_case(case, tmp_path_factory.mktemp("fuzz"))
 
@@ -478,6 +509,13 @@ def test_served_artifacts_and_load_compiled_equal_brute_force(case, tmp_path_fac
 @given(case=live_cases())
 def test_every_library_decoder_equals_brute_force_long(case):
     run_library_case(case)
+
+
+@pytest.mark.slow
+@fuzz_settings(LONG_EXAMPLES, shrink=True)
+@given(case=live_cases())
+def test_sets_built_from_shards_stay_in_their_tables_long(case):
+    run_shards_case(case)
 
 
 @pytest.mark.slow

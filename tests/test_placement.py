@@ -28,14 +28,32 @@ def fake_mesh(**axes):
     ("tokens", (BIG,), np.uint16, 8, 0, True),
     ("tokens", (BIG,), np.uint16, 1, 0, False),              # one device: nothing to split
     ("tokens", (placement.PACKED_TABLE_ENTRIES,), np.int32, 2, 0, False),  # may be packed
-    ("tokens", (BIG + 1,), np.int32, 8, 0, False),           # does not divide
-    ("indptr", (BIG + 1,), np.int32, 8, 0, True),            # ... row pointers are padded
+    ("tokens", (BIG + 1,), np.int32, 8, 0, True),            # padded to a multiple of D
+    ("indptr", (BIG + 1,), np.int32, 8, 0, True),
     ("tokens", (BIG,), np.uint16, 8, 2 * BIG + 1, False),    # under min_bytes
     ("next", (2048, 64), np.int32, 8, 0, True),              # 2-D: entries count, rows split
     ("accepting", (BIG,), np.bool_, 4, 0, True),
 ])
 def test_which_tables_split(name, shape, dtype, devices, min_bytes, split):
     assert placement.is_split(name, shape, dtype, devices, min_bytes) is split
+
+
+@pytest.mark.parametrize("name, dtype, fill", [
+    ("indptr", np.int32, 7), ("tokens", np.uint16, 0), ("accepting", np.bool_, False),
+    ("ex_states", np.int32, placement.PAST_EVERY_STATE), ("ex_states", np.uint16, 65535),
+    ("ex_branch", np.uint8, 0)])
+def test_split_tables_are_padded_with_rows_no_decode_reads(name, dtype, fill):
+    arr = np.arange(5, dtype=np.int64).astype(dtype)
+    if name == "indptr":
+        arr[-1] = 7
+    out = placement.padded(name, arr, 8)
+    assert out.dtype == arr.dtype and out.shape == (8,)
+    np.testing.assert_array_equal(out[:5], arr)
+    assert (out[5:] == fill).all()
+    rows = placement.padded("next", np.zeros((3, 4), np.int16), 8)
+    assert rows.shape == (8, 4) and (rows[3:] == -1).all()
+    with pytest.raises(errors.DecodeInputError, match="rows"):
+        placement.padded("tokens", arr, 4)
 
 
 def test_bytes_per_device_are_split_bytes_over_d_plus_replicated():
@@ -47,13 +65,13 @@ def test_bytes_per_device_are_split_bytes_over_d_plus_replicated():
     assert placement.bytes_per_device(tabs, 8, 1 << 30) == sum(a.nbytes for a in tabs.values())
 
 
-def test_padding_only_extends_row_pointers():
+def test_padding_extends_never_cuts():
     arr = np.array([0, 2, 5], np.int32)
     assert placement.padded("indptr", arr, 4).tolist() == [0, 2, 5, 5]
     assert placement.padded("tokens", arr, 3) is arr
     with pytest.raises(errors.DecodeInputError, match="table 'tokens' has 3 rows, its placement "
-                                                      "wants 4"):
-        placement.padded("tokens", arr, 4)
+                                                      "wants 2"):
+        placement.padded("tokens", arr, 2)
 
 
 def test_layer_stats_and_show_ir_report_bytes_per_device(tmp_path, capsys):

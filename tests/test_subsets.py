@@ -341,8 +341,10 @@ def test_a_subset_of_another_set_is_rejected():
     with pytest.raises(ConstraintSetError, match="different compiled sets"):
         sc.stack_subsets([compiled.subset(np.ones(len(items), bool)),
                           third.subset(np.ones(len(other_items), bool))])
-    # The same items under another layout: the same automaton, the same fingerprint.
-    assert other.fingerprint == compiled.fingerprint or other.ir != compiled.ir
+    # The same items under another layout: other tables and bit rows, another fingerprint.
+    assert other.plan != compiled.plan and other.fingerprint != compiled.fingerprint
+    with pytest.raises(DecodeInputError, match="made from another compiled set"):
+        decode(other, model, [1], case, subset=compiled.subset(np.ones(len(items), bool)))
 
 
 def test_bad_subset_index_is_rejected():
@@ -656,18 +658,22 @@ def test_an_updated_set_saves_its_removals_and_serves_without_them(tmp_path):
 
 
 def test_the_fingerprint_hashes_in_chunks_and_does_not_depend_on_them(monkeypatch):
-    """set_fingerprint hashes each array a chunk at a time (bounded memory on
-    large sets); the digest is the one of each array hashed whole (a chunk
-    larger than every array), as before chunking."""
+    """set_fingerprint hashes each table a chunk of rows at a time (bounded
+    memory on large or memory-mapped tables); the digest is the one of each
+    table hashed whole (a chunk larger than every table)."""
     import static_compiler as sc
     from static_compiler.live import subsets as subsets_lib
-    from static_compiler.backend.lowering import state_counts
 
     compiled = sc.compile_constraints([[1, 2, 3], [1, 3, 2], [2, 2, 2], [3, 1]], 5, end_token=0)
-    ir, counts = compiled.ir, state_counts(compiled.plan)
     monkeypatch.setattr(subsets_lib, "FINGERPRINT_CHUNK", 1 << 40)
-    whole = subsets_lib.set_fingerprint(ir, counts)
+    whole = subsets_lib.set_fingerprint(compiled.plan, compiled.tables)
     for chunk in (1, 2, 3, 1 << 21):
         monkeypatch.setattr(subsets_lib, "FINGERPRINT_CHUNK", chunk)
-        assert subsets_lib.set_fingerprint(ir, counts) == whole
+        assert subsets_lib.set_fingerprint(compiled.plan, compiled.tables) == whole
     assert whole == compiled.fingerprint  # the set's own, at the default chunk
+    # any change of a table entry changes it
+    tables = [dict(t) for t in compiled.tables]
+    tokens = tables[-1]["tokens"].copy()
+    tokens[0] += 1
+    tables[-1]["tokens"] = tokens
+    assert subsets_lib.set_fingerprint(compiled.plan, tables) != whole

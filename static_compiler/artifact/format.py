@@ -77,10 +77,22 @@ from static_compiler.errors import ArtifactFormatError
 #     modules take it, and the library reads both; an update that keeps an
 #     older artifact's modules keeps its tables' names (the manifest lists
 #     each layer's tables).
+#   7 (2026-12-03): room without csr, splits without room, summaries the
+#     library reads back. A near_unary layer may reserve capacity (its layout
+#     text records capacity=S/E and exceptions=X, the room for exceptions):
+#     its tokens are padded to E and its exception tables to X entries of
+#     id S (the table's state count: past every state), start the layer's
+#     edge count and branch 0. On a mesh, every split table is padded to a
+#     multiple of the axis size (`placement.padded`: not only row
+#     pointers), so a set splits without reserved capacity. Each manifest
+#     layer may record "branch_counts" (its branch histogram, as
+#     `ir.LayerSummary.counts`), which `load_compiled` checks against the
+#     tables instead of rebuilding the automaton (absent in older
+#     manifests: read from the tables). Versions 1 to 6 read as before.
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 6
+MAX_FORMAT_VERSION = 7
 SUBSET_BITS = ("per_state", "dense_slots")
 """The values of the manifest's "subset_bits" (format version 5); this
 writer's is the last."""

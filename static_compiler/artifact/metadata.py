@@ -1,30 +1,35 @@
 """The manifest fields that describe a compiled set (`set_metadata`: the
 static plan, per-layer statistics, layout text and table names), and the
 plan and automaton they and the tables describe, read back
-(`plan_from_metadata`, `automaton_from_metadata`; numpy tables only, no
-module is executed).
+(`plan_from_metadata`, `summary_from_metadata`, `automaton_from_metadata`;
+numpy tables only, no module is executed).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from static_compiler.backend.lowering import Plan, StepPlan, automaton_from_tables
 from static_compiler.errors import ArtifactFormatError
-from static_compiler.ir import Automaton, Layout
+from static_compiler.ir import Automaton, AutomatonSummary, LayerSummary, Layout
+from static_compiler.live.layers import table_branch_counts
 
 
 def set_metadata(compiled) -> dict[str, object]:
     """The manifest fields that describe the compiled set: vocab_size,
     max_length, depth, end_token, num_sequences, num_final_states,
-    plan_steps (the static plan) and layers (per-layer statistics, layout
-    text and table names). With the tables they determine the automaton
-    (`automaton_from_tables`)."""
+    plan_steps (the static plan) and layers (per-layer statistics, the
+    branch histogram, layout text and table names). With the tables they
+    determine the automaton (`automaton_from_tables`) and its summary
+    (`summary_from_metadata`, which the library reads a set back as)."""
     plan: Plan = compiled.plan
     ir = compiled.outline  # (counts and layouts: a set lowered from pieces keeps its IR unread)
     layers = []
     for t, (stats, layer) in enumerate(zip(compiled.layer_stats(), ir.layers)):
-        layers.append({**stats, "layout_text": layer.layout.to_text(),
+        layers.append({**stats, "branch_counts": [int(c) for c in layer.branch_counts()],
+                       "layout_text": layer.layout.to_text(),
                        "tables": sorted(compiled.tables[t])})
     return {"vocab_size": plan.vocab_size, "max_length": plan.max_length, "depth": plan.depth,
             "end_token": plan.end_token, "num_sequences": ir.num_sequences,
@@ -43,6 +48,55 @@ def plan_from_metadata(metadata: dict, where: str = "tables") -> tuple[Plan, lis
                                   f"({type(e).__name__}: {e})") from None
     return Plan(vocab_size=metadata["vocab_size"], steps=steps,
                 end_token=metadata["end_token"]), layouts
+
+
+def summary_from_metadata(metadata: dict, tables, where: str = "tables") -> AutomatonSummary:
+    """The laid-out `AutomatonSummary` (counts, branch histograms, accepting
+    states, layouts) that `metadata` (the fields of `set_metadata`, as the
+    manifest holds them) records for `tables`, checked against the tables
+    without rebuilding the automaton: each layer's branch histogram is read
+    from its tables a chunk at a time (`layers.table_branch_counts`: bounded
+    memory; a few entries for unary and near_unary layers) and must equal
+    the recorded one (format version >= 7; older manifests have none), its
+    totals the recorded state and edge counts, its accepting states the
+    recorded count. Raises ArtifactFormatError naming the layer where they
+    disagree."""
+    plan, layouts = plan_from_metadata(metadata, where)
+    layers = []
+    for t, (info, step, layout, tabs) in enumerate(zip(metadata["layers"], plan.steps, layouts,
+                                                        tables)):
+        states, edges, accepting = (info.get(k) for k in ("states", "edges", "accepting"))
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                   for n in (states, edges, accepting)) or states > step.num_states:
+            raise ArtifactFormatError(f"{where}: layer {t} records states={states!r}, "
+                                      f"edges={edges!r}, accepting={accepting!r}: expected ints "
+                                      f">= 0, states at most the plan's {step.num_states}")
+        try:
+            counts = table_branch_counts(step.kind.value, tabs, states)
+            held = int(np.count_nonzero(tabs["accepting"][:states])) if "accepting" in tabs else 0
+        except (KeyError, IndexError, ValueError, TypeError) as e:
+            raise ArtifactFormatError(f"{where}: layer {t}: its {step.kind.value} tables cannot "
+                                      f"be read ({type(e).__name__}: {e})") from None
+        recorded = info.get("branch_counts")
+        trim = lambda c: np.trim_zeros(np.asarray(c, np.int64), "b")
+        problem = None
+        held_edges = int((np.arange(counts.shape[0]) * counts).sum())
+        if recorded is not None and (not isinstance(recorded, list) or
+                                     not np.array_equal(trim(recorded), trim(counts))):
+            problem = (f"its branch histogram {recorded!r:.80} is not its tables' "
+                       f"{counts.tolist()!r:.80}")
+        elif int(counts.sum()) != states or held_edges != edges:
+            problem = (f"its tables hold {int(counts.sum())} states with {held_edges} edges, "
+                       f"the manifest records {states} / {edges}")
+        elif held != accepting:
+            problem = f"{held} states accept in its tables, the manifest records {accepting}"
+        if problem:
+            raise ArtifactFormatError(f"{where}: layer {t}: the manifest's summary disagrees with "
+                                      f"the tables: {problem}")
+        layers.append(LayerSummary(states, edges, counts, accepting, step.has_accepting,
+                                   not step.explicit_targets, layout))
+    return AutomatonSummary(plan.vocab_size, tuple(layers), metadata["num_final_states"],
+                            metadata["num_sequences"], plan.end_token)
 
 
 def automaton_from_metadata(metadata: dict, tables, where: str = "tables") -> Automaton:

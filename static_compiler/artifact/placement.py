@@ -3,12 +3,16 @@
 One rule, shared by `CompiledConstraints.shard`, the artifact's export and
 `serving.load(path, mesh=...)`: along one mesh axis of D devices, a table of
 at least `min_bytes` and more than `PACKED_TABLE_ENTRIES` entries whose first
-dimension divides by D is split into D contiguous ranges of rows (states or
-edges), one per device; every other table is replicated. Row pointers
-(`indptr`, S + 1 rows) are first padded with their last value to a multiple
-of D (empty rows past the end, never a state's), so they split too. Inside jit, XLA partitions each gather from a
-split table into a local gather and one all-reduce, so decoding is
-bit-identical to one device.
+is split into D contiguous ranges of rows (states or edges), one per device;
+every other table is replicated. A table whose rows do not divide by D is
+first padded to a multiple of D with rows no decode reads as an edge or a
+state (`padded`): row pointers with their last value (empty rows), dense
+`next` rows with -1 (no child), exception ids with an id past every state
+(never found), everything else with 0 (tokens and targets past the last
+edge, states that do not accept), so a set needs no reserved capacity to
+split evenly. Inside jit, XLA partitions each gather from a split table into
+a local gather and one all-reduce, so decoding is bit-identical to one
+device.
 
 Per-device bytes = split bytes / D + replicated bytes (`bytes_per_device`).
 """
@@ -32,11 +36,27 @@ whole on every step, so only tables with more entries are split."""
 
 
 def padded_rows(name: str, rows: int, devices: int) -> int:
-    """Rows a table of `rows` rows has once placed on `devices` devices:
-    row pointers are padded to a multiple of D, other tables keep theirs."""
-    if name == "indptr" and rows % devices:
+    """Rows a table of `rows` rows has once split across `devices` devices:
+    padded up to a multiple of D."""
+    if rows % devices:
         return rows + devices - rows % devices
     return rows
+
+
+PAST_EVERY_STATE = (1 << 31) - 1
+"""The id `padded` gives padding exception entries (`ex_states`): past every
+state (state ids are int32 in the decoder), so no search finds it."""
+
+
+def padding_value(name: str, arr: np.ndarray):
+    """What `padded` fills table `name`'s padding rows with (see the module doc)."""
+    if name == "indptr":
+        return arr[-1]
+    if name == "next":
+        return -1
+    if name == "ex_states":
+        return min(PAST_EVERY_STATE, np.iinfo(arr.dtype).max)
+    return 0
 
 
 def is_split(name: str, shape: tuple, dtype, devices: int, min_bytes: int) -> bool:
@@ -50,18 +70,19 @@ def is_split(name: str, shape: tuple, dtype, devices: int, min_bytes: int) -> bo
 
 
 def padded(name: str, arr: np.ndarray, rows: int) -> np.ndarray:
-    """`arr` padded to `rows` rows with its last row (row pointers only)."""
+    """`arr` padded to `rows` rows of `padding_value(name, arr)`."""
     if arr.shape[0] == rows:
         return arr
-    if name != "indptr" or arr.shape[0] > rows or arr.shape[0] == 0:
+    if arr.shape[0] > rows or arr.shape[0] == 0:
         raise DecodeInputError(f"table {name!r} has {arr.shape[0]} rows, its placement wants "
                                f"{rows}")
-    return np.concatenate([arr, np.full(rows - arr.shape[0], arr[-1], arr.dtype)])
+    pad = np.full((rows - arr.shape[0],) + arr.shape[1:], padding_value(name, arr), arr.dtype)
+    return np.concatenate([arr, pad])
 
 
 def device_bytes(name: str, shape: tuple, dtype, devices: int, split: bool) -> int:
     """Bytes one device holds of a table: all of them, or, split, its rows
-    (row pointers padded) / D."""
+    (padded to a multiple of D) / D."""
     row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
     if not split:
         return int(shape[0]) * row_bytes if len(shape) else np.dtype(dtype).itemsize

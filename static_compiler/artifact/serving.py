@@ -55,7 +55,7 @@ from static_compiler.decode_state import (SENTINEL_SCORE, BeamState, DecodeResul
                                           check_fields, check_int, check_logits,
                                           check_start_tokens, check_step, check_tokens)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
-from static_compiler.live.layers import TrieLayer, row_pointers, slot_step
+from static_compiler.live.layers import slot_step, table_layers
 from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset, bit_layout,
                                            checked_subset_index, rows_item_mask, subset_of_items)
 
@@ -328,10 +328,10 @@ class Artifact:
         return bit_layout(layers, dense, counts)
 
     def _trie_layers(self) -> list:
-        steps = self.manifest.plan_steps
-        return [TrieLayer(row_pointers(step["kind"], tabs, step["num_states"]),
-                          None if "accepting" not in tabs else np.asarray(tabs["accepting"]))
-                for step, tabs in zip(steps, self._host_tables)]
+        # the trie's own state counts (tables padded to a capacity hold more)
+        return table_layers([(step["kind"], layer["states"], step["explicit_targets"])
+                             for step, layer in zip(self.manifest.plan_steps,
+                                                    self.manifest.layers)], self._host_tables)
 
     def _subset_args(self, subset, subset_index, batch_size: int, where: str) -> list:
         """The subset modules' extra arguments: the bits, then subset_index."""

@@ -14,8 +14,8 @@ import pathlib
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.lock import lock_file, update_lock
 from static_compiler.artifact.manifest import FileEntry
-from static_compiler.artifact.read import _automaton_of
-from static_compiler.artifact.snapshot import Snapshot, open_snapshot, read_item_arrays
+from static_compiler.artifact.snapshot import (Snapshot, open_snapshot, read_item_arrays,
+                                               read_tables)
 from static_compiler.artifact.writer import _npy_bytes, _write_file, _write_then_swap
 from static_compiler.errors import ArtifactBusyError, DecodeInputError
 
@@ -61,11 +61,24 @@ def read_items(snap: Snapshot, where: str = "update"):
     return ItemIndex(num_unique=snap.manifest.num_sequences, **arrays)
 
 
+def table_trie(snap: Snapshot):
+    """The `subsets.TableTrie` of an open snapshot's tables (memory-mapped),
+    its summary checked against them (`metadata.summary_from_metadata`)."""
+    from static_compiler.artifact.metadata import plan_from_metadata, summary_from_metadata
+    from static_compiler.live import subsets
+
+    where, metadata = f"artifact {str(snap.path)!r}", dataclasses.asdict(snap.manifest)
+    tables = read_tables(snap)
+    return subsets.TableTrie.of(plan_from_metadata(metadata, where)[0],
+                                summary_from_metadata(metadata, tables, where), tables)
+
+
 def write_removed(path, remove) -> dict:
     """`update_removed`'s work, for a caller that holds `update_lock`.
 
     The new version is built from the one snapshot read here and nothing
-    else: the item index, the automaton (to look up sequences) and every
+    else: the item index, the tables (to look up sequences, read as a
+    `subsets.TableTrie`: the automaton is never rebuilt) and every
     unchanged file come from its open files (`Snapshot.link_into`: a hard
     link to, or copy of, the very file opened), never from the path again,
     so a version swapped in meanwhile cannot mix into it."""
@@ -74,7 +87,7 @@ def write_removed(path, remove) -> dict:
     path = pathlib.Path(path)
     with open_snapshot(path) as snap:
         manifest, items = snap.manifest, read_items(snap)
-        removed, report = subsets.removal(items, remove, lambda: _automaton_of(snap))
+        removed, report = subsets.removal(items, remove, lambda: table_trie(snap))
         rel = fmt.item_file("removed")
         data = _npy_bytes(removed)
         files = dict(manifest.files)

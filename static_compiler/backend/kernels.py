@@ -276,7 +276,7 @@ def pack_run(plan, tables, steps) -> PackedRun:
     row_offsets, edge_offsets = [], []
     base, csr_at, acc_at, tgt_at = [], [], [], []  # static, per row / per edge
     csr, ex_states, ex_branch, ex_shift, accepting, tokens, targets = ([] for _ in range(7))
-    cancel = []  # (row, value): a near_unary step's extra children end with it
+    cancel = []  # rows where a near_unary step's extra children end (its total is taken back)
     rows = edges = k = csr_len = acc_len = tgt_len = 0
     explicit = any(t < plan.depth and plan.steps[t].explicit_targets for t in steps)
     for t in steps:
@@ -303,7 +303,7 @@ def pack_run(plan, tables, steps) -> PackedRun:
             ex_states.append(tabs["ex_states"])
             ex_branch.append(exception_rows(tabs)[1])
             ex_shift.append(np.full(tabs["ex_states"].shape[0], rows + 1))
-            cancel.append((rows + n + 1, n - e))
+            cancel.append(rows + n + 1)
         if step.has_accepting:
             accepting.append(tabs["accepting"])
             acc_at.append(np.append(acc_len + np.arange(n), -2))  # -2: False
@@ -328,11 +328,13 @@ def pack_run(plan, tables, steps) -> PackedRun:
         from_csr = jnp.take(_concat(csr), np.maximum(csr_at, 0).astype(np.int32))
         indptr = indptr + jnp.where(csr_at >= 0, from_csr, 0)
     if ex_states:
-        extra = np.zeros(rows + 1, np.int32)
-        for row, value in cancel:
-            extra[row] = value
+        # Each step's total of extra children (e - n unpadded; its padding
+        # entries, ids past every state, add theirs at the end row) is
+        # taken back where the step ends.
+        totals = jnp.stack([jnp.sum(jnp.asarray(b, jnp.int32) - 1) for b in ex_branch])
         at = _concat(ex_states) + np.concatenate(ex_shift).astype(np.int32)
-        extra = jnp.asarray(extra).at[at].add(_concat(ex_branch) - 1)
+        extra = jnp.zeros(rows + 1, jnp.int32).at[at].add(_concat(ex_branch) - 1)
+        extra = extra.at[np.asarray(cancel, np.int32)].add(-totals)
         indptr = indptr + jnp.cumsum(extra, dtype=jnp.int32)
     acc_at = np.concatenate(acc_at)
     acc_at = np.where(acc_at == -1, acc_len + 1, np.where(acc_at == -2, acc_len, acc_at))

@@ -121,6 +121,13 @@ def _padded(arr: np.ndarray, size: int, dtype, fill) -> np.ndarray:
     return out
 
 
+def exception_entries(layout: Layout, exceptions: int) -> int:
+    """X, the exception entries a near_unary layer's tables hold: its
+    `exceptions`, or the room its layout reserves (the entries past them
+    are padding: ids past every state, no children)."""
+    return max(exceptions, layout.exceptions if layout.reserved else 0)
+
+
 def _layer_tables(layer: Layer, vocab_size: int) -> dict[str, np.ndarray]:
     lay = layer.layout
     tok_dt, st_dt = np.dtype(lay.token_dtype), np.dtype(lay.state_dtype)
@@ -139,10 +146,13 @@ def _layer_tables(layer: Layer, vocab_size: int) -> dict[str, np.ndarray]:
     elif lay.kind == LayoutKind.NEAR_UNARY:
         branch = layer.branch()
         ex = np.flatnonzero(branch != 1)
-        tables["tokens"] = layer.tokens.astype(tok_dt, copy=False)
-        tables["ex_states"] = ex.astype(st_dt)
-        tables["ex_starts"] = layer.indptr[ex].astype(st_dt)
-        tables["ex_branch"] = branch[ex].astype(branch_dtype_for(layer.max_branch))
+        room = exception_entries(lay, ex.shape[0])
+        tables["tokens"] = _padded(layer.tokens, num_edges, tok_dt, 0)
+        # padding entries: ids past every state (never found), no children
+        tables["ex_states"] = _padded(ex, room, st_dt, num_states)
+        tables["ex_starts"] = _padded(layer.indptr[ex], room, st_dt, layer.num_edges)
+        tables["ex_branch"] = _padded(branch[ex], room,
+                                      branch_dtype_for(lay.widest_branch(layer.max_branch)), 0)
     else:
         raise PipelineError(f"cannot lower layout kind {lay.kind!r}")
     if lay.kind != LayoutKind.DENSE_ROWS and not layer.implicit_targets:
@@ -230,12 +240,17 @@ def _layer_tables_from_pieces(t: int, layer, step: StepPlan, pieces: Iterable[La
         writers = {"tokens": create(f"{t}.tokens", tok_dt, (S,))}
     elif kind == LayoutKind.NEAR_UNARY:
         counts = layer.branch_counts()
-        exceptions = layer.num_states - (int(counts[1]) if counts.size > 1 else 0)
-        writers = {"tokens": create(f"{t}.tokens", tok_dt, (E,)),
-                   "ex_states": create(f"{t}.ex_states", st_dt, (exceptions,)),
-                   "ex_starts": create(f"{t}.ex_starts", st_dt, (exceptions,)),
-                   "ex_branch": create(f"{t}.ex_branch", branch_dtype_for(layer.max_branch),
-                                       (exceptions,))}
+        lay = layer.layout
+        room = exception_entries(lay, layer.num_states - (int(counts[1]) if counts.size > 1
+                                                          else 0))
+        padded_edges = lay.padded_counts(layer.num_states, E)[1]
+        writers = {"tokens": create(f"{t}.tokens", tok_dt, (padded_edges,)),
+                   "ex_states": create(f"{t}.ex_states", st_dt, (room,)),
+                   "ex_starts": create(f"{t}.ex_starts", st_dt, (room,)),
+                   "ex_branch": create(f"{t}.ex_branch",
+                                       branch_dtype_for(lay.widest_branch(layer.max_branch)),
+                                       (room,))}
+        fills.update(ex_states=S, ex_starts=E)  # padding entries (see `_layer_tables`)
     else:
         raise PipelineError(f"cannot lower layout kind {kind!r}")
     if layer.has_accepting:
@@ -358,14 +373,25 @@ def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where
         ex = np.asarray(tabs["ex_states"]).astype(np.int64)
         shapes = [np.shape(tabs[name]) for name in EXCEPTION_TABLES if name in tabs]
         if ex.ndim != 1 or shapes not in ([(ex.shape[0],)] * 2, [(ex.shape[0], 2)]) or \
-                (ex.size and (ex.min() < 0 or ex.max() >= step.num_states)):
+                (ex.size and (ex.min() < 0 or ex.max() > step.num_states)):
             raise IRVerificationError(f"{where}: layer {t} ex_states and its row tables have "
                                       f"shapes {ex.shape} / {shapes} or ids outside "
-                                      f"[0, {step.num_states})")
-        indptr = row_pointers(kind, tabs, step.num_states)
-        if not np.array_equal(indptr[ex], exception_rows(tabs)[0]):
+                                      f"[0, {step.num_states}]")
+        # Reserved room: the trie's states come first (the rest have no
+        # children), and exception entries past its own are padding.
+        n = counts[0] if layout.reserved and counts is not None and \
+            isinstance(counts[0], (int, np.integer)) and 0 <= counts[0] <= step.num_states \
+            else step.num_states
+        real = int(np.searchsorted(ex, n))
+        if (ex[real:] != step.num_states).any() or exception_rows(tabs)[1][real:].any():
+            raise IRVerificationError(f"{where}: layer {t}: exception entries past its {n} "
+                                      "states are not padding (id "
+                                      f"{step.num_states}, no children)")
+        indptr = row_pointers(kind, tabs, n)
+        if not np.array_equal(indptr[ex[:real]], exception_rows(tabs, real)[0]):
             raise IRVerificationError(f"{where}: layer {t}: its exceptions' row starts disagree "
                                       "with the starts implied by ex_states")
+        indptr = np.concatenate([indptr, np.full(step.num_states - n, indptr[-1])])
         targets = None
     else:
         raise IRVerificationError(f"{where}: layer {t} has layout kind {kind!r}, expected one of "

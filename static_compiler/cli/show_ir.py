@@ -53,15 +53,15 @@ def run(args: argparse.Namespace) -> int:
     if args.devices is not None and (args.devices < 1 or not args.stats):
         raise CliInputError(f"--devices {args.devices}: expected an int >= 1, with --stats")
     if os.path.isdir(args.input):
-        from static_compiler.artifact.read import read_automaton, read_names
+        from static_compiler.saved import load_compiled
         given = [flag for flag, value in (("--vocab-size", args.vocab_size), ("--end-token",
                  args.end_token), ("--pipeline", args.pipeline), ("--tokenizer", args.tokenizer))
                  if value is not None]
         if given:
             raise CliInputError(f"input {args.input!r} is an artifact, shown as compiled: "
                                 f"{', '.join(given)} apply only to .npy and IR dump inputs")
-        compiled = read_automaton(args.input)
-        names = read_names(args.input)
+        compiled = load_compiled(args.input)  # its IR stays in its tables
+        names = compiled.names
         mesh_line = _mesh_line(args.input)
     else:
         compiled = load_and_compile(args.input, vocab_size=args.vocab_size,
@@ -70,14 +70,13 @@ def run(args: argparse.Namespace) -> int:
                                     tokenizer=args.tokenizer)
         names = getattr(compiled, "names", None)
         mesh_line = ""
-    ir = getattr(compiled, "ir", compiled)
     if args.stats:
         sys.stdout.write(report.stats_table(compiled, devices=args.devices) + mesh_line)
     if args.layer is not None:
-        sys.stdout.write(report.layer_text(ir, args.layer, max_edges=args.max_edges))
+        sys.stdout.write(report.layer_text(compiled, args.layer, max_edges=args.max_edges))
     elif not args.stats:
-        sys.stdout.write(ir.to_text() if args.max_edges is None
-                         else ir.to_text(max_edges=args.max_edges))
+        text = compiled.ir_text if hasattr(compiled, "ir_text") else compiled.to_text
+        sys.stdout.write(text() if args.max_edges is None else text(max_edges=args.max_edges))
     if names is not None and args.layer is None:
         sys.stdout.write(format_names(names, args.max_names))
     return 0

@@ -85,7 +85,9 @@ class Layout:
       k: candidates read per beam per step (V for dense_rows, 1 for unary).
       token_dtype: numpy dtype name of the token table ("uint16", "int32").
       state_dtype: numpy dtype name of row pointers / state ids.
-      exceptions: near_unary only: number of states whose branch is not one.
+      exceptions: near_unary only: the exception entries its tables hold:
+        the number of states whose branch is not one, or, with capacity
+        reserved, room for that many (entries past them are padding).
       estimated_bytes: the cost model's estimate of the layer's table bytes.
       light_k, wide_slots: the mixed layout (csr and near_unary only; 0 =
         off, see `split-heavy`). Beam search reads `light_k` entries for every
@@ -96,9 +98,9 @@ class Layout:
       states_capacity, edges_capacity: room reserved for items added later
         (`reserve-capacity`; 0 = none): the backend pads the layer's tables
         to this many states and edges (unreachable states with no edges,
-        edges in no row), so an update that fits keeps every table shape
-        and no program recompiles. Only dense_rows, csr and unary layers
-        of a trie (implicit targets) reserve.
+        edges in no row; near_unary layers also to `exceptions` exception
+        entries), so an update that fits keeps every table shape and no
+        program recompiles. Only layers of a trie (implicit targets) reserve.
     """
 
     kind: LayoutKind
@@ -133,14 +135,17 @@ class Layout:
             raise IRVerificationError(
                 f"layout capacity={self.states_capacity}/{self.edges_capacity}: expected both 0 "
                 "(nothing reserved) or both >= 1")
-        if self.reserved and self.kind == LayoutKind.NEAR_UNARY:
-            raise IRVerificationError("layout near_unary cannot reserve capacity (its rows are "
-                                      "implied by state ids): use csr")
 
     @property
     def reserved(self) -> bool:
         """True when the tables are padded to `states_capacity` / `edges_capacity`."""
         return self.states_capacity > 0
+
+    def widest_branch(self, max_branch: int) -> int:
+        """The widest branch the tables must hold (a near_unary layer's
+        ex_branch dtype): the layer's `max_branch`, or with capacity
+        reserved at least k (an addition that fits stays within it)."""
+        return max(max_branch, self.k) if self.reserved else max_branch
 
     def padded_counts(self, num_states: int, num_edges: int) -> tuple[int, int]:
         """(states, edges) of the lowered tables of a layer with these counts."""

@@ -198,9 +198,12 @@ def _verify_layout(where: str, layer: Layer, V: int, branch: np.ndarray,
         raise IRVerificationError(
             f"{where}, state {s}: unary layout needs exactly one child per state and k=1, "
             f"got branch {int(branch[s])}, k={lay.k}")
-    if lay.kind == LayoutKind.NEAR_UNARY and lay.exceptions != int((branch != 1).sum()):
+    if lay.kind == LayoutKind.NEAR_UNARY and (
+            lay.exceptions < int((branch != 1).sum()) if lay.reserved
+            else lay.exceptions != int((branch != 1).sum())):
         raise IRVerificationError(
-            f"{where}: near_unary records {lay.exceptions} exceptions, the layer has "
+            f"{where}: near_unary records {lay.exceptions} exceptions"
+            f"{' (capacity)' if lay.reserved else ''}, the layer has "
             f"{int((branch != 1).sum())} states whose branch is not 1")
     for name, dt in (("token", lay.token_dtype), ("state", lay.state_dtype)):
         try:
@@ -208,7 +211,7 @@ def _verify_layout(where: str, layer: Layer, V: int, branch: np.ndarray,
         except TypeError:
             raise IRVerificationError(f"{where}: {name} dtype {dt!r} is not a numpy dtype") from None
     if lay.reserved:
-        if not layer.implicit_targets or lay.kind == LayoutKind.NEAR_UNARY:
+        if not layer.implicit_targets:
             raise IRVerificationError(f"{where}: layout {lay.kind.value} with explicit targets "
                                       "cannot reserve capacity (a trie's layers can)")
         if lay.states_capacity < layer.num_states or lay.edges_capacity < layer.num_edges:

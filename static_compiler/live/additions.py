@@ -27,6 +27,7 @@ from static_compiler.dtypes import index_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import as_token_matrix, check_range, sort_unique_rows
 from static_compiler.ir import Automaton, Layer, LayoutKind, frozen
+from static_compiler.live.layers import find_in_rows
 from static_compiler.live.liveness import ItemIndex
 
 
@@ -58,35 +59,14 @@ class Merged:
     its old layout), its item index, report {"added": new items,
     "already_present": added sequences that were items, "restored":
     removed items added again}, and per layer the most children of a state
-    that gained some (0 where none did)."""
+    that gained some (0 where none did), and the states with other than one
+    child (None where the layer's layout is not near_unary)."""
 
     ir: Automaton
     items: ItemIndex
     report: dict
     widest: tuple
-
-
-def _find_children(layer: Layer, states: np.ndarray, tokens: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(edge, found): for each (state, token), the edge with that token in
-    the state's row if `found`, else where it would be inserted to keep the
-    row sorted. A binary search within the rows (no key array per layer)."""
-    indptr = layer.indptr
-    lo = indptr[states].astype(np.int64)
-    end = indptr[states + 1].astype(np.int64)
-    hi = end.copy()
-    tok = layer.tokens
-    while True:
-        open_ = lo < hi
-        if not open_.any():
-            break
-        mid = (lo + hi) // 2
-        below = open_ & (tok[np.minimum(mid, max(0, tok.shape[0] - 1))] < tokens)
-        lo = np.where(below, mid + 1, lo)
-        hi = np.where(open_ & ~below, mid, hi)
-    found = lo < end
-    found[found] = tok[lo[found]] == tokens[found]
-    return lo, found
+    exceptions: tuple = ()
 
 
 def _grown_layers(ir: Automaton, depth: int) -> list:
@@ -119,10 +99,11 @@ def checked_additions(ir: Automaton, sequences, where: str) -> tuple[np.ndarray,
     return mat.astype(np.int64, copy=False), lengths
 
 
-def merge_items(ir: Automaton, items: ItemIndex, sequences, where: str = "update") -> Merged:
-    """`ir` (a trie: implicit targets) with the token `sequences` added (see
-    module doc), each layer keeping its layout. Raises ConstraintSetError
-    for invalid sequences."""
+def merge_items(ir, items: ItemIndex, sequences, where: str = "update") -> Merged:
+    """`ir` (a trie: implicit targets; an `ir.Automaton` or a set's
+    `subsets.TableTrie`, read from its tables) with the token `sequences`
+    added (see module doc), each layer keeping its layout: the merged
+    automaton. Raises ConstraintSetError for invalid sequences."""
     mat, lengths = checked_additions(ir, sequences, where)
     codes, lengths, inverse = sort_unique_rows(mat, lengths, ir.vocab_size, return_inverse=True)
     n, depth = codes.shape[0], max(ir.depth, int(lengths.max()))
@@ -141,13 +122,14 @@ def merge_items(ir: Automaton, items: ItemIndex, sequences, where: str = "update
     for t in range(depth):
         walking &= lengths > t
         idx = np.flatnonzero(walking)
-        edge, found = _find_children(old[t], old_state[idx, t], tokens[idx, t])
+        edge, found = find_in_rows(old[t].indptr, old[t].tokens, old_state[idx, t],
+                                   tokens[idx, t])
         old_state[idx[found], t + 1] = edge[found]
         matched[idx[found]] += 1
         leave_at[idx[~found]] = edge[~found]
         walking[idx[~found]] = False
 
-    layers, inserted, widest = [], [], []
+    layers, inserted, widest, exceptions = [], [], [], []
     state = np.zeros(n, dtype=np.int64)  # each sequence's state at depth t (new ids)
     end_state = np.full(n, -1, dtype=np.int64)
     ins_states = np.zeros(0, dtype=np.int64)  # new states at depth t: old ids they precede
@@ -177,12 +159,21 @@ def merge_items(ir: Automaton, items: ItemIndex, sequences, where: str = "update
                        layer.indptr[np.minimum(before, num_old)].astype(np.int64))
         num_edges = layer.num_edges + keys.shape[0]
         index_dtype = index_dtype_for(num_edges)
-        branch = np.insert(np.diff(layer.indptr.astype(index_dtype, copy=False)), ins_states, 0)
         gaining, gained = np.unique(parent, return_counts=True)  # few: no array of S counts
-        branch[gaining] += gained.astype(index_dtype)
-        indptr = np.zeros(branch.shape[0] + 1, dtype=index_dtype)
-        np.cumsum(branch, out=indptr[1:])
-        widest.append(int(branch[parent].max(initial=0)))
+        if _stays_unary(layer, gaining, gained, new_ids):
+            # every state, old or new, keeps one child: no branch array to build
+            indptr = np.arange(num_old + ins_states.shape[0] + 1, dtype=index_dtype)
+            widest.append(1 if keys.shape[0] else 0)
+            exceptions.append(None)
+        else:
+            branch = np.insert(np.diff(layer.indptr.astype(index_dtype, copy=False)),
+                               ins_states, 0)
+            branch[gaining] += gained.astype(index_dtype)
+            indptr = np.zeros(branch.shape[0] + 1, dtype=index_dtype)
+            np.cumsum(branch, out=indptr[1:])
+            widest.append(int(branch[parent].max(initial=0)))
+            near = layer.layout is not None and layer.layout.kind == LayoutKind.NEAR_UNARY
+            exceptions.append(int(np.count_nonzero(branch != 1)) if near else None)
         accepting = None
         if t > 0 and (layer.accepting is not None or ending.any()):
             accepting = np.insert(layer.accepting if layer.accepting is not None
@@ -199,7 +190,16 @@ def merge_items(ir: Automaton, items: ItemIndex, sequences, where: str = "update
                        num_final_states=_old_count(ir, depth) + ins_states.shape[0],
                        num_sequences=1, end_token=ir.end_token)
     return _with_items(ir, merged, items, lengths, matched, old_state, end_state, inverse,
-                       inserted, tuple(widest))
+                       inserted, tuple(widest), tuple(exceptions))
+
+
+def _stays_unary(layer, gaining: np.ndarray, gained: np.ndarray, new_ids: np.ndarray) -> bool:
+    """Whether a unary layer (its layout says so: every state has one child)
+    stays unary: the states that gain children are exactly the new ones,
+    one child each."""
+    return layer.layout is not None and layer.layout.kind == LayoutKind.UNARY and \
+        layer.accepting is None and gaining.shape == new_ids.shape and \
+        bool((gaining == new_ids).all()) and bool((gained == 1).all())
 
 
 def _old_count(ir: Automaton, depth: int) -> int:
@@ -231,7 +231,7 @@ def _renumbered(states: np.ndarray, inserted: np.ndarray) -> np.ndarray:
 
 
 def _with_items(ir, merged, items, lengths, matched, old_state, end_state, inverse, inserted,
-                widest) -> Merged:
+                widest, exceptions) -> Merged:
     """The merged automaton with its item count, the new `ItemIndex` and the report."""
     n = lengths.shape[0]
     ids = np.full(n, -1, dtype=np.int64)
@@ -272,12 +272,12 @@ def _with_items(ir, merged, items, lengths, matched, old_state, end_state, inver
     new_items = ItemIndex(row_item=np.concatenate([items.row_item, ids[inverse]]).astype(np.int32),
                           num_unique=num_unique, item_depth=item_depth, item_state=item_state,
                           removed=removed)
-    return Merged(merged.replace(num_sequences=num_unique), new_items, report, widest)
+    return Merged(merged.replace(num_sequences=num_unique), new_items, report, widest, exceptions)
 
 
-def fit_problems(merged: Merged, plan_ir: Automaton) -> list[str]:
+def fit_problems(merged: Merged, plan_ir) -> list[str]:
     """Why the merged trie does not fit the plan `plan_ir` (the compiled
-    automaton, whose layouts the merged layers keep) was lowered for: one
+    automaton or its summary, whose layouts the merged layers keep) was lowered for: one
     line per problem, [] when it fits (same table shapes, same programs).
     Only states that gained children are looked at: the others fit
     already."""
@@ -285,7 +285,8 @@ def fit_problems(merged: Merged, plan_ir: Automaton) -> list[str]:
     if ir.depth != plan_ir.depth:
         return [f"depth {plan_ir.depth} -> {ir.depth}"]
     problems = []
-    for t, (layer, was, widest) in enumerate(zip(ir.layers, plan_ir.layers, merged.widest)):
+    for t, (layer, was, widest, exceptions) in enumerate(zip(ir.layers, plan_ir.layers,
+                                                              merged.widest, merged.exceptions)):
         lay, where = was.layout, f"layer {t}"
         counts = (layer.num_states, layer.num_edges)
         if not lay.reserved and counts != (was.num_states, was.num_edges):
@@ -299,6 +300,9 @@ def fit_problems(merged: Merged, plan_ir: Automaton) -> list[str]:
             problems.append(f"{where}: a state has {widest} children, the slice reads k={lay.k}")
         elif lay.kind == LayoutKind.UNARY and (widest > 1 or counts[0] != counts[1]):
             problems.append(f"{where}: unary layer gains a state with other than one child")
-        elif (layer.accepting is None) != (was.accepting is None):
+        elif lay.kind == LayoutKind.NEAR_UNARY and lay.reserved and exceptions > lay.exceptions:
+            problems.append(f"{where}: {exceptions} states with other than one child exceed the "
+                            f"room for {lay.exceptions}")
+        elif (layer.accepting is not None) != was.has_accepting:
             problems.append(f"{where}: gains accepting states")
     return problems

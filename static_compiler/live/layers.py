@@ -15,6 +15,7 @@ bits and how many words each depth's bits take (`slot_step`, `bit_widths`,
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -67,6 +68,159 @@ def row_pointers(kind: str, tables: dict, num_states: int) -> np.ndarray:
             exception_rows(tables, count)[1]
         return np.concatenate([[0], np.cumsum(branch)])
     raise ValueError(f"layout kind {kind!r}")
+
+
+class UnitRows:
+    """The row pointers of a layer whose state s has the one child s (a
+    unary layer): indptr[s] = s, answered without an array (S + 1 int64
+    would be 8 GB at 1e9 states). Indexing with ints or int arrays gives
+    them back (int64); numpy functions see `np.arange(S + 1)`."""
+
+    def __init__(self, num_states: int):
+        self.shape = (int(num_states) + 1,)
+        self.dtype = np.dtype(np.int64)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return np.arange(self.shape[0], dtype=np.int64)[index]
+        index = np.asarray(index, dtype=np.int64)
+        if ((index < -self.shape[0]) | (index >= self.shape[0])).any():
+            raise IndexError(f"row pointer index out of range for {self.shape[0]} entries")
+        out = np.where(index < 0, index + self.shape[0], index)
+        return out if out.ndim else int(out)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.arange(self.shape[0], dtype=dtype or np.int64)
+
+    def astype(self, dtype, copy: bool = True) -> np.ndarray:
+        return np.arange(self.shape[0], dtype=dtype)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TableLayer:
+    """One lowered layer of a trie (implicit targets) read as rows from its
+    tables, never rebuilt as an `ir.Layer`: what subsets, removals and item
+    lookups of a set held in its tables (a `Shards` build, an artifact) read.
+    Its states are the first `num_states` of the tables' (the trie's
+    count, or all of them: states padded to a reserved capacity have no
+    children and accept nothing); each
+    array is read on first use and kept: indptr int64 (S + 1,) (csr: the
+    table's own row pointers, in their dtype), accepting bool (S,) or None,
+    tokens (E,) in (state, token) order."""
+
+    kind: str
+    tables: dict
+    num_states: int
+    implicit_targets: bool = True
+    layout: object = None  # the `ir.Layout` it was lowered with, where known
+
+    @functools.cached_property
+    def indptr(self) -> np.ndarray:
+        if self.kind == "csr":
+            return np.asarray(self.tables["indptr"][:self.num_states + 1])
+        if self.kind == "unary":
+            return UnitRows(self.num_states)
+        return row_pointers(self.kind, self.tables, self.num_states)
+
+    @functools.cached_property
+    def accepting(self) -> Optional[np.ndarray]:
+        acc = self.tables.get("accepting")
+        return None if acc is None else np.asarray(acc[:self.num_states])
+
+    @functools.cached_property
+    def tokens(self) -> np.ndarray:
+        if self.kind == "dense_rows":
+            return np.nonzero(np.asarray(self.tables["next"][:self.num_states]) >= 0)[1]
+        return np.asarray(self.tables["tokens"][:self.num_edges])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indptr[-1])
+
+    def branch(self) -> np.ndarray:
+        return np.diff(self.indptr.astype(np.int64))
+
+    def branch_counts(self) -> np.ndarray:
+        return self._branch_counts
+
+    @functools.cached_property
+    def _branch_counts(self) -> np.ndarray:
+        return table_branch_counts(self.kind, self.tables, self.num_states)
+
+    @property
+    def has_accepting(self) -> bool:
+        return "accepting" in self.tables
+
+
+BRANCH_CHUNK = 1 << 22
+"""States read at a time by `table_branch_counts` (bounded memory on large
+or memory-mapped tables)."""
+
+
+def table_branch_counts(kind: str, tables: dict, num_states: int) -> np.ndarray:
+    """int64 (max_branch + 1,): at b, how many of the first `num_states`
+    states of a lowered layer have b children, read from its tables a chunk
+    at a time (never a whole row-pointer array): what an artifact without a
+    recorded histogram (format version < 7) gives its summary."""
+    counts = np.zeros(1, np.int64)
+
+    def add(branch):
+        nonlocal counts
+        more = np.bincount(branch, minlength=counts.shape[0])
+        more[:counts.shape[0]] += counts
+        counts = more
+
+    if kind in ("unary", "near_unary"):  # one child each, but a near_unary layer's exceptions
+        real = int(np.searchsorted(tables["ex_states"], num_states)) if kind == "near_unary" \
+            else 0
+        if real:
+            add(exception_rows(tables, real)[1])
+        if counts.shape[0] < 2:
+            counts = np.append(counts, np.zeros(2 - counts.shape[0], np.int64))
+        counts[1] += num_states - real
+        return counts
+    for start in range(0, num_states, BRANCH_CHUNK):
+        stop = min(num_states, start + BRANCH_CHUNK)
+        if kind == "csr":
+            add(np.diff(np.asarray(tables["indptr"][start:stop + 1]).astype(np.int64)))
+        else:  # dense_rows
+            add((np.asarray(tables["next"][start:stop]) >= 0).sum(axis=1))
+    return counts
+
+
+def table_layers(steps: Sequence[tuple], tables: Sequence[dict]) -> list:
+    """The `TableLayer`s of a lowered set: steps, (kind, num_states,
+    explicit_targets) per layer as its plan records them; tables, one dict
+    of arrays per layer."""
+    return [TableLayer(str(getattr(kind, "value", kind)), tabs, int(num_states), not explicit)
+            for (kind, num_states, explicit), tabs in zip(steps, tables)]
+
+
+def find_in_rows(indptr: np.ndarray, tokens: np.ndarray, states: np.ndarray,
+                 want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(edge int64, found bool) for each (states[i], want[i]): the edge with
+    that token in the state's row (rows indptr[s]:indptr[s + 1] of `tokens`,
+    sorted) if found, else where it would be inserted to keep the row
+    sorted. A binary search within the rows, all pairs at once (no key array
+    over the layer)."""
+    lo = indptr[states].astype(np.int64)
+    end = indptr[states + 1].astype(np.int64)
+    hi = end.copy()
+    last = max(0, tokens.shape[0] - 1)
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            break
+        mid = (lo + hi) // 2
+        below = open_ & (tokens[np.minimum(mid, last)] < want)
+        lo = np.where(below, mid + 1, lo)
+        hi = np.where(open_ & ~below, mid, hi)
+    found = lo < end
+    found[found] = tokens[lo[found]] == want[found]
+    return lo, found
 
 
 EXCEPTION_TABLES = ("ex_starts", "ex_branch", "ex_bounds")

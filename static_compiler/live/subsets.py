@@ -7,51 +7,81 @@ adds what needs the compiled automaton: the set's fingerprint, the check
 that its items are states of a trie, and finding token sequences in it.
 Items are only expressible as states in a trie: after `minimize` or for
 graph input, states are shared between items, and a subset is refused.
+
+A trie below is anything with the automaton's `vocab_size`, `end_token`,
+`num_final_states` and `layers` (each with indptr, tokens, accepting,
+num_states, num_edges, branch()): an `ir.Automaton`, or a `TableTrie` of a
+set held in its tables (`layers.TableLayer`s), which is never rebuilt.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError
-from static_compiler.ir import Automaton
-from static_compiler.live.layers import layer_walks  # noqa: F401 (API)
+from static_compiler.live.layers import TableLayer, find_in_rows, layer_walks  # noqa: F401 (API)
 from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset,  # noqa: F401 (API)
                                            bit_layout, rows_item_mask, stack_subsets,
                                            subset_of_items)
 
 
-def set_fingerprint(ir: Automaton, state_counts: tuple = ()) -> str:
-    """A short content hash of the automaton (shapes, tokens, structure) and
-    of the states per depth its tables hold (`lowering.state_counts`, which
-    reserved capacity pads): equal for equal sets, so a subset only applies
-    to the set it came from."""
+def set_fingerprint(plan, tables) -> str:
+    """A short content hash of a lowered set: its static `plan` (layouts,
+    counts padded to a reserved capacity, dtypes) and every table, so a
+    subset only applies to the set (and the bit layout) it came from. Read
+    from the tables alone, in chunks, so a set held in its tables (or
+    memory-mapped ones) is never copied whole nor rebuilt as an automaton;
+    equal for equal builds (a `Shards` build and the monolithic one, a set
+    and its artifact read back)."""
     h = hashlib.blake2b(digest_size=12)
-    h.update(repr((ir.vocab_size, ir.end_token, ir.num_final_states, state_counts)).encode())
-    for layer in ir.layers:
-        for arr in (layer.indptr, layer.tokens, layer.targets, layer.accepting):
-            if arr is None:
-                h.update(b"-")
-                continue
-            # values, not dtypes: a set read back or merged hashes alike; in
-            # chunks, so a large (or memory-mapped) layer is never copied whole
-            as_dtype = np.dtype(bool if arr.dtype == bool else "<i8")
-            h.update(repr((as_dtype.str, arr.shape)).encode())
+    h.update(repr(plan).encode())
+    for t, tabs in enumerate(tables):
+        for name in sorted(tabs):
+            arr = tabs[name]
+            h.update(repr((t, name, np.dtype(arr.dtype).str, tuple(arr.shape))).encode())
             for start in range(0, arr.shape[0], FINGERPRINT_CHUNK):
-                h.update(np.ascontiguousarray(arr[start:start + FINGERPRINT_CHUNK],
-                                              dtype=as_dtype).data)
+                h.update(np.ascontiguousarray(arr[start:start + FINGERPRINT_CHUNK]).data)
     return h.hexdigest()
 
 
-FINGERPRINT_CHUNK = 1 << 21
-"""Entries hashed at a time by `set_fingerprint` (16 MiB as int64)."""
+FINGERPRINT_CHUNK = 1 << 20
+"""Rows hashed at a time by `set_fingerprint`."""
 
 
-def check_subsettable(ir: Automaton, items: Optional[ItemIndex], where: str) -> ItemIndex:
-    """The item index, or a ConstraintSetError saying why this set has none."""
+class TableTrie(NamedTuple):
+    """A trie held in its tables: `layers.TableLayer`s of the trie's state
+    counts, its final state count, V and end token (what `liveness`,
+    `unique_ids` and `additions.merge_items` read of an automaton)."""
+
+    layers: tuple
+    num_final_states: int
+    vocab_size: int
+    end_token: Optional[int]
+
+    @property
+    def depth(self) -> int:
+        return len(self.layers)
+
+    def num_states_at(self, depth: int) -> int:
+        return self.num_final_states if depth == self.depth else self.layers[depth].num_states
+
+    @classmethod
+    def of(cls, plan, summary, tables) -> "TableTrie":
+        """The trie that a lowered set's `plan`, laid-out `summary`
+        (`ir.AutomatonSummary`: counts and layouts) and `tables` hold."""
+        layers = tuple(TableLayer(step.kind.value, tabs, layer.num_states,
+                                  not step.explicit_targets, layer.layout)
+                       for step, layer, tabs in zip(plan.steps, summary.layers, tables))
+        return cls(layers, summary.num_final_states, plan.vocab_size, plan.end_token)
+
+
+def check_subsettable(ir, items: Optional[ItemIndex], where: str) -> ItemIndex:
+    """The item index, or a ConstraintSetError saying why this set has none
+    (`ir`: the automaton or its summary: only the layers' implicit_targets
+    are read)."""
     if items is None:
         raise ConstraintSetError(f"{where}: this set has no item index: item subsets need a set "
                                  "compiled from sequences (a graph or an IR has no items)")
@@ -64,7 +94,7 @@ def check_subsettable(ir: Automaton, items: Optional[ItemIndex], where: str) -> 
     return items
 
 
-def unique_ids(ir: Automaton, items: ItemIndex, sequences, where: str) -> np.ndarray:
+def unique_ids(ir, items: ItemIndex, sequences, where: str) -> np.ndarray:
     """int64 (n,): the unique sequence (sorted order, as `ItemIndex`) each of
     `sequences` is, -1 for one not in the set. Walks the trie one depth at a
     time for all sequences at once (a binary search per depth over the
@@ -77,17 +107,15 @@ def unique_ids(ir: Automaton, items: ItemIndex, sequences, where: str) -> np.nda
     state = np.zeros(n, dtype=np.int64)
     ok = (lengths <= ir.depth) & ((mat >= 0) | (np.arange(mat.shape[1]) >= lengths[:, None])).all(1)
     ends = np.full(n, -1, dtype=np.int64)
-    V = ir.vocab_size
     for t in range(min(ir.depth, mat.shape[1])):
         layer = ir.layers[t]
         walking = ok & (lengths > t)
-        keys = np.repeat(np.arange(layer.num_states, dtype=np.int64), layer.branch()) * V + \
-            layer.tokens.astype(np.int64)
-        want = state * V + np.where(walking, mat[:, t], 0)
-        e = np.minimum(np.searchsorted(keys, want), max(0, keys.shape[0] - 1))
-        found = walking & (keys.shape[0] > 0) & (keys[e] == want)
+        at = np.flatnonzero(walking)
+        e, hit = find_in_rows(layer.indptr, layer.tokens, state[at], mat[at, t])
+        found = np.zeros(n, dtype=bool)
+        found[at[hit]] = True
         ok &= found | ~walking
-        state = np.where(found, e, state)  # implicit targets: edge e enters state e
+        state[at[hit]] = e[hit]  # implicit targets: edge e enters state e
         if items.item_depth is not None:
             done = found & (lengths == t + 1)
             ends[done] = _terminal_lookup(ir, items, t + 1)[state[done]]
@@ -96,7 +124,7 @@ def unique_ids(ir: Automaton, items: ItemIndex, sequences, where: str) -> np.nda
     return np.where(ok, ends, -1)
 
 
-def _terminal_lookup(ir: Automaton, items: ItemIndex, depth: int) -> np.ndarray:
+def _terminal_lookup(ir, items: ItemIndex, depth: int) -> np.ndarray:
     """int64 (S_depth,): the unique sequence ending at each state, or -1."""
     out = np.full(ir.num_states_at(depth), -1, dtype=np.int64)
     at = items.item_depth == depth
@@ -104,8 +132,7 @@ def _terminal_lookup(ir: Automaton, items: ItemIndex, depth: int) -> np.ndarray:
     return out
 
 
-def _item_mask(selection, items: ItemIndex, where: str, ir: Optional[Automaton] = None
-               ) -> np.ndarray:
+def _item_mask(selection, items: ItemIndex, where: str, ir=None) -> np.ndarray:
     """bool (N',) over unique sequences: those some selected input row is
     (a bool mask (N,)), or those `selection` lists (token sequences)."""
     sel = selection if isinstance(selection, np.ndarray) else None
@@ -123,7 +150,7 @@ def _item_mask(selection, items: ItemIndex, where: str, ir: Optional[Automaton] 
     return out
 
 
-def liveness(ir: Automaton, items: ItemIndex, item_live: np.ndarray,
+def liveness(ir, items: ItemIndex, item_live: np.ndarray,
              walks: Optional[tuple] = None) -> tuple[list, list]:
     """`liveness.liveness` of the automaton's trie (unpacked bits per depth)."""
     from static_compiler.live import liveness as core
@@ -131,7 +158,7 @@ def liveness(ir: Automaton, items: ItemIndex, item_live: np.ndarray,
     return core.liveness(ir.layers, ir.num_final_states, ir.end_token, items, item_live, walks)
 
 
-def make_subset(ir: Automaton, items: Optional[ItemIndex], selection, fingerprint: str,
+def make_subset(ir, items: Optional[ItemIndex], selection, fingerprint: str,
                 where: str, layout: BitLayout) -> Subset:
     """One subset from a bool mask (N,) over the input rows, or from token
     sequences of the set, laid out as the set's `BitLayout` says."""

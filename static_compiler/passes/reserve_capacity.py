@@ -9,9 +9,13 @@ sliced layers, `growth` times its slice width k (at most V). The backend pads
 the tables to it (`Layout.states_capacity`), so an update whose layers stay
 within their capacity keeps the plan, and every compiled program serves it.
 
-near_unary layers become csr: their rows are implied by state ids, so they
-cannot leave room. Unary layers stay unary; an addition that branches one
-does not fit, and the update then compiles the set anew (and says so).
+near_unary layers keep their form (one token per state, plus the rows of
+the few states with other than one child): they reserve room for `growth`
+times their exceptions as well, so room costs about `growth` times their
+tables (turning them into csr, with a row pointer per state, cost 1.86x at
+1e7 items). Unary layers stay unary; an addition that branches one, or gives
+a near_unary layer more exceptions than its room, does not fit, and the
+update then compiles the set anew (and says so).
 Run it after choose-layout and before split-heavy, pad-branches and
 pack-dtypes (so dtypes hold the padded counts). The root keeps one state.
 """
@@ -88,10 +92,12 @@ class ReserveCapacityPass(Pass):
 
         def reserve(t, layer, lay):
             k = lay.k
-            kind = LayoutKind.CSR if lay.kind == LayoutKind.NEAR_UNARY else lay.kind
-            if kind.sliced:
+            if lay.kind.sliced:
                 k = scaled(k, self.growth, ir.vocab_size)
-            lay = dataclasses.replace(lay, kind=kind, k=k, exceptions=0,
+            exceptions = 0
+            if lay.kind == LayoutKind.NEAR_UNARY:
+                exceptions = reserved_count(lay.exceptions, self.growth, caps[t])
+            lay = dataclasses.replace(lay, k=k, exceptions=exceptions,
                                       states_capacity=caps[t], edges_capacity=caps[t + 1])
             return packed(layer, lay, ir.vocab_size, caps[t + 1])
         return self.map_layouts(ir, reserve)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -81,6 +82,18 @@ def subset_widths(plan: Plan) -> tuple[tuple, tuple]:
     states = [s.num_states for s in plan.steps] + [plan.steps[-1].num_next_states]
     accepting = [s.has_accepting for s in plan.steps] + [True]
     return bit_widths(states, accepting, plan.end_token, plan.vocab_size, slot_steps(plan))
+
+
+def live_mask_spec(plan: Plan, batch_size: int, num_subsets: int = 1) -> LiveMask:
+    """A `LiveMask` of `jax.ShapeDtypeStruct`s: what `num_subsets` stacked
+    subsets of a set with `plan`, decoded at `batch_size` rows, pass to a
+    decoder (for compiling its program ahead, `search.beam_search`'s
+    also_compile)."""
+    live_w, ends_w = subset_widths(plan)
+    words = lambda w: jax.ShapeDtypeStruct((num_subsets, w), jnp.uint32)
+    return LiveMask(tuple(words(w) for w in live_w),
+                    tuple(None if w is None else words(w) for w in ends_w),
+                    jax.ShapeDtypeStruct((batch_size,), jnp.int32))
 
 
 class BitsSlice(NamedTuple):

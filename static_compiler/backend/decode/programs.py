@@ -24,12 +24,34 @@ import threading
 from typing import Callable
 
 import jax
+import numpy as np
 
 from static_compiler.errors import DecodeInputError
 
 _DEFAULT_MAX_PROGRAMS = 32
 _max_programs = int(os.environ.get("STATIC_COMPILER_MAX_PROGRAMS", _DEFAULT_MAX_PROGRAMS))
 _instances: list = []
+
+
+_BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_xla_compilations = [0]
+
+
+def _count_compilations(event: str, duration: float, **kwargs) -> None:
+    if event == _BACKEND_COMPILE_EVENT:
+        _xla_compilations[0] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compilations)
+
+
+def xla_compilations() -> int:
+    """XLA compilations in this process so far, of any jitted function (jax's
+    backend-compile events, counted from this module's import). Unlike
+    `BoundedJit.compilations`, which counts executables held per argument
+    signature, a call that finds its program compiled ahead of time
+    (`BoundedJit.precompile`) adds nothing here."""
+    return _xla_compilations[0]
 
 
 def max_programs() -> int:
@@ -94,12 +116,38 @@ class BoundedJit:
         self._static = tuple(static_argnames)
         self._programs: collections.OrderedDict = collections.OrderedDict()
         self._evicted = 0  # executables of configurations evicted so far
+        self._precompiled: dict = {}  # static configuration -> argument signatures compiled ahead
         self._lock = threading.Lock()
         self._signature = inspect.signature(fn)
         functools.update_wrapper(self, fn)
         _instances.append(self)
 
     def __call__(self, *args, **kwargs):
+        jitted, bound, _ = self._jitted(args, kwargs)
+        return jitted(**bound)
+
+    def precompile(self, *args, **kwargs) -> bool:
+        """Compiles the program that a call with these arguments runs,
+        without running it (jax's ahead-of-time `lower(...).compile()`,
+        which fills the cache a later call with arrays of these shapes,
+        dtypes and placements reads). Any array argument may be a
+        `jax.ShapeDtypeStruct`. Done once per static configuration and
+        argument signature; returns whether it compiled now."""
+        jitted, bound, static = self._jitted(args, kwargs)
+        leaves, tree = jax.tree_util.tree_flatten(bound)
+        signature = (tree, tuple((tuple(np.shape(x)), str(getattr(x, "dtype", type(x))))
+                                 for x in leaves))
+        with self._lock:
+            done = self._precompiled.setdefault(static, set())
+            if signature in done:
+                return False
+            done.add(signature)
+        jitted.lower(**bound).compile()
+        return True
+
+    def _jitted(self, args, kwargs):
+        """(the jitted function of the call's static configuration, made
+        most recently used; the dynamic arguments by name; the static key)."""
         bound = self._signature.bind(*args, **kwargs).arguments
         static = tuple((name, bound.pop(name)) for name in self._static)
         with self._lock:
@@ -108,7 +156,7 @@ class BoundedJit:
                 jitted = jax.jit(functools.partial(self._fn, **dict(static)))
             self._programs[static] = jitted
             self._trim_locked()
-        return jitted(**bound)
+        return jitted, bound, static
 
     def trim(self) -> None:
         with self._lock:
@@ -116,7 +164,9 @@ class BoundedJit:
 
     def _trim_locked(self) -> None:
         while len(self._programs) > _max_programs:
-            self._evicted += self._programs.popitem(last=False)[1]._cache_size()
+            static, jitted = self._programs.popitem(last=False)
+            self._evicted += jitted._cache_size()
+            self._precompiled.pop(static, None)
 
     def num_configurations(self) -> int:
         """Static configurations held now."""
@@ -134,6 +184,7 @@ class BoundedJit:
         with self._lock:
             self._evicted += sum(jitted._cache_size() for jitted in self._programs.values())
             self._programs.clear()
+            self._precompiled.clear()
 
 
 def bounded_jit(static_argnames: tuple[str, ...]):

@@ -119,7 +119,7 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
                 tokens_per_beam=None, start_token=0, carry=None, carry_axes=UNDECLARED,
                 reorder: Optional[Callable] = None, params=NO_PARAMS,
                 length_penalty: float = 0.0, return_carry: bool = False,
-                subset: Optional[LiveMask] = None):
+                subset: Optional[LiveMask] = None, also_compile: Optional[LiveMask] = None):
     """Constrained beam search (see module doc for the exact semantics).
 
     Args:
@@ -150,6 +150,10 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
       subset: a `LiveMask`: each batch row decodes over its item subset
         only (see static_compiler.live.subsets), exactly as over a set compiled
         from those items; None: every item.
+      also_compile: a `LiveMask` of `jax.ShapeDtypeStruct`s (`live_mask_spec`):
+        after this search, also compile (once; not run) the program of the
+        same search over a subset of those shapes, so that a later removal
+        (which decodes over the items left) finds it compiled.
     """
     check_int("batch_size", batch_size, low=1)
     check_int("beam_size", beam_size, low=1)
@@ -160,12 +164,14 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
     check_callable("logits_fn", logits_fn)
     axes = resolve_carry_axes(carry, carry_axes, batch_size, beam_size, reorder)
     with_params = params is not NO_PARAMS
-    result, carry = _beam_search(plan, tables, carry, start_tokens, params if with_params else None,
-                                 subset, logits_fn=logits_fn, batch_size=int(batch_size),
-                                 beam_size=int(beam_size), caps=caps,
-                                 length_penalty=length_penalty, axes=axes, reorder=reorder,
-                                 with_params=with_params)
-    return (result, carry) if return_carry else result
+    static = dict(logits_fn=logits_fn, batch_size=int(batch_size), beam_size=int(beam_size),
+                  caps=caps, length_penalty=length_penalty, axes=axes, reorder=reorder,
+                  with_params=with_params)
+    dynamic = (plan, tables, carry, start_tokens, params if with_params else None)
+    result, out_carry = _beam_search(*dynamic, subset, **static)
+    if also_compile is not None:
+        _beam_search.precompile(*dynamic, also_compile, **static)
+    return (result, out_carry) if return_carry else result
 
 
 @bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "temperature", "top_k"))
@@ -221,7 +227,8 @@ def _check_key(key) -> None:
 
 def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
            temperature: float = 1.0, top_k: Optional[int] = None, start_token=0,
-           carry=None, subset: Optional[LiveMask] = None) -> DecodeResult:
+           carry=None, subset: Optional[LiveMask] = None,
+           also_compile: Optional[LiveMask] = None) -> DecodeResult:
     """Samples one sequence per batch row from the constrained distribution.
 
     At each step the valid tokens' log-probabilities (log_softmax over the
@@ -230,7 +237,7 @@ def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
     log-probabilities. logits_fn gets last_tokens (B, 1) and returns (B, 1, V);
     as in `beam_search`, step is an int32 scalar, traced inside the loops
     that run runs of similar steps, and the carry keeps its shapes. Results
-    have a beam axis of size 1; `subset` as in `beam_search`."""
+    have a beam axis of size 1; `subset` and `also_compile` as in `beam_search`."""
     check_int("batch_size", batch_size, low=1)
     check_live_mask(plan, subset, batch_size, "sample")
     top_k = check_int("top_k", top_k, low=1, allow_none=True)
@@ -243,15 +250,19 @@ def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
                                f"{np.finfo(np.float32).tiny} (the smallest normal float32)")
     check_callable("logits_fn", logits_fn)
     _check_key(key)
-    return _sample(plan, tables, key, carry, start_tokens, subset, logits_fn=logits_fn,
-                   batch_size=int(batch_size), temperature=temperature, top_k=top_k)
+    static = dict(logits_fn=logits_fn, batch_size=int(batch_size), temperature=temperature,
+                  top_k=top_k)
+    result = _sample(plan, tables, key, carry, start_tokens, subset, **static)
+    if also_compile is not None:
+        _sample.precompile(plan, tables, key, carry, start_tokens, also_compile, **static)
+    return result
 
 
 def greedy_decode(plan: Plan, tables, logits_fn: Callable, *, batch_size: int,
                   start_token=0, carry=None, params=NO_PARAMS, return_carry: bool = False,
-                  subset: Optional[LiveMask] = None):
+                  subset: Optional[LiveMask] = None, also_compile: Optional[LiveMask] = None):
     """The most likely valid token at every step: beam search with one beam
     (so the carry needs no beam axes)."""
     return beam_search(plan, tables, logits_fn, batch_size=batch_size, beam_size=1,
                        start_token=start_token, carry=carry, params=params,
-                       return_carry=return_carry, subset=subset)
+                       return_carry=return_carry, subset=subset, also_compile=also_compile)

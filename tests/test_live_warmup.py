@@ -1,0 +1,79 @@
+"""A decode loop that has warmed up never compiles on an update (issue 24):
+a set compiled with capacity (it expects updates) compiles, with its first
+decode over every item, the program of the same decode over the items a
+removal leaves; the first removal and additions that fit then compile
+nothing. Counted as XLA compilations (jax's backend-compile events), not
+as cache entries."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import static_compiler as sc
+from static_compiler.backend.decode import search
+from static_compiler.backend.decode.programs import xla_compilations
+
+V, L = 32, 4
+
+
+def items(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(1, V, size=(n, L))
+
+
+def model(last, step, carry):
+    return jnp.sin(jnp.arange(V, dtype=jnp.float32) * (step + 1.0)) * jnp.ones(
+        last.shape + (V,)), carry
+
+
+DECODERS = {
+    "beam_search": lambda c: sc.beam_search(c, model, batch_size=2, beam_size=5),
+    "greedy_decode": lambda c: sc.greedy_decode(c, model, batch_size=3),
+    "sample": lambda c: sc.sample(c, model, jax.random.key(0), batch_size=2, temperature=0.7),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECODERS))
+def test_the_first_removal_and_fitting_additions_compile_nothing_after_warm_up(name):
+    rows = items(300, seed=sorted(DECODERS).index(name))
+    compiled = sc.compile_constraints(rows, V, capacity=1.5)
+    decode = lambda c: jax.block_until_ready(DECODERS[name](c))
+    decode(compiled)  # warm-up: the plain program and, ahead, the removal-aware one
+    before = xla_compilations()
+    gone = np.zeros(len(rows), bool)
+    gone[::3] = True
+    removed = compiled.update(remove=gone)
+    result = decode(removed)
+    added = removed.update(add=items(20, seed=7))
+    assert added.last_update["grew"] == []
+    decode(added)
+    decode(added.update(remove=np.arange(len(rows) + 20) % 5 == 0))
+    assert xla_compilations() == before
+    # and what it decoded left the removed items out
+    kept = {tuple(r) for r in rows[~gone]}
+    tokens, valid = np.asarray(result.tokens), np.asarray(result.valid)
+    for b in range(tokens.shape[0]):
+        for m in np.flatnonzero(valid[b]):
+            assert tuple(int(x) for x in tokens[b, m, :L]) in kept
+
+
+def test_a_set_without_capacity_compiles_nothing_ahead():
+    compiled = sc.compile_constraints(items(200, seed=3), V)
+    assert compiled.removal_program(None, 2) is None
+    roomy = sc.compile_constraints(items(200, seed=3), V, capacity=1.25)
+    spec = roomy.removal_program(None, 2)
+    assert spec is not None and spec.rows.shape == (2,)
+    gone = roomy.update(remove=np.arange(200) < 3)
+    assert gone.removal_program(gone.live_mask(None, None, 2, "t"), 2) is None  # runs it already
+
+
+def test_precompile_runs_once_per_signature():
+    compiled = sc.compile_constraints(items(100, seed=5), V, capacity=1.25)
+    jax.block_until_ready(DECODERS["beam_search"](compiled))
+    before = xla_compilations()
+    for _ in range(3):  # later calls neither lower nor compile again
+        jax.block_until_ready(DECODERS["beam_search"](compiled))
+    assert xla_compilations() == before
+    assert search._beam_search._precompiled  # the signature is remembered

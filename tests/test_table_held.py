@@ -1,0 +1,159 @@
+"""Sets whose automaton lives in their tables (issue 24): a `Shards` build
+and `load_compiled` of an artifact hold no IR; subsets, removals (masks and
+sequences), additions, `item_index`, `show-ir` and a new save read the
+tables and the manifest's summary, and the IR is never rebuilt. Exact
+against brute force; a summary that disagrees with the tables is refused at
+load."""
+
+from __future__ import annotations
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import static_compiler as sc
+from static_compiler.artifact import format as fmt
+from static_compiler.errors import ArtifactFormatError
+from static_compiler.frontend import datasets
+
+V, L = 24, 4
+
+
+def model(last, step, carry):
+    return jnp.sin(jnp.arange(V, dtype=jnp.float32) * (step + 1.0) + last[..., None] * 0.3
+                   ) * jnp.ones(last.shape + (V,)), carry
+
+
+def decoded(compiled, **kw) -> set:
+    """The valid sequences of an exhaustive beam search."""
+    n = compiled.items.num_unique if compiled.items is not None else 64
+    res = sc.beam_search(compiled, model, batch_size=1, beam_size=max(2, n), **kw)
+    tokens, valid, lengths = (np.asarray(x)[0] for x in (res.tokens, res.valid, res.lengths))
+    return {tuple(int(t) for t in tokens[m, :lengths[m]]) for m in np.flatnonzero(valid)}
+
+
+@pytest.fixture(params=["fixed", "ragged"])
+def case(request, tmp_path):
+    rng = np.random.default_rng(5)
+    if request.param == "fixed":
+        rows = rng.integers(0, V, size=(60, L))
+        end, matrix = None, rows
+    else:
+        lengths = rng.integers(2, L + 1, size=60)
+        rows = [list(rng.integers(1, V, size=n)) for n in lengths]
+        end = 0
+        matrix = np.asarray([r + [-1] * (L - len(r)) for r in rows])
+    compiled = sc.compile_constraints(rows, V, end_token=end, capacity=1.5, export_subsets=True)
+    path = tmp_path / "set.static"
+    compiled.save(path)
+    return request.param, [tuple(int(t) for t in r if t >= 0) for r in matrix], end, compiled, path
+
+
+def test_a_loaded_set_keeps_its_ir_in_its_tables_through_live_operations(case):
+    name, rows, end, compiled, path = case
+    loaded = sc.load_compiled(path)
+    assert "ir" not in loaded.__dict__
+    assert loaded.fingerprint == compiled.fingerprint and loaded.plan == compiled.plan
+    assert loaded.ir_text() == compiled.ir.to_text()
+    mask = np.arange(len(rows)) % 3 == 0
+    assert decoded(loaded, subset=loaded.subset(mask)) == {rows[i] for i in np.flatnonzero(mask)}
+    picked = rows[:5]
+    np.testing.assert_array_equal(loaded.item_index(picked), compiled.item_index(picked))
+    gone = loaded.update(remove=picked)
+    assert gone.last_update["removed"] == len(set(picked))
+    assert decoded(gone) == set(rows) - set(picked)
+    added = gone.update(add=[(1, 2, 3, 4)[:L], (2, 3, 4, 5)[:L]])
+    assert added.last_update["grew"] == [] and "ir" not in added.__dict__
+    assert decoded(added) == set(rows) - set(picked) | {(1, 2, 3, 4), (2, 3, 4, 5)}
+    assert "ir" not in loaded.__dict__ and "ir" not in gone.__dict__
+    # the IR, read back when asked, is the compiled one
+    assert loaded.ir == compiled.ir
+
+
+def test_a_loaded_set_saves_and_shows_without_its_ir(case, tmp_path, capsys):
+    from static_compiler.cli import main
+
+    _, _, _, compiled, path = case
+    loaded = sc.load_compiled(path)
+    again = tmp_path / "again.static"
+    loaded.save(again)
+    assert "ir" not in loaded.__dict__
+    assert (again / fmt.IR_FILE).read_text() == (path / fmt.IR_FILE).read_text()
+    assert json.loads((again / fmt.MANIFEST_FILE).read_text())["layers"] == \
+        json.loads((path / fmt.MANIFEST_FILE).read_text())["layers"]
+    assert main(["show-ir", str(path)]) == 0
+    assert capsys.readouterr().out.startswith(compiled.ir.to_text())
+    assert main(["show-ir", str(path), "--layer", "1"]) == 0
+    assert "layer 1 " in capsys.readouterr().out
+
+
+def test_check_automaton_rebuilds_and_verifies(case):
+    _, _, _, compiled, path = case
+    checked = sc.load_compiled(path, check_automaton=True)
+    assert "ir" in checked.__dict__ and checked.ir == compiled.ir
+
+
+def edit_layers(path, change):
+    m = json.loads((path / fmt.MANIFEST_FILE).read_text())
+    change(m["layers"])
+    (path / fmt.MANIFEST_FILE).write_bytes(fmt.seal_manifest(m))
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda layers: layers[-1]["branch_counts"].append(1), "branch histogram"),
+    (lambda layers: layers[-1].update(edges=layers[-1]["edges"] + 1), "records"),
+    (lambda layers: layers[-1].update(states="many"), "expected ints"),
+    (lambda layers: layers[1]["branch_counts"].__setitem__(1, layers[1]["branch_counts"][1] + 1),
+     "branch histogram"),
+])
+def test_a_summary_that_disagrees_with_the_tables_is_refused(case, change, match):
+    _, _, _, _, path = case
+    edit_layers(path, change)
+    with pytest.raises(ArtifactFormatError, match=match):
+        sc.load_compiled(path)
+
+
+def test_a_manifest_without_histograms_reads_them_from_the_tables(case):
+    _, _, _, compiled, path = case
+    edit_layers(path, lambda layers: [layer.pop("branch_counts") for layer in layers])
+    loaded = sc.load_compiled(path)
+    assert loaded.summary == sc.ir.AutomatonSummary.of(compiled.ir)
+
+
+def test_removals_by_sequence_of_a_saved_set_read_its_tables(case, monkeypatch):
+    """update_artifact(remove=sequences) finds them in the tables: rebuilding
+    the automaton would fail here."""
+    from static_compiler.backend import lowering
+
+    _, rows, _, _, path = case
+
+    def refuse(*a, **k):
+        raise AssertionError("the automaton was rebuilt")
+
+    monkeypatch.setattr(lowering, "automaton_from_tables", refuse)
+    report = sc.update_artifact(path, remove=rows[:3] + [(V - 1,) * L])
+    assert report["removed"] == len(set(rows[:3])) and report["absent"] == 1
+    loaded = sc.load_compiled(path)
+    assert decoded(loaded) == set(rows) - set(rows[:3])
+
+
+def test_a_shards_build_takes_sequences_and_reports_like_the_array_build(tmp_path):
+    rows = datasets.synthetic_sids(5_000, L, V, seed=4)
+    shards = sc.compile_constraints(sc.Shards(rows, partitions=3), V, capacity=1.25,
+                                    export_subsets=True)
+    whole = sc.compile_constraints(rows, V, capacity=1.25, export_subsets=True)
+    assert "ir" not in shards.__dict__ and shards.fingerprint == whole.fingerprint
+    seqs = rows[::7]
+    np.testing.assert_array_equal(shards.item_index(seqs), whole.item_index(seqs))
+    a, b = shards.update(remove=seqs), whole.update(remove=seqs)
+    assert a.last_update == b.last_update and a.fingerprint == b.fingerprint
+    mask = np.arange(len(rows)) % 4 == 1
+    sa, sb = a.subset(mask), b.subset(mask)
+    for x, y in zip(sa.live + sa.ends, sb.live + sb.ends):
+        assert (x is None and y is None) or np.array_equal(x, y)
+    more = np.random.default_rng(9).integers(0, V, size=(50, L))
+    a2, b2 = a.update(add=more), b.update(add=more)
+    assert a2.last_update == b2.last_update and a2.fingerprint == b2.fingerprint
+    assert "ir" not in a2.__dict__
