@@ -160,6 +160,7 @@ def merge_items(ir, items: ItemIndex, sequences, where: str = "update") -> Merge
         num_edges = layer.num_edges + keys.shape[0]
         index_dtype = index_dtype_for(num_edges)
         gaining, gained = np.unique(parent, return_counts=True)  # few: no array of S counts
+        branch = None
         if _stays_unary(layer, gaining, gained, new_ids):
             # every state, old or new, keeps one child: no branch array to build
             indptr = np.arange(num_old + ins_states.shape[0] + 1, dtype=index_dtype)
@@ -184,6 +185,8 @@ def merge_items(ir, items: ItemIndex, sequences, where: str = "update") -> Merge
                                                     (keys % V).astype(layer.tokens.dtype))),
                             accepting=None if accepting is None else frozen(accepting),
                             layout=layer.layout))
+        if branch is not None:  # lowering reads it: give the layer the one built here
+            object.__setattr__(layers[-1], "_branch", frozen(branch.astype(np.int64)))
         state[leaving] = (ins + np.arange(ins.shape[0]))[inv]  # new edge j is merged edge ins_j + j
         ins_states = ins
     merged = Automaton(vocab_size=V, layers=tuple(layers),
@@ -253,7 +256,8 @@ def _with_items(ir, merged, items, lengths, matched, old_state, end_state, inver
                                       inserted[ir.depth])
     else:
         item_depth[old] = items.item_depth
-        depths = np.unique(items.item_depth).tolist()
+        depths = [ir.depth] if ir.end_token is None else \
+            np.flatnonzero(np.bincount(items.item_depth)).tolist()  # (a few: faster than unique)
         for d in depths:
             at = slice(None) if len(depths) == 1 else items.item_depth == d
             item_state[old][at] = _renumbered(items.item_state[at].astype(np.int32, copy=False),
