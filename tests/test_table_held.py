@@ -157,3 +157,25 @@ def test_a_shards_build_takes_sequences_and_reports_like_the_array_build(tmp_pat
     a2, b2 = a.update(add=more), b.update(add=more)
     assert a2.last_update == b2.last_update and a2.fingerprint == b2.fingerprint
     assert "ir" not in a2.__dict__
+
+
+def test_subsets_of_an_artifact_with_room_in_near_unary_layers_agree_everywhere(tmp_path):
+    """Near-unary layers keep their form with room (padding past the trie's
+    states): the serving loader, the torch backend and the library read the
+    trie's own state counts and give the same bits."""
+    pytest.importorskip("torch")
+    from static_compiler.artifact import serving
+    from static_compiler.torch_backend import TorchConstraints
+
+    rows = datasets.synthetic_sids(3_000, 5, 16, seed=2)
+    pipeline = "verify,choose-layout{force=near_unary},reserve-capacity{growth=1.5},pack-dtypes"
+    compiled = sc.compile_constraints(rows, 16, pipeline=pipeline, export_subsets=True)
+    assert sum(s.kind == "near_unary" for s in compiled.plan.steps) >= 2
+    path = tmp_path / "nu.static"
+    compiled.save(path)
+    mask = np.arange(len(rows)) % 5 == 2
+    want = compiled.subset(mask)
+    for got in (serving.load(path).subset(mask), TorchConstraints.from_artifact(path).subset(mask),
+                sc.load_compiled(path).subset(mask)):
+        for x, y in zip(got.live + got.ends, want.live + want.ends):
+            assert (x is None and y is None) or np.array_equal(np.asarray(x), np.asarray(y))

@@ -16,12 +16,24 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 
-class TrieLayer(NamedTuple):
+class _Rows:
+    """What a trie layer with row pointers `indptr` (S + 1,) answers."""
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indptr[-1])
+
+    def branch(self) -> np.ndarray:
+        return np.diff(self.indptr.astype(np.int64))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TrieLayer(_Rows):
     """One layer of a trie with implicit targets, for `liveness`."""
 
     indptr: np.ndarray
@@ -30,13 +42,6 @@ class TrieLayer(NamedTuple):
     @property
     def num_states(self) -> int:
         return int(self.indptr.shape[0]) - 1
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.indptr[-1])
-
-    def branch(self) -> np.ndarray:
-        return np.diff(self.indptr.astype(np.int64))
 
     def branch_counts(self) -> np.ndarray:
         """int64 (max_branch + 1,): at b, how many states have b children."""
@@ -100,7 +105,7 @@ class UnitRows:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TableLayer:
+class TableLayer(_Rows):
     """One lowered layer of a trie (implicit targets) read as rows from its
     tables, never rebuilt as an `ir.Layer`: what subsets, removals and item
     lookups of a set held in its tables (a `Shards` build, an artifact) read.
@@ -135,13 +140,6 @@ class TableLayer:
         if self.kind == "dense_rows":
             return np.nonzero(np.asarray(self.tables["next"][:self.num_states]) >= 0)[1]
         return np.asarray(self.tables["tokens"][:self.num_edges])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.indptr[-1])
-
-    def branch(self) -> np.ndarray:
-        return np.diff(self.indptr.astype(np.int64))
 
     def branch_counts(self) -> np.ndarray:
         return self._branch_counts

@@ -27,7 +27,7 @@ from static_compiler.artifact import snapshot
 from static_compiler.artifact.format import IR_FILE
 from static_compiler.backend.lowering import PlanFacts, live_beam_bounds
 from static_compiler.errors import DecodeInputError
-from static_compiler.live.layers import TrieLayer, row_pointers
+from static_compiler.live.layers import table_layers
 from static_compiler.live.liveness import (ItemIndex, Subset, bit_layout, checked_subset_index,
                                            rows_item_mask, subset_of_items)
 from static_compiler.decode_types import BeamState, DecodeResult
@@ -327,9 +327,9 @@ class _ArtifactSubsets:
     def __call__(self, selection) -> Subset:
         if self._trie is None:
             steps = self.plan.steps
-            layers = [TrieLayer(row_pointers(s.kind, tabs, s.num_states),
-                                None if "accepting" not in tabs else np.asarray(tabs["accepting"]))
-                      for s, tabs in zip(steps, self.host)]
+            # the trie's own state counts (tables padded to a capacity hold more)
+            layers = table_layers([(s.kind, layer["states"], s.explicit_targets)
+                                   for s, layer in zip(steps, self.manifest.layers)], self.host)
             dense = {t: self.host[t]["next"] for t in self.plan.slot_steps}
             layout = bit_layout(layers, dense if self.plan.slot_steps else None,
                                 list(self.plan.state_counts()))
