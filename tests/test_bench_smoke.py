@@ -204,3 +204,12 @@ def test_compile_time_comparison_flags_only_real_regressions(tmp_path):
         "1e+01", "frontend:", "2.000", "s", "vs", "1.000", "s", "(2.00x)",
         "1e+01", "total:", "3.000", "s", "vs", "2.000", "s", "(1.50x)"]
     assert _run(*args, "--check").returncode == 1
+
+def test_table_held_benchmark_runs_every_operation_without_the_ir():
+    run = _run("tools.bench.table_held", "--items", 3000, "--length", 4, "--vocab", 64,
+               "--partitions", 2)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and "|---" not in line]
+    names = [r.split(" | ")[0].lstrip("| ") for r in rows[1:]]
+    assert names == ["load + IR", "load", "subset", "serving subset", "show-ir --stats", "remove",
+                     "add"], run.stdout
