@@ -75,6 +75,43 @@ def row_pointers(kind: str, tables: dict, num_states: int) -> np.ndarray:
     raise ValueError(f"layout kind {kind!r}")
 
 
+class NearRows:
+    """The row pointers of a near_unary layer's first `num_states` states,
+    answered from its exception tables without an array of S + 1 entries:
+    between exceptions every state has one child, so indptr[s] = s + the
+    extra children (branch - 1) of the exceptions below s. Indexing with
+    ints or int arrays gives int64 (a binary search over the X exceptions);
+    slices and numpy functions see the whole array (`row_pointers`)."""
+
+    def __init__(self, tables: dict, num_states: int):
+        self.tables, self.shape, self.dtype = tables, (int(num_states) + 1,), np.dtype(np.int64)
+        real = int(np.searchsorted(tables["ex_states"], num_states))
+        self.states = np.asarray(tables["ex_states"][:real]).astype(np.int64)
+        extra = exception_rows(tables, real)[1] - 1
+        self.extra = np.concatenate([[0], np.cumsum(extra)]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return np.asarray(self)[index]
+        index = np.asarray(index, dtype=np.int64)
+        n = self.shape[0]
+        if ((index < -n) | (index >= n)).any():
+            raise IndexError(f"row pointer index out of range for {n} entries")
+        index = np.where(index < 0, index + n, index)
+        out = index + self.extra[np.searchsorted(self.states, index, side="left")]
+        return out if out.ndim else int(out)
+
+    def __array__(self, dtype=None, copy=None):
+        out = row_pointers("near_unary", self.tables, self.shape[0] - 1)
+        return out if dtype is None else out.astype(dtype)
+
+    def astype(self, dtype, copy: bool = True) -> np.ndarray:
+        return np.asarray(self, dtype=dtype)
+
+
 class UnitRows:
     """The row pointers of a layer whose state s has the one child s (a
     unary layer): indptr[s] = s, answered without an array (S + 1 int64
@@ -128,7 +165,18 @@ class TableLayer(_Rows):
             return np.asarray(self.tables["indptr"][:self.num_states + 1])
         if self.kind == "unary":
             return UnitRows(self.num_states)
+        if self.kind == "near_unary":
+            return NearRows(self.tables, self.num_states)
         return row_pointers(self.kind, self.tables, self.num_states)
+
+    def exception_states(self) -> np.ndarray:
+        """int64: the states with other than one child, ascending (read
+        from the exception table of a near_unary layer)."""
+        if self.kind == "near_unary":
+            return self.indptr.states
+        if self.kind == "unary":
+            return np.zeros(0, np.int64)
+        return np.flatnonzero(self.branch() != 1)
 
     @functools.cached_property
     def accepting(self) -> Optional[np.ndarray]:
@@ -341,12 +389,14 @@ def layer_walks(layers: Sequence) -> tuple:
         if is_unary(layer):
             walks.append(LayerWalk("unary"))
             continue
-        branch = layer.branch()
-        ex = np.flatnonzero(branch != 1)
-        if ex.size <= NEAR_UNARY_SHARE * layer.num_states:
+        counts = layer.branch_counts()
+        exceptions = layer.num_states - (int(counts[1]) if counts.shape[0] > 1 else 0)
+        if exceptions <= NEAR_UNARY_SHARE * layer.num_states:
+            ex = layer.exception_states() if hasattr(layer, "exception_states") \
+                else np.flatnonzero(layer.branch() != 1)
             walks.append(LayerWalk("near", ex))
             continue
-        widest = int(branch.max(initial=0))
+        widest = counts.shape[0] - 1
         walks.append(LayerWalk("general", count_dtype=next(
             t for t in (np.uint16, np.uint32, np.uint64) if widest < np.iinfo(t).max)))
     return tuple(walks)
