@@ -81,7 +81,8 @@ class NearRows:
     between exceptions every state has one child, so indptr[s] = s + the
     extra children (branch - 1) of the exceptions below s. Indexing with
     ints or int arrays gives int64 (a binary search over the X exceptions);
-    slices and numpy functions see the whole array (`row_pointers`)."""
+    slices and numpy functions see the whole array (`row_pointers`, built on
+    the first such read and kept)."""
 
     def __init__(self, tables: dict, num_states: int):
         self.tables, self.shape, self.dtype = tables, (int(num_states) + 1,), np.dtype(np.int64)
@@ -89,12 +90,13 @@ class NearRows:
         self.states = np.asarray(tables["ex_states"][:real]).astype(np.int64)
         extra = exception_rows(tables, real)[1] - 1
         self.extra = np.concatenate([[0], np.cumsum(extra)]).astype(np.int64)
+        self._whole = None
 
     def __len__(self) -> int:
         return self.shape[0]
 
     def __getitem__(self, index):
-        if isinstance(index, slice):
+        if isinstance(index, slice) or self._whole is not None:
             return np.asarray(self)[index]
         index = np.asarray(index, dtype=np.int64)
         n = self.shape[0]
@@ -105,8 +107,11 @@ class NearRows:
         return out if out.ndim else int(out)
 
     def __array__(self, dtype=None, copy=None):
-        out = row_pointers("near_unary", self.tables, self.shape[0] - 1)
-        return out if dtype is None else out.astype(dtype)
+        # built once, on the first whole read (a walk over a layer with many
+        # exceptions reads every state's row), then kept
+        if self._whole is None:
+            self._whole = row_pointers("near_unary", self.tables, self.shape[0] - 1)
+        return self._whole if dtype is None else self._whole.astype(dtype)
 
     def astype(self, dtype, copy: bool = True) -> np.ndarray:
         return np.asarray(self, dtype=dtype)

@@ -161,9 +161,9 @@ def _child_live(layer, walk: LayerWalk, live_next: np.ndarray) -> np.ndarray:
             live = np.empty(layer.num_states, dtype=bool)
             first = np.concatenate([[0], ex + 1])
             last = np.concatenate([ex, [layer.num_states]])
-            for a, b in zip(first.tolist(), last.tolist()):
+            starts = np.asarray(indptr[first]).tolist()  # one read of the row pointers
+            for a, b, c in zip(first.tolist(), last.tolist(), starts):
                 if b > a:
-                    c = int(indptr[a])
                     live[a:b] = live_next[c:c + b - a]
         else:
             live = live_next[np.minimum(indptr[:-1], live_next.shape[0] - 1)]
