@@ -501,11 +501,18 @@ class CompiledConstraints(PlanFacts):
         decode over the items a removal leaves, so that warming up a decode
         loop compiles that program too and the first removal compiles
         nothing; else None."""
-        if live is not None or self.items is None or \
-                not all(layer.implicit_targets for layer in self.outline.layers) or \
-                not any(layer.layout.reserved for layer in self.outline.layers):
+        if live is not None or self.items is None:
             return None
-        return decode.live_mask_spec(self.plan, batch_size)
+        specs = self.__dict__.get("_removal_specs")
+        if specs is None:  # (per call: this runs before every decode)
+            specs = {} if all(layer.implicit_targets for layer in self.outline.layers) and \
+                any(layer.layout.reserved for layer in self.outline.layers) else None
+            object.__setattr__(self, "_removal_specs", specs)
+        if specs is None:
+            return None
+        if batch_size not in specs:
+            specs[batch_size] = decode.live_mask_spec(self.plan, batch_size)
+        return specs[batch_size]
 
     def save(self, path, *, overwrite: bool = False):
         """Writes the artifact directory atomically (see static_compiler.artifact.writer)."""

@@ -24,7 +24,6 @@ import threading
 from typing import Callable
 
 import jax
-import numpy as np
 
 from static_compiler.errors import DecodeInputError
 
@@ -111,9 +110,11 @@ class BoundedJit:
     static configurations (one jitted function each, LRU). Call it as the
     jitted function: static arguments by keyword."""
 
-    def __init__(self, fn: Callable, static_argnames: tuple[str, ...]):
+    def __init__(self, fn: Callable, static_argnames: tuple[str, ...],
+                 shaped_by_static: tuple[str, ...] = ()):
         self._fn = fn
         self._static = tuple(static_argnames)
+        self._shaped_by_static = frozenset(shaped_by_static)
         self._programs: collections.OrderedDict = collections.OrderedDict()
         self._evicted = 0  # executables of configurations evicted so far
         self._precompiled: dict = {}  # static configuration -> argument signatures compiled ahead
@@ -132,16 +133,22 @@ class BoundedJit:
         which fills the cache a later call with arrays of these shapes,
         dtypes and placements reads). Any array argument may be a
         `jax.ShapeDtypeStruct`. Done once per static configuration and
-        argument signature; returns whether it compiled now."""
-        jitted, bound, static = self._jitted(args, kwargs)
-        leaves, tree = jax.tree_util.tree_flatten(bound)
-        signature = (tree, tuple((tuple(np.shape(x)), str(getattr(x, "dtype", type(x))))
+        signature of the other arguments (those named in `shaped_by_static`,
+        whose shapes the static configuration fixes, are left out of it:
+        checking stays cheap on every call); returns whether it compiled now."""
+        bound = self._signature.bind(*args, **kwargs).arguments
+        static = tuple((name, bound[name]) for name in self._static)
+        rest = [value for name, value in bound.items()
+                if name not in self._static and name not in self._shaped_by_static]
+        leaves, tree = jax.tree_util.tree_flatten(rest)
+        signature = (tree, tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x)))
                                  for x in leaves))
         with self._lock:
             done = self._precompiled.setdefault(static, set())
             if signature in done:
                 return False
             done.add(signature)
+        jitted, bound, _ = self._jitted(args, kwargs)
         jitted.lower(**bound).compile()
         return True
 
@@ -187,6 +194,6 @@ class BoundedJit:
             self._precompiled.clear()
 
 
-def bounded_jit(static_argnames: tuple[str, ...]):
+def bounded_jit(static_argnames: tuple[str, ...], shaped_by_static: tuple[str, ...] = ()):
     """Decorator form of `BoundedJit`."""
-    return lambda fn: BoundedJit(fn, static_argnames)
+    return lambda fn: BoundedJit(fn, static_argnames, shaped_by_static)

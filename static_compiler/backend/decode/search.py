@@ -58,7 +58,8 @@ def _call_model(logits_fn, params, with_params: bool, last_tokens, step, carry, 
 
 
 @bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "beam_size", "caps",
-                              "length_penalty", "axes", "reorder", "with_params"))
+                              "length_penalty", "axes", "reorder", "with_params"),
+             shaped_by_static=("tables",))  # the plan fixes the tables' shapes
 def _beam_search(plan, tables, carry, start_tokens, params, subset, *, logits_fn, batch_size,
                  beam_size, caps, length_penalty, axes, reorder, with_params):
     state = init_beam_state(plan, batch_size, beam_size, start_tokens)
@@ -174,7 +175,8 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
     return (result, out_carry) if return_carry else result
 
 
-@bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "temperature", "top_k"))
+@bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "temperature", "top_k"),
+             shaped_by_static=("tables",))
 def _sample(plan, tables, key, carry, start_tokens, subset, *, logits_fn, batch_size, temperature,
             top_k):
     state = init_beam_state(plan, batch_size, 1, start_tokens)
