@@ -75,75 +75,73 @@ def row_pointers(kind: str, tables: dict, num_states: int) -> np.ndarray:
     raise ValueError(f"layout kind {kind!r}")
 
 
-class NearRows:
-    """The row pointers of a near_unary layer's first `num_states` states,
-    answered from its exception tables without an array of S + 1 entries:
-    between exceptions every state has one child, so indptr[s] = s + the
-    extra children (branch - 1) of the exceptions below s. Indexing with
-    ints or int arrays gives int64 (a binary search over the X exceptions);
-    slices and numpy functions see the whole array (`row_pointers`, built on
-    the first such read and kept)."""
-
-    def __init__(self, tables: dict, num_states: int):
-        self.tables, self.shape, self.dtype = tables, (int(num_states) + 1,), np.dtype(np.int64)
-        real = int(np.searchsorted(tables["ex_states"], num_states))
-        self.states = np.asarray(tables["ex_states"][:real]).astype(np.int64)
-        extra = exception_rows(tables, real)[1] - 1
-        self.extra = np.concatenate([[0], np.cumsum(extra)]).astype(np.int64)
-        self._whole = None
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, index):
-        if isinstance(index, slice) or self._whole is not None:
-            return np.asarray(self)[index]
-        index = np.asarray(index, dtype=np.int64)
-        n = self.shape[0]
-        if ((index < -n) | (index >= n)).any():
-            raise IndexError(f"row pointer index out of range for {n} entries")
-        index = np.where(index < 0, index + n, index)
-        out = index + self.extra[np.searchsorted(self.states, index, side="left")]
-        return out if out.ndim else int(out)
-
-    def __array__(self, dtype=None, copy=None):
-        # built once, on the first whole read (a walk over a layer with many
-        # exceptions reads every state's row), then kept
-        if self._whole is None:
-            self._whole = row_pointers("near_unary", self.tables, self.shape[0] - 1)
-        return self._whole if dtype is None else self._whole.astype(dtype)
-
-    def astype(self, dtype, copy: bool = True) -> np.ndarray:
-        return np.asarray(self, dtype=dtype)
-
-
-class UnitRows:
-    """The row pointers of a layer whose state s has the one child s (a
-    unary layer): indptr[s] = s, answered without an array (S + 1 int64
-    would be 8 GB at 1e9 states). Indexing with ints or int arrays gives
-    them back (int64); numpy functions see `np.arange(S + 1)`."""
+class _VirtualRows:
+    """Row pointers (S + 1,) int64 answered without an array of S + 1
+    entries (8 GB at 1e9 states): indexing with ints or int arrays computes
+    the entries asked for (`_rows`); slices and numpy functions see the whole
+    array (`_whole_array`)."""
 
     def __init__(self, num_states: int):
-        self.shape = (int(num_states) + 1,)
-        self.dtype = np.dtype(np.int64)
+        self.shape, self.dtype = (int(num_states) + 1,), np.dtype(np.int64)
 
     def __len__(self) -> int:
         return self.shape[0]
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return np.arange(self.shape[0], dtype=np.int64)[index]
+            return self._whole_array()[index]
         index = np.asarray(index, dtype=np.int64)
-        if ((index < -self.shape[0]) | (index >= self.shape[0])).any():
-            raise IndexError(f"row pointer index out of range for {self.shape[0]} entries")
-        out = np.where(index < 0, index + self.shape[0], index)
+        n = self.shape[0]
+        if ((index < -n) | (index >= n)).any():
+            raise IndexError(f"row pointer index out of range for {n} entries")
+        out = self._rows(np.where(index < 0, index + n, index))
         return out if out.ndim else int(out)
 
     def __array__(self, dtype=None, copy=None):
-        return np.arange(self.shape[0], dtype=dtype or np.int64)
+        whole = self._whole_array()
+        return whole if dtype is None else whole.astype(dtype)
 
     def astype(self, dtype, copy: bool = True) -> np.ndarray:
-        return np.arange(self.shape[0], dtype=dtype)
+        return np.asarray(self, dtype=dtype)
+
+
+class NearRows(_VirtualRows):
+    """The row pointers of a near_unary layer's first `num_states` states,
+    from its exception tables: between exceptions every state has one child,
+    so indptr[s] = s + the extra children (branch - 1) of the exceptions
+    below s (a binary search over the X exceptions). The whole array is
+    built on its first read (a walk over a layer with many exceptions reads
+    every row) and kept."""
+
+    def __init__(self, tables: dict, num_states: int):
+        super().__init__(num_states)
+        self.tables = tables
+        real = int(np.searchsorted(tables["ex_states"], num_states))
+        self.states = np.asarray(tables["ex_states"][:real]).astype(np.int64)
+        extra = exception_rows(tables, real)[1] - 1
+        self.extra = np.concatenate([[0], np.cumsum(extra)]).astype(np.int64)
+        self._whole = None
+
+    def _rows(self, index: np.ndarray) -> np.ndarray:
+        if self._whole is not None:
+            return self._whole[index]
+        return index + self.extra[np.searchsorted(self.states, index, side="left")]
+
+    def _whole_array(self) -> np.ndarray:
+        if self._whole is None:
+            self._whole = row_pointers("near_unary", self.tables, self.shape[0] - 1)
+        return self._whole
+
+
+class UnitRows(_VirtualRows):
+    """The row pointers of a layer whose state s has the one child s (a
+    unary layer): indptr[s] = s."""
+
+    def _rows(self, index: np.ndarray) -> np.ndarray:
+        return index
+
+    def _whole_array(self) -> np.ndarray:
+        return np.arange(self.shape[0], dtype=np.int64)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -153,10 +151,10 @@ class TableLayer(_Rows):
     lookups of a set held in its tables (a `Shards` build, an artifact) read.
     Its states are the first `num_states` of the tables' (the trie's
     count, or all of them: states padded to a reserved capacity have no
-    children and accept nothing); each
-    array is read on first use and kept: indptr int64 (S + 1,) (csr: the
-    table's own row pointers, in their dtype), accepting bool (S,) or None,
-    tokens (E,) in (state, token) order."""
+    children and accept nothing). Each array is read on first use and kept:
+    indptr (S + 1,) (csr: the table's own row pointers, in their dtype;
+    unary and near_unary: `UnitRows` / `NearRows`, computed per entry),
+    accepting bool (S,) or None, tokens (E,) in (state, token) order."""
 
     kind: str
     tables: dict
