@@ -5,18 +5,15 @@ mesh placement, save. `compiler.compile_constraints` builds one."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Optional
 
 import numpy as np
 
-from static_compiler.live import additions
-from static_compiler.live import subsets
+from static_compiler.live import subsets, versions
 from static_compiler.artifact import placement as placement_lib
-from static_compiler.passes import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.live.liveness import checked_subset_index
-from static_compiler.backend.lowering import (Plan, PlanFacts, automaton_from_tables, lower,
+from static_compiler.backend.lowering import (Plan, PlanFacts, automaton_from_tables,
                                               slot_steps, state_counts, table_head,
                                               tables_nbytes)
 from static_compiler.artifact.names import NameTable
@@ -357,57 +354,11 @@ class CompiledConstraints(PlanFacts):
         Raises ConstraintSetError for invalid sequences or masks, for a
         set without items (graph, IR, minimize) and for a text catalogue
         (add names by compiling anew)."""
-        items = subsets.check_subsettable(self.outline, self.items, "update")
-        if add is None and remove is None:
-            raise ConstraintSetError("update: nothing to do: pass add=... (token sequences) "
-                                     "and/or remove=... (a bool mask over the input rows, or "
-                                     "token sequences)")
-        new, report = self, {}
-        if add is not None:
-            with additions.small_pages():
-                new, report = self._added(items, add)
-            items = new.items
-        if remove is not None:
-            removed, removal = subsets.removal(items, remove, new._trie)
-            report.update(removal)
-            items = dataclasses.replace(items, removed=removed)
-        version = new._replace(items=items, last_update=report)
+        version = versions.updated(self, add=add, remove=remove)
         if add is None:  # the same tables and set: share what was computed
             _share_computed(self, version, ("_device_tables",) + _SET_CACHES)
         version.base_subset  # computed now, so the next decode only reads it
         return version
-
-    def _added(self, items, add) -> tuple["CompiledConstraints", dict]:
-        """This set with the sequences `add` merged in, and the report."""
-        if self.names is not None:
-            raise ConstraintSetError("update(add=...): this set is a text catalogue: compile "
-                                     "it anew with the new names (added token sequences would "
-                                     "have no name)")
-        t0 = time.perf_counter()
-        merged = additions.merge_items(self._trie(), items, add)
-        problems = additions.fit_problems(merged, self.outline)
-        held = "ir" in self.__dict__  # else the new version stays in its tables too
-        if problems:
-            bare = merged.ir.with_layers(layer.replace(layout=None) for layer in merged.ir.layers)
-            ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(self.pipeline))
-            plan, tables = lower(ir)
-            held = True
-        else:
-            ir = merged.ir
-            plan, tables = lower(ir)
-            if plan != self.plan:  # fit_problems checks what lowering records
-                raise ConstraintSetError(f"update: internal error: the merged set fits but "
-                                         f"lowers to another plan ({plan} != {self.plan})")
-        report = dict(merged.report, grew=problems)
-        where = self.placement
-        if where is not None:  # grown tables may split differently
-            where = placement_lib.MeshPlacement.of(where.mesh, where.axis, tables, where.min_bytes)
-        held_as = dict(ir=ir, summary=None) if held else \
-            dict(ir=None, summary=AutomatonSummary.of(ir))
-        new = dataclasses.replace(self, plan=plan, tables=tables, items=merged.items,
-                                  placement=where, **held_as,
-                                  timings=self.timings + (("update", time.perf_counter() - t0),))
-        return new, report
 
     @property
     def base_subset(self) -> Optional[subsets.Subset]:

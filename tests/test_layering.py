@@ -31,7 +31,7 @@ LAYERS = (
     ("passes",),
     ("backend", "backend.lowering"),
     ("artifact", "artifact.runtime", "artifact.serving"),
-    ("compiled", "compiler", "saved", "report", ""),  # "" is the package's __init__ (the public API)
+    ("compiled", "compiler", "saved", "report", "live.versions", ""),  # "" is the package's __init__ (the public API)
     ("torch_backend",),  # the tables as torch tensors; imports only numpy-only modules below
     ("integrations",),  # engines' own decoders (HF generate) on top of the public API
     ("cli",),

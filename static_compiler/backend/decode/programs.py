@@ -21,7 +21,7 @@ import functools
 import inspect
 import os
 import threading
-from typing import Callable
+from typing import Callable, Optional
 
 import jax
 
@@ -48,8 +48,8 @@ def xla_compilations() -> int:
     """XLA compilations in this process so far, of any jitted function (jax's
     backend-compile events, counted from this module's import). Unlike
     `BoundedJit.compilations`, which counts executables held per argument
-    signature, a call that finds its program compiled ahead of time
-    (`BoundedJit.precompile`) adds nothing here."""
+    signature, a call that finds its program compiled ahead of time (a
+    call's `also_compile`) adds nothing here."""
     return _xla_compilations[0]
 
 
@@ -110,51 +110,34 @@ class BoundedJit:
     static configurations (one jitted function each, LRU). Call it as the
     jitted function: static arguments by keyword."""
 
-    def __init__(self, fn: Callable, static_argnames: tuple[str, ...],
-                 shaped_by_static: tuple[str, ...] = ()):
+    def __init__(self, fn: Callable, static_argnames: tuple[str, ...]):
         self._fn = fn
         self._static = tuple(static_argnames)
-        self._shaped_by_static = frozenset(shaped_by_static)
         self._programs: collections.OrderedDict = collections.OrderedDict()
         self._evicted = 0  # executables of configurations evicted so far
-        self._precompiled: dict = {}  # static configuration -> argument signatures compiled ahead
         self._lock = threading.Lock()
         self._signature = inspect.signature(fn)
         functools.update_wrapper(self, fn)
         _instances.append(self)
 
-    def __call__(self, *args, **kwargs):
-        jitted, bound, _ = self._jitted(args, kwargs)
-        return jitted(**bound)
-
-    def precompile(self, *args, **kwargs) -> bool:
-        """Compiles the program that a call with these arguments runs,
-        without running it (jax's ahead-of-time `lower(...).compile()`,
-        which fills the cache a later call with arrays of these shapes,
-        dtypes and placements reads). Any array argument may be a
-        `jax.ShapeDtypeStruct`. Done once per static configuration and
-        signature of the other arguments (those named in `shaped_by_static`,
-        whose shapes the static configuration fixes, are left out of it:
-        checking stays cheap on every call); returns whether it compiled now."""
-        bound = self._signature.bind(*args, **kwargs).arguments
-        static = tuple((name, bound[name]) for name in self._static)
-        rest = [value for name, value in bound.items()
-                if name not in self._static and name not in self._shaped_by_static]
-        leaves, tree = jax.tree_util.tree_flatten(rest)
-        signature = (tree, tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x)))
-                                 for x in leaves))
-        with self._lock:
-            done = self._precompiled.setdefault(static, set())
-            if signature in done:
-                return False
-            done.add(signature)
-        jitted, bound, _ = self._jitted(args, kwargs)
-        jitted.lower(**bound).compile()
-        return True
+    def __call__(self, *args, also_compile: Optional[dict] = None, **kwargs):
+        """Runs the program of these arguments. also_compile: {argument name:
+        value} (arrays or `jax.ShapeDtypeStruct`s): when this call compiled
+        its program (the first with these static options and argument
+        shapes), also compile, ahead of time and without running it, the
+        program of the same call with those arguments swapped in (jax's
+        `lower(...).compile()` fills the cache a later call of those shapes
+        reads); a call that compiled nothing checks one count."""
+        jitted, bound = self._jitted(args, kwargs)
+        before = jitted._cache_size() if also_compile else 0
+        out = jitted(**bound)
+        if also_compile and jitted._cache_size() > before:
+            jitted.lower(**{**bound, **also_compile}).compile()
+        return out
 
     def _jitted(self, args, kwargs):
         """(the jitted function of the call's static configuration, made
-        most recently used; the dynamic arguments by name; the static key)."""
+        most recently used; the dynamic arguments by name)."""
         bound = self._signature.bind(*args, **kwargs).arguments
         static = tuple((name, bound.pop(name)) for name in self._static)
         with self._lock:
@@ -163,7 +146,7 @@ class BoundedJit:
                 jitted = jax.jit(functools.partial(self._fn, **dict(static)))
             self._programs[static] = jitted
             self._trim_locked()
-        return jitted, bound, static
+        return jitted, bound
 
     def trim(self) -> None:
         with self._lock:
@@ -171,9 +154,7 @@ class BoundedJit:
 
     def _trim_locked(self) -> None:
         while len(self._programs) > _max_programs:
-            static, jitted = self._programs.popitem(last=False)
-            self._evicted += jitted._cache_size()
-            self._precompiled.pop(static, None)
+            self._evicted += self._programs.popitem(last=False)[1]._cache_size()
 
     def num_configurations(self) -> int:
         """Static configurations held now."""
@@ -191,9 +172,8 @@ class BoundedJit:
         with self._lock:
             self._evicted += sum(jitted._cache_size() for jitted in self._programs.values())
             self._programs.clear()
-            self._precompiled.clear()
 
 
-def bounded_jit(static_argnames: tuple[str, ...], shaped_by_static: tuple[str, ...] = ()):
+def bounded_jit(static_argnames: tuple[str, ...]):
     """Decorator form of `BoundedJit`."""
-    return lambda fn: BoundedJit(fn, static_argnames, shaped_by_static)
+    return lambda fn: BoundedJit(fn, static_argnames)

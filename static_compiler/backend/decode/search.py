@@ -58,8 +58,7 @@ def _call_model(logits_fn, params, with_params: bool, last_tokens, step, carry, 
 
 
 @bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "beam_size", "caps",
-                              "length_penalty", "axes", "reorder", "with_params"),
-             shaped_by_static=("tables",))  # the plan fixes the tables' shapes
+                              "length_penalty", "axes", "reorder", "with_params"))
 def _beam_search(plan, tables, carry, start_tokens, params, subset, *, logits_fn, batch_size,
                  beam_size, caps, length_penalty, axes, reorder, with_params):
     state = init_beam_state(plan, batch_size, beam_size, start_tokens)
@@ -152,9 +151,9 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
         only (see static_compiler.live.subsets), exactly as over a set compiled
         from those items; None: every item.
       also_compile: a `LiveMask` of `jax.ShapeDtypeStruct`s (`live_mask_spec`):
-        after this search, also compile (once; not run) the program of the
-        same search over a subset of those shapes, so that a later removal
-        (which decodes over the items left) finds it compiled.
+        when this search compiles its program, also compile (not run) the
+        program of the same search over a subset of those shapes, so that a
+        later removal (which decodes over the items left) finds it compiled.
     """
     check_int("batch_size", batch_size, low=1)
     check_int("beam_size", beam_size, low=1)
@@ -168,15 +167,13 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
     static = dict(logits_fn=logits_fn, batch_size=int(batch_size), beam_size=int(beam_size),
                   caps=caps, length_penalty=length_penalty, axes=axes, reorder=reorder,
                   with_params=with_params)
-    dynamic = (plan, tables, carry, start_tokens, params if with_params else None)
-    result, out_carry = _beam_search(*dynamic, subset, **static)
-    if also_compile is not None:
-        _beam_search.precompile(*dynamic, also_compile, **static)
+    result, out_carry = _beam_search(plan, tables, carry, start_tokens,
+                                     params if with_params else None, subset,
+                                     also_compile=_as_subset(also_compile), **static)
     return (result, out_carry) if return_carry else result
 
 
-@bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "temperature", "top_k"),
-             shaped_by_static=("tables",))
+@bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "temperature", "top_k"))
 def _sample(plan, tables, key, carry, start_tokens, subset, *, logits_fn, batch_size, temperature,
             top_k):
     state = init_beam_state(plan, batch_size, 1, start_tokens)
@@ -254,10 +251,13 @@ def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
     _check_key(key)
     static = dict(logits_fn=logits_fn, batch_size=int(batch_size), temperature=temperature,
                   top_k=top_k)
-    result = _sample(plan, tables, key, carry, start_tokens, subset, **static)
-    if also_compile is not None:
-        _sample.precompile(plan, tables, key, carry, start_tokens, also_compile, **static)
-    return result
+    return _sample(plan, tables, key, carry, start_tokens, subset,
+                   also_compile=_as_subset(also_compile), **static)
+
+
+def _as_subset(also_compile: Optional[LiveMask]) -> Optional[dict]:
+    """A decoder's also_compile LiveMask as `BoundedJit`'s argument swap."""
+    return None if also_compile is None else {"subset": also_compile}
 
 
 def greedy_decode(plan: Plan, tables, logits_fn: Callable, *, batch_size: int,

@@ -1,0 +1,73 @@
+"""New versions of a compiled set (`CompiledConstraints.update`): removals
+as liveness over the same tables; additions merged into the trie
+(`live.additions`) and lowered to tables of the same plan when they fit the
+capacity reserved at compile time, else compiled anew with the set's
+pipeline. A set held in its tables (a `Shards` build, `load_compiled`) is
+merged from rows read from its tables and stays held in them while it fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from static_compiler.artifact import placement as placement_lib
+from static_compiler.backend.lowering import lower
+from static_compiler.errors import ConstraintSetError
+from static_compiler.ir import AutomatonSummary
+from static_compiler.live import additions, subsets
+from static_compiler.passes import pipeline as pipeline_lib
+
+
+def updated(compiled, *, add=None, remove=None):
+    """`compiled` (a `CompiledConstraints`) with the items `add` lists and
+    without those `remove` picks, and its `last_update` report (see
+    `CompiledConstraints.update`)."""
+    items = subsets.check_subsettable(compiled.outline, compiled.items, "update")
+    if add is None and remove is None:
+        raise ConstraintSetError("update: nothing to do: pass add=... (token sequences) "
+                                 "and/or remove=... (a bool mask over the input rows, or "
+                                 "token sequences)")
+    new, report = compiled, {}
+    if add is not None:
+        with additions.small_pages():
+            new, report = _with_additions(compiled, items, add)
+        items = new.items
+    if remove is not None:
+        removed, removal = subsets.removal(items, remove, new._trie)
+        report.update(removal)
+        items = dataclasses.replace(items, removed=removed)
+    return new._replace(items=items, last_update=report)
+
+
+def _with_additions(compiled, items, add):
+    """(`compiled` with the sequences `add` merged in, the report)."""
+    if compiled.names is not None:
+        raise ConstraintSetError("update(add=...): this set is a text catalogue: compile "
+                                 "it anew with the new names (added token sequences would "
+                                 "have no name)")
+    t0 = time.perf_counter()
+    merged = additions.merge_items(compiled._trie(), items, add)
+    problems = additions.fit_problems(merged, compiled.outline)
+    held = "ir" in compiled.__dict__  # else the new version stays in its tables too
+    if problems:
+        bare = merged.ir.with_layers(layer.replace(layout=None) for layer in merged.ir.layers)
+        ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(compiled.pipeline))
+        plan, tables = lower(ir)
+        held = True
+    else:
+        ir = merged.ir
+        plan, tables = lower(ir)
+        if plan != compiled.plan:  # fit_problems checks what lowering records
+            raise ConstraintSetError(f"update: internal error: the merged set fits but "
+                                     f"lowers to another plan ({plan} != {compiled.plan})")
+    report = dict(merged.report, grew=problems)
+    where = compiled.placement
+    if where is not None:  # grown tables may split differently
+        where = placement_lib.MeshPlacement.of(where.mesh, where.axis, tables, where.min_bytes)
+    held_as = dict(ir=ir, summary=None) if held else \
+        dict(ir=None, summary=AutomatonSummary.of(ir))
+    new = dataclasses.replace(compiled, plan=plan, tables=tables, items=merged.items,
+                              placement=where, **held_as,
+                              timings=compiled.timings + (("update", time.perf_counter() - t0),))
+    return new, report
