@@ -46,14 +46,14 @@ RESTRICTED = {
     "artifact.manifest": ({"numpy"}, {"errors", "artifact.format"}),
     "artifact.names": ({"numpy"}, {"errors", "artifact.format"}),
     "artifact.snapshot": ({"numpy"}, {"errors", "artifact.format", "artifact.manifest",
-                                      "artifact.names"}),
+                                      "artifact.names", "artifact.mapped"}),
     "arguments": ({"numpy"}, {"errors"}),
     "decode_types": (set(), set()),
     "decode_state": ({"jax", "numpy"}, {"errors", "arguments", "decode_types"}),
     "live.layers": ({"numpy"}, {"errors"}),
     # The static plan and lowering: numpy only, so the torch backend reads plans with it.
     "backend.lowering": ({"numpy"}, {"errors", "ir", "dtypes", "live.layers"}),
-    "live.liveness": ({"numpy"}, {"errors", "live.layers"}),
+    "live.liveness": ({"numpy"}, {"errors", "live.layers", "artifact.mapped"}),
     "artifact.mapped": ({"numpy"}, set()),
     "artifact.placement": ({"jax", "numpy"}, {"errors"}),
     # The serving loader: no compiler module (no frontend, passes, backend or writer).

@@ -404,24 +404,28 @@ def test_subsets_through_each_steps_own_kernel(layout, monkeypatch):
     jax.clear_caches()
 
 
+@pytest.mark.parametrize("chunk", [1 << 22, 1, 3])
 @pytest.mark.parametrize("share, slice_max", [(0.25, 1 << 16), (0.25, 0), (-1.0, 0), (1.0, 1)])
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2 ** 32 - 1), ragged=st.booleans())
-def test_every_way_across_a_layer_gives_the_same_liveness(share, slice_max, seed, ragged):
+def test_every_way_across_a_layer_gives_the_same_liveness(share, slice_max, chunk, seed, ragged):
     """Unary, near-unary by slices, near-unary by one gather, and the
-    cumulative sum all give the liveness brute force gives."""
+    cumulative sum all give the liveness brute force gives, over a layer
+    at once or a few states at a time (`WALK_CHUNK`: how 1e9 states are
+    walked)."""
     rng = np.random.default_rng(seed)
     items = (oracle.random_ragged_set(rng, 30, 5, 5, end_token=0) if ragged else
              oracle.random_set(rng, 30, 5, 3))
     ir, index = sc_frontend.build_trie(items, 5, end_token=0 if ragged else None)
     mask = rng.random(len(items)) < 0.4
     item_live = subsets._item_mask(mask, index, "test")
-    old = (layers.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS)
-    layers.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS = share, slice_max
+    old = (layers.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS, liveness.WALK_CHUNK)
+    layers.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS, liveness.WALK_CHUNK = \
+        share, slice_max, chunk
     try:
         live, ends = subsets.liveness(ir, index, item_live)
     finally:
-        layers.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS = old
+        layers.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS, liveness.WALK_CHUNK = old
     chosen = {tuple(items[i]) for i in np.flatnonzero(mask)}
     every = sorted({tuple(s) for s in items})
     for d in range(1, ir.depth + 1):

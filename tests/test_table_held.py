@@ -179,3 +179,31 @@ def test_subsets_of_an_artifact_with_room_in_near_unary_layers_agree_everywhere(
                 sc.load_compiled(path).subset(mask)):
         for x, y in zip(got.live + got.ends, want.live + want.ends):
             assert (x is None and y is None) or np.array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_subsets_walked_a_few_states_at_a_time_are_the_same_bits(tmp_path, monkeypatch):
+    """How a 1e9 set is walked (`WALK_CHUNK` states or children, `ITEM_CHUNK`
+    input rows at a time, a memory-mapped item index) gives the bits of the
+    walk at once, for the library and the serving loader, on csr,
+    near-unary (with room) and unary layers of a loaded set."""
+    from static_compiler.artifact import serving
+    from static_compiler.live import liveness
+
+    rows = datasets.synthetic_sids(3_000, 5, 16, seed=4)
+    for pipeline in ("verify,choose-layout{force=near_unary},reserve-capacity{growth=1.5},"
+                     "pack-dtypes", None):
+        compiled = sc.compile_constraints(rows, 16, pipeline=pipeline, export_subsets=True)
+        path = tmp_path / f"{pipeline is None}.static"
+        compiled.save(path)
+        masks = [np.arange(len(rows)) % 5 == 2, np.zeros(len(rows), bool),
+                 np.random.default_rng(1).random(len(rows)) < 0.01]
+        wants = [compiled.subset(m) for m in masks]
+        for chunk, item_chunk in ((1, 7), (5, 1), (64, 1000)):
+            monkeypatch.setattr(liveness, "WALK_CHUNK", chunk)
+            monkeypatch.setattr(liveness, "ITEM_CHUNK", item_chunk)
+            held, art = sc.load_compiled(path), serving.load(path)
+            for mask, want in zip(masks, wants):
+                for got in (held.subset(mask), art.subset(mask)):
+                    for x, y in zip(got.live + got.ends, want.live + want.ends):
+                        assert (x is None and y is None) or np.array_equal(x, y), (chunk, pipeline)
+            assert "ir" not in held.__dict__

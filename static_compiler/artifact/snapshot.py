@@ -25,6 +25,7 @@ from static_compiler.artifact.format import (_HASH_CHUNK, FORMAT_NAME, ITEM_ARRA
                                              MAX_FORMAT_VERSION, MIN_FORMAT_VERSION,
                                              _file_sha256, _reject_constant, format_error,
                                              manifest_bytes, require, unflatten_tables)
+from static_compiler.artifact.mapped import release_pages
 from static_compiler.artifact.manifest import FileEntry, Manifest
 from static_compiler.artifact.names import NameTable
 from static_compiler.errors import ArtifactChecksumError, ArtifactVersionError
@@ -371,6 +372,21 @@ def read_names(snap: Snapshot) -> Optional[NameTable]:
     return table
 
 
+ID_CHECK_CHUNK = 1 << 24
+"""Entries of a memory-mapped id array `_ids_within` reads at a time."""
+
+
+def _ids_within(ids: np.ndarray, n: int) -> bool:
+    """Whether every entry of the 1-D int array `ids` is in [0, n), read a
+    chunk at a time with the chunk's mapped pages dropped after it."""
+    for start in range(0, ids.shape[0], ID_CHECK_CHUNK):
+        part = ids[start:start + ID_CHECK_CHUNK]
+        if part.min() < 0 or part.max() >= n:
+            return False
+        release_pages(part)
+    return True
+
+
 def read_item_arrays(snap: Snapshot) -> Optional[dict]:
     """{name: array} of the artifact's item index (`ITEM_ARRAYS`, as
     `liveness.ItemIndex` takes them; files verified with the rest), or None
@@ -385,7 +401,8 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
         if key not in ITEM_ARRAYS:
             raise format_error(path, f"item_files names {key!r}, expected one of "
                                      f"{list(ITEM_ARRAYS)}")
-        arrays[key] = snap.npy(rel, mmap=False)
+        # row_item (4 GB at 1e9) stays mapped: a subset reads it a chunk at a time
+        arrays[key] = snap.npy(rel, mmap=key == "row_item")
     if "row_item" not in arrays or ("item_depth" in arrays) != ("item_state" in arrays):
         raise format_error(path, f"item_files {sorted(arrays)}: expected row_item, and "
                                  "item_depth with item_state (a variable-length set)")
@@ -395,8 +412,7 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
     problem = None
     if removed is not None and (removed.dtype != bool or removed.shape != (n,)):
         problem = f"removed must be bool ({n},)"
-    elif row_item.ndim != 1 or row_item.dtype.kind != "i" or \
-            (row_item.size and (row_item.min() < 0 or row_item.max() >= n)):
+    elif row_item.ndim != 1 or row_item.dtype.kind != "i" or not _ids_within(row_item, n):
         problem = f"row_item must be ints in [0, {n}) (the set's {n} sequences)"
     elif depth is None and n != manifest.num_final_states:
         problem = "a fixed-length set's items must be its final states"

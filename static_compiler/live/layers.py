@@ -105,6 +105,14 @@ class _VirtualRows:
         return np.asarray(self, dtype=dtype)
 
 
+def row_range(indptr, start: int, stop: int) -> np.ndarray:
+    """int64 (stop - start + 1,): entries start..stop of row pointers
+    `indptr` (an array, or `_VirtualRows` answered per entry, never whole)."""
+    if isinstance(indptr, _VirtualRows):
+        return indptr[np.arange(start, stop + 1, dtype=np.int64)]
+    return np.asarray(indptr[start:stop + 1]).astype(np.int64)
+
+
 class NearRows(_VirtualRows):
     """The row pointers of a near_unary layer's first `num_states` states,
     from its exception tables: between exceptions every state has one child,

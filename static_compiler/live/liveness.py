@@ -41,8 +41,9 @@ from typing import Optional, Sequence
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError, DecodeInputError
+from static_compiler.artifact.mapped import release_pages
 from static_compiler.live.layers import (LayerWalk, TrieLayer, dense_slots, layer_walks,
-                                         shared_depths)
+                                         row_range, shared_depths)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -147,11 +148,24 @@ SLICE_MAX_EXCEPTIONS = 1 << 16
 between them (a Python loop over stretches); past it, one gather."""
 
 
+WALK_CHUNK = 1 << 22
+"""A layer with more states or children than this is walked this many at a
+time (`_child_live_by_chunks`): the temporaries of a gather or a running
+count (an int64 per state: 8 GB at 1e9) stay those of one chunk."""
+
+
 def _child_live(layer, walk: LayerWalk, live_next: np.ndarray) -> np.ndarray:
     """bool (S,): states of `layer` with a live child (implicit targets:
     child e is state e of the next depth). May return `live_next` itself."""
     if walk.kind == "unary":
         return live_next
+    if max(layer.num_states, live_next.shape[0]) > WALK_CHUNK:
+        return _child_live_by_chunks(layer, walk, live_next)
+    return _child_live_at_once(layer, walk, live_next)
+
+
+def _child_live_at_once(layer, walk: LayerWalk, live_next: np.ndarray) -> np.ndarray:
+    """`_child_live` of a non-unary layer in one pass over its arrays."""
     indptr = layer.indptr
     if walk.kind == "near":
         ex = walk.exceptions
@@ -190,6 +204,32 @@ def _child_live(layer, walk: LayerWalk, live_next: np.ndarray) -> np.ndarray:
     np.cumsum(live_next, dtype=walk.count_dtype, out=counts[1:])
     at = np.take(counts, indptr)  # one take: about half the time of two fancy indexings
     return at[1:] != at[:-1]
+
+
+def _child_live_by_chunks(layer, walk: LayerWalk, live_next: np.ndarray) -> np.ndarray:
+    """`_child_live` of a large layer, one range of states at a time: each
+    range is a small layer of its own (its row pointers read, rebased to its
+    first child; its exceptions), over the slice of `live_next` its children
+    span. Ranges hold at most WALK_CHUNK states and, past one wide row, about
+    WALK_CHUNK children."""
+    n, indptr = layer.num_states, layer.indptr
+    bounds = np.arange(0, n, WALK_CHUNK, dtype=np.int64)
+    if walk.kind == "general":  # rows can be wide: cut by children too
+        cuts = np.searchsorted(indptr, np.arange(WALK_CHUNK, live_next.shape[0], WALK_CHUNK))
+        bounds = np.union1d(bounds, np.minimum(cuts, n))
+    bounds = np.append(bounds[bounds < n], n)
+    live = np.empty(n, dtype=bool)
+    ex = walk.exceptions
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        rows = row_range(indptr, a, b)
+        first, last = int(rows[0]), int(rows[-1])
+        part = walk
+        if walk.kind == "near":
+            lo, hi = np.searchsorted(ex, [a, b])
+            part = dataclasses.replace(walk, exceptions=ex[lo:hi] - a)
+        live[a:b] = _child_live_at_once(TrieLayer(rows - first), part, live_next[first:last]) \
+            if last > first else False
+    return live
 
 
 def pack(bits: np.ndarray, size: Optional[int] = None) -> np.ndarray:
@@ -344,9 +384,19 @@ def rows_item_mask(selection: np.ndarray, items: ItemIndex, where: str) -> np.nd
     if np.count_nonzero(selection) == n:  # every row (a removal's base subset): no scatter
         return np.ones(items.num_unique, dtype=bool)
     out = np.zeros(items.num_unique, dtype=bool)
-    # flatnonzero + take: ~40 % faster than indexing with the mask at 1e7 rows
-    out[np.take(items.row_item, np.flatnonzero(selection))] = True
+    for start in range(0, n, ITEM_CHUNK):  # a memory-mapped row_item stays unmapped
+        stop = min(n, start + ITEM_CHUNK)
+        # flatnonzero + take: ~40 % faster than indexing with the mask at 1e7 rows
+        out[np.take(items.row_item[start:stop], np.flatnonzero(selection[start:stop]))] = True
+        size = items.row_item.itemsize
+        release_pages(items.row_item, size * start, size * stop)
     return out
+
+
+ITEM_CHUNK = 1 << 24
+"""Input rows `rows_item_mask` maps at a time: the selected rows' indices
+(an int64 each) and the pages of a memory-mapped `row_item` read (dropped
+after each chunk) stay those of one chunk."""
 
 
 def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional[int],

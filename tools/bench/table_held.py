@@ -15,10 +15,24 @@ child process, timed, with its peak RSS above the child's RSS before it
 * remove: `sc.update_artifact(path, remove=...)` of 1e4 items (N / 10 if
   fewer) given as token sequences (found in the tables);
 * add: `sc.update_artifact(path, add=...)` of as many new random items within
-  the capacity (the merged layers are built while the new tables are lowered).
+  the capacity (the merged layers are built while the new tables are lowered);
+* verify: `static-compiler verify` of the artifact.
+
+Each row also gives the peak of the operation alone: above the RSS once the
+set is loaded (VmHWM reset through /proc/self/clear_refs after the load),
+for the subsets; the whole child otherwise.
+
+Past memory (1e9), `--shards K` writes the rows as K shard files under
+`--workdir` and compiles from them on a pool of `--workers` processes (no
+row is held whole; `--pipeline` as `tools.bench.partitioned`'s), `--keep`
+leaves the artifact there and `--artifact PATH` reuses one, and `--modes`
+picks operations (the automaton rebuild of "load + IR" needs ~36 GB then).
 
     python -m tools.bench.table_held                 # 1e7 items
     python -m tools.bench.table_held --items 1e5
+    python -m tools.bench.table_held --items 1e9 --shards 50 --partitions 256 \
+        --workdir /data --keep --modes load,subset,serving-subset,show-ir,remove,verify \
+        --pipeline "verify,choose-layout{memory-budget=16GiB},split-heavy,pad-branches,pack-dtypes"
 """
 
 from __future__ import annotations
@@ -33,37 +47,57 @@ import time
 from tools.bench.build import proc_status_bytes
 from tools.bench.cli import ROOT, sid_set_parser
 
-MODES = ("load + IR", "load", "subset", "serving subset", "show-ir --stats", "remove", "add")
 CHANGED = 10_000
+MODES = ("load + IR", "load", "subset", "serving subset", "show-ir --stats", "remove", "add",
+         "verify")
+KEYS = dict(zip(("load+ir", "load", "subset", "serving-subset", "show-ir", "remove", "add",
+                 "verify"), MODES))
+LOADED = ("subset", "serving subset")
+"""Modes whose own peak is also taken above the loaded set."""
 
 
-def _child(mode: str, path: str, n: int, length: int, vocab: int) -> dict:
+def _quiet_cli(args: list) -> int:
+    from static_compiler.cli import main as cli_main
+
+    with open(os.devnull, "w") as sink:
+        stdout, sys.stdout = sys.stdout, sink
+        try:
+            return cli_main(args)
+        finally:
+            sys.stdout = stdout
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _child(mode: str, path: str, n: int) -> dict:
     import numpy as np
 
     import static_compiler as sc
     from static_compiler.artifact import serving
-    from static_compiler.cli import main as cli_main
 
     rng = np.random.default_rng(7)
     base = proc_status_bytes("VmRSS")
     start = time.perf_counter()
+    loaded = op_peak = None
     if mode == "load + IR":
         assert "ir" in sc.load_compiled(path, check_automaton=True).__dict__
     elif mode == "load":
         assert "ir" not in sc.load_compiled(path).__dict__
-    elif mode == "subset":
-        compiled = sc.load_compiled(path)
-        compiled.subset(rng.random(n) < 0.1)
-        assert "ir" not in compiled.__dict__
-    elif mode == "serving subset":
-        serving.load(path).subset(rng.random(n) < 0.1)
+    elif mode in LOADED:
+        held = sc.load_compiled(path) if mode == "subset" else serving.load(path)
+        mask = rng.random(n) < 0.1
+        loaded, rss = time.perf_counter(), proc_status_bytes("VmRSS")
+        _reset_peak()
+        held.subset(mask)
+        op_peak = proc_status_bytes("VmHWM") - rss
+        assert mode != "subset" or "ir" not in held.__dict__
     elif mode == "show-ir --stats":
-        with open(os.devnull, "w") as sink:
-            stdout, sys.stdout = sys.stdout, sink
-            try:
-                assert cli_main(["show-ir", path, "--stats"]) == 0
-            finally:
-                sys.stdout = stdout
+        assert _quiet_cli(["show-ir", path, "--stats"]) == 0
+    elif mode == "verify":
+        assert _quiet_cli(["verify", path]) == 0
     elif mode == "remove":
         report = sc.update_artifact(path, remove=np.load(path + ".remove.npy"))
         assert report["removed"] > 0, report
@@ -71,56 +105,112 @@ def _child(mode: str, path: str, n: int, length: int, vocab: int) -> dict:
         report = sc.update_artifact(path, add=np.load(path + ".add.npy"))
         assert report["modules"] == "reused", report
     seconds = time.perf_counter() - start
-    return {"mode": mode, "seconds": seconds, "peak": proc_status_bytes("VmHWM") - base}
+    return {"mode": mode, "seconds": seconds, "peak": proc_status_bytes("VmHWM") - base,
+            "op_seconds": None if loaded is None else time.perf_counter() - loaded,
+            "op_peak": op_peak}
 
 
-def main(argv=None) -> int:
-    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
-        mode, path, n, length, vocab = sys.argv[2:7]
-        print(json.dumps(_child(mode, path, int(n), int(length), int(vocab))))
-        return 0
-    parser = sid_set_parser("table_held", __doc__, 1e7)
-    parser.add_argument("--partitions", type=int, default=16)
-    args = parser.parse_args(argv)
+def _build(args, n: int, workdir: str, path: str) -> None:
+    """Compiles n random items (in memory, or from shard files with
+    --shards) and saves them at `path`, with the rows to remove and add."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     import numpy as np
 
     import static_compiler as sc
     from static_compiler.frontend import datasets
+
+    L, V = args.length, args.vocab
+    rng, changed = np.random.default_rng(7), min(int(args.changed), n // 10)  # fits a small set
+    capacity = args.capacity or None
+    start = time.perf_counter()
+    if not args.shards:
+        rows = datasets.synthetic_sids(n, L, V, seed=0)
+        compiled = sc.compile_constraints(sc.Shards(rows, partitions=args.partitions), V,
+                                          capacity=capacity, export_subsets=True,
+                                          pipeline=args.pipeline or None)
+        removed = rows[rng.choice(n, changed, replace=False)]
+        del rows
+    else:
+        paths = datasets.write_synthetic_shards(os.path.join(workdir, "shards"), n, args.shards,
+                                                L, V, dtype="uint16")
+        print(f"# {args.shards} shards written in {time.perf_counter() - start:.1f} s",
+              flush=True)
+        with ProcessPoolExecutor(args.workers,
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            compiled = sc.compile_constraints(
+                sc.Shards(paths, partitions=args.partitions, executor=pool, workdir=workdir), V,
+                capacity=capacity, export_subsets=True, pipeline=args.pipeline or None)
+        first = np.load(paths[0], mmap_mode="r")
+        removed = np.asarray(first[np.sort(rng.choice(first.shape[0], changed, replace=False))],
+                             dtype=np.int64)
+    compiled.save(path)
+    # what the children remove and add (written here: generating them in a
+    # child would count in its peak)
+    np.save(path + ".remove.npy", removed)
+    np.save(path + ".add.npy", rng.integers(0, V, size=(changed, L)))
+    print(f"# compiled from Shards and saved in {time.perf_counter() - start:.1f} s: "
+          f"{compiled.nbytes / 2**20:.1f} MiB of tables, capacity {capacity}", flush=True)
+
+
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
+        mode, path, n = sys.argv[2:5]
+        print(json.dumps(_child(mode, path, int(n))))
+        return 0
+    parser = sid_set_parser("table_held", __doc__, 1e7)
+    parser.add_argument("--partitions", type=int, default=16)
+    parser.add_argument("--capacity", type=float, default=1.25,
+                        help="reserved capacity (0: none; the add needs one)")
+    parser.add_argument("--changed", type=float, default=CHANGED,
+                        help="items removed and added (at most a tenth of the set)")
+    parser.add_argument("--shards", type=int, default=0,
+                        help="build from this many shard files on disk (past memory)")
+    parser.add_argument("--workers", type=int, default=2, help="the build's pool, with --shards")
+    parser.add_argument("--pipeline", default="", help="the build's pass pipeline")
+    parser.add_argument("--workdir", default=None, help="where shards and the artifact go")
+    parser.add_argument("--keep", action="store_true", help="leave the artifact in --workdir")
+    parser.add_argument("--artifact", default=None,
+                        help="reuse an artifact this bench saved (with its .remove/.add.npy)")
+    parser.add_argument("--modes", default=",".join(KEYS),
+                        help=f"comma-separated operations, of {', '.join(KEYS)}")
+    args = parser.parse_args(argv)
+    bad = [m for m in args.modes.split(",") if m not in KEYS]
+    if bad:
+        parser.error(f"--modes: unknown {bad}: expected some of {', '.join(KEYS)}")
+    modes = [KEYS[m] for m in args.modes.split(",")]
     from tools.bench.output import machine_line
 
     n, L, V = int(args.items), args.length, args.vocab
     print(f"# a saved set held in its tables: {n} random items, L = {L}, V = {V}")
     print(f"# {machine_line()}")
-    with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        rows = datasets.synthetic_sids(n, L, V, seed=0)
-        compiled = sc.compile_constraints(sc.Shards(rows, partitions=args.partitions), V,
-                                          capacity=1.25, export_subsets=True)
-        path = os.path.join(tmp, "set.static")
-        compiled.save(path)
-        # what the children remove and add (written here: generating 1e7 rows
-        # in a child would count in its peak)
-        rng, changed = np.random.default_rng(7), min(CHANGED, n // 10)  # fits a small set too
-        np.save(path + ".remove.npy", rows[rng.choice(n, changed, replace=False)])
-        np.save(path + ".add.npy", rng.integers(0, V, size=(changed, L)))
-        del rows
-        print(f"# compiled from Shards and saved in {time.perf_counter() - start:.1f} s: "
-              f"{compiled.nbytes / 2**20:.1f} MiB of tables", flush=True)
-        del compiled
+    keep = args.keep or args.artifact
+    tmp = None if keep else tempfile.TemporaryDirectory(dir=args.workdir)
+    workdir = args.workdir if keep else tmp.name
+    try:
+        path = args.artifact or os.path.join(workdir, "set.static")
+        if args.artifact is None:
+            _build(args, n, workdir, path)
         rows = []
-        for mode in MODES:
+        for mode in modes:
             out = subprocess.run([sys.executable, "-m", "tools.bench.table_held", "--child", mode,
-                                  path, str(n), str(L), str(V)], cwd=ROOT,
-                                 stdout=subprocess.PIPE, text=True)
+                                  path, str(n)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
             if out.returncode:
                 return 1
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
     base = rows[0]
-    print("\n| operation | seconds | peak RSS above the start (MiB) | vs load + IR |")
-    print("|---|---|---|---|")
+    print(f"\n| operation | seconds | peak RSS above the start (MiB) | vs {base['mode']} | "
+          "the operation alone once loaded: seconds, peak (MiB) |")
+    print("|---|---|---|---|---|")
     for r in rows:
+        alone = "" if r["op_peak"] is None else \
+            f"{r['op_seconds']:.2f} s, {r['op_peak'] / 2**20:.0f}"
         print(f"| {r['mode']} | {r['seconds']:.2f} | {r['peak'] / 2**20:.0f} | "
-              f"{r['peak'] / max(1, base['peak']):.2f}x |")
+              f"{r['peak'] / max(1, base['peak']):.2f}x | {alone} |")
     return 0
 
 
