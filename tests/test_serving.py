@@ -233,6 +233,7 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.artifact",
                                "static_compiler.artifact.format",
                                "static_compiler.artifact.manifest",
+                               "static_compiler.artifact.mapped",
                                "static_compiler.artifact.names",
                                "static_compiler.artifact.placement",
                                "static_compiler.artifact.runtime",

@@ -383,6 +383,9 @@ def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where
             isinstance(counts[0], (int, np.integer)) and 0 <= counts[0] <= step.num_states \
             else step.num_states
         real = int(np.searchsorted(ex, n))
+        if (ex[:real] >= n).any() or (np.diff(ex[:real]) <= 0).any():
+            raise IRVerificationError(f"{where}: layer {t}: exception ids (ex_states) must rise "
+                                      f"strictly within [0, {n})")
         if (ex[real:] != step.num_states).any() or exception_rows(tabs)[1][real:].any():
             raise IRVerificationError(f"{where}: layer {t}: exception entries past its {n} "
                                       "states are not padding (id "

@@ -1,0 +1,219 @@
+"""Checking a saved set's tables a chunk at a time (`check_tables`): what
+`ir.verify` checks of the automaton rebuilt from them (`read.read_automaton`),
+without rebuilding it, so `static-compiler verify` of a 1e9 set holds a few
+chunks of rows, never an automaton (about 36 GB there) nor its enumerated
+sequences.
+
+Per layer of a trie (implicit targets: child e is state e of the next depth),
+read `CHECK_CHUNK` states (and, past wide rows, about as many edges) at a time:
+row pointers that start at 0 and never decrease, tokens in [0, V) that are
+not the end token and rise strictly within each row, no dead state (no child
+and not accepting), a dense table that numbers children in order, near-unary
+exception entries whose row starts are those their states imply and padding
+past them, states padded to a reserved capacity that hold no edge and accept
+nothing; then per layer its edges are the next depth's states and its layout
+fits (slices as wide as its widest row, a unary layer's one child, a
+near-unary layer's exception count, dtypes that hold its ids and tokens); the
+branch histograms, counts and accepting states the manifest records are the
+tables' (`metadata.summary_from_metadata`); the sequences, the final and the
+accepting states, are counted for the caller to compare with the manifest's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from static_compiler.artifact.mapped import release_pages
+from static_compiler.artifact.metadata import plan_from_metadata, summary_from_metadata
+from static_compiler.artifact.snapshot import Snapshot, read_tables
+from static_compiler.errors import IRVerificationError
+from static_compiler.ir import LayoutKind
+from static_compiler.live.layers import TableLayer, exception_rows, row_range
+
+CHECK_CHUNK = 1 << 22
+"""States (and, past wide rows, about as many edges) read at a time."""
+
+
+def check_tables(snap: Snapshot) -> dict:
+    """Checks an open artifact's tables layer by layer, a chunk at a time
+    (see the module doc). Returns {"num_sequences": the sequences its
+    tables accept, "recorded": the manifest's count} (the caller compares
+    them); raises IRVerificationError naming the layer
+    and state that break an invariant, ArtifactFormatError where the
+    manifest's summary disagrees with the tables, and ValueError for a set
+    with explicit targets (a minimized one: `read.read_automaton` checks
+    those whole)."""
+    where = f"artifact {str(snap.path)!r}"
+    metadata = dataclasses.asdict(snap.manifest)
+    tables = read_tables(snap)
+    plan, _ = plan_from_metadata(metadata, where)
+    summary = summary_from_metadata(metadata, tables, where)
+    if any(step.explicit_targets for step in plan.steps):
+        raise ValueError(f"{where}: explicit targets (a minimized set): check it whole")
+    V, end = plan.vocab_size, plan.end_token
+    if summary.layers[0].num_states != 1:
+        raise IRVerificationError(f"{where}: layer 0 has {summary.layers[0].num_states} states: "
+                                  "expected exactly 1 (the root)")
+    sequences = int(summary.num_final_states)
+    for t, (step, info, tabs) in enumerate(zip(plan.steps, summary.layers, tables)):
+        at = f"{where}: layer {t}"
+        layer = TableLayer(step.kind.value, tabs, info.num_states, True, info.layout)
+        next_states = summary.num_final_states if t + 1 == len(tables) else \
+            summary.layers[t + 1].num_states
+        if info.num_edges != next_states:
+            raise IRVerificationError(f"{at}: implicit targets need num_edges={info.num_edges} "
+                                      f"states at depth {t + 1}, found {next_states}")
+        if info.num_accepting and end is None:
+            raise IRVerificationError(f"{at}: states accept before the last layer but the "
+                                      "automaton has no end_token")
+        if step.kind == LayoutKind.NEAR_UNARY:
+            _check_exceptions(at, tabs, layer, step.num_states)
+        largest_token = _check_rows(at, layer, V, end, step.kind)
+        _check_padding(at, step.kind, tabs, info.num_states, info.num_edges, step.num_states)
+        _check_layout(at, info, largest_token, next_states)
+        sequences += info.num_accepting
+    return {"num_sequences": sequences, "recorded": int(summary.num_sequences)}
+
+
+def _chunks(layer: TableLayer, kind: LayoutKind):
+    """(start, stop) ranges of states: CHECK_CHUNK states, cut again where
+    a csr or dense layer's rows pass CHECK_CHUNK edges."""
+    n = layer.num_states
+    bounds = np.arange(0, n, CHECK_CHUNK, dtype=np.int64)
+    if kind in (LayoutKind.CSR, LayoutKind.DENSE_ROWS):
+        cuts = np.searchsorted(layer.indptr, np.arange(CHECK_CHUNK, layer.num_edges, CHECK_CHUNK))
+        bounds = np.union1d(bounds, np.minimum(cuts, n))
+    bounds = np.append(bounds[bounds < n], n)
+    return zip(bounds[:-1].tolist(), bounds[1:].tolist())
+
+
+def _check_rows(at: str, layer: TableLayer, V: int, end, kind: LayoutKind) -> int:
+    """The per-chunk checks of a layer's rows; returns its largest token."""
+    largest = 0
+    tokens = layer.tables["tokens"] if kind != LayoutKind.DENSE_ROWS else None
+    accepting = layer.tables.get("accepting")
+    for a, b in _chunks(layer, kind):
+        rows = row_range(layer.indptr, a, b)
+        if a == 0 and rows[0] != 0:
+            raise IRVerificationError(f"{at}: indptr must start at 0, got {int(rows[0])}")
+        branch = np.diff(rows)
+        if (branch < 0).any():
+            s = a + int(np.flatnonzero(branch < 0)[0])
+            raise IRVerificationError(f"{at}, state {s}: indptr decreases")
+        first, last = int(rows[0]), int(rows[-1])
+        if kind == LayoutKind.DENSE_ROWS:
+            nxt = np.asarray(layer.tables["next"][a:b])
+            present = nxt >= 0
+            tok = np.nonzero(present)[1]
+            if not np.array_equal(nxt[present], np.arange(first, last)):
+                raise IRVerificationError(f"{at}: states {a}..{b - 1}: the dense table does not "
+                                          "number children in order (implicit targets)")
+        else:
+            tok = np.asarray(tokens[first:last]).astype(np.int64)
+            release_pages(tokens, first * tokens.itemsize, last * tokens.itemsize)
+        if tok.size:
+            bad = np.flatnonzero((tok < 0) | (tok >= V) | (tok == (-1 if end is None else end)))
+            if bad.size:
+                e = int(bad[0])
+                raise IRVerificationError(
+                    f"{at}, state {a + _row_of(rows - first, e)}: token {int(tok[e])} is outside "
+                    f"[0, {V}) or is the end token {end}")
+            same_row = np.ones(tok.shape[0], dtype=bool)
+            same_row[(rows[:-1] - first)[branch > 0]] = False
+            rising = ~same_row[1:] | (tok[1:] > tok[:-1])
+            if not rising.all():
+                e = int(np.flatnonzero(~rising)[0]) + 1
+                raise IRVerificationError(f"{at}, state {a + _row_of(rows - first, e)}: tokens "
+                                          "not strictly increasing")
+            largest = max(largest, int(tok.max()))
+        acc = np.zeros(b - a, bool) if accepting is None else np.asarray(accepting[a:b])
+        dead = (branch == 0) & ~acc
+        if dead.any():
+            s = a + int(np.flatnonzero(dead)[0])
+            raise IRVerificationError(f"{at}, state {s}: dead state (no outgoing edge and not "
+                                      "accepting)")
+    if layer.num_states and int(row_range(layer.indptr, layer.num_states, layer.num_states)[0]) \
+            != layer.num_edges:
+        raise IRVerificationError(f"{at}: indptr must end at num_edges={layer.num_edges}")
+    return largest
+
+
+def _check_exceptions(at: str, tabs: dict, layer: TableLayer, padded_states: int) -> None:
+    """A near-unary layer's exception entries: ascending ids below its
+    states, row starts equal to those the ids imply, padding entries past
+    them (id = the table's state count, no children)."""
+    ex = tabs["ex_states"]
+    real = int(np.searchsorted(ex, layer.num_states))
+    for a in range(0, ex.shape[0], CHECK_CHUNK):
+        ids = np.asarray(ex[a:a + CHECK_CHUNK]).astype(np.int64)
+        starts, branch = exception_rows({k: v[a:a + CHECK_CHUNK] for k, v in tabs.items()
+                                         if k.startswith("ex_")})
+        mine = min(max(real - a, 0), ids.shape[0])
+        ascending = np.diff(ids[:mine]) > 0
+        if (ids[:mine] < 0).any() or (ids[:mine] >= layer.num_states).any() or \
+                not ascending.all() or \
+                (a and mine and ids[0] <= int(ex[a - 1])):
+            raise IRVerificationError(f"{at}: exception ids (ex_states) must rise strictly "
+                                      f"within [0, {layer.num_states})")
+        if (ids[mine:] != padded_states).any() or branch[mine:].any():
+            raise IRVerificationError(f"{at}: exception entries past its {layer.num_states} "
+                                      f"states are not padding (id {padded_states}, no children)")
+        if mine and not np.array_equal(layer.indptr[ids[:mine]], starts[:mine]):
+            raise IRVerificationError(f"{at}: its exceptions' row starts disagree with the "
+                                      "starts implied by ex_states")
+
+
+def _check_padding(at: str, kind: LayoutKind, tabs: dict, states: int, edges: int,
+                   padded_states: int) -> None:
+    """States past the trie's (padding to a reserved capacity) hold no edge
+    and accept nothing."""
+    acc = tabs.get("accepting")
+    for a in range(states, padded_states, CHECK_CHUNK):
+        b = min(padded_states, a + CHECK_CHUNK)
+        if acc is not None and np.asarray(acc[a:b]).any():
+            raise IRVerificationError(f"{at}: states past its {states} (padding to the reserved "
+                                      "capacity) accept")
+        if kind == LayoutKind.CSR:
+            held = np.asarray(tabs["indptr"][a + 1:b + 1])
+        elif kind == LayoutKind.DENSE_ROWS:
+            held = np.where((np.asarray(tabs["next"][a:b]) >= 0).any(axis=1), -1, edges)
+        else:
+            continue  # unary rows are the states'; near_unary padding is checked with its entries
+        if (held != edges).any():
+            raise IRVerificationError(f"{at}: states past its {states} (padding to the reserved "
+                                      "capacity) have edges")
+
+
+def _check_layout(at: str, info, largest_token: int, next_states: int) -> None:
+    """The layer's layout fits it (as `ir.verify` checks a layout), from its
+    summary (the histogram checked against the tables) and largest token."""
+    lay, counts = info.layout, info.counts
+    if lay is None:
+        return
+    widest, states = info.max_branch, info.num_states
+    ones = int(counts[1]) if counts.shape[0] > 1 else 0
+    if lay.kind.sliced and lay.k < widest:
+        raise IRVerificationError(f"{at}: layout {lay.kind.value} k={lay.k} is smaller than the "
+                                  f"max branch {widest}")
+    if lay.kind == LayoutKind.UNARY and (ones != states or lay.k != 1):
+        raise IRVerificationError(f"{at}: unary layout needs exactly one child per state and k=1")
+    if lay.kind == LayoutKind.NEAR_UNARY and (lay.exceptions < states - ones if lay.reserved
+                                              else lay.exceptions != states - ones):
+        raise IRVerificationError(f"{at}: near_unary records {lay.exceptions} exceptions, the "
+                                  f"layer has {states - ones}")
+    padded = lay.padded_counts(states, info.num_edges)
+    largest = max(*padded, lay.edges_capacity if lay.reserved else next_states)
+    state = np.dtype(lay.state_dtype)
+    if state.kind not in "iu" or largest > np.iinfo(state).max:
+        raise IRVerificationError(f"{at}: state dtype {lay.state_dtype} cannot hold ids up to "
+                                  f"{largest}")
+    token = np.dtype(lay.token_dtype)
+    if token.kind not in "iu" or largest_token > np.iinfo(token).max:
+        raise IRVerificationError(f"{at}: token {largest_token} does not fit token dtype "
+                                  f"{lay.token_dtype}")
+
+
+def _row_of(rows: np.ndarray, edge: int) -> int:
+    return int(np.searchsorted(rows, edge, side="right")) - 1
