@@ -104,12 +104,17 @@ class _VirtualRows:
     def astype(self, dtype, copy: bool = True) -> np.ndarray:
         return np.asarray(self, dtype=dtype)
 
+    def range(self, start: int, stop: int) -> np.ndarray:
+        """int64 (stop - start + 1,): entries start..stop (0 <= start <=
+        stop < len)."""
+        return self._rows(np.arange(start, stop + 1, dtype=np.int64))
+
 
 def row_range(indptr, start: int, stop: int) -> np.ndarray:
     """int64 (stop - start + 1,): entries start..stop of row pointers
-    `indptr` (an array, or `_VirtualRows` answered per entry, never whole)."""
+    `indptr` (an array, or `_VirtualRows`, which compute the range alone)."""
     if isinstance(indptr, _VirtualRows):
-        return indptr[np.arange(start, stop + 1, dtype=np.int64)]
+        return indptr.range(start, stop)
     return np.asarray(indptr[start:stop + 1]).astype(np.int64)
 
 
@@ -140,6 +145,18 @@ class NearRows(_VirtualRows):
             self._whole = row_pointers("near_unary", self.tables, self.shape[0] - 1)
         return self._whole
 
+    def range(self, start: int, stop: int) -> np.ndarray:
+        # start's own entry, then one child per state plus each exception's
+        # extra children past it: a cumulative sum over the range, no search
+        # per entry (a walk over 1e9 states reads every range once)
+        if self._whole is not None:
+            return self._whole[start:stop + 1]
+        lo, hi = np.searchsorted(self.states, [start, stop])
+        steps = np.ones(stop - start + 1, dtype=np.int64)
+        steps[0] = start + self.extra[lo]
+        steps[self.states[lo:hi] - start + 1] += np.diff(self.extra[lo:hi + 1])
+        return np.cumsum(steps, out=steps)
+
 
 class UnitRows(_VirtualRows):
     """The row pointers of a layer whose state s has the one child s (a
@@ -150,6 +167,9 @@ class UnitRows(_VirtualRows):
 
     def _whole_array(self) -> np.ndarray:
         return np.arange(self.shape[0], dtype=np.int64)
+
+    def range(self, start: int, stop: int) -> np.ndarray:
+        return np.arange(start, stop + 1, dtype=np.int64)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -154,14 +154,80 @@ time (`_child_live_by_chunks`): the temporaries of a gather or a running
 count (an int64 per state: 8 GB at 1e9) stay those of one chunk."""
 
 
-def _child_live(layer, walk: LayerWalk, live_next: np.ndarray) -> np.ndarray:
-    """bool (S,): states of `layer` with a live child (implicit targets:
-    child e is state e of the next depth). May return `live_next` itself."""
+class PackedBits:
+    """A bool array (n,) held as its bits, 1/8 of the bytes: what a walk over
+    a large layer writes (`_child_live_by_chunks`) and the next reads, so a
+    1e9 walk holds no bool array per depth. data: uint8 (4 * ceil(n / 32),),
+    bit s of byte s // 8 in little bit order (`pack`'s words, as bytes).
+    Slicing `[a:b]` gives bools; `words(size)` the packed words."""
+
+    def __init__(self, data: np.ndarray, n: int):
+        self.data, self.shape = data, (int(n),)
+
+    def __getitem__(self, index: slice) -> np.ndarray:
+        start, stop, _ = index.indices(self.shape[0])
+        stop = max(start, stop)
+        lo = start // 8
+        bits = np.unpackbits(self.data[lo:(stop + 7) // 8], bitorder="little").view(bool)
+        return bits[start - 8 * lo:stop - 8 * lo]
+
+    def bools(self) -> np.ndarray:
+        return self[:]
+
+    def words(self, size: Optional[int] = None) -> np.ndarray:
+        """uint32 (ceil(max(n, size) / 32),), as `pack(self.bools(), size)`."""
+        need = 4 * -(-max(self.shape[0], size or 0) // 32)
+        data = self.data if need == self.data.shape[0] else \
+            np.concatenate([self.data, np.zeros(need - self.data.shape[0], np.uint8)])
+        return data.view("<u4").astype(np.uint32, copy=False)
+
+    def __or__(self, other: np.ndarray) -> "PackedBits":
+        """These bits or'ed with bools `other` (n,)."""
+        return PackedBits(self.data | pack(other, 32 * (self.data.shape[0] // 4)).view(np.uint8),
+                          self.shape[0])
+
+
+class _BitWriter:
+    """Writes n bools front to back, a piece at a time, into a `PackedBits`
+    (bits short of a byte wait for the next piece)."""
+
+    def __init__(self, n: int):
+        self.out = PackedBits(np.zeros(4 * -(-int(n) // 32), np.uint8), n)
+        self.at, self.carry = 0, np.zeros(0, bool)
+
+    def write(self, bits: np.ndarray) -> None:
+        bits = np.concatenate([self.carry, bits]) if self.carry.size else bits
+        full = bits.shape[0] // 8 * 8
+        self.out.data[self.at // 8:(self.at + full) // 8] = np.packbits(bits[:full],
+                                                                       bitorder="little")
+        self.at, self.carry = self.at + full, bits[full:].copy()
+
+    def close(self) -> PackedBits:
+        if self.carry.size:
+            self.out.data[self.at // 8] = np.packbits(self.carry, bitorder="little")[0]
+        return self.out
+
+
+def _bools(bits) -> np.ndarray:
+    """bool (n,) of a bool array or `PackedBits`."""
+    return bits.bools() if isinstance(bits, PackedBits) else bits
+
+
+def _words(bits, size: Optional[int] = None) -> np.ndarray:
+    """uint32 words of a bool array or `PackedBits` (`pack`)."""
+    return bits.words(size) if isinstance(bits, PackedBits) else pack(bits, size)
+
+
+def _child_live(layer, walk: LayerWalk, live_next):
+    """bool (S,) (a bool array, or `PackedBits` for a large layer): states
+    of `layer` with a live child (implicit targets: child e is state e of
+    the next depth), from `live_next` (either form). May return `live_next`
+    itself."""
     if walk.kind == "unary":
         return live_next
     if max(layer.num_states, live_next.shape[0]) > WALK_CHUNK:
         return _child_live_by_chunks(layer, walk, live_next)
-    return _child_live_at_once(layer, walk, live_next)
+    return _child_live_at_once(layer, walk, _bools(live_next))
 
 
 def _child_live_at_once(layer, walk: LayerWalk, live_next: np.ndarray) -> np.ndarray:
@@ -206,19 +272,19 @@ def _child_live_at_once(layer, walk: LayerWalk, live_next: np.ndarray) -> np.nda
     return at[1:] != at[:-1]
 
 
-def _child_live_by_chunks(layer, walk: LayerWalk, live_next: np.ndarray) -> np.ndarray:
+def _child_live_by_chunks(layer, walk: LayerWalk, live_next) -> PackedBits:
     """`_child_live` of a large layer, one range of states at a time: each
     range is a small layer of its own (its row pointers read, rebased to its
     first child; its exceptions), over the slice of `live_next` its children
-    span. Ranges hold at most WALK_CHUNK states and, past one wide row, about
-    WALK_CHUNK children."""
+    span, and its bits are packed as they come. Ranges hold at most
+    WALK_CHUNK states and, past one wide row, about WALK_CHUNK children."""
     n, indptr = layer.num_states, layer.indptr
     bounds = np.arange(0, n, WALK_CHUNK, dtype=np.int64)
     if walk.kind == "general":  # rows can be wide: cut by children too
         cuts = np.searchsorted(indptr, np.arange(WALK_CHUNK, live_next.shape[0], WALK_CHUNK))
         bounds = np.union1d(bounds, np.minimum(cuts, n))
     bounds = np.append(bounds[bounds < n], n)
-    live = np.empty(n, dtype=bool)
+    live = _BitWriter(n)
     ex = walk.exceptions
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         rows = row_range(indptr, a, b)
@@ -227,9 +293,9 @@ def _child_live_by_chunks(layer, walk: LayerWalk, live_next: np.ndarray) -> np.n
         if walk.kind == "near":
             lo, hi = np.searchsorted(ex, [a, b])
             part = dataclasses.replace(walk, exceptions=ex[lo:hi] - a)
-        live[a:b] = _child_live_at_once(TrieLayer(rows - first), part, live_next[first:last]) \
-            if last > first else False
-    return live
+        live.write(_child_live_at_once(TrieLayer(rows - first), part, live_next[first:last])
+                   if last > first else np.zeros(b - a, bool))
+    return live.close()
 
 
 def pack(bits: np.ndarray, size: Optional[int] = None) -> np.ndarray:
@@ -312,18 +378,29 @@ def liveness(layers: Sequence, num_final_states: int, end_token: Optional[int],
     walks: `layer_walks(layers)`, if already computed."""
     layout = BitLayout(layer_walks(layers) if walks is None else walks, {})
     live, ends, _ = _walk_up(layers, num_final_states, end_token, items, item_live, layout)
-    return live[1:], ends
+    return [None if x is None else _bools(x) for x in live[1:]], ends
 
 
 def _walk_up(layers: Sequence, num_final_states: int, end_token: Optional[int],
-             items: ItemIndex, item_live: np.ndarray, layout: BitLayout
+             items: ItemIndex, item_live: np.ndarray, layout: BitLayout, crossed=None
              ) -> tuple[list, list, dict]:
     """(live per depth 0..depth (None at depth 0 and where slot bits were
     walked to straight), ends, slot words {t: uint32 (rows * W,)} for the
     layout's slot steps): liveness from the deepest layer up. A slot step's
     states are live where a word of their row is nonzero (no walk across
-    that layer)."""
+    that layer).
+
+    crossed(d, bits): if given, called with depth d's bits once the walk
+    has crossed the layer above them (deepest first), which are then
+    dropped (live[d] None): the caller packs them, so a 1e9 walk holds the
+    bool arrays of two depths at a time, not of every depth."""
     walks, depth = layout.walks, len(layers)
+
+    def cross(d: int) -> None:
+        if crossed is not None and live[d] is not None:
+            crossed(d, live[d])
+            live[d] = None
+
     states = [layer.num_states for layer in layers] + [num_final_states]
     own: list = [None] * (depth + 1)  # own[d]: the state's own item is in the subset
     if items.item_depth is None:
@@ -345,26 +422,30 @@ def _walk_up(layers: Sequence, num_final_states: int, end_token: Optional[int],
         if step is not None and live[t + 1] is not None:
             scattered = np.zeros(step.present.shape, dtype=bool)
             # the layer's children, in order (states past them pad a capacity)
-            scattered[step.present] = live[t + 1][:layers[t].num_edges]
+            scattered[step.present] = live[t + 1][:layers[t].num_edges]  # (bools either way)
             slot_bits[t] = pack(scattered.reshape(-1))
         if t == 0:
+            cross(1)
             break
         above = layout.slots.get(t - 1)
         if step is not None:
             rows = slot_bits[t].reshape(step.present.shape[0], -1)
-            live[t] = rows[:states[t]].any(axis=1)
+            live[t] = (rows[:states[t]] != 0).any(axis=1)
         elif above is not None and above.children is not None:
             # Depth t has slot bits: walk from depth t + 1 to the slots
             # straight (live[t] per state is never needed).
             bits = _child_live(above.children, above.walk, live[t + 1])
             if own[t] is not None:
+                bits = _bools(bits).copy()
                 bits[above.present.reshape(-1)] |= own[t][:layers[t - 1].num_edges]
-            slot_bits[t - 1] = pack(bits)
+            slot_bits[t - 1] = _words(bits)
+            cross(t + 1)
             continue
         else:
             live[t] = _child_live(layers[t], walks[t], live[t + 1])
         if own[t] is not None:
             live[t] = live[t] | own[t]
+        cross(t + 1)
     ends = [own[d] if (d == depth or layers[d].accepting is not None) and
             end_token is not None else None for d in range(depth + 1)]
     return live, ends, slot_bits
@@ -406,19 +487,22 @@ def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional
     (less those `items.removed`), laid out as `layout` says."""
     if items.removed is not None:
         item_live = item_live & ~items.removed
-    live, ends, slot_bits = _walk_up(layers, num_final_states, end_token, items, item_live,
-                                     layout)
     counts = layout.state_counts
     size = (lambda d: None) if counts is None else (lambda d: counts[d])
     depth = len(layers)
     words: list = [None] * (depth + 1)
+
+    def crossed(d: int, bits) -> None:
+        if d - 1 not in layout.slots and d not in layout.shared:
+            words[d] = _words(bits, size(d))[None, :]
+
+    _, ends, slot_bits = _walk_up(layers, num_final_states, end_token, items, item_live, layout,
+                                  crossed)
     for d in range(depth, 0, -1):
         if d - 1 in slot_bits:
             words[d] = slot_bits[d - 1][None, :]
         elif d in layout.shared:
             words[d] = words[d + 1]  # live[d] is live[d + 1]: one array
-        else:
-            words[d] = pack(live[d], size(d))[None, :]
     return Subset(live=tuple(words[1:]),
                   ends=tuple(None if b is None else pack(b, size(d))[None, :]
                              for d, b in enumerate(ends)),
