@@ -207,3 +207,29 @@ def test_subsets_walked_a_few_states_at_a_time_are_the_same_bits(tmp_path, monke
                     for x, y in zip(got.live + got.ends, want.live + want.ends):
                         assert (x is None and y is None) or np.array_equal(x, y), (chunk, pipeline)
             assert "ir" not in held.__dict__
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 1 << 16])
+def test_lookups_a_few_sequences_at_a_time_in_sorted_order_agree(case, chunk, monkeypatch):
+    """`unique_ids` walks LOOKUP_CHUNK sequences at a time in sorted order
+    (pages of mapped tables dropped after each chunk): the same ids, the
+    same removal reports, also on top of earlier removals."""
+    from static_compiler.live import subsets
+
+    name, rows, end, compiled, path = case
+    loaded = sc.load_compiled(path)
+    rng = np.random.default_rng(chunk)
+    picked = [rows[i] for i in rng.choice(len(rows), 25)] + [(V - 1,) * L, (1,) * (L + 3)]
+    want = compiled.item_index(picked)
+    monkeypatch.setattr(subsets, "LOOKUP_CHUNK", chunk)
+    np.testing.assert_array_equal(loaded.item_index(picked), want)
+    first = loaded.update(remove=picked[:10])
+    again = first.update(remove=picked)
+    again_mask = first.update(remove=np.isin(np.arange(len(rows)), want[want >= 0]))
+    distinct = len({rows[i] for i in want[want >= 0]})
+    done = len(set(picked[:10]))
+    assert first.last_update["removed"] == done
+    for report in (again.last_update, again_mask.last_update):
+        assert (report["removed"], report["already_removed"]) == (distinct - done, done), name
+    assert again.last_update["absent"] == 2
+    assert decoded(again) == set(rows) - set(picked)

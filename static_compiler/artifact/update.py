@@ -16,7 +16,7 @@ from static_compiler.artifact.lock import lock_file, update_lock
 from static_compiler.artifact.manifest import FileEntry
 from static_compiler.artifact.snapshot import (Snapshot, open_snapshot, read_item_arrays,
                                                read_tables)
-from static_compiler.artifact.writer import _npy_bytes, _write_file, _write_then_swap
+from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap
 from static_compiler.errors import ArtifactBusyError, DecodeInputError
 
 
@@ -89,9 +89,9 @@ def write_removed(path, remove) -> dict:
         manifest, items = snap.manifest, read_items(snap)
         removed, report = subsets.removal(items, remove, lambda: table_trie(snap))
         rel = fmt.item_file("removed")
-        data = _npy_bytes(removed)
+        data = NpyFile(removed)  # written and hashed in chunks (1 GB at 1e9)
         files = dict(manifest.files)
-        files[rel] = FileEntry.of_bytes(data)
+        files[rel] = data.entry()
         new = dataclasses.replace(manifest, item_files={**manifest.item_files, "removed": rel},
                                   files=files, format_version=fmt.FORMAT_VERSION)
 

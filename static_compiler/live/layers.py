@@ -129,16 +129,29 @@ class NearRows(_VirtualRows):
     def __init__(self, tables: dict, num_states: int):
         super().__init__(num_states)
         self.tables = tables
-        real = int(np.searchsorted(tables["ex_states"], num_states))
-        self.states = np.asarray(tables["ex_states"][:real]).astype(np.int64)
-        extra = exception_rows(tables, real)[1] - 1
-        self.extra = np.concatenate([[0], np.cumsum(extra)]).astype(np.int64)
+        ex = tables["ex_states"]
+        real = int(np.searchsorted(ex, num_states))
+        # ids in the table's dtype (searched with keys of that dtype: no
+        # int64 copy per search); the extra children summed a chunk at a
+        # time (1e9 states have ~6e7 exceptions: no int64 temporaries)
+        self.states = np.array(ex[:real])
+        self.extra = np.zeros(real + 1, dtype=np.int64)
+        rows = {name: tables[name] for name in EXCEPTION_TABLES if name in tables}
+        for a in range(0, real, BRANCH_CHUNK):
+            b = min(real, a + BRANCH_CHUNK)
+            branch = exception_rows({k: v[a:b] for k, v in rows.items()})[1]
+            np.cumsum(branch - 1, out=self.extra[a + 1:b + 1])
+            self.extra[a + 1:b + 1] += self.extra[a]
         self._whole = None
+
+    def _find(self, index) -> np.ndarray:
+        """How many exceptions lie below each of `index` (ints)."""
+        return np.searchsorted(self.states, np.asarray(index).astype(self.states.dtype))
 
     def _rows(self, index: np.ndarray) -> np.ndarray:
         if self._whole is not None:
             return self._whole[index]
-        return index + self.extra[np.searchsorted(self.states, index, side="left")]
+        return index + self.extra[self._find(index)]
 
     def _whole_array(self) -> np.ndarray:
         if self._whole is None:
@@ -151,7 +164,7 @@ class NearRows(_VirtualRows):
         # per entry (a walk over 1e9 states reads every range once)
         if self._whole is not None:
             return self._whole[start:stop + 1]
-        lo, hi = np.searchsorted(self.states, [start, stop])
+        lo, hi = self._find([start, stop])
         steps = np.ones(stop - start + 1, dtype=np.int64)
         steps[0] = start + self.extra[lo]
         steps[self.states[lo:hi] - start + 1] += np.diff(self.extra[lo:hi + 1])
@@ -218,7 +231,10 @@ class TableLayer(_Rows):
     def tokens(self) -> np.ndarray:
         if self.kind == "dense_rows":
             return np.nonzero(np.asarray(self.tables["next"][:self.num_states]) >= 0)[1]
-        return np.asarray(self.tables["tokens"][:self.num_edges])
+        tokens = self.tables["tokens"]
+        # (a memory-mapped table stays one: its readers drop pages they read)
+        return tokens[:self.num_edges] if isinstance(tokens, np.ndarray) else \
+            np.asarray(tokens[:self.num_edges])
 
     def branch_counts(self) -> np.ndarray:
         return self._branch_counts

@@ -291,7 +291,7 @@ def _child_live_by_chunks(layer, walk: LayerWalk, live_next) -> PackedBits:
         first, last = int(rows[0]), int(rows[-1])
         part = walk
         if walk.kind == "near":
-            lo, hi = np.searchsorted(ex, [a, b])
+            lo, hi = np.searchsorted(ex, np.array([a, b], dtype=ex.dtype))  # (no cast of ex)
             part = dataclasses.replace(walk, exceptions=ex[lo:hi] - a)
         live.write(_child_live_at_once(TrieLayer(rows - first), part, live_next[first:last])
                    if last > first else np.zeros(b - a, bool))
@@ -484,9 +484,11 @@ def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional
                     items: ItemIndex, item_live: np.ndarray, fingerprint: str,
                     layout: BitLayout) -> Subset:
     """One `Subset` holding the unique sequences `item_live` bool (N',)
-    (less those `items.removed`), laid out as `layout` says."""
+    (less those `items.removed`: taken out of `item_live` in place, a chunk
+    at a time, so pass an array of your own), laid out as `layout` says."""
     if items.removed is not None:
-        item_live = item_live & ~items.removed
+        for a in range(0, item_live.shape[0], ITEM_CHUNK):
+            item_live[a:a + ITEM_CHUNK] &= ~items.removed[a:a + ITEM_CHUNK]
     counts = layout.state_counts
     size = (lambda d: None) if counts is None else (lambda d: counts[d])
     depth = len(layers)

@@ -100,12 +100,34 @@ def check_subsettable(ir, items: Optional[ItemIndex], where: str) -> ItemIndex:
 def unique_ids(ir, items: ItemIndex, sequences, where: str) -> np.ndarray:
     """int64 (n,): the unique sequence (sorted order, as `ItemIndex`) each of
     `sequences` is, -1 for one not in the set. Walks the trie one depth at a
-    time for all sequences at once (a binary search per depth over the
-    layer's (state, token) keys)."""
+    time for LOOKUP_CHUNK sequences at once (a binary search per depth
+    within the rows of the layer), in sorted order, so each chunk's
+    searches read neighbouring rows; a memory-mapped layer's pages are
+    dropped after each chunk (1e6 lookups touch every page of a 1e9 set)."""
     from static_compiler.frontend import as_token_matrix
 
     mat, lengths, _ = as_token_matrix(sequences)
     mat = mat.astype(np.int64)
+    order = np.lexsort(mat.T[::-1]) if mat.shape[0] > LOOKUP_CHUNK else \
+        np.arange(mat.shape[0])
+    ends = np.full(mat.shape[0], -1, dtype=np.int64)
+    terminals: dict = {}  # depth -> `_terminal_lookup`, built once
+    for start in range(0, mat.shape[0], LOOKUP_CHUNK):
+        at = order[start:start + LOOKUP_CHUNK]
+        ends[at] = _walk_down(ir, items, mat[at], lengths[at], terminals)
+        for layer in ir.layers:
+            release_pages(layer.tokens)
+    return ends
+
+
+LOOKUP_CHUNK = 1 << 16
+"""Sequences `unique_ids` looks up at a time."""
+
+
+def _walk_down(ir, items: ItemIndex, mat: np.ndarray, lengths: np.ndarray,
+               terminals: dict) -> np.ndarray:
+    """`unique_ids` of the sequences `mat` int64 (n, L) (-1 past
+    `lengths`); terminals: {depth: `_terminal_lookup`} filled as needed."""
     n = mat.shape[0]
     state = np.zeros(n, dtype=np.int64)
     ok = (lengths <= ir.depth) & ((mat >= 0) | (np.arange(mat.shape[1]) >= lengths[:, None])).all(1)
@@ -121,7 +143,9 @@ def unique_ids(ir, items: ItemIndex, sequences, where: str) -> np.ndarray:
         state[at[hit]] = e[hit]  # implicit targets: edge e enters state e
         if items.item_depth is not None:
             done = found & (lengths == t + 1)
-            ends[done] = _terminal_lookup(ir, items, t + 1)[state[done]]
+            if t + 1 not in terminals:
+                terminals[t + 1] = _terminal_lookup(ir, items, t + 1)
+            ends[done] = terminals[t + 1][state[done]]
     if items.item_depth is None:
         ends = np.where(ok & (lengths == ir.depth), state, -1)
     return np.where(ok, ends, -1)
@@ -176,16 +200,27 @@ def removal(items: ItemIndex, remove, automaton, where: str = "update") -> tuple
     picks (a bool mask (N,) over the input rows, or token sequences, looked
     up in `automaton()`, a function so that a mask needs no automaton) on
     top of `items.removed`. report: {"removed", "already_removed",
-    "absent"}: sequences not in the set are counted, not an error."""
-    absent = 0
+    "absent"}: sequences not in the set are counted, not an error. Holds
+    one new bool array besides `items.removed` (1 GB each at 1e9)."""
+    before, absent = items.removed, 0
     if isinstance(remove, np.ndarray) and (remove.dtype == bool or remove.ndim != 2):
-        picked = rows_item_mask(remove, items, where)
+        out = rows_item_mask(remove, items, where)  # (a new array)
+        picked = int(np.count_nonzero(out))
+        already = 0 if before is None else sum(
+            int(np.count_nonzero(out[a:a + COUNT_CHUNK] & before[a:a + COUNT_CHUNK]))
+            for a in range(0, out.shape[0], COUNT_CHUNK))
+        if before is not None:
+            np.logical_or(out, before, out=out)
     else:
         ids = unique_ids(automaton(), items, remove, where)
         absent = int((ids < 0).sum())
-        picked = np.zeros(items.num_unique, dtype=bool)
-        picked[ids[ids >= 0]] = True
-    before = np.zeros(items.num_unique, bool) if items.removed is None else items.removed
-    report = {"removed": int((picked & ~before).sum()),
-              "already_removed": int((picked & before).sum()), "absent": absent}
-    return before | picked, report
+        ids = np.unique(ids[ids >= 0])
+        picked = int(ids.size)
+        already = 0 if before is None else int(np.count_nonzero(before[ids]))
+        out = np.zeros(items.num_unique, dtype=bool) if before is None else np.array(before)
+        out[ids] = True
+    return out, {"removed": picked - already, "already_removed": already, "absent": absent}
+
+
+COUNT_CHUNK = 1 << 24
+"""Entries `removal` compares at a time."""
