@@ -248,19 +248,8 @@ def _child_live_at_once(layer, walk: LayerWalk, live_next: np.ndarray) -> np.nda
         else:
             live = live_next[np.minimum(indptr[:-1], live_next.shape[0] - 1)]
         if ex.size:
-            start, end = indptr[ex].astype(np.int64), indptr[ex + 1].astype(np.int64)
-            bounds = np.empty(2 * ex.size, dtype=np.int64)
-            bounds[0::2], bounds[1::2] = start, end
-            # Pairs [start, end) then [end, next start): keep the first of
-            # each. reduceat takes indices below the length only: bounds are
-            # ascending, so those equal to it trail, and dropping them makes
-            # the last kept start reduce to the end (no padded copy).
-            kept = int(np.searchsorted(bounds, live_next.shape[0]))
-            any_child = np.zeros(ex.size, dtype=bool)
-            if kept:
-                reduced = np.maximum.reduceat(live_next.view(np.uint8), bounds[:kept])
-                any_child[:(kept + 1) // 2] = reduced[0::2].view(bool)
-            live[ex] = any_child & (end > start)
+            live[ex] = _any_in_rows(live_next, indptr[ex].astype(np.int64),
+                                    indptr[ex + 1].astype(np.int64))
         return live
     # A running count of live children, wrapping in the walk's narrow dtype
     # (less memory to touch): a row's count is below the wrap, so its two
@@ -287,15 +276,57 @@ def _child_live_by_chunks(layer, walk: LayerWalk, live_next) -> PackedBits:
     live = _BitWriter(n)
     ex = walk.exceptions
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if walk.kind == "near":  # row pointers of the range's ends and exceptions only
+            lo, hi = np.searchsorted(ex, np.array([a, b], dtype=ex.dtype))  # (no cast of ex)
+            mine = ex[lo:hi].astype(np.int64)
+            rows = np.asarray(indptr[np.concatenate([[a, b], mine, mine + 1])], dtype=np.int64)
+            first, last = int(rows[0]), int(rows[1])
+            live.write(_near_live(b - a, mine - a, rows[2:2 + mine.size] - first,
+                                  rows[2 + mine.size:] - first, live_next[first:last]))
+            continue
         rows = row_range(indptr, a, b)
         first, last = int(rows[0]), int(rows[-1])
-        part = walk
-        if walk.kind == "near":
-            lo, hi = np.searchsorted(ex, np.array([a, b], dtype=ex.dtype))  # (no cast of ex)
-            part = dataclasses.replace(walk, exceptions=ex[lo:hi] - a)
-        live.write(_child_live_at_once(TrieLayer(rows - first), part, live_next[first:last])
+        live.write(_child_live_at_once(TrieLayer(rows - first), walk, live_next[first:last])
                    if last > first else np.zeros(b - a, bool))
     return live.close()
+
+
+def _near_live(n: int, ex: np.ndarray, start: np.ndarray, end: np.ndarray,
+               children: np.ndarray) -> np.ndarray:
+    """bool (n,): states 0..n-1 of a near-unary range with a live child,
+    from its children's bits `children` (all of the range's, in order);
+    ex int64: its exceptions (ascending), whose rows are [start, end) of
+    `children`. The children of the other states, one each and in their
+    order, are all but the exceptions' rows: one compress of the bits, no
+    index per state."""
+    live = np.empty(n, dtype=bool)
+    bounds = np.empty(2 * ex.size + 2, dtype=np.int64)
+    bounds[0], bounds[-1] = 0, children.shape[0]
+    bounds[1:-1:2], bounds[2:-1:2] = start, end
+    keep = np.repeat(np.arange(2 * ex.size + 1) % 2 == 0, np.diff(bounds))
+    single = np.ones(n, dtype=bool)
+    single[ex] = False
+    live[single] = children[keep]
+    if ex.size:
+        live[ex] = _any_in_rows(children, start, end)
+    return live
+
+
+def _any_in_rows(bits: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """bool (k,): whether bits[start[i]:end[i]] holds a True, for rows
+    ascending and disjoint (empty ones too: False)."""
+    bounds = np.empty(2 * start.size, dtype=np.int64)
+    bounds[0::2], bounds[1::2] = start, end
+    # Pairs [start, end) then [end, next start): keep the first of each.
+    # reduceat takes indices below the length only: bounds are ascending,
+    # so those equal to it trail, and dropping them makes the last kept
+    # start reduce to the end (no padded copy).
+    kept = int(np.searchsorted(bounds, bits.shape[0]))
+    out = np.zeros(start.size, dtype=bool)
+    if kept:
+        reduced = np.maximum.reduceat(bits.view(np.uint8), bounds[:kept])
+        out[:(kept + 1) // 2] = reduced[0::2].view(bool)
+    return out & (end > start)
 
 
 def pack(bits: np.ndarray, size: Optional[int] = None) -> np.ndarray:
