@@ -36,14 +36,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
 
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.artifact.mapped import release_pages
-from static_compiler.live.layers import (LayerWalk, TrieLayer, dense_slots, layer_walks,
-                                         row_range, shared_depths)
+from static_compiler.live.layers import (LayerWalk, NearRows, TrieLayer, dense_slots,
+                                         layer_walks, row_range, shared_depths)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -273,22 +275,47 @@ def _child_live_by_chunks(layer, walk: LayerWalk, live_next) -> PackedBits:
         cuts = np.searchsorted(indptr, np.arange(WALK_CHUNK, live_next.shape[0], WALK_CHUNK))
         bounds = np.union1d(bounds, np.minimum(cuts, n))
     bounds = np.append(bounds[bounds < n], n)
-    live = _BitWriter(n)
     ex = walk.exceptions
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+
+    def one_range(a: int, b: int) -> np.ndarray:
         if walk.kind == "near":  # row pointers of the range's ends and exceptions only
-            lo, hi = np.searchsorted(ex, np.array([a, b], dtype=ex.dtype))  # (no cast of ex)
-            mine = ex[lo:hi].astype(np.int64)
-            rows = np.asarray(indptr[np.concatenate([[a, b], mine, mine + 1])], dtype=np.int64)
-            first, last = int(rows[0]), int(rows[1])
-            live.write(_near_live(b - a, mine - a, rows[2:2 + mine.size] - first,
-                                  rows[2 + mine.size:] - first, live_next[first:last]))
-            continue
+            first, last, mine, start, end = _near_range(indptr, ex, a, b)
+            return _near_live(b - a, mine - a, start - first, end - first, live_next[first:last])
         rows = row_range(indptr, a, b)
         first, last = int(rows[0]), int(rows[-1])
-        live.write(_child_live_at_once(TrieLayer(rows - first), walk, live_next[first:last])
-                   if last > first else np.zeros(b - a, bool))
+        return _child_live_at_once(TrieLayer(rows - first), walk, live_next[first:last]) \
+            if last > first else np.zeros(b - a, bool)
+
+    live = _BitWriter(n)
+    ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+    threads = min(WALK_THREADS, len(ranges))
+    if threads < 2:
+        for a, b in ranges:
+            live.write(one_range(a, b))
+        return live.close()
+    # numpy lets go of the GIL in the copies, compresses and reductions of a
+    # range: `threads` ranges at a time, written in order
+    with ThreadPoolExecutor(threads) as pool:
+        for i in range(0, len(ranges), threads):
+            for bits in pool.map(lambda ab: one_range(*ab), ranges[i:i + threads]):
+                live.write(bits)
     return live.close()
+
+
+WALK_THREADS = min(4, os.cpu_count() or 1)
+"""Ranges of a large layer walked at once (threads)."""
+
+
+def _near_range(indptr, ex: np.ndarray, a: int, b: int) -> tuple:
+    """`NearRows.exception_range` of states a..b-1 of a near-unary layer
+    with row pointers `indptr` (`NearRows`, or an array) and exceptions
+    `ex` (ascending)."""
+    if isinstance(indptr, NearRows):
+        return indptr.exception_range(a, b)
+    lo, hi = np.searchsorted(ex, np.array([a, b], dtype=ex.dtype))  # (no cast of ex)
+    mine = ex[lo:hi].astype(np.int64)
+    return (int(indptr[a]), int(indptr[b]), mine, indptr[mine].astype(np.int64),
+            indptr[mine + 1].astype(np.int64))
 
 
 def _near_live(n: int, ex: np.ndarray, start: np.ndarray, end: np.ndarray,
