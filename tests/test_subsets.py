@@ -681,3 +681,23 @@ def test_the_fingerprint_hashes_in_chunks_and_does_not_depend_on_them(monkeypatc
     tokens[0] += 1
     tables[-1]["tokens"] = tokens
     assert subsets_lib.set_fingerprint(compiled.plan, tables) != whole
+
+
+@pytest.mark.parametrize("slice_max", [0, 1024])
+def test_a_near_unary_range_by_slices_or_one_compress_matches_brute_force(slice_max,
+                                                                          monkeypatch):
+    """`_near_live` (a range of a chunked walk): exceptions with no child,
+    several, at either end, adjacent, or none at all."""
+    monkeypatch.setattr(liveness, "RANGE_SLICE_MAX", slice_max)
+    rng = np.random.default_rng(slice_max)
+    for _ in range(1500):
+        n = int(rng.integers(1, 12))
+        branch = np.ones(n, np.int64)
+        picked = rng.choice(n, int(rng.integers(0, n + 1)), replace=False)
+        branch[picked] = rng.choice([0, 2, 3], size=picked.size)
+        ex = np.flatnonzero(branch != 1)
+        indptr = np.concatenate([[0], np.cumsum(branch)])
+        children = rng.random(int(indptr[-1])) < 0.5
+        want = [children[indptr[s]:indptr[s + 1]].any() for s in range(n)]
+        got = liveness._near_live(n, ex, indptr[ex], indptr[ex + 1], children)
+        assert got.tolist() == want, (branch, children)

@@ -306,6 +306,11 @@ WALK_THREADS = min(4, os.cpu_count() or 1)
 """Ranges of a large layer walked at once (threads)."""
 
 
+RANGE_SLICE_MAX = 1024
+"""Up to this many exceptions in a range, `_near_live` copies the
+stretches between them (a slice each); past it, one compress."""
+
+
 def _near_range(indptr, ex: np.ndarray, a: int, b: int) -> tuple:
     """`NearRows.exception_range` of states a..b-1 of a near-unary layer
     with row pointers `indptr` (`NearRows`, or an array) and exceptions
@@ -324,18 +329,28 @@ def _near_live(n: int, ex: np.ndarray, start: np.ndarray, end: np.ndarray,
     from its children's bits `children` (all of the range's, in order);
     ex int64: its exceptions (ascending), whose rows are [start, end) of
     `children`. The children of the other states, one each and in their
-    order, are all but the exceptions' rows: one compress of the bits, no
-    index per state."""
+    order, are all but the exceptions' rows: a slice copy per stretch
+    between exceptions (up to RANGE_SLICE_MAX of them), else one compress
+    of the bits; no index per state."""
+    if not ex.size:
+        return children  # one child each: the children's bits
     live = np.empty(n, dtype=bool)
-    bounds = np.empty(2 * ex.size + 2, dtype=np.int64)
-    bounds[0], bounds[-1] = 0, children.shape[0]
-    bounds[1:-1:2], bounds[2:-1:2] = start, end
-    keep = np.repeat(np.arange(2 * ex.size + 1) % 2 == 0, np.diff(bounds))
-    single = np.ones(n, dtype=bool)
-    single[ex] = False
-    live[single] = children[keep]
-    if ex.size:
-        live[ex] = _any_in_rows(children, start, end)
+    if ex.size <= RANGE_SLICE_MAX:  # few stretches: one slice copy each
+        first = np.concatenate([[0], ex + 1])
+        last = np.concatenate([ex, [n]])
+        child = np.concatenate([[0], end])  # a stretch's first child follows an exception's row
+        for a, b, c in zip(first.tolist(), last.tolist(), child.tolist()):
+            if b > a:
+                live[a:b] = children[c:c + b - a]
+    else:
+        bounds = np.empty(2 * ex.size + 2, dtype=np.int64)
+        bounds[0], bounds[-1] = 0, children.shape[0]
+        bounds[1:-1:2], bounds[2:-1:2] = start, end
+        keep = np.repeat(np.arange(2 * ex.size + 1) % 2 == 0, np.diff(bounds))
+        single = np.ones(n, dtype=bool)
+        single[ex] = False
+        live[single] = children[keep]
+    live[ex] = _any_in_rows(children, start, end)
     return live
 
 
