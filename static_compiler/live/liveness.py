@@ -35,6 +35,7 @@ computed is its `BitLayout` (`bit_layout`, built once per set).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -70,11 +71,13 @@ class ItemIndex:
     def num_items(self) -> int:
         return int(self.row_item.shape[0])
 
-    @property
+    @functools.cached_property
     def removal_tag(self) -> str:
         """"" with nothing removed, else a short hash of `removed` (bool
         (N',): unique sequences taken out by an update): part of a set's
-        fingerprint, so a subset made before a removal is refused after."""
+        fingerprint, so a subset made before a removal is refused after.
+        Computed once (0.4 s at 1e9; an index is never changed, an update
+        makes a new one)."""
         if self.removed is None or not self.removed.any():
             return ""
         return "~" + hashlib.blake2b(np.packbits(self.removed).tobytes(), digest_size=6).hexdigest()
@@ -538,12 +541,22 @@ def rows_item_mask(selection: np.ndarray, items: ItemIndex, where: str) -> np.nd
     if np.count_nonzero(selection) == n:  # every row (a removal's base subset): no scatter
         return np.ones(items.num_unique, dtype=bool)
     out = np.zeros(items.num_unique, dtype=bool)
-    for start in range(0, n, ITEM_CHUNK):  # a memory-mapped row_item stays unmapped
+    size = items.row_item.itemsize
+
+    def one_chunk(start: int) -> None:  # a memory-mapped row_item stays unmapped
         stop = min(n, start + ITEM_CHUNK)
-        # flatnonzero + take: ~40 % faster than indexing with the mask at 1e7 rows
+        # flatnonzero + take: ~40 % faster than indexing with the mask at 1e7 rows;
+        # chunks on threads store True into `out` alone (the same value, byte stores)
         out[np.take(items.row_item[start:stop], np.flatnonzero(selection[start:stop]))] = True
-        size = items.row_item.itemsize
         release_pages(items.row_item, size * start, size * stop)
+
+    starts = range(0, n, ITEM_CHUNK)
+    if WALK_THREADS < 2 or len(starts) < 2:
+        for start in starts:
+            one_chunk(start)
+    else:
+        with ThreadPoolExecutor(WALK_THREADS) as pool:
+            list(pool.map(one_chunk, starts))
     return out
 
 
