@@ -212,4 +212,19 @@ def test_table_held_benchmark_runs_every_operation_without_the_ir():
     rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and "|---" not in line]
     names = [r.split(" | ")[0].lstrip("| ") for r in rows[1:]]
     assert names == ["load + IR", "load", "subset", "serving subset", "show-ir --stats", "remove",
-                     "add"], run.stdout
+                     "add", "verify"], run.stdout
+
+
+def test_table_held_benchmark_builds_from_shard_files_and_reuses_the_artifact(tmp_path):
+    """The 1e9 way: shards on disk, a kept artifact, then the operations
+    picked on it again (an earlier removal counts as already removed)."""
+    args = ("tools.bench.table_held", "--items", 3000, "--length", 4, "--vocab", 64,
+            "--partitions", 2, "--shards", 3, "--capacity", 0, "--workdir", tmp_path)
+    run = _run(*args, "--keep", "--modes", "load,subset,remove")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "set.static").is_dir() and (tmp_path / "shards").is_dir()
+    again = _run(*args, "--artifact", tmp_path / "set.static", "--modes",
+                 "serving-subset,verify,remove")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "| serving subset |" in again.stdout and "| verify |" in again.stdout
+    assert _run(*args, "--modes", "load,nope").returncode == 2

@@ -74,8 +74,9 @@ def test_verify_compares_the_input_with_the_live_items(updated_artifacts, tmp_pa
     code, out, _ = run_cli(capsys, "verify", art)
     total = len(given)
     assert code == 0, out
-    assert out == (f"{art}: {total} sequences enumerated from the tables; the manifest records "
-                   f"{total}: OK\n2 of them removed by updates, {total - 2} live\n")
+    assert out == (f"{art}: {total} sequences counted from the tables (checked a chunk at a "
+                   f"time); the manifest records {total}: OK\n2 of them removed by updates, "
+                   f"{total - 2} live\n")
     # The original input: its removed items are not served any more.
     code, out, _ = run_cli(capsys, "verify", art, "--input", src)
     assert code == 1, out
