@@ -684,9 +684,9 @@ def test_the_fingerprint_hashes_in_chunks_and_does_not_depend_on_them(monkeypatc
 
 
 @pytest.mark.parametrize("slice_max", [0, 1024])
-def test_a_near_unary_range_by_slices_or_one_compress_matches_brute_force(slice_max,
+def test_a_near_unary_range_by_slices_or_one_gather_matches_brute_force(slice_max,
                                                                           monkeypatch):
-    """`_near_live` (a range of a chunked walk): exceptions with no child,
+    """`_near_live` (a range of a chunked walk; slices or one gather): exceptions with no child,
     several, at either end, adjacent, or none at all."""
     monkeypatch.setattr(liveness, "RANGE_SLICE_MAX", slice_max)
     rng = np.random.default_rng(slice_max)
