@@ -25,7 +25,7 @@ LAYERS = (
     ("errors",),
     ("dtypes", "arguments", "decode_types", "decode_state", "artifact.format", "artifact.manifest", "artifact.names",
      "artifact.snapshot", "artifact.placement", "artifact.mapped", "live", "live.layers",
-     "live.liveness", "processes"),
+     "live.layer_walk", "live.liveness", "processes"),
     ("ir",),
     ("cost_model", "merge_states", "frontend", "live.subsets", "live.additions"),
     ("passes",),
@@ -53,7 +53,8 @@ RESTRICTED = {
     "live.layers": ({"numpy"}, {"errors"}),
     # The static plan and lowering: numpy only, so the torch backend reads plans with it.
     "backend.lowering": ({"numpy"}, {"errors", "ir", "dtypes", "live.layers"}),
-    "live.liveness": ({"numpy"}, {"errors", "live.layers", "artifact.mapped"}),
+    "live.layer_walk": ({"numpy"}, {"live.layers"}),
+    "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "artifact.mapped"}),
     "artifact.mapped": ({"numpy"}, set()),
     "artifact.placement": ({"jax", "numpy"}, {"errors"}),
     # The serving loader: no compiler module (no frontend, passes, backend or writer).

@@ -25,7 +25,7 @@ import static_compiler as sc
 from static_compiler import frontend as sc_frontend
 from static_compiler import report
 from static_compiler.frontend import datasets
-from static_compiler.live import layers, liveness
+from static_compiler.live import layer_walk, layers, liveness
 from static_compiler.live import subsets
 from static_compiler.backend import decode as decode_lib
 from static_compiler.backend import kernels, lowering
@@ -419,13 +419,13 @@ def test_every_way_across_a_layer_gives_the_same_liveness(share, slice_max, chun
     ir, index = sc_frontend.build_trie(items, 5, end_token=0 if ragged else None)
     mask = rng.random(len(items)) < 0.4
     item_live = subsets._item_mask(mask, index, "test")
-    old = (layers.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS, liveness.WALK_CHUNK)
-    layers.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS, liveness.WALK_CHUNK = \
+    old = (layers.NEAR_UNARY_SHARE, layer_walk.SLICE_MAX_EXCEPTIONS, layer_walk.WALK_CHUNK)
+    layers.NEAR_UNARY_SHARE, layer_walk.SLICE_MAX_EXCEPTIONS, layer_walk.WALK_CHUNK = \
         share, slice_max, chunk
     try:
         live, ends = subsets.liveness(ir, index, item_live)
     finally:
-        layers.NEAR_UNARY_SHARE, liveness.SLICE_MAX_EXCEPTIONS, liveness.WALK_CHUNK = old
+        layers.NEAR_UNARY_SHARE, layer_walk.SLICE_MAX_EXCEPTIONS, layer_walk.WALK_CHUNK = old
     chosen = {tuple(items[i]) for i in np.flatnonzero(mask)}
     every = sorted({tuple(s) for s in items})
     for d in range(1, ir.depth + 1):
@@ -451,7 +451,7 @@ def test_the_running_count_of_a_general_layer_wraps_without_losing_a_row(widest,
     for share in (0.0, 0.5, 1.0):  # past 2**16 live children: the count wraps
         live_next = rng.random(int(indptr[-1])) < share
         live_next[indptr[1]:indptr[2]] = False  # a dead row between live ones
-        got = liveness._child_live(layer, walk, live_next)
+        got = layer_walk.child_live(layer, walk, live_next)
         want = np.logical_or.reduceat(live_next, indptr[:-1])
         np.testing.assert_array_equal(got, want)
 
@@ -465,7 +465,7 @@ def test_near_unary_rows_at_the_end_of_the_layer(branch, slice_max, monkeypatch)
     liveness of a plain per-row reduction, for every pattern of live
     children. A state without children accepts (a trie's layer)."""
     monkeypatch.setattr(layers, "NEAR_UNARY_SHARE", 1.0)
-    monkeypatch.setattr(liveness, "SLICE_MAX_EXCEPTIONS", slice_max)
+    monkeypatch.setattr(layer_walk, "SLICE_MAX_EXCEPTIONS", slice_max)
     indptr = np.concatenate([[0], np.cumsum(branch)]).astype(np.int64)
     layer = layers.TrieLayer(indptr, np.asarray(branch) == 0)
     (walk,) = layers.layer_walks([layer])
@@ -474,7 +474,7 @@ def test_near_unary_rows_at_the_end_of_the_layer(branch, slice_max, monkeypatch)
     for pattern in range(1 << edges):
         live_next = np.array([(pattern >> e) & 1 for e in range(edges)], dtype=bool)
         want = [bool(live_next[a:b].any()) for a, b in zip(indptr[:-1], indptr[1:])]
-        assert liveness._child_live(layer, walk, live_next).tolist() == want, pattern
+        assert layer_walk.child_live(layer, walk, live_next).tolist() == want, pattern
 
 
 @pytest.mark.parametrize("name", ["ragged", "fixed"])
@@ -688,7 +688,7 @@ def test_a_near_unary_range_by_slices_or_one_gather_matches_brute_force(slice_ma
                                                                           monkeypatch):
     """`_near_live` (a range of a chunked walk; slices or one gather): exceptions with no child,
     several, at either end, adjacent, or none at all."""
-    monkeypatch.setattr(liveness, "RANGE_SLICE_MAX", slice_max)
+    monkeypatch.setattr(layer_walk, "RANGE_SLICE_MAX", slice_max)
     rng = np.random.default_rng(slice_max)
     for _ in range(1500):
         n = int(rng.integers(1, 12))
@@ -699,5 +699,5 @@ def test_a_near_unary_range_by_slices_or_one_gather_matches_brute_force(slice_ma
         indptr = np.concatenate([[0], np.cumsum(branch)])
         children = rng.random(int(indptr[-1])) < 0.5
         want = [children[indptr[s]:indptr[s + 1]].any() for s in range(n)]
-        got = liveness._near_live(n, ex, indptr[ex], indptr[ex + 1], children)
+        got = layer_walk._near_live(n, ex, indptr[ex], indptr[ex + 1], children)
         assert got.tolist() == want, (branch, children)

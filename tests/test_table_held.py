@@ -187,7 +187,7 @@ def test_subsets_walked_a_few_states_at_a_time_are_the_same_bits(tmp_path, monke
     memory-mapped item index) gives the bits of the walk at once, for the library and the serving loader, on csr,
     near-unary (with room) and unary layers of a loaded set."""
     from static_compiler.artifact import serving
-    from static_compiler.live import liveness
+    from static_compiler.live import layer_walk, liveness
 
     rows = datasets.synthetic_sids(3_000, 5, 16, seed=4)
     for pipeline in ("verify,choose-layout{force=near_unary},reserve-capacity{growth=1.5},"
@@ -200,10 +200,10 @@ def test_subsets_walked_a_few_states_at_a_time_are_the_same_bits(tmp_path, monke
         wants = [compiled.subset(m) for m in masks]
         for chunk, item_chunk, slice_max, threads in ((1, 7, 1024, 1), (5, 1, 0, 2),
                                                       (64, 1000, 0, 3), (64, 9, 2, 1)):
-            monkeypatch.setattr(liveness, "WALK_CHUNK", chunk)
+            monkeypatch.setattr(layer_walk, "WALK_CHUNK", chunk)
             monkeypatch.setattr(liveness, "ITEM_CHUNK", item_chunk)
-            monkeypatch.setattr(liveness, "RANGE_SLICE_MAX", slice_max)
-            monkeypatch.setattr(liveness, "WALK_THREADS", threads)
+            monkeypatch.setattr(layer_walk, "RANGE_SLICE_MAX", slice_max)
+            monkeypatch.setattr(layer_walk, "WALK_THREADS", threads)
             held, art = sc.load_compiled(path), serving.load(path)
             for mask, want in zip(masks, wants):
                 for got in (held.subset(mask), art.subset(mask)):

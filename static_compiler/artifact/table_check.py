@@ -30,7 +30,8 @@ from static_compiler.artifact.metadata import plan_from_metadata, summary_from_m
 from static_compiler.artifact.snapshot import Snapshot, read_tables
 from static_compiler.errors import IRVerificationError
 from static_compiler.ir import LayoutKind
-from static_compiler.live.layers import TableLayer, exception_rows, row_range
+from static_compiler.ir.verify import row_of
+from static_compiler.live.layers import TableLayer, exception_rows, row_range, state_ranges
 
 CHECK_CHUNK = 1 << 22
 """States (and, past wide rows, about as many edges) read at a time."""
@@ -77,16 +78,12 @@ def check_tables(snap: Snapshot) -> dict:
     return {"num_sequences": sequences, "recorded": int(summary.num_sequences)}
 
 
-def _chunks(layer: TableLayer, kind: LayoutKind):
-    """(start, stop) ranges of states: CHECK_CHUNK states, cut again where
-    a csr or dense layer's rows pass CHECK_CHUNK edges."""
-    n = layer.num_states
-    bounds = np.arange(0, n, CHECK_CHUNK, dtype=np.int64)
-    if kind in (LayoutKind.CSR, LayoutKind.DENSE_ROWS):
-        cuts = np.searchsorted(layer.indptr, np.arange(CHECK_CHUNK, layer.num_edges, CHECK_CHUNK))
-        bounds = np.union1d(bounds, np.minimum(cuts, n))
-    bounds = np.append(bounds[bounds < n], n)
-    return zip(bounds[:-1].tolist(), bounds[1:].tolist())
+def _chunks(layer: TableLayer, kind: LayoutKind) -> list:
+    """Ranges of CHECK_CHUNK states, cut again where a csr or dense layer's
+    rows pass CHECK_CHUNK edges."""
+    wide = kind in (LayoutKind.CSR, LayoutKind.DENSE_ROWS)
+    return state_ranges(layer.num_states, CHECK_CHUNK, layer.indptr if wide else None,
+                        layer.num_edges)
 
 
 def _check_rows(at: str, layer: TableLayer, V: int, end, kind: LayoutKind) -> int:
@@ -118,14 +115,14 @@ def _check_rows(at: str, layer: TableLayer, V: int, end, kind: LayoutKind) -> in
             if bad.size:
                 e = int(bad[0])
                 raise IRVerificationError(
-                    f"{at}, state {a + _row_of(rows - first, e)}: token {int(tok[e])} is outside "
+                    f"{at}, state {a + row_of(rows - first, e)}: token {int(tok[e])} is outside "
                     f"[0, {V}) or is the end token {end}")
             same_row = np.ones(tok.shape[0], dtype=bool)
             same_row[(rows[:-1] - first)[branch > 0]] = False
             rising = ~same_row[1:] | (tok[1:] > tok[:-1])
             if not rising.all():
                 e = int(np.flatnonzero(~rising)[0]) + 1
-                raise IRVerificationError(f"{at}, state {a + _row_of(rows - first, e)}: tokens "
+                raise IRVerificationError(f"{at}, state {a + row_of(rows - first, e)}: tokens "
                                           "not strictly increasing")
             largest = max(largest, int(tok.max()))
         acc = np.zeros(b - a, bool) if accepting is None else np.asarray(accepting[a:b])
@@ -213,7 +210,3 @@ def _check_layout(at: str, info, largest_token: int, next_states: int) -> None:
     if token.kind not in "iu" or largest_token > np.iinfo(token).max:
         raise IRVerificationError(f"{at}: token {largest_token} does not fit token dtype "
                                   f"{lay.token_dtype}")
-
-
-def _row_of(rows: np.ndarray, edge: int) -> int:
-    return int(np.searchsorted(rows, edge, side="right")) - 1

@@ -128,12 +128,12 @@ def _verify_layer(a: Automaton, t: int, layer: Layer) -> None:
             tok = tok.astype(np.int64)
             e = int(np.flatnonzero((tok < 0) | (tok >= a.vocab_size))[0])
             raise IRVerificationError(
-                f"{where}, state {_row_of(ip, e)}: token {int(tok[e])} is outside "
+                f"{where}, state {row_of(ip, e)}: token {int(tok[e])} is outside "
                 f"[0, {a.vocab_size})")
         if a.end_token is not None and (tok == a.end_token).any():
             e = int(np.flatnonzero(tok == a.end_token)[0])
             raise IRVerificationError(
-                f"{where}, state {_row_of(ip, e)}: the end token {a.end_token} labels an edge")
+                f"{where}, state {row_of(ip, e)}: the end token {a.end_token} labels an edge")
         # Strictly increasing inside each row: compare neighbours that share a row.
         same_row = np.ones(E, dtype=bool)
         same_row[ip[:-1][branch > 0]] = False
@@ -141,7 +141,7 @@ def _verify_layer(a: Automaton, t: int, layer: Layer) -> None:
         if not_increasing.any():
             e = int(np.flatnonzero(not_increasing)[0]) + 1
             raise IRVerificationError(
-                f"{where}, state {_row_of(ip, e)}: tokens not strictly increasing "
+                f"{where}, state {row_of(ip, e)}: tokens not strictly increasing "
                 f"({int(tok[e - 1])} then {int(tok[e])})")
     n_next = a.num_states_at(t + 1)
     if layer.targets is None:
@@ -158,7 +158,7 @@ def _verify_layer(a: Automaton, t: int, layer: Layer) -> None:
         if E and ((tg < 0) | (tg >= n_next)).any():
             e = int(np.flatnonzero((tg < 0) | (tg >= n_next))[0])
             raise IRVerificationError(
-                f"{where}, state {_row_of(ip, e)}: target {int(tg[e])} is outside "
+                f"{where}, state {row_of(ip, e)}: target {int(tg[e])} is outside "
                 f"[0, {n_next}) (states at depth {t + 1})")
         reached = np.zeros(n_next, dtype=bool)
         reached[tg] = True
@@ -240,6 +240,7 @@ def _verify_layout(where: str, layer: Layer, V: int, branch: np.ndarray,
             f"{where}: token {tok_max} does not fit token dtype {lay.token_dtype}")
 
 
-def _row_of(indptr: np.ndarray, edge: int) -> int:
+def row_of(indptr: np.ndarray, edge: int) -> int:
+    """The state whose row (of row pointers `indptr`) holds `edge`."""
     return int(np.searchsorted(indptr, edge, side="right")) - 1
 

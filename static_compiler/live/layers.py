@@ -110,6 +110,19 @@ class _VirtualRows:
         return self._rows(np.arange(start, stop + 1, dtype=np.int64))
 
 
+def state_ranges(num_states: int, chunk: int, indptr=None, num_children: int = 0) -> list:
+    """[(start, stop)] ranges of a layer's states, at most `chunk` states
+    each and, given row pointers `indptr` (an array: rows can be wide), cut
+    again where they pass every `chunk` children of `num_children`: how a
+    large layer is read a range at a time."""
+    bounds = np.arange(0, num_states, chunk, dtype=np.int64)
+    if indptr is not None:
+        cuts = np.searchsorted(indptr, np.arange(chunk, num_children, chunk))
+        bounds = np.union1d(bounds, np.minimum(cuts, num_states))
+    bounds = np.append(bounds[bounds < num_states], num_states)
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+
+
 def row_range(indptr, start: int, stop: int) -> np.ndarray:
     """int64 (stop - start + 1,): entries start..stop of row pointers
     `indptr` (an array, or `_VirtualRows`, which compute the range alone)."""
@@ -400,7 +413,7 @@ fix-up of those states; others by a cumulative sum over the edges."""
 
 @dataclasses.dataclass(frozen=True)
 class LayerWalk:
-    """How liveness crosses one layer from its children (see `liveness._child_live`):
+    """How liveness crosses one layer from its children (see `layer_walk.child_live`):
     kind "unary" (state s has child s), "near" (`exceptions`: the states
     with other than one child, sorted) or "general" (`count_dtype`: the
     narrowest unsigned dtype, from uint16 up (numpy sums into uint8
