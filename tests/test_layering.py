@@ -29,7 +29,7 @@ LAYERS = (
     ("ir",),
     ("cost_model", "merge_states", "frontend", "live.subsets", "live.additions"),
     ("passes",),
-    ("backend", "backend.lowering"),
+    ("backend", "backend.lowering", "live.table_additions"),  # (writes lowered tables)
     ("artifact", "artifact.runtime", "artifact.serving"),
     ("compiled", "compiler", "saved", "report", "live.versions", ""),  # "" is the package's __init__ (the public API)
     ("torch_backend",),  # the tables as torch tensors; imports only numpy-only modules below

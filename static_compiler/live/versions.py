@@ -12,10 +12,9 @@ import dataclasses
 import time
 
 from static_compiler.artifact import placement as placement_lib
-from static_compiler.backend.lowering import lower
+from static_compiler.backend.lowering import lower, plan_of
 from static_compiler.errors import ConstraintSetError
-from static_compiler.ir import AutomatonSummary
-from static_compiler.live import additions, subsets
+from static_compiler.live import additions, subsets, table_additions
 from static_compiler.passes import pipeline as pipeline_lib
 
 
@@ -47,27 +46,33 @@ def _with_additions(compiled, items, add):
                                  "it anew with the new names (added token sequences would "
                                  "have no name)")
     t0 = time.perf_counter()
-    merged = additions.merge_items(compiled._trie(), items, add)
-    problems = additions.fit_problems(merged, compiled.outline)
-    held = "ir" in compiled.__dict__  # else the new version stays in its tables too
-    if problems:
-        bare = merged.ir.with_layers(layer.replace(layout=None) for layer in merged.ir.layers)
+    trie = compiled._trie()
+    placed = additions.place_additions(trie, add)
+    new_items, report = additions.items_after(trie, items, placed)
+    if placed.depth == trie.depth:
+        merged = table_additions.merged_summary(compiled.outline, placed, new_items.num_unique)
+        problems = additions.fit_problems(merged.summary, merged.widest, merged.exceptions,
+                                          compiled.outline)
+    else:
+        problems = [f"depth {trie.depth} -> {placed.depth}"]
+    if problems:  # the merged trie is compiled anew
+        ir = additions.merge_placed(trie, placed, new_items.num_unique).ir
+        bare = ir.with_layers(layer.replace(layout=None) for layer in ir.layers)
         ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(compiled.pipeline))
         plan, tables = lower(ir)
-        held = True
-    else:
-        ir = merged.ir
-        plan, tables = lower(ir)
+        held_as = dict(ir=ir, summary=None)
+    else:  # written into tables of the same plan: every compiled program stays
+        plan = plan_of(merged.summary)
         if plan != compiled.plan:  # fit_problems checks what lowering records
             raise ConstraintSetError(f"update: internal error: the merged set fits but "
                                      f"lowers to another plan ({plan} != {compiled.plan})")
-    report = dict(merged.report, grew=problems)
+        tables = table_additions.merged_tables(compiled.tables, compiled.outline, merged, placed)
+        held_as = dict(ir=None, summary=merged.summary)
+    report = dict(report, grew=problems)
     where = compiled.placement
     if where is not None:  # grown tables may split differently
         where = placement_lib.MeshPlacement.of(where.mesh, where.axis, tables, where.min_bytes)
-    held_as = dict(ir=ir, summary=None) if held else \
-        dict(ir=None, summary=AutomatonSummary.of(ir))
-    new = dataclasses.replace(compiled, plan=plan, tables=tables, items=merged.items,
+    new = dataclasses.replace(compiled, plan=plan, tables=tables, items=new_items,
                               placement=where, **held_as,
                               timings=compiled.timings + (("update", time.perf_counter() - t0),))
     return new, report

@@ -1,0 +1,220 @@
+"""Additions written straight into a set's lowered tables: what
+`CompiledConstraints.update(add=...)` does when the merged trie fits the
+plan the set was compiled with (capacity reserved, see
+`additions.fit_problems`).
+
+The added sequences are placed in the trie as for the automaton merge
+(`additions.place_additions`: per depth the old ids the new states go
+before, the old edge positions the new edges go before, their tokens and
+parents). From those, each layer's tables are written once, in their own
+dtypes and padded sizes, equal to lowering the merged automaton
+(`backend.lowering.lower`), without building it: the automaton merge holds
+int64 row pointers and branch counts for every layer (unary and near_unary
+layers' tables have neither) and lowering then copies every table again;
+at 1e7 items that was 0.45 s of an addition of 1e4. Here a unary layer
+costs one copy of its tokens with the new ones inserted, a near_unary layer
+the same plus its exception list (recomputed from the old exceptions and
+the states that gain edges), a csr layer its row pointers (from the
+branches) and tokens, a dense layer its (S, V) table renumbered. The
+merged summary (counts, branch histogram, accepting states) is updated
+from the states that changed, so the fit is known before any table is
+written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from static_compiler.backend.lowering import exception_entries, padded, table_array
+from static_compiler.dtypes import branch_dtype_for
+from static_compiler.errors import ConstraintSetError
+from static_compiler.ir import AutomatonSummary, LayerSummary, LayoutKind
+from static_compiler.live.additions import Insertions, LayerInsertion, merged_branch, shift_table
+from static_compiler.live.layers import exception_rows
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MergedSummary:
+    """What `merged_summary` returns: the merged trie's summary (counts,
+    branch histograms, accepting counts, the old layouts), and per layer
+    the most children of a state that gained some (0 where none did) and
+    the states with other than one child (None where the layer's layout is
+    not near_unary), as `additions.fit_problems` reads them."""
+
+    summary: AutomatonSummary
+    widest: tuple
+    exceptions: tuple
+
+
+def merged_summary(outline, placed: Insertions, num_sequences: int) -> MergedSummary:
+    """The summary of the trie `outline` (the compiled automaton or its
+    summary) with the sequences `placed` in it (their depth must be the
+    trie's), from the states that change: nothing is read per state."""
+    layers, widest, exceptions = [], [], []
+    for t, (layer, old, change) in enumerate(zip(outline.layers, placed.layers, placed.at)):
+        gaining, gained = change.gains
+        is_old, old_ids = _old_ids(change, gaining)
+        branch = gained.astype(np.int64)
+        branch[is_old] += (np.asarray(old.indptr[old_ids + 1]).astype(np.int64) -
+                           np.asarray(old.indptr[old_ids]).astype(np.int64))
+        counts = np.asarray(layer.branch_counts(), np.int64)
+        counts = np.concatenate([counts, np.zeros(max(0, int(branch.max(initial=0)) + 1 -
+                                                      counts.shape[0]), np.int64)])
+        np.subtract.at(counts, branch[is_old] - gained[is_old], 1)
+        np.add.at(counts, branch, 1)
+        counts[0] += change.new_states.shape[0] - int(np.count_nonzero(~is_old))
+        counts = counts[:max(1, np.flatnonzero(counts)[-1] + 1 if counts.any() else 1)]
+        num_states = layer.num_states + change.new_states.shape[0]
+        accepting = layer.has_accepting or (t > 0 and change.ending.size > 0)
+        layers.append(LayerSummary(
+            num_states, layer.num_edges + change.edge_at.shape[0], counts,
+            layer.num_accepting + (_newly_accepting(old, change) if accepting else 0),
+            accepting, layer.implicit_targets, layer.layout))
+        widest.append(int(branch.max(initial=0)))
+        near = layer.layout is not None and layer.layout.kind == LayoutKind.NEAR_UNARY
+        exceptions.append(num_states - int(counts[1:2].sum()) if near else None)
+    summary = AutomatonSummary(outline.vocab_size, tuple(layers),
+                               outline.num_final_states + placed.at[-1].new_states.shape[0],
+                               num_sequences, outline.end_token)
+    return MergedSummary(summary, tuple(widest), tuple(exceptions))
+
+
+def _old_ids(change: LayerInsertion, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bool, int64) for new ids `states` (ascending): which were states
+    before the merge, and the old ids of those."""
+    new_ids = change.new_ids
+    before = np.searchsorted(new_ids, states)  # new states before each
+    is_old = np.ones(states.shape[0], bool)
+    if new_ids.size:
+        is_old = new_ids[np.minimum(before, new_ids.shape[0] - 1)] != states
+    return is_old, (states - before)[is_old]
+
+
+def _newly_accepting(old, change: LayerInsertion) -> int:
+    """How many of the states where added sequences end did not accept
+    before (new states, and old ones that did not)."""
+    ending = np.unique(change.ending)
+    is_old, old_ids = _old_ids(change, ending)
+    was = 0 if old.accepting is None else \
+        int(np.count_nonzero(np.asarray(old.accepting)[old_ids]))
+    return ending.shape[0] - was
+
+
+def merged_tables(tables: tuple, outline, merged: MergedSummary, placed: Insertions) -> tuple:
+    """The tables of the merged trie (one dict per layer, as `lower` makes
+    them for `merged.summary`'s layouts), written from the old `tables` of
+    the trie `outline` and the sequences `placed`; a layer nothing changed
+    keeps its dict. Only for a merge that fits (`additions.fit_problems`
+    found nothing): the padded sizes are the old tables'."""
+    out = []
+    for t, (tabs, was, now, change) in enumerate(zip(tables, outline.layers,
+                                                     merged.summary.layers, placed.at)):
+        below = placed.at[t + 1]
+        if not (change.new_states.size or change.edge_at.size or below.new_states.size or
+                change.ending.size):
+            out.append(tabs)
+            continue
+        if not was.implicit_targets:
+            raise ConstraintSetError("update(add=...): a layer with explicit targets cannot "
+                                     "take additions")
+        out.append(_layer_tables(tabs, was, now, change))
+    return tuple(out)
+
+
+def _layer_tables(tabs: dict, was, now, change: LayerInsertion) -> dict:
+    """One layer's merged tables (see `merged_tables`): `was` / `now` the
+    layer's summary (or automaton layer) before / after."""
+    lay = now.layout
+    tok_dt, st_dt = np.dtype(lay.token_dtype), np.dtype(lay.state_dtype)
+    num_states, num_edges = lay.padded_counts(now.num_states, now.num_edges)
+    new_tokens = change.tokens.astype(tok_dt)
+    new = {}
+    if lay.kind == LayoutKind.DENSE_ROWS:
+        rows = np.asarray(tabs["next"][:was.num_states])
+        # children renumbered in the table's dtype: s + #(new states at or before s),
+        # with a last entry 0 so that -1 (no child) stays -1
+        shift = shift_table(change.edge_at, max(was.num_edges, 1) - 1, st_dt)
+        children = rows + np.append(shift, np.zeros(1, st_dt))[rows]
+        nxt = table_array((num_states, rows.shape[1]), st_dt, -1)
+        if change.new_states.size:
+            kept = np.ones(now.num_states, bool)
+            kept[change.new_ids] = False
+            nxt[:now.num_states][kept] = children
+        else:
+            nxt[:now.num_states] = children
+        nxt[change.parent, change.tokens] = change.edge_at + np.arange(change.edge_at.shape[0])
+        new["next"] = nxt
+    elif lay.kind == LayoutKind.CSR:
+        old_ptr = np.asarray(tabs["indptr"][:was.num_states + 1])
+        branch = merged_branch(np.diff(old_ptr), change, st_dt)
+        indptr = table_array(num_states + 1, st_dt)
+        indptr[0] = 0
+        np.cumsum(branch, out=indptr[1:now.num_states + 1])
+        indptr[now.num_states + 1:] = now.num_edges
+        new["indptr"] = indptr
+        new["tokens"] = inserted(tabs["tokens"], was.num_edges, change.edge_at, new_tokens,
+                                 num_edges, 0)
+    elif lay.kind == LayoutKind.UNARY:
+        new["tokens"] = inserted(tabs["tokens"], was.num_edges, change.edge_at, new_tokens,
+                                 num_states, 0)
+    elif lay.kind == LayoutKind.NEAR_UNARY:
+        new["tokens"] = inserted(tabs["tokens"], was.num_edges, change.edge_at, new_tokens,
+                                 num_edges, 0)
+        ex, branch = _merged_exceptions(tabs, was.num_states, change)
+        room = exception_entries(lay, ex.shape[0])
+        starts = ex + np.concatenate([[0], np.cumsum(branch - 1)[:-1]]) if ex.size else ex
+        new["ex_states"] = padded(ex, room, st_dt, num_states)
+        new["ex_starts"] = padded(starts, room, st_dt, now.num_edges)
+        new["ex_branch"] = padded(branch, room, branch_dtype_for(lay.widest_branch(
+            now.max_branch)), 0)
+    else:
+        raise ConstraintSetError(f"update(add=...): cannot write a {lay.kind} layer")
+    if now.has_accepting:
+        acc = tabs.get("accepting")
+        acc = np.zeros(was.num_states, bool) if acc is None else acc
+        accepting = inserted(acc, was.num_states, change.new_states, False, num_states, False)
+        accepting[change.ending] = True
+        new["accepting"] = accepting
+    for arr in new.values():
+        arr.flags.writeable = False
+    return new
+
+
+def _merged_exceptions(tabs: dict, num_old: int, change: LayerInsertion):
+    """(states, branches) int64 ascending: a near_unary layer's states with
+    other than one child after `change`, from its old exception tables
+    (the only states whose branch can differ from one are the old
+    exceptions, the new states and those gaining edges)."""
+    ex_states = np.asarray(tabs["ex_states"])
+    real = int(np.searchsorted(ex_states, num_old))
+    old_branch = exception_rows(tabs, real)[1]
+    old_ex = ex_states[:real].astype(np.int64)
+    old_ex = old_ex + np.searchsorted(change.new_states, old_ex, side="right")  # new ids
+    gaining, gained = change.gains
+    cand = np.unique(np.concatenate([old_ex, change.new_ids, gaining]))
+    branch = np.ones(cand.shape[0], np.int64)
+    branch[np.searchsorted(cand, change.new_ids)] = 0
+    branch[np.searchsorted(cand, old_ex)] = old_branch
+    branch[np.searchsorted(cand, gaining)] += gained
+    keep = branch != 1
+    return cand[keep], branch[keep]
+
+
+def inserted(old, count: int, at: np.ndarray, values, size: int, fill) -> np.ndarray:
+    """The first `count` entries of `old` with `values` inserted before the
+    positions `at` (ascending, as `np.insert` takes them), padded with
+    `fill` to `size`, in `old`'s dtype: one new array, written once."""
+    out = table_array(size, old.dtype)
+    k = at.shape[0]
+    if k:
+        dest = at + np.arange(k)
+        keep = np.ones(count + k, bool)
+        keep[dest] = False
+        out[:count + k][keep] = old[:count]
+        out[dest] = values
+    else:
+        out[:count] = old[:count]
+    out[count + k:] = fill
+    return out

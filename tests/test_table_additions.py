@@ -1,0 +1,157 @@
+"""Additions written straight into the tables (`live.table_additions`):
+what `update(add=...)` does when the merged trie fits the compiled plan.
+
+- the merged summary (counts, branch histograms, accepting counts, widest
+  branch, exceptions) equals the summary of the merged automaton, and the
+  written tables equal lowering it, array for array and dtype for dtype,
+  for every layout, fixed and variable length, with and without room
+  (hypothesis);
+- `update(add=...)` of a set that fits never builds the IR, and the new
+  tables are aligned for a copy-free device put;
+- the helpers against brute force: `shift_table`, `inserted`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import oracle
+import static_compiler as sc
+from static_compiler.backend.lowering import TABLE_ALIGNMENT, lower, table_array
+from static_compiler.ir import AutomatonSummary
+from static_compiler.live import additions, table_additions
+
+LAYOUTS = ("dense_rows", "csr", "near_unary", "unary", "mixed_csr", "default")
+
+
+def _sets(draw, vocab, length, ragged):
+    size = draw(st.integers(1, 40))
+    if ragged:  # token vocab - 1 ends a sequence
+        return [tuple(draw(st.lists(st.integers(0, vocab - 2), min_size=1, max_size=length)))
+                for _ in range(size)]
+    return [tuple(draw(st.lists(st.integers(0, vocab - 1), min_size=length, max_size=length)))
+            for _ in range(size)]
+
+
+def merged_both_ways(compiled, add):
+    """(summary, tables) of `compiled` with `add`, by the table merge and by
+    lowering the merged automaton, or None where the merge does not fit."""
+    trie, items = compiled._trie(), compiled.items
+    placed = additions.place_additions(trie, add)
+    if placed.depth != trie.depth:
+        return None
+    new_items, _ = additions.items_after(trie, items, placed)
+    merged = table_additions.merged_summary(compiled.outline, placed, new_items.num_unique)
+    automaton = additions.merge_placed(trie, placed, new_items.num_unique)
+    assert merged.summary == AutomatonSummary.of(automaton.ir)
+    assert (merged.widest, merged.exceptions) == (automaton.widest, automaton.exceptions)
+    if additions.fit_problems(merged.summary, merged.widest, merged.exceptions, compiled.outline):
+        return None
+    got = table_additions.merged_tables(compiled.tables, compiled.outline, merged, placed)
+    return got, lower(automaton.ir)[1]
+
+
+def assert_same_tables(got, want):
+    for t, (a, b) in enumerate(zip(got, want)):
+        assert sorted(a) == sorted(b), f"layer {t}"
+        for name in a:
+            assert a[name].dtype == b[name].dtype, f"layer {t} {name}"
+            np.testing.assert_array_equal(a[name], b[name], f"layer {t} {name}")
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), layout=st.sampled_from(LAYOUTS), ragged=st.booleans(),
+       vocab=st.integers(3, 9), length=st.integers(1, 4),
+       growth=st.sampled_from([1.0, 1.5, 4.0]))
+def test_written_tables_equal_lowering_the_merged_automaton(data, layout, ragged, vocab, length,
+                                                            growth):
+    base = _sets(data.draw, vocab, length, ragged)
+    add = _sets(data.draw, vocab, length, ragged)
+    pipeline = oracle.pipeline_for(layout)
+    pipeline = (pipeline or sc.DEFAULT_PIPELINE) + f",reserve-capacity{{growth={growth}}}"
+    try:
+        compiled = sc.compile_constraints(base, vocab, end_token=vocab - 1 if ragged else None,
+                                          pipeline=pipeline)
+    except sc.errors.PipelineError:  # a forced layout that cannot hold this set
+        return
+    both = merged_both_ways(compiled, add)
+    if both is not None:
+        assert_same_tables(*both)
+
+
+@pytest.mark.parametrize("layout", ["near_unary", "csr", "dense_rows"])
+def test_an_addition_that_fits_is_written_into_the_tables_without_the_ir(layout):
+    rng = np.random.default_rng(4)
+    base = oracle.random_set(rng, 60, 4, 6)
+    extra = oracle.random_set(rng, 20, 4, 6)
+    pipeline = oracle.pipeline_for(layout) + ",reserve-capacity{growth=3.0}"
+    compiled = sc.compile_constraints(base, 6, pipeline=pipeline)
+    version = compiled.update(add=extra)
+    assert version.last_update["grew"] == [] and version.plan == compiled.plan
+    assert "ir" not in version.__dict__  # held in its tables
+    for tabs in version.tables:
+        for arr in tabs.values():
+            assert not arr.flags.writeable
+    fresh = sc.compile_constraints(base + extra, 6, pipeline=pipeline)
+    assert version.ir.num_sequences == len({tuple(r) for r in base + extra})
+    np.testing.assert_array_equal(  # the same trie as compiling everything
+        [layer.num_edges for layer in version.ir.layers],
+        [layer.num_edges for layer in fresh.ir.layers])
+    again = version.update(add=oracle.random_set(rng, 5, 4, 6))  # a version of a version
+    assert "ir" not in again.__dict__ and again.last_update["grew"] == []
+
+
+def test_old_near_unary_exception_tables_are_read_and_rewritten_in_the_current_form():
+    """A set loaded from a format-5 artifact holds ex_bounds (X, 2) instead
+    of ex_starts / ex_branch; the merge reads it and writes today's tables."""
+    rows = [(a, b, c) for a in range(1, 4) for b in range(1, 6) for c in (1, 2)][::3]
+    pipeline = "verify,choose-layout{force=near_unary},reserve-capacity{growth=2.0},pack-dtypes"
+    compiled = sc.compile_constraints(rows, 7, pipeline=pipeline)
+    old = []
+    for tabs in compiled.tables:
+        tabs = dict(tabs)
+        if "ex_starts" in tabs:
+            starts, branch = tabs.pop("ex_starts"), tabs.pop("ex_branch")
+            tabs["ex_bounds"] = np.stack([starts, starts + branch], axis=1).astype(np.int64)
+        old.append(tabs)
+    legacy = dataclasses.replace(compiled, tables=tuple(old))
+    got, want = merged_both_ways(legacy, [(1, 2, 2), (6, 6, 6), (2, 1, 1)])
+    assert_same_tables(got, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(inserted=st.lists(st.integers(0, 40), max_size=12).map(sorted),
+       top=st.integers(0, 35))
+def test_shift_table_counts_the_inserted_ids_at_or_below_each_id(inserted, top):
+    got = additions.shift_table(np.asarray(inserted, np.int64), top, np.int32)
+    want = [sum(i <= s for i in inserted) for s in range(top + 1)]
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(old=st.lists(st.integers(0, 200), max_size=20), data=st.data(),
+       pad=st.integers(0, 5))
+def test_inserted_equals_numpy_insert_then_padding(old, data, pad):
+    count = data.draw(st.integers(0, len(old)))
+    at = sorted(data.draw(st.lists(st.integers(0, count), max_size=6)))
+    values = data.draw(st.lists(st.integers(0, 200), min_size=len(at), max_size=len(at)))
+    arr = np.asarray(old, np.uint16)
+    got = table_additions.inserted(arr, count, np.asarray(at, np.int64),
+                                   np.asarray(values, np.uint16), count + len(at) + pad, 7)
+    want = np.concatenate([np.insert(arr[:count], at, values), np.full(pad, 7)])
+    assert got.dtype == np.uint16
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape, dtype", [(0, np.int32), (5, np.uint16), ((3, 7), np.int64)])
+def test_table_arrays_are_aligned(shape, dtype):
+    arr = table_array(shape, dtype, fill=3)
+    assert arr.size == 0 or arr.ctypes.data % TABLE_ALIGNMENT == 0  # (an empty one has no data)
+    assert arr.dtype == dtype
+    assert arr.shape == (shape if isinstance(shape, tuple) else (shape,)) and (arr == 3).all()
