@@ -156,6 +156,7 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
     from static_compiler.artifact.lock import update_lock
     from static_compiler.artifact.update import read_items, require_current, write_removed
     from static_compiler.artifact.writer import save_locked
+    from static_compiler.live import versions
 
     path = pathlib.Path(path)
     if add is None and remove is None:
@@ -167,7 +168,8 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
             old = _compiled_from_snapshot(snap)  # the new version builds on `snap` alone
             if old.items is None:  # raises the loader's error: no item index to update
                 read_items(snap)
-            new = old.update(add=add, remove=remove)
+            # additions alone stream into the new files (`versions.updated`)
+            new = versions.updated(old, add=add, remove=remove, streamed=remove is None)
             reuse = snap if new.plan == old.plan else None
             record = snap.manifest.mesh
             if reuse is None and record is not None:  # export anew for the same mesh

@@ -23,7 +23,7 @@ PACKAGE = REPO / "static_compiler"
 # stage's package may hold modules of several layers.
 LAYERS = (
     ("errors",),
-    ("dtypes", "arguments", "decode_types", "decode_state", "artifact.format", "artifact.manifest", "artifact.names",
+    ("dtypes", "arrays", "arguments", "decode_types", "decode_state", "artifact.format", "artifact.manifest", "artifact.names",
      "artifact.snapshot", "artifact.placement", "artifact.mapped", "live", "live.layers",
      "live.layer_walk", "live.liveness", "processes"),
     ("ir",),
@@ -52,7 +52,8 @@ RESTRICTED = {
     "decode_state": ({"jax", "numpy"}, {"errors", "arguments", "decode_types"}),
     "live.layers": ({"numpy"}, {"errors"}),
     # The static plan and lowering: numpy only, so the torch backend reads plans with it.
-    "backend.lowering": ({"numpy"}, {"errors", "ir", "dtypes", "live.layers"}),
+    "backend.lowering": ({"numpy"}, {"errors", "ir", "dtypes", "arrays", "live.layers"}),
+    "arrays": ({"numpy"}, set()),
     "live.layer_walk": ({"numpy"}, {"live.layers"}),
     "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "artifact.mapped"}),
     "artifact.mapped": ({"numpy"}, set()),

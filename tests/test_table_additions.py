@@ -8,7 +8,8 @@ what `update(add=...)` does when the merged trie fits the compiled plan.
   (hypothesis);
 - `update(add=...)` of a set that fits never builds the IR, and the new
   tables are aligned for a copy-free device put;
-- the helpers against brute force: `shift_table`, `inserted`.
+- the helpers against brute force: `count_at_most`, `inserted` (whole and
+  by ranges, as an artifact's update streams it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from hypothesis import strategies as st
 
 import oracle
 import static_compiler as sc
-from static_compiler.backend.lowering import TABLE_ALIGNMENT, lower, table_array
+from static_compiler.arrays import TABLE_ALIGNMENT, table_array
+from static_compiler.backend.lowering import lower
 from static_compiler.ir import AutomatonSummary
 from static_compiler.live import additions, table_additions
 
@@ -53,6 +55,13 @@ def merged_both_ways(compiled, add):
     if additions.fit_problems(merged.summary, merged.widest, merged.exceptions, compiled.outline):
         return None
     got = table_additions.merged_tables(compiled.tables, compiled.outline, merged, placed)
+    lazy = table_additions.merged_tables(compiled.tables, compiled.outline, merged, placed,
+                                         lazy=True)
+    for tabs, pieces in zip(got, lazy):  # streamed 3 rows at a time: the same tables
+        for name, arr in pieces.items():
+            rows = [np.asarray(arr[i:i + 3]) for i in range(0, arr.shape[0], 3)]
+            np.testing.assert_array_equal(np.concatenate(rows) if rows else tabs[name][:0],
+                                          tabs[name])
     return got, lower(automaton.ir)[1]
 
 
@@ -125,11 +134,12 @@ def test_old_near_unary_exception_tables_are_read_and_rewritten_in_the_current_f
 
 
 @settings(max_examples=60, deadline=None)
-@given(inserted=st.lists(st.integers(0, 40), max_size=12).map(sorted),
-       top=st.integers(0, 35))
-def test_shift_table_counts_the_inserted_ids_at_or_below_each_id(inserted, top):
-    got = additions.shift_table(np.asarray(inserted, np.int64), top, np.int32)
-    want = [sum(i <= s for i in inserted) for s in range(top + 1)]
+@given(values=st.lists(st.integers(0, 40), max_size=12).map(sorted),
+       lo=st.integers(-1, 20), width=st.integers(0, 25))
+def test_count_at_most_counts_the_values_at_or_below_each_id(values, lo, width):
+    hi = lo + width
+    got = additions.count_at_most(np.asarray(values, np.int64), lo, hi, np.int32)
+    want = [sum(v <= s for v in values) for s in range(lo, hi + 1)]
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want)
 
@@ -142,11 +152,15 @@ def test_inserted_equals_numpy_insert_then_padding(old, data, pad):
     at = sorted(data.draw(st.lists(st.integers(0, count), max_size=6)))
     values = data.draw(st.lists(st.integers(0, 200), min_size=len(at), max_size=len(at)))
     arr = np.asarray(old, np.uint16)
-    got = table_additions.inserted(arr, count, np.asarray(at, np.int64),
-                                   np.asarray(values, np.uint16), count + len(at) + pad, 7)
+    piece = table_additions.inserted(arr, count, np.asarray(at, np.int64),
+                                     np.asarray(values, np.uint16), count + len(at) + pad, 7)
     want = np.concatenate([np.insert(arr[:count], at, values), np.full(pad, 7)])
+    got = piece.materialize()
     assert got.dtype == np.uint16
     np.testing.assert_array_equal(got, want)
+    step = data.draw(st.integers(1, 4), label="rows at a time")
+    pieces = [piece[i:i + step] for i in range(0, len(want), step)]
+    np.testing.assert_array_equal(np.concatenate(pieces) if pieces else got, want)
 
 
 @pytest.mark.parametrize("shape, dtype", [(0, np.int32), (5, np.uint16), ((3, 7), np.int64)])

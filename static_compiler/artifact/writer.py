@@ -27,6 +27,7 @@ import tempfile
 import numpy as np
 
 from static_compiler import processes
+from static_compiler.arrays import PieceArray
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.export import export_caps, exported_modules, reused_modules
 from static_compiler.artifact.lock import _parent, update_lock
@@ -53,10 +54,12 @@ class NpyFile:
 
     CHUNK_BYTES = 1 << 24
 
-    def __init__(self, arr: np.ndarray):
-        self.arr = arr
+    def __init__(self, arr):
+        self.arr = arr  # an array, or an `arrays.PieceArray`
         buf = io.BytesIO()
-        np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(arr))
+        np.lib.format.write_array_header_1_0(buf, {
+            "shape": tuple(arr.shape), "fortran_order": False,
+            "descr": np.lib.format.dtype_to_descr(arr.dtype)})
         self.header = buf.getvalue()
 
     @property
@@ -65,6 +68,10 @@ class NpyFile:
 
     def chunks(self):
         yield self.header
+        if isinstance(self.arr, PieceArray):  # computed a range of rows at a time
+            for rows in self.arr.chunks(self.CHUNK_BYTES):
+                yield rows.tobytes()
+            return
         flat = self.arr.reshape(-1)
         size = max(1, self.arr.itemsize)
         step = max(1, self.CHUNK_BYTES // size)
@@ -138,8 +145,10 @@ def build_files(compiled, reuse_modules=None) -> dict[str, object]:
             arr = getattr(compiled.items, key)
             if arr is not None:
                 item_files[key] = fmt.item_file(key)
+                dtype = np.dtype(bool if key == "removed" else np.int32)
                 files[item_files[key]] = NpyFile(
-                    np.asarray(arr, bool if key == "removed" else np.int32))
+                    arr if isinstance(arr, PieceArray) and arr.dtype == dtype else
+                    np.asarray(arr, dtype))
     elif items is not None and items.removal_tag:
         raise DecodeInputError("save: items were removed by an update, and an artifact keeps the "
                                "removal as item subsets: compile with export_subsets=True")

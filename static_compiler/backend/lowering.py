@@ -37,6 +37,7 @@ import numpy as np
 from static_compiler.errors import IRVerificationError, PipelineError
 from static_compiler.ir import (Automaton, AutomatonSummary, Layer, LayerPiece, Layout,
                                 LayoutKind, verify)
+from static_compiler.arrays import table_array
 from static_compiler.dtypes import branch_dtype_for
 from static_compiler.live.layers import EXCEPTION_TABLES, exception_rows, row_pointers, slot_step
 
@@ -108,26 +109,6 @@ class PlanFacts:
     def end_token(self) -> Optional[int]:
         """The token ending variable-length sequences (None: fixed length)."""
         return self.plan.end_token
-
-
-TABLE_ALIGNMENT = 64
-"""Bytes a new table's data is aligned to (`table_array`)."""
-
-
-def table_array(shape, dtype, fill=None) -> np.ndarray:
-    """A new table array (uninitialized, or set to `fill`) whose data starts
-    on a TABLE_ALIGNMENT boundary: jax's CPU client then takes it as a
-    device buffer without copying it (numpy's large allocations start 16
-    bytes past a page: 150 MB of tables took 25 ms to put on the device,
-    aligned ones none), which an update's next decode would otherwise pay."""
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape))
-    raw = np.empty(count * dtype.itemsize + TABLE_ALIGNMENT, np.uint8)
-    skip = -raw.ctypes.data % TABLE_ALIGNMENT
-    out = raw[skip:skip + count * dtype.itemsize].view(dtype).reshape(shape)
-    if fill is not None:
-        out.fill(fill)
-    return out
 
 
 def padded(arr: np.ndarray, size: int, dtype, fill) -> np.ndarray:

@@ -24,6 +24,8 @@ import dataclasses
 
 import numpy as np
 
+from static_compiler.arrays import PieceArray, materialized
+from static_compiler.artifact.mapped import release_pages
 from static_compiler.dtypes import index_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import as_token_matrix, check_range, sort_unique_rows
@@ -180,6 +182,7 @@ def place_additions(ir, sequences, where: str = "update") -> Insertions:
         matched[idx[found]] += 1
         leave_at[idx[~found]] = edge[~found]
         walking[idx[~found]] = False
+        release_pages(old[t].tokens)  # (a memory-mapped layer's: every page may be touched)
 
     at = []
     none = np.zeros(0, dtype=np.int64)
@@ -308,28 +311,31 @@ def _renumbered(states: np.ndarray, inserted: np.ndarray) -> np.ndarray:
     before the old ids `inserted` (sorted): s + #(inserted <= s)."""
     if inserted.shape[0] == 0 or states.shape[0] == 0:
         return states
-    top = int(states.max())
-    if states.shape[0] * np.log2(inserted.shape[0] + 1) > 4 * top:  # one pass beats searching
-        return states + shift_table(inserted, top, states.dtype)[states]
+    lo, hi = int(states.min()), int(states.max())
+    if states.shape[0] * np.log2(inserted.shape[0] + 1) > 4 * (hi - lo):  # one pass beats searching
+        return states + count_at_most(inserted, lo, hi, states.dtype)[states - lo]
     return states + np.searchsorted(inserted, states, side="right").astype(states.dtype)
 
 
-def shift_table(inserted: np.ndarray, top: int, dtype) -> np.ndarray:
-    """`dtype` (top + 1,): at s, #(inserted <= s) for sorted `inserted`
-    (a step per entry, written by one `np.repeat`: 1.6x faster than a
-    cumulative sum of counts at 1e7)."""
-    inside = inserted[:np.searchsorted(inserted, top, side="right")]
-    steps = np.diff(inside, prepend=0, append=top + 1)
-    return np.repeat(np.arange(inside.shape[0] + 1, dtype=dtype), steps)
+def count_at_most(values: np.ndarray, lo: int, hi: int, dtype=np.int64) -> np.ndarray:
+    """`dtype` (hi - lo + 1,): at s - lo, #(values <= s) for ascending
+    `values` (repeats allowed): a step per value in [lo, hi], written by
+    one `np.repeat` (1.6x faster than a cumulative sum of counts at 1e7)."""
+    first = int(np.searchsorted(values, lo, side="left"))
+    inside = values[first:int(np.searchsorted(values, hi, side="right"))]
+    steps = np.diff(inside - lo, prepend=0, append=hi - lo + 1)
+    return np.repeat(np.arange(first, first + inside.shape[0] + 1, dtype=dtype), steps)
 
 
-def items_after(ir, items: ItemIndex, placed: Insertions) -> tuple[ItemIndex, dict]:
+def items_after(ir, items: ItemIndex, placed: Insertions,
+                lazy: bool = False) -> tuple[ItemIndex, dict]:
     """The `ItemIndex` of `ir` with the sequences `placed` added (ids stay;
     new items take the next ids, in sorted order), and the report {"added",
-    "already_present", "restored"}."""
-    lengths, inverse = placed.lengths, placed.inverse
-    n = lengths.shape[0]
-    ids = np.full(n, -1, dtype=np.int64)
+    "already_present", "restored"}. lazy: its arrays as
+    `arrays.PieceArray`s, computed a range at a time from the old ones
+    (possibly memory-mapped: an artifact's update streams them to files)."""
+    lengths = placed.lengths
+    ids = np.full(lengths.shape[0], -1, dtype=np.int64)
     present = np.flatnonzero((placed.matched == lengths) & (lengths <= ir.depth))
     for d in np.unique(lengths[present]).tolist():
         at = present[lengths[present] == d]
@@ -337,41 +343,66 @@ def items_after(ir, items: ItemIndex, placed: Insertions) -> tuple[ItemIndex, di
     fresh = ids < 0
     added = int(fresh.sum())  # new ids are num_unique + 0.. in sorted order, as `fresh` lists them
     ids[fresh] = items.num_unique + np.arange(added)
-    num_unique = items.num_unique + added
-
-    item_depth = np.empty(num_unique, dtype=np.int32)
-    item_state = np.empty(num_unique, dtype=np.int32)
-    old = slice(0, items.num_unique)
-    inserted = [change.new_states for change in placed.at]
-    if items.item_depth is None:  # one length: unique sequence u ends in final state u
-        item_depth[old] = ir.depth
-        item_state[old] = _renumbered(np.arange(items.num_unique, dtype=np.int32),
-                                      inserted[ir.depth])
-    else:
-        if ir.end_token is None:
-            item_depth[old] = ir.depth
-        else:
-            item_depth[old] = items.item_depth
-        depths = [ir.depth] if ir.end_token is None else \
-            np.flatnonzero(np.bincount(items.item_depth)).tolist()  # (a few: faster than unique)
-        for d in depths:
-            at = slice(None) if len(depths) == 1 else items.item_depth == d
-            item_state[old][at] = _renumbered(items.item_state[at].astype(np.int32, copy=False),
-                                              inserted[d])
-    item_depth[items.num_unique:] = lengths[fresh]
-    item_state[items.num_unique:] = placed.end_state[fresh]
-
-    removed = None if items.removed is None else np.concatenate(
-        [items.removed, np.zeros(added, bool)])
     was = ids[~fresh]
-    restored = 0 if removed is None else int(removed[was].sum())
-    if removed is not None:
-        removed[was] = False
+    restored = 0 if items.removed is None else int(np.count_nonzero(items.removed[was]))
     report = {"added": added, "already_present": int(was.shape[0]) - restored,
               "restored": restored}
-    row_item = np.concatenate([items.row_item, ids[inverse].astype(np.int32)])
-    return ItemIndex(row_item=row_item, num_unique=num_unique, item_depth=item_depth,
-                     item_state=item_state, removed=removed), report
+    old, num_unique = items.num_unique, items.num_unique + added
+    inserted = [change.new_states for change in placed.at]
+    new_states = placed.end_state[fresh].astype(np.int32)
+    one_length = ir.end_token is None or items.item_depth is None  # every item at ir.depth
+
+    def fill_state(out, start, stop):
+        count = max(0, min(stop, old) - start)
+        if count:
+            states = np.arange(start, start + count, dtype=np.int32) \
+                if items.item_state is None else \
+                np.asarray(items.item_state[start:start + count]).astype(np.int32, copy=False)
+            if one_length:
+                out[:count] = _renumbered(states, inserted[ir.depth])
+            else:
+                depths = np.asarray(items.item_depth[start:start + count])
+                for d in np.flatnonzero(np.bincount(depths)).tolist():  # (a few)
+                    at = depths == d
+                    out[:count][at] = _renumbered(states[at], inserted[d])
+            release_pages(items.item_state, start * 4, (start + count) * 4)
+        out[count:] = new_states[max(0, start - old):max(0, stop - old)]
+
+    depth_of = lambda count: PieceArray(count, np.int32, lambda out, start, stop:
+                                        out.fill(ir.depth))
+    if ir.end_token is None:
+        item_depth = depth_of(num_unique)
+    else:
+        item_depth = joined(depth_of(old) if items.item_depth is None else items.item_depth,
+                            lengths[fresh].astype(np.int32))
+    removed = None
+    if items.removed is not None:
+        def fill_removed(out, start, stop):
+            joined(items.removed, np.zeros(added, bool)).fill_rows(out, start, stop)
+            out[was[(was >= start) & (was < stop)] - start] = False  # restored
+        removed = PieceArray(num_unique, bool, fill_removed)
+    arrays = dict(row_item=joined(items.row_item, ids[placed.inverse].astype(np.int32)),
+                  item_depth=item_depth, item_state=PieceArray(num_unique, np.int32, fill_state),
+                  removed=removed)
+    if not lazy:
+        arrays = {key: None if arr is None else materialized(arr) for key, arr in arrays.items()}
+    return ItemIndex(num_unique=num_unique, **arrays), report
+
+
+def joined(first, second: np.ndarray) -> PieceArray:
+    """`first` (an array, possibly memory-mapped) then `second`, in
+    `second`'s dtype, computed a range at a time."""
+    count = first.shape[0]
+
+    def fill_rows(out, start, stop):
+        head = max(0, min(stop, count) - start)
+        out[:head] = first[start:start + head]
+        release_pages(first, start * first.itemsize, (start + head) * first.itemsize)
+        out[head:] = second[max(0, start - count):max(0, stop - count)]
+
+    piece = PieceArray(count + second.shape[0], second.dtype, fill_rows)
+    piece.fill_rows = fill_rows
+    return piece
 
 
 def fit_problems(outline, widest: tuple, exceptions: tuple, plan_ir) -> list[str]:

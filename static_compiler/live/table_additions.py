@@ -27,11 +27,13 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.backend.lowering import exception_entries, padded, table_array
+from static_compiler.arrays import PieceArray, materialized
+from static_compiler.artifact.mapped import release_pages
+from static_compiler.backend.lowering import exception_entries, padded
 from static_compiler.dtypes import branch_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import AutomatonSummary, LayerSummary, LayoutKind
-from static_compiler.live.additions import Insertions, LayerInsertion, merged_branch, shift_table
+from static_compiler.live.additions import Insertions, LayerInsertion, count_at_most
 from static_compiler.live.layers import exception_rows
 
 
@@ -102,12 +104,15 @@ def _newly_accepting(old, change: LayerInsertion) -> int:
     return ending.shape[0] - was
 
 
-def merged_tables(tables: tuple, outline, merged: MergedSummary, placed: Insertions) -> tuple:
+def merged_tables(tables: tuple, outline, merged: MergedSummary, placed: Insertions,
+                  lazy: bool = False) -> tuple:
     """The tables of the merged trie (one dict per layer, as `lower` makes
     them for `merged.summary`'s layouts), written from the old `tables` of
     the trie `outline` and the sequences `placed`; a layer nothing changed
     keeps its dict. Only for a merge that fits (`additions.fit_problems`
-    found nothing): the padded sizes are the old tables'."""
+    found nothing): the padded sizes are the old tables'. lazy: the large
+    tables as `arrays.PieceArray`s, computed a range of rows at a time (an
+    artifact's update streams them into its files), else read-only arrays."""
     out = []
     for t, (tabs, was, now, change) in enumerate(zip(tables, outline.layers,
                                                      merged.summary.layers, placed.at)):
@@ -119,41 +124,28 @@ def merged_tables(tables: tuple, outline, merged: MergedSummary, placed: Inserti
         if not was.implicit_targets:
             raise ConstraintSetError("update(add=...): a layer with explicit targets cannot "
                                      "take additions")
-        out.append(_layer_tables(tabs, was, now, change))
+        new = _layer_tables(tabs, was, now, change)
+        if not lazy:
+            new = {name: materialized(arr) for name, arr in new.items()}
+            for arr in new.values():
+                arr.flags.writeable = False
+        out.append(new)
     return tuple(out)
 
 
 def _layer_tables(tabs: dict, was, now, change: LayerInsertion) -> dict:
     """One layer's merged tables (see `merged_tables`): `was` / `now` the
-    layer's summary (or automaton layer) before / after."""
+    layer's summary (or automaton layer) before / after; the large ones as
+    `PieceArray`s."""
     lay = now.layout
     tok_dt, st_dt = np.dtype(lay.token_dtype), np.dtype(lay.state_dtype)
     num_states, num_edges = lay.padded_counts(now.num_states, now.num_edges)
     new_tokens = change.tokens.astype(tok_dt)
     new = {}
     if lay.kind == LayoutKind.DENSE_ROWS:
-        rows = np.asarray(tabs["next"][:was.num_states])
-        # children renumbered in the table's dtype: s + #(new states at or before s),
-        # with a last entry 0 so that -1 (no child) stays -1
-        shift = shift_table(change.edge_at, max(was.num_edges, 1) - 1, st_dt)
-        children = rows + np.append(shift, np.zeros(1, st_dt))[rows]
-        nxt = table_array((num_states, rows.shape[1]), st_dt, -1)
-        if change.new_states.size:
-            kept = np.ones(now.num_states, bool)
-            kept[change.new_ids] = False
-            nxt[:now.num_states][kept] = children
-        else:
-            nxt[:now.num_states] = children
-        nxt[change.parent, change.tokens] = change.edge_at + np.arange(change.edge_at.shape[0])
-        new["next"] = nxt
+        new["next"] = _dense_rows(tabs["next"], was, now, change, num_states, st_dt)
     elif lay.kind == LayoutKind.CSR:
-        old_ptr = np.asarray(tabs["indptr"][:was.num_states + 1])
-        branch = merged_branch(np.diff(old_ptr), change, st_dt)
-        indptr = table_array(num_states + 1, st_dt)
-        indptr[0] = 0
-        np.cumsum(branch, out=indptr[1:now.num_states + 1])
-        indptr[now.num_states + 1:] = now.num_edges
-        new["indptr"] = indptr
+        new["indptr"] = _row_pointers(tabs["indptr"], now, change, num_states + 1, st_dt)
         new["tokens"] = inserted(tabs["tokens"], was.num_edges, change.edge_at, new_tokens,
                                  num_edges, 0)
     elif lay.kind == LayoutKind.UNARY:
@@ -174,12 +166,67 @@ def _layer_tables(tabs: dict, was, now, change: LayerInsertion) -> dict:
     if now.has_accepting:
         acc = tabs.get("accepting")
         acc = np.zeros(was.num_states, bool) if acc is None else acc
-        accepting = inserted(acc, was.num_states, change.new_states, False, num_states, False)
-        accepting[change.ending] = True
-        new["accepting"] = accepting
-    for arr in new.values():
-        arr.flags.writeable = False
+        new["accepting"] = _accepting(acc, was.num_states, change, num_states)
     return new
+
+
+def _dense_rows(old, was, now, change: LayerInsertion, num_states: int, st_dt) -> PieceArray:
+    """A dense layer's (S, V) table after `change`: old rows at their new
+    ids, their children renumbered (s + #(new states at or before s)),
+    new rows empty, then the new edges."""
+    new_ids, parent = change.new_ids, change.parent
+    children = change.edge_at + np.arange(change.edge_at.shape[0])  # new edge j's child
+    # the shift per old child id, and a last entry 0 so that -1 (no child) stays -1
+    shift = np.append(count_at_most(change.edge_at, 0, max(was.num_edges, 1) - 1, st_dt),
+                      np.zeros(1, st_dt))
+
+    def fill(out, start, stop):
+        out[:] = -1
+        real = max(0, min(stop, now.num_states) - start)
+        if real:
+            ids = np.arange(start, start + real)
+            fresh = new_ids[(new_ids >= start) & (new_ids < start + real)] - start
+            kept = np.ones(real, bool)
+            kept[fresh] = False
+            old_ids = (ids - count_at_most(new_ids, start - 1, start + real - 2))[kept]
+            rows = np.asarray(old[old_ids])
+            out[:real][kept] = rows + shift[rows]
+            sel = (parent >= start) & (parent < start + real)
+            out[parent[sel] - start, change.tokens[sel]] = children[sel]
+
+    return PieceArray((num_states, old.shape[1]), st_dt, fill)
+
+
+def _row_pointers(old, now, change: LayerInsertion, size: int, st_dt) -> PieceArray:
+    """A csr layer's row pointers after `change`: entry i (new ids) is
+    old[i - #(new states before i)] + #(new edges of states before i),
+    then the edge count for the padding."""
+    new_ids, parent = change.new_ids, change.parent
+
+    def fill(out, start, stop):
+        real = max(0, min(stop, now.num_states + 1) - start)
+        if real:
+            before = count_at_most(new_ids, start - 1, start + real - 2)
+            gained = count_at_most(parent, start - 1, start + real - 2)
+            src = np.arange(start, start + real) - before
+            out[:real] = np.asarray(old[src[0]:src[-1] + 1])[src - src[0]] + gained
+            release_pages(old, src[0] * old.itemsize, (src[-1] + 1) * old.itemsize)
+        out[real:] = now.num_edges
+
+    return PieceArray(size, st_dt, fill)
+
+
+def _accepting(old, count: int, change: LayerInsertion, size: int) -> PieceArray:
+    """A layer's accepting table after `change`: new states inserted (not
+    accepting), then the states where added sequences end."""
+    base = inserted(old, count, change.new_states, False, size, False)
+    ending = np.unique(change.ending)
+
+    def fill(out, start, stop):
+        base.fill_rows(out, start, stop)
+        out[ending[(ending >= start) & (ending < stop)] - start] = True
+
+    return PieceArray(size, bool, fill)
 
 
 def _merged_exceptions(tabs: dict, num_old: int, change: LayerInsertion):
@@ -202,19 +249,30 @@ def _merged_exceptions(tabs: dict, num_old: int, change: LayerInsertion):
     return cand[keep], branch[keep]
 
 
-def inserted(old, count: int, at: np.ndarray, values, size: int, fill) -> np.ndarray:
-    """The first `count` entries of `old` with `values` inserted before the
-    positions `at` (ascending, as `np.insert` takes them), padded with
-    `fill` to `size`, in `old`'s dtype: one new array, written once."""
-    out = table_array(size, old.dtype)
+def inserted(old, count: int, at: np.ndarray, values, size: int, fill) -> PieceArray:
+    """The first `count` entries of `old` (an array, possibly memory-mapped)
+    with `values` inserted before the positions `at` (ascending, as
+    `np.insert` takes them), padded with `fill` to `size`, in `old`'s dtype.
+    A range of it reads only the old entries it holds."""
     k = at.shape[0]
-    if k:
-        dest = at + np.arange(k)
-        keep = np.ones(count + k, bool)
-        keep[dest] = False
-        out[:count + k][keep] = old[:count]
-        out[dest] = values
-    else:
-        out[:count] = old[:count]
-    out[count + k:] = fill
-    return out
+    dest = at + np.arange(k)
+    values = np.broadcast_to(np.asarray(values, old.dtype), (k,))
+    total = count + k
+
+    def fill_rows(out, start, stop):
+        real = max(0, min(stop, total) - start)
+        lo, hi = np.searchsorted(dest, [start, start + real])
+        first, last = start - lo, start + real - hi  # the old entries in the range
+        if hi > lo:
+            keep = np.ones(real, bool)
+            keep[dest[lo:hi] - start] = False
+            out[:real][keep] = old[first:last]
+            out[dest[lo:hi] - start] = values[lo:hi]
+        else:
+            out[:real] = old[first:last]
+        release_pages(old, first * old.itemsize, last * old.itemsize)
+        out[real:] = fill
+
+    piece = PieceArray(size, old.dtype, fill_rows)
+    piece.fill_rows = fill_rows
+    return piece

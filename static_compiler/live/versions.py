@@ -11,17 +11,23 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from static_compiler.arrays import materialized
 from static_compiler.artifact import placement as placement_lib
+from static_compiler.artifact.format import ITEM_ARRAYS
 from static_compiler.backend.lowering import lower, plan_of
 from static_compiler.errors import ConstraintSetError
 from static_compiler.live import additions, subsets, table_additions
 from static_compiler.passes import pipeline as pipeline_lib
 
 
-def updated(compiled, *, add=None, remove=None):
+def updated(compiled, *, add=None, remove=None, streamed: bool = False):
     """`compiled` (a `CompiledConstraints`) with the items `add` lists and
     without those `remove` picks, and its `last_update` report (see
-    `CompiledConstraints.update`)."""
+    `CompiledConstraints.update`). streamed (additions alone): a version
+    only to save, whose new tables and item arrays that fit the plan are
+    `arrays.PieceArray`s computed from the old ones as they are written
+    (`saved.update_artifact` of a billion-item artifact: never whole in
+    memory)."""
     items = subsets.check_subsettable(compiled.outline, compiled.items, "update")
     if add is None and remove is None:
         raise ConstraintSetError("update: nothing to do: pass add=... (token sequences) "
@@ -30,7 +36,7 @@ def updated(compiled, *, add=None, remove=None):
     new, report = compiled, {}
     if add is not None:
         with additions.small_pages():
-            new, report = _with_additions(compiled, items, add)
+            new, report = _with_additions(compiled, items, add, streamed and remove is None)
         items = new.items
     if remove is not None:
         removed, removal = subsets.removal(items, remove, new._trie)
@@ -39,8 +45,9 @@ def updated(compiled, *, add=None, remove=None):
     return new._replace(items=items, last_update=report)
 
 
-def _with_additions(compiled, items, add):
-    """(`compiled` with the sequences `add` merged in, the report)."""
+def _with_additions(compiled, items, add, streamed: bool = False):
+    """(`compiled` with the sequences `add` merged in, the report); streamed:
+    see `updated`."""
     if compiled.names is not None:
         raise ConstraintSetError("update(add=...): this set is a text catalogue: compile "
                                  "it anew with the new names (added token sequences would "
@@ -48,7 +55,7 @@ def _with_additions(compiled, items, add):
     t0 = time.perf_counter()
     trie = compiled._trie()
     placed = additions.place_additions(trie, add)
-    new_items, report = additions.items_after(trie, items, placed)
+    new_items, report = additions.items_after(trie, items, placed, lazy=streamed)
     if placed.depth == trie.depth:
         merged = table_additions.merged_summary(compiled.outline, placed, new_items.num_unique)
         problems = additions.fit_problems(merged.summary, merged.widest, merged.exceptions,
@@ -56,6 +63,8 @@ def _with_additions(compiled, items, add):
     else:
         problems = [f"depth {trie.depth} -> {placed.depth}"]
     if problems:  # the merged trie is compiled anew
+        new_items = dataclasses.replace(new_items, **{
+            key: materialized(getattr(new_items, key)) for key in ITEM_ARRAYS})
         ir = additions.merge_placed(trie, placed, new_items.num_unique).ir
         bare = ir.with_layers(layer.replace(layout=None) for layer in ir.layers)
         ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(compiled.pipeline))
@@ -66,7 +75,8 @@ def _with_additions(compiled, items, add):
         if plan != compiled.plan:  # fit_problems checks what lowering records
             raise ConstraintSetError(f"update: internal error: the merged set fits but "
                                      f"lowers to another plan ({plan} != {compiled.plan})")
-        tables = table_additions.merged_tables(compiled.tables, compiled.outline, merged, placed)
+        tables = table_additions.merged_tables(compiled.tables, compiled.outline, merged, placed,
+                                               lazy=streamed)
         held_as = dict(ir=None, summary=merged.summary)
     report = dict(report, grew=problems)
     where = compiled.placement
