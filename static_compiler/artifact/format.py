@@ -89,10 +89,16 @@ from static_compiler.errors import ArtifactFormatError
 #     `ir.LayerSummary.counts`), which `load_compiled` checks against the
 #     tables instead of rebuilding the automaton (absent in older
 #     manifests: read from the tables). Versions 1 to 6 read as before.
+#   8 (2026-12-03): a fixed-length set that took additions may hold
+#     items/state_item.npy (int32, one entry per final state in state order:
+#     the unique sequence ending there) instead of item_depth and item_state
+#     (an addition inserts into it and renumbers nothing, and a lookup reads
+#     it directly). Versions 1 to 7 read as before (their fixed-length sets
+#     with additions hold item_depth and item_state, which still load).
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 7
+MAX_FORMAT_VERSION = 8
 SUBSET_BITS = ("per_state", "dense_slots")
 """The values of the manifest's "subset_bits" (format version 5); this
 writer's is the last."""
@@ -103,10 +109,11 @@ MANIFEST_FILE = "manifest.json"
 IR_FILE = "ir.txt"
 NAMES_FILE = "names.jsonl"
 ITEMS_DIR = "items"
-ITEM_ARRAYS = ("row_item", "item_depth", "item_state", "removed")
+ITEM_ARRAYS = ("row_item", "item_depth", "item_state", "removed", "state_item")
 """The arrays of `liveness.ItemIndex` an artifact may hold (item_depth and
-item_state for variable-length sets only, removed after an update), one
-.npy file each under ITEMS_DIR."""
+item_state for variable-length sets, state_item for fixed-length sets that
+took additions (format version 8), removed after an update), one .npy file
+each under ITEMS_DIR."""
 TABLES_DIR = "tables"
 MODULES_DIR = "modules"
 MODULE_SUFFIX = ".jaxexport"

@@ -401,14 +401,16 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
         if key not in ITEM_ARRAYS:
             raise format_error(path, f"item_files names {key!r}, expected one of "
                                      f"{list(ITEM_ARRAYS)}")
-        # row_item (4 GB at 1e9) stays mapped: a subset reads it a chunk at a time
-        arrays[key] = snap.npy(rel, mmap=key == "row_item")
-    if "row_item" not in arrays or ("item_depth" in arrays) != ("item_state" in arrays):
+        # row_item and state_item (4 GB each at 1e9) stay mapped: read a chunk at a time
+        arrays[key] = snap.npy(rel, mmap=key in ("row_item", "state_item"))
+    if "row_item" not in arrays or ("item_depth" in arrays) != ("item_state" in arrays) or \
+            ("state_item" in arrays and "item_depth" in arrays):
         raise format_error(path, f"item_files {sorted(arrays)}: expected row_item, and "
-                                 "item_depth with item_state (a variable-length set)")
+                                 "item_depth with item_state (a variable-length set) or "
+                                 "state_item (a fixed-length set with additions)")
     n = manifest.num_sequences
     row_item, depth, state = arrays["row_item"], arrays.get("item_depth"), arrays.get("item_state")
-    removed = arrays.get("removed")
+    removed, state_item = arrays.get("removed"), arrays.get("state_item")
     problem = None
     if removed is not None and (removed.dtype != bool or removed.shape != (n,)):
         problem = f"removed must be bool ({n},)"
@@ -416,6 +418,9 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
         problem = f"row_item must be ints in [0, {n}) (the set's {n} sequences)"
     elif depth is None and n != manifest.num_final_states:
         problem = "a fixed-length set's items must be its final states"
+    elif state_item is not None and (state_item.shape != (n,) or state_item.dtype.kind != "i"
+                                     or not _ids_within(state_item, n)):
+        problem = f"state_item must be ({n},) ints in [0, {n})"
     elif depth is not None:
         sizes = [s["num_states"] for s in manifest.plan_steps] + [manifest.num_final_states]
         if depth.shape != (n,) or state.shape != (n,) or depth.min(initial=1) < 1 or \
@@ -425,4 +430,5 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
                        "and state ids within their depth")
     if problem:
         raise format_error(path, f"items: {problem}")
-    return {"row_item": row_item, "item_depth": depth, "item_state": state, "removed": removed}
+    return {"row_item": row_item, "item_depth": depth, "item_state": state, "removed": removed,
+            "state_item": state_item}

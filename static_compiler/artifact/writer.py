@@ -79,11 +79,32 @@ class NpyFile:
             yield np.ascontiguousarray(flat[start:start + step]).tobytes()
             release_pages(flat, start * size, (start + step) * size)  # (a mapped table's)
 
+    @property
+    def streamed(self) -> bool:
+        """Whether its content is computed as it goes (a `PieceArray`): then
+        it is hashed while it is written (`write_to`), not in a pass of its
+        own."""
+        return isinstance(self.arr, PieceArray)
+
     def entry(self) -> FileEntry:
-        digest = hashlib.sha256()
+        cached = getattr(self, "_entry", None)
+        if cached is None:
+            digest = hashlib.sha256()
+            for chunk in self.chunks():
+                digest.update(chunk)
+            cached = self._entry = FileEntry(size=self.size, sha256=digest.hexdigest())
+        return cached
+
+    def write_to(self, f) -> None:
+        """Writes the bytes to the open file `f`, hashing them on the way
+        when the entry is not known yet."""
+        digest = None if getattr(self, "_entry", None) is not None else hashlib.sha256()
         for chunk in self.chunks():
-            digest.update(chunk)
-        return FileEntry(size=self.size, sha256=digest.hexdigest())
+            f.write(chunk)
+            if digest is not None:
+                digest.update(chunk)
+        if digest is not None:
+            self._entry = FileEntry(size=self.size, sha256=digest.hexdigest())
 
     def __bytes__(self) -> bytes:
         return b"".join(self.chunks())
@@ -104,9 +125,13 @@ def _write_file(root: pathlib.Path, rel: str, data) -> None:
     """Writes `data` (bytes, or an `NpyFile` in chunks) to root / rel."""
     target = root / rel
     target.parent.mkdir(parents=True, exist_ok=True)
+    if callable(data):  # a manifest made once the files before it are written
+        data = data()
     with open(target, "wb") as f:
-        for chunk in (data.chunks() if isinstance(data, NpyFile) else (data,)):
-            f.write(chunk)
+        if isinstance(data, NpyFile):
+            data.write_to(f)
+        else:
+            f.write(data)
         f.flush()
         os.fsync(f.fileno())
 
@@ -166,13 +191,19 @@ def build_files(compiled, reuse_modules=None) -> dict[str, object]:
     else:
         modules, cc, versions = reused_modules(compiled, reuse_modules, files)
         mesh, subset_bits = reuse_modules.manifest.mesh, reuse_modules.manifest.subset_bits
-    manifest = Manifest(
+    fields = dict(
         jax_version=versions[0], jaxlib_version=versions[1], calling_convention_version=cc, platforms=fmt.PLATFORMS, batch_dim=fmt.BATCH_DIM,
         pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
         **set_metadata(compiled), tables=tuple(tables), modules=modules,
         names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files, mesh=mesh,
-        subset_bits=subset_bits, files={rel: _file_entry(data) for rel, data in sorted(files.items())})
-    files[fmt.MANIFEST_FILE] = manifest.seal()
+        subset_bits=subset_bits)
+    listed = dict(files)
+    seal = lambda: Manifest(**fields, files={rel: _file_entry(data) for rel, data in
+                                             sorted(listed.items())}).seal()
+    # With streamed files (an update of a large artifact) the manifest is made
+    # after they are written, each hashed as it is written, not computed twice.
+    streamed = any(isinstance(data, NpyFile) and data.streamed for data in files.values())
+    files[fmt.MANIFEST_FILE] = seal if streamed else seal()
     return files
 
 

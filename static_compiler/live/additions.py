@@ -298,8 +298,11 @@ def _old_count(ir: Automaton, depth: int) -> int:
 
 def _old_item_at(ir: Automaton, items: ItemIndex, depth: int, states: np.ndarray) -> np.ndarray:
     """int64: the item ending at each old state at `depth`, -1 for none."""
-    if items.item_depth is None:  # one length: unique sequence u ends in final state u
-        return states.copy() if depth == ir.depth else np.full(states.shape, -1, np.int64)
+    if items.item_depth is None:  # one length: in final state order (`ItemIndex`)
+        if depth != ir.depth:
+            return np.full(states.shape, -1, np.int64)
+        return states.copy() if items.state_item is None else \
+            np.asarray(items.state_item[states]).astype(np.int64)
     lookup = np.full(ir.num_states_at(depth), -1, dtype=np.int64)
     at = items.item_depth == depth
     lookup[items.item_state[at]] = np.flatnonzero(at)
@@ -348,7 +351,7 @@ def items_after(ir, items: ItemIndex, placed: Insertions,
     report = {"added": added, "already_present": int(was.shape[0]) - restored,
               "restored": restored}
     old, num_unique = items.num_unique, items.num_unique + added
-    inserted = [change.new_states for change in placed.at]
+    inserted_at = [change.new_states for change in placed.at]
     new_states = placed.end_state[fresh].astype(np.int32)
     one_length = ir.end_token is None or items.item_depth is None  # every item at ir.depth
 
@@ -359,22 +362,31 @@ def items_after(ir, items: ItemIndex, placed: Insertions,
                 if items.item_state is None else \
                 np.asarray(items.item_state[start:start + count]).astype(np.int32, copy=False)
             if one_length:
-                out[:count] = _renumbered(states, inserted[ir.depth])
+                out[:count] = _renumbered(states, inserted_at[ir.depth])
             else:
                 depths = np.asarray(items.item_depth[start:start + count])
                 for d in np.flatnonzero(np.bincount(depths)).tolist():  # (a few)
                     at = depths == d
-                    out[:count][at] = _renumbered(states[at], inserted[d])
+                    out[:count][at] = _renumbered(states[at], inserted_at[d])
             release_pages(items.item_state, start * 4, (start + count) * 4)
         out[count:] = new_states[max(0, start - old):max(0, stop - old)]
 
     depth_of = lambda count: PieceArray(count, np.int32, lambda out, start, stop:
                                         out.fill(ir.depth))
-    if ir.end_token is None:
-        item_depth = depth_of(num_unique)
+    positions = dict(item_depth=None, item_state=None, state_item=None)
+    if ir.end_token is None and items.item_depth is None:
+        # one length: the final states' items, the new ones inserted where
+        # their states go (fresh items and their end states ascend alike)
+        before = items.state_item if items.state_item is not None else \
+            PieceArray(old, np.int32, lambda out, start, stop: out.__setitem__(
+                slice(None), np.arange(start, stop, dtype=np.int32)))
+        positions["state_item"] = inserted(before, old, inserted_at[ir.depth],
+                                           ids[fresh].astype(np.int32), num_unique, 0)
     else:
-        item_depth = joined(depth_of(old) if items.item_depth is None else items.item_depth,
-                            lengths[fresh].astype(np.int32))
+        positions["item_state"] = PieceArray(num_unique, np.int32, fill_state)
+        positions["item_depth"] = depth_of(num_unique) if ir.end_token is None else \
+            joined(depth_of(old) if items.item_depth is None else items.item_depth,
+                   lengths[fresh].astype(np.int32))
     removed = None
     if items.removed is not None:
         def fill_removed(out, start, stop):
@@ -382,11 +394,39 @@ def items_after(ir, items: ItemIndex, placed: Insertions,
             out[was[(was >= start) & (was < stop)] - start] = False  # restored
         removed = PieceArray(num_unique, bool, fill_removed)
     arrays = dict(row_item=joined(items.row_item, ids[placed.inverse].astype(np.int32)),
-                  item_depth=item_depth, item_state=PieceArray(num_unique, np.int32, fill_state),
-                  removed=removed)
+                  removed=removed, **positions)
     if not lazy:
         arrays = {key: None if arr is None else materialized(arr) for key, arr in arrays.items()}
     return ItemIndex(num_unique=num_unique, **arrays), report
+
+
+def inserted(old, count: int, at: np.ndarray, values, size: int, fill) -> PieceArray:
+    """The first `count` entries of `old` (an array, possibly memory-mapped)
+    with `values` inserted before the positions `at` (ascending, as
+    `np.insert` takes them), padded with `fill` to `size`, in `old`'s dtype.
+    A range of it reads only the old entries it holds."""
+    k = at.shape[0]
+    dest = at + np.arange(k)
+    values = np.broadcast_to(np.asarray(values, old.dtype), (k,))
+    total = count + k
+
+    def fill_rows(out, start, stop):
+        real = max(0, min(stop, total) - start)
+        lo, hi = np.searchsorted(dest, [start, start + real])
+        first, last = start - lo, start + real - hi  # the old entries in the range
+        if hi > lo:
+            keep = np.ones(real, bool)
+            keep[dest[lo:hi] - start] = False
+            out[:real][keep] = old[first:last]
+            out[dest[lo:hi] - start] = values[lo:hi]
+        else:
+            out[:real] = old[first:last]
+        release_pages(old, first * old.itemsize, last * old.itemsize)
+        out[real:] = fill
+
+    piece = PieceArray(size, old.dtype, fill_rows)
+    piece.fill_rows = fill_rows
+    return piece
 
 
 def joined(first, second: np.ndarray) -> PieceArray:

@@ -57,15 +57,19 @@ class ItemIndex:
     terminal state). row_item int32 (N,): the unique sequence (sorted order)
     each input row is; item_depth int32 (N',) and item_state int32 (N',):
     the depth and state id where each unique sequence ends, or None for a
-    fixed-length set, whose unique sequence u ends in final state u;
+    fixed-length set, whose unique sequence u ends in final state u, or
+    with state_item int32 (N',) in final state order, the unique sequence
+    each final state ends (a fixed-length set that took additions: a
+    permutation that grows by insertion, its old entries never renumbered);
     removed bool (N',) or None: unique sequences an update took out (every
-    decode then runs over the others)."""
+    decode then runs over the others). Arrays may be memory-mapped."""
 
     row_item: np.ndarray
     num_unique: int
     item_depth: Optional[np.ndarray] = None
     item_state: Optional[np.ndarray] = None
     removed: Optional[np.ndarray] = None
+    state_item: Optional[np.ndarray] = None
 
     @property
     def num_items(self) -> int:
@@ -81,6 +85,18 @@ class ItemIndex:
         if self.removed is None or not self.removed.any():
             return ""
         return "~" + hashlib.blake2b(np.packbits(self.removed).tobytes(), digest_size=6).hexdigest()
+
+
+def final_item_live(state_item: np.ndarray, item_live: np.ndarray) -> np.ndarray:
+    """bool (S,): whether the item ending at each final state is live, for
+    `state_item` int32 (S,) (possibly memory-mapped: read ITEM_CHUNK
+    states at a time, its pages dropped after each)."""
+    out = np.empty(state_item.shape[0], dtype=bool)
+    for start in range(0, state_item.shape[0], ITEM_CHUNK):
+        stop = start + ITEM_CHUNK
+        out[start:stop] = item_live[state_item[start:stop]]
+        release_pages(state_item, start * state_item.itemsize, stop * state_item.itemsize)
+    return out
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -244,7 +260,8 @@ def _walk_up(layers: Sequence, num_final_states: int, end_token: Optional[int],
     states = [layer.num_states for layer in layers] + [num_final_states]
     own: list = [None] * (depth + 1)  # own[d]: the state's own item is in the subset
     if items.item_depth is None:
-        own[depth] = item_live
+        own[depth] = item_live if items.state_item is None else \
+            final_item_live(items.state_item, item_live)
     else:
         for d in np.unique(items.item_depth):
             d = int(d)

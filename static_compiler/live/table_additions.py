@@ -33,7 +33,7 @@ from static_compiler.backend.lowering import exception_entries, padded
 from static_compiler.dtypes import branch_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import AutomatonSummary, LayerSummary, LayoutKind
-from static_compiler.live.additions import Insertions, LayerInsertion, count_at_most
+from static_compiler.live.additions import Insertions, LayerInsertion, count_at_most, inserted
 from static_compiler.live.layers import exception_rows
 
 
@@ -247,32 +247,3 @@ def _merged_exceptions(tabs: dict, num_old: int, change: LayerInsertion):
     branch[np.searchsorted(cand, gaining)] += gained
     keep = branch != 1
     return cand[keep], branch[keep]
-
-
-def inserted(old, count: int, at: np.ndarray, values, size: int, fill) -> PieceArray:
-    """The first `count` entries of `old` (an array, possibly memory-mapped)
-    with `values` inserted before the positions `at` (ascending, as
-    `np.insert` takes them), padded with `fill` to `size`, in `old`'s dtype.
-    A range of it reads only the old entries it holds."""
-    k = at.shape[0]
-    dest = at + np.arange(k)
-    values = np.broadcast_to(np.asarray(values, old.dtype), (k,))
-    total = count + k
-
-    def fill_rows(out, start, stop):
-        real = max(0, min(stop, total) - start)
-        lo, hi = np.searchsorted(dest, [start, start + real])
-        first, last = start - lo, start + real - hi  # the old entries in the range
-        if hi > lo:
-            keep = np.ones(real, bool)
-            keep[dest[lo:hi] - start] = False
-            out[:real][keep] = old[first:last]
-            out[dest[lo:hi] - start] = values[lo:hi]
-        else:
-            out[:real] = old[first:last]
-        release_pages(old, first * old.itemsize, last * old.itemsize)
-        out[real:] = fill
-
-    piece = PieceArray(size, old.dtype, fill_rows)
-    piece.fill_rows = fill_rows
-    return piece
