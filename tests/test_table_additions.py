@@ -76,9 +76,9 @@ def assert_same_tables(got, want):
 @settings(max_examples=80, deadline=None)
 @given(data=st.data(), layout=st.sampled_from(LAYOUTS), ragged=st.booleans(),
        vocab=st.integers(3, 9), length=st.integers(1, 4),
-       growth=st.sampled_from([1.0, 1.5, 4.0]))
+       growth=st.sampled_from([1.0, 1.5, 4.0]), chunk=st.sampled_from([1, 2, 1 << 22]))
 def test_written_tables_equal_lowering_the_merged_automaton(data, layout, ragged, vocab, length,
-                                                            growth):
+                                                            growth, chunk):
     base = _sets(data.draw, vocab, length, ragged)
     add = _sets(data.draw, vocab, length, ragged)
     pipeline = oracle.pipeline_for(layout)
@@ -88,7 +88,12 @@ def test_written_tables_equal_lowering_the_merged_automaton(data, layout, ragged
                                           pipeline=pipeline)
     except sc.errors.PipelineError:  # a forced layout that cannot hold this set
         return
-    both = merged_both_ways(compiled, add)
+    was = table_additions.EXCEPTION_CHUNK  # near_unary exceptions read `chunk` at a time
+    table_additions.EXCEPTION_CHUNK = chunk
+    try:
+        both = merged_both_ways(compiled, add)
+    finally:
+        table_additions.EXCEPTION_CHUNK = was
     if both is not None:
         assert_same_tables(*both)
 

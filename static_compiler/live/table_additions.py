@@ -27,14 +27,14 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.arrays import PieceArray, materialized
+from static_compiler.arrays import PieceArray, materialized, table_array
 from static_compiler.artifact.mapped import release_pages
-from static_compiler.backend.lowering import exception_entries, padded
+from static_compiler.backend.lowering import exception_entries
 from static_compiler.dtypes import branch_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import AutomatonSummary, LayerSummary, LayoutKind
 from static_compiler.live.additions import Insertions, LayerInsertion, count_at_most, inserted
-from static_compiler.live.layers import exception_rows
+from static_compiler.live.layers import EXCEPTION_TABLES, exception_rows
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -154,13 +154,7 @@ def _layer_tables(tabs: dict, was, now, change: LayerInsertion) -> dict:
     elif lay.kind == LayoutKind.NEAR_UNARY:
         new["tokens"] = inserted(tabs["tokens"], was.num_edges, change.edge_at, new_tokens,
                                  num_edges, 0)
-        ex, branch = _merged_exceptions(tabs, was.num_states, change)
-        room = exception_entries(lay, ex.shape[0])
-        starts = ex + np.concatenate([[0], np.cumsum(branch - 1)[:-1]]) if ex.size else ex
-        new["ex_states"] = padded(ex, room, st_dt, num_states)
-        new["ex_starts"] = padded(starts, room, st_dt, now.num_edges)
-        new["ex_branch"] = padded(branch, room, branch_dtype_for(lay.widest_branch(
-            now.max_branch)), 0)
+        new.update(_merged_exceptions(tabs, was, now, change, num_states))
     else:
         raise ConstraintSetError(f"update(add=...): cannot write a {lay.kind} layer")
     if now.has_accepting:
@@ -229,21 +223,61 @@ def _accepting(old, count: int, change: LayerInsertion, size: int) -> PieceArray
     return PieceArray(size, bool, fill)
 
 
-def _merged_exceptions(tabs: dict, num_old: int, change: LayerInsertion):
-    """(states, branches) int64 ascending: a near_unary layer's states with
-    other than one child after `change`, from its old exception tables
-    (the only states whose branch can differ from one are the old
-    exceptions, the new states and those gaining edges)."""
-    ex_states = np.asarray(tabs["ex_states"])
-    real = int(np.searchsorted(ex_states, num_old))
-    old_branch = exception_rows(tabs, real)[1]
-    old_ex = ex_states[:real].astype(np.int64)
-    old_ex = old_ex + np.searchsorted(change.new_states, old_ex, side="right")  # new ids
+EXCEPTION_CHUNK = 1 << 22
+"""Old exceptions `_merged_exceptions` reads at a time."""
+
+
+def _merged_exceptions(tabs: dict, was, now, change: LayerInsertion, num_states: int) -> dict:
+    """A near_unary layer's exception tables after `change` (ex_states,
+    ex_starts, ex_branch, padded to its room), written a chunk of old
+    exceptions at a time (1e9 states have ~6e7 exceptions: no int64 copy
+    of them). Only the new states and those gaining edges can change
+    branch: each is an exception after the merge iff its branch is not
+    one, and replaces its old entry if it had one."""
+    lay = now.layout
+    st_dt = np.dtype(lay.state_dtype)
+    ex_table = tabs["ex_states"]
+    real = int(np.searchsorted(ex_table, was.num_states))
+    rows = {name: tabs[name] for name in EXCEPTION_TABLES if name in tabs}
     gaining, gained = change.gains
-    cand = np.unique(np.concatenate([old_ex, change.new_ids, gaining]))
-    branch = np.ones(cand.shape[0], np.int64)
-    branch[np.searchsorted(cand, change.new_ids)] = 0
-    branch[np.searchsorted(cand, old_ex)] = old_branch
+    cand = np.union1d(change.new_ids, gaining)  # new ids, ascending
+    is_old, old_ids = _old_ids(change, cand)
+    at = np.searchsorted(ex_table[:real], old_ids)
+    hit = at < real
+    hit[hit] = np.asarray(ex_table[at[hit]]) == old_ids[hit]
+    branch = np.zeros(cand.shape[0], np.int64)
+    branch[is_old] = 1
+    dropped = at[hit]  # old exceptions whose entry a candidate's replaces
+    if dropped.size:
+        branch[np.flatnonzero(is_old)[hit]] = exception_rows(
+            {name: np.asarray(arr)[dropped] for name, arr in rows.items()})[1]
     branch[np.searchsorted(cand, gaining)] += gained
     keep = branch != 1
-    return cand[keep], branch[keep]
+    cand, branch = cand[keep], branch[keep]
+    # where each goes in the old list: after the old exceptions below its old position
+    place = np.searchsorted(ex_table[:real], cand - np.searchsorted(change.new_ids, cand))
+    room = exception_entries(lay, real - dropped.shape[0] + cand.shape[0])
+    out_states = table_array(room, st_dt, num_states)  # padding: past every state
+    out_branch = table_array(room, branch_dtype_for(lay.widest_branch(now.max_branch)), 0)
+    out_starts = table_array(room, st_dt, now.num_edges)
+    cursor, extra = 0, 0  # entries written; children past one per state so far
+    for start in range(0, max(real, 1), EXCEPTION_CHUNK):
+        stop = min(real, start + EXCEPTION_CHUNK)
+        ids = np.asarray(ex_table[start:stop]).astype(np.int64)
+        ids += np.searchsorted(change.new_states, ids, side="right")  # new ids
+        kids = exception_rows({name: arr[start:stop] for name, arr in rows.items()})[1]
+        gone = dropped[(dropped >= start) & (dropped < stop)] - start
+        ids, kids = np.delete(ids, gone), np.delete(kids, gone)
+        mine = (place >= start) & ((place < stop) | (stop == real))
+        where = np.searchsorted(ids, cand[mine])
+        ids, kids = np.insert(ids, where, cand[mine]), np.insert(kids, where, branch[mine])
+        end = cursor + ids.shape[0]
+        out_states[cursor:end] = ids
+        out_branch[cursor:end] = kids
+        steps = np.cumsum(kids - 1)
+        out_starts[cursor:end] = ids + extra + np.concatenate([[0], steps[:-1]])
+        extra += int(steps[-1]) if steps.size else 0
+        cursor = end
+    for arr in (out_states, out_branch, out_starts):
+        arr.flags.writeable = False
+    return {"ex_states": out_states, "ex_starts": out_starts, "ex_branch": out_branch}
