@@ -90,7 +90,8 @@ def _child(mode: str, path: str, n: int) -> dict:
         assert "ir" not in sc.load_compiled(path).__dict__
     elif mode in LOADED:
         held = sc.load_compiled(path) if mode == "subset" else serving.load(path)
-        mask = rng.random(n) < 0.1
+        rows = np.load(os.path.join(path, "items", "row_item.npy"), mmap_mode="r").shape[0]
+        mask = rng.random(rows) < 0.1  # (n, or more after an add)
         loaded, rss = time.perf_counter(), proc_status_bytes("VmRSS")
         _reset_peak()
         held.subset(mask)
@@ -204,6 +205,8 @@ def main(argv=None) -> int:
             if out.returncode:
                 return 1
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(f"# {mode}: {rows[-1]['seconds']:.2f} s, peak {rows[-1]['peak'] / 2**20:.0f} MiB",
+                  flush=True)  # (each as it lands: a 1e9 run takes minutes per mode)
     finally:
         if tmp is not None:
             tmp.cleanup()
