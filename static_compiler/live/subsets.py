@@ -117,6 +117,8 @@ def unique_ids(ir, items: ItemIndex, sequences, where: str) -> np.ndarray:
         ends[at] = _walk_down(ir, items, mat[at], lengths[at], terminals)
         for layer in ir.layers:
             release_pages(layer.tokens)
+        if items.state_item is not None:  # (4 GB at 1e9, its pages hit at random)
+            release_pages(items.state_item)
     return ends
 
 
