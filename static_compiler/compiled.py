@@ -340,12 +340,14 @@ class CompiledConstraints(PlanFacts):
         ... (`item_index` finds them).
 
         Removal is pure liveness: the tables and compiled programs are
-        shared, nothing recompiles. Additions are merged into the trie
-        (`additions.merge_items`: linear, no full sort); when the merged
-        tables fit the capacity reserved at compile time (`capacity=`) the
-        plan, and so every compiled program, stays the same; otherwise the
-        merged trie is compiled anew once, and `last_update["grew"]` says
-        why (one line per layer that did not fit). Subsets made before an
+        shared, nothing recompiles. Additions are placed in the trie
+        (`additions.place_additions`: linear, no full sort); when the merged
+        trie fits the capacity reserved at compile time (`capacity=`) they
+        are written straight into new tables of the same plan
+        (`table_additions`: the version is held in its tables), and so
+        every compiled program stays the same; otherwise the merged trie is
+        compiled anew once, and `last_update["grew"]` says why (one line
+        per layer that did not fit). Subsets made before an
         update are refused by the new version.
 
         `last_update`: {"removed", "already_removed", "absent"} for
