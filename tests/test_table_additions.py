@@ -218,3 +218,17 @@ def test_an_artifact_update_streams_the_same_tables_and_items_as_the_library(
     mask = rng.random(len(base) + len(extra)) < 0.5
     for a, b in zip(got.subset(mask).live, want.subset(mask).live):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 8, 1 << 24])
+def test_the_item_mask_is_put_in_final_state_order_in_place(monkeypatch, chunk):
+    from static_compiler.live import liveness
+
+    monkeypatch.setattr(liveness, "ITEM_CHUNK", chunk)
+    rng = np.random.default_rng(chunk)
+    state_item = rng.permutation(29).astype(np.int32)
+    item_live = rng.random(29) < 0.5
+    want = item_live[state_item]
+    got = liveness.final_item_live(state_item, item_live)
+    assert got is item_live and got.dtype == bool
+    np.testing.assert_array_equal(got, want)

@@ -88,15 +88,22 @@ class ItemIndex:
 
 
 def final_item_live(state_item: np.ndarray, item_live: np.ndarray) -> np.ndarray:
-    """bool (S,): whether the item ending at each final state is live, for
-    `state_item` int32 (S,) (possibly memory-mapped: read ITEM_CHUNK
-    states at a time, its pages dropped after each)."""
-    out = np.empty(state_item.shape[0], dtype=bool)
-    for start in range(0, state_item.shape[0], ITEM_CHUNK):
-        stop = start + ITEM_CHUNK
-        out[start:stop] = item_live[state_item[start:stop]]
+    """`item_live` bool (S,) put in final-state order, in place: entry s
+    becomes whether the item ending at final state s was live, for
+    `state_item` int32 (S,) (possibly memory-mapped: read ITEM_CHUNK states
+    at a time, its pages dropped after each). The new order is packed
+    meanwhile (S / 8 bytes), so no second bool array is held (1 GB at 1e9)."""
+    count, step = state_item.shape[0], max(8, ITEM_CHUNK - ITEM_CHUNK % 8)  # whole bytes
+    packed = np.empty((count + 7) // 8, dtype=np.uint8)
+    for start in range(0, count, step):
+        stop = min(count, start + step)
+        packed[start // 8:(stop + 7) // 8] = np.packbits(item_live[state_item[start:stop]])
         release_pages(state_item, start * state_item.itemsize, stop * state_item.itemsize)
-    return out
+    for start in range(0, count, step):
+        stop = min(count, start + step)
+        item_live[start:stop] = np.unpackbits(packed[start // 8:(stop + 7) // 8],
+                                              count=stop - start)
+    return item_live
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -261,7 +268,7 @@ def _walk_up(layers: Sequence, num_final_states: int, end_token: Optional[int],
     own: list = [None] * (depth + 1)  # own[d]: the state's own item is in the subset
     if items.item_depth is None:
         own[depth] = item_live if items.state_item is None else \
-            final_item_live(items.state_item, item_live)
+            final_item_live(items.state_item, item_live.copy())
     else:
         for d in np.unique(items.item_depth):
             d = int(d)
@@ -356,6 +363,9 @@ def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional
     if items.removed is not None:
         for a in range(0, item_live.shape[0], ITEM_CHUNK):
             item_live[a:a + ITEM_CHUNK] &= ~items.removed[a:a + ITEM_CHUNK]
+    if items.state_item is not None:  # the mask in final-state order: item u is state u now
+        item_live = final_item_live(items.state_item, item_live)
+        items = dataclasses.replace(items, state_item=None)
     counts = layout.state_counts
     size = (lambda d: None) if counts is None else (lambda d: counts[d])
     depth = len(layers)
