@@ -14,11 +14,14 @@ layers' tables have neither) and lowering then copies every table again;
 at 1e7 items that was 0.45 s of an addition of 1e4. Here a unary layer
 costs one copy of its tokens with the new ones inserted, a near_unary layer
 the same plus its exception list (recomputed from the old exceptions and
-the states that gain edges), a csr layer its row pointers (from the
-branches) and tokens, a dense layer its (S, V) table renumbered. The
-merged summary (counts, branch histogram, accepting states) is updated
-from the states that changed, so the fit is known before any table is
-written.
+the states that gain edges, a chunk of old exceptions at a time), a csr
+layer its row pointers and tokens, a dense layer its (S, V) table
+renumbered. Each large table is an `arrays.PieceArray` whose rows are
+computed from the old table on demand: computed whole for a version in
+memory, or a range at a time as an artifact's update writes it (1e9 items:
+never whole in memory). The merged summary (counts, branch histogram,
+accepting states) is updated from the states that changed, so the fit is
+known before any table is written.
 """
 
 from __future__ import annotations
