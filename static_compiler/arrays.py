@@ -40,7 +40,7 @@ class PieceArray:
     def __init__(self, shape, dtype, fill: Callable[[np.ndarray, int, int], None]):
         self.shape = tuple(int(s) for s in (shape if isinstance(shape, tuple) else (shape,)))
         self.dtype = np.dtype(dtype)
-        self._fill = fill
+        self.fill_rows = fill  # (out, start, stop): writes rows start..stop - 1 into out
 
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape)))
@@ -54,7 +54,7 @@ class PieceArray:
         start, stop = max(0, start), min(self.shape[0], stop)
         out = table_array((max(0, stop - start),) + self.shape[1:], self.dtype)
         if stop > start:
-            self._fill(out, start, stop)
+            self.fill_rows(out, start, stop)
         return out
 
     def __getitem__(self, key):

@@ -232,3 +232,44 @@ def test_the_item_mask_is_put_in_final_state_order_in_place(monkeypatch, chunk):
     got = liveness.final_item_live(state_item, item_live)
     assert got is item_live and got.dtype == bool
     np.testing.assert_array_equal(got, want)
+
+
+def test_bad_additions_to_an_artifact_are_refused_and_leave_it_as_it_was(tmp_path):
+    rng = np.random.default_rng(3)
+    base = oracle.random_set(rng, 40, 4, 6)
+    compiled = sc.compile_constraints(base, 6, capacity=2.0, export_subsets=True,
+                                      export_beam_sizes=(4,))
+    path = compiled.save(tmp_path / "set.static")
+    before = sorted((p.relative_to(path), p.read_bytes()) for p in path.rglob("*") if p.is_file())
+    for add, match in (([(0, 1, 2, 6)], "token 6|out of range|\\[0, 6\\)"),
+                       ([(0, 1, 2)], "length 3"),
+                       ([(0, -1, 2, 3)], "-1|out of range|negative")):
+        with pytest.raises(sc.errors.ConstraintSetError, match=match):
+            sc.update_artifact(path, add=add)
+    after = sorted((p.relative_to(path), p.read_bytes()) for p in path.rglob("*") if p.is_file())
+    assert after == before
+
+
+def test_a_state_item_that_disagrees_with_the_set_is_refused_at_load(tmp_path):
+    """A state_item entry out of range, under a recomputed checksum."""
+    import json
+
+    from static_compiler.artifact import format as fmt
+
+    rng = np.random.default_rng(5)
+    compiled = sc.compile_constraints(oracle.random_set(rng, 30, 3, 5), 5, capacity=2.0,
+                                      export_subsets=True, export_beam_sizes=(4,))
+    path = compiled.save(tmp_path / "set.static")
+    sc.update_artifact(path, add=oracle.random_set(rng, 5, 3, 5))
+    rel = fmt.item_file("state_item")
+    assert (path / rel).is_file() and not (path / fmt.item_file("item_state")).exists()
+    sc.load_compiled(path)  # intact: loads
+    arr = np.load(path / rel)
+    arr[2] = arr.shape[0]  # past every item
+    np.save(path / rel, arr)
+    manifest = json.loads((path / fmt.MANIFEST_FILE).read_text())
+    manifest["files"][rel] = {"size": (path / rel).stat().st_size,
+                              "sha256": fmt.sha256_file(path / rel)}
+    (path / fmt.MANIFEST_FILE).write_bytes(fmt.seal_manifest(manifest))
+    with pytest.raises(sc.errors.ArtifactFormatError, match="state_item"):
+        sc.load_compiled(path)

@@ -378,8 +378,7 @@ def items_after(ir, items: ItemIndex, placed: Insertions,
         # one length: the final states' items, the new ones inserted where
         # their states go (fresh items and their end states ascend alike)
         before = items.state_item if items.state_item is not None else \
-            PieceArray(old, np.int32, lambda out, start, stop: out.__setitem__(
-                slice(None), np.arange(start, stop, dtype=np.int32)))
+            PieceArray(old, np.int32, _fill_ids)  # item u in final state u
         positions["state_item"] = inserted(before, old, inserted_at[ir.depth],
                                            ids[fresh].astype(np.int32), num_unique, 0)
     else:
@@ -389,8 +388,10 @@ def items_after(ir, items: ItemIndex, placed: Insertions,
                    lengths[fresh].astype(np.int32))
     removed = None
     if items.removed is not None:
+        grown = joined(items.removed, np.zeros(added, bool))
+
         def fill_removed(out, start, stop):
-            joined(items.removed, np.zeros(added, bool)).fill_rows(out, start, stop)
+            grown.fill_rows(out, start, stop)
             out[was[(was >= start) & (was < stop)] - start] = False  # restored
         removed = PieceArray(num_unique, bool, fill_removed)
     arrays = dict(row_item=joined(items.row_item, ids[placed.inverse].astype(np.int32)),
@@ -424,9 +425,11 @@ def inserted(old, count: int, at: np.ndarray, values, size: int, fill) -> PieceA
         release_pages(old, first * old.itemsize, last * old.itemsize)
         out[real:] = fill
 
-    piece = PieceArray(size, old.dtype, fill_rows)
-    piece.fill_rows = fill_rows
-    return piece
+    return PieceArray(size, old.dtype, fill_rows)
+
+
+def _fill_ids(out: np.ndarray, start: int, stop: int) -> None:
+    out[:] = np.arange(start, stop, dtype=out.dtype)
 
 
 def joined(first, second: np.ndarray) -> PieceArray:
@@ -440,9 +443,7 @@ def joined(first, second: np.ndarray) -> PieceArray:
         release_pages(first, start * first.itemsize, (start + head) * first.itemsize)
         out[head:] = second[max(0, start - count):max(0, stop - count)]
 
-    piece = PieceArray(count + second.shape[0], second.dtype, fill_rows)
-    piece.fill_rows = fill_rows
-    return piece
+    return PieceArray(count + second.shape[0], second.dtype, fill_rows)
 
 
 def fit_problems(outline, widest: tuple, exceptions: tuple, plan_ir) -> list[str]:

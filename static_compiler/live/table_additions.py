@@ -70,7 +70,7 @@ def merged_summary(outline, placed: Insertions, num_sequences: int) -> MergedSum
         np.subtract.at(counts, branch[is_old] - gained[is_old], 1)
         np.add.at(counts, branch, 1)
         counts[0] += change.new_states.shape[0] - int(np.count_nonzero(~is_old))
-        counts = counts[:max(1, np.flatnonzero(counts)[-1] + 1 if counts.any() else 1)]
+        counts = np.trim_zeros(counts, "b") if counts.any() else counts[:1]
         num_states = layer.num_states + change.new_states.shape[0]
         accepting = layer.has_accepting or (t > 0 and change.ending.size > 0)
         layers.append(LayerSummary(
