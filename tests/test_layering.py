@@ -25,7 +25,7 @@ LAYERS = (
     ("errors",),
     ("dtypes", "arrays", "arguments", "decode_types", "decode_state", "artifact.format", "artifact.manifest", "artifact.names",
      "artifact.snapshot", "artifact.placement", "artifact.mapped", "live", "live.layers",
-     "live.layer_walk", "live.liveness", "processes"),
+     "live.bit_kernels", "live.layer_walk", "live.liveness", "processes"),
     ("ir",),
     ("cost_model", "merge_states", "frontend", "live.subsets", "live.additions"),
     ("passes",),
@@ -39,7 +39,7 @@ LAYERS = (
 APPLICATIONS = {"cli"}
 
 # Outside packages each library module may import (the standard library is always allowed).
-THIRD_PARTY = {"jax", "jaxlib", "numpy", "networkx", "ml_dtypes", "tokenizers"}
+THIRD_PARTY = {"jax", "jaxlib", "numpy", "numba", "networkx", "ml_dtypes", "tokenizers"}
 RESTRICTED = {
     "errors": (set(), set()),
     "artifact.format": (set(), {"errors"}),
@@ -54,7 +54,8 @@ RESTRICTED = {
     # The static plan and lowering: numpy only, so the torch backend reads plans with it.
     "backend.lowering": ({"numpy"}, {"errors", "ir", "dtypes", "arrays", "live.layers"}),
     "arrays": ({"numpy"}, set()),
-    "live.layer_walk": ({"numpy"}, {"live.layers"}),
+    "live.bit_kernels": ({"numba"}, set()),  # compiled host kernels over packed bits
+    "live.layer_walk": ({"numpy"}, {"live.layers", "live.bit_kernels"}),
     "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "artifact.mapped"}),
     "artifact.mapped": ({"numpy"}, set()),
     "artifact.placement": ({"jax", "numpy"}, {"errors"}),

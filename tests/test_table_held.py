@@ -183,7 +183,7 @@ def test_subsets_of_an_artifact_with_room_in_near_unary_layers_agree_everywhere(
 
 def test_subsets_walked_a_few_states_at_a_time_are_the_same_bits(tmp_path, monkeypatch):
     """How a 1e9 set is walked (`WALK_CHUNK` states or children, `ITEM_CHUNK`
-    input rows at a time, ranges by slices or by one compress, on threads, a
+    input rows at a time, ranges on threads, a
     memory-mapped item index) gives the bits of the walk at once, for the library and the serving loader, on csr,
     near-unary (with room) and unary layers of a loaded set."""
     from static_compiler.artifact import serving
@@ -198,11 +198,9 @@ def test_subsets_walked_a_few_states_at_a_time_are_the_same_bits(tmp_path, monke
         masks = [np.arange(len(rows)) % 5 == 2, np.zeros(len(rows), bool),
                  np.random.default_rng(1).random(len(rows)) < 0.01]
         wants = [compiled.subset(m) for m in masks]
-        for chunk, item_chunk, slice_max, threads in ((1, 7, 1024, 1), (5, 1, 0, 2),
-                                                      (64, 1000, 0, 3), (64, 9, 2, 1)):
+        for chunk, item_chunk, threads in ((1, 7, 1), (5, 1, 2), (64, 1000, 3), (128, 9, 2)):
             monkeypatch.setattr(layer_walk, "WALK_CHUNK", chunk)
             monkeypatch.setattr(liveness, "ITEM_CHUNK", item_chunk)
-            monkeypatch.setattr(layer_walk, "RANGE_SLICE_MAX", slice_max)
             monkeypatch.setattr(layer_walk, "WALK_THREADS", threads)
             held, art = sc.load_compiled(path), serving.load(path)
             for mask, want in zip(masks, wants):

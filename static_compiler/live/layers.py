@@ -407,23 +407,18 @@ def dense_slots(next_table: np.ndarray) -> np.ndarray:
 
 NEAR_UNARY_SHARE = 0.25
 """A layer whose states with other than one child are at most this share of
-its states gets its liveness by one gather (each state's first child) and a
-fix-up of those states; others by a cumulative sum over the edges."""
+its states is walked as near-unary (bit copies between those states, which
+it lists); others test every row."""
 
 
 @dataclasses.dataclass(frozen=True)
 class LayerWalk:
     """How liveness crosses one layer from its children (see `layer_walk.child_live`):
     kind "unary" (state s has child s), "near" (`exceptions`: the states
-    with other than one child, sorted) or "general" (`count_dtype`: the
-    narrowest unsigned dtype, from uint16 up (numpy sums into uint8
-    slowly), whose wrapping running count of live children still tells a
-    row with live children from one without: the layer's widest row has
-    fewer children than the dtype's largest value)."""
+    with other than one child, sorted) or "general" (every row tested)."""
 
     kind: str
     exceptions: Optional[np.ndarray] = None
-    count_dtype: type = np.uint32
 
 
 def is_unary(layer) -> bool:
@@ -467,7 +462,5 @@ def layer_walks(layers: Sequence) -> tuple:
                 else np.flatnonzero(layer.branch() != 1)
             walks.append(LayerWalk("near", ex))
             continue
-        widest = counts.shape[0] - 1
-        walks.append(LayerWalk("general", count_dtype=next(
-            t for t in (np.uint16, np.uint32, np.uint64) if widest < np.iinfo(t).max)))
+        walks.append(LayerWalk("general"))
     return tuple(walks)

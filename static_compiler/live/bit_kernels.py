@@ -1,0 +1,89 @@
+"""Compiled host kernels (numba) that cross one trie layer over packed bits:
+what `static_compiler.live.layer_walk` runs for each layer of a subset walk.
+
+Bits are little-endian words: bit i of a bit string is bit i % 64 of
+uint64 word i // 64 (the same bytes as `numpy.packbits(..., bitorder=
+"little")`). A state of a layer with implicit targets is live when one of its
+children (a row [start, end) of the next depth's states) is live:
+
+* `near_rows_any`: a near-unary range, where every state but the listed
+  exceptions has exactly one child and the children follow in order, so the
+  stretches between exceptions are bit copies (a word at a time);
+* `rows_any`: any layer, from its row pointers.
+
+Each writes states [first_state, first_state + n) of `out`, OR-ing into words
+that must start zeroed; ranges that start on a multiple of 64 states touch
+disjoint words and may run at once on threads (the kernels release the GIL).
+"""
+
+from __future__ import annotations
+
+from numba import njit, uint64
+
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _take(src, at, k):
+    """k bits (1..64) of `src` from bit `at`, as the low bits of a uint64."""
+    w = at >> 6
+    o = at & 63
+    v = src[w] >> uint64(o)
+    if o != 0 and o + k > 64:
+        v |= src[w + 1] << uint64(64 - o)
+    if k < 64:
+        v &= (uint64(1) << uint64(k)) - uint64(1)
+    return v
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _copy(src, src_at, out, out_at, n):
+    """OR n bits of `src` from bit src_at into `out` from bit out_at."""
+    while n > 0:
+        o = out_at & 63
+        k = min(n, 64 - o)
+        out[out_at >> 6] |= _take(src, src_at, k) << uint64(o)
+        src_at += k
+        out_at += k
+        n -= k
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _any(src, start, end):
+    """Whether a bit of `src` in [start, end) is set."""
+    while start < end:
+        k = min(end - start, 64 - (start & 63))
+        if _take(src, start, k) != 0:
+            return True
+        start += k
+    return False
+
+
+@njit(nogil=True, cache=True)
+def near_rows_any(children, first_child, out, first_state, n, exceptions, starts, ends):
+    """States [first_state, first_state + n) of a near-unary layer: the
+    state at first_state + i takes bit first_child + i - (children of the
+    exceptions before it) + (their count), except `exceptions` (int64
+    ascending, absolute state ids in the range) with rows [starts, ends)
+    (int64, absolute child bits). children, out: uint64 words."""
+    state = first_state
+    child = first_child
+    stop = first_state + n
+    for i in range(exceptions.shape[0]):
+        ex = exceptions[i]
+        _copy(children, child, out, state, ex - state)
+        if _any(children, starts[i], ends[i]):
+            out[ex >> 6] |= uint64(1) << uint64(ex & 63)
+        state = ex + 1
+        child = ends[i]
+    _copy(children, child, out, state, stop - state)
+
+
+@njit(nogil=True, cache=True)
+def rows_any(children, indptr, out, first_state, n):
+    """States [first_state, first_state + n): state first_state + i is live
+    when a bit of `children` in [indptr[i], indptr[i + 1]) is set (indptr
+    int (n + 1,), absolute child bits)."""
+    for i in range(n):
+        if _any(children, indptr[i], indptr[i + 1]):
+            s = first_state + i
+            out[s >> 6] |= uint64(1) << uint64(s & 63)
