@@ -56,7 +56,8 @@ RESTRICTED = {
     "arrays": ({"numpy"}, set()),
     "live.bit_kernels": ({"numba"}, set()),  # compiled host kernels over packed bits
     "live.layer_walk": ({"numpy"}, {"live.layers", "live.bit_kernels"}),
-    "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "artifact.mapped"}),
+    "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "live.bit_kernels",
+                                  "artifact.mapped"}),
     "artifact.mapped": ({"numpy"}, set()),
     "artifact.placement": ({"jax", "numpy"}, {"errors"}),
     # The serving loader: no compiler module (no frontend, passes, backend or writer).

@@ -220,18 +220,23 @@ def test_an_artifact_update_streams_the_same_tables_and_items_as_the_library(
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("chunk", [1, 5, 8, 1 << 24])
-def test_the_item_mask_is_put_in_final_state_order_in_place(monkeypatch, chunk):
-    from static_compiler.live import liveness
+@pytest.mark.parametrize("chunk", [1, 5, 64, 128, 1 << 24])
+@pytest.mark.parametrize("count", [1, 29, 64, 200])
+def test_the_item_mask_is_put_in_final_state_order_as_bits(monkeypatch, chunk, count):
+    """`final_item_live` gathers the items' mask through state_item into
+    packed bits, a range at a time (in order, or on threads for ranges of
+    whole words), and leaves the mask as it was."""
+    from static_compiler.live import layer_walk, liveness
 
     monkeypatch.setattr(liveness, "ITEM_CHUNK", chunk)
-    rng = np.random.default_rng(chunk)
-    state_item = rng.permutation(29).astype(np.int32)
-    item_live = rng.random(29) < 0.5
-    want = item_live[state_item]
+    rng = np.random.default_rng(chunk + count)
+    state_item = rng.permutation(count).astype(np.int32)
+    item_live = rng.random(count) < 0.5
+    before = item_live.copy()
     got = liveness.final_item_live(state_item, item_live)
-    assert got is item_live and got.dtype == bool
-    np.testing.assert_array_equal(got, want)
+    assert isinstance(got, layer_walk.PackedBits) and got.shape == (count,)
+    np.testing.assert_array_equal(got.bools(), before[state_item])
+    np.testing.assert_array_equal(item_live, before)
 
 
 def test_bad_additions_to_an_artifact_are_refused_and_leave_it_as_it_was(tmp_path):

@@ -9,9 +9,12 @@ children (a row [start, end) of the next depth's states) is live:
 * `near_rows_any`: a near-unary range, where every state but the listed
   exceptions has exactly one child and the children follow in order, so the
   stretches between exceptions are bit copies (a word at a time);
-* `rows_any`: any layer, from its row pointers.
+* `rows_any`: any layer, from its row pointers;
 
-Each writes states [first_state, first_state + n) of `out`, OR-ing into words
+and where the walk starts: `gather_bits` puts an item mask in final-state
+order as bits, `mark_selected` maps selected input rows to their items.
+
+Each bit kernel writes states [first_state, first_state + n) of `out`, OR-ing into words
 that must start zeroed; ranges that start on a multiple of 64 states touch
 disjoint words and may run at once on threads (the kernels release the GIL).
 """
@@ -87,3 +90,23 @@ def rows_any(children, indptr, out, first_state, n):
         if _any(children, indptr[i], indptr[i + 1]):
             s = first_state + i
             out[s >> 6] |= uint64(1) << uint64(s & 63)
+
+
+@njit(nogil=True, cache=True)
+def gather_bits(bits, index, out, first_state, n):
+    """States [first_state, first_state + n): state first_state + i takes
+    bits[index[i]] (bits bool (m,), index int (n,), in range)."""
+    for i in range(n):
+        if bits[index[i]]:
+            s = first_state + i
+            out[s >> 6] |= uint64(1) << uint64(s & 63)
+
+
+@njit(nogil=True, cache=True)
+def mark_selected(selection, ids, out):
+    """out[ids[i]] = True for each i where selection[i] (bool (n,), ids int
+    (n,) in range of out bool (m,)); ranges of one selection may run at once
+    (each store writes the same value)."""
+    for i in range(selection.shape[0]):
+        if selection[i]:
+            out[ids[i]] = True

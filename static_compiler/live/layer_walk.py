@@ -117,15 +117,24 @@ def child_live(layer, walk: LayerWalk, live_next):
         else:
             bit_kernels.rows_any(children, row_range(indptr, a, b), out, a, b - a)
 
-    ranges = [(a, min(n, a + WALK_CHUNK)) for a in range(0, n, max(1, WALK_CHUNK))]
-    threads = min(WALK_THREADS, len(ranges)) if WALK_CHUNK % 64 == 0 else 1
+    in_ranges(n, one_range)
+    return PackedBits(out.view(np.uint8), n)
+
+
+def in_ranges(n: int, run, chunk: Optional[int] = None) -> None:
+    """run(a, b) for ranges [a, b) of `chunk` (default WALK_CHUNK) states
+    covering [0, n), on WALK_THREADS threads when `chunk` is a multiple of
+    64 (then ranges writing bits of their own states touch words of their
+    own), else in order."""
+    chunk = max(1, WALK_CHUNK if chunk is None else chunk)
+    ranges = [(a, min(n, a + chunk)) for a in range(0, n, chunk)]
+    threads = min(WALK_THREADS, len(ranges)) if chunk % 64 == 0 else 1
     if threads < 2:
         for a, b in ranges:
-            one_range(a, b)
+            run(a, b)
     else:
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda ab: one_range(*ab), ranges))
-    return PackedBits(out.view(np.uint8), n)
+            list(pool.map(lambda ab: run(*ab), ranges))
 
 
 def _near_range(indptr, ex: np.ndarray, a: int, b: int) -> tuple:

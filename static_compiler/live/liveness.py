@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
 
 import numpy as np
@@ -87,23 +86,23 @@ class ItemIndex:
         return "~" + hashlib.blake2b(np.packbits(self.removed).tobytes(), digest_size=6).hexdigest()
 
 
-def final_item_live(state_item: np.ndarray, item_live: np.ndarray) -> np.ndarray:
-    """`item_live` bool (S,) put in final-state order, in place: entry s
-    becomes whether the item ending at final state s was live, for
-    `state_item` int32 (S,) (possibly memory-mapped: read ITEM_CHUNK states
-    at a time, its pages dropped after each). The new order is packed
-    meanwhile (S / 8 bytes), so no second bool array is held (1 GB at 1e9)."""
-    count, step = state_item.shape[0], max(8, ITEM_CHUNK - ITEM_CHUNK % 8)  # whole bytes
-    packed = np.empty((count + 7) // 8, dtype=np.uint8)
-    for start in range(0, count, step):
-        stop = min(count, start + step)
-        packed[start // 8:(stop + 7) // 8] = np.packbits(item_live[state_item[start:stop]])
-        release_pages(state_item, start * state_item.itemsize, stop * state_item.itemsize)
-    for start in range(0, count, step):
-        stop = min(count, start + step)
-        item_live[start:stop] = np.unpackbits(packed[start // 8:(stop + 7) // 8],
-                                              count=stop - start)
-    return item_live
+def final_item_live(state_item: np.ndarray, item_live: np.ndarray) -> layer_walk.PackedBits:
+    """`PackedBits` (S,): bit s is whether the item ending at final state s
+    is live in `item_live` bool (N',), for `state_item` int32 (S,) (possibly
+    memory-mapped: read a range of states at a time, its pages dropped after
+    each). Packed as it is gathered (a compiled kernel on threads), so no
+    second bool array is held (1 GB at 1e9)."""
+    from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
+
+    count, size = state_item.shape[0], state_item.itemsize
+    out = np.zeros(-(-count // 64), dtype=np.uint64)
+
+    def one_range(a: int, b: int) -> None:
+        bit_kernels.gather_bits(item_live, np.asarray(state_item[a:b]), out, a, b - a)
+        release_pages(state_item, a * size, b * size)
+
+    layer_walk.in_ranges(count, one_range, ITEM_CHUNK)
+    return layer_walk.PackedBits(out.view(np.uint8), count)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -241,7 +240,8 @@ def liveness(layers: Sequence, num_final_states: int, end_token: Optional[int],
     walks: `layer_walks(layers)`, if already computed."""
     layout = BitLayout(layer_walks(layers) if walks is None else walks, {})
     live, ends, _ = _walk_up(layers, num_final_states, end_token, items, item_live, layout)
-    return [None if x is None else layer_walk.bools(x) for x in live[1:]], ends
+    as_bools = lambda bits: None if bits is None else layer_walk.bools(bits)
+    return [as_bools(x) for x in live[1:]], [as_bools(x) for x in ends]
 
 
 def _walk_up(layers: Sequence, num_final_states: int, end_token: Optional[int],
@@ -268,7 +268,7 @@ def _walk_up(layers: Sequence, num_final_states: int, end_token: Optional[int],
     own: list = [None] * (depth + 1)  # own[d]: the state's own item is in the subset
     if items.item_depth is None:
         own[depth] = item_live if items.state_item is None else \
-            final_item_live(items.state_item, item_live.copy())
+            final_item_live(items.state_item, item_live)
     else:
         for d in np.unique(items.item_depth):
             d = int(d)
@@ -328,30 +328,24 @@ def rows_item_mask(selection: np.ndarray, items: ItemIndex, where: str) -> np.nd
                                  "for a text catalogue)")
     if np.count_nonzero(selection) == n:  # every row (a removal's base subset): no scatter
         return np.ones(items.num_unique, dtype=bool)
+    from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
+
     out = np.zeros(items.num_unique, dtype=bool)
     size = items.row_item.itemsize
 
-    def one_chunk(start: int) -> None:  # a memory-mapped row_item stays unmapped
-        stop = min(n, start + ITEM_CHUNK)
-        # flatnonzero + take: ~40 % faster than indexing with the mask at 1e7 rows;
-        # chunks on threads store True into `out` alone (the same value, byte stores)
-        out[np.take(items.row_item[start:stop], np.flatnonzero(selection[start:stop]))] = True
+    def one_range(start: int, stop: int) -> None:  # a memory-mapped row_item stays unmapped
+        bit_kernels.mark_selected(selection[start:stop], np.asarray(items.row_item[start:stop]),
+                                  out)
         release_pages(items.row_item, size * start, size * stop)
 
-    starts = range(0, n, ITEM_CHUNK)
-    if layer_walk.WALK_THREADS < 2 or len(starts) < 2:
-        for start in starts:
-            one_chunk(start)
-    else:
-        with ThreadPoolExecutor(layer_walk.WALK_THREADS) as pool:
-            list(pool.map(one_chunk, starts))
+    layer_walk.in_ranges(n, one_range, ITEM_CHUNK)
     return out
 
 
 ITEM_CHUNK = 1 << 24
-"""Input rows `rows_item_mask` maps at a time: the selected rows' indices
-(an int64 each) and the pages of a memory-mapped `row_item` read (dropped
-after each chunk) stay those of one chunk."""
+"""Input rows `rows_item_mask` maps (final states `final_item_live`
+gathers) at a time, on threads: the pages of a memory-mapped `row_item`
+(`state_item`) read are dropped after each chunk."""
 
 
 def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional[int],
@@ -363,6 +357,7 @@ def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional
     if items.removed is not None:
         for a in range(0, item_live.shape[0], ITEM_CHUNK):
             item_live[a:a + ITEM_CHUNK] &= ~items.removed[a:a + ITEM_CHUNK]
+    size_of_subset = np.count_nonzero(item_live)
     if items.state_item is not None:  # the mask in final-state order: item u is state u now
         item_live = final_item_live(items.state_item, item_live)
         items = dataclasses.replace(items, state_item=None)
@@ -383,9 +378,9 @@ def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional
         elif d in layout.shared:
             words[d] = words[d + 1]  # live[d] is live[d + 1]: one array
     return Subset(live=tuple(words[1:]),
-                  ends=tuple(None if b is None else layer_walk.pack(b, size(d))[None, :]
+                  ends=tuple(None if b is None else layer_walk.words(b, size(d))[None, :]
                              for d, b in enumerate(ends)),
-                  sizes=np.array([np.count_nonzero(item_live)], dtype=np.int64),
+                  sizes=np.array([size_of_subset], dtype=np.int64),
                   fingerprint=fingerprint)
 
 
