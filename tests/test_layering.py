@@ -50,7 +50,7 @@ RESTRICTED = {
     "arguments": ({"numpy"}, {"errors"}),
     "decode_types": (set(), set()),
     "decode_state": ({"jax", "numpy"}, {"errors", "arguments", "decode_types"}),
-    "live.layers": ({"numpy"}, {"errors"}),
+    "live.layers": ({"numpy"}, {"errors", "artifact.mapped"}),
     # The static plan and lowering: numpy only, so the torch backend reads plans with it.
     "backend.lowering": ({"numpy"}, {"errors", "ir", "dtypes", "arrays", "live.layers"}),
     "arrays": ({"numpy"}, set()),

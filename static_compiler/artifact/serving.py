@@ -329,7 +329,8 @@ class Artifact:
 
     def _trie_layers(self) -> list:
         # the trie's own state counts (tables padded to a capacity hold more)
-        return table_layers([(step["kind"], layer["states"], step["explicit_targets"])
+        return table_layers([(step["kind"], layer["states"], step["explicit_targets"],
+                              layer.get("branch_counts"))
                              for step, layer in zip(self.manifest.plan_steps,
                                                     self.manifest.layers)], self._host_tables)
 

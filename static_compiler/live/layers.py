@@ -20,6 +20,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from static_compiler.artifact.mapped import release_pages
+
 
 class _Rows:
     """What a trie layer with row pointers `indptr` (S + 1,) answers."""
@@ -148,13 +150,19 @@ class NearRows(_VirtualRows):
         # int64 copy per search); the extra children summed a chunk at a
         # time (1e9 states have ~6e7 exceptions: no int64 temporaries)
         self.states = np.array(ex[:real])
-        self.extra = np.zeros(real + 1, dtype=np.int64)
+        # extra children below an exception lie in (-S, E - S]: int32 where
+        # the tables' states and edge slots fit it (half the bytes at 1e9)
+        edges = tables["tokens"].shape[0] if "tokens" in tables else np.iinfo(np.int64).max
+        narrow = max(num_states, edges) < np.iinfo(np.int32).max
+        self.extra = np.zeros(real + 1, dtype=np.int32 if narrow else np.int64)
         rows = {name: tables[name] for name in EXCEPTION_TABLES if name in tables}
         for a in range(0, real, BRANCH_CHUNK):
             b = min(real, a + BRANCH_CHUNK)
             branch = exception_rows({k: v[a:b] for k, v in rows.items()})[1]
             np.cumsum(branch - 1, out=self.extra[a + 1:b + 1])
             self.extra[a + 1:b + 1] += self.extra[a]
+        for table in (ex, *rows.values()):  # (mapped pages read once: 0.3 GB at 1e9)
+            release_pages(table)
         self._whole = None
 
     def exception_range(self, start: int, stop: int) -> tuple:
@@ -219,13 +227,16 @@ class TableLayer(_Rows):
     children and accept nothing). Each array is read on first use and kept:
     indptr (S + 1,) (csr: the table's own row pointers, in their dtype;
     unary and near_unary: `UnitRows` / `NearRows`, computed per entry),
-    accepting bool (S,) or None, tokens (E,) in (state, token) order."""
+    accepting bool (S,) or None, tokens (E,) in (state, token) order;
+    histogram, the branch histogram (`branch_counts`) where a summary
+    records it, else read from the tables on first use."""
 
     kind: str
     tables: dict
     num_states: int
     implicit_targets: bool = True
     layout: object = None  # the `ir.Layout` it was lowered with, where known
+    histogram: Optional[np.ndarray] = None
 
     @functools.cached_property
     def indptr(self) -> np.ndarray:
@@ -265,6 +276,8 @@ class TableLayer(_Rows):
 
     @functools.cached_property
     def _branch_counts(self) -> np.ndarray:
+        if self.histogram is not None:
+            return np.asarray(self.histogram, dtype=np.int64)
         return table_branch_counts(self.kind, self.tables, self.num_states)
 
     @property
@@ -310,10 +323,11 @@ def table_branch_counts(kind: str, tables: dict, num_states: int) -> np.ndarray:
 
 def table_layers(steps: Sequence[tuple], tables: Sequence[dict]) -> list:
     """The `TableLayer`s of a lowered set: steps, (kind, num_states,
-    explicit_targets) per layer as its plan records them; tables, one dict
-    of arrays per layer."""
-    return [TableLayer(str(getattr(kind, "value", kind)), tabs, int(num_states), not explicit)
-            for (kind, num_states, explicit), tabs in zip(steps, tables)]
+    explicit_targets, branch histogram or None) per layer as its plan and
+    summary record them; tables, one dict of arrays per layer."""
+    return [TableLayer(str(getattr(kind, "value", kind)), tabs, int(num_states), not explicit,
+                       histogram=histogram)
+            for (kind, num_states, explicit, histogram), tabs in zip(steps, tables)]
 
 
 def find_in_rows(indptr: np.ndarray, tokens: np.ndarray, states: np.ndarray,

@@ -76,7 +76,7 @@ class TableTrie(NamedTuple):
         """The trie that a lowered set's `plan`, laid-out `summary`
         (`ir.AutomatonSummary`: counts and layouts) and `tables` hold."""
         layers = tuple(TableLayer(step.kind.value, tabs, layer.num_states,
-                                  not step.explicit_targets, layer.layout)
+                                  not step.explicit_targets, layer.layout, layer.branch_counts())
                        for step, layer, tabs in zip(plan.steps, summary.layers, tables))
         return cls(layers, summary.num_final_states, plan.vocab_size, plan.end_token)
 

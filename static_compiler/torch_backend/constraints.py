@@ -328,7 +328,8 @@ class _ArtifactSubsets:
         if self._trie is None:
             steps = self.plan.steps
             # the trie's own state counts (tables padded to a capacity hold more)
-            layers = table_layers([(s.kind, layer["states"], s.explicit_targets)
+            layers = table_layers([(s.kind, layer["states"], s.explicit_targets,
+                                    layer.get("branch_counts"))
                                    for s, layer in zip(steps, self.manifest.layers)], self.host)
             dense = {t: self.host[t]["next"] for t in self.plan.slot_steps}
             layout = bit_layout(layers, dense if self.plan.slot_steps else None,
