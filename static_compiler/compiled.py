@@ -278,14 +278,19 @@ class CompiledConstraints(PlanFacts):
         custom loops at a few rows, where `mask` / `advance` (op by op, or
         jitted with every step's tables as arguments) cost more in dispatch
         than in work. subset / subset_index as in `mask`, fixed for the
-        processor. Without a subset one processor per batch size is kept."""
+        processor. Without a subset one processor per batch size is kept.
+        Processors of sets with equal plans share their programs, and one of
+        a set compiled with capacity also compiles each program ahead for
+        the removal-aware bits (`removal_program`): a warmed-up loop then
+        compiles nothing after a removal or an addition that fits."""
         batch_size = decode.StepProcessor.checked_batch(batch_size)
         key = None if subset is not None or subset_index is not None else batch_size
         cache = self.__dict__.get("_processors")
         if key is not None and cache is not None and key in cache:
             return cache[key]
         live = self.live_mask(subset, subset_index, batch_size, "processor")
-        out = decode.StepProcessor(self.plan, self.device_tables, batch_size, live)
+        out = decode.StepProcessor(self.plan, self.device_tables, batch_size, live,
+                                   removal=self.removal_program(live, batch_size))
         if key is not None:
             if cache is None:
                 cache = {}

@@ -2,8 +2,9 @@
 a set compiled with capacity (it expects updates) compiles, with its first
 decode over every item, the program of the same decode over the items a
 removal leaves; the first removal and additions that fit then compile
-nothing. Counted as XLA compilations (jax's backend-compile events), not
-as cache entries."""
+nothing; so does a step processor loop (its programs shared by equal
+plans). Counted as XLA compilations (jax's backend-compile events), not as
+cache entries."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 import static_compiler as sc
 from static_compiler.backend.decode.programs import xla_compilations
+from static_compiler.decode_state import SENTINEL_SCORE
 
 V, L = 32, 4
 
@@ -82,3 +84,39 @@ def test_the_ahead_of_time_compile_runs_with_the_first_decode_only():
     before = xla_compilations()
     jax.block_until_ready(DECODERS["beam_search"](plain.update(remove=np.arange(100) < 5)))
     assert xla_compilations() > before
+
+
+def test_the_step_processor_compiles_nothing_after_an_update_once_warm():
+    """A processor loop warmed up on a set with capacity compiles nothing
+    when it moves to the version a removal leaves, nor to one with additions
+    that fit (the programs are shared by equal plans, and the removal-aware
+    ones were compiled ahead); the masks are the new versions' own."""
+    rows = items(300, seed=11)
+    compiled = sc.compile_constraints(rows, V, capacity=1.5)
+
+    def run(c):  # mask at 0, then advance_and_mask, the last step an advance
+        proc, logits = c.processor(2), np.zeros((2, V), np.float32)
+        state = proc.init_state()
+        masks = [np.asarray(proc.mask(logits, state, 0))]
+        for t in range(c.max_length):
+            tokens = masks[-1].argmax(axis=1)
+            if t + 1 < c.max_length:
+                state, masked = proc.advance_and_mask(state, tokens, t, logits)
+                masks.append(np.asarray(masked))
+            else:
+                state = proc.advance(state, tokens, t)
+        return masks
+
+    run(compiled)  # warm-up
+    before = xla_compilations()
+    gone = np.zeros(len(rows), bool)
+    gone[::2] = True
+    removed = compiled.update(remove=gone)
+    got = run(removed)
+    added = removed.update(add=items(20, seed=12))
+    assert added.last_update["grew"] == []
+    run(added)
+    assert xla_compilations() == before
+    # the removed version's first mask allows exactly the first tokens of the items left
+    first = {int(r[0]) for r, g in zip(rows, gone) if not g}
+    assert set(np.flatnonzero(got[0][0] > SENTINEL_SCORE).tolist()) == first

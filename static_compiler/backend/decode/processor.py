@@ -6,13 +6,15 @@ owns the search.
 
 from __future__ import annotations
 
-import functools
+import collections
+import threading
 
 import jax.numpy as jnp
 import numpy as np
 
 from static_compiler.backend.decode.candidates import step_candidates
 from static_compiler.backend.decode.live import LiveMask, check_live_mask
+from static_compiler.backend.decode.programs import max_programs
 from static_compiler.backend.decode.step import step_in_range, switch_over_groups
 from static_compiler.backend.lowering import Plan
 from static_compiler.backend.row_search import few_rows
@@ -166,13 +168,21 @@ class StepProcessor:
     mask(logits, state, step) -> float32 (B, V); advance(state, tokens,
     step) -> ProcessorState; advance_and_mask(state, tokens, step, logits)
     -> (advance(state, tokens, step), mask(logits, that state, step + 1)):
-    one dispatch per decoding step in a loop (step + 1 < max_length)."""
+    one dispatch per decoding step in a loop (step + 1 < max_length).
 
-    def __init__(self, plan: Plan, tables, batch_size: int, subset=None):
+    The programs are shared by every processor of an equal plan (`_shared`:
+    a set's versions after updates that fit), so a new version's processor
+    compiles nothing its predecessor compiled. removal: a `LiveMask` of
+    ShapeDtypeStructs (`live_mask_spec`) for a processor without a subset
+    of a set that expects updates: each program it compiles, it also
+    compiles ahead (not run) for those bits, the processor a removal leaves."""
+
+    def __init__(self, plan: Plan, tables, batch_size: int, subset=None, removal=None):
         self.plan = plan
         self.batch_size = check_int("batch_size", batch_size, low=1)
         check_live_mask(plan, subset, self.batch_size, "processor")
         self.subset = subset
+        self._removal = removal if subset is None else None
         self._tables = tables
         self._args, self._programs = {}, {}
         self._logits_shape = (self.batch_size, plan.vocab_size)
@@ -189,37 +199,34 @@ class StepProcessor:
     def _step_args(self, t: int):
         args = self._args.get(t)
         if args is None:
-            tables = self._tables[t] if t < self.plan.depth else {}
-            sub = self.subset
-            bits = None if sub is None else (sub.live[t] if t < self.plan.depth else None,
-                                              sub.ends[t], sub.rows)
-            args = self._args[t] = (tables, bits)
+            args = self._args[t] = self._args_with(self.subset, t)
         return args
+
+    def _args_with(self, live, t: int):
+        """Step t's (tables, bits) for the subset bits `live` (a `LiveMask` or None)."""
+        tables = self._tables[t] if t < self.plan.depth else {}
+        bits = None if live is None else (live.live[t] if t < self.plan.depth else None,
+                                          live.ends[t], live.rows)
+        return tables, bits
+
+    def _run(self, kind: str, t: int, *args):
+        """The program (kind, t) on `args`; one compiled here is also
+        compiled ahead for the removal's bits (see the class doc)."""
+        fn = self._program(kind, t)
+        if self._removal is None:
+            return fn(*args)
+        before = fn._cache_size()
+        out = fn(*args)
+        if fn._cache_size() > before:
+            steps = 2 if kind == "both" else 1
+            ahead = [self._args_with(self._removal, t + i) for i in range(steps)]
+            fn.lower(*ahead, *args[steps:]).compile()
+        return out
 
     def _program(self, kind: str, t: int):
         fn = self._programs.get((kind, t))
         if fn is None:
-            import jax
-            plan = self.plan
-
-            def mask(args, x, st, at=t):
-                tabs, sub = _views_at(args, at)
-                return _mask_at(plan, tabs, x, st, at, sub)
-
-            def advance(args, st, tok):
-                tabs, sub = _views_at(args, t)
-                return _advance_at(plan, tabs, st, tok, t, sub)
-
-            def both(args, next_args, st, tok, x):  # advance at t, then mask at t + 1
-                moved = advance(args, st, tok)
-                return moved, mask(next_args, x, moved, at=t + 1)
-
-            body = {"mask": mask, "advance": advance, "both": both}[kind]
-
-            def run(*args):
-                with few_rows():
-                    return body(*args)
-            fn = self._programs[(kind, t)] = jax.jit(run)
+            fn = self._programs[(kind, t)] = _shared(self.plan, kind, t)
         return fn
 
     # -- checks: the validators of `mask` / `advance`, and this batch size
@@ -238,14 +245,14 @@ class StepProcessor:
         where = f"mask(step={step})"
         state = self._checked_state(state, where)
         check_logits(logits, (self.batch_size,), self.plan.vocab_size, where)
-        return self._program("mask", step)(self._step_args(step), _array(logits), state)
+        return self._run("mask", step, self._step_args(step), _array(logits), state)
 
     def advance(self, state: ProcessorState, tokens, step) -> ProcessorState:
         step = check_step(step, self.plan.max_length, "advance")
         where = f"advance(step={step})"
         state = self._checked_state(state, where)
         check_tokens(tokens, self.batch_size, where)
-        return self._program("advance", step)(self._step_args(step), state, _array(tokens))
+        return self._run("advance", step, self._step_args(step), state, _array(tokens))
 
     def advance_and_mask(self, state: ProcessorState, tokens, step, logits):
         step = check_step(step, self.plan.max_length - 1, "advance_and_mask")
@@ -254,8 +261,52 @@ class StepProcessor:
         check_tokens(tokens, self.batch_size, where)
         check_logits(logits, (self.batch_size,), self.plan.vocab_size,
                      f"advance_and_mask(step={step}): next step's")
-        return self._program("both", step)(self._step_args(step), self._step_args(step + 1),
-                                           state, _array(tokens), _array(logits))
+        return self._run("both", step, self._step_args(step), self._step_args(step + 1),
+                         state, _array(tokens), _array(logits))
+
+
+def _shared(plan: Plan, kind: str, t: int):
+    """The jitted program `kind` ("mask", "advance" or "both") at step t of
+    sets with `plan`, kept for the last `max_programs()` plans used (a
+    server swapping catalogues holds a bounded number, as
+    `programs.BoundedJit` does)."""
+    with _SHARED_LOCK:
+        programs = _SHARED.pop(plan, None) or {}
+        _SHARED[plan] = programs
+        while len(_SHARED) > max_programs():
+            _SHARED.popitem(last=False)
+        fn = programs.get((kind, t))
+        if fn is None:
+            fn = programs[(kind, t)] = _jitted(plan, kind, t)
+    return fn
+
+
+def _jitted(plan: Plan, kind: str, t: int):
+    import jax
+
+    def mask(args, x, st, at=t):
+        tabs, sub = _views_at(args, at)
+        return _mask_at(plan, tabs, x, st, at, sub)
+
+    def advance(args, st, tok):
+        tabs, sub = _views_at(args, t)
+        return _advance_at(plan, tabs, st, tok, t, sub)
+
+    def both(args, next_args, st, tok, x):  # advance at t, then mask at t + 1
+        moved = advance(args, st, tok)
+        return moved, mask(next_args, x, moved, at=t + 1)
+
+    body = {"mask": mask, "advance": advance, "both": both}[kind]
+
+    def run(*args):
+        with few_rows():
+            return body(*args)
+    return jax.jit(run)
+
+
+_SHARED: collections.OrderedDict = collections.OrderedDict()
+"""plan -> {(kind, t): jitted program}, least recently used plan first."""
+_SHARED_LOCK = threading.Lock()
 
 
 def _views_at(args, t: int):
