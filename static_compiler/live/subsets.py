@@ -156,8 +156,10 @@ def _walk_down(ir, items: ItemIndex, mat: np.ndarray, lengths: np.ndarray,
 
 
 def _terminal_lookup(ir, items: ItemIndex, depth: int) -> np.ndarray:
-    """int64 (S_depth,): the unique sequence ending at each state, or -1."""
-    out = np.full(ir.num_states_at(depth), -1, dtype=np.int64)
+    """int (S_depth,): the unique sequence ending at each state, or -1
+    (int32 where the ids fit: 4 GB, not 8, for 1e9 states at a depth)."""
+    narrow = items.num_unique < np.iinfo(np.int32).max
+    out = np.full(ir.num_states_at(depth), -1, dtype=np.int32 if narrow else np.int64)
     at = items.item_depth == depth
     out[items.item_state[at]] = np.flatnonzero(at)
     return out
