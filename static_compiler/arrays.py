@@ -1,15 +1,29 @@
 """New table arrays: aligned for a copy-free device put (`table_array`), or
 computed a range of rows at a time (`PieceArray`) so a table far larger
-than memory can be written to a file front to back (numpy only)."""
+than memory can be written to a file front to back; the .npy header of a
+table's file (`npy_header`). numpy only."""
 
 from __future__ import annotations
 
+import io
 from typing import Callable
 
 import numpy as np
 
 TABLE_ALIGNMENT = 64
 """Bytes a new table's data is aligned to (`table_array`)."""
+
+
+def npy_header(shape, dtype) -> bytes:
+    """The header `np.save` writes for a C-order array of `shape` and
+    `dtype` (format 1.0): an artifact's table file is it and the array's
+    bytes, so a table's file sha256 can be computed without the file
+    (`live.subsets.table_digest`)."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {
+        "shape": tuple(int(n) for n in shape), "fortran_order": False,
+        "descr": np.lib.format.dtype_to_descr(np.dtype(dtype))})
+    return buf.getvalue()
 
 
 def table_array(shape, dtype, fill=None) -> np.ndarray:

@@ -332,8 +332,9 @@ class CompiledConstraints(PlanFacts):
         """Content hash of the plan and tables (`subsets.set_fingerprint`),
         and of the items an update removed (`ItemIndex.removal_tag`)."""
         cached = self.__dict__.get("_fingerprint")
-        if cached is None:
-            cached = subsets.set_fingerprint(self.plan, self.tables)
+        if cached is None:  # (a set read back knows its tables' digests: `_table_digests`)
+            cached = subsets.set_fingerprint(self.plan, self.tables,
+                                             self.__dict__.get("_table_digests"))
             object.__setattr__(self, "_fingerprint", cached)
         return cached + ("" if self.items is None else self.items.removal_tag)
 
@@ -478,7 +479,8 @@ class CompiledConstraints(PlanFacts):
         return writer.save(self, path, overwrite=overwrite)
 
 
-_SET_CACHES = ("_fingerprint", "_bit_layout_cache", "_first_rows", "_trie_cache")
+_SET_CACHES = ("_fingerprint", "_table_digests", "_bit_layout_cache", "_first_rows",
+               "_trie_cache")
 """What a CompiledConstraints computes from its set on first use (and caches
 in its __dict__), valid for any version with the same IR."""
 

@@ -82,11 +82,18 @@ def _compiled_from_snapshot(snap, check_automaton: bool = False) -> CompiledCons
     names = snapshot.read_names(snap)
     caps = next((m.tokens_per_beam for m in manifest.modules.values()
                  if m.tokens_per_beam is not None), None)
-    return CompiledConstraints(ir=ir, summary=None if ir is not None else summary, plan=plan,
-                               tables=tables, pipeline=manifest.pipeline,
-                               export_beam_sizes=manifest.beam_sizes(),
-                               export_tokens_per_beam=_tokens_per_beam_option(caps),
-                               names=names, items=items, export_subsets=items is not None)
+    compiled = CompiledConstraints(
+        ir=ir, summary=None if ir is not None else summary, plan=plan, tables=tables,
+        pipeline=manifest.pipeline, export_beam_sizes=manifest.beam_sizes(),
+        export_tokens_per_beam=_tokens_per_beam_option(caps), names=names, items=items,
+        export_subsets=items is not None)
+    # the tables' file checksums are their digests (`subsets.set_fingerprint`):
+    # its fingerprint then reads no table
+    object.__setattr__(compiled, "_table_digests", {
+        (entry.layer, entry.name): manifest.files[entry.file].sha256
+        for entry in manifest.tables if entry.file in manifest.files and
+        tuple(entry.shape) == tuple(getattr(tables[entry.layer].get(entry.name), "shape", ()))})
+    return compiled
 
 
 def _tokens_per_beam_option(caps) -> Optional[object]:

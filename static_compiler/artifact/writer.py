@@ -27,7 +27,7 @@ import tempfile
 import numpy as np
 
 from static_compiler import processes
-from static_compiler.arrays import PieceArray
+from static_compiler.arrays import PieceArray, npy_header
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.export import export_caps, exported_modules, reused_modules
 from static_compiler.artifact.lock import _parent, update_lock
@@ -56,11 +56,7 @@ class NpyFile:
 
     def __init__(self, arr):
         self.arr = arr  # an array, or an `arrays.PieceArray`
-        buf = io.BytesIO()
-        np.lib.format.write_array_header_1_0(buf, {
-            "shape": tuple(arr.shape), "fortran_order": False,
-            "descr": np.lib.format.dtype_to_descr(arr.dtype)})
-        self.header = buf.getvalue()
+        self.header = npy_header(arr.shape, arr.dtype)
 
     @property
     def size(self) -> int:
