@@ -10,6 +10,7 @@ from typing import Optional
 from static_compiler.artifact import placement as placement_lib
 from static_compiler.compiled import CompiledConstraints
 from static_compiler.errors import ConstraintSetError
+from static_compiler.live.liveness import warm_kernels_in_background
 
 
 def load_compiled(path, *, verify_checksums: bool = True,
@@ -79,6 +80,8 @@ def _compiled_from_snapshot(snap, check_automaton: bool = False) -> CompiledCons
     summary = summary_from_metadata(metadata, tables, where)
     ir = automaton_from_metadata(metadata, tables, where) if check_automaton else None
     items = None if manifest.item_files is None else read_items(snap)
+    if items is not None:  # (numba's start-up, off the first subset's path)
+        warm_kernels_in_background()
     names = snapshot.read_names(snap)
     caps = next((m.tokens_per_beam for m in manifest.modules.values()
                  if m.tokens_per_beam is not None), None)

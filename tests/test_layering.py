@@ -54,7 +54,7 @@ RESTRICTED = {
     # The static plan and lowering: numpy only, so the torch backend reads plans with it.
     "backend.lowering": ({"numpy"}, {"errors", "ir", "dtypes", "arrays", "live.layers"}),
     "arrays": ({"numpy"}, set()),
-    "live.bit_kernels": ({"numba"}, set()),  # compiled host kernels over packed bits
+    "live.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
     "live.layer_walk": ({"numpy"}, {"live.layers", "live.bit_kernels"}),
     "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "live.bit_kernels",
                                   "artifact.mapped"}),

@@ -256,3 +256,26 @@ def test_lookups_a_few_sequences_at_a_time_in_sorted_order_agree(case, chunk, mo
         assert (report["removed"], report["already_removed"]) == (distinct - done, done), name
     assert again.last_update["absent"] == 2
     assert decoded(again) == set(rows) - set(picked)
+
+
+def test_the_kernels_warmed_at_load_are_those_a_subset_runs(tmp_path):
+    """`bit_kernels.warm` (run in the background by a load with an item
+    index) loads every signature a subset then calls: near-unary, csr and
+    dense layers, a mask in final-state order (a set that took additions),
+    through the library and the serving loader."""
+    from static_compiler.artifact import serving
+    from static_compiler.live import bit_kernels
+
+    rows = datasets.synthetic_sids(2_000, 5, 16, seed=8)
+    pipeline = "verify,choose-layout{force=near_unary},reserve-capacity{growth=1.5},pack-dtypes"
+    path = tmp_path / "set.static"
+    sc.compile_constraints(rows, 16, pipeline=pipeline, export_subsets=True).save(path)
+    sc.update_artifact(path, add=datasets.synthetic_sids(50, 5, 16, seed=9))
+    kernels = (bit_kernels.near_rows_any, bit_kernels.rows_any, bit_kernels.gather_bits,
+               bit_kernels.mark_selected)
+    bit_kernels.warm()
+    warmed = [set(k.signatures) for k in kernels]
+    for held in (sc.load_compiled(path), serving.load(path)):
+        held.subset(np.arange(held.items.num_items) % 4 == 1)
+    assert [set(k.signatures) for k in kernels] == warmed
+    assert all(warmed)

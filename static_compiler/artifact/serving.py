@@ -57,7 +57,8 @@ from static_compiler.decode_state import (SENTINEL_SCORE, BeamState, DecodeResul
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
 from static_compiler.live.layers import slot_step, table_layers
 from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset, bit_layout,
-                                           checked_subset_index, rows_item_mask, subset_of_items)
+                                           checked_subset_index, rows_item_mask, subset_of_items,
+                                           warm_kernels_in_background)
 
 
 def open_snapshot(path, *, verify_checksums: bool = True) -> snapshot.Snapshot:
@@ -391,5 +392,8 @@ def load_from(snap: snapshot.Snapshot, *, device=None, mesh=None) -> Artifact:
     if missing:
         raise fmt.format_error(path, f"manifest lists no module(s) {missing}")
     device_tables, host = put_tables(snap, put)
+    items = item_index(snap)
+    if items is not None:  # (numba's start-up, off the first subset's path)
+        warm_kernels_in_background()
     return Artifact(path, manifest, device_tables, modules, snapshot.read_names(snap),
-                    item_index(snap), host, put, where)
+                    items, host, put, where)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import threading
 from typing import Optional, Sequence
 
 import numpy as np
@@ -84,6 +85,17 @@ class ItemIndex:
         if self.removed is None or not self.removed.any():
             return ""
         return "~" + hashlib.blake2b(np.packbits(self.removed).tobytes(), digest_size=6).hexdigest()
+
+
+def warm_kernels_in_background() -> None:
+    """Starts loading the compiled kernels subsets run (`bit_kernels.warm`)
+    on a daemon thread: a loader with an item index calls it, so numba's
+    start-up overlaps what the caller does before its first subset."""
+    def warm() -> None:
+        from static_compiler.live import bit_kernels
+        bit_kernels.warm()
+
+    threading.Thread(target=warm, name="static-compiler-warm-kernels", daemon=True).start()
 
 
 def final_item_live(state_item: np.ndarray, item_live: np.ndarray) -> layer_walk.PackedBits:
