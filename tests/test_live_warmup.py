@@ -36,6 +36,18 @@ DECODERS = {
 }
 
 
+def _remove_then_add(compiled, decode, every: int, seed: int):
+    """(removed rows, decode of the version without every `every`-th row,
+    the version after 20 more items that fit, decoded too)."""
+    gone = np.arange(compiled.items.num_items) % every == 0
+    removed = compiled.update(remove=gone)
+    result = decode(removed)
+    added = removed.update(add=items(20, seed=seed))
+    assert added.last_update["grew"] == []
+    decode(added)
+    return gone, result, added
+
+
 @pytest.mark.parametrize("name", sorted(DECODERS))
 def test_the_first_removal_and_fitting_additions_compile_nothing_after_warm_up(name):
     rows = items(300, seed=sorted(DECODERS).index(name))
@@ -43,13 +55,7 @@ def test_the_first_removal_and_fitting_additions_compile_nothing_after_warm_up(n
     decode = lambda c: jax.block_until_ready(DECODERS[name](c))
     decode(compiled)  # warm-up: the plain program and, ahead, the removal-aware one
     before = xla_compilations()
-    gone = np.zeros(len(rows), bool)
-    gone[::3] = True
-    removed = compiled.update(remove=gone)
-    result = decode(removed)
-    added = removed.update(add=items(20, seed=7))
-    assert added.last_update["grew"] == []
-    decode(added)
+    gone, result, added = _remove_then_add(compiled, decode, every=3, seed=7)
     decode(added.update(remove=np.arange(len(rows) + 20) % 5 == 0))
     assert xla_compilations() == before
     # and what it decoded left the removed items out
@@ -109,13 +115,7 @@ def test_the_step_processor_compiles_nothing_after_an_update_once_warm():
 
     run(compiled)  # warm-up
     before = xla_compilations()
-    gone = np.zeros(len(rows), bool)
-    gone[::2] = True
-    removed = compiled.update(remove=gone)
-    got = run(removed)
-    added = removed.update(add=items(20, seed=12))
-    assert added.last_update["grew"] == []
-    run(added)
+    gone, got, _ = _remove_then_add(compiled, run, every=2, seed=12)
     assert xla_compilations() == before
     # the removed version's first mask allows exactly the first tokens of the items left
     first = {int(r[0]) for r, g in zip(rows, gone) if not g}
