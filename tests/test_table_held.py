@@ -220,7 +220,9 @@ def test_subsets_walked_a_few_states_at_a_time_are_the_same_bits(tmp_path, monke
         masks = [np.arange(len(rows)) % 5 == 2, np.zeros(len(rows), bool),
                  np.random.default_rng(1).random(len(rows)) < 0.01]
         wants = [compiled.subset(m) for m in masks]
-        for chunk, item_chunk, threads in ((1, 7, 1), (5, 1, 2), (64, 1000, 3), (128, 9, 2)):
+        for chunk, item_chunk, threads in ((1, 7, 1), (5, 1, 2), (64, 1000, 3), (128, 9, 2),
+                                           (1 << 22, 1 << 24, 2)):  # (split per thread)
+            monkeypatch.setattr(layer_walk, "SPLIT_MIN", 64)
             monkeypatch.setattr(layer_walk, "WALK_CHUNK", chunk)
             monkeypatch.setattr(liveness, "ITEM_CHUNK", item_chunk)
             monkeypatch.setattr(layer_walk, "WALK_THREADS", threads)

@@ -121,12 +121,19 @@ def child_live(layer, walk: LayerWalk, live_next):
     return PackedBits(out.view(np.uint8), n)
 
 
+SPLIT_MIN = 1 << 16
+"""`in_ranges` splits work of at least twice this many states over its
+threads even below its chunk (a 1e7 set's 4M-state layer: two ranges)."""
+
+
 def in_ranges(n: int, run, chunk: Optional[int] = None) -> None:
     """run(a, b) for ranges [a, b) of `chunk` (default WALK_CHUNK) states
     covering [0, n), on WALK_THREADS threads when `chunk` is a multiple of
     64 (then ranges writing bits of their own states touch words of their
     own), else in order."""
     chunk = max(1, WALK_CHUNK if chunk is None else chunk)
+    if chunk % 64 == 0 and n >= 2 * SPLIT_MIN:  # at least a range per thread
+        chunk = min(chunk, max(SPLIT_MIN, -(-n // WALK_THREADS // 64) * 64))
     ranges = [(a, min(n, a + chunk)) for a in range(0, n, chunk)]
     threads = min(WALK_THREADS, len(ranges)) if chunk % 64 == 0 else 1
     if threads < 2:
