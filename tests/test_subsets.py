@@ -25,7 +25,7 @@ import static_compiler as sc
 from static_compiler import frontend as sc_frontend
 from static_compiler import report
 from static_compiler.frontend import datasets
-from static_compiler.live import layer_walk, layers, liveness
+from static_compiler.live import layer_walk, layers
 from static_compiler.live import subsets
 from static_compiler.backend import decode as decode_lib
 from static_compiler.backend import kernels, lowering

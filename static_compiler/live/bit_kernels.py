@@ -14,8 +14,8 @@ children (a row [start, end) of the next depth's states) is live:
 and where the walk starts: `gather_bits` puts an item mask in final-state
 order as bits, `mark_selected` maps selected input rows to their items.
 
-Each bit kernel writes states [first_state, first_state + n) of `out`, OR-ing into words
-that must start zeroed; ranges that start on a multiple of 64 states touch
+Each bit kernel writes states [first_state, first_state + n) of `out`,
+OR-ing into words that must start zeroed; ranges that start on a multiple of 64 states touch
 disjoint words and may run at once on threads (the kernels release the GIL).
 """
 
@@ -27,7 +27,6 @@ from numba import njit, uint64
 _ALL = uint64(0xFFFFFFFFFFFFFFFF)
 
 
-
 @njit(nogil=True, cache=True, inline="always")
 def _take(src, at, k):
     """k bits (1..64) of `src` from bit `at`, as the low bits of a uint64."""
@@ -36,9 +35,7 @@ def _take(src, at, k):
     v = src[w] >> uint64(o)
     if o != 0 and o + k > 64:
         v |= src[w + 1] << uint64(64 - o)
-    if k < 64:
-        v &= (uint64(1) << uint64(k)) - uint64(1)
-    return v
+    return v & _low(k)
 
 
 @njit(nogil=True, cache=True, inline="always")
