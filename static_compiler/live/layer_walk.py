@@ -160,7 +160,4 @@ def pack(bits: np.ndarray, size: Optional[int] = None) -> np.ndarray:
     """bool (S,) -> uint32 (ceil(size / 32),), bit s of word s // 32 =
     bits[s], 0 past S (size: default S; tables padded to a reserved
     capacity have more states than the trie)."""
-    words = -(-max(bits.shape[0], size or 0) // 32)
-    packed = np.zeros(4 * words, dtype=np.uint8)
-    packed[:(bits.shape[0] + 7) // 8] = np.packbits(bits, bitorder="little")
-    return packed.view("<u4").astype(np.uint32, copy=False)
+    return PackedBits.of(bits).words(size)

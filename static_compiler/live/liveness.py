@@ -90,12 +90,22 @@ class ItemIndex:
 def warm_kernels_in_background() -> None:
     """Starts loading the compiled kernels subsets run (`bit_kernels.warm`)
     on a daemon thread: a loader with an item index calls it, so numba's
-    start-up overlaps what the caller does before its first subset."""
+    start-up overlaps what the caller does before its first subset. Once
+    per process (a server reloading its artifact starts no more threads)."""
+    with _WARMED_LOCK:
+        if _WARMED:
+            return
+        _WARMED.append(True)
+
     def warm() -> None:
         from static_compiler.live import bit_kernels
         bit_kernels.warm()
 
     threading.Thread(target=warm, name="static-compiler-warm-kernels", daemon=True).start()
+
+
+_WARMED: list = []
+_WARMED_LOCK = threading.Lock()
 
 
 def final_item_live(state_item: np.ndarray, item_live: np.ndarray) -> layer_walk.PackedBits:
