@@ -215,12 +215,18 @@ def test_rows_that_tie_on_their_leading_columns_are_ordered_by_the_rest(V, L, sh
     assert [keys[i] for i in inverse] == [tuple(r) for r in rows.tolist()]
 
 
-def test_padded_rows_compile_like_the_lists_they_pad_and_reject_bad_lengths():
+def test_padded_rows_compile_like_the_lists_they_pad_and_reject_bad_lengths(tmp_path):
     from static_compiler.frontend import PaddedRows
     rows = [[3, 1], [3, 1, 4], [2], [3, 1]]
     matrix = np.array([[3, 1, 9], [3, 1, 4], [2, 9, 9], [3, 1, 9]], np.int32)  # 9: ignored padding
     padded = PaddedRows(matrix, np.array([2, 3, 1, 2]))
     assert build_automaton(padded, 10, end_token=0) == build_automaton(rows, 10, end_token=0)
+    # Padding wider than the longest row: the same plan as the lists (it had a step holding
+    # only the end token, whose export failed on an empty table), and it saves.
+    wide = PaddedRows(np.pad(matrix, ((0, 0), (0, 2)), constant_values=9), padded.lengths)
+    compiled = compile_constraints(wide, vocab_size=10, end_token=0, export_beam_sizes=(2,))
+    assert compiled.plan == compile_constraints(rows, vocab_size=10, end_token=0).plan
+    compiled.save(tmp_path / "wide.static")
     for lengths, pattern in (([2, 0, 1, 2], "sequence 1 has length 0"),
                              ([2, 4, 1, 2], "sequence 1 has length 4: expected 1..3"),
                              ([2, 3, 1], "expected an int matrix")):

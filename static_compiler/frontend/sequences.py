@@ -190,6 +190,8 @@ def _padded_rows(rows: PaddedRows) -> tuple[np.ndarray, np.ndarray, bool]:
         raise ConstraintSetError(f"PaddedRows: sequence {i} has length {int(lengths[i])}: "
                                  f"expected 1..{matrix.shape[1]}")
     lengths = lengths.astype(np.int64)
+    # Columns past the longest row would become a step with no tokens but the end token.
+    matrix = matrix[:, :int(lengths.max())]
     return matrix, lengths, bool((lengths != matrix.shape[1]).any())
 
 
