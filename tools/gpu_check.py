@@ -1,0 +1,174 @@
+"""Cross-machine check of artifacts on a GPU: saved on a CPU machine, served on
+a CUDA one.
+
+    python -m tools.gpu_check prepare DIR     # here, on the CPU: artifacts + expected results
+    python -m tools.gpu_check check DIR OUT   # on the GPU machine: JSON report at OUT
+
+`prepare` compiles two sets (1e5 random Semantic IDs, L = 8, V = 2048, with an
+item index; a variable-length set of 2e4 items with an end token), saves them
+and records, from the serving loader on this CPU, a beam search over a
+deterministic numpy model (logits = emb[last] + pos[step], float32), the same
+search over a 10 % item subset, and `allowed` masks of the torch backend for
+random prefixes. `check` loads the same artifacts on the GPU through the
+serving loader (their lowered "cuda" modules) and through the torch backend
+on "cuda", decodes the same model, and reports: every valid beam a member of
+the set, tokens / validity / lengths equal to the CPU's, the largest score
+difference, the subset's beams inside the subset, and the torch masks equal
+bit for bit. It exits 1 when a check fails. Ties between near-equal scores
+may legitimately order differently across XLA's CPU and GPU log-softmax; the
+report counts beams that differ rather than hiding them.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+SEED = 0
+BATCH, BEAMS, TOKENS_PER_BEAM = 2, 70, 30
+SIZES = {"sids": 10 ** 5, "variable": 2 * 10 ** 4}   # items per set (a test shrinks them)
+
+
+def _sets() -> dict:
+    """name -> (int32 sequences (N, L), end_token or None, vocab_size)."""
+    from static_compiler.frontend.datasets import synthetic_sids
+    rng = np.random.default_rng(SEED)
+    sids = synthetic_sids(SIZES["sids"], length=8, vocab_size=2048, seed=SEED)
+    V, end = 512, 511
+    lengths = rng.integers(1, 7, SIZES["variable"])
+    var = rng.integers(0, end, (lengths.size, 7)).astype(np.int32)
+    var[np.arange(7)[None, :] >= lengths[:, None]] = end   # end-padded, for membership
+    return {"sids": (sids, None, 2048), "variable": (var, end, V)}
+
+
+def _input(seqs: np.ndarray, end):
+    """The compiler's input: the matrix, or its rows up to the end token."""
+    from static_compiler.frontend import PaddedRows
+    return seqs if end is None else PaddedRows(seqs, (seqs != end).sum(axis=1))
+
+
+def _model(vocab_size: int, max_length: int):
+    """(emb float32 (V, V), pos float32 (T, V)): the same arrays on any machine."""
+    rng = np.random.default_rng(SEED + 1)
+    emb = rng.standard_normal((vocab_size, vocab_size), dtype=np.float32)
+    pos = rng.standard_normal((max_length, vocab_size), dtype=np.float32)
+    return emb, pos
+
+
+def _serve(art, emb, pos, subset=None) -> dict:
+    import jax
+    import jax.numpy as jnp
+    emb_d, pos_d = jnp.asarray(emb), jnp.asarray(pos)
+    state = art.init_state(BATCH, BEAMS)
+    for step in range(art.max_length):
+        logits = emb_d[state.last_tokens] + pos_d[step]
+        state = art.beam_step(state, logits, step, subset=subset)
+    tokens, scores, valid, lengths = jax.device_get(art.finalize(state))
+    return {"tokens": np.asarray(tokens), "scores": np.asarray(scores),
+            "valid": np.asarray(valid), "lengths": np.asarray(lengths)}
+
+
+def _torch_search(tc, emb, pos, device) -> dict:
+    import torch
+    emb_d, pos_d = torch.as_tensor(emb, device=device), torch.as_tensor(pos, device=device)
+    result = tc.beam_search(lambda last, step, carry: (emb_d[last] + pos_d[step], carry),
+                            batch_size=BATCH, beam_size=BEAMS, tokens_per_beam=TOKENS_PER_BEAM)
+    return {k: getattr(result, k).cpu().numpy() for k in ("tokens", "scores", "valid", "lengths")}
+
+
+def _prefixes(seqs: np.ndarray, count: int = 256) -> np.ndarray:
+    """Prefixes of length 3: half from the set, half random (mostly dead)."""
+    rng = np.random.default_rng(SEED + 2)
+    real = seqs[rng.integers(0, len(seqs), count // 2), :3]
+    fake = rng.integers(0, int(seqs.max()) + 1, (count - count // 2, 3))
+    return np.concatenate([real, fake]).astype(np.int64)
+
+
+def prepare(root: pathlib.Path) -> None:
+    import static_compiler as sc
+    from static_compiler.artifact import serving
+    from static_compiler.torch_backend import TorchConstraints
+    root.mkdir(parents=True, exist_ok=True)
+    for name, (seqs, end, V) in _sets().items():
+        compiled = sc.compile_constraints(_input(seqs, end), vocab_size=V, end_token=end,
+                                          export_beam_sizes=(BEAMS,), export_subsets=True,
+                                          export_tokens_per_beam=TOKENS_PER_BEAM)
+        path = compiled.save(root / f"{name}.static", overwrite=True)
+        art = serving.load(path)
+        emb, pos = _model(V, art.max_length)
+        mask = np.random.default_rng(SEED + 3).random(len(seqs)) < 0.1
+        full, sub = _serve(art, emb, pos), _serve(art, emb, pos, art.subset(mask))
+        allowed = TorchConstraints.from_artifact(path).allowed(_prefixes(seqs)).numpy()
+        np.savez_compressed(root / f"{name}.expected.npz", mask=mask, allowed=allowed,
+                            **{f"full_{k}": v for k, v in full.items()},
+                            **{f"subset_{k}": v for k, v in sub.items()})
+        print(f"prepared {name}: {path}")
+
+
+def _compare(got: dict, want: dict, prefix: str, members: set, where: str) -> dict:
+    same = (got["tokens"] == want[f"{prefix}_tokens"]).all(axis=-1) \
+        & (got["valid"] == want[f"{prefix}_valid"]) & (got["lengths"] == want[f"{prefix}_lengths"])
+    both = got["valid"] & want[f"{prefix}_valid"]
+    diff = np.abs(got["scores"] - want[f"{prefix}_scores"])[both]
+    outside = [tuple(t[:n]) for t, n, v in zip(got["tokens"].reshape(-1, got["tokens"].shape[-1]),
+                                                got["lengths"].ravel(), got["valid"].ravel())
+               if v and tuple(t[:n]) not in members]
+    return {"where": where, "beams": int(same.size), "beams_equal_cpu": int(same.sum()),
+            "valid": int(got["valid"].sum()), "valid_not_in_set": len(outside),
+            "max_abs_score_diff": float(diff.max()) if diff.size else 0.0}
+
+
+def check(root: pathlib.Path, out: pathlib.Path) -> int:
+    import jax
+    import torch
+    from static_compiler.artifact import serving
+    from static_compiler.torch_backend import TorchConstraints
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    report = {"jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
+              "torch": torch.__version__, "torch_device": device, "sets": {}}
+    ok = True
+    for name, (seqs, end, V) in _sets().items():
+        want = dict(np.load(root / f"{name}.expected.npz"))
+        path = root / f"{name}.static"
+        t0 = time.perf_counter()
+        art = serving.load(path)
+        emb, pos = _model(V, art.max_length)
+        strip = (lambda row: tuple(int(t) for t in row if t != end)) if end is not None else \
+            (lambda row: tuple(int(t) for t in row))
+        members = {strip(row) for row in seqs}
+        chosen = {strip(row) for row in seqs[want["mask"]]}
+        rows = [_compare(_serve(art, emb, pos), want, "full", members, "serving, full set"),
+                _compare(_serve(art, emb, pos, art.subset(want["mask"])), want, "subset",
+                         chosen, "serving, 10 % subset")]
+        tc = TorchConstraints.from_artifact(path, device=device)
+        allowed = tc.allowed(_prefixes(seqs)).cpu().numpy()
+        rows.append(_compare(_torch_search(tc, emb, pos, device), want, "full", members,
+                             f"torch beam_search on {device}, full set"))
+        entry = {"load_and_decode_s": round(time.perf_counter() - t0, 3), "checks": rows,
+                 "torch_allowed_equal_cpu": bool((allowed == want["allowed"]).all())}
+        report["sets"][name] = entry
+        ok &= entry["torch_allowed_equal_cpu"] and all(
+            r["valid_not_in_set"] == 0 and r["valid"] > 0 for r in rows)
+    report["ok"] = bool(ok)
+    out.write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+    return 0 if ok else 1
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "prepare":
+        prepare(pathlib.Path(argv[1]))
+        return 0
+    if len(argv) == 3 and argv[0] == "check":
+        return check(pathlib.Path(argv[1]), pathlib.Path(argv[2]))
+    print(__doc__.split("\n\n")[1], file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
