@@ -167,6 +167,16 @@ def test_live_subset_benchmark_runs_and_compiles_nothing_new():
     assert "| 3 per-row subsets, B=3 |" in out.stdout
 
 
+def test_decode_loops_benchmark_times_both_searches():
+    """`python -m tools.bench.decode_loops`: the looped and the inline beam
+    search each timed beside the harness decodes; the last line is JSON."""
+    out = _run("tools.bench.decode_loops", "--items", 3000, "--rounds", 1, "--calls", 2)
+    assert out.returncode == 0, out.stdout + out.stderr
+    cell = json.loads(out.stdout.splitlines()[-1])["cells"]["3e+03"]
+    assert set(cell["first_call_s"]) == {"loops", "inline"}
+    assert all(cell[f"{k}_ms"] > 0 for k in ("loops", "inline", "static_mask", "unconstrained"))
+
+
 def test_compile_time_benchmark_writes_and_compares_a_baseline(tmp_path):
     """`python -m tools.bench compile-time`: per-stage medians of fresh
     builds, written as a baseline only when asked, then compared with it."""

@@ -659,3 +659,23 @@ def test_exception_bounds_of_older_artifacts_decode_and_read_back_alike(packed, 
             np.testing.assert_array_equal(np.asarray(got.scores), np.asarray(want.scores))
     finally:
         jax.clear_caches()  # (traces made with the bound lowered)
+
+
+@pytest.mark.parametrize("family", ["random", "skewed"])
+def test_unrolled_beam_search_matches_the_oracle(family, monkeypatch):
+    """GPU backends run a fixed-length set's beam search steps inline
+    (`UNROLL_BACKENDS`): forced on this CPU, it still equals the oracle."""
+    from static_compiler.backend.decode import search
+    monkeypatch.setattr(search, "UNROLL_BACKENDS", ("cpu",))
+    fam = FAMILIES[family]
+    rng = np.random.default_rng(7)
+    items = oracle.relabel(family_shape(family), rng)
+    model = oracle.HashModel(fam.vocab_size, nan=20, neginf=20, dup=40, zero_row=30)
+    for layout in ("default", "csr", "near_unary"):
+        compiled = compile_set(items, fam.vocab_size, layout)
+        assert search.unrolled(compiled.plan)
+        decode_and_check(oracle.ConstraintSet(items, fam.vocab_size), compiled, model,
+                         rng.integers(0, 2 ** 32, size=fam.batch), fam.beams, fam.tokens_per_beam)
+    ragged = FAMILIES["ragged"]
+    assert not search.unrolled(compile_set(list(family_shape("ragged").sequences()),
+                                           ragged.vocab_size, "default", ragged.end_token).plan)

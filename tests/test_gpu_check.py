@@ -1,22 +1,31 @@
-"""tools/gpu_check (the CPU-saved, GPU-served cross-check) on this CPU: what
-`prepare` records, `check` reproduces, and a wrong expectation fails it."""
+"""`python -m tools.gpu_check` (artifacts saved on a CPU, served on a GPU)
+run here on the CPU at small sizes: `check` reproduces what `prepare`
+recorded, and a changed expectation fails it."""
 
 import json
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 pytest.importorskip("torch")
-from tools import gpu_check  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def test_check_reproduces_prepare_and_fails_on_a_changed_expectation(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpu_check, "SIZES", {"sids": 3000, "variable": 2000})
-    monkeypatch.setattr(gpu_check, "BEAMS", 8)
-    gpu_check.prepare(tmp_path)
-    assert gpu_check.check(tmp_path, tmp_path / "report.json") == 0
-    report = json.loads((tmp_path / "report.json").read_text())
-    for entry in report["sets"].values():
+def _run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tools.gpu_check", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_check_reproduces_prepare_and_fails_on_a_changed_expectation(tmp_path):
+    done = _run("prepare", tmp_path, "--sids", 3000, "--variable", 2000, "--beams", 8)
+    assert done.returncode == 0, done.stderr
+    report = tmp_path / "report.json"
+    done = _run("check", tmp_path, report)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for entry in json.loads(report.read_text())["sets"].values():
         assert entry["torch_allowed_equal_cpu"]
         for row in entry["checks"]:
             assert row["beams_equal_cpu"] == row["beams"] == 16 and row["valid_not_in_set"] == 0
@@ -24,4 +33,5 @@ def test_check_reproduces_prepare_and_fails_on_a_changed_expectation(tmp_path, m
     want = dict(np.load(expected))
     want["allowed"][0] = ~want["allowed"][0]
     np.savez_compressed(expected, **want)
-    assert gpu_check.check(tmp_path, tmp_path / "report.json") == 1
+    assert _run("check", tmp_path, report).returncode == 1
+    assert not json.loads(report.read_text())["sets"]["sids"]["torch_allowed_equal_cpu"]

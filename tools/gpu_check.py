@@ -4,6 +4,9 @@ a CUDA one.
     python -m tools.gpu_check prepare DIR     # here, on the CPU: artifacts + expected results
     python -m tools.gpu_check check DIR OUT   # on the GPU machine: JSON report at OUT
 
+(`prepare --sids N --variable N --beams M` shrinks the sets; `check` reads
+the sizes back from DIR/sizes.json.)
+
 `prepare` compiles two sets (1e5 random Semantic IDs, L = 8, V = 2048, with an
 item index; a variable-length set of 2e4 items with an end token), saves them
 and records, from the serving loader on this CPU, a beam search over a
@@ -21,6 +24,7 @@ report counts beams that differ rather than hiding them.
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 import sys
@@ -29,17 +33,17 @@ import time
 import numpy as np
 
 SEED = 0
-BATCH, BEAMS, TOKENS_PER_BEAM = 2, 70, 30
-SIZES = {"sids": 10 ** 5, "variable": 2 * 10 ** 4}   # items per set (a test shrinks them)
+BATCH, TOKENS_PER_BEAM = 2, 30
+SIZES = {"sids": 10 ** 5, "variable": 2 * 10 ** 4, "beams": 70}
 
 
-def _sets() -> dict:
+def _sets(sizes: dict) -> dict:
     """name -> (int32 sequences (N, L), end_token or None, vocab_size)."""
     from static_compiler.frontend.datasets import synthetic_sids
     rng = np.random.default_rng(SEED)
-    sids = synthetic_sids(SIZES["sids"], length=8, vocab_size=2048, seed=SEED)
+    sids = synthetic_sids(sizes["sids"], length=8, vocab_size=2048, seed=SEED)
     V, end = 512, 511
-    lengths = rng.integers(1, 7, SIZES["variable"])
+    lengths = rng.integers(1, 7, sizes["variable"])
     var = rng.integers(0, end, (lengths.size, 7)).astype(np.int32)
     var[np.arange(7)[None, :] >= lengths[:, None]] = end   # end-padded, for membership
     return {"sids": (sids, None, 2048), "variable": (var, end, V)}
@@ -59,11 +63,11 @@ def _model(vocab_size: int, max_length: int):
     return emb, pos
 
 
-def _serve(art, emb, pos, subset=None) -> dict:
+def _serve(art, emb, pos, beams: int, subset=None) -> dict:
     import jax
     import jax.numpy as jnp
     emb_d, pos_d = jnp.asarray(emb), jnp.asarray(pos)
-    state = art.init_state(BATCH, BEAMS)
+    state = art.init_state(BATCH, beams)
     for step in range(art.max_length):
         logits = emb_d[state.last_tokens] + pos_d[step]
         state = art.beam_step(state, logits, step, subset=subset)
@@ -72,11 +76,11 @@ def _serve(art, emb, pos, subset=None) -> dict:
             "valid": np.asarray(valid), "lengths": np.asarray(lengths)}
 
 
-def _torch_search(tc, emb, pos, device) -> dict:
+def _torch_search(tc, emb, pos, device, beams: int) -> dict:
     import torch
     emb_d, pos_d = torch.as_tensor(emb, device=device), torch.as_tensor(pos, device=device)
     result = tc.beam_search(lambda last, step, carry: (emb_d[last] + pos_d[step], carry),
-                            batch_size=BATCH, beam_size=BEAMS, tokens_per_beam=TOKENS_PER_BEAM)
+                            batch_size=BATCH, beam_size=beams, tokens_per_beam=TOKENS_PER_BEAM)
     return {k: getattr(result, k).cpu().numpy() for k in ("tokens", "scores", "valid", "lengths")}
 
 
@@ -88,20 +92,23 @@ def _prefixes(seqs: np.ndarray, count: int = 256) -> np.ndarray:
     return np.concatenate([real, fake]).astype(np.int64)
 
 
-def prepare(root: pathlib.Path) -> None:
+def prepare(root: pathlib.Path, sizes: dict) -> None:
     import static_compiler as sc
     from static_compiler.artifact import serving
     from static_compiler.torch_backend import TorchConstraints
     root.mkdir(parents=True, exist_ok=True)
-    for name, (seqs, end, V) in _sets().items():
+    (root / "sizes.json").write_text(json.dumps(sizes))
+    beams = sizes["beams"]
+    for name, (seqs, end, V) in _sets(sizes).items():
         compiled = sc.compile_constraints(_input(seqs, end), vocab_size=V, end_token=end,
-                                          export_beam_sizes=(BEAMS,), export_subsets=True,
+                                          export_beam_sizes=(beams,), export_subsets=True,
                                           export_tokens_per_beam=TOKENS_PER_BEAM)
         path = compiled.save(root / f"{name}.static", overwrite=True)
         art = serving.load(path)
         emb, pos = _model(V, art.max_length)
         mask = np.random.default_rng(SEED + 3).random(len(seqs)) < 0.1
-        full, sub = _serve(art, emb, pos), _serve(art, emb, pos, art.subset(mask))
+        full = _serve(art, emb, pos, beams)
+        sub = _serve(art, emb, pos, beams, art.subset(mask))
         allowed = TorchConstraints.from_artifact(path).allowed(_prefixes(seqs)).numpy()
         np.savez_compressed(root / f"{name}.expected.npz", mask=mask, allowed=allowed,
                             **{f"full_{k}": v for k, v in full.items()},
@@ -131,7 +138,9 @@ def check(root: pathlib.Path, out: pathlib.Path) -> int:
     report = {"jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
               "torch": torch.__version__, "torch_device": device, "sets": {}}
     ok = True
-    for name, (seqs, end, V) in _sets().items():
+    sizes = json.loads((root / "sizes.json").read_text())
+    beams = sizes["beams"]
+    for name, (seqs, end, V) in _sets(sizes).items():
         want = dict(np.load(root / f"{name}.expected.npz"))
         path = root / f"{name}.static"
         t0 = time.perf_counter()
@@ -141,12 +150,12 @@ def check(root: pathlib.Path, out: pathlib.Path) -> int:
             (lambda row: tuple(int(t) for t in row))
         members = {strip(row) for row in seqs}
         chosen = {strip(row) for row in seqs[want["mask"]]}
-        rows = [_compare(_serve(art, emb, pos), want, "full", members, "serving, full set"),
-                _compare(_serve(art, emb, pos, art.subset(want["mask"])), want, "subset",
+        rows = [_compare(_serve(art, emb, pos, beams), want, "full", members, "serving, full set"),
+                _compare(_serve(art, emb, pos, beams, art.subset(want["mask"])), want, "subset",
                          chosen, "serving, 10 % subset")]
         tc = TorchConstraints.from_artifact(path, device=device)
         allowed = tc.allowed(_prefixes(seqs)).cpu().numpy()
-        rows.append(_compare(_torch_search(tc, emb, pos, device), want, "full", members,
+        rows.append(_compare(_torch_search(tc, emb, pos, device, beams), want, "full", members,
                              f"torch beam_search on {device}, full set"))
         entry = {"load_and_decode_s": round(time.perf_counter() - t0, 3), "checks": rows,
                  "torch_allowed_equal_cpu": bool((allowed == want["allowed"]).all())}
@@ -160,14 +169,21 @@ def check(root: pathlib.Path, out: pathlib.Path) -> int:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 2 and argv[0] == "prepare":
-        prepare(pathlib.Path(argv[1]))
+    parser = argparse.ArgumentParser(prog="python -m tools.gpu_check",
+                                     description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    prep = sub.add_parser("prepare", help="save the artifacts and the CPU's results in DIR")
+    prep.add_argument("dir", type=pathlib.Path)
+    for key, value in SIZES.items():
+        prep.add_argument(f"--{key}", type=int, default=value)
+    chk = sub.add_parser("check", help="decode DIR's artifacts here, write a JSON report")
+    chk.add_argument("dir", type=pathlib.Path)
+    chk.add_argument("out", type=pathlib.Path)
+    args = parser.parse_args(argv)
+    if args.command == "prepare":
+        prepare(args.dir, {key: getattr(args, key) for key in SIZES})
         return 0
-    if len(argv) == 3 and argv[0] == "check":
-        return check(pathlib.Path(argv[1]), pathlib.Path(argv[2]))
-    print(__doc__.split("\n\n")[1], file=sys.stderr)
-    return 2
+    return check(args.dir, args.out)
 
 
 if __name__ == "__main__":

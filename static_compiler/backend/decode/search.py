@@ -57,10 +57,35 @@ def _call_model(logits_fn, params, with_params: bool, last_tokens, step, carry, 
     return model_output(out, tuple(last_tokens.shape) + (vocab_size,), where)
 
 
+UNROLL_BACKENDS = ("gpu",)
+"""Backends whose beam searches over a fixed-length set run every step inline
+(one straight program) rather than as loops over runs of steps: a GPU reads
+a while loop's predicate and a conditional's branch index back on the host
+each iteration, which cost the 8-step decode ~0.35 ms of 1.2 ms on an H200
+(docs/benchmarks.md, "On an H200"). On the CPU the loops compile faster and
+run as fast; on a TPU loops stay on the device. Sampling keeps its loops:
+its draws depend on the candidate columns, which inline steps lay out
+differently, and a key should draw the same sequence on every backend."""
+
+
+def unrolled(plan: Plan) -> bool:
+    """Whether this process's beam searches over `plan` run every step inline (see
+    `UNROLL_BACKENDS`); a set with an end token keeps its while loop, which
+    stops once every beam has ended."""
+    return plan.end_token is None and jax.default_backend() in UNROLL_BACKENDS
+
+
+def _segments(plan: Plan, caps: tuple, live: tuple, beam_size: int, tables, unroll: bool):
+    """`step_segments`, or each step alone when `unroll`."""
+    if unroll:
+        return tuple((t,) for t in range(plan.max_length))
+    return step_segments(plan, caps, live, beam_size, tables)
+
+
 @bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "beam_size", "caps",
-                              "length_penalty", "axes", "reorder", "with_params"))
+                              "length_penalty", "axes", "reorder", "with_params", "unroll"))
 def _beam_search(plan, tables, carry, start_tokens, params, subset, *, logits_fn, batch_size,
-                 beam_size, caps, length_penalty, axes, reorder, with_params):
+                 beam_size, caps, length_penalty, axes, reorder, with_params, unroll):
     state = init_beam_state(plan, batch_size, beam_size, start_tokens)
     live = live_beam_bounds(plan, beam_size, caps)
 
@@ -74,7 +99,8 @@ def _beam_search(plan, tables, carry, start_tokens, params, subset, *, logits_fn
         return state, reorder_carry(new_carry, state.parent, axes, reorder)
 
     state, carry = _run_segments(plan, tables, subset, one_step,
-                                 step_segments(plan, caps, live, beam_size, tables), state, carry)
+                                 _segments(plan, caps, live, beam_size, tables, unroll), state,
+                                 carry)
     return finalize(state, length_penalty), carry
 
 
@@ -166,7 +192,7 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
     with_params = params is not NO_PARAMS
     static = dict(logits_fn=logits_fn, batch_size=int(batch_size), beam_size=int(beam_size),
                   caps=caps, length_penalty=length_penalty, axes=axes, reorder=reorder,
-                  with_params=with_params)
+                  with_params=with_params, unroll=unrolled(plan))
     result, out_carry = _beam_search(plan, tables, carry, start_tokens,
                                      params if with_params else None, subset,
                                      also_compile=_as_subset(also_compile), **static)
