@@ -6,6 +6,9 @@ table's file (`npy_header`). numpy only."""
 from __future__ import annotations
 
 import io
+import mmap
+import threading
+import weakref
 from typing import Callable
 
 import numpy as np
@@ -26,20 +29,112 @@ def npy_header(shape, dtype) -> bytes:
     return buf.getvalue()
 
 
-def table_array(shape, dtype, fill=None) -> np.ndarray:
+def table_array(shape, dtype, fill=None, recycle: bool = False) -> np.ndarray:
     """A new table array (uninitialized, or set to `fill`) whose data starts
     on a TABLE_ALIGNMENT boundary: jax's CPU client then takes it as a
     device buffer without copying it (numpy's large allocations start 16
     bytes past a page: 150 MB of tables took 25 ms to put on the device,
-    aligned ones none), which an update's next decode would otherwise pay."""
+    aligned ones none), which an update's next decode would otherwise pay.
+    recycle: for the tables of versions that replace each other (an update's
+    output): one of RECYCLE_MIN_BYTES or more comes from `TABLE_BUFFERS`,
+    page-aligned, in the memory of a dead one of its size where there is one."""
     dtype = np.dtype(dtype)
     count = int(np.prod(shape))
-    raw = np.empty(count * dtype.itemsize + TABLE_ALIGNMENT, np.uint8)
-    skip = -raw.ctypes.data % TABLE_ALIGNMENT
-    out = raw[skip:skip + count * dtype.itemsize].view(dtype).reshape(shape)
+    nbytes = count * dtype.itemsize
+    if recycle and nbytes >= RECYCLE_MIN_BYTES and hasattr(mmap, "MAP_ANONYMOUS"):
+        out = TABLE_BUFFERS.take(nbytes).view(dtype).reshape(shape)
+    else:
+        raw = np.empty(nbytes + TABLE_ALIGNMENT, np.uint8)
+        skip = -raw.ctypes.data % TABLE_ALIGNMENT
+        out = raw[skip:skip + nbytes].view(dtype).reshape(shape)
     if fill is not None:
         out.fill(fill)
     return out
+
+
+RECYCLE_MIN_BYTES = 1 << 20
+"""Recycled tables this large or larger are allocated through `TABLE_BUFFERS`."""
+
+
+class BufferPool:
+    """Anonymous memory maps for large tables, each handed out again once
+    every array over it has died.
+
+    Why: an update writes every table of the new version anew, in the
+    padded sizes of the old one. Fresh pages cost a fault each (4 KiB where
+    the kernel has no huge page to give): 1e4 additions to a 1e7 set spent
+    about half their 0.3 s faulting ~280 MB of new tables in, while an
+    update whose allocator happened to reuse the last version's freed memory
+    took 0.12 s. So a dead table's map is kept (at most `max_free_bytes`
+    of them, the oldest unmapped first), marked MADV_FREE so the kernel may
+    reclaim its pages under memory pressure, and given to the next table of
+    the same size, whose writes then find the pages mapped."""
+
+    def __init__(self, max_free_bytes: int = 1 << 30):
+        self.max_free_bytes = max_free_bytes
+        self._free = []  # [(size, mmap)] of dead arrays, oldest first
+        self._lock = threading.RLock()  # (a release may run inside a take, from the gc)
+
+    @property
+    def free_bytes(self) -> int:
+        return sum(size for size, _ in self._free)
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """uint8 (nbytes,) over a page-aligned map, reused where one of its
+        size class is free (the most recently freed); contents undefined."""
+        size, mm = size_class(int(nbytes)), None
+        with self._lock:
+            for i in range(len(self._free) - 1, -1, -1):
+                if self._free[i][0] == size:
+                    mm = self._free.pop(i)[1]
+                    break
+        if mm is None:
+            mm = mmap.mmap(-1, size, flags=_NEW_MAP_FLAGS)
+        raw = np.frombuffer(mm, np.uint8, count=int(nbytes))
+        weakref.finalize(raw, self._release, size, mm)
+        return raw
+
+    def _release(self, size: int, mm) -> None:
+        _advise(mm, getattr(mmap, "MADV_FREE", None))
+        with self._lock:
+            self._free.append((size, mm))
+            while self._free and self.free_bytes > self.max_free_bytes:
+                self._free.pop(0)  # unmapped once unreferenced
+
+    def clear(self) -> None:
+        """Drops every free map (each unmapped once unreferenced)."""
+        with self._lock:
+            self._free.clear()
+
+
+_NEW_MAP_FLAGS = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0) | \
+    getattr(mmap, "MAP_POPULATE", 0)
+"""A new map's pages are populated by the mmap call itself, in bulk (Linux):
+a fault per page cost about 1.5 us here (a virtual machine)."""
+
+
+def size_class(nbytes: int) -> int:
+    """The map size `BufferPool` gives `nbytes`: rounded up to a page and to
+    1/32 of its power of two (at most ~3 % more), so that an array grown by
+    a few items (an item index after an addition) reuses its predecessor's."""
+    grain = max(mmap.PAGESIZE, 1 << max(0, nbytes.bit_length() - 6))
+    return -(-nbytes // grain) * grain
+
+
+def _advise(mm, advice) -> None:
+    if advice is not None and hasattr(mm, "madvise"):
+        try:
+            mm.madvise(advice)
+        except OSError:  # not supported by this kernel
+            pass
+
+
+TABLE_BUFFERS = BufferPool()
+"""The process's pool of table memory (`table_array`)."""
+
+
+FILL_BYTES = 1 << 21
+"""Bytes of a `PieceArray` a fill writes at a time."""
 
 
 class PieceArray:
@@ -49,7 +144,8 @@ class PieceArray:
     writes (`artifact.update`): each new table streams from the old one
     into its file a chunk at a time (`chunks`), never whole in memory.
     `materialize()` (also `np.asarray`) computes it whole, aligned;
-    `a[i:j]` computes rows i..j."""
+    `a[i:j]` computes rows i..j. Its results are recycled tables
+    (`table_array`): an update's output, or chunks of equal size."""
 
     def __init__(self, shape, dtype, fill: Callable[[np.ndarray, int, int], None]):
         self.shape = tuple(int(s) for s in (shape if isinstance(shape, tuple) else (shape,)))
@@ -66,9 +162,13 @@ class PieceArray:
 
     def rows(self, start: int, stop: int) -> np.ndarray:
         start, stop = max(0, start), min(self.shape[0], stop)
-        out = table_array((max(0, stop - start),) + self.shape[1:], self.dtype)
-        if stop > start:
-            self.fill_rows(out, start, stop)
+        out = table_array((max(0, stop - start),) + self.shape[1:], self.dtype, recycle=True)
+        # A piece at a time: a fill's temporaries (int64 ids, masks) stay a few MB, reused
+        # by malloc, rather than several times the table in fresh pages.
+        step = max(1, FILL_BYTES // max(1, out[:1].nbytes))
+        for lo in range(start, stop, step):
+            hi = min(stop, lo + step)
+            self.fill_rows(out[lo - start:hi - start], lo, hi)
         return out
 
     def __getitem__(self, key):

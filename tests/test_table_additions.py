@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import oracle
 import static_compiler as sc
+from static_compiler import arrays
 from static_compiler.arrays import TABLE_ALIGNMENT, table_array
 from static_compiler.backend.lowering import lower
 from static_compiler.ir import AutomatonSummary
@@ -174,6 +175,64 @@ def test_table_arrays_are_aligned(shape, dtype):
     assert arr.size == 0 or arr.ctypes.data % TABLE_ALIGNMENT == 0  # (an empty one has no data)
     assert arr.dtype == dtype
     assert arr.shape == (shape if isinstance(shape, tuple) else (shape,)) and (arr == 3).all()
+
+
+@pytest.mark.parametrize("shape, dtype", [(5, np.uint16), ((300, 1000), np.int32)])
+def test_recycled_tables_reuse_a_dead_tables_memory_only(shape, dtype):
+    """`table_array(recycle=True)` of 1 MiB or more: the memory of a dead
+    table of its size class comes back; one that any view (or a jax array
+    made from it) still holds does not, and a dropped pool keeps nothing."""
+    import gc
+
+    import jax.numpy as jnp
+    pool = arrays.BufferPool()
+    take = lambda: pool.take(int(np.prod(shape)) * np.dtype(dtype).itemsize).view(dtype)
+    first = take()
+    first[...] = 7
+    address = first.ctypes.data
+    assert address % TABLE_ALIGNMENT == 0
+    view = first[1:]
+    held = jnp.asarray(first)
+    del first
+    second = take()
+    assert second.ctypes.data != address  # a view and a jax array still hold the first
+    second[...] = 9
+    assert (np.asarray(held) == 7).all() and (view == 7).all()
+    del view, held
+    gc.collect()  # (jax may hold the array it read in a reference cycle)
+    third = take()
+    assert third.ctypes.data == address
+    size = arrays.size_class(third.nbytes)
+    del second, third
+    assert pool.free_bytes == 2 * size
+    grown = pool.take(third_bytes := size - 8)  # a little larger, the same size class
+    assert pool.free_bytes == size and arrays.size_class(third_bytes) == size
+    pool.max_free_bytes = 0
+    del grown
+    assert pool.free_bytes == 0
+    big = table_array((1 << 18,), np.int32, fill=1, recycle=True)  # 1 MiB: from TABLE_BUFFERS
+    assert big.ctypes.data % 4096 == 0 and (big == 1).all()
+
+
+def test_size_classes_round_up_by_at_most_a_thirty_second():
+    for n in (1, 4095, 4096, 4097, 1 << 20, (1 << 20) + 1, 10 ** 9, 3 * 10 ** 7 + 17):
+        size = arrays.size_class(n)
+        assert n <= size <= max(-(-n // 4096) * 4096, n * 33 // 32 + 1) and size % 4096 == 0
+    assert arrays.size_class(40_000_000) == arrays.size_class(40_040_000)  # an index grown by 1e4
+
+
+def test_pieces_are_filled_a_few_rows_at_a_time(monkeypatch):
+    """`PieceArray.rows` calls its fill on ranges of about FILL_BYTES; the
+    result is the same as one call."""
+    old = np.arange(1000, dtype=np.int32)
+    at = np.array([0, 10, 10, 999, 1000])
+    monkeypatch.setattr(arrays, "FILL_BYTES", 64)
+    calls = []
+    piece = additions.inserted(old, 1000, at, -1, 1010, 0)
+    fill = piece.fill_rows
+    piece.fill_rows = lambda out, lo, hi: (calls.append((lo, hi)), fill(out, lo, hi))
+    np.testing.assert_array_equal(piece.materialize(), np.append(np.insert(old, at, -1), [0] * 5))
+    assert calls[0] == (0, 16) and calls[-1] == (1008, 1010) and len(calls) == 64
 
 
 @pytest.mark.parametrize("layout, ragged", [("default", False), ("near_unary", False),

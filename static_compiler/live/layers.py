@@ -264,8 +264,11 @@ class TableLayer(_Rows):
 
     @functools.cached_property
     def tokens(self) -> np.ndarray:
-        if self.kind == "dense_rows":
-            return np.nonzero(np.asarray(self.tables["next"][:self.num_states]) >= 0)[1]
+        if self.kind == "dense_rows":  # each row's columns that have a child, in order
+            table = np.asarray(self.tables["next"][:self.num_states])
+            V = table.shape[1]
+            columns = np.arange(V, dtype=np.uint16 if V <= 1 << 16 else np.uint32)
+            return np.broadcast_to(columns, table.shape)[table >= 0]
         tokens = self.tables["tokens"]
         # (a memory-mapped table stays one: its readers drop pages they read)
         return tokens[:self.num_edges] if isinstance(tokens, np.ndarray) else \

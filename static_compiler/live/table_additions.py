@@ -260,9 +260,10 @@ def _merged_exceptions(tabs: dict, was, now, change: LayerInsertion, num_states:
     # where each goes in the old list: after the old exceptions below its old position
     place = np.searchsorted(ex_table[:real], cand - np.searchsorted(change.new_ids, cand))
     room = exception_entries(lay, real - dropped.shape[0] + cand.shape[0])
-    out_states = table_array(room, st_dt, num_states)  # padding: past every state
-    out_branch = table_array(room, branch_dtype_for(lay.widest_branch(now.max_branch)), 0)
-    out_starts = table_array(room, st_dt, now.num_edges)
+    out_states = table_array(room, st_dt, num_states, recycle=True)  # padding: past every state
+    out_branch = table_array(room, branch_dtype_for(lay.widest_branch(now.max_branch)), 0,
+                             recycle=True)
+    out_starts = table_array(room, st_dt, now.num_edges, recycle=True)
     cursor, extra = 0, 0  # entries written; children past one per state so far
     for start in range(0, max(real, 1), EXCEPTION_CHUNK):
         stop = min(real, start + EXCEPTION_CHUNK)
