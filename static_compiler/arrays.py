@@ -144,8 +144,7 @@ class PieceArray:
     writes (`artifact.update`): each new table streams from the old one
     into its file a chunk at a time (`chunks`), never whole in memory.
     `materialize()` (also `np.asarray`) computes it whole, aligned;
-    `a[i:j]` computes rows i..j. Its results are recycled tables
-    (`table_array`): an update's output, or chunks of equal size."""
+    `a[i:j]` computes rows i..j."""
 
     def __init__(self, shape, dtype, fill: Callable[[np.ndarray, int, int], None]):
         self.shape = tuple(int(s) for s in (shape if isinstance(shape, tuple) else (shape,)))
@@ -160,9 +159,9 @@ class PieceArray:
     def __len__(self) -> int:
         return self.shape[0]
 
-    def rows(self, start: int, stop: int) -> np.ndarray:
+    def rows(self, start: int, stop: int, recycle: bool = False) -> np.ndarray:
         start, stop = max(0, start), min(self.shape[0], stop)
-        out = table_array((max(0, stop - start),) + self.shape[1:], self.dtype, recycle=True)
+        out = table_array((max(0, stop - start),) + self.shape[1:], self.dtype, recycle=recycle)
         # A piece at a time: a fill's temporaries (int64 ids, masks) stay a few MB, reused
         # by malloc, rather than several times the table in fresh pages.
         step = max(1, FILL_BYTES // max(1, out[:1].nbytes))
@@ -178,7 +177,9 @@ class PieceArray:
         raise TypeError(f"PieceArray: only row slices a[i:j] are computed, not {key!r}")
 
     def materialize(self) -> np.ndarray:
-        return self.rows(0, self.shape[0])
+        """The whole array: a table of an update's new version, recycled
+        (`table_array`); a chunk (`chunks`, `a[i:j]`) is not."""
+        return self.rows(0, self.shape[0], recycle=True)
 
     def __array__(self, dtype=None, copy=None):
         out = self.materialize()

@@ -35,9 +35,15 @@ from static_compiler.errors import DecodeInputError
 # value and what was expected.
 
 
-def _dtype(value):
+def _dtype(value, name: str = "value", where: str = ""):
     dtype = getattr(value, "dtype", None)  # arrays (jax, numpy): no dtype promotion to run
-    return dtype if isinstance(dtype, np.dtype) else jnp.result_type(value)
+    if isinstance(dtype, np.dtype):
+        return dtype
+    try:  # nested lists: jnp.result_type takes no list
+        return jnp.result_type(value) if np.isscalar(value) else np.asarray(value).dtype
+    except (TypeError, ValueError) as err:
+        raise DecodeInputError(f"{where}: {name} {str(value)[:80]!r} is not an array of numbers "
+                               f"({err})") from None
 
 
 @functools.lru_cache(maxsize=None)
@@ -76,14 +82,14 @@ def check_step(step, max_length: int, where: str, *, traced: bool = False,
 
 def check_logits(logits, batch_shape: tuple, vocab_size: int, where: str) -> None:
     """`logits` must be a float array of shape batch_shape + (vocab_size,)."""
-    dtype = _dtype(logits)
+    dtype = _dtype(logits, "logits", where)
     check_logits_shape(np.shape(logits), dtype, _is_float_dtype(dtype), batch_shape, vocab_size,
                        where)
 
 
 def check_tokens(tokens, batch_size: int, where: str) -> None:
     """`tokens` (the chosen token per row) must be ints of shape (batch_size,)."""
-    dtype = _dtype(tokens)
+    dtype = _dtype(tokens, "tokens", where)
     check_token_shape(np.shape(tokens), dtype, _is_integer_dtype(dtype), batch_size, where)
 
 

@@ -201,6 +201,24 @@ def test_bad_advance_tokens_are_rejected(small, tokens):
         small.advance(small.init_state(2), tokens, 0)
 
 
+def test_lists_are_taken_as_arrays_and_ragged_ones_rejected(small):
+    """Python lists of tokens and logits (`jnp.result_type` takes no list:
+    a plain list of tokens raised jax's TypeError), the pair and the step
+    processor alike."""
+    state = small.init_state(2)
+    for pair in (small, small.processor(2)):
+        moved = pair.advance(state, [1, 1], 0)
+        np.testing.assert_array_equal(
+            np.asarray(moved.node), np.asarray(small.advance(state, np.array([1, 1]), 0).node))
+        np.testing.assert_array_equal(np.asarray(pair.mask([[0.0] * 3] * 2, state, 0)),
+                                      np.asarray(small.mask(np.zeros((2, 3)), state, 0)))
+        with pytest.raises(DecodeInputError, match=r"advance\(step=0\): tokens '\[1, \[2, 3\]\]' "
+                                                   r"is not an array of numbers"):
+            pair.advance(state, [1, [2, 3]], 0)
+        with pytest.raises(DecodeInputError, match=r"logits .* is not an array of numbers"):
+            pair.mask([[0.0] * 3, [0.0]], state, 0)
+
+
 @pytest.mark.parametrize("batch", [0, -1, 2.0, True])
 def test_bad_processor_batch_is_rejected(small, batch):
     with pytest.raises(DecodeInputError, match=r"batch_size=.*: expected an int >= 1"):

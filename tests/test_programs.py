@@ -76,3 +76,26 @@ def test_set_max_programs_needs_a_positive_int(n):
     with pytest.raises(DecodeInputError, match=r"set_max_programs: n=.*: expected an int >= 1"):
         sc.set_max_programs(n)
     assert sc.max_programs() >= 1
+
+
+def test_step_processors_share_counted_bounded_programs(monkeypatch):
+    """A step processor's programs are `BoundedJit` configurations (plan,
+    kind, step): counted by `compilations()`, shared by processors of an
+    equal plan, and trimmed by `set_max_programs` like the searches'."""
+    from static_compiler.backend.decode import processor
+    V = 8
+    items = np.unique(np.random.default_rng(4).integers(0, V, (20, 3)), axis=0)
+    compiled = sc.compile_constraints(items, V)
+    before = processor._step_program.compilations()
+    first = compiled.processor(2)
+    state = first.init_state()
+    masked = first.mask(np.zeros((2, V), np.float32), state, 0)
+    assert processor._step_program.compilations() == before + 1
+    again = sc.compile_constraints(items, V).processor(2)  # an equal plan: compiles nothing
+    np.testing.assert_array_equal(again.mask(np.zeros((2, V), np.float32), state, 0), masked)
+    assert processor._step_program.compilations() == before + 1
+    first.advance(state, np.full(2, items[0, 0], np.int32), 0)
+    assert processor._step_program.num_configurations() >= 2
+    monkeypatch.setattr(programs, "_max_programs", 1)
+    processor._step_program.trim()
+    assert processor._step_program.num_configurations() == 1

@@ -127,7 +127,7 @@ def merged_tables(tables: tuple, outline, merged: MergedSummary, placed: Inserti
         if not was.implicit_targets:
             raise ConstraintSetError("update(add=...): a layer with explicit targets cannot "
                                      "take additions")
-        new = _layer_tables(tabs, was, now, change)
+        new = _layer_tables(tabs, was, now, change, recycle=not lazy)
         if not lazy:
             new = {name: materialized(arr) for name, arr in new.items()}
             for arr in new.values():
@@ -136,10 +136,11 @@ def merged_tables(tables: tuple, outline, merged: MergedSummary, placed: Inserti
     return tuple(out)
 
 
-def _layer_tables(tabs: dict, was, now, change: LayerInsertion) -> dict:
+def _layer_tables(tabs: dict, was, now, change: LayerInsertion, recycle: bool) -> dict:
     """One layer's merged tables (see `merged_tables`): `was` / `now` the
     layer's summary (or automaton layer) before / after; the large ones as
-    `PieceArray`s."""
+    `PieceArray`s; recycle: the exception tables are a new in-memory version's
+    (`arrays.table_array`), not chunks streamed to files."""
     lay = now.layout
     tok_dt, st_dt = np.dtype(lay.token_dtype), np.dtype(lay.state_dtype)
     num_states, num_edges = lay.padded_counts(now.num_states, now.num_edges)
@@ -157,7 +158,7 @@ def _layer_tables(tabs: dict, was, now, change: LayerInsertion) -> dict:
     elif lay.kind == LayoutKind.NEAR_UNARY:
         new["tokens"] = inserted(tabs["tokens"], was.num_edges, change.edge_at, new_tokens,
                                  num_edges, 0)
-        new.update(_merged_exceptions(tabs, was, now, change, num_states))
+        new.update(_merged_exceptions(tabs, was, now, change, num_states, recycle))
     else:
         raise ConstraintSetError(f"update(add=...): cannot write a {lay.kind} layer")
     if now.has_accepting:
@@ -230,7 +231,8 @@ EXCEPTION_CHUNK = 1 << 22
 """Old exceptions `_merged_exceptions` reads at a time."""
 
 
-def _merged_exceptions(tabs: dict, was, now, change: LayerInsertion, num_states: int) -> dict:
+def _merged_exceptions(tabs: dict, was, now, change: LayerInsertion, num_states: int,
+                       recycle: bool) -> dict:
     """A near_unary layer's exception tables after `change` (ex_states,
     ex_starts, ex_branch, padded to its room), written a chunk of old
     exceptions at a time (1e9 states have ~6e7 exceptions: no int64 copy
@@ -260,10 +262,10 @@ def _merged_exceptions(tabs: dict, was, now, change: LayerInsertion, num_states:
     # where each goes in the old list: after the old exceptions below its old position
     place = np.searchsorted(ex_table[:real], cand - np.searchsorted(change.new_ids, cand))
     room = exception_entries(lay, real - dropped.shape[0] + cand.shape[0])
-    out_states = table_array(room, st_dt, num_states, recycle=True)  # padding: past every state
-    out_branch = table_array(room, branch_dtype_for(lay.widest_branch(now.max_branch)), 0,
-                             recycle=True)
-    out_starts = table_array(room, st_dt, now.num_edges, recycle=True)
+    out_states = table_array(room, st_dt, num_states, recycle)  # padding: past every state
+    branch_dt = branch_dtype_for(lay.widest_branch(now.max_branch))
+    out_branch = table_array(room, branch_dt, 0, recycle)
+    out_starts = table_array(room, st_dt, now.num_edges, recycle)
     cursor, extra = 0, 0  # entries written; children past one per state so far
     for start in range(0, max(real, 1), EXCEPTION_CHUNK):
         stop = min(real, start + EXCEPTION_CHUNK)

@@ -6,15 +6,12 @@ owns the search.
 
 from __future__ import annotations
 
-import collections
-import threading
-
 import jax.numpy as jnp
 import numpy as np
 
 from static_compiler.backend.decode.candidates import step_candidates
 from static_compiler.backend.decode.live import LiveMask, check_live_mask
-from static_compiler.backend.decode.programs import max_programs
+from static_compiler.backend.decode.programs import bounded_jit, run_compiling_ahead
 from static_compiler.backend.decode.step import step_in_range, switch_over_groups
 from static_compiler.backend.lowering import Plan
 from static_compiler.backend.row_search import few_rows
@@ -170,7 +167,7 @@ class StepProcessor:
     -> (advance(state, tokens, step), mask(logits, that state, step + 1)):
     one dispatch per decoding step in a loop (step + 1 < max_length).
 
-    The programs are shared by every processor of an equal plan (`_shared`:
+    The programs are shared by every processor of an equal plan (`_step_program`:
     a set's versions after updates that fit), so a new version's processor
     compiles nothing its predecessor compiled. removal: a `LiveMask` of
     ShapeDtypeStructs (`live_mask_spec`) for a processor without a subset
@@ -212,22 +209,15 @@ class StepProcessor:
     def _run(self, kind: str, t: int, *args):
         """The program (kind, t) on `args`; one compiled here is also
         compiled ahead for the removal's bits (see the class doc)."""
-        fn = self._program(kind, t)
-        if self._removal is None:
-            return fn(*args)
-        before = fn._cache_size()
-        out = fn(*args)
-        if fn._cache_size() > before:
-            steps = 2 if kind == "both" else 1
-            ahead = [self._args_with(self._removal, t + i) for i in range(steps)]
-            fn.lower(*ahead, *args[steps:]).compile()
-        return out
-
-    def _program(self, kind: str, t: int):
         fn = self._programs.get((kind, t))
         if fn is None:
-            fn = self._programs[(kind, t)] = _shared(self.plan, kind, t)
-        return fn
+            fn = self._programs[(kind, t)] = _step_program.jitted(plan=self.plan, kind=kind, t=t)
+        ahead = None
+        if self._removal is not None:
+            steps = 2 if kind == "both" else 1
+            ahead = lambda: ([self._args_with(self._removal, t + i) for i in range(steps)]
+                             + list(args[steps:]), {})
+        return run_compiling_ahead(fn, ahead, *args)
 
     # -- checks: the validators of `mask` / `advance`, and this batch size
 
@@ -265,25 +255,12 @@ class StepProcessor:
                          state, _array(tokens), _array(logits))
 
 
-def _shared(plan: Plan, kind: str, t: int):
-    """The jitted program `kind` ("mask", "advance" or "both") at step t of
-    sets with `plan`, kept for the last `max_programs()` plans used (a
-    server swapping catalogues holds a bounded number, as
-    `programs.BoundedJit` does)."""
-    with _SHARED_LOCK:
-        programs = _SHARED.pop(plan, None) or {}
-        _SHARED[plan] = programs
-        while len(_SHARED) > max_programs():
-            _SHARED.popitem(last=False)
-        fn = programs.get((kind, t))
-        if fn is None:
-            fn = programs[(kind, t)] = _jitted(plan, kind, t)
-    return fn
-
-
-def _jitted(plan: Plan, kind: str, t: int):
-    import jax
-
+@bounded_jit(static_argnames=("plan", "kind", "t"))
+def _step_program(*args, plan: Plan, kind: str, t: int):
+    """The program `kind` ("mask", "advance" or "both") at step t of sets
+    with `plan`: one `BoundedJit` configuration per (plan, kind, t), so every
+    processor of an equal plan (a set's versions after updates that fit)
+    shares it, and the process keeps a bounded number (`max_programs`)."""
     def mask(args, x, st, at=t):
         tabs, sub = _views_at(args, at)
         return _mask_at(plan, tabs, x, st, at, sub)
@@ -296,17 +273,8 @@ def _jitted(plan: Plan, kind: str, t: int):
         moved = advance(args, st, tok)
         return moved, mask(next_args, x, moved, at=t + 1)
 
-    body = {"mask": mask, "advance": advance, "both": both}[kind]
-
-    def run(*args):
-        with few_rows():
-            return body(*args)
-    return jax.jit(run)
-
-
-_SHARED: collections.OrderedDict = collections.OrderedDict()
-"""plan -> {(kind, t): jitted program}, least recently used plan first."""
-_SHARED_LOCK = threading.Lock()
+    with few_rows():
+        return {"mask": mask, "advance": advance, "both": both}[kind](*args)
 
 
 def _views_at(args, t: int):

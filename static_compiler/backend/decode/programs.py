@@ -128,25 +128,24 @@ class BoundedJit:
         program of the same call with those arguments swapped in (jax's
         `lower(...).compile()` fills the cache a later call of those shapes
         reads); a call that compiled nothing checks one count."""
-        jitted, bound = self._jitted(args, kwargs)
-        before = jitted._cache_size() if also_compile else 0
-        out = jitted(**bound)
-        if also_compile and jitted._cache_size() > before:
-            jitted.lower(**{**bound, **also_compile}).compile()
-        return out
-
-    def _jitted(self, args, kwargs):
-        """(the jitted function of the call's static configuration, made
-        most recently used; the dynamic arguments by name)."""
         bound = self._signature.bind(*args, **kwargs).arguments
-        static = tuple((name, bound.pop(name)) for name in self._static)
+        jitted = self.jitted(**{name: bound.pop(name) for name in self._static})
+        ahead = None if not also_compile else (lambda: ((), {**bound, **also_compile}))
+        return run_compiling_ahead(jitted, ahead, **bound)
+
+    def jitted(self, **static):
+        """The jitted function of one static configuration (every static
+        argument by keyword), made most recently used: a caller that runs
+        it many times (a step processor) keeps it and skips binding the
+        call's signature each time; it is counted and bounded as a call's."""
+        key = tuple((name, static[name]) for name in self._static)
         with self._lock:
-            jitted = self._programs.pop(static, None)
+            jitted = self._programs.pop(key, None)
             if jitted is None:
-                jitted = jax.jit(functools.partial(self._fn, **dict(static)))
-            self._programs[static] = jitted
+                jitted = jax.jit(functools.partial(self._fn, **static))
+            self._programs[key] = jitted
             self._trim_locked()
-        return jitted, bound
+        return jitted
 
     def trim(self) -> None:
         with self._lock:
@@ -172,6 +171,22 @@ class BoundedJit:
         with self._lock:
             self._evicted += sum(jitted._cache_size() for jitted in self._programs.values())
             self._programs.clear()
+
+
+def run_compiling_ahead(jitted, ahead: Optional[Callable[[], tuple]], *args, **kwargs):
+    """`jitted(*args, **kwargs)`; when that call compiled its program, also
+    compile, without running it, the program of the arguments `ahead()`
+    returns as (args, kwargs) (arrays or `jax.ShapeDtypeStruct`s: jax's
+    `lower(...).compile()` fills the cache a later call of those shapes
+    reads). ahead None: just the call."""
+    if ahead is None:
+        return jitted(*args, **kwargs)
+    before = jitted._cache_size()
+    out = jitted(*args, **kwargs)
+    if jitted._cache_size() > before:
+        ahead_args, ahead_kwargs = ahead()
+        jitted.lower(*ahead_args, **ahead_kwargs).compile()
+    return out
 
 
 def bounded_jit(static_argnames: tuple[str, ...]):
