@@ -9,7 +9,7 @@ import io
 import mmap
 import threading
 import weakref
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -191,6 +191,23 @@ class PieceArray:
         step = max(1, max_bytes // row_bytes)
         for start in range(0, self.shape[0], step):
             yield self.rows(start, start + step)
+
+
+def npy_chunks(arr, max_bytes: int, done: Optional[Callable[[np.ndarray], None]] = None):
+    """The bytes `np.save` writes for `arr` (an array or a `PieceArray`): its
+    header, then its data in C order, about `max_bytes` (whole rows) at a
+    time, each a bytes-like object (no copy of a contiguous array's rows).
+    done(rows): called with each chunk's rows of `arr` once the consumer
+    asks for the next chunk (`artifact.mapped.release_pages` drops a mapped
+    table's pages as they are read)."""
+    yield npy_header(arr.shape, arr.dtype)
+    row_bytes = max(1, arr.nbytes // max(1, arr.shape[0])) if arr.ndim else arr.itemsize
+    step = max(1, max_bytes // row_bytes)
+    for start in range(0, arr.shape[0], step):
+        rows = arr[start:start + step]
+        yield np.ascontiguousarray(rows).reshape(-1).view(np.uint8).data
+        if done is not None:
+            done(rows)
 
 
 def materialized(arr):

@@ -661,16 +661,23 @@ def test_the_fingerprint_hashes_in_chunks_and_does_not_depend_on_them(monkeypatc
     """set_fingerprint hashes each table a chunk of rows at a time (bounded
     memory on large or memory-mapped tables); the digest is the one of each
     table hashed whole (a chunk larger than every table)."""
+    import hashlib
+    import io
+
     import static_compiler as sc
     from static_compiler.live import subsets as subsets_lib
 
     compiled = sc.compile_constraints([[1, 2, 3], [1, 3, 2], [2, 2, 2], [3, 1]], 5, end_token=0)
-    monkeypatch.setattr(subsets_lib, "FINGERPRINT_CHUNK", 1 << 40)
+    monkeypatch.setattr(subsets_lib, "FINGERPRINT_CHUNK_BYTES", 1 << 40)
     whole = subsets_lib.set_fingerprint(compiled.plan, compiled.tables)
-    for chunk in (1, 2, 3, 1 << 21):
-        monkeypatch.setattr(subsets_lib, "FINGERPRINT_CHUNK", chunk)
+    for chunk in (1, 2, 3, 5, 1 << 21):
+        monkeypatch.setattr(subsets_lib, "FINGERPRINT_CHUNK_BYTES", chunk)
         assert subsets_lib.set_fingerprint(compiled.plan, compiled.tables) == whole
     assert whole == compiled.fingerprint  # the set's own, at the default chunk
+    for table in (t for layer in compiled.tables for t in layer.values()):  # np.save's bytes
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(table))
+        assert subsets_lib.table_digest(table) == hashlib.sha256(buf.getvalue()).hexdigest()
     # any change of a table entry changes it
     tables = [dict(t) for t in compiled.tables]
     tokens = tables[-1]["tokens"].copy()

@@ -27,7 +27,7 @@ import tempfile
 import numpy as np
 
 from static_compiler import processes
-from static_compiler.arrays import PieceArray, npy_header
+from static_compiler.arrays import PieceArray, npy_chunks, npy_header
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.export import export_caps, exported_modules, reused_modules
 from static_compiler.artifact.lock import _parent, update_lock
@@ -63,17 +63,9 @@ class NpyFile:
         return len(self.header) + self.arr.nbytes
 
     def chunks(self):
-        yield self.header
-        if isinstance(self.arr, PieceArray):  # computed a range of rows at a time
-            for rows in self.arr.chunks(self.CHUNK_BYTES):
-                yield rows.tobytes()
-            return
-        flat = self.arr.reshape(-1)
-        size = max(1, self.arr.itemsize)
-        step = max(1, self.CHUNK_BYTES // size)
-        for start in range(0, flat.shape[0], step):
-            yield np.ascontiguousarray(flat[start:start + step]).tobytes()
-            release_pages(flat, start * size, (start + step) * size)  # (a mapped table's)
+        """The header, then the data (bytes-like objects; a mapped table's
+        pages dropped as they are read)."""
+        return npy_chunks(self.arr, self.CHUNK_BYTES, release_pages)
 
     @property
     def streamed(self) -> bool:

@@ -21,7 +21,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from static_compiler.arrays import npy_header
+from static_compiler.arrays import npy_chunks
 from static_compiler.artifact.mapped import release_pages
 from static_compiler.errors import ConstraintSetError
 from static_compiler.live.layers import TableLayer, find_in_rows, layer_walks  # noqa: F401 (API)
@@ -55,18 +55,16 @@ def set_fingerprint(plan, tables, digests: Optional[dict] = None) -> str:
 def table_digest(arr) -> str:
     """Hex sha256 of the bytes `np.save` writes for `arr` (its header, then
     its data in C order): what an artifact's manifest records for the
-    table's file. Hashed FINGERPRINT_CHUNK rows at a time; a mapped
+    table's file. Hashed FINGERPRINT_CHUNK_BYTES at a time; a mapped
     table's pages are dropped as they are read (12 GB at 1e9)."""
-    h = hashlib.sha256(npy_header(arr.shape, arr.dtype))
-    for start in range(0, arr.shape[0], FINGERPRINT_CHUNK):
-        part = arr[start:start + FINGERPRINT_CHUNK]
-        h.update(np.ascontiguousarray(part).data)
-        release_pages(part)
+    h = hashlib.sha256()
+    for chunk in npy_chunks(arr, FINGERPRINT_CHUNK_BYTES, release_pages):
+        h.update(chunk)
     return h.hexdigest()
 
 
-FINGERPRINT_CHUNK = 1 << 20
-"""Rows hashed at a time by `table_digest`."""
+FINGERPRINT_CHUNK_BYTES = 1 << 22
+"""Bytes hashed at a time by `table_digest`."""
 
 
 class TableTrie(NamedTuple):
