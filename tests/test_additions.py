@@ -61,7 +61,8 @@ def item_ends(items, depth: int):
     if items.item_depth is not None:
         return items.item_depth, items.item_state
     n = items.num_unique
-    states = np.arange(n) if items.state_item is None else np.argsort(items.state_item)
+    order = items.state_order
+    states = np.arange(n) if order is None else np.argsort(order[np.arange(n)])
     return np.full(n, depth), states
 
 

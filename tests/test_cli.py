@@ -219,7 +219,8 @@ def test_demo_main_job_end_to_end(capsys):
                      r"'static_compiler.cli', 'static_compiler.decode_state', "
                      r"'static_compiler.decode_types', 'static_compiler.errors', 'static_compiler.live', "
                      r"'static_compiler.live.layer_walk', 'static_compiler.live.layers', "
-                     r"'static_compiler.live.liveness'\]", out)
+                     r"'static_compiler.live.liveness', 'static_compiler.live.state_order'\]",
+                     out)
     assert re.search(r"constrained step \(serving beam_step\): median \d+\.\d+ ms", out)
     valid = re.search(r"check    (\d+)/16 beams valid; (\d+)/(\d+) valid beams are in the set: OK",
                       out)

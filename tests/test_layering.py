@@ -25,7 +25,7 @@ LAYERS = (
     ("errors",),
     ("dtypes", "arrays", "arguments", "decode_types", "decode_state", "artifact.format", "artifact.manifest", "artifact.names",
      "artifact.snapshot", "artifact.placement", "artifact.mapped", "live", "live.layers",
-     "live.bit_kernels", "live.layer_walk", "live.liveness", "processes"),
+     "live.bit_kernels", "live.layer_walk", "live.state_order", "live.liveness", "processes"),
     ("ir",),
     ("cost_model", "merge_states", "frontend", "live.subsets", "live.additions"),
     ("passes",),
@@ -56,8 +56,9 @@ RESTRICTED = {
     "arrays": ({"numpy"}, set()),
     "live.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
     "live.layer_walk": ({"numpy"}, {"live.layers", "live.bit_kernels"}),
+    "live.state_order": ({"numpy"}, {"live.layer_walk", "live.bit_kernels", "artifact.mapped"}),
     "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "live.bit_kernels",
-                                  "artifact.mapped"}),
+                                  "live.state_order", "artifact.mapped"}),
     "artifact.mapped": ({"numpy"}, set()),
     "artifact.placement": ({"jax", "numpy"}, {"errors"}),
     # The serving loader: no compiler module (no frontend, passes, backend or writer).

@@ -314,26 +314,89 @@ def test_bad_additions_to_an_artifact_are_refused_and_leave_it_as_it_was(tmp_pat
     assert after == before
 
 
-def test_a_state_item_that_disagrees_with_the_set_is_refused_at_load(tmp_path):
-    """A state_item entry out of range, under a recomputed checksum."""
+def _reseal(path, rel_files: dict, item_files: dict, version=None) -> None:
+    """Writes `rel_files` {rel: array} into the artifact at `path`, sets its
+    manifest's item_files (and format_version) and recomputes the checksums:
+    an edit that passes the checksum check."""
     import json
 
     from static_compiler.artifact import format as fmt
-
-    rng = np.random.default_rng(5)
-    compiled = sc.compile_constraints(oracle.random_set(rng, 30, 3, 5), 5, capacity=2.0,
-                                      export_subsets=True, export_beam_sizes=(4,))
-    path = compiled.save(tmp_path / "set.static")
-    sc.update_artifact(path, add=oracle.random_set(rng, 5, 3, 5))
-    rel = fmt.item_file("state_item")
-    assert (path / rel).is_file() and not (path / fmt.item_file("item_state")).exists()
-    sc.load_compiled(path)  # intact: loads
-    arr = np.load(path / rel)
-    arr[2] = arr.shape[0]  # past every item
-    np.save(path / rel, arr)
     manifest = json.loads((path / fmt.MANIFEST_FILE).read_text())
-    manifest["files"][rel] = {"size": (path / rel).stat().st_size,
-                              "sha256": fmt.sha256_file(path / rel)}
+    for rel in set(manifest["item_files"].values()) - set(item_files.values()):
+        (path / rel).unlink()
+        del manifest["files"][rel]
+    for rel, arr in rel_files.items():
+        np.save(path / rel, arr)
+        manifest["files"][rel] = {"size": (path / rel).stat().st_size,
+                                  "sha256": fmt.sha256_file(path / rel)}
+    manifest["item_files"] = item_files
+    if version is not None:
+        manifest["format_version"] = version
     (path / fmt.MANIFEST_FILE).write_bytes(fmt.seal_manifest(manifest))
-    with pytest.raises(sc.errors.ArtifactFormatError, match="state_item"):
-        sc.load_compiled(path)
+
+
+def _set_with_additions(tmp_path):
+    from static_compiler.artifact import format as fmt
+    rng = np.random.default_rng(5)
+    items = oracle.random_set(rng, 30, 3, 5)
+    compiled = sc.compile_constraints(items, 5, capacity=2.0, export_subsets=True,
+                                      export_beam_sizes=(4,))
+    path = compiled.save(tmp_path / "set.static")
+    added = oracle.random_set(rng, 5, 3, 5)
+    sc.update_artifact(path, add=added)
+    files = {key: fmt.item_file(key) for key in ("state_inserted_at", "state_inserted_item")}
+    assert all((path / rel).is_file() for rel in files.values())
+    assert not (path / fmt.item_file("state_item")).exists()
+    return path, list(items) + list(added), files
+
+
+def test_insertions_that_disagree_with_the_set_are_refused_at_load(tmp_path):
+    """Final states not ascending, or ids not the largest, under recomputed
+    checksums."""
+    from static_compiler.artifact import format as fmt
+    path, _, files = _set_with_additions(tmp_path)
+    sc.load_compiled(path)  # intact: loads
+    at, item = (np.load(path / files[k]) for k in ("state_inserted_at", "state_inserted_item"))
+    assert at.shape[0] >= 2
+    item_files = {"row_item": fmt.item_file("row_item"), **files}
+    for bad_at, bad_item in ((at[::-1], item), (at, item - 1), (at, item[:-1])):
+        _reseal(path, {files["state_inserted_at"]: bad_at, files["state_inserted_item"]: bad_item},
+                item_files)
+        with pytest.raises(sc.errors.ArtifactFormatError, match="state_inserted_at"):
+            sc.load_compiled(path)
+
+
+def test_a_version_8_state_item_loads_and_an_update_writes_insertions(tmp_path):
+    """Format version 8 held every final state's item (state_item): such an
+    artifact still loads and takes subsets alike, and its next update writes
+    the insertions instead (`InsertedOrder.of_array`)."""
+    from static_compiler.artifact import format as fmt
+    from static_compiler.artifact import serving
+    from static_compiler.live.state_order import InsertedOrder
+    path, seqs, files = _set_with_additions(tmp_path)
+    mask = np.random.default_rng(0).random(len(seqs)) < 0.5
+    want = serving.load(path).subset(mask)
+    order = InsertedOrder(*(np.load(path / files[k]) for k in ("state_inserted_at",
+                                                               "state_inserted_item")),
+                          len(np.unique(np.asarray(seqs), axis=0)))
+    dense = order[np.arange(order.count)].astype(np.int32)
+    rel = fmt.item_file("state_item")
+    _reseal(path, {rel: dense}, {"row_item": fmt.item_file("row_item"), "state_item": rel},
+            version=8)
+    old = serving.load(path)
+    assert old.manifest.format_version == 8
+    for a, b in zip(old.subset(mask).live, want.live):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert InsertedOrder.of_array(dense)[np.arange(order.count)].tolist() == dense.tolist()
+    sc.update_artifact(path, add=[[4, 4, 4]])
+    assert not (path / rel).exists() and all((path / r).is_file() for r in files.values())
+    assert serving.load(path).manifest.format_version == fmt.FORMAT_VERSION
+    compiled, rows = sc.load_compiled(path), [list(r) for r in seqs] + [[4, 4, 4]]
+    flat = lambda last, step, carry: (np.zeros(last.shape + (5,), np.float32), carry)
+    for r in range(0, len(rows), 3):  # each row's subset decodes to exactly its sequence
+        one = np.zeros(len(rows), bool)
+        one[r] = True
+        result = sc.beam_search(compiled, flat, batch_size=1, beam_size=2,
+                                subset=compiled.subset(one))
+        valid = np.asarray(result.valid)[0]
+        assert valid.sum() == 1 and np.asarray(result.tokens)[0, 0].tolist() == rows[r]

@@ -95,10 +95,17 @@ from static_compiler.errors import ArtifactFormatError
 #     (an addition inserts into it and renumbers nothing, and a lookup reads
 #     it directly). Versions 1 to 7 read as before (their fixed-length sets
 #     with additions hold item_depth and item_state, which still load).
+#   9 (2026-12-04): such a set holds its additions instead:
+#     items/state_inserted_at.npy and items/state_inserted_item.npy (int32
+#     (K,): the final states, ascending, where its K added items end, and
+#     their ids, the K largest); every other final state f holds item
+#     f - #(inserted_at < f) (`live.state_order.InsertedOrder`). A first
+#     subset no longer reads a 4 GB array at 1e9. Version 8's state_item
+#     still loads; an update writes the new form.
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 8
+MAX_FORMAT_VERSION = 9
 SUBSET_BITS = ("per_state", "dense_slots")
 """The values of the manifest's "subset_bits" (format version 5); this
 writer's is the last."""
@@ -109,11 +116,13 @@ MANIFEST_FILE = "manifest.json"
 IR_FILE = "ir.txt"
 NAMES_FILE = "names.jsonl"
 ITEMS_DIR = "items"
-ITEM_ARRAYS = ("row_item", "item_depth", "item_state", "removed", "state_item")
+ITEM_ARRAYS = ("row_item", "item_depth", "item_state", "removed", "state_item",
+               "state_inserted_at", "state_inserted_item")
 """The arrays of `liveness.ItemIndex` an artifact may hold (item_depth and
-item_state for variable-length sets, state_item for fixed-length sets that
-took additions (format version 8), removed after an update), one .npy file
-each under ITEMS_DIR."""
+item_state for variable-length sets; for fixed-length sets that took
+additions state_inserted_at and state_inserted_item (format version 9), or
+state_item (version 8); removed after an update), one .npy file each under
+ITEMS_DIR."""
 TABLES_DIR = "tables"
 MODULES_DIR = "modules"
 MODULE_SUFFIX = ".jaxexport"

@@ -403,14 +403,17 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
                                      f"{list(ITEM_ARRAYS)}")
         # row_item and state_item (4 GB each at 1e9) stay mapped: read a chunk at a time
         arrays[key] = snap.npy(rel, mmap=key in ("row_item", "state_item"))
+    orders = [key for key in ("item_depth", "state_item", "state_inserted_at") if key in arrays]
     if "row_item" not in arrays or ("item_depth" in arrays) != ("item_state" in arrays) or \
-            ("state_item" in arrays and "item_depth" in arrays):
+            ("state_inserted_at" in arrays) != ("state_inserted_item" in arrays) or len(orders) > 1:
         raise format_error(path, f"item_files {sorted(arrays)}: expected row_item, and "
-                                 "item_depth with item_state (a variable-length set) or "
-                                 "state_item (a fixed-length set with additions)")
+                                 "item_depth with item_state (a variable-length set), "
+                                 "state_inserted_at with state_inserted_item or state_item "
+                                 "(a fixed-length set with additions), or none of these")
     n = manifest.num_sequences
     row_item, depth, state = arrays["row_item"], arrays.get("item_depth"), arrays.get("item_state")
     removed, state_item = arrays.get("removed"), arrays.get("state_item")
+    at, added = arrays.get("state_inserted_at"), arrays.get("state_inserted_item")
     problem = None
     if removed is not None and (removed.dtype != bool or removed.shape != (n,)):
         problem = f"removed must be bool ({n},)"
@@ -421,6 +424,9 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
     elif state_item is not None and (state_item.shape != (n,) or state_item.dtype.kind != "i"
                                      or not _ids_within(state_item, n)):
         problem = f"state_item must be ({n},) ints in [0, {n})"
+    elif at is not None and not _insertions_valid(at, added, n):
+        problem = (f"state_inserted_at / state_inserted_item must be (K,) ints: final states "
+                   f"ascending in [0, {n}), and the ids {n} - K .. {n - 1} in some order")
     elif depth is not None:
         sizes = [s["num_states"] for s in manifest.plan_steps] + [manifest.num_final_states]
         if depth.shape != (n,) or state.shape != (n,) or depth.min(initial=1) < 1 or \
@@ -431,4 +437,17 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
     if problem:
         raise format_error(path, f"items: {problem}")
     return {"row_item": row_item, "item_depth": depth, "item_state": state, "removed": removed,
-            "state_item": state_item}
+            "state_item": state_item, "state_inserted_at": at, "state_inserted_item": added}
+
+
+def _insertions_valid(at: np.ndarray, item: np.ndarray, n: int) -> bool:
+    """Whether `at` and `item` describe an order of n final states
+    (`live.state_order.InsertedOrder`): as many of each, at ascending within
+    [0, n), item a permutation of the K largest ids."""
+    k = at.shape[0] if at.ndim == 1 else -1
+    if k < 0 or at.dtype.kind != "i" or item.dtype.kind != "i" or item.shape != (k,) or k > n:
+        return False
+    if k == 0:
+        return True
+    return bool(at[0] >= 0 and at[-1] < n and (np.diff(at) > 0).all()
+                and (np.sort(item) == np.arange(n - k, n)).all())

@@ -32,6 +32,7 @@ from static_compiler.frontend import as_token_matrix, check_range, sort_unique_r
 from static_compiler.ir import Automaton, Layer, LayoutKind, frozen
 from static_compiler.live.layers import find_in_rows
 from static_compiler.live.liveness import ItemIndex
+from static_compiler.live.state_order import InsertedOrder
 
 
 @contextlib.contextmanager
@@ -301,8 +302,8 @@ def _old_item_at(ir: Automaton, items: ItemIndex, depth: int, states: np.ndarray
     if items.item_depth is None:  # one length: in final state order (`ItemIndex`)
         if depth != ir.depth:
             return np.full(states.shape, -1, np.int64)
-        return states.copy() if items.state_item is None else \
-            np.asarray(items.state_item[states]).astype(np.int64)
+        order = items.state_order
+        return states.copy() if order is None else np.asarray(order[states]).astype(np.int64)
     lookup = np.full(ir.num_states_at(depth), -1, dtype=np.int64)
     at = items.item_depth == depth
     lookup[items.item_state[at]] = np.flatnonzero(at)
@@ -373,14 +374,16 @@ def items_after(ir, items: ItemIndex, placed: Insertions,
 
     depth_of = lambda count: PieceArray(count, np.int32, lambda out, start, stop:
                                         out.fill(ir.depth))
-    positions = dict(item_depth=None, item_state=None, state_item=None)
+    positions = dict(item_depth=None, item_state=None, state_item=None, state_inserted_at=None,
+                     state_inserted_item=None)
     if ir.end_token is None and items.item_depth is None:
         # one length: the final states' items, the new ones inserted where
         # their states go (fresh items and their end states ascend alike)
-        before = items.state_item if items.state_item is not None else \
-            PieceArray(old, np.int32, _fill_ids)  # item u in final state u
-        positions["state_item"] = inserted(before, old, inserted_at[ir.depth],
-                                           ids[fresh].astype(np.int32), num_unique, 0)
+        order = items.state_order
+        order = InsertedOrder.empty(old) if order is None else \
+            order if isinstance(order, InsertedOrder) else InsertedOrder.of_array(order)
+        order = order.with_insertions(inserted_at[ir.depth], new_states, ids[fresh])
+        positions["state_inserted_at"], positions["state_inserted_item"] = order.at, order.item
     else:
         positions["item_state"] = PieceArray(num_unique, np.int32, fill_state)
         positions["item_depth"] = depth_of(num_unique) if ir.end_token is None else \
@@ -426,10 +429,6 @@ def inserted(old, count: int, at: np.ndarray, values, size: int, fill) -> PieceA
         out[real:] = fill
 
     return PieceArray(size, old.dtype, fill_rows)
-
-
-def _fill_ids(out: np.ndarray, start: int, stop: int) -> None:
-    out[:] = np.arange(start, stop, dtype=out.dtype)
 
 
 def joined(first, second: np.ndarray) -> PieceArray:

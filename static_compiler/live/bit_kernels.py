@@ -11,8 +11,9 @@ children (a row [start, end) of the next depth's states) is live:
   stretches between exceptions are bit copies (a word at a time);
 * `rows_any`: any layer, from its row pointers;
 
-and where the walk starts: `gather_bits` puts an item mask in final-state
-order as bits, `mark_selected` maps selected input rows to their items.
+and where the walk starts: `gather_bits` (`inserted_bits`, for an order
+given by its insertions) puts an item mask in final-state order as bits,
+`mark_selected` maps selected input rows to their items.
 
 Each bit kernel writes states [first_state, first_state + n) of `out`,
 OR-ing into words that must start zeroed; ranges that start on a multiple of 64 states touch
@@ -132,6 +133,48 @@ def gather_bits(bits, index, out, first_state, n):
         i += 1
 
 
+@njit(nogil=True, cache=True)
+def inserted_bits(bits, at, ids, base, out, first_state, n):
+    """States [first_state, first_state + n) of an order where the states
+    `at` (ascending, all inside the range) take bits[ids[j]] and every other
+    state the next of bits[base], bits[base + 1], ... (bits bool (m,)): the
+    item mask in final-state order of an item index whose additions are
+    listed (`state_order.InsertedOrder`). Whole words without an insertion
+    are packed from `bits` in a register, as `gather_bits` does."""
+    j, k, b, i = 0, at.shape[0], base, 0
+    while i < n:
+        s = first_state + i
+        nxt = at[j] if j < k else first_state + n
+        if s & 63 == 0 and nxt >= s + 64 and i + 64 <= n:
+            word = uint64(0)
+            for q in range(64):
+                word |= uint64(bits[b + q]) << uint64(q)
+            out[s >> 6] |= word
+            b += 64
+            i += 64
+            continue
+        if nxt == s:
+            _set_if(bits[ids[j]], out, s)
+            j += 1
+        else:
+            _set_if(bits[b], out, s)
+            b += 1
+        i += 1
+
+
+@njit(nogil=True, cache=True)
+def split_insertions(order, expected, inserted):
+    """Marks in `inserted` (bool, zeroed) the entries of `order` (ints) that
+    are not the next of expected, expected + 1, ...; returns the next
+    expected value (pass it to the following chunk)."""
+    for i in range(order.shape[0]):
+        if order[i] == expected:
+            expected += 1
+        else:
+            inserted[i] = True
+    return expected
+
+
 def warm() -> None:
     """Loads (or compiles, the first time) each kernel for the argument
     types the walk passes, on tiny inputs: 0.4-0.6 s of numba start-up that
@@ -145,6 +188,7 @@ def warm() -> None:
     for ids in (np.zeros(1, np.int32), mapped):
         gather_bits(np.zeros(1, bool), ids, words, 0, 1)
         mark_selected(np.zeros(1, bool), ids, np.zeros(1, bool))
+        inserted_bits(np.zeros(2, bool), ids, ids, 0, words, 0, 2)
 
 
 @njit(nogil=True, cache=True)

@@ -47,6 +47,7 @@ from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.artifact.mapped import release_pages
 from static_compiler.live import layer_walk
 from static_compiler.live.layers import LayerWalk, TrieLayer, dense_slots, layer_walks, shared_depths
+from static_compiler.live.state_order import InsertedOrder
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -58,9 +59,11 @@ class ItemIndex:
     each input row is; item_depth int32 (N',) and item_state int32 (N',):
     the depth and state id where each unique sequence ends, or None for a
     fixed-length set, whose unique sequence u ends in final state u, or
-    with state_item int32 (N',) in final state order, the unique sequence
-    each final state ends (a fixed-length set that took additions: a
-    permutation that grows by insertion, its old entries never renumbered);
+    with the final states' items after additions (a fixed-length set: the
+    items' order grows by insertion, its old entries never renumbered):
+    state_inserted_at and state_inserted_item int32 (K,), the final states
+    holding the K added items and their ids (`state_order.InsertedOrder`),
+    or state_item int32 (N',), every final state's item (format version 8);
     removed bool (N',) or None: unique sequences an update took out (every
     decode then runs over the others). Arrays may be memory-mapped."""
 
@@ -70,10 +73,27 @@ class ItemIndex:
     item_state: Optional[np.ndarray] = None
     removed: Optional[np.ndarray] = None
     state_item: Optional[np.ndarray] = None
+    state_inserted_at: Optional[np.ndarray] = None
+    state_inserted_item: Optional[np.ndarray] = None
 
     @property
     def num_items(self) -> int:
         return int(self.row_item.shape[0])
+
+    @property
+    def state_order(self):
+        """The final states' items (fixed-length sets): None where final
+        state u holds item u, else an `InsertedOrder` or the array
+        `state_item`, either indexed by final states (`order[states]`)."""
+        if self.state_inserted_at is not None:
+            return InsertedOrder(np.asarray(self.state_inserted_at, np.int32),
+                                 np.asarray(self.state_inserted_item, np.int32), self.num_unique)
+        return self.state_item
+
+    def in_state_order(self) -> "ItemIndex":
+        """This index with every final state holding its own item."""
+        return dataclasses.replace(self, state_item=None, state_inserted_at=None,
+                                   state_inserted_item=None)
 
     @functools.cached_property
     def removal_tag(self) -> str:
@@ -108,12 +128,14 @@ _WARMED: list = []
 _WARMED_LOCK = threading.Lock()
 
 
-def final_item_live(state_item: np.ndarray, item_live: np.ndarray) -> layer_walk.PackedBits:
+def final_item_live(state_item, item_live: np.ndarray) -> layer_walk.PackedBits:
     """`PackedBits` (S,): bit s is whether the item ending at final state s
-    is live in `item_live` bool (N',), for `state_item` int32 (S,) (possibly
-    memory-mapped: read a range of states at a time, its pages dropped after
-    each). Packed as it is gathered (a compiled kernel on threads), so no
-    second bool array is held (1 GB at 1e9)."""
+    is live in `item_live` bool (N',), for `state_item` an `InsertedOrder`
+    or int32 (S,) (possibly memory-mapped: read a range of states at a time,
+    its pages dropped after each). Packed as it is gathered (a compiled
+    kernel on threads), so no second bool array is held (1 GB at 1e9)."""
+    if isinstance(state_item, InsertedOrder):
+        return state_item.live_bits(item_live, ITEM_CHUNK)
     from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
 
     count, size = state_item.shape[0], state_item.itemsize
@@ -289,8 +311,8 @@ def _walk_up(layers: Sequence, num_final_states: int, end_token: Optional[int],
     states = [layer.num_states for layer in layers] + [num_final_states]
     own: list = [None] * (depth + 1)  # own[d]: the state's own item is in the subset
     if items.item_depth is None:
-        own[depth] = item_live if items.state_item is None else \
-            final_item_live(items.state_item, item_live)
+        own[depth] = item_live if items.state_order is None else \
+            final_item_live(items.state_order, item_live)
     else:
         for d in np.unique(items.item_depth):
             d = int(d)
@@ -380,9 +402,9 @@ def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional
         for a in range(0, item_live.shape[0], ITEM_CHUNK):
             item_live[a:a + ITEM_CHUNK] &= ~items.removed[a:a + ITEM_CHUNK]
     size_of_subset = np.count_nonzero(item_live)
-    if items.state_item is not None:  # the mask in final-state order: item u is state u now
-        item_live = final_item_live(items.state_item, item_live)
-        items = dataclasses.replace(items, state_item=None)
+    if items.state_order is not None:  # the mask in final-state order: item u is state u now
+        item_live = final_item_live(items.state_order, item_live)
+        items = items.in_state_order()
     counts = layout.state_counts
     size = (lambda d: None) if counts is None else (lambda d: counts[d])
     depth = len(layers)

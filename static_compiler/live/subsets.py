@@ -163,8 +163,9 @@ def _walk_down(ir, items: ItemIndex, mat: np.ndarray, lengths: np.ndarray,
             ends[done] = terminals[t + 1][state[done]]
     if items.item_depth is None:
         ends = np.where(ok & (lengths == ir.depth), state, -1)
-        if items.state_item is not None:  # (states ascending: neighbouring pages)
-            ends[ends >= 0] = items.state_item[ends[ends >= 0]]
+        order = items.state_order
+        if order is not None:  # (states ascending: neighbouring pages)
+            ends[ends >= 0] = order[ends[ends >= 0]]
     return np.where(ok, ends, -1)
 
 
