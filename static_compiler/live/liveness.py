@@ -47,7 +47,7 @@ from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.artifact.mapped import release_pages
 from static_compiler.live import layer_walk
 from static_compiler.live.layers import LayerWalk, TrieLayer, dense_slots, layer_walks, shared_depths
-from static_compiler.live.state_order import InsertedOrder
+from static_compiler.live.state_order import InsertedOrder, final_states_live
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -59,8 +59,7 @@ class ItemIndex:
     each input row is; item_depth int32 (N',) and item_state int32 (N',):
     the depth and state id where each unique sequence ends, or None for a
     fixed-length set, whose unique sequence u ends in final state u, or
-    with the final states' items after additions (a fixed-length set: the
-    items' order grows by insertion, its old entries never renumbered):
+    with the final states' items after additions (a fixed-length set):
     state_inserted_at and state_inserted_item int32 (K,), the final states
     holding the K added items and their ids (`state_order.InsertedOrder`),
     or state_item int32 (N',), every final state's item (format version 8);
@@ -129,24 +128,8 @@ _WARMED_LOCK = threading.Lock()
 
 
 def final_item_live(state_item, item_live: np.ndarray) -> layer_walk.PackedBits:
-    """`PackedBits` (S,): bit s is whether the item ending at final state s
-    is live in `item_live` bool (N',), for `state_item` an `InsertedOrder`
-    or int32 (S,) (possibly memory-mapped: read a range of states at a time,
-    its pages dropped after each). Packed as it is gathered (a compiled
-    kernel on threads), so no second bool array is held (1 GB at 1e9)."""
-    if isinstance(state_item, InsertedOrder):
-        return state_item.live_bits(item_live, ITEM_CHUNK)
-    from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
-
-    count, size = state_item.shape[0], state_item.itemsize
-    out = np.zeros(-(-count // 64), dtype=np.uint64)
-
-    def one_range(a: int, b: int) -> None:
-        bit_kernels.gather_bits(item_live, np.asarray(state_item[a:b]), out, a, b - a)
-        release_pages(state_item, a * size, b * size)
-
-    layer_walk.in_ranges(count, one_range, ITEM_CHUNK)
-    return layer_walk.PackedBits(out.view(np.uint8), count)
+    """`state_order.final_states_live` a range of ITEM_CHUNK states at a time."""
+    return final_states_live(state_item, item_live, ITEM_CHUNK)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -88,3 +88,24 @@ class InsertedOrder(NamedTuple):
 
         layer_walk.in_ranges(self.count, one_range, chunk)
         return layer_walk.PackedBits(out.view(np.uint8), self.count)
+
+
+def final_states_live(state_item, item_live: np.ndarray, chunk: int) -> layer_walk.PackedBits:
+    """`PackedBits` (S,): bit s is whether the item ending at final state s
+    is live in `item_live` bool (N',), for `state_item` an `InsertedOrder`
+    or int32 (S,) (possibly memory-mapped: read a range of states at a time,
+    its pages dropped after each); ranges of `chunk` states on threads.
+    Packed as it is gathered (a compiled kernel), so no second bool array is
+    held (1 GB at 1e9)."""
+    if isinstance(state_item, InsertedOrder):
+        return state_item.live_bits(item_live, chunk)
+    from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
+    count, size = state_item.shape[0], state_item.itemsize
+    out = np.zeros(-(-count // 64), dtype=np.uint64)
+
+    def one_range(a: int, b: int) -> None:
+        bit_kernels.gather_bits(item_live, np.asarray(state_item[a:b]), out, a, b - a)
+        release_pages(state_item, a * size, b * size)
+
+    layer_walk.in_ranges(count, one_range, chunk)
+    return layer_walk.PackedBits(out.view(np.uint8), count)
