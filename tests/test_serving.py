@@ -242,7 +242,8 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.decode_state", "static_compiler.decode_types",
                                "static_compiler.errors", "static_compiler.live",
                                "static_compiler.live.layer_walk", "static_compiler.live.layers",
-                               "static_compiler.live.liveness"]
+                               "static_compiler.live.liveness",
+                               "static_compiler.live.state_order"]
     logits = np.linspace(-1, 1, 2 * 4 * 10, dtype=np.float32).reshape(2, 4, -1)
     assert info["tokens"] == np.asarray(art.beam_step(art.init_state(2, 4), logits, 0).tokens).tolist()
 
