@@ -45,15 +45,23 @@ class PackedBits:
         self.data, self.shape = data, (int(n),)
 
     @classmethod
-    def of(cls, bits: np.ndarray) -> "PackedBits":
+    def of(cls, bits: np.ndarray, room: Optional[int] = None) -> "PackedBits":
         """The bits of bools `bits` (n,), packed a chunk at a time (a 1e9
-        item mask: no second whole-array temporary)."""
+        item mask: no second whole-array temporary); room: see `zeros`."""
         n = bits.shape[0]
-        data = np.zeros(8 * -(-n // 64), dtype=np.uint8)
+        data = cls.zeros(n, room).data
         for a in range(0, n, PACK_CHUNK):
             part = bits[a:a + PACK_CHUNK]
             data[a // 8:a // 8 + -(-part.shape[0] // 8)] = np.packbits(part, bitorder="little")
         return cls(data, n)
+
+    @classmethod
+    def zeros(cls, n: int, room: Optional[int] = None) -> "PackedBits":
+        """n zero bits, their words sized for max(n, room) bits: a padded
+        depth's `words(room)` is then a view, not a copy of its bits into
+        fresh pages (1.1 s of a first subset at 1e9 with capacity). The
+        words past n are never touched, so they cost no memory until read."""
+        return cls(np.zeros(8 * -(-max(int(n), room or 0) // 64), dtype=np.uint8), n)
 
     def __getitem__(self, index: slice) -> np.ndarray:
         start, stop, _ = index.indices(self.shape[0])
@@ -79,7 +87,10 @@ class PackedBits:
 
     def __or__(self, other: np.ndarray) -> "PackedBits":
         """These bits or'ed with bools `other` (n,)."""
-        return PackedBits(self.data | PackedBits.of(other).data, self.shape[0])
+        theirs = PackedBits.of(other).data
+        data = self.data.copy()
+        data[:theirs.shape[0]] |= theirs
+        return PackedBits(data, self.shape[0])
 
 
 def bools(bits) -> np.ndarray:
@@ -92,10 +103,11 @@ def words(bits, size: Optional[int] = None) -> np.ndarray:
     return bits.words(size) if isinstance(bits, PackedBits) else pack(bits, size)
 
 
-def child_live(layer, walk: LayerWalk, live_next):
+def child_live(layer, walk: LayerWalk, live_next, room: Optional[int] = None):
     """The states of `layer` with a live child (implicit targets: child e is
     state e of the next depth), from `live_next` (bools or `PackedBits`), as
-    `PackedBits` (S,); may return `live_next` itself (a unary layer).
+    `PackedBits` (S,) with words for `room` states (`PackedBits.zeros`); may
+    return `live_next` itself (a unary layer).
 
     A compiled kernel (`bit_kernels`) crosses the layer over packed bits in
     one pass, a range of WALK_CHUNK states at a time on WALK_THREADS threads:
@@ -108,7 +120,8 @@ def child_live(layer, walk: LayerWalk, live_next):
     children = (live_next if isinstance(live_next, PackedBits)
                 else PackedBits.of(live_next)).uint64()
     n, indptr = layer.num_states, layer.indptr
-    out = np.zeros(-(-n // 64), dtype=np.uint64)
+    result = PackedBits.zeros(n, room)
+    out = result.uint64()
 
     def one_range(a: int, b: int) -> None:
         if walk.kind == "near":  # row pointers of the range's ends and exceptions only
@@ -118,7 +131,7 @@ def child_live(layer, walk: LayerWalk, live_next):
             bit_kernels.rows_any(children, row_range(indptr, a, b), out, a, b - a)
 
     in_ranges(n, one_range)
-    return PackedBits(out.view(np.uint8), n)
+    return result
 
 
 SPLIT_MIN = 1 << 16

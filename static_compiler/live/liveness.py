@@ -59,12 +59,11 @@ class ItemIndex:
     each input row is; item_depth int32 (N',) and item_state int32 (N',):
     the depth and state id where each unique sequence ends, or None for a
     fixed-length set, whose unique sequence u ends in final state u, or
-    with the final states' items after additions (a fixed-length set):
-    state_inserted_at and state_inserted_item int32 (K,), the final states
-    holding the K added items and their ids (`state_order.InsertedOrder`),
-    or state_item int32 (N',), every final state's item (format version 8);
-    removed bool (N',) or None: unique sequences an update took out (every
-    decode then runs over the others). Arrays may be memory-mapped."""
+    after additions: state_inserted_at and state_inserted_item int32 (K,),
+    the final states of the K added items and their ids (`state_order`), or
+    state_item int32 (N',), every final state's item (format version 8);
+    removed bool (N',) or None: unique sequences an update took out (decodes
+    run over the others). Arrays may be memory-mapped."""
 
     row_item: np.ndarray
     num_unique: int
@@ -127,9 +126,9 @@ _WARMED: list = []
 _WARMED_LOCK = threading.Lock()
 
 
-def final_item_live(state_item, item_live: np.ndarray) -> layer_walk.PackedBits:
+def final_item_live(state_item, item_live: np.ndarray, room=None) -> layer_walk.PackedBits:
     """`state_order.final_states_live` a range of ITEM_CHUNK states at a time."""
-    return final_states_live(state_item, item_live, ITEM_CHUNK)
+    return final_states_live(state_item, item_live, ITEM_CHUNK, room)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -292,10 +291,11 @@ def _walk_up(layers: Sequence, num_final_states: int, end_token: Optional[int],
             live[d] = None
 
     states = [layer.num_states for layer in layers] + [num_final_states]
+    room = layout.state_counts or [None] * (depth + 1)  # each depth's words, padded
     own: list = [None] * (depth + 1)  # own[d]: the state's own item is in the subset
     if items.item_depth is None:
         own[depth] = item_live if items.state_order is None else \
-            final_item_live(items.state_order, item_live)
+            final_item_live(items.state_order, item_live, room[depth])
     else:
         for d in np.unique(items.item_depth):
             d = int(d)
@@ -333,7 +333,7 @@ def _walk_up(layers: Sequence, num_final_states: int, end_token: Optional[int],
             cross(t + 1)
             continue
         else:
-            live[t] = layer_walk.child_live(layers[t], walks[t], live[t + 1])
+            live[t] = layer_walk.child_live(layers[t], walks[t], live[t + 1], room[t])
         if own[t] is not None:
             live[t] = live[t] | own[t]
         cross(t + 1)

@@ -13,7 +13,7 @@ first subset: 2.3 s from disk here).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -75,11 +75,14 @@ class InsertedOrder(NamedTuple):
         return InsertedOrder(at[order].astype(np.int32), item[order],
                              self.count + int(states.shape[0]))
 
-    def live_bits(self, item_live: np.ndarray, chunk: int) -> layer_walk.PackedBits:
+    def live_bits(self, item_live: np.ndarray, chunk: int,
+                  room: Optional[int] = None) -> layer_walk.PackedBits:
         """`PackedBits` (count,): bit f is whether the item at final state f
-        is live in `item_live` bool (N',); ranges of `chunk` states on threads."""
+        is live in `item_live` bool (N',); ranges of `chunk` states on
+        threads; room as `PackedBits.zeros` takes it."""
         from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
-        out = np.zeros(-(-self.count // 64), dtype=np.uint64)
+        result = layer_walk.PackedBits.zeros(self.count, room)
+        out = result.uint64()
 
         def one_range(a: int, b: int) -> None:
             lo, hi = np.searchsorted(self.at, [a, b])
@@ -87,25 +90,27 @@ class InsertedOrder(NamedTuple):
                                       out, a, b - a)
 
         layer_walk.in_ranges(self.count, one_range, chunk)
-        return layer_walk.PackedBits(out.view(np.uint8), self.count)
+        return result
 
 
-def final_states_live(state_item, item_live: np.ndarray, chunk: int) -> layer_walk.PackedBits:
+def final_states_live(state_item, item_live: np.ndarray, chunk: int,
+                      room: Optional[int] = None) -> layer_walk.PackedBits:
     """`PackedBits` (S,): bit s is whether the item ending at final state s
     is live in `item_live` bool (N',), for `state_item` an `InsertedOrder`
     or int32 (S,) (possibly memory-mapped: read a range of states at a time,
-    its pages dropped after each); ranges of `chunk` states on threads.
-    Packed as it is gathered (a compiled kernel), so no second bool array is
-    held (1 GB at 1e9)."""
+    its pages dropped after each); ranges of `chunk` states on threads;
+    room as `PackedBits.zeros` takes it. Packed as it is gathered (a
+    compiled kernel), so no second bool array is held (1 GB at 1e9)."""
     if isinstance(state_item, InsertedOrder):
-        return state_item.live_bits(item_live, chunk)
+        return state_item.live_bits(item_live, chunk, room)
     from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
     count, size = state_item.shape[0], state_item.itemsize
-    out = np.zeros(-(-count // 64), dtype=np.uint64)
+    result = layer_walk.PackedBits.zeros(count, room)
+    out = result.uint64()
 
     def one_range(a: int, b: int) -> None:
         bit_kernels.gather_bits(item_live, np.asarray(state_item[a:b]), out, a, b - a)
         release_pages(state_item, a * size, b * size)
 
     layer_walk.in_ranges(count, one_range, chunk)
-    return layer_walk.PackedBits(out.view(np.uint8), count)
+    return result
