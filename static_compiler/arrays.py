@@ -101,11 +101,6 @@ class BufferPool:
             while self._free and self.free_bytes > self.max_free_bytes:
                 self._free.pop(0)  # unmapped once unreferenced
 
-    def clear(self) -> None:
-        """Drops every free map (each unmapped once unreferenced)."""
-        with self._lock:
-            self._free.clear()
-
 
 _NEW_MAP_FLAGS = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0) | \
     getattr(mmap, "MAP_POPULATE", 0)
@@ -201,8 +196,7 @@ def npy_chunks(arr, max_bytes: int, done: Optional[Callable[[np.ndarray], None]]
     asks for the next chunk (`artifact.mapped.release_pages` drops a mapped
     table's pages as they are read)."""
     yield npy_header(arr.shape, arr.dtype)
-    row_bytes = max(1, arr.nbytes // max(1, arr.shape[0])) if arr.ndim else arr.itemsize
-    step = max(1, max_bytes // row_bytes)
+    step = max(1, max_bytes // max(1, arr.nbytes // max(1, arr.shape[0])))  # whole rows
     for start in range(0, arr.shape[0], step):
         rows = arr[start:start + step]
         yield np.ascontiguousarray(rows).reshape(-1).view(np.uint8).data

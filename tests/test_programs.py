@@ -95,7 +95,9 @@ def test_step_processors_share_counted_bounded_programs(monkeypatch):
     np.testing.assert_array_equal(again.mask(np.zeros((2, V), np.float32), state, 0), masked)
     assert processor._step_program.compilations() == before + 1
     first.advance(state, np.full(2, items[0, 0], np.int32), 0)
-    assert processor._step_program.num_configurations() >= 2
-    monkeypatch.setattr(programs, "_max_programs", 1)
+    monkeypatch.setattr(programs, "_max_programs", 1)  # one plan: all its steps' programs
     processor._step_program.trim()
+    assert processor._step_program.num_configurations() == 2
+    other = sc.compile_constraints(items[:-1], V).processor(2)  # another plan evicts them
+    other.mask(np.zeros((2, V), np.float32), other.init_state(), 0)
     assert processor._step_program.num_configurations() == 1

@@ -88,11 +88,6 @@ class ItemIndex:
                                  np.asarray(self.state_inserted_item, np.int32), self.num_unique)
         return self.state_item
 
-    def in_state_order(self) -> "ItemIndex":
-        """This index with every final state holding its own item."""
-        return dataclasses.replace(self, state_item=None, state_inserted_at=None,
-                                   state_inserted_item=None)
-
     @functools.cached_property
     def removal_tag(self) -> str:
         """"" with nothing removed, else a short hash of `removed` (bool
@@ -384,10 +379,7 @@ def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional
     if items.removed is not None:
         for a in range(0, item_live.shape[0], ITEM_CHUNK):
             item_live[a:a + ITEM_CHUNK] &= ~items.removed[a:a + ITEM_CHUNK]
-    size_of_subset = np.count_nonzero(item_live)
-    if items.state_order is not None:  # the mask in final-state order: item u is state u now
-        item_live = final_item_live(items.state_order, item_live)
-        items = items.in_state_order()
+    size_of_subset = np.count_nonzero(item_live)  # (`_walk_up` puts it in final-state order)
     counts = layout.state_counts
     size = (lambda d: None) if counts is None else (lambda d: counts[d])
     depth = len(layers)

@@ -255,12 +255,12 @@ class StepProcessor:
                          state, _array(tokens), _array(logits))
 
 
-@bounded_jit(static_argnames=("plan", "kind", "t"))
+@bounded_jit(static_argnames=("plan", "kind", "t"), group_by="plan")
 def _step_program(*args, plan: Plan, kind: str, t: int):
     """The program `kind` ("mask", "advance" or "both") at step t of sets
     with `plan`: one `BoundedJit` configuration per (plan, kind, t), so every
     processor of an equal plan (a set's versions after updates that fit)
-    shares it, and the process keeps a bounded number (`max_programs`)."""
+    shares it; the process keeps those of the last `max_programs()` plans."""
     def mask(args, x, st, at=t):
         tabs, sub = _views_at(args, at)
         return _mask_at(plan, tabs, x, st, at, sub)

@@ -108,11 +108,16 @@ def set_max_programs(n: int) -> None:
 class BoundedJit:
     """`jax.jit(fn, static_argnames=...)` that keeps at most `max_programs()`
     static configurations (one jitted function each, LRU). Call it as the
-    jitted function: static arguments by keyword."""
+    jitted function: static arguments by keyword. group_by: a static
+    argument whose values are what is bounded instead (every configuration
+    of the `max_programs()` most recently used values is kept: a step
+    processor's programs, one per step, counted per plan)."""
 
-    def __init__(self, fn: Callable, static_argnames: tuple[str, ...]):
+    def __init__(self, fn: Callable, static_argnames: tuple[str, ...],
+                 group_by: Optional[str] = None):
         self._fn = fn
         self._static = tuple(static_argnames)
+        self._group = None if group_by is None else self._static.index(group_by)
         self._programs: collections.OrderedDict = collections.OrderedDict()
         self._evicted = 0  # executables of configurations evicted so far
         self._lock = threading.Lock()
@@ -152,8 +157,16 @@ class BoundedJit:
             self._trim_locked()
 
     def _trim_locked(self) -> None:
-        while len(self._programs) > _max_programs:
-            self._evicted += self._programs.popitem(last=False)[1]._cache_size()
+        if self._group is None:
+            while len(self._programs) > _max_programs:
+                self._evicted += self._programs.popitem(last=False)[1]._cache_size()
+            return
+        kept = set()  # the most recently used groups, newest first
+        for key in reversed(self._programs):
+            if len(kept) < _max_programs:
+                kept.add(key[self._group][1])
+        for key in [k for k in self._programs if k[self._group][1] not in kept]:
+            self._evicted += self._programs.pop(key)._cache_size()
 
     def num_configurations(self) -> int:
         """Static configurations held now."""
@@ -189,6 +202,6 @@ def run_compiling_ahead(jitted, ahead: Optional[Callable[[], tuple]], *args, **k
     return out
 
 
-def bounded_jit(static_argnames: tuple[str, ...]):
+def bounded_jit(static_argnames: tuple[str, ...], group_by: Optional[str] = None):
     """Decorator form of `BoundedJit`."""
-    return lambda fn: BoundedJit(fn, static_argnames)
+    return lambda fn: BoundedJit(fn, static_argnames, group_by)
