@@ -724,3 +724,32 @@ def test_the_bit_kernels_match_brute_force(seed, n, odd, density, lead_state, le
         got = np.unpackbits(out.view(np.uint8), bitorder="little").view(bool)
         np.testing.assert_array_equal(got[first:first + n], want, err_msg=run)
         assert not got[:first].any() and not got[first + n:].any(), run
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("form", ["starts", "bounds"])
+def test_near_unary_row_pointers_from_exception_starts_equal_the_layers(seed, form):
+    """`NearRows` takes each exception's extra children from its row start
+    (the ex_starts table, or an older artifact's ex_bounds), padding entries
+    past the states included: every row range and the whole array equal the
+    layer's row pointers, whatever mix of empty, single and wide rows."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    branch = np.where(rng.random(n) < rng.random(), 1, rng.integers(0, 5, n))
+    indptr = np.concatenate([[0], np.cumsum(branch)]).astype(np.int64)
+    ex = np.flatnonzero(branch != 1)
+    pad = int(rng.integers(0, 3))
+    ex_states = np.concatenate([ex, np.full(pad, n)]).astype(np.int32)
+    starts = np.concatenate([indptr[ex], np.full(pad, indptr[-1])]).astype(np.int32)
+    widths = np.concatenate([branch[ex], np.zeros(pad, np.int64)]).astype(np.uint8)
+    tables = {"tokens": np.zeros(int(indptr[-1]), np.int32), "ex_states": ex_states}
+    if form == "starts":
+        tables.update(ex_starts=starts, ex_branch=widths)
+    else:
+        tables["ex_bounds"] = np.stack([starts, starts + widths], axis=1)
+    for num_states in {n, max(1, n // 2)}:
+        rows = layers.NearRows(tables, num_states)
+        for a, b in [(0, num_states), *np.sort(rng.integers(0, num_states + 1, (8, 2)))]:
+            np.testing.assert_array_equal(rows.range(int(a), int(b)), indptr[a:b + 1])
+        everyone = np.arange(num_states + 1)
+        np.testing.assert_array_equal(rows[everyone], indptr[:num_states + 1])

@@ -25,6 +25,7 @@ import dataclasses
 
 import numpy as np
 
+from static_compiler.arrays import search_sorted
 from static_compiler.artifact.mapped import release_pages
 from static_compiler.artifact.metadata import plan_from_metadata, summary_from_metadata
 from static_compiler.artifact.snapshot import Snapshot, read_tables
@@ -142,7 +143,8 @@ def _check_exceptions(at: str, tabs: dict, layer: TableLayer, padded_states: int
     states, row starts equal to those the ids imply, padding entries past
     them (id = the table's state count, no children)."""
     ex = tabs["ex_states"]
-    real = int(np.searchsorted(ex, layer.num_states))
+    real = search_sorted(ex, layer.num_states)
+    extra = 0  # children past one per state of the exceptions so far
     for a in range(0, ex.shape[0], CHECK_CHUNK):
         ids = np.asarray(ex[a:a + CHECK_CHUNK]).astype(np.int64)
         starts, branch = exception_rows({k: v[a:a + CHECK_CHUNK] for k, v in tabs.items()
@@ -157,9 +159,14 @@ def _check_exceptions(at: str, tabs: dict, layer: TableLayer, padded_states: int
         if (ids[mine:] != padded_states).any() or branch[mine:].any():
             raise IRVerificationError(f"{at}: exception entries past its {layer.num_states} "
                                       f"states are not padding (id {padded_states}, no children)")
-        if mine and not np.array_equal(layer.indptr[ids[:mine]], starts[:mine]):
+        # rows lie in state order, one edge per state between exceptions:
+        # exception i's row starts at its id plus the extra children before it
+        more = np.cumsum(branch[:mine] - 1)
+        implied = ids[:mine] + extra + np.concatenate([[0], more[:-1]])
+        if not np.array_equal(implied, starts[:mine]):
             raise IRVerificationError(f"{at}: its exceptions' row starts disagree with the "
-                                      "starts implied by ex_states")
+                                      "starts implied by ex_states and ex_branch")
+        extra += int(more[-1]) if mine else 0
 
 
 def _check_padding(at: str, kind: LayoutKind, tabs: dict, states: int, edges: int,

@@ -37,7 +37,7 @@ import numpy as np
 from static_compiler.errors import IRVerificationError, PipelineError
 from static_compiler.ir import (Automaton, AutomatonSummary, Layer, LayerPiece, Layout,
                                 LayoutKind, verify)
-from static_compiler.arrays import table_array
+from static_compiler.arrays import search_sorted, table_array
 from static_compiler.dtypes import branch_dtype_for
 from static_compiler.live.layers import EXCEPTION_TABLES, exception_rows, row_pointers, slot_step
 
@@ -383,7 +383,7 @@ def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where
         n = counts[0] if layout.reserved and counts is not None and \
             isinstance(counts[0], (int, np.integer)) and 0 <= counts[0] <= step.num_states \
             else step.num_states
-        real = int(np.searchsorted(ex, n))
+        real = search_sorted(ex, n)
         if (ex[:real] >= n).any() or (np.diff(ex[:real]) <= 0).any():
             raise IRVerificationError(f"{where}: layer {t}: exception ids (ex_states) must rise "
                                       f"strictly within [0, {n})")

@@ -16,6 +16,7 @@ from typing import Optional
 
 import numpy as np
 
+from static_compiler.arrays import search_sorted
 from static_compiler.live.layers import LayerWalk, NearRows, row_range
 
 WALK_CHUNK = 1 << 22
@@ -163,7 +164,7 @@ def _near_range(indptr, ex: np.ndarray, a: int, b: int) -> tuple:
     `ex` (ascending)."""
     if isinstance(indptr, NearRows):
         return indptr.exception_range(a, b)
-    lo, hi = np.searchsorted(ex, np.array([a, b], dtype=ex.dtype))  # (no cast of ex)
+    lo, hi = search_sorted(ex, [a, b])
     mine = ex[lo:hi].astype(np.int64)
     return (int(indptr[a]), int(indptr[b]), mine, indptr[mine].astype(np.int64),
             indptr[mine + 1].astype(np.int64))

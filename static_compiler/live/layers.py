@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from static_compiler.arrays import search_sorted
 from static_compiler.artifact.mapped import release_pages
 
 
@@ -69,7 +70,7 @@ def row_pointers(kind: str, tables: dict, num_states: int) -> np.ndarray:
     if kind == "unary":
         return np.arange(num_states + 1, dtype=np.int64)
     if kind == "near_unary":
-        count = int(np.searchsorted(tables["ex_states"], num_states))  # those below num_states
+        count = search_sorted(tables["ex_states"], num_states)  # those below num_states
         branch = np.ones(num_states, dtype=np.int64)
         branch[np.asarray(tables["ex_states"][:count]).astype(np.int64)] = \
             exception_rows(tables, count)[1]
@@ -145,10 +146,9 @@ class NearRows(_VirtualRows):
         super().__init__(num_states)
         self.tables = tables
         ex = tables["ex_states"]
-        real = int(np.searchsorted(ex, num_states))
+        real = search_sorted(ex, num_states)
         # ids in the table's dtype (searched with keys of that dtype: no
-        # int64 copy per search); the extra children summed a chunk at a
-        # time (1e9 states have ~6e7 exceptions: no int64 temporaries)
+        # int64 copy per search)
         self.states = np.array(ex[:real])
         # extra children below an exception lie in (-S, E - S]: int32 where
         # the tables' states and edge slots fit it (half the bytes at 1e9)
@@ -156,11 +156,18 @@ class NearRows(_VirtualRows):
         narrow = max(num_states, edges) < np.iinfo(np.int32).max
         self.extra = np.zeros(real + 1, dtype=np.int32 if narrow else np.int64)
         rows = {name: tables[name] for name in EXCEPTION_TABLES if name in tables}
+        # rows lie in state order, one edge per state between exceptions:
+        # exception i's row starts at states[i] + extra[i] (so its extra is
+        # its start less its id; the ex_branch table is read once, for the
+        # last), a chunk at a time (1e9 states: ~6e7 exceptions, no int64
+        # temporaries of them all)
         for a in range(0, real, BRANCH_CHUNK):
             b = min(real, a + BRANCH_CHUNK)
-            branch = exception_rows({k: v[a:b] for k, v in rows.items()})[1]
-            np.cumsum(branch - 1, out=self.extra[a + 1:b + 1])
-            self.extra[a + 1:b + 1] += self.extra[a]
+            starts = exception_rows({k: v[a:b] for k, v in rows.items()}, starts_only=True)
+            np.subtract(starts, self.states[a:b], out=self.extra[a:b], casting="unsafe")
+        if real:
+            start, branch = exception_rows({k: v[real - 1:real] for k, v in rows.items()})
+            self.extra[real] = int(start[0] + branch[0]) - int(self.states[real - 1]) - 1
         for table in (ex, *rows.values()):  # (mapped pages read once: 0.3 GB at 1e9)
             release_pages(table)
         self._whole = None
@@ -178,7 +185,7 @@ class NearRows(_VirtualRows):
 
     def _find(self, index) -> np.ndarray:
         """How many exceptions lie below each of `index` (ints)."""
-        return np.searchsorted(self.states, np.asarray(index).astype(self.states.dtype))
+        return search_sorted(self.states, index)
 
     def _rows(self, index: np.ndarray) -> np.ndarray:
         if self._whole is not None:
@@ -307,7 +314,7 @@ def table_branch_counts(kind: str, tables: dict, num_states: int) -> np.ndarray:
         counts = more
 
     if kind in ("unary", "near_unary"):  # one child each, but a near_unary layer's exceptions
-        real = int(np.searchsorted(tables["ex_states"], num_states)) if kind == "near_unary" \
+        real = search_sorted(tables["ex_states"], num_states) if kind == "near_unary" \
             else 0
         if real:
             add(exception_rows(tables, real)[1])
@@ -363,15 +370,18 @@ ex_starts and ex_branch, or ex_bounds (X, 2) in artifacts before format
 version 6."""
 
 
-def exception_rows(tables: dict, count: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+def exception_rows(tables: dict, count: Optional[int] = None, starts_only: bool = False):
     """(row starts, branches) int64 of a near_unary layer's first `count`
     (default all) exception states, from its ex_starts / ex_branch tables or
     the ex_bounds of older artifacts (numpy; `kernels.exception_rows` is the
-    decoder's)."""
+    decoder's); the row starts alone (in the table's int dtype, unread
+    branches) with `starts_only`."""
     end = None if count is None else int(count)
     if "ex_bounds" in tables:
         bounds = np.asarray(tables["ex_bounds"][:end]).astype(np.int64)
-        return bounds[:, 0], bounds[:, 1] - bounds[:, 0]
+        return bounds[:, 0] if starts_only else (bounds[:, 0], bounds[:, 1] - bounds[:, 0])
+    if starts_only:
+        return np.asarray(tables["ex_starts"][:end])
     return (np.asarray(tables["ex_starts"][:end]).astype(np.int64),
             np.asarray(tables["ex_branch"][:end]).astype(np.int64))
 

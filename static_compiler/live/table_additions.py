@@ -30,7 +30,7 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.arrays import PieceArray, materialized, table_array
+from static_compiler.arrays import PieceArray, materialized, search_sorted, table_array
 from static_compiler.artifact.mapped import release_pages
 from static_compiler.backend.lowering import exception_entries
 from static_compiler.dtypes import branch_dtype_for
@@ -242,12 +242,12 @@ def _merged_exceptions(tabs: dict, was, now, change: LayerInsertion, num_states:
     lay = now.layout
     st_dt = np.dtype(lay.state_dtype)
     ex_table = tabs["ex_states"]
-    real = int(np.searchsorted(ex_table, was.num_states))
+    real = search_sorted(ex_table, was.num_states)
     rows = {name: tabs[name] for name in EXCEPTION_TABLES if name in tabs}
     gaining, gained = change.gains
     cand = np.union1d(change.new_ids, gaining)  # new ids, ascending
     is_old, old_ids = _old_ids(change, cand)
-    at = np.searchsorted(ex_table[:real], old_ids)
+    at = search_sorted(ex_table[:real], old_ids)
     hit = at < real
     hit[hit] = np.asarray(ex_table[at[hit]]) == old_ids[hit]
     branch = np.zeros(cand.shape[0], np.int64)
@@ -260,7 +260,7 @@ def _merged_exceptions(tabs: dict, was, now, change: LayerInsertion, num_states:
     keep = branch != 1
     cand, branch = cand[keep], branch[keep]
     # where each goes in the old list: after the old exceptions below its old position
-    place = np.searchsorted(ex_table[:real], cand - np.searchsorted(change.new_ids, cand))
+    place = search_sorted(ex_table[:real], cand - np.searchsorted(change.new_ids, cand))
     room = exception_entries(lay, real - dropped.shape[0] + cand.shape[0])
     out_states = table_array(room, st_dt, num_states, recycle)  # padding: past every state
     branch_dt = branch_dtype_for(lay.widest_branch(now.max_branch))
