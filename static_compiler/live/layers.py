@@ -136,41 +136,39 @@ def row_range(indptr, start: int, stop: int) -> np.ndarray:
 
 class NearRows(_VirtualRows):
     """The row pointers of a near_unary layer's first `num_states` states,
-    from its exception tables: between exceptions every state has one child,
-    so indptr[s] = s + the extra children (branch - 1) of the exceptions
-    below s (a binary search over the X exceptions). The whole array is
-    built on its first read (a walk over a layer with many exceptions reads
-    every row) and kept."""
+    from its exception tables, read where asked (mapped tables stay mapped:
+    no copy of them, 0.4 GB of fresh pages at 1e9). Rows lie in state order
+    with one child per state between exceptions, so indptr[s] = s + the
+    extra children (branch - 1) of the exceptions below s (a binary search
+    over the X exceptions), and exception i's own extra is its row start less
+    its id. The whole array is built on its first read as a whole and kept."""
 
     def __init__(self, tables: dict, num_states: int):
         super().__init__(num_states)
         self.tables = tables
         ex = tables["ex_states"]
         real = search_sorted(ex, num_states)
-        # ids in the table's dtype (searched with keys of that dtype: no
-        # int64 copy per search)
-        self.states = np.array(ex[:real])
-        # extra children below an exception lie in (-S, E - S]: int32 where
-        # the tables' states and edge slots fit it (half the bytes at 1e9)
-        edges = tables["tokens"].shape[0] if "tokens" in tables else np.iinfo(np.int64).max
-        narrow = max(num_states, edges) < np.iinfo(np.int32).max
-        self.extra = np.zeros(real + 1, dtype=np.int32 if narrow else np.int64)
-        rows = {name: tables[name] for name in EXCEPTION_TABLES if name in tables}
-        # rows lie in state order, one edge per state between exceptions:
-        # exception i's row starts at states[i] + extra[i] (so its extra is
-        # its start less its id; the ex_branch table is read once, for the
-        # last), a chunk at a time (1e9 states: ~6e7 exceptions, no int64
-        # temporaries of them all)
-        for a in range(0, real, BRANCH_CHUNK):
-            b = min(real, a + BRANCH_CHUNK)
-            starts = exception_rows({k: v[a:b] for k, v in rows.items()}, starts_only=True)
-            np.subtract(starts, self.states[a:b], out=self.extra[a:b], casting="unsafe")
+        self.states = ex[:real]  # (searched with keys of its dtype)
+        self._starts = exception_rows(tables, real, starts_only=True)
+        self._end = 0  # the extra children of all the exceptions
         if real:
-            start, branch = exception_rows({k: v[real - 1:real] for k, v in rows.items()})
-            self.extra[real] = int(start[0] + branch[0]) - int(self.states[real - 1]) - 1
-        for table in (ex, *rows.values()):  # (mapped pages read once: 0.3 GB at 1e9)
-            release_pages(table)
+            start, branch = exception_rows({k: v[real - 1:real] for k, v in tables.items()
+                                            if k in EXCEPTION_TABLES})
+            self._end = int(start[0] + branch[0]) - int(self.states[real - 1]) - 1
         self._whole = None
+
+    def _extra(self, lo: int, hi: int) -> np.ndarray:
+        """int64 (hi - lo + 1,): the extra children of the exceptions below
+        exception lo, lo + 1, ..., hi (hi <= X: X is past them all); the
+        mapped pages read are dropped again."""
+        real = self.states.shape[0]
+        top = min(hi + 1, real)
+        out = np.full(hi - lo + 1, self._end, dtype=np.int64)
+        if top > lo:
+            out[:top - lo] = np.asarray(self._starts[lo:top]).astype(np.int64) - self.states[lo:top]
+            for table in (self._starts, self.states):
+                release_pages(table, lo * table.itemsize, top * table.itemsize)
+        return out
 
     def exception_range(self, start: int, stop: int) -> tuple:
         """(first, last, ids, starts, ends) of states start..stop - 1: the
@@ -178,10 +176,10 @@ class NearRows(_VirtualRows):
         ids) with their rows [starts, ends), from the exceptions' running
         extra children alone (no search per exception)."""
         lo, hi = (int(i) for i in self._find([start, stop]))
-        ids = self.states[lo:hi].astype(np.int64)
-        extra = self.extra
-        return (start + int(extra[lo]), stop + int(extra[hi]), ids, ids + extra[lo:hi],
-                ids + extra[lo + 1:hi + 1] + 1)
+        ids = np.asarray(self.states[lo:hi]).astype(np.int64)
+        extra = self._extra(lo, hi)
+        return (start + int(extra[0]), stop + int(extra[-1]), ids, ids + extra[:-1],
+                ids + extra[1:] + 1)
 
     def _find(self, index) -> np.ndarray:
         """How many exceptions lie below each of `index` (ints)."""
@@ -190,7 +188,13 @@ class NearRows(_VirtualRows):
     def _rows(self, index: np.ndarray) -> np.ndarray:
         if self._whole is not None:
             return self._whole[index]
-        return index + self.extra[self._find(index)]
+        below = self._find(index)
+        real = self.states.shape[0]
+        if real == 0:
+            return index.copy()
+        at = np.minimum(below, real - 1)
+        extra = np.asarray(self._starts[at]).astype(np.int64) - self.states[at]
+        return index + np.where(below < real, extra, self._end)
 
     def _whole_array(self) -> np.ndarray:
         if self._whole is None:
@@ -203,10 +207,11 @@ class NearRows(_VirtualRows):
         # per entry (a walk over 1e9 states reads every range once)
         if self._whole is not None:
             return self._whole[start:stop + 1]
-        lo, hi = self._find([start, stop])
+        lo, hi = (int(i) for i in self._find([start, stop]))
+        extra = self._extra(lo, hi)
         steps = np.ones(stop - start + 1, dtype=np.int64)
-        steps[0] = start + self.extra[lo]
-        steps[self.states[lo:hi] - start + 1] += np.diff(self.extra[lo:hi + 1])
+        steps[0] = start + extra[0]
+        steps[np.asarray(self.states[lo:hi]) - start + 1] += np.diff(extra)
         return np.cumsum(steps, out=steps)
 
 
@@ -380,8 +385,8 @@ def exception_rows(tables: dict, count: Optional[int] = None, starts_only: bool 
     if "ex_bounds" in tables:
         bounds = np.asarray(tables["ex_bounds"][:end]).astype(np.int64)
         return bounds[:, 0] if starts_only else (bounds[:, 0], bounds[:, 1] - bounds[:, 0])
-    if starts_only:
-        return np.asarray(tables["ex_starts"][:end])
+    if starts_only:  # (a mapped table's slice stays mapped)
+        return tables["ex_starts"][:end]
     return (np.asarray(tables["ex_starts"][:end]).astype(np.int64),
             np.asarray(tables["ex_branch"][:end]).astype(np.int64))
 
