@@ -230,7 +230,7 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
     # artifact package's format modules, runtime and placement, not its
     # writer, export or update modules (and no compiler module).
     assert info["modules"] == ["static_compiler", "static_compiler.arguments",
-                               "static_compiler.artifact",
+                               "static_compiler.arrays", "static_compiler.artifact",
                                "static_compiler.artifact.format",
                                "static_compiler.artifact.manifest",
                                "static_compiler.artifact.mapped",
@@ -241,6 +241,7 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.artifact.snapshot",
                                "static_compiler.decode_state", "static_compiler.decode_types",
                                "static_compiler.errors", "static_compiler.live",
+                               "static_compiler.live.item_masks",
                                "static_compiler.live.layer_walk", "static_compiler.live.layers",
                                "static_compiler.live.liveness",
                                "static_compiler.live.state_order"]

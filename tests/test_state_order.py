@@ -1,7 +1,8 @@
 """`live.state_order.InsertedOrder` (a fixed-length set's final states'
 items after additions, held as the additions) against the dense array it
 stands for: lookups, the conversion from a version-8 `state_item`, further
-insertions and the packed item mask, on random orders grown by insertion."""
+insertions and the packed item mask (from a bool or a packed one), on random
+orders grown by insertion."""
 
 import numpy as np
 from hypothesis import given, settings
@@ -37,10 +38,13 @@ def test_insertions_stand_for_the_dense_order(seed, base, batches):
     assert again.at.shape[0] <= order.at.shape[0]
     live = rng.random(order.count) < 0.3
     want = layer_walk.PackedBits.of(live[dense]).words(order.count)
+    packed = layer_walk.PackedBits.of(live, room=order.count + 100)
     for chunk in (64, 128, 1 << 20):
         got = liveness.final_item_live(order, live.copy()) if chunk == 1 << 20 else \
             order.live_bits(live, chunk)
         np.testing.assert_array_equal(got.words(order.count), want)
+        # the item mask given as packed bits (`item_masks.rows_item_bits`)
+        np.testing.assert_array_equal(order.live_bits(packed, chunk).words(order.count), want)
     np.testing.assert_array_equal(liveness.final_item_live(dense, live).words(order.count), want)
 
 

@@ -183,7 +183,7 @@ def test_liveness_bits_equal_brute_force():
     items, compiled = compiled_case("ragged", "csr")
     mask = np.random.default_rng(2).random(len(items)) < 0.3
     live, ends = subsets.liveness(compiled.ir, compiled.items,
-                                  subsets._item_mask(mask, compiled.items, "test"))
+                                  subsets.rows_item_mask(mask, compiled.items, "test"))
     chosen = {tuple(items[i]) for i in np.flatnonzero(mask)}
     every = sorted({tuple(s) for s in items})
     # States at each depth are numbered in the sorted order of their prefixes.
@@ -222,7 +222,7 @@ def test_slot_bits_and_shared_depths_hold_the_per_state_liveness(name, layout, c
     ir, plan = compiled.ir, compiled.plan
     mask = np.random.default_rng(5).random(len(items)) < 0.4
     sub = compiled.subset(mask)
-    live, _ = subsets.liveness(ir, compiled.items, subsets._item_mask(mask, compiled.items, "t"))
+    live, _ = subsets.liveness(ir, compiled.items, subsets.rows_item_mask(mask, compiled.items, "t"))
     slots = set(lowering.slot_steps(plan))
     counts = lowering.state_counts(plan)
     W = layers.slot_words(ir.vocab_size)
@@ -417,7 +417,7 @@ def test_every_way_across_a_layer_gives_the_same_liveness(share, chunk, seed, ra
              oracle.random_set(rng, 30, 5, 3))
     ir, index = sc_frontend.build_trie(items, 5, end_token=0 if ragged else None)
     mask = rng.random(len(items)) < 0.4
-    item_live = subsets._item_mask(mask, index, "test")
+    item_live = subsets.rows_item_mask(mask, index, "test")
     old = (layers.NEAR_UNARY_SHARE, layer_walk.WALK_CHUNK)
     layers.NEAR_UNARY_SHARE, layer_walk.WALK_CHUNK = share, chunk
     try:

@@ -285,9 +285,9 @@ def test_the_item_mask_is_put_in_final_state_order_as_bits(monkeypatch, chunk, c
     """`final_item_live` gathers the items' mask through state_item into
     packed bits, a range at a time (in order, or on threads for ranges of
     whole words), and leaves the mask as it was."""
-    from static_compiler.live import layer_walk, liveness
+    from static_compiler.live import item_masks, layer_walk, liveness
 
-    monkeypatch.setattr(liveness, "ITEM_CHUNK", chunk)
+    monkeypatch.setattr(item_masks, "ITEM_CHUNK", chunk)
     rng = np.random.default_rng(chunk + count)
     state_item = rng.permutation(count).astype(np.int32)
     item_live = rng.random(count) < 0.5

@@ -209,7 +209,7 @@ def test_subsets_walked_a_few_states_at_a_time_are_the_same_bits(tmp_path, monke
     memory-mapped item index) gives the bits of the walk at once, for the library and the serving loader, on csr,
     near-unary (with room) and unary layers of a loaded set."""
     from static_compiler.artifact import serving
-    from static_compiler.live import layer_walk, liveness
+    from static_compiler.live import item_masks, layer_walk, liveness
 
     rows = datasets.synthetic_sids(3_000, 5, 16, seed=4)
     for pipeline in ("verify,choose-layout{force=near_unary},reserve-capacity{growth=1.5},"
@@ -224,7 +224,7 @@ def test_subsets_walked_a_few_states_at_a_time_are_the_same_bits(tmp_path, monke
                                            (1 << 22, 1 << 24, 2)):  # (split per thread)
             monkeypatch.setattr(layer_walk, "SPLIT_MIN", 64)
             monkeypatch.setattr(layer_walk, "WALK_CHUNK", chunk)
-            monkeypatch.setattr(liveness, "ITEM_CHUNK", item_chunk)
+            monkeypatch.setattr(item_masks, "ITEM_CHUNK", item_chunk)
             monkeypatch.setattr(layer_walk, "WALK_THREADS", threads)
             held, art = sc.load_compiled(path), serving.load(path)
             for mask, want in zip(masks, wants):

@@ -57,7 +57,7 @@ from static_compiler.decode_state import (SENTINEL_SCORE, BeamState, DecodeResul
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
 from static_compiler.live.layers import slot_step, table_layers
 from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset, bit_layout,
-                                           checked_subset_index, rows_item_mask, subset_of_items,
+                                           checked_subset_index, rows_item_live, subset_of_items,
                                            warm_kernels_in_background)
 
 
@@ -314,7 +314,7 @@ class Artifact:
             layers = self._trie_layers()
             self._trie = (layers, self._subset_layout(layers))
         layers, layout = self._trie
-        mask = rows_item_mask(np.asarray(selection), self.items, "Artifact.subset")
+        mask = rows_item_live(np.asarray(selection), self.items, layout, "Artifact.subset")
         return subset_of_items(layers, self.manifest.num_final_states, self.end_token, self.items,
                                mask, self.fingerprint, layout)
 

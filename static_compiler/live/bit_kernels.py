@@ -13,7 +13,8 @@ children (a row [start, end) of the next depth's states) is live:
 
 and where the walk starts: `gather_bits` (`inserted_bits`, for an order
 given by its insertions) puts an item mask in final-state order as bits,
-`mark_selected` maps selected input rows to their items.
+`mark_selected` (`mark_selected_bits`) maps selected input rows to their items;
+`inserted_words` is `inserted_bits` for an item mask held as bits.
 
 Each bit kernel writes states [first_state, first_state + n) of `out`,
 OR-ing into words that must start zeroed; ranges that start on a multiple of 64 states touch
@@ -163,6 +164,40 @@ def inserted_bits(bits, at, ids, base, out, first_state, n):
 
 
 @njit(nogil=True, cache=True)
+def inserted_words(src, at, ids, base, out, first_state, n):
+    """`inserted_bits` of an item mask given as packed bits `src` (uint64
+    words, bit i of word i // 64 for item i): the stretches between
+    insertions are copied a word at a time."""
+    j, k, b, s, stop = 0, at.shape[0], base, first_state, first_state + n
+    while s < stop:
+        nxt = at[j] if j < k else stop
+        if nxt > s:
+            _copy(src, b, out, s, nxt - s)
+            b += nxt - s
+            s = nxt
+        if j < k and s < stop:  # the insertion at s
+            _set_if(_take(src, ids[j], 1) != 0, out, s)
+            s += 1
+            j += 1
+
+
+@njit(nogil=True, cache=True)
+def mark_selected_bits(selection, ids, out, scratch):
+    """Sets bit ids[i] of `out` (uint64 words) for each i where selection[i]
+    (bool (n,), ids int (n,) in range; scratch: (>= n,) of ids' dtype). The
+    selected ids are packed together first, so the scattered
+    read-modify-writes run back to back (1.1 s at 1e9 against 1.6 s for a
+    test and a write per row)."""
+    k = 0
+    for i in range(selection.shape[0]):
+        scratch[k] = ids[i]
+        k += selection[i]
+    for j in range(k):
+        v = scratch[j]
+        out[v >> 6] |= uint64(1) << uint64(v & 63)
+
+
+@njit(nogil=True, cache=True)
 def split_insertions(order, expected, inserted):
     """Marks in `inserted` (bool, zeroed) the entries of `order` (ints) that
     are not the next of expected, expected + 1, ...; returns the next
@@ -188,7 +223,9 @@ def warm() -> None:
     for ids in (np.zeros(1, np.int32), mapped):
         gather_bits(np.zeros(1, bool), ids, words, 0, 1)
         mark_selected(np.zeros(1, bool), ids, np.zeros(1, bool))
+        mark_selected_bits(np.zeros(1, bool), ids, words, np.zeros(1, ids.dtype))
         inserted_bits(np.zeros(2, bool), ids, ids, 0, words, 0, 2)
+        inserted_words(words, ids, ids, 0, words, 0, 2)
 
 
 @njit(nogil=True, cache=True)

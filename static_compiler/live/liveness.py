@@ -44,8 +44,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError, DecodeInputError
-from static_compiler.artifact.mapped import release_pages
-from static_compiler.live import layer_walk
+from static_compiler.live import item_masks, layer_walk
+from static_compiler.live.item_masks import rows_item_mask  # noqa: F401  (callers take it here)
 from static_compiler.live.layers import LayerWalk, TrieLayer, dense_slots, layer_walks, shared_depths
 from static_compiler.live.state_order import InsertedOrder, final_states_live
 
@@ -123,7 +123,7 @@ _WARMED_LOCK = threading.Lock()
 
 def final_item_live(state_item, item_live: np.ndarray, room=None) -> layer_walk.PackedBits:
     """`state_order.final_states_live` a range of ITEM_CHUNK states at a time."""
-    return final_states_live(state_item, item_live, ITEM_CHUNK, room)
+    return final_states_live(state_item, item_live, item_masks.ITEM_CHUNK, room)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -337,49 +337,35 @@ def _walk_up(layers: Sequence, num_final_states: int, end_token: Optional[int],
     return live, ends, slot_bits
 
 
-def rows_item_mask(selection: np.ndarray, items: ItemIndex, where: str) -> np.ndarray:
-    """bool (N',) over unique sequences: those some selected input row is;
-    selection: bool (N,) over the input rows."""
-    n = items.num_items
-    if selection.dtype != bool:
-        raise ConstraintSetError(f"{where}: selection has dtype {selection.dtype}: expected a "
-                                 f"bool mask of shape ({n},) over the input rows")
-    if selection.shape != (n,):
-        raise ConstraintSetError(f"{where}: mask has shape {selection.shape}: expected ({n},), "
-                                 "one entry per input row of the compiled set (per name given, "
-                                 "for a text catalogue)")
-    if np.count_nonzero(selection) == n:  # every row (a removal's base subset): no scatter
-        return np.ones(items.num_unique, dtype=bool)
-    from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
-
-    out = np.zeros(items.num_unique, dtype=bool)
-    size = items.row_item.itemsize
-
-    def one_range(start: int, stop: int) -> None:  # a memory-mapped row_item stays unmapped
-        bit_kernels.mark_selected(selection[start:stop], np.asarray(items.row_item[start:stop]),
-                                  out)
-        release_pages(items.row_item, size * start, size * stop)
-
-    layer_walk.in_ranges(n, one_range, ITEM_CHUNK)
-    return out
-
-
-ITEM_CHUNK = 1 << 24
-"""Input rows `rows_item_mask` maps (final states `final_item_live`
-gathers) at a time, on threads: the pages of a memory-mapped `row_item`
-(`state_item`) read are dropped after each chunk."""
+def rows_item_live(selection: np.ndarray, items: ItemIndex, layout: "BitLayout", where: str):
+    """The unique sequences some selected input row is (selection: bool
+    (N,) over the input rows), as `subset_of_items` takes them: packed bits
+    with the final depth's words where the items are the final states in
+    order but for listed additions (`item_masks.rows_item_bits`: 1/8 of the
+    fresh pages), else bool (N',)."""
+    if items.item_depth is None and items.state_item is None:
+        room = None if layout.state_counts is None else layout.state_counts[-1]
+        return item_masks.rows_item_bits(selection, items, where, room)
+    return item_masks.rows_item_mask(selection, items, where)
 
 
 def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional[int],
                     items: ItemIndex, item_live: np.ndarray, fingerprint: str,
                     layout: BitLayout) -> Subset:
-    """One `Subset` holding the unique sequences `item_live` bool (N',)
-    (less those `items.removed`: taken out of `item_live` in place, a chunk
+    """One `Subset` holding the unique sequences `item_live` (bool (N',),
+    or `PackedBits` (N') for a fixed-length set, from `rows_item_live`),
+    less those `items.removed` (taken out of `item_live` in place, a chunk
     at a time, so pass an array of your own), laid out as `layout` says."""
-    if items.removed is not None:
-        for a in range(0, item_live.shape[0], ITEM_CHUNK):
-            item_live[a:a + ITEM_CHUNK] &= ~items.removed[a:a + ITEM_CHUNK]
-    size_of_subset = np.count_nonzero(item_live)  # (`_walk_up` puts it in final-state order)
+    chunk = item_masks.ITEM_CHUNK
+    if isinstance(item_live, layer_walk.PackedBits):
+        if items.removed is not None:
+            item_masks.drop_items(item_live, items.removed)
+        size_of_subset = item_masks.count_items(item_live)
+    else:
+        if items.removed is not None:
+            for a in range(0, item_live.shape[0], chunk):
+                item_live[a:a + chunk] &= ~items.removed[a:a + chunk]
+        size_of_subset = np.count_nonzero(item_live)  # (`_walk_up` puts it in final-state order)
     counts = layout.state_counts
     size = (lambda d: None) if counts is None else (lambda d: counts[d])
     depth = len(layers)

@@ -78,16 +78,18 @@ class InsertedOrder(NamedTuple):
     def live_bits(self, item_live: np.ndarray, chunk: int,
                   room: Optional[int] = None) -> layer_walk.PackedBits:
         """`PackedBits` (count,): bit f is whether the item at final state f
-        is live in `item_live` bool (N',); ranges of `chunk` states on
-        threads; room as `PackedBits.zeros` takes it."""
+        is live in `item_live` (bool (N',), or `PackedBits` (N')); ranges of
+        `chunk` states on threads; room as `PackedBits.zeros` takes it."""
         from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
         result = layer_walk.PackedBits.zeros(self.count, room)
         out = result.uint64()
+        packed = isinstance(item_live, layer_walk.PackedBits)
+        kernel = bit_kernels.inserted_words if packed else bit_kernels.inserted_bits
+        source = item_live.uint64() if packed else item_live
 
         def one_range(a: int, b: int) -> None:
             lo, hi = np.searchsorted(self.at, [a, b])
-            bit_kernels.inserted_bits(item_live, self.at[lo:hi], self.item[lo:hi], a - int(lo),
-                                      out, a, b - a)
+            kernel(source, self.at[lo:hi], self.item[lo:hi], a - int(lo), out, a, b - a)
 
         layer_walk.in_ranges(self.count, one_range, chunk)
         return result
@@ -96,8 +98,8 @@ class InsertedOrder(NamedTuple):
 def final_states_live(state_item, item_live: np.ndarray, chunk: int,
                       room: Optional[int] = None) -> layer_walk.PackedBits:
     """`PackedBits` (S,): bit s is whether the item ending at final state s
-    is live in `item_live` bool (N',), for `state_item` an `InsertedOrder`
-    or int32 (S,) (possibly memory-mapped: read a range of states at a time,
+    is live in `item_live` bool (N',) (or `PackedBits` (N') for an
+    `InsertedOrder`), for `state_item` an `InsertedOrder` or int32 (S,) (possibly memory-mapped: read a range of states at a time,
     its pages dropped after each); ranges of `chunk` states on threads;
     room as `PackedBits.zeros` takes it. Packed as it is gathered (a
     compiled kernel), so no second bool array is held (1 GB at 1e9)."""

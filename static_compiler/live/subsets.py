@@ -26,8 +26,8 @@ from static_compiler.artifact.mapped import release_pages
 from static_compiler.errors import ConstraintSetError
 from static_compiler.live.layers import TableLayer, find_in_rows, layer_walks  # noqa: F401 (API)
 from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset,  # noqa: F401 (API)
-                                           bit_layout, rows_item_mask, stack_subsets,
-                                           subset_of_items)
+                                           bit_layout, rows_item_live, rows_item_mask,
+                                           stack_subsets, subset_of_items)
 
 
 def set_fingerprint(plan, tables, digests: Optional[dict] = None) -> str:
@@ -179,14 +179,13 @@ def _terminal_lookup(ir, items: ItemIndex, depth: int) -> np.ndarray:
     return out
 
 
-def _item_mask(selection, items: ItemIndex, where: str, ir=None) -> np.ndarray:
-    """bool (N',) over unique sequences: those some selected input row is
-    (a bool mask (N,)), or those `selection` lists (token sequences)."""
+def _item_mask(selection, items: ItemIndex, where: str, ir, layout: BitLayout):
+    """The unique sequences some selected input row is (a bool mask (N,):
+    as `rows_item_live` gives them for `layout`), or bool (N',): those
+    `selection` lists (token sequences of `ir`)."""
     sel = selection if isinstance(selection, np.ndarray) else None
     if sel is not None and (sel.dtype == bool or sel.ndim != 2):
-        return rows_item_mask(sel, items, where)
-    if ir is None:
-        raise ConstraintSetError(f"{where}: expected a bool mask ({items.num_items},)")
+        return rows_item_live(sel, items, layout, where)
     ids = unique_ids(ir, items, selection, where)
     missing = np.flatnonzero(ids < 0)
     if missing.size:
@@ -210,7 +209,7 @@ def make_subset(ir, items: Optional[ItemIndex], selection, fingerprint: str,
     """One subset from a bool mask (N,) over the input rows, or from token
     sequences of the set, laid out as the set's `BitLayout` says."""
     items = check_subsettable(ir, items, where)
-    item_live = _item_mask(selection, items, where, ir)
+    item_live = _item_mask(selection, items, where, ir, layout)
     return subset_of_items(ir.layers, ir.num_final_states, ir.end_token, items, item_live,
                            fingerprint, layout)
 

@@ -29,7 +29,7 @@ from static_compiler.backend.lowering import PlanFacts, live_beam_bounds
 from static_compiler.errors import DecodeInputError
 from static_compiler.live.layers import table_layers
 from static_compiler.live.liveness import (ItemIndex, Subset, bit_layout, checked_subset_index,
-                                           rows_item_mask, subset_of_items)
+                                           rows_item_live, subset_of_items)
 from static_compiler.decode_types import BeamState, DecodeResult
 from static_compiler.torch_backend import beam, checks, ops
 from static_compiler.torch_backend.kernels import LiveBits
@@ -336,6 +336,7 @@ class _ArtifactSubsets:
                                 list(self.plan.state_counts()))
             self._trie = (layers, layout)
         layers, layout = self._trie
-        mask = rows_item_mask(np.asarray(selection), self.items, "TorchConstraints.subset")
+        mask = rows_item_live(np.asarray(selection), self.items, layout,
+                              "TorchConstraints.subset")
         return subset_of_items(layers, self.manifest.num_final_states, self.plan.end_token,
                                self.items, mask, self.fingerprint, layout)

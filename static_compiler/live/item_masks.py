@@ -1,0 +1,113 @@
+"""The items a selection of input rows picks: where every subset starts.
+
+A subset is asked for as a bool mask (N,) over the rows a set was compiled
+from; the walk needs it per unique sequence (an item), in item order, through
+`row_item` (input row -> item, 4 GB at 1e9, read a chunk at a time).
+
+* `rows_item_mask` gives bool (N',): what a variable-length set's items (which
+  end at several depths) and removals use;
+* `rows_item_bits` gives the same as `PackedBits` (N'), 1/8 of the bytes: a
+  fixed-length set's subset, whose items are its final states. At 1e9 the
+  bool mask is 1 GB of fresh pages, which this VM faults in at up to 2 s/GB
+  when its memory has gone back to the host; the bits are 125 MB per
+  thread. Each thread marks the rows of its chunks in bits of its own (no
+  two threads write one word) and the threads' bits are or'ed at the end.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
+
+import numpy as np
+
+from static_compiler.artifact.mapped import release_pages
+from static_compiler.errors import ConstraintSetError
+from static_compiler.live import layer_walk
+
+ITEM_CHUNK = 1 << 24
+"""Input rows mapped (final states gathered, `liveness.final_item_live`) at
+a time, on threads: the pages of a memory-mapped `row_item` (`state_item`)
+read are dropped after each chunk."""
+
+
+def check_selection(selection: np.ndarray, items, where: str) -> None:
+    """Raises ConstraintSetError unless `selection` is bool (N,), one entry
+    per input row of `items` (an `ItemIndex`)."""
+    n = items.num_items
+    if selection.dtype != bool:
+        raise ConstraintSetError(f"{where}: selection has dtype {selection.dtype}: expected a "
+                                 f"bool mask of shape ({n},) over the input rows")
+    if selection.shape != (n,):
+        raise ConstraintSetError(f"{where}: mask has shape {selection.shape}: expected ({n},), "
+                                 "one entry per input row of the compiled set (per name given, "
+                                 "for a text catalogue)")
+
+
+def rows_item_mask(selection: np.ndarray, items, where: str) -> np.ndarray:
+    """bool (N',) over unique sequences: those some selected input row is;
+    selection: bool (N,) over the input rows."""
+    check_selection(selection, items, where)
+    if np.count_nonzero(selection) == items.num_items:  # every row (a removal's base subset)
+        return np.ones(items.num_unique, dtype=bool)
+    from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
+
+    out = np.zeros(items.num_unique, dtype=bool)
+    size = items.row_item.itemsize
+
+    def one_range(start: int, stop: int) -> None:  # a memory-mapped row_item stays unmapped
+        bit_kernels.mark_selected(selection[start:stop], np.asarray(items.row_item[start:stop]),
+                                  out)
+        release_pages(items.row_item, size * start, size * stop)
+
+    layer_walk.in_ranges(items.num_items, one_range, ITEM_CHUNK)
+    return out
+
+
+def rows_item_bits(selection: np.ndarray, items, where: str,
+                   room: Optional[int] = None) -> layer_walk.PackedBits:
+    """`PackedBits` (N',) in item order: the unique sequences some selected
+    input row is (selection: bool (N,) over the input rows); room as
+    `PackedBits.zeros` takes it."""
+    check_selection(selection, items, where)
+    n, count = items.num_items, items.num_unique
+    if np.count_nonzero(selection) == n:  # every row
+        bits = layer_walk.PackedBits.zeros(count, room)
+        bits.data[:count // 8] = 0xFF
+        bits.data[count // 8:-(-count // 8)] = (1 << (count % 8)) - 1
+        return bits
+    from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
+
+    ranges = [(a, min(n, a + ITEM_CHUNK)) for a in range(0, n, ITEM_CHUNK)]
+    threads = max(1, min(layer_walk.WALK_THREADS, len(ranges)))
+    own = [layer_walk.PackedBits.zeros(count, room) for _ in range(threads)]
+    row_item, size = items.row_item, items.row_item.itemsize
+
+    def one_thread(t: int) -> None:
+        scratch = np.empty(min(n, ITEM_CHUNK), row_item.dtype)
+        for start, stop in ranges[t::threads]:
+            bit_kernels.mark_selected_bits(selection[start:stop],
+                                           np.asarray(row_item[start:stop]), own[t].uint64(),
+                                           scratch)
+            release_pages(row_item, size * start, size * stop)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one_thread, range(threads)))
+    for other in own[1:]:
+        np.bitwise_or(own[0].data, other.data, out=own[0].data)
+    return own[0]
+
+
+def drop_items(bits: layer_walk.PackedBits, removed: np.ndarray) -> None:
+    """Clears, in place, bit i of `bits` (N') where removed[i] (bool (N',)),
+    ITEM_CHUNK items at a time (a multiple of 8: whole bytes)."""
+    step = max(8, ITEM_CHUNK // 8 * 8)
+    for a in range(0, removed.shape[0], step):
+        part = np.packbits(removed[a:a + step], bitorder="little")
+        np.bitwise_and(bits.data[a // 8:a // 8 + part.shape[0]], ~part,
+                       out=bits.data[a // 8:a // 8 + part.shape[0]])
+
+
+def count_items(bits: layer_walk.PackedBits) -> int:
+    """The set bits among the first N' of `bits` (those past are zero)."""
+    return int(np.bitwise_count(bits.data[:-(-bits.shape[0] // 8)]).sum(dtype=np.int64))
