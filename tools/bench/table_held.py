@@ -23,9 +23,9 @@ For the subsets each row also gives the operation alone: its seconds and
 peak above the RSS once the set is loaded (VmHWM reset through
 /proc/self/clear_refs after the load), then the seconds of a second subset
 (another random 10 % mask: what each later filter of a loaded set costs, the
-per-set work done once and the item index read once). At 1e9 the first
-subset reads an 8 GB item index (4 GB with no additions), from disk where
-the page cache has dropped it: about 2.3 s per 4 GB on this machine.
+per-set work done once). At 1e9 the load reads the 4 GB item index once (its
+ids are checked), from disk where the page cache has dropped it (~8 s at
+the ~490 MiB/s this machine's disk reads), so the subsets find it cached.
 
 Past memory (1e9), `--shards K` writes the rows as K shard files under
 `--workdir` and compiles from them on a pool of `--workers` processes (no
