@@ -239,7 +239,7 @@ def test_lookups_a_few_sequences_at_a_time_in_sorted_order_agree(case, chunk, mo
     """`unique_ids` walks LOOKUP_CHUNK sequences at a time in sorted order
     (pages of mapped tables dropped after each chunk): the same ids, the
     same removal reports, also on top of earlier removals."""
-    from static_compiler.live import subsets
+    from static_compiler.live import item_masks, subsets
 
     name, rows, end, compiled, path = case
     loaded = sc.load_compiled(path)
@@ -247,6 +247,7 @@ def test_lookups_a_few_sequences_at_a_time_in_sorted_order_agree(case, chunk, mo
     picked = [rows[i] for i in rng.choice(len(rows), 25)] + [(V - 1,) * L, (1,) * (L + 3)]
     want = compiled.item_index(picked)
     monkeypatch.setattr(subsets, "LOOKUP_CHUNK", chunk)
+    monkeypatch.setattr(item_masks, "ITEM_CHUNK", chunk)  # (a ragged set's terminal lookups)
     np.testing.assert_array_equal(loaded.item_index(picked), want)
     first = loaded.update(remove=picked[:10])
     again = first.update(remove=picked)

@@ -24,6 +24,7 @@ import numpy as np
 from static_compiler.arrays import npy_chunks
 from static_compiler.artifact.mapped import release_pages
 from static_compiler.errors import ConstraintSetError
+from static_compiler.live import item_masks
 from static_compiler.live.layers import TableLayer, find_in_rows, layer_walks  # noqa: F401 (API)
 from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset,  # noqa: F401 (API)
                                            bit_layout, rows_item_live, rows_item_mask,
@@ -171,11 +172,14 @@ def _walk_down(ir, items: ItemIndex, mat: np.ndarray, lengths: np.ndarray,
 
 def _terminal_lookup(ir, items: ItemIndex, depth: int) -> np.ndarray:
     """int (S_depth,): the unique sequence ending at each state, or -1
-    (int32 where the ids fit: 4 GB, not 8, for 1e9 states at a depth)."""
+    (int32 where the ids fit: 4 GB, not 8, for 1e9 states at a depth),
+    filled ITEM_CHUNK items at a time (no bool and int64 array per item)."""
     narrow = items.num_unique < np.iinfo(np.int32).max
     out = np.full(ir.num_states_at(depth), -1, dtype=np.int32 if narrow else np.int64)
-    at = items.item_depth == depth
-    out[items.item_state[at]] = np.flatnonzero(at)
+    chunk = item_masks.ITEM_CHUNK
+    for a in range(0, items.num_unique, chunk):
+        at = items.item_depth[a:a + chunk] == depth
+        out[items.item_state[a:a + chunk][at]] = np.flatnonzero(at) + a
     return out
 
 
