@@ -99,8 +99,9 @@ def final_states_live(state_item, item_live: np.ndarray, chunk: int,
                       room: Optional[int] = None) -> layer_walk.PackedBits:
     """`PackedBits` (S,): bit s is whether the item ending at final state s
     is live in `item_live` bool (N',) (or `PackedBits` (N') for an
-    `InsertedOrder`), for `state_item` an `InsertedOrder` or int32 (S,) (possibly memory-mapped: read a range of states at a time,
-    its pages dropped after each); ranges of `chunk` states on threads;
+    `InsertedOrder`), for `state_item` an `InsertedOrder` or int32 (S,)
+    (possibly memory-mapped: read a range of states at a time, its pages
+    dropped after each); ranges of `chunk` states on threads;
     room as `PackedBits.zeros` takes it. Packed as it is gathered (a
     compiled kernel), so no second bool array is held (1 GB at 1e9)."""
     if isinstance(state_item, InsertedOrder):
