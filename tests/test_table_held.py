@@ -264,8 +264,9 @@ def test_lookups_a_few_sequences_at_a_time_in_sorted_order_agree(case, chunk, mo
 def test_the_kernels_warmed_at_load_are_those_a_subset_runs(tmp_path):
     """`bit_kernels.warm` (run in the background by a load with an item
     index) loads every signature a subset then calls: near-unary, csr and
-    dense layers, a mask in final-state order (a set that took additions),
-    through the library and the serving loader."""
+    dense layers, the selected rows' item bits and their final-state order
+    (a set that took additions), through the library and the serving
+    loader."""
     from static_compiler.artifact import serving
     from static_compiler.live import bit_kernels
 
@@ -274,8 +275,8 @@ def test_the_kernels_warmed_at_load_are_those_a_subset_runs(tmp_path):
     path = tmp_path / "set.static"
     sc.compile_constraints(rows, 16, pipeline=pipeline, export_subsets=True).save(path)
     sc.update_artifact(path, add=datasets.synthetic_sids(50, 5, 16, seed=9))
-    kernels = (bit_kernels.near_rows_any, bit_kernels.rows_any, bit_kernels.gather_bits,
-               bit_kernels.mark_selected)
+    kernels = (bit_kernels.near_rows_any, bit_kernels.rows_any, bit_kernels.inserted_words,
+               bit_kernels.mark_selected_bits)
     bit_kernels.warm()
     warmed = [set(k.signatures) for k in kernels]
     for held in (sc.load_compiled(path), serving.load(path)):

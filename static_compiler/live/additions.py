@@ -304,10 +304,7 @@ def _old_item_at(ir: Automaton, items: ItemIndex, depth: int, states: np.ndarray
             return np.full(states.shape, -1, np.int64)
         order = items.state_order
         return states.copy() if order is None else np.asarray(order[states]).astype(np.int64)
-    lookup = np.full(ir.num_states_at(depth), -1, dtype=np.int64)
-    at = items.item_depth == depth
-    lookup[items.item_state[at]] = np.flatnonzero(at)
-    return lookup[states]
+    return items.items_ending_at(depth, ir.num_states_at(depth))[states].astype(np.int64)
 
 
 def _renumbered(states: np.ndarray, inserted: np.ndarray) -> np.ndarray:

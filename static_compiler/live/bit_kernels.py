@@ -13,7 +13,7 @@ children (a row [start, end) of the next depth's states) is live:
 
 and where the walk starts: `gather_bits` (`inserted_bits`, for an order
 given by its insertions) puts an item mask in final-state order as bits,
-`mark_selected` (`mark_selected_bits`) maps selected input rows to their items;
+`mark_selected_bits` maps selected input rows to their items;
 `inserted_words` is `inserted_bits` for an item mask held as bits.
 
 Each bit kernel writes states [first_state, first_state + n) of `out`,
@@ -222,17 +222,6 @@ def warm() -> None:
     mapped.flags.writeable = False  # (an item index read from an artifact is read-only)
     for ids in (np.zeros(1, np.int32), mapped):
         gather_bits(np.zeros(1, bool), ids, words, 0, 1)
-        mark_selected(np.zeros(1, bool), ids, np.zeros(1, bool))
         mark_selected_bits(np.zeros(1, bool), ids, words, np.zeros(1, ids.dtype))
         inserted_bits(np.zeros(2, bool), ids, ids, 0, words, 0, 2)
         inserted_words(words, ids, ids, 0, words, 0, 2)
-
-
-@njit(nogil=True, cache=True)
-def mark_selected(selection, ids, out):
-    """out[ids[i]] = True for each i where selection[i] (bool (n,), ids int
-    (n,) in range of out bool (m,)); ranges of one selection may run at once
-    (each store writes the same value)."""
-    for i in range(selection.shape[0]):
-        if selection[i]:
-            out[ids[i]] = True

@@ -4,14 +4,14 @@ A subset is asked for as a bool mask (N,) over the rows a set was compiled
 from; the walk needs it per unique sequence (an item), in item order, through
 `row_item` (input row -> item, 4 GB at 1e9, read a chunk at a time).
 
-* `rows_item_mask` gives bool (N',): what a variable-length set's items (which
-  end at several depths) and removals use;
-* `rows_item_bits` gives the same as `PackedBits` (N'), 1/8 of the bytes: a
-  fixed-length set's subset, whose items are its final states. At 1e9 the
-  bool mask is 1 GB of fresh pages, which this VM faults in at up to 2 s/GB
-  when its memory has gone back to the host; the bits are 125 MB per
+* `rows_item_bits` gives them as `PackedBits` (N'): what a fixed-length
+  set's subset, whose items are its final states, starts from. A bool per
+  item is 1 GB of fresh pages at 1e9, which this VM faults in at up to
+  2 s/GB when its memory has gone back to the host; the bits are 125 MB per
   thread. Each thread marks the rows of its chunks in bits of its own (no
-  two threads write one word) and the threads' bits are or'ed at the end.
+  two threads write one word) and the threads' bits are or'ed at the end;
+* `rows_item_mask` unpacks them to bool (N',): what a variable-length set's
+  items (which end at several depths) and removals use.
 """
 
 from __future__ import annotations
@@ -45,23 +45,9 @@ def check_selection(selection: np.ndarray, items, where: str) -> None:
 
 
 def rows_item_mask(selection: np.ndarray, items, where: str) -> np.ndarray:
-    """bool (N',) over unique sequences: those some selected input row is;
-    selection: bool (N,) over the input rows."""
-    check_selection(selection, items, where)
-    if np.count_nonzero(selection) == items.num_items:  # every row (a removal's base subset)
-        return np.ones(items.num_unique, dtype=bool)
-    from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
-
-    out = np.zeros(items.num_unique, dtype=bool)
-    size = items.row_item.itemsize
-
-    def one_range(start: int, stop: int) -> None:  # a memory-mapped row_item stays unmapped
-        bit_kernels.mark_selected(selection[start:stop], np.asarray(items.row_item[start:stop]),
-                                  out)
-        release_pages(items.row_item, size * start, size * stop)
-
-    layer_walk.in_ranges(items.num_items, one_range, ITEM_CHUNK)
-    return out
+    """bool (N',) over unique sequences: those some selected input row is
+    (selection: bool (N,) over the input rows); `rows_item_bits` unpacked."""
+    return rows_item_bits(selection, items, where).bools()
 
 
 def rows_item_bits(selection: np.ndarray, items, where: str,
@@ -98,16 +84,22 @@ def rows_item_bits(selection: np.ndarray, items, where: str,
     return own[0]
 
 
-def drop_items(bits: layer_walk.PackedBits, removed: np.ndarray) -> None:
-    """Clears, in place, bit i of `bits` (N') where removed[i] (bool (N',)),
-    ITEM_CHUNK items at a time (a multiple of 8: whole bytes)."""
-    step = max(8, ITEM_CHUNK // 8 * 8)
+def drop_items(item_live, removed: np.ndarray) -> None:
+    """Clears, in place, item i of `item_live` (bool (N',) or `PackedBits`
+    (N')) where removed[i] (bool (N',)), ITEM_CHUNK items at a time."""
+    step = max(8, ITEM_CHUNK // 8 * 8)  # (whole bytes of packed bits)
     for a in range(0, removed.shape[0], step):
-        part = np.packbits(removed[a:a + step], bitorder="little")
-        np.bitwise_and(bits.data[a // 8:a // 8 + part.shape[0]], ~part,
-                       out=bits.data[a // 8:a // 8 + part.shape[0]])
+        if isinstance(item_live, layer_walk.PackedBits):
+            part = np.packbits(removed[a:a + step], bitorder="little")
+            held = item_live.data[a // 8:a // 8 + part.shape[0]]
+            np.bitwise_and(held, ~part, out=held)
+        else:
+            item_live[a:a + step] &= ~removed[a:a + step]
 
 
-def count_items(bits: layer_walk.PackedBits) -> int:
-    """The set bits among the first N' of `bits` (those past are zero)."""
-    return int(np.bitwise_count(bits.data[:-(-bits.shape[0] // 8)]).sum(dtype=np.int64))
+def count_items(item_live) -> int:
+    """How many items `item_live` (bool (N',) or `PackedBits` (N')) holds."""
+    if isinstance(item_live, layer_walk.PackedBits):  # (the bits past N' are zero)
+        data = item_live.data[:-(-item_live.shape[0] // 8)]
+        return int(np.bitwise_count(data).sum(dtype=np.int64))
+    return int(np.count_nonzero(item_live))

@@ -157,17 +157,21 @@ class NearRows(_VirtualRows):
             self._end = int(start[0] + branch[0]) - int(self.states[real - 1]) - 1
         self._whole = None
 
-    def _extra(self, lo: int, hi: int) -> np.ndarray:
-        """int64 (hi - lo + 1,): the extra children of the exceptions below
-        exception lo, lo + 1, ..., hi (hi <= X: X is past them all); the
-        mapped pages read are dropped again."""
+    def _extra(self, below: np.ndarray) -> np.ndarray:
+        """int64: the extra children of the exceptions before exception
+        `below` (ints in [0, X]: X is past them all)."""
         real = self.states.shape[0]
-        top = min(hi + 1, real)
-        out = np.full(hi - lo + 1, self._end, dtype=np.int64)
-        if top > lo:
-            out[:top - lo] = np.asarray(self._starts[lo:top]).astype(np.int64) - self.states[lo:top]
-            for table in (self._starts, self.states):
-                release_pages(table, lo * table.itemsize, top * table.itemsize)
+        if real == 0:
+            return np.zeros(np.shape(below), np.int64)
+        at = np.minimum(below, real - 1)
+        extra = np.asarray(self._starts[at]).astype(np.int64) - self.states[at]
+        return np.where(below < real, extra, self._end)
+
+    def _extra_range(self, lo: int, hi: int) -> np.ndarray:
+        """`_extra` of exceptions lo..hi, the mapped pages read dropped again."""
+        out = self._extra(np.arange(lo, hi + 1))
+        for table in (self._starts, self.states):
+            release_pages(table, lo * table.itemsize, (hi + 1) * table.itemsize)
         return out
 
     def exception_range(self, start: int, stop: int) -> tuple:
@@ -177,7 +181,7 @@ class NearRows(_VirtualRows):
         extra children alone (no search per exception)."""
         lo, hi = (int(i) for i in self._find([start, stop]))
         ids = np.asarray(self.states[lo:hi]).astype(np.int64)
-        extra = self._extra(lo, hi)
+        extra = self._extra_range(lo, hi)
         return (start + int(extra[0]), stop + int(extra[-1]), ids, ids + extra[:-1],
                 ids + extra[1:] + 1)
 
@@ -188,13 +192,7 @@ class NearRows(_VirtualRows):
     def _rows(self, index: np.ndarray) -> np.ndarray:
         if self._whole is not None:
             return self._whole[index]
-        below = self._find(index)
-        real = self.states.shape[0]
-        if real == 0:
-            return index.copy()
-        at = np.minimum(below, real - 1)
-        extra = np.asarray(self._starts[at]).astype(np.int64) - self.states[at]
-        return index + np.where(below < real, extra, self._end)
+        return index + self._extra(self._find(index))
 
     def _whole_array(self) -> np.ndarray:
         if self._whole is None:
@@ -208,7 +206,7 @@ class NearRows(_VirtualRows):
         if self._whole is not None:
             return self._whole[start:stop + 1]
         lo, hi = (int(i) for i in self._find([start, stop]))
-        extra = self._extra(lo, hi)
+        extra = self._extra_range(lo, hi)
         steps = np.ones(stop - start + 1, dtype=np.int64)
         steps[0] = start + extra[0]
         steps[np.asarray(self.states[lo:hi]) - start + 1] += np.diff(extra)

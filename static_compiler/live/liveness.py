@@ -88,6 +88,19 @@ class ItemIndex:
                                  np.asarray(self.state_inserted_item, np.int32), self.num_unique)
         return self.state_item
 
+    def items_ending_at(self, depth: int, num_states: int) -> np.ndarray:
+        """int (num_states,): the unique sequence ending at each state at
+        `depth` of a variable-length set (item_depth / item_state), or -1
+        (int32 where the ids fit: 4 GB, not 8, for 1e9 states), filled
+        ITEM_CHUNK items at a time (no bool or int64 array per item)."""
+        narrow = self.num_unique < np.iinfo(np.int32).max
+        out = np.full(num_states, -1, dtype=np.int32 if narrow else np.int64)
+        chunk = item_masks.ITEM_CHUNK
+        for a in range(0, self.num_unique, chunk):
+            at = self.item_depth[a:a + chunk] == depth
+            out[self.item_state[a:a + chunk][at]] = np.flatnonzero(at) + a
+        return out
+
     @functools.cached_property
     def removal_tag(self) -> str:
         """"" with nothing removed, else a short hash of `removed` (bool
@@ -356,16 +369,9 @@ def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional
     or `PackedBits` (N') for a fixed-length set, from `rows_item_live`),
     less those `items.removed` (taken out of `item_live` in place, a chunk
     at a time, so pass an array of your own), laid out as `layout` says."""
-    chunk = item_masks.ITEM_CHUNK
-    if isinstance(item_live, layer_walk.PackedBits):
-        if items.removed is not None:
-            item_masks.drop_items(item_live, items.removed)
-        size_of_subset = item_masks.count_items(item_live)
-    else:
-        if items.removed is not None:
-            for a in range(0, item_live.shape[0], chunk):
-                item_live[a:a + chunk] &= ~items.removed[a:a + chunk]
-        size_of_subset = np.count_nonzero(item_live)  # (`_walk_up` puts it in final-state order)
+    if items.removed is not None:
+        item_masks.drop_items(item_live, items.removed)
+    size_of_subset = item_masks.count_items(item_live)  # (`_walk_up` puts it in final-state order)
     counts = layout.state_counts
     size = (lambda d: None) if counts is None else (lambda d: counts[d])
     depth = len(layers)

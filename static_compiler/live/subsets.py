@@ -24,7 +24,6 @@ import numpy as np
 from static_compiler.arrays import npy_chunks
 from static_compiler.artifact.mapped import release_pages
 from static_compiler.errors import ConstraintSetError
-from static_compiler.live import item_masks
 from static_compiler.live.layers import TableLayer, find_in_rows, layer_walks  # noqa: F401 (API)
 from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset,  # noqa: F401 (API)
                                            bit_layout, rows_item_live, rows_item_mask,
@@ -125,7 +124,7 @@ def unique_ids(ir, items: ItemIndex, sequences, where: str) -> np.ndarray:
     order = np.lexsort(mat.T[::-1]) if mat.shape[0] > LOOKUP_CHUNK else \
         np.arange(mat.shape[0])
     ends = np.full(mat.shape[0], -1, dtype=np.int64)
-    terminals: dict = {}  # depth -> `_terminal_lookup`, built once
+    terminals: dict = {}  # depth -> `ItemIndex.items_ending_at`, built once
     for start in range(0, mat.shape[0], LOOKUP_CHUNK):
         at = order[start:start + LOOKUP_CHUNK]
         ends[at] = _walk_down(ir, items, mat[at], lengths[at], terminals)
@@ -143,7 +142,7 @@ LOOKUP_CHUNK = 1 << 16
 def _walk_down(ir, items: ItemIndex, mat: np.ndarray, lengths: np.ndarray,
                terminals: dict) -> np.ndarray:
     """`unique_ids` of the sequences `mat` int64 (n, L) (-1 past
-    `lengths`); terminals: {depth: `_terminal_lookup`} filled as needed."""
+    `lengths`); terminals: {depth: `ItemIndex.items_ending_at`} filled as needed."""
     n = mat.shape[0]
     state = np.zeros(n, dtype=np.int64)
     ok = (lengths <= ir.depth) & ((mat >= 0) | (np.arange(mat.shape[1]) >= lengths[:, None])).all(1)
@@ -160,7 +159,7 @@ def _walk_down(ir, items: ItemIndex, mat: np.ndarray, lengths: np.ndarray,
         if items.item_depth is not None:
             done = found & (lengths == t + 1)
             if t + 1 not in terminals:
-                terminals[t + 1] = _terminal_lookup(ir, items, t + 1)
+                terminals[t + 1] = items.items_ending_at(t + 1, ir.num_states_at(t + 1))
             ends[done] = terminals[t + 1][state[done]]
     if items.item_depth is None:
         ends = np.where(ok & (lengths == ir.depth), state, -1)
@@ -168,19 +167,6 @@ def _walk_down(ir, items: ItemIndex, mat: np.ndarray, lengths: np.ndarray,
         if order is not None:  # (states ascending: neighbouring pages)
             ends[ends >= 0] = order[ends[ends >= 0]]
     return np.where(ok, ends, -1)
-
-
-def _terminal_lookup(ir, items: ItemIndex, depth: int) -> np.ndarray:
-    """int (S_depth,): the unique sequence ending at each state, or -1
-    (int32 where the ids fit: 4 GB, not 8, for 1e9 states at a depth),
-    filled ITEM_CHUNK items at a time (no bool and int64 array per item)."""
-    narrow = items.num_unique < np.iinfo(np.int32).max
-    out = np.full(ir.num_states_at(depth), -1, dtype=np.int32 if narrow else np.int64)
-    chunk = item_masks.ITEM_CHUNK
-    for a in range(0, items.num_unique, chunk):
-        at = items.item_depth[a:a + chunk] == depth
-        out[items.item_state[a:a + chunk][at]] = np.flatnonzero(at) + a
-    return out
 
 
 def _item_mask(selection, items: ItemIndex, where: str, ir, layout: BitLayout):
