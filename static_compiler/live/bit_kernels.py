@@ -186,8 +186,8 @@ def mark_selected_bits(selection, ids, out, scratch):
     """Sets bit ids[i] of `out` (uint64 words) for each i where selection[i]
     (bool (n,), ids int (n,) in range; scratch: (>= n,) of ids' dtype). The
     selected ids are packed together first, so the scattered
-    read-modify-writes run back to back (1.1 s at 1e9 against 1.6 s for a
-    test and a write per row)."""
+    read-modify-writes run back to back rather than between the tests of
+    the unselected rows (see docs/benchmarks.md, "The first subset at 1e9")."""
     k = 0
     for i in range(selection.shape[0]):
         scratch[k] = ids[i]
