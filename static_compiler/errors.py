@@ -12,6 +12,28 @@ class StaticCompilerError(Exception):
     """Base class of every error this package raises on purpose."""
 
 
+# The environment.
+
+class MissingDependencyError(StaticCompilerError, ImportError):
+    """A package this operation needs is not installed; the message names the
+    package, what needs it, and the command that installs it."""
+
+
+def require(module: str, purpose: str, install: str):
+    """The module `module`, imported; raises MissingDependencyError naming it,
+    `purpose` (what needs it) and `install` (the pip command) when it is not
+    installed. An import error raised inside an installed package (a broken
+    install) is passed on as it is."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name is None or err.name.split(".")[0] != module.split(".")[0]:
+            raise
+        raise MissingDependencyError(f"{purpose} needs the {module.split('.')[0]!r} package, "
+                                     f"which is not installed: {install}") from None
+
+
 # Input to the compiler.
 
 class ConstraintSetError(StaticCompilerError, ValueError):
