@@ -41,6 +41,19 @@ def check_int(name: str, value, *, low: Optional[int] = None, high: Optional[int
     return int(value)
 
 
+def check_rows(batch_size, beam_size=1) -> tuple[int, int]:
+    """(B, M): batch_size and beam_size, ints >= 1 whose product (the rows
+    of a decoding state, B * M) is below 2**31: row ids are int32 on the
+    JAX backend, and a state that large would not fit in memory anyway
+    (2**40 rows must not reach an allocator)."""
+    B = check_int("batch_size", batch_size, low=1)
+    M = check_int("beam_size", beam_size, low=1)
+    if B * M >= 2 ** 31:  # (so each is below 2**31 too)
+        raise DecodeInputError(f"batch_size={B} x beam_size={M}: {B * M} rows, expected fewer "
+                               "than 2**31 rows in one decoding state")
+    return B, M
+
+
 def check_finite(name: str, value) -> float:
     """`value` as a Python float; it must be a finite real number (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \

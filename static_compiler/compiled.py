@@ -12,12 +12,12 @@ import numpy as np
 from static_compiler.live import subsets, versions
 from static_compiler.artifact import placement as placement_lib
 from static_compiler.backend import decode
-from static_compiler.live.liveness import checked_subset_index
 from static_compiler.backend.lowering import (Plan, PlanFacts, automaton_from_tables,
                                               slot_steps, state_counts, table_head,
                                               tables_nbytes)
 from static_compiler.artifact.names import NameTable
-from static_compiler.decode_state import check_processor_state, is_traced
+from static_compiler.decode_state import (check_int, check_prefixes, check_processor_state,
+                                          is_traced)
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import ItemIndex
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
@@ -157,7 +157,7 @@ class CompiledConstraints(PlanFacts):
         table (`lowering.table_head`), equal to the automaton's."""
         from static_compiler.ir import _ELIDE_EDGES
 
-        limit = _ELIDE_EDGES if max_edges is None else max_edges
+        limit = _ELIDE_EDGES if max_edges is None else check_int("max_edges", max_edges, low=0)
         return print_ir(self.outline, max_edges=limit, rows_of=self.rows_of())
 
     def rows_of(self):
@@ -324,6 +324,7 @@ class CompiledConstraints(PlanFacts):
         that may follow each prefix, with no per-row state (see
         backend.decode.prefix); subset / subset_index (one per prefix row)
         as in `beam_search`."""
+        check_prefixes(prefixes, self.max_length, "allowed")  # (before its rows are counted)
         live = self.live_mask(subset, subset_index, np.shape(prefixes)[0], "allowed")
         return decode.allowed(self.plan, self.device_tables, prefixes, live)
 
@@ -357,7 +358,9 @@ class CompiledConstraints(PlanFacts):
         update are refused by the new version.
 
         `last_update`: {"removed", "already_removed", "absent"} for
-        removals (sequences not in the set are counted, not an error), and
+        removals (sequences not in the set are counted, not an error; a
+        token outside the vocabulary or, in a fixed-length set, a row of
+        another length is one), and
         {"added", "already_present", "restored", "grew"} for additions.
         Raises ConstraintSetError for invalid sequences or masks, for a
         set without items (graph, IR, minimize) and for a text catalogue
@@ -440,17 +443,7 @@ class CompiledConstraints(PlanFacts):
             if self.base_subset is None:
                 return None
             subset = self.base_subset
-        # A subset of this set has this set's bit shapes (the fingerprint);
-        # the index is checked here, traced ones by the decoder.
-        subset_index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size,
-                                            where)
-        import jax
-        device = subset.__dict__.get("_device")
-        if device is None:
-            with jax.ensure_compile_time_eval():
-                device = subset.placed(jax.device_put)
-            object.__setattr__(subset, "_device", device)
-        return decode.LiveMask(device[0], device[1], subset_index)
+        return decode.subset_live_mask(subset, self.fingerprint, subset_index, batch_size, where)
 
     def removal_program(self, live, batch_size: int):
         """What a decoder also compiles (`decode.beam_search`'s
@@ -476,7 +469,8 @@ class CompiledConstraints(PlanFacts):
     def save(self, path, *, overwrite: bool = False):
         """Writes the artifact directory atomically (see static_compiler.artifact.writer)."""
         from static_compiler.artifact import writer
-        return writer.save(self, path, overwrite=overwrite)
+        from static_compiler.artifact.format import artifact_path
+        return writer.save(self, artifact_path(path, "save"), overwrite=overwrite)
 
 
 _SET_CACHES = ("_fingerprint", "_table_digests", "_bit_layout_cache", "_first_rows",

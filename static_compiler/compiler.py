@@ -6,6 +6,7 @@ both are importable from here too."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 from typing import Optional
@@ -16,6 +17,7 @@ from static_compiler.live import subsets
 from static_compiler.passes import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.backend.lowering import lower, lower_pieces, tables_nbytes
+from static_compiler.arguments import check_rows
 from static_compiler.compiled import CompiledConstraints
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import PaddedRows, build_trie
@@ -232,6 +234,24 @@ def _export_beam_sizes(export_beam_sizes) -> tuple:
     return tuple(int(m) for m in sizes)
 
 
+def _check_call(compiled, decoder, options: dict, where: str) -> None:
+    """DecodeInputError unless `compiled` is a CompiledConstraints and every
+    name in `options` is a keyword option of the backend `decoder` (not one
+    the front door sets itself), named with the options there are."""
+    if not isinstance(compiled, CompiledConstraints):
+        raise DecodeInputError(f"{where}: compiled={str(compiled)[:60]!r} is a "
+                               f"{type(compiled).__name__}, expected a CompiledConstraints "
+                               "(sc.compile_constraints, sc.load_compiled)")
+    known = [name for name, p in inspect.signature(decoder).parameters.items()
+             if p.kind == p.KEYWORD_ONLY and name not in _SET_BY_FRONT_DOOR]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise DecodeInputError(f"{where}: unknown option(s) {unknown}: expected some of {known}")
+
+
+_SET_BY_FRONT_DOOR = ("batch_size", "beam_size", "subset", "also_compile")
+
+
 def _plan_tables(compiled: CompiledConstraints):
     return compiled.plan, compiled.device_tables
 
@@ -297,6 +317,8 @@ def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, be
         another set, a subset_index without a subset or of the wrong shape
         or range.
     """
+    _check_call(compiled, decode.beam_search, options, "beam_search")
+    check_rows(batch_size, beam_size)  # before the subset index is read against batch_size
     live = compiled.live_mask(subset, subset_index, batch_size, "beam_search")
     return decode.beam_search(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
                               beam_size=beam_size, subset=live,
@@ -336,6 +358,8 @@ def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
     DecodeInputError
         For bad arguments, as in `beam_search`.
     """
+    _check_call(compiled, decode.greedy_decode, options, "greedy_decode")
+    check_rows(batch_size)
     live = compiled.live_mask(subset, subset_index, batch_size, "greedy_decode")
     return decode.greedy_decode(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
                                 subset=live,
@@ -384,6 +408,8 @@ def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
         For bad arguments (a temperature, top_k or key out of range, and
         as in `beam_search`).
     """
+    _check_call(compiled, decode.sample, options, "sample")
+    check_rows(batch_size)
     live = compiled.live_mask(subset, subset_index, batch_size, "sample")
     return decode.sample(*_plan_tables(compiled), logits_fn, key, batch_size=batch_size,
                          subset=live, also_compile=compiled.removal_program(live, batch_size),

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from static_compiler.arguments import (check_callable, check_finite, check_int,  # noqa: F401
-                                       check_logits_shape,
+                                       check_logits_shape, check_rows,
                                        check_prefix_shape, check_start_tokens,
                                        check_token_shape, check_token_values,
                                        check_tokens_per_beam)
@@ -109,14 +109,94 @@ def is_traced(value) -> bool:
     return isinstance(value, jax.core.Tracer)
 
 
+INT32_END = 2 ** 31
+"""One past the largest int32: state ids and tokens the kernels read are int32."""
+
+
+def int32_within(values, high: int):
+    """Int `values` (any shape; checked ints) as int32, each value outside
+    [0, high) replaced by -1 BEFORE the narrowing cast. jax (x64 off) keeps
+    an int64's low 32 bits, so token 2**32 + 1 would be read as token 1;
+    -1 is outside every vocabulary and state range, so the kernels treat it
+    as they treat any token (or state id) outside them: the row becomes
+    invalid. Concrete values (numpy, lists): one numpy pass; a jax array of
+    a wider dtype (x64 on, traced or not): the same select on the device,
+    never read back to the host; int32 and narrower jax arrays as they are
+    (nothing to wrap: a uint32 past 2**31 becomes negative, also invalid)."""
+    if isinstance(values, jax.Array):  # tracers too
+        if values.dtype.itemsize <= 4:
+            return values
+        return jnp.where((values >= 0) & (values < high), values, -1).astype(jnp.int32)
+    values = np.asarray(values)
+    return np.where((values >= 0) & (values < high), values, -1).astype(np.int32)
+
+
+def _state_field(state_type: type, fields: tuple, index: int, kind: str, where: str):
+    """Field `index` of a state as an array (lists of numbers become numpy
+    arrays); kind "int" (an integer dtype), "bool" or "float"."""
+    name, value = state_type._fields[index], fields[index]
+    if not (hasattr(value, "dtype") and hasattr(value, "shape")):
+        try:
+            value = np.asarray(value)
+        except (TypeError, ValueError):  # ragged nested lists
+            value = None
+    dtype = getattr(value, "dtype", None)
+    ok = dtype is not None and (_is_float_dtype(dtype) if kind == "float" else
+                                _is_integer_dtype(dtype) if kind == "int" else dtype == bool)
+    if not ok:
+        found = (f"{dtype}{list(np.shape(value))}" if dtype is not None
+                 else f"{str(fields[index])[:60]!r} (not an array)")
+        raise DecodeInputError(f"{where}: state.{name} is {found}, expected {kind} array "
+                               f"({state_type.__name__} fields {state_type._fields})")
+    return value
+
+
 def check_processor_state(state, where: str) -> ProcessorState:
-    """`state` as a ProcessorState; its fields must be arrays of one shape (B,)."""
+    """`state` as a ProcessorState: `node` an integer array, `valid` and
+    `finished` bool arrays, all of one shape (B,). Lists of ints / bools are
+    read as numpy arrays; a node id outside int32 is replaced by -1 (not a
+    state: the row is invalid, as for any id that is not a state at the
+    step) before the kernels read it as int32 (`int32_within`)."""
     fields = check_fields(state, ProcessorState, where)
-    shapes = [tuple(np.shape(f)) for f in fields]
+    node, valid, finished = (_state_field(ProcessorState, fields, i, kind, where)
+                             for i, kind in enumerate(("int", "bool", "bool")))
+    shapes = [tuple(np.shape(f)) for f in (node, valid, finished)]
     if len(shapes[0]) != 1 or any(s != shapes[0] for s in shapes):
         raise DecodeInputError(f"{where}: state fields {ProcessorState._fields} have shapes "
                                f"{shapes}, expected one shape (batch,)")
-    return ProcessorState(*fields)
+    return ProcessorState(int32_within(node, INT32_END), valid, finished)
+
+
+_BEAM_KINDS = ("int", "float", "int", "bool", "bool", "int", "int", "int")
+"""The dtype kind of each BeamState field (tokens, scores, node, valid,
+finished, lengths, last_tokens, parent)."""
+
+
+def check_beam_state(state, max_length: int, where: str) -> BeamState:
+    """`state` as a BeamState: every field an array of its kind (tokens,
+    node, lengths, last_tokens and parent integer, scores float, valid and
+    finished bool), tokens of shape (B, M, max_length) and the others (B,
+    M). Lists are read as numpy arrays; a concrete integer field is
+    returned as int32 and must hold values within int32 (a wider one would
+    wrap in the kernels)."""
+    fields = check_fields(state, BeamState, where)
+    fields = [_state_field(BeamState, fields, i, kind, where) for i, kind in enumerate(_BEAM_KINDS)]
+    shapes = [tuple(np.shape(f)) for f in fields]
+    batch = shapes[2]
+    if len(batch) != 2 or shapes[0] != batch + (max_length,) or \
+            any(s != batch for s in shapes[1:]):
+        raise DecodeInputError(f"{where}: state fields {BeamState._fields} have shapes {shapes}, "
+                               f"expected (batch, beams, {max_length}) for tokens and "
+                               "(batch, beams) for the others")
+    for i, kind in enumerate(_BEAM_KINDS):
+        value = fields[i]
+        if kind == "int" and not isinstance(value, jax.Array) and value.dtype != np.int32:
+            if value.size and (value.min() < -INT32_END or value.max() >= INT32_END):
+                raise DecodeInputError(f"{where}: state.{BeamState._fields[i]} holds "
+                                       f"{value.max() if value.max() >= INT32_END else value.min()}"
+                                       ", expected values within int32")
+            fields[i] = value.astype(np.int32)
+    return BeamState(*fields)
 
 
 def check_drafts(drafts, batch_size: int, vocab_size: int, where: str):

@@ -640,8 +640,8 @@ def test_bad_step_state_and_sizes(fixed):
     with pytest.raises(errors.DecodeInputError, match="state is a list"):
         art.beam_step(list(state), logits, 0)
     bad = state._replace(scores=state.scores.astype(jnp.int32))
-    with pytest.raises(errors.DecodeInputError, match=r"'state.scores' is int32\[2, 4\], expected "
-                                                       r"float32\[2, 4\]"):
+    with pytest.raises(errors.DecodeInputError, match=r"state.scores is int32\[2, 4\], expected "
+                                                       r"float"):
         art.beam_step(bad, logits, 0)
     for kwargs in (dict(batch_size=0, beam_size=4), dict(batch_size=2, beam_size=4,
                                                          start_token=[1, 2, 3]),

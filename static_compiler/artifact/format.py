@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import pathlib
 
 from static_compiler.errors import ArtifactFormatError
 
@@ -223,6 +225,15 @@ def seal_manifest(manifest: dict) -> bytes:
 
 # ---------------------------------------------------------------------------
 # Schema.
+
+
+def artifact_path(path, where: str) -> pathlib.Path:
+    """`path` (a str or os.PathLike naming an artifact directory) as a Path;
+    anything else is an ArtifactFormatError naming `where` and the value."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArtifactFormatError(f"{where}: path={path!r}: expected the path (a str or "
+                                  "os.PathLike) of an artifact directory")
+    return pathlib.Path(path)
 
 
 def format_error(path, message: str) -> ArtifactFormatError:

@@ -52,9 +52,11 @@ from static_compiler.artifact.runtime import (Module, check_table_arguments, cur
                                               deserialize, item_index, put_tables,
                                               table_placement)
 from static_compiler.decode_state import (SENTINEL_SCORE, BeamState, DecodeResult, ProcessorState,
-                                          check_fields, check_int, check_logits,
-                                          check_start_tokens, check_step, check_tokens)
-from static_compiler.errors import ArtifactVersionError, DecodeInputError
+                                          check_beam_state, check_logits, check_processor_state,
+                                          check_rows, check_start_tokens, check_step,
+                                          check_tokens, int32_within)
+from static_compiler.errors import (ArtifactVersionError, ConstraintSetError,
+                                    DecodeInputError)
 from static_compiler.live.layers import slot_step, table_layers
 from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset, bit_layout,
                                            checked_subset_index, rows_item_live, subset_of_items,
@@ -145,8 +147,7 @@ class Artifact:
 
         start_token: an int, or ints (batch_size,), one per row: the model's
         `last_tokens` at step 0."""
-        batch_size = check_int("batch_size", batch_size, low=1)
-        beam_size = check_int("beam_size", beam_size, low=1)
+        batch_size, beam_size = check_rows(batch_size, beam_size)
         start = check_start_tokens(start_token, batch_size, "init_state")
         module = self._beam_module("init", beam_size)
         return BeamState(*module((), jnp.asarray(start)))
@@ -162,10 +163,7 @@ class Artifact:
         subsets of this artifact (`subset`, `liveness.stack_subsets`), with
         subset_index ints (B,) picking each row's (default 0 for a single
         subset): each row decodes over its subset's items only."""
-        fields = BeamState(*check_fields(state, BeamState, "beam_step"))
-        if np.ndim(fields.node) != 2:
-            raise DecodeInputError(f"beam_step: state.node has shape {np.shape(fields.node)}, "
-                                   "expected (batch, beams)")
+        fields = check_beam_state(state, self.max_length, "beam_step")
         B, M = np.shape(fields.node)
         logits = self._logits(logits, (B, M), "beam_step")
         step = self._step(step, "beam_step")
@@ -186,7 +184,7 @@ class Artifact:
         length set) holds `depth` tokens; called before the last step, the
         unfinished prefixes come back invalid (SENTINEL_SCORE), never as
         sequences of the set."""
-        s = BeamState(*check_fields(state, BeamState, "finalize"))
+        s = check_beam_state(state, self.max_length, "finalize")
         complete = jnp.asarray(s.valid) & (jnp.asarray(s.finished)
                                            | (jnp.asarray(s.lengths) == self.manifest.depth))
         return DecodeResult(s.tokens, jnp.where(complete, s.scores, SENTINEL_SCORE), complete,
@@ -206,7 +204,7 @@ class Artifact:
     @staticmethod
     def init_processor_state(batch_size: int) -> ProcessorState:
         """Every row at the root, valid, not finished."""
-        batch_size = check_int("batch_size", batch_size, low=1)
+        batch_size = check_rows(batch_size)[0]
         return ProcessorState(node=jnp.zeros((batch_size,), jnp.int32),
                               valid=jnp.ones((batch_size,), bool),
                               finished=jnp.zeros((batch_size,), bool))
@@ -216,7 +214,7 @@ class Artifact:
         """logits float (B, V) -> float32 (B, V): allowed tokens keep their
         logit, the others get the sentinel score (-1e30). subset /
         subset_index as in `beam_step`."""
-        fields = check_fields(state, ProcessorState, "mask")
+        fields = check_processor_state(state, "mask")
         logits = self._logits(logits, tuple(np.shape(fields[0])[:1]), "mask")
         step = self._step(step, "mask")
         if subset is None and subset_index is None:
@@ -230,10 +228,10 @@ class Artifact:
                 subset_index=None) -> ProcessorState:
         """Moves each row along its chosen token, int (B,); a disallowed token
         marks the row invalid. subset / subset_index as in `beam_step`."""
-        fields = check_fields(state, ProcessorState, "advance")
-        B = int(np.shape(fields[0])[0]) if np.ndim(fields[0]) else -1
+        fields = check_processor_state(state, "advance")
+        B = int(np.shape(fields[0])[0])
         check_tokens(tokens, B, "advance")
-        tokens = jnp.asarray(tokens).astype(jnp.int32)
+        tokens = jnp.asarray(int32_within(tokens, self.vocab_size))  # no int64 wraps to a token
         step = self._step(step, "advance")
         if subset is None and subset_index is None:
             subset = self._base_subset()
@@ -314,7 +312,13 @@ class Artifact:
             layers = self._trie_layers()
             self._trie = (layers, self._subset_layout(layers))
         layers, layout = self._trie
-        mask = rows_item_live(np.asarray(selection), self.items, layout, "Artifact.subset")
+        try:
+            selection = np.asarray(selection)
+        except (TypeError, ValueError) as err:  # ragged nested lists
+            raise ConstraintSetError(f"Artifact.subset: selection {str(selection)[:60]!r} is not "
+                                     f"an array ({err}): expected bool ({self.items.num_items},) "
+                                     "over the input rows") from None
+        mask = rows_item_live(selection, self.items, layout, "Artifact.subset")
         return subset_of_items(layers, self.manifest.num_final_states, self.end_token, self.items,
                                mask, self.fingerprint, layout)
 
@@ -372,7 +376,7 @@ def load(path, *, verify_checksums: bool = True, device=None, mesh=None) -> Arti
     DecodeInputError for a bad device, a mesh unlike the artifact's or a
     mesh given for a one-device artifact (and the reverse). Only load artifacts from a trusted source (see the module docstring).
     """
-    with open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
+    with open_snapshot(fmt.artifact_path(path, "load"), verify_checksums=verify_checksums) as snap:
         return load_from(snap, device=device, mesh=mesh)
 
 

@@ -46,7 +46,8 @@ Beam-search semantics (tested bit-for-bit against a numpy oracle):
 
 from static_compiler.backend.decode.candidates import (StepCandidates, candidate_columns,
                                                        mixed_children, step_candidates)
-from static_compiler.backend.decode.live import LiveMask, live_mask_spec, subset_widths
+from static_compiler.backend.decode.live import (LiveMask, live_mask_spec, subset_live_mask,
+                                                 subset_widths)
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob, safe_log_softmax, scored
 from static_compiler.backend.decode.processor import (StepProcessor, advance, advance_switch,
                                                       init_processor_state, mask, mask_switch)
@@ -68,6 +69,6 @@ __all__ = [
     "beam_step_switch", "candidate_columns", "finalize", "greedy_decode", "init_beam_state",
     "init_processor_state", "length_normalized", "live_beam_bounds", "mask", "mask_switch",
     "mixed_children", "reorder_carry", "resolve_carry_axes", "safe_log_softmax", "sample",
-    "live_mask_spec", "scored", "select_beams", "step_candidates", "step_segments", "subset_widths",
-    "switch_over_steps",
+    "live_mask_spec", "scored", "select_beams", "step_candidates", "step_segments",
+    "subset_live_mask", "subset_widths", "switch_over_steps",
 ]

@@ -22,6 +22,7 @@ from static_compiler.backend.lowering import Plan, slot_steps
 from static_compiler.decode_state import is_traced
 from static_compiler.errors import DecodeInputError
 from static_compiler.live.layers import bit_widths, slot_words
+from static_compiler.live.liveness import checked_subset_index
 
 
 class LiveMask(NamedTuple):
@@ -32,6 +33,23 @@ class LiveMask(NamedTuple):
     live: tuple
     ends: tuple
     rows: Any
+
+
+def subset_live_mask(subset, fingerprint: str, subset_index, batch_size: int,
+                     where: str) -> LiveMask:
+    """The `LiveMask` of `subset` (a `liveness.Subset` of the set whose
+    fingerprint is `fingerprint`: so it has that set's bit shapes) with
+    `subset_index` ints (batch_size,) picking each row's subset (default:
+    all rows subset 0, allowed only for a single subset); concrete indices
+    are checked here, traced ones by the decoder. The subset's bits are put
+    on the default device once (kept on the subset)."""
+    subset_index = checked_subset_index(subset, fingerprint, subset_index, batch_size, where)
+    device = subset.__dict__.get("_device")
+    if device is None:
+        with jax.ensure_compile_time_eval():
+            device = subset.placed(jax.device_put)
+        object.__setattr__(subset, "_device", device)
+    return LiveMask(device[0], device[1], subset_index)
 
 
 def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str) -> None:

@@ -31,7 +31,8 @@ import numpy as np
 from static_compiler.backend.decode.live import check_live_mask
 from static_compiler.backend.decode.processor import advance, init_processor_state, mask
 from static_compiler.backend.lowering import Plan
-from static_compiler.decode_state import SENTINEL_SCORE, check_prefixes, check_token_values
+from static_compiler.decode_state import (SENTINEL_SCORE, check_prefixes, check_token_values,
+                                          int32_within)
 
 
 def allowed(plan: Plan, tables, prefixes, subset=None):
@@ -53,7 +54,7 @@ def prefix_mask(plan: Plan, tables, prefixes, subset=None):
     """`allowed` without the checks: for callers that have checked the shape
     already and want any token outside [0, V) (a model's larger vocabulary, a
     padding id) to make its row allow nothing rather than raise."""
-    prefixes = jnp.asarray(prefixes, jnp.int32)
+    prefixes = jnp.asarray(int32_within(prefixes, plan.vocab_size))  # before the cast: no wrap
     n, t = prefixes.shape
     if n == 0:
         return jnp.zeros((0, plan.vocab_size), bool)

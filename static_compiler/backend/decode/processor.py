@@ -15,8 +15,9 @@ from static_compiler.backend.decode.programs import bounded_jit, run_compiling_a
 from static_compiler.backend.decode.step import step_in_range, switch_over_groups
 from static_compiler.backend.lowering import Plan
 from static_compiler.backend.row_search import few_rows
-from static_compiler.decode_state import (SENTINEL_SCORE, ProcessorState, check_int, check_logits,
-                                          check_processor_state, check_step, check_tokens)
+from static_compiler.decode_state import (SENTINEL_SCORE, ProcessorState, check_logits,
+                                          check_processor_state, check_rows, check_step,
+                                          check_tokens, int32_within)
 from static_compiler.errors import DecodeInputError
 
 
@@ -28,7 +29,7 @@ builds the (B, V) allowed flags and selects."""
 
 def init_processor_state(batch_size: int) -> ProcessorState:
     """Every row at the root, valid, not finished."""
-    batch_size = check_int("batch_size", batch_size, low=1)
+    batch_size = check_rows(batch_size)[0]
     return ProcessorState(node=jnp.zeros((batch_size,), jnp.int32),
                           valid=jnp.ones((batch_size,), bool),
                           finished=jnp.zeros((batch_size,), bool))
@@ -98,7 +99,7 @@ def advance(plan: Plan, tables, state: ProcessorState, tokens, step,
     if not isinstance(step, int):
         return advance_switch(plan, tables, state, tokens, step, subset)
     check_tokens(tokens, B, f"advance(step={step})")
-    return _advance_at(plan, tables, state, tokens, step, subset)
+    return _advance_at(plan, tables, state, int32_within(tokens, plan.vocab_size), step, subset)
 
 
 def _advance_at(plan: Plan, tables, state: ProcessorState, tokens, step: int,
@@ -139,6 +140,7 @@ def advance_switch(plan: Plan, tables, state: ProcessorState, tokens, step,
     check_step(step, plan.max_length, "advance", traced=True)
     check_live_mask(plan, subset, state.node.shape[0], "advance")
     check_tokens(tokens, state.node.shape[0], "advance(step=<traced>)")
+    tokens = int32_within(tokens, plan.vocab_size)  # before any int32 cast (no wrap)
     moved = switch_over_groups(
         plan, lambda t, tabs, sub, st, tok: _advance_at(plan, tabs, st, tok, t, sub),
         step, tables, subset, state, tokens)
@@ -176,7 +178,7 @@ class StepProcessor:
 
     def __init__(self, plan: Plan, tables, batch_size: int, subset=None, removal=None):
         self.plan = plan
-        self.batch_size = check_int("batch_size", batch_size, low=1)
+        self.batch_size = check_rows(batch_size)[0]
         check_live_mask(plan, subset, self.batch_size, "processor")
         self.subset = subset
         self._removal = removal if subset is None else None
@@ -186,7 +188,7 @@ class StepProcessor:
 
     @staticmethod
     def checked_batch(batch_size) -> int:
-        return check_int("batch_size", batch_size, low=1)
+        return check_rows(batch_size)[0]
 
     def init_state(self) -> ProcessorState:
         return init_processor_state(self.batch_size)
@@ -242,7 +244,8 @@ class StepProcessor:
         where = f"advance(step={step})"
         state = self._checked_state(state, where)
         check_tokens(tokens, self.batch_size, where)
-        return self._run("advance", step, self._step_args(step), state, _array(tokens))
+        return self._run("advance", step, self._step_args(step), state,
+                         int32_within(tokens, self.plan.vocab_size))
 
     def advance_and_mask(self, state: ProcessorState, tokens, step, logits):
         step = check_step(step, self.plan.max_length - 1, "advance_and_mask")
@@ -252,7 +255,7 @@ class StepProcessor:
         check_logits(logits, (self.batch_size,), self.plan.vocab_size,
                      f"advance_and_mask(step={step}): next step's")
         return self._run("both", step, self._step_args(step), self._step_args(step + 1),
-                         state, _array(tokens), _array(logits))
+                         state, int32_within(tokens, self.plan.vocab_size), _array(logits))
 
 
 @bounded_jit(static_argnames=("plan", "kind", "t"), group_by="plan")

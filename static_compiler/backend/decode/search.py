@@ -25,7 +25,8 @@ from static_compiler.backend.kernels import take_last
 from static_compiler.backend import lowering
 from static_compiler.backend.lowering import Plan
 from static_compiler.decode_state import (DecodeResult, check_callable, check_finite, check_int,
-                                          check_logits, check_start_tokens, check_tokens_per_beam)
+                                          check_logits, check_rows, check_start_tokens,
+                                          check_tokens_per_beam)
 from static_compiler.arguments import model_output
 from static_compiler.errors import DecodeInputError
 
@@ -181,8 +182,7 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
         program of the same search over a subset of those shapes, so that a
         later removal (which decodes over the items left) finds it compiled.
     """
-    check_int("batch_size", batch_size, low=1)
-    check_int("beam_size", beam_size, low=1)
+    batch_size, beam_size = check_rows(batch_size, beam_size)
     check_live_mask(plan, subset, batch_size, "beam_search")
     caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
     start_tokens = check_start_tokens(start_token, batch_size, "beam_search")
@@ -263,7 +263,7 @@ def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
     as in `beam_search`, step is an int32 scalar, traced inside the loops
     that run runs of similar steps, and the carry keeps its shapes. Results
     have a beam axis of size 1; `subset` and `also_compile` as in `beam_search`."""
-    check_int("batch_size", batch_size, low=1)
+    batch_size = check_rows(batch_size)[0]
     check_live_mask(plan, subset, batch_size, "sample")
     top_k = check_int("top_k", top_k, low=1, allow_none=True)
     start_tokens = check_start_tokens(start_token, batch_size, "sample")
