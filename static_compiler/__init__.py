@@ -30,7 +30,25 @@ _MOVED = {"datasets": "frontend.datasets", "text": "frontend.text", "readers": "
           "partitioned": "frontend.partitioned", "serving": "artifact.serving"}
 
 
+_JAX_INSTALL = ("pip install jax (or, to serve a saved artifact without jax: "
+                "static_compiler.torch_backend.TorchConstraints.from_artifact(path), which "
+                "needs numpy and torch only)")
+
+
 def __getattr__(name):
+    try:
+        return _load(name)
+    except ModuleNotFoundError as err:  # the compiler and its decoders need jax
+        missing = (err.name or "").split(".")[0]
+        if missing not in ("jax", "jaxlib"):
+            raise
+        from static_compiler.errors import require
+        require(missing, f"static_compiler.{name} (the compiler and its JAX decoders)",
+                _JAX_INSTALL)  # raises MissingDependencyError
+        raise
+
+
+def _load(name):
     if name in _MOVED:
         value = importlib.import_module(f"static_compiler.{_MOVED[name]}")
         globals()[name] = value

@@ -106,6 +106,13 @@ def _torch_allowed_tokens(tc: TorchConstraints, prefixes: torch.Tensor, width: i
     return torch.nn.functional.pad(ok, (0, width - tc.vocab_size))
 
 
+def _described(value) -> str:
+    """`value` for a message: a tensor's dtype and shape, else its type."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of dtype {value.dtype} and shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
 class StaticLogitsProcessor:
     """transformers' LogitsProcessor protocol over a compiled constraint set.
 
@@ -149,6 +156,10 @@ class StaticLogitsProcessor:
             self.compiled, self.torch_constraints = None, compiled
             fingerprint = compiled.fingerprint
         else:
+            if importlib.util.find_spec("jax") is None:  # so no CompiledConstraints exists
+                raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected a "
+                                       "TorchConstraints (TorchConstraints.from_artifact(path)"
+                                       "; a CompiledConstraints needs jax, not installed here)")
             from static_compiler.compiled import CompiledConstraints  # imports jax
             if not isinstance(compiled, CompiledConstraints):
                 raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected the "
@@ -164,10 +175,24 @@ class StaticLogitsProcessor:
         self.subset = subset
         if subset is not None:
             from static_compiler.live.liveness import checked_subset_index
-            index = np.zeros(1, np.int32) if subset_index is None else np.asarray(subset_index)
-            checked_subset_index(subset, fingerprint, index,
-                                 index.shape[0] if index.ndim == 1 else -1,
-                                 "StaticLogitsProcessor")  # checks subset and index now
+            where = "StaticLogitsProcessor"
+            index = np.zeros(1, np.int32)
+            if subset_index is not None:
+                try:
+                    index = np.asarray(subset_index)
+                except (TypeError, ValueError, RuntimeError):  # ragged, or on a device
+                    index = None
+                if index is None or index.ndim != 1 or index.dtype.kind not in "iu":
+                    got = f"={subset_index!r}" if index is None else \
+                        f" has shape {index.shape} and dtype {index.dtype}"
+                    raise DecodeInputError(f"{where}: subset_index{got}: expected ints (batch,), "
+                                           "one subset per prompt of generate's batch")
+            checked_subset_index(subset, fingerprint, index, index.shape[0],
+                                 where)  # checks subset and index values now
+            if subset_index is None and subset.num_subsets != 1:  # as every front door refuses
+                raise DecodeInputError(f"{where}: {subset.num_subsets} stacked subsets: pass "
+                                       "subset_index, ints (batch,), one per prompt of "
+                                       "generate's batch")
             self.subset_index = index.astype(np.int32)
         elif subset_index is not None:
             raise DecodeInputError("StaticLogitsProcessor: subset_index without a subset")
@@ -175,9 +200,17 @@ class StaticLogitsProcessor:
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         plan = self.plan
+        where = "StaticLogitsProcessor"
+        if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2 \
+                or not torch_checks.is_int_dtype(input_ids.dtype):
+            raise DecodeInputError(f"{where}: input_ids are {_described(input_ids)}: expected "
+                                   "an int tensor (N, cur_len) of token ids (a LongTensor)")
+        if not isinstance(scores, torch.Tensor):
+            raise DecodeInputError(f"{where}: scores are {_described(scores)}: expected a float "
+                                   f"tensor (N, V) with V >= the set's vocab_size "
+                                   f"{plan.vocab_size}")
         n, length = input_ids.shape
         t = length - self.prompt_length
-        where = "StaticLogitsProcessor"
         if not 0 <= t < plan.max_length:
             raise DecodeInputError(
                 f"{where}: input_ids have {length} tokens, {t} after the prompt of "

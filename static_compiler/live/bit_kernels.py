@@ -19,12 +19,30 @@ given by its insertions) puts an item mask in final-state order as bits,
 Each bit kernel writes states [first_state, first_state + n) of `out`,
 OR-ing into words that must start zeroed; ranges that start on a multiple of 64 states touch
 disjoint words and may run at once on threads (the kernels release the GIL).
+
+numba is optional: without it (`HAVE_NUMBA` False) each kernel is its numpy
+twin (the ``*_numpy`` functions at the end: the same arguments, the same
+bits, tests/test_missing_packages.py; vectorized over a range, several times
+slower), so a subset or a removal on the torch backend needs numpy only.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, uint64
+
+try:
+    from numba import njit, uint64
+    HAVE_NUMBA = True
+except ModuleNotFoundError as err:  # the numpy kernels at the end stand in
+    if err.name != "numba":
+        raise
+    HAVE_NUMBA = False
+    uint64 = np.uint64
+
+    def njit(*args, **kwargs):
+        """No compiler: the kernels below stay Python functions (never
+        called: their numpy twins replace them)."""
+        return lambda function: function
 
 _ALL = uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -210,10 +228,156 @@ def split_insertions(order, expected, inserted):
     return expected
 
 
+# ---------------------------------------------------------------------------
+# The same kernels in numpy (what runs without numba). Each reads and writes
+# the same bits as its compiled twin, a range at a time, with an int64 or a
+# bool per state or child of the range.
+
+
+def _bits(words: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """bool (stop - start,): bits [start, stop) of uint64 `words`."""
+    if stop <= start:
+        return np.zeros(0, bool)
+    lo = start // 8
+    data = np.unpackbits(words.view(np.uint8)[lo:(stop + 7) // 8], bitorder="little")
+    return data.view(bool)[start - 8 * lo:stop - 8 * lo]
+
+
+def _bits_at(words: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """bool at.shape: bit at[i] of uint64 `words` (at int64 in range)."""
+    return ((words[at >> 6] >> (at & 63).astype(np.uint64)) & np.uint64(1)).astype(bool)
+
+
+def _or_bits(out: np.ndarray, first: int, bits: np.ndarray) -> None:
+    """ORs bools `bits` into bits [first, first + len(bits)) of uint64 `out`
+    (whole bytes: a range starting on a multiple of 64 touches its own)."""
+    if not bits.shape[0]:
+        return
+    lead = first % 8
+    packed = np.packbits(np.concatenate([np.zeros(lead, bool), bits]), bitorder="little")
+    held = out.view(np.uint8)[first // 8:first // 8 + packed.shape[0]]
+    np.bitwise_or(held, packed, out=held)
+
+
+def _rows_any(children: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """bool (n,): whether a bit of `children` in [starts[i], ends[i]) is set
+    (int64 (n,), absolute bits; an empty or reversed row: False)."""
+    if not starts.shape[0]:
+        return np.zeros(0, bool)
+    lo, hi = int(starts.min()), int(ends.max())
+    if hi <= lo:
+        return np.zeros(starts.shape[0], bool)
+    counts = np.zeros(hi - lo + 1, np.int64)
+    np.cumsum(_bits(children, lo, hi), out=counts[1:])
+    return counts[np.clip(ends, lo, hi) - lo] > counts[np.clip(starts, lo, hi) - lo]
+
+
+def near_rows_any_numpy(children, first_child, out, first_state, n, exceptions, starts, ends):
+    """`near_rows_any` in numpy."""
+    ex = np.asarray(exceptions, np.int64)
+    state = np.arange(first_state, first_state + n, dtype=np.int64)
+    j = np.searchsorted(ex, state)  # the exceptions before each state
+    # a state between exceptions continues the row after the previous one
+    child = np.concatenate([[first_child], np.asarray(ends, np.int64)])[j] + state - \
+        np.concatenate([[first_state], ex + 1])[j]
+    row_start, row_end = child, child + 1
+    hit = np.flatnonzero(j < ex.shape[0])
+    hit = hit[ex[j[hit]] == state[hit]]
+    row_start[hit] = np.asarray(starts, np.int64)[j[hit]]
+    row_end[hit] = np.asarray(ends, np.int64)[j[hit]]
+    _or_bits(out, first_state, _rows_any(children, row_start, row_end))
+
+
+def rows_any_numpy(children, indptr, out, first_state, n):
+    """`rows_any` in numpy."""
+    indptr = np.asarray(indptr[:n + 1], np.int64)
+    _or_bits(out, first_state, _rows_any(children, indptr[:-1], indptr[1:]))
+
+
+def gather_bits_numpy(bits, index, out, first_state, n):
+    """`gather_bits` in numpy."""
+    _or_bits(out, first_state, np.asarray(bits, bool)[np.asarray(index[:n])])
+
+
+def _inserted(read, at, ids, base: int, first_state: int, n: int) -> np.ndarray:
+    """bool (n,): `inserted_bits`' order, reading the mask with read(int64
+    positions) -> bools."""
+    at = np.asarray(at, np.int64)
+    state = np.arange(first_state, first_state + n, dtype=np.int64)
+    j = np.searchsorted(at, state)  # the insertions before each state
+    hit = np.zeros(n, bool)
+    inside = np.flatnonzero(j < at.shape[0])
+    hit[inside] = at[j[inside]] == state[inside]
+    result = np.empty(n, bool)
+    result[hit] = read(np.asarray(ids, np.int64)[j[hit]])
+    result[~hit] = read(base + (state - first_state - j)[~hit])
+    return result
+
+
+def inserted_bits_numpy(bits, at, ids, base, out, first_state, n):
+    """`inserted_bits` in numpy."""
+    bits = np.asarray(bits, bool)
+    _or_bits(out, first_state, _inserted(lambda p: bits[p], at, ids, base, first_state, n))
+
+
+def inserted_words_numpy(src, at, ids, base, out, first_state, n):
+    """`inserted_words` in numpy."""
+    _or_bits(out, first_state, _inserted(lambda p: _bits_at(src, p), at, ids, base,
+                                         first_state, n))
+
+
+def mark_selected_bits_numpy(selection, ids, out, scratch):
+    """`mark_selected_bits` in numpy (scratch unused)."""
+    v = np.asarray(ids)[np.asarray(selection, bool)].astype(np.int64)
+    np.bitwise_or.at(out.view(np.uint8), v >> 3, (1 << (v & 7)).astype(np.uint8))
+
+
+def split_insertions_numpy(order, expected, inserted):
+    """`split_insertions` in numpy: the entries in order are the chain
+    expected, expected + 1, ... as long as each next value comes later
+    (exact for distinct values, as a permutation's are; a part with
+    repeated values is walked entry by entry)."""
+    order = np.asarray(order)
+    n = order.shape[0]
+    if not n:
+        return expected
+    if np.unique(order).shape[0] != n:
+        for i in range(n):
+            if order[i] == expected:
+                expected += 1
+            else:
+                inserted[i] = True
+        return expected
+    pos = np.full(n + 1, -1, np.int64)  # pos[v - expected]: where value v is; -1: absent
+    mine = np.flatnonzero((order >= expected) & (order < expected + n))
+    pos[order[mine].astype(np.int64) - expected] = mine
+    ok = (pos >= 0) & np.concatenate([[True], pos[1:] > pos[:-1]])
+    length = int(np.argmin(ok))  # pos[n] = -1: the chain stops by n
+    matched = np.zeros(n, bool)
+    matched[pos[:length]] = True
+    inserted[~matched] = True
+    return expected + length
+
+
+NUMPY_KERNELS = {"near_rows_any": near_rows_any_numpy, "rows_any": rows_any_numpy,
+                 "gather_bits": gather_bits_numpy, "inserted_bits": inserted_bits_numpy,
+                 "inserted_words": inserted_words_numpy,
+                 "mark_selected_bits": mark_selected_bits_numpy,
+                 "split_insertions": split_insertions_numpy}
+"""kernel name -> its numpy twin."""
+
+if not HAVE_NUMBA:  # the module's kernels are their numpy twins
+    near_rows_any, rows_any, gather_bits = near_rows_any_numpy, rows_any_numpy, gather_bits_numpy
+    inserted_bits, inserted_words = inserted_bits_numpy, inserted_words_numpy
+    mark_selected_bits, split_insertions = mark_selected_bits_numpy, split_insertions_numpy
+
+
 def warm() -> None:
     """Loads (or compiles, the first time) each kernel for the argument
     types the walk passes, on tiny inputs: 0.4-0.6 s of numba start-up that
-    the first subset would otherwise pay."""
+    the first subset would otherwise pay (without numba: nothing to load)."""
+    if not HAVE_NUMBA:
+        return
     words = np.zeros(2, np.uint64)
     one = np.zeros(1, np.int64)
     near_rows_any(words, 0, words, 0, 0, one[:0], one[:0], one[:0])

@@ -3,7 +3,8 @@ of `static_compiler.decode_state` for torch tensors, without importing jax
 (the rules themselves are `static_compiler.arguments`, shared with it).
 They read shapes and dtypes only (no tensor values, so no host
 synchronisation), except `check_token_values`, which `allowed` calls on
-eager prefixes only.
+eager prefixes only, and `check_device`, which allocates an empty tensor
+once per device (whether torch can use it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from static_compiler.decode_types import BeamState, ProcessorState
 from static_compiler.errors import DecodeInputError
 
 
-def _is_int_dtype(dtype) -> bool:
+def is_int_dtype(dtype) -> bool:
     if isinstance(dtype, torch.dtype):
         return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
     return np.dtype(dtype).kind in "iu"
@@ -32,6 +33,45 @@ def as_tensor(name: str, value, device, where: str) -> torch.Tensor:
         return torch.as_tensor(np.asarray(value), device=device)
     except (TypeError, ValueError, RuntimeError) as err:
         raise DecodeInputError(f"{where}: {name}={value!r}: expected an array") from err
+
+
+_USABLE: set = set()
+"""The devices `check_device` allocated on (checked once each)."""
+
+
+def check_device(device, where: str) -> torch.device:
+    """`device` (None: the CPU; a torch.device or a string such as "cuda:0")
+    as a torch.device that this torch can allocate on; else
+    DecodeInputError naming it and what is wrong (not a device name, a
+    CUDA device this machine does not have, a backend torch was not built
+    with)."""
+    if device is None:
+        return torch.device("cpu")
+    if isinstance(device, torch.device) and device in _USABLE:
+        return device
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as err:
+        why = str(err).splitlines()[0] if isinstance(err, RuntimeError) else \
+            f"got a {type(device).__name__}"
+        raise DecodeInputError(f"{where}: device={device!r} is not a torch device ({why}): "
+                               "expected a torch.device or a name such as 'cpu', 'cuda', "
+                               "'cuda:0'") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (dev.index or 0) >= count:
+            build = "" if torch.version.cuda else " (a build without CUDA)"
+            want = f"'cpu' or 'cuda:0' to 'cuda:{count - 1}'" if count else "'cpu'"
+            raise DecodeInputError(f"{where}: device={device!r}: torch {torch.__version__}"
+                                   f"{build} sees {count} CUDA device(s) here: expected {want}")
+    try:
+        torch.empty(0, device=dev)
+    except (RuntimeError, AssertionError, NotImplementedError, ValueError) as err:
+        why = (str(err).splitlines() or [type(err).__name__])[0]
+        raise DecodeInputError(f"{where}: device={device!r} is not available to torch "
+                               f"{torch.__version__} here ({why})") from None
+    _USABLE.add(dev)
+    return dev
 
 
 def check_step(step, max_length: int, where: str) -> int:
@@ -54,19 +94,45 @@ def _tensor_fields(state, state_type, where: str, hint: str = ""):
     return state_type(*state)
 
 
+_DTYPE_KINDS = {
+    "int": is_int_dtype,
+    "bool": lambda dtype: dtype == torch.bool,
+    "float": lambda dtype: dtype.is_floating_point,
+}
+
+
+def _check_dtypes(state, kinds: dict, where: str) -> None:
+    """Each field of `state` named in `kinds` (field -> "int", "bool" or
+    "float") must have a dtype of that kind; else DecodeInputError naming
+    the fields, their dtypes and the dtypes expected."""
+    bad = [f"{name} {getattr(state, name).dtype}" for name, kind in kinds.items()
+           if not _DTYPE_KINDS[kind](getattr(state, name).dtype)]
+    if bad:
+        want = ", ".join(f"{name} {kind}" for name, kind in kinds.items())
+        raise DecodeInputError(f"{where}: state fields have dtypes {', '.join(bad)}: expected "
+                               f"{want}")
+
+
 def check_state(state, where: str) -> ProcessorState:
-    """`state`: the 3 `ProcessorState` tensors (node, valid, finished), each (B,)."""
+    """`state`: the 3 `ProcessorState` tensors (node int, valid bool,
+    finished bool), each (B,)."""
     state = _tensor_fields(state, ProcessorState, where)
     shapes = [tuple(f.shape) for f in state]
     if len(shapes[0]) != 1 or any(s != shapes[0] for s in shapes):
         raise DecodeInputError(f"{where}: state fields {ProcessorState._fields} have shapes "
                                f"{shapes}, expected one shape (batch,)")
+    _check_dtypes(state, {"node": "int", "valid": "bool", "finished": "bool"}, where)
     return state
 
 
-def check_beam_state(state, where: str) -> BeamState:
-    """`state`: the 8 `BeamState` tensors, (B, M, T) for tokens and (B, M)
-    for the others."""
+_BEAM_KINDS = {"tokens": "int", "scores": "float", "node": "int", "valid": "bool",
+               "finished": "bool", "lengths": "int", "last_tokens": "int", "parent": "int"}
+
+
+def check_beam_state(state, max_length: int, where: str) -> BeamState:
+    """`state`: the 8 `BeamState` tensors, (B, M, max_length) for tokens and
+    (B, M) for the others; float scores, bool valid and finished, int
+    others."""
     state = _tensor_fields(state, BeamState, where, " (TorchConstraints.init_beams)")
     shape = tuple(state.node.shape)
     bad = [name for name, f in zip(BeamState._fields, state)
@@ -76,6 +142,11 @@ def check_beam_state(state, where: str) -> BeamState:
                                f"have the shapes of a beam state (node {shape}: expected (batch, "
                                "beams); tokens (batch, beams, max_length), the others (batch, "
                                "beams))")
+    if state.tokens.shape[2] != max_length:
+        raise DecodeInputError(f"{where}: state tokens have shape {tuple(state.tokens.shape)}: "
+                               f"expected {shape + (max_length,)} (the set's max_length is "
+                               f"{max_length})")
+    _check_dtypes(state, _BEAM_KINDS, where)
     return state
 
 
@@ -90,12 +161,12 @@ def check_logits(logits: torch.Tensor, batch_shape: tuple, vocab_size: int, wher
 
 def check_tokens(tokens: torch.Tensor, batch_size: int, where: str) -> None:
     """`tokens` (the chosen token per row) must be ints of shape (batch_size,)."""
-    check_token_shape(tokens.shape, tokens.dtype, _is_int_dtype(tokens.dtype), batch_size, where)
+    check_token_shape(tokens.shape, tokens.dtype, is_int_dtype(tokens.dtype), batch_size, where)
 
 
 def check_prefixes(prefixes: torch.Tensor, max_length: int, where: str) -> None:
     """`prefixes` must be an int tensor (N, t) with t in [0, max_length)."""
-    check_prefix_shape(prefixes.shape, prefixes.dtype, _is_int_dtype(prefixes.dtype), max_length,
+    check_prefix_shape(prefixes.shape, prefixes.dtype, is_int_dtype(prefixes.dtype), max_length,
                        where)
 
 
@@ -109,7 +180,7 @@ def check_token_values(name: str, values: torch.Tensor, vocab_size: int, where: 
 def check_subset_rows(rows: torch.Tensor, batch_size: int, where: str) -> None:
     """A tensor subset_index: ints of shape (batch_size,) (values unchecked:
     one outside [0, R) reads some subset's bits)."""
-    if tuple(rows.shape) != (batch_size,) or not _is_int_dtype(rows.dtype):
+    if tuple(rows.shape) != (batch_size,) or not is_int_dtype(rows.dtype):
         raise DecodeInputError(f"{where}: subset_index has shape {tuple(rows.shape)} and dtype "
                                f"{rows.dtype}: expected ints ({batch_size},), one subset per "
                                "batch row")

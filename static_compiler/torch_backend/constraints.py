@@ -16,17 +16,17 @@ set's live items) and item subsets.
 
 from __future__ import annotations
 
-import pathlib
 from typing import Callable, Optional
 
 import numpy as np
 import torch
 
 from static_compiler import arguments
+from static_compiler.artifact import format as artifact_format
 from static_compiler.artifact import snapshot
 from static_compiler.artifact.format import IR_FILE
 from static_compiler.backend.lowering import PlanFacts, live_beam_bounds
-from static_compiler.errors import DecodeInputError
+from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.live.layers import table_layers
 from static_compiler.live.liveness import (ItemIndex, Subset, bit_layout, checked_subset_index,
                                            rows_item_live, subset_of_items)
@@ -41,7 +41,10 @@ from static_compiler.torch_backend.tables import (TorchPlan, plan_from_manifest,
 def live_bits(subset: Subset, device=None) -> LiveBits:
     """A `Subset`'s uint32 words as int32 tensors on `device` (cached on the
     subset per device: every call with it reuses them)."""
-    key = str(torch.device(device) if device is not None else torch.device("cpu"))
+    if not isinstance(subset, Subset):
+        raise DecodeInputError(f"live_bits: subset is a {type(subset).__name__}: expected a "
+                               "Subset (TorchConstraints.subset(mask), or stack_subsets([...]))")
+    key = str(checks.check_device(device, "live_bits"))
     cache = subset.__dict__.get("_torch_bits")
     if cache is None:
         cache = {}
@@ -84,7 +87,7 @@ class TorchConstraints(PlanFacts):
                  base_subset: Optional[Subset] = None, device=None, make_subset=None):
         self.plan = plan
         self.tables = tables
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.device = checks.check_device(device, "TorchConstraints")
         self.fingerprint = fingerprint
         self.base_subset = base_subset
         self._make_subset = make_subset
@@ -103,8 +106,11 @@ class TorchConstraints(PlanFacts):
         through the numpy-only snapshot readers and put on `device` once
         (default: the CPU). Neither jax nor the compiler is imported.
         Raises ArtifactFormatError / ArtifactChecksumError /
-        ArtifactVersionError as `serving.load` does for a damaged artifact."""
-        with snapshot.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
+        ArtifactVersionError as `serving.load` does for a damaged artifact,
+        DecodeInputError for a device this torch cannot use."""
+        path = artifact_format.artifact_path(path, "TorchConstraints.from_artifact")
+        device = checks.check_device(device, "TorchConstraints.from_artifact")
+        with snapshot.open_snapshot(path, verify_checksums=verify_checksums) as snap:
             manifest = snap.manifest
             host = snapshot.read_tables(snap)
             arrays = snapshot.read_item_arrays(snap)
@@ -126,6 +132,7 @@ class TorchConstraints(PlanFacts):
         if not isinstance(compiled, CompiledConstraints):
             raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected the "
                                    "CompiledConstraints of sc.compile_constraints")
+        device = checks.check_device(device, "TorchConstraints.from_compiled")
         p = compiled.plan
         plan = plan_from_steps(p.vocab_size, p.steps, p.end_token, slots=True)
         return cls(plan, torch_tables(compiled.tables, device), fingerprint=compiled.fingerprint,
@@ -176,7 +183,7 @@ class TorchConstraints(PlanFacts):
     def init_state(self, rows: int) -> TorchState:
         """`TorchState` of `rows` rows at the root (int64 node, bool valid,
         bool finished, each (rows,)) on this set's device."""
-        return ops.init_state(arguments.check_int("batch_size", rows, low=1), self.device)
+        return ops.init_state(arguments.check_rows(rows)[0], self.device)
 
     def mask(self, state: TorchState, step: int, *, subset=None, subset_index=None
              ) -> torch.Tensor:
@@ -227,8 +234,7 @@ class TorchConstraints(PlanFacts):
         """The `BeamState` (torch tensors, int64 ints) of a search from the
         root: beam 0 of each of batch_size rows valid. start_token: the
         model's input at step 0, an int or ints (batch_size,)."""
-        B = arguments.check_int("batch_size", batch_size, low=1)
-        M = arguments.check_int("beam_size", beam_size, low=1)
+        B, M = arguments.check_rows(batch_size, beam_size)
         if arguments.is_int(start_token) and -2 ** 31 <= start_token < 2 ** 31:
             start = torch.full((B,), int(start_token), dtype=torch.int64, device=self.device)
         else:  # checked with numpy (not traceable: pass an int under torch.compile)
@@ -252,7 +258,7 @@ class TorchConstraints(PlanFacts):
         `BeamState`; its ``parent`` int64 (B, M) reorders per-beam model
         state."""
         step = checks.check_step(step, self.max_length, "beam_step")
-        state = checks.check_beam_state(state, "beam_step")
+        state = checks.check_beam_state(state, self.max_length, "beam_step")
         B, M = state.node.shape
         checks.check_logits(logits, (B, M), self.vocab_size, f"beam_step (step {step})")
         cap = arguments.check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
@@ -264,7 +270,7 @@ class TorchConstraints(PlanFacts):
     def finalize(self, state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
         """The `DecodeResult` of a search's last state; with a length penalty
         (the GNMT exponent) the beams re-ranked by normalized score."""
-        state = checks.check_beam_state(state, "finalize")
+        state = checks.check_beam_state(state, self.max_length, "finalize")
         return beam.finalize(state, arguments.check_finite("length_penalty", length_penalty))
 
     def beam_search(self, logits_fn: Callable, *, batch_size: int, beam_size: int,
@@ -285,8 +291,7 @@ class TorchConstraints(PlanFacts):
         the result is the same). Returns a `DecodeResult` of torch tensors
         (int64 tokens (B, M, T)), or ``(result, carry)`` with return_carry.
         """
-        B = arguments.check_int("batch_size", batch_size, low=1)
-        M = arguments.check_int("beam_size", beam_size, low=1)
+        B, M = arguments.check_rows(batch_size, beam_size)
         arguments.check_callable("logits_fn", logits_fn)
         if reorder is not None:
             arguments.check_callable("reorder", reorder)
@@ -336,7 +341,13 @@ class _ArtifactSubsets:
                                 list(self.plan.state_counts()))
             self._trie = (layers, layout)
         layers, layout = self._trie
-        mask = rows_item_live(np.asarray(selection), self.items, layout,
-                              "TorchConstraints.subset")
+        where = "TorchConstraints.subset"
+        try:
+            selection = np.asarray(selection)
+        except (TypeError, ValueError):  # ragged
+            raise ConstraintSetError(f"{where}: selection={selection!r}: expected a bool mask of "
+                                     f"shape ({self.items.num_items},) over the input rows") \
+                from None
+        mask = rows_item_live(selection, self.items, layout, where)
         return subset_of_items(layers, self.manifest.num_final_states, self.plan.end_token,
                                self.items, mask, self.fingerprint, layout)
