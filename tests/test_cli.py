@@ -135,7 +135,7 @@ def test_compile_refuses_to_overwrite_without_force(npy_artifact, tmp_path, caps
     ("1 2 3\n", [], "--vocab-size is required"),
     ("1 2 x\n", ["--vocab-size", 8], r"line 1: '1 2 x' is not space-separated integer"),
     ("\n# only a comment\n", ["--vocab-size", 8], "no sequences found"),
-    ("1 2\n3\n", ["--vocab-size", 8], "pass end_token"),
+    ("1 2\n3\n", ["--vocab-size", 8], "pass --end-token E"),
     ("1 2 9\n", ["--vocab-size", 8], r"token 9 is outside the vocabulary \[0, 8\)"),
     ("1 2\n", ["--vocab-size", 8, "--beam-sizes", "0,3"], "--beam-sizes '0,3': expected"),
     ("1 2\n", ["--vocab-size", 8, "--beam-sizes", "x"], "--beam-sizes 'x': expected"),
@@ -186,7 +186,8 @@ def test_decode_prints_valid_top_sequences(npy_artifact, capsys):
     scores = [float(s) for s in re.findall(r"score\s+(-?\d+\.\d+)", out)]
     assert scores[:3] == sorted(scores[:3], reverse=True)
     code, _, err = run_cli(capsys, "decode", npy_artifact / "sids.static", "--beam-size", 4)
-    assert code == 2 and "beam_size=4: this artifact exports beam sizes [3, 5]" in one_error_line(err)
+    assert code == 2 and "--beam-size 4: artifact" in one_error_line(err)
+    assert "exports beam sizes [3, 5] (compile with --beam-sizes 4" in err
 
 
 def test_membership_is_exact_for_fixed_and_ragged_sets():

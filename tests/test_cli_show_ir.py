@@ -111,11 +111,11 @@ ERRORS = [
     # (id, file name, file contents or None for a missing file, extra flags, message regex)
     ("missing file", "absent.npy", None, ["--vocab-size", "4"], r"input '.*absent.npy': no such file"),
     ("not space separated", "sids.csv", "1,2,3\n", ["--vocab-size", "4"],
-     r"line 1: '1,2,3' is not space-separated integer token ids"),
+     r"line 1: '1,2,3' holds comma-separated ids: save it as .npy or space-separated ids"),
     ("npy without vocab", "sids.npy", THREE, [], r"--vocab-size is required for a constraint set"),
     ("token out of range", "sids.npy", THREE, ["--vocab-size", "3"],
      r"sequence 1, position 0: token 3 is outside the vocabulary \[0, 3\)"),
-    ("vocab size 0", "sids.npy", THREE, ["--vocab-size", "0"], r"vocab_size=0: expected an int in \[1, "),
+    ("vocab size 0", "sids.npy", THREE, ["--vocab-size", "0"], r"--vocab-size 0: expected an int in \[1, "),
     ("3-D array", "cube.npy", np.zeros((2, 2, 2), dtype=np.int64), ["--vocab-size", "4"],
      r"shape \(2, 2, 2\): expected 2-D"),
     ("nan in array", "nan.npy", np.array([[1.0, np.nan]]), ["--vocab-size", "4"],

@@ -128,7 +128,7 @@ def test_cli_capacity_out_of_range_exits_2_with_one_line(tmp_path, capsys, value
                            "--vocab-size", 4, "--capacity", value)
     lines = err.strip().splitlines()
     assert code == 2 and "Traceback" not in err, err
-    assert lines[-1] == (f"static-compiler compile: error: capacity={float(value)!r} (float): "
+    assert lines[-1] == (f"static-compiler compile: error: --capacity {float(value)!r} (float): "
                          "expected a finite growth factor >= 1.0 (1.25 reserves 25 % more room)")
     assert not (tmp_path / "a").exists()
 

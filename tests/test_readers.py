@@ -86,7 +86,7 @@ def test_parsers_work_on_strings_without_a_file():
 @pytest.mark.parametrize("name, content, pattern", [
     ("s.txt", "1 2\n1 x 3\n", r"s\.txt' line 2: '1 x 3' is not space-separated integer token ids"),
     ("s.txt", "1 2.5\n", r"line 1: '1 2\.5' is not space-separated"),
-    ("s.csv", "1,2,3\n", r"s\.csv' line 1: '1,2,3' is not space-separated"),
+    ("s.csv", "1,2,3\n", r"s\.csv' line 1: '1,2,3' holds comma-separated ids: save it as \.npy"),
     ("s.jsonl", "[1, 2]\n\n[1, \"a\"]\n", r"line 3: '\[1, \"a\"\]' is not a JSON list of integer"),
     ("s.jsonl", "[true, 1]\n", r"line 1: .* is not a JSON list of integer"),
     ("s.jsonl", "[1.0]\n", r"line 1: .* is not a JSON list of integer"),

@@ -601,9 +601,17 @@ def test_update_remove_leaves_items_out_of_every_decode(name, tmp_path):
     with pytest.raises(DecodeInputError, match="made from another compiled set"):
         decode(v2, model, seeds, case, subset=compiled.subset(mask))
     assert (v2.item_index([items[i] for i in np.flatnonzero(gone)]) == -1).all()
-    # Removing again (and sequences that are not in the set) is counted, not an error.
-    v3 = v2.update(remove=[items[int(np.flatnonzero(gone)[0])], (case.vocab - 1,) * 9])
+    # Removing again (and sequences that are not in the set) is counted, not an error;
+    # a row no sequence of the set can be (another length than a fixed-length set's) is one.
+    present = {tuple(int(t) for t in item) for item in items}
+    width = 9 if case.end is not None else len(items[0])
+    absent = next(row for row in ((case.vocab - 1 - k,) * width for k in range(case.vocab))
+                  if row not in present)
+    v3 = v2.update(remove=[items[int(np.flatnonzero(gone)[0])], absent])
     assert v3.last_update == {"removed": 0, "already_removed": 1, "absent": 1}
+    if case.end is None:
+        with pytest.raises(ConstraintSetError, match=r"removed sequence 0 has length 9"):
+            v2.update(remove=[(case.vocab - 1,) * 9])
     # The original is untouched: it still decodes over every item.
     assert_matches(decode(compiled, model, seeds, case),
                    oracle_result(items, np.ones(len(items), bool), case, model, seeds,

@@ -250,14 +250,15 @@ def test_lookups_a_few_sequences_at_a_time_in_sorted_order_agree(case, chunk, mo
     monkeypatch.setattr(item_masks, "ITEM_CHUNK", chunk)  # (a ragged set's terminal lookups)
     np.testing.assert_array_equal(loaded.item_index(picked), want)
     first = loaded.update(remove=picked[:10])
-    again = first.update(remove=picked)
+    # (a fixed-length set refuses to remove a row of another length: not its last one)
+    again = first.update(remove=picked if end is not None else picked[:-1])
     again_mask = first.update(remove=np.isin(np.arange(len(rows)), want[want >= 0]))
     distinct = len({rows[i] for i in want[want >= 0]})
     done = len(set(picked[:10]))
     assert first.last_update["removed"] == done
     for report in (again.last_update, again_mask.last_update):
         assert (report["removed"], report["already_removed"]) == (distinct - done, done), name
-    assert again.last_update["absent"] == 2
+    assert again.last_update["absent"] == (2 if end is not None else 1)
     assert decoded(again) == set(rows) - set(picked)
 
 

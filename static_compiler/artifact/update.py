@@ -42,9 +42,12 @@ def update_removed(path, remove) -> dict:
     or the new one, and a crash leaves the old.
 
     Returns {"removed", "already_removed", "absent"} (sequences not in the
-    set are counted, not an error). Raises DecodeInputError for an artifact
-    saved without subsets, ArtifactBusyError at once while another writer
-    (a save or an update) holds the lock."""
+    set are counted, not an error). Raises ConstraintSetError for rows that
+    cannot be sequences of the set (a token outside the vocabulary, the end
+    token inside, another length than a fixed-length set's: as additions),
+    DecodeInputError for an artifact saved without subsets,
+    ArtifactBusyError at once while another writer (a save or an update)
+    holds the lock."""
     path = pathlib.Path(path)
     with update_lock(path):
         return write_removed(path, remove)

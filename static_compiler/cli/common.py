@@ -1,16 +1,27 @@
 """What the subcommand modules share: the `Subcommand` row, reading an input
-file with the flags that go with it, and progress logging."""
+file with the flags that go with it, the library's messages in the CLI's
+terms, and progress logging."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import dataclasses
+import re
 import threading
 import time
 from typing import Callable, Optional
 
-from static_compiler.errors import CliInputError
+from static_compiler.errors import (ArtifactExistsError, CliInputError, ConstraintSetError,
+                                    DecodeInputError, PipelineError)
+
+INPUT_FORMATS = ("a .npy (N, L) int array (variable-length rows padded with -1), .jsonl (one "
+                 "JSON list of token ids per line), an IR text dump, or text (one "
+                 "space-separated sequence per line); with --tokenizer a catalogue of names: "
+                 "text (one name per line) or .jsonl (one JSON string, or object with a "
+                 "\"name\", per line)")
+"""The input formats of every command that reads a set (`compile`,
+`show-ir`, `verify --input`): their help shares this text."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,9 +116,9 @@ def add_input_arguments(parser: argparse.ArgumentParser, input_help: str) -> Non
     """INPUT and --tokenizer, which every command reading a set takes."""
     parser.add_argument("input", help=input_help)
     parser.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",
-                        help="a tokenizers JSON file (tokenizer.json): INPUT is then a text "
-                             "catalogue, one name per line, encoded without special tokens "
-                             "(needs the 'tokenizers' package)")
+                        help="a tokenizers JSON file (tokenizer.json): INPUT is then a "
+                             "catalogue of names (text, one per line, or .jsonl), encoded "
+                             "without special tokens (needs the 'tokenizers' package)")
 
 
 def read_any_input(path: str, *, vocab_size: Optional[int], end_token: Optional[int],
@@ -124,3 +135,58 @@ def read_any_input(path: str, *, vocab_size: Optional[int], end_token: Optional[
         raise CliInputError(f"input {path!r}: --vocab-size is required for a text catalogue "
                             "(the model's vocabulary size)")
     return readers.read_names(path), vocab_size, text.load_tokenizer(tokenizer)
+
+
+FLAGS = {
+    "end_token": ("--end-token", "E"),
+    "vocab_size": ("--vocab-size", "V"),
+    "export_beam_sizes": ("--beam-sizes", "M,..."),
+    "export_tokens_per_beam": ("--tokens-per-beam", "K"),
+    "export_subsets": ("--export-subsets", None),
+    "capacity": ("--capacity", "GROWTH"),
+    "spellings": ("--spellings", "canonical|any"),
+    "tokenizer": ("--tokenizer", "TOKENIZER_JSON"),
+    "beam_size": ("--beam-size", "M"),
+    "batch_size": ("--batch-size", "B"),
+    "overwrite": ("--force", None),
+    "add": ("--add", "FILE"),
+    "remove": ("--remove", "FILE"),
+}
+"""The library's parameters that a CLI flag sets: {parameter: (flag, its
+metavar, None for a switch)}, for `in_cli_terms`."""
+
+_WORDED = (ConstraintSetError, PipelineError, DecodeInputError, ArtifactExistsError)
+"""Errors about the arguments of a call, which the CLI's flags made; the
+others describe a file's contents (an IR dump, a manifest) in its own terms."""
+
+
+def in_cli_terms(error: Exception) -> str:
+    """`error`'s message with the library's parameters named as the CLI's
+    flags (`FLAGS`): "pass end_token=..." becomes "pass --end-token E",
+    "export_subsets=True" "--export-subsets", "end_token=9:" "--end-token
+    9:", a bare "export_subsets" "--export-subsets", and the advice to read
+    names with `read_names` the --tokenizer flag."""
+    from static_compiler.frontend import readers
+
+    message = str(error)
+    if not isinstance(error, _WORDED):
+        return message
+    message = message.replace(readers.NAMES_HINT,
+                              "a file of names is compiled with --tokenizer TOKENIZER_JSON")
+    return _PARAMETER.sub(_flag, message)
+
+
+_PARAMETER = re.compile(r"(?<![\w./'-])(" + "|".join(FLAGS) + r")"
+                        r"(?:=(\.\.\.|'([^']*)'|[^\s,:;)(\[\]]+))?(?![\w=])")
+"""A parameter of `FLAGS`, alone or with "=..." / "=VALUE" (not part of a
+longer name, an attribute or a quoted path: 'out/end_token.npy')."""
+
+
+def _flag(match: re.Match) -> str:
+    name, value, quoted = match.group(1), match.group(2), match.group(3)
+    flag, metavar = FLAGS[name]
+    if value is None:  # a bare word: only an identifier with "_" is surely the parameter
+        return flag if "_" in name else match.group(0)
+    if metavar is None:  # a switch: "export_subsets=True"
+        return flag if value in ("True", "...") else match.group(0)
+    return f"{flag} {metavar if value == '...' else quoted if quoted is not None else value}"

@@ -10,17 +10,15 @@ import os
 import sys
 from typing import Optional
 
-from static_compiler.cli.common import (Subcommand, add_input_arguments, device_mesh,
-                                        parse_mesh, progress, read_any_input)
+from static_compiler.cli.common import (INPUT_FORMATS, Subcommand, add_input_arguments,
+                                        device_mesh, parse_mesh, progress, read_any_input)
 from static_compiler.errors import CliInputError
 
 DEFAULT_BEAM_SIZES = "70"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_input_arguments(parser, "constraint set: .npy (N, L) array, .jsonl (one JSON list per "
-                                "line), an IR dump, text (one space-separated sequence per "
-                                "line), or with --tokenizer a text file of names (one per line)")
+    add_input_arguments(parser, f"the constraint set: {INPUT_FORMATS}")
     parser.add_argument("--spellings", choices=("canonical", "any"), default="canonical",
                         help="with --tokenizer: each name's own encoding (canonical, the "
                              "default) or every token sequence that spells it (any)")

@@ -26,14 +26,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from static_compiler.artifact import serving
     from static_compiler.cli import demo_model
+    from static_compiler.errors import CliInputError
 
     if args.top < 1 or args.batch_size < 1:
-        from static_compiler.errors import CliInputError
         raise CliInputError(f"--top {args.top} / --batch-size {args.batch_size}: expected ints "
                             ">= 1")
+    # The arguments are checked against the manifest before anything is
+    # loaded or compiled.
+    manifest = serving.read_manifest(args.artifact)
+    if args.beam_size is not None and args.beam_size not in manifest.beam_sizes():
+        raise CliInputError(f"--beam-size {args.beam_size}: artifact {args.artifact!r} exports "
+                            f"beam sizes {list(manifest.beam_sizes())} (compile with "
+                            f"--beam-sizes {args.beam_size} to add one)")
     # An artifact exported for a mesh runs on one of this process's devices
     # with its axes and sizes (the manifest records them).
-    record = serving.read_manifest(args.artifact).mesh
+    record = manifest.mesh
     mesh = None if record is None else device_mesh(record["axes"], f"artifact {args.artifact!r}")
     if args.check_tables:
         from static_compiler.artifact.read import load_checked

@@ -3,8 +3,10 @@
 Each subcommand is one module with a `COMMAND = Subcommand(name, help,
 add_arguments, run)` row; to add one, write the module and append its row
 to `SUBCOMMANDS`. A `StaticCompilerError` raised anywhere prints one line to
-stderr and exits with status 2, as does an OSError (a path the user named)
-or input nested or sized past reason; a closed stdout pipe stops quietly.
+stderr (the library's parameters named as the CLI's flags:
+`common.in_cli_terms`) and exits with status 2, as does an OSError (a path
+the user named) or input nested or sized past reason; a closed stdout pipe
+stops quietly.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from static_compiler.cli import compile, decode, demo, show_ir, update, verify
+from static_compiler.cli.common import in_cli_terms
 from static_compiler.errors import StaticCompilerError
 
 EXIT_USAGE = 2
@@ -51,7 +54,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # OSError: a path the user named (-o under a file, a read-only disk);
         # RecursionError / MemoryError: input nested or sized past reason.
         what = "" if isinstance(e, StaticCompilerError) else f"{type(e).__name__}: "
-        message = " ".join(f"{what}{e}".split("\n"))
+        message = " ".join(f"{what}{in_cli_terms(e)}".split("\n"))
         sys.stderr.write(f"{parser.prog} {args.command}: error: {message}\n")
         return EXIT_USAGE
 

@@ -8,23 +8,24 @@ import os
 import sys
 from typing import Optional
 
-from static_compiler.cli.common import Subcommand, add_input_arguments, read_any_input
+from static_compiler.cli.common import (INPUT_FORMATS, Subcommand, add_input_arguments,
+                                        read_any_input)
 from static_compiler.errors import CliInputError
 
 DEFAULT_MAX_NAMES = 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_input_arguments(parser, "a .npy array (N, L) of token ids, an IR text dump (.txt / .ir), "
-                                "an artifact directory (its IR is rebuilt from the saved "
-                                "tables), or with --tokenizer a text file of names (one per line)")
+    add_input_arguments(parser, f"an artifact directory (its IR is rebuilt from the saved "
+                                f"tables), or the constraint set to compile: {INPUT_FORMATS}")
     parser.add_argument("--vocab-size", type=int, default=None,
-                        help="vocabulary size V (required for .npy input)")
+                        help="vocabulary size V (required unless INPUT is an IR dump or an "
+                             "artifact)")
     parser.add_argument("--end-token", type=int, default=None,
-                        help=".npy input only: token that ends each sequence (an IR dump "
-                             "carries its own)")
+                        help="token ending variable-length sequences (with --tokenizer: default "
+                             "the tokenizer's end-of-sequence token; an IR dump carries its own)")
     parser.add_argument("--pipeline", default=None, metavar="SPEC",
-                        help="pass pipeline spec. Default for .npy input: the library's "
+                        help="pass pipeline spec. Default for a constraint set: the library's "
                              "DEFAULT_PIPELINE; an IR dump is shown as it is unless SPEC is given")
     parser.add_argument("--print-ir-after-all", action="store_true",
                         help="print the IR after the frontend and after every pass (stderr)")
@@ -59,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
                  if value is not None]
         if given:
             raise CliInputError(f"input {args.input!r} is an artifact, shown as compiled: "
-                                f"{', '.join(given)} apply only to .npy and IR dump inputs")
+                                f"{', '.join(given)} apply only to a constraint set or an IR "
+                                "dump")
         compiled = load_compiled(args.input)  # its IR stays in its tables
         names = compiled.names
         mesh_line = _mesh_line(args.input)

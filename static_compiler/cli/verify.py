@@ -17,14 +17,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from static_compiler.cli.common import Subcommand
+from static_compiler.cli.common import INPUT_FORMATS, Subcommand
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("artifact", metavar="ART", help="artifact directory")
     parser.add_argument("--input", default=None,
-                        help="the constraint set it was compiled from (any `compile` format; "
-                             "with --tokenizer a text file of names, one per line)")
+                        help=f"the constraint set it was compiled from, as `compile` reads "
+                             f"it: {INPUT_FORMATS}")
     parser.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",
                         help="the tokenizers JSON file a text catalogue was compiled with: "
                              "--input is then its names, encoded as `compile` encodes them")

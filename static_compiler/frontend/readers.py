@@ -13,9 +13,15 @@
   whitespace, e.g. ``1 2 3``. Returned as ``list[list[int]]``.
 
 A text catalogue (names, compiled with a tokenizer) is read by
-`read_names(path)`: one name per line, exactly as written (only the line
-ending is removed), empty lines skipped. Returned as ``list[str]``. Which
-reader applies is the caller's choice (the CLI: `--tokenizer` given).
+`read_names(path)`, returned as ``list[str]``:
+
+- ``*.jsonl`` / ``*.json``: one JSON value per line, a string
+  (``"Zurich"``) or an object with a string ``"name"`` (``{"name":
+  "Zurich"}``, other keys ignored); blank lines and ``#`` lines skipped.
+- any other text file: one name per line, exactly as written (only the
+  line ending is removed), empty lines skipped.
+
+Which reader applies is the caller's choice (the CLI: `--tokenizer` given).
 
 Text files are UTF-8 (a leading byte-order mark is ignored). In the line
 formats, blank lines and lines starting with ``#`` are skipped, and sequences
@@ -52,6 +58,18 @@ IR_DUMP_PREFIX = "automaton "
 _SHOWN_CHARS = 80
 """Longest piece of an offending line quoted in an error message."""
 
+NAMES_HINT = "a file of names is read with read_names and compiled with a tokenizer"
+"""What an error about a line of names in a file of token ids advises (the
+CLI words it as its --tokenizer flag)."""
+
+_NAME_LINES = ('one non-empty JSON string ("Zurich") or object with a string "name" '
+               '({"name": "Zurich"}) per line')
+"""What a line of a .jsonl catalogue of names holds (for error messages)."""
+
+TOKEN_FORMATS = ("save it as .npy or space-separated ids, one sequence per line (or .jsonl, "
+                 "one JSON list per line)")
+"""What an error about comma-separated token ids (a CSV file) advises."""
+
 Constraints = Union[np.ndarray, list, Automaton]
 """What `read_constraints` returns: see the module docstring."""
 
@@ -81,15 +99,20 @@ def read_constraints(path: Union[str, os.PathLike]) -> Constraints:
 
 
 def read_names(path: Union[str, os.PathLike]) -> "list[str]":
-    """The names in the text file `path`, one per line: each line without its
-    line ending (spaces and '#' are part of a name), empty lines skipped.
+    """The names in the file `path`: for a .jsonl / .json file one JSON
+    string, or object with a string "name", per line (`parse_jsonl_names`);
+    for any other text file one name per line, each line without its line
+    ending (spaces and '#' are part of a name), empty lines skipped.
 
-    Raises ConstraintSetError for a missing or non-UTF-8 file, or one
-    without names."""
+    Raises ConstraintSetError for a missing or non-UTF-8 file, one without
+    names, or a JSON line that is not a name (naming the line)."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ConstraintSetError(f"input {path!r}: no such file")
-    lines = (line[:-1] if line.endswith("\r") else line for line in _read_text(path).split("\n"))
+    text = _read_text(path)
+    if _suffix(path) in JSONL_SUFFIXES:
+        return parse_jsonl_names(text, path)
+    lines = (line[:-1] if line.endswith("\r") else line for line in text.split("\n"))
     names = [line for line in lines if line]
     if not names:
         raise ConstraintSetError(f"input {path!r}: no names found (expected one per line)")
@@ -126,10 +149,38 @@ def parse_jsonl(text: str, path: str = "<string>") -> "list[list[int]]":
             raise ConstraintSetError(f"input {path!r} line {number}: not JSON ({e})") from None
         if not isinstance(seq, list) or not all(
                 isinstance(t, int) and not isinstance(t, bool) for t in seq):
+            names = f" ({NAMES_HINT})" if isinstance(seq, (str, dict)) else ""
             raise ConstraintSetError(f"input {path!r} line {number}: {line[:_SHOWN_CHARS]!r} is "
-                                     "not a JSON list of integer token ids")
+                                     f"not a JSON list of integer token ids{names}")
         sequences.append(seq)
     return _nonempty(sequences, path)
+
+
+def parse_jsonl_names(text: str, path: str = "<string>") -> "list[str]":
+    """One name per line of `text`, each a JSON string (``"Zurich"``) or a
+    JSON object with a string "name" (``{"name": "Zurich"}``; other keys are
+    ignored); blank lines and lines starting with ``#`` are skipped. `path`
+    only names the source in error messages.
+
+    Raises ConstraintSetError naming `path` and the line for a line that is
+    not JSON, not such a string or object, or an empty name, and when `text`
+    holds no name."""
+    names = []
+    for number, line in _content_lines(text):
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConstraintSetError(f"input {path!r} line {number}: not JSON ({e}); a .jsonl "
+                                     f"catalogue holds {_NAME_LINES}") from None
+        name = value.get("name") if isinstance(value, dict) else value
+        if not isinstance(name, str) or not name:
+            tokens = " (token ids are read without a tokenizer)" if isinstance(value, list) else ""
+            raise ConstraintSetError(f"input {path!r} line {number}: {line[:_SHOWN_CHARS]!r} is "
+                                     f"not a name: a .jsonl catalogue holds {_NAME_LINES}{tokens}")
+        names.append(name)
+    if not names:
+        raise ConstraintSetError(f"input {path!r}: no names found (expected {_NAME_LINES})")
+    return names
 
 
 def parse_token_lines(text: str, path: str = "<string>") -> "list[list[int]]":
@@ -143,11 +194,17 @@ def parse_token_lines(text: str, path: str = "<string>") -> "list[list[int]]":
         try:
             sequences.append([int(tok) for tok in line.split()])
         except ValueError:
-            raise ConstraintSetError(f"input {path!r} line {number}: {line[:_SHOWN_CHARS]!r} is "
-                                     "not space-separated integer token ids (a file of names is "
-                                     "read with read_names and compiled with a tokenizer; CLI: "
-                                     "--tokenizer)") from None
+            what = (f"holds comma-separated ids: {TOKEN_FORMATS}" if _separated_ints(line) else
+                    f"is not space-separated integer token ids ({NAMES_HINT})")
+            raise ConstraintSetError(f"input {path!r} line {number}: {line[:_SHOWN_CHARS]!r} "
+                                     f"{what}") from None
     return _nonempty(sequences, path)
+
+
+def _separated_ints(line: str) -> bool:
+    """Whether `line` is integers separated by commas or semicolons (a CSV row)."""
+    parts = [p.strip() for p in line.replace(";", ",").split(",")]
+    return len(parts) > 1 and all(p.lstrip("+-").isdigit() for p in parts if p)
 
 
 def _suffix(path: str) -> str:

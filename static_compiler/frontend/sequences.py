@@ -2,7 +2,9 @@
 layered automaton IR (a trie) with vectorized numpy, no Python loop over items.
 
 Accepted inputs:
-* a 2-D integer numpy array (N, L): N sequences of length L;
+* a 2-D integer numpy array (N, L): N sequences of length L, or of up to L
+  tokens each with -1 past a row's end (the layout of `Shards`' .npy shards;
+  rows of different lengths need an ``end_token``);
 * any iterable of integer sequences (lists, tuples, 1-D arrays), possibly of
   different lengths (ragged sets need an ``end_token``).
 
@@ -93,7 +95,12 @@ def as_token_matrix(sequences) -> tuple[np.ndarray, np.ndarray, bool]:
             raise ConstraintSetError(
                 f"constraint array has shape {sequences.shape}: sequences must not be empty")
         mat = _integral(sequences, "constraint array at (row, column)")
-        return mat, np.full(mat.shape[0], mat.shape[1], dtype=np.int64), False
+        lengths = padded_lengths(mat)
+        if lengths is None:
+            return mat, np.full(mat.shape[0], mat.shape[1], dtype=np.int64), False
+        # Columns past the longest row would become a step with no tokens but the end token.
+        mat = mat[:, :int(lengths.max())]
+        return mat, lengths, bool((lengths != mat.shape[1]).any())
     if isinstance(sequences, (str, bytes)) or not hasattr(sequences, "__iter__"):
         raise ConstraintSetError(
             f"constraint set of type {type(sequences).__name__}: expected a 2-D int array "
@@ -172,6 +179,33 @@ def check_range(mat: np.ndarray, lengths: np.ndarray, ragged: bool, vocab_size: 
                 f"{where}sequence {first_row + at[0]}, position {at[1]}: holds the end token "
                 f"{end_token}; sequences must not contain it (the compiler adds the end "
                 "transition itself)")
+
+
+def padded_lengths(mat: np.ndarray, where: str = "", first_row: int = 0) -> Optional[np.ndarray]:
+    """The row lengths (int64 (N,)) of an int matrix whose rows hold -1 past
+    their end (the layout of variable-length shards), or None when it holds
+    no -1 (every row is a full one). Other negative values are left to
+    `check_range`, which names them as tokens outside the vocabulary.
+    where / first_row: as `check_range`.
+
+    Raises ConstraintSetError naming the row for a token after a -1, or a
+    row that is all -1 (every sequence needs a token)."""
+    if not mat.size or mat.dtype.kind != "i" or int(mat.min()) >= 0:
+        return None
+    padding = mat == -1
+    if not padding.any():
+        return None
+    lengths = np.where(padding.any(axis=1), padding.argmax(axis=1), mat.shape[1]).astype(np.int64)
+    past = np.arange(mat.shape[1])[None, :] >= lengths[:, None]
+    for bad, what in (((past & ~padding).any(axis=1), "has a token after -1 padding: -1 may "
+                                                      "only follow a row's last token"),
+                      (lengths == 0, "is empty (every sequence needs a token)")):
+        hit = np.flatnonzero(bad)
+        if hit.size:
+            r = int(hit[0])
+            raise ConstraintSetError(f"{where}sequence {first_row + r}: {what} "
+                                     f"({mat[r].tolist()})")
+    return lengths
 
 
 def _padded_rows(rows: PaddedRows) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -316,6 +350,21 @@ def sort_unique_codes(codes: np.ndarray, lengths: np.ndarray, vocab_size: int,
     ids -= 1
     inverse[order] = ids
     return unique + (inverse,)
+
+
+def check_set_rows(mat: np.ndarray, lengths: np.ndarray, ragged: bool, trie, what: str,
+                   hint: str = "") -> None:
+    """ConstraintSetError unless every row (`as_token_matrix`'s matrix and
+    lengths) could be a sequence of the compiled set `trie` (anything with
+    `depth`, `vocab_size` and `end_token`: an Automaton, a table trie):
+    tokens in [0, V), no end token inside, and for a fixed-length set (no
+    end token) its length. `what` starts each message ("update: removed");
+    `hint` follows a length message."""
+    if trie.end_token is None and (lengths != trie.depth).any():
+        i = int(np.flatnonzero(lengths != trie.depth)[0])
+        raise ConstraintSetError(f"{what} sequence {i} has length {int(lengths[i])}: this set's "
+                                 f"sequences all have length {trie.depth}{hint}")
+    check_range(mat, lengths, ragged, trie.vocab_size, trie.end_token, f"{what} ")
 
 
 def build_automaton(sequences, vocab_size: int, end_token: Optional[int] = None) -> Automaton:

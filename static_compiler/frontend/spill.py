@@ -28,6 +28,7 @@ from static_compiler.artifact.mapped import release_pages
 from static_compiler.dtypes import sort_code_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import check_range
+from static_compiler.frontend.sequences import padded_lengths
 from static_compiler.frontend.array_files import CheckedWriter
 from static_compiler.frontend.build_tasks import run_tasks, say
 
@@ -59,26 +60,15 @@ def _chunk_codes(chunk: np.ndarray, name: str, first_row: int, vocab_size: int,
     """(codes (n, L), lengths (n,) int32) of a chunk, after checking it
     (`frontend.check_range`, and that -1 padding only ends rows)."""
     chunk = np.asarray(chunk)
-    ragged = bool(chunk.size) and int(chunk.min()) < 0
-    lengths = np.full(chunk.shape[0], chunk.shape[1], dtype=np.int64)
-    if ragged:
-        padding = chunk < 0
-        lengths = np.where(padding.any(axis=1), padding.argmax(axis=1), chunk.shape[1])
-        inside = np.arange(chunk.shape[1])[None, :] < lengths[:, None]
-        for bad, what in ((~padding & ~inside, "has a token after -1 padding: -1 may only "
-                                               "follow a row's last token"),
-                          (chunk < -1, "is padded with a value other than -1"),
-                          (lengths[:, None] == 0, "is empty (every sequence needs a token)")):
-            hit = np.flatnonzero(bad.any(axis=1))
-            if hit.size:
-                r = int(hit[0])
-                raise ConstraintSetError(f"{name}, sequence {first_row + r}: {what} "
-                                         f"({chunk[r].tolist()})")
+    lengths = padded_lengths(chunk, f"{name}, ", first_row)
+    ragged = lengths is not None
+    if not ragged:
+        lengths = np.full(chunk.shape[0], chunk.shape[1], dtype=np.int64)
     check_range(chunk, lengths, ragged, vocab_size, end_token, f"{name}, ", first_row)
     codes = np.empty(chunk.shape, dtype=code_dtype)
     np.add(chunk, 1, out=codes, casting="unsafe")
     if ragged:
-        codes[~inside] = 0
+        codes[np.arange(chunk.shape[1])[None, :] >= lengths[:, None]] = 0
     return codes, lengths.astype(np.int32)
 
 

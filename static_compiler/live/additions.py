@@ -28,7 +28,8 @@ from static_compiler.arrays import PieceArray, materialized
 from static_compiler.artifact.mapped import release_pages
 from static_compiler.dtypes import index_dtype_for
 from static_compiler.errors import ConstraintSetError
-from static_compiler.frontend import as_token_matrix, check_range, sort_unique_rows
+from static_compiler.frontend import as_token_matrix, sort_unique_rows
+from static_compiler.frontend.sequences import check_set_rows
 from static_compiler.ir import Automaton, Layer, LayoutKind, frozen
 from static_compiler.live.layers import find_in_rows
 from static_compiler.live.liveness import ItemIndex
@@ -92,14 +93,10 @@ def checked_additions(ir: Automaton, sequences, where: str) -> tuple[np.ndarray,
     `frontend`)."""
     try:
         mat, lengths, ragged = as_token_matrix(sequences)
-        if ir.end_token is None and (lengths != ir.depth).any():
-            i = int(np.flatnonzero(lengths != ir.depth)[0])
-            raise ConstraintSetError(f"added sequence {i} has length {int(lengths[i])}: this "
-                                     f"set's sequences all have length {ir.depth} (compile with "
-                                     "end_token=... for variable lengths)")
-        check_range(mat, lengths, ragged, ir.vocab_size, ir.end_token)
     except ConstraintSetError as e:
         raise ConstraintSetError(f"{where}: {e}") from None
+    check_set_rows(mat, lengths, ragged, ir, f"{where}: added",
+                   " (compile with end_token=... for variable lengths)")
     return mat.astype(np.int64, copy=False), lengths
 
 

@@ -209,8 +209,11 @@ def removal(items: ItemIndex, remove, automaton, where: str = "update") -> tuple
     picks (a bool mask (N,) over the input rows, or token sequences, looked
     up in `automaton()`, a function so that a mask needs no automaton) on
     top of `items.removed`. report: {"removed", "already_removed",
-    "absent"}: sequences not in the set are counted, not an error. Holds
-    one new bool array besides `items.removed` (1 GB each at 1e9)."""
+    "absent"}: sequences not in the set are counted, not an error, but
+    rows that cannot be sequences of it (a token outside the vocabulary,
+    the end token inside, another length than a fixed-length set's) raise
+    ConstraintSetError, as additions do. Holds one new bool array besides
+    `items.removed` (1 GB each at 1e9)."""
     before, absent = items.removed, 0
     if isinstance(remove, np.ndarray) and (remove.dtype == bool or remove.ndim != 2):
         out = rows_item_mask(remove, items, where)  # (a new array)
@@ -221,7 +224,12 @@ def removal(items: ItemIndex, remove, automaton, where: str = "update") -> tuple
         if before is not None:
             np.logical_or(out, before, out=out)
     else:
-        ids = unique_ids(automaton(), items, remove, where)
+        from static_compiler.frontend.sequences import PaddedRows, as_token_matrix, check_set_rows
+
+        mat, lengths, ragged = as_token_matrix(remove)
+        trie = automaton()
+        check_set_rows(mat, lengths, ragged, trie, f"{where}: removed")
+        ids = unique_ids(trie, items, PaddedRows(mat, lengths), where)
         absent = int((ids < 0).sum())
         ids = np.unique(ids[ids >= 0])
         picked = int(ids.size)
