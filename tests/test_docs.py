@@ -4,13 +4,15 @@ heading) that exists.
 
 The snippets of one page run in order in one namespace (a page's snippets
 build on its earlier ones), in a fresh interpreter whose working directory
-is a temporary directory (snippets write artifacts and shards), with
+is a temporary directory (snippets write artifacts and shards), twice in the
+same directory (a user re-runs a script), with
 `__name__ == "__main__"` (the partitioned-build snippet keeps its build
 under that guard) and JAX_PLATFORMS=cpu. Each snippet is compiled with the
 page's path and its own line numbers, so a failure's traceback names the
 page and the line. A snippet that cannot run here is fenced
 ```python no-run: <reason>; anything else after ```python is an error, so a
-misspelt marker never skips a snippet silently.
+misspelt marker never skips a snippet silently. The README's snippets also
+run pasted into one file.py, as `python file.py`.
 """
 
 from __future__ import annotations
@@ -73,17 +75,41 @@ def missing_modules(codes) -> list:
 
 @pytest.mark.parametrize("page", [p for p in PAGES if runnable(p)], ids=rel)
 def test_page_snippets_run(page, tmp_path):
+    """The page's snippets run, and run again in the same folder (a user
+    re-runs a script: what it saved must not make the second run fail)."""
     missing = missing_modules([code for _line, code in runnable(page)])
     if missing:
         pytest.skip(f"{rel(page)} imports {missing}, not installed")
     todo = [[str(page), line, code] for line, code in runnable(page)]
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
     env.pop("XLA_FLAGS", None)  # a page that needs host devices sets them itself
-    proc = subprocess.run([sys.executable, "-c", DRIVER], input=json.dumps(todo), cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert proc.returncode == 0, (f"{rel(page)}: a snippet failed\n--- stdout\n{proc.stdout[-4000:]}"
-                                  f"\n--- stderr\n{proc.stderr[-8000:]}")
-    assert proc.stdout.count(f"ran {page}:") == len(todo), proc.stdout[-4000:]
+    for attempt in ("a snippet failed", "a snippet failed when run again in the same folder"):
+        proc = subprocess.run([sys.executable, "-c", DRIVER], input=json.dumps(todo), cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert proc.returncode == 0, (f"{rel(page)}: {attempt}\n--- stdout\n{proc.stdout[-4000:]}"
+                                      f"\n--- stderr\n{proc.stderr[-8000:]}")
+        assert proc.stdout.count(f"ran {page}:") == len(todo), proc.stdout[-4000:]
+
+
+def run_as_one_script(page: pathlib.Path, folder: pathlib.Path) -> subprocess.CompletedProcess:
+    """Pastes the page's runnable snippets, in order, into one file.py and
+    runs `python file.py` in `folder`, as a user would."""
+    script = folder / "file.py"
+    script.write_text("\n".join(code for _line, code in runnable(page)))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("XLA_FLAGS", None)
+    return subprocess.run([sys.executable, str(script)], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def test_readme_snippets_run_pasted_into_one_script(tmp_path):
+    """The README's snippets pasted into one file.py run: the process pool of
+    the second re-imports the script in its spawned workers, which must not
+    run the first's work again."""
+    proc = run_as_one_script(REPO / "README.md", tmp_path)
+    assert proc.returncode == 0, (f"README.md's snippets pasted into one file.py failed\n"
+                                  f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n"
+                                  f"{proc.stderr[-8000:]}")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=rel)
@@ -134,3 +160,37 @@ def test_relative_links_resolve(page):
             assert dest.suffix == ".md", f"{rel(page)}: link {target!r}: anchor into a non-page"
             assert anchor in slugs(dest), (f"{rel(page)}: link {target!r}: no heading with that "
                                            f"anchor in {rel(dest)}")
+
+
+def test_bench_writes_under_the_working_directory(tmp_path):
+    """`python -m tools.bench` (run from the checkout, the docs say) writes
+    bench_out/ where it is run, not into the checkout."""
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from tools.bench.cli import "
+            "parse_args; print(os.path.abspath(parse_args([]).out))")  # tests import no tools
+    proc = subprocess.run([sys.executable, "-c", code, str(REPO)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip() == str(tmp_path / "bench_out")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_checkout_commands_say_where_they_run(page):
+    """`python -m tools...` and `bash scripts/...` work only from the
+    repository's checkout (neither folder is installed): a page that gives
+    one says so."""
+    text = re.sub(r"\s+", " ", page.read_text())
+    if re.search(r"python -m tools\b|bash scripts/", text):
+        assert "repository's checkout" in text, (
+            f"{rel(page)} gives `python -m tools...` / `bash scripts/...` commands without "
+            "saying they run from the repository's checkout")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_parse_back_promise_names_its_limit(page):
+    """The IR text parses back only when printed in full (up to 4,096 edges
+    by default): a page that promises the round trip says so."""
+    text = re.sub(r"\s+", " ", page.read_text())
+    if re.search(r"parses back", text):
+        assert re.search(r"4,?096 edges", text), (
+            f"{rel(page)} says the IR text parses back without its limit (4,096 edges by "
+            "default; larger automata print elided rows)")

@@ -47,7 +47,8 @@ Sweeps: ``items`` (|C| at V = 2048), ``vocab`` (V at |C| = 1e6), ``skew``
     python -m tools.bench compile-time       # compile_constraints per stage vs the baseline
 
 Writes ``results.md`` (tables, machine, targets met / missed), ``results.csv``
-and, when matplotlib is installed, ``<sweep>.png`` into --out (bench_out/).
+and, when matplotlib is installed, ``<sweep>.png`` into --out (default: bench_out/
+in the working directory).
 ``--check`` instead checks the baselines against the library (exact ones
 decode what `static_compiler.beam_search` decodes, the bitmap's
 false-positive estimate equals a brute-force count) and exits 1 on a

@@ -57,7 +57,8 @@ def parse_args(argv=None):
                    help=f"the GPU configuration: the items sweep at |C| = {GPU_ITEMS:.0e} only, "
                         f"methods {', '.join(GPU_METHODS)}, 20 s per method; its target is the "
                         f"paper's {PAPER_TPU_ADDED_MS} ms added per step (run with a GPU jax)")
-    p.add_argument("--out", default=os.path.join(ROOT, "bench_out"), help="output directory")
+    p.add_argument("--out", default="bench_out",
+                   help="output directory (default: bench_out/ in the working directory)")
     p.add_argument("--sweeps", nargs="+", choices=SWEEPS, default=list(SWEEPS))
     p.add_argument("--methods", nargs="+", choices=ALL_METHODS, default=list(ALL_METHODS))
     p.add_argument("--baseline-sweeps", nargs="*", choices=SWEEPS, default=["items"],

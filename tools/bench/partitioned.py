@@ -154,6 +154,8 @@ def main(argv=None) -> int:
                              "tables give choose-layout a larger memory-budget)")
     parser.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    # the children run in the checkout (cwd=ROOT): a relative --workdir means the caller's
+    args.workdir = os.path.abspath(args.workdir) if args.workdir else args.workdir
     if args.child:
         mode, shard_dir, vocab, partitions, workers, workdir, pipeline = args.child
         print(json.dumps(_child(mode, shard_dir, int(vocab), int(partitions), int(workers),

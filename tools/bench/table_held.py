@@ -199,6 +199,9 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default=",".join(KEYS),
                         help=f"comma-separated operations, of {', '.join(KEYS)}")
     args = parser.parse_args(argv)
+    # the children run in the checkout (cwd=ROOT): relative paths mean the caller's
+    args.workdir = os.path.abspath(args.workdir) if args.workdir else args.workdir
+    args.artifact = os.path.abspath(args.artifact) if args.artifact else args.artifact
     bad = [m for m in args.modes.split(",") if m not in KEYS]
     if bad:
         parser.error(f"--modes: unknown {bad}: expected some of {', '.join(KEYS)}")
