@@ -23,7 +23,7 @@ PACKAGE = REPO / "static_compiler"
 # stage's package may hold modules of several layers.
 LAYERS = (
     ("errors",),
-    ("dtypes", "arrays", "arguments", "decode_types", "decode_state", "artifact.format", "artifact.manifest", "artifact.names",
+    ("dtypes", "arrays", "arguments", "decode_types", "decode_state", "compile_events", "artifact.format", "artifact.manifest", "artifact.names",
      "artifact.snapshot", "artifact.placement", "artifact.mapped", "live", "live.layers",
      "live.bit_kernels", "live.layer_walk", "live.state_order", "live.item_masks", "live.liveness",
      "processes"),
@@ -51,6 +51,7 @@ RESTRICTED = {
     "arguments": ({"numpy"}, {"errors"}),
     "decode_types": (set(), set()),
     "decode_state": ({"jax", "numpy"}, {"errors", "arguments", "decode_types"}),
+    "compile_events": ({"jax"}, set()),  # jax's compile events, counted per front door
     "live.layers": ({"numpy"}, {"errors", "arrays", "artifact.mapped"}),
     # The static plan and lowering: numpy only, so the torch backend reads plans with it.
     "backend.lowering": ({"numpy"}, {"errors", "ir", "dtypes", "arrays", "live.layers"}),
@@ -65,10 +66,10 @@ RESTRICTED = {
     "artifact.mapped": ({"numpy"}, set()),
     "artifact.placement": ({"jax", "numpy"}, {"errors"}),
     # The serving loader: no compiler module (no frontend, passes, backend or writer).
-    "artifact.runtime": ({"jax", "numpy"}, {"errors", "artifact.format", "artifact.manifest",
+    "artifact.runtime": ({"jax", "numpy"}, {"errors", "compile_events", "artifact.format", "artifact.manifest",
                                             "artifact.snapshot", "artifact.placement",
                                             "live.liveness"}),
-    "artifact.serving": ({"jax", "numpy"}, {"errors", "artifact.format", "artifact.manifest",
+    "artifact.serving": ({"jax", "numpy"}, {"errors", "compile_events", "artifact.format", "artifact.manifest",
                                             "artifact.names", "artifact.snapshot",
                                             "artifact.placement", "artifact.runtime",
                                             "decode_state", "decode_types", "live.layers",

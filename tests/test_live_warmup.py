@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler.backend.decode.programs import xla_compilations
+from static_compiler.compile_events import xla_compilations
 from static_compiler.decode_state import SENTINEL_SCORE
 
 V, L = 32, 4

@@ -32,27 +32,6 @@ _max_programs = int(os.environ.get("STATIC_COMPILER_MAX_PROGRAMS", _DEFAULT_MAX_
 _instances: list = []
 
 
-_BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-_xla_compilations = [0]
-
-
-def _count_compilations(event: str, duration: float, **kwargs) -> None:
-    if event == _BACKEND_COMPILE_EVENT:
-        _xla_compilations[0] += 1
-
-
-jax.monitoring.register_event_duration_secs_listener(_count_compilations)
-
-
-def xla_compilations() -> int:
-    """XLA compilations in this process so far, of any jitted function (jax's
-    backend-compile events, counted from this module's import). Unlike
-    `BoundedJit.compilations`, which counts executables held per argument
-    signature, a call that finds its program compiled ahead of time (a
-    call's `also_compile`) adds nothing here."""
-    return _xla_compilations[0]
-
-
 def max_programs() -> int:
     """The bound on kept programs, per decoding entry point.
 
