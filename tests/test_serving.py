@@ -239,6 +239,7 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.artifact.runtime",
                                "static_compiler.artifact.serving",
                                "static_compiler.artifact.snapshot",
+                               "static_compiler.artifact.warm", "static_compiler.compile_events",
                                "static_compiler.decode_state", "static_compiler.decode_types",
                                "static_compiler.errors", "static_compiler.live",
                                "static_compiler.live.item_masks",

@@ -35,6 +35,7 @@ same logits.
 
 from __future__ import annotations
 
+import functools
 import pathlib
 from typing import Optional
 
@@ -51,6 +52,8 @@ from static_compiler.artifact.placement import MeshPlacement
 from static_compiler.artifact.runtime import (Module, check_table_arguments, current_platform,
                                               deserialize, item_index, put_tables,
                                               table_placement)
+from static_compiler.artifact.warm import Warmth, counted, pad_subsets
+from static_compiler.artifact.warm import warm as _warm
 from static_compiler.decode_state import (SENTINEL_SCORE, BeamState, DecodeResult, ProcessorState,
                                           check_beam_state, check_logits, check_processor_state,
                                           check_rows, check_start_tokens, check_step,
@@ -102,7 +105,7 @@ class Artifact:
     def __init__(self, path, manifest: Manifest, tables: list, modules: dict,
                  names: Optional[NameTable] = None, items: Optional[ItemIndex] = None,
                  host_tables: Optional[tuple] = None, put=None,
-                 placement: Optional[MeshPlacement] = None):
+                 placement: Optional[MeshPlacement] = None, warmth: Optional[Warmth] = None):
         self.path = pathlib.Path(path)
         self.manifest = manifest
         self.vocab_size = manifest.vocab_size
@@ -120,6 +123,7 @@ class Artifact:
         self.placement = placement
         self._trie: Optional[tuple] = None  # (trie layers, BitLayout), for subsets
         self._base = None
+        self._warmth = warmth if warmth is not None else Warmth()  # shared by reloads
 
     def __repr__(self):
         return (f"Artifact({str(self.path)!r}, vocab_size={self.vocab_size}, max_length="
@@ -142,6 +146,7 @@ class Artifact:
 
     # Beam search
 
+    @counted
     def init_state(self, batch_size: int, beam_size: int, start_token=0) -> BeamState:
         """All beams at the root; only beam 0 of each row is valid.
 
@@ -152,6 +157,7 @@ class Artifact:
         module = self._beam_module("init", beam_size)
         return BeamState(*module((), jnp.asarray(start)))
 
+    @counted
     def beam_step(self, state: BeamState, logits, step, *, subset: Optional[Subset] = None,
                   subset_index=None) -> BeamState:
         """One beam-search step; jit-able.
@@ -177,6 +183,7 @@ class Artifact:
             if M in self.beam_sizes else self._beam_module("beam_step", M)
         return BeamState(*module(self.tables, *fields, logits, step, *bits))
 
+    @counted
     def finalize(self, state: BeamState) -> DecodeResult:
         """(tokens, scores, valid, lengths) of the state after the last step;
         beams are already sorted by score, best first. Only complete
@@ -185,10 +192,9 @@ class Artifact:
         unfinished prefixes come back invalid (SENTINEL_SCORE), never as
         sequences of the set."""
         s = check_beam_state(state, self.max_length, "finalize")
-        complete = jnp.asarray(s.valid) & (jnp.asarray(s.finished)
-                                           | (jnp.asarray(s.lengths) == self.manifest.depth))
-        return DecodeResult(s.tokens, jnp.where(complete, s.scores, SENTINEL_SCORE), complete,
-                            s.lengths)
+        scores, complete = _completed(s.valid, s.finished, s.lengths, s.scores,
+                                      self.manifest.depth)
+        return DecodeResult(s.tokens, scores, complete, s.lengths)
 
     def texts(self, result) -> list:
         """The names in a decoding result (e.g. `finalize`'s): lists (batch)
@@ -204,11 +210,12 @@ class Artifact:
     @staticmethod
     def init_processor_state(batch_size: int) -> ProcessorState:
         """Every row at the root, valid, not finished."""
-        batch_size = check_rows(batch_size)[0]
-        return ProcessorState(node=jnp.zeros((batch_size,), jnp.int32),
-                              valid=jnp.ones((batch_size,), bool),
-                              finished=jnp.zeros((batch_size,), bool))
+        batch_size = check_rows(batch_size)[0]  # (from host arrays: no program to compile)
+        return ProcessorState(node=jnp.asarray(np.zeros((batch_size,), np.int32)),
+                              valid=jnp.asarray(np.ones((batch_size,), bool)),
+                              finished=jnp.asarray(np.zeros((batch_size,), bool)))
 
+    @counted
     def mask(self, logits, state: ProcessorState, step, *, subset: Optional[Subset] = None,
              subset_index=None):
         """logits float (B, V) -> float32 (B, V): allowed tokens keep their
@@ -224,6 +231,7 @@ class Artifact:
         bits = self._subset_args(subset, subset_index, int(np.shape(fields[0])[0]), "mask")
         return self._modules["mask_subset"](self.tables, logits, *fields, step, *bits)[0]
 
+    @counted
     def advance(self, state: ProcessorState, tokens, step, *, subset: Optional[Subset] = None,
                 subset_index=None) -> ProcessorState:
         """Moves each row along its chosen token, int (B,); a disallowed token
@@ -241,6 +249,46 @@ class Artifact:
         return ProcessorState(*self._modules["advance_subset"](self.tables, *fields, tokens, step,
                                                                *bits))
 
+    # Warming up
+
+    def warm(self, batch_sizes, *, beam_sizes=None, max_subsets: int = 0,
+             background: bool = False):
+        """Compiles every program a request can run for these shapes, so
+        that afterwards none compiles (`compilations()` stays put).
+
+        batch_sizes: ints >= 1 (or one int), the B of the requests to come;
+        beam_sizes: exported beam sizes M (default: all of `beam_sizes`);
+        max_subsets: K >= 0; from now on every stack of R <= K subsets
+        (`liveness.stack_subsets`) is decoded padded to K rows (empty
+        subsets appended, subset_index unchanged, the same results), so no
+        R in 0..K compiles again. Warmed per B: init_state, beam_step and
+        finalize for each M, mask and advance if exported, each plain and,
+        for an artifact with subsets, through the subset modules (the
+        path every decode takes after an update removed items, so a reload
+        of such a version compiles nothing: warmed even with K = 0), with
+        logits float32 on the host or the device (other logits dtypes add
+        a conversion program). Holds across `reload()` of versions with the
+        same modules and table shapes (removals, additions within
+        capacity): they share the compiled programs and this warm state.
+
+        background: run it on a daemon thread and return at once a
+        `concurrent.futures.Future` of the report (`.result()` waits, and
+        raises what the warm-up raised); requests may run meanwhile (one
+        that needs a program not yet compiled compiles it itself).
+
+        Returns a `warm.WarmReport` (compilations, calls, seconds, ...).
+        Raises DecodeInputError for a batch size < 1, a beam size not
+        exported, max_subsets < 0, or max_subsets > 0 without subsets;
+        these are checked before anything runs, background or not."""
+        return _warm(self, batch_sizes, beam_sizes, max_subsets, background)
+
+    def compilations(self) -> int:
+        """XLA compilations this artifact's calls caused (warm-up included),
+        counted from jax's compile events, over this object and every
+        `reload()` of it (they share their programs); a server asserts it
+        unchanged across requests after `warm()`."""
+        return self._warmth.counter.count
+
     # New versions
 
     def reload(self, *, verify_checksums: bool = True) -> "Artifact":
@@ -251,7 +299,8 @@ class Artifact:
         whenever they are the same files: after removals (only the items
         change) and after additions that fit the reserved capacity (new
         tables of the same shapes and dtypes, read and put on the device (or mesh)
-        beside the old ones), so nothing is deserialized or compiled again.
+        beside the old ones), so nothing is deserialized or compiled again
+        (after `warm()`: the warm state and compile counter are shared too).
         Returns self when nothing changed. Raises ArtifactVersionError when
         a module or a table's shape changed (load that version with
         `serving.load`)."""
@@ -277,7 +326,7 @@ class Artifact:
             keep = [old if same(t.file) else None for old, t in zip(self.tables, manifest.tables)]
             tables, host = put_tables(snap, self._put, keep)
         new = Artifact(self.path, manifest, tables, self._modules, snapshot.read_names(snap),
-                       item_index(snap), host, self._put, self.placement)
+                       item_index(snap), host, self._put, self.placement, self._warmth)
         if host is self._host_tables:
             new._trie = self._trie
         return new
@@ -346,12 +395,21 @@ class Artifact:
                                    "modules (compile with export_subsets=True)")
         index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size, where)
         on = None if self.placement is None else self.placement.sharding(None)
+        rows = self._warmth.padded_rows(subset.num_subsets)  # after warm(): one shape
         placed = subset.__dict__.get("_serving_device")
-        if placed is None or placed[0] != on:  # put once per device (or mesh)
-            live, ends = subset.placed(lambda w: jax.device_put(w, on))
-            placed = (on, [w for w in live + ends if w is not None])
+        if placed is None or placed[0] != (on, rows):  # put once per device (or mesh)
+            live, ends = pad_subsets(subset, rows).placed(lambda w: jax.device_put(w, on))
+            placed = ((on, rows), [w for w in live + ends if w is not None])
             object.__setattr__(subset, "_serving_device", placed)
         return [*placed[1], jnp.asarray(index, jnp.int32)]
+
+
+@functools.partial(jax.jit, static_argnames="depth")
+def _completed(valid, finished, lengths, scores, depth: int):
+    """finalize's (scores float32 (B, M), complete bool (B, M)) as one
+    program: complete where valid and (finished or `depth` tokens)."""
+    complete = valid & (finished | (lengths == depth))
+    return jnp.where(complete, scores, SENTINEL_SCORE), complete
 
 
 def load(path, *, verify_checksums: bool = True, device=None, mesh=None) -> Artifact:

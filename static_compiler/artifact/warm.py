@@ -1,0 +1,203 @@
+"""Warm-up of a served artifact (`serving.Artifact.warm`): every program a
+server's requests can call, compiled before the first request, so that
+afterwards no request within the warmed bounds compiles.
+
+A request's programs are fixed by its shapes: the batch size B, the beam
+size M (one exported module per M), and for item subsets R, the number of
+stacked subsets (the bits are uint32 (R, words)). B and M are the server's
+to fix; R varies per request, so after a warm-up with max_subsets=K every
+stack of R <= K subsets is padded to one shape (`padded_rows`: empty subsets
+appended, subset_index unchanged, the same results), and R never compiles
+again. An artifact with an item index always decodes through the subset
+modules after an update removed items (with the subset of the items left),
+so those are warmed even when K = 0 (R = 1 then).
+
+The warm state (`Warmth`: the compile counter and the padding bound) is
+shared by every `reload()` of one loaded artifact, as its modules are: a
+version after removals or additions within capacity (same modules, same
+table shapes) runs the programs already compiled. Like `serving`, this
+module needs only jax, numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import functools
+import threading
+import time
+from typing import Optional
+
+import jax
+import numpy as np
+
+from static_compiler.compile_events import CompileCounter
+from static_compiler.decode_state import check_int, check_rows
+from static_compiler.errors import DecodeInputError
+from static_compiler.live.liveness import Subset
+
+
+class Warmth:
+    """What one loaded artifact and all its reloads share: `counter`, the
+    XLA compilations their calls caused (`Artifact.compilations`), and
+    `pad_to`, the number of stacked subsets every stack of R <= pad_to is
+    padded to (None before a warm-up: stacks go as they are)."""
+
+    def __init__(self):
+        self.counter = CompileCounter()
+        self.pad_to: Optional[int] = None
+        self._lock = threading.Lock()
+
+    def raise_pad_to(self, num: int) -> int:
+        """Sets pad_to to at least `num`; returns it (a later warm-up with a
+        smaller bound keeps the larger one: its programs are compiled)."""
+        with self._lock:
+            self.pad_to = max(num, self.pad_to or 0)
+            return self.pad_to
+
+    def padded_rows(self, num_subsets: int) -> int:
+        """The stacked subsets a stack of `num_subsets` is decoded as."""
+        pad = self.pad_to
+        return pad if pad is not None and num_subsets <= pad else num_subsets
+
+
+
+def pad_subsets(subset: Subset, num_subsets: int) -> Subset:
+    """`subset` (R stacked subsets) with num_subsets - R empty subsets
+    appended (all bits zero, size 0), so stacks of any R <= num_subsets
+    decode through one shape (uint32 (num_subsets, words) per depth) and
+    never compile again. Rows pick their subset by the same subset_index,
+    in [0, R), so the results are those of the unpadded stack. Depths that
+    share an array share the padded one; returns `subset` when R is
+    already num_subsets."""
+    R = subset.num_subsets
+    if num_subsets < R:
+        raise DecodeInputError(f"pad_subsets: {R} stacked subsets, padded to {num_subsets}: "
+                               f"expected at least {R}")
+    if num_subsets == R:
+        return subset
+    done: dict = {}
+
+    def pad(w):
+        if w is not None and id(w) not in done:
+            done[id(w)] = np.concatenate([w, np.zeros((num_subsets - R,) + w.shape[1:], w.dtype)])
+        return None if w is None else done[id(w)]
+
+    return Subset(live=tuple(pad(w) for w in subset.live), ends=tuple(pad(w) for w in subset.ends),
+                  sizes=np.concatenate([subset.sizes, np.zeros(num_subsets - R, subset.sizes.dtype)]),
+                  fingerprint=subset.fingerprint)
+
+
+def counted(method):
+    """An Artifact method whose XLA compilations count in its `Warmth`'s
+    counter (module calls and eager jnp ops alike; the calling thread's)."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self._warmth.counter.counting():
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmReport:
+    """What a warm-up ran: `compilations`, the XLA compilations it caused
+    (0 when everything was compiled before); `calls`, the request-path
+    calls it made on dummy inputs; `seconds`, its wall time;
+    `batch_sizes`, `beam_sizes` as warmed; `subset_rows`, the number of
+    stacked subsets every stack up to it is padded to (None without
+    subsets)."""
+
+    compilations: int
+    calls: int
+    seconds: float
+    batch_sizes: tuple
+    beam_sizes: tuple
+    subset_rows: Optional[int]
+
+
+def check_warm_arguments(art, batch_sizes, beam_sizes, max_subsets, background) -> tuple:
+    """(batch sizes, beam sizes, max_subsets) as tuples of ints / an int,
+    after checking them; raises DecodeInputError naming the bad value."""
+    where = f"warm (artifact {str(art.path)!r})"
+    sizes = [batch_sizes] if isinstance(batch_sizes, (int, np.integer)) else batch_sizes
+    try:
+        sizes = list(sizes)
+    except TypeError:
+        raise DecodeInputError(f"{where}: batch_sizes={batch_sizes!r}: expected ints >= 1 (the "
+                               "batch sizes requests will use)") from None
+    if not sizes:
+        raise DecodeInputError(f"{where}: batch_sizes is empty: expected ints >= 1")
+    sizes = tuple(sorted({check_rows(b)[0] for b in sizes}))
+    beams = art.beam_sizes if beam_sizes is None else \
+        ([beam_sizes] if isinstance(beam_sizes, (int, np.integer)) else beam_sizes)
+    try:
+        beams = tuple(sorted({check_int("beam_size", m, low=1) for m in beams}))
+    except TypeError:
+        raise DecodeInputError(f"{where}: beam_sizes={beam_sizes!r}: expected ints from the "
+                               f"exported beam sizes {list(art.beam_sizes)}") from None
+    unknown = [m for m in beams if m not in art.beam_sizes]
+    if unknown:
+        raise DecodeInputError(f"{where}: beam_sizes {unknown} not exported: this artifact exports "
+                               f"{list(art.beam_sizes)} (compile with export_beam_sizes=... to "
+                               "add one)")
+    for b in sizes:
+        for m in beams:
+            check_rows(b, m)
+    k = check_int("max_subsets", max_subsets, low=0)
+    if k and art.items is None:
+        raise DecodeInputError(f"{where}: max_subsets={k}: this artifact has no item subsets "
+                               "(compile with export_subsets=True), expected max_subsets=0")
+    if not isinstance(background, (bool, np.bool_)):
+        raise DecodeInputError(f"{where}: background={background!r}: expected a bool")
+    return sizes, beams, k
+
+
+def warm(art, batch_sizes, beam_sizes, max_subsets, background):
+    """`Artifact.warm`: checks the arguments, sets the padding bound, then
+    runs `run_warm` here or on a thread (a Future of its WarmReport)."""
+    sizes, beams, k = check_warm_arguments(art, batch_sizes, beam_sizes, max_subsets, background)
+    rows = art._warmth.raise_pad_to(max(k, 1)) if art.items is not None else None
+    if not background:
+        return run_warm(art, sizes, beams, rows)
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def work():
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(run_warm(art, sizes, beams, rows))
+            except BaseException as err:  # handed to whoever waits on the future
+                future.set_exception(err)
+
+    threading.Thread(target=work, name="static-compiler-warm-artifact", daemon=True).start()
+    return future
+
+
+def run_warm(art, sizes: tuple, beams: tuple, rows: Optional[int]) -> WarmReport:
+    """Runs every request-path call once per shape on dummy inputs (zeros;
+    an empty subset stacked `rows` times), through the public methods, so
+    their eager conversions (step, logits, finalize) compile too."""
+    start, calls, counter = time.perf_counter(), 0, CompileCounter()
+    V = art.vocab_size
+    empty = None if rows is None else art.subset(np.zeros(art.items.num_items, bool))
+    with counter.counting():
+        for B in sizes:
+            index = np.zeros(B, np.int32)
+            subset_kw = [{}] if empty is None else [{}, dict(subset=empty, subset_index=index)]
+            for M in beams:
+                state = art.init_state(B, M)
+                logits = np.zeros((B, M, V), np.float32)
+                for kw in subset_kw:
+                    for lg in (logits, jax.device_put(logits)):  # host and device logits
+                        after = art.beam_step(state, lg, 0, **kw)
+                        jax.block_until_ready(art.finalize(after))
+                        calls += 2
+                calls += 1
+            if "mask" in art._modules:
+                pstate = art.init_processor_state(B)
+                for kw in subset_kw:
+                    jax.block_until_ready(art.mask(np.zeros((B, V), np.float32), pstate, 0, **kw))
+                    jax.block_until_ready(art.advance(pstate, np.zeros(B, np.int32), 0, **kw))
+                    calls += 2
+    return WarmReport(counter.count, calls, time.perf_counter() - start, sizes, beams, rows)
