@@ -21,10 +21,11 @@ from static_compiler.decode_state import (check_int, check_prefixes, check_proce
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import ItemIndex
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
+from static_compiler.warm import WarmUp
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class CompiledConstraints(PlanFacts):
+class CompiledConstraints(PlanFacts, WarmUp):
     """A compiled constraint set: its automaton, decoding plan and tables.
 
     What `compile_constraints` returns (also `load_compiled`, `update`,
@@ -257,7 +258,8 @@ class CompiledConstraints(PlanFacts):
         (one subset per row of `state`)."""
         state = check_processor_state(state, "mask")
         live = self.live_mask(subset, subset_index, state.node.shape[0], "mask")
-        return decode.mask(self.plan, self.device_tables, logits, state, step, live)
+        with self._counting():
+            return decode.mask(self.plan, self.device_tables, logits, state, step, live)
 
     def advance(self, state: decode.ProcessorState, tokens, step: int, *,
                 subset: Optional[subsets.Subset] = None,
@@ -265,7 +267,8 @@ class CompiledConstraints(PlanFacts):
         """See backend.decode.advance; subset / subset_index as in `mask`."""
         state = check_processor_state(state, "advance")
         live = self.live_mask(subset, subset_index, state.node.shape[0], "advance")
-        return decode.advance(self.plan, self.device_tables, state, tokens, step, live)
+        with self._counting():
+            return decode.advance(self.plan, self.device_tables, state, tokens, step, live)
 
     def processor(self, batch_size: int, *, subset: Optional[subsets.Subset] = None,
                   subset_index=None) -> decode.StepProcessor:
@@ -290,7 +293,8 @@ class CompiledConstraints(PlanFacts):
             return cache[key]
         live = self.live_mask(subset, subset_index, batch_size, "processor")
         out = decode.StepProcessor(self.plan, self.device_tables, batch_size, live,
-                                   removal=self.removal_program(live, batch_size))
+                                   removal=self.removal_program(live, batch_size),
+                                   counter=self._compile_counter())
         if key is not None:
             if cache is None:
                 cache = {}
@@ -307,7 +311,8 @@ class CompiledConstraints(PlanFacts):
         where = f"accept_drafts(step={'<traced>' if is_traced(step) else step})"
         state = check_processor_state(state, where)  # named as the decoder names it
         live = self.live_mask(subset, subset_index, state.node.shape[0], where)
-        return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
+        with self._counting():
+            return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
 
     def texts(self, result) -> list:
         """The names a decoding result of this text catalogue holds: lists
@@ -326,7 +331,8 @@ class CompiledConstraints(PlanFacts):
         as in `beam_search`."""
         check_prefixes(prefixes, self.max_length, "allowed")  # (before its rows are counted)
         live = self.live_mask(subset, subset_index, np.shape(prefixes)[0], "allowed")
-        return decode.allowed(self.plan, self.device_tables, prefixes, live)
+        with self._counting():
+            return decode.allowed(self.plan, self.device_tables, prefixes, live)
 
     @property
     def fingerprint(self) -> str:
@@ -368,6 +374,7 @@ class CompiledConstraints(PlanFacts):
         version = versions.updated(self, add=add, remove=remove)
         if add is None:  # the same tables and set: share what was computed
             _share_computed(self, version, ("_device_tables",) + _SET_CACHES)
+        _share_computed(self, version, ("_compile_counter_cache",))  # (one count: `compilations`)
         version.base_subset  # computed now, so the next decode only reads it
         return version
 

@@ -320,9 +320,11 @@ def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, be
     _check_call(compiled, decode.beam_search, options, "beam_search")
     check_rows(batch_size, beam_size)  # before the subset index is read against batch_size
     live = compiled.live_mask(subset, subset_index, batch_size, "beam_search")
-    return decode.beam_search(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
-                              beam_size=beam_size, subset=live,
-                              also_compile=compiled.removal_program(live, batch_size), **options)
+    with compiled._counting():
+        return decode.beam_search(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
+                                  beam_size=beam_size, subset=live,
+                                  also_compile=compiled.removal_program(live, batch_size),
+                                  **options)
 
 
 def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
@@ -361,9 +363,11 @@ def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
     _check_call(compiled, decode.greedy_decode, options, "greedy_decode")
     check_rows(batch_size)
     live = compiled.live_mask(subset, subset_index, batch_size, "greedy_decode")
-    return decode.greedy_decode(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
-                                subset=live,
-                                also_compile=compiled.removal_program(live, batch_size), **options)
+    with compiled._counting():
+        return decode.greedy_decode(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
+                                    subset=live,
+                                    also_compile=compiled.removal_program(live, batch_size),
+                                    **options)
 
 
 def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
@@ -411,6 +415,7 @@ def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
     _check_call(compiled, decode.sample, options, "sample")
     check_rows(batch_size)
     live = compiled.live_mask(subset, subset_index, batch_size, "sample")
-    return decode.sample(*_plan_tables(compiled), logits_fn, key, batch_size=batch_size,
-                         subset=live, also_compile=compiled.removal_program(live, batch_size),
-                         **options)
+    with compiled._counting():
+        return decode.sample(*_plan_tables(compiled), logits_fn, key, batch_size=batch_size,
+                             subset=live, also_compile=compiled.removal_program(live, batch_size),
+                             **options)

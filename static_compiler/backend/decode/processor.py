@@ -6,6 +6,7 @@ owns the search.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -29,10 +30,10 @@ builds the (B, V) allowed flags and selects."""
 
 def init_processor_state(batch_size: int) -> ProcessorState:
     """Every row at the root, valid, not finished."""
-    batch_size = check_rows(batch_size)[0]
-    return ProcessorState(node=jnp.zeros((batch_size,), jnp.int32),
-                          valid=jnp.ones((batch_size,), bool),
-                          finished=jnp.zeros((batch_size,), bool))
+    batch_size = check_rows(batch_size)[0]  # (host arrays put on the device: no op compiles)
+    return ProcessorState(node=jax.device_put(np.zeros((batch_size,), np.int32)),
+                          valid=jax.device_put(np.ones((batch_size,), bool)),
+                          finished=jax.device_put(np.zeros((batch_size,), bool)))
 
 
 def _checked_valid(plan: Plan, state: ProcessorState, step: int):
@@ -176,8 +177,10 @@ class StepProcessor:
     of a set that expects updates: each program it compiles, it also
     compiles ahead (not run) for those bits, the processor a removal leaves."""
 
-    def __init__(self, plan: Plan, tables, batch_size: int, subset=None, removal=None):
+    def __init__(self, plan: Plan, tables, batch_size: int, subset=None, removal=None,
+                 counter=None):
         self.plan = plan
+        self.counter = counter  # a `compile_events.CompileCounter` the calls count in, or None
         self.batch_size = check_rows(batch_size)[0]
         check_live_mask(plan, subset, self.batch_size, "processor")
         self.subset = subset
@@ -219,7 +222,41 @@ class StepProcessor:
             steps = 2 if kind == "both" else 1
             ahead = lambda: ([self._args_with(self._removal, t + i) for i in range(steps)]
                              + list(args[steps:]), {})
-        return run_compiling_ahead(fn, ahead, *args)
+        if self.counter is None:
+            return run_compiling_ahead(fn, ahead, *args)
+        with self.counter.counting():
+            return run_compiling_ahead(fn, ahead, *args)
+
+    def warm(self, subsets=()) -> None:
+        """Compiles every program of this processor (mask at each step,
+        advance at each step, advance_and_mask at each step but the last)
+        by running each once on dummy inputs (float32 logits, int32
+        tokens: a call with other dtypes is another program), and, ahead
+        without running them, the same programs for each `LiveMask` of
+        `subsets` (`live_mask_spec`'s shapes: the processors of stacked
+        subsets of those shapes, shared by plan). Raises DecodeInputError
+        unless `subsets` is a sequence of LiveMasks."""
+        if isinstance(subsets, (str, bytes)) or not isinstance(subsets, (list, tuple)) or \
+                not all(isinstance(live, LiveMask) for live in subsets):
+            raise DecodeInputError(f"StepProcessor.warm: subsets={subsets!r:.80}: expected a "
+                                   "list of LiveMask (compiled.live_mask_spec's shapes)")
+        B, T = self.batch_size, self.plan.max_length
+        state, tokens = self.init_state(), np.zeros((B,), np.int32)
+        logits = np.zeros(self._logits_shape, np.float32)
+        for t in range(T):
+            self.mask(logits, state, t)
+            self.advance(state, tokens, t)
+            if t + 1 < T:
+                self.advance_and_mask(state, tokens, t, logits)
+        for live in subsets:
+            for t in range(T):
+                for kind, steps, rest in (("mask", 1, (logits, state)),
+                                          ("advance", 1, (state, tokens)),
+                                          ("both", 2, (state, tokens, logits))):
+                    if t + steps > T:
+                        continue
+                    args = [self._args_with(live, t + i) for i in range(steps)] + list(rest)
+                    _step_program.jitted(plan=self.plan, kind=kind, t=t).lower(*args).compile()
 
     # -- checks: the validators of `mask` / `advance`, and this batch size
 

@@ -117,6 +117,15 @@ class BoundedJit:
         ahead = None if not also_compile else (lambda: ((), {**bound, **also_compile}))
         return run_compiling_ahead(jitted, ahead, **bound)
 
+    def compile_ahead(self, *args, **kwargs) -> None:
+        """Compiles, without running it, the program a call with these
+        arguments runs (arrays or `jax.ShapeDtypeStruct`s; static ones by
+        keyword): jax's `lower(...).compile()` fills the cache that call
+        reads, and a program compiled already is found there (no compile)."""
+        bound = self._signature.bind(*args, **kwargs).arguments
+        jitted = self.jitted(**{name: bound.pop(name) for name in self._static})
+        jitted.lower(**bound).compile()
+
     def jitted(self, **static):
         """The jitted function of one static configuration (every static
         argument by keyword), made most recently used: a caller that runs

@@ -182,6 +182,23 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
         program of the same search over a subset of those shapes, so that a
         later removal (which decodes over the items left) finds it compiled.
     """
+    call = _beam_search_call(plan, tables, logits_fn, batch_size=batch_size,
+                             beam_size=beam_size, tokens_per_beam=tokens_per_beam,
+                             start_token=start_token, carry=carry, carry_axes=carry_axes,
+                             reorder=reorder, params=params, length_penalty=length_penalty,
+                             subset=subset)
+    result, out_carry = _beam_search(**call, also_compile=_as_subset(also_compile))
+    return (result, out_carry) if return_carry else result
+
+
+def _beam_search_call(plan: Plan, tables, logits_fn: Callable, *, batch_size: int,
+                      beam_size: int, tokens_per_beam=None, start_token=0, carry=None,
+                      carry_axes=UNDECLARED, reorder: Optional[Callable] = None,
+                      params=NO_PARAMS, length_penalty: float = 0.0,
+                      subset: Optional[LiveMask] = None) -> dict:
+    """`_beam_search`'s arguments (static ones included) for a `beam_search`
+    call, after checking every argument: DecodeInputError before anything
+    is traced or compiled."""
     batch_size, beam_size = check_rows(batch_size, beam_size)
     check_live_mask(plan, subset, batch_size, "beam_search")
     caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
@@ -190,13 +207,26 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
     check_callable("logits_fn", logits_fn)
     axes = resolve_carry_axes(carry, carry_axes, batch_size, beam_size, reorder)
     with_params = params is not NO_PARAMS
-    static = dict(logits_fn=logits_fn, batch_size=int(batch_size), beam_size=int(beam_size),
-                  caps=caps, length_penalty=length_penalty, axes=axes, reorder=reorder,
-                  with_params=with_params, unroll=unrolled(plan))
-    result, out_carry = _beam_search(plan, tables, carry, start_tokens,
-                                     params if with_params else None, subset,
-                                     also_compile=_as_subset(also_compile), **static)
-    return (result, out_carry) if return_carry else result
+    return dict(plan=plan, tables=tables, carry=carry, start_tokens=start_tokens,
+                params=params if with_params else None, subset=subset, logits_fn=logits_fn,
+                batch_size=int(batch_size), beam_size=int(beam_size), caps=caps,
+                length_penalty=length_penalty, axes=axes, reorder=reorder,
+                with_params=with_params, unroll=unrolled(plan))
+
+
+def beam_search_compiles(plan: Plan, tables, logits_fn: Callable, *, subsets=(None,),
+                         return_carry: bool = False, **options) -> list:
+    """The compiles of `beam_search(plan, tables, logits_fn, **options)`'s
+    program, one zero-argument callable per entry of `subsets` (None: every
+    item; a `LiveMask` of arrays or of `live_mask_spec`'s ShapeDtypeStructs:
+    over a subset of those shapes), each compiling it without running it.
+    The arguments are checked now (DecodeInputError), nothing is traced
+    until a callable runs. A later call with the same options (carry and
+    params of the same shapes) compiles nothing. return_carry changes no
+    program."""
+    call = _beam_search_call(plan, tables, logits_fn, **options)
+    return [functools.partial(_beam_search.compile_ahead, **{**call, "subset": live})
+            for live in subsets]
 
 
 @bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "temperature", "top_k"))
@@ -263,6 +293,17 @@ def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
     as in `beam_search`, step is an int32 scalar, traced inside the loops
     that run runs of similar steps, and the carry keeps its shapes. Results
     have a beam axis of size 1; `subset` and `also_compile` as in `beam_search`."""
+    call = _sample_call(plan, tables, logits_fn, key, batch_size=batch_size,
+                        temperature=temperature, top_k=top_k, start_token=start_token,
+                        carry=carry, subset=subset)
+    return _sample(**call, also_compile=_as_subset(also_compile))
+
+
+def _sample_call(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
+                 temperature: float = 1.0, top_k: Optional[int] = None, start_token=0,
+                 carry=None, subset: Optional[LiveMask] = None) -> dict:
+    """`_sample`'s arguments for a `sample` call, after checking every
+    argument (before anything is traced or compiled)."""
     batch_size = check_rows(batch_size)[0]
     check_live_mask(plan, subset, batch_size, "sample")
     top_k = check_int("top_k", top_k, low=1, allow_none=True)
@@ -275,10 +316,18 @@ def sample(plan: Plan, tables, logits_fn: Callable, key, *, batch_size: int,
                                f"{np.finfo(np.float32).tiny} (the smallest normal float32)")
     check_callable("logits_fn", logits_fn)
     _check_key(key)
-    static = dict(logits_fn=logits_fn, batch_size=int(batch_size), temperature=temperature,
-                  top_k=top_k)
-    return _sample(plan, tables, key, carry, start_tokens, subset,
-                   also_compile=_as_subset(also_compile), **static)
+    return dict(plan=plan, tables=tables, key=key, carry=carry, start_tokens=start_tokens,
+                subset=subset, logits_fn=logits_fn, batch_size=int(batch_size),
+                temperature=temperature, top_k=top_k)
+
+
+def sample_compiles(plan: Plan, tables, logits_fn: Callable, key, *, subsets=(None,),
+                    **options) -> list:
+    """`beam_search_compiles` for `sample` (the key's type and shape matter,
+    not its value)."""
+    call = _sample_call(plan, tables, logits_fn, key, **options)
+    return [functools.partial(_sample.compile_ahead, **{**call, "subset": live})
+            for live in subsets]
 
 
 def _as_subset(also_compile: Optional[LiveMask]) -> Optional[dict]:

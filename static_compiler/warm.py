@@ -1,0 +1,266 @@
+"""Warming a compiled set up: compile ahead every program a decoding loop
+over it will call, and count what its entry points compile.
+
+jax compiles a program the first time it meets a static configuration (a
+batch size, a beam size, a model function, a step of the processor): a
+server's first request of each shape waits for XLA. `WarmUp.warm` compiles
+those programs before traffic, for the shapes named, and `compilations()`
+counts the XLA compilations run by the set's entry points (jax's own
+compile events, `compile_events.CompileCounter`), so a server can assert
+that requests after the warm-up compile nothing. What `warm` covers:
+
+* the processor pair `processor(B)`: mask, advance and advance_and_mask at
+  every step (run once on dummy float32 logits and int32 tokens);
+* with eager=True, the op-by-op `mask` / `advance` / `allowed` (their ops
+  compile once per shape: each step's, and `allowed`'s each prefix length,
+  at B rows);
+* given the model (`logits_fn`, part of the decoders' programs):
+  `beam_search` at each (B, M) of `beam_sizes`, `greedy_decode`
+  (greedy=True) and `sample` (a `sample_key`), compiled ahead (not run)
+  with the options a loop will pass (carry and params of the same shapes);
+* the removal-aware programs (what decodes run over once `update(remove=)`
+  removed items: one subset row) for a set compiled with capacity, and
+  those of 1 to `max_subsets` stacked subsets (`stack_subsets`): each count
+  of stacked subsets is its own shape.
+
+A version made by `update` (a removal, or an addition that fits the
+capacity) keeps the plan, so it finds every warmed program compiled; it
+shares its set's count.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from typing import Optional
+
+import numpy as np
+
+from static_compiler.backend import decode
+from static_compiler.backend.decode import search
+from static_compiler.compile_events import CompileCounter
+from static_compiler.decode_state import check_int, check_rows
+from static_compiler.errors import ConstraintSetError, DecodeInputError
+
+_lock = threading.Lock()
+_FRONT_DOOR = ("batch_size", "beam_size", "subset", "also_compile")
+
+
+def _options_of(decoder) -> set:
+    return {name for name, p in inspect.signature(decoder).parameters.items()
+            if p.kind == p.KEYWORD_ONLY and name not in _FRONT_DOOR}
+
+
+class WarmUp:
+    """The warm-up verb and compile count of `CompiledConstraints` (a mixin:
+    the set's entry points count in `_counting()`)."""
+
+    def compilations(self) -> int:
+        """XLA compilations run so far by this set's entry points
+        (`beam_search`, `greedy_decode`, `sample` over it, `mask`,
+        `advance`, `allowed`, `accept_drafts`, its processors' calls and
+        `warm`), counted from jax's compile events in the calling thread;
+        shared with the versions `update` makes. A program read from jax's
+        persistent cache is not a compilation."""
+        return self._compile_counter().count
+
+    def _compile_counter(self) -> CompileCounter:
+        counter = self.__dict__.get("_compile_counter_cache")
+        if counter is None:
+            with _lock:
+                counter = self.__dict__.get("_compile_counter_cache")
+                if counter is None:
+                    counter = CompileCounter()
+                    object.__setattr__(self, "_compile_counter_cache", counter)
+        return counter
+
+    def _counting(self):
+        return self._compile_counter().counting()
+
+    def warm(self, batch_sizes, *, beam_sizes=(), logits_fn=None, greedy: bool = False,
+             sample_key=None, max_subsets: int = 0, eager: bool = False,
+             background: bool = False, **options):
+        """Compiles ahead what a decoding loop over this set will call, for
+        each batch size B of `batch_sizes` (see the module doc of
+        `static_compiler.warm` for the list); afterwards calls within those
+        shapes compile nothing (`compilations()` stays put), also on the
+        versions `update` makes within capacity. Warming twice compiles
+        nothing the second time.
+
+        Parameters
+        ----------
+        batch_sizes : int or sequence of int
+            Each B >= 1 a loop will run at (processor rows, decode batch).
+        beam_sizes : sequence of int
+            Each M >= 1 `beam_search` will run at (needs `logits_fn`).
+        logits_fn : callable, optional
+            The model the decoders will be called with (the same object:
+            it is part of their programs).
+        greedy : bool
+            Also compile `greedy_decode` (needs `logits_fn`).
+        sample_key : jax PRNG key, optional
+            Also compile `sample` with a key of this type (needs `logits_fn`).
+        max_subsets : int
+            Also compile every program for 1 to max_subsets stacked subsets
+            (0: none; a set compiled with capacity always gets its removal
+            program, one subset row).
+        eager : bool
+            Also run the op-by-op `mask` / `advance` (each step) and
+            `allowed` (each prefix length) once at each B: their jax ops
+            compile once per shape, some hundreds of small programs (a
+            loop that uses `processor(B)` needs none of them).
+        background : bool
+            Run on a thread and return a `Warming` handle at once (arguments
+            are checked first, here).
+        **options
+            What the loop passes to the decoders (carry, carry_axes,
+            params, tokens_per_beam, start_token, length_penalty,
+            temperature, top_k ...): each decoder takes those it knows.
+
+        Returns
+        -------
+        int or Warming
+            The XLA compilations the warm-up ran, or (background) a handle
+            whose `wait()` returns them.
+
+        Raises
+        ------
+        DecodeInputError
+            For a bad size, a decoder asked without `logits_fn` (or a model
+            with no decoder asked), an option no decoder takes, bad option
+            values (as the decoders check them), max_subsets > 0 on a set
+            without item subsets.
+        """
+        jobs = _plan(self, batch_sizes, beam_sizes, logits_fn, greedy, sample_key,
+                     max_subsets, eager, options)
+        if not isinstance(background, bool):
+            raise DecodeInputError(f"warm: background={background!r}: expected a bool")
+        run = functools.partial(_run, self._compile_counter(), jobs)
+        return Warming(run) if background else run()
+
+
+class Warming:
+    """A warm-up running on a thread (`warm(..., background=True)`)."""
+
+    def __init__(self, run):
+        self._result, self._error = None, None
+        self._thread = threading.Thread(target=self._target, args=(run,), daemon=True,
+                                        name="static-compiler-warm")
+        self._thread.start()
+
+    def _target(self, run):
+        try:
+            self._result = run()
+        except BaseException as err:  # re-raised by wait()
+            self._error = err
+
+    def done(self) -> bool:
+        """Whether the warm-up has finished (or failed)."""
+        return not self._thread.is_alive()
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        """Waits for the warm-up (at most `timeout` seconds: then
+        TimeoutError) and returns its compilations; re-raises its error."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"warm: still compiling after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def _run(counter: CompileCounter, jobs: list) -> int:
+    """Runs the planned compiles in this thread, counted by `counter`."""
+    before = counter.count
+    with counter.counting():
+        for job in jobs:
+            job()
+    return counter.count - before
+
+
+def _sizes(name: str, sizes, allow_empty: bool) -> tuple:
+    if isinstance(sizes, (int, np.integer)) and not isinstance(sizes, bool):
+        sizes = (sizes,)
+    if not isinstance(sizes, (tuple, list, range, np.ndarray)) or (not allow_empty and
+                                                                   len(sizes) == 0):
+        raise DecodeInputError(f"warm: {name}={sizes!r}: expected "
+                               f"{'a' if allow_empty else 'a non-empty'} sequence of ints >= 1")
+    return tuple(dict.fromkeys(check_int(name, m, low=1) for m in sizes))
+
+
+def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_subsets,
+          eager, options: dict) -> list:
+    """Checks warm's arguments (DecodeInputError) and returns its compiles
+    as zero-argument callables, nothing compiled yet."""
+    sizes = _sizes("batch_sizes", batch_sizes, allow_empty=False)
+    check_rows(*sizes)
+    beams = _sizes("beam_sizes", beam_sizes, allow_empty=True)
+    max_subsets = check_int("max_subsets", max_subsets, low=0)
+    for name, flag in (("greedy", greedy), ("eager", eager)):
+        if not isinstance(flag, bool):
+            raise DecodeInputError(f"warm: {name}={flag!r}: expected a bool")
+    decoders = bool(beams) or greedy or sample_key is not None
+    if decoders != (logits_fn is not None):
+        raise DecodeInputError(
+            f"warm: logits_fn={logits_fn!r} with beam_sizes={beams}, greedy={greedy}, "
+            f"sample_key={sample_key!r}: expected logits_fn exactly when a decoder is warmed")
+    beam_opts, sample_opts = _options_of(decode.beam_search), _options_of(decode.sample)
+    greedy_opts = _options_of(decode.greedy_decode)
+    unknown = sorted(set(options) - beam_opts - sample_opts)
+    if unknown:
+        raise DecodeInputError(f"warm: unknown option(s) {unknown}: expected some of "
+                               f"{sorted(beam_opts | sample_opts)}")
+    if max_subsets:
+        try:
+            compiled._bit_layout()  # (ConstraintSetError for a set without item subsets)
+        except ConstraintSetError as err:
+            raise DecodeInputError(f"warm: max_subsets={max_subsets}: this set has no item "
+                                   f"subsets: {err}") from None
+    pick = lambda known: {k: v for k, v in options.items() if k in known}
+    plan, tables = compiled.plan, compiled.device_tables
+    jobs = []
+    for B in sizes:
+        specs = _subset_specs(compiled, B, max_subsets)
+        jobs.append(functools.partial(compiled.processor(B).warm, specs))
+        if eager:
+            jobs.append(functools.partial(_eager, compiled, B, specs))
+        calls = [(search.beam_search_compiles, (logits_fn,),
+                  dict(pick(beam_opts), batch_size=B, beam_size=M)) for M in beams]
+        if greedy:
+            calls.append((search.beam_search_compiles, (logits_fn,),
+                          dict(pick(greedy_opts), batch_size=B, beam_size=1)))
+        if sample_key is not None:
+            calls.append((search.sample_compiles, (logits_fn, sample_key),
+                          dict(pick(sample_opts), batch_size=B)))
+        for planner, args, kwargs in calls:  # (checks the options now)
+            jobs.extend(planner(plan, tables, *args, subsets=(None,) + specs, **kwargs))
+    return jobs
+
+
+def _subset_specs(compiled, batch_size: int, max_subsets: int) -> tuple:
+    """The `LiveMask` shapes decodes at `batch_size` rows may meet: one
+    subset row (a removal; a set with capacity, or max_subsets >= 1), and
+    2 to max_subsets stacked subsets."""
+    expects_removals = compiled.removal_program(None, batch_size) is not None
+    counts = range(1, max(max_subsets, int(expects_removals)) + 1)
+    return tuple(decode.live_mask_spec(compiled.plan, batch_size, r) for r in counts)
+
+
+def _eager(compiled, batch_size: int, specs: tuple) -> None:
+    """Runs the op-by-op `mask`, `advance` (each step) and `allowed` (each
+    prefix length) once at `batch_size` rows, over every item and, when
+    removals are expected (`specs`), over a subset of every item (the
+    shapes of a version's decodes after a removal)."""
+    T, V = compiled.max_length, compiled.vocab_size
+    subsets = [None]
+    if specs:
+        subsets.append(compiled.subset(np.ones(compiled.items.num_items, bool)))
+    logits = np.zeros((batch_size, V), np.float32)
+    tokens = np.zeros((batch_size,), np.int32)
+    for subset in subsets:
+        state = compiled.init_state(batch_size)
+        for t in range(T):
+            compiled.mask(logits, state, t, subset=subset)
+            compiled.advance(state, tokens, t, subset=subset)
+            compiled.allowed(np.zeros((batch_size, t), np.int32), subset=subset)
