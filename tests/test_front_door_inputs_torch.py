@@ -212,6 +212,10 @@ CASES = {
        }.items()},
     "processor call(rows not a multiple)": lambda k: StaticLogitsProcessor(
         k.tc, 1, subset=k.stacked, subset_index=[0, 1])(k.ids[:1], k.scores[:1]),
+    **{f"processor warm({name})": (lambda k, a=a: StaticLogitsProcessor(k.tc, 1).warm(*a[0],
+                                                                                   **a[1]))
+       for name, a in {"rows None": ((None,), {}), "rows 2**40": ((BIG,), {}),
+                       "model_vocab_size 'x'": ((2,), dict(model_vocab_size="x"))}.items()},
 }
 
 

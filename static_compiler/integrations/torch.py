@@ -4,11 +4,14 @@
 and hands the processor every row's tokens so far. `StaticLogitsProcessor`
 therefore keeps no per-row state: each call masks with `allowed` (the
 stateless mask from prefixes, `static_compiler.backend.decode.prefix`); with
-backend="torch" in torch ops (`static_compiler.torch_backend`, no jax
-imported), with backend="jax" (the default for a CompiledConstraints) as one
-jitted XLA program per prefix length, with the token ids and the bool mask
-passed between torch and jax through DLPack (no copy on the CPU) and no
-Python loop over rows. The scores never leave torch: the mask is applied with
+backend="torch" (the default) in eager torch ops (`static_compiler.torch_backend`,
+no jax imported, nothing compiled), with backend="jax" as one jitted XLA
+program per row count and model vocabulary for every prefix length (the
+prefixes padded to max_length, the length traced: `padded_prefix_mask`), so
+a generate call compiles at most once, on its first step, and nothing once
+`warm` has run for its row count; the token ids and the bool mask pass
+between torch and jax through DLPack (no copy on the CPU), no Python loop
+over rows. The scores never leave torch: the mask is applied with
 ``masked_fill``, so they keep their dtype (float64, float16, bfloat16 stay
 so) and their autograd graph (scores that require grad work).
 
@@ -57,16 +60,20 @@ from static_compiler.torch_backend import ops as torch_ops
 
 BACKENDS = ("jax", "torch")
 """The processor's backends: "jax" runs `allowed` as one jitted XLA program
-per prefix length (tokens and mask passed through DLPack); "torch" runs
-`static_compiler.torch_backend` (torch ops, no jax imported)."""
+per row count and model vocabulary, for every prefix length (tokens and mask
+passed through DLPack); "torch" runs `static_compiler.torch_backend` (eager
+torch ops, no jax imported, nothing to compile)."""
 
 
 def default_backend(constraints) -> str:
-    """"torch" for a `TorchConstraints` or where jax is not installed, else
-    "jax" (see docs/integrations.md for the measurements behind it)."""
-    if isinstance(constraints, TorchConstraints) or importlib.util.find_spec("jax") is None:
-        return "torch"
-    return "jax"
+    """"torch", for every set: measured in Hugging Face ``generate`` (docs/
+    integrations.md, ``python -m tools.bench.hf_first_call``), its first call
+    costs milliseconds more than the second where the jax backend's first
+    call compiles its program (seconds), and its steps cost no more than the
+    jax backend's. `constraints` is taken so the choice may depend on the set
+    again."""
+    del constraints
+    return "torch"
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,21 +82,23 @@ def _jax_allowed_tokens():
     import jax
     import jax.numpy as jnp
 
-    from static_compiler.backend.decode.prefix import prefix_mask
+    from static_compiler.backend.decode.prefix import padded_prefix_mask
 
-    @functools.partial(jax.jit, static_argnums=(0, 3))
-    def allowed_tokens(plan, tables, prefixes, width: int, subset=None):
-        """prefixes int32 (N, t) -> bool (N, width): the tokens each row may
-        take next (width = the model's vocabulary, >= the set's; tokens at or
-        beyond the set's are never allowed). Tokens after a row's first end
-        token are read as the end token. One program per plan, N, t and
-        width; subset: a `LiveMask` with one subset row per prefix row."""
+    @functools.partial(jax.jit, static_argnums=(0, 4))
+    def allowed_tokens(plan, tables, prefixes, length, width: int, subset=None):
+        """prefixes int32 (N, plan.max_length), the first `length` columns
+        (an int32 scalar, traced) each row's tokens so far, the rest padding
+        -> bool (N, width): the tokens each row may take next (width = the
+        model's vocabulary, >= the set's; tokens at or beyond the set's are
+        never allowed). Tokens after a row's first end token are read as the
+        end token. One program per plan, N, width and subset shape, for
+        every length: a generate call compiles once, not once per step."""
         end = plan.end_token
-        if end is not None and prefixes.shape[1]:
+        if end is not None:
             is_end = prefixes == end
-            after_end = jnp.cumsum(is_end, axis=1) - is_end > 0
+            after_end = jnp.cumsum(is_end, axis=1) - is_end > 0  # reads columns < its own only
             prefixes = jnp.where(after_end, end, prefixes)
-        ok = prefix_mask(plan, tables, prefixes, subset)
+        ok = padded_prefix_mask(plan, tables, prefixes, length, subset)
         return jnp.pad(ok, ((0, 0), (0, width - plan.vocab_size)))
 
     return allowed_tokens
@@ -130,16 +139,20 @@ class StaticLogitsProcessor:
         ``generate`` expands beams and returned sequences). Without a
         subset: every live item of `compiled` (all but those its updates
         removed).
-      backend: "jax" (one jitted XLA program per prefix length) or "torch"
-        (`static_compiler.torch_backend`: torch ops on the scores' device,
-        jax never imported); default `default_backend(compiled)`: "torch"
-        for a `TorchConstraints` or without jax installed, else "jax". Both
-        give the same masks bit for bit.
+      backend: "torch" (`static_compiler.torch_backend`: eager torch ops
+        on the set's device, jax never imported, nothing compiled) or "jax"
+        (one jitted XLA program per row count and model vocabulary, for
+        every prefix length: compiled on the first call of a new row count,
+        or ahead by `warm`); default `default_backend(compiled)`: "torch".
+        Both give the same masks bit for bit.
 
     ``__call__(input_ids LongTensor (N, cur_len), scores float tensor (N,
     V_model)) -> scores' dtype and device (N, V_model)``, V_model >= the
     set's vocab_size; differentiable in the scores.
-    See the module docstring for the semantics.
+    See the module docstring for the semantics. `warm(batch_rows,
+    model_vocab_size=...)` compiles (jax backend) what a generate call of
+    those row counts runs, so that it compiles nothing; `compilations()`
+    counts the XLA compilations the processor's calls and warm-ups ran.
     """
 
     def __init__(self, compiled, prompt_length: int, *, subset=None, subset_index=None,
@@ -197,6 +210,7 @@ class StaticLogitsProcessor:
         elif subset_index is not None:
             raise DecodeInputError("StaticLogitsProcessor: subset_index without a subset")
         self._subsets = {}  # n -> `_subset_arg(n)`
+        self._counter = None  # a CompileCounter (jax backend), made on the first jax call
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         plan = self.plan
@@ -229,13 +243,73 @@ class StaticLogitsProcessor:
             ok = _torch_allowed_tokens(tc, prefixes.to(tc.device), scores.shape[1], sub)
         else:
             import jax
-            prefixes = jax.dlpack.from_dlpack(prefixes.to(torch.int32).contiguous()) if t \
-                else np.zeros((n, 0), np.int32)
-            ok = torch.from_dlpack(_jax_allowed_tokens()(plan, self.tables, prefixes,
-                                                         scores.shape[1], sub))
+            padded = torch.zeros((n, plan.max_length), dtype=torch.int32, device=prefixes.device)
+            padded[:, :t] = prefixes
+            with self._compile_counter().counting():
+                ok = torch.from_dlpack(_jax_allowed_tokens()(
+                    plan, self.tables, jax.dlpack.from_dlpack(padded), np.int32(t),
+                    scores.shape[1], sub))
         # Masked in torch: the scores keep their dtype, device and autograd graph
         # (the gradient of an allowed score is 1, of a masked one 0).
         return scores.masked_fill(~ok.to(scores.device), float("-inf"))
+
+    def warm(self, batch_rows, *, model_vocab_size=None) -> int:
+        """Runs what a ``generate`` call of each row count in `batch_rows`
+        runs, so that afterwards such calls compile nothing: on the jax
+        backend the one program per (row count, model vocabulary) that
+        serves every step (compiled here, seconds each on a CPU), on the
+        torch backend each step's eager ops once (nothing compiles; it
+        takes milliseconds). Returns the XLA compilations it ran.
+
+        batch_rows: an int or ints, each the rows ``generate`` passes per
+          step: batch x num_beams for beam search, batch x
+          num_return_sequences for greedy search and sampling (batch for
+          one returned sequence); with a subset_index, a multiple of its
+          prompts.
+        model_vocab_size: the scores' width, the model's vocabulary
+          (``model.config.vocab_size``, >= the set's); default the set's
+          vocab_size.
+
+        Raises DecodeInputError for a row count that is not a positive int
+        (or not a multiple of subset_index's prompts) or a model_vocab_size
+        below the set's."""
+        where = "StaticLogitsProcessor.warm"
+        rows = [batch_rows] if arguments.is_int(batch_rows) else batch_rows
+        try:
+            rows = list(rows)
+        except TypeError:  # not iterable
+            rows = []
+        if not rows or not all(arguments.is_int(n) and 1 <= n < 2 ** 31 for n in rows):
+            raise DecodeInputError(f"{where}: batch_rows={batch_rows!r}, expected a positive "
+                                   "int or ints (generate's rows per step: batch x num_beams)")
+        width = self.plan.vocab_size if model_vocab_size is None else model_vocab_size
+        if not arguments.is_int(width) or not self.plan.vocab_size <= width < 2 ** 31:
+            raise DecodeInputError(f"{where}: model_vocab_size={model_vocab_size!r}, expected an "
+                                   f"int >= the set's vocab_size {self.plan.vocab_size} (the "
+                                   "scores' width, model.config.vocab_size)")
+        device = self.torch_constraints.device if self.backend == "torch" else "cpu"
+        before = self.compilations()
+        # One program serves every length on the jax backend: warm at length 0.
+        lengths = range(self.plan.max_length) if self.backend == "torch" else (0,)
+        for n in rows:
+            scores = torch.zeros((n, width), device=device)
+            for t in lengths:
+                self(torch.zeros((n, self.prompt_length + t), dtype=torch.long, device=device),
+                     scores)
+        return self.compilations() - before
+
+    def compilations(self) -> int:
+        """The XLA compilations this processor's calls and warm-ups ran (jax
+        backend; always 0 on the torch backend, which compiles nothing):
+        after `warm` for a generate call's row count, that call adds 0."""
+        return 0 if self._counter is None else self._counter.count
+
+    def _compile_counter(self):
+        """The processor's `CompileCounter` (imports jax: jax backend only)."""
+        if self._counter is None:
+            from static_compiler.compile_events import CompileCounter
+            self._counter = CompileCounter()
+        return self._counter
 
     def _subset_arg(self, n: int, where: str):
         """What the backend reads for a call of n rows: each prompt's subset

@@ -10,8 +10,8 @@ token); the model a randomly initialised tiny GPT-2 built from a config
 steps), small so that generate itself takes a few ms per step and the
 processor's share shows. Per shape "BxM" (B prompts of PROMPT_LENGTH random
 tokens, M beams, M returned sequences, max_new_tokens=L, greedy beam search):
-one warm-up call per processor (it also compiles the jax programs, one per
-step), then ``--repeats`` repeats, each timing one generate call of every
+one warm-up call per processor (it also compiles the jax backend's one
+program for the shape's row count), then ``--repeats`` repeats, each timing one generate call of every
 processor, the processors interleaved (their order rotating) so machine load
 hits them alike. Reported: the median ms per call, per step (call / L), and
 added per step over "none" (the same generate with no processor). The
