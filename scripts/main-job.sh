@@ -4,6 +4,10 @@
 # serve it in a fresh process with the serving loader only, decode with a demo
 # model, check every output is in the set, and print a report.
 # Options go to `static-compiler demo` (--dataset, --num-items, --artifact, ...).
+# The serving process uses jax's persistent compilation cache (under
+# ${XDG_CACHE_HOME:-~/.cache}/static-compiler/, or $STATIC_COMPILER_CACHE_DIR), so
+# a second run reads its XLA programs instead of compiling them;
+# --no-compilation-cache or STATIC_COMPILER_NO_CACHE=1 turn it off.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/setup-venv.sh"

@@ -21,6 +21,7 @@ _LAZY = {
     "load_compiled": "saved", "update_artifact": "saved",
     "DEFAULT_PIPELINE": "passes.pipeline", "format_pipeline": "passes.pipeline",
     "parse_pipeline": "passes.pipeline",
+    "enable_compilation_cache": "compilation_cache",
     "Subset": "live.liveness", "stack_subsets": "live.liveness", "Shards": "frontend.partitioned",
 }
 
@@ -72,7 +73,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BeamAxis", "BeamState", "CompiledConstraints", "DEFAULT_PIPELINE", "DecodeResult", "PAD_TOKEN",
-    "ProcessorState", "SENTINEL_SCORE", "beam_search", "compile_constraints", "errors",
+    "ProcessorState", "SENTINEL_SCORE", "beam_search", "compile_constraints",
+    "enable_compilation_cache", "errors",
     "format_pipeline", "greedy_decode", "ir", "load_compiled", "max_programs", "parse_pipeline",
     "sample", "set_max_programs", "Shards", "Subset", "stack_subsets", "update_artifact",
 ]

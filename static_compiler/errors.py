@@ -111,3 +111,8 @@ class CliInputError(StaticCompilerError, ValueError):
 
 class MainJobError(StaticCompilerError, RuntimeError):
     """The fresh serving process failed, or imported more than the loader."""
+
+
+class CompilationCacheError(StaticCompilerError, OSError):
+    """The persistent compilation cache's directory cannot be used (not a
+    directory, not writable, not readable)."""

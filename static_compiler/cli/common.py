@@ -27,12 +27,45 @@ INPUT_FORMATS = ("a .npy (N, L) int array (variable-length rows padded with -1),
 @dataclasses.dataclass(frozen=True)
 class Subcommand:
     """One subcommand: its name, one-line help, and two functions.
-    `run(args)` returns the process exit status."""
+    `run(args)` returns the process exit status. `compiles`: the command
+    runs XLA programs, so it takes --no-compilation-cache and runs with
+    jax's persistent compilation cache on by default (`compilation_cache_help`)."""
 
     name: str
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    compiles: bool = False
+
+
+def add_cache_argument(parser: argparse.ArgumentParser) -> None:
+    """--no-compilation-cache, with the cache's directory in its help."""
+    from static_compiler import compilation_cache as cc
+
+    parser.add_argument(
+        "--no-compilation-cache", action="store_true",
+        help=f"do not use jax's persistent compilation cache (default: on, in "
+             f"{cc.default_cache_dir()}, or ${cc.CACHE_DIR_ENV}; ${cc.NO_CACHE_ENV}=1 also "
+             "turns it off): a program an earlier run compiled is read from there instead of "
+             "compiled again. The cache holds executables: keep it private to this user")
+
+
+def start_compilation_cache(args: argparse.Namespace, stream) -> Optional[str]:
+    """Turns jax's persistent cache on for a command unless
+    --no-compilation-cache or $STATIC_COMPILER_NO_CACHE say not to; returns
+    its directory, or None when off. A directory that cannot be used is
+    warned about on `stream` and the command runs without the cache."""
+    from static_compiler import compilation_cache as cc
+    from static_compiler.errors import CompilationCacheError
+
+    if getattr(args, "no_compilation_cache", False) or cc.disabled_by_environment():
+        return None
+    try:
+        return cc.enable_compilation_cache()
+    except CompilationCacheError as err:
+        stream.write(f"warning: running without the compilation cache: {err} (set "
+                     f"{cc.CACHE_DIR_ENV}=DIR, or {cc.NO_CACHE_ENV}=1 to silence this)\n")
+        return None
 
 
 def read_input(path: str, *, vocab_size: Optional[int], end_token: Optional[int]):

@@ -36,9 +36,11 @@ def run(args: argparse.Namespace) -> int:
                                     seed=args.seed, batch_size=args.batch_size,
                                     beam_size=args.beam_size,
                                     tokens_per_beam=args.tokens_per_beam,
-                                    artifact_path=args.artifact, force=args.force)
+                                    artifact_path=args.artifact, force=args.force,
+                                    compilation_cache=not args.no_compilation_cache)
     return main_job.run(config)
 
 
 COMMAND = Subcommand("demo", "the main job: compile a built-in set, save, serve it in a fresh "
-                             "process, decode, check and report", add_arguments, run)
+                             "process, decode, check and report", add_arguments, run,
+                     compiles=True)

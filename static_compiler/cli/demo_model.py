@@ -1,9 +1,10 @@
 """A small deterministic JAX "model" and a decoding loop over a loaded artifact,
 for `static-compiler decode` and the main job (`static-compiler demo`).
 
-Like `serving`, this module imports only jax, numpy, the standard library and
-`static_compiler.artifact.serving` (and, as its package, `static_compiler.cli`,
-whose `__init__` imports nothing), so `python -m static_compiler.cli.demo_model ART`
+Like `serving`, this module imports only jax, numpy, the standard library,
+`static_compiler.artifact.serving` and `static_compiler.compilation_cache`
+(and, as its package, `static_compiler.cli`, whose `__init__` imports
+nothing), so `python -m static_compiler.cli.demo_model ART`
 proves a process can serve an artifact without the compiler.
 """
 
@@ -38,14 +39,16 @@ class DemoModel(NamedTuple):
 def demo_model(vocab_size: int, max_length: int, seed: int = DEMO_SEED, width: int = 64,
                hidden: int = 128) -> DemoModel:
     """Deterministic random parameters (same seed, same model on any machine
-    with the same jax version)."""
-    keys = jax.random.split(jax.random.key(seed), 4)
-    scale = 4.0 / np.sqrt(hidden)
-    return DemoModel(
-        emb=jax.random.normal(keys[0], (vocab_size, width), jnp.float32),
-        pos=jax.random.normal(keys[1], (max_length, width), jnp.float32),
-        hidden=jax.random.normal(keys[2], (width, hidden), jnp.float32) / np.sqrt(width),
-        out=jax.random.normal(keys[3], (hidden, vocab_size), jnp.float32) * scale)
+    with the same numpy version), drawn with numpy on the host: drawing them
+    with jax.random ran (and compiled) eleven programs, a second of a small
+    `decode`'s first call."""
+    rng = np.random.default_rng(seed)
+    normal = lambda *shape: rng.standard_normal(shape, dtype=np.float32)
+    scale = np.float32(4.0 / np.sqrt(hidden))
+    return DemoModel(emb=jnp.asarray(normal(vocab_size, width)),
+                     pos=jnp.asarray(normal(max_length, width)),
+                     hidden=jnp.asarray(normal(width, hidden) / np.float32(np.sqrt(width))),
+                     out=jnp.asarray(normal(hidden, vocab_size) * scale))
 
 
 @jax.jit
@@ -125,7 +128,14 @@ def serve_main(argv: Optional[list] = None) -> int:
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--beam-size", type=int, default=70)
     parser.add_argument("--seed", type=int, default=DEMO_SEED)
+    parser.add_argument("--no-compilation-cache", action="store_true",
+                        help="leave jax's persistent compilation cache off (also "
+                             "STATIC_COMPILER_NO_CACHE=1)")
     args = parser.parse_args(argv)
+    from static_compiler import compilation_cache
+
+    if not args.no_compilation_cache and not compilation_cache.disabled_by_environment():
+        compilation_cache.enable_compilation_cache()
     t0 = time.perf_counter()
     art = serving.load(args.artifact)
     load_seconds = time.perf_counter() - t0

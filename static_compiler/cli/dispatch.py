@@ -2,8 +2,10 @@
 
 Each subcommand is one module with a `COMMAND = Subcommand(name, help,
 add_arguments, run)` row; to add one, write the module and append its row
-to `SUBCOMMANDS`. A `StaticCompilerError` raised anywhere prints one line to
-stderr (the library's parameters named as the CLI's flags:
+to `SUBCOMMANDS`. A row with `compiles=True` takes --no-compilation-cache
+and runs with jax's persistent compilation cache on
+(`common.start_compilation_cache`). A `StaticCompilerError` raised
+anywhere prints one line to stderr (the library's parameters named as the CLI's flags:
 `common.in_cli_terms`) and exits with status 2, as does an OSError (a path
 the user named) or input nested or sized past reason; a closed stdout pipe
 stops quietly.
@@ -16,7 +18,7 @@ import sys
 from typing import Optional, Sequence
 
 from static_compiler.cli import compile, decode, demo, show_ir, update, verify
-from static_compiler.cli.common import in_cli_terms
+from static_compiler.cli.common import add_cache_argument, in_cli_terms, start_compilation_cache
 from static_compiler.errors import StaticCompilerError
 
 EXIT_USAGE = 2
@@ -35,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     for cmd in SUBCOMMANDS:
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
         cmd.add_arguments(p)
-        p.set_defaults(_run=cmd.run)
+        if cmd.compiles:
+            add_cache_argument(p)
+        p.set_defaults(_run=cmd.run, _compiles=cmd.compiles)
     return parser
 
 
@@ -46,6 +50,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args._compiles:
+            start_compilation_cache(args, sys.stderr)
         return args._run(args)
     except BrokenPipeError:  # `... | head` closed our stdout: stop quietly
         _silence_stdout()

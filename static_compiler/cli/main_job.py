@@ -43,6 +43,7 @@ class MainJobConfig:
     tokens_per_beam: Optional[int] = 30
     artifact_path: Optional[str] = None
     force: bool = False
+    compilation_cache: bool = True  # the serving process uses jax's persistent cache
 
 
 def _repo_env() -> dict:
@@ -66,23 +67,29 @@ def serving_modules() -> frozenset:
     """The static_compiler modules the fresh serving process may import:
     those that `import static_compiler.artifact.serving` loads (measured in a fresh
     interpreter, so a module the loader starts to import is allowed without a
-    list to edit), plus the demo server (`DEMO_SERVER`) and its packages."""
+    list to edit), plus the demo server (`DEMO_SERVER`) and its packages, and
+    `compilation_cache` (jax and the standard library: it turns jax's cache on)."""
     code = ("import json, sys, static_compiler.artifact.serving; "
             "print(json.dumps(sorted(sys.modules)))")
     loaded = json.loads(_run_child([sys.executable, "-c", code]).strip().splitlines()[-1])
     parts = DEMO_SERVER.split(".")
     server = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
-    return frozenset(demo_model.static_compiler_modules(loaded)) | server
+    return (frozenset(demo_model.static_compiler_modules(loaded)) | server
+            | {"static_compiler.compilation_cache"})
 
 
 def serve_in_fresh_process(path, out_npz, *, batch_size: int, beam_size: int,
-                           seed: int = 0) -> dict:
+                           seed: int = 0, compilation_cache: bool = True) -> dict:
     """Runs `python -m static_compiler.cli.demo_model` on the artifact in a
     new process and returns its JSON report (timings, imported modules).
+    With `compilation_cache` the child uses jax's persistent cache (unless
+    $STATIC_COMPILER_NO_CACHE), else runs with --no-compilation-cache.
     Raises MainJobError if it fails or imports a static_compiler module
     outside `serving_modules()` (the compiler, above all)."""
     cmd = [sys.executable, "-m", DEMO_SERVER, str(path), "--out", str(out_npz),
            "--batch-size", str(batch_size), "--beam-size", str(beam_size), "--seed", str(seed)]
+    if not compilation_cache:
+        cmd.append("--no-compilation-cache")
     info = json.loads(_run_child(cmd).strip().splitlines()[-1])
     allowed = serving_modules()
     extra = sorted(set(info["modules"]) - allowed)
@@ -153,7 +160,8 @@ def run(config: MainJobConfig, out: Optional[TextIO] = None) -> int:
 
         out_npz = path.parent / f".{path.name}.decoded.npz"
         info = serve_in_fresh_process(path, out_npz, batch_size=config.batch_size,
-                                      beam_size=config.beam_size, seed=config.seed)
+                                      beam_size=config.beam_size, seed=config.seed,
+                                      compilation_cache=config.compilation_cache)
         with np.load(out_npz) as z:
             result = serving.DecodeResult(*(z[k] for k in serving.DecodeResult._fields))
         out_npz.unlink()

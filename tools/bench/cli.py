@@ -158,7 +158,8 @@ def plan_cells(args) -> list:
     return cells
 
 
-SUBCOMMANDS = {"compile-time": "tools.bench.compile_time", "peers": "tools.bench.peers"}
+SUBCOMMANDS = {"compile-time": "tools.bench.compile_time", "peers": "tools.bench.peers",
+               "ready": "tools.bench.ready"}
 """`python -m tools.bench NAME ...`: benchmarks with their own options,
 each a module with a `main(argv)`."""
 
