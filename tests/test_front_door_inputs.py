@@ -214,6 +214,9 @@ def walk_cases() -> list:
 
 
 OTHER_CASES = {  # one call each: (entry, what is wrong)
+    "proc.warm str": lambda d: d.proc.warm("x"),
+    "proc.warm None": lambda d: d.proc.warm(None),
+    "proc.warm list of str": lambda d: d.proc.warm(["x"]),
     "c.accept_drafts None": lambda d: d.c.accept_drafts(d.c.init_state(B), None, 0),
     "c.accept_drafts str": lambda d: d.c.accept_drafts(d.c.init_state(B), "ab", 0),
     "c.accept_drafts float": lambda d: d.c.accept_drafts(d.c.init_state(B), np.ones((B, 1)), 0),
@@ -259,6 +262,8 @@ OTHER_CASES = {  # one call each: (entry, what is wrong)
     "art.init_state start float": lambda d: d.art.init_state(B, M, start_token=1.5),
     "art.init_state start 3 rows": lambda d: d.art.init_state(B, M, start_token=[1, 2, 3]),
     "art.init_state beams not exported": lambda d: d.art.init_state(B, M + 1),
+    "art.warm batch 0": lambda d: d.art.warm([0]),
+    "art.warm beams not exported": lambda d: d.art.warm([B], beam_sizes=[M + 1]),
     "serving.load None": lambda d: serving.load(None),
     "serving.load missing": lambda d: serving.load(d.path.parent / "missing.static"),
     "sc.beam_search None set": lambda d: sc.beam_search(None, zeros_model, batch_size=B,
@@ -276,12 +281,15 @@ OTHER_CASES = {  # one call each: (entry, what is wrong)
     "sc.sample temperature nan": lambda d: sc.sample(d.c, zeros_model, jax.random.PRNGKey(0),
                                                      batch_size=B, temperature=float("nan")),
     "sc.sample key str": lambda d: sc.sample(d.c, zeros_model, "key", batch_size=B),
+    "c.warm batch 0": lambda d: d.c.warm([0]),
+    "c.warm beams without model": lambda d: d.c.warm([B], beam_sizes=[M]),
 }
 
 
 NOT_WALKED = {  # public methods with no argument to get wrong, or internal to sc.*
-    "CompiledConstraints": {"rows_of", "table_bytes_per_device", "removal_program"},
-    "Artifact": {"reload"},  # (only a bool flag, read as truthy)
+    "CompiledConstraints": {"rows_of", "table_bytes_per_device", "removal_program",
+                            "compilations"},
+    "Artifact": {"reload", "compilations"},  # (only a bool flag, read as truthy; no argument)
     "StepProcessor": {"init_state"},
 }
 

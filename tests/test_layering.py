@@ -23,7 +23,7 @@ PACKAGE = REPO / "static_compiler"
 # stage's package may hold modules of several layers.
 LAYERS = (
     ("errors",),
-    ("dtypes", "arrays", "arguments", "decode_types", "decode_state", "compile_events", "artifact.format", "artifact.manifest", "artifact.names",
+    ("dtypes", "arrays", "arguments", "decode_types", "decode_state", "compile_events", "compilation_cache", "artifact.format", "artifact.manifest", "artifact.names",
      "artifact.snapshot", "artifact.placement", "artifact.mapped", "live", "live.layers",
      "live.bit_kernels", "live.layer_walk", "live.state_order", "live.item_masks", "live.liveness",
      "processes"),
@@ -31,8 +31,8 @@ LAYERS = (
     ("cost_model", "merge_states", "frontend", "live.subsets", "live.additions"),
     ("passes",),
     ("backend", "backend.lowering", "live.table_additions"),  # (writes lowered tables)
-    ("artifact", "artifact.runtime", "artifact.serving"),
-    ("compiled", "compiler", "saved", "report", "live.versions", ""),  # "" is the package's __init__ (the public API)
+    ("artifact", "artifact.runtime", "artifact.warm", "artifact.serving"),
+    ("compiled", "compiler", "saved", "report", "live.versions", "warm", ""),  # "" is the package's __init__ (the public API)
     ("torch_backend",),  # the tables as torch tensors; imports only numpy-only modules below
     ("integrations",),  # engines' own decoders (HF generate) on top of the public API
     ("cli",),
@@ -52,6 +52,7 @@ RESTRICTED = {
     "decode_types": (set(), set()),
     "decode_state": ({"jax", "numpy"}, {"errors", "arguments", "decode_types"}),
     "compile_events": ({"jax"}, set()),  # jax's compile events, counted per front door
+    "compilation_cache": ({"jax"}, {"errors"}),  # jax's persistent cache, on in one call
     "live.layers": ({"numpy"}, {"errors", "arrays", "artifact.mapped"}),
     # The static plan and lowering: numpy only, so the torch backend reads plans with it.
     "backend.lowering": ({"numpy"}, {"errors", "ir", "dtypes", "arrays", "live.layers"}),
@@ -69,9 +70,11 @@ RESTRICTED = {
     "artifact.runtime": ({"jax", "numpy"}, {"errors", "compile_events", "artifact.format", "artifact.manifest",
                                             "artifact.snapshot", "artifact.placement",
                                             "live.liveness"}),
+    "artifact.warm": ({"jax", "numpy"}, {"errors", "compile_events", "decode_state",
+                                         "live.liveness"}),  # Artifact.warm, its padding
     "artifact.serving": ({"jax", "numpy"}, {"errors", "compile_events", "artifact.format", "artifact.manifest",
                                             "artifact.names", "artifact.snapshot",
-                                            "artifact.placement", "artifact.runtime",
+                                            "artifact.placement", "artifact.runtime", "artifact.warm",
                                             "decode_state", "decode_types", "live.layers",
                                             "live.liveness"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
