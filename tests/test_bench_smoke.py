@@ -154,8 +154,12 @@ def test_first_call_benchmark_measures_in_fresh_processes():
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("library: ") and lines[0].endswith("static_compiler/__init__.py")
-    row = [cell.strip() for cell in lines[-1].strip("|").split("|")]
-    assert row[:2] == ["timezones", "33"] and all(float(x) > 0 for x in row[2:5])
+    header = [cell.strip() for cell in lines[1].strip("|").split("|")]
+    row = dict(zip(header, (cell.strip() for cell in lines[-1].strip("|").split("|"))))
+    assert (row["set"], row["steps"]) == ("timezones", "33")
+    assert all(float(row[k]) > 0 for k in ("first_call_s", "steady_call_ms",
+                                           "artifact_first_step_s"))
+    assert row["first_call_cached_s"] == row["artifact_first_step_cached_s"] == "-"  # no --cache
 
 
 def test_live_subset_benchmark_runs_and_compiles_nothing_new():
