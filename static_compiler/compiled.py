@@ -450,6 +450,8 @@ class CompiledConstraints(PlanFacts, WarmUp):
             if self.base_subset is None:
                 return None
             subset = self.base_subset
+        else:  # (after warm(max_subsets=K), stacks of 2..K padded to K)
+            subset, subset_index = self._padded(subset, subset_index, batch_size, where)
         return decode.subset_live_mask(subset, self.fingerprint, subset_index, batch_size, where)
 
     def removal_program(self, live, batch_size: int):

@@ -20,8 +20,11 @@ that requests after the warm-up compile nothing. What `warm` covers:
   with the options a loop will pass (carry and params of the same shapes);
 * the removal-aware programs (what decodes run over once `update(remove=)`
   removed items: one subset row) for a set compiled with capacity, and
-  those of 1 to `max_subsets` stacked subsets (`stack_subsets`): each count
-  of stacked subsets is its own shape.
+  those of `max_subsets` stacked subsets (`stack_subsets`): after the
+  warm-up every stack of 2 to max_subsets subsets is padded to max_subsets
+  (`CompiledConstraints._padded`, the served artifact's `pad_subsets`:
+  empty subsets appended, the same results), so the count never compiles
+  again; one subset keeps its own shape (a removal's).
 
 A version made by `update` (a removal, or an addition that fits the
 capacity) keeps the plan, so it finds every warmed program compiled; it
@@ -37,11 +40,13 @@ from typing import Optional
 
 import numpy as np
 
+from static_compiler.artifact.warm import Warmth, pad_subsets
 from static_compiler.backend import decode
 from static_compiler.backend.decode import search
 from static_compiler.compile_events import CompileCounter
 from static_compiler.decode_state import check_int, check_rows
 from static_compiler.errors import ConstraintSetError, DecodeInputError
+from static_compiler.live.liveness import Subset, checked_subset_index
 
 _lock = threading.Lock()
 _FRONT_DOOR = ("batch_size", "beam_size", "subset", "also_compile")
@@ -66,14 +71,38 @@ class WarmUp:
         return self._compile_counter().count
 
     def _compile_counter(self) -> CompileCounter:
-        counter = self.__dict__.get("_compile_counter_cache")
-        if counter is None:
+        return self._warmth().counter
+
+    def _warmth(self) -> Warmth:
+        """The compile counter and subset padding bound this set shares
+        with the versions `update` makes (the served artifact's `Warmth`)."""
+        warmth = self.__dict__.get("_compile_counter_cache")
+        if warmth is None:
             with _lock:
-                counter = self.__dict__.get("_compile_counter_cache")
-                if counter is None:
-                    counter = CompileCounter()
-                    object.__setattr__(self, "_compile_counter_cache", counter)
-        return counter
+                warmth = self.__dict__.get("_compile_counter_cache")
+                if warmth is None:
+                    warmth = Warmth()
+                    object.__setattr__(self, "_compile_counter_cache", warmth)
+        return warmth
+
+    def _padded(self, subset, subset_index, batch_size: int, where: str) -> tuple:
+        """(subset, subset_index) as decoded: after `warm(max_subsets=K)`, a
+        stack of 2 <= R < K subsets padded to K (`pad_subsets`: empty
+        subsets appended, so one program serves every R; the padded stack
+        is cached on the subset), its index checked against R first; one
+        subset (R = 1, a removal's shape) and other stacks as they are."""
+        pad_to = self._warmth().pad_to
+        if pad_to is None or not isinstance(subset, Subset) or \
+                not 1 < subset.num_subsets < pad_to:
+            return subset, subset_index
+        index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size, where)
+        cache = subset.__dict__.get("_padded")
+        if cache is None:
+            cache = {}
+            object.__setattr__(subset, "_padded", cache)
+        if pad_to not in cache:
+            cache[pad_to] = pad_subsets(subset, pad_to)
+        return cache[pad_to], index
 
     def _counting(self):
         return self._compile_counter().counting()
@@ -102,9 +131,11 @@ class WarmUp:
         sample_key : jax PRNG key, optional
             Also compile `sample` with a key of this type (needs `logits_fn`).
         max_subsets : int
-            Also compile every program for 1 to max_subsets stacked subsets
-            (0: none; a set compiled with capacity always gets its removal
-            program, one subset row).
+            Also compile every program for one subset and for max_subsets
+            stacked subsets; afterwards stacks of 2 to max_subsets are
+            padded to max_subsets (empty subsets appended: the same
+            results), so they compile nothing (0: none; a set compiled
+            with capacity always gets its removal program, one subset row).
         eager : bool
             Also run the op-by-op `mask` / `advance` (each step) and
             `allowed` (each prefix length) once at each B: their jax ops
@@ -217,6 +248,8 @@ def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_
         except ConstraintSetError as err:
             raise DecodeInputError(f"warm: max_subsets={max_subsets}: this set has no item "
                                    f"subsets: {err}") from None
+    if max_subsets > 1:  # (a larger bound warmed before stays: its programs are compiled)
+        max_subsets = max(max_subsets, compiled._warmth().pad_to or 0)
     pick = lambda known: {k: v for k, v in options.items() if k in known}
     plan, tables = compiled.plan, compiled.device_tables
     jobs = []
@@ -235,15 +268,19 @@ def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_
                           dict(pick(sample_opts), batch_size=B)))
         for planner, args, kwargs in calls:  # (checks the options now)
             jobs.extend(planner(plan, tables, *args, subsets=(None,) + specs, **kwargs))
+    if max_subsets > 1:  # every argument checked: stacks of 2..max_subsets now padded to it
+        compiled._warmth().raise_pad_to(max_subsets)
     return jobs
 
 
 def _subset_specs(compiled, batch_size: int, max_subsets: int) -> tuple:
     """The `LiveMask` shapes decodes at `batch_size` rows may meet: one
     subset row (a removal; a set with capacity, or max_subsets >= 1), and
-    2 to max_subsets stacked subsets."""
+    max_subsets stacked subsets (every stack of 2 to max_subsets is padded
+    to it)."""
     expects_removals = compiled.removal_program(None, batch_size) is not None
-    counts = range(1, max(max_subsets, int(expects_removals)) + 1)
+    counts = sorted({1} if expects_removals or max_subsets else set()) + \
+        ([max_subsets] if max_subsets > 1 else [])
     return tuple(decode.live_mask_spec(compiled.plan, batch_size, r) for r in counts)
 
 
@@ -251,16 +288,22 @@ def _eager(compiled, batch_size: int, specs: tuple) -> None:
     """Runs the op-by-op `mask`, `advance` (each step) and `allowed` (each
     prefix length) once at `batch_size` rows, over every item and, when
     removals are expected (`specs`), over a subset of every item (the
-    shapes of a version's decodes after a removal)."""
+    shapes of a version's decodes after a removal), and over the stack
+    every stack of stacked subsets is padded to (the last of `specs`)."""
     T, V = compiled.max_length, compiled.vocab_size
-    subsets = [None]
+    subsets = [(None, None)]
     if specs:
-        subsets.append(compiled.subset(np.ones(compiled.items.num_items, bool)))
+        one = compiled.subset(np.ones(compiled.items.num_items, bool))
+        subsets.append((one, None))
+        rows = max(w.shape[0] for w in specs[-1].live + specs[-1].ends if w is not None)
+        if rows > 1:
+            subsets.append((pad_subsets(one, rows), np.zeros(batch_size, np.int32)))
     logits = np.zeros((batch_size, V), np.float32)
     tokens = np.zeros((batch_size,), np.int32)
-    for subset in subsets:
+    for subset, index in subsets:
         state = compiled.init_state(batch_size)
         for t in range(T):
-            compiled.mask(logits, state, t, subset=subset)
-            compiled.advance(state, tokens, t, subset=subset)
-            compiled.allowed(np.zeros((batch_size, t), np.int32), subset=subset)
+            compiled.mask(logits, state, t, subset=subset, subset_index=index)
+            compiled.advance(state, tokens, t, subset=subset, subset_index=index)
+            compiled.allowed(np.zeros((batch_size, t), np.int32), subset=subset,
+                             subset_index=index)

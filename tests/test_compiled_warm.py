@@ -152,3 +152,47 @@ def test_eager_warm_up_covers_the_op_by_op_pair():
         state = c.advance(state, np.argmax(np.asarray(x), -1).astype(np.int32), t)
         c.allowed(np.zeros((3, t), np.int32))
     assert xla_compilations() == before and c.compilations() == own
+
+
+def _stack_calls(c, stacked, index):
+    """Every entry point over `stacked` (R subsets, rows picking by `index`)."""
+    kw = dict(subset=stacked, subset_index=index)
+    out = [sc.beam_search(c, model, batch_size=2, beam_size=4, **kw),
+           sc.greedy_decode(c, model, batch_size=2, **kw),
+           sc.sample(c, model, KEY, batch_size=2, temperature=0.5, **kw)]
+    logits = np.cos(np.arange(V, dtype=np.float32) * 1.3) * np.ones((2, V), np.float32)
+    proc, state = c.processor(2, **kw), c.init_state(2)
+    pstate = proc.init_state()
+    for t in range(c.max_length):
+        x = proc.mask(logits, pstate, t)
+        pstate = proc.advance(pstate, np.argmax(np.asarray(x), -1).astype(np.int32), t)
+        y = c.mask(logits, state, t, **kw)
+        state = c.advance(state, np.argmax(np.asarray(y), -1).astype(np.int32), t, **kw)
+        out.extend([x, y])
+    return jax.block_until_ready(out)
+
+
+def test_stacks_up_to_max_subsets_are_padded_and_compile_nothing():
+    """After warm(max_subsets=4), stacks of 2 and 3 subsets decode through
+    the 4-subset programs: nothing compiles, the results are the unpadded
+    stacks' (computed cold, before the warm-up)."""
+    rows = items(300, seed=5)
+    c = sc.compile_constraints(rows, V)
+    picks = [rows[:60], rows[50:200], rows[250:]]
+    stacks = {R: sc.stack_subsets([c.subset(p) for p in picks[:R]]) for R in (2, 3)}
+    index = {2: np.array([1, 0]), 3: np.array([2, 1])}
+    cold = {R: _stack_calls(c, stacks[R], index[R]) for R in (2, 3)}
+    jax.clear_caches()
+    c = sc.compile_constraints(rows, V)
+    stacks = {R: sc.stack_subsets([c.subset(p) for p in picks[:R]]) for R in (2, 3)}
+    assert warm(c, max_subsets=4, eager=True) > 0
+    before, own = xla_compilations(), c.compilations()
+    for R in (2, 3):
+        hot = _stack_calls(c, stacks[R], index[R])
+        for a, b in zip(jax.tree_util.tree_leaves(cold[R]), jax.tree_util.tree_leaves(hot)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert xla_compilations() == before and c.compilations() == own
+    assert all(stacks[R].__dict__["_padded"][4].num_subsets == 4 for R in (2, 3))
+    with pytest.raises(DecodeInputError, match="subset_index"):  # checked against R, not 4
+        sc.beam_search(c, model, batch_size=2, beam_size=4, subset=stacks[2],
+                       subset_index=np.array([0, 2]))

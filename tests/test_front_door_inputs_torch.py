@@ -174,6 +174,14 @@ CASES = {
     **{f"subset_bits({name})": (lambda k, a=a: k.tc.subset_bits(*a(k), 2, "here"))
        for name, a in {"subset 'x'": lambda k: ("x", None),
                        "index float": lambda k: (k.stacked, [0.5, 1.5])}.items()},
+    # warm-up
+    **{f"warm(batch_sizes={b!r})": (lambda k, b=b: k.tc.warm(b))
+       for b in [None, "2", 1.5, 0, -1, True, [], [2, 0], [2, "x"], Opaque()]},
+    **{f"warm(beam_sizes={m!r})": (lambda k, m=m: k.tc.warm([2], beam_sizes=m))
+       for m in [None, "2", 1.5, 0, [0], [2, -1], [1.5], Opaque()]},
+    "warm(2**40 x 2**40)": lambda k: k.tc.warm([BIG], beam_sizes=[BIG]),
+    **{f"warm(max_subsets={r!r})": (lambda k, r=r: k.tc.warm([2], max_subsets=r))
+       for r in [-1, 1.5, None, "1", True]},
     # the Hugging Face processor
     **{f"processor({name})": (lambda k, a=a: StaticLogitsProcessor(*a(k)[0], **a(k)[1]))
        for name, a in {

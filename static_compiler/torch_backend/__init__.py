@@ -7,6 +7,7 @@ its decoding operations to torch ops, with no jax imported at call time.
 * `ops`: the logits-processor pair (`mask_at`, `advance_at`) and the prefix
   mask (`prefix_mask`);
 * `checks`: argument validators (the messages of `decode_state`);
+* `warm`: `TorchConstraints.warm`'s checks, run and report;
 * `constraints`: `TorchConstraints`, the public entry point.
 
 Imports numpy, torch and the numpy-only modules of the package (errors,

@@ -32,6 +32,7 @@ from static_compiler.live.liveness import (ItemIndex, Subset, bit_layout, checke
                                            rows_item_live, subset_of_items)
 from static_compiler.decode_types import BeamState, DecodeResult
 from static_compiler.torch_backend import beam, checks, ops
+from static_compiler.torch_backend import warm as warming
 from static_compiler.torch_backend.kernels import LiveBits
 from static_compiler.torch_backend.ops import TorchState
 from static_compiler.torch_backend.tables import (TorchPlan, plan_from_manifest, plan_from_steps,
@@ -318,6 +319,30 @@ class TorchConstraints(PlanFacts):
         result = beam.finalize(state, length_penalty)
         return (result, carry) if return_carry else result
 
+
+    # Warm-up
+
+    def warm(self, batch_sizes, *, beam_sizes=(), max_subsets: int = 0
+             ) -> "warming.TorchWarmReport":
+        """Runs each request path once on dummy inputs at each batch size of
+        `batch_sizes` (ints >= 1): init_state / mask / advance at every
+        step, allowed at every prefix length, and init_beams / beam_step /
+        finalize for each beam size of `beam_sizes`; with max_subsets > 0
+        (a set with an item index) also over a subset. torch compiles
+        nothing here (eager ops), so this pays only torch's first-use costs;
+        the results of later calls are unchanged. Returns a
+        `TorchWarmReport` (compilations 0, the calls made, seconds). Raises
+        DecodeInputError for a batch or beam size that is not an int >= 1,
+        max_subsets < 0, or max_subsets > 0 on a set without item subsets."""
+        sizes, beams, k = warming.check_warm_arguments(self, batch_sizes, beam_sizes, max_subsets)
+        return warming.run_warm(self, sizes, beams, k)
+
+    def compilations(self) -> int:
+        """Always 0: this backend's ops are eager torch ops, which trace and
+        compile no program per shape (jax's front doors count their XLA
+        compilations here); a caller's own ``torch.compile`` around them
+        is counted by dynamo, not here."""
+        return 0
 
 class _ArtifactSubsets:
     """Subsets of a saved artifact's items (what `serving.Artifact.subset`

@@ -1,0 +1,108 @@
+"""Warm-up of the torch backend (`TorchConstraints.warm`): every request
+path run once on dummy inputs before traffic.
+
+torch's eager ops compile nothing (no program is traced or lowered per
+shape, unlike jax's): what a first call pays is torch's first-use costs
+(kernel dispatch tables, allocator pools, lazily imported modules, the
+item subsets' host kernels), the same for every later shape. So the warm-up
+runs each path once per batch size and beam size and reports 0
+compilations; `TorchConstraints.compilations()` is always 0. (A caller
+who wraps these ops in ``torch.compile`` owns those compilations: dynamo
+counts them, not this backend.) The report mirrors the served artifact's
+`WarmReport` (static_compiler/artifact/warm.py), which this module cannot
+import (it needs jax).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Optional
+
+import numpy as np
+import torch
+
+from static_compiler import arguments
+from static_compiler.errors import DecodeInputError
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchWarmReport:
+    """What a warm-up ran: `compilations`, always 0 (eager torch compiles
+    nothing); `calls`, the request-path calls it made on dummy inputs;
+    `seconds`, its wall time; `batch_sizes`, `beam_sizes` as warmed;
+    `subset_rows`, max_subsets when subsets were warmed (None otherwise:
+    torch has no per-count shape to pad to, any stack runs at once)."""
+
+    compilations: int
+    calls: int
+    seconds: float
+    batch_sizes: tuple
+    beam_sizes: tuple
+    subset_rows: Optional[int]
+
+
+def _ints(name: str, values, allow_empty: bool) -> tuple:
+    if arguments.is_int(values):
+        values = (values,)
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise DecodeInputError(f"warm: {name}={values!r}: expected ints >= 1")
+    values = list(values)
+    if not values and not allow_empty:
+        raise DecodeInputError(f"warm: {name} is empty: expected ints >= 1")
+    return tuple(sorted({arguments.check_int(name, v, low=1) for v in values}))
+
+
+def _num_items(tc) -> Optional[int]:
+    """The items of the set's item index (None without one): the subset
+    maker is an artifact's `_ArtifactSubsets` or a compiled set's `subset`."""
+    make = tc._make_subset
+    items = getattr(getattr(make, "__self__", make), "items", None)
+    return None if items is None else items.num_items
+
+
+def check_warm_arguments(tc, batch_sizes, beam_sizes, max_subsets) -> tuple:
+    """(batch sizes, beam sizes, max_subsets) after checking them; raises
+    DecodeInputError naming the bad value."""
+    sizes = _ints("batch_sizes", batch_sizes, allow_empty=False)
+    beams = _ints("beam_sizes", beam_sizes, allow_empty=True)
+    for B in sizes:
+        for M in beams or (1,):
+            arguments.check_rows(B, M)
+    k = arguments.check_int("max_subsets", max_subsets, low=0)
+    if k and _num_items(tc) is None:
+        raise DecodeInputError(f"warm: max_subsets={k}: this set has no item subsets "
+                               "(compile with export_subsets=True)")
+    return sizes, beams, k
+
+
+def run_warm(tc, sizes: tuple, beams: tuple, max_subsets: int) -> TorchWarmReport:
+    """Runs init_state / mask / advance at every step, allowed at every
+    prefix length, and init_beams / beam_step (every step) / finalize for
+    each beam size, at each batch size, over every item and (max_subsets
+    > 0) over an empty subset; the results are dropped."""
+    start, calls = time.perf_counter(), 0
+    V, T = tc.vocab_size, tc.max_length
+    empty = tc.subset(np.zeros(_num_items(tc), bool)) if max_subsets else None
+    with torch.inference_mode():
+        for B in sizes:
+            kws = [{}] if empty is None else \
+                [{}, dict(subset=empty, subset_index=np.zeros(B, np.int64))]
+            tokens = torch.zeros(B, dtype=torch.int64, device=tc.device)
+            for kw in kws:
+                state = tc.init_state(B)
+                for t in range(T):
+                    tc.mask(state, t, **kw)
+                    state = tc.advance(state, tokens, t, **kw)
+                    tc.allowed(torch.zeros((B, t), dtype=torch.int64, device=tc.device), **kw)
+                    calls += 3
+                calls += 1
+                for M in beams:
+                    beams_state = tc.init_beams(B, M)
+                    logits = torch.zeros((B, M, V), device=tc.device)
+                    for t in range(T):
+                        beams_state = tc.beam_step(beams_state, logits, t, **kw)
+                    tc.finalize(beams_state)
+                    calls += T + 2
+    return TorchWarmReport(0, calls, time.perf_counter() - start, sizes, beams,
+                           max_subsets or None)
