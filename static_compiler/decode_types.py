@@ -26,7 +26,8 @@ MIN_VALID_SCORE : float
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import dataclasses
+from typing import Any, NamedTuple, Optional
 
 SENTINEL_SCORE = -1e30
 """Score of invalid candidates and beams: finite, so no -inf arithmetic."""
@@ -122,3 +123,21 @@ class ProcessorState(NamedTuple):
     node: Any
     valid: Any
     finished: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmReport:
+    """What a front door's `warm` ran: `compilations`, the XLA compilations
+    it caused (0 when everything was compiled before; always 0 on the torch
+    backend, whose eager ops compile nothing); `calls`, the request-path
+    calls it made on dummy inputs; `seconds`, its wall time; `batch_sizes`,
+    `beam_sizes` as warmed; `subset_rows`, the stacked subsets warmed (on
+    the served artifact, the count every stack up to it is padded to; None
+    without subsets)."""
+
+    compilations: int
+    calls: int
+    seconds: float
+    batch_sizes: tuple
+    beam_sizes: tuple
+    subset_rows: Optional[int]

@@ -70,7 +70,7 @@ RESTRICTED = {
     "artifact.runtime": ({"jax", "numpy"}, {"errors", "compile_events", "artifact.format", "artifact.manifest",
                                             "artifact.snapshot", "artifact.placement",
                                             "live.liveness"}),
-    "artifact.warm": ({"jax", "numpy"}, {"errors", "compile_events", "decode_state",
+    "artifact.warm": ({"jax", "numpy"}, {"errors", "compile_events", "decode_state", "decode_types",
                                          "live.liveness"}),  # Artifact.warm, its padding
     "artifact.serving": ({"jax", "numpy"}, {"errors", "compile_events", "artifact.format", "artifact.manifest",
                                             "artifact.names", "artifact.snapshot",

@@ -22,7 +22,6 @@ module needs only jax, numpy and the standard library.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import functools
 import threading
 import time
@@ -33,6 +32,7 @@ import numpy as np
 
 from static_compiler.compile_events import CompileCounter
 from static_compiler.decode_state import check_int, check_rows
+from static_compiler.decode_types import WarmReport
 from static_compiler.errors import DecodeInputError
 from static_compiler.live.liveness import Subset
 
@@ -98,23 +98,6 @@ def counted(method):
             return method(self, *args, **kwargs)
 
     return call
-
-
-@dataclasses.dataclass(frozen=True)
-class WarmReport:
-    """What a warm-up ran: `compilations`, the XLA compilations it caused
-    (0 when everything was compiled before); `calls`, the request-path
-    calls it made on dummy inputs; `seconds`, its wall time;
-    `batch_sizes`, `beam_sizes` as warmed; `subset_rows`, the number of
-    stacked subsets every stack up to it is padded to (None without
-    subsets)."""
-
-    compilations: int
-    calls: int
-    seconds: float
-    batch_sizes: tuple
-    beam_sizes: tuple
-    subset_rows: Optional[int]
 
 
 def check_warm_arguments(art, batch_sizes, beam_sizes, max_subsets, background) -> tuple:

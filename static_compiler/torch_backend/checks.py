@@ -66,6 +66,8 @@ def check_device(device, where: str) -> torch.device:
                                    f"{build} sees {count} CUDA device(s) here: expected {want}")
     try:
         torch.empty(0, device=dev)
+    # torch reports a backend it was built without by its own assert ("Torch
+    # not compiled with CUDA enabled"), an unbuilt kernel by NotImplementedError
     except (RuntimeError, AssertionError, NotImplementedError, ValueError) as err:
         why = (str(err).splitlines() or [type(err).__name__])[0]
         raise DecodeInputError(f"{where}: device={device!r} is not available to torch "

@@ -323,7 +323,7 @@ class TorchConstraints(PlanFacts):
     # Warm-up
 
     def warm(self, batch_sizes, *, beam_sizes=(), max_subsets: int = 0
-             ) -> "warming.TorchWarmReport":
+             ) -> "warming.WarmReport":
         """Runs each request path once on dummy inputs at each batch size of
         `batch_sizes` (ints >= 1): init_state / mask / advance at every
         step, allowed at every prefix length, and init_beams / beam_step /
@@ -331,7 +331,7 @@ class TorchConstraints(PlanFacts):
         (a set with an item index) also over a subset. torch compiles
         nothing here (eager ops), so this pays only torch's first-use costs;
         the results of later calls are unchanged. Returns a
-        `TorchWarmReport` (compilations 0, the calls made, seconds). Raises
+        `WarmReport` (compilations 0, the calls made, seconds). Raises
         DecodeInputError for a batch or beam size that is not an int >= 1,
         max_subsets < 0, or max_subsets > 0 on a set without item subsets."""
         sizes, beams, k = warming.check_warm_arguments(self, batch_sizes, beam_sizes, max_subsets)

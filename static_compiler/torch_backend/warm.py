@@ -8,14 +8,12 @@ item subsets' host kernels), the same for every later shape. So the warm-up
 runs each path once per batch size and beam size and reports 0
 compilations; `TorchConstraints.compilations()` is always 0. (A caller
 who wraps these ops in ``torch.compile`` owns those compilations: dynamo
-counts them, not this backend.) The report mirrors the served artifact's
-`WarmReport` (static_compiler/artifact/warm.py), which this module cannot
-import (it needs jax).
+counts them, not this backend.) The report is every front door's
+`decode_types.WarmReport`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Optional
 
@@ -23,23 +21,8 @@ import numpy as np
 import torch
 
 from static_compiler import arguments
+from static_compiler.decode_types import WarmReport
 from static_compiler.errors import DecodeInputError
-
-
-@dataclasses.dataclass(frozen=True)
-class TorchWarmReport:
-    """What a warm-up ran: `compilations`, always 0 (eager torch compiles
-    nothing); `calls`, the request-path calls it made on dummy inputs;
-    `seconds`, its wall time; `batch_sizes`, `beam_sizes` as warmed;
-    `subset_rows`, max_subsets when subsets were warmed (None otherwise:
-    torch has no per-count shape to pad to, any stack runs at once)."""
-
-    compilations: int
-    calls: int
-    seconds: float
-    batch_sizes: tuple
-    beam_sizes: tuple
-    subset_rows: Optional[int]
 
 
 def _ints(name: str, values, allow_empty: bool) -> tuple:
@@ -76,7 +59,7 @@ def check_warm_arguments(tc, batch_sizes, beam_sizes, max_subsets) -> tuple:
     return sizes, beams, k
 
 
-def run_warm(tc, sizes: tuple, beams: tuple, max_subsets: int) -> TorchWarmReport:
+def run_warm(tc, sizes: tuple, beams: tuple, max_subsets: int) -> WarmReport:
     """Runs init_state / mask / advance at every step, allowed at every
     prefix length, and init_beams / beam_step (every step) / finalize for
     each beam size, at each batch size, over every item and (max_subsets
@@ -104,5 +87,5 @@ def run_warm(tc, sizes: tuple, beams: tuple, max_subsets: int) -> TorchWarmRepor
                         beams_state = tc.beam_step(beams_state, logits, t, **kw)
                     tc.finalize(beams_state)
                     calls += T + 2
-    return TorchWarmReport(0, calls, time.perf_counter() - start, sizes, beams,
+    return WarmReport(0, calls, time.perf_counter() - start, sizes, beams,
                            max_subsets or None)
