@@ -12,8 +12,8 @@ import importlib
 # serving` loads jax and numpy only, not the compiler.
 _LAZY = {
     "errors": None, "ir": None,
-    "PAD_TOKEN": "decode_types", "SENTINEL_SCORE": "decode_types", "BeamState": "decode_types",
-    "DecodeResult": "decode_types", "ProcessorState": "decode_types",
+    "PAD_TOKEN": "support.decode_types", "SENTINEL_SCORE": "support.decode_types", "BeamState": "support.decode_types",
+    "DecodeResult": "support.decode_types", "ProcessorState": "support.decode_types",
     "BeamAxis": "backend.decode.carry",
     "max_programs": "backend.decode.programs", "set_max_programs": "backend.decode.programs",
     "CompiledConstraints": "compiled", "beam_search": "compiler",
@@ -21,7 +21,7 @@ _LAZY = {
     "load_compiled": "saved", "update_artifact": "saved",
     "DEFAULT_PIPELINE": "passes.pipeline", "format_pipeline": "passes.pipeline",
     "parse_pipeline": "passes.pipeline",
-    "enable_compilation_cache": "compilation_cache",
+    "enable_compilation_cache": "support.compilation_cache",
     "Subset": "live.liveness", "stack_subsets": "live.liveness", "Shards": "frontend.partitioned",
 }
 

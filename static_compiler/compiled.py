@@ -16,7 +16,7 @@ from static_compiler.backend.lowering import (Plan, PlanFacts, automaton_from_ta
                                               slot_steps, state_counts, table_head,
                                               tables_nbytes)
 from static_compiler.artifact.names import NameTable
-from static_compiler.decode_state import (check_int, check_prefixes, check_processor_state,
+from static_compiler.support.decode_state import (check_int, check_prefixes, check_processor_state,
                                           is_traced)
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import ItemIndex

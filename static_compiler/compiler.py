@@ -17,7 +17,7 @@ from static_compiler.live import subsets
 from static_compiler.passes import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.backend.lowering import lower, lower_pieces, tables_nbytes
-from static_compiler.arguments import check_rows
+from static_compiler.support.arguments import check_rows
 from static_compiler.compiled import CompiledConstraints
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import PaddedRows, build_trie

@@ -43,8 +43,8 @@ import numpy as np
 from static_compiler.artifact.warm import Warmth, pad_subsets
 from static_compiler.backend import decode
 from static_compiler.backend.decode import search
-from static_compiler.compile_events import CompileCounter
-from static_compiler.decode_state import check_int, check_rows
+from static_compiler.support.compile_events import CompileCounter
+from static_compiler.support.decode_state import check_int, check_rows
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.live.liveness import Subset, checked_subset_index
 

@@ -39,7 +39,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from static_compiler.decode_state import MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE
+from static_compiler.support.decode_state import MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE
 
 F32 = np.float32
 

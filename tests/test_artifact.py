@@ -18,7 +18,7 @@ from static_compiler import artifact, compile_constraints, errors
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import serving, writer
 from static_compiler.artifact.manifest import FileEntry
-from static_compiler.decode_state import BeamState, ProcessorState
+from static_compiler.support.decode_state import BeamState, ProcessorState
 from static_compiler.ir import enumerate_sequences
 from static_compiler.errors import (ArtifactExistsError, DecodeInputError, IRVerificationError,
                                     StaticCompilerError)

@@ -16,7 +16,7 @@ import static_compiler as sc
 from static_compiler.backend import decode
 from static_compiler.backend.decode.search import _beam_search
 from static_compiler.backend.decode.step import step_segments
-from static_compiler.decode_state import check_tokens_per_beam
+from static_compiler.support.decode_state import check_tokens_per_beam
 from static_compiler.errors import DecodeInputError
 from test_decode import assert_matches
 

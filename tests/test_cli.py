@@ -210,16 +210,16 @@ def test_demo_main_job_end_to_end(capsys):
     assert "dataset  synthetic-sids: 3000 uniform random Semantic IDs, L=8, V=2048" in out
     assert re.search(r"compile  \d+ unique sequences in \d+\.\d+ s \(frontend", out)
     assert "est_bytes" in out and "paper bound U_max" in out  # the per-layer table
-    assert re.search(r"imports \['static_compiler', 'static_compiler.arguments', "
-                     r"'static_compiler.arrays', 'static_compiler.artifact', "
+    assert re.search(r"imports \['static_compiler', 'static_compiler.support.arguments', "
+                     r"'static_compiler.support.arrays', 'static_compiler.artifact', "
                      r"'static_compiler.artifact.format', 'static_compiler.artifact.manifest', "
-                     r"'static_compiler.artifact.mapped', 'static_compiler.artifact.names', "
+                     r"'static_compiler.support.mapped', 'static_compiler.artifact.names', "
                      r"'static_compiler.artifact.placement', "
                      r"'static_compiler.artifact.runtime', 'static_compiler.artifact.serving', "
                      r"'static_compiler.artifact.snapshot', (?:'static_compiler.artifact.warm', )?"
-                     r"'static_compiler.cli', (?:'static_compiler.compilation_cache', )?"
-                     r"(?:'static_compiler.compile_events', )?'static_compiler.decode_state', "
-                     r"'static_compiler.decode_types', 'static_compiler.errors', 'static_compiler.live', "
+                     r"'static_compiler.cli', (?:'static_compiler.support.compilation_cache', )?"
+                     r"(?:'static_compiler.support.compile_events', )?'static_compiler.support.decode_state', "
+                     r"'static_compiler.support.decode_types', 'static_compiler.errors', 'static_compiler.live', "
                      r"'static_compiler.live.item_masks', "
                      r"'static_compiler.live.layer_walk', 'static_compiler.live.layers', "
                      r"'static_compiler.live.liveness', 'static_compiler.live.state_order'\]",

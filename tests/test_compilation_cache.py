@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from static_compiler import compilation_cache as cc
+from static_compiler.support import compilation_cache as cc
 from static_compiler.errors import CompilationCacheError, StaticCompilerError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def test_an_unusable_path_is_a_typed_error_naming_it(tmp_path, kind):
 COMPILE_ONE = """
 import json, sys, jax, jax.numpy as jnp
 import static_compiler as sc
-from static_compiler import compile_events
+from static_compiler.support import compile_events
 sc.enable_compilation_cache(sys.argv[1])
 jax.block_until_ready(jax.jit(lambda x: jnp.cumsum(x * 3) + 1)(jnp.arange(7)))
 print(json.dumps({"compiled": compile_events.xla_compilations(),
@@ -148,7 +148,7 @@ def test_help_says_where_the_cache_lives(tmp_path):
 def test_main_job_passes_the_choice_to_its_serving_process(monkeypatch):
     from static_compiler.cli import main_job
 
-    assert "static_compiler.compilation_cache" in main_job.serving_modules()
+    assert "static_compiler.support.compilation_cache" in main_job.serving_modules()
     seen = []
     monkeypatch.setattr(main_job, "serving_modules", lambda: frozenset())
     monkeypatch.setattr(main_job, "_run_child", lambda cmd: seen.append(cmd) or '{"modules": []}')

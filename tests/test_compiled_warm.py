@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler.compile_events import xla_compilations
+from static_compiler.support.compile_events import xla_compilations
 from static_compiler.errors import DecodeInputError
 
 V, L = 32, 4

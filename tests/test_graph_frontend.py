@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import oracle
 import static_compiler as sc
-from static_compiler.merge_states import minimize_automaton
+from static_compiler.ir.merge_states import minimize_automaton
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend.graph import automaton_from_graph, is_graph
 from static_compiler.ir import parse_ir, verify

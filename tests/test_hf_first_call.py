@@ -6,7 +6,7 @@ nothing, and after `warm` the first generate compiles nothing either. The
 masks stay bit for bit those of `allowed` (per-length programs) and generate
 returns the same sequences on both backends and HF's dict-trie reference.
 Compilations are counted from jax's own compile events
-(`static_compiler.compile_events`).
+(`static_compiler.support.compile_events`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import transformers
 import oracle
 import static_compiler as sc
 from static_compiler.backend.decode.prefix import allowed, padded_prefix_mask
-from static_compiler.compile_events import CompileCounter
+from static_compiler.support.compile_events import CompileCounter
 from static_compiler.errors import DecodeInputError
 from static_compiler.integrations import torch as hf
 from static_compiler.integrations.torch import StaticLogitsProcessor, default_backend

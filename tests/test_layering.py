@@ -23,12 +23,14 @@ PACKAGE = REPO / "static_compiler"
 # stage's package may hold modules of several layers.
 LAYERS = (
     ("errors",),
-    ("dtypes", "arrays", "arguments", "decode_types", "decode_state", "compile_events", "compilation_cache", "artifact.format", "artifact.manifest", "artifact.names",
-     "artifact.snapshot", "artifact.placement", "artifact.mapped", "live", "live.layers",
+    ("support", "support.dtypes", "support.arrays", "support.arguments", "support.decode_types",
+     "support.decode_state", "support.compile_events", "support.compilation_cache", "support.mapped",
+     "support.processes", "artifact.format", "artifact.manifest", "artifact.names",
+     "artifact.snapshot", "artifact.placement", "live", "live.layers",
      "live.bit_kernels", "live.layer_walk", "live.state_order", "live.item_masks", "live.liveness",
      "processes"),
     ("ir",),
-    ("cost_model", "merge_states", "frontend", "live.subsets", "live.additions"),
+    ("frontend", "live.subsets", "live.additions"),
     ("passes",),
     ("backend", "backend.lowering", "live.table_additions"),  # (writes lowered tables)
     ("artifact", "artifact.runtime", "artifact.warm", "artifact.serving"),
@@ -47,41 +49,41 @@ RESTRICTED = {
     "artifact.manifest": ({"numpy"}, {"errors", "artifact.format"}),
     "artifact.names": ({"numpy"}, {"errors", "artifact.format"}),
     "artifact.snapshot": ({"numpy"}, {"errors", "artifact.format", "artifact.manifest",
-                                      "artifact.names", "artifact.mapped"}),
-    "arguments": ({"numpy"}, {"errors"}),
-    "decode_types": (set(), set()),
-    "decode_state": ({"jax", "numpy"}, {"errors", "arguments", "decode_types"}),
-    "compile_events": ({"jax"}, set()),  # jax's compile events, counted per front door
-    "compilation_cache": ({"jax"}, {"errors"}),  # jax's persistent cache, on in one call
-    "live.layers": ({"numpy"}, {"errors", "arrays", "artifact.mapped"}),
+                                      "artifact.names", "support.mapped"}),
+    "support.arguments": ({"numpy"}, {"errors"}),
+    "support.decode_types": (set(), set()),
+    "support.decode_state": ({"jax", "numpy"}, {"errors", "support.arguments", "support.decode_types"}),
+    "support.compile_events": ({"jax"}, set()),  # jax's compile events, counted per front door
+    "support.compilation_cache": ({"jax"}, {"errors"}),  # jax's persistent cache, on in one call
+    "live.layers": ({"numpy"}, {"errors", "support.arrays", "support.mapped"}),
     # The static plan and lowering: numpy only, so the torch backend reads plans with it.
-    "backend.lowering": ({"numpy"}, {"errors", "ir", "dtypes", "arrays", "live.layers"}),
-    "arrays": ({"numpy"}, set()),
+    "backend.lowering": ({"numpy"}, {"errors", "ir", "support.dtypes", "support.arrays", "live.layers"}),
+    "support.arrays": ({"numpy"}, set()),
     "live.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
-    "live.layer_walk": ({"numpy"}, {"arrays", "live.layers", "live.bit_kernels"}),
-    "live.state_order": ({"numpy"}, {"live.layer_walk", "live.bit_kernels", "artifact.mapped"}),
+    "live.layer_walk": ({"numpy"}, {"support.arrays", "live.layers", "live.bit_kernels"}),
+    "live.state_order": ({"numpy"}, {"live.layer_walk", "live.bit_kernels", "support.mapped"}),
     "live.item_masks": ({"numpy"}, {"errors", "live.layer_walk", "live.bit_kernels",
-                                    "artifact.mapped"}),
+                                    "support.mapped"}),
     "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "live.bit_kernels",
-                                  "live.state_order", "live.item_masks", "artifact.mapped"}),
-    "artifact.mapped": ({"numpy"}, set()),
+                                  "live.state_order", "live.item_masks", "support.mapped"}),
+    "support.mapped": ({"numpy"}, set()),
     "artifact.placement": ({"jax", "numpy"}, {"errors"}),
     # The serving loader: no compiler module (no frontend, passes, backend or writer).
-    "artifact.runtime": ({"jax", "numpy"}, {"errors", "compile_events", "artifact.format", "artifact.manifest",
+    "artifact.runtime": ({"jax", "numpy"}, {"errors", "support.compile_events", "artifact.format", "artifact.manifest",
                                             "artifact.snapshot", "artifact.placement",
                                             "live.liveness"}),
-    "artifact.warm": ({"jax", "numpy"}, {"errors", "compile_events", "decode_state", "decode_types",
+    "artifact.warm": ({"jax", "numpy"}, {"errors", "support.compile_events", "support.decode_state", "support.decode_types",
                                          "live.liveness"}),  # Artifact.warm, its padding
-    "artifact.serving": ({"jax", "numpy"}, {"errors", "compile_events", "artifact.format", "artifact.manifest",
+    "artifact.serving": ({"jax", "numpy"}, {"errors", "support.compile_events", "artifact.format", "artifact.manifest",
                                             "artifact.names", "artifact.snapshot",
                                             "artifact.placement", "artifact.runtime", "artifact.warm",
-                                            "decode_state", "decode_types", "live.layers",
+                                            "support.decode_state", "support.decode_types", "live.layers",
                                             "live.liveness"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
     "torch_backend": ({"numpy", "torch"}, {"errors", "artifact.format", "artifact.manifest",
                                            "artifact.snapshot", "live.layers", "live.liveness",
-                                           "arguments", "decode_types", "backend.lowering",
+                                           "support.arguments", "support.decode_types", "backend.lowering",
                                            "torch_backend",
                                            "compiled"}),
 }

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler.compile_events import xla_compilations
-from static_compiler.decode_state import SENTINEL_SCORE
+from static_compiler.support.compile_events import xla_compilations
+from static_compiler.support.decode_state import SENTINEL_SCORE
 
 V, L = 32, 4
 

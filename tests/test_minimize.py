@@ -11,8 +11,8 @@ from hypothesis import given, settings
 import oracle
 from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted
 from static_compiler.passes import REGISTRY
-from static_compiler.cost_model import estimated_bytes
-from static_compiler.merge_states import equal_row_classes, minimize_automaton
+from static_compiler.ir.cost_model import estimated_bytes
+from static_compiler.ir.merge_states import equal_row_classes, minimize_automaton
 from static_compiler.passes.minimize import MinimizePass
 from static_compiler import beam_search, compile_constraints, parse_pipeline
 from static_compiler.errors import PipelineError

@@ -407,7 +407,7 @@ def _resident_kib() -> int:
 
 
 def test_released_pages_leave_the_resident_set_and_keep_the_data(tmp_path):
-    from static_compiler.artifact.mapped import release_pages
+    from static_compiler.support.mapped import release_pages
     path = tmp_path / "a.npy"
     arr = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(1 << 24,))
     arr[:] = np.arange(1 << 24)  # 128 MiB of written pages, resident

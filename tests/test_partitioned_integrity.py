@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler import processes
+from static_compiler.support import processes
 from static_compiler.frontend import array_files, build_dirs, partitioned
 from static_compiler.errors import BuildError
 from static_compiler.frontend.partitioned import Shards, build_trie_partitioned

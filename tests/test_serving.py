@@ -168,7 +168,7 @@ def test_init_states_match_the_in_process_ones(fixed):
     compiled, _, art = fixed
     got = art.init_state(3, 4, start_token=7)
     want = decode.init_beam_state(compiled.plan, 3, 4, start_tokens=7)
-    assert serving.BeamState is decode.BeamState  # one definition (static_compiler.decode_state)
+    assert serving.BeamState is decode.BeamState  # one definition (static_compiler.support.decode_state)
     for a, b in zip(got, want):
         assert a.dtype == b.dtype and np.array_equal(a, b)
     per_row = art.init_state(3, 4, start_token=[1, 2, 3])
@@ -229,18 +229,18 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
     # `static_compiler.serving` is an alias of the loader's module: the
     # artifact package's format modules, runtime and placement, not its
     # writer, export or update modules (and no compiler module).
-    assert info["modules"] == ["static_compiler", "static_compiler.arguments",
-                               "static_compiler.arrays", "static_compiler.artifact",
+    assert info["modules"] == ["static_compiler", "static_compiler.support.arguments",
+                               "static_compiler.support.arrays", "static_compiler.artifact",
                                "static_compiler.artifact.format",
                                "static_compiler.artifact.manifest",
-                               "static_compiler.artifact.mapped",
+                               "static_compiler.support.mapped",
                                "static_compiler.artifact.names",
                                "static_compiler.artifact.placement",
                                "static_compiler.artifact.runtime",
                                "static_compiler.artifact.serving",
                                "static_compiler.artifact.snapshot",
-                               "static_compiler.artifact.warm", "static_compiler.compile_events",
-                               "static_compiler.decode_state", "static_compiler.decode_types",
+                               "static_compiler.artifact.warm", "static_compiler.support.compile_events",
+                               "static_compiler.support.decode_state", "static_compiler.support.decode_types",
                                "static_compiler.errors", "static_compiler.live",
                                "static_compiler.live.item_masks",
                                "static_compiler.live.layer_walk", "static_compiler.live.layers",

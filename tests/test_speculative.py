@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oracle
-from static_compiler.decode_state import ProcessorState
+from static_compiler.support.decode_state import ProcessorState
 from static_compiler.errors import DecodeInputError
 
 BATCH = 12

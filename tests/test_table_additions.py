@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 import oracle
 import static_compiler as sc
-from static_compiler import arrays
-from static_compiler.arrays import TABLE_ALIGNMENT, table_array
+from static_compiler.support import arrays
+from static_compiler.support.arrays import TABLE_ALIGNMENT, table_array
 from static_compiler.backend.lowering import lower
 from static_compiler.ir import AutomatonSummary
 from static_compiler.live import additions, table_additions

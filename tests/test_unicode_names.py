@@ -9,7 +9,7 @@ import pytest
 
 import oracle
 import static_compiler as sc
-from static_compiler.merge_states import minimize_automaton
+from static_compiler.ir.merge_states import minimize_automaton
 from static_compiler.frontend import datasets
 from static_compiler.frontend import build_automaton
 

@@ -35,7 +35,7 @@ from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
 from static_compiler.artifact.placement import placed_shape
 from static_compiler.backend import decode
 from static_compiler.backend.lowering import Plan
-from static_compiler.decode_state import BeamState, ProcessorState, check_tokens_per_beam
+from static_compiler.support.decode_state import BeamState, ProcessorState, check_tokens_per_beam
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
 
 

@@ -54,7 +54,7 @@ from static_compiler.artifact.runtime import (Module, check_table_arguments, cur
                                               table_placement)
 from static_compiler.artifact.warm import Warmth, counted, pad_subsets
 from static_compiler.artifact.warm import warm as _warm
-from static_compiler.decode_state import (SENTINEL_SCORE, BeamState, DecodeResult, ProcessorState,
+from static_compiler.support.decode_state import (SENTINEL_SCORE, BeamState, DecodeResult, ProcessorState,
                                           check_beam_state, check_logits, check_processor_state,
                                           check_rows, check_start_tokens, check_step,
                                           check_tokens, int32_within)

@@ -25,7 +25,7 @@ from static_compiler.artifact.format import (_HASH_CHUNK, FORMAT_NAME, ITEM_ARRA
                                              MAX_FORMAT_VERSION, MIN_FORMAT_VERSION,
                                              _file_sha256, _reject_constant, format_error,
                                              manifest_bytes, require, unflatten_tables)
-from static_compiler.artifact.mapped import release_pages
+from static_compiler.support.mapped import release_pages
 from static_compiler.artifact.manifest import FileEntry, Manifest
 from static_compiler.artifact.names import NameTable
 from static_compiler.errors import ArtifactChecksumError, ArtifactVersionError

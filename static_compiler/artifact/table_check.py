@@ -25,8 +25,8 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.arrays import search_sorted
-from static_compiler.artifact.mapped import release_pages
+from static_compiler.support.arrays import search_sorted
+from static_compiler.support.mapped import release_pages
 from static_compiler.artifact.metadata import plan_from_metadata, summary_from_metadata
 from static_compiler.artifact.snapshot import Snapshot, read_tables
 from static_compiler.errors import IRVerificationError

@@ -30,9 +30,9 @@ from typing import Optional
 import jax
 import numpy as np
 
-from static_compiler.compile_events import CompileCounter
-from static_compiler.decode_state import check_int, check_rows
-from static_compiler.decode_types import WarmReport
+from static_compiler.support.compile_events import CompileCounter
+from static_compiler.support.decode_state import check_int, check_rows
+from static_compiler.support.decode_types import WarmReport
 from static_compiler.errors import DecodeInputError
 from static_compiler.live.liveness import Subset
 

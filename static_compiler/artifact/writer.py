@@ -26,16 +26,16 @@ import tempfile
 
 import numpy as np
 
-from static_compiler import processes
-from static_compiler.arrays import PieceArray, npy_chunks, npy_header
+from static_compiler.support import processes
+from static_compiler.support.arrays import PieceArray, npy_chunks, npy_header
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.export import export_caps, exported_modules, reused_modules
 from static_compiler.artifact.lock import _parent, update_lock
 from static_compiler.artifact.manifest import FileEntry, Manifest, TableEntry
-from static_compiler.artifact.mapped import release_pages
+from static_compiler.support.mapped import release_pages
 from static_compiler.artifact.metadata import set_metadata
 from static_compiler.artifact.snapshot import read_manifest
-from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE
+from static_compiler.support.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.errors import (ArtifactExistsError, ArtifactFormatError, ArtifactVersionError,
                                     DecodeInputError)
 

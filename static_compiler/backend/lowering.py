@@ -37,8 +37,8 @@ import numpy as np
 from static_compiler.errors import IRVerificationError, PipelineError
 from static_compiler.ir import (Automaton, AutomatonSummary, Layer, LayerPiece, Layout,
                                 LayoutKind, verify)
-from static_compiler.arrays import search_sorted, table_array
-from static_compiler.dtypes import branch_dtype_for
+from static_compiler.support.arrays import search_sorted, table_array
+from static_compiler.support.dtypes import branch_dtype_for
 from static_compiler.live.layers import EXCEPTION_TABLES, exception_rows, row_pointers, slot_step
 
 

@@ -11,7 +11,7 @@ import pathlib
 import shutil
 import socket
 
-from static_compiler import processes
+from static_compiler.support import processes
 
 
 WORK_PREFIX = "static-compiler-build-"

@@ -24,7 +24,7 @@ What happens to it:
    states). States at a depth are numbered breadth first, children in token
    order; targets are explicit where states are shared;
 5. equivalent states are merged, as the `minimize` pass does (kept when the
-   cost model says it is smaller, see static_compiler/merge_states.py).
+   cost model says it is smaller, see static_compiler/ir/merge_states.py).
 
 The number of states is the number of distinct (node set, depth) pairs:
 at most nodes x longest path for a deterministic graph, exponential in the
@@ -42,11 +42,11 @@ from typing import Hashable, Optional
 
 import numpy as np
 
-from static_compiler.dtypes import index_dtype_for, token_dtype_for
+from static_compiler.support.dtypes import index_dtype_for, token_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import check_end_token, check_vocab_size
 from static_compiler.ir import Automaton, Layer, count_sequences
-from static_compiler.merge_states import MinimizeStats, minimize_automaton
+from static_compiler.ir.merge_states import MinimizeStats, minimize_automaton
 
 
 @dataclasses.dataclass(frozen=True)

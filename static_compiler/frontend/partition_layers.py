@@ -33,7 +33,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from static_compiler.dtypes import (branch_dtype_for, index_dtype_for, sort_code_dtype_for,
+from static_compiler.support.dtypes import (branch_dtype_for, index_dtype_for, sort_code_dtype_for,
                                    token_dtype_for)
 from static_compiler.frontend import (automaton_from_sorted_codes, sort_unique_codes,
                                       terminal_states)

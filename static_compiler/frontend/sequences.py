@@ -22,7 +22,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from static_compiler.dtypes import (MAX_VOCAB_SIZE, index_dtype_for, sort_code_dtype_for,
+from static_compiler.support.dtypes import (MAX_VOCAB_SIZE, index_dtype_for, sort_code_dtype_for,
                                     token_dtype_for)
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import Automaton, Layer, frozen

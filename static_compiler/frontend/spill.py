@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from static_compiler.artifact.mapped import release_pages
-from static_compiler.dtypes import sort_code_dtype_for
+from static_compiler.support.mapped import release_pages
+from static_compiler.support.dtypes import sort_code_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import check_range
 from static_compiler.frontend.sequences import padded_lengths

@@ -52,7 +52,7 @@ import importlib.util
 import numpy as np
 import torch
 
-from static_compiler import arguments
+from static_compiler.support import arguments
 from static_compiler.errors import DecodeInputError
 from static_compiler.torch_backend import TorchConstraints
 from static_compiler.torch_backend import checks as torch_checks
@@ -307,7 +307,7 @@ class StaticLogitsProcessor:
     def _compile_counter(self):
         """The processor's `CompileCounter` (imports jax: jax backend only)."""
         if self._counter is None:
-            from static_compiler.compile_events import CompileCounter
+            from static_compiler.support.compile_events import CompileCounter
             self._counter = CompileCounter()
         return self._counter
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.dtypes import MAX_VOCAB_SIZE
+from static_compiler.support.dtypes import MAX_VOCAB_SIZE
 from static_compiler.errors import IRVerificationError
 from static_compiler.ir.types import Automaton, Layer, LayoutKind
 

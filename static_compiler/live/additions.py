@@ -24,9 +24,9 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.arrays import PieceArray, materialized
-from static_compiler.artifact.mapped import release_pages
-from static_compiler.dtypes import index_dtype_for
+from static_compiler.support.arrays import PieceArray, materialized
+from static_compiler.support.mapped import release_pages
+from static_compiler.support.dtypes import index_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import as_token_matrix, sort_unique_rows
 from static_compiler.frontend.sequences import check_set_rows

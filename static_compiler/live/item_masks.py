@@ -21,7 +21,7 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.artifact.mapped import release_pages
+from static_compiler.support.mapped import release_pages
 from static_compiler.errors import ConstraintSetError
 from static_compiler.live import layer_walk
 

@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.arrays import search_sorted
+from static_compiler.support.arrays import search_sorted
 from static_compiler.live.layers import LayerWalk, NearRows, row_range
 
 WALK_CHUNK = 1 << 22

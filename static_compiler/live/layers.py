@@ -20,8 +20,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from static_compiler.arrays import search_sorted
-from static_compiler.artifact.mapped import release_pages
+from static_compiler.support.arrays import search_sorted
+from static_compiler.support.mapped import release_pages
 
 
 class _Rows:

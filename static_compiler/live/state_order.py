@@ -17,7 +17,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from static_compiler.artifact.mapped import release_pages
+from static_compiler.support.mapped import release_pages
 from static_compiler.live import layer_walk
 
 

@@ -21,8 +21,8 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from static_compiler.arrays import npy_chunks
-from static_compiler.artifact.mapped import release_pages
+from static_compiler.support.arrays import npy_chunks
+from static_compiler.support.mapped import release_pages
 from static_compiler.errors import ConstraintSetError
 from static_compiler.live.layers import TableLayer, find_in_rows, layer_walks  # noqa: F401 (API)
 from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset,  # noqa: F401 (API)

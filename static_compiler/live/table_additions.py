@@ -30,10 +30,10 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.arrays import PieceArray, materialized, search_sorted, table_array
-from static_compiler.artifact.mapped import release_pages
+from static_compiler.support.arrays import PieceArray, materialized, search_sorted, table_array
+from static_compiler.support.mapped import release_pages
 from static_compiler.backend.lowering import exception_entries
-from static_compiler.dtypes import branch_dtype_for
+from static_compiler.support.dtypes import branch_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import AutomatonSummary, LayerSummary, LayoutKind
 from static_compiler.live.additions import Insertions, LayerInsertion, count_at_most, inserted

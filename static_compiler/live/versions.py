@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from static_compiler.arrays import materialized
+from static_compiler.support.arrays import materialized
 from static_compiler.artifact import placement as placement_lib
 from static_compiler.artifact.format import ITEM_ARRAYS
 from static_compiler.backend.lowering import lower, plan_of

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from static_compiler.passes.base import ByteSize, Pass
-from static_compiler.cost_model import (DEFAULT_DENSE_MAX_OVERHEAD, DEFAULT_DENSE_THRESHOLD,
+from static_compiler.ir.cost_model import (DEFAULT_DENSE_MAX_OVERHEAD, DEFAULT_DENSE_THRESHOLD,
                                        applicable_layouts, candidate_layouts)
 from static_compiler.errors import MemoryBudgetError
 from static_compiler.ir import LAYOUT_KINDS, Automaton, Layer, Layout

@@ -1,7 +1,7 @@
 """`minimize`: merge equivalent states layer by layer (suffix sharing, a DAFSA),
 when the cost model says the result is smaller, or always with `force=true`.
 
-The algorithm is `static_compiler.merge_states` (the graph frontend runs it
+The algorithm is `static_compiler.ir.merge_states` (the graph frontend runs it
 too); see there for how states are grouped and why merging can cost bytes.
 Run it before choose-layout (it rejects an IR that already has layouts).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from static_compiler.ir import Automaton
-from static_compiler.merge_states import minimize_automaton
+from static_compiler.ir.merge_states import minimize_automaton
 from static_compiler.passes.base import Pass
 
 

@@ -1,6 +1,6 @@
 """`pack-dtypes`: the narrowest integer types that hold each layer's tokens
 (uint16 when V <= 65536) and state ids / row pointers (int16, int32 or int64,
-signed so -1 can mark a missing edge); the rules are `static_compiler.dtypes`.
+signed so -1 can mark a missing edge); the rules are `static_compiler.support.dtypes`.
 
 choose-layout already records packed dtypes; this pass re-packs layouts that
 came from elsewhere (a parsed IR dump, a pipeline without choose-layout's
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from static_compiler.passes.base import Pass
-from static_compiler.cost_model import packed
+from static_compiler.ir.cost_model import packed
 from static_compiler.ir import Automaton
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from static_compiler.cost_model import DEFAULT_PAD_MULTIPLE, padded_width, with_estimate
+from static_compiler.ir.cost_model import DEFAULT_PAD_MULTIPLE, padded_width, with_estimate
 from static_compiler.ir import Automaton
 from static_compiler.passes.base import Pass
 

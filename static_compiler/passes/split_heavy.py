@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from static_compiler.cost_model import DEFAULT_PAD_MULTIPLE, mixed_light_k
+from static_compiler.ir.cost_model import DEFAULT_PAD_MULTIPLE, mixed_light_k
 from static_compiler.ir import Automaton
 from static_compiler.passes.base import Pass
 from static_compiler.passes.pad_branches import PadBranchesPass

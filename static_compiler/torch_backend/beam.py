@@ -33,7 +33,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from static_compiler.decode_types import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
+from static_compiler.support.decode_types import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
                                           DecodeResult)
 from static_compiler.torch_backend.kernels import step_columns
 

@@ -1,6 +1,6 @@
 """Validators of the torch backend's arguments: the checks (and messages)
-of `static_compiler.decode_state` for torch tensors, without importing jax
-(the rules themselves are `static_compiler.arguments`, shared with it).
+of `static_compiler.support.decode_state` for torch tensors, without importing jax
+(the rules themselves are `static_compiler.support.arguments`, shared with it).
 They read shapes and dtypes only (no tensor values, so no host
 synchronisation), except `check_token_values`, which `allowed` calls on
 eager prefixes only, and `check_device`, which allocates an empty tensor
@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from static_compiler import arguments
-from static_compiler.arguments import (check_logits_shape, check_prefix_shape,
+from static_compiler.support import arguments
+from static_compiler.support.arguments import (check_logits_shape, check_prefix_shape,
                                        check_token_shape, is_int)
-from static_compiler.decode_types import BeamState, ProcessorState
+from static_compiler.support.decode_types import BeamState, ProcessorState
 from static_compiler.errors import DecodeInputError
 
 

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from static_compiler import arguments
+from static_compiler.support import arguments
 from static_compiler.artifact import format as artifact_format
 from static_compiler.artifact import snapshot
 from static_compiler.artifact.format import IR_FILE
@@ -30,7 +30,7 @@ from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.live.layers import table_layers
 from static_compiler.live.liveness import (ItemIndex, Subset, bit_layout, checked_subset_index,
                                            rows_item_live, subset_of_items)
-from static_compiler.decode_types import BeamState, DecodeResult
+from static_compiler.support.decode_types import BeamState, DecodeResult
 from static_compiler.torch_backend import beam, checks, ops
 from static_compiler.torch_backend import warm as warming
 from static_compiler.torch_backend.kernels import LiveBits

@@ -20,8 +20,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from static_compiler import arguments
-from static_compiler.decode_types import WarmReport
+from static_compiler.support import arguments
+from static_compiler.support.decode_types import WarmReport
 from static_compiler.errors import DecodeInputError
 
 

@@ -41,7 +41,7 @@ from jax import lax
 
 from static_compiler.backend.decode import (PAD_TOKEN, SENTINEL_SCORE, add_logprob,
                                             safe_log_softmax, select_beams)
-from static_compiler.decode_state import check_tokens_per_beam
+from static_compiler.support.decode_state import check_tokens_per_beam
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import as_token_matrix, automaton_from_sorted_codes, sort_unique_rows
 

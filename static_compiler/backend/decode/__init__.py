@@ -19,7 +19,7 @@ concern per module:
   engines that own the beam search.
 
 The state and result types and the argument validators live in
-`static_compiler.decode_state`, shared with the serving loader.
+`static_compiler.support.decode_state`, shared with the serving loader.
 
 Beam-search semantics (tested bit-for-bit against a numpy oracle):
 
@@ -59,7 +59,7 @@ from static_compiler.backend.decode.speculative import accept_drafts
 from static_compiler.backend.decode.step import (apply_choice, beam_step, beam_step_switch, finalize,
                                                  init_beam_state, length_normalized,
                                                  step_segments, switch_over_steps)
-from static_compiler.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
+from static_compiler.support.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
                                           DecodeResult, ProcessorState)
 
 __all__ = [

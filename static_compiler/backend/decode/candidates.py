@@ -21,7 +21,7 @@ from static_compiler.backend.kernels import (Candidates, GroupedRun, PackedRun, 
                                              slice_rows, take_last, take_rows)
 from static_compiler.backend.lowering import (Plan, candidate_columns,  # noqa: F401
                                              num_candidates, slot_steps)
-from static_compiler.decode_state import PAD_TOKEN, SENTINEL_SCORE
+from static_compiler.support.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.ir import LayoutKind
 
 

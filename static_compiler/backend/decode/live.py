@@ -19,7 +19,7 @@ import numpy as np
 from jax import lax
 
 from static_compiler.backend.lowering import Plan, slot_steps
-from static_compiler.decode_state import is_traced
+from static_compiler.support.decode_state import is_traced
 from static_compiler.errors import DecodeInputError
 from static_compiler.live.layers import bit_widths, slot_words
 from static_compiler.live.liveness import checked_subset_index

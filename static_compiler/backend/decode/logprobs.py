@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from static_compiler.backend.kernels import take_last, take_rows
-from static_compiler.decode_state import MIN_VALID_SCORE, SENTINEL_SCORE
+from static_compiler.support.decode_state import MIN_VALID_SCORE, SENTINEL_SCORE
 
 
 def _posinf_rows(x, posinf):

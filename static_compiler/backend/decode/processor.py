@@ -16,7 +16,7 @@ from static_compiler.backend.decode.programs import bounded_jit, run_compiling_a
 from static_compiler.backend.decode.step import step_in_range, switch_over_groups
 from static_compiler.backend.lowering import Plan
 from static_compiler.backend.row_search import few_rows
-from static_compiler.decode_state import (SENTINEL_SCORE, ProcessorState, check_logits,
+from static_compiler.support.decode_state import (SENTINEL_SCORE, ProcessorState, check_logits,
                                           check_processor_state, check_rows, check_step,
                                           check_tokens, int32_within)
 from static_compiler.errors import DecodeInputError

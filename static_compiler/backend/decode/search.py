@@ -24,10 +24,10 @@ from static_compiler.backend.decode.step import (apply_choice, finalize, init_be
 from static_compiler.backend.kernels import take_last
 from static_compiler.backend import lowering
 from static_compiler.backend.lowering import Plan
-from static_compiler.decode_state import (DecodeResult, check_callable, check_finite, check_int,
+from static_compiler.support.decode_state import (DecodeResult, check_callable, check_finite, check_int,
                                           check_logits, check_rows, check_start_tokens,
                                           check_tokens_per_beam)
-from static_compiler.arguments import model_output
+from static_compiler.support.arguments import model_output
 from static_compiler.errors import DecodeInputError
 
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from static_compiler.backend.kernels import take_last
-from static_compiler.decode_state import SENTINEL_SCORE
+from static_compiler.support.decode_state import SENTINEL_SCORE
 
 
 class Selection(NamedTuple):

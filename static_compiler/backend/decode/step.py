@@ -24,7 +24,7 @@ from static_compiler.backend.kernels import PackedRun, group_run, pack_run, pack
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.decode.selection import select_beams
 from static_compiler.backend.lowering import Plan
-from static_compiler.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
+from static_compiler.support.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
                                           DecodeResult, check_logits, check_step,
                                           check_tokens_per_beam)
 

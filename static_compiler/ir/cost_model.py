@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.dtypes import branch_dtype_for, state_dtype_for, token_dtype_for
+from static_compiler.support.dtypes import branch_dtype_for, state_dtype_for, token_dtype_for
 from static_compiler.ir import Automaton, Layer, Layout, LayoutKind
 
 # The functions below read a layer's counts, branch histogram

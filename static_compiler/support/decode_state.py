@@ -7,7 +7,7 @@ the state the other takes, field for field (the exported modules' arguments
 and results are these fields, in this order). It imports jax.numpy only to
 read the dtypes of traced values; it holds no decoding logic.
 
-The state and result types and the constants are `static_compiler.decode_types`
+The state and result types and the constants are `static_compiler.support.decode_types`
 (no jax: the torch backend shares them); this module re-exports them.
 """
 
@@ -20,14 +20,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from static_compiler.arguments import (check_callable, check_finite, check_int,  # noqa: F401
+from static_compiler.support.arguments import (check_callable, check_finite, check_int,  # noqa: F401
                                        check_logits_shape, check_rows,
                                        check_prefix_shape, check_start_tokens,
                                        check_token_shape, check_token_values,
                                        check_tokens_per_beam)
-from static_compiler.decode_types import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE,  # noqa: F401
+from static_compiler.support.decode_types import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE,  # noqa: F401
                                           BeamState, DecodeResult, ProcessorState)
-from static_compiler.arguments import is_int as _is_int
+from static_compiler.support.arguments import is_int as _is_int
 from static_compiler.errors import DecodeInputError
 
 # ---------------------------------------------------------------------------

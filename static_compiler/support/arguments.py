@@ -3,7 +3,7 @@ floats, callables, token values, start tokens, the per-step cap on each
 beam's children, and the shape-and-dtype rules for tokens
 and prefixes, each raising `DecodeInputError` naming the argument, the value
 and what was expected. One definition for the JAX decoder
-(`static_compiler.decode_state` adds the checks of jax values) and the
+(`static_compiler.support.decode_state` adds the checks of jax values) and the
 PyTorch backend (`static_compiler.torch_backend.checks`), so both give the
 same messages. numpy only.
 """
