@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates ./.venv (once) and installs the project with its test, torch, examples
-# and distributed extras into it (torch: tests/test_integration_torch.py;
-# distributed: the Dask test of tests/test_partitioned.py).
+# and distributed extras into it (torch: tests/integrations/test_integration_torch.py;
+# distributed: the Dask test of tests/frontend/test_partitioned.py).
 # Sourced by main-job.sh and test.sh, so a fresh machine needs nothing else.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -18,7 +18,7 @@ _LAZY = {
     "max_programs": "backend.decode.programs", "set_max_programs": "backend.decode.programs",
     "CompiledConstraints": "compiled", "beam_search": "compiler",
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
-    "load_compiled": "saved", "update_artifact": "saved",
+    "load": "saved", "load_compiled": "saved", "update_artifact": "saved",
     "DEFAULT_PIPELINE": "passes.pipeline", "format_pipeline": "passes.pipeline",
     "parse_pipeline": "passes.pipeline",
     "enable_compilation_cache": "support.compilation_cache",
@@ -32,7 +32,7 @@ _MOVED = {"datasets": "frontend.datasets", "text": "frontend.text", "readers": "
 
 
 _JAX_INSTALL = ("pip install jax (or, to serve a saved artifact without jax: "
-                "static_compiler.torch_backend.TorchConstraints.from_artifact(path), which "
+                "static_compiler.torch_backend.TorchConstraints.load(path), which "
                 "needs numpy and torch only)")
 
 
@@ -75,6 +75,6 @@ __all__ = [
     "BeamAxis", "BeamState", "CompiledConstraints", "DEFAULT_PIPELINE", "DecodeResult", "PAD_TOKEN",
     "ProcessorState", "SENTINEL_SCORE", "beam_search", "compile_constraints",
     "enable_compilation_cache", "errors",
-    "format_pipeline", "greedy_decode", "ir", "load_compiled", "max_programs", "parse_pipeline",
+    "format_pipeline", "greedy_decode", "ir", "load", "max_programs", "parse_pipeline",
     "sample", "set_max_programs", "Shards", "Subset", "stack_subsets", "update_artifact",
 ]

@@ -10,14 +10,14 @@ from typing import Optional
 import numpy as np
 
 from static_compiler.live import subsets, versions
-from static_compiler.artifact import placement as placement_lib
+from static_compiler.support import placement as placement_lib
 from static_compiler.backend import decode
-from static_compiler.backend.lowering import (Plan, PlanFacts, automaton_from_tables,
-                                              slot_steps, state_counts, table_head,
-                                              tables_nbytes)
-from static_compiler.artifact.names import NameTable
-from static_compiler.support.decode_state import (check_int, check_prefixes, check_processor_state,
-                                          is_traced)
+from static_compiler.live.set_view import SetFacts, SetView
+from static_compiler.target.plan import Plan, PlanFacts, tables_nbytes
+from static_compiler.target.raising import automaton_from_tables, table_head
+from static_compiler.frontend.names import NameTable
+from static_compiler.backend.decode.front_door import DecodeVerbs
+from static_compiler.support.decode_state import check_int, check_processor_state, is_traced
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import ItemIndex
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
@@ -25,29 +25,30 @@ from static_compiler.warm import WarmUp
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class CompiledConstraints(PlanFacts, WarmUp):
+class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
     """A compiled constraint set: its automaton, decoding plan and tables.
 
-    What `compile_constraints` returns (also `load_compiled`, `update`,
-    `shard`); immutable. Decode over it with `beam_search`, `greedy_decode`
-    or `sample`, step by step with the logits-processor pair `init_state` /
-    `mask` / `advance`, restrict it to items with `subset`; `save` writes
-    it as an artifact. Below, V is the vocabulary size and T = `max_length`.
+    What `compile_constraints` returns (also `load`, `update`, `shard`);
+    immutable. Decode over it with `beam_search`, `greedy_decode` or
+    `sample`, step by step with the verbs every front door has
+    (`DecodeVerbs`: `init_processor` / `mask` / `allowed_tokens` /
+    `advance`, `allowed`, `init_beams` / `beam_step` / `finalize`),
+    restrict it to items with `subset`; `save` writes it as an artifact. Below, V is the vocabulary size and T = `max_length`.
 
     Attributes
     ----------
     ir : Automaton
         The automaton after the pipeline (print it for the text dump). A
         set compiled from `Shards` straight into its tables
-        (`lowering.lower_pieces`) is built with ir=None: its automaton is
-        read back from the tables (`lowering.automaton_from_tables`, some
+        (`target.lowering.lower_pieces`) is built with ir=None: its automaton is
+        read back from the tables (`target.raising.automaton_from_tables`, some
         36 bytes per item against the tables' 12) only when something asks
         for `ir`; the IR text, `layer_stats`, `save` and decoding read
         `outline` and the tables.
     plan : Plan
         The static decoding plan (hashable).
     tables : tuple of dict of str to numpy.ndarray
-        One dict of arrays per layer (see backend.lowering for names,
+        One dict of arrays per layer (see target.tables for names,
         shapes and dtypes).
     pipeline : str
         Canonical spec of the passes that ran.
@@ -67,11 +68,11 @@ class CompiledConstraints(PlanFacts, WarmUp):
         because they encode to the same tokens), end_token and
         end_token_from ("argument" or "tokenizer").
     names : NameTable or None
-        For a text catalogue, the `artifact.names.NameTable` mapping token
+        For a text catalogue, the `frontend.names.NameTable` mapping token
         sequences back to names (saved as names.jsonl); else None.
     items : ItemIndex or None
         For sequence input, where each input row (an item) ends in the trie
-        (`liveness.ItemIndex`), for item subsets; else None.
+        (`frontend.items.ItemIndex`), for item subsets; else None.
     export_subsets : bool
         `save` also writes the item index and the modules' subset variants
         (serving restricts per request).
@@ -155,7 +156,7 @@ class CompiledConstraints(PlanFacts, WarmUp):
         """The IR's text dump (`ir.print_ir`, rows elided past `max_edges`
         edges, default the printer's limit); for a set whose IR lives in
         its tables, printed from `summary` and the first rows of each
-        table (`lowering.table_head`), equal to the automaton's."""
+        table (`target.raising.table_head`), equal to the automaton's."""
         from static_compiler.ir import _ELIDE_EDGES
 
         limit = _ELIDE_EDGES if max_edges is None else check_int("max_edges", max_edges, low=0)
@@ -238,7 +239,7 @@ class CompiledConstraints(PlanFacts, WarmUp):
         each device holds."""
         out = self._replace(
             placement=placement_lib.MeshPlacement.of(mesh, axis, self.tables, min_bytes))
-        _share_computed(self, out, _SET_CACHES + ("_base_subset",))  # the same set
+        _share_computed(self, out, ("_set_view",))  # the same set and items
         return out
 
     def table_bytes_per_device(self) -> int:
@@ -248,27 +249,15 @@ class CompiledConstraints(PlanFacts, WarmUp):
         return sum(max(shard.data.nbytes for shard in arr.addressable_shards)
                    for arr in jax.tree_util.tree_leaves(self.device_tables))
 
-    # Logits-processor pair (see backend.decode).
-    def init_state(self, batch_size: int) -> decode.ProcessorState:
-        return decode.init_processor_state(batch_size)
-
-    def mask(self, logits, state: decode.ProcessorState, step: int, *,
-             subset: Optional[subsets.Subset] = None, subset_index=None):
-        """See backend.decode.mask; subset / subset_index as in `beam_search`
-        (one subset per row of `state`)."""
-        state = check_processor_state(state, "mask")
-        live = self.live_mask(subset, subset_index, state.node.shape[0], "mask")
-        with self._counting():
-            return decode.mask(self.plan, self.device_tables, logits, state, step, live)
-
-    def advance(self, state: decode.ProcessorState, tokens, step: int, *,
-                subset: Optional[subsets.Subset] = None,
-                subset_index=None) -> decode.ProcessorState:
-        """See backend.decode.advance; subset / subset_index as in `mask`."""
-        state = check_processor_state(state, "advance")
-        live = self.live_mask(subset, subset_index, state.node.shape[0], "advance")
-        with self._counting():
-            return decode.advance(self.plan, self.device_tables, state, tokens, step, live)
+    # The verbs of every front door: `DecodeVerbs` (init_processor, mask,
+    # allowed_tokens, advance, allowed, init_beams, beam_step, finalize).
+    def beam_search(self, logits_fn, batch_size: int, beam_size: int, *,
+                    subset: Optional[subsets.Subset] = None, subset_index=None, **options):
+        """Constrained beam search over this set: `static_compiler.beam_search(
+        self, logits_fn, batch_size=..., beam_size=..., ...)` (its options)."""
+        from static_compiler.compiler import beam_search
+        return beam_search(self, logits_fn, batch_size=batch_size, beam_size=beam_size,
+                           subset=subset, subset_index=subset_index, **options)
 
     def processor(self, batch_size: int, *, subset: Optional[subsets.Subset] = None,
                   subset_index=None) -> decode.StepProcessor:
@@ -324,26 +313,29 @@ class CompiledConstraints(PlanFacts, WarmUp):
                                    "(compile_constraints(names, tokenizer=...) keeps names)")
         return self.names.texts(result)
 
-    def allowed(self, prefixes, *, subset: Optional[subsets.Subset] = None, subset_index=None):
-        """prefixes int (N, t), t in [0, max_length) -> bool (N, V): the tokens
-        that may follow each prefix, with no per-row state (see
-        backend.decode.prefix); subset / subset_index (one per prefix row)
-        as in `beam_search`."""
-        check_prefixes(prefixes, self.max_length, "allowed")  # (before its rows are counted)
-        live = self.live_mask(subset, subset_index, np.shape(prefixes)[0], "allowed")
-        with self._counting():
-            return decode.allowed(self.plan, self.device_tables, prefixes, live)
-
     @property
     def fingerprint(self) -> str:
         """Content hash of the plan and tables (`subsets.set_fingerprint`),
         and of the items an update removed (`ItemIndex.removal_tag`)."""
-        cached = self.__dict__.get("_fingerprint")
-        if cached is None:  # (a set read back knows its tables' digests: `_table_digests`)
-            cached = subsets.set_fingerprint(self.plan, self.tables,
-                                             self.__dict__.get("_table_digests"))
-            object.__setattr__(self, "_fingerprint", cached)
-        return cached + ("" if self.items is None else self.items.removal_tag)
+        return self.set_view.fingerprint
+
+    @property
+    def set_view(self) -> SetView:
+        """The numpy view of this set's items every front door shares
+        (`live.set_view.SetView`: fingerprint, base subset, trie, bit
+        layout), made once; `shard` shares it, `update` by removal shares
+        what it built."""
+        view = self.__dict__.get("_set_view")
+        if view is None:
+            plan, tables = self.plan, self.tables
+            digests = self.__dict__.get("_table_digests")  # (a set read back: no table hashed)
+            trie = (lambda ir=self.ir: ir) if "ir" in self.__dict__ else \
+                (lambda summary=self.summary: subsets.TableTrie.of(plan, summary, tables))
+            view = SetView(SetFacts.of_plan(plan, self.outline.num_final_states), tables,
+                           self.items, lambda: subsets.set_fingerprint(plan, tables, digests),
+                           trie=trie, lookup=subsets.item_mask)
+            object.__setattr__(self, "_set_view", view)
+        return view
 
     def update(self, *, add=None, remove=None) -> "CompiledConstraints":
         """A new version of this set with the items `add` lists (token
@@ -373,7 +365,8 @@ class CompiledConstraints(PlanFacts, WarmUp):
         (add names by compiling anew)."""
         version = versions.updated(self, add=add, remove=remove)
         if add is None:  # the same tables and set: share what was computed
-            _share_computed(self, version, ("_device_tables",) + _SET_CACHES)
+            _share_computed(self, version, ("_device_tables",))
+            object.__setattr__(version, "_set_view", self.set_view.version(version.items))
         _share_computed(self, version, ("_compile_counter_cache",))  # (one count: `compilations`)
         version.base_subset  # computed now, so the next decode only reads it
         return version
@@ -382,13 +375,7 @@ class CompiledConstraints(PlanFacts, WarmUp):
     def base_subset(self) -> Optional[subsets.Subset]:
         """The subset every decode of this version runs over when no subset
         is given: all items but those removed by updates; None if none was."""
-        if self.items is None or not self.items.removal_tag:
-            return None
-        cached = self.__dict__.get("_base_subset")
-        if cached is None:
-            cached = self.subset(np.ones(self.items.num_items, bool))
-            object.__setattr__(self, "_base_subset", cached)
-        return cached
+        return self.set_view.base_subset()
 
     def subset(self, selection) -> subsets.Subset:
         """The items of this set that `selection` picks, as a `Subset` to
@@ -400,47 +387,26 @@ class CompiledConstraints(PlanFacts, WarmUp):
         Raises ConstraintSetError for a mask of another shape or dtype, a
         sequence not in the set, and a set whose items share states
         (minimized, graph or IR input)."""
-        return subsets.make_subset(self._trie(), self.items, selection, self.fingerprint,
-                                   "CompiledConstraints.subset", self._bit_layout())
+        return self.set_view.subset(selection, "CompiledConstraints.subset")
 
     def _trie(self):
         """What subsets, removals and item lookups read: the IR when this set
         holds it, else a `subsets.TableTrie` of its tables (the IR is never
-        rebuilt for them)."""
-        if "ir" in self.__dict__:
-            return self.ir
-        cached = self.__dict__.get("_trie_cache")
-        if cached is None:
-            cached = subsets.TableTrie.of(self.plan, self.summary, self.tables)
-            object.__setattr__(self, "_trie_cache", cached)
-        return cached
-
-    def _bit_layout(self):
-        """The `liveness.BitLayout` of this set's subsets (computed once)."""
-        layout = self.__dict__.get("_bit_layout_cache")
-        if layout is None:
-            subsets.check_subsettable(self.outline, self.items, "CompiledConstraints.subset")
-            layout = subsets.bit_layout(self._trie().layers,
-                                        {t: self.tables[t]["next"] for t in slot_steps(self.plan)},
-                                        state_counts(self.plan))
-            object.__setattr__(self, "_bit_layout_cache", layout)
-        return layout
+        rebuilt for them); `SetView.trie`."""
+        return self.set_view.trie()
 
     def item_index(self, sequences) -> np.ndarray:
         """int64 (n,): the item (input row; the first of duplicate rows) each
         of `sequences` is, -1 for a sequence not in the set (or removed)."""
-        items = subsets.check_subsettable(self.outline, self.items, "item_index")
-        first = self.__dict__.get("_first_rows")
-        if first is None:
-            first = np.unique(items.row_item, return_index=True)[1].astype(np.int64)
-            object.__setattr__(self, "_first_rows", first)
+        items = self.set_view.checked_items("item_index")
+        first = self.set_view.first_rows()
         ids = subsets.unique_ids(self._trie(), items, sequences, "item_index")
         if items.removed is not None:
             ids = np.where(ids >= 0, np.where(items.removed[np.maximum(ids, 0)], -1, ids), -1)
         return np.where(ids >= 0, first[np.maximum(ids, 0)], -1)
 
     def live_mask(self, subset: Optional[subsets.Subset], subset_index, batch_size: int,
-                  where: str) -> Optional[decode.LiveMask]:
+                  where: str) -> Optional[decode.live.LiveMask]:
         """The decoder's `LiveMask` for `subset` (of this set) and the subset
         of each batch row, `subset_index` ints (batch_size,) (default: all
         rows subset 0, allowed only for a single subset)."""
@@ -452,7 +418,7 @@ class CompiledConstraints(PlanFacts, WarmUp):
             subset = self.base_subset
         else:  # (after warm(max_subsets=K), stacks of 2..K padded to K)
             subset, subset_index = self._padded(subset, subset_index, batch_size, where)
-        return decode.subset_live_mask(subset, self.fingerprint, subset_index, batch_size, where)
+        return decode.live.subset_live_mask(subset, self.fingerprint, subset_index, batch_size, where)
 
     def removal_program(self, live, batch_size: int):
         """What a decoder also compiles (`decode.beam_search`'s
@@ -472,7 +438,7 @@ class CompiledConstraints(PlanFacts, WarmUp):
         if specs is None:
             return None
         if batch_size not in specs:
-            specs[batch_size] = decode.live_mask_spec(self.plan, batch_size)
+            specs[batch_size] = decode.live.live_mask_spec(self.plan, batch_size)
         return specs[batch_size]
 
     def save(self, path, *, overwrite: bool = False):
@@ -480,12 +446,6 @@ class CompiledConstraints(PlanFacts, WarmUp):
         from static_compiler.artifact import writer
         from static_compiler.artifact.format import artifact_path
         return writer.save(self, artifact_path(path, "save"), overwrite=overwrite)
-
-
-_SET_CACHES = ("_fingerprint", "_table_digests", "_bit_layout_cache", "_first_rows",
-               "_trie_cache")
-"""What a CompiledConstraints computes from its set on first use (and caches
-in its __dict__), valid for any version with the same IR."""
 
 
 def _share_computed(source: CompiledConstraints, target: CompiledConstraints, keys) -> None:

@@ -1,7 +1,7 @@
 """`compile_constraints`: frontend -> passes -> lowering, and the decode
 entry points over the `CompiledConstraints` it returns (`beam_search`,
 `greedy_decode`, `sample`). The compiled set itself lives in `compiled`,
-the artifact round trip (`load_compiled`, `update_artifact`) in `saved`;
+the artifact round trip (`load`, `update_artifact`) in `saved`;
 both are importable from here too."""
 
 from __future__ import annotations
@@ -16,22 +16,17 @@ import numpy as np
 from static_compiler.live import subsets
 from static_compiler.passes import pipeline as pipeline_lib
 from static_compiler.backend import decode
-from static_compiler.backend.lowering import lower, lower_pieces, tables_nbytes
+from static_compiler.target.lowering import lower, lower_pieces
+from static_compiler.target.plan import tables_nbytes
 from static_compiler.support.arguments import check_rows
 from static_compiler.compiled import CompiledConstraints
-from static_compiler.errors import ConstraintSetError, DecodeInputError
-from static_compiler.frontend import PaddedRows, build_trie
-from static_compiler.frontend.sequences import trie_from_sorted
+from static_compiler.errors import DecodeInputError
+from static_compiler.frontend import inputs
 from static_compiler.frontend.array_files import ArrayFiles
-from static_compiler.frontend.graph import automaton_from_graph, is_graph
-from static_compiler.frontend.partitioned import Shards, partitions_built
-from static_compiler.ir import Automaton
-from static_compiler.frontend.spellings import SPELLINGS, catalogue_spellings
-from static_compiler.frontend.text import encode_catalogue, looks_like_names
-from static_compiler.saved import load_compiled, update_artifact
+from static_compiler.saved import load, load_compiled, update_artifact  # noqa: F401 (old name)
 
 __all__ = ["CompiledConstraints", "beam_search", "compile_constraints", "greedy_decode",
-           "load_compiled", "sample", "update_artifact"]
+           "load", "sample", "update_artifact"]
 
 
 def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int] = None,
@@ -121,85 +116,45 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     >>> compiled.max_length, compiled.outline.num_states
     (2, 6)
     """
-    timings = []
-    t0 = time.perf_counter()
-    frontend_stats = {}
-    names = items = sorted_rows = None
     spec = pipeline if pipeline is not None else pipeline_lib.DEFAULT_PIPELINE
     passes = pipeline_lib.parse_pipeline(spec)
     if capacity is not None:
         passes = pipeline_lib.with_capacity(passes, capacity)
-    stream = stream if stream is not None else sys.stderr
     options = dict(pipeline=pipeline_lib.format_pipeline(passes),
                    export_beam_sizes=_export_beam_sizes(export_beam_sizes),
                    export_tokens_per_beam=export_tokens_per_beam,
-                   frontend_stats=frontend_stats, export_subsets=bool(export_subsets))
-    if spellings not in SPELLINGS or (spellings != "canonical" and tokenizer is None):
-        raise ConstraintSetError(f"spellings={spellings!r}: expected one of {SPELLINGS}, and "
-                                 "'any' only for names with a tokenizer")
-    if tokenizer is not None:
-        catalogue = encode_catalogue(constraints, tokenizer, vocab_size, end_token=end_token)
-        constraints, end_token, names = catalogue.sequences, catalogue.end_token, catalogue.names
-        sorted_rows = catalogue.sorted_rows
-        frontend_stats["text"] = dict(catalogue.stats, spellings=spellings)
-        if spellings == "any":
-            if export_subsets:
-                raise ConstraintSetError("spellings='any' keeps no item index: export_subsets "
-                                         "needs the canonical spellings")
-            constraints, graph_stats = catalogue_spellings(catalogue, tokenizer, vocab_size)
-            frontend_stats["graph"] = graph_stats.as_dict()
-            names = sorted_rows = None
-    elif looks_like_names(constraints):
-        raise ConstraintSetError(f"constraints hold names ({constraints[0]!r}, ...): pass "
-                                 "tokenizer=... (a callable str -> list of token ids, or a "
-                                 "tokenizers / transformers tokenizer) to compile a text catalogue")
-    if start is not None and not is_graph(constraints):
-        raise ConstraintSetError(f"start={start!r} applies to graph input only; got "
-                                 f"{type(constraints).__name__}")
-    if isinstance(constraints, Shards):
-        with partitions_built(constraints, vocab_size, end_token=end_token) as built:
-            timings.append(("frontend", time.perf_counter() - t0))
-            summary = built.summary
-            frontend_stats.update(states=summary.num_states, edges=summary.num_edges)
-            files = ArrayFiles(built.work / "merged")
-            if not print_ir_after_all and all(p.layout_only or p.name == "verify"
-                                              for p in passes):
-                return _compiled_from_pieces(built, files, passes, timings, options)
-            # Passes that read the arrays (minimize, or printing the IR) run
-            # on the merged trie.
-            ir, items = built.trie(files), built.items(files)
-    elif is_graph(constraints):
-        ir, graph_stats = automaton_from_graph(constraints, vocab_size, start=start,
-                                               end_token=end_token)
-        frontend_stats["graph"] = graph_stats.as_dict()
-    elif isinstance(constraints, Automaton):
-        ir = constraints
-        if vocab_size != ir.vocab_size or end_token not in (None, ir.end_token):
-            raise ConstraintSetError(
-                f"vocab_size={vocab_size!r}, end_token={end_token!r}: the Automaton given has "
-                f"vocab_size={ir.vocab_size}, end_token={ir.end_token}; pass its own values "
-                "(end_token may be left None)")
-    elif sorted_rows is not None:  # a text catalogue, its encodings sorted once
-        ir, items = trie_from_sorted(sorted_rows, vocab_size, end_token,
-                                     ragged=isinstance(constraints, PaddedRows))
-    else:
-        ir, items = build_trie(constraints, vocab_size, end_token=end_token)
-    if not isinstance(constraints, Shards):
-        timings.append(("frontend", time.perf_counter() - t0))
-        frontend_stats.update(states=ir.num_states, edges=ir.num_edges)
+                   export_subsets=bool(export_subsets))
+    t0 = time.perf_counter()
+    with inputs.read_input(constraints, vocab_size, end_token=end_token, start=start,
+                           tokenizer=tokenizer, spellings=spellings,
+                           export_subsets=export_subsets) as front:
+        timings = [("frontend", time.perf_counter() - t0)]
+        return _compiled(front, passes, timings, dict(options, frontend_stats=front.stats),
+                         print_ir_after_all=print_ir_after_all, verify_each=verify_each,
+                         stream=stream if stream is not None else sys.stderr)
+
+
+def _compiled(front: inputs.FrontendOutput, passes, timings: list, options: dict, *,
+              print_ir_after_all: bool, verify_each: bool, stream) -> CompiledConstraints:
+    """The one path from the frontend's output, whatever the input kind:
+    the passes, then lowering (a partitioned build whose passes only choose
+    layouts is lowered piece by piece: `_compiled_from_pieces`)."""
+    if front.ir is None:
+        if not print_ir_after_all and all(p.layout_only or p.name == "verify" for p in passes):
+            return _compiled_from_pieces(front.built, front.files, passes, timings, options)
+        front = front.merged()  # passes that read the arrays (minimize, printing the IR)
     if print_ir_after_all:
-        origin = "input" if isinstance(constraints, Automaton) else "frontend"
-        stream.write(f"// ----- IR after {origin} -----\n" + ir.to_text())
-    ir = pipeline_lib.run_pipeline(ir, passes, verify_each=verify_each,
+        stream.write(f"// ----- IR after {front.origin} -----\n" + front.ir.to_text())
+    ir = pipeline_lib.run_pipeline(front.ir, passes, verify_each=verify_each,
                                    print_ir_after_all=print_ir_after_all, stream=stream,
                                    timings=timings)
     t0 = time.perf_counter()
     plan, tables = lower(ir)
     timings.append(("lower", time.perf_counter() - t0))
-    if export_subsets:
-        subsets.check_subsettable(ir, items, "export_subsets=True")
+    if options["export_subsets"]:
+        subsets.check_subsettable(ir, front.items, "export_subsets=True")
     return CompiledConstraints(ir=ir, plan=plan, tables=tables, timings=tuple(timings),
-                               names=names, items=items, **options)
+                               names=front.names, items=front.items, **options)
 
 
 def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, options: dict
@@ -207,7 +162,7 @@ def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, optio
     """A partitioned build compiled without its merged trie: the layout
     passes plan over the partitions' summed summaries (each part was
     verified where it was built), then every layer is lowered piece by
-    piece into memory-mapped table files (`lowering.lower_pieces`); the
+    piece into memory-mapped table files (`target.lowering.lower_pieces`); the
     IR is read back from the tables only when asked for."""
     planned = pipeline_lib.run_pipeline(built.summary, passes, verify_each=False,
                                         timings=timings)
@@ -241,7 +196,7 @@ def _check_call(compiled, decoder, options: dict, where: str) -> None:
     if not isinstance(compiled, CompiledConstraints):
         raise DecodeInputError(f"{where}: compiled={str(compiled)[:60]!r} is a "
                                f"{type(compiled).__name__}, expected a CompiledConstraints "
-                               "(sc.compile_constraints, sc.load_compiled)")
+                               "(sc.compile_constraints, sc.load)")
     known = [name for name, p in inspect.signature(decoder).parameters.items()
              if p.kind == p.KEYWORD_ONLY and name not in _SET_BY_FRONT_DOOR]
     unknown = sorted(set(options) - set(known))

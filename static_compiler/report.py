@@ -101,7 +101,7 @@ def _compiled_stats(obj, devices: Optional[int] = None) -> Optional[list]:
     """`CompiledConstraints.layer_stats(devices)` of `obj`; an Automaton
     whose layers all have layouts is lowered first (to measure its tables);
     None when some layer has no layout."""
-    from static_compiler.backend.lowering import lower
+    from static_compiler.target.lowering import lower
     from static_compiler.compiled import CompiledConstraints
 
     if isinstance(obj, CompiledConstraints):
@@ -265,13 +265,14 @@ def _subset_line(obj) -> str:
     if getattr(obj, "items", None) is None or getattr(obj, "plan", None) is None or \
             not all(layer.implicit_targets for layer in obj.outline.layers):
         return ""
-    from static_compiler.backend import decode, lowering
+    from static_compiler.backend import decode
+    from static_compiler.target import plan as plan_lib
     from static_compiler.live.layers import shared_depths
 
-    slots = lowering.slot_steps(obj.plan)
+    slots = plan_lib.slot_steps(obj.plan)
     shared = sorted(shared_depths(obj.outline.layers, slots,
-                                  lowering.state_counts(obj.plan)))
-    live, ends = decode.subset_widths(obj.plan)
+                                  plan_lib.state_counts(obj.plan)))
+    live, ends = decode.live.subset_widths(obj.plan)
     words = sum(w for d, w in enumerate(live, 1) if d not in shared) + sum(w or 0 for w in ends)
     bits = 32 * words / obj.outline.num_states
     return (f"item subsets: {4 * words} bytes per subset ({bits:.3f} "

@@ -1,4 +1,4 @@
-"""The artifact round trip of the library: `load_compiled` reads a saved
+"""The artifact round trip of the library: `load` reads a saved
 artifact back into a `CompiledConstraints`, `update_artifact` writes a new
 version of it (additions and removals) in place."""
 
@@ -7,13 +7,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from static_compiler.artifact import placement as placement_lib
+from static_compiler.support import placement as placement_lib
 from static_compiler.compiled import CompiledConstraints
 from static_compiler.errors import ConstraintSetError
 from static_compiler.live.liveness import warm_kernels_in_background
+from static_compiler.support.deprecation import renamed_function
 
 
-def load_compiled(path, *, verify_checksums: bool = True,
+def load(path, *, verify_checksums: bool = True,
                   check_automaton: bool = False) -> CompiledConstraints:
     """The compiled set a saved artifact holds.
 
@@ -57,16 +58,19 @@ def load_compiled(path, *, verify_checksums: bool = True,
     ArtifactVersionError
         For an artifact of an unsupported format version.
     """
-    import pathlib
-
     from static_compiler.artifact import snapshot
+    from static_compiler.artifact.format import artifact_path
 
-    with snapshot.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
+    with snapshot.open_snapshot(artifact_path(path, "load"),
+                                verify_checksums=verify_checksums) as snap:
         return _compiled_from_snapshot(snap, check_automaton)
 
 
+load_compiled = renamed_function(load, "static_compiler.load_compiled", "static_compiler.load")
+
+
 def _compiled_from_snapshot(snap, check_automaton: bool = False) -> CompiledConstraints:
-    """`load_compiled` of an open `artifact.snapshot.Snapshot` (every array
+    """`load` of an open `artifact.snapshot.Snapshot` (every array
     read from its open files)."""
     from static_compiler.artifact import snapshot
     from static_compiler.artifact.metadata import (automaton_from_metadata, plan_from_metadata,
@@ -158,7 +162,7 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
         For an artifact saved without an item index, and when the modules
         must be exported anew for a mesh and `mesh` is missing or differs.
     ArtifactFormatError, ArtifactChecksumError, ArtifactVersionError
-        As `load_compiled`.
+        As `load`.
     """
     import pathlib
 

@@ -89,20 +89,14 @@ class WarmUp:
         """(subset, subset_index) as decoded: after `warm(max_subsets=K)`, a
         stack of 2 <= R < K subsets padded to K (`pad_subsets`: empty
         subsets appended, so one program serves every R; the padded stack
-        is cached on the subset), its index checked against R first; one
+        is kept in the subset's `placements`), its index checked against R first; one
         subset (R = 1, a removal's shape) and other stacks as they are."""
         pad_to = self._warmth().pad_to
         if pad_to is None or not isinstance(subset, Subset) or \
                 not 1 < subset.num_subsets < pad_to:
             return subset, subset_index
         index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size, where)
-        cache = subset.__dict__.get("_padded")
-        if cache is None:
-            cache = {}
-            object.__setattr__(subset, "_padded", cache)
-        if pad_to not in cache:
-            cache[pad_to] = pad_subsets(subset, pad_to)
-        return cache[pad_to], index
+        return subset.placements.get(("padded", pad_to), lambda: pad_subsets(subset, pad_to)), index
 
     def _counting(self):
         return self._compile_counter().counting()
@@ -244,7 +238,7 @@ def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_
                                f"{sorted(beam_opts | sample_opts)}")
     if max_subsets:
         try:
-            compiled._bit_layout()  # (ConstraintSetError for a set without item subsets)
+            compiled.set_view.bit_layout("warm")  # (ConstraintSetError: no item subsets)
         except ConstraintSetError as err:
             raise DecodeInputError(f"warm: max_subsets={max_subsets}: this set has no item "
                                    f"subsets: {err}") from None
@@ -281,7 +275,7 @@ def _subset_specs(compiled, batch_size: int, max_subsets: int) -> tuple:
     expects_removals = compiled.removal_program(None, batch_size) is not None
     counts = sorted({1} if expects_removals or max_subsets else set()) + \
         ([max_subsets] if max_subsets > 1 else [])
-    return tuple(decode.live_mask_spec(compiled.plan, batch_size, r) for r in counts)
+    return tuple(decode.live.live_mask_spec(compiled.plan, batch_size, r) for r in counts)
 
 
 def _eager(compiled, batch_size: int, specs: tuple) -> None:
@@ -301,7 +295,7 @@ def _eager(compiled, batch_size: int, specs: tuple) -> None:
     logits = np.zeros((batch_size, V), np.float32)
     tokens = np.zeros((batch_size,), np.int32)
     for subset, index in subsets:
-        state = compiled.init_state(batch_size)
+        state = compiled.init_processor(batch_size)
         for t in range(T):
             compiled.mask(logits, state, t, subset=subset, subset_index=index)
             compiled.advance(state, tokens, t, subset=subset, subset_index=index)

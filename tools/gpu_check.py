@@ -67,7 +67,7 @@ def _serve(art, emb, pos, beams: int, subset=None) -> dict:
     import jax
     import jax.numpy as jnp
     emb_d, pos_d = jnp.asarray(emb), jnp.asarray(pos)
-    state = art.init_state(BATCH, beams)
+    state = art.init_beams(BATCH, beams)
     for step in range(art.max_length):
         logits = emb_d[state.last_tokens] + pos_d[step]
         state = art.beam_step(state, logits, step, subset=subset)
@@ -109,7 +109,7 @@ def prepare(root: pathlib.Path, sizes: dict) -> None:
         mask = np.random.default_rng(SEED + 3).random(len(seqs)) < 0.1
         full = _serve(art, emb, pos, beams)
         sub = _serve(art, emb, pos, beams, art.subset(mask))
-        allowed = TorchConstraints.from_artifact(path).allowed(_prefixes(seqs)).numpy()
+        allowed = TorchConstraints.load(path).allowed(_prefixes(seqs)).numpy()
         np.savez_compressed(root / f"{name}.expected.npz", mask=mask, allowed=allowed,
                             **{f"full_{k}": v for k, v in full.items()},
                             **{f"subset_{k}": v for k, v in sub.items()})
@@ -153,7 +153,7 @@ def check(root: pathlib.Path, out: pathlib.Path) -> int:
         rows = [_compare(_serve(art, emb, pos, beams), want, "full", members, "serving, full set"),
                 _compare(_serve(art, emb, pos, beams, art.subset(want["mask"])), want, "subset",
                          chosen, "serving, 10 % subset")]
-        tc = TorchConstraints.from_artifact(path, device=device)
+        tc = TorchConstraints.load(path, device=device)
         allowed = tc.allowed(_prefixes(seqs)).cpu().numpy()
         rows.append(_compare(_torch_search(tc, emb, pos, device, beams), want, "full", members,
                              f"torch beam_search on {device}, full set"))

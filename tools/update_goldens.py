@@ -7,7 +7,7 @@ pass of the default pipeline, for small reference constraint sets.
 
 (`python -m tools.update_goldens` from the repository root is the same.)
 
-This is the only way golden .ir files change; tests/test_goldens.py compares
+This is the only way golden .ir files change; tests/passes/test_goldens.py compares
 the library's dumps with the files and never writes them. Layout: each case
 is a folder ``golden/<case>/`` whose ``input.json`` holds the set
 (``sequences``, ``vocab_size``, ``end_token``, and ``about``, a line on what

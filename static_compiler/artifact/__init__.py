@@ -1,19 +1,18 @@
 """The artifact stage: a compiled set saved as a directory of .npy tables,
 `jax.export` modules and a manifest, and read back for serving.
 
-Modules by layer (tests/test_layering.py), lowest first:
+Modules by layer (tests/repository/test_layering.py), lowest first:
 
 * core definitions (standard library and numpy only, no jax; shared by the
   compiler, the writers and the serving loader):
   - `format`: names of files, format versions with their dated history, the
     checksum rules;
   - `manifest`: the manifest's schema (`Manifest` and its entries);
-  - `names`: a text catalogue's names.jsonl (`NameTable`);
+  - `names`: a text catalogue's names.jsonl read back (`read_names_jsonl`);
   - `snapshot`: opening and checking an artifact (`Snapshot`,
     `open_snapshot`) and reading its manifest, tables, names and items;
-  - `placement`: which tables split across a device mesh;
-  - `mapped`: memory-mapped arrays read or written without their pages
-    piling up in the resident set;
+  (which tables split across a device mesh, and memory-mapped arrays, are
+  `support.placement` and `support.mapped`);
 * the artifact layer (jax, and the backend for the writers):
   - `export`: the modules exported with `jax.export`;
   - `metadata`: the manifest fields that describe the set, and the plan and
@@ -30,7 +29,7 @@ jax. The writer's and readers' functions are available here on first use
 (PEP 562), as `artifact.save`, `artifact.load_checked`, `artifact.update_lock`.
 """
 
-import importlib
+from static_compiler.support.lazy import lazy_exports
 
 _EXPORTS = {
     "export_modules": "export", "aval_specs": "export", "export_caps": "export",
@@ -45,23 +44,12 @@ _EXPORTS = {
 }
 """Public name -> the module of this package that defines it."""
 
-_SUBMODULES = frozenset({"format", "manifest", "names", "snapshot", "placement", "mapped",
+_SUBMODULES = frozenset({"format", "manifest", "names", "snapshot",
                          "export", "metadata", "lock", "writer", "update", "read", "runtime",
                          "serving"})
 
 
-def __getattr__(name):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
 
 
 __all__ = sorted(_EXPORTS)

@@ -32,9 +32,9 @@ from jax import export as jax_export
 
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
-from static_compiler.artifact.placement import placed_shape
+from static_compiler.support.placement import placed_shape
 from static_compiler.backend import decode
-from static_compiler.backend.lowering import Plan
+from static_compiler.target.plan import Plan
 from static_compiler.support.decode_state import BeamState, ProcessorState, check_tokens_per_beam
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
 
@@ -114,7 +114,7 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
     modules = {name: (export(lambda *a, fn=fn: fn(a, None), specs), names, results)
                for name, (fn, specs, names, results) in base.items()}
     if getattr(compiled, "export_subsets", False):
-        live_w, ends_w = decode.subset_widths(plan)
+        live_w, ends_w = decode.live.subset_widths(plan)
         sub_specs = [spec((r, w), jnp.uint32) for w in live_w] + \
             [spec((r, w), jnp.uint32) for w in ends_w if w is not None] + [spec((b,), jnp.int32)]
         sub_names = [f"subset.live{d + 1}" for d in range(len(live_w))] + \
@@ -125,7 +125,7 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
             it = iter(a[-k:])
             live = tuple(next(it) for _ in live_w)
             ends = tuple(None if w is None else next(it) for w in ends_w)
-            return fn(a[:-k], decode.LiveMask(live, ends, next(it)))
+            return fn(a[:-k], decode.live.LiveMask(live, ends, next(it)))
 
         for name, (fn, specs, names, results) in base.items():
             if not name.startswith("init"):

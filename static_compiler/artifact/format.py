@@ -8,7 +8,7 @@ An artifact is a directory:
 * ``manifest.json``: a `manifest.Manifest` (sorted keys, one-space indent),
   sealed with its own sha256 (`MANIFEST_DIGEST_KEY`);
 * ``ir.txt``: the IR dump (rows elided for large sets);
-* ``names.jsonl`` (version 2, text catalogues only): a `names.NameTable`,
+* ``names.jsonl`` (version 2, text catalogues only): a `frontend.names.NameTable`,
   one JSON object per item, ``{"name": str, "tokens": [int, ...]}`` plus
   ``"aliases": [str, ...]`` when other names encode to the same tokens,
   sorted by tokens (a prefix before its extensions); lines end in a line
@@ -33,81 +33,175 @@ rules are here; `snapshot` checks them).
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import hashlib
 import json
 import os
 import pathlib
 
-from static_compiler.errors import ArtifactFormatError
+from static_compiler.errors import ArtifactFormatError, ArtifactVersionError
 
 # ---------------------------------------------------------------------------
-# Versions. The writer writes FORMAT_VERSION; readers accept
-# [MIN_FORMAT_VERSION, MAX_FORMAT_VERSION]. History:
-#   1 (2026-11-29): manifest.json, ir.txt, tables/*.npy, modules/*.jaxexport;
-#     modules init_m{M}, beam_step_m{M}, mask, advance; batch dimension "b".
-#   2 (2026-12-01): text catalogues: optional names.jsonl (the items' names and
-#     token ids) and the manifest key "names_file" (its path, or null). A
-#     version 1 artifact reads as one without names.
-#   3 (2026-12-01): item subsets: optional items/*.npy (where each input row
-#     ends in the trie: row_item, and for variable-length sets item_depth and
-#     item_state), the manifest key "item_files" ({name: path}, or null), and
-#     with them the modules beam_step_subset_m{M}, mask_subset and
-#     advance_subset (a module's arguments, then the subsets' bits with a
-#     second symbolic dimension "r", then subset_index int32[b]); after an
-#     update, items/removed.npy (bool, the unique sequences taken out).
-#     Versions 1 and 2 read as artifacts without subsets.
-#   4 (2026-12-01): tables on a device mesh: the manifest key "mesh" (null for
-#     one device, else {"axes": [[name, size], ...], "table_axis": name,
-#     "split_tables": ["layer{t}.{name}", ...], "min_bytes": int}); the
-#     modules were exported for that mesh (jax.export records the device
-#     count and shardings) and take the split row pointers padded to a
-#     multiple of the axis size (`placement`). The table files are the
-#     same as for one device. Versions 1 to 3 read as one-device artifacts.
-#   5 (2026-12-01): the manifest key "subset_bits", how the subset modules
-#     take an item subset's bits: "dense_slots" (this writer: the children of
-#     a dense_rows step t as slot bits, num_states[t] * ceil(V / 32) words per
-#     subset, in (state, token) order; see `liveness`) or "per_state" (one bit
-#     per state at every depth, as versions 3 and 4 took them; an update
-#     that keeps a version 3 or 4 artifact's modules keeps it). Versions 1 to
-#     4 read as "per_state".
-#   6 (2026-12-02): a near_unary layer's exceptions hold their row starts and
-#     branches in two tables, layer{t}.ex_starts (X,) of the state dtype and
-#     layer{t}.ex_branch (X,) of the narrowest unsigned dtype holding the
-#     layer's max branch, instead of layer{t}.ex_bounds (X, 2) [start, end)
-#     rows: 9 bytes an exception instead of 12 at int32 (0.65 -> 0.49 bytes
-#     per item at 1e9 items). Versions 1 to 5 keep ex_bounds: their own
-#     modules take it, and the library reads both; an update that keeps an
-#     older artifact's modules keeps its tables' names (the manifest lists
-#     each layer's tables).
-#   7 (2026-12-03): room without csr, splits without room, summaries the
-#     library reads back. A near_unary layer may reserve capacity (its layout
-#     text records capacity=S/E and exceptions=X, the room for exceptions):
-#     its tokens are padded to E and its exception tables to X entries of
-#     id S (the table's state count: past every state), start the layer's
-#     edge count and branch 0. On a mesh, every split table is padded to a
-#     multiple of the axis size (`placement.padded`: not only row
-#     pointers), so a set splits without reserved capacity. Each manifest
-#     layer may record "branch_counts" (its branch histogram, as
-#     `ir.LayerSummary.counts`), which `load_compiled` checks against the
-#     tables instead of rebuilding the automaton (absent in older
-#     manifests: read from the tables). Versions 1 to 6 read as before.
-#   8 (2026-12-03): a fixed-length set that took additions may hold
-#     items/state_item.npy (int32, one entry per final state in state order:
-#     the unique sequence ending there) instead of item_depth and item_state
-#     (an addition inserts into it and renumbers nothing, and a lookup reads
-#     it directly). Versions 1 to 7 read as before (their fixed-length sets
-#     with additions hold item_depth and item_state, which still load).
-#   9 (2026-12-04): such a set holds its additions instead:
-#     items/state_inserted_at.npy and items/state_inserted_item.npy (int32
-#     (K,): the final states, ascending, where its K added items end, and
-#     their ids, the K largest); every other final state f holds item
-#     f - #(inserted_at < f) (`live.state_order.InsertedOrder`). A first
-#     subset no longer reads a 4 GB array at 1e9. Version 8's state_item
-#     still loads; an update writes the new form.
+# Versions: the writer writes FORMAT_VERSION; readers accept the window
+# [MIN_FORMAT_VERSION, MAX_FORMAT_VERSION] (`version_error` otherwise), as
+# jax.export keeps its calling conventions: each older version is read for
+# SUPPORT_DAYS after the version that replaced it came out
+# (`supported_until`), every reader branch for an older shape is a row of
+# COMPAT (which names the date it may go), and `static-compiler upgrade
+# PATH` rewrites an older artifact into FORMAT_VERSION before that date. To
+# drop a version: raise MIN_FORMAT_VERSION past it once its date passed,
+# delete the COMPAT rows whose last_version is below it and their branches.
+
+
+@dataclasses.dataclass(frozen=True)
+class FormatVersion:
+    """One row of the dated history: version, the date (ISO) it was first
+    written, what it changed, and how the versions before it read."""
+
+    version: int
+    introduced: str
+    change: str
+
+
+FORMAT_HISTORY = (
+    FormatVersion(1, "2026-11-29", "manifest.json, ir.txt, tables/*.npy, modules/*.jaxexport; "
+                  "modules init_m{M}, beam_step_m{M}, mask, advance; batch dimension \"b\"."),
+    FormatVersion(2, "2026-12-01", "text catalogues: optional names.jsonl (the items' names and "
+                  "token ids) and the manifest key \"names_file\" (its path, or null). A version "
+                  "1 artifact reads as one without names."),
+    FormatVersion(3, "2026-12-01", "item subsets: optional items/*.npy (row_item, and for "
+                  "variable-length sets item_depth and item_state), the manifest key "
+                  "\"item_files\" ({name: path}, or null), and with them the modules "
+                  "beam_step_subset_m{M}, mask_subset and advance_subset (a module's arguments, "
+                  "then the subsets' bits with a second symbolic dimension \"r\", then "
+                  "subset_index int32[b]); after an update, items/removed.npy (bool, the unique "
+                  "sequences taken out). Versions 1 and 2 read as artifacts without subsets."),
+    FormatVersion(4, "2026-12-01", "tables on a device mesh: the manifest key \"mesh\" (null "
+                  "for one device, else {\"axes\": [[name, size], ...], \"table_axis\": name, "
+                  "\"split_tables\": [\"layer{t}.{name}\", ...], \"min_bytes\": int}); the "
+                  "modules were exported for that mesh and take the split row pointers padded to "
+                  "a multiple of the axis size (`placement`). Versions 1 to 3 read as one-device "
+                  "artifacts."),
+    FormatVersion(5, "2026-12-01", "the manifest key \"subset_bits\", how the subset modules "
+                  "take an item subset's bits: \"dense_slots\" (the children of a dense_rows step "
+                  "t as slot bits, num_states[t] * ceil(V / 32) words per subset, in (state, "
+                  "token) order; see `liveness`) or \"per_state\" (one bit per state at every "
+                  "depth, as versions 3 and 4 took them). Versions 1 to 4 read as \"per_state\"."),
+    FormatVersion(6, "2026-12-02", "a near_unary layer's exceptions hold their row starts and "
+                  "branches in two tables, layer{t}.ex_starts (X,) of the state dtype and "
+                  "layer{t}.ex_branch (X,) of the narrowest unsigned dtype holding the layer's "
+                  "max branch, instead of layer{t}.ex_bounds (X, 2) [start, end) rows: 9 bytes "
+                  "an exception instead of 12 at int32. Versions 1 to 5 keep ex_bounds (their "
+                  "own modules take it); the readers turn it into ex_starts / ex_branch."),
+    FormatVersion(7, "2026-12-03", "room without csr, splits without room, summaries the library "
+                  "reads back: a near_unary layer may reserve capacity (layout text "
+                  "`near_unary(...,exceptions=X,capacity=S/E)`: tokens padded to E entries, "
+                  "exception tables to X, padding entries holding id S, the layer's edge count "
+                  "as start and branch 0); on a mesh every split table is padded to a multiple "
+                  "of the axis size; each manifest layer records \"branch_counts\" (its branch "
+                  "histogram), which `sc.load` checks against the tables. Older manifests "
+                  "lack it: read from the tables."),
+    FormatVersion(8, "2026-12-03", "a fixed-length set that took additions may hold "
+                  "items/state_item.npy (int32, one entry per final state in state order: the "
+                  "unique sequence ending there) instead of item_depth and item_state."),
+    FormatVersion(9, "2026-12-04", "such a set holds its additions instead: "
+                  "items/state_inserted_at.npy and items/state_inserted_item.npy (int32 (K,): "
+                  "the final states, ascending, where its K added items end, and their ids, the "
+                  "K largest); every other final state f holds item f - #(inserted_at < f) "
+                  "(`live.state_order.InsertedOrder`). Version 8's state_item still loads."),
+)
+"""The dated history of the format, one row per version, oldest first."""
+
 FORMAT_NAME = "static-compiler-artifact"
 FORMAT_VERSION = 9
 MIN_FORMAT_VERSION = 1
 MAX_FORMAT_VERSION = 9
+
+SUPPORT_DAYS = 183
+"""How long (about six months, as jax.export keeps a calling convention)
+the readers keep reading a version after the one that replaced it came out."""
+
+
+def version_introduced(version: int) -> str:
+    """The ISO date format `version` was first written (FORMAT_HISTORY)."""
+    return FORMAT_HISTORY[version - 1].introduced
+
+
+def supported_until(version: int):
+    """The ISO date after which the readers may stop reading `version`:
+    SUPPORT_DAYS after the next version was introduced; None for
+    FORMAT_VERSION (current: no end)."""
+    if version >= FORMAT_VERSION:
+        return None
+    replaced = datetime.date.fromisoformat(version_introduced(version + 1))
+    return (replaced + datetime.timedelta(days=SUPPORT_DAYS)).isoformat()
+
+
+@dataclasses.dataclass(frozen=True)
+class CompatBranch:
+    """A reader branch for an older shape of the artifact: its name (the
+    key of COMPAT, which the branch's code names), the newest version that
+    writes that shape (`last_version`; an update that keeps an older
+    artifact's modules keeps some shapes in newer versions: `kept_by_updates`),
+    what it reads, and where the readers normalize it. It may be deleted
+    with its code once MIN_FORMAT_VERSION passes `last_version`, after
+    `removed_after`."""
+
+    name: str
+    last_version: int
+    reads: str
+    normalized_in: str
+    kept_by_updates: bool = False
+
+    @property
+    def removed_after(self) -> str:
+        return supported_until(self.last_version)
+
+
+COMPAT = {b.name: b for b in (
+    CompatBranch("names_file", 1, "no \"names_file\" key: an artifact without names",
+                 "manifest.Manifest.from_json"),
+    CompatBranch("item_files", 2, "no \"item_files\" key: an artifact without subsets",
+                 "manifest.Manifest.from_json"),
+    CompatBranch("mesh", 3, "no \"mesh\" key: a one-device artifact",
+                 "manifest.Manifest.from_json"),
+    CompatBranch("subset_bits", 4, "no \"subset_bits\" key: \"per_state\"",
+                 "manifest.Manifest.from_json"),
+    CompatBranch("per_state", 5, "subset modules that take one bit per state at every depth",
+                 "the bit layout of the artifact's own modules (serving, torch_backend)",
+                 kept_by_updates=True),
+    CompatBranch("ex_bounds", 5, "a near_unary layer's ex_bounds (X, 2) [start, end) rows",
+                 "normalize.current_tables (snapshot.read_tables, runtime.put_tables)",
+                 kept_by_updates=True),
+    CompatBranch("branch_counts", 6, "manifest layers without \"branch_counts\"",
+                 "live.layers.TableLayer (read from the tables on first use)",
+                 kept_by_updates=True),
+    CompatBranch("state_item", 8, "items/state_item.npy, every final state's item",
+                 "live.state_order.item_order", kept_by_updates=True),
+)}
+"""Every reader branch for an older shape, by name; a branch's code names
+its row (``COMPAT["ex_bounds"]``). `normalize.needed_branches` tells which
+rows an artifact needs; `static-compiler upgrade` rewrites it so it needs
+none."""
+
+
+def version_error(path, version: int, shape: str = "") -> ArtifactVersionError:
+    """The ArtifactVersionError for an artifact at `path` of format
+    `version` (or holding an older `shape`) outside the window: names the
+    version, the window with its dates, and the fix."""
+    window = (f"[{MIN_FORMAT_VERSION}, {MAX_FORMAT_VERSION}] (version {MIN_FORMAT_VERSION} of "
+              f"{version_introduced(MIN_FORMAT_VERSION)} is read until "
+              f"{supported_until(MIN_FORMAT_VERSION) or 'further notice'})")
+    what = f"format version {version}" + (f" ({shape})" if shape else "")
+    if version > MAX_FORMAT_VERSION:
+        fix = ("it was written by a newer static_compiler: read it with that release (or "
+               "upgrade this one)")
+    else:
+        fix = (f"rewrite it into format version {FORMAT_VERSION} with `static-compiler upgrade "
+               f"{path}` run by a release whose window still holds it (or re-save the set)")
+    return ArtifactVersionError(f"artifact {str(path)!r}: {what} is outside the window this "
+                                f"reader accepts, {window}: {fix}")
 SUBSET_BITS = ("per_state", "dense_slots")
 """The values of the manifest's "subset_bits" (format version 5); this
 writer's is the last."""
@@ -120,7 +214,7 @@ NAMES_FILE = "names.jsonl"
 ITEMS_DIR = "items"
 ITEM_ARRAYS = ("row_item", "item_depth", "item_state", "removed", "state_item",
                "state_inserted_at", "state_inserted_item")
-"""The arrays of `liveness.ItemIndex` an artifact may hold (item_depth and
+"""The arrays of `frontend.items.ItemIndex` an artifact may hold (item_depth and
 item_state for variable-length sets; for fixed-length sets that took
 additions state_inserted_at and state_inserted_item (format version 9), or
 state_item (version 8); removed after an update), one .npy file each under

@@ -15,8 +15,8 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.artifact.format import (BEAM_MODULE_KINDS, FORMAT_NAME, FORMAT_VERSION,
-                                             MANIFEST_FILE, STEP_KINDS, SUBSET_BITS,
+from static_compiler.artifact.format import (BEAM_MODULE_KINDS, COMPAT, FORMAT_NAME,
+                                             FORMAT_VERSION, MANIFEST_FILE, STEP_KINDS, SUBSET_BITS,
                                              beam_module_name, format_error, require,
                                              seal_manifest, subset_module_name)
 
@@ -160,12 +160,19 @@ def _mesh_record(record: Optional[dict], path) -> Optional[dict]:
             "split_tables": sorted(split), "min_bytes": min_bytes}
 
 
+def _has_key(version: int, key: str) -> bool:
+    """Whether a manifest of format `version` has `key`, which format
+    version COMPAT[key].last_version + 1 added (older ones read its
+    default: `format.COMPAT`)."""
+    return version > COMPAT[key].last_version
+
+
 @dataclasses.dataclass(frozen=True)
 class Manifest:
     """manifest.json, typed. `plan_steps` (the backend's static plan, one dict
     per layer) and `layers` (per-layer statistics, layout text and table
     names) are plain JSON objects; with the tables they determine the
-    automaton (`static_compiler.backend.lowering.automaton_from_tables`)."""
+    automaton (`static_compiler.target.raising.automaton_from_tables`)."""
 
     jax_version: str
     jaxlib_version: str
@@ -201,15 +208,12 @@ class Manifest:
                    layers=list(self.layers), tables=[t.to_json() for t in self.tables],
                    modules={name: m.to_json() for name, m in sorted(self.modules.items())},
                    files={rel: f.to_json() for rel, f in sorted(self.files.items())})
-        if self.format_version >= 2:
-            out["names_file"] = self.names_file
-        if self.format_version >= 3:
-            out["item_files"] = None if self.item_files is None else dict(sorted(
-                self.item_files.items()))
-        if self.format_version >= 4:
-            out["mesh"] = self.mesh
-        if self.format_version >= 5:
-            out["subset_bits"] = self.subset_bits
+        values = {"names_file": self.names_file, "mesh": self.mesh,
+                  "subset_bits": self.subset_bits,
+                  "item_files": None if self.item_files is None else dict(sorted(
+                      self.item_files.items()))}
+        out.update({key: value for key, value in values.items()
+                    if _has_key(self.format_version, key)})
         return out
 
     def seal(self) -> bytes:
@@ -228,14 +232,16 @@ class Manifest:
             **scalars,
             format=require(obj, "format", str, where, path),
             format_version=version,
+            # each key absent from older versions: its format.COMPAT row (the
+            # version it came in, the date its branch goes)
             names_file=(require(obj, "names_file", (str, type(None)), where, path)
-                        if version >= 2 else None),
+                        if _has_key(version, "names_file") else None),
             item_files=(require(obj, "item_files", (dict, type(None)), where, path)
-                        if version >= 3 else None),
+                        if _has_key(version, "item_files") else None),
             mesh=(_mesh_record(require(obj, "mesh", (dict, type(None)), where, path), path)
-                  if version >= 4 else None),
-            subset_bits=(require(obj, "subset_bits", str, where, path) if version >= 5
-                         else SUBSET_BITS[0]),
+                  if _has_key(version, "mesh") else None),
+            subset_bits=(require(obj, "subset_bits", str, where, path)
+                         if _has_key(version, "subset_bits") else SUBSET_BITS[0]),
             platforms=tuple(require(obj, "platforms", list, where, path)),
             plan_steps=tuple(require(obj, "plan_steps", list, where, path)),
             layers=tuple(require(obj, "layers", list, where, path)),

@@ -11,7 +11,8 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.backend.lowering import Plan, StepPlan, automaton_from_tables
+from static_compiler.target.plan import Plan, StepPlan
+from static_compiler.target.raising import automaton_from_tables
 from static_compiler.errors import ArtifactFormatError
 from static_compiler.ir import Automaton, AutomatonSummary, LayerSummary, Layout
 from static_compiler.live.layers import table_branch_counts
@@ -57,7 +58,8 @@ def summary_from_metadata(metadata: dict, tables, where: str = "tables") -> Auto
     without rebuilding the automaton: each layer's branch histogram is read
     from its tables a chunk at a time (`layers.table_branch_counts`: bounded
     memory; a few entries for unary and near_unary layers) and must equal
-    the recorded one (format version >= 7; older manifests have none), its
+    the recorded one (a manifest before format version 7 has none: its
+    reader fills it from the tables, `normalize.with_branch_counts`), its
     totals the recorded state and edge counts, its accepting states the
     recorded count. Raises ArtifactFormatError naming the layer where they
     disagree."""
@@ -102,7 +104,7 @@ def summary_from_metadata(metadata: dict, tables, where: str = "tables") -> Auto
 def automaton_from_metadata(metadata: dict, tables, where: str = "tables") -> Automaton:
     """The automaton that `metadata` (the fields of `set_metadata`, as the
     manifest holds them) and `tables` (one dict of numpy arrays per layer)
-    describe; see `lowering.automaton_from_tables`."""
+    describe; see `target.raising.automaton_from_tables`."""
     plan, layouts = plan_from_metadata(metadata, where)
     counts = [(info.get("states"), info.get("edges")) for info in metadata["layers"]]
     return automaton_from_tables(plan, layouts, tables, where=where,

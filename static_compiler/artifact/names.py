@@ -1,168 +1,54 @@
-"""Text catalogues: names.jsonl, the names of a catalogue's items and their
-token ids (`NameTable`), written by the writer (`NameTable.to_jsonl`) and
-read by `snapshot.read_names`. Standard library and numpy only.
+"""Text catalogues' names.jsonl read back (`read_names_jsonl`, for
+`snapshot.read_names`): the `frontend.names.NameTable` it holds, checked
+line by line. Standard library and numpy only.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from typing import Optional
 
 import numpy as np
 
 from static_compiler.artifact.format import NAMES_FILE, _reject_constant, format_error, require
-from static_compiler.errors import DecodeInputError
+from static_compiler.frontend.names import NameTable
 
 
-_LINE_BREAK_ESCAPES = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
-"""str.translate table for names.jsonl: the line breaks str.splitlines
-knows that JSON allows raw in a string (U+0085, U+2028, U+2029) -> their
-JSON escapes. The others (U+000A to U+000D, U+001C to U+001E) are control
-characters, which json.dumps escapes itself."""
+def read_names_jsonl(data: bytes, path, rel: str = NAMES_FILE) -> NameTable:
+    """The `NameTable` of the bytes of names.jsonl (`NameTable.to_jsonl`) of
+    the artifact at `path`; raises ArtifactFormatError naming the line.
 
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class NameTable:
-    """The names of a text catalogue's items, and their token ids.
-
-    Items here are the catalogue's unique token sequences, in the order the
-    compiled set numbers them (row u is unique sequence u of its
-    `liveness.ItemIndex`; the item index maps each name given to its row).
-
-    Attributes:
-      names: one name per item (the first of the names that encode to its tokens).
-      tokens: int32 (items, width): the items' token ids, -1 past an item's
-        end, rows sorted (a prefix before its extensions) and unique.
-      aliases: per item, the other names that encode to the same tokens (in
-        input order; usually empty).
-    """
-
-    names: tuple
-    tokens: np.ndarray
-    aliases: tuple
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def __repr__(self) -> str:
-        return f"NameTable({len(self)} names, up to {self.tokens.shape[1]} tokens)"
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """int64 (items,): tokens per item."""
-        return (self.tokens >= 0).sum(axis=1)
-
-    def _index(self) -> dict:
-        """{row bytes: item}, built on first use."""
-        index = self.__dict__.get("_by_tokens")
-        if index is None:
-            index = {row.tobytes(): i for i, row in enumerate(self.tokens)}
-            object.__setattr__(self, "_by_tokens", index)
-        return index
-
-    def _rows(self, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """tokens int (n, T) and lengths (n,) -> int32 (n, width) in the
-        table's padding (-1 past each length); rows longer than the widest item
-        are all -2, which matches no item."""
-        width = self.tokens.shape[1]
-        out = np.full((tokens.shape[0], width), -1, np.int32)
-        take = min(width, tokens.shape[1])
-        out[:, :take] = tokens[:, :take]
-        out[np.arange(width)[None, :] >= lengths[:, None]] = -1
-        out[lengths > width] = -2
-        return out
-
-    def name_of(self, tokens) -> Optional[str]:
-        """The name of the item with these token ids (end token excluded), or None."""
-        row = np.asarray(tokens, np.int64).reshape(1, -1)
-        i = self._index().get(self._rows(row, np.asarray([row.shape[1]]))[0].tobytes())
-        return None if i is None else self.names[i]
-
-    def texts(self, result) -> list:
-        """The names a decoding result holds: nested lists shaped like
-        `result.valid` (batch, beams) of str, None where a beam is invalid.
-
-        `result` has `tokens` int (..., T), `valid` bool (...) and `lengths`
-        int (...), e.g. a DecodeResult. Raises DecodeInputError when the
-        shapes disagree or a valid beam holds a sequence that is no item (a
-        result from another set)."""
-        tokens = np.asarray(result.tokens)
-        valid = np.asarray(result.valid, bool)
-        lengths = np.asarray(result.lengths)
-        if tokens.ndim < 1 or tokens.shape[:-1] != valid.shape or lengths.shape != valid.shape:
-            raise DecodeInputError(
-                f"texts: tokens {list(tokens.shape)}, valid {list(valid.shape)} and lengths "
-                f"{list(lengths.shape)} do not describe one result (expected tokens (..., T) "
-                "with valid and lengths (...))")
-        flat = tokens.reshape(-1, tokens.shape[-1]).astype(np.int64)
-        rows = self._rows(flat, lengths.reshape(-1).astype(np.int64))
-        index = self._index()
-        out = []
-        for i, (ok, row) in enumerate(zip(valid.reshape(-1), rows)):
-            item = index.get(row.tobytes()) if ok else None
-            if ok and item is None:
-                at = tuple(int(x) for x in np.unravel_index(i, valid.shape))
-                seq = [int(t) for t in flat[i, :int(lengths.reshape(-1)[i])]]
-                raise DecodeInputError(f"texts: beam {at} holds tokens {seq}, which are no item "
-                                       f"of this catalogue of {len(self)} names (a result of "
-                                       "another set?)")
-            out.append(None if item is None else self.names[item])
-        shaped = np.empty(len(out), dtype=object)
-        shaped[:] = out
-        return shaped.reshape(valid.shape).tolist()
-
-    def to_jsonl(self) -> bytes:
-        """The bytes of names.jsonl: UTF-8, one object per item, sorted keys,
-        each line ended by a line feed alone. JSON leaves U+0085, U+2028 and
-        U+2029 raw inside strings, but line-splitting readers (str.splitlines,
-        many JSON Lines tools) break lines there, so they are written escaped
-        (`_LINE_BREAK_ESCAPES`); the bytes depend on the table alone."""
-        lines = []
-        for name, row, aliases in zip(self.names, self.tokens, self.aliases):
-            obj = {"name": name, "tokens": [int(t) for t in row if t >= 0]}
-            if aliases:
-                obj["aliases"] = list(aliases)
-            line = json.dumps(obj, ensure_ascii=False, sort_keys=True)
-            lines.append(line.translate(_LINE_BREAK_ESCAPES) + "\n")
-        return "".join(lines).encode("utf-8")
-
-    @classmethod
-    def from_jsonl(cls, data: bytes, path, rel: str = NAMES_FILE) -> "NameTable":
-        """Parses names.jsonl; raises ArtifactFormatError naming the line.
-
-        Lines are split on line feeds only (a final one ends the last
-        line), not on every Unicode line break as str.splitlines does: a
-        name holding U+0085, U+2028 or U+2029 raw (as writers before the
-        escapes wrote it) is inside its JSON string, not a line end."""
-        names, rows, aliases = [], [], []
+    Lines are split on line feeds only (a final one ends the last
+    line), not on every Unicode line break as str.splitlines does: a
+    name holding U+0085, U+2028 or U+2029 raw (as writers before the
+    escapes wrote it) is inside its JSON string, not a line end."""
+    names, rows, aliases = [], [], []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise format_error(path, f"{rel} is not UTF-8 ({e})") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    for number, line in enumerate(lines, 1):
+        where = f"{rel} line {number}"
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise format_error(path, f"{rel} is not UTF-8 ({e})") from None
-        lines = text.split("\n")
-        if lines[-1] == "":
-            lines.pop()
-        for number, line in enumerate(lines, 1):
-            where = f"{rel} line {number}"
-            try:
-                obj = json.loads(line, parse_constant=_reject_constant)
-            except ValueError as e:
-                raise format_error(path, f"{where} is not JSON ({e})") from None
-            name = require(obj, "name", str, where, path)
-            tokens = require(obj, "tokens", list, where, path)
-            more = obj.get("aliases", [])
-            if not tokens or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                                     for t in tokens):
-                raise format_error(path, f"{where}: tokens {tokens!r} are not a non-empty list "
-                                         "of token ids")
-            if not isinstance(more, list) or not all(isinstance(a, str) for a in more):
-                raise format_error(path, f"{where}: aliases {more!r} are not a list of str")
-            names.append(name)
-            rows.append(tokens)
-            aliases.append(tuple(more))
-        width = max((len(r) for r in rows), default=1)
-        matrix = np.full((len(rows), width), -1, np.int32)
-        for i, r in enumerate(rows):
-            matrix[i, :len(r)] = r
-        return cls(tuple(names), matrix, tuple(aliases))
+            obj = json.loads(line, parse_constant=_reject_constant)
+        except ValueError as e:
+            raise format_error(path, f"{where} is not JSON ({e})") from None
+        name = require(obj, "name", str, where, path)
+        tokens = require(obj, "tokens", list, where, path)
+        more = obj.get("aliases", [])
+        if not tokens or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                 for t in tokens):
+            raise format_error(path, f"{where}: tokens {tokens!r} are not a non-empty list "
+                                     "of token ids")
+        if not isinstance(more, list) or not all(isinstance(a, str) for a in more):
+            raise format_error(path, f"{where}: aliases {more!r} are not a list of str")
+        names.append(name)
+        rows.append(tokens)
+        aliases.append(tuple(more))
+    width = max((len(r) for r in rows), default=1)
+    matrix = np.full((len(rows), width), -1, np.int32)
+    for i, r in enumerate(rows):
+        matrix[i, :len(r)] = r
+    return NameTable(tuple(names), matrix, tuple(aliases))

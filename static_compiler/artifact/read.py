@@ -12,7 +12,7 @@ from typing import Optional
 
 from static_compiler.artifact import snapshot
 from static_compiler.artifact.metadata import automaton_from_metadata
-from static_compiler.artifact.names import NameTable
+from static_compiler.frontend.names import NameTable
 from static_compiler.ir import Automaton
 
 
@@ -35,16 +35,18 @@ def _automaton_of(snap: snapshot.Snapshot) -> Automaton:
 def load_checked(path, *, verify_checksums: bool = True, device=None, mesh=None):
     """`serving.load`, after also checking, on the very files it loads, what
     `read_automaton` checks: the tables form a valid automaton that agrees
-    with the manifest (O(table size)). Checksums only catch damage; this
-    also refuses tables edited with their checksums recomputed, which could
-    otherwise decode sequences outside the set.
+    with the manifest (`table_check.check_artifact`, the check behind every
+    verify path: a trie's tables a chunk at a time). Checksums only catch
+    damage; this also refuses tables edited with their checksums
+    recomputed, which could otherwise decode sequences outside the set.
 
     Raises what `serving.load` raises, and IRVerificationError or
     ArtifactFormatError for tables that are not a valid automaton."""
     from static_compiler.artifact import serving
+    from static_compiler.artifact.table_check import require_valid
 
     with serving.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:
-        _automaton_of(snap)
+        require_valid(snap)
         return serving.load_from(snap, device=device, mesh=mesh)
 
 

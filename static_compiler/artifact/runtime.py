@@ -20,10 +20,11 @@ from jax import export as jax_export
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import snapshot
 from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
-from static_compiler.artifact.placement import (MeshPlacement, mesh_text, placed_shape,
+from static_compiler.artifact.normalize import current_tables
+from static_compiler.support.placement import (MeshPlacement, mesh_text, placed_shape,
                                                 placement_for)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
-from static_compiler.live.liveness import ItemIndex
+from static_compiler.frontend.items import ItemIndex
 
 
 def current_platform() -> str:
@@ -140,14 +141,16 @@ def check_table_arguments(snap: snapshot.Snapshot) -> None:
 
 
 def put_tables(snap: snapshot.Snapshot, put, keep=None) -> tuple[list, tuple]:
-    """(device arrays in argument order, host arrays per layer) of the
-    artifact's tables, after checking the sequence count against them; put:
-    (layer, name), array -> device array (`table_placement`); keep: device arrays
-    to reuse (None where a table is read and put)."""
+    """(device arrays in argument order, host arrays per layer in the
+    current shape: `normalize.current_tables`) of the artifact's tables,
+    after checking the sequence count against them; put: (layer, name),
+    array -> device array (`table_placement`); keep: device arrays to reuse
+    (None where a table is read and put)."""
     manifest = snap.manifest
     arrays = snapshot.load_tables(snap)
-    host = fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables],
-                                len(manifest.layers), arrays)
+    # the modules take the tables as written; the host reads them current (ex_bounds)
+    host = current_tables(fmt.unflatten_tables([(t.layer, t.name) for t in manifest.tables],
+                                               len(manifest.layers), arrays))
     manifest.check_sequence_count(host, snap.path)
     keep = keep or [None] * len(arrays)
     return [put((t.layer, t.name), np.asarray(a)) if k is None else k

@@ -2,11 +2,13 @@
 standard library, and of this package only `errors`, the format modules
 (`format`, `manifest`, `names`, `snapshot`), `runtime` (its modules and
 tables on the device), `placement`, `decode_state` and `live.liveness` with
-`live.layers` (so a serving binary can ship it with little else).
+`live.layers`, and `served_verbs` (the verbs composed from the modules) with
+`support.beam_loop` / `beam_result` (so a serving binary can ship it with
+little else).
 
     from static_compiler.artifact import serving
     art = serving.load("fresh_items.static")     # verifies files, sizes, sha256, versions
-    state = art.init_state(batch_size=2, beam_size=70)
+    state = art.init_beams(batch_size=2, beam_size=70)
     for step in range(art.max_length):
         logits = model(state.last_tokens)         # float (B, M, V)
         state = art.beam_step(state, logits, step)
@@ -16,7 +18,7 @@ tables on the device), `placement`, `decode_state` and `live.liveness` with
 An artifact saved from `compiled.shard(mesh, axis)` holds modules exported
 for that mesh: load it with `serving.load(path, mesh=mesh)` on a mesh of the
 same axes and sizes; its large tables are split across the axis as they
-were when it was saved (`static_compiler.artifact.placement`).
+were when it was saved (`static_compiler.support.placement`).
 
 SECURITY. A deserialized StableHLO module is a program: executing it runs
 code chosen by whoever wrote the artifact. Load artifacts only from a trusted
@@ -35,7 +37,6 @@ same logits.
 
 from __future__ import annotations
 
-import functools
 import pathlib
 from typing import Optional
 
@@ -47,23 +48,23 @@ from jax import export as jax_export
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import snapshot
 from static_compiler.artifact.manifest import Manifest
-from static_compiler.artifact.names import NameTable
-from static_compiler.artifact.placement import MeshPlacement
+from static_compiler.frontend.names import NameTable
+from static_compiler.support.placement import MeshPlacement
 from static_compiler.artifact.runtime import (Module, check_table_arguments, current_platform,
                                               deserialize, item_index, put_tables,
                                               table_placement)
+from static_compiler.artifact.served_verbs import ServedVerbs
 from static_compiler.artifact.warm import Warmth, counted, pad_subsets
 from static_compiler.artifact.warm import warm as _warm
-from static_compiler.support.decode_state import (SENTINEL_SCORE, BeamState, DecodeResult, ProcessorState,
-                                          check_beam_state, check_logits, check_processor_state,
-                                          check_rows, check_start_tokens, check_step,
-                                          check_tokens, int32_within)
-from static_compiler.errors import (ArtifactVersionError, ConstraintSetError,
-                                    DecodeInputError)
-from static_compiler.live.layers import slot_step, table_layers
-from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset, bit_layout,
-                                           checked_subset_index, rows_item_live, subset_of_items,
-                                           warm_kernels_in_background)
+from static_compiler.support.beam_result import finalize_complete
+from static_compiler.support.decode_state import (BeamState, DecodeResult, ProcessorState,
+                                          check_beam_state, check_finite, check_logits,
+                                          check_processor_state, check_rows, check_start_tokens,
+                                          check_step, check_tokens, int32_within)
+from static_compiler.errors import ArtifactVersionError, DecodeInputError
+from static_compiler.live.set_view import SetView
+from static_compiler.frontend.items import ItemIndex
+from static_compiler.live.liveness import Subset, checked_subset_index, warm_kernels_in_background
 
 
 def open_snapshot(path, *, verify_checksums: bool = True) -> snapshot.Snapshot:
@@ -81,7 +82,7 @@ def read_manifest(path, *, verify_checksums: bool = True) -> Manifest:
         return snap.manifest
 
 
-class Artifact:
+class Artifact(ServedVerbs):
     """A loaded artifact: tables on the device and the modules to run on them.
 
     Attributes:
@@ -94,9 +95,9 @@ class Artifact:
       beam_sizes: beam sizes with an exported beam_step module.
       tables: the tables as device arrays, in argument order.
       modules: name -> deserialized `jax.export.Exported`.
-      names: a text catalogue's `names.NameTable` (names.jsonl),
+      names: a text catalogue's `frontend.names.NameTable` (names.jsonl),
         or None for a set compiled from token ids (and format version 1).
-      items: the `liveness.ItemIndex` of an artifact saved with
+      items: the `frontend.items.ItemIndex` of an artifact saved with
         export_subsets=True (items/*.npy), else None: `subset` needs it.
       placement: for an artifact exported for a mesh, where its tables
         live (`placement.MeshPlacement`); None for one device.
@@ -105,7 +106,8 @@ class Artifact:
     def __init__(self, path, manifest: Manifest, tables: list, modules: dict,
                  names: Optional[NameTable] = None, items: Optional[ItemIndex] = None,
                  host_tables: Optional[tuple] = None, put=None,
-                 placement: Optional[MeshPlacement] = None, warmth: Optional[Warmth] = None):
+                 placement: Optional[MeshPlacement] = None, warmth: Optional[Warmth] = None,
+                 set_view: Optional[SetView] = None):
         self.path = pathlib.Path(path)
         self.manifest = manifest
         self.vocab_size = manifest.vocab_size
@@ -121,8 +123,11 @@ class Artifact:
         self._host_tables = host_tables
         self._put = put
         self.placement = placement
-        self._trie: Optional[tuple] = None  # (trie layers, BitLayout), for subsets
-        self._base = None
+        # the numpy view of its items (subsets, fingerprint, base subset); a reload
+        # with the same host tables shares its trie and bit layout
+        self.set_view = SetView.of_artifact(manifest, host_tables, items, built=set_view,
+                                            source=f"artifact {str(self.path)!r}",
+                                            missing=DecodeInputError)
         self._warmth = warmth if warmth is not None else Warmth()  # shared by reloads
 
     def __repr__(self):
@@ -147,13 +152,13 @@ class Artifact:
     # Beam search
 
     @counted
-    def init_state(self, batch_size: int, beam_size: int, start_token=0) -> BeamState:
+    def init_beams(self, batch_size: int, beam_size: int, start_token=0) -> BeamState:
         """All beams at the root; only beam 0 of each row is valid.
 
         start_token: an int, or ints (batch_size,), one per row: the model's
         `last_tokens` at step 0."""
         batch_size, beam_size = check_rows(batch_size, beam_size)
-        start = check_start_tokens(start_token, batch_size, "init_state")
+        start = check_start_tokens(start_token, batch_size, "init_beams")
         module = self._beam_module("init", beam_size)
         return BeamState(*module((), jnp.asarray(start)))
 
@@ -184,17 +189,18 @@ class Artifact:
         return BeamState(*module(self.tables, *fields, logits, step, *bits))
 
     @counted
-    def finalize(self, state: BeamState) -> DecodeResult:
+    def finalize(self, state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
         """(tokens, scores, valid, lengths) of the state after the last step;
         beams are already sorted by score, best first. Only complete
         sequences are valid: a beam that took the end token, or (a fixed
         length set) holds `depth` tokens; called before the last step, the
         unfinished prefixes come back invalid (SENTINEL_SCORE), never as
-        sequences of the set."""
+        sequences of the set. length_penalty: the GNMT exponent; not 0, the
+        beams are re-ranked by normalized score, which `scores` then hold
+        (`support.beam_result`)."""
         s = check_beam_state(state, self.max_length, "finalize")
-        scores, complete = _completed(s.valid, s.finished, s.lengths, s.scores,
-                                      self.manifest.depth)
-        return DecodeResult(s.tokens, scores, complete, s.lengths)
+        penalty = check_finite("length_penalty", length_penalty)
+        return finalize_complete(s, depth=self.manifest.depth, length_penalty=penalty)
 
     def texts(self, result) -> list:
         """The names in a decoding result (e.g. `finalize`'s): lists (batch)
@@ -205,15 +211,7 @@ class Artifact:
                                    "from token ids, or written before format version 2)")
         return self.names.texts(result)
 
-    # Logits-processor pair
-
-    @staticmethod
-    def init_processor_state(batch_size: int) -> ProcessorState:
-        """Every row at the root, valid, not finished."""
-        batch_size = check_rows(batch_size)[0]  # (from host arrays: no program to compile)
-        return ProcessorState(node=jnp.asarray(np.zeros((batch_size,), np.int32)),
-                              valid=jnp.asarray(np.ones((batch_size,), bool)),
-                              finished=jnp.asarray(np.zeros((batch_size,), bool)))
+    # Logits-processor pair (init_processor, allowed_tokens, allowed: `ServedVerbs`)
 
     @counted
     def mask(self, logits, state: ProcessorState, step, *, subset: Optional[Subset] = None,
@@ -261,7 +259,7 @@ class Artifact:
         max_subsets: K >= 0; from now on every stack of R <= K subsets
         (`liveness.stack_subsets`) is decoded padded to K rows (empty
         subsets appended, subset_index unchanged, the same results), so no
-        R in 0..K compiles again. Warmed per B: init_state, beam_step and
+        R in 0..K compiles again. Warmed per B: init_beams, beam_step and
         finalize for each M, mask and advance if exported, each plain and,
         for an artifact with subsets, through the subset modules (the
         path every decode takes after an update removed items, so a reload
@@ -325,11 +323,9 @@ class Artifact:
         if any(not same(t.file) for t in manifest.tables):
             keep = [old if same(t.file) else None for old, t in zip(self.tables, manifest.tables)]
             tables, host = put_tables(snap, self._put, keep)
-        new = Artifact(self.path, manifest, tables, self._modules, snapshot.read_names(snap),
-                       item_index(snap), host, self._put, self.placement, self._warmth)
-        if host is self._host_tables:
-            new._trie = self._trie
-        return new
+        return Artifact(self.path, manifest, tables, self._modules, snapshot.read_names(snap),
+                        item_index(snap), host, self._put, self.placement, self._warmth,
+                        self.set_view if host is self._host_tables else None)
 
     # Item subsets
 
@@ -337,16 +333,11 @@ class Artifact:
     def fingerprint(self) -> str:
         """The sha256 of the artifact's IR text, and the removal tag of its
         items (`ItemIndex.removal_tag`): subsets of this set carry it."""
-        tag = "" if self.items is None else self.items.removal_tag
-        return self.manifest.files[fmt.IR_FILE].sha256 + tag
+        return self.set_view.fingerprint
 
     def _base_subset(self) -> Optional[Subset]:
         """All items but those an update removed, or None when none was."""
-        if self.items is None or not self.items.removal_tag:
-            return None
-        if self._base is None:
-            self._base = self.subset(np.ones(self.items.num_items, bool))
-        return self._base
+        return self.set_view.base_subset()
 
     def subset(self, selection) -> Subset:
         """The items `selection` picks, bool (N,) over the rows the set was
@@ -354,39 +345,7 @@ class Artifact:
         `beam_step` / `mask` / `advance`. Needs an artifact saved with
         export_subsets=True; raises DecodeInputError otherwise and
         ConstraintSetError for a mask of the wrong shape or dtype."""
-        if self.items is None:
-            raise DecodeInputError(f"subset: artifact {str(self.path)!r} has no item index "
-                                   "(compile with export_subsets=True, or format version < 3)")
-        if self._trie is None:  # per set: the layers' row pointers and the bit layout
-            layers = self._trie_layers()
-            self._trie = (layers, self._subset_layout(layers))
-        layers, layout = self._trie
-        try:
-            selection = np.asarray(selection)
-        except (TypeError, ValueError) as err:  # ragged nested lists
-            raise ConstraintSetError(f"Artifact.subset: selection {str(selection)[:60]!r} is not "
-                                     f"an array ({err}): expected bool ({self.items.num_items},) "
-                                     "over the input rows") from None
-        mask = rows_item_live(selection, self.items, layout, "Artifact.subset")
-        return subset_of_items(layers, self.manifest.num_final_states, self.end_token, self.items,
-                               mask, self.fingerprint, layout)
-
-    def _subset_layout(self, layers) -> BitLayout:
-        """The `BitLayout` the subset modules take (manifest "subset_bits")."""
-        steps = self.manifest.plan_steps
-        V = self.manifest.vocab_size
-        dense = {t: self._host_tables[t]["next"] for t, step in enumerate(steps)
-                 if slot_step(step["kind"], step["num_states"], step["num_next_states"], V)} \
-            if self.manifest.subset_bits == "dense_slots" else None
-        counts = [s["num_states"] for s in steps] + [steps[-1]["num_next_states"]]
-        return bit_layout(layers, dense, counts)
-
-    def _trie_layers(self) -> list:
-        # the trie's own state counts (tables padded to a capacity hold more)
-        return table_layers([(step["kind"], layer["states"], step["explicit_targets"],
-                              layer.get("branch_counts"))
-                             for step, layer in zip(self.manifest.plan_steps,
-                                                    self.manifest.layers)], self._host_tables)
+        return self.set_view.subset(selection, "Artifact.subset")
 
     def _subset_args(self, subset, subset_index, batch_size: int, where: str) -> list:
         """The subset modules' extra arguments: the bits, then subset_index."""
@@ -396,20 +355,12 @@ class Artifact:
         index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size, where)
         on = None if self.placement is None else self.placement.sharding(None)
         rows = self._warmth.padded_rows(subset.num_subsets)  # after warm(): one shape
-        placed = subset.__dict__.get("_serving_device")
-        if placed is None or placed[0] != (on, rows):  # put once per device (or mesh)
+
+        def put():  # once per device (or mesh) and padded rows: the subset's `placements`
             live, ends = pad_subsets(subset, rows).placed(lambda w: jax.device_put(w, on))
-            placed = ((on, rows), [w for w in live + ends if w is not None])
-            object.__setattr__(subset, "_serving_device", placed)
-        return [*placed[1], jnp.asarray(index, jnp.int32)]
+            return [w for w in live + ends if w is not None]
 
-
-@functools.partial(jax.jit, static_argnames="depth")
-def _completed(valid, finished, lengths, scores, depth: int):
-    """finalize's (scores float32 (B, M), complete bool (B, M)) as one
-    program: complete where valid and (finished or `depth` tokens)."""
-    complete = valid & (finished | (lengths == depth))
-    return jnp.where(complete, scores, SENTINEL_SCORE), complete
+        return [*subset.placements.get((on, rows), put), jnp.asarray(index, jnp.int32)]
 
 
 def load(path, *, verify_checksums: bool = True, device=None, mesh=None) -> Artifact:

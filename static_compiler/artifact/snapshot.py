@@ -24,10 +24,14 @@ from static_compiler.artifact.format import (_HASH_CHUNK, FORMAT_NAME, ITEM_ARRA
                                              MANIFEST_DIGEST_KEY, MANIFEST_FILE,
                                              MAX_FORMAT_VERSION, MIN_FORMAT_VERSION,
                                              _file_sha256, _reject_constant, format_error,
-                                             manifest_bytes, require, unflatten_tables)
+                                             manifest_bytes, require, unflatten_tables,
+                                             version_error)
 from static_compiler.support.mapped import release_pages
 from static_compiler.artifact.manifest import FileEntry, Manifest
-from static_compiler.artifact.names import NameTable
+from static_compiler.artifact.names import read_names_jsonl
+from static_compiler.frontend.names import NameTable
+from static_compiler.artifact.normalize import (check_window, current_items, current_tables,
+                                                needed_branches, with_branch_counts)
 from static_compiler.errors import ArtifactChecksumError, ArtifactVersionError
 
 # ---------------------------------------------------------------------------
@@ -67,8 +71,13 @@ class Snapshot:
     here (this package never writes a file in place). Close it (or use
     `with`) when done; arrays and bytes it returned stay valid.
 
-    path: the artifact's path as given; manifest: its `Manifest`. The
-    version directory opened stays open (`is_current`, `link_into`)."""
+    path: the artifact's path as given; manifest: its `Manifest`, in the
+    current shape (`normalize`: every layer's branch histogram); compat:
+    the `format.COMPAT` rows the artifact as written needs (set by
+    `open_snapshot`). The version directory opened stays open
+    (`is_current`, `link_into`)."""
+
+    compat: list = ()  # (each snapshot `open_snapshot` opens sets its own list)
 
     def __init__(self, path: pathlib.Path, manifest: "Manifest", files: dict,
                  dir_fd: Optional[int] = None):
@@ -162,7 +171,8 @@ def open_snapshot(path, *, verify_checksums: bool = True,
     its manifest.
 
     Checks, in this order: the manifest is a JSON object of our format; the
-    format version is in [MIN_FORMAT_VERSION, MAX_FORMAT_VERSION]; the
+    format version is in the window [MIN_FORMAT_VERSION, MAX_FORMAT_VERSION]
+    and so is every older shape it holds (`normalize.check_window`); the
     jax.export calling-convention version is in [lo, hi] when
     `calling_conventions` = (lo, hi, runtime name) is given; the manifest's
     own sha256; the files on disk are exactly those the manifest lists, none
@@ -266,11 +276,21 @@ def _snapshot(path: pathlib.Path, dir_fd: int, verify_checksums: bool,
                     raise ArtifactChecksumError(
                         f"artifact {str(path)!r}: file {rel!r} has sha256 {actual}, expected "
                         f"{entry.sha256} (the file is corrupted)")
-        return Snapshot(path, Manifest.from_json(body, path), opened, os.dup(dir_fd))
+        manifest = Manifest.from_json(body, path)
+        check_window(manifest, path)
+        snap = Snapshot(path, manifest, opened, os.dup(dir_fd))
     except BaseException:
         for f in opened.values():
             f.close()
         raise
+    snap.compat = needed_branches(manifest)
+    if "branch_counts" in snap.compat:  # COMPAT["branch_counts"]: read from the tables
+        try:
+            snap.manifest = with_branch_counts(manifest, read_tables(snap), path)
+        except BaseException:
+            snap.close()
+            raise
+    return snap
 
 
 def _checked_manifest_body(path: pathlib.Path, raw, calling_conventions) -> dict:
@@ -284,10 +304,7 @@ def _checked_manifest_body(path: pathlib.Path, raw, calling_conventions) -> dict
         raise format_error(path, f"{MANIFEST_FILE} format is {fmt!r}, expected {FORMAT_NAME!r}")
     version = require(raw, "format_version", int, MANIFEST_FILE, path)
     if not MIN_FORMAT_VERSION <= version <= MAX_FORMAT_VERSION:
-        raise ArtifactVersionError(
-            f"artifact {str(path)!r}: format version {version} is outside the range this reader "
-            f"supports [{MIN_FORMAT_VERSION}, {MAX_FORMAT_VERSION}]; use a static_compiler "
-            "release that reads it, or re-save the artifact")
+        raise version_error(path, version)
     cc = require(raw, "calling_convention_version", int, MANIFEST_FILE, path)
     if calling_conventions is not None:
         lo, hi, runtime = calling_conventions
@@ -331,10 +348,12 @@ def load_tables(snap: Snapshot, mmap: bool = True) -> list[np.ndarray]:
 
 
 def read_tables(snap: Snapshot, mmap: bool = True) -> tuple[dict, ...]:
-    """`load_tables` as one dict of arrays per layer, keyed by table name."""
+    """`load_tables` as one dict of arrays per layer, keyed by table name,
+    in the current shape (`normalize.current_tables`: what the library and
+    the torch backend decode with; the modules take `load_tables`)."""
     manifest = snap.manifest
     keys = [(t.layer, t.name) for t in manifest.tables]
-    return unflatten_tables(keys, len(manifest.layers), load_tables(snap, mmap))
+    return current_tables(unflatten_tables(keys, len(manifest.layers), load_tables(snap, mmap)))
 
 
 def _list_files_at(dir_fd: int, path) -> list[str]:
@@ -364,8 +383,7 @@ def read_names(snap: Snapshot) -> Optional[NameTable]:
     manifest, path = snap.manifest, snap.path
     if manifest.names_file is None:
         return None
-    table = NameTable.from_jsonl(snap.read_bytes(manifest.names_file), path,
-                                 manifest.names_file)
+    table = read_names_jsonl(snap.read_bytes(manifest.names_file), path, manifest.names_file)
     if len(table) != manifest.num_sequences:
         raise format_error(path, f"{manifest.names_file} holds {len(table)} names, the manifest "
                                  f"records {manifest.num_sequences} sequences")
@@ -389,10 +407,12 @@ def _ids_within(ids: np.ndarray, n: int) -> bool:
 
 def read_item_arrays(snap: Snapshot) -> Optional[dict]:
     """{name: array} of the artifact's item index (`ITEM_ARRAYS`, as
-    `liveness.ItemIndex` takes them; files verified with the rest), or None
-    when it was saved without subsets. Raises ArtifactFormatError when an
-    array is unreadable or disagrees with the manifest's set (ids out of
-    range, depths or states outside the set)."""
+    `frontend.items.ItemIndex` takes them; files verified with the rest), or None
+    when it was saved without subsets, in the current shape
+    (`normalize.current_items`: a version 8 state_item read as insertions).
+    Raises ArtifactFormatError when an array is unreadable or disagrees
+    with the manifest's set (ids out of range, depths or states outside the
+    set)."""
     manifest, path = snap.manifest, snap.path
     if manifest.item_files is None:
         return None
@@ -423,7 +443,7 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
         problem = "a fixed-length set's items must be its final states"
     elif state_item is not None and (state_item.shape != (n,) or state_item.dtype.kind != "i"
                                      or not _ids_within(state_item, n)):
-        problem = f"state_item must be ({n},) ints in [0, {n})"
+        problem = f"state_item must be ({n},) ints in [0, {n})"  # COMPAT["state_item"]
     elif at is not None and not _insertions_valid(at, added, n):
         problem = (f"state_inserted_at / state_inserted_item must be (K,) ints: final states "
                    f"ascending in [0, {n}), and the ids {n} - K .. {n - 1} in some order")
@@ -436,8 +456,9 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
                        "and state ids within their depth")
     if problem:
         raise format_error(path, f"items: {problem}")
-    return {"row_item": row_item, "item_depth": depth, "item_state": state, "removed": removed,
-            "state_item": state_item, "state_inserted_at": at, "state_inserted_item": added}
+    return current_items({"row_item": row_item, "item_depth": depth, "item_state": state,
+                          "removed": removed, "state_item": state_item, "state_inserted_at": at,
+                          "state_inserted_item": added})
 
 
 def _insertions_valid(at: np.ndarray, item: np.ndarray, n: int) -> bool:

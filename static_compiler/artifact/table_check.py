@@ -27,15 +27,46 @@ import numpy as np
 
 from static_compiler.support.arrays import search_sorted
 from static_compiler.support.mapped import release_pages
-from static_compiler.artifact.metadata import plan_from_metadata, summary_from_metadata
+from static_compiler.artifact.metadata import (automaton_from_metadata, plan_from_metadata,
+                                               summary_from_metadata)
 from static_compiler.artifact.snapshot import Snapshot, read_tables
 from static_compiler.errors import IRVerificationError
 from static_compiler.ir import LayoutKind
-from static_compiler.ir.verify import row_of
-from static_compiler.live.layers import TableLayer, exception_rows, row_range, state_ranges
+from static_compiler.ir.verify import check_layout, row_of
+from static_compiler.live.layers import TableLayer, row_range, state_ranges
+from static_compiler.target.tables import exception_rows
 
 CHECK_CHUNK = 1 << 22
 """States (and, past wide rows, about as many edges) read at a time."""
+
+
+def check_artifact(snap: Snapshot) -> dict:
+    """The check behind every verify path (`artifact.load_checked`,
+    `static-compiler verify`, `decode --check-tables`): a trie's tables a
+    chunk at a time (`check_tables`: bounded memory, a 1e9 set too), a set
+    with explicit targets (a minimized one) rebuilt whole and verified
+    (`metadata.automaton_from_metadata`: `ir.verify`). Returns
+    {"num_sequences": the sequences its tables accept, "recorded": the
+    manifest's count, "how": which of the two ran} (the caller compares
+    the counts); raises
+    IRVerificationError or ArtifactFormatError naming the layer and state
+    that break an invariant."""
+    if not any(step["explicit_targets"] for step in snap.manifest.plan_steps):
+        return dict(check_tables(snap), how="checked a chunk at a time")
+    ir = automaton_from_metadata(dataclasses.asdict(snap.manifest), read_tables(snap),
+                                 where=f"artifact {str(snap.path)!r}")
+    return {"num_sequences": ir.num_sequences, "recorded": int(snap.manifest.num_sequences),
+            "how": "rebuilt and verified whole"}
+
+
+def require_valid(snap: Snapshot) -> None:
+    """`check_artifact`, raising IRVerificationError where the tables accept
+    another number of sequences than the manifest records."""
+    counted = check_artifact(snap)
+    if counted["num_sequences"] != counted["recorded"]:
+        raise IRVerificationError(f"artifact {str(snap.path)!r}: num_sequences="
+                                  f"{counted['recorded']}, but the layers accept "
+                                  f"{counted['num_sequences']} sequences")
 
 
 def check_tables(snap: Snapshot) -> dict:
@@ -74,7 +105,7 @@ def check_tables(snap: Snapshot) -> dict:
             _check_exceptions(at, tabs, layer, step.num_states)
         largest_token = _check_rows(at, layer, V, end, step.kind)
         _check_padding(at, step.kind, tabs, info.num_states, info.num_edges, step.num_states)
-        _check_layout(at, info, largest_token, next_states)
+        _check_layout(at, info, largest_token, next_states, V)
         sequences += info.num_accepting
     return {"num_sequences": sequences, "recorded": int(summary.num_sequences)}
 
@@ -190,30 +221,14 @@ def _check_padding(at: str, kind: LayoutKind, tabs: dict, states: int, edges: in
                                       "capacity) have edges")
 
 
-def _check_layout(at: str, info, largest_token: int, next_states: int) -> None:
-    """The layer's layout fits it (as `ir.verify` checks a layout), from its
+def _check_layout(at: str, info, largest_token: int, next_states: int, V: int) -> None:
+    """The layer's layout fits it (`ir.verify.check_layout`), from its
     summary (the histogram checked against the tables) and largest token."""
-    lay, counts = info.layout, info.counts
-    if lay is None:
+    if info.layout is None:
         return
-    widest, states = info.max_branch, info.num_states
+    counts = info.counts
     ones = int(counts[1]) if counts.shape[0] > 1 else 0
-    if lay.kind.sliced and lay.k < widest:
-        raise IRVerificationError(f"{at}: layout {lay.kind.value} k={lay.k} is smaller than the "
-                                  f"max branch {widest}")
-    if lay.kind == LayoutKind.UNARY and (ones != states or lay.k != 1):
-        raise IRVerificationError(f"{at}: unary layout needs exactly one child per state and k=1")
-    if lay.kind == LayoutKind.NEAR_UNARY and (lay.exceptions < states - ones if lay.reserved
-                                              else lay.exceptions != states - ones):
-        raise IRVerificationError(f"{at}: near_unary records {lay.exceptions} exceptions, the "
-                                  f"layer has {states - ones}")
-    padded = lay.padded_counts(states, info.num_edges)
-    largest = max(*padded, lay.edges_capacity if lay.reserved else next_states)
-    state = np.dtype(lay.state_dtype)
-    if state.kind not in "iu" or largest > np.iinfo(state).max:
-        raise IRVerificationError(f"{at}: state dtype {lay.state_dtype} cannot hold ids up to "
-                                  f"{largest}")
-    token = np.dtype(lay.token_dtype)
-    if token.kind not in "iu" or largest_token > np.iinfo(token).max:
-        raise IRVerificationError(f"{at}: token {largest_token} does not fit token dtype "
-                                  f"{lay.token_dtype}")
+    check_layout(at, info.layout, V, max_branch=info.max_branch,
+                 non_unit=info.num_states - ones, num_states=info.num_states,
+                 num_edges=info.num_edges, num_next_states=next_states,
+                 largest_token=largest_token)

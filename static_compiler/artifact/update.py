@@ -55,7 +55,7 @@ def update_removed(path, remove) -> dict:
 
 def read_items(snap: Snapshot, where: str = "update"):
     """The artifact's `ItemIndex`; DecodeInputError when it was saved without."""
-    from static_compiler.live.liveness import ItemIndex
+    from static_compiler.frontend.items import ItemIndex
 
     arrays = read_item_arrays(snap)
     if arrays is None:

@@ -169,7 +169,7 @@ def run_warm(art, sizes: tuple, beams: tuple, rows: Optional[int]) -> WarmReport
             index = np.zeros(B, np.int32)
             subset_kw = [{}] if empty is None else [{}, dict(subset=empty, subset_index=index)]
             for M in beams:
-                state = art.init_state(B, M)
+                state = art.init_beams(B, M)
                 logits = np.zeros((B, M, V), np.float32)
                 for kw in subset_kw:
                     for lg in (logits, jax.device_put(logits)):  # host and device logits
@@ -178,9 +178,10 @@ def run_warm(art, sizes: tuple, beams: tuple, rows: Optional[int]) -> WarmReport
                         calls += 2
                 calls += 1
             if "mask" in art._modules:
-                pstate = art.init_processor_state(B)
+                pstate = art.init_processor(B)
                 for kw in subset_kw:
                     jax.block_until_ready(art.mask(np.zeros((B, V), np.float32), pstate, 0, **kw))
+                    jax.block_until_ready(art.allowed_tokens(pstate, 0, **kw))
                     jax.block_until_ready(art.advance(pstate, np.zeros(B, np.int32), 0, **kw))
-                    calls += 2
+                    calls += 3
     return WarmReport(counter.count, calls, time.perf_counter() - start, sizes, beams, rows)

@@ -1,6 +1,3 @@
-"""The JAX backend: lowering of the IR to a static plan plus array tables,
-per-layout step kernels, and decoding entry points over them."""
-
-from static_compiler.backend.lowering import Plan, StepPlan, lower, tables_nbytes
-
-__all__ = ["Plan", "StepPlan", "lower", "tables_nbytes"]
+"""The JAX backend: per-layout step kernels (`kernels`, `row_search`) and
+the decoding entry points over them (`decode`), reading the static plan and
+tables that `static_compiler.target` lowers."""

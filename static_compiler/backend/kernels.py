@@ -37,10 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.backend.lowering import StepPlan
+from static_compiler.target.plan import StepPlan
 from static_compiler.backend.row_search import exceptions_below
 from static_compiler.ir import LayoutKind
-from static_compiler.artifact.placement import PACKED_TABLE_ENTRIES
+from static_compiler.support.placement import PACKED_TABLE_ENTRIES
 
 
 class Candidates(NamedTuple):
@@ -128,11 +128,8 @@ def _offsets(shape, axis: int, stride):
 
 def exception_rows(tables: dict):
     """(row starts, branches) int32 (X,) of a near_unary layer's exception
-    states: its `ex_starts` / `ex_branch` tables, or the `ex_bounds` (X, 2)
-    that artifacts before format version 6 hold."""
-    if "ex_bounds" in tables:
-        bounds = whole(tables["ex_bounds"]).astype(jnp.int32)
-        return bounds[:, 0], bounds[:, 1] - bounds[:, 0]
+    states: its `ex_starts` / `ex_branch` tables (an older artifact's
+    ex_bounds is read as these: `artifact.normalize.current_tables`)."""
     return (whole(tables["ex_starts"]).astype(jnp.int32),
             whole(tables["ex_branch"]).astype(jnp.int32))
 
@@ -145,12 +142,8 @@ def _near_unary_bounds(tables: dict, node):
     # gather per table (XLA compiles a kernel per gather).
     at = jnp.clip(j[..., None] - lax.iota(jnp.int32, 2), 0, num_ex - 1)  # [here, below]
     states = jnp.take(ex_states, at, mode="clip").astype(jnp.int32)
-    if "ex_bounds" in tables:  # (format version <= 5: both bounds in one table)
-        bounds = _take(tables["ex_bounds"], at)
-        starts, ends = bounds[..., 0], bounds[..., 1]
-    else:
-        starts = _take(tables["ex_starts"], at)
-        ends = starts + _take(tables["ex_branch"], at)
+    starts = _take(tables["ex_starts"], at)
+    ends = starts + _take(tables["ex_branch"], at)
     is_exception = (j < num_ex) & (states[..., 0] == node)
     # Between exceptions every state has one child, so rows advance in lockstep
     # with state ids: start = node + (end of the previous exception's row - its id - 1).

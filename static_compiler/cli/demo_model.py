@@ -79,7 +79,7 @@ def decode_artifact(art: serving.Artifact, *, batch_size: int, beam_size: int,
 
     def one_pass(timed: bool):
         steps, models = [], []
-        state = art.init_state(batch_size, beam_size, start_token)
+        state = art.init_beams(batch_size, beam_size, start_token)
         for step in range(art.max_length):
             t0 = time.perf_counter()
             logits = demo_logits(model, state.last_tokens, step).block_until_ready()

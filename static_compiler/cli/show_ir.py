@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.devices is not None and (args.devices < 1 or not args.stats):
         raise CliInputError(f"--devices {args.devices}: expected an int >= 1, with --stats")
     if os.path.isdir(args.input):
-        from static_compiler.saved import load_compiled
+        from static_compiler.saved import load
         given = [flag for flag, value in (("--vocab-size", args.vocab_size), ("--end-token",
                  args.end_token), ("--pipeline", args.pipeline), ("--tokenizer", args.tokenizer))
                  if value is not None]
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             raise CliInputError(f"input {args.input!r} is an artifact, shown as compiled: "
                                 f"{', '.join(given)} apply only to a constraint set or an IR "
                                 "dump")
-        compiled = load_compiled(args.input)  # its IR stays in its tables
+        compiled = load(args.input)  # its IR stays in its tables
         names = compiled.names
         mesh_line = _mesh_line(args.input)
     else:
@@ -87,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
 def _mesh_line(path: str) -> str:
     """For an artifact exported for a device mesh: its axes, the tables split
     across the table axis and the bytes each device holds (from the
-    manifest's record, see static_compiler.artifact.placement); else ""."""
-    from static_compiler.artifact import placement, serving
+    manifest's record, see static_compiler.support.placement); else ""."""
+    from static_compiler.artifact import serving
+    from static_compiler.support import placement
 
     manifest = serving.read_manifest(path)
     record = manifest.mesh

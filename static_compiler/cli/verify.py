@@ -2,10 +2,11 @@
 manifest records and, optionally, compare its sequences with the input it
 was compiled from. Exit status 1 on a mismatch.
 
-Without --input the tables of a trie are checked a chunk at a time and its
-sequences counted (`artifact.table_check`: bounded memory, a 1e9 set too);
-with --input, or for a minimized set, the automaton is rebuilt from the
-tables, verified and enumerated.
+Without --input the tables are checked and their sequences counted by the
+check behind every verify path (`artifact.table_check.check_artifact`: a
+trie's tables a chunk at a time, bounded memory, a 1e9 set too; a minimized
+set rebuilt whole); with --input the automaton is rebuilt from the tables,
+verified and enumerated.
 
 The set a decode serves is the live one: the tables' sequences less those
 `static-compiler update --remove` took out (items/removed.npy). The input is
@@ -43,9 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from static_compiler.frontend.text import encode_catalogue
 
     if args.input is None and args.tokenizer is None:
-        streamed = _check_in_chunks(args.artifact)
-        if streamed is not None:
-            return streamed
+        return _check(args.artifact)
     ir = read_automaton(args.artifact)
     tokens, lengths = enumerate_sequences(ir)
     out = sys.stdout
@@ -90,19 +89,17 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _check_in_chunks(path):
-    """Without --input, a trie's tables are checked a chunk at a time and
-    its sequences counted, never enumerated (`artifact.table_check`: bounded
-    memory at 1e9); None for a set with explicit targets (checked whole)."""
+def _check(path):
+    """Without --input: the tables checked and their sequences counted,
+    never enumerated (`table_check.check_artifact`: a trie's a chunk at a
+    time, bounded memory at 1e9)."""
     import numpy as np
 
     from static_compiler.artifact import snapshot
-    from static_compiler.artifact.table_check import CHECK_CHUNK, check_tables
+    from static_compiler.artifact.table_check import CHECK_CHUNK, check_artifact
 
     with snapshot.open_snapshot(path) as snap:
-        if any(step["explicit_targets"] for step in snap.manifest.plan_steps):
-            return None
-        counted = check_tables(snap)
+        counted = check_artifact(snap)
         rel = (snap.manifest.item_files or {}).get("removed")
         removed = 0
         if rel is not None:
@@ -111,8 +108,8 @@ def _check_in_chunks(path):
                           for a in range(0, flags.shape[0], CHECK_CHUNK))
     ok = counted["num_sequences"] == counted["recorded"]
     out = sys.stdout
-    out.write(f"{path}: {counted['num_sequences']} sequences counted from the tables (checked a "
-              f"chunk at a time); the manifest records {counted['recorded']}: "
+    out.write(f"{path}: {counted['num_sequences']} sequences counted from the tables "
+              f"({counted['how']}); the manifest records {counted['recorded']}: "
               f"{'OK' if ok else 'MISMATCH'}\n")
     if removed:
         out.write(f"{removed} of them removed by updates, {counted['recorded'] - removed} live\n")
@@ -127,7 +124,7 @@ def _removed_rows(path, ir, tokens, lengths):
     import numpy as np
 
     from static_compiler.artifact import snapshot
-    from static_compiler.live.liveness import ItemIndex
+    from static_compiler.frontend.items import ItemIndex
     from static_compiler.live.subsets import unique_ids
 
     with snapshot.open_snapshot(path) as snap:

@@ -19,14 +19,16 @@ numpy only here (networkx for graphs, tokenizers when a tokenizer file is
 read); no jax.
 """
 
-from static_compiler.frontend.sequences import (ItemIndex, PaddedRows, as_token_matrix,
-                                                automaton_from_sorted_codes, build_automaton,
-                                                build_trie, check_end_token, check_range,
-                                                check_vocab_size, row_keys, sort_unique_codes,
-                                                sort_unique_rows, terminal_states)
+from static_compiler.support.lazy import lazy_exports
 
 __all__ = [
     "ItemIndex", "PaddedRows", "as_token_matrix", "automaton_from_sorted_codes", "build_automaton", "build_trie",
     "check_end_token", "check_range", "check_vocab_size", "row_keys", "sort_unique_codes",
     "sort_unique_rows", "terminal_states",
 ]
+_EXPORTS = {name: "items" if name == "ItemIndex" else "sequences" for name in __all__}
+"""Public name -> the module of this package that defines it (imported on
+first use: a reader of the item index alone loads no builder)."""
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -119,7 +119,7 @@ def npy_array(data: np.ndarray) -> np.ndarray:
 
 class ArrayFiles:
     """Arrays written front to back into .npy files under `root` (the
-    writers `backend.lowering.lower_pieces` takes), with plain file writes, so
+    writers `target.lowering.lower_pieces` takes), with plain file writes, so
     the pages go to the page cache and never count in this process's RSS;
     each is reopened read-only as a memory map when closed. The caller
     removes the directory once done: the maps keep the files' data until

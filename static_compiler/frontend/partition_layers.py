@@ -41,7 +41,7 @@ from static_compiler.frontend.array_files import ArrayFiles, npy_array, read_che
 from static_compiler.frontend.spill import length_dtype
 from static_compiler.ir import (Automaton, AutomatonSummary, Layer, LayerPiece, LayerSummary,
                                 verify)
-from static_compiler.live.liveness import ItemIndex
+from static_compiler.frontend.items import ItemIndex
 
 
 def _read_spill(work: pathlib.Path, p: int, sources: list[int], kind: str, dtype,

@@ -18,7 +18,7 @@ in parts on any `concurrent.futures.Executor`.
    the merged trie (`merged_summary`), so the layout passes plan it unread.
 3. Merge (`partitions_built` yields the built partitions,
    `partition_layers.BuiltPartitions`): `compile_constraints` lowers their
-   pieces straight into the tables (`lowering.lower_pieces`), so the merged
+   pieces straight into the tables (`target.lowering.lower_pieces`), so the merged
    trie (some 36 bytes per item at L = 8, against 12 in the tables) never
    exists; `build_trie_partitioned` merges them into the trie
    (`BuiltPartitions.trie`), equal to `frontend.build_trie` of the same
@@ -64,7 +64,7 @@ from static_compiler.frontend.build_tasks import run_tasks, say
 from static_compiler.frontend.partition_layers import BuiltPartitions, build_partition
 from static_compiler.frontend.spill import spill_sources
 from static_compiler.ir import Automaton, AutomatonSummary, LayerSummary
-from static_compiler.live.liveness import ItemIndex
+from static_compiler.frontend.items import ItemIndex
 
 DEFAULT_CHUNK_ROWS = 1 << 20
 
@@ -220,7 +220,7 @@ def partitions_built(shards: Shards, vocab_size: int, end_token: Optional[int] =
     """Spills `shards` and builds every partition (see module doc), then
     yields the partitions (`BuiltPartitions`) for the caller to merge: into
     a trie (`BuiltPartitions.trie`) or straight into tables
-    (`backend.lowering.lower_pieces` of `BuiltPartitions.pieces`). The work
+    (`target.lowering.lower_pieces` of `BuiltPartitions.pieces`). The work
     directory (under `Shards.workdir`, or the system's temp directory) is
     removed on exit, whatever happens, and those of builds there that died
     first (`remove_stale_builds`).

@@ -26,7 +26,7 @@ from static_compiler.support.dtypes import (MAX_VOCAB_SIZE, index_dtype_for, sor
                                     token_dtype_for)
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import Automaton, Layer, frozen
-from static_compiler.live.liveness import ItemIndex
+from static_compiler.frontend.items import ItemIndex
 
 
 def check_vocab_size(vocab_size) -> int:

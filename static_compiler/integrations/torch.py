@@ -127,7 +127,7 @@ class StaticLogitsProcessor:
 
     Args:
       compiled: a `CompiledConstraints` (``sc.compile_constraints(...)``), or
-        a `TorchConstraints` (``TorchConstraints.from_artifact(path)``: the
+        a `TorchConstraints` (``TorchConstraints.load(path)``: the
         torch backend, with no jax imported).
       prompt_length: the length of ``generate``'s ``input_ids`` (the prompt,
         left-padded to one length per batch as ``generate`` requires); the
@@ -171,7 +171,7 @@ class StaticLogitsProcessor:
         else:
             if importlib.util.find_spec("jax") is None:  # so no CompiledConstraints exists
                 raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected a "
-                                       "TorchConstraints (TorchConstraints.from_artifact(path)"
+                                       "TorchConstraints (TorchConstraints.load(path)"
                                        "; a CompiledConstraints needs jax, not installed here)")
             from static_compiler.compiled import CompiledConstraints  # imports jax
             if not isinstance(compiled, CompiledConstraints):

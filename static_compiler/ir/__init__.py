@@ -28,16 +28,26 @@ Everything is imported from here (``from static_compiler.ir import
 Automaton``); numpy only, no jax.
 """
 
-from static_compiler.ir.summary import (AutomatonSummary, LayerPiece, LayerSummary,
-                                        layer_stats)
-from static_compiler.ir.text import parse_ir, print_ir
-from static_compiler.ir.types import (_ELIDE_EDGES, _ELIDED_ROWS_PER_LAYER, LAYOUT_KINDS,  # noqa: F401
-                                      Automaton, Layer, Layout, LayoutKind,
-                                      enumerate_sequences, frozen)
+# (`verify` is also the name of its module: bound here, so importing the
+# module `ir.verify` elsewhere never shadows the function)
 from static_compiler.ir.verify import count_sequences, verify
+from static_compiler.support.lazy import lazy_exports
+
+_EXPORTS = {
+    **dict.fromkeys(("AutomatonSummary", "LayerPiece", "LayerSummary", "layer_stats"), "summary"),
+    **dict.fromkeys(("parse_ir", "print_ir"), "text"),
+    **dict.fromkeys(("_ELIDE_EDGES", "_ELIDED_ROWS_PER_LAYER", "LAYOUT_KINDS", "Automaton", "Layer",
+                     "Layout", "LayoutKind", "enumerate_sequences", "frozen"), "types"),
+}
+"""Public name -> the module of this package that defines it (imported on
+first use, so a reader of `types` alone, such as the serving loader through
+`target.plan`, loads no printer, parser or summary)."""
 
 __all__ = [
     "Automaton", "AutomatonSummary", "LAYOUT_KINDS", "Layer", "LayerPiece", "LayerSummary",
     "Layout", "LayoutKind", "count_sequences", "enumerate_sequences", "frozen", "layer_stats",
     "parse_ir", "print_ir", "verify",
 ]
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -3,7 +3,7 @@ read per beam, shared by the passes (choose-layout, split-heavy,
 pad-branches, pack-dtypes) and by state merging (`merge_states`, which the
 graph frontend also runs), so it sits just above the IR, below both.
 
-The byte formulas mirror exactly what `static_compiler.backend.lower` builds
+The byte formulas mirror exactly what `static_compiler.target.lowering.lower` builds
 (a test checks estimate == measured for every layout):
 
 ==========  ==============================================================

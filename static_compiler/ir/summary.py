@@ -93,7 +93,7 @@ class AutomatonSummary(_Layered):
 class LayerPiece:
     """A contiguous run of one tree layer's states and their edges: what a
     partitioned build hands the lowering one partition at a time
-    (`backend.lowering.lower_pieces`), so a merged layer is never built.
+    (`target.lowering.lower_pieces`), so a merged layer is never built.
 
     The run holds the layer's states [state_offset, state_offset +
     num_states) and edges [edge_offset, edge_offset + num_edges); the

@@ -24,7 +24,7 @@ def print_ir(a: Union[Automaton, "AutomatonSummary"], max_edges: int = _ELIDE_ED
     rows_of(t, n): a `Layer` holding layer t's first n states and their
     edges (what is printed of it); default `a`'s own layers. With it, `a`
     may be an `AutomatonSummary` (a set whose IR lives in its tables,
-    `backend.lowering.table_head`): the text equals the automaton's."""
+    `target.raising.table_head`): the text equals the automaton's."""
     full = a.num_edges <= max_edges
     head = f"automaton vocab={a.vocab_size} depth={a.depth} sequences={a.num_sequences} " \
            f"final_states={a.num_final_states}"

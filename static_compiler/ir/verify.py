@@ -10,7 +10,7 @@ import numpy as np
 
 from static_compiler.support.dtypes import MAX_VOCAB_SIZE
 from static_compiler.errors import IRVerificationError
-from static_compiler.ir.types import Automaton, Layer, LayoutKind
+from static_compiler.ir.types import Automaton, Layer, Layout, LayoutKind
 
 def _same_arrays(x: Layer, y: Layer) -> bool:
     return all(getattr(x, n) is getattr(y, n) for n in ("indptr", "tokens", "targets", "accepting"))
@@ -183,48 +183,65 @@ def _verify_layer(a: Automaton, t: int, layer: Layer) -> None:
 
 def _verify_layout(where: str, layer: Layer, V: int, branch: np.ndarray,
                    num_next_states: int) -> None:
-    lay = layer.layout
-    if lay is None:
+    if layer.layout is None:
         return
-    max_branch = int(branch.max(initial=0))
+    odd = np.flatnonzero(branch != 1)
+    check_layout(where, layer.layout, V, max_branch=int(branch.max(initial=0)),
+                 non_unit=int(odd.shape[0]), num_states=layer.num_states,
+                 num_edges=layer.num_edges, num_next_states=num_next_states,
+                 largest_token=int(layer.tokens.max(initial=0)),
+                 implicit_targets=layer.implicit_targets,
+                 first_non_unit=(s := int(odd[0]) if odd.size else 0, int(branch[s])))
+
+
+def check_layout(where: str, lay: Layout, V: int, *, max_branch: int, non_unit: int,
+                 num_states: int, num_edges: int, num_next_states: int, largest_token: int,
+                 implicit_targets: bool = True, first_non_unit: Optional[tuple] = None) -> None:
+    """Checks that layout `lay` fits a layer from its counts alone: its
+    widest row (max_branch), how many states have a branch other than 1
+    (non_unit; first_non_unit, (state, branch) of the first such state,
+    else of state 0, for the message), its states, edges, the next depth's states and its largest
+    token; the IR verifier passes a layer's arrays' counts, the chunked
+    table checker (`artifact.table_check`) those it read from the tables.
+    Raises IRVerificationError naming `where`."""
     if lay.kind == LayoutKind.DENSE_ROWS and lay.k != V:
         raise IRVerificationError(f"{where}: dense_rows layout must have k=V={V}, got {lay.k}")
     if lay.kind.sliced and lay.k < max_branch:
         raise IRVerificationError(
             f"{where}: layout {lay.kind.value} k={lay.k} is smaller than the max branch "
             f"{max_branch}; speculative slicing would drop children")
-    if lay.kind == LayoutKind.UNARY and ((branch != 1).any() or lay.k != 1):
-        s = int(np.flatnonzero(branch != 1)[0]) if (branch != 1).any() else 0
+    if lay.kind == LayoutKind.UNARY and (non_unit or lay.k != 1):
+        s, b = first_non_unit if first_non_unit is not None else (0, 1)
+        at = f"{where}, state {s}" if first_non_unit is not None else where
         raise IRVerificationError(
-            f"{where}, state {s}: unary layout needs exactly one child per state and k=1, "
-            f"got branch {int(branch[s])}, k={lay.k}")
+            f"{at}: unary layout needs exactly one child per state and k=1, "
+            f"got branch {b}, k={lay.k}")
     if lay.kind == LayoutKind.NEAR_UNARY and (
-            lay.exceptions < int((branch != 1).sum()) if lay.reserved
-            else lay.exceptions != int((branch != 1).sum())):
+            lay.exceptions < non_unit if lay.reserved else lay.exceptions != non_unit):
         raise IRVerificationError(
             f"{where}: near_unary records {lay.exceptions} exceptions"
             f"{' (capacity)' if lay.reserved else ''}, the layer has "
-            f"{int((branch != 1).sum())} states whose branch is not 1")
+            f"{non_unit} states whose branch is not 1")
     for name, dt in (("token", lay.token_dtype), ("state", lay.state_dtype)):
         try:
             np.dtype(dt)
         except TypeError:
             raise IRVerificationError(f"{where}: {name} dtype {dt!r} is not a numpy dtype") from None
     if lay.reserved:
-        if not layer.implicit_targets:
+        if not implicit_targets:
             raise IRVerificationError(f"{where}: layout {lay.kind.value} with explicit targets "
                                       "cannot reserve capacity (a trie's layers can)")
-        if lay.states_capacity < layer.num_states or lay.edges_capacity < layer.num_edges:
+        if lay.states_capacity < num_states or lay.edges_capacity < num_edges:
             raise IRVerificationError(
                 f"{where}: capacity {lay.states_capacity}/{lay.edges_capacity} is below the "
-                f"layer's {layer.num_states} states / {layer.num_edges} edges")
+                f"layer's {num_states} states / {num_edges} edges")
         if lay.kind == LayoutKind.UNARY and lay.states_capacity != lay.edges_capacity:
             raise IRVerificationError(f"{where}: a unary layer's capacity must reserve as many "
                                       f"edges as states, got {lay.states_capacity}/"
                                       f"{lay.edges_capacity}")
     # Row pointers reach E, state ids and targets S - 1 / next S - 1 (padded
     # to a reserved capacity): a narrower state dtype would wrap them.
-    states, edges = lay.padded_counts(layer.num_states, layer.num_edges)
+    states, edges = lay.padded_counts(num_states, num_edges)
     largest = max(states, edges, lay.edges_capacity if lay.reserved else num_next_states)
     state_max = np.iinfo(np.dtype(lay.state_dtype)).max if np.dtype(lay.state_dtype).kind in "iu" \
         else None
@@ -233,11 +250,10 @@ def _verify_layout(where: str, layer: Layer, V: int, branch: np.ndarray,
             f"{where}: state dtype {lay.state_dtype} cannot hold the layer's row pointers and "
             f"state ids (up to {largest}: {states} states, {edges} edges, {num_next_states} next "
             "states): run pack-dtypes, or name a wider dtype")
-    tok_max = int(layer.tokens.max(initial=0))
     if np.dtype(lay.token_dtype).kind not in "iu" or \
-            tok_max > np.iinfo(np.dtype(lay.token_dtype)).max:
+            largest_token > np.iinfo(np.dtype(lay.token_dtype)).max:
         raise IRVerificationError(
-            f"{where}: token {tok_max} does not fit token dtype {lay.token_dtype}")
+            f"{where}: token {largest_token} does not fit token dtype {lay.token_dtype}")
 
 
 def row_of(indptr: np.ndarray, edge: int) -> int:

@@ -32,8 +32,9 @@ from static_compiler.frontend import as_token_matrix, sort_unique_rows
 from static_compiler.frontend.sequences import check_set_rows
 from static_compiler.ir import Automaton, Layer, LayoutKind, frozen
 from static_compiler.live.layers import find_in_rows
-from static_compiler.live.liveness import ItemIndex
-from static_compiler.live.state_order import InsertedOrder
+from static_compiler.frontend.items import ItemIndex
+from static_compiler.live import item_masks
+from static_compiler.live.state_order import InsertedOrder, item_order
 
 
 @contextlib.contextmanager
@@ -299,9 +300,10 @@ def _old_item_at(ir: Automaton, items: ItemIndex, depth: int, states: np.ndarray
     if items.item_depth is None:  # one length: in final state order (`ItemIndex`)
         if depth != ir.depth:
             return np.full(states.shape, -1, np.int64)
-        order = items.state_order
+        order = item_order(items)
         return states.copy() if order is None else np.asarray(order[states]).astype(np.int64)
-    return items.items_ending_at(depth, ir.num_states_at(depth))[states].astype(np.int64)
+    return item_masks.items_ending_at(items, depth, ir.num_states_at(depth))[states].astype(
+        np.int64)
 
 
 def _renumbered(states: np.ndarray, inserted: np.ndarray) -> np.ndarray:
@@ -373,7 +375,7 @@ def items_after(ir, items: ItemIndex, placed: Insertions,
     if ir.end_token is None and items.item_depth is None:
         # one length: the final states' items, the new ones inserted where
         # their states go (fresh items and their end states ascend alike)
-        order = items.state_order
+        order = item_order(items)
         order = InsertedOrder.empty(old) if order is None else \
             order if isinstance(order, InsertedOrder) else InsertedOrder.of_array(order)
         order = order.with_insertions(inserted_at[ir.depth], new_states, ids[fresh])

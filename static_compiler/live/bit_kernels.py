@@ -22,7 +22,7 @@ disjoint words and may run at once on threads (the kernels release the GIL).
 
 numba is optional: without it (`HAVE_NUMBA` False) each kernel is its numpy
 twin (the ``*_numpy`` functions at the end: the same arguments, the same
-bits, tests/test_missing_packages.py; vectorized over a range, several times
+bits, tests/api/test_missing_packages.py; vectorized over a range, several times
 slower), so a subset or a removal on the torch backend needs numpy only.
 """
 

@@ -103,3 +103,17 @@ def count_items(item_live) -> int:
         data = item_live.data[:-(-item_live.shape[0] // 8)]
         return int(np.bitwise_count(data).sum(dtype=np.int64))
     return int(np.count_nonzero(item_live))
+
+
+def items_ending_at(items, depth: int, num_states: int) -> np.ndarray:
+    """int (num_states,): the unique sequence of `items` (an `ItemIndex`)
+    ending at each state at `depth` of a variable-length set (item_depth /
+    item_state), or -1 (int32 where the ids fit: 4 GB, not 8, for 1e9
+    states), filled ITEM_CHUNK items at a time (no bool or int64 array per
+    item)."""
+    narrow = items.num_unique < np.iinfo(np.int32).max
+    out = np.full(num_states, -1, dtype=np.int32 if narrow else np.int64)
+    for a in range(0, items.num_unique, ITEM_CHUNK):
+        at = items.item_depth[a:a + ITEM_CHUNK] == depth
+        out[items.item_state[a:a + ITEM_CHUNK][at]] = np.flatnonzero(at) + a
+    return out

@@ -6,8 +6,8 @@ A trie is given as its layers: anything with ``indptr`` (S + 1,) row
 pointers (child e of a layer is state e of the next depth), ``accepting``
 bool (S,) or None, ``num_states``, ``num_edges`` and ``branch()``, such as
 `TrieLayer` or `ir.Layer`. Here: a lowered layer's row pointers read back
-from its tables (`row_pointers`, `exception_rows`); which steps get slot
-bits and how many words each depth's bits take (`slot_step`, `bit_widths`,
+from its tables (`TableLayer`, over `target.tables`); how many words
+each depth's bits take (`bit_widths`, `slot_words`,
 `dense_slots`); and how liveness crosses each layer (`layer_walks`,
 `is_unary`, `shared_depths`).
 """
@@ -22,6 +22,7 @@ import numpy as np
 
 from static_compiler.support.arrays import search_sorted
 from static_compiler.support.mapped import release_pages
+from static_compiler.target.tables import EXCEPTION_TABLES, exception_rows, row_pointers
 
 
 class _Rows:
@@ -55,27 +56,6 @@ class TrieLayer(_Rows):
         return self.accepting is not None
 
 
-def row_pointers(kind: str, tables: dict, num_states: int) -> np.ndarray:
-    """int64 (num_states + 1,): the row pointers of the first num_states
-    states (all of them, or a prefix: what the IR text prints of a large
-    layer) of a lowered layer of `kind` (a `LayoutKind` value), from its
-    tables (see backend.lowering), reading only those rows' entries: the
-    inverse of lowering for the rows, numpy only (the serving loader has no
-    IR)."""
-    if kind == "dense_rows":
-        present = np.asarray(tables["next"][:num_states]) >= 0
-        return np.concatenate([[0], np.cumsum(present.sum(axis=1))]).astype(np.int64)
-    if kind == "csr":
-        return np.asarray(tables["indptr"][:num_states + 1]).astype(np.int64)
-    if kind == "unary":
-        return np.arange(num_states + 1, dtype=np.int64)
-    if kind == "near_unary":
-        count = search_sorted(tables["ex_states"], num_states)  # those below num_states
-        branch = np.ones(num_states, dtype=np.int64)
-        branch[np.asarray(tables["ex_states"][:count]).astype(np.int64)] = \
-            exception_rows(tables, count)[1]
-        return np.concatenate([[0], np.cumsum(branch)])
-    raise ValueError(f"layout kind {kind!r}")
 
 
 class _VirtualRows:
@@ -367,26 +347,8 @@ def find_in_rows(indptr: np.ndarray, tokens: np.ndarray, states: np.ndarray,
     return lo, found
 
 
-EXCEPTION_TABLES = ("ex_starts", "ex_branch", "ex_bounds")
-"""A near_unary layer's tables of its exceptions' rows besides ex_states:
-ex_starts and ex_branch, or ex_bounds (X, 2) in artifacts before format
-version 6."""
 
 
-def exception_rows(tables: dict, count: Optional[int] = None, starts_only: bool = False):
-    """(row starts, branches) int64 of a near_unary layer's first `count`
-    (default all) exception states, from its ex_starts / ex_branch tables or
-    the ex_bounds of older artifacts (numpy; `kernels.exception_rows` is the
-    decoder's); the row starts alone (in the table's int dtype, unread
-    branches) with `starts_only`."""
-    end = None if count is None else int(count)
-    if "ex_bounds" in tables:
-        bounds = np.asarray(tables["ex_bounds"][:end]).astype(np.int64)
-        return bounds[:, 0] if starts_only else (bounds[:, 0], bounds[:, 1] - bounds[:, 0])
-    if starts_only:  # (a mapped table's slice stays mapped)
-        return tables["ex_starts"][:end]
-    return (np.asarray(tables["ex_starts"][:end]).astype(np.int64),
-            np.asarray(tables["ex_branch"][:end]).astype(np.int64))
 
 
 def slot_words(vocab_size: int) -> int:
@@ -394,16 +356,8 @@ def slot_words(vocab_size: int) -> int:
     return -(-int(vocab_size) // 32)
 
 
-SLOT_MIN_FILL = 0.5
-"""A dense_rows step's children get slot bits when at least this share of
-its (state, token) slots hold an edge, so slot bits cost at most 1 /
-SLOT_MIN_FILL bits per child; sparser dense steps keep per-state bits."""
 
 
-def slot_step(kind: str, num_states: int, num_next_states: int, vocab_size: int) -> bool:
-    """Whether the children of a step of layout `kind` (num_states states,
-    num_next_states children, as its tables hold them) get slot bits."""
-    return kind == "dense_rows" and num_next_states >= SLOT_MIN_FILL * num_states * vocab_size
 
 
 def bit_widths(num_states: Sequence[int], accepting: Sequence[bool], end_token: Optional[int],
@@ -412,7 +366,7 @@ def bit_widths(num_states: Sequence[int], accepting: Sequence[bool], end_token: 
     None): the words per subset row of a `Subset`'s arrays, for a trie with
     num_states[d] states at depth d = 0..depth (as its tables hold them),
     accepting[d] whether some state at depth d < depth accepts, and `dense`
-    the steps whose children get slot bits (`slot_step`:
+    the steps whose children get slot bits (`target.plan.slot_step`:
     num_states[t] * slot_words(vocab_size) words)."""
     depth = len(num_states) - 1
     words = [-(-n // 32) for n in num_states]

@@ -44,73 +44,12 @@ from typing import Optional, Sequence
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError, DecodeInputError
+from static_compiler.frontend.items import ItemIndex
 from static_compiler.live import item_masks, layer_walk
 from static_compiler.live.item_masks import rows_item_mask  # noqa: F401  (callers take it here)
 from static_compiler.live.layers import LayerWalk, TrieLayer, dense_slots, layer_walks, shared_depths
-from static_compiler.live.state_order import InsertedOrder, final_states_live
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class ItemIndex:
-    """Where each input sequence (an item) ends in the trie, for item subsets.
-
-    Items are the input's rows in order (duplicates are one item: the same
-    terminal state). row_item int32 (N,): the unique sequence (sorted order)
-    each input row is; item_depth int32 (N',) and item_state int32 (N',):
-    the depth and state id where each unique sequence ends, or None for a
-    fixed-length set, whose unique sequence u ends in final state u, or
-    after additions: state_inserted_at and state_inserted_item int32 (K,),
-    the final states of the K added items and their ids (`state_order`), or
-    state_item int32 (N',), every final state's item (format version 8);
-    removed bool (N',) or None: unique sequences an update took out (decodes
-    run over the others). Arrays may be memory-mapped."""
-
-    row_item: np.ndarray
-    num_unique: int
-    item_depth: Optional[np.ndarray] = None
-    item_state: Optional[np.ndarray] = None
-    removed: Optional[np.ndarray] = None
-    state_item: Optional[np.ndarray] = None
-    state_inserted_at: Optional[np.ndarray] = None
-    state_inserted_item: Optional[np.ndarray] = None
-
-    @property
-    def num_items(self) -> int:
-        return int(self.row_item.shape[0])
-
-    @property
-    def state_order(self):
-        """The final states' items (fixed-length sets): None where final
-        state u holds item u, else an `InsertedOrder` or the array
-        `state_item`, either indexed by final states (`order[states]`)."""
-        if self.state_inserted_at is not None:
-            return InsertedOrder(np.asarray(self.state_inserted_at, np.int32),
-                                 np.asarray(self.state_inserted_item, np.int32), self.num_unique)
-        return self.state_item
-
-    def items_ending_at(self, depth: int, num_states: int) -> np.ndarray:
-        """int (num_states,): the unique sequence ending at each state at
-        `depth` of a variable-length set (item_depth / item_state), or -1
-        (int32 where the ids fit: 4 GB, not 8, for 1e9 states), filled
-        ITEM_CHUNK items at a time (no bool or int64 array per item)."""
-        narrow = self.num_unique < np.iinfo(np.int32).max
-        out = np.full(num_states, -1, dtype=np.int32 if narrow else np.int64)
-        chunk = item_masks.ITEM_CHUNK
-        for a in range(0, self.num_unique, chunk):
-            at = self.item_depth[a:a + chunk] == depth
-            out[self.item_state[a:a + chunk][at]] = np.flatnonzero(at) + a
-        return out
-
-    @functools.cached_property
-    def removal_tag(self) -> str:
-        """"" with nothing removed, else a short hash of `removed` (bool
-        (N',): unique sequences taken out by an update): part of a set's
-        fingerprint, so a subset made before a removal is refused after.
-        Computed once (0.4 s at 1e9; an index is never changed, an update
-        makes a new one)."""
-        if self.removed is None or not self.removed.any():
-            return ""
-        return "~" + hashlib.blake2b(np.packbits(self.removed).tobytes(), digest_size=6).hexdigest()
+from static_compiler.live.placements import Placements
+from static_compiler.live.state_order import final_states_live, item_order
 
 
 def warm_kernels_in_background() -> None:
@@ -167,12 +106,16 @@ class Subset:
         subset of another set is rejected.
     num_subsets : int
         R, the number of subsets held (``sizes.shape[0]``).
+    placements : Placements
+        Its bits' device copies, made once per device (`live.placements`).
     """
 
     live: tuple
     ends: tuple
     sizes: np.ndarray
     fingerprint: str
+    placements: Placements = dataclasses.field(default_factory=Placements, init=False,
+                                               repr=False, compare=False)
 
     @property
     def num_subsets(self) -> int:
@@ -302,8 +245,8 @@ def _walk_up(layers: Sequence, num_final_states: int, end_token: Optional[int],
     room = layout.state_counts or [None] * (depth + 1)  # each depth's words, padded
     own: list = [None] * (depth + 1)  # own[d]: the state's own item is in the subset
     if items.item_depth is None:
-        own[depth] = item_live if items.state_order is None else \
-            final_item_live(items.state_order, item_live, room[depth])
+        own[depth] = item_live if item_order(items) is None else \
+            final_item_live(item_order(items), item_live, room[depth])
     else:
         for d in np.unique(items.item_depth):
             d = int(d)

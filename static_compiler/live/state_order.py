@@ -117,3 +117,13 @@ def final_states_live(state_item, item_live: np.ndarray, chunk: int,
 
     layer_walk.in_ranges(count, one_range, chunk)
     return result
+
+
+def item_order(items):
+    """The final states' items of a fixed-length set's `ItemIndex` (`items`):
+    None where final state u holds item u, else an `InsertedOrder` or the
+    array `state_item`, either indexed by final states (`order[states]`)."""
+    if items.state_inserted_at is not None:
+        return InsertedOrder(np.asarray(items.state_inserted_at, np.int32),
+                             np.asarray(items.state_inserted_item, np.int32), items.num_unique)
+    return items.state_item

@@ -3,8 +3,9 @@ recompile (`CompiledConstraints.subset`, `stack_subsets`).
 
 The bits, their layout and how they are computed are in
 `static_compiler.live.liveness` (shared with the serving loader); this module
-adds what needs the compiled automaton: the set's fingerprint, the check
-that its items are states of a trie, and finding token sequences in it.
+adds what needs the compiled automaton: the set's fingerprint and finding
+token sequences in it (the subset factory every front door shares is
+`static_compiler.live.set_view`).
 Items are only expressible as states in a trie: after `minimize` or for
 graph input, states are shared between items, and a subset is refused.
 
@@ -17,17 +18,19 @@ set held in its tables (`layers.TableLayer`s), which is never rebuilt.
 from __future__ import annotations
 
 import hashlib
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import numpy as np
 
 from static_compiler.support.arrays import npy_chunks
 from static_compiler.support.mapped import release_pages
 from static_compiler.errors import ConstraintSetError
+from static_compiler.live import item_masks, set_view, state_order
 from static_compiler.live.layers import TableLayer, find_in_rows, layer_walks  # noqa: F401 (API)
-from static_compiler.live.liveness import (BitLayout, ItemIndex, Subset,  # noqa: F401 (API)
-                                           bit_layout, rows_item_live, rows_item_mask,
-                                           stack_subsets, subset_of_items)
+from static_compiler.frontend.items import ItemIndex  # noqa: F401 (API)
+from static_compiler.live.liveness import (BitLayout, Subset, bit_layout, rows_item_live,
+                                           rows_item_mask, stack_subsets, subset_of_items)
+from static_compiler.live.set_view import TableTrie  # noqa: F401 (API)
 
 
 def set_fingerprint(plan, tables, digests: Optional[dict] = None) -> str:
@@ -67,47 +70,12 @@ FINGERPRINT_CHUNK_BYTES = 1 << 22
 """Bytes hashed at a time by `table_digest`."""
 
 
-class TableTrie(NamedTuple):
-    """A trie held in its tables: `layers.TableLayer`s of the trie's state
-    counts, its final state count, V and end token (what `liveness`,
-    `unique_ids` and `additions.merge_items` read of an automaton)."""
-
-    layers: tuple
-    num_final_states: int
-    vocab_size: int
-    end_token: Optional[int]
-
-    @property
-    def depth(self) -> int:
-        return len(self.layers)
-
-    def num_states_at(self, depth: int) -> int:
-        return self.num_final_states if depth == self.depth else self.layers[depth].num_states
-
-    @classmethod
-    def of(cls, plan, summary, tables) -> "TableTrie":
-        """The trie that a lowered set's `plan`, laid-out `summary`
-        (`ir.AutomatonSummary`: counts and layouts) and `tables` hold."""
-        layers = tuple(TableLayer(step.kind.value, tabs, layer.num_states,
-                                  not step.explicit_targets, layer.layout, layer.branch_counts())
-                       for step, layer, tabs in zip(plan.steps, summary.layers, tables))
-        return cls(layers, summary.num_final_states, plan.vocab_size, plan.end_token)
-
-
 def check_subsettable(ir, items: Optional[ItemIndex], where: str) -> ItemIndex:
     """The item index, or a ConstraintSetError saying why this set has none
     (`ir`: the automaton or its summary: only the layers' implicit_targets
-    are read)."""
-    if items is None:
-        raise ConstraintSetError(f"{where}: this set has no item index: item subsets need a set "
-                                 "compiled from sequences (a graph or an IR has no items)")
-    shared = [t for t, layer in enumerate(ir.layers) if not layer.implicit_targets]
-    if shared:
-        raise ConstraintSetError(f"{where}: layers {shared} share states between items (explicit "
-                                 "targets, from the 'minimize' pass): an item subset cannot be "
-                                 "expressed as live states; compile without 'minimize' to use "
-                                 "subsets")
-    return items
+    are read; `set_view.check_subsettable`)."""
+    return set_view.check_subsettable(items, [not layer.implicit_targets for layer in ir.layers],
+                                      where)
 
 
 def unique_ids(ir, items: ItemIndex, sequences, where: str) -> np.ndarray:
@@ -124,7 +92,7 @@ def unique_ids(ir, items: ItemIndex, sequences, where: str) -> np.ndarray:
     order = np.lexsort(mat.T[::-1]) if mat.shape[0] > LOOKUP_CHUNK else \
         np.arange(mat.shape[0])
     ends = np.full(mat.shape[0], -1, dtype=np.int64)
-    terminals: dict = {}  # depth -> `ItemIndex.items_ending_at`, built once
+    terminals: dict = {}  # depth -> `item_masks.items_ending_at`, built once
     for start in range(0, mat.shape[0], LOOKUP_CHUNK):
         at = order[start:start + LOOKUP_CHUNK]
         ends[at] = _walk_down(ir, items, mat[at], lengths[at], terminals)
@@ -142,7 +110,7 @@ LOOKUP_CHUNK = 1 << 16
 def _walk_down(ir, items: ItemIndex, mat: np.ndarray, lengths: np.ndarray,
                terminals: dict) -> np.ndarray:
     """`unique_ids` of the sequences `mat` int64 (n, L) (-1 past
-    `lengths`); terminals: {depth: `ItemIndex.items_ending_at`} filled as needed."""
+    `lengths`); terminals: {depth: `item_masks.items_ending_at`} filled as needed."""
     n = mat.shape[0]
     state = np.zeros(n, dtype=np.int64)
     ok = (lengths <= ir.depth) & ((mat >= 0) | (np.arange(mat.shape[1]) >= lengths[:, None])).all(1)
@@ -159,20 +127,22 @@ def _walk_down(ir, items: ItemIndex, mat: np.ndarray, lengths: np.ndarray,
         if items.item_depth is not None:
             done = found & (lengths == t + 1)
             if t + 1 not in terminals:
-                terminals[t + 1] = items.items_ending_at(t + 1, ir.num_states_at(t + 1))
+                terminals[t + 1] = item_masks.items_ending_at(items, t + 1,
+                                                               ir.num_states_at(t + 1))
             ends[done] = terminals[t + 1][state[done]]
     if items.item_depth is None:
         ends = np.where(ok & (lengths == ir.depth), state, -1)
-        order = items.state_order
+        order = state_order.item_order(items)
         if order is not None:  # (states ascending: neighbouring pages)
             ends[ends >= 0] = order[ends[ends >= 0]]
     return np.where(ok, ends, -1)
 
 
-def _item_mask(selection, items: ItemIndex, where: str, ir, layout: BitLayout):
+def item_mask(selection, items: ItemIndex, where: str, ir, layout: BitLayout):
     """The unique sequences some selected input row is (a bool mask (N,):
     as `rows_item_live` gives them for `layout`), or bool (N',): those
-    `selection` lists (token sequences of `ir`)."""
+    `selection` lists (token sequences of `ir`): a compiled set's
+    `SetView` lookup."""
     sel = selection if isinstance(selection, np.ndarray) else None
     if sel is not None and (sel.dtype == bool or sel.ndim != 2):
         return rows_item_live(sel, items, layout, where)
@@ -192,16 +162,6 @@ def liveness(ir, items: ItemIndex, item_live: np.ndarray,
     from static_compiler.live import liveness as core
 
     return core.liveness(ir.layers, ir.num_final_states, ir.end_token, items, item_live, walks)
-
-
-def make_subset(ir, items: Optional[ItemIndex], selection, fingerprint: str,
-                where: str, layout: BitLayout) -> Subset:
-    """One subset from a bool mask (N,) over the input rows, or from token
-    sequences of the set, laid out as the set's `BitLayout` says."""
-    items = check_subsettable(ir, items, where)
-    item_live = _item_mask(selection, items, where, ir, layout)
-    return subset_of_items(ir.layers, ir.num_final_states, ir.end_token, items, item_live,
-                           fingerprint, layout)
 
 
 def removal(items: ItemIndex, remove, automaton, where: str = "update") -> tuple[np.ndarray, dict]:

@@ -8,7 +8,7 @@ The added sequences are placed in the trie as for the automaton merge
 before, the old edge positions the new edges go before, their tokens and
 parents). From those, each layer's tables are written once, in their own
 dtypes and padded sizes, equal to lowering the merged automaton
-(`backend.lowering.lower`), without building it: the automaton merge holds
+(`target.lowering.lower`), without building it: the automaton merge holds
 int64 row pointers and branch counts for every layer (unary and near_unary
 layers' tables have neither) and lowering then copies every table again;
 at 1e7 items that was 0.45 s of an addition of 1e4. Here a unary layer
@@ -32,12 +32,12 @@ import numpy as np
 
 from static_compiler.support.arrays import PieceArray, materialized, search_sorted, table_array
 from static_compiler.support.mapped import release_pages
-from static_compiler.backend.lowering import exception_entries
+from static_compiler.target.lowering import exception_entries
 from static_compiler.support.dtypes import branch_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import AutomatonSummary, LayerSummary, LayoutKind
 from static_compiler.live.additions import Insertions, LayerInsertion, count_at_most, inserted
-from static_compiler.live.layers import EXCEPTION_TABLES, exception_rows
+from static_compiler.target.tables import EXCEPTION_TABLES, exception_rows
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -2,7 +2,7 @@
 as liveness over the same tables; additions merged into the trie
 (`live.additions`) and lowered to tables of the same plan when they fit the
 capacity reserved at compile time, else compiled anew with the set's
-pipeline. A set held in its tables (a `Shards` build, `load_compiled`) is
+pipeline. A set held in its tables (a `Shards` build, `sc.load`) is
 merged from rows read from its tables and stays held in them while it fits.
 """
 
@@ -11,10 +11,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from static_compiler.support.arrays import materialized
-from static_compiler.artifact import placement as placement_lib
-from static_compiler.artifact.format import ITEM_ARRAYS
-from static_compiler.backend.lowering import lower, plan_of
+from static_compiler.support import placement as placement_lib
+from static_compiler.target.lowering import lower, plan_of
 from static_compiler.errors import ConstraintSetError
 from static_compiler.live import additions, subsets, table_additions
 from static_compiler.passes import pipeline as pipeline_lib
@@ -39,7 +37,7 @@ def updated(compiled, *, add=None, remove=None, streamed: bool = False):
             new, report = _with_additions(compiled, items, add, streamed and remove is None)
         items = new.items
     if remove is not None:
-        removed, removal = subsets.removal(items, remove, new._trie)
+        removed, removal = subsets.removal(items, remove, new.set_view.trie)
         report.update(removal)
         items = dataclasses.replace(items, removed=removed)
     return new._replace(items=items, last_update=report)
@@ -53,7 +51,7 @@ def _with_additions(compiled, items, add, streamed: bool = False):
                                  "it anew with the new names (added token sequences would "
                                  "have no name)")
     t0 = time.perf_counter()
-    trie = compiled._trie()
+    trie = compiled.set_view.trie()
     placed = additions.place_additions(trie, add)
     new_items, report = additions.items_after(trie, items, placed, lazy=streamed)
     if placed.depth == trie.depth:
@@ -63,8 +61,7 @@ def _with_additions(compiled, items, add, streamed: bool = False):
     else:
         problems = [f"depth {trie.depth} -> {placed.depth}"]
     if problems:  # the merged trie is compiled anew
-        new_items = dataclasses.replace(new_items, **{
-            key: materialized(getattr(new_items, key)) for key in ITEM_ARRAYS})
+        new_items = new_items.materialized()
         ir = additions.merge_placed(trie, placed, new_items.num_unique).ir
         bare = ir.with_layers(layer.replace(layout=None) for layer in ir.layers)
         ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(compiled.pipeline))

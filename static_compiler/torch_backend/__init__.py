@@ -12,7 +12,7 @@ its decoding operations to torch ops, with no jax imported at call time.
 
 Imports numpy, torch and the numpy-only modules of the package (errors,
 artifact.format / manifest / snapshot, live.layers / liveness), never jax
-or the compiler (tests/test_layering.py).
+or the compiler (tests/repository/test_layering.py).
 """
 
 from static_compiler.torch_backend.constraints import TorchConstraints, live_bits

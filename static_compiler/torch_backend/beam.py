@@ -9,7 +9,7 @@ children in table order, then the end token (where its state accepts),
 then, once finished, itself carried over; the best `beam_size` candidates
 of each row survive, ties to the lower parent beam, then the lower
 column; valid scores are floored at MIN_VALID_SCORE. The tokens, validity
-and lengths equal the JAX backend's (tests/test_torch_beam.py); scores
+and lengths equal the JAX backend's (tests/torch_backend/test_torch_beam.py); scores
 agree to float32 rounding (torch's exp and log are not XLA's, so a
 log-probability may differ in its last bit, and a near-tie decided by
 that bit could go the other way).
@@ -211,6 +211,15 @@ def beam_step(plan, tables, state: BeamState, logits: torch.Tensor, step: int,
         last_tokens=torch.where(grows, token, fill),
         parent=parent,
     )
+
+
+def completed(state: BeamState, depth: int) -> BeamState:
+    """`state` with only its complete beams valid (finished, or `depth`
+    tokens), SENTINEL_SCORE for the others: `support.beam_result.completed`
+    in torch (a no-op after a search's last step)."""
+    complete = state.valid & (state.finished | (state.lengths == depth))
+    return state._replace(scores=torch.where(complete, state.scores, SENTINEL_SCORE),
+                          valid=complete)
 
 
 def finalize(state: BeamState, length_penalty: float = 0.0) -> DecodeResult:

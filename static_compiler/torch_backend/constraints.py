@@ -1,16 +1,16 @@
 """`TorchConstraints`: a compiled constraint set decoded with torch.
 
-    tc = TorchConstraints.from_artifact("sids.sc", device="cuda")   # no jax imported
-    state = tc.init_state(rows)
+    tc = TorchConstraints.load("sids.sc", device="cuda")   # no jax imported
+    state = tc.init_processor(rows)
     for step in range(tc.max_length):
-        logits = logits.masked_fill(~tc.mask(state, step), float("-inf"))
+        logits = tc.mask(model(...), state, step)      # float32, SENTINEL_SCORE where not allowed
         tokens = pick(logits)
         state = tc.advance(state, tokens, step)
 
 or, for an engine that hands over each row's tokens so far (Hugging Face
 ``generate``): ``tc.allowed(prefixes)``. The semantics are those of the JAX
-backend's `mask` / `advance` / `allowed`, bit for bit
-(tests/test_torch_backend.py), including the set's removals (an updated
+backend's `mask` / `allowed_tokens` / `advance` / `allowed`, bit for bit
+(tests/torch_backend/test_torch_backend.py), including the set's removals (an updated
 set's live items) and item subsets.
 """
 
@@ -24,46 +24,52 @@ import torch
 from static_compiler.support import arguments
 from static_compiler.artifact import format as artifact_format
 from static_compiler.artifact import snapshot
-from static_compiler.artifact.format import IR_FILE
-from static_compiler.backend.lowering import PlanFacts, live_beam_bounds
-from static_compiler.errors import ConstraintSetError, DecodeInputError
-from static_compiler.live.layers import table_layers
-from static_compiler.live.liveness import (ItemIndex, Subset, bit_layout, checked_subset_index,
-                                           rows_item_live, subset_of_items)
-from static_compiler.support.decode_types import BeamState, DecodeResult
+from static_compiler.target.plan import PlanFacts, live_beam_bounds
+from static_compiler.errors import DecodeInputError
+from static_compiler.frontend.items import ItemIndex
+from static_compiler.live.liveness import Subset, checked_subset_index
+from static_compiler.live.set_view import SetView
+from static_compiler.support.beam_loop import check_search, run_search
+from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, DecodeResult
+from static_compiler.support.deprecation import renamed_method, warn_renamed
 from static_compiler.torch_backend import beam, checks, ops
 from static_compiler.torch_backend import warm as warming
 from static_compiler.torch_backend.kernels import LiveBits
 from static_compiler.torch_backend.ops import TorchState
-from static_compiler.torch_backend.tables import (TorchPlan, plan_from_manifest, plan_from_steps,
-                                                  torch_tables)
+from static_compiler.torch_backend.tables import TorchPlan, torch_plan, torch_tables
 
 
 def live_bits(subset: Subset, device=None) -> LiveBits:
-    """A `Subset`'s uint32 words as int32 tensors on `device` (cached on the
-    subset per device: every call with it reuses them)."""
+    """A `Subset`'s uint32 words as int32 tensors on `device` (kept in the
+    subset's `placements` per device: every call with it reuses them)."""
     if not isinstance(subset, Subset):
         raise DecodeInputError(f"live_bits: subset is a {type(subset).__name__}: expected a "
                                "Subset (TorchConstraints.subset(mask), or stack_subsets([...]))")
     key = str(checks.check_device(device, "live_bits"))
-    cache = subset.__dict__.get("_torch_bits")
-    if cache is None:
-        cache = {}
-        object.__setattr__(subset, "_torch_bits", cache)
-    if key not in cache:
-        convert = lambda w: None if w is None else \
-            torch.from_numpy(np.ascontiguousarray(w).view(np.int32).copy()).to(device)
-        cache[key] = LiveBits(tuple(convert(w) for w in subset.live),
-                              tuple(convert(w) for w in subset.ends))
-    return cache[key]
+    convert = lambda w: None if w is None else \
+        torch.from_numpy(np.ascontiguousarray(w).view(np.int32).copy()).to(device)
+    return subset.placements.get(("torch", key), lambda: LiveBits(
+        tuple(convert(w) for w in subset.live), tuple(convert(w) for w in subset.ends)))
+
+
+
+class _OldMask:
+    """The default of `TorchConstraints.mask`'s state and step: left out,
+    the call is the deprecated ``mask(state, step)``."""
+
+    def __repr__(self):
+        return "<the deprecated mask(state, step)>"
+
+
+_OLD_MASK = _OldMask()
 
 
 class TorchConstraints(PlanFacts):
     """A compiled set's plan and tables as torch tensors, with the decoding
     operations as torch ops (no jax at call time).
 
-    Build it with `from_artifact` (a saved artifact, read with numpy only)
-    or `from_compiled` (a `CompiledConstraints`). Every operation is
+    Build it with `load` (a saved artifact, read with numpy only) or
+    `from_compiled` (a `CompiledConstraints`). Every operation is
     vectorized over the rows at a static step (a Python int), reads no
     tensor value back to the host and branches on none, so it runs under
     ``torch.compile(fullgraph=True)`` (pass subsets as `live_bits` with a
@@ -82,17 +88,27 @@ class TorchConstraints(PlanFacts):
     base_subset : Subset or None
         All items but those an update removed (None if none was): what
         every call decodes over when no subset is given.
+    names : NameTable or None
+        A text catalogue's names (`texts` reads them), else None.
     """
 
-    def __init__(self, plan: TorchPlan, tables: tuple, *, fingerprint: str,
-                 base_subset: Optional[Subset] = None, device=None, make_subset=None):
+    def __init__(self, plan: TorchPlan, tables: tuple, set_view: SetView, *, device=None,
+                 names=None):
+        self.names = names
         self.plan = plan
         self.tables = tables
         self.device = checks.check_device(device, "TorchConstraints")
-        self.fingerprint = fingerprint
-        self.base_subset = base_subset
-        self._make_subset = make_subset
-        self._base_bits = None if base_subset is None else live_bits(base_subset, self.device)
+        self.set_view = set_view  # (subsets, fingerprint, base subset: numpy, on the host)
+        base = set_view.base_subset()
+        self._base_bits = None if base is None else live_bits(base, self.device)
+
+    @property
+    def fingerprint(self) -> str:
+        return self.set_view.fingerprint
+
+    @property
+    def base_subset(self) -> Optional[Subset]:
+        return self.set_view.base_subset()
 
     def __repr__(self):
         return (f"TorchConstraints(vocab_size={self.vocab_size}, max_length={self.max_length}, "
@@ -101,29 +117,27 @@ class TorchConstraints(PlanFacts):
     # Construction
 
     @classmethod
-    def from_artifact(cls, path, device=None, *, verify_checksums: bool = True
-                      ) -> "TorchConstraints":
+    def load(cls, path, device=None, *, verify_checksums: bool = True) -> "TorchConstraints":
         """The set saved at `path` (``compiled.save(path)``), its tables read
         through the numpy-only snapshot readers and put on `device` once
         (default: the CPU). Neither jax nor the compiler is imported.
         Raises ArtifactFormatError / ArtifactChecksumError /
         ArtifactVersionError as `serving.load` does for a damaged artifact,
         DecodeInputError for a device this torch cannot use."""
-        path = artifact_format.artifact_path(path, "TorchConstraints.from_artifact")
-        device = checks.check_device(device, "TorchConstraints.from_artifact")
+        path = artifact_format.artifact_path(path, "TorchConstraints.load")
+        device = checks.check_device(device, "TorchConstraints.load")
         with snapshot.open_snapshot(path, verify_checksums=verify_checksums) as snap:
             manifest = snap.manifest
             host = snapshot.read_tables(snap)
             arrays = snapshot.read_item_arrays(snap)
-        plan = plan_from_manifest(manifest)
+            names = snapshot.read_names(snap)
         items = None if arrays is None else ItemIndex(num_unique=manifest.num_sequences, **arrays)
-        fingerprint = manifest.files[IR_FILE].sha256 + ("" if items is None else items.removal_tag)
-        make = None if items is None else _ArtifactSubsets(plan, host, manifest, items, fingerprint)
-        base = None
-        if items is not None and items.removal_tag:
-            base = make(np.ones(items.num_items, bool))
-        return cls(plan, torch_tables(host, device), fingerprint=fingerprint, base_subset=base,
-                   device=device, make_subset=make)
+        view = SetView.of_artifact(manifest, host, items, source=f"artifact {str(path)!r}",
+                                   missing=DecodeInputError)
+        return cls(torch_plan(view.facts), torch_tables(host, device), view, device=device,
+                   names=names)
+
+    from_artifact = renamed_method("load")  # (deprecated)
 
     @classmethod
     def from_compiled(cls, compiled, device=None) -> "TorchConstraints":
@@ -134,10 +148,9 @@ class TorchConstraints(PlanFacts):
             raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected the "
                                    "CompiledConstraints of sc.compile_constraints")
         device = checks.check_device(device, "TorchConstraints.from_compiled")
-        p = compiled.plan
-        plan = plan_from_steps(p.vocab_size, p.steps, p.end_token, slots=True)
-        return cls(plan, torch_tables(compiled.tables, device), fingerprint=compiled.fingerprint,
-                   base_subset=compiled.base_subset, device=device, make_subset=compiled.subset)
+        view = compiled.set_view  # (shared: one trie, layout and base subset)
+        return cls(torch_plan(view.facts), torch_tables(compiled.tables, device), view,
+                   device=device, names=compiled.names)
 
     # Item subsets
 
@@ -145,11 +158,9 @@ class TorchConstraints(PlanFacts):
         """The items `selection` picks (bool (N,) over the input rows; for a
         compiled set also token sequences), as a `Subset` for the `subset=`
         arguments. Needs an item index (``export_subsets=True`` for an
-        artifact); raises DecodeInputError otherwise."""
-        if self._make_subset is None:
-            raise DecodeInputError("subset: this artifact has no item index (compile with "
-                                   "export_subsets=True)")
-        return self._make_subset(selection)
+        artifact); raises DecodeInputError otherwise (ConstraintSetError for
+        a compiled set)."""
+        return self.set_view.subset(selection, "TorchConstraints.subset")
 
     def subset_bits(self, subset, subset_index, n: int, where: str):
         """The subset bits a call of n rows reads: (LiveBits, rows int64
@@ -179,23 +190,47 @@ class TorchConstraints(PlanFacts):
         return (live_bits(subset, self.device),
                 torch.from_numpy(np.asarray(index, np.int64)).to(self.device))
 
-    # Operations
+    # Operations: the verbs of every front door (docs/README.md)
 
-    def init_state(self, rows: int) -> TorchState:
-        """`TorchState` of `rows` rows at the root (int64 node, bool valid,
-        bool finished, each (rows,)) on this set's device."""
-        return ops.init_state(arguments.check_rows(rows)[0], self.device)
+    def init_processor(self, batch_size: int) -> TorchState:
+        """`TorchState` of `batch_size` rows at the root (int64 node, bool
+        valid, bool finished, each (batch_size,)) on this set's device."""
+        return ops.init_state(arguments.check_rows(batch_size)[0], self.device)
 
-    def mask(self, state: TorchState, step: int, *, subset=None, subset_index=None
-             ) -> torch.Tensor:
+    init_state = renamed_method("init_processor")  # (deprecated)
+
+    def mask(self, logits: torch.Tensor, state: TorchState = _OLD_MASK,
+             step: int = _OLD_MASK, *, subset=None, subset_index=None) -> torch.Tensor:
+        """logits float (B, V) -> float32 (B, V): the logits of the tokens each
+        row of `state` may take at `step` (see `allowed_tokens`), SENTINEL_SCORE
+        for the others and for NaN logits: the JAX front doors' `mask`, bit
+        for bit. The two-argument form ``mask(state, step)`` (bool (B, V))
+        is deprecated: it warns and returns `allowed_tokens(state, step)`."""
+        if state is _OLD_MASK or step is _OLD_MASK:  # mask(state, step), mask(state, step=t)
+            warn_renamed("TorchConstraints.mask(state, step)",
+                         "TorchConstraints.allowed_tokens(state, step) (mask(logits, state, "
+                         "step) returns masked logits)")
+            step = state if step is _OLD_MASK else step
+            return self._allowed_at(logits, step, subset, subset_index, "mask")
+        allowed = self._allowed_at(state, step, subset, subset_index, "mask")
+        checks.check_logits(logits, tuple(allowed.shape[:1]), self.vocab_size,
+                            f"mask(step={step})")
+        x = logits.to(self.device).float()
+        return torch.where(allowed & ~torch.isnan(x), x, SENTINEL_SCORE)
+
+    def allowed_tokens(self, state: TorchState, step: int, *, subset=None,
+                       subset_index=None) -> torch.Tensor:
         """bool (B, V): the tokens each row of `state` may take at `step`
         (an int in [0, max_length)): a finished row only the end token, an
         invalid row nothing. subset: a `Subset` of this set (or its
         `live_bits`), subset_index ints (B,) one subset per row (default:
         subset 0 for a single subset); without one, the set's live items."""
-        step = checks.check_step(step, self.max_length, "mask")
-        state = checks.check_state(state, "mask")
-        sub = self.subset_bits(subset, subset_index, state[0].shape[0], "mask")
+        return self._allowed_at(state, step, subset, subset_index, "allowed_tokens")
+
+    def _allowed_at(self, state, step, subset, subset_index, where: str) -> torch.Tensor:
+        step = checks.check_step(step, self.max_length, where)
+        state = checks.check_state(state, where)
+        sub = self.subset_bits(subset, subset_index, state[0].shape[0], where)
         return ops.mask_at(self.plan, self.tables, state, step, sub)
 
     def advance(self, state: TorchState, tokens, step: int, *, subset=None,
@@ -269,12 +304,15 @@ class TorchConstraints(PlanFacts):
                               live, sub)
 
     def finalize(self, state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
-        """The `DecodeResult` of a search's last state; with a length penalty
-        (the GNMT exponent) the beams re-ranked by normalized score."""
+        """The `DecodeResult` of a search's state: only complete sequences
+        valid (finalized before the last step, unfinished prefixes come back
+        invalid); with a length penalty (the GNMT exponent) the beams
+        re-ranked by normalized score."""
         state = checks.check_beam_state(state, self.max_length, "finalize")
-        return beam.finalize(state, arguments.check_finite("length_penalty", length_penalty))
+        penalty = arguments.check_finite("length_penalty", length_penalty)
+        return beam.finalize(beam.completed(state, self.plan.depth), penalty)
 
-    def beam_search(self, logits_fn: Callable, *, batch_size: int, beam_size: int,
+    def beam_search(self, logits_fn: Callable, batch_size: int, beam_size: int, *,
                     tokens_per_beam=None, start_token=0, carry=None, reorder=None,
                     length_penalty: float = 0.0, subset=None, subset_index=None,
                     return_carry: bool = False):
@@ -292,30 +330,20 @@ class TorchConstraints(PlanFacts):
         the result is the same). Returns a `DecodeResult` of torch tensors
         (int64 tokens (B, M, T)), or ``(result, carry)`` with return_carry.
         """
-        B, M = arguments.check_rows(batch_size, beam_size)
-        arguments.check_callable("logits_fn", logits_fn)
-        if reorder is not None:
-            arguments.check_callable("reorder", reorder)
-        elif carry is not None and M > 1:
-            raise DecodeInputError("beam_search: a carry with beam_size > 1 needs reorder="
-                                   "fn(carry, parent) (the model state of each beam's parent)")
+        B, M = check_search(logits_fn, batch_size, beam_size, carry, reorder)
         caps = arguments.check_tokens_per_beam(tokens_per_beam, self.max_length)
         length_penalty = arguments.check_finite("length_penalty", length_penalty)
         sub = self.subset_bits(subset, subset_index, B, "beam_search")
-        state = self.init_beams(B, M, start_token)
         bounds = live_beam_bounds(self.plan, M, caps)
-        for step in range(self.max_length):
-            if self.end_token is not None and step and \
-                    not bool((state.valid & ~state.finished).any()):
-                break  # every valid beam has ended: the steps left change nothing
-            logits, carry = arguments.model_output(logits_fn(state.last_tokens, step, carry),
-                                                   (B, M, self.vocab_size),
-                                                   f"beam_search (step {step})")
+
+        def step_fn(state, logits, step):
             checks.check_logits(logits, (B, M), self.vocab_size, f"beam_search (step {step})")
-            state = beam.beam_step(self.plan, self.tables, state, logits.to(self.device), step,
-                                   caps[step], bounds[step], sub)
-            if reorder is not None:
-                carry = reorder(carry, state.parent)
+            return beam.beam_step(self.plan, self.tables, state, logits.to(self.device), step,
+                                  caps[step], bounds[step], sub)
+
+        state, carry = run_search(self.init_beams(B, M, start_token), step_fn, logits_fn,
+                                  max_length=self.max_length, vocab_size=self.vocab_size,
+                                  end_token=self.end_token, carry=carry, reorder=reorder)
         result = beam.finalize(state, length_penalty)
         return (result, carry) if return_carry else result
 
@@ -325,7 +353,7 @@ class TorchConstraints(PlanFacts):
     def warm(self, batch_sizes, *, beam_sizes=(), max_subsets: int = 0
              ) -> "warming.WarmReport":
         """Runs each request path once on dummy inputs at each batch size of
-        `batch_sizes` (ints >= 1): init_state / mask / advance at every
+        `batch_sizes` (ints >= 1): init_processor / mask / advance at every
         step, allowed at every prefix length, and init_beams / beam_step /
         finalize for each beam size of `beam_sizes`; with max_subsets > 0
         (a set with an item index) also over a subset. torch compiles
@@ -344,35 +372,13 @@ class TorchConstraints(PlanFacts):
         is counted by dynamo, not here."""
         return 0
 
-class _ArtifactSubsets:
-    """Subsets of a saved artifact's items (what `serving.Artifact.subset`
-    computes, numpy only): the layers' row pointers and the bit layout,
-    built on first use."""
-
-    def __init__(self, plan: TorchPlan, host: tuple, manifest, items: ItemIndex, fingerprint: str):
-        self.plan, self.host, self.manifest = plan, host, manifest
-        self.items, self.fingerprint = items, fingerprint
-        self._trie = None
-
-    def __call__(self, selection) -> Subset:
-        if self._trie is None:
-            steps = self.plan.steps
-            # the trie's own state counts (tables padded to a capacity hold more)
-            layers = table_layers([(s.kind, layer["states"], s.explicit_targets,
-                                    layer.get("branch_counts"))
-                                   for s, layer in zip(steps, self.manifest.layers)], self.host)
-            dense = {t: self.host[t]["next"] for t in self.plan.slot_steps}
-            layout = bit_layout(layers, dense if self.plan.slot_steps else None,
-                                list(self.plan.state_counts()))
-            self._trie = (layers, layout)
-        layers, layout = self._trie
-        where = "TorchConstraints.subset"
-        try:
-            selection = np.asarray(selection)
-        except (TypeError, ValueError):  # ragged
-            raise ConstraintSetError(f"{where}: selection={selection!r}: expected a bool mask of "
-                                     f"shape ({self.items.num_items},) over the input rows") \
-                from None
-        mask = rows_item_live(selection, self.items, layout, where)
-        return subset_of_items(layers, self.manifest.num_final_states, self.plan.end_token,
-                               self.items, mask, self.fingerprint, layout)
+    def texts(self, result) -> list:
+        """The names a decoding result of this text catalogue holds (e.g.
+        `beam_search`'s, tensors on any device): lists (batch) of lists
+        (beams) of str, None where a beam is invalid (`NameTable.texts`).
+        Raises DecodeInputError for a set compiled from token ids."""
+        if self.names is None:
+            raise DecodeInputError("texts: this set has no names (compiled from token ids, "
+                                   "not from names with a tokenizer)")
+        host = lambda x: x.cpu() if isinstance(x, torch.Tensor) else x
+        return self.names.texts(DecodeResult(*(host(x) for x in result)))

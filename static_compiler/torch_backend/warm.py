@@ -37,10 +37,8 @@ def _ints(name: str, values, allow_empty: bool) -> tuple:
 
 
 def _num_items(tc) -> Optional[int]:
-    """The items of the set's item index (None without one): the subset
-    maker is an artifact's `_ArtifactSubsets` or a compiled set's `subset`."""
-    make = tc._make_subset
-    items = getattr(getattr(make, "__self__", make), "items", None)
+    """The items of the set's item index (None without one)."""
+    items = tc.set_view.items
     return None if items is None else items.num_items
 
 
@@ -60,7 +58,7 @@ def check_warm_arguments(tc, batch_sizes, beam_sizes, max_subsets) -> tuple:
 
 
 def run_warm(tc, sizes: tuple, beams: tuple, max_subsets: int) -> WarmReport:
-    """Runs init_state / mask / advance at every step, allowed at every
+    """Runs init_processor / mask / advance at every step, allowed at every
     prefix length, and init_beams / beam_step (every step) / finalize for
     each beam size, at each batch size, over every item and (max_subsets
     > 0) over an empty subset; the results are dropped."""
@@ -73,9 +71,10 @@ def run_warm(tc, sizes: tuple, beams: tuple, max_subsets: int) -> WarmReport:
                 [{}, dict(subset=empty, subset_index=np.zeros(B, np.int64))]
             tokens = torch.zeros(B, dtype=torch.int64, device=tc.device)
             for kw in kws:
-                state = tc.init_state(B)
+                state = tc.init_processor(B)
+                logits = torch.zeros((B, V), device=tc.device)
                 for t in range(T):
-                    tc.mask(state, t, **kw)
+                    tc.mask(logits, state, t, **kw)
                     state = tc.advance(state, tokens, t, **kw)
                     tc.allowed(torch.zeros((B, t), dtype=torch.int64, device=tc.device), **kw)
                     calls += 3

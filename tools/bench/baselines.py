@@ -5,7 +5,7 @@ Every method is run by the same beam search (`masked_beam_search`), which is
 built like the library's `beam_search`: log_softmax over the full
 vocabulary, disallowed tokens set to `SENTINEL_SCORE`, each beam pruned to its
 `tokens_per_beam` best tokens, the best `beam_size` candidates of a batch row
-kept (`decode.select_beams`, the library's own selection), and only beam 0
+kept (`decode.selection.select_beams`, the library's own selection), and only beam 0
 expanded at step 0. A method only decides which tokens are allowed:
 
 ==================  ======================================================
@@ -39,8 +39,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.backend.decode import (PAD_TOKEN, SENTINEL_SCORE, add_logprob,
-                                            safe_log_softmax, select_beams)
+from static_compiler.backend.decode import PAD_TOKEN, SENTINEL_SCORE
+from static_compiler.backend.decode.logprobs import add_logprob, safe_log_softmax
+from static_compiler.backend.decode.selection import select_beams
 from static_compiler.support.decode_state import check_tokens_per_beam
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import as_token_matrix, automaton_from_sorted_codes, sort_unique_rows
@@ -183,7 +184,7 @@ def harness_live_beams(step: int, beam_size: int, vocab_size: int,
                        tokens_per_beam: Optional[int]) -> int:
     """Beams that can be valid at `step` of a search (1 at step 0, then at most
     min(V, the step's cap) times more per step): the library's
-    `decode.live_beam_bounds` with V candidates per beam."""
+    `decode.search.live_beam_bounds` with V candidates per beam."""
     live = 1
     for s in range(step):
         cap = step_cap(s, tokens_per_beam)

@@ -48,7 +48,7 @@ out = {"library": sc.__file__}
 if which.startswith("artifact:"):
     t0 = time.perf_counter()
     art = serving.load(art_dir)
-    state = art.init_state(2, 70)
+    state = art.init_beams(2, 70)
     logits = np.zeros((2, 70, art.vocab_size), np.float32)
     t1 = time.perf_counter()
     state = art.beam_step(state, logits, 0)

@@ -74,7 +74,7 @@ def _serving(root: str, rounds: int, every: int) -> None:
     for _ in range(rounds):
         for path in paths:
             art = serving.load(path)
-            state = art.init_state(1, 4)
+            state = art.init_beams(1, 4)
             for step in range(art.max_length):
                 state = art.beam_step(state, np.zeros((1, 4, V), np.float32), step)
             jax.block_until_ready(state.tokens)

@@ -496,7 +496,7 @@ class Static(Engine):
         return self._steps[t]
 
     def start(self, rows):
-        return [self.compiled.processor(rows), self.compiled.init_state(rows)]
+        return [self.compiled.processor(rows), self.compiled.init_processor(rows)]
 
     def device_logits(self, logits):
         return self.jax.device_put(logits)
@@ -532,7 +532,7 @@ class Static(Engine):
         for i, s in enumerate(spellings):
             toks[i, :min(len(s), T)] = s[:T]
         ok = lengths < T  # the end token must fit too
-        state = self.compiled.init_state(rows)
+        state = self.compiled.init_processor(rows)
         zeros = jnp.zeros((rows, self.V), jnp.float32)
         for t in range(T):
             masked, state = self._traced(self.compiled.device_tables, zeros, state,

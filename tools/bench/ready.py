@@ -10,8 +10,8 @@ compile for the requests that follow.
 Front doors (each in a fresh process, `python -m tools.bench.ready --child`):
 
 * ``library``: `sc.beam_search(compiled, logits_fn, batch_size=B,
-  beam_size=M)` with a trivial model (zeros), the set from `sc.load_compiled`;
-* ``serving R=r``: `serving.load`, then one whole decode (`init_state`,
+  beam_size=M)` with a trivial model (zeros), the set from `sc.load`;
+* ``serving R=r``: `serving.load`, then one whole decode (`init_beams`,
   `beam_step` at every step, `finalize`) over r = 0..4 stacked item subsets
   (`stack_subsets`), in that order in one process, so each row is what a
   new subset count adds;
@@ -113,7 +113,7 @@ def _zeros_model(V: int):
 def _serving_decode(art, B: int, M: int, subset=None):
     import numpy as np
 
-    state = art.init_state(B, M)
+    state = art.init_beams(B, M)
     logits = np.zeros((B, M, art.vocab_size), np.float32)
     kwargs = {} if subset is None else {"subset": subset, "subset_index": np.arange(B) %
                                         subset.num_subsets}
@@ -138,7 +138,7 @@ def _processor_loop(compiled, B: int):
     import numpy as np
 
     p = compiled.processor(B)
-    state = p.init_state() if hasattr(p, "init_state") else compiled.init_state(B)
+    state = p.init_processor()
     logits = np.zeros((B, compiled.plan.vocab_size), np.float32)
     logits[:, 1] = 1.0
     out = None
@@ -163,7 +163,7 @@ def _hf(compiled_path: str, V: int, L: int, backend: str):
     model = transformers.GPT2LMHeadModel(config).eval()
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
-    compiled = sc.load_compiled(compiled_path)
+    compiled = sc.load(compiled_path)
     processor = StaticLogitsProcessor(compiled, PROMPT_LENGTH, backend=backend)
     return model, processor, compiled
 
@@ -220,7 +220,7 @@ def child(spec: dict) -> dict:
     out["import_s"] = t0 - t_start + (time.perf_counter() - t0)
     t0 = time.perf_counter()
     if door == "library" or door == "mask-advance":
-        compiled = sc.load_compiled(spec["artifact"])
+        compiled = sc.load(spec["artifact"])
         V = compiled.plan.vocab_size
     elif door == "serving":
         from static_compiler.artifact import serving

@@ -47,7 +47,7 @@ def _layout_label(step) -> str:
 def _static_runner(compiled, model, cfg) -> Runner:
     plan, tables = compiled.plan, compiled.device_tables
     B, M, tpb = cfg.batch, cfg.beams, cfg.tokens_per_beam
-    live = decode.live_beam_bounds(plan, M, tpb)  # as static_compiler.beam_search
+    live = decode.search.live_beam_bounds(plan, M, tpb)  # as static_compiler.beam_search
 
     def step_fn(tables, model_table, state, *, t):
         logits = bl.TableModel.logits(model_table, state.last_tokens, t)
@@ -132,7 +132,7 @@ def _harness_runner(method, model, cfg, length: int, build_s: float = 0.0,
         fn = jax.jit(functools.partial(step_fn, t=t))
         steps.append((fn, (tables, model.table, state)))
         live = bl.harness_live_beams(t, M, model.vocab_size, tpb)
-        logprobs.append(decode.safe_log_softmax(
+        logprobs.append(decode.logprobs.safe_log_softmax(
             bl.TableModel.logits(model.table, state.last_tokens, t)[:, :live]))
         constraints.append(jax.tree_util.tree_map(lambda x: x[:, :live], state.constraint))
         state = fn(tables, model.table, state)

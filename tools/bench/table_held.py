@@ -4,9 +4,9 @@ its automaton back: N random Semantic IDs are compiled from `sc.Shards`
 child process, timed, with its peak RSS above the child's RSS before it
 (`VmHWM` against `VmRSS` once jax and the package are imported):
 
-* load: `sc.load_compiled(path)`, the manifest's summary checked against the
+* load: `sc.load(path)`, the manifest's summary checked against the
   tables (format version 7), no automaton;
-* load + IR (the baseline, what every load did before): `load_compiled(path,
+* load + IR (the baseline, what every load did before): `sc.load(path,
   check_automaton=True)`, the automaton rebuilt from the tables and verified;
 * subset: load (checksums unverified, as below), then `compiled.subset(mask)`
   of a random 10 % mask (the mask itself, N bytes, counts);
@@ -88,13 +88,13 @@ def _child(mode: str, path: str, n: int) -> dict:
     start = time.perf_counter()
     loaded = op_peak = again = None
     if mode == "load + IR":
-        assert "ir" in sc.load_compiled(path, check_automaton=True).__dict__
+        assert "ir" in sc.load(path, check_automaton=True).__dict__
     elif mode == "load":
-        assert "ir" not in sc.load_compiled(path).__dict__
+        assert "ir" not in sc.load(path).__dict__
     elif mode in LOADED:
         # (checksums unverified: the load row verifies them, and hashing 19 GB
         # at 1e9 would evict from the page cache the item index the subset reads)
-        held = sc.load_compiled(path, verify_checksums=False) if mode == "subset" else \
+        held = sc.load(path, verify_checksums=False) if mode == "subset" else \
             serving.load(path, verify_checksums=False)
         rows = np.load(os.path.join(path, "items", "row_item.npy"), mmap_mode="r").shape[0]
         mask, other = (_random_mask(rng, rows) for _ in range(2))  # (n, or more after an add)

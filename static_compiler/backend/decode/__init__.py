@@ -20,6 +20,47 @@ concern per module:
 
 The state and result types and the argument validators live in
 `static_compiler.support.decode_state`, shared with the serving loader.
+The package exports what a user calls (`__all__`: the drivers, the step and
+processor functions, the carry helpers, the result types); everything else
+is imported from its module (``decode.live.LiveMask``).
+
+How one step runs. Every entry point ends in one of the three candidate
+paths of `candidates` (a beam's candidate transitions at a step); which one
+depends on whether the step is a Python int when tracing and on how many
+steps share a program:
+
+======================================  ==============  =============================================
+entry point                             step            candidates from
+======================================  ==============  =============================================
+`beam_step`, `mask`, `advance`,         a Python int    `step_candidates` at t: the layer's own
+`StepProcessor`                                         kernel (`kernels.expand`; a mixed layer's
+                                                        best children, `mixed_children`)
+`beam_search`, `greedy_decode`,         runs of steps   per run of `step.step_segments` (a loop;
+`sample`                                (a loop each)   one step each where `search.unrolled`):
+                                                        `step.run_candidates` picks (1) one step:
+                                                        `step_candidates`; (2) tables small enough
+                                                        to pack (`kernels.PACK_MAX_ENTRIES`):
+                                                        `packed_step_candidates`, one gather for
+                                                        every step of the run; (3) else a
+                                                        `lax.switch` over the steps (over
+                                                        `GroupedRun` groups where steps share a
+                                                        kernel): `switched_step_candidates`
+                                                        (gathers only) where `switched` (no dense
+                                                        rows, no mixed layer), else
+                                                        `step_candidates` per branch
+                                                        (`switch_steps`)
+`beam_step_switch` (the exported        traced int32    a `lax.switch` over the runs of
+modules, `serving.Artifact.beam_step`)                  `step_segments`, each run as `beam_search`
+                                                        runs it (`run_candidates`)
+`mask_switch`, `advance_switch`,        traced int32    a `lax.switch` over the steps, grouped
+`allowed`, `accept_drafts`                              where kernels repeat
+                                                        (`step.switch_over_groups`,
+                                                        `switch_over_steps`), each branch the
+                                                        static path (`step_candidates` at t)
+======================================  ==============  =============================================
+
+Every path gives the same valid columns in the same order, so they decode
+bit-identically (tests/backend/test_packed_runs.py, tests/backend/test_processor.py).
 
 Beam-search semantics (tested bit-for-bit against a numpy oracle):
 
@@ -44,31 +85,28 @@ Beam-search semantics (tested bit-for-bit against a numpy oracle):
   overflow of the sum) never push a valid sequence below an invalid one.
 """
 
-from static_compiler.backend.decode.candidates import (StepCandidates, candidate_columns,
-                                                       mixed_children, step_candidates)
-from static_compiler.backend.decode.live import (LiveMask, live_mask_spec, subset_live_mask,
-                                                 subset_widths)
-from static_compiler.backend.decode.logprobs import LogProbs, add_logprob, safe_log_softmax, scored
+from static_compiler.backend.decode.carry import BeamAxis, reorder_carry
+from static_compiler.backend.decode.prefix import allowed
 from static_compiler.backend.decode.processor import (StepProcessor, advance, advance_switch,
                                                       init_processor_state, mask, mask_switch)
-from static_compiler.backend.decode.carry import BeamAxis, reorder_carry, resolve_carry_axes
-from static_compiler.backend.decode.prefix import allowed
-from static_compiler.backend.decode.search import beam_search, greedy_decode, live_beam_bounds, sample
-from static_compiler.backend.decode.selection import Selection, select_beams
+from static_compiler.backend.decode.search import beam_search, greedy_decode, sample
 from static_compiler.backend.decode.speculative import accept_drafts
-from static_compiler.backend.decode.step import (apply_choice, beam_step, beam_step_switch, finalize,
-                                                 init_beam_state, length_normalized,
-                                                 step_segments, switch_over_steps)
-from static_compiler.support.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
-                                          DecodeResult, ProcessorState)
+from static_compiler.backend.decode.step import (beam_step, beam_step_switch, finalize,
+                                                 init_beam_state)
+from static_compiler.support.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE,
+                                                  BeamState, DecodeResult, ProcessorState)
 
 __all__ = [
-    "BeamAxis", "BeamState", "DecodeResult", "LiveMask", "LogProbs", "MIN_VALID_SCORE", "PAD_TOKEN",
-    "ProcessorState", "SENTINEL_SCORE", "Selection", "StepCandidates", "StepProcessor", "accept_drafts",
-    "add_logprob", "advance", "allowed", "advance_switch", "apply_choice", "beam_search", "beam_step",
-    "beam_step_switch", "candidate_columns", "finalize", "greedy_decode", "init_beam_state",
-    "init_processor_state", "length_normalized", "live_beam_bounds", "mask", "mask_switch",
-    "mixed_children", "reorder_carry", "resolve_carry_axes", "safe_log_softmax", "sample",
-    "live_mask_spec", "scored", "select_beams", "step_candidates", "step_segments",
-    "subset_live_mask", "subset_widths", "switch_over_steps",
+    # drivers around the model
+    "beam_search", "greedy_decode", "sample",
+    # one beam step at a time (a static step, or a traced one: `_switch`)
+    "init_beam_state", "beam_step", "beam_step_switch", "finalize",
+    # the logits-processor pair, and the stateless prefix mask
+    "init_processor_state", "mask", "mask_switch", "advance", "advance_switch", "StepProcessor",
+    "allowed", "accept_drafts",
+    # the model's per-beam state
+    "BeamAxis", "reorder_carry",
+    # types and constants of the results
+    "BeamState", "ProcessorState", "DecodeResult", "PAD_TOKEN", "SENTINEL_SCORE",
+    "MIN_VALID_SCORE",
 ]

@@ -19,8 +19,7 @@ from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.kernels import (Candidates, GroupedRun, PackedRun, accepts, entries,
                                              expand, packed_expand, row_bounds,
                                              slice_rows, take_last, take_rows)
-from static_compiler.backend.lowering import (Plan, candidate_columns,  # noqa: F401
-                                             num_candidates, slot_steps)
+from static_compiler.target.plan import Plan, candidate_columns, num_candidates, slot_steps  # noqa: F401
 from static_compiler.support.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.ir import LayoutKind
 

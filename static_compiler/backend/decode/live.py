@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.backend.lowering import Plan, slot_steps
+from static_compiler.target.plan import Plan, slot_steps
 from static_compiler.support.decode_state import is_traced
 from static_compiler.errors import DecodeInputError
 from static_compiler.live.layers import bit_widths, slot_words
@@ -42,14 +42,15 @@ def subset_live_mask(subset, fingerprint: str, subset_index, batch_size: int,
     `subset_index` ints (batch_size,) picking each row's subset (default:
     all rows subset 0, allowed only for a single subset); concrete indices
     are checked here, traced ones by the decoder. The subset's bits are put
-    on the default device once (kept on the subset)."""
+    on the default device once (its `placements`, key ("jax", None))."""
     subset_index = checked_subset_index(subset, fingerprint, subset_index, batch_size, where)
-    device = subset.__dict__.get("_device")
-    if device is None:
+
+    def put():
         with jax.ensure_compile_time_eval():
-            device = subset.placed(jax.device_put)
-        object.__setattr__(subset, "_device", device)
-    return LiveMask(device[0], device[1], subset_index)
+            return subset.placed(jax.device_put)
+
+    live, ends = subset.placements.get(("jax", None), put)
+    return LiveMask(live, ends, subset_index)
 
 
 def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str) -> None:

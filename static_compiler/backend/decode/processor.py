@@ -14,12 +14,13 @@ from static_compiler.backend.decode.candidates import step_candidates
 from static_compiler.backend.decode.live import LiveMask, check_live_mask
 from static_compiler.backend.decode.programs import bounded_jit, run_compiling_ahead
 from static_compiler.backend.decode.step import step_in_range, switch_over_groups
-from static_compiler.backend.lowering import Plan
+from static_compiler.target.plan import Plan
 from static_compiler.backend.row_search import few_rows
 from static_compiler.support.decode_state import (SENTINEL_SCORE, ProcessorState, check_logits,
                                           check_processor_state, check_rows, check_step,
                                           check_tokens, int32_within)
 from static_compiler.errors import DecodeInputError
+from static_compiler.support.deprecation import renamed_method
 
 
 SCATTER_MAX_COLUMNS = 16
@@ -193,8 +194,11 @@ class StepProcessor:
     def checked_batch(batch_size) -> int:
         return check_rows(batch_size)[0]
 
-    def init_state(self) -> ProcessorState:
+    def init_processor(self) -> ProcessorState:
+        """Every one of this processor's rows at the root, valid, not finished."""
         return init_processor_state(self.batch_size)
+
+    init_state = renamed_method("init_processor")  # (deprecated)
 
     # -- per-step arrays and programs
 
@@ -241,7 +245,7 @@ class StepProcessor:
             raise DecodeInputError(f"StepProcessor.warm: subsets={subsets!r:.80}: expected a "
                                    "list of LiveMask (compiled.live_mask_spec's shapes)")
         B, T = self.batch_size, self.plan.max_length
-        state, tokens = self.init_state(), np.zeros((B,), np.int32)
+        state, tokens = self.init_processor(), np.zeros((B,), np.int32)
         logits = np.zeros(self._logits_shape, np.float32)
         for t in range(T):
             self.mask(logits, state, t)

@@ -22,8 +22,8 @@ from static_compiler.backend.decode.step import (apply_choice, finalize, init_be
                                                  run_candidates, run_inputs, run_live_bound,
                                                  run_step, step_segments)
 from static_compiler.backend.kernels import take_last
-from static_compiler.backend import lowering
-from static_compiler.backend.lowering import Plan
+from static_compiler.target import plan as plan_lib
+from static_compiler.target.plan import Plan
 from static_compiler.support.decode_state import (DecodeResult, check_callable, check_finite, check_int,
                                           check_logits, check_rows, check_start_tokens,
                                           check_tokens_per_beam)
@@ -42,10 +42,10 @@ NO_PARAMS = _NoParams()
 
 def live_beam_bounds(plan: Plan, beam_size: int, tokens_per_beam=None) -> tuple[int, ...]:
     """Static bound per step on the beams that can be valid in a search from
-    `init_beam_state` (`backend.lowering.live_beam_bounds`, tokens_per_beam
+    `init_beam_state` (`target.plan.live_beam_bounds`, tokens_per_beam
     as `beam_search` takes it): it binds at step 1 and on small branch
     factors, and `beam_step`'s live_beams skips the beams past it."""
-    return lowering.live_beam_bounds(plan, beam_size,
+    return plan_lib.live_beam_bounds(plan, beam_size,
                                      check_tokens_per_beam(tokens_per_beam, plan.max_length))
 
 

@@ -1,6 +1,6 @@
 """One beam-search step over lowered tables, at a static step or at a traced
-one (a `lax.switch` over the static steps, as the exported modules run it),
-and the final ranking of the beams.
+one (a `lax.switch` over the static steps, as the exported modules run it);
+the final ranking of the beams (`finalize`) is `support.beam_result`'s.
 
 The exact semantics are in `static_compiler.backend.decode`'s docstring.
 """
@@ -23,9 +23,10 @@ from static_compiler.backend.decode.live import LiveMask, group_live, pack_live
 from static_compiler.backend.kernels import PackedRun, group_run, pack_run, packed_entries
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.decode.selection import select_beams
-from static_compiler.backend.lowering import Plan
-from static_compiler.support.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
-                                          DecodeResult, check_logits, check_step,
+from static_compiler.target.plan import Plan
+from static_compiler.support.beam_result import finalize, length_normalized  # noqa: F401
+from static_compiler.support.decode_state import (PAD_TOKEN, SENTINEL_SCORE, BeamState,
+                                          check_logits, check_step,
                                           check_tokens_per_beam)
 
 
@@ -248,26 +249,6 @@ def _run_branch(plan, caps, run, tables, state, logits, step, subset):
     tabs, sub = run_inputs(plan, tables, subset, run, kernels.PACK_MAX_ENTRIES)
     return run_step(plan, tabs, state, logits, run, step if len(run) > 1 else run[0],
                     caps[run[0]], None, sub)
-
-
-def length_normalized(scores, lengths, length_penalty: float):
-    """GNMT length penalty: score / ((5 + length) / 6) ** length_penalty."""
-    if not length_penalty:
-        return scores
-    return scores / ((5.0 + lengths.astype(jnp.float32)) / 6.0) ** length_penalty
-
-
-def finalize(state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
-    """Final result; with a length penalty, beams are re-ranked by the
-    normalized score (valid beams first), and `scores` are the normalized ones."""
-    if not length_penalty:
-        return DecodeResult(state.tokens, state.scores, state.valid, state.lengths)
-    normalized = length_normalized(state.scores, state.lengths, length_penalty)
-    ranked = jnp.where(state.valid, jnp.maximum(normalized, jnp.float32(MIN_VALID_SCORE)),
-                       SENTINEL_SCORE)
-    _, order = lax.top_k(ranked, ranked.shape[-1])
-    pick = lambda x: take_beams(x, order)
-    return DecodeResult(pick(state.tokens), pick(ranked), pick(state.valid), pick(state.lengths))
 
 
 MAX_PADDING = (2, 8)

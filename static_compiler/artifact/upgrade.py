@@ -1,0 +1,127 @@
+"""`static-compiler upgrade PATH`: an artifact of an older format version
+(or one holding an older shape that an update kept: `normalize.needed_branches`)
+rewritten into `format.FORMAT_VERSION`, so none is stranded when the window
+(`format.MIN_FORMAT_VERSION`) moves past its version and a `format.COMPAT`
+branch is deleted.
+
+Written as every writer writes: under the path's `lock.update_lock`, into a
+temporary directory swapped in at once (`writer._write_then_swap`), built
+from one snapshot, so a failure anywhere leaves the original as it was.
+Where the modules take the tables as they are (only manifest keys, branch
+histograms or the item index are older) the tables and modules are
+hard-linked unchanged, so a serving process's `reload()` picks the new
+version up; where they take an older table or bit layout (ex_bounds,
+per-state subset bits) the set is read back and its modules exported anew
+(`saved.load`'s reader, `writer.save_locked`): the tables' content
+is the same, ex_bounds held as ex_starts / ex_branch (load that version
+with `serving.load`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+from static_compiler.artifact import format as fmt
+from static_compiler.artifact.lock import update_lock
+from static_compiler.artifact.snapshot import Snapshot, open_snapshot, read_item_arrays
+from static_compiler.artifact.update import require_current
+from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap, save_locked
+
+EXPORTED_ANEW = frozenset({"ex_bounds", "per_state"})
+"""COMPAT rows whose artifacts' modules take an older table or bit layout:
+upgrading them exports the modules anew."""
+
+
+def upgrade_artifact(path, *, mesh=None) -> dict:
+    """Rewrites the artifact at `path` into format version FORMAT_VERSION,
+    atomically and under its writers' lock (see the module docstring).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The artifact directory.
+    mesh : jax.sharding.Mesh, optional
+        For an artifact exported for a mesh whose modules must be exported
+        anew: the mesh (the same axes and sizes) to export them for.
+
+    Returns
+    -------
+    dict
+        {"path", "from_version", "to_version", "branches" (the COMPAT rows
+        it needed), "upgraded" (False: it was current, nothing written),
+        "modules": "kept" or "exported"}.
+
+    Raises
+    ------
+    ArtifactFormatError, ArtifactChecksumError
+        For a missing or damaged artifact (nothing is written).
+    ArtifactVersionError
+        For a version outside the window (too new: written by a newer
+        release; too old: upgrade it with an older release first).
+    ArtifactBusyError
+        While another writer holds the artifact's lock.
+    DecodeInputError
+        For a mesh artifact whose modules are exported anew without `mesh`.
+    """
+    path = fmt.artifact_path(path, "upgrade")
+    with update_lock(path):
+        with open_snapshot(path) as snap:
+            manifest = snap.manifest
+            needed = list(snap.compat)  # as written (the snapshot reads it in today's shape)
+            report = {"path": str(path), "from_version": manifest.format_version,
+                      "to_version": fmt.FORMAT_VERSION, "branches": needed}
+            if manifest.format_version == fmt.FORMAT_VERSION and not needed:
+                return {**report, "upgraded": False, "modules": "kept"}
+            if EXPORTED_ANEW & set(needed):
+                _export_anew(snap, mesh)
+                return {**report, "upgraded": True, "modules": "exported"}
+            _rewrite_keeping_modules(snap)
+            return {**report, "upgraded": True, "modules": "kept"}
+
+
+def _rewrite_keeping_modules(snap: Snapshot) -> None:
+    """The new version: the same tables and modules (hard-linked), the
+    manifest as the snapshot reads it (every layer's branch histogram) at
+    FORMAT_VERSION, and the item index in its current form."""
+    manifest = snap.manifest
+    item_files, new_files, dropped = manifest.item_files, {}, set()
+    if item_files is not None and "state_item" in item_files:  # COMPAT["state_item"]
+        dropped.add(item_files["state_item"])
+        item_files = {k: v for k, v in item_files.items() if k != "state_item"}
+        arrays = read_item_arrays(snap)  # (insertions in place of state_item)
+        for key in ("state_inserted_at", "state_inserted_item"):
+            item_files[key] = fmt.item_file(key)
+            new_files[item_files[key]] = NpyFile(arrays[key])
+    files = {rel: entry for rel, entry in manifest.files.items() if rel not in dropped}
+    files.update({rel: data.entry() for rel, data in new_files.items()})
+    new = dataclasses.replace(manifest, format_version=fmt.FORMAT_VERSION, item_files=item_files,
+                              subset_bits=fmt.SUBSET_BITS[-1], files=files)
+
+    def fill(tmp: pathlib.Path) -> None:
+        for rel in manifest.files:
+            if rel not in dropped and rel not in new_files:
+                snap.link_into(rel, tmp / rel)
+        for rel, data in new_files.items():
+            _write_file(tmp, rel, data)
+        _write_file(tmp, fmt.MANIFEST_FILE, new.seal())
+        require_current(snap, "upgrade")
+
+    _write_then_swap(snap.path, fill)
+
+
+def _export_anew(snap: Snapshot, mesh) -> None:
+    """The new version: the set read back from `snap` (tables in the
+    current shape), its modules exported anew (for the same mesh, when it
+    was exported for one), saved over the path (the caller holds the lock)."""
+    from static_compiler.support import placement as placement_lib
+    from static_compiler.saved import _compiled_from_snapshot
+
+    compiled = _compiled_from_snapshot(snap)  # tables and items in the current shape
+    record = snap.manifest.mesh
+    if record is not None:
+        where = placement_lib.placement_for(record, mesh, f"upgrade: artifact "
+                                            f"{str(snap.path)!r} (its modules are exported anew)")
+        compiled = compiled.shard(mesh, where.axis, where.min_bytes)
+    require_current(snap, "upgrade")
+    save_locked(compiled, snap.path, overwrite=True)

@@ -1,0 +1,144 @@
+"""The static decoding plan and the queries every decoder asks of it.
+
+The plan is hashable (it is a static argument of every jitted entry point,
+and the torch backend's kernels branch on it); the tables it describes
+(`target.tables`) are plain arrays passed as arguments, so one compiled
+program serves every constraint set whose tables have the same shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+from static_compiler.ir import LayoutKind
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """Static facts about one decoding step (one IR layer); light_k and
+    wide_slots are the mixed layout's (0 when off, see `ir.Layout`)."""
+
+    kind: LayoutKind
+    k: int
+    num_states: int
+    num_next_states: int
+    explicit_targets: bool
+    has_accepting: bool
+    token_dtype: str
+    state_dtype: str
+    light_k: int = 0
+    wide_slots: int = 0
+
+    def __post_init__(self):
+        # Plans read back from a manifest name their kind as a plain string.
+        object.__setattr__(self, "kind", LayoutKind(self.kind))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Static decoding plan: one `StepPlan` per layer.
+
+    Attributes:
+      vocab_size: V.
+      steps: StepPlan per layer; len(steps) is the automaton depth.
+      end_token: None for fixed-length sets. With an end token, decoding runs
+        one more step than the depth, in which finished states can only end.
+    """
+
+    vocab_size: int
+    steps: tuple
+    end_token: Optional[int] = None
+
+    @property
+    def depth(self) -> int:
+        return len(self.steps)
+
+    @property
+    def max_length(self) -> int:
+        """Tokens in a decoded sequence, including the end token if any."""
+        return self.depth + (0 if self.end_token is None else 1)
+
+
+class PlanFacts:
+    """The facts of a set every decoder states, read from its `plan`: a
+    mixin of `CompiledConstraints` and the torch backend's
+    `TorchConstraints`."""
+
+    plan: Plan
+
+    @property
+    def vocab_size(self) -> int:
+        """V: tokens lie in [0, V)."""
+        return self.plan.vocab_size
+
+    @property
+    def max_length(self) -> int:
+        """Length of decoded token arrays (depth, plus one for the end token)."""
+        return self.plan.max_length
+
+    @property
+    def end_token(self) -> Optional[int]:
+        """The token ending variable-length sequences (None: fixed length)."""
+        return self.plan.end_token
+
+
+def num_candidates(step: StepPlan, vocab_size: int) -> int:
+    """K, the static candidate count of `step`."""
+    return {LayoutKind.DENSE_ROWS: vocab_size, LayoutKind.UNARY: 1}.get(step.kind, step.k)
+
+
+def candidate_columns(plan: Plan, step: int) -> int:
+    """K at `step`: candidates per beam, end-token and carried-over columns included."""
+    end = plan.end_token is not None
+    if step >= plan.depth:
+        return 2
+    sp = plan.steps[step]
+    return num_candidates(sp, plan.vocab_size) + int(end and sp.has_accepting) + int(end)
+
+
+def live_beam_bounds(plan: Plan, beam_size: int, caps: Sequence[Optional[int]]
+                     ) -> tuple[int, ...]:
+    """Static bound per step on the beams that can be valid in a search
+    whose beam 0 alone starts valid: 1 at step 0, then at most the previous
+    bound times the candidates each beam keeps (caps: the per-step cap on a
+    beam's children, None for none, as `arguments.check_tokens_per_beam`
+    gives them). Valid beams come first, so beams past the bound need no
+    work; both backends' beam searches pass it to their steps."""
+    bounds, live = [], 1
+    for step in range(plan.max_length):
+        bounds.append(live)
+        kept = candidate_columns(plan, step)
+        live = min(beam_size, live * (kept if caps[step] is None else min(kept, caps[step])))
+    return tuple(bounds)
+
+
+def state_counts(plan: Plan) -> tuple[int, ...]:
+    """States per depth 0..depth as the tables hold them (padded to a
+    reserved capacity): the sizes of item subsets' bit rows."""
+    return tuple(s.num_states for s in plan.steps) + (plan.steps[-1].num_next_states,)
+
+
+
+SLOT_MIN_FILL = 0.5
+"""A dense_rows step's children get slot bits when at least this share of
+its (state, token) slots hold an edge, so slot bits cost at most 1 /
+SLOT_MIN_FILL bits per child; sparser dense steps keep per-state bits."""
+
+
+def slot_step(kind: str, num_states: int, num_next_states: int, vocab_size: int) -> bool:
+    """Whether the children of a step of layout `kind` (num_states states,
+    num_next_states children, as its tables hold them) get slot bits."""
+    return kind == "dense_rows" and num_next_states >= SLOT_MIN_FILL * num_states * vocab_size
+
+
+def slot_steps(plan: Plan) -> tuple[int, ...]:
+    """The steps whose children an item subset holds as slot bits: dense
+    rows at least half full (`slot_step`)."""
+    return tuple(t for t, s in enumerate(plan.steps)
+                 if slot_step(s.kind.value, s.num_states, s.num_next_states, plan.vocab_size))
+
+
+def tables_nbytes(tables) -> int:
+    """Total bytes of all tables."""
+    return sum(arr.nbytes for layer in tables for arr in layer.values())

@@ -1,0 +1,449 @@
+"""The verb table: the three front doors, the compiled set
+(`CompiledConstraints`), the served artifact (`serving.Artifact`) and the
+torch backend (`TorchConstraints`), speak one verb family (docs/README.md).
+
+* every verb exists on every door with the same parameters (names, order,
+  kinds, defaults; a door may add keyword-only options of its own) and
+  returns the same kind of value;
+* on small sets of several shapes (fixed length, ragged with an end token,
+  forced layouts, an update's removals, per-row subsets) the doors give
+  the same masks, allowed tokens, advances and beams: bit for bit, except
+  torch's beam scores (torch's log_softmax is not XLA's in the last bit;
+  tests/torch_backend/test_torch_beam.py) and the compiled search's (one fused program
+  rather than a step at a time), compared to float32 rounding;
+* each old name warns with a DeprecationWarning naming the new one, and
+  still returns what the new name returns;
+* bad input to a new verb is one of the library's typed errors.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import oracle
+import static_compiler as sc
+from static_compiler.artifact import serving
+from static_compiler.errors import ArtifactFormatError, DecodeInputError, StaticCompilerError
+from static_compiler.torch_backend import TorchConstraints
+
+BEAMS = 4
+R = inspect.Parameter.POSITIONAL_OR_KEYWORD
+K = inspect.Parameter.KEYWORD_ONLY
+NONE = inspect.Parameter.empty
+
+# verb -> its parameters on every door, after self: (name, kind, default);
+# a door may add keyword-only parameters with defaults after these.
+SUBSET = (("subset", K, None), ("subset_index", K, None))
+VERBS = {
+    "init_processor": (("batch_size", R, NONE),),
+    "mask": (("logits", R, NONE), ("state", R, NONE), ("step", R, NONE)) + SUBSET,
+    "allowed_tokens": (("state", R, NONE), ("step", R, NONE)) + SUBSET,
+    "advance": (("state", R, NONE), ("tokens", R, NONE), ("step", R, NONE)) + SUBSET,
+    "allowed": (("prefixes", R, NONE),) + SUBSET,
+    "init_beams": (("batch_size", R, NONE), ("beam_size", R, NONE), ("start_token", R, 0)),
+    "beam_step": (("state", R, NONE), ("logits", R, NONE), ("step", R, NONE)) + SUBSET,
+    "finalize": (("state", R, NONE), ("length_penalty", R, 0.0)),
+    "beam_search": (("logits_fn", R, NONE), ("batch_size", R, NONE),
+                    ("beam_size", R, NONE)) + SUBSET,
+    "subset": (("selection", R, NONE),),
+    "texts": (("result", R, NONE),),
+    "compilations": (),
+}
+OTHER_NAMES = ("fingerprint", "names", "warm")
+# The one door parameter allowed a default the table does not give: torch's
+# mask(state, step) of the last release, still told apart (deprecated).
+OLD_FORMS = {("TorchConstraints", "mask", "state"), ("TorchConstraints", "mask", "step")}
+LOADERS = {"CompiledConstraints": sc.load, "Artifact": serving.load,
+           "TorchConstraints": TorchConstraints.load}
+
+
+# --------------------------------------------------------------------------
+# Sets and their three doors
+
+
+def _sets():
+    rng = np.random.default_rng(41)
+    return {
+        "fixed": dict(rows=oracle.random_set(rng, 18, 3, 10), vocab=10, end=None,
+                      layout="default", remove=3),
+        "ragged": dict(rows=oracle.random_ragged_set(rng, 14, 4, 9, end_token=0), vocab=9,
+                       end=0, layout="csr", remove=0),
+        "dense": dict(rows=oracle.random_set(rng, 30, 2, 6), vocab=6, end=None,
+                      layout="dense_rows", remove=5),
+    }
+
+
+SETS = _sets()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """set name -> its doors (`_build`), built once per module."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = _build(name, tmp_path_factory.mktemp(name))
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="module", params=sorted(SETS))
+def doors(request, built):
+    return built(request.param)
+
+
+def _build(name: str, folder):
+    """The three doors of one set (after an update that removed some rows),
+    the set's rows and three subsets of them."""
+    spec = SETS[name]
+    compiled = sc.compile_constraints(spec["rows"], spec["vocab"], end_token=spec["end"],
+                                      pipeline=oracle.pipeline_for(spec["layout"]),
+                                      export_subsets=True, export_beam_sizes=(BEAMS,))
+    n = len(spec["rows"])
+    if spec["remove"]:
+        compiled = compiled.update(remove=np.arange(n) % spec["remove"] == 1)
+    path = folder / "set.sc"
+    compiled.save(path)
+    rng = np.random.default_rng(7)
+    picks = [rng.random(n) < 0.5 for _ in range(3)]
+    return types.SimpleNamespace(
+        name=name, compiled=compiled, artifact=serving.load(path),
+        torch=TorchConstraints.load(path), path=path, picks=picks, T=compiled.max_length,
+        V=spec["vocab"], rows=spec["rows"])
+
+
+def _all(d):
+    return (("compiled", d.compiled), ("artifact", d.artifact), ("torch", d.torch))
+
+
+def _in(door, array):
+    """`array` as the door takes it: numpy for the JAX doors, a tensor for torch."""
+    return torch.from_numpy(np.asarray(array)) if isinstance(door, TorchConstraints) else array
+
+
+def _np(value) -> np.ndarray:
+    return value.cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def _subsets(d, door):
+    stacked = sc.stack_subsets([door.subset(p) for p in d.picks])
+    return [{}, dict(subset=door.subset(d.picks[0])),
+            dict(subset=stacked, subset_index=np.array([2, 0, 1, 2], np.int32))]
+
+
+def _same(results: dict, where, exact: bool = True):
+    (first, want), *rest = results.items()
+    for name, got in rest:
+        for field in range(len(want)) if isinstance(want, tuple) else [None]:
+            a = _np(want if field is None else want[field])
+            b = _np(got if field is None else got[field])
+            assert a.shape == b.shape, (where, first, name, field)
+            if exact:
+                assert np.array_equal(a, b), (where, first, name, field)
+            else:
+                assert np.allclose(a, b, rtol=1e-5, atol=1e-5), (where, first, name, field)
+
+
+# --------------------------------------------------------------------------
+# The table
+
+
+@pytest.fixture(scope="module")
+def fixed(built):
+    """Type name -> door, of the fixed-length set."""
+    d = built("fixed")
+    return {"CompiledConstraints": d.compiled, "Artifact": d.artifact,
+            "TorchConstraints": d.torch}
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_every_verb_has_one_signature_on_every_door(fixed, verb):
+    """Positional parameters in the table's order; keyword-only ones (any
+    order) with the table's defaults; a door's own options keyword-only,
+    with defaults."""
+    for door_name, door in fixed.items():
+        params = inspect.signature(getattr(door, verb)).parameters
+        positional = [p for p in params.values() if p.kind != K and p.kind != p.VAR_KEYWORD]
+        want = VERBS[verb]
+        assert [(p.name, p.kind) for p in positional] == \
+            [(name, kind) for name, kind, _ in want if kind != K], (door_name, verb, params)
+        for name, kind, default in want:
+            assert name in params and params[name].kind == kind, (door_name, verb, name)
+            if (door_name, verb, name) not in OLD_FORMS:
+                assert params[name].default == default, (door_name, verb, name)
+        names = {name for name, _, _ in want}
+        extra = [p for p in params.values() if p.name not in names]
+        assert all(p.kind == p.VAR_KEYWORD or p.default is not NONE for p in extra), \
+            (door_name, verb, [p.name for p in extra])
+
+
+def test_every_door_has_the_other_names_and_one_loader(fixed):
+    for door_name, door in fixed.items():
+        for name in OTHER_NAMES:
+            assert hasattr(door, name), (door_name, name)
+        assert isinstance(door.fingerprint, str) and door.fingerprint
+        assert callable(door.warm) and door.compilations() >= 0
+        loader = LOADERS[door_name]
+        assert loader.__name__ == "load"
+        assert list(inspect.signature(loader).parameters)[0] == "path"
+
+
+def test_every_door_returns_the_same_kinds(fixed):
+    V, T = fixed["Artifact"].vocab_size, fixed["Artifact"].max_length
+    B = 4  # (the shapes the other tests run: few new programs)
+    for door_name, door in fixed.items():
+        state = door.init_processor(B)
+        assert type(state).__name__ == "ProcessorState", door_name
+        logits = _in(door, np.zeros((B, V), np.float32))
+        masked = _np(door.mask(logits, state, 0))
+        assert masked.shape == (B, V) and masked.dtype == np.float32, door_name
+        allowed = _np(door.allowed_tokens(state, 0))
+        assert allowed.shape == (B, V) and allowed.dtype == bool, door_name
+        assert type(door.advance(state, _in(door, np.ones(B, np.int32)), 0)) is type(state)
+        assert _np(door.allowed(_in(door, np.zeros((B, 0), np.int32)))).dtype == bool
+        beams = door.init_beams(1, BEAMS)
+        assert type(beams).__name__ == "BeamState", door_name
+        beams = door.beam_step(beams, _in(door, np.zeros((1, BEAMS, V), np.float32)), 0)
+        assert type(beams).__name__ == "BeamState", door_name
+        assert type(door.finalize(beams)).__name__ == "DecodeResult", door_name
+        assert _np(door.finalize(beams).tokens).shape == (1, BEAMS, T), door_name
+        # (beam_search's result: test_beams_agree_step_by_step_and_searched)
+
+
+# --------------------------------------------------------------------------
+# The doors agree
+
+
+def test_masks_advances_and_allowed_agree(doors):
+    d = doors
+    rng = np.random.default_rng(3)
+    B = 4
+    subsets = {name: _subsets(d, door) for name, door in _all(d)}
+    for case in range(3):
+        states = {name: door.init_processor(B) for name, door in _all(d)}
+        for t in range(d.T):
+            logits = rng.standard_normal((B, d.V)).astype(np.float32)
+            logits[rng.random((B, d.V)) < 0.1] = np.nan
+            allowed = {name: door.allowed_tokens(states[name], t, **subsets[name][case])
+                       for name, door in _all(d)}
+            _same(allowed, (d.name, "allowed_tokens", case, t))
+            masked = {name: door.mask(_in(door, logits), states[name], t,
+                                      **subsets[name][case]) for name, door in _all(d)}
+            _same(masked, (d.name, "mask", case, t))
+            # each row takes its best allowed token (or an arbitrary one when none is)
+            tokens = np.argmax(np.where(np.isnan(logits), -np.inf, _np(masked["compiled"])), 1)
+            states = {name: door.advance(states[name], _in(door, tokens.astype(np.int32)), t,
+                                         **subsets[name][case]) for name, door in _all(d)}
+            _same(states, (d.name, "advance", case, t))
+    for t in range(d.T):
+        # B rows (the processor's shapes: no new program): item prefixes and an unknown one
+        known = sorted({tuple(r[:t]) for r in d.rows if len(r) >= t})
+        listed = [known[i % len(known)] for i in range(B - 1)] + [(d.V - 1,) * t]
+        prefixes = np.array(listed, np.int32).reshape(B, t)
+        got = {name: door.allowed(_in(door, prefixes)) for name, door in _all(d)}
+        _same(got, (d.name, "allowed", t))
+
+
+class TableModel:
+    """Logits read from one float32 table (T, V, V) by step and last token,
+    as each door's model takes them."""
+
+    def __init__(self, T: int, V: int, seed: int):
+        self.table = np.random.default_rng(seed).standard_normal((T, V, V)).astype(np.float32)
+        self.V = V
+
+    def jax_traced(self, last, step, carry):
+        return jnp.asarray(self.table)[step, last % self.V], carry
+
+    def numpy(self, last, step, carry):
+        return self.table[step][np.asarray(last) % self.V], carry
+
+    def torch(self, last, step, carry):
+        return torch.from_numpy(self.table[step])[last % self.V], carry
+
+    def for_door(self, name: str, stepwise: bool):
+        if name == "torch":
+            return self.torch
+        return self.jax_traced if name == "compiled" and not stepwise else self.numpy
+
+
+def test_beams_agree_step_by_step_and_searched(doors):
+    d = doors
+    model = TableModel(d.T, d.V, seed=len(d.rows))
+    subsets = {name: _subsets(d, door) for name, door in _all(d)}
+    for case in range(3):
+        B = 4 if case == 2 else 1
+        stepped, searched = {}, {}
+        for name, door in _all(d):
+            kw = subsets[name][case]
+            state = door.init_beams(B, BEAMS, start_token=1)
+            fn = model.for_door(name, stepwise=True)
+            for t in range(d.T):
+                state = door.beam_step(state, fn(state.last_tokens, t, None)[0], t, **kw)
+            stepped[name] = door.finalize(state, length_penalty=0.6)
+            searched[name] = door.beam_search(model.for_door(name, stepwise=False), B, BEAMS,
+                                              start_token=1, length_penalty=0.6, **kw)
+            assert type(searched[name]).__name__ == "DecodeResult", name
+        where = (d.name, case)
+        jax_doors = {k: stepped[k] for k in ("compiled", "artifact")}
+        _same(jax_doors, where + ("stepped",))  # one program per step on both: bit for bit
+        for results in (stepped, searched):
+            _same({k: (r.tokens, r.valid, r.lengths) for k, r in results.items()}, where)
+            _same({k: r.scores for k, r in results.items()}, where, exact=False)
+        _same({"stepped": stepped["artifact"], "searched": searched["artifact"]}, where)
+        _same({"stepped": stepped["torch"], "searched": searched["torch"]}, where)
+
+
+def test_carries_follow_their_beams_through_every_search(fixed):
+    """A model whose logits hash the beam's history (its carry): each door
+    reorders the carry by parent (the compiled set by its carry axes, the
+    others by `reorder`)."""
+    art = fixed["Artifact"]
+    T, V = art.max_length, art.vocab_size
+    table = np.random.default_rng(5).standard_normal((T, V, V)).astype(np.float32)
+    h0 = np.zeros((1, BEAMS), np.int32)
+
+    def jax_fn(last, step, h):
+        return jnp.asarray(table)[step, (h + last) % V], (h * 7 + last) % 1009
+
+    def np_fn(last, step, h):
+        last = np.asarray(last)
+        return table[step][(h + last) % V], (h * 7 + last) % 1009
+
+    def torch_fn(last, step, h):
+        return torch.from_numpy(table[step])[(h + last) % V], (h * 7 + last) % 1009
+
+    got = {
+        "compiled": fixed["CompiledConstraints"].beam_search(
+            jax_fn, 1, BEAMS, carry=h0, carry_axes=sc.BeamAxis(0, split=True),
+            return_carry=True),
+        "artifact": art.beam_search(np_fn, 1, BEAMS, carry=h0, return_carry=True,
+                                    reorder=lambda h, p: np.take_along_axis(h, np.asarray(p), 1)),
+        "torch": fixed["TorchConstraints"].beam_search(
+            torch_fn, 1, BEAMS, carry=torch.zeros(1, BEAMS, dtype=torch.int64),
+            reorder=lambda h, p: h.gather(1, p), return_carry=True),
+    }
+    _same({k: (r.tokens, r.valid, r.lengths) for k, (r, _) in got.items()}, "carry")
+    _same({k: c for k, (_, c) in got.items()}, "final carry")
+
+
+def test_finalize_before_the_last_step_gives_no_prefix_as_a_sequence(fixed):
+    V = fixed["Artifact"].vocab_size
+    for name, door in fixed.items():
+        state = door.init_beams(1, BEAMS)
+        state = door.beam_step(state, _in(door, np.zeros((1, BEAMS, V), np.float32)), 0)
+        result = door.finalize(state)
+        assert not _np(result.valid).any(), name
+        assert (_np(result.scores) == sc.SENTINEL_SCORE).all(), name
+
+
+def test_texts_on_every_door(tmp_path):
+    names = ["ab", "b", "ba", "cab"]
+    letters = lambda name: [ord(c) - ord("a") + 1 for c in name]
+    compiled = sc.compile_constraints(names, 4, tokenizer=letters, end_token=0,
+                                      export_beam_sizes=(BEAMS + 1,))
+    compiled.save(tmp_path / "n.sc")
+    texts = []
+    for door in (compiled, serving.load(tmp_path / "n.sc"),
+                 TorchConstraints.load(tmp_path / "n.sc")):
+        fn = lambda last, step, carry: (_in(door, np.zeros((1, BEAMS + 1, 4), np.float32)),
+                                        carry)
+        texts.append(door.texts(door.beam_search(fn, 1, BEAMS + 1)))
+    assert texts[0] == texts[1] == texts[2]
+    assert sorted(texts[0][0][:4]) == sorted(names) and texts[0][0][4] is None
+
+
+# --------------------------------------------------------------------------
+# Old names
+
+
+def _warns(new: str):
+    return pytest.warns(DeprecationWarning, match=new)
+
+
+def test_old_names_warn_and_do_what_the_new_ones_do(fixed):
+    compiled, art, tc = fixed["CompiledConstraints"], fixed["Artifact"], fixed["TorchConstraints"]
+    with _warns("CompiledConstraints.init_processor"):
+        old = compiled.init_state(3)
+    _same({"old": old, "new": compiled.init_processor(3)}, "compiled.init_state")
+    with _warns("Artifact.init_processor"):
+        old = art.init_processor_state(3)
+    _same({"old": old, "new": art.init_processor(3)}, "artifact.init_processor_state")
+    with _warns("Artifact.init_processor"):
+        serving.Artifact.init_processor_state(3)  # (a static method before)
+    with _warns("Artifact.init_beams"):
+        old = art.init_state(2, BEAMS, 1)
+    _same({"old": old, "new": art.init_beams(2, BEAMS, 1)}, "artifact.init_state")
+    with _warns("TorchConstraints.init_processor"):
+        old = tc.init_state(3)
+    _same({"old": old, "new": tc.init_processor(3)}, "torch.init_state")
+    state = tc.init_processor(3)
+    for call in (lambda: tc.mask(state, 1), lambda: tc.mask(state, step=1)):
+        with _warns("TorchConstraints.allowed_tokens"):
+            old = call()
+        assert old.dtype == torch.bool
+        _same({"old": old, "new": tc.allowed_tokens(state, 1)}, "torch.mask(state, step)")
+    with _warns("static_compiler.load"):
+        old = sc.load_compiled(art.path)
+    assert old.fingerprint == sc.load(art.path).fingerprint
+    with _warns("TorchConstraints.load"):
+        old = TorchConstraints.from_artifact(art.path)
+    assert old.fingerprint == TorchConstraints.load(art.path).fingerprint
+
+
+# --------------------------------------------------------------------------
+# Bad input
+
+
+BAD = {
+    "init_processor(0)": lambda door, T, V: door.init_processor(0),
+    "allowed_tokens(step=T)": lambda door, T, V: door.allowed_tokens(door.init_processor(2), T),
+    "allowed_tokens(state=None)": lambda door, T, V: door.allowed_tokens(None, 0),
+    "mask(logits of V + 1)": lambda door, T, V: door.mask(
+        _in(door, np.zeros((2, V + 1), np.float32)), door.init_processor(2), 0),
+    "mask(step=-1)": lambda door, T, V: door.mask(
+        _in(door, np.zeros((2, V), np.float32)), door.init_processor(2), -1),
+    "allowed(prefixes of T)": lambda door, T, V: door.allowed(_in(door, np.zeros((1, T), int))),
+    "allowed(token V)": lambda door, T, V: door.allowed(_in(door, np.full((1, 1), V))),
+    "init_beams(beam_size=0)": lambda door, T, V: door.init_beams(2, 0),
+    "init_beams(start_token='x')": lambda door, T, V: door.init_beams(2, BEAMS, "x"),
+    "beam_step(step=T)": lambda door, T, V: door.beam_step(
+        door.init_beams(1, BEAMS), _in(door, np.zeros((1, BEAMS, V), np.float32)), T),
+    "beam_step(int logits)": lambda door, T, V: door.beam_step(
+        door.init_beams(1, BEAMS), _in(door, np.zeros((1, BEAMS, V), np.int32)), 0),
+    "finalize(length_penalty=nan)": lambda door, T, V: door.finalize(
+        door.init_beams(1, BEAMS), float("nan")),
+    "finalize(state=None)": lambda door, T, V: door.finalize(None),
+    "beam_search(logits_fn=None)": lambda door, T, V: door.beam_search(None, 1, BEAMS),
+    "beam_search(batch_size=0)": lambda door, T, V: door.beam_search(lambda *a: a, 0, BEAMS),
+    "load(None)": lambda door, T, V: LOADERS[type(door).__name__](None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_to_a_verb_is_a_typed_error(fixed, case):
+    T, V = fixed["Artifact"].max_length, fixed["Artifact"].vocab_size
+    for name, door in fixed.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)  # (no old form reached)
+            with pytest.raises(StaticCompilerError):
+                BAD[case](door, T, V)
+
+
+def test_a_beam_size_the_artifact_does_not_export_is_named(fixed):
+    art = fixed["Artifact"]
+    with pytest.raises(DecodeInputError, match=f"beam_size={BEAMS + 1}"):
+        art.init_beams(1, BEAMS + 1)
+    with pytest.raises(DecodeInputError, match=f"beam_size={BEAMS + 1}"):
+        art.beam_search(lambda last, step, carry: (None, carry), 1, BEAMS + 1)
+    with pytest.raises(ArtifactFormatError):
+        serving.load(art.path.parent / "missing.sc")

@@ -1,0 +1,116 @@
+"""Plain functions and constants the test files share (import them: `from helpers import
+run_cli`); the shared fixtures and the hypothesis profiles are in
+conftest.py, the brute-force reference in oracle.py, the IR strategies in
+ir_strategies.py.
+
+- REPO / DATA: the checkout's root and tests/data (for files that move into
+  folders of tests/).
+- run_cli / one_error_line: the `static-compiler` CLI run in-process, and the
+  single error line a bad input must give.
+- packed_words: bools as the little-endian uint64 words the live kernels read.
+- examples: a hypothesis example count scaled by the loaded profile.
+- assert_matches / decode_and_check: a decoder's result against the
+  brute-force oracle's (tokens, valid, lengths exact; scores to 1e-5).
+- right_languages: each state's accepted suffixes, by brute force.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+
+import numpy as np
+
+import oracle
+
+# The repository's checkout and the tests' frozen data, wherever a test file lives.
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
+# The hypothesis profile conftest.py loads: "ci" (the default) or "slow".
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+# Hypothesis examples per test, relative to the count a test asks for, per profile.
+EXAMPLE_SCALE = {"ci": 1.0, "slow": 10.0}
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `static-compiler ARGV` run in this
+    process (arguments are str()-ed: paths and numbers pass as they are)."""
+    from static_compiler.cli import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str) -> str:
+    """The one line a CLI error prints on stderr (no traceback, nothing else)."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def packed_words(bits: np.ndarray, lead: int = 0) -> np.ndarray:
+    """uint64 (ceil((lead + n) / 64) + 1,): `lead` zero bits, then the bools
+    `bits` (n,), little-endian bit order, plus one spare zero word."""
+    padded = np.zeros(64 * (-(-(lead + bits.size) // 64) + 1), bool)
+    padded[lead:lead + bits.size] = bits
+    return np.packbits(padded, bitorder="little").view("<u8").copy()
+
+
+def examples(n: int) -> int:
+    """`n` hypothesis examples in the CI profile, EXAMPLE_SCALE times as many in
+    the slow one: for tests whose examples each compile programs (seconds),
+    which therefore set max_examples themselves (a profile's max_examples
+    does not override a test's)."""
+    return max(1, round(n * EXAMPLE_SCALE.get(PROFILE, 1.0)))
+
+
+def assert_matches(got, want: oracle.Result, context: str = ""):
+    """Decoder result == oracle result (tokens, valid, lengths exact; scores 1e-5)."""
+    tokens, scores = np.asarray(got.tokens), np.asarray(got.scores)
+    valid, lengths = np.asarray(got.valid), np.asarray(got.lengths)
+    assert tokens.dtype == np.int32 and scores.dtype == np.float32 and valid.dtype == bool
+    assert not np.isnan(scores).any(), context
+    np.testing.assert_array_equal(valid, want.valid, err_msg=f"valid {context}")
+    np.testing.assert_array_equal(tokens, want.tokens, err_msg=f"tokens {context}")
+    np.testing.assert_array_equal(lengths, want.lengths, err_msg=f"lengths {context}")
+    np.testing.assert_allclose(scores, want.scores, rtol=1e-6, atol=1e-5,
+                               err_msg=f"scores {context}")
+    assert (np.diff(scores, axis=-1) <= 0).all(), f"scores not descending {context}"
+
+
+def decode_and_check(cset: oracle.ConstraintSet, compiled, model: oracle.HashModel, seeds,
+                     beam_size: int, tokens_per_beam=None, start_token: int = 0,
+                     length_penalty: float = 0.0):
+    """sc.beam_search with the hash model (one seed per batch row) == the
+    oracle's beam search; returns the decoder's result."""
+    import static_compiler as sc
+
+    got = sc.beam_search(compiled, model, batch_size=len(seeds), beam_size=beam_size,
+                         tokens_per_beam=tokens_per_beam, start_token=start_token,
+                         carry=model.init_carry(seeds, beam_size), carry_axes=model.carry_axes,
+                         length_penalty=length_penalty)
+    want = oracle.beam_search(cset, model, seeds, beam_size, tokens_per_beam, start_token,
+                              length_penalty)
+    assert_matches(got, want, f"(M={beam_size}, tpb={tokens_per_beam}, seeds={list(seeds)}, "
+                              f"model={model!r}, set={sorted(cset.items)[:12]}...)")
+    for b, j in zip(*np.nonzero(want.valid)):  # the oracle itself only returns members
+        seq = tuple(want.tokens[b, j, :want.lengths[b, j]])
+        assert seq in cset.items
+    return got
+
+
+def right_languages(a) -> list:
+    """Brute force: per depth 0..depth-1, the set of suffixes each state accepts."""
+    @functools.lru_cache(maxsize=None)
+    def lang(depth, state):
+        if depth == a.depth:
+            return frozenset({()})
+        layer = a.layers[depth]
+        out = {()} if layer.accepting_array()[state] else set()
+        targets = layer.target_array()
+        for e in range(int(layer.indptr[state]), int(layer.indptr[state + 1])):
+            out |= {(int(layer.tokens[e]),) + s for s in lang(depth + 1, int(targets[e]))}
+        return frozenset(out)
+    return [[lang(t, s) for s in range(a.layers[t].num_states)] for t in range(a.depth)]

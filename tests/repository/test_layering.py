@@ -1,0 +1,272 @@
+"""The import graph flows one way, one layer per package: errors -> support
+-> IR -> frontend -> passes -> target -> live -> backend -> artifact -> torch
+backend -> the public API, with the integrations and the applications (the
+CLI) on top. Every import statement of every module of
+the package (those inside functions too) is parsed and checked against the
+layer table below; a new module must be placed in it.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
+PACKAGE = REPO / "static_compiler"
+
+# Layers, lowest first: one line per package (MLIR's tree: the folders are the
+# layers). A module may import modules of its own package or of a package below.
+LAYERS = (
+    ("errors",),
+    ("support",),  # numpy/stdlib utilities every layer imports (dtypes, arrays, mapped files)
+    ("ir",),
+    ("frontend",),  # inputs -> IR; its outputs: the item index (frontend.items)
+    ("passes",),
+    ("target",),  # plan types, lowering IR -> tables, raising tables -> IR (numpy only)
+    ("live",),  # the set view, liveness bits, subsets, additions, versions (`update`)
+    ("backend",),  # JAX kernels and decoding
+    ("artifact",),  # format, manifest, snapshot, writer, export, serving loader
+    ("torch_backend",),  # the same plan and set view in torch ops
+    ("", "compiled", "compiler", "saved", "report", "warm"),  # the public API: the package's root
+    ("integrations",),  # engines' own decoders (HF generate) on top of the public API
+    ("cli",),
+)
+APPLICATIONS = {"cli"}
+
+KNOWN_UPWARD = {
+    # importer -> imported: edges against LAYERS still to be removed, each with its reason.
+    ("artifact.upgrade", "saved"): "upgrade rewrites an artifact through the loader and writer",
+    ("torch_backend.constraints", "compiled"): "TorchConstraints.from_compiled reads a compiled "
+                                               "set lazily",
+    ("live.set_view", "artifact.format"): "the item arrays' names (format.ITEM_ARRAYS)",
+}
+"""(importer, imported) module keys allowed to point up the layers for now."""
+
+# Outside packages each library module may import (the standard library is always allowed).
+THIRD_PARTY = {"jax", "jaxlib", "numpy", "numba", "networkx", "ml_dtypes", "tokenizers"}
+SERVING_SUPPORT = {"errors", "support.arguments", "support.arrays", "support.mapped",
+                   "support.compile_events", "support.decode_state", "support.decode_types",
+                   "support.beam_loop", "support.beam_result", "support.deprecation",
+                   "support.dtypes", "support.placement"}
+"""The utilities a serving binary ships."""
+LIVE_BITS = {"live.layers", "live.bit_kernels", "live.layer_walk", "live.state_order",
+             "live.item_masks", "live.liveness", "live.placements", "live.set_view",
+             "target.plan", "target.tables", "frontend.items", "frontend.names"}
+"""The numpy modules a serving binary reads a set's items and plan with."""
+FORMAT = {"artifact.format", "artifact.manifest", "artifact.names", "artifact.snapshot",
+          "artifact.normalize"}
+"""The artifact's format: file names, manifest, snapshot, older shapes."""
+RESTRICTED = {
+    "errors": (set(), set()),
+    "support.arguments": ({"numpy"}, {"errors"}),
+    "support.arrays": ({"numpy"}, set()),
+    "support.mapped": ({"numpy"}, set()),
+    "support.decode_types": (set(), set()),
+    "support.decode_state": ({"jax", "numpy"}, {"errors", "support.arguments", "support.decode_types"}),
+    "support.compile_events": ({"jax"}, set()),  # jax's compile events, counted per front door
+    "support.compilation_cache": ({"jax"}, {"errors"}),  # jax's persistent cache, on in one call
+    "support.deprecation": (set(), set()),  # old names kept one release, warning
+    "support.beam_loop": (set(), {"errors", "support.arguments"}),  # a search stepped from Python
+    "support.beam_result": ({"jax"}, {"support.decode_types"}),  # finalize, for both JAX doors
+    "support.placement": ({"jax", "numpy"}, {"errors"}),  # which tables split across a mesh
+    # The plan, the table format and the item index: numpy only, read by every backend.
+    "target.plan": (set(), {"ir"}),
+    "target.tables": ({"numpy"}, {"support.arrays"}),
+    "target": ({"numpy"}, {"errors", "ir", "support", "target"}),
+    "frontend.items": ({"numpy"}, {"support.arrays"}),
+    # The live bits a serving binary ships.
+    "live.layers": ({"numpy"}, {"errors", "support.arrays", "support.mapped", "target.tables"}),
+    "live.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
+    "live.layer_walk": ({"numpy"}, {"support.arrays", "live.layers", "live.bit_kernels"}),
+    "live.state_order": ({"numpy"}, {"live.layer_walk", "live.bit_kernels", "support.mapped"}),
+    "live.item_masks": ({"numpy"}, {"errors", "live.layer_walk", "live.bit_kernels",
+                                    "support.mapped"}),
+    "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "live.bit_kernels",
+                                  "live.state_order", "live.item_masks", "live.placements",
+                                  "support.mapped", "frontend.items"}),
+    "live.placements": (set(), set()),  # a subset's device copies, per device
+    # One numpy view of a set's items behind every front door (serving, torch, compiled).
+    "live.set_view": ({"numpy"}, LIVE_BITS | {"errors", "artifact.format"}),
+    # The artifact's format: what a serving binary reads.
+    "artifact.format": (set(), {"errors"}),
+    "artifact.manifest": ({"numpy"}, {"errors", "artifact.format"}),
+    "artifact.names": ({"numpy"}, {"errors", "artifact.format", "frontend.names"}),
+    "frontend.names": ({"numpy"}, {"errors"}),
+    "artifact.snapshot": ({"numpy"}, {"errors", "support.mapped", "frontend.names"} | FORMAT),
+    "artifact.normalize": ({"numpy"}, {"errors", "artifact.format", "support.dtypes",
+                                       "live.layers", "live.state_order"}),  # format.COMPAT
+    # The serving loader: format, live bits and utilities; no compiler module (no
+    # frontend stage, passes, lowering, backend or writer).
+    "artifact.runtime": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT),
+    "artifact.warm": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS),  # Artifact.warm, its padding
+    # The artifact's verbs composed from its modules (allowed_tokens, allowed, beam_search).
+    "artifact.served_verbs": ({"jax", "numpy"}, SERVING_SUPPORT),
+    "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
+                         {"artifact.runtime", "artifact.warm", "artifact.served_verbs"}),
+    "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
+    # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
+    "torch_backend": ({"numpy", "torch"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
+                      {"torch_backend", "compiled"}),
+}
+"""module or package -> (third-party packages, modules of ours) it may import
+(a module, or every module of a package named); most are the modules a
+serving binary ships, so they stay small; the integrations may also import
+the engines they plug into."""
+
+
+KEYS = {key for members in LAYERS for key in members}
+
+
+def _key(name: str, keys) -> str:
+    """The longest of `keys` that is the path of module `name` inside
+    static_compiler or a package above it ('' for the package itself)."""
+    parts = name.split(".")[1:]
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in keys:
+            return ".".join(parts[:n])
+    return parts[0] if parts else ""
+
+
+def _top(name: str) -> str:
+    """The layer key of a module name inside static_compiler: its package,
+    or the module itself at the package's root ('' for the package)."""
+    return _key(name, KEYS)
+
+
+def _path(name: str) -> str:
+    """A module name's path inside static_compiler ("live.liveness")."""
+    return name.partition(".")[2]
+
+
+def _within(path: str, allowed) -> bool:
+    """Whether module `path` is one of `allowed` or inside a package of it."""
+    return any(path == a or path.startswith(a + ".") for a in allowed)
+
+
+def _rank(key: str) -> int:
+    for rank, members in enumerate(LAYERS):
+        if key in members:
+            return rank
+    raise AssertionError(f"module static_compiler.{key} is in no layer of tests/repository/test_layering.py; "
+                         "place it in LAYERS")
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(REPO).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        yield ".".join(parts), path
+
+
+def _imports(name: str, path: pathlib.Path):
+    """(imported module name, line) for every import in the file; relative
+    imports are resolved against `name`."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module.split(".")[0] == "static_compiler" or (node.level and not node.module):
+                # `from static_compiler.artifact import x`: a module, or a name of the package
+                for alias in node.names:
+                    sub = f"{module}.{alias.name}"
+                    yield (sub if _is_module(sub) else module), node.lineno
+            else:
+                yield module, node.lineno
+
+
+def _is_module(name: str) -> bool:
+    path = REPO.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+MODULES = list(_modules())
+
+
+def test_every_module_is_placed_in_a_layer():
+    for name, _ in MODULES:
+        _rank(_top(name))
+
+
+@pytest.mark.parametrize("name, path", MODULES, ids=[m for m, _ in MODULES])
+def test_imports_flow_one_way(name, path):
+    key, mine = _top(name), _path(name)
+    rank = _rank(key)
+    allowed_third, allowed_ours = RESTRICTED.get(_key(name, RESTRICTED), (THIRD_PARTY, None))
+    bad = []
+    for module, line in _imports(name, path):
+        root = module.split(".")[0]
+        where = f"{path.relative_to(REPO)}:{line} imports {module}"
+        if root == "static_compiler":
+            target, theirs = _top(module), _path(module)
+            if target in APPLICATIONS and key not in APPLICATIONS:
+                bad.append(f"{where}: the library never imports the applications")
+            elif allowed_ours is not None and not _within(theirs, allowed_ours) \
+                    and _key(module, RESTRICTED) != _key(name, RESTRICTED):
+                bad.append(f"{where}: {_key(name, RESTRICTED)} may import only "
+                           f"{sorted(allowed_ours)} of ours")
+            elif target != key and _rank(target) > rank and \
+                    (mine, theirs) not in KNOWN_UPWARD:
+                bad.append(f"{where}: layer {rank} ({key or 'the root'}) imports layer "
+                           f"{_rank(target)} ({target or 'the root'}); imports go down the "
+                           "layers only")
+        elif root in ("tools", "tests", "passes"):
+            bad.append(f"{where}: the package never imports {root}/")
+        elif root not in sys.stdlib_module_names and root != "__future__":
+            if root not in allowed_third:
+                bad.append(f"{where}: {_key(name, RESTRICTED)} may import only the standard "
+                           f"library and {sorted(allowed_third)}")
+    assert not bad, "\n".join(bad)
+
+
+def test_known_upward_edges_still_exist():
+    """Each exception of KNOWN_UPWARD is an import that still exists (a
+    removed one leaves the table)."""
+    edges = {(_path(name), _path(module)) for name, path in MODULES
+             for module, _ in _imports(name, path)}
+    assert not set(KNOWN_UPWARD) - edges, sorted(set(KNOWN_UPWARD) - edges)
+
+
+def test_the_layer_test_sees_a_violation(tmp_path):
+    """The checker itself: a low module importing a high one is reported."""
+    fake = tmp_path / "ir.py"
+    fake.write_text("from static_compiler import compiler\nimport jax\n")
+    found = list(_imports("static_compiler.ir", fake))
+    assert ("static_compiler.compiler", 1) in found and ("jax", 2) in found
+    assert _rank(_top("static_compiler.compiler")) > _rank(_top("static_compiler.ir"))
+
+
+@pytest.mark.parametrize("module", ["static_compiler.ir", "static_compiler.errors",
+                                    "static_compiler.frontend", "static_compiler.target",
+                                    "static_compiler.artifact.format",
+                                    "static_compiler.artifact.snapshot"])
+def test_the_compiler_core_loads_no_jax(module):
+    code = f"import {module}, sys; assert 'jax' not in sys.modules, sorted(sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_tests_do_not_import_tools():
+    """The library's tests (every folder of tests/) and the tools' own tests
+    (tools/tests/) run the tools as the user does, in a subprocess."""
+    offenders = []
+    paths = [*(REPO / "tests").rglob("*.py"), *(REPO / "tools" / "tests").rglob("*.py")]
+    assert len(paths) > 60 and any(p.parts[-3] == "tools" for p in paths)  # both trees seen
+    for path in sorted(paths):
+        for module, line in _imports(f"tests.{path.stem}", path):
+            if module.split(".")[0] == "tools":
+                offenders.append(f"{path.relative_to(REPO)}:{line} imports {module}")
+    assert not offenders, "\n".join(offenders)
