@@ -194,3 +194,38 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
             require_current(snap)  # a writer that skips the lock swapped nothing in
             save_locked(new, path, overwrite=True, reuse_modules=reuse)
         return dict(new.last_update, modules="reused" if reuse else "exported")
+
+
+def upgrade_artifact(path, *, mesh=None) -> dict:
+    """Rewrites the artifact at `path` into format version FORMAT_VERSION,
+    atomically and under its writers' lock (see the module docstring).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The artifact directory.
+    mesh : jax.sharding.Mesh, optional
+        For an artifact exported for a mesh whose modules must be exported
+        anew: the mesh (the same axes and sizes) to export them for.
+
+    Returns
+    -------
+    dict
+        {"path", "from_version", "to_version", "branches" (the COMPAT rows
+        it needed), "upgraded" (False: it was current, nothing written),
+        "modules": "kept" or "exported"}.
+
+    Raises
+    ------
+    ArtifactFormatError, ArtifactChecksumError
+        For a missing or damaged artifact (nothing is written).
+    ArtifactVersionError
+        For a version outside the window (too new: written by a newer
+        release; too old: upgrade it with an older release first).
+    ArtifactBusyError
+        While another writer holds the artifact's lock.
+    DecodeInputError
+        For a mesh artifact whose modules are exported anew without `mesh`.
+    """
+    from static_compiler.artifact import upgrade
+    return upgrade.upgrade(path, read_back=_compiled_from_snapshot, mesh=mesh)

@@ -125,7 +125,8 @@ class Artifact(ServedVerbs):
         self.placement = placement
         # the numpy view of its items (subsets, fingerprint, base subset); a reload
         # with the same host tables shares its trie and bit layout
-        self.set_view = SetView.of_artifact(manifest, host_tables, items, built=set_view,
+        self.set_view = SetView.of_artifact(manifest, host_tables, items,
+                                            manifest.files[fmt.IR_FILE].sha256, built=set_view,
                                             source=f"artifact {str(self.path)!r}",
                                             missing=DecodeInputError)
         self._warmth = warmth if warmth is not None else Warmth()  # shared by reloads

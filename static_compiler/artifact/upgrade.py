@@ -33,37 +33,12 @@ EXPORTED_ANEW = frozenset({"ex_bounds", "per_state"})
 upgrading them exports the modules anew."""
 
 
-def upgrade_artifact(path, *, mesh=None) -> dict:
-    """Rewrites the artifact at `path` into format version FORMAT_VERSION,
-    atomically and under its writers' lock (see the module docstring).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The artifact directory.
-    mesh : jax.sharding.Mesh, optional
-        For an artifact exported for a mesh whose modules must be exported
-        anew: the mesh (the same axes and sizes) to export them for.
-
-    Returns
-    -------
-    dict
-        {"path", "from_version", "to_version", "branches" (the COMPAT rows
-        it needed), "upgraded" (False: it was current, nothing written),
-        "modules": "kept" or "exported"}.
-
-    Raises
-    ------
-    ArtifactFormatError, ArtifactChecksumError
-        For a missing or damaged artifact (nothing is written).
-    ArtifactVersionError
-        For a version outside the window (too new: written by a newer
-        release; too old: upgrade it with an older release first).
-    ArtifactBusyError
-        While another writer holds the artifact's lock.
-    DecodeInputError
-        For a mesh artifact whose modules are exported anew without `mesh`.
-    """
+def upgrade(path, *, read_back, mesh=None) -> dict:
+    """`static_compiler.upgrade_artifact` (see there): rewrites the artifact
+    at `path` into format version FORMAT_VERSION under its writers' lock.
+    read_back: callable(Snapshot) -> CompiledConstraints, the set read back
+    from its tables, for an artifact whose modules are exported anew (the
+    API layer passes its reader: this layer never imports the compiler)."""
     path = fmt.artifact_path(path, "upgrade")
     with update_lock(path):
         with open_snapshot(path) as snap:
@@ -74,7 +49,7 @@ def upgrade_artifact(path, *, mesh=None) -> dict:
             if manifest.format_version == fmt.FORMAT_VERSION and not needed:
                 return {**report, "upgraded": False, "modules": "kept"}
             if EXPORTED_ANEW & set(needed):
-                _export_anew(snap, mesh)
+                _export_anew(snap, mesh, read_back)
                 return {**report, "upgraded": True, "modules": "exported"}
             _rewrite_keeping_modules(snap)
             return {**report, "upgraded": True, "modules": "kept"}
@@ -110,14 +85,13 @@ def _rewrite_keeping_modules(snap: Snapshot) -> None:
     _write_then_swap(snap.path, fill)
 
 
-def _export_anew(snap: Snapshot, mesh) -> None:
+def _export_anew(snap: Snapshot, mesh, read_back) -> None:
     """The new version: the set read back from `snap` (tables in the
     current shape), its modules exported anew (for the same mesh, when it
     was exported for one), saved over the path (the caller holds the lock)."""
     from static_compiler.support import placement as placement_lib
-    from static_compiler.saved import _compiled_from_snapshot
 
-    compiled = _compiled_from_snapshot(snap)  # tables and items in the current shape
+    compiled = read_back(snap)  # tables and items in the current shape
     record = snap.manifest.mesh
     if record is not None:
         where = placement_lib.placement_for(record, mesh, f"upgrade: artifact "

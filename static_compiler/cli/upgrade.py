@@ -1,5 +1,5 @@
 """`static-compiler upgrade`: rewrite an artifact of an older format version
-into the current one (`artifact.upgrade.upgrade_artifact`), atomically and
+into the current one (`static_compiler.upgrade_artifact`), atomically and
 under the writers' lock, before the readers' window of versions
 (`artifact.format.MIN_FORMAT_VERSION`, dated in docs/artifact-format.md)
 moves past it. An artifact already current is left as it is (exit 0)."""
@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from static_compiler.artifact.upgrade import upgrade_artifact
+    from static_compiler.saved import upgrade_artifact
 
     report = upgrade_artifact(args.artifact)
     if not report["upgraded"]:

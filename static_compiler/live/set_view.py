@@ -25,7 +25,6 @@ from typing import Callable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
-from static_compiler.artifact.format import IR_FILE
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError
 from static_compiler.live.layers import TableLayer, table_layers
 from static_compiler.frontend.items import ItemIndex
@@ -192,12 +191,13 @@ class SetView:
         self._base = _Once(self._build_base)
 
     @classmethod
-    def of_artifact(cls, manifest, tables, items: Optional[ItemIndex], *, source: str,
-                    missing, built=None) -> "SetView":
+    def of_artifact(cls, manifest, tables, items: Optional[ItemIndex], ir_sha256: str, *,
+                    source: str, missing, built=None) -> "SetView":
         """The view of a saved artifact read with numpy (`Manifest`, host
-        tables, item index): fingerprint, the sha256 of its IR text; built:
+        tables, item index, and the sha256 of its IR text, the fingerprint's
+        first part, from the manifest's file list); built:
         a view of the same host tables whose trie and layout to share."""
-        view = cls(facts_of_manifest(manifest), tables, items, manifest.files[IR_FILE].sha256,
+        view = cls(facts_of_manifest(manifest), tables, items, ir_sha256,
                    source=source, missing=missing)
         if built is not None:
             view._trie, view._layout = built._trie, built._layout

@@ -29,6 +29,7 @@ from static_compiler.errors import DecodeInputError
 from static_compiler.frontend.items import ItemIndex
 from static_compiler.live.liveness import Subset, checked_subset_index
 from static_compiler.live.set_view import SetView
+from static_compiler.target.plan import Plan
 from static_compiler.support.beam_loop import check_search, run_search
 from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, DecodeResult
 from static_compiler.support.deprecation import renamed_method, warn_renamed
@@ -132,8 +133,9 @@ class TorchConstraints(PlanFacts):
             arrays = snapshot.read_item_arrays(snap)
             names = snapshot.read_names(snap)
         items = None if arrays is None else ItemIndex(num_unique=manifest.num_sequences, **arrays)
-        view = SetView.of_artifact(manifest, host, items, source=f"artifact {str(path)!r}",
-                                   missing=DecodeInputError)
+        view = SetView.of_artifact(manifest, host, items,
+                                   manifest.files[artifact_format.IR_FILE].sha256,
+                                   source=f"artifact {str(path)!r}", missing=DecodeInputError)
         return cls(torch_plan(view.facts), torch_tables(host, device), view, device=device,
                    names=names)
 
@@ -143,12 +145,13 @@ class TorchConstraints(PlanFacts):
     def from_compiled(cls, compiled, device=None) -> "TorchConstraints":
         """The set `compiled` (a `CompiledConstraints`), its numpy tables
         put on `device` once (default: the CPU)."""
-        from static_compiler.compiled import CompiledConstraints  # the compiler, lazily
-        if not isinstance(compiled, CompiledConstraints):
+        view = getattr(compiled, "set_view", None)  # (this layer never imports the compiler)
+        if isinstance(compiled, TorchConstraints) or not isinstance(view, SetView) or \
+                not isinstance(getattr(compiled, "plan", None), Plan):
             raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected the "
                                    "CompiledConstraints of sc.compile_constraints")
         device = checks.check_device(device, "TorchConstraints.from_compiled")
-        view = compiled.set_view  # (shared: one trie, layout and base subset)
+        # (the view is shared: one trie, layout and base subset)
         return cls(torch_plan(view.facts), torch_tables(compiled.tables, device), view,
                    device=device, names=compiled.names)
 

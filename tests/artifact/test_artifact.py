@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import helpers
 import oracle
 from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted
 from static_compiler import artifact, compile_constraints, errors
@@ -434,7 +435,8 @@ def test_an_overwrite_swaps_in_one_step_so_the_path_always_holds_an_artifact(tmp
     path = tmp_path / "set.static"
     artifact.save(first, path)
     out = subprocess.run([sys.executable, "-c", KILLED_AFTER_EXCHANGE, str(path), "",
-                          os.path.dirname(__file__)], capture_output=True, text=True)
+                          os.path.dirname(__file__)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(helpers.REPO / "tests")})
     if out.stdout.strip() == "unsupported":
         pytest.skip("this filesystem has no atomic exchange (the two-rename fallback is tested)")
     assert out.returncode == 9 and out.stdout.strip() == "exchanged", out.stderr

@@ -1,6 +1,6 @@
 """The artifact format's dated window (`artifact.format`: FORMAT_HISTORY,
 MIN_FORMAT_VERSION, COMPAT) and `static-compiler upgrade`
-(`artifact.upgrade.upgrade_artifact`): every version in the window loads
+(`static_compiler.upgrade_artifact`): every version in the window loads
 and decodes as the set compiled today; a version outside it is an
 ArtifactVersionError naming the window and the fix; an upgrade rewrites each
 older version into the current one atomically, decoding the same beams.
@@ -25,7 +25,7 @@ import static_compiler as sc
 from static_compiler import errors
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import normalize, serving, snapshot, writer
-from static_compiler.artifact.upgrade import upgrade_artifact
+from static_compiler import upgrade_artifact
 from static_compiler.cli.dispatch import main as cli_main
 from test_serving import serve
 
