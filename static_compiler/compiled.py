@@ -118,6 +118,8 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
     last_update: Optional[dict] = None
     placement: Optional[placement_lib.MeshPlacement] = None
     summary: Optional[AutomatonSummary] = None
+    computed: "Computed" = dataclasses.field(default_factory=lambda: Computed(), init=False,
+                                             repr=False, compare=False)
 
     def __post_init__(self):
         if self.ir is None:
@@ -210,7 +212,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
     @property
     def device_tables(self):
         """The tables as jax arrays on the default device, put there once."""
-        cached = self.__dict__.get("_device_tables")
+        cached = self.computed.device_tables
         if cached is None:
             import jax
             with jax.ensure_compile_time_eval():  # concrete even when first used under jit
@@ -220,7 +222,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
                     cached = tuple({name: self.placement.place((t, name), arr)
                                     for name, arr in tabs.items()}
                                    for t, tabs in enumerate(self.tables))
-            object.__setattr__(self, "_device_tables", cached)
+            self.computed.device_tables = cached
         return cached
 
     def shard(self, mesh, axis: str, min_bytes: int = placement_lib.DEFAULT_MIN_BYTES
@@ -239,7 +241,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         each device holds."""
         out = self._replace(
             placement=placement_lib.MeshPlacement.of(mesh, axis, self.tables, min_bytes))
-        _share_computed(self, out, ("_set_view",))  # the same set and items
+        out.computed.set_view = self.set_view  # the same set and items
         return out
 
     def table_bytes_per_device(self) -> int:
@@ -277,17 +279,14 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         compiles nothing after a removal or an addition that fits."""
         batch_size = decode.StepProcessor.checked_batch(batch_size)
         key = None if subset is not None or subset_index is not None else batch_size
-        cache = self.__dict__.get("_processors")
-        if key is not None and cache is not None and key in cache:
+        cache = self.computed.processors
+        if key is not None and key in cache:
             return cache[key]
         live = self.live_mask(subset, subset_index, batch_size, "processor")
         out = decode.StepProcessor(self.plan, self.device_tables, batch_size, live,
                                    removal=self.removal_program(live, batch_size),
                                    counter=self._compile_counter())
         if key is not None:
-            if cache is None:
-                cache = {}
-                object.__setattr__(self, "_processors", cache)
             cache[key] = out
         return out
 
@@ -325,16 +324,16 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         (`live.set_view.SetView`: fingerprint, base subset, trie, bit
         layout), made once; `shard` shares it, `update` by removal shares
         what it built."""
-        view = self.__dict__.get("_set_view")
+        view = self.computed.set_view
         if view is None:
             plan, tables = self.plan, self.tables
-            digests = self.__dict__.get("_table_digests")  # (a set read back: no table hashed)
+            digests = self.computed.table_digests  # (a set read back: no table hashed)
             trie = (lambda ir=self.ir: ir) if "ir" in self.__dict__ else \
                 (lambda summary=self.summary: subsets.TableTrie.of(plan, summary, tables))
             view = SetView(SetFacts.of_plan(plan, self.outline.num_final_states), tables,
                            self.items, lambda: subsets.set_fingerprint(plan, tables, digests),
                            trie=trie, lookup=subsets.item_mask)
-            object.__setattr__(self, "_set_view", view)
+            self.computed.set_view = view
         return view
 
     def update(self, *, add=None, remove=None) -> "CompiledConstraints":
@@ -365,9 +364,9 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         (add names by compiling anew)."""
         version = versions.updated(self, add=add, remove=remove)
         if add is None:  # the same tables and set: share what was computed
-            _share_computed(self, version, ("_device_tables",))
-            object.__setattr__(version, "_set_view", self.set_view.version(version.items))
-        _share_computed(self, version, ("_compile_counter_cache",))  # (one count: `compilations`)
+            version.computed.device_tables = self.computed.device_tables
+            version.computed.set_view = self.set_view.version(version.items)
+        version.computed.warmth = self._warmth()  # (one count: `compilations`)
         version.base_subset  # computed now, so the next decode only reads it
         return version
 
@@ -430,11 +429,11 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         nothing; else None."""
         if live is not None or self.items is None:
             return None
-        specs = self.__dict__.get("_removal_specs")
-        if specs is None:  # (per call: this runs before every decode)
+        specs = self.computed.removal_specs
+        if specs is _NOT_YET:  # (per call: this runs before every decode)
             specs = {} if all(layer.implicit_targets for layer in self.outline.layers) and \
                 any(layer.layout.reserved for layer in self.outline.layers) else None
-            object.__setattr__(self, "_removal_specs", specs)
+            self.computed.removal_specs = specs
         if specs is None:
             return None
         if batch_size not in specs:
@@ -448,8 +447,28 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         return writer.save(self, artifact_path(path, "save"), overwrite=overwrite)
 
 
-def _share_computed(source: CompiledConstraints, target: CompiledConstraints, keys) -> None:
-    """Gives `target` the values of `keys` that `source` has computed."""
-    for key in keys:
-        if key in source.__dict__:
-            object.__setattr__(target, key, source.__dict__[key])
+_NOT_YET = object()
+
+
+@dataclasses.dataclass(eq=False)
+class Computed:
+    """What a `CompiledConstraints` (frozen: its fields are the set) works
+    out on first use, held in one explicit object: `shard` and `update`
+    hand a new version the parts that stay valid for it.
+
+    device_tables: the tables as jax arrays (`device_tables`), or None;
+    processors: batch size -> `StepProcessor` without a subset;
+    set_view: the `SetView` (fingerprint, trie, bit layout, base subset), or None;
+    removal_specs: batch size -> the removal-aware program's spec, None for a
+      set that needs none, _NOT_YET before the first decode;
+    warmth: the compile counter and subset padding (`warm`), shared by versions;
+    table_digests: (layer, name) -> sha256 of a set read back from an
+      artifact (its files' checksums), so its fingerprint hashes no table.
+    """
+
+    device_tables: Optional[tuple] = None
+    processors: dict = dataclasses.field(default_factory=dict)
+    set_view: Optional[SetView] = None
+    removal_specs: object = _NOT_YET
+    warmth: object = None
+    table_digests: Optional[dict] = None

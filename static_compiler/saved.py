@@ -96,10 +96,10 @@ def _compiled_from_snapshot(snap, check_automaton: bool = False) -> CompiledCons
         export_subsets=items is not None)
     # the tables' file checksums are their digests (`subsets.set_fingerprint`):
     # its fingerprint then reads no table
-    object.__setattr__(compiled, "_table_digests", {
+    compiled.computed.table_digests = {
         (entry.layer, entry.name): manifest.files[entry.file].sha256
         for entry in manifest.tables if entry.file in manifest.files and
-        tuple(entry.shape) == tuple(getattr(tables[entry.layer].get(entry.name), "shape", ()))})
+        tuple(entry.shape) == tuple(getattr(tables[entry.layer].get(entry.name), "shape", ()))}
     return compiled
 
 
@@ -197,8 +197,14 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
 
 
 def upgrade_artifact(path, *, mesh=None) -> dict:
-    """Rewrites the artifact at `path` into format version FORMAT_VERSION,
-    atomically and under its writers' lock (see the module docstring).
+    """Rewrites an artifact of an older format version into the current one.
+
+    Atomically and under the artifact's writers' lock
+    (`static_compiler.artifact.upgrade`): an artifact whose only old parts
+    are manifest keys, branch histograms or its item index keeps its
+    tables and modules (hard-linked; a serving `reload()` picks the new
+    version up); one whose modules take an older table or bit layout is
+    read back and its modules are exported anew.
 
     Parameters
     ----------

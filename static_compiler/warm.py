@@ -76,13 +76,12 @@ class WarmUp:
     def _warmth(self) -> Warmth:
         """The compile counter and subset padding bound this set shares
         with the versions `update` makes (the served artifact's `Warmth`)."""
-        warmth = self.__dict__.get("_compile_counter_cache")
+        warmth = self.computed.warmth
         if warmth is None:
             with _lock:
-                warmth = self.__dict__.get("_compile_counter_cache")
+                warmth = self.computed.warmth
                 if warmth is None:
-                    warmth = Warmth()
-                    object.__setattr__(self, "_compile_counter_cache", warmth)
+                    warmth = self.computed.warmth = Warmth()
         return warmth
 
     def _padded(self, subset, subset_index, batch_size: int, where: str) -> tuple:
