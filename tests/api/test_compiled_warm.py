@@ -149,6 +149,7 @@ def test_eager_warm_up_covers_the_op_by_op_pair():
     state = c.init_processor(3)
     for t in range(c.max_length):
         x = c.mask(np.zeros((3, V), np.float32), state, t)
+        c.allowed_tokens(state, t)
         state = c.advance(state, np.argmax(np.asarray(x), -1).astype(np.int32), t)
         c.allowed(np.zeros((3, t), np.int32))
     assert xla_compilations() == before and c.compilations() == own
