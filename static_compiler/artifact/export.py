@@ -7,7 +7,7 @@ bytes do not grow with the set:
 ============  =================================================================
 init_m{M}     (start_tokens int32[b]) -> BeamState fields (b, M, ...)
 beam_step_m{M}  (*tables, *BeamState fields, logits float32[b, M, V], step int32[])
-              -> BeamState fields; `decode.beam_step_switch` with the per-step
+              -> BeamState fields; `decode.step.beam_step_switch` with the per-step
               caps of export_tokens_per_beam (`export_caps`)
 mask          (*tables, logits float32[b, V], node, valid, finished, step)
               -> masked logits float32[b, V]
@@ -34,6 +34,8 @@ from static_compiler.artifact import format as fmt
 from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
 from static_compiler.support.placement import placed_shape
 from static_compiler.backend import decode
+from static_compiler.backend.decode.processor import advance_switch, mask_switch
+from static_compiler.backend.decode.step import beam_step_switch
 from static_compiler.target.plan import Plan
 from static_compiler.support.decode_state import BeamState, ProcessorState, check_tokens_per_beam
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
@@ -83,8 +85,8 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
             return tuple(decode.init_beam_state(plan, a[0].shape[0], M, a[0]))
 
         def step_fn(a, subset):
-            return tuple(decode.beam_step_switch(plan, unflatten(a[:n]), BeamState(*a[n:n + 8]),
-                                                 a[n + 8], a[n + 9], caps, subset))
+            return tuple(beam_step_switch(plan, unflatten(a[:n]), BeamState(*a[n:n + 8]),
+                                          a[n + 8], a[n + 9], caps, subset))
 
         base[fmt.beam_module_name("init", M)] = (init, [spec((b,), jnp.int32)],
                                                  ["start_tokens"], state_names)
@@ -95,12 +97,12 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
     proc_specs = [spec((b,), jnp.int32), spec((b,), bool), spec((b,), bool)]
 
     def mask_fn(a, subset):
-        return (decode.mask_switch(plan, unflatten(a[:n]), a[n], ProcessorState(*a[n + 1:n + 4]),
-                                   a[n + 4], subset),)
+        return (mask_switch(plan, unflatten(a[:n]), a[n], ProcessorState(*a[n + 1:n + 4]),
+                            a[n + 4], subset),)
 
     def advance_fn(a, subset):
-        return tuple(decode.advance_switch(plan, unflatten(a[:n]), ProcessorState(*a[n:n + 3]),
-                                           a[n + 3], a[n + 4], subset))
+        return tuple(advance_switch(plan, unflatten(a[:n]), ProcessorState(*a[n:n + 3]),
+                                    a[n + 3], a[n + 4], subset))
 
     base["mask"] = (mask_fn, table_specs + [spec((b, V), jnp.float32)] + proc_specs + [step_spec],
                     table_names + ["logits"] + proc_names + ["step"], ["masked_logits"])

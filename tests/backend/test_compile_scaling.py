@@ -203,7 +203,7 @@ def test_beam_step_switch_with_grouped_runs_matches_the_oracle():
     assert any(isinstance(run_inputs(plan, tables, None, r, kernels.PACK_MAX_ENTRIES)[0],
                           kernels.GroupedRun) for r in runs if len(r) > 1)
     model = oracle.HashModel(vocab, nan=30, dup=40)
-    step_fn = jax.jit(functools.partial(decode.beam_step_switch, plan, tokens_per_beam=2))
+    step_fn = jax.jit(functools.partial(decode.beam_step, plan, tokens_per_beam=2))
     seeds = [1, 2]
     state = decode.init_beam_state(plan, 2, 4)
     carry = model.init_carry(seeds, 4)
@@ -230,8 +230,8 @@ def test_grouped_mask_and_advance_switch_equal_the_static_steps(layout, end_toke
     chosen = np.zeros(len(items), bool)
     chosen[[0, 3, 7]] = True
     live = compiled.live_mask(compiled.subset(chosen), None, 3, "test")
-    switch_mask = jax.jit(functools.partial(decode.mask_switch, plan))
-    switch_advance = jax.jit(functools.partial(decode.advance_switch, plan))
+    switch_mask = jax.jit(functools.partial(decode.mask, plan))
+    switch_advance = jax.jit(functools.partial(decode.advance, plan))
     walk = [items[i] + (end_token,) * (plan.max_length - len(items[i]))
             if end_token is not None else items[i] for i in (0, 7, len(items) - 1)]
     for subset in (None, live):
@@ -253,15 +253,15 @@ def test_grouped_mask_and_advance_switch_equal_the_static_steps(layout, end_toke
 
 
 def test_the_exported_switches_do_not_grow_with_the_length():
-    """`beam_step_switch` and `mask_switch` (the exported modules, traced
-    step): the same few kernels at L = 32 and L = 128."""
+    """`beam_step` and `mask` at a traced step (the switch path of the
+    exported modules): the same few kernels at L = 32 and L = 128."""
     def texts(compiled):
         plan, tables = compiled.plan, compiled.device_tables
         state = decode.init_beam_state(plan, 1, 8)
         pstate = decode.init_processor_state(2)
-        step = jax.jit(lambda t, s, x, i: decode.beam_step_switch(plan, t, s, x, i)).lower(
+        step = jax.jit(lambda t, s, x, i: decode.beam_step(plan, t, s, x, i)).lower(
             tables, state, jnp.zeros((1, 8, V)), jnp.int32(3)).as_text()
-        mask = jax.jit(lambda t, x, s, i: decode.mask_switch(plan, t, x, s, i)).lower(
+        mask = jax.jit(lambda t, x, s, i: decode.mask(plan, t, x, s, i)).lower(
             tables, jnp.zeros((2, V)), pstate, jnp.int32(3)).as_text()
         return step, mask
     for a, b in zip(texts(issue_set(32)), texts(issue_set(128))):

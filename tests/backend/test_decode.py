@@ -483,14 +483,14 @@ def test_beam_search_inside_user_jit():
 
 
 def test_custom_loop_with_traced_step_matches_oracle():
-    """A user's own loop over `decode.beam_step_switch` (one jitted program,
-    the step index traced, as exported), reordering the model's per-beam
-    state by `state.parent`, decodes what beam_search decodes."""
+    """A user's own loop over `decode.beam_step` with a traced step (one
+    jitted program, the switch path, as exported), reordering the model's
+    per-beam state by `state.parent`, decodes what beam_search decodes."""
     rng = np.random.default_rng(13)
     items = oracle.relabel(family_shape("ragged"), rng)
     compiled = compile_set(items, 8, end_token=0)
     model = oracle.HashModel(8, nan=30, dup=40, zero_row=30)
-    step_fn = jax.jit(functools.partial(decode.beam_step_switch, compiled.plan,
+    step_fn = jax.jit(functools.partial(decode.beam_step, compiled.plan,
                                         tokens_per_beam=2))
     for seeds in ([1, 2], [3, 4], [5, 6]):
         state = decode.init_beam_state(compiled.plan, 2, 5)

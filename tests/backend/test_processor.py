@@ -111,8 +111,8 @@ def test_mask_and_advance_under_jit_and_with_a_traced_step():
     jit_mask = jax.jit(compiled.mask, static_argnums=2)
     jit_advance = jax.jit(compiled.advance, static_argnums=2)
     walk_and_check(compiled, cset, rng, jit_mask, jit_advance, compiled.init_processor)
-    switch_mask = jax.jit(functools.partial(decode.mask_switch, plan))
-    switch_advance = jax.jit(functools.partial(decode.advance_switch, plan))
+    switch_mask = jax.jit(functools.partial(decode.mask, plan))
+    switch_advance = jax.jit(functools.partial(decode.advance, plan))
     tables = compiled.device_tables
     for _ in range(3):
         walk_and_check(compiled, cset, rng,
@@ -148,15 +148,15 @@ def test_past_the_end_a_traced_step_appends_nothing(end_token):
         state = compiled.advance(state, np.asarray(tokens, np.int32), step)
     logits = jnp.arange(6, dtype=jnp.float32).reshape(2, 3)
     for step in (plan.max_length, plan.max_length + 3, -1):
-        masked = np.asarray(decode.mask_switch(plan, tables, logits, state, jnp.int32(step)))
+        masked = np.asarray(decode.mask(plan, tables, logits, state, jnp.int32(step)))
         allowed = masked > decode.SENTINEL_SCORE
         want = [[False] * 3, [False] * 3]
         if end_token is not None:
             want[0][end_token] = True  # row 0 took the end token at step 1
         assert allowed.tolist() == want, step
         for token in range(3):
-            moved = decode.advance_switch(plan, tables, state, jnp.full((2,), token, jnp.int32),
-                                          jnp.int32(step))
+            moved = decode.advance(plan, tables, state, jnp.full((2,), token, jnp.int32),
+                                   jnp.int32(step))
             assert np.asarray(moved.valid).tolist() == [want[0][token], want[1][token]]
 
 

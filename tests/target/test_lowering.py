@@ -51,7 +51,8 @@ def compiled(layout: str, which: str = "items"):
 
 def entry_points(plan, step: int = 1):
     """name -> (function of (tables, *args), args): every decoding entry point
-    (the static-step ones at `step`, the switch ones given `step` traced)."""
+    (`beam_step`, `mask`, `advance` at the static `step`, and as "... (traced
+    step)" given `step` traced: the switch path)."""
     state = decode.init_beam_state(plan, B, M)
     logits = jnp.zeros((B, M, V), jnp.float32)
     pstate = decode.init_processor_state(B)
@@ -68,14 +69,14 @@ def entry_points(plan, step: int = 1):
                                                  carry=c),
                    (jax.random.PRNGKey(0), MODEL.init_carry([1, 2], 1))),
         "beam_step": (lambda t, s, x: decode.beam_step(plan, t, s, x, step, 2), (state, logits)),
-        "beam_step_switch": (lambda t, s, x, i: decode.beam_step_switch(plan, t, s, x, i),
-                             (state, logits, jnp.int32(step))),
+        "beam_step (traced step)": (lambda t, s, x, i: decode.beam_step(plan, t, s, x, i),
+                                    (state, logits, jnp.int32(step))),
         "mask": (lambda t, x, s: decode.mask(plan, t, x, s, step), (plogits, pstate)),
         "advance": (lambda t, s, k: decode.advance(plan, t, s, k, step), (pstate, tokens)),
-        "mask_switch": (lambda t, x, s, i: decode.mask_switch(plan, t, x, s, i),
-                        (plogits, pstate, jnp.int32(step))),
-        "advance_switch": (lambda t, s, k, i: decode.advance_switch(plan, t, s, k, i),
-                           (pstate, tokens, jnp.int32(step))),
+        "mask (traced step)": (lambda t, x, s, i: decode.mask(plan, t, x, s, i),
+                               (plogits, pstate, jnp.int32(step))),
+        "advance (traced step)": (lambda t, s, k, i: decode.advance(plan, t, s, k, i),
+                                  (pstate, tokens, jnp.int32(step))),
     }
 
 
@@ -84,7 +85,8 @@ def exported_text(fn, tables, args) -> str:
     return exp.mlir_module()
 
 
-SWITCHES = ("beam_step_switch", "mask_switch", "advance_switch")  # hold every step's kernel
+SWITCHES = ("beam_step (traced step)", "mask (traced step)",
+            "advance (traced step)")  # the switch path: every step's kernel
 
 
 @pytest.mark.parametrize("layout, names", [
@@ -115,8 +117,7 @@ def test_a_host_callback_model_is_detected():
                          "loc(\"callback\"(#loc1))") == []
 
 
-STEP_FUNCTIONS = ("beam_step", "beam_step_switch", "mask", "advance", "mask_switch",
-                  "advance_switch")
+STEP_FUNCTIONS = ("beam_step", "mask", "advance", *SWITCHES)
 
 
 @pytest.mark.parametrize("layout", ["dense_rows", "csr", "near_unary", "unary"])

@@ -18,16 +18,25 @@ concern per module:
 * `prefix`: `allowed`, a stateless mask from each row's tokens so far, for
   engines that own the beam search.
 
-The state and result types and the argument validators live in
-`static_compiler.support.decode_state`, shared with the serving loader.
-The package exports what a user calls (`__all__`: the drivers, the step and
-processor functions, the carry helpers, the result types); everything else
-is imported from its module (``decode.live.LiveMask``).
+The package exports what a user calls (`__all__`, 14 names): the drivers,
+`init_beam_state` / `beam_step` / `finalize`, the processor pair `mask` /
+`advance` (with `init_processor_state` and `StepProcessor`), `allowed`,
+`accept_drafts` and the carry helpers. The state and result types and
+constants (`TYPES`: `BeamState`, `ProcessorState`, `DecodeResult`,
+`PAD_TOKEN`, `SENTINEL_SCORE`, `MIN_VALID_SCORE`) import from the package
+too, but are not calls; they live in `static_compiler.support.decode_types`
+and the argument validators in `support.decode_state`, shared with the
+serving loader.
+Everything else is imported from its module (``decode.live.LiveMask``).
 
-How one step runs. Every entry point ends in one of the three candidate
-paths of `candidates` (a beam's candidate transitions at a step); which one
-depends on whether the step is a Python int when tracing and on how many
-steps share a program:
+How one step runs. `beam_step`, `mask` and `advance` take the step as an
+int (a program specialised for that step) or as a traced int32 scalar (one
+program for every step: they dispatch to `step.beam_step_switch`,
+`processor.mask_switch`, `processor.advance_switch`, which the exported
+modules call directly). Every entry point ends in one of the three
+candidate paths of `candidates` (a beam's candidate transitions at a step);
+which one depends on whether the step is a Python int when tracing and on
+how many steps share a program:
 
 ======================================  ==============  =============================================
 entry point                             step            candidates from
@@ -49,13 +58,13 @@ entry point                             step            candidates from
                                                         rows, no mixed layer), else
                                                         `step_candidates` per branch
                                                         (`switch_steps`)
-`beam_step_switch` (the exported        traced int32    a `lax.switch` over the runs of
-modules, `serving.Artifact.beam_step`)                  `step_segments`, each run as `beam_search`
-                                                        runs it (`run_candidates`)
-`mask_switch`, `advance_switch`,        traced int32    a `lax.switch` over the steps, grouped
-`allowed`, `accept_drafts`                              where kernels repeat
-                                                        (`step.switch_over_groups`,
-                                                        `switch_over_steps`), each branch the
+`beam_step` (`step.beam_step_switch`;   traced int32    a `lax.switch` over the runs of
+the exported modules,                                   `step_segments`, each run as `beam_search`
+`serving.Artifact.beam_step`)                           runs it (`run_candidates`)
+`mask`, `advance`                       traced int32    a `lax.switch` over the steps, grouped
+(`processor.mask_switch`,                               where kernels repeat
+`advance_switch`), `allowed`,                           (`step.switch_over_groups`,
+`accept_drafts`                                         `switch_over_steps`), each branch the
                                                         static path (`step_candidates` at t)
 ======================================  ==============  =============================================
 
@@ -85,28 +94,50 @@ Beam-search semantics (tested bit-for-bit against a numpy oracle):
   overflow of the sum) never push a valid sequence below an invalid one.
 """
 
+from static_compiler.backend.decode import processor as _processor, step as _step
 from static_compiler.backend.decode.carry import BeamAxis, reorder_carry
 from static_compiler.backend.decode.prefix import allowed
-from static_compiler.backend.decode.processor import (StepProcessor, advance, advance_switch,
-                                                      init_processor_state, mask, mask_switch)
+from static_compiler.backend.decode.processor import (StepProcessor, advance,
+                                                      init_processor_state, mask)
 from static_compiler.backend.decode.search import beam_search, greedy_decode, sample
 from static_compiler.backend.decode.speculative import accept_drafts
-from static_compiler.backend.decode.step import (beam_step, beam_step_switch, finalize,
-                                                 init_beam_state)
+from static_compiler.backend.decode.step import beam_step, finalize, init_beam_state
 from static_compiler.support.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE,
                                                   BeamState, DecodeResult, ProcessorState)
+from static_compiler.support.deprecation import renamed_function
 
 __all__ = [
     # drivers around the model
     "beam_search", "greedy_decode", "sample",
-    # one beam step at a time (a static step, or a traced one: `_switch`)
-    "init_beam_state", "beam_step", "beam_step_switch", "finalize",
-    # the logits-processor pair, and the stateless prefix mask
-    "init_processor_state", "mask", "mask_switch", "advance", "advance_switch", "StepProcessor",
-    "allowed", "accept_drafts",
+    # one beam step at a time (the step an int, or a traced int32 scalar)
+    "init_beam_state", "beam_step", "finalize",
+    # the logits-processor pair (the step an int, or a traced int32 scalar),
+    # the stateless prefix mask, the draft check
+    "init_processor_state", "mask", "advance", "StepProcessor", "allowed", "accept_drafts",
     # the model's per-beam state
     "BeamAxis", "reorder_carry",
-    # types and constants of the results
-    "BeamState", "ProcessorState", "DecodeResult", "PAD_TOKEN", "SENTINEL_SCORE",
-    "MIN_VALID_SCORE",
 ]
+
+TYPES = ("BeamState", "ProcessorState", "DecodeResult", "PAD_TOKEN", "SENTINEL_SCORE",
+         "MIN_VALID_SCORE")
+"""The types and constants of the states and results, importable from the
+package (defined in `static_compiler.support.decode_types`) but not in
+`__all__`: they are not calls."""
+
+_SWITCHES = {"beam_step_switch": (_step, "beam_step"), "mask_switch": (_processor, "mask"),
+             "advance_switch": (_processor, "advance")}
+"""Package-level names of the traced-step functions, deprecated: the verb
+(`beam_step`, `mask`, `advance`) takes a traced step itself. Each stays in
+its module (`decode.step`, `decode.processor`) for the exported modules."""
+
+
+def __getattr__(name: str):
+    """`decode.mask_switch` and the other `_SWITCHES`: the function, warning
+    on each call that it is deprecated (one release)."""
+    if name not in _SWITCHES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, verb = _SWITCHES[name]
+    value = renamed_function(getattr(module, name), f"{__name__}.{name}",
+                             f"{__name__}.{verb} with a traced int32 step")
+    globals()[name] = value
+    return value

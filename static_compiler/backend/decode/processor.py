@@ -50,9 +50,13 @@ def _checked_valid(plan: Plan, state: ProcessorState, step: int):
 def mask(plan: Plan, tables, logits, state: ProcessorState, step, subset=None):
     """logits float (B, V) -> float32 (B, V): logits of allowed tokens kept,
     others (and NaN logits) set to SENTINEL_SCORE. A finished row allows only
-    the end token; an invalid row allows nothing. step: an int in [0,
-    max_length), or a traced int32 scalar (`mask_switch`: past the end,
-    finished rows allow only the end token and others nothing).
+    the end token; an invalid row allows nothing.
+
+    step: an int in [0, max_length) (a Python or numpy int): a program
+    specialised for that step; or a traced int32 scalar (any jax integer
+    scalar): one program for every step, a `lax.switch` over the steps
+    (`mask_switch`; past the end, finished rows allow only the end token and
+    others nothing). Both give bit-identical logits.
     subset: a `LiveMask` (each row allows only tokens towards its subset's
     items), or None."""
     step = check_step(step, plan.max_length, "mask", traced=True)
@@ -92,9 +96,12 @@ def advance(plan: Plan, tables, state: ProcessorState, tokens, step,
             subset=None) -> ProcessorState:
     """Moves each row along its chosen token int (B,); a token that is not
     allowed (by the set, or by the row's `subset` as in `mask`) marks the row
-    invalid. step: an int in [0, max_length), or a traced int32 scalar
-    (`advance_switch`: past the end, a finished row stays finished on the
-    end token and every other row becomes invalid)."""
+    invalid.
+
+    step: as in `mask`, an int (a program specialised for that step) or a
+    traced int32 scalar (one program for every step, `advance_switch`; past
+    the end, a finished row stays finished on the end token and every other
+    row becomes invalid)."""
     step = check_step(step, plan.max_length, "advance", traced=True)
     B = state.node.shape[0]
     check_live_mask(plan, subset, B, "advance")
@@ -120,7 +127,8 @@ def _advance_at(plan: Plan, tables, state: ProcessorState, tokens, step: int,
 
 
 def mask_switch(plan: Plan, tables, logits, state: ProcessorState, step, subset=None):
-    """`mask` with a traced `step` (see `switch_over_groups`); outside [0,
+    """`mask` at a traced `step` (`mask` dispatches here; the exported
+    modules call it directly; see `switch_over_groups`); outside [0,
     max_length) nothing can be appended: finished rows allow only the end
     token, other rows nothing."""
     check_step(step, plan.max_length, "mask", traced=True)
@@ -137,7 +145,8 @@ def mask_switch(plan: Plan, tables, logits, state: ProcessorState, step, subset=
 
 def advance_switch(plan: Plan, tables, state: ProcessorState, tokens, step,
                    subset=None) -> ProcessorState:
-    """`advance` with a traced `step` (see `switch_over_groups`); outside [0,
+    """`advance` at a traced `step` (`advance` dispatches here; the exported
+    modules call it directly; see `switch_over_groups`); outside [0,
     max_length) only a finished row taking the end token stays valid."""
     check_step(step, plan.max_length, "advance", traced=True)
     check_live_mask(plan, subset, state.node.shape[0], "advance")

@@ -19,15 +19,17 @@ from static_compiler.backend.decode.candidates import (StepCandidates, candidate
                                                        step_candidates, switch_steps, switched,
                                                        switched_step_candidates)
 from static_compiler.backend import kernels
-from static_compiler.backend.decode.live import LiveMask, group_live, pack_live
+from static_compiler.backend.decode.live import LiveMask, check_live_mask, group_live, pack_live
 from static_compiler.backend.kernels import PackedRun, group_run, pack_run, packed_entries
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.decode.selection import select_beams
 from static_compiler.target.plan import Plan
 from static_compiler.support.beam_result import finalize, length_normalized  # noqa: F401
+from static_compiler.support.arguments import check_int, is_int
 from static_compiler.support.decode_state import (PAD_TOKEN, SENTINEL_SCORE, BeamState,
                                           check_logits, check_step,
                                           check_tokens_per_beam)
+from static_compiler.errors import DecodeInputError
 
 
 def init_beam_state(plan: Plan, batch_size: int, beam_size: int, start_tokens=0) -> BeamState:
@@ -92,19 +94,42 @@ def apply_choice(plan: Plan, state: BeamState, cand: StepCandidates, parent, col
     )
 
 
-def beam_step(plan: Plan, tables, state: BeamState, logits, step: int,
-              tokens_per_beam: Optional[int] = None,
+def beam_step(plan: Plan, tables, state: BeamState, logits, step,
+              tokens_per_beam=None, subset: Optional[LiveMask] = None,
               live_beams: Optional[int] = None) -> BeamState:
-    """One beam-search step at static `step` (0 <= step < plan.max_length).
+    """One beam-search step: the `BeamState` (B, M) after it.
 
-    tokens_per_beam: the cap at this step (None: none), an int; a search
-    takes it per step from `check_tokens_per_beam`.
+    step: an int in [0, plan.max_length) (a Python or numpy int): a program
+    specialised for that step, the layers' own kernels at that step; or a
+    traced int32 scalar (any jax integer scalar): one program for every
+    step, a `lax.switch` over the runs of `step_segments` as the exported
+    modules run it (`beam_step_switch`); a traced step outside [0,
+    max_length) appends nothing: the state comes back as it was, with
+    parent the identity (so reordering the model's cache by it changes
+    nothing). Both give bit-identical states.
     logits: float (B, M, V) for the beams of `state` (fed `state.last_tokens`).
+    tokens_per_beam: the most children a beam may contribute. None: no cap;
+    a sequence of max_length entries (each None or an int >= 1): the cap of
+    each step, for either kind of step; an int: the cap at a static step,
+    and from step 1 on with a traced step (as `beam_search` takes it: step 0
+    expands the start beam to its top beam_size children; see
+    `check_tokens_per_beam`).
+    subset: a `LiveMask` (per-row item subsets), or None.
     live_beams: static promise that only beams [0, live_beams) of `state`
     can be valid (see `live_beam_bounds`); the others are not expanded, which
-    saves their log_softmax, candidates and top-k."""
-    check_step(step, plan.max_length, "beam_step")
-    return run_step(plan, tables, state, logits, (step,), step, tokens_per_beam, live_beams)
+    saves their log_softmax, candidates and top-k. A static step only."""
+    step = check_step(step, plan.max_length, "beam_step", traced=True)
+    check_live_mask(plan, subset, state.node.shape[0], "beam_step")
+    if not isinstance(step, int):
+        if live_beams is not None:
+            raise DecodeInputError(f"beam_step: live_beams={live_beams!r} needs a static step "
+                                   "(an int); a traced step expands every beam")
+        return beam_step_switch(plan, tables, state, logits, step, tokens_per_beam, subset)
+    if tokens_per_beam is None or is_int(tokens_per_beam):
+        cap = check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
+    else:
+        cap = check_tokens_per_beam(tokens_per_beam, plan.max_length)[step]
+    return run_step(plan, tables, state, logits, (step,), step, cap, live_beams, subset)
 
 
 def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...], step,
@@ -223,14 +248,13 @@ def step_in_range(plan: Plan, step):
 
 def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
                      tokens_per_beam=None, subset: Optional[LiveMask] = None) -> BeamState:
-    """`beam_step` with a traced int32 `step`, as the exported modules run
-    it; a step outside [0, max_length) appends nothing: the state comes back
-    as it was, with parent the identity (so reordering the model's cache by
-    it changes nothing). tokens_per_beam as `beam_search` takes it
-    (see `check_tokens_per_beam`). A `lax.switch` over the runs of
-    `step_segments`: each run compiles one step program (with an inner
-    switch for its layers' candidate gathers), not one per step. subset:
-    a `LiveMask` (per-row item subsets), or None."""
+    """`beam_step` at a traced int32 `step` (`beam_step` dispatches here; the
+    exported modules call it directly): a step outside [0, max_length)
+    appends nothing (the state as it was, parent the identity).
+    tokens_per_beam as `beam_search` takes it (see `check_tokens_per_beam`).
+    A `lax.switch` over the runs of `step_segments`: each run compiles one
+    step program (with an inner switch for its layers' candidate gathers),
+    not one per step. subset: a `LiveMask` (per-row item subsets), or None."""
     caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
     runs = step_segments(plan, caps, (None,) * plan.max_length, state.node.shape[1], tables)
     in_range = step_in_range(plan, step)
