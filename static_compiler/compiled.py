@@ -37,14 +37,6 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
 
     Attributes
     ----------
-    ir : Automaton
-        The automaton after the pipeline (print it for the text dump). A
-        set compiled from `Shards` straight into its tables
-        (`target.lowering.lower_pieces`) is built with ir=None: its automaton is
-        read back from the tables (`target.raising.automaton_from_tables`, some
-        36 bytes per item against the tables' 12) only when something asks
-        for `ir`; the IR text, `layer_stats`, `save` and decoding read
-        `outline` and the tables.
     plan : Plan
         The static decoding plan (hashable).
     tables : tuple of dict of str to numpy.ndarray
@@ -81,12 +73,28 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
     placement : MeshPlacement or None
         Where the tables live on a device mesh (`shard`), or None for one
         device.
+    held_ir : Automaton or None
+        The automaton after the pipeline, for a set that holds it (compiled
+        in memory); None for a set held in its tables (compiled from
+        `Shards` straight into them by `target.lowering.lower_pieces`, read
+        by `load`, or updated within capacity), which then has `summary`.
+        Read `ir`, which serves both.
     summary : AutomatonSummary or None
         The laid-out `ir.AutomatonSummary` (counts, branch histograms,
-        layouts) of a set compiled from `Shards` straight into its tables
-        (see `ir`); else None.
+        layouts) of a set held in its tables; else None.
+    computed : Computed
+        What this set works out on first use (device tables, processors,
+        set view, an IR read back from the tables ...); not a field of the
+        set: a new version starts with an empty one.
+    ir : Automaton
+        Property: the automaton after the pipeline (print it for the text
+        dump): `held_ir`, or for a set held in its tables the automaton
+        read back from them (`target.raising.automaton_from_tables`, some
+        36 bytes per item against the tables' 12) on first use and kept in
+        `computed`; the IR text, `layer_stats`, `save` and decoding read
+        `outline` and the tables, never this.
     outline : Automaton or AutomatonSummary
-        Property: `summary` for a set whose IR lives in its tables, else `ir`.
+        Property: `summary` for a set held in its tables, else `held_ir`.
     vocab_size : int
         Property: V; tokens lie in [0, V).
     max_length : int
@@ -104,7 +112,6 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         items updates did not remove); None if none was removed.
     """
 
-    ir: Automaton = dataclasses.field(repr=False)  # (repr would read a lazy IR back)
     plan: Plan
     tables: tuple
     pipeline: str
@@ -117,48 +124,45 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
     export_subsets: bool = False
     last_update: Optional[dict] = None
     placement: Optional[placement_lib.MeshPlacement] = None
+    held_ir: Optional[Automaton] = dataclasses.field(default=None, repr=False)
     summary: Optional[AutomatonSummary] = None
     computed: "Computed" = dataclasses.field(default_factory=lambda: Computed(), init=False,
                                              repr=False, compare=False)
 
     def __post_init__(self):
-        if self.ir is None:
-            if self.summary is None:
-                raise ConstraintSetError("CompiledConstraints: ir=None needs the summary of "
-                                         "the IR its tables hold")
-            object.__delattr__(self, "ir")  # read from the tables when asked (__getattr__)
+        if self.held_ir is None and self.summary is None:
+            raise ConstraintSetError("CompiledConstraints: a set without held_ir is held in "
+                                     "its tables and needs the summary of the IR they hold")
 
-    def __getattr__(self, name):
-        # Reached for attributes not set (`ir` of a set lowered from pieces),
-        # and when a property raised AttributeError: run it again so its own
-        # error surfaces instead of a misleading "no attribute".
-        prop = getattr(type(self), name, None)
-        if isinstance(prop, property):
-            return prop.fget(self)
-        summary = self.__dict__.get("summary")
-        if name != "ir" or summary is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        ir = automaton_from_tables(
-            self.plan, [layer.layout for layer in summary.layers], self.tables,
-            num_final_states=summary.num_final_states, num_sequences=summary.num_sequences,
-            where="compiled tables",
-            counts=[(layer.num_states, layer.num_edges) for layer in summary.layers])
-        object.__setattr__(self, "ir", ir)
-        return ir
+    @property
+    def ir(self) -> Automaton:
+        """The automaton after the pipeline: `held_ir`, or for a set held in
+        its tables the automaton read back from them on first use (kept in
+        `computed.ir`; O(table size) memory)."""
+        if self.held_ir is not None:
+            return self.held_ir
+        if self.computed.ir is None:
+            summary = self.summary
+            self.computed.ir = automaton_from_tables(
+                self.plan, [layer.layout for layer in summary.layers], self.tables,
+                num_final_states=summary.num_final_states, num_sequences=summary.num_sequences,
+                where="compiled tables",
+                counts=[(layer.num_states, layer.num_edges) for layer in summary.layers])
+        return self.computed.ir
 
     @property
     def outline(self):
-        """What the IR is without its arrays: `summary` for a set whose IR
-        lives in its tables (never rebuilt by this), else `ir` itself; both
-        have vocab_size, depth, num_sequences, num_final_states, end_token,
+        """What the IR is without its arrays: `summary` for a set held in its
+        tables (the IR never read back by this), else `held_ir`; both have
+        vocab_size, depth, num_sequences, num_final_states, end_token,
         num_states, num_edges and layers with counts and layouts."""
-        return self.ir if "ir" in self.__dict__ else self.summary
+        return self.held_ir if self.held_ir is not None else self.summary
 
     def ir_text(self, max_edges: Optional[int] = None) -> str:
         """The IR's text dump (`ir.print_ir`, rows elided past `max_edges`
-        edges, default the printer's limit); for a set whose IR lives in
-        its tables, printed from `summary` and the first rows of each
-        table (`target.raising.table_head`), equal to the automaton's."""
+        edges, default the printer's limit); for a set held in its tables,
+        printed from `summary` and the first rows of each table
+        (`target.raising.table_head`), equal to the automaton's."""
         from static_compiler.ir import _ELIDE_EDGES
 
         limit = _ELIDE_EDGES if max_edges is None else check_int("max_edges", max_edges, low=0)
@@ -167,14 +171,16 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
     def rows_of(self):
         """None for a set that holds its IR; else `ir.print_ir`'s rows_of:
         (t, n) -> a `Layer` of layer t's first n states, read from the tables."""
-        if "ir" in self.__dict__:
+        if self.held_ir is not None:
             return None
         return lambda t, n: table_head(self.plan.steps[t], self.tables[t], n)
 
-    def _replace(self, **changes) -> "CompiledConstraints":
-        """dataclasses.replace that leaves an unread IR unread."""
-        if "ir" not in changes and "ir" not in self.__dict__:
-            changes["ir"] = None
+    def new_version(self, **changes) -> "CompiledConstraints":
+        """A new version of this set: its fields with `changes` (field name
+        -> value, as `dataclasses.replace`), so a set held in its tables
+        stays held in them (its IR unread) unless `changes` give held_ir
+        and summary. Its `computed` starts empty: the caller hands it what
+        stays valid (`shard`, `update`)."""
         return dataclasses.replace(self, **changes)
 
     @property
@@ -239,7 +245,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         (`placement.padded`), so any set splits, with or without reserved
         capacity. `table_bytes_per_device` reports what
         each device holds."""
-        out = self._replace(
+        out = self.new_version(
             placement=placement_lib.MeshPlacement.of(mesh, axis, self.tables, min_bytes))
         out.computed.set_view = self.set_view  # the same set and items
         return out
@@ -299,7 +305,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         where = f"accept_drafts(step={'<traced>' if is_traced(step) else step})"
         state = check_processor_state(state, where)  # named as the decoder names it
         live = self.live_mask(subset, subset_index, state.node.shape[0], where)
-        with self._counting():
+        with self.counting():
             return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
 
     def texts(self, result) -> list:
@@ -328,7 +334,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         if view is None:
             plan, tables = self.plan, self.tables
             digests = self.computed.table_digests  # (a set read back: no table hashed)
-            trie = (lambda ir=self.ir: ir) if "ir" in self.__dict__ else \
+            trie = (lambda ir=self.held_ir: ir) if self.held_ir is not None else \
                 (lambda summary=self.summary: subsets.TableTrie.of(plan, summary, tables))
             view = SetView(SetFacts.of_plan(plan, self.outline.num_final_states), tables,
                            self.items, lambda: subsets.set_fingerprint(plan, tables, digests),
@@ -388,18 +394,12 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         (minimized, graph or IR input)."""
         return self.set_view.subset(selection, "CompiledConstraints.subset")
 
-    def _trie(self):
-        """What subsets, removals and item lookups read: the IR when this set
-        holds it, else a `subsets.TableTrie` of its tables (the IR is never
-        rebuilt for them); `SetView.trie`."""
-        return self.set_view.trie()
-
     def item_index(self, sequences) -> np.ndarray:
         """int64 (n,): the item (input row; the first of duplicate rows) each
         of `sequences` is, -1 for a sequence not in the set (or removed)."""
         items = self.set_view.checked_items("item_index")
         first = self.set_view.first_rows()
-        ids = subsets.unique_ids(self._trie(), items, sequences, "item_index")
+        ids = subsets.unique_ids(self.set_view.trie(), items, sequences, "item_index")
         if items.removed is not None:
             ids = np.where(ids >= 0, np.where(items.removed[np.maximum(ids, 0)], -1, ids), -1)
         return np.where(ids >= 0, first[np.maximum(ids, 0)], -1)
@@ -463,7 +463,9 @@ class Computed:
       set that needs none, _NOT_YET before the first decode;
     warmth: the compile counter and subset padding (`warm`), shared by versions;
     table_digests: (layer, name) -> sha256 of a set read back from an
-      artifact (its files' checksums), so its fingerprint hashes no table.
+      artifact (its files' checksums), so its fingerprint hashes no table;
+    ir: the automaton read back from the tables of a set held in them
+      (`CompiledConstraints.ir`), or None.
     """
 
     device_tables: Optional[tuple] = None
@@ -472,3 +474,4 @@ class Computed:
     removal_specs: object = _NOT_YET
     warmth: object = None
     table_digests: Optional[dict] = None
+    ir: Optional[Automaton] = None

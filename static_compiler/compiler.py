@@ -153,7 +153,7 @@ def _compiled(front: inputs.FrontendOutput, passes, timings: list, options: dict
     timings.append(("lower", time.perf_counter() - t0))
     if options["export_subsets"]:
         subsets.check_subsettable(ir, front.items, "export_subsets=True")
-    return CompiledConstraints(ir=ir, plan=plan, tables=tables, timings=tuple(timings),
+    return CompiledConstraints(held_ir=ir, plan=plan, tables=tables, timings=tuple(timings),
                                names=front.names, items=front.items, **options)
 
 
@@ -175,7 +175,7 @@ def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, optio
               f"{timings[-1][1]:.1f} s")
     if options["export_subsets"]:
         subsets.check_subsettable(planned, items, "export_subsets=True")
-    return CompiledConstraints(ir=None, summary=planned, plan=plan, tables=tables,
+    return CompiledConstraints(summary=planned, plan=plan, tables=tables,
                                timings=tuple(timings), items=items, **options)
 
 
@@ -207,8 +207,21 @@ def _check_call(compiled, decoder, options: dict, where: str) -> None:
 _SET_BY_FRONT_DOOR = ("batch_size", "beam_size", "subset", "also_compile")
 
 
-def _plan_tables(compiled: CompiledConstraints):
-    return compiled.plan, compiled.device_tables
+def _decode_over(compiled: CompiledConstraints, decoder, where: str, args: tuple,
+                 batch_size: int, subset, subset_index, options: dict, **sizes):
+    """What the front doors share: checks `options` against `decoder` (a
+    `backend.decode` decoder) and the row counts (batch_size and `sizes`,
+    e.g. beam_size), then runs it over `compiled`'s plan and device tables
+    with `args` (logits_fn, and sample's key) and the live mask of `subset`
+    / `subset_index`, also compiling the removal-aware program
+    (`removal_program`); its compilations count in `compiled.compilations()`."""
+    _check_call(compiled, decoder, options, where)
+    check_rows(batch_size, *sizes.values())  # before the subset index is read against batch_size
+    live = compiled.live_mask(subset, subset_index, batch_size, where)
+    with compiled.counting():
+        return decoder(compiled.plan, compiled.device_tables, *args, batch_size=batch_size,
+                       subset=live, also_compile=compiled.removal_program(live, batch_size),
+                       **sizes, **options)
 
 
 def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, beam_size: int,
@@ -272,14 +285,8 @@ def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, be
         another set, a subset_index without a subset or of the wrong shape
         or range.
     """
-    _check_call(compiled, decode.beam_search, options, "beam_search")
-    check_rows(batch_size, beam_size)  # before the subset index is read against batch_size
-    live = compiled.live_mask(subset, subset_index, batch_size, "beam_search")
-    with compiled._counting():
-        return decode.beam_search(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
-                                  beam_size=beam_size, subset=live,
-                                  also_compile=compiled.removal_program(live, batch_size),
-                                  **options)
+    return _decode_over(compiled, decode.beam_search, "beam_search", (logits_fn,), batch_size,
+                        subset, subset_index, options, beam_size=beam_size)
 
 
 def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
@@ -315,14 +322,8 @@ def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
     DecodeInputError
         For bad arguments, as in `beam_search`.
     """
-    _check_call(compiled, decode.greedy_decode, options, "greedy_decode")
-    check_rows(batch_size)
-    live = compiled.live_mask(subset, subset_index, batch_size, "greedy_decode")
-    with compiled._counting():
-        return decode.greedy_decode(*_plan_tables(compiled), logits_fn, batch_size=batch_size,
-                                    subset=live,
-                                    also_compile=compiled.removal_program(live, batch_size),
-                                    **options)
+    return _decode_over(compiled, decode.greedy_decode, "greedy_decode", (logits_fn,),
+                        batch_size, subset, subset_index, options)
 
 
 def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
@@ -338,12 +339,12 @@ def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
     Parameters
     ----------
     compiled : CompiledConstraints
-        The set to decode over.
+        The set to sample from.
     logits_fn : callable
-        ``(last_tokens int32 (B, 1), step, carry) -> (logits float32
-        (B, 1, V), carry)``; as in `beam_search`, step is an int32 scalar,
+        As in `greedy_decode`: ``(last_tokens int32 (B, 1), step, carry) ->
+        (logits float32 (B, 1, V), carry)``; step is an int32 scalar,
         traced inside the loops that run runs of similar steps, and the
-        carry keeps its shapes.
+        carry keeps its shapes (no `params`).
     key : jax PRNG key
         A typed key array of shape (), or raw key data uint32 (2,)
         (`jax.random.PRNGKey`).
@@ -367,10 +368,5 @@ def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
         For bad arguments (a temperature, top_k or key out of range, and
         as in `beam_search`).
     """
-    _check_call(compiled, decode.sample, options, "sample")
-    check_rows(batch_size)
-    live = compiled.live_mask(subset, subset_index, batch_size, "sample")
-    with compiled._counting():
-        return decode.sample(*_plan_tables(compiled), logits_fn, key, batch_size=batch_size,
-                             subset=live, also_compile=compiled.removal_program(live, batch_size),
-                             **options)
+    return _decode_over(compiled, decode.sample, "sample", (logits_fn, key), batch_size,
+                        subset, subset_index, options)

@@ -35,10 +35,13 @@ def load(path, *, verify_checksums: bool = True,
     verify_checksums : bool
         Check every file against the manifest's checksums.
     check_automaton : bool
-        Also rebuild the automaton from the tables and verify every
-        invariant (`artifact.read_automaton`: O(table size) memory, some
-        36 bytes per item), refusing tables edited with their checksums
-        recomputed.
+        Also check that the tables form a valid automaton that agrees with
+        the manifest, refusing tables edited with their checksums
+        recomputed: the check behind every verify path
+        (`artifact.table_check.check_artifact`, as `static-compiler verify`
+        and the serving loader's `load_checked` run it: a trie's tables a
+        chunk at a time, bounded memory; a minimized set rebuilt whole and
+        verified). The automaton is not kept: `ir` reads it back when asked.
 
     Returns
     -------
@@ -52,7 +55,9 @@ def load(path, *, verify_checksums: bool = True,
     ArtifactFormatError
         For a missing or malformed artifact (manifest, plan, files).
     IRVerificationError
-        With check_automaton, when its tables do not form a valid automaton.
+        With check_automaton, when its tables do not form a valid automaton
+        (naming the layer and state) or accept another number of sequences
+        than the manifest records.
     ArtifactChecksumError
         For a file whose checksum differs from the manifest's.
     ArtifactVersionError
@@ -60,21 +65,23 @@ def load(path, *, verify_checksums: bool = True,
     """
     from static_compiler.artifact import snapshot
     from static_compiler.artifact.format import artifact_path
+    from static_compiler.artifact.table_check import require_valid
 
     with snapshot.open_snapshot(artifact_path(path, "load"),
                                 verify_checksums=verify_checksums) as snap:
-        return _compiled_from_snapshot(snap, check_automaton)
+        if check_automaton:
+            require_valid(snap)
+        return _compiled_from_snapshot(snap)
 
 
 load_compiled = renamed_function(load, "static_compiler.load_compiled", "static_compiler.load")
 
 
-def _compiled_from_snapshot(snap, check_automaton: bool = False) -> CompiledConstraints:
+def _compiled_from_snapshot(snap) -> CompiledConstraints:
     """`load` of an open `artifact.snapshot.Snapshot` (every array
     read from its open files)."""
     from static_compiler.artifact import snapshot
-    from static_compiler.artifact.metadata import (automaton_from_metadata, plan_from_metadata,
-                                                   summary_from_metadata)
+    from static_compiler.artifact.metadata import plan_from_metadata, summary_from_metadata
     from static_compiler.artifact.update import read_items
 
     manifest = snap.manifest
@@ -82,7 +89,6 @@ def _compiled_from_snapshot(snap, check_automaton: bool = False) -> CompiledCons
     plan, _ = plan_from_metadata(metadata, where)
     tables = tuple(snapshot.read_tables(snap))
     summary = summary_from_metadata(metadata, tables, where)
-    ir = automaton_from_metadata(metadata, tables, where) if check_automaton else None
     items = None if manifest.item_files is None else read_items(snap)
     if items is not None:  # (numba's start-up, off the first subset's path)
         warm_kernels_in_background()
@@ -90,7 +96,7 @@ def _compiled_from_snapshot(snap, check_automaton: bool = False) -> CompiledCons
     caps = next((m.tokens_per_beam for m in manifest.modules.values()
                  if m.tokens_per_beam is not None), None)
     compiled = CompiledConstraints(
-        ir=ir, summary=None if ir is not None else summary, plan=plan, tables=tables,
+        summary=summary, plan=plan, tables=tables,
         pipeline=manifest.pipeline, export_beam_sizes=manifest.beam_sizes(),
         export_tokens_per_beam=_tokens_per_beam_option(caps), names=names, items=items,
         export_subsets=items is not None)

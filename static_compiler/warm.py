@@ -59,7 +59,7 @@ def _options_of(decoder) -> set:
 
 class WarmUp:
     """The warm-up verb and compile count of `CompiledConstraints` (a mixin:
-    the set's entry points count in `_counting()`)."""
+    the set's entry points count in `counting()`)."""
 
     def compilations(self) -> int:
         """XLA compilations run so far by this set's entry points
@@ -97,7 +97,10 @@ class WarmUp:
         index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size, where)
         return subset.placements.get(("padded", pad_to), lambda: pad_subsets(subset, pad_to)), index
 
-    def _counting(self):
+    def counting(self):
+        """A context manager in which the calling thread's XLA compilations
+        count toward `compilations()`: what this set's entry points (and the
+        module-level decoders over it) run in."""
         return self._compile_counter().counting()
 
     def warm(self, batch_sizes, *, beam_sizes=(), logits_fn=None, greedy: bool = False,

@@ -114,3 +114,9 @@ def right_languages(a) -> list:
             out |= {(int(layer.tokens[e]),) + s for s in lang(depth + 1, int(targets[e]))}
         return frozenset(out)
     return [[lang(t, s) for s in range(a.layers[t].num_states)] for t in range(a.depth)]
+
+
+def ir_unread(compiled) -> bool:
+    """True for a `CompiledConstraints` held in its tables (no `held_ir`)
+    whose IR nothing has read back from them yet (`computed.ir`)."""
+    return compiled.held_ir is None and compiled.computed.ir is None

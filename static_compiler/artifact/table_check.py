@@ -5,7 +5,9 @@ chunks of rows, never an automaton (about 36 GB there) nor its enumerated
 sequences.
 
 Per layer of a trie (implicit targets: child e is state e of the next depth),
-read `CHECK_CHUNK` states (and, past wide rows, about as many edges) at a time:
+read `CHECK_CHUNK` states (and, past wide rows, about as many edges) at a time
+and checked by the checks `ir.verify` runs on an IR's arrays
+(`ir.row_checks`, one code for every verify path, one message):
 row pointers that start at 0 and never decrease, tokens in [0, V) that are
 not the end token and rise strictly within each row, no dead state (no child
 and not accepting), a dense table that numbers children in order, near-unary
@@ -32,7 +34,10 @@ from static_compiler.artifact.metadata import (automaton_from_metadata, plan_fro
 from static_compiler.artifact.snapshot import Snapshot, read_tables
 from static_compiler.errors import IRVerificationError
 from static_compiler.ir import LayoutKind
-from static_compiler.ir.verify import check_layout, row_of
+from static_compiler.ir.row_checks import (check_accepting_has_end, check_exceptions,
+                                           check_implicit_targets, check_numbered_in_order,
+                                           check_padding, check_row_span, check_rows)
+from static_compiler.ir.verify import check_layout
 from static_compiler.live.layers import TableLayer, row_range, state_ranges
 from static_compiler.target.tables import exception_rows
 
@@ -95,12 +100,8 @@ def check_tables(snap: Snapshot) -> dict:
         layer = TableLayer(step.kind.value, tabs, info.num_states, True, info.layout)
         next_states = summary.num_final_states if t + 1 == len(tables) else \
             summary.layers[t + 1].num_states
-        if info.num_edges != next_states:
-            raise IRVerificationError(f"{at}: implicit targets need num_edges={info.num_edges} "
-                                      f"states at depth {t + 1}, found {next_states}")
-        if info.num_accepting and end is None:
-            raise IRVerificationError(f"{at}: states accept before the last layer but the "
-                                      "automaton has no end_token")
+        check_implicit_targets(at, t + 1, info.num_edges, next_states)
+        check_accepting_has_end(at, info.num_accepting, end)
         if step.kind == LayoutKind.NEAR_UNARY:
             _check_exceptions(at, tabs, layer, step.num_states)
         largest_token = _check_rows(at, layer, V, end, step.kind)
@@ -119,60 +120,36 @@ def _chunks(layer: TableLayer, kind: LayoutKind) -> list:
 
 
 def _check_rows(at: str, layer: TableLayer, V: int, end, kind: LayoutKind) -> int:
-    """The per-chunk checks of a layer's rows; returns its largest token."""
+    """A layer's rows checked a chunk at a time (`ir.row_checks.check_rows`,
+    what `ir.verify` checks of them); returns its largest token."""
     largest = 0
     tokens = layer.tables["tokens"] if kind != LayoutKind.DENSE_ROWS else None
     accepting = layer.tables.get("accepting")
+    S = layer.num_states
+    if S:
+        check_row_span(at, int(row_range(layer.indptr, 0, 0)[0]),
+                       int(row_range(layer.indptr, S, S)[0]), layer.num_edges)
     for a, b in _chunks(layer, kind):
         rows = row_range(layer.indptr, a, b)
-        if a == 0 and rows[0] != 0:
-            raise IRVerificationError(f"{at}: indptr must start at 0, got {int(rows[0])}")
-        branch = np.diff(rows)
-        if (branch < 0).any():
-            s = a + int(np.flatnonzero(branch < 0)[0])
-            raise IRVerificationError(f"{at}, state {s}: indptr decreases")
         first, last = int(rows[0]), int(rows[-1])
         if kind == LayoutKind.DENSE_ROWS:
             nxt = np.asarray(layer.tables["next"][a:b])
             present = nxt >= 0
             tok = np.nonzero(present)[1]
-            if not np.array_equal(nxt[present], np.arange(first, last)):
-                raise IRVerificationError(f"{at}: states {a}..{b - 1}: the dense table does not "
-                                          "number children in order (implicit targets)")
+            check_numbered_in_order(at, nxt[present], first)
         else:
-            tok = np.asarray(tokens[first:last]).astype(np.int64)
+            tok = np.asarray(tokens[first:last])
             release_pages(tokens, first * tokens.itemsize, last * tokens.itemsize)
-        if tok.size:
-            bad = np.flatnonzero((tok < 0) | (tok >= V) | (tok == (-1 if end is None else end)))
-            if bad.size:
-                e = int(bad[0])
-                raise IRVerificationError(
-                    f"{at}, state {a + row_of(rows - first, e)}: token {int(tok[e])} is outside "
-                    f"[0, {V}) or is the end token {end}")
-            same_row = np.ones(tok.shape[0], dtype=bool)
-            same_row[(rows[:-1] - first)[branch > 0]] = False
-            rising = ~same_row[1:] | (tok[1:] > tok[:-1])
-            if not rising.all():
-                e = int(np.flatnonzero(~rising)[0]) + 1
-                raise IRVerificationError(f"{at}, state {a + row_of(rows - first, e)}: tokens "
-                                          "not strictly increasing")
-            largest = max(largest, int(tok.max()))
-        acc = np.zeros(b - a, bool) if accepting is None else np.asarray(accepting[a:b])
-        dead = (branch == 0) & ~acc
-        if dead.any():
-            s = a + int(np.flatnonzero(dead)[0])
-            raise IRVerificationError(f"{at}, state {s}: dead state (no outgoing edge and not "
-                                      "accepting)")
-    if layer.num_states and int(row_range(layer.indptr, layer.num_states, layer.num_states)[0]) \
-            != layer.num_edges:
-        raise IRVerificationError(f"{at}: indptr must end at num_edges={layer.num_edges}")
+        check_rows(at, rows, tok, None if accepting is None else np.asarray(accepting[a:b]),
+                   vocab_size=V, end_token=end, first_state=a)
+        largest = max(largest, int(tok.max(initial=0)))
     return largest
 
 
 def _check_exceptions(at: str, tabs: dict, layer: TableLayer, padded_states: int) -> None:
-    """A near-unary layer's exception entries: ascending ids below its
-    states, row starts equal to those the ids imply, padding entries past
-    them (id = the table's state count, no children)."""
+    """A near_unary layer's exception entries a chunk at a time
+    (`ir.row_checks.check_exceptions`: ascending ids below its states, row
+    starts those the ids imply, padding entries past them)."""
     ex = tabs["ex_states"]
     real = search_sorted(ex, layer.num_states)
     extra = 0  # children past one per state of the exceptions so far
@@ -180,45 +157,26 @@ def _check_exceptions(at: str, tabs: dict, layer: TableLayer, padded_states: int
         ids = np.asarray(ex[a:a + CHECK_CHUNK]).astype(np.int64)
         starts, branch = exception_rows({k: v[a:a + CHECK_CHUNK] for k, v in tabs.items()
                                          if k.startswith("ex_")})
-        mine = min(max(real - a, 0), ids.shape[0])
-        ascending = np.diff(ids[:mine]) > 0
-        if (ids[:mine] < 0).any() or (ids[:mine] >= layer.num_states).any() or \
-                not ascending.all() or \
-                (a and mine and ids[0] <= int(ex[a - 1])):
-            raise IRVerificationError(f"{at}: exception ids (ex_states) must rise strictly "
-                                      f"within [0, {layer.num_states})")
-        if (ids[mine:] != padded_states).any() or branch[mine:].any():
-            raise IRVerificationError(f"{at}: exception entries past its {layer.num_states} "
-                                      f"states are not padding (id {padded_states}, no children)")
-        # rows lie in state order, one edge per state between exceptions:
-        # exception i's row starts at its id plus the extra children before it
-        more = np.cumsum(branch[:mine] - 1)
-        implied = ids[:mine] + extra + np.concatenate([[0], more[:-1]])
-        if not np.array_equal(implied, starts[:mine]):
-            raise IRVerificationError(f"{at}: its exceptions' row starts disagree with the "
-                                      "starts implied by ex_states and ex_branch")
-        extra += int(more[-1]) if mine else 0
+        extra = check_exceptions(at, ids, starts, branch, num_states=layer.num_states,
+                                 real=min(max(real - a, 0), ids.shape[0]),
+                                 padding_id=padded_states,
+                                 previous_id=int(ex[a - 1]) if a else -1, extra=extra)
 
 
 def _check_padding(at: str, kind: LayoutKind, tabs: dict, states: int, edges: int,
                    padded_states: int) -> None:
     """States past the trie's (padding to a reserved capacity) hold no edge
-    and accept nothing."""
+    and accept nothing (`ir.row_checks.check_padding`), a chunk at a time."""
     acc = tabs.get("accepting")
     for a in range(states, padded_states, CHECK_CHUNK):
         b = min(padded_states, a + CHECK_CHUNK)
-        if acc is not None and np.asarray(acc[a:b]).any():
-            raise IRVerificationError(f"{at}: states past its {states} (padding to the reserved "
-                                      "capacity) accept")
         if kind == LayoutKind.CSR:
-            held = np.asarray(tabs["indptr"][a + 1:b + 1])
+            row_ends = np.asarray(tabs["indptr"][a + 1:b + 1])
         elif kind == LayoutKind.DENSE_ROWS:
-            held = np.where((np.asarray(tabs["next"][a:b]) >= 0).any(axis=1), -1, edges)
-        else:
-            continue  # unary rows are the states'; near_unary padding is checked with its entries
-        if (held != edges).any():
-            raise IRVerificationError(f"{at}: states past its {states} (padding to the reserved "
-                                      "capacity) have edges")
+            row_ends = np.where((np.asarray(tabs["next"][a:b]) >= 0).any(axis=1), -1, edges)
+        else:  # unary rows are the states'; near_unary padding is checked with its entries
+            row_ends = None
+        check_padding(at, states, edges, row_ends, None if acc is None else np.asarray(acc[a:b]))
 
 
 def _check_layout(at: str, info, largest_token: int, next_states: int, V: int) -> None:

@@ -23,7 +23,9 @@ The text form (`Automaton.to_text`, `parse_ir`) is deterministic and parses
 back to an equal automaton when no rows were elided.
 
 The package: `types` (the data types), `summary` (what planning reads
-without the arrays), `verify` (the verifier), `text` (printer and parser).
+without the arrays), `verify` (the verifier), `row_checks` (its checks of a
+layer's rows on arrays, which the saved tables' checker runs a chunk at a
+time), `text` (printer and parser).
 Everything is imported from here (``from static_compiler.ir import
 Automaton``); numpy only, no jax.
 """

@@ -10,6 +10,8 @@ import numpy as np
 
 from static_compiler.support.dtypes import MAX_VOCAB_SIZE
 from static_compiler.errors import IRVerificationError
+from static_compiler.ir.row_checks import (check_accepting_has_end, check_implicit_targets,
+                                           check_row_span, check_rows, row_of)
 from static_compiler.ir.types import Automaton, Layer, Layout, LayoutKind
 
 def _same_arrays(x: Layer, y: Layer) -> bool:
@@ -113,42 +115,17 @@ def _verify_layer(a: Automaton, t: int, layer: Layer) -> None:
                                   f"shape {layer.tokens.shape} dtype {layer.tokens.dtype}")
     if S < 1:
         raise IRVerificationError(f"{where}: has no states")
-    if int(ip[0]) != 0 or int(ip[-1]) != E:
-        raise IRVerificationError(
-            f"{where}: indptr must start at 0 and end at num_edges={E}, "
-            f"got {int(ip[0])} .. {int(ip[-1])}")
+    check_row_span(where, int(ip[0]), int(ip[-1]), E)
+    acc = layer.accepting
+    if acc is not None and (acc.shape != (S,) or acc.dtype != np.bool_):
+        raise IRVerificationError(f"{where}: accepting must be bool of shape ({S},), "
+                                  f"got {acc.shape} {acc.dtype}")
     branch = layer.branch()
-    if (branch < 0).any():
-        s = int(np.flatnonzero(branch < 0)[0])
-        raise IRVerificationError(f"{where}, state {s}: indptr decreases "
-                                  f"({int(ip[s])} -> {int(ip[s + 1])})")
-    tok = layer.tokens
-    if E:
-        if int(tok.min()) < 0 or int(tok.max()) >= a.vocab_size:
-            tok = tok.astype(np.int64)
-            e = int(np.flatnonzero((tok < 0) | (tok >= a.vocab_size))[0])
-            raise IRVerificationError(
-                f"{where}, state {row_of(ip, e)}: token {int(tok[e])} is outside "
-                f"[0, {a.vocab_size})")
-        if a.end_token is not None and (tok == a.end_token).any():
-            e = int(np.flatnonzero(tok == a.end_token)[0])
-            raise IRVerificationError(
-                f"{where}, state {row_of(ip, e)}: the end token {a.end_token} labels an edge")
-        # Strictly increasing inside each row: compare neighbours that share a row.
-        same_row = np.ones(E, dtype=bool)
-        same_row[ip[:-1][branch > 0]] = False
-        not_increasing = same_row[1:] & (tok[1:] <= tok[:-1])  # no overflow: a comparison
-        if not_increasing.any():
-            e = int(np.flatnonzero(not_increasing)[0]) + 1
-            raise IRVerificationError(
-                f"{where}, state {row_of(ip, e)}: tokens not strictly increasing "
-                f"({int(tok[e - 1])} then {int(tok[e])})")
+    check_rows(where, ip, layer.tokens, acc, vocab_size=a.vocab_size, end_token=a.end_token,
+               branch=branch)
     n_next = a.num_states_at(t + 1)
     if layer.targets is None:
-        if n_next != E:
-            raise IRVerificationError(
-                f"{where}: implicit targets need num_edges={E} states at depth {t + 1}, "
-                f"found {n_next}")
+        check_implicit_targets(where, t + 1, E, n_next)
     else:
         tg = layer.targets
         if tg.shape != (E,) or tg.dtype.kind not in "iu":
@@ -166,18 +143,7 @@ def _verify_layer(a: Automaton, t: int, layer: Layer) -> None:
             s = int(np.flatnonzero(~reached)[0])
             raise IRVerificationError(
                 f"depth {t + 1}, state {s}: unreachable (no edge of {where} enters it)")
-    acc = layer.accepting
-    if acc is not None and (acc.shape != (S,) or acc.dtype != np.bool_):
-        raise IRVerificationError(f"{where}: accepting must be bool of shape ({S},), "
-                                  f"got {acc.shape} {acc.dtype}")
-    dead = (branch == 0) & ~layer.accepting_array()
-    if dead.any():
-        s = int(np.flatnonzero(dead)[0])
-        raise IRVerificationError(
-            f"{where}, state {s}: dead state (no outgoing edge and not accepting)")
-    if layer.accepting is not None and a.end_token is None and layer.accepting.any():
-        raise IRVerificationError(
-            f"{where}: states accept before the last layer but the automaton has no end_token")
+    check_accepting_has_end(where, layer.num_accepting, a.end_token)
     _verify_layout(where, layer, a.vocab_size, branch, a.num_states_at(t + 1))
 
 
@@ -254,9 +220,4 @@ def check_layout(where: str, lay: Layout, V: int, *, max_branch: int, non_unit: 
             largest_token > np.iinfo(np.dtype(lay.token_dtype)).max:
         raise IRVerificationError(
             f"{where}: token {largest_token} does not fit token dtype {lay.token_dtype}")
-
-
-def row_of(indptr: np.ndarray, edge: int) -> int:
-    """The state whose row (of row pointers `indptr`) holds `edge`."""
-    return int(np.searchsorted(indptr, edge, side="right")) - 1
 

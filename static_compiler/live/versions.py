@@ -40,7 +40,7 @@ def updated(compiled, *, add=None, remove=None, streamed: bool = False):
         removed, removal = subsets.removal(items, remove, new.set_view.trie)
         report.update(removal)
         items = dataclasses.replace(items, removed=removed)
-    return new._replace(items=items, last_update=report)
+    return new.new_version(items=items, last_update=report)
 
 
 def _with_additions(compiled, items, add, streamed: bool = False):
@@ -66,7 +66,7 @@ def _with_additions(compiled, items, add, streamed: bool = False):
         bare = ir.with_layers(layer.replace(layout=None) for layer in ir.layers)
         ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(compiled.pipeline))
         plan, tables = lower(ir)
-        held_as = dict(ir=ir, summary=None)
+        held_as = dict(held_ir=ir, summary=None)
     else:  # written into tables of the same plan: every compiled program stays
         plan = plan_of(merged.summary)
         if plan != compiled.plan:  # fit_problems checks what lowering records
@@ -74,12 +74,12 @@ def _with_additions(compiled, items, add, streamed: bool = False):
                                      f"lowers to another plan ({plan} != {compiled.plan})")
         tables = table_additions.merged_tables(compiled.tables, compiled.outline, merged, placed,
                                                lazy=streamed)
-        held_as = dict(ir=None, summary=merged.summary)
+        held_as = dict(held_ir=None, summary=merged.summary)
     report = dict(report, grew=problems)
     where = compiled.placement
     if where is not None:  # grown tables may split differently
         where = placement_lib.MeshPlacement.of(where.mesh, where.axis, tables, where.min_bytes)
-    new = dataclasses.replace(compiled, plan=plan, tables=tables, items=new_items,
-                              placement=where, **held_as,
-                              timings=compiled.timings + (("update", time.perf_counter() - t0),))
+    new = compiled.new_version(plan=plan, tables=tables, items=new_items, placement=where,
+                               **held_as,
+                               timings=compiled.timings + (("update", time.perf_counter() - t0),))
     return new, report

@@ -12,6 +12,7 @@ import numpy as np
 
 from static_compiler.errors import IRVerificationError
 from static_compiler.ir import Automaton, Layer, Layout, LayoutKind, verify
+from static_compiler.ir.row_checks import check_exceptions, check_numbered_in_order, check_padding
 from static_compiler.support.arrays import search_sorted
 from static_compiler.target.plan import Plan, StepPlan
 from static_compiler.target.tables import EXCEPTION_TABLES, exception_rows, row_pointers
@@ -65,18 +66,9 @@ def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where
         n = counts[0] if layout.reserved and counts is not None and \
             isinstance(counts[0], (int, np.integer)) and 0 <= counts[0] <= step.num_states \
             else step.num_states
-        real = search_sorted(ex, n)
-        if (ex[:real] >= n).any() or (np.diff(ex[:real]) <= 0).any():
-            raise IRVerificationError(f"{where}: layer {t}: exception ids (ex_states) must rise "
-                                      f"strictly within [0, {n})")
-        if (ex[real:] != step.num_states).any() or exception_rows(tabs)[1][real:].any():
-            raise IRVerificationError(f"{where}: layer {t}: exception entries past its {n} "
-                                      "states are not padding (id "
-                                      f"{step.num_states}, no children)")
+        check_exceptions(f"{where}: layer {t}", ex, *exception_rows(tabs), num_states=n,
+                         real=search_sorted(ex, n), padding_id=step.num_states)
         indptr = row_pointers(kind, tabs, n)
-        if not np.array_equal(indptr[ex[:real]], exception_rows(tabs, real)[0]):
-            raise IRVerificationError(f"{where}: layer {t}: its exceptions' row starts disagree "
-                                      "with the starts implied by ex_states")
         indptr = np.concatenate([indptr, np.full(step.num_states - n, indptr[-1])])
         targets = None
     else:
@@ -85,9 +77,7 @@ def _layer_from_tables(t: int, step: StepPlan, layout: Layout, tabs: dict, where
     if kind != LayoutKind.DENSE_ROWS and step.explicit_targets:
         targets = np.asarray(tabs["targets"]).astype(np.int64)
     if targets is not None and not step.explicit_targets:
-        if not np.array_equal(targets, np.arange(targets.shape[0])):
-            raise IRVerificationError(f"{where}: layer {t} has implicit targets in the plan but "
-                                      "its dense table does not number children in order")
+        check_numbered_in_order(f"{where}: layer {t}", targets, 0)
         targets = None
     accepting = np.asarray(tabs["accepting"]) if "accepting" in tabs else None
     tokens = np.asarray(tokens)
@@ -111,12 +101,9 @@ def _unpadded(t: int, kind: str, indptr, tokens, accepting, counts, where: str):
     if not 0 <= states <= padded_states or not 0 <= edges <= tokens.shape[0]:
         raise IRVerificationError(f"{where}: layer {t} has {states} states / {edges} edges, its "
                                   f"tables {padded_states} / {tokens.shape[0]}")
-    if kind != LayoutKind.UNARY and (indptr[states:] != edges).any():
-        raise IRVerificationError(f"{where}: layer {t}: states past its {states} (padding to "
-                                  "the reserved capacity) have edges")
-    if accepting is not None and accepting[states:].any():
-        raise IRVerificationError(f"{where}: layer {t}: states past its {states} (padding to "
-                                  "the reserved capacity) accept")
+    check_padding(f"{where}: layer {t}", states, edges,
+                  indptr[states + 1:] if kind != LayoutKind.UNARY else None,
+                  None if accepting is None else accepting[states:])
     return (indptr[:states + 1], tokens[:edges if kind != LayoutKind.UNARY else states],
             None if accepting is None else accepting[:states])
 

@@ -161,3 +161,50 @@ def test_verify_refuses_an_edited_table_with_an_error_naming_the_layer(tmp_path,
     _reseal(path, "tables/layer2.tokens.npy", arr)
     assert main(["verify", str(path)]) == 2
     assert "layer 2, state" in capsys.readouterr().err
+
+
+ROW_EDITS = {
+    # table, how to break one row, what the message says of that row
+    "tokens not increasing": ("tables/layer2.tokens.npy",
+                              lambda a: a.__setitem__(slice(1, 3), 11),
+                              r"layer 2, state \d+: tokens not strictly increasing \(11 then 11\)"),
+    "token outside V": ("tables/layer2.tokens.npy", lambda a: a.__setitem__(4, 12),
+                        r"layer 2, state \d+: token 12 is outside \[0, 12\)"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(ROW_EDITS))
+def test_every_verify_path_refuses_an_edited_row_with_one_message(edit, tmp_path, capsys,
+                                                                  monkeypatch):
+    """One table edited under recomputed checksums: `load(check_automaton=True)`
+    (`load_compiled`), the serving loader's `load_checked` and `static-compiler
+    verify` run the one table check and raise the same IRVerificationError,
+    naming the layer and state; the IR rebuilt from the tables
+    (`read_automaton`: `ir.verify`) says the same of the row."""
+    monkeypatch.setattr(table_check, "CHECK_CHUNK", 3)  # (the row lies in a later chunk)
+    rel, change, pattern = ROW_EDITS[edit]
+    rows = datasets.synthetic_sids(500, 4, 12, seed=1)
+    path = tmp_path / "set.static"
+    sc.compile_constraints(rows, 12, pipeline=pipeline_for("csr")).save(path)
+    arr = np.load(path / rel)
+    change(arr)
+    _reseal(path, rel, arr, histograms=False)
+    messages = []
+    for check in (lambda: sc.load(path, check_automaton=True),
+                  lambda: sc.load(path, verify_checksums=False, check_automaton=True),
+                  lambda: sc.artifact.load_checked(path)):
+        with pytest.raises(IRVerificationError, match=pattern) as caught:
+            check()
+        messages.append(str(caught.value))
+    with pytest.warns(DeprecationWarning, match="load_compiled"), \
+            pytest.raises(IRVerificationError, match=pattern) as caught:
+        sc.load_compiled(path, check_automaton=True)  # (the old name of `load`)
+    messages.append(str(caught.value))
+    assert main(["verify", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(set(messages)) == 1 and messages[0] in err, (messages, err)
+    assert messages[0].startswith(f"artifact {str(path)!r}: layer")
+    with pytest.raises(IRVerificationError, match=pattern) as rebuilt:
+        read_automaton(path)
+    assert messages[0].endswith(str(rebuilt.value))
+    sc.load(path)  # (without the check, the checksums alone pass it)

@@ -18,7 +18,7 @@ served artifact `artifact.serving.Artifact` and the torch backend
 (`beam_search` is `CompiledConstraints.beam_search`, the compiled search of
 `static_compiler.beam_search`.) Each verb checks its arguments, reads the
 set's device tables and its subset bits (`live_mask`) and counts its
-compilations (`_counting`): what `CompiledConstraints` provides. The beam
+compilations (`counting`): what `CompiledConstraints` provides. The beam
 verbs run what a served artifact's modules run (`beam_step_switch`, one
 program for every step), so the two doors give bit-identical beams.
 """
@@ -45,7 +45,7 @@ from static_compiler.support.deprecation import renamed_method
 class DecodeVerbs:
     """The verb family of a compiled set (a mixin of `CompiledConstraints`:
     it reads `plan`, `device_tables`, `max_length`, `vocab_size`,
-    `live_mask` and `_counting`). subset / subset_index, everywhere: a
+    `live_mask` and `counting`). subset / subset_index, everywhere: a
     `Subset` of this set (`subset`, `stack_subsets`) and each row's subset,
     ints (B,) (default: subset 0 for a single subset); without a subset,
     the items this version has not removed."""
@@ -65,7 +65,7 @@ class DecodeVerbs:
         NaN logits (see backend.decode.processor.mask)."""
         state = check_processor_state(state, "mask")
         live = self.live_mask(subset, subset_index, state.node.shape[0], "mask")
-        with self._counting():
+        with self.counting():
             return processor.mask(self.plan, self.device_tables, logits, state, step, live)
 
     def allowed_tokens(self, state: ProcessorState, step, *, subset=None, subset_index=None):
@@ -76,7 +76,7 @@ class DecodeVerbs:
         step = check_step(step, self.max_length, "allowed_tokens", traced=True)
         B = state.node.shape[0]
         live = self.live_mask(subset, subset_index, B, "allowed_tokens")
-        with self._counting():
+        with self.counting():
             zeros = jnp.zeros((B, self.vocab_size), jnp.float32)
             masked = processor.mask(self.plan, self.device_tables, zeros, state, step, live)
             return masked != SENTINEL_SCORE
@@ -87,7 +87,7 @@ class DecodeVerbs:
         not take makes it invalid (see backend.decode.processor.advance)."""
         state = check_processor_state(state, "advance")
         live = self.live_mask(subset, subset_index, state.node.shape[0], "advance")
-        with self._counting():
+        with self.counting():
             return processor.advance(self.plan, self.device_tables, state, tokens, step, live)
 
     def allowed(self, prefixes, *, subset=None, subset_index=None):
@@ -96,7 +96,7 @@ class DecodeVerbs:
         backend.decode.prefix); subset_index: one subset per prefix row."""
         check_prefixes(prefixes, self.max_length, "allowed")  # (before its rows are counted)
         live = self.live_mask(subset, subset_index, np.shape(prefixes)[0], "allowed")
-        with self._counting():
+        with self.counting():
             return prefix.allowed(self.plan, self.device_tables, prefixes, live)
 
     # Beam search, one step at a time (the whole search: `beam_search`)
@@ -107,7 +107,7 @@ class DecodeVerbs:
         ints (batch_size,)."""
         B, M = check_rows(batch_size, beam_size)
         start = check_start_tokens(start_token, B, "init_beams")
-        with self._counting():
+        with self.counting():
             return init_beam_state(self.plan, B, M, start)
 
     def beam_step(self, state: BeamState, logits, step, *, subset=None, subset_index=None,
@@ -124,7 +124,7 @@ class DecodeVerbs:
         step = check_step(step, self.max_length, "beam_step", traced=True)
         cap = check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
         live = self.live_mask(subset, subset_index, B, "beam_step")
-        with self._counting():
+        with self.counting():
             return _beam_step_program(self.device_tables, state,
                                       jnp.asarray(logits).astype(jnp.float32),
                                       jnp.asarray(step, jnp.int32), live, plan=self.plan,
@@ -138,7 +138,7 @@ class DecodeVerbs:
         `scores` then hold."""
         state = check_beam_state(state, self.max_length, "finalize")
         penalty = check_finite("length_penalty", length_penalty)
-        with self._counting():
+        with self.counting():
             return finalize_complete(state, depth=self.plan.depth, length_penalty=penalty)
 
 
