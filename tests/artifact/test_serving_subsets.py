@@ -24,9 +24,19 @@ from static_compiler.target import plan as plan_lib
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, DecodeInputError
 
 BEAMS = 5
+SAVED = ["fixed", "ragged", "ragged-capacity"]
 
 
-@pytest.fixture(scope="module", params=["fixed", "ragged", "ragged-capacity"])
+def saved_as(*kinds):
+    """Indirect parameters for `saved`: the sets `kinds` in the default run,
+    every other one only under `-m slow` (for checks that do not depend on
+    the set's kind: one saved set shows them)."""
+    slow = lambda kind: pytest.param(kind, marks=pytest.mark.slow)
+    return pytest.mark.parametrize("saved", [k if k in kinds else slow(k) for k in SAVED],
+                                   indirect=True)
+
+
+@pytest.fixture(scope="module", params=SAVED)
 def saved(request, tmp_path_factory):
     rng = np.random.default_rng(3)
     if request.param == "fixed":
@@ -104,6 +114,7 @@ def test_artifact_mask_and_advance_with_subsets_equal_the_librarys(saved):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@saved_as("ragged-capacity")
 def test_subset_errors(saved):
     items, compiled, art, _ = saved
     one = art.subset(np.ones(len(items), bool))
@@ -133,6 +144,7 @@ def test_artifacts_without_subsets_say_so(tmp_path):
                                export_subsets=True)
 
 
+@saved_as("ragged-capacity")
 def test_a_manifest_missing_a_subset_module_is_rejected(saved, tmp_path):
     import shutil
     _, _, _, path = saved
@@ -148,6 +160,7 @@ def test_a_manifest_missing_a_subset_module_is_rejected(saved, tmp_path):
         serving.load(copy)
 
 
+@saved_as("ragged-capacity")
 def test_a_tampered_item_index_is_rejected(saved, tmp_path):
     import hashlib
     import shutil
@@ -184,6 +197,7 @@ def _decoded(result) -> set:
             for b, j in zip(*np.nonzero(valid))}
 
 
+@saved_as("fixed", "ragged-capacity")
 def test_cli_update_and_reload_take_items_out_without_recompiling(saved, tmp_path, capsys):
     import shutil
     from static_compiler.cli import main
@@ -220,6 +234,7 @@ def test_cli_update_and_reload_take_items_out_without_recompiling(saved, tmp_pat
     assert not _decoded(_serve(serving.load(copy))) & set(gone)
 
 
+@saved_as("ragged-capacity")
 def test_update_needs_subsets_is_locked_and_leaves_the_old_version_on_failure(saved, tmp_path,
                                                                              monkeypatch):
     import shutil
@@ -334,6 +349,7 @@ def test_cli_update_add_keeps_the_modules_within_capacity_and_exports_past_it(tm
     assert _serve_subset(fresh, mask) == {tuple(many[-1].tolist())}
 
 
+@saved_as("ragged-capacity")
 def test_cli_update_needs_something_to_do_and_checks_added_sequences(saved, tmp_path, capsys):
     import shutil
     from static_compiler.cli import main
@@ -348,6 +364,7 @@ def test_cli_update_needs_something_to_do_and_checks_added_sequences(saved, tmp_
     assert snapshot.read_manifest(copy).seal() == snapshot.read_manifest(path).seal()
 
 
+@saved_as("fixed", "ragged-capacity")
 def test_load_compiled_rebuilds_the_saved_set_and_update_artifact_matches_the_library(saved,
                                                                                      tmp_path):
     import shutil
@@ -436,6 +453,7 @@ def test_a_version_4_artifact_serves_subsets_from_per_state_bits(tmp_path):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(exp))
 
 
+@saved_as("ragged-capacity")
 def test_new_artifacts_record_slot_bits_and_a_bad_record_is_refused(saved, tmp_path):
     _, _, art, path = saved
     assert art.manifest.subset_bits == "dense_slots"
@@ -456,6 +474,7 @@ def test_new_artifacts_record_slot_bits_and_a_bad_record_is_refused(saved, tmp_p
             serving.load(copy)
 
 
+@saved_as("ragged-capacity")
 def test_the_trie_and_bit_layout_are_built_once_per_set(saved, monkeypatch):
     """Row pointers from the tables and the slot layout are O(edges) (0.65 s
     at 1e7 items): Artifact.subset builds them on first use only (its

@@ -20,6 +20,7 @@ from static_compiler.cli import main
 from static_compiler.errors import ArtifactFormatError, IRVerificationError
 from static_compiler.frontend import datasets
 
+from helpers import examples
 from oracle import pipeline_for
 
 REFUSED = (IRVerificationError, ArtifactFormatError)
@@ -95,6 +96,10 @@ def _reseal(path, rel, arr, histograms: bool = True) -> None:
     (path / fmt.MANIFEST_FILE).write_bytes(fmt.seal_manifest(manifest))
 
 
+# Random single-entry edits per set (10x under the slow profile).
+EDIT_TRIALS = examples(10)
+
+
 def test_random_edits_are_refused_exactly_when_the_rebuilt_automaton_refuses_them(
         saved, tmp_path, monkeypatch):
     """One entry of one table set to a random value (or a neighbour's),
@@ -107,7 +112,7 @@ def test_random_edits_are_refused_exactly_when_the_rebuilt_automaton_refuses_the
     rng = np.random.default_rng(sum(map(ord, name)))
     tables = sorted(p.relative_to(path).as_posix() for p in (path / "tables").glob("*.npy"))
     refused = 0
-    for trial in range(30):
+    for trial in range(EDIT_TRIALS):
         copy = tmp_path / f"edit{trial}"
         shutil.copytree(path, copy)
         rel = tables[rng.integers(len(tables))]
@@ -152,10 +157,26 @@ def test_verify_without_input_checks_in_chunks_and_reports_removals(tmp_path, ca
     assert "10 sequences in the input but not live in the artifact" in capsys.readouterr().out
 
 
-def test_verify_refuses_an_edited_table_with_an_error_naming_the_layer(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def csr_saved(tmp_path_factory):
+    """500 synthetic rows (V = 12, L = 4) compiled with csr layers and saved
+    once per module; tests edit copies (`csr_copy`)."""
     rows = datasets.synthetic_sids(500, 4, 12, seed=1)
-    path = tmp_path / "set.static"
+    path = tmp_path_factory.mktemp("csr") / "set.static"
     sc.compile_constraints(rows, 12, pipeline=pipeline_for("csr")).save(path)
+    return path
+
+
+def csr_copy(csr_saved, tmp_path):
+    """A copy of the module's csr artifact at tmp_path/set.static."""
+    path = tmp_path / "set.static"
+    shutil.copytree(csr_saved, path)
+    return path
+
+
+def test_verify_refuses_an_edited_table_with_an_error_naming_the_layer(csr_saved, tmp_path,
+                                                                       capsys):
+    path = csr_copy(csr_saved, tmp_path)
     arr = np.load(path / "tables/layer2.tokens.npy")
     arr[1], arr[2] = 11, 11  # two equal tokens in a row
     _reseal(path, "tables/layer2.tokens.npy", arr)
@@ -174,8 +195,8 @@ ROW_EDITS = {
 
 
 @pytest.mark.parametrize("edit", sorted(ROW_EDITS))
-def test_every_verify_path_refuses_an_edited_row_with_one_message(edit, tmp_path, capsys,
-                                                                  monkeypatch):
+def test_every_verify_path_refuses_an_edited_row_with_one_message(edit, csr_saved, tmp_path,
+                                                                  capsys, monkeypatch):
     """One table edited under recomputed checksums: `load(check_automaton=True)`
     (`load_compiled`), the serving loader's `load_checked` and `static-compiler
     verify` run the one table check and raise the same IRVerificationError,
@@ -183,9 +204,7 @@ def test_every_verify_path_refuses_an_edited_row_with_one_message(edit, tmp_path
     (`read_automaton`: `ir.verify`) says the same of the row."""
     monkeypatch.setattr(table_check, "CHECK_CHUNK", 3)  # (the row lies in a later chunk)
     rel, change, pattern = ROW_EDITS[edit]
-    rows = datasets.synthetic_sids(500, 4, 12, seed=1)
-    path = tmp_path / "set.static"
-    sc.compile_constraints(rows, 12, pipeline=pipeline_for("csr")).save(path)
+    path = csr_copy(csr_saved, tmp_path)
     arr = np.load(path / rel)
     change(arr)
     _reseal(path, rel, arr, histograms=False)

@@ -24,7 +24,7 @@ import oracle
 from static_compiler.backend import kernels, row_search
 from static_compiler.backend import decode
 from static_compiler.backend.decode.step import run_inputs, run_live_bound, step_segments
-from helpers import decode_and_check
+from helpers import decode_and_check, examples
 from test_decode import FAMILIES, check_family_example
 
 
@@ -38,9 +38,15 @@ def packing_off(monkeypatch):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2))
-def _rows_of(plan, tables, steps):
-    """Per step of `steps`: (packed, packed accepting, own kernel, own
-    accepting) for every state: the step's own kernel and the packed run."""
+def _rows_of(plan, tables, runs):
+    """Per run of `runs` (tuples of steps), per step: (packed, packed
+    accepting, own kernel, own accepting) for every state: the step's own
+    kernel and the packed run. One program for all the runs."""
+    return [_run_rows(plan, tables, steps) for steps in runs]
+
+
+def _run_rows(plan, tables, steps):
+    """`_rows_of` for one run (traced)."""
     packed = kernels.pack_run(plan, tables, steps)
     out = []
     for i, t in enumerate(steps):
@@ -77,7 +83,7 @@ CASES = [  # (items maker, vocab, end token, layout, minimize)
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
-@settings(max_examples=3, deadline=None)
+@settings(max_examples=examples(1), deadline=None)  # a compile per example
 @given(seed=st.integers(0, 2 ** 32 - 1))
 def test_packed_table_lists_what_each_kernel_lists(case, seed):
     make, vocab, end, layout, minimize = CASES[case]
@@ -89,9 +95,9 @@ def test_packed_table_lists_what_each_kernel_lists(case, seed):
     stretches = [steps[i:j] for i in range(len(steps)) for j in range(i + 1, len(steps) + 1)
                  if steps[j - 1] - steps[i] == j - 1 - i]  # consecutive steps
     # The longest stretches, and the last step alone (the extra one if any).
-    runs = sorted(stretches, key=len, reverse=True)[:3] + [steps[-1:]]
-    for run in runs:
-        for t, (got, got_acc, want, want_acc) in zip(run, _rows_of(plan, compiled.device_tables, run)):
+    runs = tuple(sorted(stretches, key=len, reverse=True)[:3] + [steps[-1:]])
+    for run, rows in zip(runs, _rows_of(plan, compiled.device_tables, runs)):
+        for t, (got, got_acc, want, want_acc) in zip(run, rows):
             assert _edges(got) == _edges(want), f"step {t} of run {run}"
             if end is not None:
                 np.testing.assert_array_equal(np.asarray(got_acc), np.asarray(want_acc),
@@ -116,7 +122,7 @@ def test_run_inputs_pack_only_small_runs_without_dense_rows(monkeypatch):
 
 @pytest.mark.parametrize("family, layout", [(name, layout) for name, fam in FAMILIES.items()
                                             for layout in fam.layouts])
-@settings(max_examples=3, deadline=None,
+@settings(max_examples=examples(2), deadline=None,  # the first: knobs all 0
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # one setting for all
 @given(data=st.data())
 def test_beam_search_without_packing_matches_oracle(packing_off, family, layout, data):
@@ -126,7 +132,7 @@ def test_beam_search_without_packing_matches_oracle(packing_off, family, layout,
 
 
 @pytest.mark.parametrize("family, layout", [("skewed", "near_unary"), ("wide", "mixed_near_unary")])
-@settings(max_examples=3, deadline=None,
+@settings(max_examples=examples(2), deadline=None,  # the first: knobs all 0
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_near_unary_binary_search_matches_oracle(packing_off, monkeypatch, family, layout, data):

@@ -18,10 +18,13 @@ import numpy as np
 import pytest
 
 import oracle
+from helpers import examples
 from static_compiler.backend import decode
 from static_compiler.errors import DecodeInputError
 
 BATCH = 16
+# Random walks of BATCH rows per set (the programs compile on the first one).
+WALKS = examples(2)
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,7 +95,7 @@ def test_mask_and_advance_match_oracle(kind, layout, minimize):
     cset = oracle.ConstraintSet(items, 8, end_token)
     rng = np.random.default_rng([oracle.LAYOUTS.index(layout), len(kind)])
     finished_valid = 0
-    for _ in range(6):
+    for _ in range(WALKS):
         rows = walk_and_check(compiled, cset, rng, compiled.mask, compiled.advance,
                               compiled.init_processor)
         for row in rows:  # a row still valid at the end holds a member of the set
@@ -147,15 +150,17 @@ def test_past_the_end_a_traced_step_appends_nothing(end_token):
     for step, tokens in enumerate(walk):
         state = compiled.advance(state, np.asarray(tokens, np.int32), step)
     logits = jnp.arange(6, dtype=jnp.float32).reshape(2, 3)
+    traced_mask = jax.jit(functools.partial(decode.mask, plan))
+    traced_advance = jax.jit(functools.partial(decode.advance, plan))
     for step in (plan.max_length, plan.max_length + 3, -1):
-        masked = np.asarray(decode.mask(plan, tables, logits, state, jnp.int32(step)))
+        masked = np.asarray(traced_mask(tables, logits, state, jnp.int32(step)))
         allowed = masked > decode.SENTINEL_SCORE
         want = [[False] * 3, [False] * 3]
         if end_token is not None:
             want[0][end_token] = True  # row 0 took the end token at step 1
         assert allowed.tolist() == want, step
         for token in range(3):
-            moved = decode.advance(plan, tables, state, jnp.full((2,), token, jnp.int32),
+            moved = traced_advance(tables, state, jnp.full((2,), token, jnp.int32),
                                    jnp.int32(step))
             assert np.asarray(moved.valid).tolist() == [want[0][token], want[1][token]]
 
@@ -284,7 +289,7 @@ def test_step_processor_is_bit_identical_to_mask_and_advance(kind, layout, with_
     proc = compiled.processor(B, **kw)
     assert with_subset or compiled.processor(B) is proc
     for t in range(compiled.max_length):
-        for _ in range(3):
+        for _ in range(examples(1)):  # random states at step t
             state = _random_state(compiled, rng, B, t)
             logits = random_logits(rng, (B, compiled.vocab_size))
             tokens = np.asarray(rng.integers(-1, compiled.vocab_size + 1, B), np.int32)

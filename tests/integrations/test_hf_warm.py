@@ -27,7 +27,7 @@ from static_compiler.torch_backend import TorchConstraints
 from test_integration_torch import PROMPT_LENGTH, SET_VOCAB, make_set, reference_fn
 
 MODEL_VOCAB = 64
-LENGTH = 8  # the fixed-length set's items: generate runs all 8 steps (no eos)
+LENGTH = 5  # the fixed-length set's items: generate runs all 5 steps (no eos)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def prompts(batch, seed=1):
 
 @pytest.mark.parametrize("beams", [4, 1])
 def test_compilations_do_not_grow_with_steps(model, fixed, cold, beams):
-    """jax backend: a generate of 8 new tokens compiles as many programs as
+    """jax backend: a generate of LENGTH new tokens compiles as many programs as
     one of 2 (one: a new row count), and a second generate of either length
     and the same shape compiles nothing."""
     items, compiled = fixed

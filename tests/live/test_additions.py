@@ -31,7 +31,7 @@ from static_compiler.backend.decode import search
 from static_compiler.errors import ConstraintSetError, DecodeInputError, IRVerificationError
 from static_compiler.frontend import build_trie
 from static_compiler.ir import Automaton, Layout, parse_ir, verify
-from helpers import assert_matches
+from helpers import assert_matches, examples
 from test_subsets import CASES, oracle_result
 
 
@@ -397,7 +397,8 @@ def dataclass_case(vocab, end, beams):
     return Case(make=None, vocab=vocab, end=end, beams=beams)
 
 
-LiveSetMachine.TestCase.settings = settings(max_examples=12, stateful_step_count=8,
+# (Each run compiles its set's programs: 6 in CI, 10x under the slow profile.)
+LiveSetMachine.TestCase.settings = settings(max_examples=examples(6), stateful_step_count=8,
                                             deadline=None)
 TestLiveSet = LiveSetMachine.TestCase
 

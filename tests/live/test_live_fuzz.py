@@ -16,8 +16,10 @@ makes the padded state count equal the edge count ("padded").
 
 The cases and the oracle over a live set are in live_cases.py. Profiles: CI
 runs a few examples per test (`STATIC_COMPILER_FUZZ_EXAMPLES` overrides,
-HYPOTHESIS_PROFILE=slow multiplies); the tests marked slow run
-`LONG_EXAMPLES` each (``pytest -m slow tests/live/test_live_fuzz.py``).
+HYPOTHESIS_PROFILE=slow multiplies), each test also the explicit
+`UPDATED_CASE` (additions and removals, every example compiles for seconds);
+the tests marked slow run `LONG_EXAMPLES` each
+(``pytest -m slow tests/live/test_live_fuzz.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 
 import oracle
 import static_compiler as sc
@@ -232,6 +234,23 @@ def check_served(path, compiled, case: LiveCase) -> None:
 # --------------------------------------------------------------------------
 # Tests
 
+# Drawn examples per CI test (each compiles its set's programs: 15-25 s):
+# the library test a third of the CI count, the shards and served ones a
+# sixth; each test also runs UPDATED_CASE.
+LIBRARY_EXAMPLES = max(1, CI_EXAMPLES // 3)
+SHARDS_EXAMPLES = SERVED_EXAMPLES = max(1, CI_EXAMPLES // 6)
+
+# A ragged set (traced steps: 7 rows) with a reserved capacity, additions
+# (one already present) and removals (an added item and an input one), two
+# subsets: the update paths every test meets whatever hypothesis draws.
+_UPDATED_ROWS = [(1, 2, 3), (1, 2), (4, 5, 6, 7), (4, 5, 6, 8), (2,), (1, 2, 3), (8, 1, 1, 3)]
+_UPDATED_ADDED = [(3, 3, 3), (8, 1), (1, 2)]
+UPDATED_CASE = LiveCase(
+    vocab=9, end=0, rows=_UPDATED_ROWS, layout="near_unary", capacity=1.5, added=_UPDATED_ADDED,
+    remove=np.isin(np.arange(10), [3, 7]),
+    subsets=[np.isin(np.arange(10), [0, 2, 7, 8]), np.isin(np.arange(10), [1, 3, 4, 9])],
+    subset_index=np.asarray([1, 0, 1], np.int32), shape="random")
+
 
 def run_library_case(case: LiveCase) -> None:
     check_library(updated(compile_case(case), case), case)
@@ -269,20 +288,23 @@ def run_served_case(case: LiveCase, tmp_path) -> None:
     check_served(path, updated(compiled, case), case)
 
 
-@fuzz_settings(CI_EXAMPLES)
+@fuzz_settings(LIBRARY_EXAMPLES)
 @given(case=live_cases())
+@example(case=UPDATED_CASE)
 def test_every_library_decoder_equals_brute_force(case):
     run_library_case(case)
 
 
-@fuzz_settings(max(2, CI_EXAMPLES // 2))
+@fuzz_settings(SHARDS_EXAMPLES)
 @given(case=live_cases())
+@example(case=UPDATED_CASE)
 def test_sets_built_from_shards_stay_in_their_tables_and_equal_brute_force(case):
     run_shards_case(case)
 
 
-@fuzz_settings(max(2, CI_EXAMPLES // 2))
+@fuzz_settings(SERVED_EXAMPLES)
 @given(case=live_cases())
+@example(case=UPDATED_CASE)
 def test_served_artifacts_and_load_compiled_equal_brute_force(case, tmp_path_factory):
     run_served_case(case, tmp_path_factory.mktemp("fuzz"))
 

@@ -116,10 +116,18 @@ def test_beam_search_over_a_subset_matches_the_oracle_over_its_items(name, layou
                    f"({name}, {layout}, {int(mask.sum())} of {len(items)} rows)")
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("packed", [True, False])
+def slow_unless(default: set, combos: list) -> list:
+    """`combos` as parameters: those in `default` in CI, the rest only under
+    `-m slow` (each compiles its programs anew)."""
+    return [c if c in default else pytest.param(*c, marks=pytest.mark.slow) for c in combos]
+
+
+@pytest.mark.parametrize("name, packed", slow_unless(
+    {("fixed", True), ("ragged", False), ("unary-tail", True)},
+    [(n, p) for n in sorted(CASES) for p in (True, False)]))
 def test_per_row_subsets_each_match_the_oracle(name, packed, monkeypatch):
-    """Per-row subsets, through packed runs and through the per-step switch."""
+    """Per-row subsets, through packed runs and through the per-step switch
+    (in CI each set once, both ways across the sets; every pair under slow)."""
     if not packed:
         monkeypatch.setattr(kernels, "PACK_MAX_ENTRIES", -1)
     jax.clear_caches()
@@ -474,9 +482,12 @@ def test_near_unary_rows_at_the_end_of_the_layer(branch, monkeypatch):
         assert got.tolist() == want, pattern
 
 
-@pytest.mark.parametrize("name", ["ragged", "fixed"])
-@pytest.mark.parametrize("traced", [False, True])
+@pytest.mark.parametrize("name, traced", slow_unless(
+    {("ragged", False), ("fixed", True)},
+    [(n, t) for t in (False, True) for n in ("ragged", "fixed")]))
 def test_mask_and_advance_follow_each_rows_subset(name, traced):
+    """(In CI each set once, a Python-int and a traced step across them;
+    every pair under slow.)"""
     case = CASES[name]
     items, compiled = compiled_case(name, "default")
     rng = np.random.default_rng(21)

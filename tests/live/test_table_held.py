@@ -35,8 +35,10 @@ def decoded(compiled, **kw) -> set:
     return {tuple(int(t) for t in tokens[m, :lengths[m]]) for m in np.flatnonzero(valid)}
 
 
-@pytest.fixture(params=["fixed", "ragged"])
-def case(request, tmp_path):
+@pytest.fixture(scope="module", params=["fixed", "ragged"])
+def compiled_case(request, tmp_path_factory):
+    """(kind, rows, end token, compiled set, saved path), compiled and saved
+    once per module: tests take a copy of the artifact (`case`)."""
     rng = np.random.default_rng(5)
     if request.param == "fixed":
         rows = rng.integers(0, V, size=(60, L))
@@ -47,9 +49,20 @@ def case(request, tmp_path):
         end = 0
         matrix = np.asarray([r + [-1] * (L - len(r)) for r in rows])
     compiled = sc.compile_constraints(rows, V, end_token=end, capacity=1.5, export_subsets=True)
-    path = tmp_path / "set.static"
+    path = tmp_path_factory.mktemp("held") / "set.static"
     compiled.save(path)
     return request.param, [tuple(int(t) for t in r if t >= 0) for r in matrix], end, compiled, path
+
+
+@pytest.fixture
+def case(compiled_case, tmp_path):
+    """The module's compiled set with a copy of its artifact the test may edit."""
+    import shutil
+
+    name, rows, end, compiled, saved = compiled_case
+    path = tmp_path / "set.static"
+    shutil.copytree(saved, path)
+    return name, rows, end, compiled, path
 
 
 def test_a_loaded_set_takes_its_fingerprint_from_the_manifest(case, monkeypatch):

@@ -4,9 +4,10 @@ harness's unrolled `static_mask` and `unconstrained` decodes, in one process:
 
     python -m tools.bench.decode_loops --items 1e5 2e7
 
-Prints, per |C| (uniform SIDs, L = 8, V = 2048, batch 2, 70 beams, 30 tokens
-per beam), the median ms of each decode over interleaved rounds and the first
-call (trace + compile) of each search; the last line is JSON. Measured on an
+Prints, per |C| (uniform SIDs, L = 8, V = 2048 unless --length / --vocab say
+otherwise, batch 2, 70 beams, 30 tokens per beam), the median ms of each
+decode over interleaved rounds and the first call (trace + compile) of each
+search; the last line is JSON. Measured on an
 H200 (docs/benchmarks.md, "On an H200"), where the loops cost a host round
 trip per step.
 """
@@ -25,8 +26,8 @@ from tools.bench.config import CellSpec, Config
 from tools.bench.runners import make_runners
 
 
-def measure(items: int, rounds: int, calls: int) -> dict:
-    runners, _ = make_runners(CellSpec("uniform", items, 2048, 8),
+def measure(items: int, rounds: int, calls: int, vocab: int = 2048, length: int = 8) -> dict:
+    runners, _ = make_runners(CellSpec("uniform", items, vocab, length),
                               ("static", "static_mask", "unconstrained"), Config(build_child=False))
     by = {r.name: r for r in runners}
     backend = jax.default_backend()
@@ -61,10 +62,12 @@ def main(argv=None) -> None:
     parser.add_argument("--items", type=float, nargs="+", default=[1e5])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20, help="timed decodes per round")
+    parser.add_argument("--vocab", type=int, default=2048, help="V (smaller for a smoke run)")
+    parser.add_argument("--length", type=int, default=8, help="L (smaller for a smoke run)")
     args = parser.parse_args(argv)
     out = {"backend": jax.default_backend(), "jax": jax.__version__, "cells": {}}
     for items in args.items:
-        cell = measure(int(items), args.rounds, args.calls)
+        cell = measure(int(items), args.rounds, args.calls, args.vocab, args.length)
         out["cells"][f"{items:.0e}"] = cell
         print(f"|C|={items:.0e}", cell, flush=True)
     print(json.dumps(out))

@@ -91,7 +91,8 @@ CHECKS = 1000
 NON_CANONICAL = 100
 PROMPT_LENGTH = 4
 MAX_WALK_STEPS = 8
-"""Timed steps per walk: the first steps of the names (where sets branch)."""
+"""Timed steps per walk (the default of --walk-steps): the first steps of the
+names (where sets branch)."""
 
 _ALGORITHMIC = re.compile(r"-[0-9A-F]{4,6}$")
 BRANDS = ("Acme", "Vantor", "Kelda", "Orbis", "Norrow", "Lumen", "Pellar", "Quill", "Ravel",
@@ -633,7 +634,7 @@ def child(args) -> dict:
     noncanon = [byte_spelling(tok, n) for n in work["accept"][:NON_CANONICAL]]
     noncanon = [(ids, canon) for ids, canon in zip(noncanon, accept_ids) if ids != canon]
     walk_ids = spell(work["walk"])
-    T = min(MAX_WALK_STEPS, min(len(w) for w in walk_ids))
+    T = min(args.walk_steps, min(len(w) for w in walk_ids))
     walk = np.array([w[:T] for w in walk_ids], np.int32)
     names = work["names"]
     del work
@@ -710,7 +711,8 @@ def prepare(workdir: str, sizes, vocab: int, text_bytes: int, rows: int, seed: i
 
 def run_child(engine: str, n: int, args) -> dict:
     cmd = [sys.executable, "-m", "tools.bench.peers", "--child", engine, "--workdir",
-           args.workdir, "--n", str(n), "--rows", str(args.rows), "--repeats", str(args.repeats)]
+           args.workdir, "--n", str(n), "--rows", str(args.rows), "--repeats", str(args.repeats),
+           "--walk-steps", str(args.walk_steps)]
     cmd += ["--old-path"] if args.old_path else []
     cmd += ["--no-beam"] if args.no_beam else []
     try:
@@ -781,6 +783,9 @@ def parse_args(argv):
     p.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     p.add_argument("--rows", type=_count, default=70, help="sequences per step (a beam's width)")
     p.add_argument("--repeats", type=_count, help="timed walks (10; quick 5)")
+    p.add_argument("--walk-steps", type=_count, default=MAX_WALK_STEPS,
+                   help=f"timed steps per walk ({MAX_WALK_STEPS}; fewer for a smoke run: each "
+                        "step is a program of ours to compile)")
     p.add_argument("--checks", type=_count, default=CHECKS,
                    help="names that must be accepted, and near misses that must be rejected")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per engine and N")

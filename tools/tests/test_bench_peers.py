@@ -21,8 +21,10 @@ def test_the_benchs_own_checks_of_its_names_and_near_misses_pass():
 def test_bench_runs_tiny(tmp_path):
     out = tmp_path / "peers.md"
     proc = subprocess.run(
+        # 2 rows and 2 timed steps: each step of a walk is a program of ours to compile
         [sys.executable, "-m", "tools.bench", "peers", "--items", "200", "--vocab", "2000",
-         "--repeats", "1", "--checks", "50", "--out", str(out)],
+         "--repeats", "1", "--checks", "50", "--rows", "2", "--walk-steps", "2",
+         "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = out.read_text()

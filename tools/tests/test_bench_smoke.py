@@ -169,7 +169,8 @@ def test_first_call_benchmark_measures_in_fresh_processes():
 def test_live_subset_benchmark_runs_and_compiles_nothing_new():
     """`python -m tools.bench.live` at tiny size: exits 0 only when new
     subsets of the set compiled no new program; prints its tables."""
-    out = _run("tools.bench.live", "--items", "3000", "--repeats", "3")
+    out = _run("tools.bench.live", "--items", "1000", "--length", "4", "--vocab", "16",
+               "--repeats", "3")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "| new XLA compilations for 3 new subsets | 0 | 0 |" in out.stdout
     assert "| 3 per-row subsets, B=3 |" in out.stdout
@@ -178,9 +179,11 @@ def test_live_subset_benchmark_runs_and_compiles_nothing_new():
 def test_decode_loops_benchmark_times_both_searches():
     """`python -m tools.bench.decode_loops`: the looped and the inline beam
     search each timed beside the harness decodes; the last line is JSON."""
-    out = _run("tools.bench.decode_loops", "--items", 3000, "--rounds", 1, "--calls", 2)
+    # L=4, V=16: steps 0 and 1 run inline, steps 2-3 as one loop (both kinds of segment)
+    out = _run("tools.bench.decode_loops", "--items", 1000, "--vocab", 16, "--length", 4,
+               "--rounds", 1, "--calls", 2)
     assert out.returncode == 0, out.stdout + out.stderr
-    cell = json.loads(out.stdout.splitlines()[-1])["cells"]["3e+03"]
+    cell = json.loads(out.stdout.splitlines()[-1])["cells"]["1e+03"]
     assert set(cell["first_call_s"]) == {"loops", "inline"}
     assert all(cell[f"{k}_ms"] > 0 for k in ("loops", "inline", "static_mask", "unconstrained"))
 
