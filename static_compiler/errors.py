@@ -87,7 +87,14 @@ class ArtifactChecksumError(ArtifactError, ValueError):
 
 class ArtifactVersionError(ArtifactError, ValueError):
     """The artifact's format version, or its jax.export calling-convention
-    version, is outside the range this reader supports."""
+    version, is outside the range this reader supports, or its modules were
+    exported by a JAX this one cannot read (`static-compiler re-export`)."""
+
+
+class ArtifactExpiryWarning(UserWarning):
+    """An artifact's modules near (or passed) the end of jax.export's
+    backward-compatibility window: newer JAX releases may refuse them
+    (`static-compiler re-export` renews them)."""
 
 
 class ArtifactExistsError(ArtifactError, FileExistsError):

@@ -241,3 +241,49 @@ def upgrade_artifact(path, *, mesh=None) -> dict:
     """
     from static_compiler.artifact import upgrade
     return upgrade.upgrade(path, read_back=_compiled_from_snapshot, mesh=mesh)
+
+
+def reexport_artifact(path, *, mesh=None) -> dict:
+    """Exports an artifact's modules anew with the running jax, keeping its tables.
+
+    For an artifact whose modules another JAX exported and this one cannot
+    read (`serving.load` raises ArtifactVersionError naming both versions),
+    or whose export date nears the end of jax.export's six-month window
+    (`serving.load` warns with ArtifactExpiryWarning). Atomically and under
+    the artifact's writers' lock (`static_compiler.artifact.upgrade.reexport`):
+    the set is read back from its tables and its modules exported for the
+    same beam sizes, caps, subsets and mesh; the tables, items, names and IR
+    dump are hard-linked unchanged, so a serving `reload()` reads the new
+    modules beside the tables it holds. An artifact of an older format
+    version is upgraded on the way (its tables written in the current shape).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The artifact directory.
+    mesh : jax.sharding.Mesh, optional
+        For an artifact exported for a mesh: the mesh (the same axes and
+        sizes) to export its modules for.
+
+    Returns
+    -------
+    dict
+        {"path", "from_jax", "from_jaxlib", "from_exported_at" (None when
+        not recorded), "jax", "jaxlib", "exported_at" (the new modules'),
+        "upgraded" (whether the format version changed too), "from_version",
+        "to_version"}.
+
+    Raises
+    ------
+    ArtifactFormatError, ArtifactChecksumError
+        For a missing or damaged artifact (nothing is written).
+    ArtifactVersionError
+        For a format version outside the window.
+    ArtifactBusyError
+        While another writer holds the artifact's lock.
+    DecodeInputError
+        For an artifact without modules, or one exported for a mesh without
+        `mesh` (or with a mesh of other axes or sizes).
+    """
+    from static_compiler.artifact import upgrade
+    return upgrade.reexport(path, read_back=_compiled_from_snapshot, mesh=mesh)

@@ -22,6 +22,7 @@ With item subsets (export_subsets=True) each but init_m{M} also has a
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 from typing import Optional
 
@@ -32,6 +33,7 @@ from jax import export as jax_export
 
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
+from static_compiler.artifact.runtime import running_versions
 from static_compiler.support.placement import placed_shape
 from static_compiler.backend import decode
 from static_compiler.backend.decode.processor import advance_switch, mask_switch
@@ -176,7 +178,8 @@ def export_caps(compiled) -> tuple[Optional[int], ...]:
 
 def exported_modules(compiled, caps, files: dict) -> tuple[dict, int, tuple]:
     """Exports `compiled`'s modules into `files`: (manifest entries by name,
-    calling-convention version, (jax, jaxlib) versions)."""
+    calling-convention version, (jax version, jaxlib version, export date):
+    the running jax's, and today's UTC date, ISO)."""
     modules = {}
     cc_versions = set()
     for name, (exported, arg_names, result_names) in export_modules(compiled).items():
@@ -192,7 +195,8 @@ def exported_modules(compiled, caps, files: dict) -> tuple[dict, int, tuple]:
             beam_size=int(beams) if per_beam else None,
             tokens_per_beam=list(caps) if kind in fmt.STEP_KINDS else None)
     (cc,) = cc_versions
-    return modules, cc, (jax.__version__, _jaxlib_version())
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    return modules, cc, (*running_versions(), today)
 
 
 def reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
@@ -209,9 +213,4 @@ def reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
                                        "tables than the new version has: export it anew")
         files[entry.file] = reuse.read_bytes(entry.file)
     return (dict(manifest.modules), manifest.calling_convention_version,
-            (manifest.jax_version, manifest.jaxlib_version))
-
-
-def _jaxlib_version() -> str:
-    import jaxlib
-    return getattr(jaxlib, "__version__", "unknown")
+            (manifest.jax_version, manifest.jaxlib_version, manifest.exported_at))

@@ -110,17 +110,39 @@ FORMAT_HISTORY = (
                   "the final states, ascending, where its K added items end, and their ids, the "
                   "K largest); every other final state f holds item f - #(inserted_at < f) "
                   "(`live.state_order.InsertedOrder`). Version 8's state_item still loads."),
+    FormatVersion(10, "2026-12-05", "the manifest key \"exported_at\": the UTC date (ISO "
+                  "YYYY-MM-DD) the modules were exported, by the jax and jaxlib that "
+                  "\"jax_version\" and \"jaxlib_version\" name (an update that keeps the "
+                  "modules keeps all three): a load warns as the date nears the end of "
+                  "jax.export's backward window (`EXPORT_WINDOW_DAYS`), and `static-compiler "
+                  "re-export` renews the modules. Versions 1 to 9 read as null (not known)."),
 )
 """The dated history of the format, one row per version, oldest first."""
 
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 9
+FORMAT_VERSION = 10
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 9
+MAX_FORMAT_VERSION = 10
 
 SUPPORT_DAYS = 183
 """How long (about six months, as jax.export keeps a calling convention)
 the readers keep reading a version after the one that replaced it came out."""
+
+EXPORT_WINDOW_DAYS = 183
+"""jax.export's backward-compatibility window (six months: jax's
+docs/export/export.md): a JAX released more than this many days after a
+module was exported may refuse to deserialize it (jax >= 0.11.1 raises)."""
+
+EXPORT_WARN_DAYS = 30
+"""A load warns (`errors.ArtifactExpiryWarning`) when the modules' export
+date is within this many days of EXPORT_WINDOW_DAYS, or past it."""
+
+
+def export_expires(exported_at: str) -> str:
+    """The ISO date EXPORT_WINDOW_DAYS after `exported_at` (ISO): from about
+    then, newer JAX releases may refuse the modules."""
+    when = datetime.date.fromisoformat(exported_at)
+    return (when + datetime.timedelta(days=EXPORT_WINDOW_DAYS)).isoformat()
 
 
 def version_introduced(version: int) -> str:
@@ -179,6 +201,8 @@ COMPAT = {b.name: b for b in (
                  kept_by_updates=True),
     CompatBranch("state_item", 8, "items/state_item.npy, every final state's item",
                  "live.state_order.item_order", kept_by_updates=True),
+    CompatBranch("exported_at", 9, "no \"exported_at\" key: the modules' export date is not "
+                 "known (no expiry warning)", "manifest.Manifest.from_json"),
 )}
 """Every reader branch for an older shape, by name; a branch's code names
 its row (``COMPAT["ex_bounds"]``). `normalize.needed_branches` tells which

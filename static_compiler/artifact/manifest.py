@@ -9,6 +9,7 @@ history in `format`.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import re
 from typing import Optional
@@ -160,6 +161,17 @@ def _mesh_record(record: Optional[dict], path) -> Optional[dict]:
             "split_tables": sorted(split), "min_bytes": min_bytes}
 
 
+def _iso_date(value: Optional[str], path) -> Optional[str]:
+    """The manifest's "exported_at" value, checked: an ISO date or null."""
+    if value is not None:
+        try:
+            datetime.date.fromisoformat(value)
+        except ValueError:
+            raise format_error(path, f"{MANIFEST_FILE}['exported_at'] is {value!r}: expected an "
+                                     "ISO date (YYYY-MM-DD) or null") from None
+    return value
+
+
 def _has_key(version: int, key: str) -> bool:
     """Whether a manifest of format `version` has `key`, which format
     version COMPAT[key].last_version + 1 added (older ones read its
@@ -197,6 +209,7 @@ class Manifest:
     item_files: Optional[dict] = None
     mesh: Optional[dict] = None
     subset_bits: str = SUBSET_BITS[-1]
+    exported_at: Optional[str] = None
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -209,7 +222,7 @@ class Manifest:
                    modules={name: m.to_json() for name, m in sorted(self.modules.items())},
                    files={rel: f.to_json() for rel, f in sorted(self.files.items())})
         values = {"names_file": self.names_file, "mesh": self.mesh,
-                  "subset_bits": self.subset_bits,
+                  "subset_bits": self.subset_bits, "exported_at": self.exported_at,
                   "item_files": None if self.item_files is None else dict(sorted(
                       self.item_files.items()))}
         out.update({key: value for key, value in values.items()
@@ -242,6 +255,8 @@ class Manifest:
                   if _has_key(version, "mesh") else None),
             subset_bits=(require(obj, "subset_bits", str, where, path)
                          if _has_key(version, "subset_bits") else SUBSET_BITS[0]),
+            exported_at=(_iso_date(require(obj, "exported_at", (str, type(None)), where, path),
+                                   path) if _has_key(version, "exported_at") else None),
             platforms=tuple(require(obj, "platforms", list, where, path)),
             plan_steps=tuple(require(obj, "plan_steps", list, where, path)),
             layers=tuple(require(obj, "layers", list, where, path)),

@@ -10,6 +10,8 @@ only jax, numpy and the standard library, and of this package only
 
 from __future__ import annotations
 
+import datetime
+import warnings
 from typing import Optional
 
 import jax
@@ -23,8 +25,15 @@ from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
 from static_compiler.artifact.normalize import current_tables
 from static_compiler.support.placement import (MeshPlacement, mesh_text, placed_shape,
                                                 placement_for)
-from static_compiler.errors import ArtifactVersionError, DecodeInputError
+from static_compiler.errors import ArtifactExpiryWarning, ArtifactVersionError, DecodeInputError
 from static_compiler.frontend.items import ItemIndex
+
+
+def running_versions() -> tuple[str, str]:
+    """(jax version, jaxlib version) of this process."""
+    import jax.lib  # (its __version__ is jaxlib's)
+
+    return jax.__version__, getattr(jax.lib, "__version__", "unknown")
 
 
 def current_platform() -> str:
@@ -77,9 +86,14 @@ def deserialize(snap: snapshot.Snapshot, name: str, entry: ModuleEntry,
     """Module `name`, checked against its manifest entry (`where`: the
     mesh it runs on, for an artifact exported for one)."""
     path, manifest = snap.path, snap.manifest
+    other_jax = (manifest.jax_version, manifest.jaxlib_version) != running_versions()
     try:
         exported = jax_export.deserialize(bytearray(snap.read_bytes(entry.file)))
+        if other_jax:  # parse its StableHLO now: a newer JAX's fails here, not at a first step
+            exported.mlir_module()
     except Exception as e:  # jax raises several types for a damaged flatbuffer
+        if other_jax:
+            raise export_version_error(snap, entry.file, e) from None
         raise fmt.format_error(path, f"module {entry.file!r} cannot be deserialized "
                                      f"({type(e).__name__}: {e}); truncated or not a jax.export "
                                      "module") from None
@@ -95,6 +109,42 @@ def deserialize(snap: snapshot.Snapshot, name: str, entry: ModuleEntry,
         raise fmt.format_error(path, f"module {entry.file!r} takes {as_json(found)}, the "
                                      f"manifest's calling convention says {as_json(want)}")
     return Module(name, exported, entry, None if where is None else where.sharding(None))
+
+
+def export_version_error(snap: snapshot.Snapshot, rel: str, err: Exception
+                         ) -> ArtifactVersionError:
+    """The ArtifactVersionError for module file `rel`, which this process's
+    jax could not read (`err`), exported by another: names both versions,
+    the export date and the fix."""
+    manifest, path = snap.manifest, str(snap.path)
+    jax_now, jaxlib_now = running_versions()
+    first = (str(err).strip().splitlines() or [""])[0][:300]
+    return ArtifactVersionError(
+        f"artifact {path!r}: module {rel!r} was exported by jax {manifest.jax_version} (jaxlib "
+        f"{manifest.jaxlib_version}) on {manifest.exported_at or 'an unrecorded date'}, and this "
+        f"process's jax {jax_now} (jaxlib {jaxlib_now}) cannot read it ({type(err).__name__}: "
+        f"{first}). Renew its modules with this jax: `static-compiler re-export {path}` (the "
+        "tables are kept; a serving process then loads it, or picks it up with reload()), or "
+        f"serve it with jax {manifest.jax_version}")
+
+
+def warn_if_export_ages(manifest, path, today: Optional[datetime.date] = None) -> None:
+    """An `ArtifactExpiryWarning` when the modules' export date (format
+    version 10's "exported_at") is within `format.EXPORT_WARN_DAYS` of
+    jax.export's backward window, or past it; nothing for an unknown date."""
+    if manifest.exported_at is None or not manifest.modules:
+        return
+    today = today or datetime.datetime.now(datetime.timezone.utc).date()
+    expires = datetime.date.fromisoformat(fmt.export_expires(manifest.exported_at))
+    if (expires - today).days > fmt.EXPORT_WARN_DAYS:
+        return
+    when = "passed" if today >= expires else f"is {(expires - today).days} days away"
+    warnings.warn(ArtifactExpiryWarning(
+        f"artifact {str(path)!r}: its modules were exported on {manifest.exported_at} by jax "
+        f"{manifest.jax_version}; jax.export reads a module for about "
+        f"{fmt.EXPORT_WINDOW_DAYS} days after its export, so JAX releases from about "
+        f"{expires.isoformat()} ({when}) may refuse them: renew them with `static-compiler "
+        f"re-export {path}`"), stacklevel=3)
 
 
 def _avals(avals) -> list[ArraySpec]:

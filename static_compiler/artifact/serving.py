@@ -52,7 +52,7 @@ from static_compiler.frontend.names import NameTable
 from static_compiler.support.placement import MeshPlacement
 from static_compiler.artifact.runtime import (Module, check_table_arguments, current_platform,
                                               deserialize, item_index, put_tables,
-                                              table_placement)
+                                              table_placement, warn_if_export_ages)
 from static_compiler.artifact.served_verbs import ServedVerbs
 from static_compiler.artifact.warm import Warmth, counted, pad_subsets
 from static_compiler.artifact.warm import warm as _warm
@@ -300,9 +300,11 @@ class Artifact(ServedVerbs):
         tables of the same shapes and dtypes, read and put on the device (or mesh)
         beside the old ones), so nothing is deserialized or compiled again
         (after `warm()`: the warm state and compile counter are shared too).
-        Returns self when nothing changed. Raises ArtifactVersionError when
-        a module or a table's shape changed (load that version with
-        `serving.load`)."""
+        Modules exported anew over tables of the same shapes
+        (`static-compiler re-export`) are read and start cold (warm them
+        again). Returns self when nothing changed. Raises
+        ArtifactVersionError when a table's shape or the mesh changed (load
+        that version with `serving.load`)."""
         with open_snapshot(self.path, verify_checksums=verify_checksums) as snap:
             return self._reloaded(snap)
 
@@ -314,18 +316,24 @@ class Artifact(ServedVerbs):
         modules = [e.file for e in manifest.modules.values()] + \
             [e.file for e in self.manifest.modules.values()]
         shapes = lambda m: [(t.layer, t.name, tuple(t.shape), t.dtype) for t in m.tables]
-        changed = sorted(rel for rel in modules if not same(rel))
-        if changed or shapes(manifest) != shapes(self.manifest) or \
-                manifest.modules.keys() != self.manifest.modules.keys():
-            raise ArtifactVersionError(f"reload: artifact {str(self.path)!r} changed its modules "
-                                       f"or table shapes ({changed[:3]}...): load it anew with "
-                                       "serving.load")
+        changed = sorted({rel for rel in modules if not same(rel)})
+        if shapes(manifest) != shapes(self.manifest) or manifest.mesh != self.manifest.mesh:
+            raise ArtifactVersionError(f"reload: artifact {str(self.path)!r} changed its table "
+                                       "shapes or mesh: load it anew with serving.load")
+        modules, warmth = self._modules, self._warmth
+        if changed or manifest.modules.keys() != self.manifest.modules.keys():
+            # modules exported anew over the same tables (`static-compiler re-export`):
+            # read them, and warm them anew (the programs are new)
+            modules = {name: deserialize(snap, name, entry, self.placement)
+                       for name, entry in sorted(manifest.modules.items())}
+            warn_if_export_ages(manifest, self.path)
+            warmth = None
         tables, host = list(self.tables), self._host_tables
         if any(not same(t.file) for t in manifest.tables):
             keep = [old if same(t.file) else None for old, t in zip(self.tables, manifest.tables)]
             tables, host = put_tables(snap, self._put, keep)
-        return Artifact(self.path, manifest, tables, self._modules, snapshot.read_names(snap),
-                        item_index(snap), host, self._put, self.placement, self._warmth,
+        return Artifact(self.path, manifest, tables, modules, snapshot.read_names(snap),
+                        item_index(snap), host, self._put, self.placement, warmth,
                         self.set_view if host is self._host_tables else None)
 
     # Item subsets
@@ -405,6 +413,7 @@ def load_from(snap: snapshot.Snapshot, *, device=None, mesh=None) -> Artifact:
     missing = manifest.missing_modules()
     if missing:
         raise fmt.format_error(path, f"manifest lists no module(s) {missing}")
+    warn_if_export_ages(manifest, path)
     device_tables, host = put_tables(snap, put)
     items = item_index(snap)
     if items is not None:  # (numba's start-up, off the first subset's path)

@@ -1,4 +1,5 @@
-"""`static-compiler upgrade PATH`: an artifact of an older format version
+"""`static-compiler upgrade PATH` and `static-compiler re-export PATH`: the
+artifact renewed in place. `upgrade`: an artifact of an older format version
 (or one holding an older shape that an update kept: `normalize.needed_branches`)
 rewritten into `format.FORMAT_VERSION`, so none is stranded when the window
 (`format.MIN_FORMAT_VERSION`) moves past its version and a `format.COMPAT`
@@ -15,6 +16,12 @@ per-state subset bits) the set is read back and its modules exported anew
 (`saved.load`'s reader, `writer.save_locked`): the tables' content
 is the same, ex_bounds held as ex_starts / ex_branch (load that version
 with `serving.load`).
+
+`reexport` renews the modules alone: the set is read back from its tables
+and its modules exported by the running jax, beside the same tables (a
+serving `reload()` reads the new modules), for an artifact whose modules
+another JAX exported (`runtime.export_version_error`) or whose export date
+nears the end of jax.export's window (`format.EXPORT_WINDOW_DAYS`).
 """
 
 from __future__ import annotations
@@ -24,9 +31,12 @@ import pathlib
 
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.lock import update_lock
+from static_compiler.artifact.manifest import FileEntry
 from static_compiler.artifact.snapshot import Snapshot, open_snapshot, read_item_arrays
 from static_compiler.artifact.update import require_current
+from static_compiler.artifact.export import export_caps, exported_modules
 from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap, save_locked
+from static_compiler.errors import DecodeInputError
 
 EXPORTED_ANEW = frozenset({"ex_bounds", "per_state"})
 """COMPAT rows whose artifacts' modules take an older table or bit layout:
@@ -55,6 +65,76 @@ def upgrade(path, *, read_back, mesh=None) -> dict:
             return {**report, "upgraded": True, "modules": "kept"}
 
 
+def reexport(path, *, read_back, mesh=None) -> dict:
+    """`static_compiler.reexport_artifact` (see there): the artifact's
+    modules exported anew by the running jax, under its writers' lock.
+    read_back: as for `upgrade`. An artifact of the current format keeps
+    its tables, items, names and IR dump (hard-linked): only the modules
+    and the manifest are written; an older one is upgraded on the way
+    (`upgrade`'s export anew: its tables are written in the current shape)."""
+    path = fmt.artifact_path(path, "re-export")
+    with update_lock(path):
+        with open_snapshot(path) as snap:
+            manifest = snap.manifest
+            report = {"path": str(path), "from_jax": manifest.jax_version,
+                      "from_jaxlib": manifest.jaxlib_version,
+                      "from_exported_at": manifest.exported_at}
+            if not manifest.modules:
+                raise DecodeInputError(f"re-export: artifact {str(path)!r} holds no modules "
+                                       "(a tables-only artifact): nothing to renew")
+            if manifest.format_version != fmt.FORMAT_VERSION or snap.compat:
+                _export_anew(snap, mesh, read_back)
+                upgraded = True
+            else:
+                _rewrite_modules(snap, _read_back_placed(snap, mesh, read_back, "re-export"))
+                upgraded = False
+        with open_snapshot(path) as snap:
+            new = snap.manifest
+            return {**report, "jax": new.jax_version, "jaxlib": new.jaxlib_version,
+                    "exported_at": new.exported_at, "upgraded": upgraded,
+                    "from_version": manifest.format_version, "to_version": new.format_version}
+
+
+def _rewrite_modules(snap: Snapshot, compiled) -> None:
+    """The new version: `compiled`'s modules exported by this jax, the
+    other files hard-linked unchanged, the manifest naming the new modules,
+    versions and export date (the caller holds the lock)."""
+    manifest = snap.manifest
+    files: dict = {}
+    modules, cc, versions = exported_modules(compiled, export_caps(compiled), files)
+    took = {name: [(a.shape, a.dtype) for a in e.args if a.name.startswith("table:")]
+            for name, e in modules.items()}
+    had = {name: [(a.shape, a.dtype) for a in e.args if a.name.startswith("table:")]
+           for name, e in manifest.modules.items()}
+    if modules.keys() != manifest.modules.keys() or took != had:
+        raise fmt.format_error(snap.path, "re-export: the set read back from the tables exports "
+                                          f"other modules ({sorted(modules)}) than the artifact "
+                                          f"holds ({sorted(manifest.modules)}) or takes other "
+                                          "tables; re-save the set instead")
+    old_modules = {e.file for e in manifest.modules.values()}
+    entries = {rel: e for rel, e in manifest.files.items() if rel not in old_modules}
+    entries.update({rel: FileEntry.of_bytes(data) for rel, data in files.items()})
+    new = dataclasses.replace(manifest, modules=modules, calling_convention_version=cc,
+                              jax_version=versions[0], jaxlib_version=versions[1],
+                              exported_at=versions[2], files=dict(sorted(entries.items())))
+
+    _swap_in(snap, new, [rel for rel in entries if rel not in files], files, "re-export")
+
+
+def _read_back_placed(snap: Snapshot, mesh, read_back, what: str):
+    """The set read back from `snap`, sharded for `mesh` as it was saved
+    (an artifact exported for a mesh needs that mesh to export for)."""
+    from static_compiler.support import placement as placement_lib
+
+    compiled = read_back(snap)  # tables and items in the current shape
+    record = snap.manifest.mesh
+    if record is not None:
+        where = placement_lib.placement_for(record, mesh, f"{what}: artifact "
+                                            f"{str(snap.path)!r} (its modules are exported anew)")
+        compiled = compiled.shard(mesh, where.axis, where.min_bytes)
+    return compiled
+
+
 def _rewrite_keeping_modules(snap: Snapshot) -> None:
     """The new version: the same tables and modules (hard-linked), the
     manifest as the snapshot reads it (every layer's branch histogram) at
@@ -73,14 +153,22 @@ def _rewrite_keeping_modules(snap: Snapshot) -> None:
     new = dataclasses.replace(manifest, format_version=fmt.FORMAT_VERSION, item_files=item_files,
                               subset_bits=fmt.SUBSET_BITS[-1], files=files)
 
+    kept = [rel for rel in manifest.files if rel not in dropped and rel not in new_files]
+    _swap_in(snap, new, kept, new_files, "upgrade")
+
+
+def _swap_in(snap: Snapshot, manifest, kept: list, written: dict, what: str) -> None:
+    """The new version swapped in over `snap`'s path (the caller holds the
+    lock): the files `kept` hard-linked from `snap`, those `written` (rel ->
+    bytes or NpyFile) and `manifest` written, after checking that `snap` is
+    still the version on disk."""
     def fill(tmp: pathlib.Path) -> None:
-        for rel in manifest.files:
-            if rel not in dropped and rel not in new_files:
-                snap.link_into(rel, tmp / rel)
-        for rel, data in new_files.items():
+        for rel in kept:
+            snap.link_into(rel, tmp / rel)
+        for rel, data in written.items():
             _write_file(tmp, rel, data)
-        _write_file(tmp, fmt.MANIFEST_FILE, new.seal())
-        require_current(snap, "upgrade")
+        _write_file(tmp, fmt.MANIFEST_FILE, manifest.seal())
+        require_current(snap, what)
 
     _write_then_swap(snap.path, fill)
 
@@ -89,13 +177,6 @@ def _export_anew(snap: Snapshot, mesh, read_back) -> None:
     """The new version: the set read back from `snap` (tables in the
     current shape), its modules exported anew (for the same mesh, when it
     was exported for one), saved over the path (the caller holds the lock)."""
-    from static_compiler.support import placement as placement_lib
-
-    compiled = read_back(snap)  # tables and items in the current shape
-    record = snap.manifest.mesh
-    if record is not None:
-        where = placement_lib.placement_for(record, mesh, f"upgrade: artifact "
-                                            f"{str(snap.path)!r} (its modules are exported anew)")
-        compiled = compiled.shard(mesh, where.axis, where.min_bytes)
+    compiled = _read_back_placed(snap, mesh, read_back, "upgrade")
     require_current(snap, "upgrade")
     save_locked(compiled, snap.path, overwrite=True)

@@ -180,7 +180,8 @@ def build_files(compiled, reuse_modules=None) -> dict[str, object]:
         modules, cc, versions = reused_modules(compiled, reuse_modules, files)
         mesh, subset_bits = reuse_modules.manifest.mesh, reuse_modules.manifest.subset_bits
     fields = dict(
-        jax_version=versions[0], jaxlib_version=versions[1], calling_convention_version=cc, platforms=fmt.PLATFORMS, batch_dim=fmt.BATCH_DIM,
+        jax_version=versions[0], jaxlib_version=versions[1], exported_at=versions[2],
+        calling_convention_version=cc, platforms=fmt.PLATFORMS, batch_dim=fmt.BATCH_DIM,
         pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
         **set_metadata(compiled), tables=tuple(tables), modules=modules,
         names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files, mesh=mesh,

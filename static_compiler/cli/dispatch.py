@@ -17,7 +17,8 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from static_compiler.cli import compile, decode, demo, show_ir, update, upgrade, verify
+from static_compiler.cli import (compile, decode, demo, reexport, show_ir, update, upgrade,
+                                  verify)
 from static_compiler.cli.common import add_cache_argument, in_cli_terms, start_compilation_cache
 from static_compiler.errors import StaticCompilerError
 
@@ -25,7 +26,7 @@ EXIT_USAGE = 2
 """Exit status for bad input (our typed errors, and argparse's own)."""
 
 SUBCOMMANDS = [show_ir.COMMAND, compile.COMMAND, decode.COMMAND, verify.COMMAND, update.COMMAND,
-               upgrade.COMMAND, demo.COMMAND]
+               upgrade.COMMAND, reexport.COMMAND, demo.COMMAND]
 """The subcommand table; `build_parser` registers every row, in this order."""
 
 

@@ -94,9 +94,11 @@ def as_version(built, version: int, dest: pathlib.Path) -> pathlib.Path:
         order = InsertedOrder(items["state_inserted_at"], items["state_inserted_item"],
                               int(items["row_item"].max()) + 1)
         reseal_items(dest, {"state_item": order[np.arange(order.count)].astype(np.int32)}, 8)
+        edit_manifest(dest, lambda m: m.pop("exported_at"))
         return dest
     popped = {1: ("names_file", "item_files", "mesh", "subset_bits"),
-              2: ("item_files", "mesh", "subset_bits")}.get(version, ())
+              2: ("item_files", "mesh", "subset_bits"),
+              fmt.FORMAT_VERSION: ()}.get(version, ()) + ("exported_at",) * (version < 10)
 
     def older(m):
         m["format_version"] = version
@@ -110,12 +112,14 @@ def as_version(built, version: int, dest: pathlib.Path) -> pathlib.Path:
 
 
 OLD_SUBSETS = ["per_state", "ex_bounds", "branch_counts"]  # the frozen version 4 artifact's
-NEEDED = {1: ["names_file", "item_files", "mesh", "subset_bits", "branch_counts"],
-          2: ["item_files", "mesh", "subset_bits", "branch_counts"],
-          3: ["mesh", "subset_bits"] + OLD_SUBSETS, 4: ["subset_bits"] + OLD_SUBSETS,
-          5: OLD_SUBSETS, 6: ["branch_counts"], 7: [], 8: ["state_item"], 9: []}
-"""The COMPAT rows each `as_version` artifact needs (version 7 of a set
-without additions is today's shape under an older number)."""
+NEEDED = {1: ["names_file", "item_files", "mesh", "subset_bits", "exported_at", "branch_counts"],
+          2: ["item_files", "mesh", "subset_bits", "exported_at", "branch_counts"],
+          3: ["mesh", "subset_bits", "exported_at"] + OLD_SUBSETS,
+          4: ["subset_bits", "exported_at"] + OLD_SUBSETS, 5: ["exported_at"] + OLD_SUBSETS,
+          6: ["exported_at", "branch_counts"], 7: ["exported_at"],
+          8: ["exported_at", "state_item"], 9: ["exported_at"], 10: []}
+"""The COMPAT rows each `as_version` artifact needs (versions 7 and 9 of a
+set without additions are today's shape but for the export date)."""
 
 
 def rows_of(version: int, built) -> np.ndarray:
@@ -226,7 +230,8 @@ def test_once_the_window_passes_a_shape_an_update_kept_it_is_refused(tmp_path, m
         monkeypatch.setattr(module, "MIN_FORMAT_VERSION", 6)
     with pytest.raises(errors.ArtifactVersionError,
                        match=rf"format version {fmt.FORMAT_VERSION} \(it holds .* of format "
-                             r"version 5 and before\) is outside the window .*\[6, 9\].*"
+                             rf"version 5 and before\) is outside the window .*\[6, "
+                             rf"{fmt.MAX_FORMAT_VERSION}\].*"
                              r"static-compiler upgrade"):
         serving.load(path)
 
@@ -328,7 +333,7 @@ def test_the_upgrade_command(built, tmp_path, capsys):
     assert cli_main(["upgrade", str(path)]) == 0
     out = capsys.readouterr().out
     assert out == (f"upgraded {path}: format version 6 -> {fmt.FORMAT_VERSION} (older shapes: "
-                   "branch_counts); tables and modules kept\n")
+                   "exported_at, branch_counts); tables and modules kept\n")
     assert cli_main(["upgrade", str(path)]) == 0
     assert capsys.readouterr().out == (f"{path}: already format version {fmt.FORMAT_VERSION}, "
                                        "nothing to do\n")

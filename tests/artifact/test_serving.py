@@ -454,7 +454,8 @@ def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
     """Version 1 had no names_file key (and no names.jsonl), nor item_files
     nor mesh."""
     edit_manifest(copy, lambda m: (m.update(format_version=1), m.pop("names_file"),
-                                   m.pop("item_files"), m.pop("mesh"), m.pop("subset_bits")))
+                                   m.pop("item_files"), m.pop("mesh"), m.pop("subset_bits"),
+                                       m.pop("exported_at")))
     art = serving.load(copy)
     assert art.manifest.format_version == 1 and art.manifest.names_file is None
     assert art.names is None and artifact.read_names(copy) is None
@@ -468,7 +469,8 @@ def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
 
 def test_a_version_3_artifact_loads_as_one_for_one_device(copy, fixed):
     """Version 3 had no mesh key: its modules run on one device."""
-    edit_manifest(copy, lambda m: (m.update(format_version=3), m.pop("mesh"), m.pop("subset_bits")))
+    edit_manifest(copy, lambda m: (m.update(format_version=3), m.pop("mesh"), m.pop("subset_bits"),
+                                   m.pop("exported_at")))
     art = serving.load(copy)
     assert art.manifest.mesh is None and art.placement is None
     model = oracle.HashModel(10)

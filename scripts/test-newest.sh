@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The newest environment we support, tested: Python 3.13 with the current jax
+# and numpy (what pip resolves today: jax 0.12.x, numpy 2.x), in ./.venv-newest,
+# created and installed once. It runs the tests of what depends on jax's
+# version most (tests/artifact: export, serving, the format and artifacts
+# across jax versions; tests/backend: decoding; tests/live: live sets);
+# without torch (PyPI has no CPU torch wheel for this Python: the torch
+# tests run in the oldest environment, scripts/test.sh). CI runs it after
+# scripts/test.sh (.ci/run). Arguments go to pytest.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.venv-newest"
+python=""
+for candidate in python3.13 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3.13; do
+  if "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 13)' 2>/dev/null; then
+    python="$candidate"
+    break
+  fi
+done
+if [ -z "$python" ]; then
+  echo "scripts/test-newest.sh: no Python 3.13 found (python3.13 on PATH, or pyenv's)" >&2
+  exit 1
+fi
+stamp="$venv/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
+if [ ! -x "$venv/bin/python" ]; then
+  "$python" -m venv "$venv"
+fi
+if [ ! -f "$stamp" ]; then
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet -e "$root[test]"
+  rm -f "$venv"/.installed-*
+  touch "$stamp"
+fi
+export PATH="$venv/bin:$PATH"
+cd "$root"
+python -c 'import sys, jax, numpy; print(f"newest environment: Python {sys.version.split()[0]}, jax {jax.__version__}, numpy {numpy.__version__}")'
+if [ "$#" -eq 0 ]; then
+  set -- tests/artifact tests/backend tests/live
+fi
+exec python -m pytest -n 2 -q "$@"
