@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Creates ./.venv (once) and installs the project with its test, torch, examples
-# and distributed extras into it (torch: tests/integrations/test_integration_torch.py;
-# distributed: the Dask test of tests/frontend/test_partitioned.py).
-# Sourced by main-job.sh and test.sh, so a fresh machine needs nothing else.
+# Creates a virtual environment (once) and installs the project into it, then
+# puts it first on PATH. Sourced by main-job.sh and test.sh (./.venv, the
+# python3 on PATH, extras test,torch,examples,distributed: torch for
+# tests/integrations/test_integration_torch.py, distributed for the Dask test
+# of tests/frontend/test_partitioned.py), so a fresh machine needs nothing
+# else; test-newest.sh sets VENV_DIR, VENV_PYTHON and VENV_EXTRAS first.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="$root/.venv"
+venv="${VENV_DIR:-$root/.venv}"
 stamp="$venv/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
 if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
+  "${VENV_PYTHON:-python3}" -m venv "$venv"
 fi
 if [ ! -f "$stamp" ]; then
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e "$root[test,torch,examples,distributed]"
+  "$venv/bin/python" -m pip install --quiet -e "$root[${VENV_EXTRAS:-test,torch,examples,distributed}]"
   rm -f "$venv"/.installed-*
   touch "$stamp"
 fi

@@ -21,17 +21,7 @@ if [ -z "$python" ]; then
   echo "scripts/test-newest.sh: no Python 3.13 found (python3.13 on PATH, or pyenv's)" >&2
   exit 1
 fi
-stamp="$venv/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
-if [ ! -x "$venv/bin/python" ]; then
-  "$python" -m venv "$venv"
-fi
-if [ ! -f "$stamp" ]; then
-  "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e "$root[test]"
-  rm -f "$venv"/.installed-*
-  touch "$stamp"
-fi
-export PATH="$venv/bin:$PATH"
+VENV_DIR="$venv" VENV_PYTHON="$python" VENV_EXTRAS=test source "$root/scripts/setup-venv.sh"
 cd "$root"
 python -c 'import sys, jax, numpy; print(f"newest environment: Python {sys.version.split()[0]}, jax {jax.__version__}, numpy {numpy.__version__}")'
 if [ "$#" -eq 0 ]; then

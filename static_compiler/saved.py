@@ -282,8 +282,8 @@ def reexport_artifact(path, *, mesh=None) -> dict:
     ArtifactBusyError
         While another writer holds the artifact's lock.
     DecodeInputError
-        For an artifact without modules, or one exported for a mesh without
-        `mesh` (or with a mesh of other axes or sizes).
+        For an artifact exported for a mesh without `mesh` (or with a mesh
+        of other axes or sizes).
     """
     from static_compiler.artifact import upgrade
     return upgrade.reexport(path, read_back=_compiled_from_snapshot, mesh=mesh)

@@ -128,3 +128,17 @@ def ir_unread(compiled) -> bool:
     """True for a `CompiledConstraints` held in its tables (no `held_ir`)
     whose IR nothing has read back from them yet (`computed.ir`)."""
     return compiled.held_ir is None and compiled.computed.ir is None
+
+
+def edit_manifest(path, change, reseal: bool = True) -> None:
+    """Applies `change` (a function of the manifest's JSON dict, editing it in
+    place) to the artifact at `path`, then writes the manifest resealed with
+    its own checksum (reseal=False: with the checksum as it was)."""
+    import json
+
+    from static_compiler.artifact import format as fmt
+
+    manifest = json.loads((pathlib.Path(path) / fmt.MANIFEST_FILE).read_text())
+    change(manifest)
+    data = fmt.seal_manifest(manifest) if reseal else fmt.manifest_bytes(manifest)
+    (pathlib.Path(path) / fmt.MANIFEST_FILE).write_bytes(data)

@@ -132,7 +132,7 @@ def warn_if_export_ages(manifest, path, today: Optional[datetime.date] = None) -
     """An `ArtifactExpiryWarning` when the modules' export date (format
     version 10's "exported_at") is within `format.EXPORT_WARN_DAYS` of
     jax.export's backward window, or past it; nothing for an unknown date."""
-    if manifest.exported_at is None or not manifest.modules:
+    if manifest.exported_at is None:
         return
     today = today or datetime.datetime.now(datetime.timezone.utc).date()
     expires = datetime.date.fromisoformat(fmt.export_expires(manifest.exported_at))

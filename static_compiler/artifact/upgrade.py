@@ -36,7 +36,6 @@ from static_compiler.artifact.snapshot import Snapshot, open_snapshot, read_item
 from static_compiler.artifact.update import require_current
 from static_compiler.artifact.export import export_caps, exported_modules
 from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap, save_locked
-from static_compiler.errors import DecodeInputError
 
 EXPORTED_ANEW = frozenset({"ex_bounds", "per_state"})
 """COMPAT rows whose artifacts' modules take an older table or bit layout:
@@ -79,9 +78,6 @@ def reexport(path, *, read_back, mesh=None) -> dict:
             report = {"path": str(path), "from_jax": manifest.jax_version,
                       "from_jaxlib": manifest.jaxlib_version,
                       "from_exported_at": manifest.exported_at}
-            if not manifest.modules:
-                raise DecodeInputError(f"re-export: artifact {str(path)!r} holds no modules "
-                                       "(a tables-only artifact): nothing to renew")
             if manifest.format_version != fmt.FORMAT_VERSION or snap.compat:
                 _export_anew(snap, mesh, read_back)
                 upgraded = True

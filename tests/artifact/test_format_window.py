@@ -29,17 +29,10 @@ from static_compiler import upgrade_artifact
 from static_compiler.cli.dispatch import main as cli_main
 from test_serving import serve
 
-from helpers import DATA
+from helpers import DATA, edit_manifest
 V4_ARTIFACT = DATA / "artifact_v4_subsets"
 V4_SIDS = np.load(DATA / "artifact_v4_subsets_sids.npy")
 VOCAB = 8
-
-
-def edit_manifest(path: pathlib.Path, change) -> None:
-    """Applies `change` to the manifest's JSON and reseals it."""
-    manifest = json.loads((path / fmt.MANIFEST_FILE).read_text())
-    change(manifest)
-    (path / fmt.MANIFEST_FILE).write_bytes(fmt.seal_manifest(manifest))
 
 
 def reseal_items(path: pathlib.Path, arrays: dict, version: int) -> None:

@@ -9,7 +9,6 @@ or fails at load as it should and decodes after a re-export."""
 
 import datetime
 import json
-import pathlib
 import shutil
 import warnings
 
@@ -24,7 +23,7 @@ from static_compiler.artifact import format as fmt
 from static_compiler.artifact import runtime
 from static_compiler.artifact.manifest import FileEntry, Manifest
 
-from helpers import DATA, one_error_line, run_cli
+from helpers import DATA, edit_manifest, one_error_line, run_cli
 
 FIXTURES = DATA / "jax_versions"
 VOCAB, END, B, M = 16, 0, 2, 4
@@ -75,13 +74,6 @@ def assert_same_beams(got, want):
 
 def version_tuple(text: str) -> tuple:
     return tuple(int(p) for p in text.split(".") if p.isdigit())
-
-
-def edit_manifest(path: pathlib.Path, change) -> None:
-    manifest = json.loads((path / fmt.MANIFEST_FILE).read_text())
-    manifest.pop(fmt.MANIFEST_DIGEST_KEY)
-    change(manifest)
-    (path / fmt.MANIFEST_FILE).write_bytes(fmt.seal_manifest(manifest))
 
 
 @pytest.fixture

@@ -328,13 +328,6 @@ def copy(fixed, tmp_path):
     return dst
 
 
-def edit_manifest(path, change, reseal=True):
-    m = json.loads((path / fmt.MANIFEST_FILE).read_text())
-    change(m)
-    data = fmt.seal_manifest(m) if reseal else fmt.manifest_bytes(m)
-    (path / fmt.MANIFEST_FILE).write_bytes(data)
-
-
 def flip_byte(file, offset=None):
     data = bytearray(file.read_bytes())
     offset = len(data) // 2 if offset is None else offset
@@ -403,14 +396,14 @@ def test_truncated_module(copy):
     def fix(m):  # a manifest that agrees with the truncated file
         m["files"]["modules/beam_step_m4.jaxexport"] = {
             "size": len(data) // 3, "sha256": fmt.sha256_file(module)}
-    edit_manifest(copy, fix)
+    helpers.edit_manifest(copy, fix)
     with pytest.raises(errors.ArtifactFormatError, match="cannot be deserialized"):
         serving.load(copy)
 
 
 @pytest.mark.parametrize("version", [0, fmt.MAX_FORMAT_VERSION + 1, 99])
 def test_format_version_outside_the_supported_range(copy, version):
-    edit_manifest(copy, lambda m: m.update(format_version=version))
+    helpers.edit_manifest(copy, lambda m: m.update(format_version=version))
     lo, hi = fmt.MIN_FORMAT_VERSION, fmt.MAX_FORMAT_VERSION
     with pytest.raises(errors.ArtifactVersionError,
                        match=rf"format version {version} is outside .*\[{lo}, {hi}\]"):
@@ -420,7 +413,7 @@ def test_format_version_outside_the_supported_range(copy, version):
 def test_a_calling_convention_this_jax_cannot_run(copy):
     hi = jax.export.maximum_supported_calling_convention_version
     for version in (hi + 1, jax.export.minimum_supported_calling_convention_version - 1):
-        edit_manifest(copy, lambda m: m.update(calling_convention_version=version))
+        helpers.edit_manifest(copy, lambda m: m.update(calling_convention_version=version))
         with pytest.raises(errors.ArtifactVersionError,
                            match=rf"calling-convention version {version} cannot run on jax "
                                  rf".*supports \[\d+, {hi}\]"):
@@ -445,7 +438,7 @@ def test_the_manifest_schema_round_trips(fixed):
     ("names_file", 3, r"\['names_file'\] is 3 \(int\), expected str or NoneType"),
 ])
 def test_a_manifest_key_of_the_wrong_type_is_named(copy, key, value, match):
-    edit_manifest(copy, lambda m: m.pop(key) if value is None else m.update({key: value}))
+    helpers.edit_manifest(copy, lambda m: m.pop(key) if value is None else m.update({key: value}))
     with pytest.raises(errors.ArtifactFormatError, match=match):
         serving.load(copy)
 
@@ -453,7 +446,7 @@ def test_a_manifest_key_of_the_wrong_type_is_named(copy, key, value, match):
 def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
     """Version 1 had no names_file key (and no names.jsonl), nor item_files
     nor mesh."""
-    edit_manifest(copy, lambda m: (m.update(format_version=1), m.pop("names_file"),
+    helpers.edit_manifest(copy, lambda m: (m.update(format_version=1), m.pop("names_file"),
                                    m.pop("item_files"), m.pop("mesh"), m.pop("subset_bits"),
                                        m.pop("exported_at")))
     art = serving.load(copy)
@@ -469,7 +462,7 @@ def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
 
 def test_a_version_3_artifact_loads_as_one_for_one_device(copy, fixed):
     """Version 3 had no mesh key: its modules run on one device."""
-    edit_manifest(copy, lambda m: (m.update(format_version=3), m.pop("mesh"), m.pop("subset_bits"),
+    helpers.edit_manifest(copy, lambda m: (m.update(format_version=3), m.pop("mesh"), m.pop("subset_bits"),
                                    m.pop("exported_at")))
     art = serving.load(copy)
     assert art.manifest.mesh is None and art.placement is None
@@ -491,7 +484,7 @@ def test_a_version_3_artifact_loads_as_one_for_one_device(copy, fixed):
     ([2], r"\['mesh'\] is \[2\] \(list\), expected dict"),
 ])
 def test_a_bad_mesh_record_is_named(copy, mesh, message):
-    edit_manifest(copy, lambda m: m.update(mesh=mesh))
+    helpers.edit_manifest(copy, lambda m: m.update(mesh=mesh))
     with pytest.raises(errors.ArtifactFormatError, match=message):
         serving.load(copy)
 
@@ -517,13 +510,13 @@ def test_a_mesh_record_on_modules_for_one_device_is_refused(tmp_path):
         ptrs = [t for t in m["tables"] if t["name"] == "indptr" and t["shape"][0] % 7919]
         m["mesh"] = {"axes": [["d", 7919]], "table_axis": "d", "min_bytes": 0,
                      "split_tables": [f"layer{ptrs[0]['layer']}.indptr"]}
-    edit_manifest(path, split)
+    helpers.edit_manifest(path, split)
     with pytest.raises(errors.ArtifactFormatError, match=r"takes tables .* placed"):
         serving.load(path)
 
 
 def test_a_table_entry_of_the_wrong_type_is_named(copy):
-    edit_manifest(copy, lambda m: m["tables"][0].update(layer="0"))
+    helpers.edit_manifest(copy, lambda m: m["tables"][0].update(layer="0"))
     with pytest.raises(errors.ArtifactFormatError, match=r"tables\[0\]\['layer'\] is '0'"):
         serving.load(copy)
 
@@ -541,7 +534,7 @@ def test_manifest_not_json_or_not_ours(copy):
 
 
 def test_an_edited_manifest_without_a_new_seal(copy):
-    edit_manifest(copy, lambda m: m.update(num_sequences=1), reseal=False)
+    helpers.edit_manifest(copy, lambda m: m.update(num_sequences=1), reseal=False)
     with pytest.raises(errors.ArtifactChecksumError, match="manifest is corrupted"):
         serving.load(copy)
 
@@ -549,7 +542,7 @@ def test_an_edited_manifest_without_a_new_seal(copy):
 def test_module_that_disagrees_with_its_calling_convention(copy):
     def swap(m):
         m["modules"]["mask"]["args"][-1]["dtype"] = "float32"
-    edit_manifest(copy, swap)
+    helpers.edit_manifest(copy, swap)
     with pytest.raises(errors.ArtifactFormatError, match="mask.jaxexport' takes"):
         serving.load(copy)
 
@@ -562,7 +555,7 @@ def test_table_that_disagrees_with_the_manifest(copy):
     def fix(m):
         m["files"][entry_file] = {"size": (copy / entry_file).stat().st_size,
                                   "sha256": fmt.sha256_file(copy / entry_file)}
-    edit_manifest(copy, fix)
+    helpers.edit_manifest(copy, fix)
     with pytest.raises(errors.ArtifactFormatError, match=r"layer0.next.npy' holds int64"):
         serving.load(copy)
 
@@ -577,7 +570,7 @@ def reseal_table(copy, entry_file, edit):
     def fix(m):
         m["files"][entry_file] = {"size": (copy / entry_file).stat().st_size,
                                   "sha256": fmt.sha256_file(copy / entry_file)}
-    edit_manifest(copy, fix)
+    helpers.edit_manifest(copy, fix)
 
 
 TABLE_EDITS = {
@@ -682,16 +675,16 @@ def test_bad_mask_and_advance_arguments(fixed):
 
 
 def test_manifest_entries_that_name_unlisted_files_or_wrong_kinds(copy):
-    edit_manifest(copy, lambda m: m["modules"]["mask"].update(file="../outside.jaxexport"))
+    helpers.edit_manifest(copy, lambda m: m["modules"]["mask"].update(file="../outside.jaxexport"))
     with pytest.raises(errors.ArtifactFormatError, match=r"modules\['mask'\] names file "
                                                           r"'../outside.jaxexport'"):
         serving.load(copy)
-    edit_manifest(copy, lambda m: (m["modules"]["mask"].update(file="modules/mask.jaxexport"),
+    helpers.edit_manifest(copy, lambda m: (m["modules"]["mask"].update(file="modules/mask.jaxexport"),
                                    m["modules"]["init_m4"].update(beam_size=6)))
     with pytest.raises(errors.ArtifactFormatError, match=r"'init_m4' records kind 'init' and "
                                                           r"beam size 6"):
         serving.load(copy)
-    edit_manifest(copy, lambda m: (m["modules"]["init_m4"].update(beam_size=4),
+    helpers.edit_manifest(copy, lambda m: (m["modules"]["init_m4"].update(beam_size=4),
                                    m["modules"].pop("init_m6")))
     with pytest.raises(errors.ArtifactFormatError, match=r"no module\(s\) \['init_m6'\]"):
         serving.load(copy)
