@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates a virtual environment (once) and installs the project into it, then
 # puts it first on PATH. Sourced by main-job.sh and test.sh (./.venv, the
-# python3 on PATH, extras test,torch,examples,distributed: torch for
+# python3 on PATH, extras jax,test,torch,hf,examples,distributed: torch and hf for
 # tests/integrations/test_integration_torch.py, distributed for the Dask test
 # of tests/frontend/test_partitioned.py), so a fresh machine needs nothing
 # else; test-newest.sh sets VENV_DIR, VENV_PYTHON and VENV_EXTRAS first.
@@ -14,7 +14,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ ! -f "$stamp" ]; then
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e "$root[${VENV_EXTRAS:-test,torch,examples,distributed}]"
+  "$venv/bin/python" -m pip install --quiet -e "$root[${VENV_EXTRAS:-jax,test,torch,hf,examples,distributed}]"
   rm -f "$venv"/.installed-*
   touch "$stamp"
 fi

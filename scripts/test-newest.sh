@@ -21,7 +21,7 @@ if [ -z "$python" ]; then
   echo "scripts/test-newest.sh: no Python 3.13 found (python3.13 on PATH, or pyenv's)" >&2
   exit 1
 fi
-VENV_DIR="$venv" VENV_PYTHON="$python" VENV_EXTRAS=test source "$root/scripts/setup-venv.sh"
+VENV_DIR="$venv" VENV_PYTHON="$python" VENV_EXTRAS=jax,test source "$root/scripts/setup-venv.sh"
 cd "$root"
 python -c 'import sys, jax, numpy; print(f"newest environment: Python {sys.version.split()[0]}, jax {jax.__version__}, numpy {numpy.__version__}")'
 if [ "$#" -eq 0 ]; then

@@ -32,9 +32,9 @@ _MOVED = {"datasets": "frontend.datasets", "text": "frontend.text", "readers": "
           "partitioned": "frontend.partitioned", "serving": "artifact.serving"}
 
 
-_JAX_INSTALL = ("pip install jax (or, to serve a saved artifact without jax: "
-                "static_compiler.torch_backend.TorchConstraints.load(path), which "
-                "needs numpy and torch only)")
+_JAX_INSTALL = ("pip install 'static-compiler[jax]' (or, to decode without jax: "
+                "static_compiler.torch_backend.TorchConstraints, which needs numpy and "
+                "torch only; compile_constraints and save need numpy alone)")
 
 
 def __getattr__(name):
@@ -45,7 +45,7 @@ def __getattr__(name):
         if missing not in ("jax", "jaxlib"):
             raise
         from static_compiler.errors import require
-        require(missing, f"static_compiler.{name} (the compiler and its JAX decoders)",
+        require(missing, f"static_compiler.{name} (the JAX decoders)",
                 _JAX_INSTALL)  # raises MissingDependencyError
         raise
 

@@ -5,6 +5,7 @@ mesh placement, save. `compiler.compile_constraints` builds one."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from typing import Optional
 
 import numpy as np
@@ -18,10 +19,12 @@ from static_compiler.target.raising import automaton_from_tables, table_head
 from static_compiler.frontend.names import NameTable
 from static_compiler.backend.decode.front_door import DecodeVerbs
 from static_compiler.support.decode_state import check_int, check_processor_state, is_traced
-from static_compiler.errors import ConstraintSetError, DecodeInputError
+from static_compiler.errors import ConstraintSetError, DecodeInputError, require
 from static_compiler.frontend import ItemIndex
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
 from static_compiler.warm import WarmUp
+
+_JAX_INSTALL = "pip install 'static-compiler[jax]'"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -220,7 +223,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         """The tables as jax arrays on the default device, put there once."""
         cached = self.computed.device_tables
         if cached is None:
-            import jax
+            jax = require("jax", "device_tables (the tables on a jax device)", _JAX_INSTALL)
             with jax.ensure_compile_time_eval():  # concrete even when first used under jit
                 if self.placement is None:
                     cached = jax.device_put(self.tables)
@@ -440,11 +443,21 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
             specs[batch_size] = decode.live.live_mask_spec(self.plan, batch_size)
         return specs[batch_size]
 
-    def save(self, path, *, overwrite: bool = False):
-        """Writes the artifact directory atomically (see static_compiler.artifact.writer)."""
+    def save(self, path, *, overwrite: bool = False, modules: Optional[bool] = None):
+        """Writes the artifact directory atomically (see static_compiler.artifact.writer).
+
+        modules: export the StableHLO modules a jax serving process runs
+        (True; needs jax), or write the tables alone (False: what the torch
+        backend and `sc.load` read; `static-compiler re-export PATH` adds the
+        modules later). None (default): modules when jax is installed."""
         from static_compiler.artifact import writer
         from static_compiler.artifact.format import artifact_path
-        return writer.save(self, artifact_path(path, "save"), overwrite=overwrite)
+        if modules is None:
+            modules = importlib.util.find_spec("jax") is not None
+        elif not isinstance(modules, bool):
+            raise DecodeInputError(f"save: modules={modules!r}: expected True, False or None")
+        return writer.save(self, artifact_path(path, "save"), overwrite=overwrite,
+                           modules=modules)
 
 
 _NOT_YET = object()

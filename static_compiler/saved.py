@@ -156,7 +156,8 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
     -------
     dict
         The `last_update` report (see `CompiledConstraints.update`), with
-        "modules": "reused" or "exported".
+        "modules": "reused" or "exported" ("none" for a tables-only
+        artifact, which stays so: `reexport_artifact` adds modules).
 
     Raises
     ------
@@ -198,8 +199,11 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
                                                     "capacity)")
                 new = new.shard(mesh, where.axis, where.min_bytes)
             require_current(snap)  # a writer that skips the lock swapped nothing in
-            save_locked(new, path, overwrite=True, reuse_modules=reuse)
-        return dict(new.last_update, modules="reused" if reuse else "exported")
+            tables_only = not snap.manifest.modules  # (saved without jax: stays so)
+            save_locked(new, path, overwrite=True, reuse_modules=reuse,
+                        modules=not tables_only)
+        return dict(new.last_update, modules="none" if tables_only else
+                    "reused" if reuse else "exported")
 
 
 def upgrade_artifact(path, *, mesh=None) -> dict:
@@ -243,7 +247,7 @@ def upgrade_artifact(path, *, mesh=None) -> dict:
     return upgrade.upgrade(path, read_back=_compiled_from_snapshot, mesh=mesh)
 
 
-def reexport_artifact(path, *, mesh=None) -> dict:
+def reexport_artifact(path, *, mesh=None, beam_sizes=None) -> dict:
     """Exports an artifact's modules anew with the running jax, keeping its tables.
 
     For an artifact whose modules another JAX exported and this one cannot
@@ -256,6 +260,8 @@ def reexport_artifact(path, *, mesh=None) -> dict:
     dump are hard-linked unchanged, so a serving `reload()` reads the new
     modules beside the tables it holds. An artifact of an older format
     version is upgraded on the way (its tables written in the current shape).
+    A tables-only artifact (saved without jax: format version 11) gets its
+    modules here, for `beam_sizes`.
 
     Parameters
     ----------
@@ -264,6 +270,10 @@ def reexport_artifact(path, *, mesh=None) -> dict:
     mesh : jax.sharding.Mesh, optional
         For an artifact exported for a mesh: the mesh (the same axes and
         sizes) to export its modules for.
+    beam_sizes : tuple of int, optional
+        A tables-only artifact's beam sizes to export beam_step modules for
+        (default (70,), as `compile_constraints`); an artifact with modules
+        keeps its own (DecodeInputError when given).
 
     Returns
     -------
@@ -271,7 +281,7 @@ def reexport_artifact(path, *, mesh=None) -> dict:
         {"path", "from_jax", "from_jaxlib", "from_exported_at" (None when
         not recorded), "jax", "jaxlib", "exported_at" (the new modules'),
         "upgraded" (whether the format version changed too), "from_version",
-        "to_version"}.
+        "to_version", "tables_only" (whether it had no modules)}.
 
     Raises
     ------
@@ -286,4 +296,5 @@ def reexport_artifact(path, *, mesh=None) -> dict:
         of other axes or sizes).
     """
     from static_compiler.artifact import upgrade
-    return upgrade.reexport(path, read_back=_compiled_from_snapshot, mesh=mesh)
+    return upgrade.reexport(path, read_back=_compiled_from_snapshot, mesh=mesh,
+                            beam_sizes=beam_sizes)

@@ -42,7 +42,6 @@ import numpy as np
 
 from static_compiler.artifact.warm import Warmth, pad_subsets
 from static_compiler.backend import decode
-from static_compiler.backend.decode import search
 from static_compiler.support.compile_events import CompileCounter
 from static_compiler.support.decode_state import check_int, check_rows
 from static_compiler.errors import ConstraintSetError, DecodeInputError
@@ -254,13 +253,13 @@ def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_
         jobs.append(functools.partial(compiled.processor(B).warm, specs))
         if eager:
             jobs.append(functools.partial(_eager, compiled, B, specs))
-        calls = [(search.beam_search_compiles, (logits_fn,),
+        calls = [(decode.search.beam_search_compiles, (logits_fn,),
                   dict(pick(beam_opts), batch_size=B, beam_size=M)) for M in beams]
         if greedy:
-            calls.append((search.beam_search_compiles, (logits_fn,),
+            calls.append((decode.search.beam_search_compiles, (logits_fn,),
                           dict(pick(greedy_opts), batch_size=B, beam_size=1)))
         if sample_key is not None:
-            calls.append((search.sample_compiles, (logits_fn, sample_key),
+            calls.append((decode.search.sample_compiles, (logits_fn, sample_key),
                           dict(pick(sample_opts), batch_size=B)))
         for planner, args, kwargs in calls:  # (checks the options now)
             jobs.extend(planner(plan, tables, *args, subsets=(None,) + specs, **kwargs))

@@ -32,7 +32,7 @@ jax. The writer's and readers' functions are available here on first use
 from static_compiler.support.lazy import lazy_exports
 
 _EXPORTS = {
-    "export_modules": "export", "aval_specs": "export", "export_caps": "export",
+    "export_modules": "export", "aval_specs": "export", "export_caps": "metadata",
     "set_metadata": "metadata", "plan_from_metadata": "metadata",
     "automaton_from_metadata": "metadata",
     "lock_file": "lock", "update_lock": "lock",

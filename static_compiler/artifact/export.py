@@ -1,7 +1,7 @@
 """Exporting a compiled set's modules with `jax.export` (`export_modules`),
 for ("cpu", "cuda", "tpu") at once and a symbolic batch dimension ``b``, and
-their manifest entries (`exported_modules`; `reused_modules` copies a saved
-version's unchanged). Tables are arguments, never constants, so the module
+their manifest entries (`exported_modules`; `writer.reused_modules` copies
+a saved version's unchanged). Tables are arguments, never constants, so the module
 bytes do not grow with the set:
 
 ============  =================================================================
@@ -24,23 +24,20 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import export as jax_export
 
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
+from static_compiler.artifact.metadata import export_caps
 from static_compiler.artifact.runtime import running_versions
-from static_compiler.support.placement import placed_shape
 from static_compiler.backend import decode
 from static_compiler.backend.decode.processor import advance_switch, mask_switch
 from static_compiler.backend.decode.step import beam_step_switch
 from static_compiler.target.plan import Plan
-from static_compiler.support.decode_state import BeamState, ProcessorState, check_tokens_per_beam
-from static_compiler.errors import ArtifactVersionError, DecodeInputError
+from static_compiler.support.decode_state import BeamState, ProcessorState
 
 
 def _spec(shape, dtype, sharding=None) -> jax.ShapeDtypeStruct:
@@ -161,21 +158,6 @@ def aval_specs(avals, names: list[str]) -> tuple[ArraySpec, ...]:
                            str(a.dtype)) for name, a in zip(names, avals))
 
 
-def export_caps(compiled) -> tuple[Optional[int], ...]:
-    """The per-step caps the beam_step modules apply (`check_tokens_per_beam`
-    of export_tokens_per_beam), after checking export_beam_sizes; raises
-    DecodeInputError naming the export option that is wrong."""
-    sizes = compiled.export_beam_sizes
-    if not sizes or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1
-                        for m in sizes):
-        raise DecodeInputError(f"export_beam_sizes={sizes!r}: expected a non-empty tuple of "
-                               "ints >= 1")
-    try:
-        return check_tokens_per_beam(compiled.export_tokens_per_beam, compiled.plan.max_length)
-    except DecodeInputError as e:
-        raise DecodeInputError(f"export_tokens_per_beam: {e}") from None
-
-
 def exported_modules(compiled, caps, files: dict) -> tuple[dict, int, tuple]:
     """Exports `compiled`'s modules into `files`: (manifest entries by name,
     calling-convention version, (jax version, jaxlib version, export date):
@@ -197,20 +179,3 @@ def exported_modules(compiled, caps, files: dict) -> tuple[dict, int, tuple]:
     (cc,) = cc_versions
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     return modules, cc, (*running_versions(), today)
-
-
-def reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
-    """The modules of the saved artifact `reuse` (an open Snapshot), copied
-    into `files`, after checking that they take `compiled`'s tables."""
-    path, manifest = reuse.path, reuse.manifest
-    tables = [ArraySpec("", placed_shape(manifest.mesh, t, k, compiled.tables[t][k].shape),
-                        str(compiled.tables[t][k].dtype))
-              for t, k in fmt.table_keys(compiled.tables)]
-    for name, entry in manifest.modules.items():
-        took = [(a.shape, a.dtype) for a in entry.args if a.name.startswith("table:")]
-        if took and took != [(a.shape, a.dtype) for a in tables]:
-            raise ArtifactVersionError(f"artifact {str(path)!r}: module {name!r} takes other "
-                                       "tables than the new version has: export it anew")
-        files[entry.file] = reuse.read_bytes(entry.file)
-    return (dict(manifest.modules), manifest.calling_convention_version,
-            (manifest.jax_version, manifest.jaxlib_version, manifest.exported_at))

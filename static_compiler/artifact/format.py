@@ -116,13 +116,19 @@ FORMAT_HISTORY = (
                   "modules keeps all three): a load warns as the date nears the end of "
                   "jax.export's backward window (`EXPORT_WINDOW_DAYS`), and `static-compiler "
                   "re-export` renews the modules. Versions 1 to 9 read as null (not known)."),
+    FormatVersion(11, "2026-12-05", "tables-only artifacts: \"modules\" may be {} and "
+                  "\"platforms\" [], with \"jax_version\", \"jaxlib_version\", "
+                  "\"calling_convention_version\" and \"exported_at\" null (a set saved "
+                  "without jax, or with save(modules=False)); the torch backend and sc.load "
+                  "read it, a jax serving load names `static-compiler re-export PATH`, which "
+                  "adds the modules. Versions 1 to 10 always hold modules."),
 )
 """The dated history of the format, one row per version, oldest first."""
 
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 10
+FORMAT_VERSION = 11
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 10
+MAX_FORMAT_VERSION = 11
 
 SUPPORT_DAYS = 183
 """How long (about six months, as jax.export keeps a calling convention)

@@ -131,7 +131,9 @@ class FileEntry:
         return cls(size=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
-_SCALARS = (("jax_version", str), ("jaxlib_version", str), ("calling_convention_version", int),
+_OPTIONAL = (str, type(None))
+_SCALARS = (("jax_version", _OPTIONAL), ("jaxlib_version", _OPTIONAL),
+            ("calling_convention_version", (int, type(None))),
             ("batch_dim", str), ("pad_token", int), ("sentinel_score", float), ("pipeline", str),
             ("vocab_size", int), ("max_length", int), ("depth", int),
             ("end_token", (int, type(None))), ("num_sequences", int), ("num_final_states", int))
@@ -186,9 +188,9 @@ class Manifest:
     names) are plain JSON objects; with the tables they determine the
     automaton (`static_compiler.target.raising.automaton_from_tables`)."""
 
-    jax_version: str
-    jaxlib_version: str
-    calling_convention_version: int
+    jax_version: Optional[str]
+    jaxlib_version: Optional[str]
+    calling_convention_version: Optional[int]
     platforms: tuple
     batch_dim: str
     pad_token: int
@@ -273,6 +275,17 @@ class Manifest:
             if rel not in out.files:
                 raise format_error(path, f"{what} names file {rel!r}, which is not among the "
                                          f"manifest's files {sorted(out.files)}")
+        exporter = (out.jax_version, out.jaxlib_version, out.calling_convention_version)
+        if not (out.modules and None not in exporter) and not (
+                not out.modules and version >= 11 and
+                all(field is None for field in exporter + (out.exported_at,))):
+            raise format_error(path, f"{MANIFEST_FILE}: {len(out.modules)} modules with "
+                                     f"jax_version {out.jax_version!r}, jaxlib_version "
+                                     f"{out.jaxlib_version!r}, calling_convention_version "
+                                     f"{out.calling_convention_version!r} and exported_at "
+                                     f"{out.exported_at!r}: expected modules with all of "
+                                     "them set (or, from format version 11, no modules and "
+                                     "all of them null: a tables-only artifact)")
         if out.subset_bits not in SUBSET_BITS:
             raise format_error(path, f"{MANIFEST_FILE}['subset_bits'] is {out.subset_bits!r}: "
                                      f"expected one of {list(SUBSET_BITS)}")
@@ -353,6 +366,13 @@ class Manifest:
     def beam_sizes(self) -> tuple[int, ...]:
         """Beam sizes with an exported beam_step module, ascending."""
         return tuple(sorted(m.beam_size for m in self.modules.values() if m.kind == "beam_step"))
+
+    @property
+    def tables_only(self) -> bool:
+        """Whether the artifact holds no modules (format version 11: saved
+        without jax): the torch backend and `sc.load` read it; a jax
+        serving process needs `static-compiler re-export` first."""
+        return not self.modules
 
     def missing_modules(self) -> list[str]:
         """Modules every artifact must have that this manifest does not list:

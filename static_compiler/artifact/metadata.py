@@ -8,14 +8,16 @@ numpy tables only, no module is executed).
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import numpy as np
 
 from static_compiler.target.plan import Plan, StepPlan
 from static_compiler.target.raising import automaton_from_tables
-from static_compiler.errors import ArtifactFormatError
+from static_compiler.errors import ArtifactFormatError, DecodeInputError
 from static_compiler.ir import Automaton, AutomatonSummary, LayerSummary, Layout
 from static_compiler.live.layers import table_branch_counts
+from static_compiler.support.arguments import check_tokens_per_beam
 
 
 def set_metadata(compiled) -> dict[str, object]:
@@ -110,3 +112,18 @@ def automaton_from_metadata(metadata: dict, tables, where: str = "tables") -> Au
     return automaton_from_tables(plan, layouts, tables, where=where,
                                  num_final_states=metadata["num_final_states"],
                                  num_sequences=metadata["num_sequences"], counts=counts)
+
+
+def export_caps(compiled) -> tuple[Optional[int], ...]:
+    """The per-step caps the beam_step modules apply (`check_tokens_per_beam`
+    of export_tokens_per_beam), after checking export_beam_sizes; raises
+    DecodeInputError naming the export option that is wrong."""
+    sizes = compiled.export_beam_sizes
+    if not sizes or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1
+                        for m in sizes):
+        raise DecodeInputError(f"export_beam_sizes={sizes!r}: expected a non-empty tuple of "
+                               "ints >= 1")
+    try:
+        return check_tokens_per_beam(compiled.export_tokens_per_beam, compiled.plan.max_length)
+    except DecodeInputError as e:
+        raise DecodeInputError(f"export_tokens_per_beam: {e}") from None

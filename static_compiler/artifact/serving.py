@@ -402,6 +402,13 @@ def load_from(snap: snapshot.Snapshot, *, device=None, mesh=None) -> Artifact:
     """`load` of an artifact already open as a snapshot (`open_snapshot`),
     for a caller that checks more of it first (`artifact.load_checked`)."""
     path, manifest = snap.path, snap.manifest
+    if manifest.tables_only:
+        raise ArtifactVersionError(
+            f"artifact {str(path)!r} holds tables only, no StableHLO modules (saved without "
+            "jax, or with save(modules=False)): export its modules with this jax, "
+            f"`static-compiler re-export {path}` (sc.reexport_artifact; add --beam-sizes for "
+            "the beam sizes to serve), or decode it with the torch backend "
+            "(TorchConstraints.load) or sc.load")
     platform = current_platform()
     if platform not in manifest.platforms:
         raise fmt.format_error(path, f"modules were lowered for {list(manifest.platforms)}, this "

@@ -305,8 +305,8 @@ def _checked_manifest_body(path: pathlib.Path, raw, calling_conventions) -> dict
     version = require(raw, "format_version", int, MANIFEST_FILE, path)
     if not MIN_FORMAT_VERSION <= version <= MAX_FORMAT_VERSION:
         raise version_error(path, version)
-    cc = require(raw, "calling_convention_version", int, MANIFEST_FILE, path)
-    if calling_conventions is not None:
+    cc = require(raw, "calling_convention_version", (int, type(None)), MANIFEST_FILE, path)
+    if calling_conventions is not None and cc is not None:  # (None: tables only, no modules)
         lo, hi, runtime = calling_conventions
         if not lo <= cc <= hi:
             raise ArtifactVersionError(

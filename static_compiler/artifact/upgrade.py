@@ -34,8 +34,14 @@ from static_compiler.artifact.lock import update_lock
 from static_compiler.artifact.manifest import FileEntry
 from static_compiler.artifact.snapshot import Snapshot, open_snapshot, read_item_arrays
 from static_compiler.artifact.update import require_current
-from static_compiler.artifact.export import export_caps, exported_modules
-from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap, save_locked
+from static_compiler.artifact.metadata import export_caps
+from static_compiler.artifact.writer import (NpyFile, _write_file, _write_then_swap, exporter,
+                                             save_locked)
+from static_compiler.errors import DecodeInputError
+
+DEFAULT_BEAM_SIZES = (70,)
+"""The beam sizes a tables-only artifact's modules are exported for when
+re-export is given none (`compile_constraints`' export_beam_sizes default)."""
 
 EXPORTED_ANEW = frozenset({"ex_bounds", "per_state"})
 """COMPAT rows whose artifacts' modules take an older table or bit layout:
@@ -64,25 +70,39 @@ def upgrade(path, *, read_back, mesh=None) -> dict:
             return {**report, "upgraded": True, "modules": "kept"}
 
 
-def reexport(path, *, read_back, mesh=None) -> dict:
+def reexport(path, *, read_back, mesh=None, beam_sizes=None) -> dict:
     """`static_compiler.reexport_artifact` (see there): the artifact's
     modules exported anew by the running jax, under its writers' lock.
     read_back: as for `upgrade`. An artifact of the current format keeps
     its tables, items, names and IR dump (hard-linked): only the modules
     and the manifest are written; an older one is upgraded on the way
-    (`upgrade`'s export anew: its tables are written in the current shape)."""
+    (`upgrade`'s export anew: its tables are written in the current shape).
+    A tables-only artifact (format version 11, saved without jax) gets its
+    modules, for `beam_sizes` (default `DEFAULT_BEAM_SIZES`)."""
     path = fmt.artifact_path(path, "re-export")
     with update_lock(path):
         with open_snapshot(path) as snap:
             manifest = snap.manifest
             report = {"path": str(path), "from_jax": manifest.jax_version,
                       "from_jaxlib": manifest.jaxlib_version,
-                      "from_exported_at": manifest.exported_at}
+                      "from_exported_at": manifest.exported_at,
+                      "tables_only": manifest.tables_only}
+            if beam_sizes is not None and not manifest.tables_only:
+                raise DecodeInputError(
+                    f"re-export: beam_sizes={beam_sizes!r} for artifact {str(path)!r}, whose "
+                    f"modules serve beam sizes {list(manifest.beam_sizes())}: re-export keeps "
+                    "them (beam sizes are chosen once, for a tables-only artifact; re-save "
+                    "the set with other export_beam_sizes instead)")
             if manifest.format_version != fmt.FORMAT_VERSION or snap.compat:
                 _export_anew(snap, mesh, read_back)
                 upgraded = True
             else:
-                _rewrite_modules(snap, _read_back_placed(snap, mesh, read_back, "re-export"))
+                compiled = _read_back_placed(snap, mesh, read_back, "re-export")
+                if manifest.tables_only:
+                    compiled = compiled.new_version(
+                        export_beam_sizes=DEFAULT_BEAM_SIZES if beam_sizes is None else
+                        tuple(beam_sizes))
+                _rewrite_modules(snap, compiled)
                 upgraded = False
         with open_snapshot(path) as snap:
             new = snap.manifest
@@ -97,12 +117,12 @@ def _rewrite_modules(snap: Snapshot, compiled) -> None:
     versions and export date (the caller holds the lock)."""
     manifest = snap.manifest
     files: dict = {}
-    modules, cc, versions = exported_modules(compiled, export_caps(compiled), files)
+    modules, cc, versions = exporter().exported_modules(compiled, export_caps(compiled), files)
     took = {name: [(a.shape, a.dtype) for a in e.args if a.name.startswith("table:")]
             for name, e in modules.items()}
     had = {name: [(a.shape, a.dtype) for a in e.args if a.name.startswith("table:")]
            for name, e in manifest.modules.items()}
-    if modules.keys() != manifest.modules.keys() or took != had:
+    if manifest.modules and (modules.keys() != manifest.modules.keys() or took != had):
         raise fmt.format_error(snap.path, "re-export: the set read back from the tables exports "
                                           f"other modules ({sorted(modules)}) than the artifact "
                                           f"holds ({sorted(manifest.modules)}) or takes other "
@@ -111,6 +131,7 @@ def _rewrite_modules(snap: Snapshot, compiled) -> None:
     entries = {rel: e for rel, e in manifest.files.items() if rel not in old_modules}
     entries.update({rel: FileEntry.of_bytes(data) for rel, data in files.items()})
     new = dataclasses.replace(manifest, modules=modules, calling_convention_version=cc,
+                              platforms=fmt.PLATFORMS,
                               jax_version=versions[0], jaxlib_version=versions[1],
                               exported_at=versions[2], files=dict(sorted(entries.items())))
 

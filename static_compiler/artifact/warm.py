@@ -27,7 +27,6 @@ import threading
 import time
 from typing import Optional
 
-import jax
 import numpy as np
 
 from static_compiler.support.compile_events import CompileCounter
@@ -161,6 +160,8 @@ def run_warm(art, sizes: tuple, beams: tuple, rows: Optional[int]) -> WarmReport
     """Runs every request-path call once per shape on dummy inputs (zeros;
     an empty subset stacked `rows` times), through the public methods, so
     their eager conversions (step, logits, finalize) compile too."""
+    import jax  # running an artifact's modules; the rest of this module needs no jax
+
     start, calls, counter = time.perf_counter(), 0, CompileCounter()
     V = art.vocab_size
     empty = None if rows is None else art.subset(np.zeros(art.items.num_items, bool))

@@ -28,16 +28,16 @@ import numpy as np
 
 from static_compiler.support import processes
 from static_compiler.support.arrays import PieceArray, npy_chunks, npy_header
+from static_compiler.support.placement import placed_shape
 from static_compiler.artifact import format as fmt
-from static_compiler.artifact.export import export_caps, exported_modules, reused_modules
 from static_compiler.artifact.lock import _parent, update_lock
-from static_compiler.artifact.manifest import FileEntry, Manifest, TableEntry
+from static_compiler.artifact.manifest import ArraySpec, FileEntry, Manifest, TableEntry
 from static_compiler.support.mapped import release_pages
-from static_compiler.artifact.metadata import set_metadata
+from static_compiler.artifact.metadata import export_caps, set_metadata
 from static_compiler.artifact.snapshot import read_manifest
 from static_compiler.support.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.errors import (ArtifactExistsError, ArtifactFormatError, ArtifactVersionError,
-                                    DecodeInputError)
+                                    DecodeInputError, require)
 
 
 def _npy_bytes(arr: np.ndarray) -> bytes:
@@ -132,9 +132,14 @@ def _fsync_dir(path: pathlib.Path) -> None:
         os.close(fd)
 
 
-def build_files(compiled, reuse_modules=None) -> dict[str, object]:
+def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str, object]:
     """{relative path: bytes, or an `NpyFile` for a table} of every file of
     the artifact, manifest last.
+
+    modules: export the StableHLO modules (jax); False writes a tables-only
+    artifact (format version 11: no modules, the jax fields null), what a
+    process without jax saves: the torch backend and `sc.load` read it,
+    `static-compiler re-export` adds its modules.
 
     reuse_modules: an open `snapshot.Snapshot` of a saved artifact
     whose modules serve `compiled` unchanged (a version with the same plan:
@@ -145,7 +150,7 @@ def build_files(compiled, reuse_modules=None) -> dict[str, object]:
 
     Deterministic: the same compiled set and jax version give the same bytes
     (no timestamps; JSON with sorted keys)."""
-    caps = export_caps(compiled)
+    caps = export_caps(compiled) if modules and reuse_modules is None else None
     files = {fmt.IR_FILE: compiled.ir_text().encode("utf-8")}
     names = getattr(compiled, "names", None)
     if names is not None:
@@ -171,19 +176,22 @@ def build_files(compiled, reuse_modules=None) -> dict[str, object]:
         rel = fmt.table_file(t, name)
         files[rel] = NpyFile(arr)
         tables.append(TableEntry(t, name, rel, tuple(arr.shape), str(arr.dtype)))
-    if reuse_modules is None:
-        modules, cc, versions = exported_modules(compiled, caps, files)
+    if reuse_modules is not None:
+        entries, cc, versions = reused_modules(compiled, reuse_modules, files)
+        mesh, subset_bits = reuse_modules.manifest.mesh, reuse_modules.manifest.subset_bits
+    else:
         where = getattr(compiled, "placement", None)
         mesh = None if where is None else where.to_json()
         subset_bits = fmt.SUBSET_BITS[-1]
-    else:
-        modules, cc, versions = reused_modules(compiled, reuse_modules, files)
-        mesh, subset_bits = reuse_modules.manifest.mesh, reuse_modules.manifest.subset_bits
+        entries, cc, versions = {}, None, (None, None, None)
+        if modules:
+            entries, cc, versions = exporter().exported_modules(compiled, caps, files)
     fields = dict(
         jax_version=versions[0], jaxlib_version=versions[1], exported_at=versions[2],
-        calling_convention_version=cc, platforms=fmt.PLATFORMS, batch_dim=fmt.BATCH_DIM,
+        calling_convention_version=cc, platforms=fmt.PLATFORMS if entries else (),
+        batch_dim=fmt.BATCH_DIM,
         pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
-        **set_metadata(compiled), tables=tuple(tables), modules=modules,
+        **set_metadata(compiled), tables=tuple(tables), modules=entries,
         names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files, mesh=mesh,
         subset_bits=subset_bits)
     listed = dict(files)
@@ -196,7 +204,18 @@ def build_files(compiled, reuse_modules=None) -> dict[str, object]:
     return files
 
 
-def save(compiled, path, *, overwrite: bool = False, reuse_modules=None) -> pathlib.Path:
+def exporter():
+    """`artifact.export`, which needs jax: MissingDependencyError naming
+    the install and the tables-only alternative where jax is not installed."""
+    require("jax", "exporting an artifact's StableHLO modules",
+            "pip install 'static-compiler[jax]' (or save a tables-only artifact: "
+            "save(path, modules=False), the default without jax)")
+    from static_compiler.artifact import export
+    return export
+
+
+def save(compiled, path, *, overwrite: bool = False, reuse_modules=None,
+         modules: bool = True) -> pathlib.Path:
     """Writes `compiled` as an artifact directory at `path`, atomically.
 
     The files go into a temporary sibling directory, are fsynced, and the
@@ -217,34 +236,38 @@ def save(compiled, path, *, overwrite: bool = False, reuse_modules=None) -> path
     Raises ArtifactExistsError when `path` exists and `overwrite` is False,
     or when it exists and is not an artifact (we never delete other data);
     ArtifactBusyError as above; DecodeInputError for bad export_beam_sizes /
-    export_tokens_per_beam. Returns the artifact path.
+    export_tokens_per_beam. Returns the artifact path. modules=False: a
+    tables-only artifact (`build_files`).
     """
     path = pathlib.Path(path)
-    files = _files_to_save(compiled, path, overwrite, reuse_modules)
+    files = _files_to_save(compiled, path, overwrite, reuse_modules, modules)
     _parent(path).mkdir(parents=True, exist_ok=True)  # for the lock file
     with update_lock(path):
         _write_files(path, files, overwrite)
     return path
 
 
-def save_locked(compiled, path, *, overwrite: bool = False, reuse_modules=None) -> pathlib.Path:
+def save_locked(compiled, path, *, overwrite: bool = False, reuse_modules=None,
+                modules: bool = True) -> pathlib.Path:
     """`save`, for a caller that already holds `update_lock(path)` (an update
     writing the version it built): the same checks and atomic write, without
     taking the lock again (a flock is per open file, so a second take would
     find the caller itself busy)."""
     path = pathlib.Path(path)
-    _write_files(path, _files_to_save(compiled, path, overwrite, reuse_modules), overwrite)
+    _write_files(path, _files_to_save(compiled, path, overwrite, reuse_modules, modules),
+                 overwrite)
     return path
 
 
-def _files_to_save(compiled, path: pathlib.Path, overwrite: bool, reuse_modules) -> dict:
+def _files_to_save(compiled, path: pathlib.Path, overwrite: bool, reuse_modules,
+                   modules: bool) -> dict:
     """`build_files`, after the checks on `path` that fail before an export
     (ArtifactExistsError; `_swap_in` checks again when it replaces)."""
     if path.exists() or path.is_symlink():
         if not overwrite:
             raise _exists_error(path)
         _check_replaceable(path)
-    return build_files(compiled, reuse_modules)
+    return build_files(compiled, reuse_modules, modules)
 
 
 def _write_files(path: pathlib.Path, files: dict, overwrite: bool) -> None:
@@ -389,3 +412,20 @@ def _rename_exchange(a: pathlib.Path, b: pathlib.Path) -> bool:
     if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
         return False
     raise OSError(err, os.strerror(err), str(b))
+
+
+def reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
+    """The modules of the saved artifact `reuse` (an open Snapshot), copied
+    into `files`, after checking that they take `compiled`'s tables."""
+    path, manifest = reuse.path, reuse.manifest
+    tables = [ArraySpec("", placed_shape(manifest.mesh, t, k, compiled.tables[t][k].shape),
+                        str(compiled.tables[t][k].dtype))
+              for t, k in fmt.table_keys(compiled.tables)]
+    for name, entry in manifest.modules.items():
+        took = [(a.shape, a.dtype) for a in entry.args if a.name.startswith("table:")]
+        if took and took != [(a.shape, a.dtype) for a in tables]:
+            raise ArtifactVersionError(f"artifact {str(path)!r}: module {name!r} takes other "
+                                       "tables than the new version has: export it anew")
+        files[entry.file] = reuse.read_bytes(entry.file)
+    return (dict(manifest.modules), manifest.calling_convention_version,
+            (manifest.jax_version, manifest.jaxlib_version, manifest.exported_at))

@@ -5,6 +5,7 @@ terms, and progress logging."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import contextlib
 import dataclasses
 import re
@@ -59,6 +60,8 @@ def start_compilation_cache(args: argparse.Namespace, stream) -> Optional[str]:
     from static_compiler.errors import CompilationCacheError
 
     if getattr(args, "no_compilation_cache", False) or cc.disabled_by_environment():
+        return None
+    if importlib.util.find_spec("jax") is None:  # nothing compiles (the command says why)
         return None
     try:
         return cc.enable_compilation_cache()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.util
 import os
 import sys
 from typing import Optional
@@ -56,12 +57,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="export for a device mesh of this process's devices: the tables "
                              "split across the last axis named (compiled.shard); serve it with "
                              "serving.load(path, mesh=...) or `decode`")
+    parser.add_argument("--tables-only", action="store_true",
+                        help="write the tables without StableHLO modules (what the torch "
+                             "backend reads; the default where jax is not installed): "
+                             "`re-export` adds the modules later")
     parser.add_argument("--force", action="store_true", help="replace an existing artifact")
 
 
 def run(args: argparse.Namespace) -> int:
     from static_compiler import compile_constraints
-    from static_compiler.artifact import writer
 
     if os.path.exists(args.output) and not args.force:
         raise CliInputError(f"output {args.output!r} already exists: pass --force to replace it")
@@ -99,11 +103,14 @@ def run(args: argparse.Namespace) -> int:
         log.write(f"[compile] tables split across {axes[-1][0]!r}: "
                   f"{sum(r['bytes_per_device'] for r in compiled.layer_stats())} bytes per "
                   f"device of {compiled.nbytes}\n")
-    with progress("export + save", log):
-        path = writer.save(compiled, args.output, overwrite=args.force)
+    modules = False if args.tables_only else importlib.util.find_spec("jax") is not None
+    with progress("export + save" if modules else "save (tables only)", log):
+        path = compiled.save(args.output, overwrite=args.force, modules=modules)
+    held = f"beam sizes {list(beam_sizes)}" if modules else \
+        "tables only (no modules: `static-compiler re-export` adds them)"
     sys.stdout.write(f"wrote {path}: {compiled.outline.num_sequences} sequences, vocab "
                      f"{compiled.vocab_size}, max length {compiled.max_length}, "
-                     f"{compiled.nbytes} table bytes, beam sizes {list(beam_sizes)}, "
+                     f"{compiled.nbytes} table bytes, {held}, "
                      f"pipeline {compiled.pipeline}\n")
     return 0
 

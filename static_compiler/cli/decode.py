@@ -24,9 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from static_compiler.errors import CliInputError, require
+
+    require("jax", "static-compiler decode (it runs the artifact's StableHLO modules)",
+            "pip install 'static-compiler[jax]'; without jax, decode with "
+            "static_compiler.torch_backend.TorchConstraints.load(path)")
     from static_compiler.artifact import serving
     from static_compiler.cli import demo_model
-    from static_compiler.errors import CliInputError
 
     if args.top < 1 or args.batch_size < 1:
         raise CliInputError(f"--top {args.top} / --batch-size {args.batch_size}: expected ints "

@@ -49,9 +49,10 @@ def run(args: argparse.Namespace) -> int:
     if add is not None:
         parts.append(f"{report['added']} items added, {report['already_present']} already in "
                      f"the set, {report['restored']} restored")
-        parts.append("same table shapes, modules kept" if report["modules"] == "reused" else
-                     "grew past the capacity, modules exported anew (" +
-                     "; ".join(report["grew"]) + ")")
+        grew = "; ".join(report["grew"])
+        parts.append({"reused": "same table shapes, modules kept",
+                      "none": f"tables only{f' (grew: {grew})' if grew else ''}"}.get(
+            report["modules"], f"grew past the capacity, modules exported anew ({grew})"))
     if remove is not None:
         parts.append(f"{report['removed']} items removed, {report['already_removed']} already "
                      f"removed, {report['absent']} not in the set")

@@ -4,8 +4,10 @@ validators of decoding arguments.
 One definition shared by the in-process decoder (`static_compiler.backend.decode`)
 and the serving loader (`static_compiler.artifact.serving`), so a state made by one is
 the state the other takes, field for field (the exported modules' arguments
-and results are these fields, in this order). It imports jax.numpy only to
-read the dtypes of traced values; it holds no decoding logic.
+and results are these fields, in this order). It holds no decoding logic,
+and it never imports jax itself: a value can be a jax array only once jax
+is imported (`_jax`), so the compiler and the torch backend use these
+validators in a process without jax.
 
 The state and result types and the constants are `static_compiler.support.decode_types`
 (no jax: the torch backend shares them); this module re-exports them.
@@ -14,10 +16,9 @@ The state and result types and the constants are `static_compiler.support.decode
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any, Optional
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from static_compiler.support.arguments import (check_callable, check_finite, check_int,  # noqa: F401
@@ -30,6 +31,25 @@ from static_compiler.support.decode_types import (MIN_VALID_SCORE, PAD_TOKEN, SE
 from static_compiler.support.arguments import is_int as _is_int
 from static_compiler.errors import DecodeInputError
 
+
+
+class _NoJax:
+    """What `_jax` gives before jax is imported: no value is a jax array."""
+
+    class Array:  # matched by no value
+        pass
+
+    class core:  # noqa: N801 (jax.core's spelling)
+        class Tracer:
+            pass
+
+
+def _jax():
+    """The jax module when this process has imported it, else `_NoJax`
+    (a value can be a jax array or tracer only once jax is imported)."""
+    return sys.modules.get("jax") or _NoJax
+
+
 # ---------------------------------------------------------------------------
 # Argument validators. Each raises DecodeInputError naming the argument, the
 # value and what was expected.
@@ -39,8 +59,9 @@ def _dtype(value, name: str = "value", where: str = ""):
     dtype = getattr(value, "dtype", None)  # arrays (jax, numpy): no dtype promotion to run
     if isinstance(dtype, np.dtype):
         return dtype
-    try:  # nested lists: jnp.result_type takes no list
-        return jnp.result_type(value) if np.isscalar(value) else np.asarray(value).dtype
+    try:  # nested lists: result_type takes no list; jax's keeps its scalar dtypes (x64 off)
+        result_type = _jax().numpy.result_type if "jax" in sys.modules else np.result_type
+        return result_type(value) if np.isscalar(value) else np.asarray(value).dtype
     except (TypeError, ValueError) as err:
         raise DecodeInputError(f"{where}: {name} {str(value)[:80]!r} is not an array of numbers "
                                f"({err})") from None
@@ -48,12 +69,20 @@ def _dtype(value, name: str = "value", where: str = ""):
 
 @functools.lru_cache(maxsize=None)
 def _is_integer_dtype(dtype) -> bool:
-    return bool(jnp.issubdtype(dtype, jnp.integer)) and dtype != jnp.bool_
+    return bool(np.issubdtype(dtype, np.integer)) and dtype != np.bool_
+
+
+def _is_float_dtype(dtype) -> bool:
+    return _is_float_kind(dtype, "jax" in sys.modules)
 
 
 @functools.lru_cache(maxsize=None)
-def _is_float_dtype(dtype) -> bool:
-    return bool(jnp.issubdtype(dtype, jnp.floating))
+def _is_float_kind(dtype, with_jax: bool) -> bool:
+    if with_jax:  # jax knows ml_dtypes' floats (bfloat16, float8_*) as floating
+        jnp = _jax().numpy
+        return bool(jnp.issubdtype(dtype, jnp.floating))
+    return bool(np.issubdtype(dtype, np.floating)) or \
+        (dtype.kind == "V" and "float" in dtype.name)  # ml_dtypes without jax
 
 
 def check_step(step, max_length: int, where: str, *, traced: bool = False,
@@ -66,9 +95,10 @@ def check_step(step, max_length: int, where: str, *, traced: bool = False,
     handles one outside the range as `traced_outside` says."""
     if not isinstance(step, (bool, np.bool_, str)) and not _is_int(step) \
             and hasattr(step, "dtype") and np.shape(step) == () and _is_integer_dtype(step.dtype):
-        if traced and isinstance(step, jax.Array):
+        is_device = isinstance(step, _jax().Array)
+        if traced and is_device:
             return step  # a device scalar, traced or not: read on the device, no host sync
-        if not isinstance(step, jax.Array):
+        if not is_device:
             step = np.asarray(step).item()
     if _is_int(step) and 0 <= step < max_length:
         return int(step)
@@ -106,7 +136,7 @@ def check_fields(state, state_type: type, where: str) -> tuple[Any, ...]:
 
 def is_traced(value) -> bool:
     """Whether `value` is a jax tracer (its values are unknown until run)."""
-    return isinstance(value, jax.core.Tracer)
+    return isinstance(value, _jax().core.Tracer)
 
 
 INT32_END = 2 ** 31
@@ -123,9 +153,10 @@ def int32_within(values, high: int):
     a wider dtype (x64 on, traced or not): the same select on the device,
     never read back to the host; int32 and narrower jax arrays as they are
     (nothing to wrap: a uint32 past 2**31 becomes negative, also invalid)."""
-    if isinstance(values, jax.Array):  # tracers too
+    if isinstance(values, _jax().Array):  # tracers too
         if values.dtype.itemsize <= 4:
             return values
+        jnp = _jax().numpy
         return jnp.where((values >= 0) & (values < high), values, -1).astype(jnp.int32)
     values = np.asarray(values)
     return np.where((values >= 0) & (values < high), values, -1).astype(np.int32)
@@ -190,7 +221,7 @@ def check_beam_state(state, max_length: int, where: str) -> BeamState:
                                "(batch, beams) for the others")
     for i, kind in enumerate(_BEAM_KINDS):
         value = fields[i]
-        if kind == "int" and not isinstance(value, jax.Array) and value.dtype != np.int32:
+        if kind == "int" and not isinstance(value, _jax().Array) and value.dtype != np.int32:
             if value.size and (value.min() < -INT32_END or value.max() >= INT32_END):
                 raise DecodeInputError(f"{where}: state.{BeamState._fields[i]} holds "
                                        f"{value.max() if value.max() >= INT32_END else value.min()}"

@@ -318,7 +318,7 @@ class TorchConstraints(PlanFacts):
     def beam_search(self, logits_fn: Callable, batch_size: int, beam_size: int, *,
                     tokens_per_beam=None, start_token=0, carry=None, reorder=None,
                     length_penalty: float = 0.0, subset=None, subset_index=None,
-                    return_carry: bool = False):
+                    return_carry: bool = False, compile: bool = False):
         """Constrained beam search in torch: the tokens, validity and lengths
         of `static_compiler.beam_search` on the same model (scores to float32
         rounding: torch's log_softmax is not XLA's bit for bit).
@@ -330,19 +330,24 @@ class TorchConstraints(PlanFacts):
         tokens_per_beam, start_token, length_penalty, subset, subset_index:
         as `static_compiler.beam_search`. With an end token, the search stops
         once every valid beam has ended (one host read of a bool per step;
-        the result is the same). Returns a `DecodeResult` of torch tensors
-        (int64 tokens (B, M, T)), or ``(result, carry)`` with return_carry.
+        the result is the same). compile: run each step past its
+        log_softmax as a ``torch.compile`` program (`beam.CompiledSteps`,
+        kept on this object: each step, options and shape compiles once, at
+        first use; the same result). Returns a `DecodeResult` of torch
+        tensors (int64 tokens (B, M, T)), or ``(result, carry)`` with
+        return_carry.
         """
         B, M = check_search(logits_fn, batch_size, beam_size, carry, reorder)
         caps = arguments.check_tokens_per_beam(tokens_per_beam, self.max_length)
         length_penalty = arguments.check_finite("length_penalty", length_penalty)
         sub = self.subset_bits(subset, subset_index, B, "beam_search")
         bounds = live_beam_bounds(self.plan, M, caps)
+        advance = beam.compiled_steps(self) if compile else \
+            (lambda *args: beam.beam_step(self.plan, self.tables, *args))
 
         def step_fn(state, logits, step):
             checks.check_logits(logits, (B, M), self.vocab_size, f"beam_search (step {step})")
-            return beam.beam_step(self.plan, self.tables, state, logits.to(self.device), step,
-                                  caps[step], bounds[step], sub)
+            return advance(state, logits.to(self.device), step, caps[step], bounds[step], sub)
 
         state, carry = run_search(self.init_beams(B, M, start_token), step_fn, logits_fn,
                                   max_length=self.max_length, vocab_size=self.vocab_size,

@@ -2,9 +2,9 @@
 that blocks its import (``sys.modules[name] = None`` makes ``import name``
 raise ModuleNotFoundError):
 
-* without jax, the compiler's names (`sc.compile_constraints`, ...) raise
-  MissingDependencyError naming jax, how to install it and the torch
-  backend, which serves a saved artifact without it;
+* without jax, the JAX decoders' names (`sc.BeamAxis`, `sc.greedy_decode`,
+  ...) raise MissingDependencyError naming jax, how to install it and the
+  torch backend, which decodes without it (the compiler needs no jax);
 * without numba (and jax), the torch backend serves an artifact with
   removals and additions and makes its subsets: the bit kernels fall back
   to their numpy twins, which write the same bits as the compiled kernels
@@ -39,12 +39,15 @@ def _run_without(packages, script: str) -> subprocess.CompletedProcess:
                           timeout=300, cwd=REPO)
 
 
-def test_compiler_without_jax_names_the_package():
+def test_decoders_without_jax_name_the_package():
+    """The compiler runs without jax (tests/torch_backend/test_torch_without_jax.py);
+    the JAX decoders' names raise naming the install and the torch backend."""
     out = _run_without(["jax"], """
         import static_compiler as sc
         from static_compiler.errors import MissingDependencyError
-        for call in (lambda: sc.compile_constraints([[1, 2]], vocab_size=4),
-                     lambda: sc.CompiledConstraints, lambda: sc.beam_search):
+        compiled = sc.compile_constraints([[1, 2]], vocab_size=4)
+        for call in (lambda: sc.BeamAxis, lambda: sc.max_programs,
+                     lambda: sc.greedy_decode(compiled, None, batch_size=1)):
             try:
                 call()
             except MissingDependencyError as err:
@@ -52,10 +55,6 @@ def test_compiler_without_jax_names_the_package():
                 print(err)
             else:
                 raise AssertionError("no error")
-        try:
-            from static_compiler import compile_constraints
-        except MissingDependencyError as err:
-            print(err)
         from static_compiler.errors import DecodeInputError
         from static_compiler.integrations.torch import StaticLogitsProcessor
         try:
@@ -65,12 +64,13 @@ def test_compiler_without_jax_names_the_package():
     """)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert len(lines) == 5, out.stdout
-    for line in lines[:4]:
-        assert "needs the 'jax' package, which is not installed: pip install jax" in line, line
-        assert "TorchConstraints.load" in line, line
-    assert "static_compiler.compile_constraints (the compiler" in lines[0]
-    assert "expected a TorchConstraints" in lines[4] and "needs jax" in lines[4]
+    assert len(lines) == 4, out.stdout
+    for line in lines[:3]:
+        assert "needs the 'jax' package, which is not installed: pip install " \
+               "'static-compiler[jax]'" in line, line
+        assert "TorchConstraints" in line, line
+    assert "static_compiler.BeamAxis (the JAX decoders)" in lines[0]
+    assert "expected a TorchConstraints" in lines[3] and "needs jax" in lines[3]
 
 
 def _sets(tmp_path):

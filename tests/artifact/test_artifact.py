@@ -186,7 +186,7 @@ def two_sets(built_sets, monkeypatch):
     """The two sets, with `build_files` answered from the module's cache:
     these tests exercise writing, renaming and failure handling, not export."""
     sets, files = built_sets
-    monkeypatch.setattr(writer, "build_files", lambda compiled, reuse=None: files[id(compiled)])
+    monkeypatch.setattr(writer, "build_files", lambda compiled, reuse=None, modules=True: files[id(compiled)])
     return sets
 
 
@@ -340,8 +340,8 @@ def test_two_writers_racing_for_a_new_path_never_delete_each_others_artifact(tmp
     path = tmp_path / "set.static"
     build = writer.build_files
 
-    def other_writer_lands_first(compiled, reuse=None):
-        files = build(compiled, reuse)
+    def other_writer_lands_first(compiled, reuse=None, modules=True):
+        files = build(compiled, reuse, modules)
         if not path.exists():
             monkeypatch.setattr(writer, "build_files", build)
             artifact.save(first, path)  # the other process, between our check and our rename

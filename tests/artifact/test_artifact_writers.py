@@ -94,7 +94,7 @@ def two_sets(built, monkeypatch):
     tests exercise writing and locking, not export)."""
     ca, cb, files = built
     real = writer.build_files
-    monkeypatch.setattr(writer, "build_files", lambda c, reuse=None:
+    monkeypatch.setattr(writer, "build_files", lambda c, reuse=None, modules=True:
                         files[id(c)] if reuse is None and id(c) in files else real(c, reuse))
     return ca, cb
 
@@ -324,7 +324,7 @@ def _writer(role: str, path: str, seed: int, writes: int, start, stop, results) 
             versions = [compiled(a), compiled(b)]
             files = {id(c): writer.build_files(c) for c in versions}  # export once
             real = writer.build_files  # where `save` looks it up
-            writer.build_files = lambda c, reuse=None: (
+            writer.build_files = lambda c, reuse=None, modules=True: (
                 files[id(c)] if reuse is None and id(c) in files else real(c, reuse))
         pool = np.concatenate([a, b, extra])
         results.put(("ready", role))

@@ -110,7 +110,7 @@ NEEDED = {1: ["names_file", "item_files", "mesh", "subset_bits", "exported_at", 
           3: ["mesh", "subset_bits", "exported_at"] + OLD_SUBSETS,
           4: ["subset_bits", "exported_at"] + OLD_SUBSETS, 5: ["exported_at"] + OLD_SUBSETS,
           6: ["exported_at", "branch_counts"], 7: ["exported_at"],
-          8: ["exported_at", "state_item"], 9: ["exported_at"], 10: []}
+          8: ["exported_at", "state_item"], 9: ["exported_at"], 10: [], 11: []}
 """The COMPAT rows each `as_version` artifact needs (versions 7 and 9 of a
 set without additions are today's shape but for the export date)."""
 

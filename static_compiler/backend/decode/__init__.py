@@ -94,17 +94,26 @@ Beam-search semantics (tested bit-for-bit against a numpy oracle):
   overflow of the sum) never push a valid sequence below an invalid one.
 """
 
-from static_compiler.backend.decode import processor as _processor, step as _step
-from static_compiler.backend.decode.carry import BeamAxis, reorder_carry
-from static_compiler.backend.decode.prefix import allowed
-from static_compiler.backend.decode.processor import (StepProcessor, advance,
-                                                      init_processor_state, mask)
-from static_compiler.backend.decode.search import beam_search, greedy_decode, sample
-from static_compiler.backend.decode.speculative import accept_drafts
-from static_compiler.backend.decode.step import beam_step, finalize, init_beam_state
-from static_compiler.support.decode_state import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE,
-                                                  BeamState, DecodeResult, ProcessorState)
+import importlib
+
+from static_compiler.support.decode_types import (MIN_VALID_SCORE, PAD_TOKEN,  # noqa: F401
+                                                  SENTINEL_SCORE, BeamState, DecodeResult,
+                                                  ProcessorState)
 from static_compiler.support.deprecation import renamed_function
+from static_compiler.support.lazy import lazy_exports
+
+# Names import their module on first use: `compiled` and `warm` name this
+# package at import, and the compiler runs without jax (only decoding needs it).
+_EXPORTS = {
+    "beam_search": "search", "greedy_decode": "search", "sample": "search",
+    "init_beam_state": "step", "beam_step": "step", "finalize": "step",
+    "init_processor_state": "processor", "mask": "processor", "advance": "processor",
+    "StepProcessor": "processor", "allowed": "prefix", "accept_drafts": "speculative",
+    "BeamAxis": "carry", "reorder_carry": "carry",
+}
+_SUBMODULES = frozenset({"candidates", "carry", "front_door", "live", "logprobs", "prefix",
+                         "processor", "programs", "search", "selection", "speculative", "step"})
+_lazy_getattr, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
 
 __all__ = [
     # drivers around the model
@@ -124,19 +133,31 @@ TYPES = ("BeamState", "ProcessorState", "DecodeResult", "PAD_TOKEN", "SENTINEL_S
 package (defined in `static_compiler.support.decode_types`) but not in
 `__all__`: they are not calls."""
 
-_SWITCHES = {"beam_step_switch": (_step, "beam_step"), "mask_switch": (_processor, "mask"),
-             "advance_switch": (_processor, "advance")}
+_SWITCHES = {"beam_step_switch": ("step", "beam_step"), "mask_switch": ("processor", "mask"),
+             "advance_switch": ("processor", "advance")}
 """Package-level names of the traced-step functions, deprecated: the verb
 (`beam_step`, `mask`, `advance`) takes a traced step itself. Each stays in
 its module (`decode.step`, `decode.processor`) for the exported modules."""
 
 
 def __getattr__(name: str):
-    """`decode.mask_switch` and the other `_SWITCHES`: the function, warning
-    on each call that it is deprecated (one release)."""
+    """A public name or submodule, imported on first use; `decode.mask_switch`
+    and the other `_SWITCHES`: the function, warning on each call that it
+    is deprecated (one release)."""
     if name not in _SWITCHES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, verb = _SWITCHES[name]
+        try:
+            return _lazy_getattr(name)
+        except ModuleNotFoundError as err:  # decoding needs jax; compiling does not
+            if (err.name or "").split(".")[0] not in ("jax", "jaxlib"):
+                raise
+            from static_compiler.errors import require
+            require("jax", f"decoding (static_compiler.backend.decode.{name})",
+                    "pip install 'static-compiler[jax]' (or decode with the torch backend: "
+                    "static_compiler.torch_backend.TorchConstraints, which needs numpy and "
+                    "torch only)")
+            raise
+    module_name, verb = _SWITCHES[name]
+    module = importlib.import_module(f"{__name__}.{module_name}")
     value = renamed_function(getattr(module, name), f"{__name__}.{name}",
                              f"{__name__}.{verb} with a traced int32 step")
     globals()[name] = value

@@ -21,19 +21,18 @@ set's device tables and its subset bits (`live_mask`) and counts its
 compilations (`counting`): what `CompiledConstraints` provides. The beam
 verbs run what a served artifact's modules run (`beam_step_switch`, one
 program for every step), so the two doors give bit-identical beams.
+
+The decoder's modules (jax) are read through the package at call time:
+a set compiles and saves without jax installed.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-import jax.numpy as jnp
 import numpy as np
 
-from static_compiler.backend.decode import prefix, processor
-from static_compiler.backend.decode.programs import bounded_jit
-from static_compiler.backend.decode.step import beam_step_switch, init_beam_state
-from static_compiler.support.beam_result import finalize_complete
+from static_compiler.backend import decode
 from static_compiler.support.decode_state import (SENTINEL_SCORE, BeamState, DecodeResult,
                                                   ProcessorState, check_beam_state, check_finite,
                                                   check_int, check_logits, check_prefixes,
@@ -54,7 +53,7 @@ class DecodeVerbs:
 
     def init_processor(self, batch_size: int) -> ProcessorState:
         """Every one of `batch_size` rows at the root, valid, not finished."""
-        return processor.init_processor_state(batch_size)
+        return decode.processor.init_processor_state(batch_size)
 
     init_state = renamed_method("init_processor")  # (deprecated)
 
@@ -66,7 +65,7 @@ class DecodeVerbs:
         state = check_processor_state(state, "mask")
         live = self.live_mask(subset, subset_index, state.node.shape[0], "mask")
         with self.counting():
-            return processor.mask(self.plan, self.device_tables, logits, state, step, live)
+            return decode.processor.mask(self.plan, self.device_tables, logits, state, step, live)
 
     def allowed_tokens(self, state: ProcessorState, step, *, subset=None, subset_index=None):
         """bool (B, V): the tokens each row of `state` may take at `step`
@@ -77,8 +76,8 @@ class DecodeVerbs:
         B = state.node.shape[0]
         live = self.live_mask(subset, subset_index, B, "allowed_tokens")
         with self.counting():
-            zeros = jnp.zeros((B, self.vocab_size), jnp.float32)
-            masked = processor.mask(self.plan, self.device_tables, zeros, state, step, live)
+            zeros = np.zeros((B, self.vocab_size), np.float32)
+            masked = decode.processor.mask(self.plan, self.device_tables, zeros, state, step, live)
             return masked != SENTINEL_SCORE
 
     def advance(self, state: ProcessorState, tokens, step, *, subset=None,
@@ -88,7 +87,7 @@ class DecodeVerbs:
         state = check_processor_state(state, "advance")
         live = self.live_mask(subset, subset_index, state.node.shape[0], "advance")
         with self.counting():
-            return processor.advance(self.plan, self.device_tables, state, tokens, step, live)
+            return decode.processor.advance(self.plan, self.device_tables, state, tokens, step, live)
 
     def allowed(self, prefixes, *, subset=None, subset_index=None):
         """prefixes int (N, t), t in [0, max_length) -> bool (N, V): the tokens
@@ -97,7 +96,7 @@ class DecodeVerbs:
         check_prefixes(prefixes, self.max_length, "allowed")  # (before its rows are counted)
         live = self.live_mask(subset, subset_index, np.shape(prefixes)[0], "allowed")
         with self.counting():
-            return prefix.allowed(self.plan, self.device_tables, prefixes, live)
+            return decode.prefix.allowed(self.plan, self.device_tables, prefixes, live)
 
     # Beam search, one step at a time (the whole search: `beam_search`)
 
@@ -108,7 +107,7 @@ class DecodeVerbs:
         B, M = check_rows(batch_size, beam_size)
         start = check_start_tokens(start_token, B, "init_beams")
         with self.counting():
-            return init_beam_state(self.plan, B, M, start)
+            return decode.step.init_beam_state(self.plan, B, M, start)
 
     def beam_step(self, state: BeamState, logits, step, *, subset=None, subset_index=None,
                   tokens_per_beam: Optional[int] = None) -> BeamState:
@@ -125,10 +124,8 @@ class DecodeVerbs:
         cap = check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
         live = self.live_mask(subset, subset_index, B, "beam_step")
         with self.counting():
-            return _beam_step_program(self.device_tables, state,
-                                      jnp.asarray(logits).astype(jnp.float32),
-                                      jnp.asarray(step, jnp.int32), live, plan=self.plan,
-                                      caps=(cap,) * self.max_length)
+            return decode.step.beam_step_program(self.device_tables, state, logits, step, live,
+                                                 plan=self.plan, caps=(cap,) * self.max_length)
 
     def finalize(self, state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
         """(tokens, scores, valid, lengths) of a search's state, best first.
@@ -139,11 +136,6 @@ class DecodeVerbs:
         state = check_beam_state(state, self.max_length, "finalize")
         penalty = check_finite("length_penalty", length_penalty)
         with self.counting():
-            return finalize_complete(state, depth=self.plan.depth, length_penalty=penalty)
+            return decode.step.finalize_complete(state, depth=self.plan.depth,
+                                                 length_penalty=penalty)
 
-
-@bounded_jit(static_argnames=("plan", "caps"), group_by="plan")
-def _beam_step_program(tables, state: BeamState, logits, step, live, *, plan, caps: tuple):
-    """`beam_step_switch` as one program per plan, caps and shapes: what a
-    served artifact's beam_step module runs."""
-    return beam_step_switch(plan, tables, state, logits, step, caps, live)

@@ -24,7 +24,9 @@ from static_compiler.backend.kernels import PackedRun, group_run, pack_run, pack
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.decode.selection import select_beams
 from static_compiler.target.plan import Plan
-from static_compiler.support.beam_result import finalize, length_normalized  # noqa: F401
+from static_compiler.backend.decode.programs import bounded_jit
+from static_compiler.support.beam_result import (finalize, finalize_complete,  # noqa: F401
+                                                 length_normalized)
 from static_compiler.support.arguments import check_int, is_int
 from static_compiler.support.decode_state import (PAD_TOKEN, SENTINEL_SCORE, BeamState,
                                           check_logits, check_step,
@@ -320,3 +322,16 @@ def run_live_bound(live: tuple, steps: tuple[int, ...]) -> Optional[int]:
     """The live-beam bound of a run: the largest of its steps' (None: none)."""
     bounds = [live[t] for t in steps]
     return None if None in bounds else max(bounds)
+
+
+def beam_step_program(tables, state: BeamState, logits, step, live, *, plan: Plan, caps: tuple):
+    """`beam_step_switch` as one program per plan, caps and shapes, logits
+    as float32 and the step as an int32 scalar: what a served artifact's
+    beam_step module runs (the compiled set's `beam_step`)."""
+    return _beam_step_program(tables, state, jnp.asarray(logits).astype(jnp.float32),
+                              jnp.asarray(step, jnp.int32), live, plan=plan, caps=caps)
+
+
+@bounded_jit(static_argnames=("plan", "caps"), group_by="plan")
+def _beam_step_program(tables, state: BeamState, logits, step, live, *, plan, caps: tuple):
+    return beam_step_switch(plan, tables, state, logits, step, caps, live)
