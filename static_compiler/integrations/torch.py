@@ -47,7 +47,6 @@ generated so far):
 from __future__ import annotations
 
 import functools
-import importlib.util
 
 import numpy as np
 import torch
@@ -169,11 +168,7 @@ class StaticLogitsProcessor:
             self.compiled, self.torch_constraints = None, compiled
             fingerprint = compiled.fingerprint
         else:
-            if importlib.util.find_spec("jax") is None:  # so no CompiledConstraints exists
-                raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected a "
-                                       "TorchConstraints (TorchConstraints.load(path)"
-                                       "; a CompiledConstraints needs jax, not installed here)")
-            from static_compiler.compiled import CompiledConstraints  # imports jax
+            from static_compiler.compiled import CompiledConstraints  # (no jax needed)
             if not isinstance(compiled, CompiledConstraints):
                 raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected the "
                                        "CompiledConstraints of sc.compile_constraints (or a "

@@ -14,28 +14,38 @@ agree to float32 rounding (torch's exp and log are not XLA's, so a
 log-probability may differ in its last bit, and a near-tie decided by
 that bit could go the other way).
 
-Selection is exact and deterministic without a stable top-k: each
-candidate's float32 score is mapped to an int32 of the same order and
-packed with its flat position into one int64 key, so every key of a row
-is distinct and `torch.topk` over keys returns the order (score desc,
-parent asc, column asc).
+Selection is exact and deterministic (`best`): a row of up to SORT_MAX
+candidates is ranked by one stable sort (score desc, then position: parent
+asc, column asc); a longer row maps each float32 score to an int32 of the
+same order, packs it with its position into one int64 key (every key of a
+row distinct) and takes `torch.topk` of the keys.
 
-Every function is vectorized over the beams at a static step, with no
-host synchronisation and no branch on tensor values (``torch.compile(
-fullgraph=True)`` traces `beam_step`). Shapes: B rows, M beams, M' beams
-expanded (the live-beam bound), C candidate columns, V vocabulary, T
-max length.
+A step is few ops over all beams at once (about 70 eager ops a step; the
+cost that remains on the CPU is mostly the one log_softmax over (B, M',
+V)): a candidate's validity travels in its score (SENTINEL_SCORE), its
+end / carried-over kind in its column, and the new state is read from the
+selection. Every function is vectorized over the beams at a static step
+with no branch on tensor values (``torch.compile(fullgraph=True)`` traces
+`scored_step`, and `beam_step` there), and no host synchronisation but
+one: eager on the CPU, `LogProbs.of` reads one float back (no device to
+wait for) to skip the NaN / +inf passes where no row needs them.
+`CompiledSteps` runs `scored_step` as compiled programs. Shapes: B rows,
+M beams, M' beams expanded (the live-beam bound), C candidate columns, V
+vocabulary, T max length.
 """
 
 from __future__ import annotations
 
+import math
+import types
+import weakref
 from typing import NamedTuple, Optional
 
 import torch
 
 from static_compiler.support.decode_types import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
                                           DecodeResult)
-from static_compiler.torch_backend.kernels import step_columns
+from static_compiler.torch_backend.kernels import Children, step_columns
 
 
 def init_beams(plan, batch_size: int, beam_size: int, start_tokens: torch.Tensor) -> BeamState:
@@ -66,12 +76,29 @@ class LogProbs(NamedTuple):
     `take` never reads it there); log_posinf: float32 (..., 1), log of the
     row's count of +inf logits (-inf: none)."""
 
-    logits: torch.Tensor
+    logits: Optional[torch.Tensor]
     normalized: torch.Tensor
-    log_posinf: torch.Tensor
+    log_posinf: Optional[torch.Tensor]
 
     @classmethod
     def of(cls, logits: torch.Tensor) -> "LogProbs":
+        """The log-probabilities of logits float (..., V). Eager on the CPU,
+        where reading a float back costs no device sync, one cheap max per
+        row first: when every row's max is finite (no NaN, no +inf, some
+        finite logit), ``torch.log_softmax`` of the logits as given is
+        already the answer (logits and log_posinf None: `take` only
+        gathers) and `full`'s passes are skipped; elsewhere `full`."""
+        x = logits.float()
+        if x.device.type == "cpu" and not torch.compiler.is_compiling() and \
+                math.isfinite(x.amax(dim=-1).sum().item()):  # (a sum that overflows: the long way)
+            return cls(None, torch.log_softmax(x, dim=-1), None)
+        return cls.full(x)
+
+    @classmethod
+    def full(cls, logits: torch.Tensor) -> "LogProbs":
+        """`of` with no shortcut and no host read: every row cleaned of NaN
+        and its +inf counted (the same values where `of` takes its
+        shortcut)."""
         # Three fused passes over (..., V): eager torch pays per pass, and
         # torch.log_softmax costs less than half of torch.logsumexp on CPU.
         inf = float("inf")
@@ -85,18 +112,41 @@ class LogProbs(NamedTuple):
         logits those share all the probability (-log count) and every
         other token is -inf; a row with no finite or +inf logit is all
         -inf."""
+        if self.logits is None:
+            return self.normalized.gather(-1, tokens)
         inf = float("inf")
         x = self.logits.gather(-1, tokens)
         normal = torch.where(x == -inf, -inf, self.normalized.gather(-1, tokens))
         shared = torch.where(x == inf, -self.log_posinf, -inf)
         return torch.where(self.log_posinf > -inf, shared, normal)
 
+    def all(self) -> torch.Tensor:
+        """float32 (..., V): every token's log-probability (`take` of them all)."""
+        if self.logits is None:
+            return self.normalized
+        V = self.normalized.shape[-1]
+        return self.take(torch.arange(V, device=self.normalized.device).expand(
+            self.normalized.shape))
+
+    def column(self, token: int) -> torch.Tensor:
+        """float32 (..., 1): the log-probabilities of `token` in [0, V)."""
+        if self.logits is None:
+            return self.normalized[..., token:token + 1]
+        return self.take(torch.full(self.normalized.shape[:-1] + (1,), token, dtype=torch.int64,
+                                    device=self.normalized.device))
+
+
+SORT_MAX = 1024
+"""Rows of at most this many candidates are ranked by one stable sort;
+longer ones (a dense step's V columns) by packed int64 keys and a top-k,
+a few more ops but far less work than sorting thousands of entries."""
+
 
 def order_keys(scores: torch.Tensor) -> torch.Tensor:
     """int64 scores.shape: keys ordered as (score desc, position asc) along
     the last axis, every key of a row distinct. scores float32 (..., N) hold
-    no NaN; N < 2 ** 32."""
-    bits = (scores + 0.0).contiguous().view(torch.int32)  # + 0.0: -0.0 ranks as 0.0
+    no NaN and no -0.0; N < 2 ** 32."""
+    bits = scores.contiguous().view(torch.int32)
     ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).long()
     N = scores.shape[-1]
     position = torch.arange(N, device=scores.device)
@@ -108,65 +158,92 @@ def key_positions(keys: torch.Tensor, n: int) -> torch.Tensor:
     return n - 1 - (keys & 0xFFFFFFFF)
 
 
-def candidates(plan, tables, step: int, state: BeamState, logits: torch.Tensor, sub):
-    """Every candidate of the beams of `state` (B, M'), as columns (B, M',
-    C): tokens, next, valid, score (float32, SENTINEL_SCORE where not
-    valid), ends, stays. logits float (B, M', V); sub: (LiveBits, rows
-    int64 (B * M',)) or None."""
-    B, M = state.node.shape
-    flat = lambda x: x.reshape(B * M)
-    cols = step_columns(plan, tables, step, flat(state.node), flat(state.valid),
-                        flat(state.finished), sub)
-    logprobs = LogProbs.of(logits.reshape(B * M, -1))
-    V = logits.shape[-1]
-    device = logits.device
-    parts = []  # (tokens, next, valid, logprob, ends, stays), each (B * M', c)
-    one = lambda value, dtype: torch.full((B * M, 1), value, dtype=dtype, device=device)
-    false = one(False, torch.bool)
+def best(scores: torch.Tensor, k: int):
+    """(values float32, positions int64), each (..., k): the k best entries
+    along the last axis of scores float32 (..., n), k <= n, no NaN, in the
+    order (score desc, position asc) exactly: a tie goes to the lower
+    position, and -0.0 ranks (and comes back) as 0.0."""
+    scores = scores + 0.0
+    n = scores.shape[-1]
+    if n <= SORT_MAX:
+        values, positions = torch.sort(scores, dim=-1, descending=True, stable=True)
+        return values[..., :k], positions[..., :k]
+    positions = key_positions(order_keys(scores).topk(k, dim=-1).values, n)
+    return scores.gather(-1, positions), positions
+
+
+class Candidates(NamedTuple):
+    """The candidates of B x M' beams. scores: float32 (B, M', C),
+    SENTINEL_SCORE where not valid. A beam's C columns are its K children
+    (`children`: tokens, next int64 (B * M', K) as the tables list them, or
+    None past the last layer), then the end token (column `end`, or None
+    where no state accepts), then the beam itself carried over once
+    finished (column `stay`, None without an end token)."""
+
+    scores: torch.Tensor
+    children: Optional[Children]
+    end: Optional[int]
+    stay: Optional[int]
+
+
+def candidates(plan, tables, step: int, node, valid, finished, scores, logprobs: LogProbs,
+               sub) -> Candidates:
+    """The `Candidates` of beams at states node int64 (B, M') (valid,
+    finished bool, scores float32 (B, M')) at static `step`, scored with
+    the beams' `LogProbs` (rows B * M'); sub: (LiveBits, rows int64 (B *
+    M',)) or None. Each column's ops run once over all beams; a dense step
+    reads the beams' log-probabilities whole instead of gathering them."""
+    B, M = node.shape
+    R = B * M
+    cols = step_columns(plan, tables, step, node.reshape(R), valid.reshape(R),
+                        finished.reshape(R), sub)
+    V = logprobs.normalized.shape[-1]
+    device = logprobs.normalized.device
+    logprob, ok = [], []  # per column group: float32 (R, c), bool (R, c)
     kids = cols.children
     if kids is not None:
-        kid_lp = logprobs.take(kids.tokens.clamp(0, V - 1))
-        zeros = torch.zeros_like(kids.valid)
-        parts.append((kids.tokens, kids.next, kids.valid, kid_lp, zeros, zeros))
+        dense = plan.steps[step].kind == "dense_rows"  # (column v is token v)
+        logprob.append(logprobs.all() if dense else logprobs.take(kids.tokens.clamp(0, V - 1)))
+        ok.append(kids.valid)
     if cols.end is not None:
-        end = plan.end_token
-        parts.append((one(end, torch.int64), one(0, torch.int64), cols.end[:, None],
-                      logprobs.take(one(end, torch.int64)), one(True, torch.bool), false))
+        logprob.append(logprobs.column(plan.end_token))
+        ok.append(cols.end[:, None])
     if cols.stay is not None:
-        parts.append((one(PAD_TOKEN, torch.int64), one(0, torch.int64), cols.stay[:, None],
-                      one(0.0, torch.float32), false, one(True, torch.bool)))
-    tokens, nxt, valid, logprob, ends, stays = (torch.cat(p, dim=1) for p in zip(*parts))
-    valid = valid & (stays | (logprob > -float("inf")))
-    score = (flat(state.scores)[:, None] + logprob).clamp(min=MIN_VALID_SCORE)
-    score = torch.where(valid, score, SENTINEL_SCORE)
-    shape = lambda x: x.reshape(B, M, -1)
-    return tuple(shape(x) for x in (tokens, nxt, valid, score, ends, stays))
+        logprob.append(torch.zeros((R, 1), dtype=torch.float32, device=device))
+        ok.append(cols.stay[:, None])
+    join = lambda parts: parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+    logprob, ok = join(logprob), join(ok)
+    ok = ok & (logprob > -float("inf"))  # (a carried-over beam's 0.0 always passes)
+    score = torch.where(ok, (scores.reshape(R, 1) + logprob).clamp(min=MIN_VALID_SCORE),
+                        SENTINEL_SCORE)
+    K = 0 if kids is None else kids.next.shape[1]
+    end = None if cols.end is None else K
+    stay = None if cols.stay is None else K + (end is not None)
+    return Candidates(score.reshape(B, M, -1), kids, end, stay)
 
 
-def select(scores: torch.Tensor, beam_size: int, tokens_per_beam: Optional[int]):
-    """The best `beam_size` candidates of each row of scores float32 (B,
-    M', C), each beam first cut to its best `tokens_per_beam` (None: no
-    cut): (score float32, parent int64, col int64, real bool), each (B,
-    beam_size), best first; places past the M' * C candidates are not real
-    (parent 0, col 0, SENTINEL_SCORE). `static_compiler.backend.decode.
-    selection.select_beams` in torch."""
+def select(scores: torch.Tensor, beam_size: int, keep: int):
+    """(score float32, position int64), each (B, beam_size), best first: the
+    best `beam_size` candidates of each row of scores float32 (B, M', C),
+    each beam first cut to its best `keep` <= C, ordered (score desc,
+    parent asc, column asc); position = parent * C + column. Places past
+    the M' * keep candidates hold SENTINEL_SCORE and position 0.
+    `static_compiler.backend.decode.selection.select_beams` in torch."""
     B, M, C = scores.shape
-    keys = order_keys(scores.reshape(B, M * C)).reshape(B, M, C)
-    # A beam places at most beam_size winners: its best min(C, cap, beam_size) suffice.
-    keep = min(C, beam_size, C if tokens_per_beam is None else tokens_per_beam)
+    positions = None
     if keep < C:
-        keys = keys.topk(keep, dim=2).values
-    keys = keys.reshape(B, M * keep)
-    real_count = M * keep
-    if real_count < beam_size:
-        pad = torch.full((B, beam_size - real_count), torch.iinfo(torch.int64).min,
-                         dtype=torch.int64, device=keys.device)
-        keys = torch.cat([keys, pad], dim=1)
-    top = keys.topk(beam_size, dim=1).values
-    real = (torch.arange(beam_size, device=keys.device) < real_count).expand(B, beam_size)
-    position = torch.where(real, key_positions(top, M * C), 0)
-    score = torch.where(real, scores.reshape(B, M * C).gather(1, position), SENTINEL_SCORE)
-    return score, position // C, position % C, real
+        scores, columns = best(scores, keep)
+        offsets = torch.arange(0, M * C, C, device=scores.device)[:, None]
+        positions = (columns + offsets).reshape(B, M * keep)
+    scores = scores.reshape(B, M * keep)
+    n = min(M * keep, beam_size)
+    top, at = best(scores, n)
+    if positions is not None:
+        at = positions.gather(1, at)
+    if n < beam_size:
+        top = torch.cat([top, top.new_full((B, beam_size - n), SENTINEL_SCORE)], dim=1)
+        at = torch.cat([at, at.new_zeros((B, beam_size - n))], dim=1)
+    return top, at
 
 
 def beam_step(plan, tables, state: BeamState, logits: torch.Tensor, step: int,
@@ -176,41 +253,126 @@ def beam_step(plan, tables, state: BeamState, logits: torch.Tensor, step: int,
     public entry point is `TorchConstraints.beam_step`). logits float (B,
     M, V) for the beams of `state`; live_beams: a static promise that only
     beams [0, live_beams) can be valid (they alone are expanded); sub:
-    (LiveBits, rows int64 (B,)) one subset row per batch row, or None."""
+    (LiveBits, rows int64 (B,)) one subset row per batch row, or None.
+
+    A chosen candidate is valid exactly where its score is above
+    SENTINEL_SCORE (valid scores are floored at MIN_VALID_SCORE), and
+    ends or stays by its column: the new state is read from the selection
+    with no per-candidate masks carried along."""
     B, M = state.node.shape
-    expanded = state
-    if live_beams is not None and live_beams < M:
-        expanded = BeamState(*(x[:, :live_beams] for x in state))
-        logits = logits[:, :live_beams]
-    Mx = expanded.node.shape[1]
+    Mx = M if live_beams is None else min(live_beams, M)
+    logprobs = LogProbs.of(logits[:, :Mx].reshape(B * Mx, logits.shape[-1]))
+    return scored_step(plan, tables, state, logprobs, step, tokens_per_beam, live_beams, sub)
+
+
+def scored_step(plan, tables, state: BeamState, logprobs: LogProbs, step: int,
+                tokens_per_beam: Optional[int] = None, live_beams: Optional[int] = None,
+                sub=None) -> BeamState:
+    """`beam_step` past its log-probabilities: logprobs the `LogProbs` of
+    the expanded beams' logits (rows B * M', M' = min(live_beams, M))."""
+    B, M, T = state.tokens.shape
+    Mx = M if live_beams is None else min(live_beams, M)
+    cut = (lambda x: x) if Mx == M else (lambda x: x[:, :Mx])
     if sub is not None:
         sub = (sub[0], sub[1].repeat_interleave(Mx))
-    tokens, nxt, valid, score, ends, stays = candidates(plan, tables, step, expanded, logits,
-                                                        sub)
-    top, parent, col, real = select(score, M, tokens_per_beam)
-    C = tokens.shape[2]
-    pick = lambda x: x.reshape(B, Mx * C).gather(1, parent * C + col)
-    valid = real & pick(valid)
-    token, ends, stays = pick(tokens), pick(ends), pick(stays)
-    finished = valid & (ends | stays)
-    beams = lambda x: x.gather(1, parent.reshape(B, M, *([1] * (x.ndim - 2))).expand(
-        B, M, *x.shape[2:]))
-    history = beams(state.tokens)
-    written = torch.where(valid & ~stays, token, PAD_TOKEN)
-    history = torch.cat([history[:, :, :step], written[:, :, None], history[:, :, step + 1:]], 2)
-    history = torch.where(valid[:, :, None], history, PAD_TOKEN)
-    grows = valid & ~ends & ~stays
+    cand = candidates(plan, tables, step, cut(state.node), cut(state.valid),
+                      cut(state.finished), cut(state.scores), logprobs, sub)
+    C = cand.scores.shape[2]
+    keep = min(C, M, C if tokens_per_beam is None else tokens_per_beam)
+    top, position = select(cand.scores, M, keep)
+    valid = top > SENTINEL_SCORE
+    # C = 1: the one column is a child (an end or stay column comes with the other)
+    parent, col = (position, None) if C == 1 else (position // C, position % C)
+    ends = None if cand.end is None else col == cand.end
+    stays = None if cand.stay is None else col == cand.stay
+    done = ends if stays is None else stays if ends is None else ends | stays
+    finished = torch.zeros_like(valid) if done is None else valid & done
+    grows = valid ^ finished  # valid, not ended, not carried over
+    end_or_pad = PAD_TOKEN if ends is None else torch.where(valid & ends, plan.end_token,
+                                                            PAD_TOKEN)
+    kids = cand.children
+    if kids is None:
+        token, nxt = torch.zeros_like(position), torch.zeros_like(position)
+    else:
+        K = kids.next.shape[1]
+        at = position if C == K else parent if K == 1 else parent * K + col.clamp(max=K - 1)
+        nxt = kids.next.reshape(B, Mx * K).gather(1, at)
+        dense = plan.steps[step].kind == "dense_rows"  # (column v is token v)
+        token = (position if C == 1 else col) if dense else \
+            kids.tokens.reshape(B, Mx * K).gather(1, at)
+    history = state.tokens.gather(1, parent[:, :, None].expand(B, M, T))
+    history[:, :, step] = torch.where(grows, token, end_or_pad)
     fill = 0 if plan.end_token is None else plan.end_token
     return BeamState(
-        tokens=history,
-        scores=torch.where(valid, top, SENTINEL_SCORE),
-        node=torch.where(valid & ~finished, pick(nxt), 0),
+        tokens=torch.where(valid[:, :, None], history, PAD_TOKEN),
+        scores=top,
+        node=torch.where(grows, nxt, 0),
         valid=valid,
         finished=finished,
-        lengths=torch.where(valid, beams(state.lengths) + grows.long(), 0),
+        lengths=torch.where(valid, state.lengths.gather(1, parent) + grows, 0),
         last_tokens=torch.where(grows, token, fill),
         parent=parent,
     )
+
+
+class CompiledSteps:
+    """`beam_step` for one set (plan, tables) with `scored_step` run as
+    ``torch.compile(fullgraph=True, dynamic=False)`` programs: one per
+    static step, options and shapes, each compiled at its first call
+    (seconds each on a CPU) and traced from its own code object, so
+    dynamo's per-code recompile limit never stops a long search or a new
+    batch shape. The log-probabilities stay eager (`LogProbs.of`: its CPU
+    fast path reads a float back). Results equal `beam_step`'s bit for bit
+    (tests/torch_backend/test_torch_beam.py). options: torch.compile's
+    (backend, mode, ...)."""
+
+    def __init__(self, plan, tables, **options):
+        self.plan = plan
+        self.tables = tables
+        self.options = options
+        self.programs = {}
+
+    def __call__(self, state: BeamState, logits: torch.Tensor, step: int,
+                 tokens_per_beam: Optional[int] = None, live_beams: Optional[int] = None,
+                 sub=None) -> BeamState:
+        """`beam_step(plan, tables, state, logits, step, tokens_per_beam,
+        live_beams, sub)`."""
+        B, M, T = state.tokens.shape
+        V = logits.shape[-1]
+        Mx = M if live_beams is None else min(live_beams, M)
+        logprobs = LogProbs.of(logits[:, :Mx].reshape(B * Mx, V))
+        key = (step, tokens_per_beam, live_beams, B, M, T, V, logprobs.logits is None,
+               sub is None)
+        program = self.programs.get(key)
+        if program is None:
+            program = self.programs[key] = torch.compile(
+                self._program(step, tokens_per_beam, live_beams), fullgraph=True,
+                dynamic=False, **self.options)
+        return program(state, logprobs, sub)
+
+    def _program(self, step, tokens_per_beam, live_beams):
+        plan, tables = self.plan, self.tables
+
+        def program(state, logprobs, sub):
+            return scored_step(plan, tables, state, logprobs, step, tokens_per_beam, live_beams,
+                               sub)
+
+        code = program.__code__.replace()  # a new code object: dynamo's caches are per code
+        return types.FunctionType(code, program.__globals__, f"beam_step_{step}", None,
+                                  program.__closure__)
+
+
+_COMPILED_STEPS = weakref.WeakKeyDictionary()
+
+
+def compiled_steps(owner) -> CompiledSteps:
+    """The `CompiledSteps` of owner's plan and tables (a `TorchConstraints`),
+    made at the first call and kept while owner lives, so every search on
+    it reuses the programs compiled so far."""
+    steps = _COMPILED_STEPS.get(owner)
+    if steps is None:
+        steps = _COMPILED_STEPS[owner] = CompiledSteps(owner.plan, owner.tables)
+    return steps
 
 
 def completed(state: BeamState, depth: int) -> BeamState:
@@ -231,8 +393,7 @@ def finalize(state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
     normalized = state.scores / ((5.0 + state.lengths.float()) / 6.0) ** length_penalty
     ranked = torch.where(state.valid, torch.clamp(normalized, min=MIN_VALID_SCORE),
                          SENTINEL_SCORE).to(torch.float32)
-    M = ranked.shape[1]
-    order = key_positions(order_keys(ranked).topk(M, dim=1).values, M)
+    _, order = best(ranked, ranked.shape[1])
     rows = lambda x: x.gather(1, order.reshape(*order.shape, *([1] * (x.ndim - 2))).expand(
         *order.shape, *x.shape[2:]))
     return DecodeResult(rows(state.tokens), rows(ranked), rows(state.valid), rows(state.lengths))

@@ -70,7 +70,7 @@ def test_decoders_without_jax_name_the_package():
                "'static-compiler[jax]'" in line, line
         assert "TorchConstraints" in line, line
     assert "static_compiler.BeamAxis (the JAX decoders)" in lines[0]
-    assert "expected a TorchConstraints" in lines[3] and "needs jax" in lines[3]
+    assert "expected the CompiledConstraints" in lines[3] and "TorchConstraints" in lines[3]
 
 
 def _sets(tmp_path):

@@ -3,7 +3,8 @@
 same model: the same tokens, validity and lengths, scores to float32
 rounding, over the live fuzz's sets (every layout, fixed and variable
 length, capacity, updates, per-row subsets), caps, carries and length
-penalties; tie-heavy and NaN / +inf logits; torch.compile; bad input."""
+penalties; tie-heavy and NaN / +inf logits; torch.compile and the compiled
+steps; both rankings of the selection; bad input."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 import static_compiler as sc
 from static_compiler.errors import DecodeInputError
-from static_compiler.torch_backend import TorchConstraints, live_bits
+from static_compiler.torch_backend import TorchConstraints, beam, live_bits
 from helpers import PROFILE
 from live_cases import (CI_EXAMPLES, beams_for, compile_case, fuzz_settings, live_cases,
                         updated)
@@ -182,3 +183,74 @@ def test_bad_input():
     for call, message in cases:
         with pytest.raises(DecodeInputError, match=message):
             call()
+
+
+@pytest.mark.parametrize("sort_max", [0, 1 << 20])
+def test_best_is_score_then_position(monkeypatch, sort_max):
+    """Both rankings of `beam.best` (keys + topk, stable sort) order by
+    (score desc, position asc), -0.0 tying with 0.0."""
+    monkeypatch.setattr(beam, "SORT_MAX", sort_max)
+    rng = np.random.default_rng(3)
+    values = np.array([0.0, -0.0, -1.5, -1e30, 2.0, -np.inf], np.float32)
+    scores = values[rng.integers(0, len(values), (4, 3, 40))]
+    got_values, got_positions = beam.best(torch.from_numpy(scores), 7)
+    for row, values_row, positions_row in zip(scores.reshape(-1, 40),
+                                              got_values.reshape(-1, 7).numpy(),
+                                              got_positions.reshape(-1, 7).numpy()):
+        want = sorted(range(40), key=lambda i: (-row[i], i))[:7]
+        assert positions_row.tolist() == want
+        assert np.array_equal(values_row, row[want] + np.float32(0.0))
+
+
+def test_log_probs_shortcut_equals_the_full_passes():
+    """`LogProbs.of`'s CPU shortcut (finite row maxima) gives `full`'s values
+    bit for bit, -inf logits included."""
+    logits = torch.from_numpy(np.random.default_rng(4).standard_normal((6, 50))
+                              .astype(np.float32))
+    logits[:, ::7] = -float("inf")
+    tokens = torch.from_numpy(np.random.default_rng(5).integers(0, 50, (6, 9)))
+    fast, full = beam.LogProbs.of(logits), beam.LogProbs.full(logits)
+    assert fast.logits is None and full.logits is not None
+    for got, want in ((fast.take(tokens), full.take(tokens)), (fast.all(), full.all()),
+                      (fast.column(3), full.column(3))):
+        assert torch.equal(got, want)
+
+
+def test_key_ranking_matches_jax(monkeypatch):
+    """Every selection through packed keys (SORT_MAX = 0), on tie-heavy
+    logits: the JAX beams."""
+    monkeypatch.setattr(beam, "SORT_MAX", 0)
+    compiled = _ragged_set()
+    tc = TorchConstraints.from_compiled(compiled)
+    T, V = compiled.max_length, compiled.vocab_size
+    model = TableModel(_table(np.random.default_rng(6), T, V, ties=True))
+    want, got = _search_both(compiled, tc, model, 2, 7, tokens_per_beam=2)
+    assert_same_beams(want, got, "keys")
+
+
+def test_compiled_steps_equal_eager_steps():
+    """`CompiledSteps` (dynamo, the eager backend here: inductor's compile
+    takes seconds a step) returns `beam_step`'s states bit for bit, one
+    program per step and shape; beam_search(compile=True) runs them."""
+    compiled = _ragged_set()
+    tc = TorchConstraints.from_compiled(compiled)
+    T, V = compiled.max_length, compiled.vocab_size
+    steps = beam.CompiledSteps(tc.plan, tc.tables, backend="eager")
+    bits = live_bits(compiled.subset(np.arange(60) % 3 != 0))
+    rng = np.random.default_rng(7)
+    for B, M, cap, sub in ((2, 5, 2, (bits, torch.tensor([0, 0]))), (3, 4, None, None)):
+        logits = torch.from_numpy(rng.standard_normal((T, B, M, V)).astype(np.float32))
+        want = got = tc.init_beams(B, M)
+        for step in range(T):
+            want = beam.beam_step(tc.plan, tc.tables, want, logits[step], step, cap, None, sub)
+            got = steps(got, logits[step], step, cap, None, sub)
+            assert all(torch.equal(a, b) for a, b in zip(want, got)), (B, M, step)
+    assert len(steps.programs) == 2 * T
+    beam._COMPILED_STEPS[tc] = steps  # (beam_search(compile=True) reuses tc's)
+    model = TableModel(_table(np.random.default_rng(8), T, V, ties=False))
+    eager = tc.beam_search(model.torch_fn, 2, 5, carry=torch.zeros(2, 5, dtype=torch.int64),
+                           reorder=reorder)
+    with_programs = tc.beam_search(model.torch_fn, 2, 5, carry=torch.zeros(
+        2, 5, dtype=torch.int64), reorder=reorder, compile=True)
+    assert all(torch.equal(a, b) for a, b in zip(eager, with_programs))
+    assert len(steps.programs) > 2 * T
