@@ -41,6 +41,19 @@ class ConstraintSetError(StaticCompilerError, ValueError):
     without an end token, token out of range, wrong dtype, ...)."""
 
 
+class AttributeColumnError(ConstraintSetError):
+    """An item attribute column is malformed (wrong length, NaN in an
+    integer column, mixed types, a bad name), or an addition lacks one; the
+    message names the column."""
+
+
+class FilterExpressionError(ConstraintSetError):
+    """A filter expression (`subset(where=...)`) does not parse, or does not
+    fit the set's attributes and masks (unknown name, a comparison its
+    column's kind has no meaning for); the message names the position and
+    the attribute."""
+
+
 class IRVerificationError(StaticCompilerError, ValueError):
     """An automaton IR violates an invariant (see `ir.verify`)."""
 
