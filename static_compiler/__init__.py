@@ -19,11 +19,12 @@ _LAZY = {
     "CompiledConstraints": "compiled", "beam_search": "compiler",
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
     "load": "saved", "load_compiled": "saved", "update_artifact": "saved", "upgrade_artifact": "saved",
-    "reexport_artifact": "saved",
+    "reexport_artifact": "saved", "list_versions": "saved", "rollback_artifact": "saved",
     "DEFAULT_PIPELINE": "passes.pipeline", "format_pipeline": "passes.pipeline",
     "parse_pipeline": "passes.pipeline",
     "enable_compilation_cache": "support.compilation_cache",
     "Subset": "live.liveness", "stack_subsets": "live.liveness", "Shards": "frontend.partitioned",
+    "attr": "live.where", "item_mask": "live.where",
 }
 
 # Modules that moved into their stage's package, still importable as
@@ -78,5 +79,5 @@ __all__ = [
     "enable_compilation_cache", "errors",
     "format_pipeline", "greedy_decode", "ir", "load", "max_programs", "parse_pipeline",
     "sample", "set_max_programs", "Shards", "Subset", "stack_subsets", "update_artifact", "upgrade_artifact",
-    "reexport_artifact",
+    "reexport_artifact", "attr", "item_mask", "list_versions", "rollback_artifact",
 ]

@@ -16,6 +16,7 @@ from static_compiler.backend import decode
 from static_compiler.live.set_view import SetFacts, SetView
 from static_compiler.target.plan import Plan, PlanFacts, tables_nbytes
 from static_compiler.target.raising import automaton_from_tables, table_head
+from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.frontend.names import NameTable
 from static_compiler.backend.decode.front_door import DecodeVerbs
 from static_compiler.support.decode_state import check_int, check_processor_state, is_traced
@@ -113,6 +114,8 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
     base_subset : Subset or None
         Property: what every decode runs over when no subset is given (the
         items updates did not remove); None if none was removed.
+    attributes : ItemAttributes or None
+        Property: the items' attribute columns (`items.attributes`), or None.
     """
 
     plan: Plan
@@ -345,7 +348,14 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
             self.computed.set_view = view
         return view
 
-    def update(self, *, add=None, remove=None) -> "CompiledConstraints":
+    @property
+    def attributes(self) -> Optional[ItemAttributes]:
+        """The items' attribute columns (`compile_constraints(attributes=...)`:
+        name -> `frontend.attributes.Column`, one value per input row), or
+        None when the set has none."""
+        return None if self.items is None else self.items.attributes
+
+    def update(self, *, add=None, remove=None, attributes=None) -> "CompiledConstraints":
         """A new version of this set with the items `add` lists (token
         sequences) and without those `remove` picks (a bool mask over the
         input rows, or token sequences); an item in both is removed. Item
@@ -368,10 +378,15 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         token outside the vocabulary or, in a fixed-length set, a row of
         another length is one), and
         {"added", "already_present", "restored", "grew"} for additions.
+
+        attributes: for a set with attributes, the added rows' values
+        {name: array (n,)} of every attribute (new categories are appended
+        after the old ones: old codes stay); removals keep the columns.
         Raises ConstraintSetError for invalid sequences or masks, for a
         set without items (graph, IR, minimize) and for a text catalogue
-        (add names by compiling anew)."""
-        version = versions.updated(self, add=add, remove=remove)
+        (add names by compiling anew); AttributeColumnError for attributes
+        missing, unknown or malformed, or given without additions."""
+        version = versions.updated(self, add=add, remove=remove, attributes=attributes)
         if add is None:  # the same tables and set: share what was computed
             version.computed.device_tables = self.computed.device_tables
             version.computed.set_view = self.set_view.version(version.items)
@@ -385,17 +400,22 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         is given: all items but those removed by updates; None if none was."""
         return self.set_view.base_subset()
 
-    def subset(self, selection) -> subsets.Subset:
+    def subset(self, selection=None, *, where=None, masks=None) -> subsets.Subset:
         """The items of this set that `selection` picks, as a `Subset` to
         decode over (`beam_search(..., subset=...)`), with no recompile.
 
         selection: bool (N,) over the input rows (item i is row i of the
         input; duplicate rows are one item), or token sequences (a 2-D int
         array or a list of sequences), each of which must be in the set.
+        Or `where`: a filter expression over the items' attributes
+        (``"in_stock and category in ('shoes', 'hats') and not seen"``,
+        text or built with `static_compiler.attr`), with `masks` the named
+        bool (N,) item masks it reads (``{"seen": mask}``): docs/business-rules.md.
         Raises ConstraintSetError for a mask of another shape or dtype, a
         sequence not in the set, and a set whose items share states
-        (minimized, graph or IR input)."""
-        return self.set_view.subset(selection, "CompiledConstraints.subset")
+        (minimized, graph or IR input); FilterExpressionError for a bad
+        expression (naming the position and the attribute)."""
+        return self.set_view.pick(selection, where, masks, "CompiledConstraints.subset")
 
     def item_index(self, sequences) -> np.ndarray:
         """int64 (n,): the item (input row; the first of duplicate rows) each

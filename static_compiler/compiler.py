@@ -6,6 +6,7 @@ both are importable from here too."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 import time
@@ -20,8 +21,9 @@ from static_compiler.target.lowering import lower, lower_pieces
 from static_compiler.target.plan import tables_nbytes
 from static_compiler.support.arguments import check_rows
 from static_compiler.compiled import CompiledConstraints
-from static_compiler.errors import DecodeInputError
+from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import inputs
+from static_compiler.frontend.attributes import checked_attributes
 from static_compiler.frontend.array_files import ArrayFiles
 from static_compiler.saved import load, load_compiled, update_artifact  # noqa: F401 (old name)
 
@@ -35,7 +37,7 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                         export_tokens_per_beam: Optional[int] = None,
                         export_subsets: bool = False, capacity: Optional[float] = None,
                         stream=None, start=None, tokenizer=None,
-                        spellings: str = "canonical") -> CompiledConstraints:
+                        spellings: str = "canonical", attributes=None) -> CompiledConstraints:
     """Compiles a constraint set.
 
     Runs the frontend (sequences, graph, IR or text catalogue -> IR), the
@@ -89,6 +91,13 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
         "any" every token sequence that spells a name's bytes, as grammar
         engines allow (static_compiler.frontend.spellings: no item index,
         no names table, tens of times the states).
+    attributes : mapping of str to int, float, bool or str array (N,), optional
+        Item attributes: one column per name (an identifier, not a word of
+        the filter grammar), one value per input row: ints, floats, bools
+        or strings (a category column); kept with the item index
+        (`attributes`, saved with export_subsets=True), appended to by
+        `update(add=..., attributes=...)`. Sequence input only (token
+        sequences, names, `Shards`).
 
     Returns
     -------
@@ -100,7 +109,9 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     ------
     ConstraintSetError
         For a bad set (or names without a tokenizer, `start` without graph
-        input, an `Automaton` with another vocab_size or end_token).
+        input, an `Automaton` with another vocab_size or end_token,
+        attributes without sequence input); AttributeColumnError, naming
+        the column, for a malformed attribute.
     PipelineError
         For a bad pipeline or a failing pass.
     MemoryBudgetError
@@ -131,18 +142,22 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
         timings = [("frontend", time.perf_counter() - t0)]
         return _compiled(front, passes, timings, dict(options, frontend_stats=front.stats),
                          print_ir_after_all=print_ir_after_all, verify_each=verify_each,
-                         stream=stream if stream is not None else sys.stderr)
+                         stream=stream if stream is not None else sys.stderr,
+                         attributes=attributes)
 
 
 def _compiled(front: inputs.FrontendOutput, passes, timings: list, options: dict, *,
-              print_ir_after_all: bool, verify_each: bool, stream) -> CompiledConstraints:
+              print_ir_after_all: bool, verify_each: bool, stream,
+              attributes=None) -> CompiledConstraints:
     """The one path from the frontend's output, whatever the input kind:
     the passes, then lowering (a partitioned build whose passes only choose
     layouts is lowered piece by piece: `_compiled_from_pieces`)."""
     if front.ir is None:
         if not print_ir_after_all and all(p.layout_only or p.name == "verify" for p in passes):
-            return _compiled_from_pieces(front.built, front.files, passes, timings, options)
+            return _compiled_from_pieces(front.built, front.files, passes, timings, options,
+                                         attributes)
         front = front.merged()  # passes that read the arrays (minimize, printing the IR)
+    items = _with_attributes(front.items, attributes)  # (checked before the passes run)
     if print_ir_after_all:
         stream.write(f"// ----- IR after {front.origin} -----\n" + front.ir.to_text())
     ir = pipeline_lib.run_pipeline(front.ir, passes, verify_each=verify_each,
@@ -152,13 +167,26 @@ def _compiled(front: inputs.FrontendOutput, passes, timings: list, options: dict
     plan, tables = lower(ir)
     timings.append(("lower", time.perf_counter() - t0))
     if options["export_subsets"]:
-        subsets.check_subsettable(ir, front.items, "export_subsets=True")
+        subsets.check_subsettable(ir, items, "export_subsets=True")
     return CompiledConstraints(held_ir=ir, plan=plan, tables=tables, timings=tuple(timings),
-                               names=front.names, items=front.items, **options)
+                               names=front.names, items=items, **options)
 
 
-def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, options: dict
-                          ) -> CompiledConstraints:
+def _with_attributes(items, attributes):
+    """`items` (an `ItemIndex` or None) with the attribute columns
+    `attributes` (checked: `frontend.attributes.checked_attributes`)."""
+    if attributes is None:
+        return items
+    if items is None:
+        raise ConstraintSetError("attributes=...: item attributes need sequence input (token "
+                                 "sequences, names or Shards: its rows are the items); this "
+                                 "input (a graph, an Automaton, spellings='any') has no items")
+    return dataclasses.replace(items, attributes=checked_attributes(
+        attributes, items.num_items, "compile_constraints(attributes=...)"))
+
+
+def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, options: dict,
+                          attributes=None) -> CompiledConstraints:
     """A partitioned build compiled without its merged trie: the layout
     passes plan over the partitions' summed summaries (each part was
     verified where it was built), then every layer is lowered piece by
@@ -168,7 +196,7 @@ def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, optio
                                         timings=timings)
     t0 = time.perf_counter()
     plan, tables = lower_pieces(planned, built.pieces, files.writer)
-    items = built.items(files)
+    items = _with_attributes(built.items(files), attributes)
     timings.append(("lower", time.perf_counter() - t0))
     built.say(f"lowered: {tables_nbytes(tables) / 2**20:.1f} MiB of tables and "
               f"{items.row_item.nbytes / 2**20:.1f} MiB of item index written, "

@@ -251,12 +251,23 @@ def stats_table(obj, markdown: bool = False, devices: Optional[int] = None) -> s
     subsets = _subset_line(obj)
     if subsets:
         lines.append(subsets)
+    lines += attribute_lines(getattr(obj, "attributes", None))
     ratio = "" if tot["bytes_over_bound"] is None else \
         f"; measured / U_max = {tot['bytes_over_bound']:.3f}"
     lines.append(f"paper bound U_max = (1/8 + {PAPER_K2})|V|^d + {PAPER_K1} * "
                  f"sum_(l>d) min(|V|^l, |C|) with d={tot['dense_layers']}: "
                  f"{tot['paper_bound_bytes']} bytes{ratio}")
     return "\n".join(lines) + "\n"
+
+
+def attribute_lines(attributes) -> list[str]:
+    """One line per item attribute column (name, kind, dtype, categories,
+    bytes) of an `ItemAttributes`; [] for None."""
+    if attributes is None:
+        return []
+    return [f"attribute {row['name']}: {row['kind']} {row['dtype']}"
+            + ("" if row["categories"] is None else f", {row['categories']} categories")
+            + f", {row['nbytes']} bytes" for row in attributes.describe()]
 
 
 def _subset_line(obj) -> str:

@@ -120,7 +120,8 @@ def _tokens_per_beam_option(caps) -> Optional[object]:
     return tuple(caps)
 
 
-def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
+def update_artifact(path, *, add=None, remove=None, mesh=None, attributes=None,
+                    keep_versions=None) -> dict:
     """Writes a new version of the saved artifact at `path`.
 
     The new version holds the items `add` lists and not those `remove`
@@ -151,6 +152,13 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
     mesh : jax.sharding.Mesh, optional
         For an artifact exported for a mesh whose additions outgrow its
         capacity: the mesh to export the new modules for.
+    attributes : mapping of str to int, float, bool or str array (n,), optional
+        For an artifact whose items have attributes: the added rows' value
+        of every attribute (as `CompiledConstraints.update`); removals keep
+        the columns.
+    keep_versions : int, optional
+        How many replaced versions to keep (`list_versions`,
+        `rollback_artifact`): default $STATIC_COMPILER_KEEP_VERSIONS, else 5.
 
     Returns
     -------
@@ -162,7 +170,8 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
     Raises
     ------
     ConstraintSetError
-        With neither `add` nor `remove`, and as `CompiledConstraints.update`.
+        With neither `add` nor `remove`, and as `CompiledConstraints.update`
+        (AttributeColumnError for missing or malformed attributes).
     ArtifactBusyError
         While another writer holds the artifact's lock.
     DecodeInputError
@@ -176,6 +185,7 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
     from static_compiler.artifact import snapshot
     from static_compiler.artifact.lock import update_lock
     from static_compiler.artifact.update import read_items, require_current, write_removed
+    from static_compiler.artifact.versions import Made
     from static_compiler.artifact.writer import save_locked
     from static_compiler.live import versions
 
@@ -183,14 +193,15 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
     if add is None and remove is None:
         raise ConstraintSetError("update: nothing to do: pass add=... and/or remove=...")
     with update_lock(path):
-        if add is None:
-            return write_removed(path, remove)
+        if add is None and attributes is None:
+            return write_removed(path, remove, keep_versions)
         with snapshot.open_snapshot(path) as snap:
             old = _compiled_from_snapshot(snap)  # the new version builds on `snap` alone
             if old.items is None:  # raises the loader's error: no item index to update
                 read_items(snap)
             # additions alone stream into the new files (`versions.updated`)
-            new = versions.updated(old, add=add, remove=remove, streamed=remove is None)
+            new = versions.updated(old, add=add, remove=remove, attributes=attributes,
+                                   streamed=remove is None)
             reuse = snap if new.plan == old.plan else None
             record = snap.manifest.mesh
             if reuse is None and record is not None:  # export anew for the same mesh
@@ -200,10 +211,11 @@ def update_artifact(path, *, add=None, remove=None, mesh=None) -> dict:
                 new = new.shard(mesh, where.axis, where.min_bytes)
             require_current(snap)  # a writer that skips the lock swapped nothing in
             tables_only = not snap.manifest.modules  # (saved without jax: stays so)
+            report = dict(new.last_update, modules="none" if tables_only else
+                          "reused" if reuse else "exported")
             save_locked(new, path, overwrite=True, reuse_modules=reuse,
-                        modules=not tables_only)
-        return dict(new.last_update, modules="none" if tables_only else
-                    "reused" if reuse else "exported")
+                        modules=not tables_only, made=Made("update", report, keep_versions))
+        return report
 
 
 def upgrade_artifact(path, *, mesh=None) -> dict:
@@ -298,3 +310,78 @@ def reexport_artifact(path, *, mesh=None, beam_sizes=None) -> dict:
     from static_compiler.artifact import upgrade
     return upgrade.reexport(path, read_back=_compiled_from_snapshot, mesh=mesh,
                             beam_sizes=beam_sizes)
+
+
+def list_versions(path) -> list[dict]:
+    """The versions of a saved artifact: the current one, then those kept.
+
+    Every writer that replaces the artifact at `path` (a save with
+    overwrite, `update_artifact`, `upgrade_artifact`, `reexport_artifact`,
+    `rollback_artifact`) keeps the version it replaced in the hidden
+    directory `.NAME.versions/` beside it (`artifact.versions`): the last 5,
+    or $STATIC_COMPILER_KEEP_VERSIONS, or a call's `keep_versions`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The artifact directory.
+
+    Returns
+    -------
+    list of dict
+        Newest first (the current version, then the kept ones), each
+        {"id" (int, growing with every version written), "when" (UTC ISO
+        time it was written), "sha256" (of its manifest.json), "operation"
+        (what made it: "save", "update", "upgrade", "re-export",
+        "rollback"; None when not recorded), "report" (an update's report
+        dict, a rollback's {"to", "restored"}; else None), "num_sequences",
+        "current" (bool)}.
+
+    Raises
+    ------
+    ArtifactFormatError
+        When `path` holds no artifact.
+    """
+    from static_compiler.artifact import versions
+    return versions.list_versions(path)
+
+
+def rollback_artifact(path, to=None, *, keep_versions=None) -> dict:
+    """Swaps a kept version of an artifact back in at its path, atomically.
+
+    Under the artifact's writers' lock, the kept version (`list_versions`)
+    is renamed back to `path` in one step (as a save swaps a new version
+    in: a reader sees the one or the other); the version it replaces is
+    kept in turn, so a rollback is undone by another `rollback_artifact()`.
+    A serving process's `Artifact.reload()` then returns the rolled-back
+    version (the object serving before keeps serving its own).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The artifact directory.
+    to : int or str, optional
+        The id of the kept version to restore (as `list_versions` gives;
+        "000003" or 3); default the newest kept one (the previous version).
+    keep_versions : int, optional
+        How many replaced versions to keep (as `update_artifact`).
+
+    Returns
+    -------
+    dict
+        The new current version's record (as a `list_versions` row, without
+        num_sequences): operation "rollback", report {"to": the id restored,
+        "restored": that version's own record}.
+
+    Raises
+    ------
+    DecodeInputError
+        When no version is kept to roll back to, or `to` names none of the
+        kept ones (the message lists those that exist), or is not an id.
+    ArtifactBusyError
+        While another writer holds the artifact's lock (nothing changes).
+    ArtifactFormatError
+        When `path` holds no artifact.
+    """
+    from static_compiler.artifact import versions
+    return versions.rollback(path, to, keep_versions=keep_versions)

@@ -122,13 +122,20 @@ FORMAT_HISTORY = (
                   "without jax, or with save(modules=False)); the torch backend and sc.load "
                   "read it, a jax serving load names `static-compiler re-export PATH`, which "
                   "adds the modules. Versions 1 to 10 always hold modules."),
+    FormatVersion(12, "2026-12-05", "item attributes: optional items/attr.{name}.npy (one "
+                  "value per input row: an integer dtype, float32 or float64, bool, or a "
+                  "category column's int32 codes) and the manifest key \"attributes\" (null, "
+                  "or {name: {\"kind\": \"int\" | \"float\" | \"bool\" | \"category\", "
+                  "\"file\", \"dtype\", \"categories\": [str, ...] (a code's string, first-"
+                  "seen order) or null}}), with the item index only. Versions 1 to 11 read as "
+                  "artifacts without attributes."),
 )
 """The dated history of the format, one row per version, oldest first."""
 
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 11
+FORMAT_VERSION = 12
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 11
+MAX_FORMAT_VERSION = 12
 
 SUPPORT_DAYS = 183
 """How long (about six months, as jax.export keeps a calling convention)
@@ -209,6 +216,8 @@ COMPAT = {b.name: b for b in (
                  "live.state_order.item_order", kept_by_updates=True),
     CompatBranch("exported_at", 9, "no \"exported_at\" key: the modules' export date is not "
                  "known (no expiry warning)", "manifest.Manifest.from_json"),
+    CompatBranch("attributes", 11, "no \"attributes\" key: items without attributes",
+                 "manifest.Manifest.from_json"),
 )}
 """Every reader branch for an older shape, by name; a branch's code names
 its row (``COMPAT["ex_bounds"]``). `normalize.needed_branches` tells which
@@ -300,6 +309,11 @@ def subset_module_name(name: str) -> str:
 def item_file(name: str) -> str:
     """Relative path of item array `name` (one of ITEM_ARRAYS)."""
     return f"{ITEMS_DIR}/{name}.npy"
+
+
+def attribute_file(name: str) -> str:
+    """Relative path of item attribute `name`'s values (format version 12)."""
+    return f"{ITEMS_DIR}/attr.{name}.npy"
 
 
 def table_keys(tables) -> list[tuple[int, str]]:

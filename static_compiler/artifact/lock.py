@@ -1,7 +1,7 @@
 """The writers' lock: an exclusive flock on `.NAME.lock` beside the artifact
 (`lock_file`), which every writer of the path takes (`update_lock`: `save`,
-`update.update_removed`, `saved.update_artifact`), so no two versions are
-ever built or swapped in at once.
+`update.update_removed`, `saved.update_artifact`, `upgrade`,
+`versions.rollback`), so no two versions are ever built or swapped in at once.
 """
 
 from __future__ import annotations

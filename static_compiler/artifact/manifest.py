@@ -18,8 +18,10 @@ import numpy as np
 
 from static_compiler.artifact.format import (BEAM_MODULE_KINDS, COMPAT, FORMAT_NAME,
                                              FORMAT_VERSION, MANIFEST_FILE, STEP_KINDS, SUBSET_BITS,
-                                             beam_module_name, format_error, require,
-                                             seal_manifest, subset_module_name)
+                                             attribute_file, beam_module_name, format_error,
+                                             require, seal_manifest, subset_module_name)
+from static_compiler.errors import AttributeColumnError
+from static_compiler.frontend.attributes import CODE_DTYPE, KINDS, check_name, kind_of_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +176,52 @@ def _iso_date(value: Optional[str], path) -> Optional[str]:
     return value
 
 
+def attributes_record(attributes) -> Optional[dict]:
+    """The manifest's "attributes" value (format version 12) of an
+    `ItemAttributes` (None: null): {name: {"kind", "file", "dtype",
+    "categories" (list of str, or None but for a category column)}}."""
+    if attributes is None:
+        return None
+    return {name: {"kind": c.kind, "file": attribute_file(name), "dtype": str(c.dtype),
+                   "categories": None if c.categories is None else list(c.categories)}
+            for name, c in attributes.items()}
+
+
+def _attributes_record(record: Optional[dict], path) -> Optional[dict]:
+    """The manifest's "attributes" value, checked (see `attributes_record`):
+    names that can name a column, known kinds with a dtype of theirs, and
+    categories (a list of str) for a category column only."""
+    if record is None:
+        return None
+    out = {}
+    for name, entry in sorted(record.items()):
+        where = f"{MANIFEST_FILE}['attributes'][{name!r}]"
+        try:
+            check_name(name, MANIFEST_FILE)
+        except AttributeColumnError as e:
+            raise format_error(path, str(e)) from None
+        kind = require(entry, "kind", str, where, path)
+        dtype = require(entry, "dtype", str, where, path)
+        categories = require(entry, "categories", (list, type(None)), where, path)
+        try:
+            values_kind = kind_of_dtype(dtype)
+        except TypeError:
+            values_kind = None
+        want = "int" if kind == "category" else kind
+        if kind not in KINDS or values_kind != want or (
+                kind == "category" and np.dtype(dtype) != CODE_DTYPE):
+            raise format_error(path, f"{where}: kind {kind!r} with dtype {dtype!r}: expected "
+                                     f"one of {list(KINDS)} with a dtype of its kind (int32 "
+                                     "codes for a category)")
+        if (kind == "category") != (categories is not None) or \
+                any(not isinstance(c, str) for c in categories or ()):
+            raise format_error(path, f"{where}['categories'] is {categories!r}: expected a list "
+                                     "of str for a category column, null for another kind")
+        out[name] = {"kind": kind, "file": require(entry, "file", str, where, path),
+                     "dtype": dtype, "categories": categories}
+    return out
+
+
 def _has_key(version: int, key: str) -> bool:
     """Whether a manifest of format `version` has `key`, which format
     version COMPAT[key].last_version + 1 added (older ones read its
@@ -212,6 +260,7 @@ class Manifest:
     mesh: Optional[dict] = None
     subset_bits: str = SUBSET_BITS[-1]
     exported_at: Optional[str] = None
+    attributes: Optional[dict] = None
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -225,6 +274,7 @@ class Manifest:
                    files={rel: f.to_json() for rel, f in sorted(self.files.items())})
         values = {"names_file": self.names_file, "mesh": self.mesh,
                   "subset_bits": self.subset_bits, "exported_at": self.exported_at,
+                  "attributes": self.attributes,
                   "item_files": None if self.item_files is None else dict(sorted(
                       self.item_files.items()))}
         out.update({key: value for key, value in values.items()
@@ -259,6 +309,9 @@ class Manifest:
                          if _has_key(version, "subset_bits") else SUBSET_BITS[0]),
             exported_at=(_iso_date(require(obj, "exported_at", (str, type(None)), where, path),
                                    path) if _has_key(version, "exported_at") else None),
+            attributes=(_attributes_record(require(obj, "attributes", (dict, type(None)), where,
+                                                   path), path)
+                        if _has_key(version, "attributes") else None),
             platforms=tuple(require(obj, "platforms", list, where, path)),
             plan_steps=tuple(require(obj, "plan_steps", list, where, path)),
             layers=tuple(require(obj, "layers", list, where, path)),
@@ -271,7 +324,8 @@ class Manifest:
         for what, rel in [(f"tables[{i}]", t.file) for i, t in enumerate(out.tables)] + \
                 [(f"modules[{n!r}]", m.file) for n, m in out.modules.items()] + \
                 [("names_file", rel) for rel in [out.names_file] if rel is not None] + \
-                [(f"item_files[{k!r}]", rel) for k, rel in (out.item_files or {}).items()]:
+                [(f"item_files[{k!r}]", rel) for k, rel in (out.item_files or {}).items()] + \
+                [(f"attributes[{k!r}]", a["file"]) for k, a in (out.attributes or {}).items()]:
             if rel not in out.files:
                 raise format_error(path, f"{what} names file {rel!r}, which is not among the "
                                          f"manifest's files {sorted(out.files)}")
@@ -286,6 +340,9 @@ class Manifest:
                                      f"{out.exported_at!r}: expected modules with all of "
                                      "them set (or, from format version 11, no modules and "
                                      "all of them null: a tables-only artifact)")
+        if out.attributes is not None and out.item_files is None:
+            raise format_error(path, f"{MANIFEST_FILE}: attributes {sorted(out.attributes)} "
+                                     "without an item index (item_files null)")
         if out.subset_bits not in SUBSET_BITS:
             raise format_error(path, f"{MANIFEST_FILE}['subset_bits'] is {out.subset_bits!r}: "
                                      f"expected one of {list(SUBSET_BITS)}")

@@ -63,6 +63,7 @@ from static_compiler.support.decode_state import (BeamState, DecodeResult, Proce
                                           check_step, check_tokens, int32_within)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
 from static_compiler.live.set_view import SetView
+from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.frontend.items import ItemIndex
 from static_compiler.live.liveness import Subset, checked_subset_index, warm_kernels_in_background
 
@@ -99,6 +100,7 @@ class Artifact(ServedVerbs):
         or None for a set compiled from token ids (and format version 1).
       items: the `frontend.items.ItemIndex` of an artifact saved with
         export_subsets=True (items/*.npy), else None: `subset` needs it.
+      attributes: the items' attribute columns (property), or None.
       placement: for an artifact exported for a mesh, where its tables
         live (`placement.MeshPlacement`); None for one device.
     """
@@ -339,6 +341,13 @@ class Artifact(ServedVerbs):
     # Item subsets
 
     @property
+    def attributes(self) -> Optional[ItemAttributes]:
+        """The items' attribute columns (items/attr.*.npy, memory-mapped:
+        name -> `frontend.attributes.Column`, one value per input row), or
+        None when the artifact has none."""
+        return None if self.items is None else self.items.attributes
+
+    @property
     def fingerprint(self) -> str:
         """The sha256 of the artifact's IR text, and the removal tag of its
         items (`ItemIndex.removal_tag`): subsets of this set carry it."""
@@ -348,13 +357,18 @@ class Artifact(ServedVerbs):
         """All items but those an update removed, or None when none was."""
         return self.set_view.base_subset()
 
-    def subset(self, selection) -> Subset:
+    def subset(self, selection=None, *, where=None, masks=None) -> Subset:
         """The items `selection` picks, bool (N,) over the rows the set was
         compiled from (duplicate rows are one item), as a `Subset` for
-        `beam_step` / `mask` / `advance`. Needs an artifact saved with
-        export_subsets=True; raises DecodeInputError otherwise and
-        ConstraintSetError for a mask of the wrong shape or dtype."""
-        return self.set_view.subset(selection, "Artifact.subset")
+        `beam_step` / `mask` / `advance`.
+        Or `where`: a filter expression over the items' attributes
+        (``"in_stock and category in ('shoes', 'hats') and not seen"``,
+        text or built with `static_compiler.attr`), with `masks` the named
+        bool (N,) item masks it reads (``{"seen": mask}``): docs/business-rules.md.
+        Needs an artifact saved with export_subsets=True; raises
+        DecodeInputError otherwise, ConstraintSetError for a mask of the
+        wrong shape or dtype, FilterExpressionError for a bad expression."""
+        return self.set_view.pick(selection, where, masks, "Artifact.subset")
 
     def _subset_args(self, subset, subset_index, batch_size: int, where: str) -> list:
         """The subset modules' extra arguments: the bits, then subset_index."""

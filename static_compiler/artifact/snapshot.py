@@ -3,7 +3,8 @@ the manifest lists once, checks them (format and versions, the manifest's
 own checksum, the file set, sizes and sha256), and returns a `Snapshot`,
 from whose open files everything is then read: the manifest
 (`read_manifest`), the tables (`load_tables`, `read_tables`), a text
-catalogue's names (`read_names`) and the item index (`read_item_arrays`).
+catalogue's names (`read_names`) and the item index (`read_item_arrays`,
+with its attributes: `read_attributes`).
 Standard library and numpy only; shared by the writers (updates build from
 a snapshot) and the serving loader.
 """
@@ -29,6 +30,7 @@ from static_compiler.artifact.format import (_HASH_CHUNK, FORMAT_NAME, ITEM_ARRA
 from static_compiler.support.mapped import release_pages
 from static_compiler.artifact.manifest import FileEntry, Manifest
 from static_compiler.artifact.names import read_names_jsonl
+from static_compiler.frontend.attributes import Column, ItemAttributes
 from static_compiler.frontend.names import NameTable
 from static_compiler.artifact.normalize import (check_window, current_items, current_tables,
                                                 needed_branches, with_branch_counts)
@@ -458,7 +460,29 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
         raise format_error(path, f"items: {problem}")
     return current_items({"row_item": row_item, "item_depth": depth, "item_state": state,
                           "removed": removed, "state_item": state_item, "state_inserted_at": at,
-                          "state_inserted_item": added})
+                          "state_inserted_item": added,
+                          "attributes": read_attributes(snap, row_item.shape[0])})
+
+
+def read_attributes(snap: Snapshot, num_rows: int) -> Optional[ItemAttributes]:
+    """The artifact's item attributes (format version 12), each column
+    memory-mapped (read as used), or None when it has none.
+    ArtifactFormatError when a file is not the (num_rows,) array of the
+    dtype the manifest records."""
+    record = snap.manifest.attributes
+    if record is None:
+        return None
+    columns = {}
+    for name, entry in record.items():
+        values = snap.npy(entry["file"])
+        if values.shape != (num_rows,) or values.dtype != np.dtype(entry["dtype"]):
+            raise format_error(snap.path, f"attribute {name!r}: {entry['file']} holds "
+                                          f"{values.dtype} {values.shape}, expected "
+                                          f"{entry['dtype']} ({num_rows},) (one per row)")
+        categories = entry["categories"]
+        columns[name] = Column(entry["kind"], values,
+                               None if categories is None else tuple(categories))
+    return ItemAttributes.of(columns, num_rows)
 
 
 def _insertions_valid(at: np.ndarray, item: np.ndarray, n: int) -> bool:

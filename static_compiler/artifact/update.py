@@ -16,6 +16,7 @@ from static_compiler.artifact.lock import lock_file, update_lock
 from static_compiler.artifact.manifest import FileEntry
 from static_compiler.artifact.snapshot import (Snapshot, open_snapshot, read_item_arrays,
                                                read_tables)
+from static_compiler.artifact.versions import Made
 from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap
 from static_compiler.errors import ArtifactBusyError, DecodeInputError
 
@@ -76,8 +77,10 @@ def table_trie(snap: Snapshot):
                                 summary_from_metadata(metadata, tables, where), tables)
 
 
-def write_removed(path, remove) -> dict:
+def write_removed(path, remove, keep_versions=None) -> dict:
     """`update_removed`'s work, for a caller that holds `update_lock`.
+    The version replaced is kept (`versions`: the last `keep_versions`), the
+    new one recorded as an "update" with the returned report.
 
     The new version is built from the one snapshot read here and nothing
     else: the item index, the tables (to look up sequences, read as a
@@ -106,5 +109,5 @@ def write_removed(path, remove) -> dict:
             _write_file(tmp, fmt.MANIFEST_FILE, new.seal())
             require_current(snap)
 
-        _write_then_swap(path, fill)
+        _write_then_swap(path, fill, made=Made("update", report, keep_versions))
     return report

@@ -34,6 +34,7 @@ from static_compiler.artifact.lock import update_lock
 from static_compiler.artifact.manifest import FileEntry
 from static_compiler.artifact.snapshot import Snapshot, open_snapshot, read_item_arrays
 from static_compiler.artifact.update import require_current
+from static_compiler.artifact.versions import Made
 from static_compiler.artifact.metadata import export_caps
 from static_compiler.artifact.writer import (NpyFile, _write_file, _write_then_swap, exporter,
                                              save_locked)
@@ -94,7 +95,7 @@ def reexport(path, *, read_back, mesh=None, beam_sizes=None) -> dict:
                     "them (beam sizes are chosen once, for a tables-only artifact; re-save "
                     "the set with other export_beam_sizes instead)")
             if manifest.format_version != fmt.FORMAT_VERSION or snap.compat:
-                _export_anew(snap, mesh, read_back)
+                _export_anew(snap, mesh, read_back, "re-export")
                 upgraded = True
             else:
                 compiled = _read_back_placed(snap, mesh, read_back, "re-export")
@@ -187,13 +188,14 @@ def _swap_in(snap: Snapshot, manifest, kept: list, written: dict, what: str) -> 
         _write_file(tmp, fmt.MANIFEST_FILE, manifest.seal())
         require_current(snap, what)
 
-    _write_then_swap(snap.path, fill)
+    _write_then_swap(snap.path, fill, made=Made(what))
 
 
-def _export_anew(snap: Snapshot, mesh, read_back) -> None:
+def _export_anew(snap: Snapshot, mesh, read_back, what: str = "upgrade") -> None:
     """The new version: the set read back from `snap` (tables in the
     current shape), its modules exported anew (for the same mesh, when it
-    was exported for one), saved over the path (the caller holds the lock)."""
+    was exported for one), saved over the path (the caller holds the lock;
+    `what` made it: "upgrade" or "re-export")."""
     compiled = _read_back_placed(snap, mesh, read_back, "upgrade")
     require_current(snap, "upgrade")
-    save_locked(compiled, snap.path, overwrite=True)
+    save_locked(compiled, snap.path, overwrite=True, made=Made(what))

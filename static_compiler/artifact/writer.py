@@ -31,7 +31,10 @@ from static_compiler.support.arrays import PieceArray, npy_chunks, npy_header
 from static_compiler.support.placement import placed_shape
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.lock import _parent, update_lock
-from static_compiler.artifact.manifest import ArraySpec, FileEntry, Manifest, TableEntry
+from static_compiler.artifact.versions import (Made, keep_count, keep_replaced,
+                                               record_current)
+from static_compiler.artifact.manifest import (ArraySpec, FileEntry, Manifest, TableEntry,
+                                               attributes_record)
 from static_compiler.support.mapped import release_pages
 from static_compiler.artifact.metadata import export_caps, set_metadata
 from static_compiler.artifact.snapshot import read_manifest
@@ -157,6 +160,7 @@ def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str,
         files[fmt.NAMES_FILE] = names.to_jsonl()
     item_files = None
     items = getattr(compiled, "items", None)
+    attributes = None if items is None else items.attributes
     if getattr(compiled, "export_subsets", False):
         item_files = {}
         for key in fmt.ITEM_ARRAYS:
@@ -167,9 +171,15 @@ def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str,
                 files[item_files[key]] = NpyFile(
                     arr if isinstance(arr, PieceArray) and arr.dtype == dtype else
                     np.asarray(arr, dtype))
+        for name, column in (attributes or {}).items():  # (values as they are: possibly lazy)
+            files[fmt.attribute_file(name)] = NpyFile(column.values)
     elif items is not None and items.removal_tag:
         raise DecodeInputError("save: items were removed by an update, and an artifact keeps the "
                                "removal as item subsets: compile with export_subsets=True")
+    elif attributes:
+        raise DecodeInputError(f"save: the items carry attributes {list(attributes)}, which an "
+                               "artifact keeps with its item index: compile with "
+                               "export_subsets=True")
     tables = []
     for t, name in fmt.table_keys(compiled.tables):
         arr = compiled.tables[t][name]
@@ -193,7 +203,8 @@ def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str,
         pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
         **set_metadata(compiled), tables=tuple(tables), modules=entries,
         names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files, mesh=mesh,
-        subset_bits=subset_bits)
+        subset_bits=subset_bits,
+        attributes=attributes_record(attributes) if item_files is not None else None)
     listed = dict(files)
     seal = lambda: Manifest(**fields, files={rel: _file_entry(data) for rel, data in
                                              sorted(listed.items())}).seal()
@@ -221,7 +232,9 @@ def save(compiled, path, *, overwrite: bool = False, reuse_modules=None,
     The files go into a temporary sibling directory, are fsynced, and the
     directory is renamed to `path`: readers never see a half-written
     artifact. With `overwrite=True` an existing artifact is renamed aside,
-    the new one renamed in, then the old one deleted; if anything fails
+    the new one renamed in, then the old one kept as a version in
+    `.NAME.versions/` (`artifact.versions`: the last 5, or
+    $STATIC_COMPILER_KEEP_VERSIONS); if anything fails
     before the swap, the old artifact is left untouched (and restored if the
     swap itself fails).
 
@@ -248,14 +261,15 @@ def save(compiled, path, *, overwrite: bool = False, reuse_modules=None,
 
 
 def save_locked(compiled, path, *, overwrite: bool = False, reuse_modules=None,
-                modules: bool = True) -> pathlib.Path:
+                modules: bool = True, made: Made = Made("save")) -> pathlib.Path:
     """`save`, for a caller that already holds `update_lock(path)` (an update
     writing the version it built): the same checks and atomic write, without
     taking the lock again (a flock is per open file, so a second take would
-    find the caller itself busy)."""
+    find the caller itself busy). made: the record of the new version
+    (`versions.Made`)."""
     path = pathlib.Path(path)
     _write_files(path, _files_to_save(compiled, path, overwrite, reuse_modules, modules),
-                 overwrite)
+                 overwrite, made)
     return path
 
 
@@ -270,14 +284,15 @@ def _files_to_save(compiled, path: pathlib.Path, overwrite: bool, reuse_modules,
     return build_files(compiled, reuse_modules, modules)
 
 
-def _write_files(path: pathlib.Path, files: dict, overwrite: bool) -> None:
+def _write_files(path: pathlib.Path, files: dict, overwrite: bool,
+                 made: Made = Made("save")) -> None:
     """Writes `files` (of `build_files`) as the artifact at `path`
     (`_write_then_swap`); the caller holds `update_lock(path)`."""
     def fill(tmp):
         for rel, data in files.items():
             _write_file(tmp, rel, data)
 
-    _write_then_swap(path, fill, overwrite=overwrite)
+    _write_then_swap(path, fill, overwrite=overwrite, made=made)
 
 
 def _exists_error(path: pathlib.Path) -> ArtifactExistsError:
@@ -329,12 +344,15 @@ def recover_stale(path) -> list[str]:
     return done
 
 
-def _write_then_swap(path: pathlib.Path, fill, overwrite: bool = True) -> None:
+def _write_then_swap(path: pathlib.Path, fill, overwrite: bool = True,
+                     made: Made = Made("save")) -> None:
     """`fill(tmp)` writes an artifact into a temporary sibling directory,
-    which is fsynced and swapped in at `path` (`_swap_in`); on any failure
+    which is fsynced and swapped in at `path` (`_swap_in`, which keeps the
+    version it replaces, recording `made` for the new one); on any failure
     the temporary directory is removed and `path` is left as it was. With
     overwrite False the rename itself is the check that `path` is free (two
     writers racing for a new path: the second gets ArtifactExistsError)."""
+    keep_count(made.keep)  # (a bad count fails before anything is written)
     parent = _parent(path)
     parent.mkdir(parents=True, exist_ok=True)
     recover_stale(path)
@@ -345,20 +363,22 @@ def _write_then_swap(path: pathlib.Path, fill, overwrite: bool = True) -> None:
             if (tmp / sub).is_dir():
                 _fsync_dir(tmp / sub)
         _fsync_dir(tmp)
-        _swap_in(tmp, path, parent, overwrite)
+        _swap_in(tmp, path, parent, overwrite, made)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
 def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path,
-             overwrite: bool = True) -> None:
+             overwrite: bool = True, made: Made = Made("save")) -> None:
     """Renames `tmp` to `path`, replacing an existing artifact only with
-    `overwrite` (see `save`)."""
+    `overwrite` (see `save`); the replaced one is kept as a version
+    (`versions.keep_replaced`), `made` recorded as the new one's record."""
     if not overwrite or not path.exists():
         try:  # onto a path that must not exist: atomic, whoever renames first wins
             os.rename(tmp, path)
             _fsync_dir(parent)
+            record_current(path, made)
             return
         except OSError as e:
             taken = path.exists() and e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR,
@@ -372,7 +392,7 @@ def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path,
         # One atomic step: the path held the old artifact, now the new one;
         # `tmp` holds the old one (a stale .tmp- directory if we die here).
         _fsync_dir(parent)
-        shutil.rmtree(tmp, ignore_errors=True)
+        keep_replaced(path, tmp, made)
         return
     # No atomic exchange here (not Linux, or a filesystem without it): two
     # renames, and a kill between them leaves the old artifact moved aside
@@ -386,7 +406,7 @@ def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path,
         os.rename(old, path)
         raise
     _fsync_dir(parent)
-    shutil.rmtree(old, ignore_errors=True)
+    keep_replaced(path, old, made)
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h

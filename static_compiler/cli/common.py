@@ -187,6 +187,8 @@ FLAGS = {
     "overwrite": ("--force", None),
     "add": ("--add", "FILE"),
     "remove": ("--remove", "FILE"),
+    "attributes": ("--attributes", "FILE.npz"),
+    "where": ("--where", "EXPR"),
 }
 """The library's parameters that a CLI flag sets: {parameter: (flag, its
 metavar, None for a switch)}, for `in_cli_terms`."""

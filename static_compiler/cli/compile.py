@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--export-subsets", action="store_true",
                         help="also save the item index and subset modules, so a serving process "
                              "restricts each request to a subset of the items (Artifact.subset)")
+    parser.add_argument("--attributes", default=None, metavar="FILE.npz",
+                        help="item attributes: each array of the .npz file (N,) is a column "
+                             "named by its key, one value per input row (needs "
+                             "--export-subsets to be saved)")
     parser.add_argument("--print-ir-after-all", action="store_true",
                         help="print the IR after the frontend and every pass (stderr)")
     parser.add_argument("--partitions", type=int, default=None, metavar="P",
@@ -76,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     axes = None if args.mesh is None else parse_mesh(args.mesh)
     mesh = None if axes is None else device_mesh(axes, f"--mesh {args.mesh}")
     log = sys.stderr
+    attributes = None if args.attributes is None else _attributes(args.attributes)
     with contextlib.ExitStack() as stack:
         if args.partitions is not None:
             constraints, vocab_size, tokenizer = _shards(args, stack, log), args.vocab_size, None
@@ -91,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
                                            export_beam_sizes=beam_sizes,
                                            export_tokens_per_beam=args.tokens_per_beam,
                                            export_subsets=args.export_subsets,
-                                           capacity=args.capacity, stream=log)
+                                           capacity=args.capacity, stream=log,
+                                           attributes=attributes)
     for stage, seconds in compiled.timings:
         log.write(f"[compile]   {stage:<16s} {seconds:8.3f} s\n")
     text = compiled.frontend_stats.get("text")
@@ -113,6 +119,18 @@ def run(args: argparse.Namespace) -> int:
                      f"{compiled.nbytes} table bytes, {held}, "
                      f"pipeline {compiled.pipeline}\n")
     return 0
+
+
+def _attributes(path: str) -> dict:
+    """{name: array} of the .npz file at `path` (no pickled objects)."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as columns:
+            return {name: columns[name] for name in columns.files}
+    except (OSError, ValueError) as e:
+        raise CliInputError(f"--attributes {path!r}: not a readable .npz file of arrays "
+                            f"({e})") from None
 
 
 def _shards(args: argparse.Namespace, stack: contextlib.ExitStack, log):

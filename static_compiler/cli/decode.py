@@ -18,6 +18,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one of the artifact's exported beam sizes (default: the first)")
     parser.add_argument("--top", type=int, default=5, help="beams to print per batch row")
     parser.add_argument("--seed", type=int, default=0, help="seed of the demo model")
+    parser.add_argument("--where", default=None, metavar="EXPR",
+                        help="decode over the items a filter expression picks, e.g. "
+                             "\"in_stock and category in ('shoes', 'hats')\" (the artifact's "
+                             "attributes; needs --export-subsets: docs/business-rules.md)")
+    parser.add_argument("--mask", action="append", default=[], metavar="NAME=FILE.npy",
+                        help="a named item mask for --where (bool (N,) over the input rows), "
+                             "e.g. seen=seen.npy with --where 'not seen'; repeatable")
     parser.add_argument("--check-tables", action="store_true",
                         help="also check that the tables form a valid automaton (O(table "
                              "size)): catches tables edited with their checksums recomputed")
@@ -52,8 +59,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         art = serving.load(args.artifact, mesh=mesh)
     beam_size = art.beam_sizes[0] if args.beam_size is None else args.beam_size
+    subset = None
+    if args.where is not None:
+        subset = art.subset(where=args.where, masks=_masks(args.mask))
+    elif args.mask:
+        raise CliInputError("--mask NAME=FILE names a mask for --where, which is missing")
     decoded = demo_model.decode_artifact(art, batch_size=args.batch_size, beam_size=beam_size,
-                                        seed=args.seed)
+                                        seed=args.seed, subset=subset)
     out = sys.stdout
     out.write(f"{art!r}\ndemo model seed {args.seed}, batch {args.batch_size}, beams "
               f"{beam_size}\n")
@@ -68,6 +80,25 @@ def run(args: argparse.Namespace) -> int:
               f"(first pass, with XLA compiles or compilation-cache reads, "
               f"{decoded.first_pass_seconds:.2f} s)\n")
     return 0
+
+
+def _masks(specs: list) -> dict:
+    """{name: bool array} of the --mask NAME=FILE.npy options."""
+    import numpy as np
+
+    from static_compiler.errors import CliInputError
+
+    masks = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise CliInputError(f"--mask {spec!r}: expected NAME=FILE.npy")
+        try:
+            masks[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise CliInputError(f"--mask {spec!r}: cannot read {path!r} as a .npy array "
+                                f"({err})") from None
+    return masks
 
 
 def _with_names(top: str, valid, names: list) -> str:

@@ -70,9 +70,10 @@ class DecodeRun(NamedTuple):
 
 
 def decode_artifact(art: serving.Artifact, *, batch_size: int, beam_size: int,
-                    seed: int = DEMO_SEED) -> DecodeRun:
-    """Beam search with the demo model through `art`, batch row i starting
-    from token i (mod V), so rows differ. The first pass compiles (timed as
+                    seed: int = DEMO_SEED, subset=None) -> DecodeRun:
+    """Beam search with the demo model through `art` (over `subset`, an
+    `Artifact.subset`, when given), batch row i starting from token i (mod
+    V), so rows differ. The first pass compiles (timed as
     first_pass_seconds); the second is timed per step."""
     model = demo_model(art.vocab_size, art.max_length, seed)
     start_token = np.arange(batch_size) % art.vocab_size
@@ -84,7 +85,8 @@ def decode_artifact(art: serving.Artifact, *, batch_size: int, beam_size: int,
             t0 = time.perf_counter()
             logits = demo_logits(model, state.last_tokens, step).block_until_ready()
             t1 = time.perf_counter()
-            state = art.beam_step(state, logits, step)
+            state = art.beam_step(state, logits, step, **({} if subset is None else
+                                                          {"subset": subset}))
             jax.block_until_ready(state)
             t2 = time.perf_counter()
             models.append(t1 - t0)

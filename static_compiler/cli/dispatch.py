@@ -17,8 +17,8 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from static_compiler.cli import (compile, decode, demo, reexport, show_ir, update, upgrade,
-                                  verify)
+from static_compiler.cli import (compile, decode, demo, reexport, rollback, show_ir, update,
+                                  upgrade, verify, versions)
 from static_compiler.cli.common import add_cache_argument, in_cli_terms, start_compilation_cache
 from static_compiler.errors import StaticCompilerError
 
@@ -26,7 +26,8 @@ EXIT_USAGE = 2
 """Exit status for bad input (our typed errors, and argparse's own)."""
 
 SUBCOMMANDS = [show_ir.COMMAND, compile.COMMAND, decode.COMMAND, verify.COMMAND, update.COMMAND,
-               upgrade.COMMAND, reexport.COMMAND, demo.COMMAND]
+               upgrade.COMMAND, reexport.COMMAND, versions.COMMAND, rollback.COMMAND,
+               demo.COMMAND]
 """The subcommand table; `build_parser` registers every row, in this order."""
 
 

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.input is None and args.tokenizer is None:
         return _check(args.artifact)
+    attributes_ok = _check_attributes(args.artifact)
     ir = read_automaton(args.artifact)
     tokens, lengths = enumerate_sequences(ir)
     out = sys.stdout
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                 out.write(f"  {[int(t) for t in row if t >= 0]}\n")
         ok = ok and not len(missing) and not len(extra)
         out.write(f"{len(want)} unique input sequences: {'OK' if ok else 'MISMATCH'}\n")
-    return 0 if ok else 1
+    return 0 if ok and attributes_ok else 1
 
 
 def _check(path):
@@ -113,7 +114,35 @@ def _check(path):
               f"{'OK' if ok else 'MISMATCH'}\n")
     if removed:
         out.write(f"{removed} of them removed by updates, {counted['recorded'] - removed} live\n")
-    return 0 if ok else 1
+    return 0 if _check_attributes(path) and ok else 1
+
+
+def _check_attributes(path) -> bool:
+    """Writes one line on the artifact's item attributes (their count and
+    kinds), when it has any; whether they are sound: every category code
+    names one of its column's categories (read a chunk at a time)."""
+    from static_compiler.artifact import snapshot
+    from static_compiler.artifact.table_check import CHECK_CHUNK
+
+    with snapshot.open_snapshot(path) as snap:
+        arrays = snapshot.read_item_arrays(snap)
+        attributes = None if arrays is None else arrays["attributes"]
+        if attributes is None:
+            return True
+        bad = []
+        for name, column in attributes.items():
+            if column.kind == "category":
+                codes, count = column.values, len(column.categories)
+                if any(codes[a:a + CHECK_CHUNK].min(initial=0) < 0 or
+                       codes[a:a + CHECK_CHUNK].max(initial=0) >= count
+                       for a in range(0, codes.shape[0], CHECK_CHUNK)):
+                    bad.append(f"{name}: a code outside its {count} categories")
+    kinds = ", ".join(f"{row['name']}: {row['kind']} {row['dtype']}" +
+                      ("" if row["categories"] is None else f" ({row['categories']} categories)")
+                      for row in attributes.describe())
+    sys.stdout.write(f"{len(attributes)} item attributes ({kinds}) over {attributes.num_rows} "
+                     f"rows: {'MISMATCH: ' + '; '.join(bad) if bad else 'OK'}\n")
+    return not bad
 
 
 def _removed_rows(path, ir, tokens, lengths):

@@ -12,6 +12,7 @@ from typing import Optional
 
 import numpy as np
 
+from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.support.arrays import materialized
 
 
@@ -29,7 +30,9 @@ class ItemIndex:
     (`live.state_order.item_order`), or
     state_item int32 (N',), every final state's item (format version 8);
     removed bool (N',) or None: unique sequences an update took out (decodes
-    run over the others). Arrays may be memory-mapped."""
+    run over the others). attributes: the items' attribute columns
+    (`frontend.attributes.ItemAttributes`, one value per input row), or
+    None. Arrays may be memory-mapped."""
 
     row_item: np.ndarray
     num_unique: int
@@ -39,6 +42,7 @@ class ItemIndex:
     state_item: Optional[np.ndarray] = None
     state_inserted_at: Optional[np.ndarray] = None
     state_inserted_item: Optional[np.ndarray] = None
+    attributes: Optional[ItemAttributes] = None
 
     @property
     def num_items(self) -> int:
@@ -60,4 +64,6 @@ class ItemIndex:
         `PieceArray`s a streamed update computes lazily become numpy arrays)."""
         return dataclasses.replace(self, **{
             f.name: materialized(getattr(self, f.name)) for f in dataclasses.fields(self)
-            if f.name != "num_unique"})
+            if f.name not in ("num_unique", "attributes")},
+            attributes=None if self.attributes is None else
+            self.attributes.with_values(materialized))

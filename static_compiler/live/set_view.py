@@ -25,7 +25,7 @@ from typing import Callable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
-from static_compiler.errors import ArtifactFormatError, ConstraintSetError
+from static_compiler.errors import ArtifactFormatError, ConstraintSetError, FilterExpressionError
 from static_compiler.live.layers import TableLayer, table_layers
 from static_compiler.frontend.items import ItemIndex
 from static_compiler.live.liveness import (BitLayout, Subset, bit_layout, rows_item_live,
@@ -237,6 +237,37 @@ class SetView:
     def first_rows(self) -> np.ndarray:
         """int64 (N',): the first input row of each unique sequence."""
         return self._first_rows.get()
+
+    def pick(self, selection, expression, masks, where: str) -> Subset:
+        """What every door's ``subset(selection=None, *, where=None,
+        masks=None)`` does: `subset` of `selection`, or of the rows the
+        filter `expression` (text or `live.where.Expr`) picks over the
+        items' attributes and the named bool (N,) `masks` (per-request item
+        masks such as ``seen``), evaluated by `live.where.evaluate`. Raises
+        ConstraintSetError for both or neither of selection and expression
+        (FilterExpressionError for masks without an expression, and for the
+        expression's own errors) and as `subset`."""
+        if expression is None:
+            if masks:
+                raise FilterExpressionError(f"{where}: masks={sorted(masks)} without where=...: "
+                                            "masks are the names a filter expression reads")
+            if selection is None:
+                raise ConstraintSetError(f"{where}: nothing selected: pass a selection (bool "
+                                         "(N,) over the input rows, or sequences) or where=...")
+            return self.subset(selection, where)
+        if selection is not None:
+            raise ConstraintSetError(f"{where}: a selection and where=... at once: pass one (a "
+                                     "mask can join the expression: where='... and picked', "
+                                     "masks={'picked': mask})")
+        from static_compiler.live.where import evaluate
+
+        items = self.checked_items(where)
+        columns = {} if items.attributes is None else items.attributes
+        try:
+            rows = evaluate(expression, columns, masks, items.num_items)
+        except FilterExpressionError as err:
+            raise FilterExpressionError(f"{where}: {err}") from None
+        return self.subset(rows, where)
 
     def subset(self, selection, where: str) -> Subset:
         """The items `selection` picks, bool (N,) over the input rows

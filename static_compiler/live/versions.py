@@ -13,15 +13,18 @@ import time
 
 from static_compiler.support import placement as placement_lib
 from static_compiler.target.lowering import lower, plan_of
-from static_compiler.errors import ConstraintSetError
+from static_compiler.errors import AttributeColumnError, ConstraintSetError
+from static_compiler.frontend.attributes import appended
 from static_compiler.live import additions, subsets, table_additions
 from static_compiler.passes import pipeline as pipeline_lib
 
 
-def updated(compiled, *, add=None, remove=None, streamed: bool = False):
+def updated(compiled, *, add=None, remove=None, attributes=None, streamed: bool = False):
     """`compiled` (a `CompiledConstraints`) with the items `add` lists and
     without those `remove` picks, and its `last_update` report (see
-    `CompiledConstraints.update`). streamed (additions alone): a version
+    `CompiledConstraints.update`); attributes: the added rows' values of
+    every attribute column of the set (`attributes.appended`; removals keep
+    the columns). streamed (additions alone): a version
     only to save, whose new tables and item arrays that fit the plan are
     `arrays.PieceArray`s computed from the old ones as they are written
     (`saved.update_artifact` of a billion-item artifact: never whole in
@@ -31,16 +34,36 @@ def updated(compiled, *, add=None, remove=None, streamed: bool = False):
         raise ConstraintSetError("update: nothing to do: pass add=... (token sequences) "
                                  "and/or remove=... (a bool mask over the input rows, or "
                                  "token sequences)")
+    _check_attribute_args(items, add, attributes)
     new, report = compiled, {}
     if add is not None:
         with additions.small_pages():
             new, report = _with_additions(compiled, items, add, streamed and remove is None)
-        items = new.items
+        old, items = items, new.items
+        if old.attributes is not None:  # the added rows' values after the old ones
+            join = additions.joined if streamed and remove is None else None
+            items = dataclasses.replace(items, attributes=appended(
+                old.attributes, attributes, items.num_items - old.num_items,
+                "update(attributes=...)", join))
     if remove is not None:
         removed, removal = subsets.removal(items, remove, new.set_view.trie)
         report.update(removal)
         items = dataclasses.replace(items, removed=removed)
     return new.new_version(items=items, last_update=report)
+
+
+def _check_attribute_args(items, add, attributes) -> None:
+    """AttributeColumnError for attributes given without additions, or to a
+    set without attributes (before any work is done)."""
+    if attributes is None:
+        return
+    if add is None:
+        raise AttributeColumnError("update(attributes=...): attribute values are for added "
+                                   "rows: pass add=... with them (removals keep the columns)")
+    if items.attributes is None:
+        raise AttributeColumnError(f"update(attributes=...): the set has no attributes, so the "
+                                   f"added rows take none (given: {sorted(attributes)}); "
+                                   "compile it with attributes=... to have them")
 
 
 def _with_additions(compiled, items, add, streamed: bool = False):

@@ -26,6 +26,7 @@ from static_compiler.artifact import format as artifact_format
 from static_compiler.artifact import snapshot
 from static_compiler.target.plan import PlanFacts, live_beam_bounds
 from static_compiler.errors import DecodeInputError
+from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.frontend.items import ItemIndex
 from static_compiler.live.liveness import Subset, checked_subset_index
 from static_compiler.live.set_view import SetView
@@ -91,6 +92,8 @@ class TorchConstraints(PlanFacts):
         every call decodes over when no subset is given.
     names : NameTable or None
         A text catalogue's names (`texts` reads them), else None.
+    attributes : ItemAttributes or None
+        Property: the items' attribute columns, else None.
     """
 
     def __init__(self, plan: TorchPlan, tables: tuple, set_view: SetView, *, device=None,
@@ -110,6 +113,13 @@ class TorchConstraints(PlanFacts):
     @property
     def base_subset(self) -> Optional[Subset]:
         return self.set_view.base_subset()
+
+    @property
+    def attributes(self) -> Optional[ItemAttributes]:
+        """The items' attribute columns (name -> `frontend.attributes.Column`,
+        one value per input row; an artifact's memory-mapped), or None."""
+        items = self.set_view.items
+        return None if items is None else items.attributes
 
     def __repr__(self):
         return (f"TorchConstraints(vocab_size={self.vocab_size}, max_length={self.max_length}, "
@@ -157,13 +167,18 @@ class TorchConstraints(PlanFacts):
 
     # Item subsets
 
-    def subset(self, selection) -> Subset:
+    def subset(self, selection=None, *, where=None, masks=None) -> Subset:
         """The items `selection` picks (bool (N,) over the input rows; for a
         compiled set also token sequences), as a `Subset` for the `subset=`
-        arguments. Needs an item index (``export_subsets=True`` for an
-        artifact); raises DecodeInputError otherwise (ConstraintSetError for
-        a compiled set)."""
-        return self.set_view.subset(selection, "TorchConstraints.subset")
+        arguments.
+        Or `where`: a filter expression over the items' attributes
+        (``"in_stock and category in ('shoes', 'hats') and not seen"``,
+        text or built with `static_compiler.attr`), with `masks` the named
+        bool (N,) item masks it reads (``{"seen": mask}``): docs/business-rules.md.
+        Needs an item index (``export_subsets=True`` for an artifact);
+        raises DecodeInputError otherwise (ConstraintSetError for a compiled
+        set), FilterExpressionError for a bad expression."""
+        return self.set_view.pick(selection, where, masks, "TorchConstraints.subset")
 
     def subset_bits(self, subset, subset_index, n: int, where: str):
         """The subset bits a call of n rows reads: (LiveBits, rows int64

@@ -52,7 +52,7 @@ VERBS = {
     "finalize": (("state", R, NONE), ("length_penalty", R, 0.0)),
     "beam_search": (("logits_fn", R, NONE), ("batch_size", R, NONE),
                     ("beam_size", R, NONE)) + SUBSET,
-    "subset": (("selection", R, NONE),),
+    "subset": (("selection", R, None), ("where", K, None), ("masks", K, None)),
     "texts": (("result", R, NONE),),
     "compilations": (),
 }

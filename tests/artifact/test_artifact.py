@@ -173,6 +173,10 @@ def test_bad_export_options_are_rejected(tmp_path, sizes, tpb):
 
 # ----- atomic save and overwrite -----
 
+KEPT = [".set.static.versions", "set.static"]
+"""What a save leaves beside it: the artifact and its versions directory
+(`artifact.versions`: the replaced versions and the records)."""
+
 @pytest.fixture(scope="module")
 def built_sets():
     """Two compiled sets and their artifact files, exported once."""
@@ -200,7 +204,7 @@ def test_saving_over_an_artifact_needs_overwrite(tmp_path, two_sets):
     artifact.save(second, path, overwrite=True)
     assert manifest_of(path)["num_sequences"] == 3
     assert serving.load(path).num_sequences == 3
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]  # no temp dirs left
+    assert sorted(p.name for p in tmp_path.iterdir()) == KEPT  # no temp dirs left
 
 
 def test_overwrite_refuses_to_replace_something_that_is_not_an_artifact(tmp_path, two_sets):
@@ -228,7 +232,7 @@ def test_a_failure_while_writing_leaves_the_old_artifact_intact(tmp_path, two_se
     with pytest.raises(OSError, match="simulated"):
         artifact.save(second, path, overwrite=True)
     assert files_of(path) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == KEPT
     serving.load(path)
 
 
@@ -255,7 +259,7 @@ def test_a_failure_during_the_swap_restores_the_old_artifact(tmp_path, two_sets,
     with pytest.raises(OSError, match="simulated"):
         artifact.save(second, path, overwrite=True)
     assert files_of(path) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == KEPT
 
 
 def test_a_failure_on_first_save_leaves_nothing(tmp_path, two_sets, monkeypatch):
@@ -351,7 +355,7 @@ def test_two_writers_racing_for_a_new_path_never_delete_each_others_artifact(tmp
     with pytest.raises(ArtifactExistsError, match="already exists"):
         artifact.save(second, path)
     assert serving.load(path).num_sequences == first.ir.num_sequences
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]  # no temp dirs left
+    assert sorted(p.name for p in tmp_path.iterdir()) == KEPT  # no temp dirs left
 
 
 @pytest.mark.parametrize("manifest", ['{"name": "my notes"}', "not json", None])
@@ -392,7 +396,7 @@ def test_writers_that_died_leave_nothing_behind_and_no_missing_artifact(tmp_path
         (tmp_path / name / "junk").write_text("x")
     artifact.save(first, path)
     left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == sorted([".set.static.tmp-ef", f".set.static.tmp-{live}-cd", "set.static"])
+    assert left == sorted([".set.static.tmp-ef", f".set.static.tmp-{live}-cd", *KEPT])
     # Killed between `rename(path, old)` and `rename(tmp, path)`:
     os.rename(path, tmp_path / f".set.static.old-{dead}-gh")
     (tmp_path / f".set.static.tmp-{dead}-ij").mkdir()
@@ -443,11 +447,11 @@ def test_an_overwrite_swaps_in_one_step_so_the_path_always_holds_an_artifact(tmp
     assert serving.load(path).num_sequences == second.ir.num_sequences
     # The killed writer also leaves its lock file (the kernel released the
     # lock; the next writer takes the file over and removes it).
-    stale = [p.name for p in tmp_path.iterdir() if p.name not in ("set.static", ".set.static.lock")]
+    stale = [p.name for p in tmp_path.iterdir() if p.name not in (*KEPT, ".set.static.lock")]
     assert len(stale) == 1 and stale[0].startswith(".set.static.tmp-")
     assert serving.load(tmp_path / stale[0]).num_sequences == first.ir.num_sequences
     artifact.save(first, path, overwrite=True)  # recovers first: the dead writer's dir goes
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == KEPT
     assert serving.load(path).num_sequences == first.ir.num_sequences
 
 
@@ -459,7 +463,7 @@ def test_without_an_atomic_exchange_an_overwrite_falls_back_to_two_renames(tmp_p
     monkeypatch.setattr(writer, "_rename_exchange", lambda a, b: False)
     artifact.save(second, path, overwrite=True)
     assert serving.load(path).num_sequences == second.ir.num_sequences
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == KEPT
 
 
 @pytest.mark.parametrize("arr", [

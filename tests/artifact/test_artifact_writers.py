@@ -131,9 +131,9 @@ def test_a_save_while_another_writer_holds_the_lock_fails_at_once(tmp_path, two_
             artifact.update_removed(path, sets()[0][:1])
     assert (path / "manifest.json").read_bytes() == before
     # The lock file goes with its holder: nothing is left beside the artifact.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".set.static.versions", "set.static"]
     artifact.save(cb, path, overwrite=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".set.static.versions", "set.static"]
     assert_loads_and_decodes(path, members(sets()[1]))
 
 
@@ -142,7 +142,7 @@ def test_a_lock_file_left_by_a_killed_writer_is_taken_over(tmp_path, two_sets):
     path = tmp_path / "set.static"
     artifact.lock_file(path).write_bytes(b"")  # its holder died: the kernel dropped the flock
     artifact.save(ca, path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".set.static.versions", "set.static"]
 
 
 def test_a_writer_that_locked_a_removed_lock_file_does_not_hold_the_lock(tmp_path):
@@ -265,7 +265,7 @@ def test_a_save_in_the_update_window_is_refused_and_the_update_completes(tmp_pat
     assert report[{"remove": "removed", "add": "added"}[kind]] == (2 if kind == "remove" else 3)
     art = assert_loads_and_decodes(path, want)
     assert art.num_sequences == (len(a) if kind == "remove" else len(a) + len(extra))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".set.static.versions", "set.static"]
     # And the save goes through once the update is done.
     artifact.save(cb, path, overwrite=True)
     assert_loads_and_decodes(path, members(sets()[1]))
@@ -288,7 +288,7 @@ def test_a_writer_that_skips_the_lock_cannot_mix_versions_into_an_update(tmp_pat
     monkeypatch.undo()
     assert (path / "manifest.json").read_bytes() == b_files["manifest.json"]
     assert_loads_and_decodes(path, members(sets()[1]))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".set.static.versions", "set.static"]
 
 
 # ----- stress: writer and reader processes on one path --------------------------------------
@@ -302,10 +302,10 @@ def _record_swaps(out: list) -> None:
     writers' lock) before the swap."""
     real = writer._swap_in
 
-    def swap_in(tmp, path, parent, overwrite=True):
+    def swap_in(tmp, path, parent, *rest):  # (overwrite, made)
         files = json.loads((tmp / fmt.MANIFEST_FILE).read_bytes())["files"]
         out.append(version_id({rel: e["sha256"] for rel, e in files.items()}))
-        return real(tmp, path, parent, overwrite)
+        return real(tmp, path, parent, *rest)
 
     writer._swap_in = swap_in
 
@@ -437,7 +437,7 @@ def _stress(tmp_path, writes: int) -> None:
     assert not unknown, f"{len(unknown)} of {len(read)} loads read a version no writer wrote"
     # Afterwards the path holds a whole version, and nothing else is left.
     assert_loads_and_decodes(path, universe(), some=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.static"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".set.static.versions", "set.static"]
 
 
 def test_writers_and_readers_on_one_path_never_see_a_corrupt_version(tmp_path):

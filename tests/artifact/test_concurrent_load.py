@@ -19,7 +19,7 @@ import pytest
 
 from static_compiler import artifact, compile_constraints
 from static_compiler.artifact import format as fmt
-from static_compiler.artifact import serving, snapshot
+from static_compiler.artifact import serving, snapshot, versions
 from static_compiler.artifact.manifest import Manifest
 from static_compiler.errors import ArtifactError
 
@@ -119,7 +119,10 @@ def test_an_overwrite_after_the_manifest_is_read_leaves_the_load_on_the_old_vers
 
 def test_an_overwrite_while_the_files_are_opened_restarts_on_the_new_version(
         saved, monkeypatch):
+    """Without kept versions (K = 0) the replaced directory is deleted under
+    the load, which starts again on the new version."""
     path, prints, ca, cb = saved
+    monkeypatch.setenv(versions.KEEP_ENV, "0")
     artifact.save(ca, path, overwrite=True)
     a_print = serving.load(path).fingerprint
     calls = overwrite_on_call(monkeypatch, snapshot, "_open_at", 4,
@@ -130,9 +133,26 @@ def test_an_overwrite_while_the_files_are_opened_restarts_on_the_new_version(
     assert_one_version(art, prints)
 
 
+def test_an_overwrite_while_the_files_are_opened_keeps_the_load_on_its_kept_version(
+        saved, monkeypatch):
+    """With kept versions the replaced directory is renamed, not deleted:
+    the load finishes on the version it opened, whole (`artifact.versions`)."""
+    path, prints, ca, cb = saved
+    artifact.save(ca, path, overwrite=True)
+    a_print = serving.load(path).fingerprint
+    overwrite_on_call(monkeypatch, snapshot, "_open_at", 4,
+                      lambda: artifact.save(cb, path, overwrite=True))
+    art = serving.load(path)
+    assert art.fingerprint == a_print
+    assert_one_version(art, prints)
+    monkeypatch.undo()
+    assert serving.load(path).fingerprint != a_print  # B is there now
+
+
 def test_a_directory_replaced_on_every_attempt_is_a_typed_error(saved, monkeypatch):
     path, _, ca, cb = saved
-    versions = iter([cb, ca] * snapshot.SNAPSHOT_ATTEMPTS)
+    monkeypatch.setenv(versions.KEEP_ENV, "0")  # (kept versions would leave each attempt whole)
+    versions_ = iter([cb, ca] * snapshot.SNAPSHOT_ATTEMPTS)
     original, saving = snapshot._open_at, []
 
     def open_at(path_, dir_fd, rel):
@@ -140,7 +160,7 @@ def test_a_directory_replaced_on_every_attempt_is_a_typed_error(saved, monkeypat
         # Every attempt opens the manifest first (so does save's own check).
         if rel == fmt.MANIFEST_FILE and not saving:
             saving.append(1)
-            artifact.save(next(versions), path, overwrite=True)
+            artifact.save(next(versions_), path, overwrite=True)
             saving.clear()
         return f
 

@@ -242,7 +242,8 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.artifact.serving",
                                "static_compiler.artifact.snapshot",
                                "static_compiler.artifact.warm", "static_compiler.errors",
-                               "static_compiler.frontend", "static_compiler.frontend.items",
+                               "static_compiler.frontend", "static_compiler.frontend.attributes",
+                               "static_compiler.frontend.items",
                                "static_compiler.frontend.names",
                                "static_compiler.ir", "static_compiler.ir.row_checks", "static_compiler.ir.types",
                                "static_compiler.ir.verify",
@@ -448,7 +449,7 @@ def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
     nor mesh."""
     helpers.edit_manifest(copy, lambda m: (m.update(format_version=1), m.pop("names_file"),
                                    m.pop("item_files"), m.pop("mesh"), m.pop("subset_bits"),
-                                       m.pop("exported_at")))
+                                       m.pop("exported_at"), m.pop("attributes")))
     art = serving.load(copy)
     assert art.manifest.format_version == 1 and art.manifest.names_file is None
     assert art.names is None and artifact.read_names(copy) is None
@@ -463,7 +464,7 @@ def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
 def test_a_version_3_artifact_loads_as_one_for_one_device(copy, fixed):
     """Version 3 had no mesh key: its modules run on one device."""
     helpers.edit_manifest(copy, lambda m: (m.update(format_version=3), m.pop("mesh"), m.pop("subset_bits"),
-                                   m.pop("exported_at")))
+                                   m.pop("exported_at"), m.pop("attributes")))
     art = serving.load(copy)
     assert art.manifest.mesh is None and art.placement is None
     model = oracle.HashModel(10)

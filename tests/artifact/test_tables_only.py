@@ -41,7 +41,7 @@ def _manifest(path) -> dict:
 def test_saved_tables_read_back_as_the_set(compiled, tmp_path, capsys):
     path = compiled.save(tmp_path / "t.sc", modules=False)
     manifest = _manifest(path)
-    assert manifest["format_version"] == 11 and manifest["modules"] == {}
+    assert manifest["format_version"] == 12 and manifest["modules"] == {}
     assert manifest["platforms"] == [] and manifest["exported_at"] is None
     assert not (path / "modules").exists()
     back = sc.load(path, check_automaton=True)

@@ -52,7 +52,8 @@ SERVING_SUPPORT = {"errors", "support.arguments", "support.arrays", "support.map
 """The utilities a serving binary ships."""
 LIVE_BITS = {"live.layers", "live.bit_kernels", "live.layer_walk", "live.state_order",
              "live.item_masks", "live.liveness", "live.placements", "live.set_view",
-             "target.plan", "target.tables", "frontend.items", "frontend.names"}
+             "live.where", "target.plan", "target.tables", "frontend.items", "frontend.names",
+             "frontend.attributes"}
 """The numpy modules a serving binary reads a set's items and plan with."""
 FORMAT = {"artifact.format", "artifact.manifest", "artifact.names", "artifact.snapshot",
           "artifact.normalize"}
@@ -74,7 +75,8 @@ RESTRICTED = {
     "target.plan": (set(), {"ir"}),
     "target.tables": ({"numpy"}, {"support.arrays"}),
     "target": ({"numpy"}, {"errors", "ir", "support", "target"}),
-    "frontend.items": ({"numpy"}, {"support.arrays"}),
+    "frontend.items": ({"numpy"}, {"support.arrays", "frontend.attributes"}),
+    "frontend.attributes": ({"numpy"}, {"errors"}),  # the items' attribute columns
     # The live bits a serving binary ships.
     "live.layers": ({"numpy"}, {"errors", "support.arrays", "support.mapped", "target.tables"}),
     "live.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
@@ -86,14 +88,16 @@ RESTRICTED = {
                                   "live.state_order", "live.item_masks", "live.placements",
                                   "support.mapped", "frontend.items"}),
     "live.placements": (set(), set()),  # a subset's device copies, per device
+    "live.where": ({"numpy"}, {"errors", "frontend.attributes"}),  # filter expressions over item attributes
     # One numpy view of a set's items behind every front door (serving, torch, compiled).
     "live.set_view": ({"numpy"}, LIVE_BITS | {"errors", "artifact.format"}),
     # The artifact's format: what a serving binary reads.
     "artifact.format": (set(), {"errors"}),
-    "artifact.manifest": ({"numpy"}, {"errors", "artifact.format"}),
+    "artifact.manifest": ({"numpy"}, {"errors", "artifact.format", "frontend.attributes"}),
     "artifact.names": ({"numpy"}, {"errors", "artifact.format", "frontend.names"}),
     "frontend.names": ({"numpy"}, {"errors"}),
-    "artifact.snapshot": ({"numpy"}, {"errors", "support.mapped", "frontend.names"} | FORMAT),
+    "artifact.snapshot": ({"numpy"}, {"errors", "support.mapped", "frontend.names",
+                                      "frontend.attributes"} | FORMAT),
     "artifact.normalize": ({"numpy"}, {"errors", "artifact.format", "support.dtypes",
                                        "live.layers", "live.state_order"}),  # format.COMPAT
     # The serving loader: format, live bits and utilities; no compiler module (no

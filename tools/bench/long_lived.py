@@ -69,7 +69,8 @@ def _serving(root: str, rounds: int, every: int) -> None:
 
     from static_compiler.artifact import serving
 
-    paths = sorted(os.path.join(root, p) for p in os.listdir(root))
+    paths = sorted(os.path.join(root, p) for p in os.listdir(root)
+                   if not p.startswith("."))  # (an artifact's kept versions: .NAME.versions)
     done = 0
     for _ in range(rounds):
         for path in paths:

@@ -1,0 +1,219 @@
+"""Catalogue versions (issue 43, item 4): every writer that replaces an
+artifact keeps the version it replaced in `.NAME.versions/`
+(`artifact.versions`), `list_versions` lists them with what made them,
+`rollback_artifact` swaps one back in under the writers' lock, and a serving
+`reload()` follows while the object serving before keeps its version."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+import static_compiler as sc
+from static_compiler import artifact
+from static_compiler.artifact import serving, versions
+from static_compiler.errors import ArtifactBusyError, DecodeInputError
+
+from helpers import one_error_line, run_cli
+
+V, BEAMS = 6, 2
+ROWS = np.array([[0, 1, 2], [1, 2, 3], [2, 3, 4], [3, 4, 5]], np.int32)
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return sc.compile_constraints(ROWS, V, export_beam_sizes=(BEAMS,), export_subsets=True)
+
+
+@pytest.fixture
+def path(tmp_path, compiled):
+    return compiled.save(tmp_path / "set.static")
+
+
+def seal(path) -> str:
+    return hashlib.sha256((path / "manifest.json").read_bytes()).hexdigest()
+
+
+def remove_row(path, row: int, **kw) -> dict:
+    mask = np.zeros(len(ROWS), bool)
+    mask[row] = True
+    return sc.update_artifact(path, remove=mask, **kw)
+
+
+def allowed_after(path, prefix) -> np.ndarray:
+    """bool (V,): the tokens the artifact at `path` allows after `prefix`."""
+    return np.asarray(serving.load(path).allowed(np.array([prefix], np.int32)))[0]
+
+
+# ----- normal -----
+
+def test_a_first_save_has_no_previous_version(path):
+    (row,) = sc.list_versions(path)
+    assert row["current"] and row["operation"] == "save" and row["id"] == 1
+    assert row["sha256"] == seal(path) and row["num_sequences"] == len(ROWS)
+    assert [p.name for p in versions.versions_dir(path).iterdir()] == ["current.json"]
+
+
+def test_updates_keep_the_versions_they_replace_with_their_reports(path):
+    first = seal(path)
+    report = remove_row(path, 0)
+    rows = sc.list_versions(path)
+    assert [(r["id"], r["operation"], r["current"]) for r in rows] == [
+        (2, "update", True), (1, "save", False)]
+    assert rows[0]["report"] == report == {"removed": 1, "already_removed": 0, "absent": 0}
+    assert rows[0]["sha256"] == seal(path) and rows[1]["sha256"] == first
+    kept = versions.versions_dir(path) / "000001"
+    assert sorted(p.name for p in kept.iterdir()) == ["artifact", "version.json"]
+    assert hashlib.sha256((kept / "artifact" / "manifest.json").read_bytes()).hexdigest() == first
+    sc.load(kept / "artifact")  # a kept version is an artifact as it was
+
+
+def test_ids_grow_and_the_oldest_versions_are_pruned(path, monkeypatch):
+    monkeypatch.setenv(versions.KEEP_ENV, "2")
+    for row in range(4):
+        remove_row(path, row)
+    rows = sc.list_versions(path)
+    assert [r["id"] for r in rows] == [5, 4, 3]  # the current one and the last 2 kept
+    assert not (versions.versions_dir(path) / "000001").exists()
+    remove_row(path, 0, keep_versions=1)  # a call's count wins over the environment
+    assert [r["id"] for r in sc.list_versions(path)] == [6, 5]
+
+
+def test_an_overwriting_save_is_kept_too(path, compiled):
+    compiled.save(path, overwrite=True)
+    assert [(r["id"], r["operation"]) for r in sc.list_versions(path)] == [(2, "save"),
+                                                                           (1, "save")]
+
+
+def test_a_re_export_is_recorded(path):
+    sc.reexport_artifact(path)
+    assert [(r["id"], r["operation"]) for r in sc.list_versions(path)] == [(2, "re-export"),
+                                                                           (1, "save")]
+
+
+def test_rollback_restores_the_previous_version_byte_for_byte(path):
+    before = seal(path)
+    assert allowed_after(path, [0, 1])[2]
+    remove_row(path, 0)
+    assert not allowed_after(path, [0, 1])[2]
+    record = sc.rollback_artifact(path)
+    assert seal(path) == before and allowed_after(path, [0, 1])[2]
+    assert record["operation"] == "rollback" and record["report"]["to"] == 1
+    assert record["report"]["restored"]["operation"] == "save"
+    rows = sc.list_versions(path)
+    assert [(r["id"], r["operation"]) for r in rows] == [(3, "rollback"), (2, "update")]
+    # a rollback of the rollback: the update again
+    sc.rollback_artifact(path)
+    assert not allowed_after(path, [0, 1])[2]
+    assert [(r["id"], r["operation"]) for r in sc.list_versions(path)] == [(4, "rollback"),
+                                                                           (3, "rollback")]
+
+
+def test_rollback_to_a_named_version(path):
+    first = seal(path)
+    remove_row(path, 0)
+    remove_row(path, 1)
+    sc.rollback_artifact(path, to="000001")
+    assert seal(path) == first
+    assert sc.load(path).items.removed is None or not np.any(sc.load(path).items.removed)
+    assert [r["id"] for r in sc.list_versions(path)] == [4, 3, 2]
+
+
+def test_serving_reload_follows_a_rollback_and_the_old_object_keeps_its_version(path):
+    served = serving.load(path)
+    remove_row(path, 0)
+    after_removal = served.reload()
+    assert served.allowed(np.array([[0, 1]], np.int32))[0, 2]  # the old object: its version
+    assert not after_removal.allowed(np.array([[0, 1]], np.int32))[0, 2]
+    # a decode starts on the version without row 0 ...
+    state = after_removal.init_beams(1, BEAMS)
+    state = after_removal.beam_step(state, np.zeros((1, BEAMS, V), np.float32), 0)
+    sc.rollback_artifact(path)
+    rolled_back = after_removal.reload()
+    assert rolled_back.allowed(np.array([[0, 1]], np.int32))[0, 2]
+    # ... and finishes on it (its files stay open though the directory moved)
+    for step in (1, 2):
+        logits = np.zeros((1, BEAMS, V), np.float32)
+        logits[..., 1] = logits[..., 2] = 5.0  # would pick 0 1 2 if it were allowed
+        state = after_removal.beam_step(state, logits, step)
+    result = after_removal.finalize(state)
+    tokens, valid = np.asarray(result.tokens), np.asarray(result.valid)
+    beams = {tuple(map(int, tokens[0, m, :3])) for m in range(BEAMS) if valid[0, m]}
+    assert beams and (0, 1, 2) not in beams and beams <= {tuple(r) for r in ROWS.tolist()}
+
+
+def test_cli_versions_and_rollback(path, capsys):
+    remove_row(path, 0)
+    code, out, err = run_cli(capsys, "versions", path)
+    assert code == 0 and not err
+    lines = out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("000002 current") and "update" in lines[0]
+    assert "removed=1" in lines[0] and lines[1].startswith("000001 ") and "save" in lines[1]
+    code, out, err = run_cli(capsys, "rollback", path, "--to", "1")
+    assert code == 0 and "to version 000001" in out and "now version 000003" in out
+    code, out, _ = run_cli(capsys, "versions", path)
+    assert out.splitlines()[0].startswith("000003 current") and "(to=000001)" in out
+
+
+# ----- edge -----
+
+def test_keep_one_keeps_only_the_last_replaced_version(path):
+    for row in range(3):
+        remove_row(path, row, keep_versions=1)
+    assert [r["id"] for r in sc.list_versions(path)] == [4, 3]
+    sc.rollback_artifact(path, keep_versions=1)
+    assert [r["id"] for r in sc.list_versions(path)] == [5, 4]
+
+
+def test_keep_zero_keeps_none(path):
+    remove_row(path, 0, keep_versions=0)
+    assert [r["id"] for r in sc.list_versions(path)] == [2]
+
+
+# ----- bad -----
+
+def test_rollback_with_nothing_to_roll_back_to(path, capsys):
+    before = seal(path)
+    with pytest.raises(DecodeInputError, match="no previous version"):
+        sc.rollback_artifact(path)
+    code, _, err = run_cli(capsys, "rollback", path)
+    assert code == 2 and "no previous version" in one_error_line(err)
+    assert seal(path) == before
+
+
+def test_rollback_to_an_unknown_id_names_the_kept_ones(path, capsys):
+    remove_row(path, 0)
+    before = seal(path)
+    with pytest.raises(DecodeInputError, match="no kept version 7.*000001"):
+        sc.rollback_artifact(path, to=7)
+    code, _, err = run_cli(capsys, "rollback", path, "--to", "x")
+    assert code == 2 and "expected a version id" in one_error_line(err)
+    assert seal(path) == before
+
+
+@pytest.mark.parametrize("keep", [-1, 1.5, True])
+def test_bad_keep_counts(path, keep, monkeypatch):
+    with pytest.raises(DecodeInputError, match="keep_versions"):
+        remove_row(path, 0, keep_versions=keep)
+    monkeypatch.setenv(versions.KEEP_ENV, "many")
+    with pytest.raises(DecodeInputError, match=versions.KEEP_ENV):
+        remove_row(path, 0)
+
+
+def test_rollback_while_another_writer_holds_the_lock(path, capsys):
+    remove_row(path, 0)
+    before = seal(path)
+    with artifact.update_lock(path):
+        with pytest.raises(ArtifactBusyError):
+            sc.rollback_artifact(path)
+        code, _, err = run_cli(capsys, "rollback", path)
+        assert code == 2 and "being updated" in one_error_line(err)
+    assert seal(path) == before and len(sc.list_versions(path)) == 2
+
+
+def test_versions_of_a_missing_artifact(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "versions", tmp_path / "none")
+    assert code == 2 and "no artifact" in one_error_line(err)
