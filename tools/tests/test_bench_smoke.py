@@ -250,3 +250,16 @@ def test_table_held_benchmark_builds_from_shard_files_and_reuses_the_artifact(tm
     assert again.returncode == 0, again.stderr[-3000:]
     assert "| serving subset |" in again.stdout and "| verify |" in again.stdout
     assert _run(*args, "--modes", "load,nope").returncode == 2
+
+
+def test_rules_benchmark_times_the_filter_against_numpy():
+    """`python -m tools.bench rules`: the filter, a subset from its mask and
+    subset(where=) on a compiled set, then the filter over memory-mapped
+    columns alone; both checked against numpy's evaluation."""
+    outputs = []
+    for extra in ((), ("--rows-only",)):
+        run = _run("tools.bench", "rules", "--items", "3000", "--repeats", "1", *extra)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "| same |" in run.stdout and "DIFFERENT" not in run.stdout
+        outputs.append(run.stdout)
+    assert "(PASS <= 50)" in outputs[0] and "memory-mapped" in outputs[1]
