@@ -10,6 +10,8 @@ the columns: tests/live/test_attributes.py.
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -89,19 +91,23 @@ def test_every_door_picks_the_same_items_and_beams(catalogue):
     text = "day >= 10 and category in ('news', 'film') and not seen"
     seen = np.arange(N) % 4 == 0
     art = serving.load(path)
-    from static_compiler.torch_backend import TorchConstraints
-    tc = TorchConstraints.load(path)
-    subsets = [door.subset(where=text, masks={"seen": seen}) for door in (compiled, art, tc)]
-    assert _same(subsets[0], subsets[1]) and _same(subsets[0], subsets[2])
+    subsets = [door.subset(where=text, masks={"seen": seen}) for door in (compiled, art)]
+    assert _same(subsets[0], subsets[1])
     table = np.random.default_rng(1).standard_normal((L, V, V)).astype(np.float32)
     import jax.numpy as jnp
-    import torch
-    table_j, table_t = jnp.asarray(table), torch.from_numpy(table)
+    table_j = jnp.asarray(table)
     want = sc.beam_search(compiled, lambda last, step, carry: (table_j[step, last], carry),
                           batch_size=2, beam_size=6, subset=subsets[0])
-    got = tc.beam_search(lambda last, step, carry: (table_t[step][last], None), batch_size=2,
-                         beam_size=6, subset=subsets[2])
-    assert np.array_equal(np.asarray(want.tokens), got.tokens.numpy())
+    if importlib.util.find_spec("torch") is not None:  # (the newest environment has none)
+        import torch
+        from static_compiler.torch_backend import TorchConstraints
+        tc = TorchConstraints.load(path)
+        in_torch = tc.subset(where=text, masks={"seen": seen})
+        assert _same(subsets[0], in_torch)
+        table_t = torch.from_numpy(table)
+        got = tc.beam_search(lambda last, step, carry: (table_t[step][last], None),
+                             batch_size=2, beam_size=6, subset=in_torch)
+        assert np.array_equal(np.asarray(want.tokens), got.tokens.numpy())
     picked = (attributes["day"] >= 10) & np.isin(attributes["category"], ["news", "film"]) & ~seen
     allowed = {tuple(r) for r in rows[picked]}
     tokens, valid = np.asarray(want.tokens), np.asarray(want.valid)
