@@ -33,9 +33,9 @@ _MOVED = {"datasets": "frontend.datasets", "text": "frontend.text", "readers": "
           "partitioned": "frontend.partitioned", "serving": "artifact.serving"}
 
 
-_JAX_INSTALL = ("pip install 'static-compiler[jax]' (or, to decode without jax: "
-                "static_compiler.torch_backend.TorchConstraints, which needs numpy and "
-                "torch only; compile_constraints and save need numpy alone)")
+_WITHOUT_JAX = ("(or, to decode without jax: static_compiler.torch_backend.TorchConstraints, "
+                "which needs numpy and torch only; compile_constraints and save need numpy "
+                "alone)")
 
 
 def __getattr__(name):
@@ -45,9 +45,9 @@ def __getattr__(name):
         missing = (err.name or "").split(".")[0]
         if missing not in ("jax", "jaxlib"):
             raise
-        from static_compiler.errors import require
+        from static_compiler.errors import JAX_INSTALL, require
         require(missing, f"static_compiler.{name} (the JAX decoders)",
-                _JAX_INSTALL)  # raises MissingDependencyError
+                f"{JAX_INSTALL} {_WITHOUT_JAX}")  # raises MissingDependencyError
         raise
 
 

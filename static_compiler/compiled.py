@@ -5,7 +5,6 @@ mesh placement, save. `compiler.compile_constraints` builds one."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from typing import Optional
 
 import numpy as np
@@ -20,12 +19,11 @@ from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.frontend.names import NameTable
 from static_compiler.backend.decode.front_door import DecodeVerbs
 from static_compiler.support.decode_state import check_int, check_processor_state, is_traced
-from static_compiler.errors import ConstraintSetError, DecodeInputError, require
+from static_compiler.errors import JAX_INSTALL, ConstraintSetError, DecodeInputError, require
 from static_compiler.frontend import ItemIndex
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
+from static_compiler.computed import NOT_YET, Computed
 from static_compiler.warm import WarmUp
-
-_JAX_INSTALL = "pip install 'static-compiler[jax]'"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -226,7 +224,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         """The tables as jax arrays on the default device, put there once."""
         cached = self.computed.device_tables
         if cached is None:
-            jax = require("jax", "device_tables (the tables on a jax device)", _JAX_INSTALL)
+            jax = require("jax", "device_tables (the tables on a jax device)", JAX_INSTALL)
             with jax.ensure_compile_time_eval():  # concrete even when first used under jit
                 if self.placement is None:
                     cached = jax.device_put(self.tables)
@@ -453,7 +451,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         if live is not None or self.items is None:
             return None
         specs = self.computed.removal_specs
-        if specs is _NOT_YET:  # (per call: this runs before every decode)
+        if specs is NOT_YET:  # (per call: this runs before every decode)
             specs = {} if all(layer.implicit_targets for layer in self.outline.layers) and \
                 any(layer.layout.reserved for layer in self.outline.layers) else None
             self.computed.removal_specs = specs
@@ -472,39 +470,5 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         modules later). None (default): modules when jax is installed."""
         from static_compiler.artifact import writer
         from static_compiler.artifact.format import artifact_path
-        if modules is None:
-            modules = importlib.util.find_spec("jax") is not None
-        elif not isinstance(modules, bool):
-            raise DecodeInputError(f"save: modules={modules!r}: expected True, False or None")
         return writer.save(self, artifact_path(path, "save"), overwrite=overwrite,
                            modules=modules)
-
-
-_NOT_YET = object()
-
-
-@dataclasses.dataclass(eq=False)
-class Computed:
-    """What a `CompiledConstraints` (frozen: its fields are the set) works
-    out on first use, held in one explicit object: `shard` and `update`
-    hand a new version the parts that stay valid for it.
-
-    device_tables: the tables as jax arrays (`device_tables`), or None;
-    processors: batch size -> `StepProcessor` without a subset;
-    set_view: the `SetView` (fingerprint, trie, bit layout, base subset), or None;
-    removal_specs: batch size -> the removal-aware program's spec, None for a
-      set that needs none, _NOT_YET before the first decode;
-    warmth: the compile counter and subset padding (`warm`), shared by versions;
-    table_digests: (layer, name) -> sha256 of a set read back from an
-      artifact (its files' checksums), so its fingerprint hashes no table;
-    ir: the automaton read back from the tables of a set held in them
-      (`CompiledConstraints.ir`), or None.
-    """
-
-    device_tables: Optional[tuple] = None
-    processors: dict = dataclasses.field(default_factory=dict)
-    set_view: Optional[SetView] = None
-    removal_specs: object = _NOT_YET
-    warmth: object = None
-    table_digests: Optional[dict] = None
-    ir: Optional[Automaton] = None

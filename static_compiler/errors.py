@@ -19,6 +19,17 @@ class MissingDependencyError(StaticCompilerError, ImportError):
     package, what needs it, and the command that installs it."""
 
 
+JAX_INSTALL = "pip install 'static-compiler[jax]'"
+"""The install command of the JAX decoders and exported modules (the
+compiler, artifacts' tables and the torch backend need no jax)."""
+
+
+def installed(module: str) -> bool:
+    """Whether the package `module` can be imported (without importing it)."""
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
 def require(module: str, purpose: str, install: str):
     """The module `module`, imported; raises MissingDependencyError naming it,
     `purpose` (what needs it) and `install` (the pip command) when it is not

@@ -23,6 +23,7 @@ import pathlib
 import re
 import shutil
 import tempfile
+from typing import Optional
 
 import numpy as np
 
@@ -40,7 +41,7 @@ from static_compiler.artifact.metadata import export_caps, set_metadata
 from static_compiler.artifact.snapshot import read_manifest
 from static_compiler.support.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.errors import (ArtifactExistsError, ArtifactFormatError, ArtifactVersionError,
-                                    DecodeInputError, require)
+                                    DecodeInputError, JAX_INSTALL, installed, require)
 
 
 def _npy_bytes(arr: np.ndarray) -> bytes:
@@ -219,14 +220,14 @@ def exporter():
     """`artifact.export`, which needs jax: MissingDependencyError naming
     the install and the tables-only alternative where jax is not installed."""
     require("jax", "exporting an artifact's StableHLO modules",
-            "pip install 'static-compiler[jax]' (or save a tables-only artifact: "
-            "save(path, modules=False), the default without jax)")
+            f"{JAX_INSTALL} (or save a tables-only artifact: save(path, modules=False), "
+            "the default without jax)")
     from static_compiler.artifact import export
     return export
 
 
 def save(compiled, path, *, overwrite: bool = False, reuse_modules=None,
-         modules: bool = True) -> pathlib.Path:
+         modules: Optional[bool] = None) -> pathlib.Path:
     """Writes `compiled` as an artifact directory at `path`, atomically.
 
     The files go into a temporary sibling directory, are fsynced, and the
@@ -261,7 +262,7 @@ def save(compiled, path, *, overwrite: bool = False, reuse_modules=None,
 
 
 def save_locked(compiled, path, *, overwrite: bool = False, reuse_modules=None,
-                modules: bool = True, made: Made = Made("save")) -> pathlib.Path:
+                modules: Optional[bool] = None, made: Made = Made("save")) -> pathlib.Path:
     """`save`, for a caller that already holds `update_lock(path)` (an update
     writing the version it built): the same checks and atomic write, without
     taking the lock again (a flock is per open file, so a second take would
@@ -274,9 +275,14 @@ def save_locked(compiled, path, *, overwrite: bool = False, reuse_modules=None,
 
 
 def _files_to_save(compiled, path: pathlib.Path, overwrite: bool, reuse_modules,
-                   modules: bool) -> dict:
+                   modules: Optional[bool]) -> dict:
     """`build_files`, after the checks on `path` that fail before an export
-    (ArtifactExistsError; `_swap_in` checks again when it replaces)."""
+    (ArtifactExistsError; `_swap_in` checks again when it replaces).
+    modules None: exported where jax is installed, else tables only."""
+    if modules is None:
+        modules = installed("jax")
+    elif not isinstance(modules, bool):
+        raise DecodeInputError(f"save: modules={modules!r}: expected True, False or None")
     if path.exists() or path.is_symlink():
         if not overwrite:
             raise _exists_error(path)

@@ -5,7 +5,6 @@ terms, and progress logging."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import contextlib
 import dataclasses
 import re
@@ -14,7 +13,7 @@ import time
 from typing import Callable, Optional
 
 from static_compiler.errors import (ArtifactExistsError, CliInputError, ConstraintSetError,
-                                    DecodeInputError, PipelineError)
+                                    DecodeInputError, PipelineError, installed)
 
 INPUT_FORMATS = ("a .npy (N, L) int array (variable-length rows padded with -1), .jsonl (one "
                  "JSON list of token ids per line), an IR text dump, or text (one "
@@ -61,7 +60,7 @@ def start_compilation_cache(args: argparse.Namespace, stream) -> Optional[str]:
 
     if getattr(args, "no_compilation_cache", False) or cc.disabled_by_environment():
         return None
-    if importlib.util.find_spec("jax") is None:  # nothing compiles (the command says why)
+    if not installed("jax"):  # nothing compiles (the command says why)
         return None
     try:
         return cc.enable_compilation_cache()

@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import importlib.util
 import os
 import sys
 from typing import Optional
 
 from static_compiler.cli.common import (INPUT_FORMATS, Subcommand, add_input_arguments,
                                         device_mesh, parse_mesh, progress, read_any_input)
-from static_compiler.errors import CliInputError
+from static_compiler.errors import CliInputError, installed
 
 DEFAULT_BEAM_SIZES = "70"
 
@@ -109,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         log.write(f"[compile] tables split across {axes[-1][0]!r}: "
                   f"{sum(r['bytes_per_device'] for r in compiled.layer_stats())} bytes per "
                   f"device of {compiled.nbytes}\n")
-    modules = False if args.tables_only else importlib.util.find_spec("jax") is not None
+    modules = False if args.tables_only else installed("jax")
     with progress("export + save" if modules else "save (tables only)", log):
         path = compiled.save(args.output, overwrite=args.force, modules=modules)
     held = f"beam sizes {list(beam_sizes)}" if modules else \

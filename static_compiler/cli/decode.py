@@ -31,10 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from static_compiler.errors import CliInputError, require
+    from static_compiler.errors import JAX_INSTALL, CliInputError, require
 
     require("jax", "static-compiler decode (it runs the artifact's StableHLO modules)",
-            "pip install 'static-compiler[jax]'; without jax, decode with "
+            f"{JAX_INSTALL}; without jax, decode with "
             "static_compiler.torch_backend.TorchConstraints.load(path)")
     from static_compiler.artifact import serving
     from static_compiler.cli import demo_model

@@ -26,7 +26,7 @@ from static_compiler.errors import AttributeColumnError
 KINDS = ("int", "float", "bool", "category")
 """The kinds of column."""
 
-RESERVED_NAMES = frozenset({"and", "or", "not", "in", "true", "false"})
+RESERVED_NAMES = frozenset({"and", "or", "not", "in", "true", "false", "True", "False"})
 """Words of the filter grammar, which no column may be named."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

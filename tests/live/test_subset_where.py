@@ -162,3 +162,23 @@ def test_decode_where_on_the_command_line(catalogue, tmp_path, capsys):
     assert code == 2 and "unknown attribute 'in_stok'" in one_error_line(err)
     code, out, err = run_cli(capsys, "decode", path, "--mask", "seen=x.npy")
     assert code == 2 and "--mask NAME=FILE names a mask for --where" in one_error_line(err)
+
+
+def test_after_warm_a_filtered_request_compiles_nothing(catalogue):
+    """A filter is host work (numpy over the columns) before the subset the
+    warmed programs take: a request over subset(where=...) compiles nothing."""
+    from static_compiler.support.compile_events import xla_compilations
+
+    rows, attributes, compiled, _ = catalogue
+    table = np.random.default_rng(2).standard_normal((L, V, V)).astype(np.float32)
+    import jax.numpy as jnp
+    table_j = jnp.asarray(table)
+    model = lambda last, step, carry: (table_j[step, last], carry)
+    compiled.warm([2], beam_sizes=[6], logits_fn=model, max_subsets=1)
+    before = xla_compilations()
+    for text in ("in_stock and day >= 5", "category == 'film' or price < 20.5"):
+        sub = compiled.subset(where=text)
+        result = sc.beam_search(compiled, model, batch_size=2, beam_size=6, subset=sub,
+                                subset_index=np.zeros(2, np.int32))
+        np.asarray(result.tokens)
+    assert xla_compilations() == before

@@ -31,7 +31,7 @@ LAYERS = (
     ("backend",),  # JAX kernels and decoding
     ("artifact",),  # format, manifest, snapshot, writer, export, serving loader
     ("torch_backend",),  # the same plan and set view in torch ops
-    ("", "compiled", "compiler", "saved", "report", "warm"),  # the public API: the package's root
+    ("", "compiled", "computed", "compiler", "saved", "report", "warm"),  # the public API: the package's root
     ("integrations",),  # engines' own decoders (HF generate) on top of the public API
     ("cli",),
 )
@@ -52,7 +52,7 @@ SERVING_SUPPORT = {"errors", "support.arguments", "support.arrays", "support.map
 """The utilities a serving binary ships."""
 LIVE_BITS = {"live.layers", "live.bit_kernels", "live.layer_walk", "live.state_order",
              "live.item_masks", "live.liveness", "live.placements", "live.set_view",
-             "live.where", "target.plan", "target.tables", "frontend.items", "frontend.names",
+             "live.where", "live.filter_tree", "live.filter_text", "target.plan", "target.tables", "frontend.items", "frontend.names",
              "frontend.attributes"}
 """The numpy modules a serving binary reads a set's items and plan with."""
 FORMAT = {"artifact.format", "artifact.manifest", "artifact.names", "artifact.snapshot",
@@ -88,7 +88,10 @@ RESTRICTED = {
                                   "live.state_order", "live.item_masks", "live.placements",
                                   "support.mapped", "frontend.items"}),
     "live.placements": (set(), set()),  # a subset's device copies, per device
-    "live.where": ({"numpy"}, {"errors", "frontend.attributes"}),  # filter expressions over item attributes
+    "live.where": ({"numpy"}, {"errors", "frontend.attributes", "live.filter_tree",
+                               "live.filter_text"}),  # filter expressions over item attributes
+    "live.filter_tree": ({"numpy"}, {"errors", "frontend.attributes"}),  # their trees
+    "live.filter_text": (set(), {"errors", "live.filter_tree"}),  # text -> tree
     # One numpy view of a set's items behind every front door (serving, torch, compiled).
     "live.set_view": ({"numpy"}, LIVE_BITS | {"errors", "artifact.format"}),
     # The artifact's format: what a serving binary reads.

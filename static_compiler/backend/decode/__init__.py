@@ -150,9 +150,9 @@ def __getattr__(name: str):
         except ModuleNotFoundError as err:  # decoding needs jax; compiling does not
             if (err.name or "").split(".")[0] not in ("jax", "jaxlib"):
                 raise
-            from static_compiler.errors import require
+            from static_compiler.errors import JAX_INSTALL, require
             require("jax", f"decoding (static_compiler.backend.decode.{name})",
-                    "pip install 'static-compiler[jax]' (or decode with the torch backend: "
+                    f"{JAX_INSTALL} (or decode with the torch backend: "
                     "static_compiler.torch_backend.TorchConstraints, which needs numpy and "
                     "torch only)")
             raise
