@@ -12,6 +12,7 @@ import numpy as np
 from static_compiler.live import subsets, versions
 from static_compiler.support import placement as placement_lib
 from static_compiler.backend import decode
+from static_compiler.live.priors import check_prior
 from static_compiler.live.set_view import SetFacts, SetView
 from static_compiler.target.plan import Plan, PlanFacts, tables_nbytes
 from static_compiler.target.raising import automaton_from_tables, table_head
@@ -48,8 +49,9 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         Canonical spec of the passes that ran.
     timings : tuple of (str, float)
         (stage, seconds) pairs: frontend, each pass, lowering.
-    export_beam_sizes : tuple of int
-        Beam sizes `save` exports a beam_step module for.
+    export_beam_sizes : tuple of int or of int tuples
+        Beam sizes `save` exports a beam_step module for, and beam
+        schedules (one width per step) it exports the modules of.
     export_tokens_per_beam : int, tuple or None
         The tokens_per_beam `save` exports beam_step with.
     frontend_stats : dict
@@ -70,6 +72,9 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
     export_subsets : bool
         `save` also writes the item index and the modules' subset variants
         (serving restricts per request).
+    export_priors : bool
+        `save` also exports the step modules' item-prior variants (serving
+        ranks by item priors: `serving.Artifact.prior`).
     last_update : dict or None
         What the `update` that made this version did.
     placement : MeshPlacement or None
@@ -126,6 +131,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
     names: Optional[NameTable] = None
     items: Optional[ItemIndex] = None
     export_subsets: bool = False
+    export_priors: bool = False
     last_update: Optional[dict] = None
     placement: Optional[placement_lib.MeshPlacement] = None
     held_ir: Optional[Automaton] = dataclasses.field(default=None, repr=False)
@@ -414,6 +420,37 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         (minimized, graph or IR input); FilterExpressionError for a bad
         expression (naming the position and the attribute)."""
         return self.set_view.pick(selection, where, masks, "CompiledConstraints.subset")
+
+    def prior(self, column: str, weight: float = 1.0, selection=None, *, where=None,
+              masks=None):
+        """Item priors (soft constraints) from the float or int attribute
+        `column`, for `beam_search(..., prior=...)`: each item ranks by its
+        log-probability plus weight x its value, each prefix by its
+        log-probability plus the best of that term over the live items
+        below it (an optimistic look-ahead, so an item a rule boosts is not
+        pruned early). Live items: those `selection` (bool (N,) over the
+        input rows) or the filter `where` (with `masks`) picks, as `subset`
+        takes them (default every item), less removed ones; others rank
+        after every live one. Computed on the host in O(items + states),
+        no recompile. A `live.priors.Prior`. Raises ConstraintSetError for
+        a set without items or with an end token, AttributeColumnError for
+        a missing or non-numeric column or a value that is not finite,
+        DecodeInputError for a weight that is not a finite float
+        (docs/business-rules.md, "Item priors")."""
+        return self.set_view.prior(column, weight, selection, where, masks,
+                                   "CompiledConstraints.prior")
+
+    def live_prior(self, prior, where: str):
+        """The decoder's `decode.prior.LivePrior` of `prior` (a Prior of
+        this set, placed on the default device once), or None."""
+        if prior is None:
+            return None
+        import jax
+
+        from static_compiler.backend.decode.prior import LivePrior
+        check_prior(prior, self.fingerprint, where, "CompiledConstraints.prior")
+        return LivePrior(prior.placements.get(("jax", None),
+                                              lambda: jax.device_put(prior.best)))
 
     def item_index(self, sequences) -> np.ndarray:
         """int64 (n,): the item (input row; the first of duplicate rows) each

@@ -19,7 +19,8 @@ from static_compiler.passes import pipeline as pipeline_lib
 from static_compiler.backend import decode
 from static_compiler.target.lowering import lower, lower_pieces
 from static_compiler.target.plan import tables_nbytes
-from static_compiler.support.arguments import check_rows
+from static_compiler.support.arguments import (check_beam_schedule, check_export_beam_sizes,
+                                              check_rows)
 from static_compiler.compiled import CompiledConstraints
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import inputs
@@ -35,7 +36,8 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
                         pipeline: Optional[str] = None, print_ir_after_all: bool = False,
                         verify_each: bool = True, export_beam_sizes=(70,),
                         export_tokens_per_beam: Optional[int] = None,
-                        export_subsets: bool = False, capacity: Optional[float] = None,
+                        export_subsets: bool = False, export_priors: bool = False,
+                        capacity: Optional[float] = None,
                         stream=None, start=None, tokenizer=None,
                         spellings: str = "canonical", attributes=None) -> CompiledConstraints:
     """Compiles a constraint set.
@@ -61,8 +63,11 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
         Print the IR after every pass to `stream` (stderr).
     verify_each : bool
         Run the IR verifier after every pass.
-    export_beam_sizes : tuple of int
-        The beam sizes `save` exports a beam_step module for (each >= 1).
+    export_beam_sizes : tuple of int or of int sequences
+        The beam sizes `save` exports a beam_step module for (each >= 1),
+        and beam schedules (one width per step, e.g. (16, 32, 64, 64)),
+        exported as the init and step modules their steps run, so that a
+        served artifact's `beam_search(beam_size=schedule)` runs them.
     export_tokens_per_beam : int, optional
         The tokens_per_beam `save` exports beam_step with.
     export_subsets : bool
@@ -70,6 +75,10 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
         variant of beam_step, mask and advance), for
         `serving.Artifact.subset`; the set must allow subsets (sequence
         input, no `minimize`).
+    export_priors : bool
+        `save` also exports each step module's item-prior variant, for
+        `serving.Artifact.prior` (needs export_subsets and a fixed-length
+        set).
     capacity : float, optional
         Room for items added later by `update(add=...)`, as a growth
         factor (1.25: 25 % more states at every depth, 25 % wider slices):
@@ -132,9 +141,9 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     if capacity is not None:
         passes = pipeline_lib.with_capacity(passes, capacity)
     options = dict(pipeline=pipeline_lib.format_pipeline(passes),
-                   export_beam_sizes=_export_beam_sizes(export_beam_sizes),
+                   export_beam_sizes=check_export_beam_sizes(export_beam_sizes),
                    export_tokens_per_beam=export_tokens_per_beam,
-                   export_subsets=bool(export_subsets))
+                   export_subsets=bool(export_subsets), export_priors=bool(export_priors))
     t0 = time.perf_counter()
     with inputs.read_input(constraints, vocab_size, end_token=end_token, start=start,
                            tokenizer=tokenizer, spellings=spellings,
@@ -207,16 +216,6 @@ def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, optio
                                timings=tuple(timings), items=items, **options)
 
 
-def _export_beam_sizes(export_beam_sizes) -> tuple:
-    sizes = tuple(export_beam_sizes) if isinstance(export_beam_sizes, (tuple, list, range,
-                                                                        np.ndarray)) else None
-    if not sizes or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1
-                        for m in sizes):
-        raise DecodeInputError(f"export_beam_sizes={export_beam_sizes!r}: expected a non-empty "
-                               "tuple of ints >= 1 (the beam sizes to export a beam_step for)")
-    return tuple(int(m) for m in sizes)
-
-
 def _check_call(compiled, decoder, options: dict, where: str) -> None:
     """DecodeInputError unless `compiled` is a CompiledConstraints and every
     name in `options` is a keyword option of the backend `decoder` (not one
@@ -244,7 +243,11 @@ def _decode_over(compiled: CompiledConstraints, decoder, where: str, args: tuple
     / `subset_index`, also compiling the removal-aware program
     (`removal_program`); its compilations count in `compiled.compilations()`."""
     _check_call(compiled, decoder, options, where)
-    check_rows(batch_size, *sizes.values())  # before the subset index is read against batch_size
+    # before the subset index is read against batch_size
+    if "beam_size" in sizes:
+        check_beam_schedule(sizes["beam_size"], compiled.max_length, batch_size)
+    else:
+        check_rows(batch_size)
     live = compiled.live_mask(subset, subset_index, batch_size, where)
     with compiled.counting():
         return decoder(compiled.plan, compiled.device_tables, *args, batch_size=batch_size,
@@ -259,7 +262,8 @@ def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, be
     Options and semantics as `static_compiler.backend.decode.beam_search`
     (tokens_per_beam, start_token, carry, carry_axes, reorder, params,
     length_penalty, return_carry), summarized below. B = batch_size,
-    M = beam_size, V = `compiled.vocab_size`, T = `compiled.max_length`.
+    M = beam_size (its last width for a schedule), V = `compiled.vocab_size`,
+    T = `compiled.max_length`.
 
     Parameters
     ----------
@@ -275,8 +279,14 @@ def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, be
         read as float32.
     batch_size : int
         B >= 1.
-    beam_size : int
-        M >= 1.
+    beam_size : int or sequence of int
+        M >= 1, the beams kept after every step; or a beam schedule, one
+        width per step (T ints >= 1, e.g. (16, 32, 64, 64)): step t keeps
+        its best beam_size[t] candidates, the model at step t >= 1 sees the
+        beam_size[t - 1] beams the step before kept (and beam_size[0] at
+        step 0, where the start beam alone is valid), and a declared carry
+        follows (it starts with beam_size[0] beams). The semantics are the
+        fixed width's step by step (docs/business-rules.md, "Beam schedules").
     subset : Subset, optional
         Decode over those items only (`compiled.subset`, `stack_subsets`),
         exactly as over a set compiled from them (default: the items this
@@ -296,7 +306,9 @@ def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, be
         parent int32 (B, M)) -> carry``); params (passed to logits_fn as a
         traced argument: new values of the same shapes reuse the compiled
         search); length_penalty (GNMT exponent for re-ranking the final
-        beams, 0: off); return_carry (also return the final carry).
+        beams, 0: off); return_carry (also return the final carry); prior
+        (`compiled.prior(column, weight=...)`: item priors, a fixed-length
+        set: the final scores are log-probability plus weight x prior).
 
     Returns
     -------
@@ -313,6 +325,8 @@ def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, be
         another set, a subset_index without a subset or of the wrong shape
         or range.
     """
+    if options.get("prior") is not None:
+        options = dict(options, prior=compiled.live_prior(options["prior"], "beam_search"))
     return _decode_over(compiled, decode.beam_search, "beam_search", (logits_fn,), batch_size,
                         subset, subset_index, options, beam_size=beam_size)
 

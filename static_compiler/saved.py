@@ -97,9 +97,10 @@ def _compiled_from_snapshot(snap) -> CompiledConstraints:
                  if m.tokens_per_beam is not None), None)
     compiled = CompiledConstraints(
         summary=summary, plan=plan, tables=tables,
-        pipeline=manifest.pipeline, export_beam_sizes=manifest.beam_sizes(),
+        pipeline=manifest.pipeline,
+        export_beam_sizes=manifest.beam_sizes() + manifest.beam_schedules,
         export_tokens_per_beam=_tokens_per_beam_option(caps), names=names, items=items,
-        export_subsets=items is not None)
+        export_subsets=items is not None, export_priors=manifest.exports_priors)
     # the tables' file checksums are their digests (`subsets.set_fingerprint`):
     # its fingerprint then reads no table
     compiled.computed.table_digests = {

@@ -43,6 +43,7 @@ import numpy as np
 from static_compiler.artifact.warm import Warmth, pad_subsets
 from static_compiler.backend import decode
 from static_compiler.support.compile_events import CompileCounter
+from static_compiler.support.arguments import check_beam_schedule, is_int
 from static_compiler.support.decode_state import check_int, check_rows
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.live.liveness import Subset, checked_subset_index
@@ -116,8 +117,9 @@ class WarmUp:
         ----------
         batch_sizes : int or sequence of int
             Each B >= 1 a loop will run at (processor rows, decode batch).
-        beam_sizes : sequence of int
-            Each M >= 1 `beam_search` will run at (needs `logits_fn`).
+        beam_sizes : sequence of int or of beam schedules
+            Each M >= 1 `beam_search` will run at, or beam schedule (one
+            width per step) it will run (needs `logits_fn`).
         logits_fn : callable, optional
             The model the decoders will be called with (the same object:
             it is part of their programs).
@@ -215,13 +217,27 @@ def _sizes(name: str, sizes, allow_empty: bool) -> tuple:
     return tuple(dict.fromkeys(check_int(name, m, low=1) for m in sizes))
 
 
+def _beam_sizes(sizes, max_length: int) -> tuple:
+    """warm's beam_sizes: ints and beam schedules (tuples), checked
+    (`check_beam_schedule`), no repeats."""
+    if isinstance(sizes, (int, np.integer)) and not isinstance(sizes, bool):
+        sizes = (sizes,)
+    if not isinstance(sizes, (tuple, list, range, np.ndarray)):
+        raise DecodeInputError(f"warm: beam_sizes={sizes!r}: expected a sequence of ints >= 1 "
+                               "or beam schedules (one int >= 1 per step)")
+    for m in sizes:
+        check_beam_schedule(m, max_length)
+    return tuple(dict.fromkeys(int(m) if is_int(m) else tuple(int(w) for w in m)
+                               for m in sizes))
+
+
 def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_subsets,
           eager, options: dict) -> list:
     """Checks warm's arguments (DecodeInputError) and returns its compiles
     as zero-argument callables, nothing compiled yet."""
     sizes = _sizes("batch_sizes", batch_sizes, allow_empty=False)
     check_rows(*sizes)
-    beams = _sizes("beam_sizes", beam_sizes, allow_empty=True)
+    beams = _beam_sizes(beam_sizes, compiled.max_length)
     max_subsets = check_int("max_subsets", max_subsets, low=0)
     for name, flag in (("greedy", greedy), ("eager", eager)):
         if not isinstance(flag, bool):
@@ -245,6 +261,8 @@ def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_
                                    f"subsets: {err}") from None
     if max_subsets > 1:  # (a larger bound warmed before stays: its programs are compiled)
         max_subsets = max(max_subsets, compiled._warmth().pad_to or 0)
+    if options.get("prior") is not None:  # (its values do not matter: its shape does)
+        options = dict(options, prior=compiled.live_prior(options["prior"], "warm"))
     pick = lambda known: {k: v for k, v in options.items() if k in known}
     plan, tables = compiled.plan, compiled.device_tables
     jobs = []

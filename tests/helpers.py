@@ -88,16 +88,27 @@ def assert_matches(got, want: oracle.Result, context: str = ""):
     assert (np.diff(scores, axis=-1) <= 0).all(), f"scores not descending {context}"
 
 
+def assert_same_beams(want, got, where):
+    """A JAX backend's result == a torch backend's (torch tensors): tokens,
+    valid and lengths exact, scores to float32 rounding."""
+    for name in ("tokens", "valid", "lengths"):
+        assert np.array_equal(np.asarray(getattr(want, name)),
+                              getattr(got, name).numpy()), (where, name)
+    assert np.allclose(np.asarray(want.scores), got.scores.numpy(), rtol=1e-5, atol=1e-5), where
+
+
 def decode_and_check(cset: oracle.ConstraintSet, compiled, model: oracle.HashModel, seeds,
-                     beam_size: int, tokens_per_beam=None, start_token: int = 0,
+                     beam_size, tokens_per_beam=None, start_token: int = 0,
                      length_penalty: float = 0.0):
     """sc.beam_search with the hash model (one seed per batch row) == the
-    oracle's beam search; returns the decoder's result."""
+    oracle's beam search; returns the decoder's result. beam_size: an int or
+    a beam schedule (one width per step)."""
     import static_compiler as sc
 
+    first = beam_size if isinstance(beam_size, int) else 1  # (a schedule: the start beam)
     got = sc.beam_search(compiled, model, batch_size=len(seeds), beam_size=beam_size,
                          tokens_per_beam=tokens_per_beam, start_token=start_token,
-                         carry=model.init_carry(seeds, beam_size), carry_axes=model.carry_axes,
+                         carry=model.init_carry(seeds, first), carry_axes=model.carry_axes,
                          length_penalty=length_penalty)
     want = oracle.beam_search(cset, model, seeds, beam_size, tokens_per_beam, start_token,
                               length_penalty)

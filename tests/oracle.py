@@ -282,18 +282,56 @@ def step_caps(tokens_per_beam, max_length: int) -> list:
     return list(tokens_per_beam)
 
 
-def _beam_search_row(cset, model, seed, beam_size, tokens_per_beam, start_token) -> list:
+def step_widths(beam_size, max_length: int) -> list:
+    """The beams kept after each step: an int keeps as many at every step; a
+    sequence (a beam schedule) gives each step's."""
+    if isinstance(beam_size, int):
+        return [beam_size] * max_length
+    assert len(beam_size) == max_length
+    return list(beam_size)
+
+
+def prior_lookahead(items_terms: dict):
+    """prefix -> float32: the best term (weight x prior, float32) of the items
+    of `items_terms` ({item tuple: term}) that start with the prefix, -inf
+    where none does: the look-ahead of item priors, by brute force."""
+    def term(prefix: tuple):
+        found = [t for item, t in items_terms.items() if item[:len(prefix)] == prefix]
+        return max(found) if found else F32(-np.inf)
+    return term
+
+
+def _ranked(cands: list, beams: list, prior) -> list:
+    """(rank, parent, order, token, finished, score) of each candidate: with a
+    prior (`prior_lookahead`), rank = max(score + term(prefix), MIN_VALID_SCORE)
+    in float32; else the score."""
+    out = []
+    for score, p, order, tok, fin in cands:
+        rank = score
+        if prior is not None:
+            rank = F32(max(F32(score + prior(beams[p].prefix + (tok,))), F32(MIN_VALID_SCORE)))
+        out.append((rank, p, order, tok, fin, score))
+    return out
+
+
+def _beam_search_row(cset, model, seed, beam_size, tokens_per_beam, start_token,
+                     prior=None) -> list:
     beams = [_Beam((), F32(0), False)]
-    for cap in step_caps(tokens_per_beam, cset.max_length):
+    widths = step_widths(beam_size, cset.max_length)
+    steps = list(zip(step_caps(tokens_per_beam, cset.max_length), widths))
+    for t, (cap, width) in enumerate(steps):
         cands = []
         for i, beam in enumerate(beams):
-            mine = _candidates(cset, beam, i,
-                               lambda b=beam: model.logprobs(seed, start_token, b.prefix))
+            mine = _ranked(_candidates(cset, beam, i,
+                                       lambda b=beam: model.logprobs(seed, start_token,
+                                                                     b.prefix)), beams, prior)
             if cap is not None:
                 mine = _best_first(mine)[:cap]
             cands += mine
-        beams = [_Beam(beams[p].prefix + (() if tok is None else (tok,)), score, fin)
-                 for score, p, _, tok, fin in _best_first(cands)[:beam_size]]
+        last = t == len(steps) - 1
+        beams = [_Beam(beams[p].prefix + (() if tok is None else (tok,)),
+                       rank if (prior is not None and last) else score, fin)
+                 for rank, p, _, tok, fin, score in _best_first(cands)[:width]]
     return beams
 
 
@@ -329,13 +367,18 @@ def _length_rerank(rows: list, length_penalty: float) -> list:
 
 def beam_search(cset: ConstraintSet, model: HashModel, seeds, beam_size: int,
                 tokens_per_beam: Optional[int] = None, start_token: int = 0,
-                length_penalty: float = 0.0) -> Result:
-    """Brute-force constrained beam search, one batch row per seed."""
-    rows = [_beam_search_row(cset, model, int(s), beam_size, tokens_per_beam, start_token)
-            for s in seeds]
+                length_penalty: float = 0.0, prior=None) -> Result:
+    """Brute-force constrained beam search, one batch row per seed. beam_size:
+    an int, or one width per step (a beam schedule: step t keeps its best
+    beam_size[t] candidates; the result has beam_size[-1] beams). prior: a
+    `prior_lookahead` (fixed-length sets): candidates ranked with it, the
+    final scores are the last step's ranks."""
+    rows = [_beam_search_row(cset, model, int(s), beam_size, tokens_per_beam, start_token,
+                             prior) for s in seeds]
     if length_penalty:
         rows = _length_rerank(rows, length_penalty)
-    return _pack(rows, beam_size, cset.max_length, cset.end_token)
+    return _pack(rows, step_widths(beam_size, cset.max_length)[-1], cset.max_length,
+                 cset.end_token)
 
 
 def greedy(cset: ConstraintSet, model: HashModel, seeds, start_token: int = 0) -> Result:

@@ -9,6 +9,9 @@ init_m{M}     (start_tokens int32[b]) -> BeamState fields (b, M, ...)
 beam_step_m{M}  (*tables, *BeamState fields, logits float32[b, M, V], step int32[])
               -> BeamState fields; `decode.step.beam_step_switch` with the per-step
               caps of export_tokens_per_beam (`export_caps`)
+beam_resize_m{M}_to{W}
+              as beam_step_m{M}, keeping W beams: a step of a beam schedule
+              (`format.beam_modules` of export_beam_sizes) that changes the width
 mask          (*tables, logits float32[b, V], node, valid, finished, step)
               -> masked logits float32[b, V]
 advance       (*tables, node, valid, finished, tokens int32[b], step)
@@ -35,8 +38,9 @@ from static_compiler.artifact.metadata import export_caps
 from static_compiler.artifact.runtime import running_versions
 from static_compiler.backend import decode
 from static_compiler.backend.decode.processor import advance_switch, mask_switch
+from static_compiler.backend.decode.prior import LivePrior
 from static_compiler.backend.decode.step import beam_step_switch
-from static_compiler.target.plan import Plan
+from static_compiler.target.plan import Plan, state_counts
 from static_compiler.support.decode_state import BeamState, ProcessorState
 
 
@@ -76,22 +80,31 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
     unflatten = functools.partial(fmt.unflatten_tables, keys, num_layers)
     # name -> (function of (args, LiveMask or None), specs, argument names, result names)
     base = {}
-    for M in sorted(set(compiled.export_beam_sizes)):
-        state_specs = [spec((b, M, T), jnp.int32), spec((b, M), jnp.float32)] + \
-            [spec((b, M), dt) for dt in (jnp.int32, bool, bool, jnp.int32, jnp.int32, jnp.int32)]
-
+    inits, steps = fmt.beam_modules(compiled.export_beam_sizes)
+    for M in inits:
         def init(a, subset, M=M):
             return tuple(decode.init_beam_state(plan, a[0].shape[0], M, a[0]))
 
-        def step_fn(a, subset):
-            return tuple(beam_step_switch(plan, unflatten(a[:n]), BeamState(*a[n:n + 8]),
-                                          a[n + 8], a[n + 9], caps, subset))
-
         base[fmt.beam_module_name("init", M)] = (init, [spec((b,), jnp.int32)],
                                                  ["start_tokens"], state_names)
-        base[fmt.beam_module_name("beam_step", M)] = (
-            step_fn, table_specs + state_specs + [spec((b, M, V), jnp.float32), step_spec],
-            table_names + state_names + ["logits", "step"], state_names)
+    priors = getattr(compiled, "export_priors", False)
+    prior_spec = spec((sum(state_counts(plan)[1:]),), jnp.float32)
+    for M, W in steps:  # one step from M beams keeping W (W != M: a schedule's resize)
+        state_specs = [spec((b, M, T), jnp.int32), spec((b, M), jnp.float32)] + \
+            [spec((b, M), dt) for dt in (jnp.int32, bool, bool, jnp.int32, jnp.int32, jnp.int32)]
+
+        def step_fn(a, subset, W=W):
+            # with item priors, the prior's best terms come after the step
+            prior = LivePrior(a[n + 10]) if len(a) > n + 10 else None
+            return tuple(beam_step_switch(plan, unflatten(a[:n]), BeamState(*a[n:n + 8]),
+                                          a[n + 8], a[n + 9], caps, subset, W, prior))
+
+        specs = table_specs + state_specs + [spec((b, M, V), jnp.float32), step_spec]
+        names = table_names + state_names + ["logits", "step"]
+        base[fmt.step_module_name(M, W)] = (step_fn, specs, names, state_names)
+        if priors:
+            base[fmt.step_module_name(M, W, prior=True)] = (
+                step_fn, specs + [prior_spec], names + ["prior.best"], state_names)
 
     proc_specs = [spec((b,), jnp.int32), spec((b,), bool), spec((b,), bool)]
 
@@ -168,13 +181,12 @@ def exported_modules(compiled, caps, files: dict) -> tuple[dict, int, tuple]:
         rel = fmt.module_file(name)
         files[rel] = bytes(exported.serialize())
         cc_versions.add(exported.calling_convention_version)
-        kind, _, beams = name.rpartition("_m")
-        per_beam = kind in fmt.BEAM_MODULE_KINDS
+        kind, beams, beams_out = fmt.parse_beam_module_name(name)
         modules[name] = ModuleEntry(
-            file=rel, kind=kind if per_beam else name, platforms=tuple(exported.platforms),
+            file=rel, kind=kind, platforms=tuple(exported.platforms),
             args=aval_specs(exported.in_avals, arg_names),
             results=aval_specs(exported.out_avals, result_names),
-            beam_size=int(beams) if per_beam else None,
+            beam_size=beams, beam_size_out=beams_out,
             tokens_per_beam=list(caps) if kind in fmt.STEP_KINDS else None)
     (cc,) = cc_versions
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()

@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import pathlib
+from typing import Optional
 
 from static_compiler.errors import ArtifactFormatError, ArtifactVersionError
 
@@ -129,13 +130,23 @@ FORMAT_HISTORY = (
                   "\"file\", \"dtype\", \"categories\": [str, ...] (a code's string, first-"
                   "seen order) or null}}), with the item index only. Versions 1 to 11 read as "
                   "artifacts without attributes."),
+    FormatVersion(13, "2026-12-05", "beam schedules: modules beam_resize_m{M}_to{W} (and "
+                  "beam_resize_subset_m{M}_to{W}), a step from M beams keeping W, whose entries "
+                  "record \"beam_size\" M and \"beam_size_out\" W, and the manifest key "
+                  "\"beam_schedules\" (the schedules exported, [[w_0, ..., w_{T-1}], ...], each "
+                  "served from the start beam alone by init_m1 and its steps' beam_step_m / "
+                  "beam_resize_m modules: 1 -> w_0 -> ... -> w_{T-1}); item priors: with "
+                  "export_priors, each step module's variant beam_step_prior_m{M} / "
+                  "beam_resize_prior_m{M}_to{W} (and their _subset variants) taking the prior "
+                  "(prior.best float32 (S,)) after the step. "
+                  "Versions 1 to 12 read as artifacts without schedules."),
 )
 """The dated history of the format, one row per version, oldest first."""
 
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 12
+FORMAT_VERSION = 13
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 12
+MAX_FORMAT_VERSION = 13
 
 SUPPORT_DAYS = 183
 """How long (about six months, as jax.export keeps a calling convention)
@@ -218,6 +229,8 @@ COMPAT = {b.name: b for b in (
                  "known (no expiry warning)", "manifest.Manifest.from_json"),
     CompatBranch("attributes", 11, "no \"attributes\" key: items without attributes",
                  "manifest.Manifest.from_json"),
+    CompatBranch("beam_schedules", 12, "no \"beam_schedules\" key: no beam schedules exported",
+                 "manifest.Manifest.from_json"),
 )}
 """Every reader branch for an older shape, by name; a branch's code names
 its row (``COMPAT["ex_bounds"]``). `normalize.needed_branches` tells which
@@ -275,11 +288,22 @@ MANIFEST_DIGEST_KEY = "manifest_sha256"
 """Key of the manifest's own checksum: sha256 of `manifest_bytes` of the
 manifest without this key."""
 
-BEAM_MODULE_KINDS = ("init", "beam_step", "beam_step_subset")
-"""Module kinds exported once per beam size, named ``{kind}_m{M}``."""
+RESIZE_KINDS = ("beam_resize", "beam_resize_subset", "beam_resize_prior",
+                "beam_resize_prior_subset")
+"""Module kinds of one beam-search step from M beams that keeps W != M."""
 
-STEP_KINDS = ("beam_step", "beam_step_subset")
-"""Module kinds that record the per-step caps they apply."""
+STEP_KINDS = ("beam_step", "beam_step_subset", "beam_step_prior", "beam_step_prior_subset") + \
+    RESIZE_KINDS
+"""Module kinds that record the per-step caps they apply: one beam-search
+step, with item subsets (``_subset``) and item priors (``_prior``)."""
+
+PRIOR_KINDS = tuple(kind for kind in STEP_KINDS if "_prior" in kind)
+"""Step kinds that take item priors (compile_constraints(export_priors=True))."""
+
+BEAM_MODULE_KINDS = ("init",) + STEP_KINDS
+"""Module kinds exported once per beam size, named ``{kind}_m{M}``; the
+resize kinds once per (M, W) a beam schedule steps through, named
+``{kind}_m{M}_to{W}`` (`RESIZE_KINDS`)."""
 
 _HASH_CHUNK = 1 << 20
 
@@ -294,9 +318,49 @@ def module_file(name: str) -> str:
     return f"{MODULES_DIR}/{name}{MODULE_SUFFIX}"
 
 
-def beam_module_name(kind: str, beam_size: int) -> str:
-    """``{kind}_m{beam_size}``: the name of a per-beam-size module."""
-    return f"{kind}_m{beam_size}"
+def beam_module_name(kind: str, beam_size: int, beam_size_out: Optional[int] = None) -> str:
+    """``{kind}_m{beam_size}``: the name of a per-beam-size module;
+    ``{kind}_m{beam_size}_to{beam_size_out}`` for a resize kind."""
+    return f"{kind}_m{beam_size}" if beam_size_out is None else \
+        f"{kind}_m{beam_size}_to{beam_size_out}"
+
+
+def parse_beam_module_name(name: str) -> tuple[str, Optional[int], Optional[int]]:
+    """(kind, beam_size, beam_size_out) of a module name (`beam_module_name`;
+    beam_size_out None but for resize kinds, both None for mask / advance)."""
+    kind, sep, beams = name.rpartition("_m")
+    if not sep or kind not in BEAM_MODULE_KINDS:
+        return name, None, None
+    m_in, _, m_out = beams.partition("_to")
+    return kind, int(m_in), int(m_out) if m_out else None
+
+
+def step_module_name(beam_size: int, beam_size_out: int, subset: bool = False,
+                     prior: bool = False) -> str:
+    """The module of one beam-search step from beam_size beams keeping
+    beam_size_out: ``beam_step_m{M}`` (the same width) or
+    ``beam_resize_m{M}_to{W}``; its item-prior variant with `prior`
+    (``beam_step_prior_m{M}``), item-subset variant with `subset`."""
+    kind = ("beam_step" if beam_size == beam_size_out else "beam_resize") + \
+        ("_prior" if prior else "")
+    name = beam_module_name(kind, beam_size,
+                            None if beam_size == beam_size_out else beam_size_out)
+    return subset_module_name(name) if subset else name
+
+
+def beam_modules(export_beam_sizes) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """(widths with an init module, (M, W) pairs with a step module), sorted,
+    for export_beam_sizes (`arguments.check_export_beam_sizes`: ints and
+    beam schedules, which start from the start beam alone: init_m1). Every
+    width with a beam_step module has its init too (a beam size M is usable
+    alone, as format version 1 has it)."""
+    inits, steps = set(), set()
+    for entry in export_beam_sizes:
+        widths = (entry, entry) if isinstance(entry, int) else (1,) + tuple(entry)
+        inits.add(widths[0])
+        steps.update(zip(widths[:-1], widths[1:]))
+    inits.update(m for m, w in steps if m == w)
+    return tuple(sorted(inits)), tuple(sorted(steps))
 
 
 def subset_module_name(name: str) -> str:

@@ -17,9 +17,11 @@ from typing import Optional
 import numpy as np
 
 from static_compiler.artifact.format import (BEAM_MODULE_KINDS, COMPAT, FORMAT_NAME,
-                                             FORMAT_VERSION, MANIFEST_FILE, STEP_KINDS, SUBSET_BITS,
-                                             attribute_file, beam_module_name, format_error,
-                                             require, seal_manifest, subset_module_name)
+                                             FORMAT_VERSION, MANIFEST_FILE, RESIZE_KINDS,
+                                             STEP_KINDS, SUBSET_BITS, attribute_file,
+                                             beam_module_name, beam_modules, format_error,
+                                             require, seal_manifest, step_module_name,
+                                             subset_module_name, PRIOR_KINDS)
 from static_compiler.errors import AttributeColumnError
 from static_compiler.frontend.attributes import CODE_DTYPE, KINDS, check_name, kind_of_dtype
 
@@ -72,7 +74,9 @@ class ModuleEntry:
     "advance"), platforms, calling convention (args and results in order),
     and for per-beam-size modules the beam size (and, for beam_step, the
     per-step caps it applies: a list of None or ints, one per step; artifacts
-    written before the step-0 rule record the exported int or None)."""
+    written before the step-0 rule record the exported int or None); a
+    resize module (`format.RESIZE_KINDS`, format version 13) also records
+    the beams it keeps, beam_size_out."""
 
     file: str
     kind: str
@@ -81,6 +85,7 @@ class ModuleEntry:
     results: tuple
     beam_size: Optional[int] = None
     tokens_per_beam: Optional[int] = None
+    beam_size_out: Optional[int] = None
 
     def to_json(self) -> dict:
         out = {"file": self.file, "kind": self.kind, "platforms": list(self.platforms),
@@ -88,6 +93,8 @@ class ModuleEntry:
                "results": [r.to_json() for r in self.results]}
         if self.beam_size is not None:
             out["beam_size"] = self.beam_size
+        if self.beam_size_out is not None:
+            out["beam_size_out"] = self.beam_size_out
         if self.kind in STEP_KINDS:
             out["tokens_per_beam"] = self.tokens_per_beam
         return out
@@ -96,13 +103,15 @@ class ModuleEntry:
     def from_json(cls, name: str, obj, path) -> "ModuleEntry":
         where = f"modules[{name!r}]"
         kind = require(obj, "kind", str, where, path)
-        beam_size = tokens_per_beam = None
+        beam_size = tokens_per_beam = beam_size_out = None
         if kind in BEAM_MODULE_KINDS:
             beam_size = require(obj, "beam_size", int, where, path)
-            if name != beam_module_name(kind, beam_size):
+            if kind in RESIZE_KINDS:
+                beam_size_out = require(obj, "beam_size_out", int, where, path)
+            if name != beam_module_name(kind, beam_size, beam_size_out):
                 raise format_error(path, f"module {name!r} records kind {kind!r} and beam size "
                                          f"{beam_size}, expected the name "
-                                         f"{beam_module_name(kind, beam_size)}")
+                                         f"{beam_module_name(kind, beam_size, beam_size_out)}")
         if kind in STEP_KINDS and "tokens_per_beam" in obj:
             tokens_per_beam = require(obj, "tokens_per_beam", (int, type(None), list), where, path)
         specs = lambda key: tuple(ArraySpec.from_json(a, f"{where}[{key!r}][{i}]", path)
@@ -110,7 +119,7 @@ class ModuleEntry:
         return cls(file=require(obj, "file", str, where, path), kind=kind,
                    platforms=tuple(require(obj, "platforms", list, where, path)),
                    args=specs("args"), results=specs("results"), beam_size=beam_size,
-                   tokens_per_beam=tokens_per_beam)
+                   tokens_per_beam=tokens_per_beam, beam_size_out=beam_size_out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,6 +231,20 @@ def _attributes_record(record: Optional[dict], path) -> Optional[dict]:
     return out
 
 
+def _schedules_record(record: list, max_length: int, path) -> tuple:
+    """The manifest's "beam_schedules" (format version 13), checked: lists of
+    max_length ints >= 1 (one width per step)."""
+    out = []
+    for i, schedule in enumerate(record):
+        if not isinstance(schedule, list) or len(schedule) != max_length or \
+                not all(type(m) is int and m >= 1 for m in schedule):
+            raise format_error(path, f"{MANIFEST_FILE}['beam_schedules'][{i}]={schedule!r}: "
+                                     f"expected a list of {max_length} ints >= 1 (one width per "
+                                     "step)")
+        out.append(tuple(schedule))
+    return tuple(out)
+
+
 def _has_key(version: int, key: str) -> bool:
     """Whether a manifest of format `version` has `key`, which format
     version COMPAT[key].last_version + 1 added (older ones read its
@@ -261,6 +284,7 @@ class Manifest:
     subset_bits: str = SUBSET_BITS[-1]
     exported_at: Optional[str] = None
     attributes: Optional[dict] = None
+    beam_schedules: tuple = ()
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -275,6 +299,7 @@ class Manifest:
         values = {"names_file": self.names_file, "mesh": self.mesh,
                   "subset_bits": self.subset_bits, "exported_at": self.exported_at,
                   "attributes": self.attributes,
+                  "beam_schedules": [list(s) for s in self.beam_schedules],
                   "item_files": None if self.item_files is None else dict(sorted(
                       self.item_files.items()))}
         out.update({key: value for key, value in values.items()
@@ -312,6 +337,9 @@ class Manifest:
             attributes=(_attributes_record(require(obj, "attributes", (dict, type(None)), where,
                                                    path), path)
                         if _has_key(version, "attributes") else None),
+            beam_schedules=(_schedules_record(require(obj, "beam_schedules", list, where, path),
+                                              scalars["max_length"], path)
+                            if _has_key(version, "beam_schedules") else ()),
             platforms=tuple(require(obj, "platforms", list, where, path)),
             plan_steps=tuple(require(obj, "plan_steps", list, where, path)),
             layers=tuple(require(obj, "layers", list, where, path)),
@@ -431,10 +459,21 @@ class Manifest:
         serving process needs `static-compiler re-export` first."""
         return not self.modules
 
+    @property
+    def exports_priors(self) -> bool:
+        """Whether its step modules have item-prior variants (format version
+        13, compile_constraints(export_priors=True))."""
+        return any(m.kind in PRIOR_KINDS for m in self.modules.values())
+
     def missing_modules(self) -> list[str]:
         """Modules every artifact must have that this manifest does not list:
-        mask, advance, and init_m{M} for each beam_step_m{M}."""
-        expected = {"mask", "advance"} | {beam_module_name("init", m) for m in self.beam_sizes()}
+        mask, advance, init_m{M} for each beam_step_m{M}, the modules of
+        each beam schedule (`format.beam_modules`), and with item priors
+        every step module's prior variant."""
+        inits, steps = beam_modules(self.beam_sizes() + self.beam_schedules)
+        expected = {"mask", "advance"} | {beam_module_name("init", m) for m in inits} | \
+            {step_module_name(m, w, prior=prior) for m, w in steps
+             for prior in ((False, True) if self.exports_priors else (False,))}
         if self.item_files is not None:  # subsets: every module's subset variant
             expected |= {subset_module_name(name) for name in expected if not name.startswith("init")}
         return sorted(expected - set(self.modules))

@@ -17,7 +17,7 @@ from static_compiler.target.raising import automaton_from_tables
 from static_compiler.errors import ArtifactFormatError, DecodeInputError
 from static_compiler.ir import Automaton, AutomatonSummary, LayerSummary, Layout
 from static_compiler.live.layers import table_branch_counts
-from static_compiler.support.arguments import check_tokens_per_beam
+from static_compiler.support.arguments import check_export_beam_sizes, check_tokens_per_beam
 
 
 def set_metadata(compiled) -> dict[str, object]:
@@ -116,13 +116,14 @@ def automaton_from_metadata(metadata: dict, tables, where: str = "tables") -> Au
 
 def export_caps(compiled) -> tuple[Optional[int], ...]:
     """The per-step caps the beam_step modules apply (`check_tokens_per_beam`
-    of export_tokens_per_beam), after checking export_beam_sizes; raises
+    of export_tokens_per_beam), after checking export_beam_sizes (ints and
+    beam schedules of max_length steps); raises
     DecodeInputError naming the export option that is wrong."""
-    sizes = compiled.export_beam_sizes
-    if not sizes or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1
-                        for m in sizes):
-        raise DecodeInputError(f"export_beam_sizes={sizes!r}: expected a non-empty tuple of "
-                               "ints >= 1")
+    check_export_beam_sizes(compiled.export_beam_sizes, compiled.plan.max_length)
+    if getattr(compiled, "export_priors", False) and (
+            not compiled.export_subsets or compiled.plan.end_token is not None):
+        raise DecodeInputError("export_priors=True needs export_subsets=True (the items and "
+                               "their attributes) and a fixed-length set (no end token)")
     try:
         return check_tokens_per_beam(compiled.export_tokens_per_beam, compiled.plan.max_length)
     except DecodeInputError as e:

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import jax.numpy as jnp
 import numpy as np
 
+from static_compiler.errors import DecodeInputError
 from static_compiler.support.beam_loop import check_search, run_search
 from static_compiler.support.decode_state import (SENTINEL_SCORE, ProcessorState,
                                                   check_prefixes, check_processor_state,
@@ -84,24 +85,33 @@ class ServedVerbs:
     def beam_search(self, logits_fn: Callable, batch_size: int, beam_size: int, *, subset=None,
                     subset_index=None, start_token=0, carry=None,
                     reorder: Optional[Callable] = None, length_penalty: float = 0.0,
-                    return_carry: bool = False):
+                    return_carry: bool = False, prior=None):
         """Constrained beam search through the exported modules: `init_beams`,
-        `beam_step` at each step, `finalize`; beam_size must be exported.
+        `beam_step` at each step, `finalize`; beam_size (an int, or one
+        width per step: a beam schedule) must be one the artifact was
+        exported for (`beam_schedules`).
 
         logits_fn: ``(last_tokens int32 (B, M), step int, carry) -> (logits
         float (B, M, V), carry)``. reorder: ``fn(carry, parent int32 (B, M))
         -> carry``, the model state of each beam's parent (needed for a
         carry when beam_size > 1). start_token, length_penalty, subset,
-        subset_index: as `static_compiler.beam_search`. With an end token
+        subset_index, prior (`prior`; with an artifact exported with
+        export_priors=True): as `static_compiler.beam_search`. With an end token
         the search stops once every valid beam has ended. Returns a
         `DecodeResult`, or ``(result, carry)`` with return_carry. Raises
         DecodeInputError for bad arguments and a beam size not exported."""
-        B, M = check_search(logits_fn, batch_size, beam_size, carry, reorder)
-        state = self.init_beams(B, M, start_token)
+        B, widths = check_search(logits_fn, batch_size, beam_size, carry, reorder,
+                                 self.max_length)
+        self.check_schedule(beam_size)
+        if prior is not None and length_penalty:
+            raise DecodeInputError(f"prior with length_penalty={length_penalty}: a fixed-length "
+                                   "set's beams are all as long; pass one or the other")
+        state = self.init_beams(B, widths[0], start_token)
         step = lambda s, logits, t: self.beam_step(s, logits, t, subset=subset,
-                                                   subset_index=subset_index)
+                                                   subset_index=subset_index,
+                                                   beam_size=widths[t + 1], prior=prior)
         state, carry = run_search(state, step, logits_fn, max_length=self.max_length,
                                   vocab_size=self.vocab_size, end_token=self.end_token,
-                                  carry=carry, reorder=reorder)
+                                  carry=carry, reorder=reorder, widths=widths)
         result = self.finalize(state, length_penalty)
         return (result, carry) if return_carry else result

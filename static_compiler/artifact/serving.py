@@ -56,6 +56,8 @@ from static_compiler.artifact.runtime import (Module, check_table_arguments, cur
 from static_compiler.artifact.served_verbs import ServedVerbs
 from static_compiler.artifact.warm import Warmth, counted, pad_subsets
 from static_compiler.artifact.warm import warm as _warm
+from static_compiler.live.priors import check_prior
+from static_compiler.support.arguments import check_beam_schedule, is_int
 from static_compiler.support.beam_result import finalize_complete
 from static_compiler.support.decode_state import (BeamState, DecodeResult, ProcessorState,
                                           check_beam_state, check_finite, check_logits,
@@ -94,6 +96,8 @@ class Artifact(ServedVerbs):
       end_token: the end token, or None for fixed-length sets.
       num_sequences: the size of the compiled set.
       beam_sizes: beam sizes with an exported beam_step module.
+      beam_schedules: the beam schedules it was exported for (tuples of
+        one width per step, format version 13), whose modules it holds.
       tables: the tables as device arrays, in argument order.
       modules: name -> deserialized `jax.export.Exported`.
       names: a text catalogue's `frontend.names.NameTable` (names.jsonl),
@@ -120,6 +124,7 @@ class Artifact(ServedVerbs):
         self._modules = modules
         self.modules = {name: m.exported for name, m in modules.items()}
         self.beam_sizes = manifest.beam_sizes()
+        self.beam_schedules = manifest.beam_schedules
         self.names = names
         self.items = items
         self._host_tables = host_tables
@@ -139,11 +144,47 @@ class Artifact(ServedVerbs):
                 f"{self.beam_sizes})")
 
     def _beam_module(self, kind: str, beam_size: int) -> Module:
-        if beam_size not in self.beam_sizes:
+        """The module `kind` for beam_size beams: an exported beam size's
+        (or init_m1, the start of every beam schedule)."""
+        if fmt.beam_module_name(kind, beam_size) not in self._modules:
             raise DecodeInputError(f"beam_size={beam_size}: this artifact exports beam sizes "
                                    f"{list(self.beam_sizes)} (compile with export_beam_sizes=... "
                                    "to add one)")
         return self._modules[fmt.beam_module_name(kind, beam_size)]
+
+    def _step_module(self, beam_size: int, beam_size_out: int, subset: bool,
+                     prior: bool = False) -> Module:
+        """The module of a step from beam_size beams keeping beam_size_out
+        (its subset / prior variant)."""
+        if beam_size == beam_size_out:
+            self._beam_module("beam_step", beam_size)  # (exported?)
+            return self._modules[fmt.step_module_name(beam_size, beam_size, subset, prior)]
+        name = fmt.step_module_name(beam_size, beam_size_out, subset, prior)
+        if name not in self._modules:
+            raise DecodeInputError(f"beam_step: beam_size={beam_size_out} from a state of "
+                                   f"{beam_size} beams: this artifact has no module {name!r} "
+                                   f"(its beam schedules: {self._schedules_text()}; compile "
+                                   "with export_beam_sizes=(..., SCHEDULE) to add one)")
+        return self._modules[name]
+
+    def _schedules_text(self) -> str:
+        return ", ".join(str(list(s)) for s in self.beam_schedules) or "none"
+
+    def check_schedule(self, beam_size) -> tuple:
+        """The widths of beam_size (an int, or one width per step: a beam
+        schedule; `arguments.check_beam_schedule`) after checking that this
+        artifact runs it: an exported beam size, or a schedule it was
+        exported for. Raises DecodeInputError naming what it exports."""
+        widths = check_beam_schedule(beam_size, self.max_length)
+        schedule = widths[1:]
+        if is_int(beam_size):
+            self._beam_module("beam_step", beam_size)
+        elif schedule not in self.beam_schedules:
+            raise DecodeInputError(f"beam_size={list(schedule)}: this artifact was exported for "
+                                   f"the beam schedules {self._schedules_text()} and the beam "
+                                   f"sizes {list(self.beam_sizes)} (compile with "
+                                   f"export_beam_sizes=(..., {tuple(schedule)}) to add it)")
+        return widths
 
     def _step(self, step, where: str):
         return jnp.asarray(check_step(step, self.max_length, where, traced=True), jnp.int32)
@@ -167,7 +208,8 @@ class Artifact(ServedVerbs):
 
     @counted
     def beam_step(self, state: BeamState, logits, step, *, subset: Optional[Subset] = None,
-                  subset_index=None) -> BeamState:
+                  subset_index=None, beam_size: Optional[int] = None,
+                  prior=None) -> BeamState:
         """One beam-search step; jit-able.
 
         state: a BeamState (B, M) with M in `beam_sizes`; logits float (B, M,
@@ -176,20 +218,27 @@ class Artifact(ServedVerbs):
         state comes back unchanged, parent the identity). subset: item
         subsets of this artifact (`subset`, `liveness.stack_subsets`), with
         subset_index ints (B,) picking each row's (default 0 for a single
-        subset): each row decodes over its subset's items only."""
+        subset): each row decodes over its subset's items only. beam_size:
+        the beams the new state keeps (None: M); another width runs the
+        step of a beam schedule the artifact was exported for (a module
+        beam_resize_m{M}_to{W}; its step must be in range). prior: item
+        priors (`prior`), with an artifact exported with export_priors=True:
+        candidates ranked with the best prior below them, the last step
+        keeping the ranks as scores."""
         fields = check_beam_state(state, self.max_length, "beam_step")
         B, M = np.shape(fields.node)
+        W = M if beam_size is None else check_rows(B, beam_size)[1]
         logits = self._logits(logits, (B, M), "beam_step")
         step = self._step(step, "beam_step")
         if subset is None and subset_index is None:
             subset = self._base_subset()
+        ranks = self._prior_args(prior, "beam_step")
         if subset is None and subset_index is None:
-            module = self._beam_module("beam_step", M)
-            return BeamState(*module(self.tables, *fields, logits, step))
+            module = self._step_module(M, W, subset=False, prior=bool(ranks))
+            return BeamState(*module(self.tables, *fields, logits, step, *ranks))
         bits = self._subset_args(subset, subset_index, B, "beam_step")
-        module = self._modules[fmt.subset_module_name(fmt.beam_module_name("beam_step", M))] \
-            if M in self.beam_sizes else self._beam_module("beam_step", M)
-        return BeamState(*module(self.tables, *fields, logits, step, *bits))
+        module = self._step_module(M, W, subset=True, prior=bool(ranks))
+        return BeamState(*module(self.tables, *fields, logits, step, *ranks, *bits))
 
     @counted
     def finalize(self, state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
@@ -258,7 +307,9 @@ class Artifact(ServedVerbs):
         that afterwards none compiles (`compilations()` stays put).
 
         batch_sizes: ints >= 1 (or one int), the B of the requests to come;
-        beam_sizes: exported beam sizes M (default: all of `beam_sizes`);
+        beam_sizes: exported beam sizes M and beam schedules (default: all
+        of `beam_sizes` and `beam_schedules`; a schedule warms each of its
+        steps' modules);
         max_subsets: K >= 0; from now on every stack of R <= K subsets
         (`liveness.stack_subsets`) is decoded padded to K rows (empty
         subsets appended, subset_index unchanged, the same results), so no
@@ -369,6 +420,28 @@ class Artifact(ServedVerbs):
         DecodeInputError otherwise, ConstraintSetError for a mask of the
         wrong shape or dtype, FilterExpressionError for a bad expression."""
         return self.set_view.pick(selection, where, masks, "Artifact.subset")
+
+    def prior(self, column: str, weight: float = 1.0, selection=None, *, where=None,
+              masks=None):
+        """Item priors from the float or int attribute `column`, for
+        `beam_step` / `beam_search(..., prior=...)`: `CompiledConstraints.prior`'s
+        (a `live.priors.Prior`, computed on the host). Decoding with it
+        needs an artifact exported with export_priors=True."""
+        return self.set_view.prior(column, weight, selection, where, masks, "Artifact.prior")
+
+    def _prior_args(self, prior, where: str) -> list:
+        """The prior modules' extra argument: the prior's best terms, on
+        the device (once per Prior); [] for None."""
+        if prior is None:
+            return []
+        check_prior(prior, self.fingerprint, where, "Artifact.prior")
+        if not self.manifest.exports_priors:
+            raise DecodeInputError(f"{where}: artifact {str(self.path)!r} exports no item-prior "
+                                   "modules (compile with export_priors=True)")
+        return [self._put_prior(prior)]
+
+    def _put_prior(self, prior):
+        return prior.placements.get(("jax", None), lambda: jax.device_put(prior.best))
 
     def _subset_args(self, subset, subset_index, batch_size: int, where: str) -> list:
         """The subset modules' extra arguments: the bits, then subset_index."""

@@ -112,21 +112,23 @@ def check_warm_arguments(art, batch_sizes, beam_sizes, max_subsets, background) 
     if not sizes:
         raise DecodeInputError(f"{where}: batch_sizes is empty: expected ints >= 1")
     sizes = tuple(sorted({check_rows(b)[0] for b in sizes}))
-    beams = art.beam_sizes if beam_sizes is None else \
+    beams = art.beam_sizes + art.beam_schedules if beam_sizes is None else \
         ([beam_sizes] if isinstance(beam_sizes, (int, np.integer)) else beam_sizes)
     try:
-        beams = tuple(sorted({check_int("beam_size", m, low=1) for m in beams}))
+        widths = [art.check_schedule(m) for m in beams]
     except TypeError:
         raise DecodeInputError(f"{where}: beam_sizes={beam_sizes!r}: expected ints from the "
-                               f"exported beam sizes {list(art.beam_sizes)}") from None
-    unknown = [m for m in beams if m not in art.beam_sizes]
-    if unknown:
-        raise DecodeInputError(f"{where}: beam_sizes {unknown} not exported: this artifact exports "
-                               f"{list(art.beam_sizes)} (compile with export_beam_sizes=... to "
-                               "add one)")
+                               f"exported beam sizes {list(art.beam_sizes)} or beam schedules "
+                               f"from {[list(s) for s in art.beam_schedules]}") from None
+    except DecodeInputError as err:
+        raise DecodeInputError(f"{where}: {err}") from None
+    # an int per beam size, a tuple per schedule (one width per step)
+    beams = tuple(sorted({int(m) if isinstance(m, (int, np.integer)) else
+                          tuple(int(w) for w in m) for m in beams},
+                         key=lambda m: (isinstance(m, tuple), m)))
     for b in sizes:
-        for m in beams:
-            check_rows(b, m)
+        for w in widths:
+            check_rows(b, max(w))
     k = check_int("max_subsets", max_subsets, low=0)
     if k and art.items is None:
         raise DecodeInputError(f"{where}: max_subsets={k}: this artifact has no item subsets "
@@ -156,23 +158,45 @@ def warm(art, batch_sizes, beam_sizes, max_subsets, background):
     return future
 
 
+def _zero_prior(art):
+    """A `live.priors.Prior` of zeros for `art` (its shape is what the prior
+    modules compile for)."""
+    from static_compiler.live.priors import Prior
+    counts = art.set_view.facts.state_counts[1:]
+    offsets = tuple(int(x) for x in np.cumsum((0,) + tuple(counts[:-1])))
+    return Prior(np.zeros(sum(counts), np.float32), offsets, 0.0, "", art.fingerprint)
+
+
 def run_warm(art, sizes: tuple, beams: tuple, rows: Optional[int]) -> WarmReport:
     """Runs every request-path call once per shape on dummy inputs (zeros;
-    an empty subset stacked `rows` times), through the public methods, so
-    their eager conversions (step, logits, finalize) compile too."""
+    an empty subset stacked `rows` times; with item-prior modules, a prior
+    of zeros), through the public methods, so their eager conversions
+    (step, logits, finalize) compile too."""
     import jax  # running an artifact's modules; the rest of this module needs no jax
 
     start, calls, counter = time.perf_counter(), 0, CompileCounter()
     V = art.vocab_size
     empty = None if rows is None else art.subset(np.zeros(art.items.num_items, bool))
+    zeros = _zero_prior(art) if art.manifest.exports_priors else None
     with counter.counting():
         for B in sizes:
             index = np.zeros(B, np.int32)
             subset_kw = [{}] if empty is None else [{}, dict(subset=empty, subset_index=index)]
-            for M in beams:
+            step_kw = subset_kw + ([dict(kw, prior=zeros) for kw in subset_kw] if zeros else [])
+            for M in (m for m in beams if isinstance(m, tuple)):
+                for kw in step_kw:  # a schedule: each of its steps' modules, in turn
+                    for lg in (np.zeros, lambda shape: jax.device_put(np.zeros(shape))):
+                        state = art.init_beams(B, 1)  # (a schedule's start beam)
+                        for t, width in enumerate(M):
+                            logits = lg((B, state.node.shape[1], V)).astype(np.float32)
+                            state = art.beam_step(state, logits, t, beam_size=width, **kw)
+                            calls += 1
+                        jax.block_until_ready(art.finalize(state))
+                        calls += 2
+            for M in (m for m in beams if not isinstance(m, tuple)):
                 state = art.init_beams(B, M)
                 logits = np.zeros((B, M, V), np.float32)
-                for kw in subset_kw:
+                for kw in step_kw:
                     for lg in (logits, jax.device_put(logits)):  # host and device logits
                         after = art.beam_step(state, lg, 0, **kw)
                         jax.block_until_ready(art.finalize(after))

@@ -190,13 +190,15 @@ def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str,
     if reuse_modules is not None:
         entries, cc, versions = reused_modules(compiled, reuse_modules, files)
         mesh, subset_bits = reuse_modules.manifest.mesh, reuse_modules.manifest.subset_bits
+        schedules = reuse_modules.manifest.beam_schedules
     else:
         where = getattr(compiled, "placement", None)
         mesh = None if where is None else where.to_json()
         subset_bits = fmt.SUBSET_BITS[-1]
-        entries, cc, versions = {}, None, (None, None, None)
+        entries, cc, versions, schedules = {}, None, (None, None, None), ()
         if modules:
             entries, cc, versions = exporter().exported_modules(compiled, caps, files)
+            schedules = tuple(s for s in compiled.export_beam_sizes if not isinstance(s, int))
     fields = dict(
         jax_version=versions[0], jaxlib_version=versions[1], exported_at=versions[2],
         calling_convention_version=cc, platforms=fmt.PLATFORMS if entries else (),
@@ -204,7 +206,7 @@ def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str,
         pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
         **set_metadata(compiled), tables=tuple(tables), modules=entries,
         names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files, mesh=mesh,
-        subset_bits=subset_bits,
+        subset_bits=subset_bits, beam_schedules=schedules,
         attributes=attributes_record(attributes) if item_files is not None else None)
     listed = dict(files)
     seal = lambda: Manifest(**fields, files={rel: _file_entry(data) for rel, data in

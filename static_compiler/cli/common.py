@@ -92,6 +92,21 @@ def read_input(path: str, *, vocab_size: Optional[int], end_token: Optional[int]
     return constraints, constraints.vocab_size
 
 
+def beam_size_entry(text: str):
+    """A beam size or schedule as the CLI writes it: "70" -> 70, and the
+    widths of a beam schedule joined by "/" -> a tuple, "16/32/64/64" ->
+    (16, 32, 64, 64) (an argparse type: argparse.ArgumentTypeError
+    otherwise, which argparse reports with the option's name)."""
+    try:
+        widths = tuple(int(w) for w in text.split("/"))
+    except ValueError:
+        widths = ()
+    if not widths or any(w < 1 for w in widths):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a beam size (an int >= 1, e.g. 70) or a beam "
+                            "schedule (one int >= 1 per step joined by '/', e.g. 16/32/64/64)")
+    return widths[0] if len(widths) == 1 else widths
+
+
 def parse_mesh(text: str) -> list[tuple[str, int]]:
     """--mesh NAME=SIZE[,NAME=SIZE...] as [(name, size)]; CliInputError
     naming the flag's value otherwise."""
@@ -178,6 +193,7 @@ FLAGS = {
     "export_beam_sizes": ("--beam-sizes", "M,..."),
     "export_tokens_per_beam": ("--tokens-per-beam", "K"),
     "export_subsets": ("--export-subsets", None),
+    "export_priors": ("--export-priors", None),
     "capacity": ("--capacity", "GROWTH"),
     "spellings": ("--spellings", "canonical|any"),
     "tokenizer": ("--tokenizer", "TOKENIZER_JSON"),

@@ -11,7 +11,8 @@ import sys
 from typing import Optional
 
 from static_compiler.cli.common import (INPUT_FORMATS, Subcommand, add_input_arguments,
-                                        device_mesh, parse_mesh, progress, read_any_input)
+                                        beam_size_entry, device_mesh, parse_mesh, progress,
+                                        read_any_input)
 from static_compiler.errors import CliInputError, installed
 
 DEFAULT_BEAM_SIZES = "70"
@@ -34,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-budget", default=None, metavar="BYTES",
                         help="choose-layout's memory budget, e.g. 512MiB (overrides the spec's)")
     parser.add_argument("--beam-sizes", default=DEFAULT_BEAM_SIZES, metavar="M,...",
-                        help=f"beam sizes to export a beam_step module for (default "
+                        help=f"beam sizes to export a beam_step module for, and beam "
+                             f"schedules (one width per step joined by '/', e.g. "
+                             f"70,16/32/64/64) to export the modules of (default "
                              f"{DEFAULT_BEAM_SIZES})")
     parser.add_argument("--tokens-per-beam", type=int, default=None,
                         help="expand each beam to at most this many children (default: all)")
@@ -44,6 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--export-subsets", action="store_true",
                         help="also save the item index and subset modules, so a serving process "
                              "restricts each request to a subset of the items (Artifact.subset)")
+    parser.add_argument("--export-priors", action="store_true",
+                        help="also export the step modules' item-prior variants, so a serving "
+                             "process ranks by a float attribute (Artifact.prior; needs "
+                             "--export-subsets and --attributes)")
     parser.add_argument("--attributes", default=None, metavar="FILE.npz",
                         help="item attributes: each array of the .npz file (N,) is a column "
                              "named by its key, one value per input row (needs "
@@ -72,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
     if os.path.exists(args.output) and not args.force:
         raise CliInputError(f"output {args.output!r} already exists: pass --force to replace it")
-    beam_sizes = _int_list("--beam-sizes", args.beam_sizes)
+    beam_sizes = _beam_sizes("--beam-sizes", args.beam_sizes)
     if args.tokens_per_beam is not None and args.tokens_per_beam < 1:
         raise CliInputError(f"--tokens-per-beam {args.tokens_per_beam}: expected an int >= 1")
     pipeline = _pipeline_with_budget(args.pipeline, args.memory_budget)
@@ -95,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
                                            export_beam_sizes=beam_sizes,
                                            export_tokens_per_beam=args.tokens_per_beam,
                                            export_subsets=args.export_subsets,
+                                           export_priors=args.export_priors,
                                            capacity=args.capacity, stream=log,
                                            attributes=attributes)
     for stage, seconds in compiled.timings:
@@ -111,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     modules = False if args.tables_only else installed("jax")
     with progress("export + save" if modules else "save (tables only)", log):
         path = compiled.save(args.output, overwrite=args.force, modules=modules)
-    held = f"beam sizes {list(beam_sizes)}" if modules else \
+    shown = ["/".join(map(str, m)) if isinstance(m, tuple) else str(m) for m in beam_sizes]
+    held = f"beam sizes {', '.join(shown)}" if modules else \
         "tables only (no modules: `static-compiler re-export` adds them)"
     sys.stdout.write(f"wrote {path}: {compiled.outline.num_sequences} sequences, vocab "
                      f"{compiled.vocab_size}, max length {compiled.max_length}, "
@@ -163,14 +172,17 @@ def _shards(args: argparse.Namespace, stack: contextlib.ExitStack, log):
                   progress=lambda line: log.write(line + "\n"))
 
 
-def _int_list(flag: str, text: str) -> tuple:
+def _beam_sizes(flag: str, text: str) -> tuple:
+    """The comma-separated entries of --beam-sizes: ints and '/'-joined
+    beam schedules (`common.beam_size_entry`)."""
+    entries = [v.strip() for v in text.split(",") if v.strip()]
+    if not entries:
+        raise CliInputError(f"{flag} {text!r}: expected comma-separated ints >= 1 or beam "
+                            "schedules, e.g. 70,128 or 70,16/32/64/64")
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        values = ()
-    if not values or any(v < 1 for v in values):
-        raise CliInputError(f"{flag} {text!r}: expected comma-separated ints >= 1, e.g. 70,128")
-    return values
+        return tuple(beam_size_entry(v) for v in entries)
+    except argparse.ArgumentTypeError as err:
+        raise CliInputError(f"{flag} {text!r}: entry {err}") from None
 
 
 def _pipeline_with_budget(pipeline: Optional[str], budget: Optional[str]) -> Optional[str]:

@@ -8,14 +8,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from static_compiler.cli.common import Subcommand, device_mesh
+from static_compiler.cli.common import Subcommand, beam_size_entry, device_mesh
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("artifact", metavar="ART", help="artifact directory")
     parser.add_argument("--batch-size", type=int, default=2)
-    parser.add_argument("--beam-size", type=int, default=None,
-                        help="one of the artifact's exported beam sizes (default: the first)")
+    parser.add_argument("--beam-size", type=beam_size_entry, default=None, metavar="M",
+                        help="one of the artifact's exported beam sizes, or of its beam "
+                             "schedules (widths joined by '/', e.g. 16/32/64/64) (default: the "
+                             "first beam size)")
     parser.add_argument("--top", type=int, default=5, help="beams to print per batch row")
     parser.add_argument("--seed", type=int, default=0, help="seed of the demo model")
     parser.add_argument("--where", default=None, metavar="EXPR",
@@ -25,6 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mask", action="append", default=[], metavar="NAME=FILE.npy",
                         help="a named item mask for --where (bool (N,) over the input rows), "
                              "e.g. seen=seen.npy with --where 'not seen'; repeatable")
+    parser.add_argument("--prior", default=None, metavar="COLUMN",
+                        help="rank items by the model's log-probability plus --prior-weight x "
+                             "this float or int attribute (item priors; needs an artifact "
+                             "compiled with --export-priors: docs/business-rules.md)")
+    parser.add_argument("--prior-weight", type=float, default=1.0, metavar="W",
+                        help="the weight of --prior (default 1.0)")
     parser.add_argument("--check-tables", action="store_true",
                         help="also check that the tables form a valid automaton (O(table "
                              "size)): catches tables edited with their checksums recomputed")
@@ -45,10 +53,15 @@ def run(args: argparse.Namespace) -> int:
     # The arguments are checked against the manifest before anything is
     # loaded or compiled.
     manifest = serving.read_manifest(args.artifact)
-    if args.beam_size is not None and args.beam_size not in manifest.beam_sizes():
-        raise CliInputError(f"--beam-size {args.beam_size}: artifact {args.artifact!r} exports "
-                            f"beam sizes {list(manifest.beam_sizes())} (compile with "
-                            f"--beam-sizes {args.beam_size} to add one)")
+    if args.beam_size is not None and args.beam_size not in \
+            manifest.beam_sizes() + manifest.beam_schedules:
+        shown = "/".join(map(str, args.beam_size)) if isinstance(args.beam_size, tuple) else \
+            args.beam_size
+        schedules = ", ".join("/".join(map(str, s)) for s in manifest.beam_schedules)
+        raise CliInputError(f"--beam-size {shown}: artifact {args.artifact!r} exports beam "
+                            f"sizes {list(manifest.beam_sizes())} "
+                            f"{f'and beam schedules [{schedules}] ' if schedules else ''}"
+                            f"(compile with --beam-sizes {shown} to add one)")
     # An artifact exported for a mesh runs on one of this process's devices
     # with its axes and sizes (the manifest records them).
     record = manifest.mesh
@@ -64,11 +77,13 @@ def run(args: argparse.Namespace) -> int:
         subset = art.subset(where=args.where, masks=_masks(args.mask))
     elif args.mask:
         raise CliInputError("--mask NAME=FILE names a mask for --where, which is missing")
+    prior = None if args.prior is None else art.prior(args.prior, args.prior_weight)
     decoded = demo_model.decode_artifact(art, batch_size=args.batch_size, beam_size=beam_size,
-                                        seed=args.seed, subset=subset)
+                                        seed=args.seed, subset=subset, prior=prior)
     out = sys.stdout
+    beams = "/".join(map(str, beam_size)) if isinstance(beam_size, tuple) else beam_size
     out.write(f"{art!r}\ndemo model seed {args.seed}, batch {args.batch_size}, beams "
-              f"{beam_size}\n")
+              f"{beams}\n")
     texts = art.texts(decoded.result) if art.names is not None else None
     for row in range(args.batch_size):
         top = demo_model.format_top(decoded.result, row=row, top=args.top)

@@ -69,24 +69,26 @@ class DecodeRun(NamedTuple):
     first_pass_seconds: float
 
 
-def decode_artifact(art: serving.Artifact, *, batch_size: int, beam_size: int,
-                    seed: int = DEMO_SEED, subset=None) -> DecodeRun:
+def decode_artifact(art: serving.Artifact, *, batch_size: int, beam_size,
+                    seed: int = DEMO_SEED, subset=None, prior=None) -> DecodeRun:
     """Beam search with the demo model through `art` (over `subset`, an
     `Artifact.subset`, when given), batch row i starting from token i (mod
-    V), so rows differ. The first pass compiles (timed as
+    V), so rows differ; beam_size an int or one of the artifact's beam
+    schedules (one width per step); prior: item priors (`Artifact.prior`). The first pass compiles (timed as
     first_pass_seconds); the second is timed per step."""
     model = demo_model(art.vocab_size, art.max_length, seed)
     start_token = np.arange(batch_size) % art.vocab_size
+    widths = art.check_schedule(beam_size)
 
     def one_pass(timed: bool):
         steps, models = [], []
-        state = art.init_beams(batch_size, beam_size, start_token)
+        state = art.init_beams(batch_size, widths[0], start_token)
         for step in range(art.max_length):
             t0 = time.perf_counter()
             logits = demo_logits(model, state.last_tokens, step).block_until_ready()
             t1 = time.perf_counter()
-            state = art.beam_step(state, logits, step, **({} if subset is None else
-                                                          {"subset": subset}))
+            state = art.beam_step(state, logits, step, beam_size=widths[step + 1], prior=prior,
+                                  **({} if subset is None else {"subset": subset}))
             jax.block_until_ready(state)
             t2 = time.perf_counter()
             models.append(t1 - t0)

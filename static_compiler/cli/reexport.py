@@ -11,14 +11,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from static_compiler.cli.common import Subcommand
+from static_compiler.cli.common import Subcommand, beam_size_entry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("artifact", metavar="ART", help="artifact directory")
-    parser.add_argument("--beam-sizes", type=int, nargs="+", default=None, metavar="M",
+    parser.add_argument("--beam-sizes", type=beam_size_entry, nargs="+", default=None,
+                        metavar="M",
                         help="for a tables-only artifact (saved without jax): the beam sizes "
-                             "to export beam_step modules for (default 70)")
+                             "to export beam_step modules for, and beam schedules (widths "
+                             "joined by '/', e.g. 16/32/64/64) (default 70)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,8 +28,10 @@ import numpy as np
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, FilterExpressionError
 from static_compiler.live.layers import TableLayer, table_layers
 from static_compiler.frontend.items import ItemIndex
+from static_compiler.live.item_masks import rows_item_mask
 from static_compiler.live.liveness import (BitLayout, Subset, bit_layout, rows_item_live,
                                            subset_of_items)
+from static_compiler.live import priors
 from static_compiler.target.plan import Plan, PlanFacts, StepPlan, slot_steps, state_counts
 
 
@@ -247,6 +249,11 @@ class SetView:
         ConstraintSetError for both or neither of selection and expression
         (FilterExpressionError for masks without an expression, and for the
         expression's own errors) and as `subset`."""
+        return self.subset(self.selected_rows(selection, expression, masks, where), where)
+
+    def selected_rows(self, selection, expression, masks, where: str):
+        """`pick`'s selection: `selection` as given, or the bool (N,) rows
+        the filter `expression` picks (with `masks`); raises as `pick`."""
         if expression is None:
             if masks:
                 raise FilterExpressionError(f"{where}: masks={sorted(masks)} without where=...: "
@@ -254,7 +261,7 @@ class SetView:
             if selection is None:
                 raise ConstraintSetError(f"{where}: nothing selected: pass a selection (bool "
                                          "(N,) over the input rows, or sequences) or where=...")
-            return self.subset(selection, where)
+            return selection
         if selection is not None:
             raise ConstraintSetError(f"{where}: a selection and where=... at once: pass one (a "
                                      "mask can join the expression: where='... and picked', "
@@ -264,10 +271,36 @@ class SetView:
         items = self.checked_items(where)
         columns = {} if items.attributes is None else items.attributes
         try:
-            rows = evaluate(expression, columns, masks, items.num_items)
+            return evaluate(expression, columns, masks, items.num_items)
         except FilterExpressionError as err:
             raise FilterExpressionError(f"{where}: {err}") from None
-        return self.subset(rows, where)
+
+    def prior(self, column: str, weight, selection, expression, masks,
+              where: str) -> priors.Prior:
+        """What every door's ``prior(column, weight=1.0, selection=None, *,
+        where=None, masks=None)`` does: the `live.priors.Prior` of the float
+        or int attribute `column` with `weight`, over the items the
+        selection (bool (N,) over the input rows) or filter picks (default:
+        every item), less those updates removed. Raises as `checked_items`,
+        ConstraintSetError for a set with an end token, AttributeColumnError
+        for a missing or bad column, DecodeInputError for a bad weight, and
+        as `pick` for the selection."""
+        items = self.checked_items(where)
+        if self.facts.end_token is not None:
+            raise ConstraintSetError(f"{where}: item priors need a fixed-length set (this one "
+                                     f"has an end token, {self.facts.end_token})")
+        weight = priors.check_weight(weight)
+        values = priors.weighted(priors.item_values(items, column), weight, column)
+        if selection is None and expression is None and not masks:
+            live = np.ones(items.num_unique, bool)
+        else:
+            rows = np.asarray(self.selected_rows(selection, expression, masks, where))
+            live = rows_item_mask(rows, items, where)
+        if items.removed is not None:
+            live &= ~np.asarray(items.removed)
+        best, offsets = priors.best_below(self.trie(), items, values, live,
+                                          self.facts.state_counts)
+        return priors.Prior(best, offsets, weight, column, self.fingerprint)
 
     def subset(self, selection, where: str) -> Subset:
         """The items `selection` picks, bool (N,) over the input rows

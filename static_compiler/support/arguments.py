@@ -54,6 +54,63 @@ def check_rows(batch_size, beam_size=1) -> tuple[int, int]:
     return B, M
 
 
+def check_beam_schedule(beam_size, max_length: int, batch_size: int = 1) -> tuple[int, ...]:
+    """The beams of a search's state before each step and after the last
+    (its widths: max_length + 1 ints), from beam_size.
+
+    beam_size: an int M >= 1: M beams throughout, beam 0 alone valid before
+    step 0 (M, M, ..., M); or a beam schedule, a sequence of max_length
+    ints >= 1, e.g. (16, 32, 64, 64): the search starts from the start beam
+    alone and step t keeps its best beam_size[t] candidates (1, 16, 32, 64,
+    64). The model at step t sees widths[t] beams per row, the result has
+    widths[-1]. Every width times batch_size must stay below 2**31
+    (`check_rows`)."""
+    if is_int(beam_size):
+        return (check_rows(batch_size, beam_size)[1],) * (max_length + 1)
+    if isinstance(beam_size, (str, bytes)) or not hasattr(beam_size, "__len__") \
+            or len(beam_size) != max_length:
+        raise DecodeInputError(f"beam_size={beam_size!r}: expected an int >= 1, or a sequence "
+                               f"of {max_length} ints >= 1 (the beams kept after each step)")
+    widths = (1,) + tuple(check_int(f"beam_size[{t}]", m, low=1)
+                          for t, m in enumerate(beam_size))
+    check_rows(batch_size, max(widths))
+    return widths
+
+
+def schedule_steps(widths: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """(beams in, beams kept) of each step of `check_beam_schedule`'s widths."""
+    return tuple(zip(widths[:-1], widths[1:]))
+
+
+def check_export_beam_sizes(sizes, max_length: Optional[int] = None) -> tuple:
+    """The beam sizes and schedules to export modules for (a compiled set's
+    export_beam_sizes): a non-empty sequence whose entries are ints M >= 1
+    (init and beam_step modules for M beams) or beam schedules (tuples of
+    ints >= 1, one per step: the modules each of their steps runs, from the
+    start beam alone). With max_length, each schedule must have that many
+    entries. Raises DecodeInputError naming the entry."""
+    expected = ("a non-empty tuple of ints >= 1 (beam sizes) or of sequences of ints >= 1, "
+                "one per step (beam schedules)")
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__len__") or not len(sizes):
+        raise DecodeInputError(f"export_beam_sizes={sizes!r}: expected {expected}")
+    out = []
+    for i, entry in enumerate(sizes):
+        if is_int(entry) and entry >= 1:
+            out.append(int(entry))
+            continue
+        if is_int(entry) or isinstance(entry, (str, bytes, bool)) or not hasattr(entry, "__len__") \
+                or not len(entry) or not all(is_int(m) and m >= 1 for m in entry):
+            raise DecodeInputError(f"export_beam_sizes={sizes!r}: entry {i} ({entry!r}) is not "
+                                   "an int >= 1 nor a sequence of ints >= 1 (a beam schedule, "
+                                   "one width per step)")
+        if max_length is not None and len(entry) != max_length:
+            raise DecodeInputError(f"export_beam_sizes={sizes!r}: entry {i} ({list(entry)!r}) is "
+                                   f"a beam schedule of {len(entry)} steps, expected {max_length} "
+                                   "(one width per step of the set)")
+        out.append(tuple(int(m) for m in entry))
+    return tuple(dict.fromkeys(out))  # (first-seen order, no repeats)
+
+
 def check_finite(name: str, value) -> float:
     """`value` as a Python float; it must be a finite real number (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \

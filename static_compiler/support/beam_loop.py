@@ -14,35 +14,46 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from static_compiler.errors import DecodeInputError
-from static_compiler.support.arguments import check_callable, check_rows, model_output
+from static_compiler.support.arguments import (check_beam_schedule, check_callable, check_rows,
+                                              model_output)
 
 
-def check_search(logits_fn, batch_size, beam_size, carry, reorder) -> tuple[int, int]:
-    """(B, M) after checking a search's arguments: sizes, callables, and a
-    carry with beam_size > 1 needs `reorder` (the model state of each beam's
-    parent). Raises DecodeInputError naming the bad value."""
-    B, M = check_rows(batch_size, beam_size)
+def check_search(logits_fn, batch_size, beam_size, carry, reorder, max_length: int
+                 ) -> tuple[int, tuple[int, ...]]:
+    """(B, widths) after checking a search's arguments: the batch size, the
+    state's beams before each step and after the last
+    (`arguments.check_beam_schedule` of beam_size: an int or one width per
+    step), callables, and a carry with more than one beam needs `reorder`
+    (the model state of each beam's parent). Raises DecodeInputError naming
+    the bad value."""
+    B = check_rows(batch_size)[0]
+    widths = check_beam_schedule(beam_size, max_length, B)
     check_callable("logits_fn", logits_fn)
     if reorder is not None:
         check_callable("reorder", reorder)
-    elif carry is not None and M > 1:
+    elif carry is not None and max(widths) > 1:
         raise DecodeInputError("beam_search: a carry with beam_size > 1 needs reorder="
                                "fn(carry, parent) (the model state of each beam's parent)")
-    return B, M
+    return B, widths
 
 
 def run_search(state, step_fn: Callable, logits_fn: Callable, *, max_length: int,
                vocab_size: int, end_token: Optional[int], carry=None,
-               reorder: Optional[Callable] = None) -> tuple:
+               reorder: Optional[Callable] = None, widths: Optional[tuple] = None) -> tuple:
     """(last state, carry) of a search from `state` (a BeamState (B, M)):
     at each step t, ``logits, carry = logits_fn(state.last_tokens, t,
-    carry)`` (logits (B, M, V), checked as a pair), ``state = step_fn(state,
-    logits, t)``, and ``carry = reorder(carry, state.parent)``; with an end
-    token it stops once no valid beam is unfinished (one host read of a
-    bool per step)."""
-    B, M = state.node.shape[:2]
+    carry)`` (logits (B, M_t, V), M_t the state's beams, checked as a pair),
+    ``state = step_fn(state, logits, t)`` (keeping widths[t + 1] beams, when
+    `check_beam_schedule`'s widths are given), and ``carry = reorder(carry,
+    state.parent)``; with an end token it stops once no valid beam is
+    unfinished (one host read of a bool per step), but still runs each step
+    where the widths change, so the result has widths[-1] beams (finished
+    beams carry over unchanged: the result is the same)."""
+    B = state.node.shape[0]
     for step in range(max_length):
-        if end_token is not None and step and not bool((state.valid & ~state.finished).any()):
+        M = state.node.shape[1]
+        if end_token is not None and step and not bool((state.valid & ~state.finished).any()) \
+                and (widths is None or all(w == M for w in widths[step:])):
             break  # every valid beam has ended: the steps left change nothing
         logits, carry = model_output(logits_fn(state.last_tokens, step, carry),
                                      (B, M, vocab_size), f"beam_search (step {step})")

@@ -97,19 +97,25 @@ def candidate_columns(plan: Plan, step: int) -> int:
     return num_candidates(sp, plan.vocab_size) + int(end and sp.has_accepting) + int(end)
 
 
-def live_beam_bounds(plan: Plan, beam_size: int, caps: Sequence[Optional[int]]
+def live_beam_bounds(plan: Plan, beam_size, caps: Sequence[Optional[int]]
                      ) -> tuple[int, ...]:
     """Static bound per step on the beams that can be valid in a search
     whose beam 0 alone starts valid: 1 at step 0, then at most the previous
-    bound times the candidates each beam keeps (caps: the per-step cap on a
-    beam's children, None for none, as `arguments.check_tokens_per_beam`
-    gives them). Valid beams come first, so beams past the bound need no
-    work; both backends' beam searches pass it to their steps."""
+    bound times the candidates each beam keeps, and at most the beams the
+    step before kept (beam_size: an int, or the widths of
+    `arguments.check_beam_schedule`, max_length + 1 of them; caps: the
+    per-step cap on a beam's
+    children, None for none, as `arguments.check_tokens_per_beam` gives
+    them). Valid beams come first, so beams past the bound need no work;
+    every front door's beam search passes it to its steps."""
+    widths = (beam_size,) * (plan.max_length + 1) if isinstance(beam_size, int) \
+        else tuple(beam_size)
     bounds, live = [], 1
     for step in range(plan.max_length):
         bounds.append(live)
         kept = candidate_columns(plan, step)
-        live = min(beam_size, live * (kept if caps[step] is None else min(kept, caps[step])))
+        live = min(widths[step + 1],
+                   live * (kept if caps[step] is None else min(kept, caps[step])))
     return tuple(bounds)
 
 
@@ -118,6 +124,17 @@ def state_counts(plan: Plan) -> tuple[int, ...]:
     reserved capacity): the sizes of item subsets' bit rows."""
     return tuple(s.num_states for s in plan.steps) + (plan.steps[-1].num_next_states,)
 
+
+
+def prior_offsets(plan: Plan) -> tuple[int, ...]:
+    """Where depth t + 1 (the children of step t) starts in an item prior's
+    row (`live.priors.Prior.best`), t = 0..depth - 1: the tables' state
+    counts, depth after depth."""
+    out, at = [], 0
+    for count in state_counts(plan)[1:]:
+        out.append(at)
+        at += count
+    return tuple(out)
 
 
 SLOT_MIN_FILL = 0.5

@@ -246,14 +246,39 @@ def select(scores: torch.Tensor, beam_size: int, keep: int):
     return top, at
 
 
+class PriorTerms(NamedTuple):
+    """Item priors on this backend's device: best float32 (S,), the best
+    weighted prior below each state (`live.priors.Prior.best`), and where
+    each step's children start in it (`target.plan.prior_offsets`)."""
+
+    best: torch.Tensor
+    offsets: tuple
+
+
+def ranked(ranking: PriorTerms, step: int, scores: torch.Tensor, nxt: torch.Tensor):
+    """float32 (B, M', C): the candidates' ranks (`backend.decode.prior.ranked`
+    in torch): max(score + best[offset + next], MIN_VALID_SCORE) where valid
+    (scores above SENTINEL_SCORE), SENTINEL_SCORE elsewhere; nxt int64 (B *
+    M', C), the children's next states (a fixed-length set: C children)."""
+    at = (nxt + ranking.offsets[step]).clamp(0, ranking.best.shape[0] - 1)  # (invalid: any)
+    term = ranking.best[at].reshape(scores.shape)
+    return torch.where(scores > SENTINEL_SCORE, (scores + term).clamp(min=MIN_VALID_SCORE),
+                       SENTINEL_SCORE)
+
+
 def beam_step(plan, tables, state: BeamState, logits: torch.Tensor, step: int,
               tokens_per_beam: Optional[int] = None, live_beams: Optional[int] = None,
-              sub=None) -> BeamState:
+              sub=None, beam_size: Optional[int] = None,
+              ranking: Optional[PriorTerms] = None) -> BeamState:
     """One beam-search step at static `step` on checked arguments (the
     public entry point is `TorchConstraints.beam_step`). logits float (B,
     M, V) for the beams of `state`; live_beams: a static promise that only
     beams [0, live_beams) can be valid (they alone are expanded); sub:
-    (LiveBits, rows int64 (B,)) one subset row per batch row, or None.
+    (LiveBits, rows int64 (B,)) one subset row per batch row, or None;
+    beam_size: the beams the new state keeps (a beam schedule's width at
+    this step; None: M, as many as `state` has); ranking: item priors
+    (`PriorTerms`, a fixed-length set): candidates ranked with the best
+    prior below them, the last step keeping the ranks as scores.
 
     A chosen candidate is valid exactly where its score is above
     SENTINEL_SCORE (valid scores are floored at MIN_VALID_SCORE), and
@@ -262,25 +287,34 @@ def beam_step(plan, tables, state: BeamState, logits: torch.Tensor, step: int,
     B, M = state.node.shape
     Mx = M if live_beams is None else min(live_beams, M)
     logprobs = LogProbs.of(logits[:, :Mx].reshape(B * Mx, logits.shape[-1]))
-    return scored_step(plan, tables, state, logprobs, step, tokens_per_beam, live_beams, sub)
+    return scored_step(plan, tables, state, logprobs, step, tokens_per_beam, live_beams, sub,
+                       beam_size, ranking)
 
 
 def scored_step(plan, tables, state: BeamState, logprobs: LogProbs, step: int,
                 tokens_per_beam: Optional[int] = None, live_beams: Optional[int] = None,
-                sub=None) -> BeamState:
+                sub=None, beam_size: Optional[int] = None,
+                ranking: Optional[PriorTerms] = None) -> BeamState:
     """`beam_step` past its log-probabilities: logprobs the `LogProbs` of
-    the expanded beams' logits (rows B * M', M' = min(live_beams, M))."""
+    the expanded beams' logits (rows B * M', M' = min(live_beams, M)); the
+    new state keeps beam_size beams (None: M)."""
     B, M, T = state.tokens.shape
     Mx = M if live_beams is None else min(live_beams, M)
     cut = (lambda x: x) if Mx == M else (lambda x: x[:, :Mx])
+    M = M if beam_size is None else beam_size  # the beams kept from here on
     if sub is not None:
         sub = (sub[0], sub[1].repeat_interleave(Mx))
     cand = candidates(plan, tables, step, cut(state.node), cut(state.valid),
                       cut(state.finished), cut(state.scores), logprobs, sub)
     C = cand.scores.shape[2]
     keep = min(C, M, C if tokens_per_beam is None else tokens_per_beam)
-    top, position = select(cand.scores, M, keep)
+    rank = cand.scores if ranking is None else \
+        ranked(ranking, step, cand.scores, cand.children.next)
+    top, position = select(rank, M, keep)
     valid = top > SENTINEL_SCORE
+    if ranking is not None and step < plan.max_length - 1:  # beams keep their log-probs
+        top = torch.where(valid, cand.scores.reshape(B, Mx * C).gather(1, position),
+                          SENTINEL_SCORE)
     # C = 1: the one column is a child (an end or stay column comes with the other)
     parent, col = (position, None) if C == 1 else (position // C, position % C)
     ends = None if cand.end is None else col == cand.end
@@ -334,28 +368,29 @@ class CompiledSteps:
 
     def __call__(self, state: BeamState, logits: torch.Tensor, step: int,
                  tokens_per_beam: Optional[int] = None, live_beams: Optional[int] = None,
-                 sub=None) -> BeamState:
+                 sub=None, beam_size: Optional[int] = None,
+                 ranking: Optional[PriorTerms] = None) -> BeamState:
         """`beam_step(plan, tables, state, logits, step, tokens_per_beam,
-        live_beams, sub)`."""
+        live_beams, sub, beam_size, ranking)`."""
         B, M, T = state.tokens.shape
         V = logits.shape[-1]
         Mx = M if live_beams is None else min(live_beams, M)
         logprobs = LogProbs.of(logits[:, :Mx].reshape(B * Mx, V))
         key = (step, tokens_per_beam, live_beams, B, M, T, V, logprobs.logits is None,
-               sub is None)
+               sub is None, beam_size, ranking is None)
         program = self.programs.get(key)
         if program is None:
             program = self.programs[key] = torch.compile(
-                self._program(step, tokens_per_beam, live_beams), fullgraph=True,
+                self._program(step, tokens_per_beam, live_beams, beam_size), fullgraph=True,
                 dynamic=False, **self.options)
-        return program(state, logprobs, sub)
+        return program(state, logprobs, sub, ranking)
 
-    def _program(self, step, tokens_per_beam, live_beams):
+    def _program(self, step, tokens_per_beam, live_beams, beam_size):
         plan, tables = self.plan, self.tables
 
-        def program(state, logprobs, sub):
+        def program(state, logprobs, sub, ranking):
             return scored_step(plan, tables, state, logprobs, step, tokens_per_beam, live_beams,
-                               sub)
+                               sub, beam_size, ranking)
 
         code = program.__code__.replace()  # a new code object: dynamo's caches are per code
         return types.FunctionType(code, program.__globals__, f"beam_step_{step}", None,

@@ -24,11 +24,12 @@ import torch
 from static_compiler.support import arguments
 from static_compiler.artifact import format as artifact_format
 from static_compiler.artifact import snapshot
-from static_compiler.target.plan import PlanFacts, live_beam_bounds
+from static_compiler.target.plan import PlanFacts, live_beam_bounds, prior_offsets
 from static_compiler.errors import DecodeInputError
 from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.frontend.items import ItemIndex
 from static_compiler.live.liveness import Subset, checked_subset_index
+from static_compiler.live.priors import check_prior
 from static_compiler.live.set_view import SetView
 from static_compiler.target.plan import Plan
 from static_compiler.support.beam_loop import check_search, run_search
@@ -180,6 +181,24 @@ class TorchConstraints(PlanFacts):
         set), FilterExpressionError for a bad expression."""
         return self.set_view.pick(selection, where, masks, "TorchConstraints.subset")
 
+    def prior(self, column: str, weight: float = 1.0, selection=None, *, where=None,
+              masks=None):
+        """Item priors from the float or int attribute `column`, for
+        `beam_search(..., prior=...)`: `CompiledConstraints.prior`'s (the
+        same `live.priors.Prior`, computed on the host with numpy)."""
+        return self.set_view.prior(column, weight, selection, where, masks,
+                                   "TorchConstraints.prior")
+
+    def prior_best(self, prior, where: str) -> Optional[torch.Tensor]:
+        """float32 (S,) on this backend's device: the best weighted prior
+        below each state of `prior` (a Prior of this set), placed once; None
+        for None. Raises DecodeInputError for another set's prior."""
+        if prior is None:
+            return None
+        check_prior(prior, self.fingerprint, where, "TorchConstraints.prior")
+        return prior.placements.get(("torch", str(self.device)),
+                                    lambda: torch.from_numpy(prior.best).to(self.device))
+
     def subset_bits(self, subset, subset_index, n: int, where: str):
         """The subset bits a call of n rows reads: (LiveBits, rows int64
         (n,)) each row's subset, or None (every item of the set). subset: a
@@ -298,7 +317,8 @@ class TorchConstraints(PlanFacts):
 
     def beam_step(self, state: BeamState, logits: torch.Tensor, step: int, *,
                   tokens_per_beam: Optional[int] = None, live_beams: Optional[int] = None,
-                  subset=None, subset_index=None) -> BeamState:
+                  subset=None, subset_index=None, beam_size: Optional[int] = None,
+                  prior=None) -> BeamState:
         """One constrained beam-search step at static `step` in [0,
         max_length): the JAX backend's `beam_step` (its semantics in
         `static_compiler.backend.decode`), with no host synchronisation.
@@ -308,18 +328,23 @@ class TorchConstraints(PlanFacts):
         may contribute at this step (None: no cap); live_beams: a static
         promise that only beams [0, live_beams) can be valid (`beam_search`
         passes the bound, saving the expansion of the others); subset,
-        subset_index: as `mask`, one subset per batch row. Returns the new
-        `BeamState`; its ``parent`` int64 (B, M) reorders per-beam model
-        state."""
+        subset_index: as `mask`, one subset per batch row; beam_size: the
+        beams the new state keeps (a beam schedule's width at this step;
+        None: M, as many as `state` has); prior: item priors (`prior`), as
+        `beam_search` takes them. Returns the new `BeamState`; its
+        ``parent`` int64 (B, beam_size) reorders per-beam model state."""
         step = checks.check_step(step, self.max_length, "beam_step")
         state = checks.check_beam_state(state, self.max_length, "beam_step")
         B, M = state.node.shape
         checks.check_logits(logits, (B, M), self.vocab_size, f"beam_step (step {step})")
         cap = arguments.check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
         live = arguments.check_int("live_beams", live_beams, low=1, allow_none=True)
+        width = M if beam_size is None else arguments.check_rows(B, beam_size)[1]
         sub = self.subset_bits(subset, subset_index, B, "beam_step")
+        best = self.prior_best(prior, "beam_step")
+        ranking = None if best is None else beam.PriorTerms(best, prior_offsets(self.plan))
         return beam.beam_step(self.plan, self.tables, state, logits.to(self.device), step, cap,
-                              live, sub)
+                              live, sub, width, ranking)
 
     def finalize(self, state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
         """The `DecodeResult` of a search's state: only complete sequences
@@ -333,13 +358,17 @@ class TorchConstraints(PlanFacts):
     def beam_search(self, logits_fn: Callable, batch_size: int, beam_size: int, *,
                     tokens_per_beam=None, start_token=0, carry=None, reorder=None,
                     length_penalty: float = 0.0, subset=None, subset_index=None,
-                    return_carry: bool = False, compile: bool = False):
+                    return_carry: bool = False, compile: bool = False, prior=None):
         """Constrained beam search in torch: the tokens, validity and lengths
         of `static_compiler.beam_search` on the same model (scores to float32
         rounding: torch's log_softmax is not XLA's bit for bit).
 
-        logits_fn: ``(last_tokens int64 (B, M), step int, carry) -> (logits
-        float (B, M, V), carry)``; step is a Python int. reorder:
+        beam_size: an int, or one width per step (a beam schedule, e.g. (16,
+        32, 64, 64): the search starts from the start beam alone, step t
+        keeps beam_size[t] beams, the model sees the beams the step before
+        kept: 1 at step 0). logits_fn: ``(last_tokens int64 (B, M),
+        step int, carry) -> (logits float (B, M, V), carry)``; step is a
+        Python int. reorder:
         ``fn(carry, parent int64 (B, M)) -> carry``, the model state of each
         beam's parent (KV caches); needed for a carry when beam_size > 1.
         tokens_per_beam, start_token, length_penalty, subset, subset_index:
@@ -348,25 +377,35 @@ class TorchConstraints(PlanFacts):
         the result is the same). compile: run each step past its
         log_softmax as a ``torch.compile`` program (`beam.CompiledSteps`,
         kept on this object: each step, options and shape compiles once, at
-        first use; the same result). Returns a `DecodeResult` of torch
-        tensors (int64 tokens (B, M, T)), or ``(result, carry)`` with
-        return_carry.
+        first use; the same result). prior: item priors (`prior`; a
+        fixed-length set), as `static_compiler.beam_search` takes them.
+        Returns a `DecodeResult` of torch tensors (int64 tokens (B, M, T)),
+        or ``(result, carry)`` with return_carry.
         """
-        B, M = check_search(logits_fn, batch_size, beam_size, carry, reorder)
+        B, widths = check_search(logits_fn, batch_size, beam_size, carry, reorder,
+                                 self.max_length)
         caps = arguments.check_tokens_per_beam(tokens_per_beam, self.max_length)
         length_penalty = arguments.check_finite("length_penalty", length_penalty)
         sub = self.subset_bits(subset, subset_index, B, "beam_search")
-        bounds = live_beam_bounds(self.plan, M, caps)
+        best = self.prior_best(prior, "beam_search")
+        if best is not None and length_penalty:
+            raise DecodeInputError(f"prior with length_penalty={length_penalty}: a fixed-length "
+                                   "set's beams are all as long; pass one or the other")
+        bounds = live_beam_bounds(self.plan, widths, caps)
         advance = beam.compiled_steps(self) if compile else \
             (lambda *args: beam.beam_step(self.plan, self.tables, *args))
+        ranking = None if best is None else beam.PriorTerms(best, prior_offsets(self.plan))
 
         def step_fn(state, logits, step):
-            checks.check_logits(logits, (B, M), self.vocab_size, f"beam_search (step {step})")
-            return advance(state, logits.to(self.device), step, caps[step], bounds[step], sub)
+            checks.check_logits(logits, tuple(state.node.shape), self.vocab_size,
+                                f"beam_search (step {step})")
+            return advance(state, logits.to(self.device), step, caps[step], bounds[step], sub,
+                           widths[step + 1], ranking)
 
-        state, carry = run_search(self.init_beams(B, M, start_token), step_fn, logits_fn,
-                                  max_length=self.max_length, vocab_size=self.vocab_size,
-                                  end_token=self.end_token, carry=carry, reorder=reorder)
+        state, carry = run_search(self.init_beams(B, widths[0], start_token), step_fn,
+                                  logits_fn, max_length=self.max_length,
+                                  vocab_size=self.vocab_size, end_token=self.end_token,
+                                  carry=carry, reorder=reorder, widths=widths)
         result = beam.finalize(state, length_penalty)
         return (result, carry) if return_carry else result
 

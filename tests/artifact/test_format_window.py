@@ -87,12 +87,13 @@ def as_version(built, version: int, dest: pathlib.Path) -> pathlib.Path:
         order = InsertedOrder(items["state_inserted_at"], items["state_inserted_item"],
                               int(items["row_item"].max()) + 1)
         reseal_items(dest, {"state_item": order[np.arange(order.count)].astype(np.int32)}, 8)
-        edit_manifest(dest, lambda m: (m.pop("exported_at"), m.pop("attributes")))
+        edit_manifest(dest, lambda m: (m.pop("exported_at"), m.pop("attributes"),
+                                       m.pop("beam_schedules")))
         return dest
     popped = {1: ("names_file", "item_files", "mesh", "subset_bits"),
               2: ("item_files", "mesh", "subset_bits"),
               fmt.FORMAT_VERSION: ()}.get(version, ()) + ("exported_at",) * (version < 10) + \
-        ("attributes",) * (version < 12)
+        ("attributes",) * (version < 12) + ("beam_schedules",) * (version < 13)
 
     def older(m):
         m["format_version"] = version
@@ -107,17 +108,22 @@ def as_version(built, version: int, dest: pathlib.Path) -> pathlib.Path:
 
 OLD_SUBSETS = ["per_state", "ex_bounds", "branch_counts"]  # the frozen version 4 artifact's
 NEEDED = {1: ["names_file", "item_files", "mesh", "subset_bits", "exported_at", "attributes",
+              "beam_schedules", "branch_counts"],
+          2: ["item_files", "mesh", "subset_bits", "exported_at", "attributes", "beam_schedules",
               "branch_counts"],
-          2: ["item_files", "mesh", "subset_bits", "exported_at", "attributes", "branch_counts"],
-          3: ["mesh", "subset_bits", "exported_at", "attributes"] + OLD_SUBSETS,
-          4: ["subset_bits", "exported_at", "attributes"] + OLD_SUBSETS,
-          5: ["exported_at", "attributes"] + OLD_SUBSETS,
-          6: ["exported_at", "attributes", "branch_counts"], 7: ["exported_at", "attributes"],
-          8: ["exported_at", "attributes", "state_item"], 9: ["exported_at", "attributes"],
-          10: ["attributes"], 11: ["attributes"], 12: []}
+          3: ["mesh", "subset_bits", "exported_at", "attributes", "beam_schedules"] + OLD_SUBSETS,
+          4: ["subset_bits", "exported_at", "attributes", "beam_schedules"] + OLD_SUBSETS,
+          5: ["exported_at", "attributes", "beam_schedules"] + OLD_SUBSETS,
+          6: ["exported_at", "attributes", "beam_schedules", "branch_counts"],
+          7: ["exported_at", "attributes", "beam_schedules"],
+          8: ["exported_at", "attributes", "beam_schedules", "state_item"],
+          9: ["exported_at", "attributes", "beam_schedules"],
+          10: ["attributes", "beam_schedules"], 11: ["attributes", "beam_schedules"],
+          12: ["beam_schedules"], 13: []}
 """The COMPAT rows each `as_version` artifact needs (versions 7 and 9 of a
-set without additions are today's shape but for the export date and the
-attributes key, 10 and 11 but for the attributes key)."""
+set without additions are today's shape but for the export date, the
+attributes and the beam_schedules keys, 10 and 11 but for those two keys,
+12 but for the beam_schedules key)."""
 
 
 def rows_of(version: int, built) -> np.ndarray:
@@ -331,7 +337,8 @@ def test_the_upgrade_command(built, tmp_path, capsys):
     assert cli_main(["upgrade", str(path)]) == 0
     out = capsys.readouterr().out
     assert out == (f"upgraded {path}: format version 6 -> {fmt.FORMAT_VERSION} (older shapes: "
-                   "exported_at, attributes, branch_counts); tables and modules kept\n")
+                   "exported_at, attributes, beam_schedules, branch_counts); tables and "
+                   "modules kept\n")
     assert cli_main(["upgrade", str(path)]) == 0
     assert capsys.readouterr().out == (f"{path}: already format version {fmt.FORMAT_VERSION}, "
                                        "nothing to do\n")

@@ -128,7 +128,7 @@ def test_the_manifest_records_the_exporting_jax_and_date_and_an_update_keeps_the
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     assert (manifest.jax_version, manifest.jaxlib_version, manifest.exported_at) == \
         (jax_now, jaxlib_now, today)
-    assert manifest.format_version == fmt.FORMAT_VERSION == 12
+    assert manifest.format_version == fmt.FORMAT_VERSION == 13
     edit_manifest(path, lambda m: m.update(exported_at="2026-07-01"))
     sc.update_artifact(path, remove=[fixture_items()[0]])  # keeps the modules
     assert serving.read_manifest(path).exported_at == "2026-07-01"  # the modules' date, kept
@@ -192,7 +192,7 @@ def test_re_export_of_an_older_format_upgrades_it(saved, want):
     edit_manifest(saved, lambda m: (m.update(format_version=9), m.pop("exported_at")))
     assert serving.read_manifest(saved).exported_at is None
     report = sc.reexport_artifact(saved)
-    assert report["upgraded"] and (report["from_version"], report["to_version"]) == (9, 12)
+    assert report["upgraded"] and (report["from_version"], report["to_version"]) == (9, fmt.FORMAT_VERSION)
     assert report["from_exported_at"] is None and report["exported_at"] is not None
     assert_same_beams(served_beams(serving.load(saved)), want)
 

@@ -250,6 +250,7 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.live", "static_compiler.live.item_masks",
                                "static_compiler.live.layer_walk", "static_compiler.live.layers",
                                "static_compiler.live.liveness", "static_compiler.live.placements",
+                               "static_compiler.live.priors",
                                "static_compiler.live.set_view", "static_compiler.live.state_order",
                                "static_compiler.support", "static_compiler.support.arguments",
                                "static_compiler.support.arrays",
@@ -449,7 +450,8 @@ def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
     nor mesh."""
     helpers.edit_manifest(copy, lambda m: (m.update(format_version=1), m.pop("names_file"),
                                    m.pop("item_files"), m.pop("mesh"), m.pop("subset_bits"),
-                                       m.pop("exported_at"), m.pop("attributes")))
+                                       m.pop("exported_at"), m.pop("attributes"),
+                                       m.pop("beam_schedules")))
     art = serving.load(copy)
     assert art.manifest.format_version == 1 and art.manifest.names_file is None
     assert art.names is None and artifact.read_names(copy) is None
@@ -464,7 +466,8 @@ def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
 def test_a_version_3_artifact_loads_as_one_for_one_device(copy, fixed):
     """Version 3 had no mesh key: its modules run on one device."""
     helpers.edit_manifest(copy, lambda m: (m.update(format_version=3), m.pop("mesh"), m.pop("subset_bits"),
-                                   m.pop("exported_at"), m.pop("attributes")))
+                                   m.pop("exported_at"), m.pop("attributes"),
+                                       m.pop("beam_schedules")))
     art = serving.load(copy)
     assert art.manifest.mesh is None and art.placement is None
     model = oracle.HashModel(10)

@@ -18,6 +18,7 @@ import pytest
 
 import static_compiler as sc
 from helpers import edit_manifest, one_error_line, run_cli
+from static_compiler.artifact import format as fmt
 from static_compiler.artifact import serving
 from static_compiler.errors import ArtifactFormatError, ArtifactVersionError, DecodeInputError
 
@@ -41,7 +42,7 @@ def _manifest(path) -> dict:
 def test_saved_tables_read_back_as_the_set(compiled, tmp_path, capsys):
     path = compiled.save(tmp_path / "t.sc", modules=False)
     manifest = _manifest(path)
-    assert manifest["format_version"] == 12 and manifest["modules"] == {}
+    assert manifest["format_version"] == fmt.FORMAT_VERSION and manifest["modules"] == {}
     assert manifest["platforms"] == [] and manifest["exported_at"] is None
     assert not (path / "modules").exists()
     back = sc.load(path, check_automaton=True)

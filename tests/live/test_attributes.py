@@ -83,7 +83,7 @@ def test_every_front_door_reads_the_same_columns(saved):
     assert_same_columns(back.attributes, want)
     assert all(isinstance(c.values, np.memmap) for c in back.attributes.values())
     manifest = json.loads((saved / fmt.MANIFEST_FILE).read_text())
-    assert manifest["format_version"] == 12
+    assert manifest["format_version"] == fmt.FORMAT_VERSION
     assert manifest["attributes"]["topic"] == {"kind": "category", "dtype": "int32",
                                                "file": "items/attr.topic.npy",
                                                "categories": ["news", "sport", "météo"]}

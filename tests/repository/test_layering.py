@@ -52,8 +52,8 @@ SERVING_SUPPORT = {"errors", "support.arguments", "support.arrays", "support.map
 """The utilities a serving binary ships."""
 LIVE_BITS = {"live.layers", "live.bit_kernels", "live.layer_walk", "live.state_order",
              "live.item_masks", "live.liveness", "live.placements", "live.set_view",
-             "live.where", "live.filter_tree", "live.filter_text", "target.plan", "target.tables", "frontend.items", "frontend.names",
-             "frontend.attributes"}
+             "live.where", "live.filter_tree", "live.filter_text", "live.priors", "target.plan",
+             "target.tables", "frontend.items", "frontend.names", "frontend.attributes"}
 """The numpy modules a serving binary reads a set's items and plan with."""
 FORMAT = {"artifact.format", "artifact.manifest", "artifact.names", "artifact.snapshot",
           "artifact.normalize"}
@@ -92,6 +92,9 @@ RESTRICTED = {
                                "live.filter_text"}),  # filter expressions over item attributes
     "live.filter_tree": ({"numpy"}, {"errors", "frontend.attributes"}),  # their trees
     "live.filter_text": (set(), {"errors", "live.filter_tree"}),  # text -> tree
+    # item priors: the best weighted prior below each state, from an attribute column
+    "live.priors": ({"numpy"}, {"errors", "live.state_order", "live.layers",
+                                "live.placements"}),
     # One numpy view of a set's items behind every front door (serving, torch, compiled).
     "live.set_view": ({"numpy"}, LIVE_BITS | {"errors", "artifact.format"}),
     # The artifact's format: what a serving binary reads.

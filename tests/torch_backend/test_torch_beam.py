@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import static_compiler as sc
 from static_compiler.errors import DecodeInputError
 from static_compiler.torch_backend import TorchConstraints, beam, live_bits
-from helpers import PROFILE
+from helpers import PROFILE, assert_same_beams
 from live_cases import (CI_EXAMPLES, beams_for, compile_case, fuzz_settings, live_cases,
                         updated)
 
@@ -67,13 +67,6 @@ def _search_both(compiled, tc, model, B: int, M: int, **options):
     got = tc.beam_search(model.torch_fn, batch_size=B, beam_size=M, carry=torch.zeros(B, M,
                          dtype=torch.int64), reorder=reorder, **options)
     return want, got
-
-
-def assert_same_beams(want, got, where):
-    for name in ("tokens", "valid", "lengths"):
-        assert np.array_equal(np.asarray(getattr(want, name)),
-                              getattr(got, name).numpy()), (where, name)
-    assert np.allclose(np.asarray(want.scores), got.scores.numpy(), rtol=1e-5, atol=1e-5), where
 
 
 @fuzz_settings(max(4, CI_EXAMPLES // 2))  # (each example compiles both backends: the slow profile runs 10x)

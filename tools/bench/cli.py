@@ -32,9 +32,7 @@ def sid_set_parser(module: str, doc: str, items: float) -> argparse.ArgumentPars
     over random Semantic IDs: --items (default `items`), --length, --vocab
     (the paper's L = 8, V = 2048); the module's docstring's first paragraph
     describes it."""
-    parser = argparse.ArgumentParser(prog=f"python -m tools.bench.{module}",
-                                     description=doc.split("\n\n")[0])
-    parser.add_argument("--items", type=float, default=items)
+    parser = _items_parser(f"python -m tools.bench.{module}", doc, items)
     parser.add_argument("--length", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=2048)
     return parser
@@ -197,3 +195,20 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _items_parser(prog: str, doc: str, items: float) -> argparse.ArgumentParser:
+    """A bench's parser with --items (default `items`); its description is
+    the first paragraph of `doc`."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    parser.add_argument("--items", type=float, default=items)
+    return parser
+
+
+def sized_parser(prog: str, doc: str, items: float) -> argparse.ArgumentParser:
+    """The parser of a bench over a set of ``--items`` items (default
+    `items`), timed ``--repeats`` times, drawn from ``--seed``."""
+    parser = _items_parser(prog, doc, items)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser

@@ -1,4 +1,6 @@
-"""Business rules, the filter section: what `subset(where=...)` costs.
+"""Business rules: the filter section, what `subset(where=...)` costs; the
+item-prior section (`tools.bench.priors`) and the beam-schedule section
+(`tools.bench.schedules`).
 
 A set of N random Semantic IDs (L = 4 over V = 2048) compiled with item
 attributes (`uploaded_day` int32 in [0, 365), `price` float32 in [0, 100),
@@ -21,11 +23,12 @@ target at 1e9 rows: <= 5 s with the subset, <= 3 GiB.
 
     python -m tools.bench rules                       # 1e7 items (= python -m tools.bench.rules)
     python -m tools.bench rules --rows-only --items 1e8
+    python -m tools.bench rules --section priors      # item priors (tools/bench/priors.py)
+    python -m tools.bench rules --section schedules   # the beam schedules (tools/bench/schedules.py)
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import sys
@@ -35,7 +38,7 @@ import tracemalloc
 
 import numpy as np
 
-from tools.bench.cli import exit_without_teardown
+from tools.bench.cli import exit_without_teardown, sized_parser
 from tools.bench.output import machine_line
 
 FILTER = "uploaded_day >= 358 and category in ('c01', 'c07', 'c13') and price < 50.0"
@@ -148,22 +151,38 @@ def with_set(n: int, repeats: int, seed: int) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.bench rules",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--items", type=float, default=1e7)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = sized_parser("python -m tools.bench rules", __doc__, 1e7)
     parser.add_argument("--rows-only", action="store_true",
                         help="time the expression over memory-mapped columns, no set")
+    parser.add_argument("--section", choices=("filter", "priors", "schedules", "all"),
+                        default="all",
+                        help="the filter table, the item-prior table (`tools.bench.priors`), "
+                             "the beam-schedule table (`tools.bench.schedules`), or all "
+                             "(default)")
+    parser.add_argument("--schedule-items", type=float, default=None,
+                        help="items of the prior and beam-schedule sets (default 1e5)")
     args = parser.parse_args(argv)
-    print(f"# filter: {FILTER}")
-    print(f"# {machine_line()}; median of {args.repeats}\n")
-    print("| size | filter ms | subset(ready mask) ms | subset(where=) ms | peak heap of the "
-          "filter | matches numpy |")
-    print("|--|--:|--:|--:|--:|--|")
-    n = int(args.items)
-    return rows_only(n, args.repeats, args.seed) if args.rows_only else \
-        with_set(n, args.repeats, args.seed)
+    failed = 0
+    if args.section in ("filter", "all"):
+        print(f"# filter: {FILTER}")
+        print(f"# {machine_line()}; median of {args.repeats}\n")
+        print("| size | filter ms | subset(ready mask) ms | subset(where=) ms | peak heap of the "
+              "filter | matches numpy |")
+        print("|--|--:|--:|--:|--:|--|")
+        n = int(args.items)
+        failed |= rows_only(n, args.repeats, args.seed) if args.rows_only else \
+            with_set(n, args.repeats, args.seed)
+    if args.section in ("priors", "all") and not args.rows_only:
+        from tools.bench import priors
+        print()
+        failed |= priors.run(int(args.schedule_items or priors.DEFAULT_ITEMS), args.repeats,
+                             args.seed)
+    if args.section in ("schedules", "all") and not args.rows_only:
+        from tools.bench import schedules
+        print()
+        failed |= schedules.run(int(args.schedule_items or schedules.DEFAULT_ITEMS),
+                                args.repeats, args.seed)
+    return failed
 
 
 if __name__ == "__main__":

@@ -26,6 +26,19 @@ def median_ms(fn, repeats: int) -> float:
     return 1e3 * float(np.median(times))
 
 
+def alternating_ms(fns: list, repeats: int) -> tuple[list, list]:
+    """(median ms of each of `fns`, their last results): after one call
+    each (the compiles), `repeats` rounds calling each once in turn."""
+    outs = [jax.block_until_ready(fn()) for fn in fns]
+    samples = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            outs[i] = jax.block_until_ready(fn())
+            samples[i].append(time.perf_counter() - t0)
+    return [float(np.median(s)) * 1e3 for s in samples], outs
+
+
 def _time_call(fn, args, calls: int = 1) -> float:
     """Mean seconds of `calls` calls of fn(*args), each waited for."""
     start = time.perf_counter()

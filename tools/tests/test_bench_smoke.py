@@ -255,11 +255,18 @@ def test_table_held_benchmark_builds_from_shard_files_and_reuses_the_artifact(tm
 def test_rules_benchmark_times_the_filter_against_numpy():
     """`python -m tools.bench rules`: the filter, a subset from its mask and
     subset(where=) on a compiled set, then the filter over memory-mapped
-    columns alone; both checked against numpy's evaluation."""
+    columns alone; both checked against numpy's evaluation; and the beam
+    schedules against the fixed width (a schedule of 70 at every step keeps
+    the fixed width's beams)."""
     outputs = []
-    for extra in ((), ("--rows-only",)):
+    for extra in (("--schedule-items", "2000"), ("--rows-only",)):
         run = _run("tools.bench", "rules", "--items", "3000", "--repeats", "1", *extra)
         assert run.returncode == 0, run.stderr[-3000:]
         assert "| same |" in run.stdout and "DIFFERENT" not in run.stdout
         outputs.append(run.stdout)
     assert "(PASS <= 50)" in outputs[0] and "memory-mapped" in outputs[1]
+    assert "| fixed 70 (beam_size=70) | 1120 |" in outputs[0]
+    assert "gives the fixed width's beams: yes" in outputs[0]
+    assert "| table lookup (next to no model cost) |" in outputs[0]
+    assert "making the prior on the host" in outputs[0]
+    assert "beam schedules" not in outputs[1] and "item priors" not in outputs[1]

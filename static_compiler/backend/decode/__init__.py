@@ -15,6 +15,7 @@ concern per module:
 * `processor`: the `mask` / `advance` pair for custom loops;
 * `speculative`: how many draft tokens stay inside the set.
 * `live`: item subsets, liveness bits read per candidate;
+* `prior`: item priors, each candidate ranked with the best prior below it;
 * `prefix`: `allowed`, a stateless mask from each row's tokens so far, for
   engines that own the beam search.
 
@@ -112,7 +113,8 @@ _EXPORTS = {
     "BeamAxis": "carry", "reorder_carry": "carry",
 }
 _SUBMODULES = frozenset({"candidates", "carry", "front_door", "live", "logprobs", "prefix",
-                         "processor", "programs", "search", "selection", "speculative", "step"})
+                         "prior", "processor", "programs", "search", "selection", "speculative",
+                         "step"})
 _lazy_getattr, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
 
 __all__ = [

@@ -91,14 +91,17 @@ def _as_axis(spec) -> Optional[BeamAxis]:
 
 
 def resolve_carry_axes(carry, carry_axes, batch_size: int, beam_size: int,
-                       reorder: Optional[Callable] = None) -> tuple[Optional[BeamAxis], ...]:
+                       reorder: Optional[Callable] = None, widest: Optional[int] = None
+                       ) -> tuple[Optional[BeamAxis], ...]:
     """One entry per leaf of `carry` (in tree_flatten order): its normalized
     BeamAxis (axis >= 0) or None, checked against the leaf's shape.
 
     carry_axes: a pytree prefix of `carry` whose leaves are ints, BeamAxis or
     None (None for the whole carry: no leaf is per beam), or `UNDECLARED`.
-    An undeclared carry with leaves is an error when beams can be reordered
-    (beam_size > 1) and no `reorder` function is given."""
+    beam_size: the beams of the carry given (a beam schedule's first
+    width); widest: the most beams a step keeps (default beam_size). An
+    undeclared carry with leaves is an error when beams can be reordered
+    (widest > 1) and no `reorder` function is given."""
     leaves, _ = jax.tree_util.tree_flatten(carry)
     if reorder is not None:
         if carry_axes is not UNDECLARED:
@@ -108,7 +111,7 @@ def resolve_carry_axes(carry, carry_axes, batch_size: int, beam_size: int,
                                    "(carry, parent int32 (B, M)) -> carry")
         return (None,) * len(leaves)
     if carry_axes is UNDECLARED:
-        if leaves and beam_size > 1:
+        if leaves and max(beam_size, widest or 0) > 1:
             paths = _leaf_paths(carry)
             raise DecodeInputError(f"carry has {len(leaves)} leaves ({', '.join(paths[:6])}"
                                    f"{', ...' if len(paths) > 6 else ''}) but no declaration of "
@@ -170,19 +173,22 @@ def check_same_structure(old, new, where: str) -> None:
 
 
 def _reorder_leaf(x, spec: BeamAxis, parent):
-    B, M = parent.shape
+    B = parent.shape[0]
     if spec.split:
         moved = jnp.moveaxis(x, (spec.axis, spec.axis + 1), (0, 1))
         picked = moved[jnp.arange(B)[:, None], parent]
         return jnp.moveaxis(picked, (0, 1), (spec.axis, spec.axis + 1))
-    flat = (jnp.arange(B, dtype=parent.dtype)[:, None] * M + parent).reshape(-1)
+    # the leaf's beams before this step (a beam schedule may keep more or fewer)
+    M_in = x.shape[spec.axis] // B
+    flat = (jnp.arange(B, dtype=parent.dtype)[:, None] * M_in + parent).reshape(-1)
     return jnp.take(x, flat, axis=spec.axis)
 
 
 def reorder_carry(carry, parent, axes: tuple[Optional[BeamAxis], ...],
                   reorder: Optional[Callable] = None):
     """`carry` with every per-beam leaf (axes, from `resolve_carry_axes`)
-    reordered by parent int32 (B, M); other leaves untouched. With a user
+    reordered by parent int32 (B, M) (M the beams kept: a leaf holding M'
+    beams before comes back with M); other leaves untouched. With a user
     `reorder` function, that function does it."""
     if reorder is not None:
         return reorder(carry, parent)

@@ -110,22 +110,31 @@ class DecodeVerbs:
             return decode.step.init_beam_state(self.plan, B, M, start)
 
     def beam_step(self, state: BeamState, logits, step, *, subset=None, subset_index=None,
-                  tokens_per_beam: Optional[int] = None) -> BeamState:
+                  tokens_per_beam: Optional[int] = None, beam_size: Optional[int] = None,
+                  prior=None) -> BeamState:
         """One beam-search step: state (B, M), logits float (B, M, V) for
         `state.last_tokens`, step an int in [0, max_length) or an int32
         scalar (a traced step outside that range appends nothing: the state
         comes back unchanged, parent the identity). tokens_per_beam: the
         most children a beam may contribute at this step (None: no cap).
-        The new state's ``parent`` (B, M) reorders per-beam model state."""
+        beam_size: the beams the new state keeps (a beam schedule's width
+        at this step; None: M). prior: item priors (`prior`; a fixed-length
+        set), as `beam_search` takes them. The new state's ``parent`` (B,
+        beam_size) reorders per-beam model state."""
         state = check_beam_state(state, self.max_length, "beam_step")
         B, M = np.shape(state.node)
         check_logits(logits, (B, M), self.vocab_size, "beam_step")
         step = check_step(step, self.max_length, "beam_step", traced=True)
         cap = check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
+        width = None if beam_size is None else check_rows(B, beam_size)[1]
         live = self.live_mask(subset, subset_index, B, "beam_step")
+        ranking = self.live_prior(prior, "beam_step")
+        decode.prior.check_live_prior(self.plan, ranking, 0.0)
         with self.counting():
             return decode.step.beam_step_program(self.device_tables, state, logits, step, live,
-                                                 plan=self.plan, caps=(cap,) * self.max_length)
+                                                 plan=self.plan, caps=(cap,) * self.max_length,
+                                                 beam_size=None if width == M else width,
+                                                 prior=ranking)
 
     def finalize(self, state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
         """(tokens, scores, valid, lengths) of a search's state, best first.

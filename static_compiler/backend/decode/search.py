@@ -15,6 +15,7 @@ from jax import lax
 
 from static_compiler.backend.decode.live import LiveMask, check_live_mask
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob
+from static_compiler.backend.decode.prior import LivePrior, check_live_prior
 from static_compiler.backend.decode.programs import bounded_jit
 from static_compiler.backend.decode.carry import (UNDECLARED, check_same_structure,
                                                   reorder_carry, resolve_carry_axes)
@@ -24,6 +25,7 @@ from static_compiler.backend.decode.step import (apply_choice, finalize, init_be
 from static_compiler.backend.kernels import take_last
 from static_compiler.target import plan as plan_lib
 from static_compiler.target.plan import Plan
+from static_compiler.support.arguments import check_beam_schedule
 from static_compiler.support.decode_state import (DecodeResult, check_callable, check_finite, check_int,
                                           check_logits, check_rows, check_start_tokens,
                                           check_tokens_per_beam)
@@ -40,12 +42,13 @@ NO_PARAMS = _NoParams()
 """The default of `params`: logits_fn takes no params argument."""
 
 
-def live_beam_bounds(plan: Plan, beam_size: int, tokens_per_beam=None) -> tuple[int, ...]:
-    """Static bound per step on the beams that can be valid in a search from
-    `init_beam_state` (`target.plan.live_beam_bounds`, tokens_per_beam
-    as `beam_search` takes it): it binds at step 1 and on small branch
-    factors, and `beam_step`'s live_beams skips the beams past it."""
-    return plan_lib.live_beam_bounds(plan, beam_size,
+def live_beam_bounds(plan: Plan, beam_size, tokens_per_beam=None) -> tuple[int, ...]:
+    """Static bound per step on the beams that can be valid in a search
+    from `init_beam_state` (`target.plan.live_beam_bounds`; beam_size and
+    tokens_per_beam as `beam_search` takes them): it binds at step 1 and on
+    small branch factors, and `beam_step`'s live_beams skips the beams past
+    it."""
+    return plan_lib.live_beam_bounds(plan, check_beam_schedule(beam_size, plan.max_length),
                                      check_tokens_per_beam(tokens_per_beam, plan.max_length))
 
 
@@ -76,19 +79,19 @@ def unrolled(plan: Plan) -> bool:
     return plan.end_token is None and jax.default_backend() in UNROLL_BACKENDS
 
 
-def _segments(plan: Plan, caps: tuple, live: tuple, beam_size: int, tables, unroll: bool):
+def _segments(plan: Plan, caps: tuple, live: tuple, widths: tuple, tables, unroll: bool):
     """`step_segments`, or each step alone when `unroll`."""
     if unroll:
         return tuple((t,) for t in range(plan.max_length))
-    return step_segments(plan, caps, live, beam_size, tables)
+    return step_segments(plan, caps, live, widths, tables)
 
 
-@bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "beam_size", "caps",
+@bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "widths", "caps",
                               "length_penalty", "axes", "reorder", "with_params", "unroll"))
-def _beam_search(plan, tables, carry, start_tokens, params, subset, *, logits_fn, batch_size,
-                 beam_size, caps, length_penalty, axes, reorder, with_params, unroll):
-    state = init_beam_state(plan, batch_size, beam_size, start_tokens)
-    live = live_beam_bounds(plan, beam_size, caps)
+def _beam_search(plan, tables, carry, start_tokens, params, subset, prior, *, logits_fn,
+                 batch_size, widths, caps, length_penalty, axes, reorder, with_params, unroll):
+    state = init_beam_state(plan, batch_size, widths[0], start_tokens)
+    live = plan_lib.live_beam_bounds(plan, widths, caps)
 
     def one_step(steps, run_tabs, run_sub, step, state, carry):
         logits, new_carry = _call_model(logits_fn, params, with_params, state.last_tokens,
@@ -96,25 +99,30 @@ def _beam_search(plan, tables, carry, start_tokens, params, subset, *, logits_fn
                                         f"beam_search (step {steps[0]})")
         check_same_structure(carry, new_carry, f"step {steps[0]}")
         state = run_step(plan, run_tabs, state, logits, steps, step, caps[steps[0]],
-                         run_live_bound(live, steps), run_sub)
+                         run_live_bound(live, steps), run_sub, widths[steps[0] + 1], prior)
         return state, reorder_carry(new_carry, state.parent, axes, reorder)
 
     state, carry = _run_segments(plan, tables, subset, one_step,
-                                 _segments(plan, caps, live, beam_size, tables, unroll), state,
-                                 carry)
+                                 _segments(plan, caps, live, widths, tables, unroll), state,
+                                 carry, widths)
     return finalize(state, length_penalty), carry
 
 
-def _run_segments(plan: Plan, tables, subset, one_step: Callable, segments, state, carry):
+def _run_segments(plan: Plan, tables, subset, one_step: Callable, segments, state, carry,
+                  widths: Optional[tuple] = None):
     """Runs `one_step(steps, tables, subset, step, state, carry) ->
     (state, carry)` over every step: a run of one step inline, longer runs
     as a loop over the run's tables and subset bits (`run_inputs`: packed
     once before the loop); with an end token, each run as a while loop that
-    stops once no beam is live."""
+    stops once no beam is live, but a step where the beam schedule changes
+    the width (its own run; widths: `check_beam_schedule`'s) inline, so the
+    state has the schedule's final width (finished beams carry over
+    unchanged: the result is the same)."""
     for steps in segments:
         tabs, sub = run_inputs(plan, tables, subset, steps)
         step_fn = functools.partial(one_step, steps, tabs, sub)
-        if plan.end_token is not None:
+        resizes = widths is not None and widths[steps[0]] != widths[steps[0] + 1]
+        if plan.end_token is not None and not resizes:
             state, carry = _until_finished(step_fn, steps, state, carry)
         elif len(steps) == 1:
             state, carry = step_fn(jnp.int32(steps[0]), state, carry)
@@ -146,7 +154,8 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
                 tokens_per_beam=None, start_token=0, carry=None, carry_axes=UNDECLARED,
                 reorder: Optional[Callable] = None, params=NO_PARAMS,
                 length_penalty: float = 0.0, return_carry: bool = False,
-                subset: Optional[LiveMask] = None, also_compile: Optional[LiveMask] = None):
+                subset: Optional[LiveMask] = None, also_compile: Optional[LiveMask] = None,
+                prior: Optional[LivePrior] = None):
     """Constrained beam search (see module doc for the exact semantics).
 
     Args:
@@ -181,12 +190,17 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
         when this search compiles its program, also compile (not run) the
         program of the same search over a subset of those shapes, so that a
         later removal (which decodes over the items left) finds it compiled.
+      prior: a `decode.prior.LivePrior` (item priors of a fixed-length set,
+        `CompiledConstraints.prior`): each item ranks by its log-probability
+        plus weight x prior, each prefix by its log-probability plus the
+        best weighted prior below it; the final scores hold the sum. Not
+        with a length penalty.
     """
     call = _beam_search_call(plan, tables, logits_fn, batch_size=batch_size,
                              beam_size=beam_size, tokens_per_beam=tokens_per_beam,
                              start_token=start_token, carry=carry, carry_axes=carry_axes,
                              reorder=reorder, params=params, length_penalty=length_penalty,
-                             subset=subset)
+                             subset=subset, prior=prior)
     result, out_carry = _beam_search(**call, also_compile=_as_subset(also_compile))
     return (result, out_carry) if return_carry else result
 
@@ -195,21 +209,24 @@ def _beam_search_call(plan: Plan, tables, logits_fn: Callable, *, batch_size: in
                       beam_size: int, tokens_per_beam=None, start_token=0, carry=None,
                       carry_axes=UNDECLARED, reorder: Optional[Callable] = None,
                       params=NO_PARAMS, length_penalty: float = 0.0,
-                      subset: Optional[LiveMask] = None) -> dict:
+                      subset: Optional[LiveMask] = None,
+                      prior: Optional[LivePrior] = None) -> dict:
     """`_beam_search`'s arguments (static ones included) for a `beam_search`
     call, after checking every argument: DecodeInputError before anything
     is traced or compiled."""
-    batch_size, beam_size = check_rows(batch_size, beam_size)
+    batch_size = check_rows(batch_size)[0]
+    widths = check_beam_schedule(beam_size, plan.max_length, batch_size)
     check_live_mask(plan, subset, batch_size, "beam_search")
     caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
     start_tokens = check_start_tokens(start_token, batch_size, "beam_search")
     length_penalty = check_finite("length_penalty", length_penalty)
     check_callable("logits_fn", logits_fn)
-    axes = resolve_carry_axes(carry, carry_axes, batch_size, beam_size, reorder)
+    check_live_prior(plan, prior, length_penalty)
+    axes = resolve_carry_axes(carry, carry_axes, batch_size, widths[0], reorder, max(widths))
     with_params = params is not NO_PARAMS
     return dict(plan=plan, tables=tables, carry=carry, start_tokens=start_tokens,
-                params=params if with_params else None, subset=subset, logits_fn=logits_fn,
-                batch_size=int(batch_size), beam_size=int(beam_size), caps=caps,
+                params=params if with_params else None, subset=subset, prior=prior,
+                logits_fn=logits_fn, batch_size=int(batch_size), widths=widths, caps=caps,
                 length_penalty=length_penalty, axes=axes, reorder=reorder,
                 with_params=with_params, unroll=unrolled(plan))
 

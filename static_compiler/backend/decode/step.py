@@ -22,12 +22,14 @@ from static_compiler.backend import kernels
 from static_compiler.backend.decode.live import LiveMask, check_live_mask, group_live, pack_live
 from static_compiler.backend.kernels import PackedRun, group_run, pack_run, packed_entries
 from static_compiler.backend.decode.logprobs import LogProbs, scored
+from static_compiler.backend.decode import prior as prior_lib
+from static_compiler.backend.decode.prior import LivePrior
 from static_compiler.backend.decode.selection import select_beams
 from static_compiler.target.plan import Plan
 from static_compiler.backend.decode.programs import bounded_jit
 from static_compiler.support.beam_result import (finalize, finalize_complete,  # noqa: F401
                                                  length_normalized)
-from static_compiler.support.arguments import check_int, is_int
+from static_compiler.support.arguments import check_int, check_rows, is_int
 from static_compiler.support.decode_state import (PAD_TOKEN, SENTINEL_SCORE, BeamState,
                                           check_logits, check_step,
                                           check_tokens_per_beam)
@@ -98,8 +100,8 @@ def apply_choice(plan: Plan, state: BeamState, cand: StepCandidates, parent, col
 
 def beam_step(plan: Plan, tables, state: BeamState, logits, step,
               tokens_per_beam=None, subset: Optional[LiveMask] = None,
-              live_beams: Optional[int] = None) -> BeamState:
-    """One beam-search step: the `BeamState` (B, M) after it.
+              live_beams: Optional[int] = None, beam_size: Optional[int] = None) -> BeamState:
+    """One beam-search step: the `BeamState` (B, beam_size) after it.
 
     step: an int in [0, plan.max_length) (a Python or numpy int): a program
     specialised for that step, the layers' own kernels at that step; or a
@@ -119,42 +121,57 @@ def beam_step(plan: Plan, tables, state: BeamState, logits, step,
     subset: a `LiveMask` (per-row item subsets), or None.
     live_beams: static promise that only beams [0, live_beams) of `state`
     can be valid (see `live_beam_bounds`); the others are not expanded, which
-    saves their log_softmax, candidates and top-k. A static step only."""
+    saves their log_softmax, candidates and top-k. A static step only.
+    beam_size: the beams the new state keeps (a beam schedule's width at
+    this step); None: M, as many as `state` has."""
     step = check_step(step, plan.max_length, "beam_step", traced=True)
-    check_live_mask(plan, subset, state.node.shape[0], "beam_step")
+    B, M = state.node.shape
+    check_live_mask(plan, subset, B, "beam_step")
+    width = M if beam_size is None else check_rows(B, beam_size)[1]
     if not isinstance(step, int):
         if live_beams is not None:
             raise DecodeInputError(f"beam_step: live_beams={live_beams!r} needs a static step "
                                    "(an int); a traced step expands every beam")
-        return beam_step_switch(plan, tables, state, logits, step, tokens_per_beam, subset)
+        return beam_step_switch(plan, tables, state, logits, step, tokens_per_beam, subset,
+                                width)
     if tokens_per_beam is None or is_int(tokens_per_beam):
         cap = check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
     else:
         cap = check_tokens_per_beam(tokens_per_beam, plan.max_length)[step]
-    return run_step(plan, tables, state, logits, (step,), step, cap, live_beams, subset)
+    return run_step(plan, tables, state, logits, (step,), step, cap, live_beams, subset, width)
 
 
 def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...], step,
-             tokens_per_beam: Optional[int], live_beams: Optional[int], subset=None) -> BeamState:
+             tokens_per_beam: Optional[int], live_beams: Optional[int], subset=None,
+             beam_size: Optional[int] = None, prior: Optional[LivePrior] = None) -> BeamState:
     """One beam-search step at `step`, one of the static `steps` that share
     one cap and live-beam bound. With several steps, `step` is a traced int32
     scalar and the candidates come from `run_candidates` (a packed run's one
     gather, or a `lax.switch` over the steps' own kernels), padded to the
     widest of the steps; everything else (log-probs, selection, the new
     state) is one program for all of them, so a loop over the steps compiles
-    it once. tables, subset: as `run_inputs` gives them for `steps`."""
+    it once. tables, subset: as `run_inputs` gives them for `steps`;
+    beam_size: the beams the new state keeps (None: the state's M); prior:
+    item priors (`decode.prior`): candidates ranked with the best prior
+    below them, every child of a mixed layer listed (its per-beam cut
+    ranks by log-probability alone)."""
     B, M = state.node.shape
     where = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
     check_logits(logits, (B, M), plan.vocab_size, f"beam_step ({where})")
     if live_beams is not None and live_beams < M:
         state = jax.tree_util.tree_map(lambda x: x[:, :live_beams], state)
         logits = logits[:, :live_beams]
+    M = M if beam_size is None else beam_size  # the beams kept
     keep = M if tokens_per_beam is None else min(tokens_per_beam, M)
     cand = run_candidates(plan, tables, steps, step, state.node, state.valid, state.finished,
-                          LogProbs.of(logits), scores=state.scores, keep=keep, subset=subset)
-    top, parent, col, real = select_beams(scored(cand.valid, cand.logprob, state.scores), M,
-                                          tokens_per_beam)
+                          LogProbs.of(logits), scores=None if prior else state.scores,
+                          keep=None if prior else keep, subset=subset)
+    base = scored(cand.valid, cand.logprob, state.scores)
+    rank = base if prior is None else prior_lib.ranked(plan, prior, step, base, cand.next)
+    top, parent, col, real = select_beams(rank, M, tokens_per_beam)
     valid = real & pick_candidates(cand.valid, parent, col)
+    if prior is not None:
+        top = prior_lib.kept_scores(plan, step, top, pick_candidates(base, parent, col))
     return apply_choice(plan, state, cand, parent, col, top, valid, step)
 
 
@@ -249,32 +266,43 @@ def step_in_range(plan: Plan, step):
 
 
 def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
-                     tokens_per_beam=None, subset: Optional[LiveMask] = None) -> BeamState:
+                     tokens_per_beam=None, subset: Optional[LiveMask] = None,
+                     beam_size: Optional[int] = None,
+                     prior: Optional[LivePrior] = None) -> BeamState:
     """`beam_step` at a traced int32 `step` (`beam_step` dispatches here; the
     exported modules call it directly): a step outside [0, max_length)
     appends nothing (the state as it was, parent the identity).
     tokens_per_beam as `beam_search` takes it (see `check_tokens_per_beam`).
     A `lax.switch` over the runs of `step_segments`: each run compiles one
     step program (with an inner switch for its layers' candidate gathers),
-    not one per step. subset: a `LiveMask` (per-row item subsets), or None."""
+    not one per step. subset: a `LiveMask` (per-row item subsets), or None.
+    beam_size: the beams the new state keeps (None: the state's M); a
+    served artifact exports one module per (M, beam_size) its beam
+    schedules step through. A step outside the range appends nothing, and
+    needs beam_size == M (a state of another width cannot be the same).
+    prior: item priors (`decode.prior.LivePrior`), as `run_step` takes them."""
     caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
-    runs = step_segments(plan, caps, (None,) * plan.max_length, state.node.shape[1], tables)
+    M = state.node.shape[1]
+    width = M if beam_size is None else beam_size
+    runs = step_segments(plan, caps, (None,) * plan.max_length, width, tables)
     in_range = step_in_range(plan, step)
     step = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
     starts = jnp.asarray([run[0] for run in runs[1:]], jnp.int32)
     index = jnp.sum(step >= starts).astype(jnp.int32)
-    branches = [functools.partial(_run_branch, plan, caps, run) for run in runs]
-    new = lax.switch(index, branches, tables, state, logits, step, subset)
+    branches = [functools.partial(_run_branch, plan, caps, run, width) for run in runs]
+    new = lax.switch(index, branches, tables, state, logits, step, subset, prior)
+    if width != M:
+        return new
     same = state._replace(parent=jnp.broadcast_to(
         lax.iota(jnp.int32, state.parent.shape[-1]), state.parent.shape))
     return BeamState(*(jnp.where(in_range, a, b) for a, b in zip(new, same)))
 
 
-def _run_branch(plan, caps, run, tables, state, logits, step, subset):
+def _run_branch(plan, caps, run, width, tables, state, logits, step, subset, prior):
     # Built on every call here, not once per loop: stacks as small as packed runs.
     tabs, sub = run_inputs(plan, tables, subset, run, kernels.PACK_MAX_ENTRIES)
     return run_step(plan, tabs, state, logits, run, step if len(run) > 1 else run[0],
-                    caps[run[0]], None, sub)
+                    caps[run[0]], None, sub, width, prior)
 
 
 MAX_PADDING = (2, 8)
@@ -283,12 +311,15 @@ widest candidate list is at most 2x + 8 of the step's own: padding costs
 selection work, a run saves a compiled copy of the step."""
 
 
-def step_segments(plan: Plan, caps: tuple, live: tuple, beam_size: int,
+def step_segments(plan: Plan, caps: tuple, live: tuple, beam_size,
                   tables=None) -> tuple[tuple[int, ...], ...]:
     """The steps 0..max_length-1 cut into runs of consecutive steps that can
     share one step program (a run of two or more compiles as one loop, not
-    an unrolled chain, and the model inside it once). Steps share a run when
-    they have the same cap and either
+    an unrolled chain, and the model inside it once). beam_size: an int, or
+    the widths of a beam schedule (`arguments.check_beam_schedule`): a step
+    that changes the beams' width is a run of its own (a loop keeps its
+    state's shape).
+    Steps share a run when they have the same cap and width and either
 
     * `tables` is given and the run stays packable (`run_inputs`): its steps
       read one packed table whatever their widths, and the run expands the
@@ -297,12 +328,15 @@ def step_segments(plan: Plan, caps: tuple, live: tuple, beam_size: int,
       `MAX_PADDING` of each other (their own kernels, under a lax.switch).
     """
     factor, extra = MAX_PADDING
+    beams = (beam_size,) * (plan.max_length + 1) if is_int(beam_size) else tuple(beam_size)
     runs = []  # [cap, live bounds, steps, widths, packed entries or None]
     for t in range(plan.max_length):
-        keep = beam_size if caps[t] is None else min(caps[t], beam_size)
+        keep = beams[t + 1] if caps[t] is None else min(caps[t], beams[t + 1])
         width = candidate_width(plan, t, keep)
         entries = None if tables is None else kernels.step_entries(plan, tables, t)
-        if runs and runs[-1][0] == caps[t]:
+        same_width = bool(runs) and all(beams[u] == beams[u + 1] == beams[t]
+                                        for u in runs[-1][2] + [t])
+        if same_width and runs[-1][0] == caps[t]:
             cap, bounds, steps, widths, packed = runs[-1]
             if packed is not None and entries is not None and \
                     packed + entries <= kernels.PACK_MAX_ENTRIES:
@@ -324,14 +358,19 @@ def run_live_bound(live: tuple, steps: tuple[int, ...]) -> Optional[int]:
     return None if None in bounds else max(bounds)
 
 
-def beam_step_program(tables, state: BeamState, logits, step, live, *, plan: Plan, caps: tuple):
-    """`beam_step_switch` as one program per plan, caps and shapes, logits
-    as float32 and the step as an int32 scalar: what a served artifact's
-    beam_step module runs (the compiled set's `beam_step`)."""
+def beam_step_program(tables, state: BeamState, logits, step, live, *, plan: Plan, caps: tuple,
+                      beam_size: Optional[int] = None, prior: Optional[LivePrior] = None):
+    """`beam_step_switch` as one program per plan, caps, output width and
+    shapes, logits as float32 and the step as an int32 scalar: what a
+    served artifact's beam_step module runs (the compiled set's
+    `beam_step`). beam_size: the beams kept (None: the state's); prior:
+    item priors (`decode.prior.LivePrior`)."""
     return _beam_step_program(tables, state, jnp.asarray(logits).astype(jnp.float32),
-                              jnp.asarray(step, jnp.int32), live, plan=plan, caps=caps)
+                              jnp.asarray(step, jnp.int32), live, prior, plan=plan, caps=caps,
+                              beam_size=beam_size)
 
 
-@bounded_jit(static_argnames=("plan", "caps"), group_by="plan")
-def _beam_step_program(tables, state: BeamState, logits, step, live, *, plan, caps: tuple):
-    return beam_step_switch(plan, tables, state, logits, step, caps, live)
+@bounded_jit(static_argnames=("plan", "caps", "beam_size"), group_by="plan")
+def _beam_step_program(tables, state: BeamState, logits, step, live, prior, *, plan,
+                       caps: tuple, beam_size):
+    return beam_step_switch(plan, tables, state, logits, step, caps, live, beam_size, prior)

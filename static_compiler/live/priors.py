@@ -1,0 +1,178 @@
+"""Item priors (soft constraints): a float attribute read as a log-prior
+with a weight, so that a beam search ranks an item by the model's
+log-probability plus weight x its prior (`CompiledConstraints.prior`,
+`TorchConstraints.prior`; docs/business-rules.md, "Item priors").
+
+While decoding, a prefix is ranked with the best prior among the live items
+below it (an optimistic look-ahead): the `Prior` holds, for every state at
+depths 1..depth, the largest prior of the live items its subtree holds
+(-inf where none), in one float32 row laid out depth after depth
+(`offsets`), so that a step reads each candidate's term with one gather at
+``offsets[t] + next state``. At the last depth a state is one item, so the
+term is the item's own prior: the final ranking is exact. Live items are
+those a selection or filter picks (as `subset` takes them), less those
+updates removed; priors change with no recompile (new values, same shapes).
+
+Only fixed-length sets held as a trie (an item index, no `minimize`): an
+item is then one state at the last depth. numpy only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import numpy as np
+
+from static_compiler.errors import AttributeColumnError, DecodeInputError
+from static_compiler.live import state_order
+from static_compiler.live.layers import row_range
+from static_compiler.live.placements import Placements
+
+CHUNK = 1 << 22
+"""States crossed at a time when a layer's maxima are taken."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Prior:
+    """The best prior below each state of one compiled set, and its weight.
+
+    Attributes
+    ----------
+    best : numpy.ndarray
+        float32 (S,), S = the states at depths 1..depth as the tables hold
+        them (padded to a reserved capacity): entry offsets[d - 1] + s is
+        the largest weighted prior (float32 weight x prior) among the live
+        items below state s at depth d, -inf where none lives (with a
+        negative weight: the smallest prior, weighted; either way the best
+        term any item below can add).
+    offsets : tuple of int
+        Where each depth 1..depth starts in `best`.
+    weight : float
+        The prior's weight: an item's final score is its log-probability
+        plus weight x prior.
+    column : str
+        The attribute it was read from.
+    fingerprint : str
+        The compiled set's (a prior of another set is refused).
+    placements : Placements
+        Its device copies, made once per device.
+    """
+
+    best: np.ndarray
+    offsets: tuple
+    weight: float
+    column: str
+    fingerprint: str
+    placements: Placements = dataclasses.field(default_factory=Placements, init=False,
+                                               repr=False, compare=False)
+
+    def __repr__(self):
+        return (f"Prior(column={self.column!r}, weight={self.weight}, states={self.best.shape[0]}, "
+                f"live={int(np.isfinite(self.best[self.offsets[-1]:]).sum())})")
+
+
+def check_prior(prior, fingerprint: str, where: str, made_by: str) -> "Prior":
+    """`prior`, after checking it is a `Prior` of the set whose fingerprint
+    is `fingerprint` (DecodeInputError naming `where` otherwise; made_by:
+    the call that makes one, for the message)."""
+    if not isinstance(prior, Prior):
+        raise DecodeInputError(f"{where}: prior={repr(prior)[:60]} is a {type(prior).__name__}, "
+                               f"expected a Prior (made by {made_by}(column, weight))")
+    if prior.fingerprint != fingerprint:
+        raise DecodeInputError(f"{where}: the prior is of another set (or of a version before "
+                               f"an update): make it again with this set's {made_by}(...)")
+    return prior
+
+
+def check_weight(weight) -> float:
+    """The weight as a float: finite (not a bool)."""
+    if isinstance(weight, bool) or not isinstance(weight, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(weight):
+        raise DecodeInputError(f"prior: weight={weight!r}: expected a finite float")
+    return float(weight)
+
+
+def item_values(items, column: str) -> np.ndarray:
+    """float32 (N',): the prior of each unique item, the value of `column`
+    (a float or int attribute) at its first input row. Raises
+    AttributeColumnError naming the column when it is missing, of another
+    kind, or holds a value that is not finite (NaN, +-inf)."""
+    columns = items.attributes or {}
+    if column not in columns:
+        raise AttributeColumnError(f"prior: no attribute {column!r}: the items carry "
+                                   f"{sorted(columns) or 'none'} (give it with attributes=... "
+                                   "when compiling)")
+    col = columns[column]
+    if col.kind not in ("float", "int"):
+        raise AttributeColumnError(f"prior: attribute {column!r} is a {col.kind} column: expected "
+                                   "a float or int column (the log-prior of each item)")
+    first = np.unique(np.asarray(items.row_item), return_index=True)[1]
+    values = np.asarray(col.values)[first].astype(np.float32)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        raise AttributeColumnError(f"prior: attribute {column!r} holds {values[bad[0]]} at input "
+                                   f"row {int(first[bad[0]])}: expected finite values")
+    return values
+
+
+def weighted(values: np.ndarray, weight: float, column: str) -> np.ndarray:
+    """float32 (N',): float32(weight) x values, each finite (AttributeColumnError
+    naming the column where the product overflows float32)."""
+    with np.errstate(over="ignore"):
+        out = np.float32(weight) * values.astype(np.float32)
+    bad = np.flatnonzero(~np.isfinite(out))
+    if bad.size:
+        raise AttributeColumnError(f"prior: weight {weight} x attribute {column!r} overflows "
+                                   f"float32 at item {int(bad[0])} ({values[bad[0]]}): expected "
+                                   "a smaller weight or prior")
+    return out
+
+
+def best_below(trie, items, values: np.ndarray, item_live: np.ndarray,
+               state_counts: Optional[tuple] = None) -> tuple[np.ndarray, tuple]:
+    """(best float32 (S,), offsets): for each state at depths 1..depth of
+    `trie` (a fixed-length trie held in its tables, `set_view.TableTrie`),
+    the largest of `values` (float32 (N',), per unique item: the weighted
+    priors) over the items below it that `item_live` (bool (N',)) keeps,
+    -inf where none; depth d padded to state_counts[d] states (the
+    tables'; None: the trie's)."""
+    depth = trie.depth
+    counts = state_counts or tuple(trie.num_states_at(d) for d in range(depth + 1))
+    order = state_order.item_order(items)
+    finals = trie.num_final_states
+    item_of_state = np.arange(finals) if order is None else \
+        np.asarray(order[np.arange(finals)], np.int64)
+    last = np.full(counts[depth], -np.inf, np.float32)
+    kept = np.where(item_live, values, np.float32(-np.inf)).astype(np.float32)
+    last[:finals] = kept[item_of_state]
+    below = [last]
+    for d in range(depth - 1, 0, -1):
+        below.append(_layer_max(trie.layers[d], below[-1], counts[d]))
+    below.reverse()  # depths 1..depth
+    offsets = tuple(int(x) for x in np.cumsum([0] + [b.shape[0] for b in below[:-1]]))
+    return np.concatenate(below), offsets
+
+
+def _layer_max(layer, child_best: np.ndarray, room: int) -> np.ndarray:
+    """float32 (room,): for each state of `layer` (implicit targets: child
+    e is state e at the next depth) the max of its children's entries of
+    child_best, -inf for a state without children and past the layer's."""
+    n = layer.num_states
+    out = np.full(room, -np.inf, np.float32)
+    if getattr(layer, "kind", None) == "unary":
+        out[:n] = child_best[:n]
+        return out
+    for a in range(0, n, CHUNK):
+        b = min(n, a + CHUNK)
+        ptr = row_range(layer.indptr, a, b)
+        lo, hi = int(ptr[0]), int(ptr[-1])
+        if hi == lo:
+            continue
+        part = child_best[lo:hi]
+        starts = ptr[:-1] - lo
+        full = starts < ptr[1:] - lo  # rows with a child (reduceat would copy the next row)
+        maxima = np.maximum.reduceat(part, np.minimum(starts, hi - lo - 1))
+        out[a:b] = np.where(full, maxima, np.float32(-np.inf))
+    return out
