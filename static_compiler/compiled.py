@@ -433,7 +433,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         takes them (default every item), less removed ones; others rank
         after every live one. Computed on the host in O(items + states),
         no recompile. A `live.priors.Prior`. Raises ConstraintSetError for
-        a set without items or with an end token, AttributeColumnError for
+        a set without items (or whose items share states), AttributeColumnError for
         a missing or non-numeric column or a value that is not finite,
         DecodeInputError for a weight that is not a finite float
         (docs/business-rules.md, "Item priors")."""

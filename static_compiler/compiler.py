@@ -77,8 +77,7 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
         input, no `minimize`).
     export_priors : bool
         `save` also exports each step module's item-prior variant, for
-        `serving.Artifact.prior` (needs export_subsets and a fixed-length
-        set).
+        `serving.Artifact.prior` (needs export_subsets).
     capacity : float, optional
         Room for items added later by `update(add=...)`, as a growth
         factor (1.25: 25 % more states at every depth, 25 % wider slices):
@@ -307,8 +306,8 @@ def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, be
         traced argument: new values of the same shapes reuse the compiled
         search); length_penalty (GNMT exponent for re-ranking the final
         beams, 0: off); return_carry (also return the final carry); prior
-        (`compiled.prior(column, weight=...)`: item priors, a fixed-length
-        set: the final scores are log-probability plus weight x prior).
+        (`compiled.prior(column, weight=...)`: item priors; the final
+        scores are log-probability plus weight x prior).
 
     Returns
     -------

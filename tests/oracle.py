@@ -291,25 +291,37 @@ def step_widths(beam_size, max_length: int) -> list:
     return list(beam_size)
 
 
-def prior_lookahead(items_terms: dict):
-    """prefix -> float32: the best term (weight x prior, float32) of the items
-    of `items_terms` ({item tuple: term}) that start with the prefix, -inf
-    where none does: the look-ahead of item priors, by brute force."""
-    def term(prefix: tuple):
-        found = [t for item, t in items_terms.items() if item[:len(prefix)] == prefix]
+class prior_lookahead:
+    """The look-ahead of item priors, by brute force, over `items_terms`
+    ({item tuple: float32 weight x prior} of the live items): `below(prefix)`
+    the best term of the items that start with the prefix (the prefix
+    itself included), `own(prefix)` the term of the item that is the
+    prefix; -inf where none."""
+
+    def __init__(self, items_terms: dict):
+        self.items_terms = items_terms
+
+    def below(self, prefix: tuple):
+        found = [t for item, t in self.items_terms.items() if item[:len(prefix)] == prefix]
         return max(found) if found else F32(-np.inf)
-    return term
+
+    def own(self, prefix: tuple):
+        return self.items_terms.get(prefix, F32(-np.inf))
 
 
-def _ranked(cands: list, beams: list, prior) -> list:
+def _ranked(cset, cands: list, beams: list, prior) -> list:
     """(rank, parent, order, token, finished, score) of each candidate: with a
-    prior (`prior_lookahead`), rank = max(score + term(prefix), MIN_VALID_SCORE)
-    in float32; else the score."""
+    prior (`prior_lookahead`), rank = max(score + term, MIN_VALID_SCORE) in
+    float32, term: a child's `below`, the end token's `own` of its beam's
+    prefix; a finished beam carried over keeps its score (its rank); else
+    the score."""
     out = []
     for score, p, order, tok, fin in cands:
         rank = score
-        if prior is not None:
-            rank = F32(max(F32(score + prior(beams[p].prefix + (tok,))), F32(MIN_VALID_SCORE)))
+        if prior is not None and tok is not None:
+            prefix = beams[p].prefix
+            term = prior.own(prefix) if fin else prior.below(prefix + (tok,))
+            rank = F32(max(F32(score + term), F32(MIN_VALID_SCORE)))
         out.append((rank, p, order, tok, fin, score))
     return out
 
@@ -322,15 +334,16 @@ def _beam_search_row(cset, model, seed, beam_size, tokens_per_beam, start_token,
     for t, (cap, width) in enumerate(steps):
         cands = []
         for i, beam in enumerate(beams):
-            mine = _ranked(_candidates(cset, beam, i,
-                                       lambda b=beam: model.logprobs(seed, start_token,
-                                                                     b.prefix)), beams, prior)
+            mine = _ranked(cset, _candidates(cset, beam, i,
+                                             lambda b=beam: model.logprobs(seed, start_token,
+                                                                           b.prefix)),
+                           beams, prior)
             if cap is not None:
                 mine = _best_first(mine)[:cap]
             cands += mine
         last = t == len(steps) - 1
         beams = [_Beam(beams[p].prefix + (() if tok is None else (tok,)),
-                       rank if (prior is not None and last) else score, fin)
+                       rank if (prior is not None and (last or fin)) else score, fin)
                  for rank, p, _, tok, fin, score in _best_first(cands)[:width]]
     return beams
 

@@ -40,7 +40,7 @@ from static_compiler.backend import decode
 from static_compiler.backend.decode.processor import advance_switch, mask_switch
 from static_compiler.backend.decode.prior import LivePrior
 from static_compiler.backend.decode.step import beam_step_switch
-from static_compiler.target.plan import Plan, state_counts
+from static_compiler.target.plan import Plan, prior_size
 from static_compiler.support.decode_state import BeamState, ProcessorState
 
 
@@ -88,7 +88,7 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
         base[fmt.beam_module_name("init", M)] = (init, [spec((b,), jnp.int32)],
                                                  ["start_tokens"], state_names)
     priors = getattr(compiled, "export_priors", False)
-    prior_spec = spec((sum(state_counts(plan)[1:]),), jnp.float32)
+    prior_spec = spec((prior_size(plan),), jnp.float32)
     for M, W in steps:  # one step from M beams keeping W (W != M: a schedule's resize)
         state_specs = [spec((b, M, T), jnp.int32), spec((b, M), jnp.float32)] + \
             [spec((b, M), dt) for dt in (jnp.int32, bool, bool, jnp.int32, jnp.int32, jnp.int32)]

@@ -120,10 +120,9 @@ def export_caps(compiled) -> tuple[Optional[int], ...]:
     beam schedules of max_length steps); raises
     DecodeInputError naming the export option that is wrong."""
     check_export_beam_sizes(compiled.export_beam_sizes, compiled.plan.max_length)
-    if getattr(compiled, "export_priors", False) and (
-            not compiled.export_subsets or compiled.plan.end_token is not None):
+    if getattr(compiled, "export_priors", False) and not compiled.export_subsets:
         raise DecodeInputError("export_priors=True needs export_subsets=True (the items and "
-                               "their attributes) and a fixed-length set (no end token)")
+                               "their attributes)")
     try:
         return check_tokens_per_beam(compiled.export_tokens_per_beam, compiled.plan.max_length)
     except DecodeInputError as e:

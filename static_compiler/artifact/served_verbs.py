@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import jax.numpy as jnp
 import numpy as np
 
-from static_compiler.errors import DecodeInputError
+from static_compiler.live.priors import check_no_length_penalty
 from static_compiler.support.beam_loop import check_search, run_search
 from static_compiler.support.decode_state import (SENTINEL_SCORE, ProcessorState,
                                                   check_prefixes, check_processor_state,
@@ -103,9 +103,7 @@ class ServedVerbs:
         B, widths = check_search(logits_fn, batch_size, beam_size, carry, reorder,
                                  self.max_length)
         self.check_schedule(beam_size)
-        if prior is not None and length_penalty:
-            raise DecodeInputError(f"prior with length_penalty={length_penalty}: a fixed-length "
-                                   "set's beams are all as long; pass one or the other")
+        check_no_length_penalty(prior, length_penalty)
         state = self.init_beams(B, widths[0], start_token)
         step = lambda s, logits, t: self.beam_step(s, logits, t, subset=subset,
                                                    subset_index=subset_index,

@@ -162,9 +162,9 @@ def _zero_prior(art):
     """A `live.priors.Prior` of zeros for `art` (its shape is what the prior
     modules compile for)."""
     from static_compiler.live.priors import Prior
-    counts = art.set_view.facts.state_counts[1:]
-    offsets = tuple(int(x) for x in np.cumsum((0,) + tuple(counts[:-1])))
-    return Prior(np.zeros(sum(counts), np.float32), offsets, 0.0, "", art.fingerprint)
+    from static_compiler.target.plan import prior_size
+    plan = art.set_view.facts.plan
+    return Prior(np.zeros(prior_size(plan), np.float32), (), 0.0, "", art.fingerprint)
 
 
 def run_warm(art, sizes: tuple, beams: tuple, rows: Optional[int]) -> WarmReport:

@@ -8,13 +8,15 @@ below it (an optimistic look-ahead): the `Prior` holds, for every state at
 depths 1..depth, the largest prior of the live items its subtree holds
 (-inf where none), in one float32 row laid out depth after depth
 (`offsets`), so that a step reads each candidate's term with one gather at
-``offsets[t] + next state``. At the last depth a state is one item, so the
-term is the item's own prior: the final ranking is exact. Live items are
-those a selection or filter picks (as `subset` takes them), less those
-updates removed; priors change with no recompile (new values, same shapes).
+``offsets[t] + next state``. With an end token, the row also holds each
+state's own term (the item ending there, -inf where none), which the end
+token's candidate reads (`own_offsets`); a finished beam keeps its rank.
+At the state where an item ends the term is the item's own prior, so the
+final ranking is exact. Live items are those a selection or filter picks
+(as `subset` takes them), less those updates removed; priors change with
+no recompile (new values, same shapes).
 
-Only fixed-length sets held as a trie (an item index, no `minimize`): an
-item is then one state at the last depth. numpy only.
+Sets held as a trie (an item index, no `minimize`). numpy only.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class Prior:
         term any item below can add).
     offsets : tuple of int
         Where each depth 1..depth starts in `best`.
+    own_offsets : tuple of int
+        With an end token, where the own terms of each depth 0..depth start
+        in `best` (after the look-ahead's), else ().
     weight : float
         The prior's weight: an item's final score is its log-probability
         plus weight x prior.
@@ -65,12 +70,13 @@ class Prior:
     weight: float
     column: str
     fingerprint: str
+    own_offsets: tuple = ()
     placements: Placements = dataclasses.field(default_factory=Placements, init=False,
                                                repr=False, compare=False)
 
     def __repr__(self):
-        return (f"Prior(column={self.column!r}, weight={self.weight}, states={self.best.shape[0]}, "
-                f"live={int(np.isfinite(self.best[self.offsets[-1]:]).sum())})")
+        return (f"Prior(column={self.column!r}, weight={self.weight}, "
+                f"entries={self.best.shape[0]})")
 
 
 def check_prior(prior, fingerprint: str, where: str, made_by: str) -> "Prior":
@@ -84,6 +90,16 @@ def check_prior(prior, fingerprint: str, where: str, made_by: str) -> "Prior":
         raise DecodeInputError(f"{where}: the prior is of another set (or of a version before "
                                f"an update): make it again with this set's {made_by}(...)")
     return prior
+
+
+def check_no_length_penalty(prior, length_penalty: float) -> None:
+    """DecodeInputError for a prior with a length penalty: the final scores
+    with a prior are log-probability plus weight x prior, which GNMT's
+    rescaling would mix up."""
+    if prior is not None and length_penalty:
+        raise DecodeInputError(f"prior with length_penalty={length_penalty}: the final scores "
+                               "with a prior are log-probability plus weight x prior, which a "
+                               "length penalty would rescale; pass one or the other")
 
 
 def check_weight(weight) -> float:
@@ -131,28 +147,47 @@ def weighted(values: np.ndarray, weight: float, column: str) -> np.ndarray:
 
 
 def best_below(trie, items, values: np.ndarray, item_live: np.ndarray,
-               state_counts: Optional[tuple] = None) -> tuple[np.ndarray, tuple]:
-    """(best float32 (S,), offsets): for each state at depths 1..depth of
-    `trie` (a fixed-length trie held in its tables, `set_view.TableTrie`),
+               state_counts: Optional[tuple] = None) -> tuple[np.ndarray, tuple, tuple]:
+    """(best float32 (S,), offsets, own_offsets): for each state at depths
+    1..depth of `trie` (a trie held in its tables, `set_view.TableTrie`),
     the largest of `values` (float32 (N',), per unique item: the weighted
-    priors) over the items below it that `item_live` (bool (N',)) keeps,
-    -inf where none; depth d padded to state_counts[d] states (the
-    tables'; None: the trie's)."""
+    priors) over the items ending at or below it that `item_live` (bool
+    (N',)) keeps, -inf where none; with an end token, then each state's
+    own term at depths 0..depth (its item's, -inf where none ends there).
+    Depth d padded to state_counts[d] states (the tables'; None: the
+    trie's)."""
     depth = trie.depth
     counts = state_counts or tuple(trie.num_states_at(d) for d in range(depth + 1))
-    order = state_order.item_order(items)
-    finals = trie.num_final_states
-    item_of_state = np.arange(finals) if order is None else \
-        np.asarray(order[np.arange(finals)], np.int64)
-    last = np.full(counts[depth], -np.inf, np.float32)
     kept = np.where(item_live, values, np.float32(-np.inf)).astype(np.float32)
-    last[:finals] = kept[item_of_state]
-    below = [last]
+    own = _own_terms(trie, items, kept, counts)
+    below = [own[depth]]
     for d in range(depth - 1, 0, -1):
-        below.append(_layer_max(trie.layers[d], below[-1], counts[d]))
+        below.append(np.maximum(own[d], _layer_max(trie.layers[d], below[-1], counts[d])))
     below.reverse()  # depths 1..depth
-    offsets = tuple(int(x) for x in np.cumsum([0] + [b.shape[0] for b in below[:-1]]))
-    return np.concatenate(below), offsets
+    parts = below + ([] if trie.end_token is None else own)
+    starts = tuple(int(x) for x in np.cumsum([0] + [p.shape[0] for p in parts[:-1]]))
+    return np.concatenate(parts), starts[:depth], starts[depth:]
+
+
+def _own_terms(trie, items, kept: np.ndarray, counts: tuple) -> list:
+    """float32 (counts[d],) per depth 0..depth: the term of the item ending
+    at each state, -inf where none does (a fixed-length set: the last
+    depth's states are its items, the others end none; with an end token,
+    the item index's item_depth / item_state say where each ends)."""
+    depth = trie.depth
+    own = [np.full(counts[d], -np.inf, np.float32) for d in range(depth + 1)]
+    if items.item_depth is None:
+        order = state_order.item_order(items)
+        finals = trie.num_final_states
+        item_of_state = np.arange(finals) if order is None else \
+            np.asarray(order[np.arange(finals)], np.int64)
+        own[depth][:finals] = kept[item_of_state]
+        return own
+    item_depth, item_state = np.asarray(items.item_depth), np.asarray(items.item_state)
+    for d in range(depth + 1):
+        at = item_depth == d
+        own[d][item_state[at]] = kept[at]
+    return own
 
 
 def _layer_max(layer, child_best: np.ndarray, room: int) -> np.ndarray:

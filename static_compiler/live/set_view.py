@@ -282,13 +282,9 @@ class SetView:
         or int attribute `column` with `weight`, over the items the
         selection (bool (N,) over the input rows) or filter picks (default:
         every item), less those updates removed. Raises as `checked_items`,
-        ConstraintSetError for a set with an end token, AttributeColumnError
-        for a missing or bad column, DecodeInputError for a bad weight, and
+        AttributeColumnError for a missing or bad column, DecodeInputError for a bad weight, and
         as `pick` for the selection."""
         items = self.checked_items(where)
-        if self.facts.end_token is not None:
-            raise ConstraintSetError(f"{where}: item priors need a fixed-length set (this one "
-                                     f"has an end token, {self.facts.end_token})")
         weight = priors.check_weight(weight)
         values = priors.weighted(priors.item_values(items, column), weight, column)
         if selection is None and expression is None and not masks:
@@ -298,9 +294,9 @@ class SetView:
             live = rows_item_mask(rows, items, where)
         if items.removed is not None:
             live &= ~np.asarray(items.removed)
-        best, offsets = priors.best_below(self.trie(), items, values, live,
-                                          self.facts.state_counts)
-        return priors.Prior(best, offsets, weight, column, self.fingerprint)
+        best, offsets, own_offsets = priors.best_below(self.trie(), items, values, live,
+                                                       self.facts.state_counts)
+        return priors.Prior(best, offsets, weight, column, self.fingerprint, own_offsets)
 
     def subset(self, selection, where: str) -> Subset:
         """The items `selection` picks, bool (N,) over the input rows

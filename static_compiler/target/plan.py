@@ -126,15 +126,27 @@ def state_counts(plan: Plan) -> tuple[int, ...]:
 
 
 
-def prior_offsets(plan: Plan) -> tuple[int, ...]:
-    """Where depth t + 1 (the children of step t) starts in an item prior's
-    row (`live.priors.Prior.best`), t = 0..depth - 1: the tables' state
-    counts, depth after depth."""
-    out, at = [], 0
-    for count in state_counts(plan)[1:]:
-        out.append(at)
-        at += count
-    return tuple(out)
+def prior_offsets(plan: Plan) -> tuple[tuple[int, ...], Optional[tuple[int, ...]]]:
+    """(children, own) per step t = 0..max_length - 1: where depth t + 1
+    (step t's children; 0 at the extra step of a set with an end token)
+    and, with an end token, depth t's own terms (the end token's
+    candidates) start in an item prior's row (`live.priors.Prior.best`:
+    the tables' state counts, depth after depth, the look-ahead's depths
+    1..depth then the own terms' 0..depth); own is None without an end
+    token."""
+    counts = state_counts(plan)
+    starts = [0]
+    for count in counts[1:] + (counts if plan.end_token is not None else ()):
+        starts.append(starts[-1] + count)
+    children = tuple(starts[:plan.depth]) + (0,) * (plan.max_length - plan.depth)
+    own = None if plan.end_token is None else tuple(starts[plan.depth:plan.depth + plan.max_length])
+    return children, own
+
+
+def prior_size(plan: Plan) -> int:
+    """Entries of an item prior's row (`prior_offsets`)."""
+    counts = state_counts(plan)
+    return sum(counts[1:]) + (sum(counts) if plan.end_token is not None else 0)
 
 
 SLOT_MIN_FILL = 0.5

@@ -249,19 +249,29 @@ def select(scores: torch.Tensor, beam_size: int, keep: int):
 class PriorTerms(NamedTuple):
     """Item priors on this backend's device: best float32 (S,), the best
     weighted prior below each state (`live.priors.Prior.best`), and where
-    each step's children start in it (`target.plan.prior_offsets`)."""
+    each step's children (and, with an end token, own terms) start in it
+    (`target.plan.prior_offsets`: (children, own))."""
 
     best: torch.Tensor
     offsets: tuple
 
 
-def ranked(ranking: PriorTerms, step: int, scores: torch.Tensor, nxt: torch.Tensor):
+def ranked(ranking: PriorTerms, step: int, cand: "Candidates", node: torch.Tensor):
     """float32 (B, M', C): the candidates' ranks (`backend.decode.prior.ranked`
-    in torch): max(score + best[offset + next], MIN_VALID_SCORE) where valid
-    (scores above SENTINEL_SCORE), SENTINEL_SCORE elsewhere; nxt int64 (B *
-    M', C), the children's next states (a fixed-length set: C children)."""
-    at = (nxt + ranking.offsets[step]).clamp(0, ranking.best.shape[0] - 1)  # (invalid: any)
-    term = ranking.best[at].reshape(scores.shape)
+    in torch): max(score + term, MIN_VALID_SCORE) where valid (scores above
+    SENTINEL_SCORE), SENTINEL_SCORE elsewhere; a child's term is the best
+    below its next state, the end column's its beam's state's (node int64
+    (B, M')) own item's, the carried-over column's none."""
+    children, own = ranking.offsets
+    last = ranking.best.shape[0] - 1
+    take = lambda at: ranking.best[at.clamp(0, last)]  # (an invalid candidate reads any)
+    parts = [] if cand.children is None else [take(cand.children.next + children[step])]
+    if cand.end is not None:
+        parts.append(take(node.reshape(-1, 1) + own[step]))
+    if cand.stay is not None:
+        parts.append(torch.zeros((node.numel(), 1), dtype=torch.float32, device=node.device))
+    scores = cand.scores
+    term = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).reshape(scores.shape)
     return torch.where(scores > SENTINEL_SCORE, (scores + term).clamp(min=MIN_VALID_SCORE),
                        SENTINEL_SCORE)
 
@@ -308,13 +318,9 @@ def scored_step(plan, tables, state: BeamState, logprobs: LogProbs, step: int,
                       cut(state.finished), cut(state.scores), logprobs, sub)
     C = cand.scores.shape[2]
     keep = min(C, M, C if tokens_per_beam is None else tokens_per_beam)
-    rank = cand.scores if ranking is None else \
-        ranked(ranking, step, cand.scores, cand.children.next)
+    rank = cand.scores if ranking is None else ranked(ranking, step, cand, cut(state.node))
     top, position = select(rank, M, keep)
     valid = top > SENTINEL_SCORE
-    if ranking is not None and step < plan.max_length - 1:  # beams keep their log-probs
-        top = torch.where(valid, cand.scores.reshape(B, Mx * C).gather(1, position),
-                          SENTINEL_SCORE)
     # C = 1: the one column is a child (an end or stay column comes with the other)
     parent, col = (position, None) if C == 1 else (position // C, position % C)
     ends = None if cand.end is None else col == cand.end
@@ -322,6 +328,8 @@ def scored_step(plan, tables, state: BeamState, logprobs: LogProbs, step: int,
     done = ends if stays is None else stays if ends is None else ends | stays
     finished = torch.zeros_like(valid) if done is None else valid & done
     grows = valid ^ finished  # valid, not ended, not carried over
+    if ranking is not None and step < plan.max_length - 1:  # log-probs until complete
+        top = torch.where(grows, cand.scores.reshape(B, Mx * C).gather(1, position), top)
     end_or_pad = PAD_TOKEN if ends is None else torch.where(valid & ends, plan.end_token,
                                                             PAD_TOKEN)
     kids = cand.children

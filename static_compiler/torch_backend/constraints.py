@@ -29,7 +29,7 @@ from static_compiler.errors import DecodeInputError
 from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.frontend.items import ItemIndex
 from static_compiler.live.liveness import Subset, checked_subset_index
-from static_compiler.live.priors import check_prior
+from static_compiler.live.priors import check_no_length_penalty, check_prior
 from static_compiler.live.set_view import SetView
 from static_compiler.target.plan import Plan
 from static_compiler.support.beam_loop import check_search, run_search
@@ -377,8 +377,8 @@ class TorchConstraints(PlanFacts):
         the result is the same). compile: run each step past its
         log_softmax as a ``torch.compile`` program (`beam.CompiledSteps`,
         kept on this object: each step, options and shape compiles once, at
-        first use; the same result). prior: item priors (`prior`; a
-        fixed-length set), as `static_compiler.beam_search` takes them.
+        first use; the same result). prior: item priors (`prior`), as
+        `static_compiler.beam_search` takes them.
         Returns a `DecodeResult` of torch tensors (int64 tokens (B, M, T)),
         or ``(result, carry)`` with return_carry.
         """
@@ -388,9 +388,7 @@ class TorchConstraints(PlanFacts):
         length_penalty = arguments.check_finite("length_penalty", length_penalty)
         sub = self.subset_bits(subset, subset_index, B, "beam_search")
         best = self.prior_best(prior, "beam_search")
-        if best is not None and length_penalty:
-            raise DecodeInputError(f"prior with length_penalty={length_penalty}: a fixed-length "
-                                   "set's beams are all as long; pass one or the other")
+        check_no_length_penalty(best, length_penalty)
         bounds = live_beam_bounds(self.plan, widths, caps)
         advance = beam.compiled_steps(self) if compile else \
             (lambda *args: beam.beam_step(self.plan, self.tables, *args))

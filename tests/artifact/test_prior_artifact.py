@@ -110,3 +110,27 @@ def test_the_cli_decodes_with_a_prior(saved, tmp_path, capsys):
     assert f"tokens {top}" in boosted.split("batch row 1")[0]  # weight 50: the top item wins
     code, out, err = run_cli(capsys, "decode", art, "--prior", "nope")
     assert code == 2 and "no attribute 'nope'" in err
+
+
+def test_a_set_with_an_end_token_serves_priors_too(tmp_path):
+    """Names of several lengths: the served search with a prior (the end
+    token's candidates read their item's own prior) is the library's."""
+    items = oracle.random_ragged_set(np.random.default_rng(33), 40, 3, 6, end_token=0)
+    pop = (np.random.default_rng(34).standard_normal(len(items)) * 2).astype(np.float32)
+    compiled = sc.compile_constraints(items, 6, end_token=0, export_subsets=True,
+                                      export_priors=True, export_beam_sizes=(5, (2, 4, 3, 6)),
+                                      attributes={"pop": pop})
+    art = serving.load(compiled.save(tmp_path / "ragged.static"))
+
+    def model(last, step, carry):
+        import jax.numpy as jnp
+        last = jnp.asarray(last)
+        return jnp.cos((last[..., None] + 1.0) * (jnp.arange(6) + 2) * (step + 0.3)), carry
+
+    for beam_size in (5, (2, 4, 3, 6)):
+        want = compiled.beam_search(model, batch_size=2, beam_size=beam_size,
+                                    prior=compiled.prior("pop", 1.5))
+        got = art.beam_search(model, batch_size=2, beam_size=beam_size,
+                              prior=art.prior("pop", 1.5))
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -17,7 +17,7 @@ import oracle
 import static_compiler as sc
 from helpers import assert_matches, examples
 from static_compiler.errors import (AttributeColumnError, ConstraintSetError,
-                                    DecodeInputError)
+                                    DecodeInputError)  # noqa: F401
 from static_compiler.support.decode_state import MIN_VALID_SCORE
 
 V = 8
@@ -97,7 +97,7 @@ def test_the_look_ahead_is_the_best_prior_below_each_state():
     for d in range(1, 5):
         prefixes = sorted({item[:d] for item in ITEMS})
         row = prior.best[prior.offsets[d - 1]:prior.offsets[d - 1] + len(prefixes)]
-        np.testing.assert_array_equal(row, [look(p) for p in prefixes])
+        np.testing.assert_array_equal(row, [look.below(p) for p in prefixes])
     assert trie.depth == 4
 
 
@@ -165,13 +165,33 @@ def test_a_nan_prior_is_refused():
         compiled.prior("pop")
 
 
-def test_a_set_with_an_end_token_has_no_priors():
-    items = [(1, 2), (1,), (3, 4, 5)]
-    compiled = sc.compile_constraints(items, 6, end_token=0,
-                                      attributes={"pop": np.ones(3, np.float32)},
-                                      export_subsets=True)
-    with pytest.raises(ConstraintSetError, match="item priors need a fixed-length set"):
-        compiled.prior("pop")
+RAGGED = oracle.random_ragged_set(np.random.default_rng(13), 30, 3, 6, end_token=0)
+RAGGED_POP = (np.random.default_rng(14).standard_normal(len(RAGGED)) * 2).astype(np.float32)
+
+
+@pytest.mark.parametrize("layout", ["default", "dense_rows", "csr", "unary"])
+@settings(max_examples=examples(4), deadline=None)
+@given(weight=st.sampled_from([1.0, -0.8, 3.0]),
+       beam_size=st.sampled_from([2, 40, (2, 4, 3, 5)]), cap=st.sampled_from([None, 1]),
+       seeds=st.lists(st.integers(0, 2 ** 32 - 1), min_size=3, max_size=3))
+def test_priors_with_an_end_token_match_the_oracle(layout, weight, beam_size, cap, seeds):
+    """Items of several lengths, some prefixes of others: the end token's
+    candidate reads its item's own term, a finished beam keeps its rank."""
+    compiled = sc.compile_constraints(RAGGED, 6, end_token=0,
+                                      pipeline=oracle.pipeline_for(layout, False),
+                                      attributes={"pop": RAGGED_POP}, export_subsets=True)
+    model = oracle.HashModel(6)
+    first = beam_size if isinstance(beam_size, int) else 1
+    got = sc.beam_search(compiled, model, batch_size=3, beam_size=beam_size,
+                         tokens_per_beam=cap, carry=model.init_carry(seeds, first),
+                         carry_axes=model.carry_axes,
+                         prior=compiled.prior("pop", weight=weight))
+    terms = {}
+    for i, item in enumerate(RAGGED):
+        terms.setdefault(item, np.float32(weight) * RAGGED_POP[i])
+    want = oracle.beam_search(oracle.ConstraintSet(RAGGED, 6, 0), model, seeds, beam_size, cap,
+                              prior=oracle.prior_lookahead(terms))
+    assert_matches(got, want, f"{layout} w={weight} M={beam_size} cap={cap}")
 
 
 def test_the_model_never_sees_a_prior():

@@ -111,7 +111,7 @@ RESTRICTED = {
     "artifact.runtime": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT),
     "artifact.warm": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS),  # Artifact.warm, its padding
     # The artifact's verbs composed from its modules (allowed_tokens, allowed, beam_search).
-    "artifact.served_verbs": ({"jax", "numpy"}, SERVING_SUPPORT),
+    "artifact.served_verbs": ({"jax", "numpy"}, SERVING_SUPPORT | {"live.priors"}),
     "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
                          {"artifact.runtime", "artifact.warm", "artifact.served_verbs"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),

@@ -86,3 +86,14 @@ def test_bad_priors_are_named():
     with pytest.raises(DecodeInputError, match="prior with length_penalty=0.3"):
         tc.beam_search(zeros, batch_size=1, beam_size=2, prior=tc.prior("pop"),
                        length_penalty=0.3)
+
+
+def test_priors_with_an_end_token_match_jax():
+    items = oracle.random_ragged_set(np.random.default_rng(24), 40, 3, V, end_token=0)
+    pop = (np.random.default_rng(25).standard_normal(len(items)) * 2).astype(np.float32)
+    compiled = sc.compile_constraints(items, V, end_token=0, attributes={"pop": pop},
+                                      export_subsets=True)
+    tc = TorchConstraints.from_compiled(compiled)
+    for beam_size in (3, (2, 4, 7, 5)):
+        both(compiled, tc, beam_size, -1.2)
+

@@ -118,8 +118,8 @@ class DecodeVerbs:
         comes back unchanged, parent the identity). tokens_per_beam: the
         most children a beam may contribute at this step (None: no cap).
         beam_size: the beams the new state keeps (a beam schedule's width
-        at this step; None: M). prior: item priors (`prior`; a fixed-length
-        set), as `beam_search` takes them. The new state's ``parent`` (B,
+        at this step; None: M). prior: item priors (`prior`), as
+        `beam_search` takes them. The new state's ``parent`` (B,
         beam_size) reorders per-beam model state."""
         state = check_beam_state(state, self.max_length, "beam_step")
         B, M = np.shape(state.node)

@@ -4,10 +4,12 @@ of `static_compiler.live.priors`), one gather per step.
 
 A candidate's rank is ``max(score + term, MIN_VALID_SCORE)``, term =
 ``best[offset(t) + next]`` (-inf where no live item lies below, which then
-ranks it after every other valid candidate); invalid candidates keep
-SENTINEL_SCORE. The beams keep their summed log-probabilities, and the last
-step keeps the rank: at the last depth a state is one item, so the final
-score is its log-probability plus weight x prior.
+ranks it after every other valid candidate); with an end token, the end
+token's candidate reads its state's own item's term and a finished beam
+carried over adds none. Invalid candidates keep SENTINEL_SCORE. The beams
+keep their summed log-probabilities until they are complete (the last
+step, or the end token), then their rank: the term there is the item's
+own, so the final score is its log-probability plus weight x prior.
 """
 
 from __future__ import annotations
@@ -17,51 +19,58 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 
 from static_compiler.errors import DecodeInputError
+from static_compiler.live.priors import check_no_length_penalty
 from static_compiler.support.decode_state import MIN_VALID_SCORE, SENTINEL_SCORE
-from static_compiler.target.plan import Plan, prior_offsets, state_counts
+from static_compiler.target.plan import Plan, prior_offsets, prior_size
 
 
 class LivePrior(NamedTuple):
-    """A `live.priors.Prior` on the device: best float32 (S,), its depths
-    laid out one after the other (`target.plan.prior_offsets`)."""
+    """A `live.priors.Prior` on the device: best float32 (S,), laid out as
+    `target.plan.prior_offsets` says."""
 
     best: Any
 
 
-def ranked(plan: Plan, prior: LivePrior, step, base, nxt):
+def ranked(plan: Plan, prior: LivePrior, step, base, cand, node):
     """float32 (B, M', K): the candidates' ranks from their scores `base`
-    (float32 (B, M', K), SENTINEL_SCORE where invalid: `logprobs.scored`)
-    and next states nxt int32 (B, M', K) at `step` (an int or a traced
-    int32 scalar)."""
-    offset = jnp.asarray(prior_offsets(plan), jnp.int32)[jnp.asarray(step, jnp.int32)]
-    term = jnp.take(prior.best, jnp.maximum(nxt, 0) + offset, mode="clip")
+    (float32 (B, M', K), SENTINEL_SCORE where invalid: `logprobs.scored`),
+    their `StepCandidates` cand (next states; with an end token, which end
+    and which carry a finished beam over) and the beams' states node int32
+    (B, M') at `step` (an int or a traced int32 scalar): a child reads the
+    best term below its next state, the end token its state's own item's,
+    a carried-over beam none (its score is its rank already)."""
+    children, own = prior_offsets(plan)
+    step = jnp.asarray(step, jnp.int32)
+    term = jnp.take(prior.best, jnp.maximum(cand.next, 0) + jnp.asarray(children, jnp.int32)[step],
+                    mode="clip")
+    if own is not None:
+        ended = jnp.take(prior.best, jnp.maximum(node, 0) + jnp.asarray(own, jnp.int32)[step],
+                         mode="clip")[..., None]
+        term = jnp.where(cand.ends, ended, jnp.where(cand.stays, 0.0, term))
     rank = jnp.maximum(base + term, MIN_VALID_SCORE)
     return jnp.where(base > SENTINEL_SCORE, rank, SENTINEL_SCORE).astype(jnp.float32)
 
 
 def check_live_prior(plan: Plan, prior, length_penalty: float) -> None:
     """DecodeInputError unless `prior` is None or a `LivePrior` of this
-    plan's shape, on a fixed-length set, without a length penalty."""
+    plan's shape, without a length penalty."""
     if prior is None:
         return
     if not isinstance(prior, LivePrior):
         raise DecodeInputError(f"prior={repr(prior)[:60]}: expected a Prior "
                                "(made by the set's prior(column, weight))")
-    if plan.end_token is not None:
-        raise DecodeInputError("prior: item priors need a fixed-length set (this one has an end "
-                               f"token, {plan.end_token})")
-    want = sum(state_counts(plan)[1:])
+    want = prior_size(plan)
     if tuple(prior.best.shape) != (want,) or prior.best.dtype != jnp.float32:
         raise DecodeInputError(f"prior: best has shape {tuple(prior.best.shape)} dtype "
                                f"{prior.best.dtype}, expected float32 ({want},): a prior of "
                                "another set")
-    if length_penalty:
-        raise DecodeInputError(f"prior with length_penalty={length_penalty}: a fixed-length "
-                               "set's beams are all as long; pass one or the other")
+    check_no_length_penalty(prior, length_penalty)
 
 
-def kept_scores(plan: Plan, step, top, base_picked):
+def kept_scores(plan: Plan, step, top, base_picked, done_picked):
     """float32 (B, M): what the new beams keep: their log-probabilities
-    (`base_picked`), but at the last step their ranks (`top`)."""
+    (`base_picked`), but their ranks (`top`) once complete: at the last
+    step, or where they took the end token or were carried over finished
+    (`done_picked` bool (B, M))."""
     last = jnp.asarray(step, jnp.int32) == plan.max_length - 1
-    return jnp.where(last, top, base_picked)
+    return jnp.where(last | done_picked, top, base_picked)

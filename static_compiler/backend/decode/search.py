@@ -190,7 +190,7 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
         when this search compiles its program, also compile (not run) the
         program of the same search over a subset of those shapes, so that a
         later removal (which decodes over the items left) finds it compiled.
-      prior: a `decode.prior.LivePrior` (item priors of a fixed-length set,
+      prior: a `decode.prior.LivePrior` (item priors,
         `CompiledConstraints.prior`): each item ranks by its log-probability
         plus weight x prior, each prefix by its log-probability plus the
         best weighted prior below it; the final scores hold the sum. Not

@@ -167,11 +167,14 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
                           LogProbs.of(logits), scores=None if prior else state.scores,
                           keep=None if prior else keep, subset=subset)
     base = scored(cand.valid, cand.logprob, state.scores)
-    rank = base if prior is None else prior_lib.ranked(plan, prior, step, base, cand.next)
+    rank = base if prior is None else \
+        prior_lib.ranked(plan, prior, step, base, cand, state.node)
     top, parent, col, real = select_beams(rank, M, tokens_per_beam)
     valid = real & pick_candidates(cand.valid, parent, col)
     if prior is not None:
-        top = prior_lib.kept_scores(plan, step, top, pick_candidates(base, parent, col))
+        done = False if plan.end_token is None else \
+            pick_candidates(cand.ends | cand.stays, parent, col)
+        top = prior_lib.kept_scores(plan, step, top, pick_candidates(base, parent, col), done)
     return apply_choice(plan, state, cand, parent, col, top, valid, step)
 
 
