@@ -12,7 +12,6 @@ import numpy as np
 from static_compiler.live import subsets, versions
 from static_compiler.support import placement as placement_lib
 from static_compiler.backend import decode
-from static_compiler.live.priors import check_prior
 from static_compiler.live.set_view import SetFacts, SetView
 from static_compiler.target.plan import Plan, PlanFacts, tables_nbytes
 from static_compiler.target.raising import automaton_from_tables, table_head
@@ -440,18 +439,6 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         return self.set_view.prior(column, weight, selection, where, masks,
                                    "CompiledConstraints.prior")
 
-    def live_prior(self, prior, where: str):
-        """The decoder's `decode.prior.LivePrior` of `prior` (a Prior of
-        this set, placed on the default device once), or None."""
-        if prior is None:
-            return None
-        import jax
-
-        from static_compiler.backend.decode.prior import LivePrior
-        check_prior(prior, self.fingerprint, where, "CompiledConstraints.prior")
-        return LivePrior(prior.placements.get(("jax", None),
-                                              lambda: jax.device_put(prior.best)))
-
     def item_index(self, sequences) -> np.ndarray:
         """int64 (n,): the item (input row; the first of duplicate rows) each
         of `sequences` is, -1 for a sequence not in the set (or removed)."""
@@ -461,21 +448,6 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         if items.removed is not None:
             ids = np.where(ids >= 0, np.where(items.removed[np.maximum(ids, 0)], -1, ids), -1)
         return np.where(ids >= 0, first[np.maximum(ids, 0)], -1)
-
-    def live_mask(self, subset: Optional[subsets.Subset], subset_index, batch_size: int,
-                  where: str) -> Optional[decode.live.LiveMask]:
-        """The decoder's `LiveMask` for `subset` (of this set) and the subset
-        of each batch row, `subset_index` ints (batch_size,) (default: all
-        rows subset 0, allowed only for a single subset)."""
-        if subset is None:
-            if subset_index is not None:
-                raise DecodeInputError(f"{where}: subset_index without a subset")
-            if self.base_subset is None:
-                return None
-            subset = self.base_subset
-        else:  # (after warm(max_subsets=K), stacks of 2..K padded to K)
-            subset, subset_index = self._padded(subset, subset_index, batch_size, where)
-        return decode.live.subset_live_mask(subset, self.fingerprint, subset_index, batch_size, where)
 
     def removal_program(self, live, batch_size: int):
         """What a decoder also compiles (`decode.beam_search`'s

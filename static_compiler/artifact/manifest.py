@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import re
 from typing import Optional
@@ -459,10 +460,11 @@ class Manifest:
         serving process needs `static-compiler re-export` first."""
         return not self.modules
 
-    @property
+    @functools.cached_property
     def exports_priors(self) -> bool:
         """Whether its step modules have item-prior variants (format version
-        13, compile_constraints(export_priors=True))."""
+        13, compile_constraints(export_priors=True)); read once (each prior
+        step checks it)."""
         return any(m.kind in PRIOR_KINDS for m in self.modules.values())
 
     def missing_modules(self) -> list[str]:

@@ -53,10 +53,10 @@ from static_compiler.support.placement import MeshPlacement
 from static_compiler.artifact.runtime import (Module, check_table_arguments, current_platform,
                                               deserialize, item_index, put_tables,
                                               table_placement, warn_if_export_ages)
+from static_compiler.artifact.served_items import ServedItems
 from static_compiler.artifact.served_verbs import ServedVerbs
-from static_compiler.artifact.warm import Warmth, counted, pad_subsets
+from static_compiler.artifact.warm import Warmth, counted
 from static_compiler.artifact.warm import warm as _warm
-from static_compiler.live.priors import check_prior
 from static_compiler.support.arguments import check_beam_schedule, is_int
 from static_compiler.support.beam_result import finalize_complete
 from static_compiler.support.decode_state import (BeamState, DecodeResult, ProcessorState,
@@ -65,9 +65,8 @@ from static_compiler.support.decode_state import (BeamState, DecodeResult, Proce
                                           check_step, check_tokens, int32_within)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
 from static_compiler.live.set_view import SetView
-from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.frontend.items import ItemIndex
-from static_compiler.live.liveness import Subset, checked_subset_index, warm_kernels_in_background
+from static_compiler.live.liveness import Subset, warm_kernels_in_background
 
 
 def open_snapshot(path, *, verify_checksums: bool = True) -> snapshot.Snapshot:
@@ -85,7 +84,7 @@ def read_manifest(path, *, verify_checksums: bool = True) -> Manifest:
         return snap.manifest
 
 
-class Artifact(ServedVerbs):
+class Artifact(ServedItems, ServedVerbs):
     """A loaded artifact: tables on the device and the modules to run on them.
 
     Attributes:
@@ -390,73 +389,6 @@ class Artifact(ServedVerbs):
                         self.set_view if host is self._host_tables else None)
 
     # Item subsets
-
-    @property
-    def attributes(self) -> Optional[ItemAttributes]:
-        """The items' attribute columns (items/attr.*.npy, memory-mapped:
-        name -> `frontend.attributes.Column`, one value per input row), or
-        None when the artifact has none."""
-        return None if self.items is None else self.items.attributes
-
-    @property
-    def fingerprint(self) -> str:
-        """The sha256 of the artifact's IR text, and the removal tag of its
-        items (`ItemIndex.removal_tag`): subsets of this set carry it."""
-        return self.set_view.fingerprint
-
-    def _base_subset(self) -> Optional[Subset]:
-        """All items but those an update removed, or None when none was."""
-        return self.set_view.base_subset()
-
-    def subset(self, selection=None, *, where=None, masks=None) -> Subset:
-        """The items `selection` picks, bool (N,) over the rows the set was
-        compiled from (duplicate rows are one item), as a `Subset` for
-        `beam_step` / `mask` / `advance`.
-        Or `where`: a filter expression over the items' attributes
-        (``"in_stock and category in ('shoes', 'hats') and not seen"``,
-        text or built with `static_compiler.attr`), with `masks` the named
-        bool (N,) item masks it reads (``{"seen": mask}``): docs/business-rules.md.
-        Needs an artifact saved with export_subsets=True; raises
-        DecodeInputError otherwise, ConstraintSetError for a mask of the
-        wrong shape or dtype, FilterExpressionError for a bad expression."""
-        return self.set_view.pick(selection, where, masks, "Artifact.subset")
-
-    def prior(self, column: str, weight: float = 1.0, selection=None, *, where=None,
-              masks=None):
-        """Item priors from the float or int attribute `column`, for
-        `beam_step` / `beam_search(..., prior=...)`: `CompiledConstraints.prior`'s
-        (a `live.priors.Prior`, computed on the host). Decoding with it
-        needs an artifact exported with export_priors=True."""
-        return self.set_view.prior(column, weight, selection, where, masks, "Artifact.prior")
-
-    def _prior_args(self, prior, where: str) -> list:
-        """The prior modules' extra argument: the prior's best terms, on
-        the device (once per Prior); [] for None."""
-        if prior is None:
-            return []
-        check_prior(prior, self.fingerprint, where, "Artifact.prior")
-        if not self.manifest.exports_priors:
-            raise DecodeInputError(f"{where}: artifact {str(self.path)!r} exports no item-prior "
-                                   "modules (compile with export_priors=True)")
-        return [self._put_prior(prior)]
-
-    def _put_prior(self, prior):
-        return prior.placements.get(("jax", None), lambda: jax.device_put(prior.best))
-
-    def _subset_args(self, subset, subset_index, batch_size: int, where: str) -> list:
-        """The subset modules' extra arguments: the bits, then subset_index."""
-        if self.items is None:
-            raise DecodeInputError(f"{where}: artifact {str(self.path)!r} exports no subset "
-                                   "modules (compile with export_subsets=True)")
-        index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size, where)
-        on = None if self.placement is None else self.placement.sharding(None)
-        rows = self._warmth.padded_rows(subset.num_subsets)  # after warm(): one shape
-
-        def put():  # once per device (or mesh) and padded rows: the subset's `placements`
-            live, ends = pad_subsets(subset, rows).placed(lambda w: jax.device_put(w, on))
-            return [w for w in live + ends if w is not None]
-
-        return [*subset.placements.get((on, rows), put), jnp.asarray(index, jnp.int32)]
 
 
 def load(path, *, verify_checksums: bool = True, device=None, mesh=None) -> Artifact:

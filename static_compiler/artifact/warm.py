@@ -164,7 +164,7 @@ def _zero_prior(art):
     from static_compiler.live.priors import Prior
     from static_compiler.target.plan import prior_size
     plan = art.set_view.facts.plan
-    return Prior(np.zeros(prior_size(plan), np.float32), (), 0.0, "", art.fingerprint)
+    return Prior(np.zeros(prior_size(plan), np.float32), 0.0, "", art.fingerprint)
 
 
 def run_warm(art, sizes: tuple, beams: tuple, rows: Optional[int]) -> WarmReport:

@@ -6,11 +6,12 @@ log-probability plus weight x its prior (`CompiledConstraints.prior`,
 While decoding, a prefix is ranked with the best prior among the live items
 below it (an optimistic look-ahead): the `Prior` holds, for every state at
 depths 1..depth, the largest prior of the live items its subtree holds
-(-inf where none), in one float32 row laid out depth after depth
-(`offsets`), so that a step reads each candidate's term with one gather at
-``offsets[t] + next state``. With an end token, the row also holds each
-state's own term (the item ending there, -inf where none), which the end
-token's candidate reads (`own_offsets`); a finished beam keeps its rank.
+(-inf where none), in one float32 row laid out depth after depth, so that
+a step reads each candidate's term with one gather at ``offset + next
+state``. With an end token, the row also holds each state's own term (the
+item ending there, -inf where none), which the end token's candidate
+reads; a finished beam keeps its rank. The layout is the plan's
+(`target.plan.prior_offsets`: the tables' state counts).
 At the state where an item ends the term is the item's own prior, so the
 final ranking is exact. Live items are those a selection or filter picks
 (as `subset` takes them), less those updates removed; priors change with
@@ -43,17 +44,13 @@ class Prior:
     Attributes
     ----------
     best : numpy.ndarray
-        float32 (S,), S = the states at depths 1..depth as the tables hold
-        them (padded to a reserved capacity): entry offsets[d - 1] + s is
-        the largest weighted prior (float32 weight x prior) among the live
+        float32 (S,), laid out as `target.plan.prior_offsets` says (the
+        states at depths 1..depth as the tables hold them, padded to a
+        reserved capacity): the entry of state s at depth d is the largest
+        weighted prior (float32 weight x prior) among the live
         items below state s at depth d, -inf where none lives (with a
         negative weight: the smallest prior, weighted; either way the best
         term any item below can add).
-    offsets : tuple of int
-        Where each depth 1..depth starts in `best`.
-    own_offsets : tuple of int
-        With an end token, where the own terms of each depth 0..depth start
-        in `best` (after the look-ahead's), else ().
     weight : float
         The prior's weight: an item's final score is its log-probability
         plus weight x prior.
@@ -66,11 +63,9 @@ class Prior:
     """
 
     best: np.ndarray
-    offsets: tuple
     weight: float
     column: str
     fingerprint: str
-    own_offsets: tuple = ()
     placements: Placements = dataclasses.field(default_factory=Placements, init=False,
                                                repr=False, compare=False)
 
@@ -147,9 +142,10 @@ def weighted(values: np.ndarray, weight: float, column: str) -> np.ndarray:
 
 
 def best_below(trie, items, values: np.ndarray, item_live: np.ndarray,
-               state_counts: Optional[tuple] = None) -> tuple[np.ndarray, tuple, tuple]:
-    """(best float32 (S,), offsets, own_offsets): for each state at depths
-    1..depth of `trie` (a trie held in its tables, `set_view.TableTrie`),
+               state_counts: Optional[tuple] = None) -> np.ndarray:
+    """float32 (S,), laid out as `target.plan.prior_offsets` says: for each
+    state at depths 1..depth of `trie` (a trie held in its tables,
+    `set_view.TableTrie`),
     the largest of `values` (float32 (N',), per unique item: the weighted
     priors) over the items ending at or below it that `item_live` (bool
     (N',)) keeps, -inf where none; with an end token, then each state's
@@ -164,9 +160,7 @@ def best_below(trie, items, values: np.ndarray, item_live: np.ndarray,
     for d in range(depth - 1, 0, -1):
         below.append(np.maximum(own[d], _layer_max(trie.layers[d], below[-1], counts[d])))
     below.reverse()  # depths 1..depth
-    parts = below + ([] if trie.end_token is None else own)
-    starts = tuple(int(x) for x in np.cumsum([0] + [p.shape[0] for p in parts[:-1]]))
-    return np.concatenate(parts), starts[:depth], starts[depth:]
+    return np.concatenate(below + ([] if trie.end_token is None else own))
 
 
 def _own_terms(trie, items, kept: np.ndarray, counts: tuple) -> list:

@@ -294,9 +294,8 @@ class SetView:
             live = rows_item_mask(rows, items, where)
         if items.removed is not None:
             live &= ~np.asarray(items.removed)
-        best, offsets, own_offsets = priors.best_below(self.trie(), items, values, live,
-                                                       self.facts.state_counts)
-        return priors.Prior(best, offsets, weight, column, self.fingerprint, own_offsets)
+        best = priors.best_below(self.trie(), items, values, live, self.facts.state_counts)
+        return priors.Prior(best, weight, column, self.fingerprint)
 
     def subset(self, selection, where: str) -> Subset:
         """The items `selection` picks, bool (N,) over the input rows

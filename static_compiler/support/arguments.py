@@ -77,11 +77,6 @@ def check_beam_schedule(beam_size, max_length: int, batch_size: int = 1) -> tupl
     return widths
 
 
-def schedule_steps(widths: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-    """(beams in, beams kept) of each step of `check_beam_schedule`'s widths."""
-    return tuple(zip(widths[:-1], widths[1:]))
-
-
 def check_export_beam_sizes(sizes, max_length: Optional[int] = None) -> tuple:
     """The beam sizes and schedules to export modules for (a compiled set's
     export_beam_sizes): a non-empty sequence whose entries are ints M >= 1

@@ -238,6 +238,7 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.artifact.names",
                                "static_compiler.artifact.normalize",
                                "static_compiler.artifact.runtime",
+                               "static_compiler.artifact.served_items",
                                "static_compiler.artifact.served_verbs",
                                "static_compiler.artifact.serving",
                                "static_compiler.artifact.snapshot",

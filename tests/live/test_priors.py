@@ -19,6 +19,7 @@ from helpers import assert_matches, examples
 from static_compiler.errors import (AttributeColumnError, ConstraintSetError,
                                     DecodeInputError)  # noqa: F401
 from static_compiler.support.decode_state import MIN_VALID_SCORE
+from static_compiler.target.plan import prior_offsets
 
 V = 8
 ITEMS = oracle.random_set(np.random.default_rng(11), 70, 4, V)
@@ -96,7 +97,8 @@ def test_the_look_ahead_is_the_best_prior_below_each_state():
     # every prefix of length d reaches one state at depth d; walk them in the tables' order
     for d in range(1, 5):
         prefixes = sorted({item[:d] for item in ITEMS})
-        row = prior.best[prior.offsets[d - 1]:prior.offsets[d - 1] + len(prefixes)]
+        start = prior_offsets(compiled.plan)[0][d - 1]
+        row = prior.best[start:start + len(prefixes)]
         np.testing.assert_array_equal(row, [look.below(p) for p in prefixes])
     assert trie.depth == 4
 
@@ -125,7 +127,7 @@ def test_a_removal_takes_the_item_out_of_the_prior():
     best = int(np.argmax(POP))
     later = compiled.update(remove=ROWS[best:best + 1])
     prior = later.prior("pop", weight=1.0)
-    assert prior.best[prior.offsets[0]:].max() < POP[best]
+    assert prior.best.max() < POP[best]
     with pytest.raises(DecodeInputError, match="the prior is of another set"):
         search(later, compiled.prior("pop"), 4)
 
@@ -232,3 +234,23 @@ def test_the_step_verbs_take_the_prior():
                                            prior=prior)
         got = tc.finalize(state) if door == "torch" else compiled.finalize(state)
         np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(want.tokens), door)
+
+
+def test_a_warmed_search_with_a_schedule_and_a_prior_compiles_nothing():
+    """compiled.warm(beam_sizes=[schedule], prior=...) compiles the search a
+    request will run: afterwards a search with another prior of the set
+    (new values, the same shape) compiles nothing (jax's compile events)."""
+    import jax.numpy as jnp
+
+    compiled = compiled_with()
+
+    def logits_fn(last, step, carry):
+        return jnp.cos((last[..., None] + 1.0) * (jnp.arange(V) + 2) * (step + 0.5)), carry
+
+    schedule = (2, 5, 3, 4)
+    compiled.warm([2], beam_sizes=[schedule], logits_fn=logits_fn,
+                  prior=compiled.prior("pop", weight=1.0))
+    before = compiled.compilations()
+    compiled.beam_search(logits_fn, batch_size=2, beam_size=schedule,
+                         prior=compiled.prior("pop", weight=-3.0, where="kind == 'b'"))
+    assert compiled.compilations() == before

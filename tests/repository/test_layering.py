@@ -112,8 +112,11 @@ RESTRICTED = {
     "artifact.warm": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS),  # Artifact.warm, its padding
     # The artifact's verbs composed from its modules (allowed_tokens, allowed, beam_search).
     "artifact.served_verbs": ({"jax", "numpy"}, SERVING_SUPPORT | {"live.priors"}),
+    # Its per-request item arguments: subsets and priors.
+    "artifact.served_items": ({"jax"}, SERVING_SUPPORT | LIVE_BITS | {"artifact.warm"}),
     "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
-                         {"artifact.runtime", "artifact.warm", "artifact.served_verbs"}),
+                         {"artifact.runtime", "artifact.warm", "artifact.served_verbs",
+                          "artifact.served_items"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
     "torch_backend": ({"numpy", "torch"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |

@@ -33,6 +33,9 @@ from typing import Optional
 import numpy as np
 
 from static_compiler.backend import decode
+from static_compiler.errors import DecodeInputError
+from static_compiler.live.liveness import Subset
+from static_compiler.live.priors import check_prior
 from static_compiler.support.decode_state import (SENTINEL_SCORE, BeamState, DecodeResult,
                                                   ProcessorState, check_beam_state, check_finite,
                                                   check_int, check_logits, check_prefixes,
@@ -44,10 +47,38 @@ from static_compiler.support.deprecation import renamed_method
 class DecodeVerbs:
     """The verb family of a compiled set (a mixin of `CompiledConstraints`:
     it reads `plan`, `device_tables`, `max_length`, `vocab_size`,
-    `live_mask` and `counting`). subset / subset_index, everywhere: a
+    `base_subset`, `fingerprint`, `_padded` and `counting`). subset / subset_index, everywhere: a
     `Subset` of this set (`subset`, `stack_subsets`) and each row's subset,
     ints (B,) (default: subset 0 for a single subset); without a subset,
     the items this version has not removed."""
+
+    # The decoders' arguments: item subsets and priors, on the device
+
+    def live_mask(self, subset: Optional[Subset], subset_index, batch_size: int,
+                  where: str) -> Optional[decode.live.LiveMask]:
+        """The decoder's `LiveMask` for `subset` (of this set) and the subset
+        of each batch row, `subset_index` ints (batch_size,) (default: all
+        rows subset 0, allowed only for a single subset)."""
+        if subset is None:
+            if subset_index is not None:
+                raise DecodeInputError(f"{where}: subset_index without a subset")
+            if self.base_subset is None:
+                return None
+            subset = self.base_subset
+        else:  # (after warm(max_subsets=K), stacks of 2..K padded to K)
+            subset, subset_index = self._padded(subset, subset_index, batch_size, where)
+        return decode.live.subset_live_mask(subset, self.fingerprint, subset_index, batch_size, where)
+
+    def live_prior(self, prior, where: str):
+        """The decoder's `decode.prior.LivePrior` of `prior` (a Prior of
+        this set, placed on the default device once), or None."""
+        if prior is None:
+            return None
+        import jax
+
+        check_prior(prior, self.fingerprint, where, "CompiledConstraints.prior")
+        return decode.prior.LivePrior(prior.placements.get(("jax", None),
+                                                           lambda: jax.device_put(prior.best)))
 
     # The logits-processor pair (see backend.decode.processor)
 
