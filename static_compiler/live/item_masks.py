@@ -1,7 +1,9 @@
 """The items a selection of input rows picks: where every subset starts.
 
 A subset is asked for as a bool mask (N,) over the rows a set was compiled
-from; the walk needs it per unique sequence (an item), in item order, through
+from, or as rows computed a range at a time (a `RowSource`: a filter
+expression's `live.where.RowFilter`); the walk needs it per unique
+sequence (an item), in item order, through
 `row_item` (input row -> item, 4 GB at 1e9, read a chunk at a time).
 
 * `rows_item_bits` gives them as `PackedBits` (N'): what a fixed-length
@@ -17,7 +19,7 @@ from; the walk needs it per unique sequence (an item), in item order, through
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional
+from typing import Optional, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -31,10 +33,28 @@ a time, on threads: the pages of a memory-mapped `row_item` (`state_item`)
 read are dropped after each chunk."""
 
 
-def check_selection(selection: np.ndarray, items, where: str) -> None:
-    """Raises ConstraintSetError unless `selection` is bool (N,), one entry
-    per input row of `items` (an `ItemIndex`)."""
+@runtime_checkable
+class RowSource(Protocol):
+    """Selected input rows computed a range at a time rather than held as a
+    bool (N,) array, such as a filter expression's `live.where.RowFilter`."""
+
+    num_rows: int
+
+    def fill(self, lo: int, hi: int, out: np.ndarray, scratch: Optional[list] = None) -> None:
+        """Writes whether rows [lo, hi) are selected into `out` (bool
+        (hi - lo,)); `scratch`: a list one thread keeps across calls."""
+
+
+def check_selection(selection, items, where: str) -> None:
+    """Raises ConstraintSetError unless `selection` is bool (N,), or a
+    `RowSource` of N rows, one entry per input row of `items` (an
+    `ItemIndex`)."""
     n = items.num_items
+    if isinstance(selection, RowSource):
+        if selection.num_rows != n:
+            raise ConstraintSetError(f"{where}: filter over {selection.num_rows} rows: expected "
+                                     f"one over the {n} input rows of the compiled set")
+        return
     if selection.dtype != bool:
         raise ConstraintSetError(f"{where}: selection has dtype {selection.dtype}: expected a "
                                  f"bool mask of shape ({n},) over the input rows")
@@ -44,20 +64,23 @@ def check_selection(selection: np.ndarray, items, where: str) -> None:
                                  "for a text catalogue)")
 
 
-def rows_item_mask(selection: np.ndarray, items, where: str) -> np.ndarray:
+def rows_item_mask(selection, items, where: str) -> np.ndarray:
     """bool (N',) over unique sequences: those some selected input row is
-    (selection: bool (N,) over the input rows); `rows_item_bits` unpacked."""
+    (selection: bool (N,) over the input rows, or a `RowSource`);
+    `rows_item_bits` unpacked."""
     return rows_item_bits(selection, items, where).bools()
 
 
-def rows_item_bits(selection: np.ndarray, items, where: str,
+def rows_item_bits(selection, items, where: str,
                    room: Optional[int] = None) -> layer_walk.PackedBits:
     """`PackedBits` (N',) in item order: the unique sequences some selected
-    input row is (selection: bool (N,) over the input rows); room as
-    `PackedBits.zeros` takes it."""
+    input row is (selection: bool (N,) over the input rows, or a
+    `RowSource`, filled a chunk at a time into a buffer of each thread's, so
+    no bool (N,) is made); room as `PackedBits.zeros` takes it."""
     check_selection(selection, items, where)
     n, count = items.num_items, items.num_unique
-    if np.count_nonzero(selection) == n:  # every row
+    lazy = isinstance(selection, RowSource)
+    if not lazy and np.count_nonzero(selection) == n:  # every row
         bits = layer_walk.PackedBits.zeros(count, room)
         bits.data[:count // 8] = 0xFF
         bits.data[count // 8:-(-count // 8)] = (1 << (count % 8)) - 1
@@ -71,10 +94,15 @@ def rows_item_bits(selection: np.ndarray, items, where: str,
 
     def one_thread(t: int) -> None:
         scratch = np.empty(min(n, ITEM_CHUNK), row_item.dtype)
+        rows, temporaries = (np.empty(min(n, ITEM_CHUNK), bool), []) if lazy else (None, None)
         for start, stop in ranges[t::threads]:
-            bit_kernels.mark_selected_bits(selection[start:stop],
-                                           np.asarray(row_item[start:stop]), own[t].uint64(),
-                                           scratch)
+            if lazy:
+                picked = rows[:stop - start]
+                selection.fill(start, stop, picked, temporaries)
+            else:
+                picked = selection[start:stop]
+            bit_kernels.mark_selected_bits(picked, np.asarray(row_item[start:stop]),
+                                           own[t].uint64(), scratch)
             release_pages(row_item, size * start, size * stop)
 
     with ThreadPoolExecutor(threads) as pool:

@@ -32,7 +32,14 @@ from static_compiler.live.item_masks import rows_item_mask
 from static_compiler.live.liveness import (BitLayout, Subset, bit_layout, rows_item_live,
                                            subset_of_items)
 from static_compiler.live import priors
+from static_compiler.live.where import RowFilter, row_filter
 from static_compiler.target.plan import Plan, PlanFacts, StepPlan, slot_steps, state_counts
+
+
+def _array_or_filter(selection):
+    """A selection as the item masks take it: a `RowFilter` as it is, else
+    an array (raises numpy's TypeError or ValueError for ragged lists)."""
+    return selection if isinstance(selection, RowFilter) else np.asarray(selection)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,8 +259,10 @@ class SetView:
         return self.subset(self.selected_rows(selection, expression, masks, where), where)
 
     def selected_rows(self, selection, expression, masks, where: str):
-        """`pick`'s selection: `selection` as given, or the bool (N,) rows
-        the filter `expression` picks (with `masks`); raises as `pick`."""
+        """`pick`'s selection: `selection` as given, or the filter
+        `expression` (with `masks`) checked as a `live.where.RowFilter` over
+        the N input rows, evaluated where it is used (a chunk at a time into
+        item bits, `item_masks.rows_item_bits`); raises as `pick`."""
         if expression is None:
             if masks:
                 raise FilterExpressionError(f"{where}: masks={sorted(masks)} without where=...: "
@@ -266,12 +275,10 @@ class SetView:
             raise ConstraintSetError(f"{where}: a selection and where=... at once: pass one (a "
                                      "mask can join the expression: where='... and picked', "
                                      "masks={'picked': mask})")
-        from static_compiler.live.where import evaluate
-
         items = self.checked_items(where)
         columns = {} if items.attributes is None else items.attributes
         try:
-            return evaluate(expression, columns, masks, items.num_items)
+            return row_filter(expression, columns, masks, items.num_items)
         except FilterExpressionError as err:
             raise FilterExpressionError(f"{where}: {err}") from None
 
@@ -290,8 +297,8 @@ class SetView:
         if selection is None and expression is None and not masks:
             live = np.ones(items.num_unique, bool)
         else:
-            rows = np.asarray(self.selected_rows(selection, expression, masks, where))
-            live = rows_item_mask(rows, items, where)
+            live = rows_item_mask(_array_or_filter(
+                self.selected_rows(selection, expression, masks, where)), items, where)
         if items.removed is not None:
             live &= ~np.asarray(items.removed)
         best = priors.best_below(self.trie(), items, values, live, self.facts.state_counts)
@@ -306,10 +313,12 @@ class SetView:
         layout = self.bit_layout(where)
         trie = self.trie()
         if self._lookup is not None:
+            if isinstance(selection, RowFilter):
+                selection = selection.evaluate()
             item_live = self._lookup(selection, items, where, trie, layout)
         else:
             try:
-                selection = np.asarray(selection)
+                selection = _array_or_filter(selection)
             except (TypeError, ValueError) as err:  # ragged nested lists
                 raise ConstraintSetError(
                     f"{where}: selection {str(selection)[:60]!r} is not an array ({err}): "

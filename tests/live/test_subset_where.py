@@ -86,6 +86,40 @@ def test_a_filter_is_the_subset_of_numpys_evaluation(catalogue, clauses, joins, 
     assert _same(subset, compiled.subset(want)), text
 
 
+@pytest.mark.parametrize("item_chunk, chunk_rows", [(64, 7), (128, 128), (1 << 24, 1 << 22)])
+@pytest.mark.parametrize("lengths", ["fixed", "variable"])
+def test_a_filter_fills_item_bits_a_chunk_at_a_time(monkeypatch, item_chunk, chunk_rows,
+                                                    lengths):
+    """`subset(where=)` evaluates the filter a chunk of rows at a time on
+    threads straight into item bits (no bool (N,) mask): the same subset as
+    numpy's mask, over several chunks and threads, with duplicate rows,
+    removals, and items that end at several depths."""
+    from static_compiler.live import item_masks, layer_walk, where
+
+    monkeypatch.setattr(item_masks, "ITEM_CHUNK", item_chunk)
+    monkeypatch.setattr(layer_walk, "WALK_THREADS", 3)
+    real_row_filter = where.row_filter
+    monkeypatch.setattr("static_compiler.live.set_view.row_filter",
+                        lambda *a, **k: real_row_filter(*a, **k, chunk_rows=chunk_rows))
+    rows, attributes = _catalogue(seed=5)
+    rows[::9] = rows[1::9]  # duplicate rows: one item each
+    end = None
+    if lengths == "variable":
+        rows, end = [list(r[:1 + i % L]) for i, r in enumerate(rows)], 0
+    compiled = sc.compile_constraints(rows, V, export_subsets=True, export_beam_sizes=(6,),
+                                      attributes=attributes, capacity=1.5, end_token=end)
+    compiled = compiled.update(remove=np.arange(N) % 11 == 0)
+    seen = np.random.default_rng(6).random(N) < 0.4
+    text = "day >= 12 and category in ('news', 'film') or price < 20.0 and not seen"
+    want = ((attributes["day"] >= 12) & np.isin(attributes["category"], ["news", "film"])) | (
+        (attributes["price"] < np.float32(20.0)) & ~seen)
+    got = compiled.subset(where=text, masks={"seen": seen})
+    assert _same(got, compiled.subset(want))
+    assert int(got.sizes[0]) == int(compiled.subset(want).sizes[0]) > 0
+    prior_where = compiled.prior("price", where=text, masks={"seen": seen})
+    np.testing.assert_array_equal(prior_where.best, compiled.prior("price", selection=want).best)
+
+
 def test_every_door_picks_the_same_items_and_beams(catalogue):
     rows, attributes, compiled, path = catalogue
     text = "day >= 10 and category in ('news', 'film') and not seen"

@@ -17,9 +17,14 @@ against the output mask's N bytes. Issue 43's targets at 1e7 items: the
 filter <= 50 ms.
 
 With ``--rows-only`` no set is compiled: the columns are written as .npy
-files and memory-mapped (a catalogue of 1e8 or 1e9 rows), and the
-expression alone is timed over them, with the peak heap; issue 43's
-target at 1e9 rows: <= 5 s with the subset, <= 3 GiB.
+files and memory-mapped (a catalogue of 1e8 or 1e9 rows), with a scrambled
+row -> item map (int32, as a trie's `row_item`), and timed over them: the
+expression alone with its peak heap, and the first part of `subset(where=)`,
+the selected rows' item bits (`item_masks.rows_item_bits`), made from the
+filter a chunk at a time against made from the ready mask; the walk up the
+trie that follows is the subset path measured in docs/benchmarks.md ("The
+first subset at 1e9"). Issue 43's target at 1e9 rows: <= 5 s with the
+subset, <= 3 GiB.
 
     python -m tools.bench rules                       # 1e7 items (= python -m tools.bench.rules)
     python -m tools.bench rules --rows-only --items 1e8
@@ -35,6 +40,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from typing import NamedTuple
 
 import numpy as np
 
@@ -105,21 +111,65 @@ def write_columns(folder: str, n: int, seed: int, chunk: int = 1 << 24) -> dict:
     return {name: np.load(f"{folder}/{name}.npy", mmap_mode="r") for name in names}
 
 
+class RowItems(NamedTuple):
+    """The part of an `ItemIndex` that maps input rows to items
+    (`item_masks.rows_item_bits` reads it): a stand-in over a scrambled
+    row -> item permutation, for a catalogue too large to compile here."""
+
+    num_items: int
+    num_unique: int
+    row_item: np.ndarray
+
+
+def write_row_item(folder: str, n: int, seed: int, chunk: int = 1 << 24) -> np.ndarray:
+    """int32 (n,) memory-mapped: a permutation of [0, n) that sends
+    consecutive rows to far-apart items, as a trie's row order does
+    (item = P[i mod b] * (n / b) + Q[i div b], P and Q random permutations,
+    b the largest divisor of n up to 2^15)."""
+    b = next(d for d in range(min(n, 1 << 15), 0, -1) if n % d == 0)
+    rng = np.random.default_rng(seed)
+    outer, inner = rng.permutation(b).astype(np.int64), rng.permutation(n // b).astype(np.int64)
+    out = np.lib.format.open_memmap(f"{folder}/row_item.npy", mode="w+", dtype=np.int32,
+                                    shape=(n,))
+    for lo in range(0, n, chunk):
+        i = np.arange(lo, min(n, lo + chunk), dtype=np.int64)
+        out[lo:lo + i.shape[0]] = outer[i % b] * (n // b) + inner[i // b]
+    out.flush()
+    del out
+    return np.load(f"{folder}/row_item.npy", mmap_mode="r")
+
+
 def rows_only(n: int, repeats: int, seed: int) -> int:
-    from static_compiler.live.where import evaluate
+    """The filter over memory-mapped columns, and what `subset(where=)` does
+    with it before the walk up the trie: the rows' item bits, filled a chunk
+    at a time from the filter, against the same from a ready mask."""
+    from static_compiler.live import item_masks
+    from static_compiler.live.where import evaluate, row_filter
 
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         start = time.perf_counter()
         cols = write_columns(tmp, n, seed)
-        print(f"# wrote {n:.0e} rows x 3 columns in {time.perf_counter() - start:.1f} s")
+        items = RowItems(n, n, write_row_item(tmp, n, seed))
+        os.sync()  # (the write-back of the new files would share the disk with the timings)
+        print(f"# wrote {n:.0e} rows x 3 columns and a row -> item map in "
+              f"{time.perf_counter() - start:.1f} s")
         columns = where_columns(cols)
         ms, got = median_ms(lambda: evaluate(FILTER, columns, None, n), repeats)
         chunk = 1 << 24
         ok = all(np.array_equal(got[lo:lo + chunk], numpy_oracle(
             {k: v[lo:lo + chunk] for k, v in cols.items()})) for lo in range(0, n, chunk))
         peak = peak_heap(lambda: evaluate(FILTER, columns, None, n))
-    print(f"| {n:.0e} rows (memory-mapped) | {ms:.1f} | - | - | {peak / 2**20:.1f} MiB "
-          f"({peak / n:.2f} B/row) | {'same' if ok else 'DIFFERENT'} |")
+        ready_ms, want = median_ms(lambda: item_masks.rows_item_bits(got, items, "bench"),
+                                   repeats)
+        del got
+        fused_ms, bits = median_ms(lambda: item_masks.rows_item_bits(
+            row_filter(FILTER, columns, None, n), items, "bench"), repeats)
+        ok = ok and np.array_equal(bits.data, want.data)
+        fused_peak = peak_heap(lambda: item_masks.rows_item_bits(
+            row_filter(FILTER, columns, None, n), items, "bench"))
+    print(f"| {n:.0e} rows (memory-mapped) | {ms:.1f} | {peak / 2**20:.1f} MiB "
+          f"({peak / n:.2f} B/row) | {ms + ready_ms:.1f} ({ready_ms:.1f} from the mask) | "
+          f"{fused_ms:.1f} | {fused_peak / 2**20:.1f} MiB | {'same' if ok else 'DIFFERENT'} |")
     return 0 if ok else 1
 
 
@@ -142,7 +192,10 @@ def with_set(n: int, repeats: int, seed: int) -> int:
     eval_ms, got = median_ms(lambda: evaluate(FILTER, columns, None, n), repeats)
     ok = np.array_equal(got, want)
     ready_ms, _ = median_ms(lambda: compiled.subset(want), repeats)
-    where_ms, _ = median_ms(lambda: compiled.subset(where=FILTER), repeats)
+    where_ms, picked = median_ms(lambda: compiled.subset(where=FILTER), repeats)
+    ready = compiled.subset(want)
+    ok = ok and all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
+                    zip(picked.live, ready.live) if a is not None)
     peak = peak_heap(lambda: evaluate(FILTER, columns, None, n))
     verdict = "PASS" if eval_ms <= 50 else "MISS"
     print(f"| {n:.0e} items | {eval_ms:.1f} ({verdict} <= 50) | {ready_ms:.1f} | {where_ms:.1f} | "
@@ -166,9 +219,14 @@ def main(argv=None) -> int:
     if args.section in ("filter", "all"):
         print(f"# filter: {FILTER}")
         print(f"# {machine_line()}; median of {args.repeats}\n")
-        print("| size | filter ms | subset(ready mask) ms | subset(where=) ms | peak heap of the "
-              "filter | matches numpy |")
-        print("|--|--:|--:|--:|--:|--|")
+        if args.rows_only:
+            print("| size | filter ms | peak heap of the filter | filter, then the mask's item "
+                  "bits, ms | the filter into item bits, ms | its peak heap | matches numpy |")
+            print("|--|--:|--:|--:|--:|--:|--|")
+        else:
+            print("| size | filter ms | subset(ready mask) ms | subset(where=) ms | peak heap "
+                  "of the filter | matches numpy |")
+            print("|--|--:|--:|--:|--:|--|")
         n = int(args.items)
         failed |= rows_only(n, args.repeats, args.seed) if args.rows_only else \
             with_set(n, args.repeats, args.seed)
