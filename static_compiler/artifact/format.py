@@ -140,13 +140,17 @@ FORMAT_HISTORY = (
                   "beam_resize_prior_m{M}_to{W} (and their _subset variants) taking the prior "
                   "(prior.best float32 (S,)) after the step. "
                   "Versions 1 to 12 read as artifacts without schedules."),
+    FormatVersion(14, "2026-12-05", "narrow category codes: a category column's "
+                  "items/attr.{name}.npy holds uint8 codes up to 256 categories, uint16 up to "
+                  "65536, else int32 (its manifest \"dtype\"; an update that adds categories "
+                  "widens them). Versions 12 and 13 hold int32 codes, read as they are."),
 )
 """The dated history of the format, one row per version, oldest first."""
 
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 13
+FORMAT_VERSION = 14
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 13
+MAX_FORMAT_VERSION = 14
 
 SUPPORT_DAYS = 183
 """How long (about six months, as jax.export keeps a calling convention)

@@ -24,7 +24,7 @@ from static_compiler.artifact.format import (BEAM_MODULE_KINDS, COMPAT, FORMAT_N
                                              require, seal_manifest, step_module_name,
                                              subset_module_name, PRIOR_KINDS)
 from static_compiler.errors import AttributeColumnError
-from static_compiler.frontend.attributes import CODE_DTYPE, KINDS, check_name, kind_of_dtype
+from static_compiler.frontend.attributes import CODE_DTYPES, KINDS, check_name, kind_of_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,10 +219,10 @@ def _attributes_record(record: Optional[dict], path) -> Optional[dict]:
             values_kind = None
         want = "int" if kind == "category" else kind
         if kind not in KINDS or values_kind != want or (
-                kind == "category" and np.dtype(dtype) != CODE_DTYPE):
+                kind == "category" and np.dtype(dtype) not in CODE_DTYPES):
             raise format_error(path, f"{where}: kind {kind!r} with dtype {dtype!r}: expected "
-                                     f"one of {list(KINDS)} with a dtype of its kind (int32 "
-                                     "codes for a category)")
+                                     f"one of {list(KINDS)} with a dtype of its kind (uint8, "
+                                     "uint16 or int32 codes for a category)")
         if (kind == "category") != (categories is not None) or \
                 any(not isinstance(c, str) for c in categories or ()):
             raise format_error(path, f"{where}['categories'] is {categories!r}: expected a list "

@@ -5,9 +5,10 @@ given to `compile_constraints(attributes=...)`, kept with the item index
 (`appended`). Filters (`subset(where=...)`) and priors read them.
 
 A column is of one kind: "int" (an integer dtype, kept as given), "float"
-(float32 or float64), "bool", or "category" (strings, held as int32 codes
-into its categories, first-seen order; additions append new categories at
-the end, so old codes never change). numpy and the standard library only.
+(float32 or float64), "bool", or "category" (strings, held as codes into
+its categories, first-seen order, in the narrowest of uint8, uint16 and
+int32 that holds them; additions append new categories at the end, so old
+codes never change, though their dtype may widen). numpy and the standard library only.
 """
 
 from __future__ import annotations
@@ -30,13 +31,27 @@ RESERVED_NAMES = frozenset({"and", "or", "not", "in", "true", "false", "True", "
 """Words of the filter grammar, which no column may be named."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-CODE_DTYPE = np.dtype(np.int32)
-"""The dtype of a category column's codes."""
+CODE_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.int32))
+"""The dtypes a category column's codes may have, narrowest first
+(`code_dtype`; format versions 1 to 13 wrote int32 only)."""
+
+
+def code_dtype(num_categories: int, at_least=None) -> np.dtype:
+    """The narrowest of `CODE_DTYPES` that holds the codes of
+    `num_categories` categories, and no narrower than `at_least` (the codes
+    a column already has): uint8 up to 256 categories (1 byte a row: a
+    quarter of int32's at 1e9 rows, which a filter reads whole)."""
+    for dtype in CODE_DTYPES:
+        fits = num_categories <= np.iinfo(dtype).max + 1
+        if fits and (at_least is None or dtype.itemsize >= np.dtype(at_least).itemsize):
+            return dtype
+    raise AttributeColumnError(f"{num_categories} categories: a category column holds at most "
+                               f"{np.iinfo(CODE_DTYPES[-1]).max + 1}")
 
 
 def kind_of_dtype(dtype) -> Optional[str]:
     """The kind of column whose values have `dtype` (a category's are its
-    int32 codes: "int" here), or None for a dtype no column holds."""
+    integer codes: "int" here), or None for a dtype no column holds."""
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
         return "bool"
@@ -66,8 +81,9 @@ class Column:
 
     kind: one of `KINDS`; values: (N,) numpy (possibly memory-mapped), of
     an integer dtype for "int", float32 or float64 for "float", bool for
-    "bool", int32 codes into `categories` for "category"; categories: the
-    category column's strings (tuple of str, first-seen order), else None."""
+    "bool", codes into `categories` for "category" (uint8, uint16 or int32:
+    the narrowest that holds them, `code_dtype`); categories: the category
+    column's strings (tuple of str, first-seen order), else None."""
 
     kind: str
     values: np.ndarray
@@ -198,9 +214,11 @@ def appended(attrs: ItemAttributes, added: Optional[Mapping], num_added: int, wh
             if low < info.min or high > info.max:
                 raise AttributeColumnError(f"{where}: attribute {name!r} is {column.dtype}; the "
                                            f"added values span [{low}, {high}]")
+        dtype = column.dtype
         if column.kind == "category":  # (the strings: `_checked_column` with `like`)
             values, categories = _encoded(values, column.categories)
-        values = np.asarray(values).astype(column.dtype, copy=False)
+            dtype = code_dtype(len(categories), at_least=column.dtype)  # (joined: the old widen)
+        values = np.asarray(values).astype(dtype, copy=False)
         columns[name] = Column(column.kind, join(column.values, values), categories)
     return ItemAttributes.of(columns, attrs.num_rows + num_added)
 
@@ -310,12 +328,12 @@ def _element_kind(value) -> str:
 
 
 def _encoded(strings: np.ndarray, categories: tuple) -> tuple[np.ndarray, tuple]:
-    """(int32 codes (N,), categories) of the unicode array `strings`:
-    `categories` first (their codes kept), the new strings appended in
-    first-seen order."""
+    """(codes (N,), categories) of the unicode array `strings`: `categories`
+    first (their codes kept), the new strings appended in first-seen order;
+    the codes in `code_dtype` of the categories' count."""
     unique, first, inverse = np.unique(strings, return_index=True, return_inverse=True)
     code_of = {c: i for i, c in enumerate(categories)}
-    codes = np.empty(unique.shape[0], CODE_DTYPE)
+    codes = np.empty(unique.shape[0], np.int64)
     new = list(categories)
     for u in np.argsort(first, kind="stable").tolist():  # first-seen order
         text = str(unique[u])
@@ -323,4 +341,4 @@ def _encoded(strings: np.ndarray, categories: tuple) -> tuple[np.ndarray, tuple]
             code_of[text] = len(new)
             new.append(text)
         codes[u] = code_of[text]
-    return codes[inverse.reshape(-1)], tuple(new)
+    return codes.astype(code_dtype(len(new)))[inverse.reshape(-1)], tuple(new)

@@ -28,18 +28,18 @@ import numpy as np
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, FilterExpressionError
 from static_compiler.live.layers import TableLayer, table_layers
 from static_compiler.frontend.items import ItemIndex
-from static_compiler.live.item_masks import rows_item_mask
+from static_compiler.live.item_masks import RowSource, rows_item_mask
 from static_compiler.live.liveness import (BitLayout, Subset, bit_layout, rows_item_live,
                                            subset_of_items)
 from static_compiler.live import priors
-from static_compiler.live.where import RowFilter, row_filter
 from static_compiler.target.plan import Plan, PlanFacts, StepPlan, slot_steps, state_counts
 
 
 def _array_or_filter(selection):
-    """A selection as the item masks take it: a `RowFilter` as it is, else
-    an array (raises numpy's TypeError or ValueError for ragged lists)."""
-    return selection if isinstance(selection, RowFilter) else np.asarray(selection)
+    """A selection as the item masks take it: a `RowSource` (a filter) as it
+    is, else an array (raises numpy's TypeError or ValueError for ragged
+    lists)."""
+    return selection if isinstance(selection, RowSource) else np.asarray(selection)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,6 +275,8 @@ class SetView:
             raise ConstraintSetError(f"{where}: a selection and where=... at once: pass one (a "
                                      "mask can join the expression: where='... and picked', "
                                      "masks={'picked': mask})")
+        from static_compiler.live.where import row_filter  # (serving imports it when used)
+
         items = self.checked_items(where)
         columns = {} if items.attributes is None else items.attributes
         try:
@@ -313,8 +315,9 @@ class SetView:
         layout = self.bit_layout(where)
         trie = self.trie()
         if self._lookup is not None:
-            if isinstance(selection, RowFilter):
-                selection = selection.evaluate()
+            if isinstance(selection, RowSource):  # (a text catalogue's lookup takes a mask)
+                rows, selection = selection, np.empty(selection.num_rows, bool)
+                rows.fill(0, rows.num_rows, selection)
             item_live = self._lookup(selection, items, where, trie, layout)
         else:
             try:

@@ -11,7 +11,7 @@ column against a float literal, or a float32 column against a literal no
 float32 equals, compare as the numbers themselves (no rounding of the
 literal); NaN compares false except by ``!=`` (and ``not in``). A bool
 column (or a mask) is used bare or with ``==``/``!=``/``in`` and booleans; a
-category column (int32 codes into its categories) only with ``==``, ``!=``,
+category column (integer codes into its categories) only with ``==``, ``!=``,
 ``in`` and ``not in`` and strings, and a string that is not one of its
 categories matches no row. Anything else is a `FilterExpressionError`
 naming the position, the attribute and its kind.
@@ -242,9 +242,11 @@ class _Checker:
 
 
 def _category_code(column, label: str):
-    """The code of category `label`, or None when no row can hold it."""
+    """The code of category `label` in the codes' dtype (a wider scalar
+    would widen every chunk of a uint8 column), or None when no row can
+    hold it."""
     try:
-        return np.int32(column.categories.index(label))
+        return column.values.dtype.type(column.categories.index(label))
     except ValueError:
         return None
 

@@ -40,7 +40,7 @@ def model(last, step, carry):
 def test_the_manifest_records_the_schedules_and_their_modules(saved):
     _, path = saved
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest["format_version"] == 13
+    assert manifest["format_version"] >= 13  # (schedules came with 13)
     assert manifest["beam_schedules"] == [list(SCHEDULE), [6] * 4]
     steps = {name: (m["beam_size"], m.get("beam_size_out")) for name, m in
              manifest["modules"].items() if m["kind"] in ("beam_step", "beam_resize")}

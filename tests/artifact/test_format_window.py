@@ -119,11 +119,12 @@ NEEDED = {1: ["names_file", "item_files", "mesh", "subset_bits", "exported_at", 
           8: ["exported_at", "attributes", "beam_schedules", "state_item"],
           9: ["exported_at", "attributes", "beam_schedules"],
           10: ["attributes", "beam_schedules"], 11: ["attributes", "beam_schedules"],
-          12: ["beam_schedules"], 13: []}
+          12: ["beam_schedules"], 13: [], 14: []}
 """The COMPAT rows each `as_version` artifact needs (versions 7 and 9 of a
 set without additions are today's shape but for the export date, the
 attributes and the beam_schedules keys, 10 and 11 but for those two keys,
-12 but for the beam_schedules key)."""
+12 but for the beam_schedules key; 13 differs from 14 only in the
+dtype of category codes, which this set has none of)."""
 
 
 def rows_of(version: int, built) -> np.ndarray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import pathlib
 import shutil
 
 import numpy as np
@@ -20,7 +21,7 @@ import static_compiler as sc
 from static_compiler.artifact import format as fmt
 from static_compiler.errors import (ArtifactFormatError, AttributeColumnError,
                                     ConstraintSetError, DecodeInputError)
-from static_compiler.frontend.attributes import appended, checked_attributes
+from static_compiler.frontend.attributes import appended, checked_attributes, code_dtype
 from helpers import edit_manifest, one_error_line, run_cli
 
 ROWS = np.array([[1, 2, 3], [1, 2, 4], [2, 3, 1], [3, 1, 1], [3, 1, 2]])
@@ -65,8 +66,8 @@ def test_columns_keep_their_kind_dtype_and_values():
     assert attributes.num_rows == len(ROWS)
     assert [(r["name"], r["kind"], r["dtype"], r["categories"]) for r in attributes.describe()] \
         == [("age", "int", "int16", None), ("fresh", "bool", "bool", None),
-            ("score", "float", "float32", None), ("topic", "category", "int32", 3)]
-    assert attributes.nbytes == sum(r["nbytes"] for r in attributes.describe()) == 10 + 5 + 20 + 20
+            ("score", "float", "float32", None), ("topic", "category", "uint8", 3)]
+    assert attributes.nbytes == sum(r["nbytes"] for r in attributes.describe()) == 10 + 5 + 20 + 5
     topic = attributes["topic"]
     assert topic.categories == ("news", "sport", "météo")  # first-seen order
     np.testing.assert_array_equal(topic.values, [0, 1, 0, 2, 1])
@@ -84,7 +85,7 @@ def test_every_front_door_reads_the_same_columns(saved):
     assert all(isinstance(c.values, np.memmap) for c in back.attributes.values())
     manifest = json.loads((saved / fmt.MANIFEST_FILE).read_text())
     assert manifest["format_version"] == fmt.FORMAT_VERSION
-    assert manifest["attributes"]["topic"] == {"kind": "category", "dtype": "int32",
+    assert manifest["attributes"]["topic"] == {"kind": "category", "dtype": "uint8",
                                                "file": "items/attr.topic.npy",
                                                "categories": ["news", "sport", "météo"]}
     assert all(entry["file"] in manifest["files"] for entry in manifest["attributes"].values())
@@ -142,6 +143,63 @@ def test_update_artifact_appends_and_removals_keep(saved, tmp_path):
     assert_same_columns(sc.load(path).attributes, want)  # nothing written
 
 
+@pytest.mark.parametrize("count, dtype", [(1, np.uint8), (256, np.uint8), (257, np.uint16),
+                                           (65536, np.uint16), (65537, np.int32)])
+def test_category_codes_take_the_narrowest_dtype(count, dtype):
+    labels = np.array([f"c{i}" for i in range(count)])
+    column = checked_attributes({"c": labels[::-1]}, count, "test")["c"]
+    assert column.values.dtype == dtype and column.categories[0] == f"c{count - 1}"
+    np.testing.assert_array_equal(column.to_numpy(), labels[::-1])
+    assert code_dtype(count) == dtype and code_dtype(count, at_least=np.int32) == np.int32
+
+
+def test_added_categories_widen_the_codes(tmp_path):
+    """The 257th category turns uint8 codes into uint16, old codes kept: in
+    memory, and in a saved artifact's update (its columns joined a range at
+    a time)."""
+    labels = np.array([f"c{i:03d}" for i in range(256)])
+    rows = np.stack([np.arange(256) // 16, np.arange(256) % 16], axis=1)
+    compiled = sc.compile_constraints(rows, 16, export_subsets=True, capacity=2.0,
+                                      attributes={"c": labels})
+    assert compiled.attributes["c"].dtype == np.uint8
+    added, new_labels = [[0, 0], [15, 15], [3, 4]], ["c000", "new", "c255"]
+    want = np.concatenate([labels, new_labels])
+    grown = compiled.update(add=added, attributes={"c": new_labels})
+    path = compiled.save(tmp_path / "a", modules=False)
+    sc.update_artifact(path, add=added, attributes={"c": new_labels})
+    for got in (grown.attributes["c"], sc.load(path).attributes["c"]):
+        assert got.dtype == np.uint16 and got.categories[-1] == "new"
+        np.testing.assert_array_equal(got.to_numpy(), want)
+    np.testing.assert_array_equal(grown.subset(where="c == 'new' or c == 'c255'").sizes,
+                                  grown.subset(np.isin(want, ["new", "c255"])).sizes)
+    assert compiled.update(add=added[:1], attributes={"c": ["c001"]}).attributes["c"].dtype \
+        == np.uint8  # (no new category: the codes keep their dtype)
+
+
+def test_a_format_13_artifact_reads_its_int32_codes(tmp_path):
+    """tests/data/artifact_v13_attributes (written by format version 13, int32
+    codes) is read, filtered, updated and saved again: its codes stay int32,
+    now in format version 14."""
+    frozen = pathlib.Path(__file__).parents[1] / "data" / "artifact_v13_attributes"
+    sids = np.load(frozen.parent / "artifact_v13_attributes_sids.npy")
+    assert json.loads((frozen / fmt.MANIFEST_FILE).read_text())["format_version"] == 13
+    old = sc.load(frozen)
+    topic = old.attributes["topic"]
+    assert topic.dtype == np.int32 and topic.categories == ("music", "news", "sport")
+    want = (topic.to_numpy() == "news") & (old.attributes["day"].values < 10)
+    assert want.any()
+    np.testing.assert_array_equal(old.subset(where="topic == 'news' and day < 10").sizes,
+                                  old.subset(want).sizes)
+    path = shutil.copytree(frozen, tmp_path / "a")
+    sc.update_artifact(path, add=[[7, 7, 7]], attributes={"topic": ["film"], "day": [3]})
+    assert json.loads((path / fmt.MANIFEST_FILE).read_text())["format_version"] == \
+        fmt.FORMAT_VERSION
+    back = sc.load(path).attributes["topic"]
+    assert back.dtype == np.int32 and back.categories[-1] == "film"
+    assert back.to_numpy().tolist() == topic.to_numpy().tolist() + ["film"]
+    np.testing.assert_array_equal(sc.load(path).item_index(sids[:3]), [0, 1, 2])
+
+
 def test_an_addition_outgrowing_the_capacity_keeps_the_columns():
     compiled = sc.compile_constraints(ROWS, VOCAB, export_subsets=True, attributes=ATTRIBUTES)
     new = compiled.update(add=[[0, 0, 0]], attributes={k: v[:1] for k, v in
@@ -153,12 +211,12 @@ def test_an_addition_outgrowing_the_capacity_keeps_the_columns():
 def test_show_ir_stats_and_verify_report_them(saved, capsys):
     code, out, err = run_cli(capsys, "show-ir", saved, "--stats")
     assert code == 0, err
-    assert "attribute topic: category int32, 3 categories, 20 bytes\n" in out
+    assert "attribute topic: category uint8, 3 categories, 5 bytes\n" in out
     assert "attribute age: int int16, 10 bytes\n" in out
     code, out, err = run_cli(capsys, "verify", saved)
     assert code == 0, err
     assert ("4 item attributes (age: int int16, fresh: bool bool, score: float float32, topic: "
-            "category int32 (3 categories)) over 5 rows: OK\n") in out
+            "category uint8 (3 categories)) over 5 rows: OK\n") in out
 
 
 def test_the_compile_command_takes_an_npz(tmp_path, capsys):
@@ -282,6 +340,8 @@ def test_saving_attributes_needs_export_subsets(tmp_path):
     (lambda a: a["topic"].update(categories=["x", 3]), r"\['categories'\]"),
     (lambda a: a["age"].update(kind="date"), "kind 'date'"),
     (lambda a: a["age"].update(dtype="float32"), "kind 'int' with dtype 'float32'"),
+    (lambda a: a["topic"].update(dtype="int16"), "uint8, uint16 or int32 codes"),
+    (lambda a: a["topic"].update(dtype="int32"), r"holds uint8 \(5,\), expected int32"),
     (lambda a: a["age"].update(dtype="int64"), r"holds int16 \(5,\), expected int64"),
     (lambda a: a["age"].update(file="items/nope.npy"), "not among the manifest's files"),
     (lambda a: a.update({"not": a.pop("age")}), "word of the filter grammar"),
@@ -303,7 +363,7 @@ def test_attributes_without_an_item_index_are_a_format_error(saved, tmp_path):
 def test_verify_finds_a_code_outside_the_categories(saved, tmp_path, capsys):
     path = shutil.copytree(saved, tmp_path / "a")
     rel = "items/attr.topic.npy"
-    np.save(path / rel, np.array([0, 1, 0, 7, 1], np.int32))
+    np.save(path / rel, np.array([0, 1, 0, 7, 1], np.uint8))
     edit_manifest(path, lambda m: m["files"].update({rel: {
         "size": (path / rel).stat().st_size, "sha256": fmt.sha256_file(path / rel)}}))
     code, out, err = run_cli(capsys, "verify", path)

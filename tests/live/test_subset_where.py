@@ -99,7 +99,7 @@ def test_a_filter_fills_item_bits_a_chunk_at_a_time(monkeypatch, item_chunk, chu
     monkeypatch.setattr(item_masks, "ITEM_CHUNK", item_chunk)
     monkeypatch.setattr(layer_walk, "WALK_THREADS", 3)
     real_row_filter = where.row_filter
-    monkeypatch.setattr("static_compiler.live.set_view.row_filter",
+    monkeypatch.setattr(where, "row_filter",
                         lambda *a, **k: real_row_filter(*a, **k, chunk_rows=chunk_rows))
     rows, attributes = _catalogue(seed=5)
     rows[::9] = rows[1::9]  # duplicate rows: one item each

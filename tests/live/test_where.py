@@ -481,7 +481,7 @@ def test_column_of_plain_arrays():
     for labels in (np.array(["b", "a", "b", "c"]), np.array(["b", "a", "b", "c"], dtype=object)):
         column = column_of(labels, "cat")
         assert column.kind == "category" and column.categories == ("b", "a", "c")
-        assert column.values.dtype == np.int32 and column.values.tolist() == [0, 1, 0, 2]
+        assert column.values.dtype == np.uint8 and column.values.tolist() == [0, 1, 0, 2]
     assert column_of(np.array([], dtype=str), "cat").categories == ()
 
 

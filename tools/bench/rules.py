@@ -4,7 +4,7 @@ item-prior section (`tools.bench.priors`) and the beam-schedule section
 
 A set of N random Semantic IDs (L = 4 over V = 2048) compiled with item
 attributes (`uploaded_day` int32 in [0, 365), `price` float32 in [0, 100),
-`category`: 20 categories) and export_subsets; a 3-clause filter
+`category`: 20 categories, uint8 codes) and export_subsets; a 3-clause filter
 
     uploaded_day >= 358 and category in ('c01', 'c07', 'c13') and price < 50.0
 
@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from static_compiler.frontend.attributes import code_dtype
 from tools.bench.cli import exit_without_teardown, sized_parser
 from tools.bench.output import machine_line
 
@@ -56,7 +57,7 @@ def columns_of(n: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     return {"uploaded_day": rng.integers(0, 365, n, dtype=np.int32),
             "price": (rng.random(n, dtype=np.float32) * 100).astype(np.float32),
-            "category": rng.integers(0, len(CATEGORIES), n, dtype=np.int32)}
+            "category": rng.integers(0, len(CATEGORIES), n).astype(code_dtype(len(CATEGORIES)))}
 
 
 def numpy_oracle(cols: dict) -> np.ndarray:
@@ -98,7 +99,7 @@ def write_columns(folder: str, n: int, seed: int, chunk: int = 1 << 24) -> dict:
     """The three columns of n rows written as .npy files a chunk at a time
     (bounded memory at 1e9 rows), memory-mapped back: name -> array."""
     names = ("uploaded_day", "price", "category")
-    dtypes = (np.int32, np.float32, np.int32)
+    dtypes = (np.int32, np.float32, code_dtype(len(CATEGORIES)))
     files = {name: np.lib.format.open_memmap(f"{folder}/{name}.npy", mode="w+", dtype=dtype,
                                              shape=(n,)) for name, dtype in zip(names, dtypes)}
     for lo in range(0, n, chunk):
