@@ -415,13 +415,15 @@ class TorchConstraints(PlanFacts):
         """Runs each request path once on dummy inputs at each batch size of
         `batch_sizes` (ints >= 1): init_processor / mask / advance at every
         step, allowed at every prefix length, and init_beams / beam_step /
-        finalize for each beam size of `beam_sizes`; with max_subsets > 0
-        (a set with an item index) also over a subset. torch compiles
-        nothing here (eager ops), so this pays only torch's first-use costs;
-        the results of later calls are unchanged. Returns a
-        `WarmReport` (compilations 0, the calls made, seconds). Raises
-        DecodeInputError for a batch or beam size that is not an int >= 1,
-        max_subsets < 0, or max_subsets > 0 on a set without item subsets."""
+        finalize for each beam size or beam schedule of `beam_sizes` (ints
+        >= 1, or max_length widths each, as `beam_search` takes them);
+        with max_subsets > 0 (a set with an item index) also over a subset.
+        torch compiles nothing here (eager ops), so this pays only torch's
+        first-use costs; the results of later calls are unchanged. Returns
+        a `WarmReport` (compilations 0, the calls made, seconds). Raises
+        DecodeInputError for a batch size that is not an int >= 1, a beam
+        size or schedule `beam_search` would refuse, max_subsets < 0, or
+        max_subsets > 0 on a set without item subsets."""
         sizes, beams, k = warming.check_warm_arguments(self, batch_sizes, beam_sizes, max_subsets)
         return warming.run_warm(self, sizes, beams, k)
 

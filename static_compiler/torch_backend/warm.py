@@ -42,14 +42,33 @@ def _num_items(tc) -> Optional[int]:
     return None if items is None else items.num_items
 
 
+def _beams(beam_sizes, max_length: int) -> tuple:
+    """The beam sizes (ints) and schedules (tuples of max_length ints, as
+    `arguments.check_beam_schedule` takes them) of `beam_sizes`, sorted,
+    ints first; DecodeInputError naming a bad entry."""
+    if arguments.is_int(beam_sizes):
+        beam_sizes = (beam_sizes,)
+    if isinstance(beam_sizes, (str, bytes)) or not hasattr(beam_sizes, "__iter__"):
+        raise DecodeInputError(f"warm: beam_sizes={beam_sizes!r}: expected ints >= 1 or beam "
+                               f"schedules ({max_length} ints >= 1 each)")
+    beams = set()
+    for m in beam_sizes:
+        try:
+            arguments.check_beam_schedule(m, max_length)
+        except DecodeInputError as err:
+            raise DecodeInputError(f"warm: beam_sizes entry {m!r}: {err}") from None
+        beams.add(int(m) if arguments.is_int(m) else tuple(int(w) for w in m))
+    return tuple(sorted(beams, key=lambda m: (isinstance(m, tuple), m)))
+
+
 def check_warm_arguments(tc, batch_sizes, beam_sizes, max_subsets) -> tuple:
-    """(batch sizes, beam sizes, max_subsets) after checking them; raises
-    DecodeInputError naming the bad value."""
+    """(batch sizes, beam sizes and schedules, max_subsets) after checking
+    them; raises DecodeInputError naming the bad value."""
     sizes = _ints("batch_sizes", batch_sizes, allow_empty=False)
-    beams = _ints("beam_sizes", beam_sizes, allow_empty=True)
+    beams = _beams(beam_sizes, tc.max_length)
     for B in sizes:
         for M in beams or (1,):
-            arguments.check_rows(B, M)
+            arguments.check_beam_schedule(M, tc.max_length, B)
     k = arguments.check_int("max_subsets", max_subsets, low=0)
     if k and _num_items(tc) is None:
         raise DecodeInputError(f"warm: max_subsets={k}: this set has no item subsets "
@@ -60,7 +79,8 @@ def check_warm_arguments(tc, batch_sizes, beam_sizes, max_subsets) -> tuple:
 def run_warm(tc, sizes: tuple, beams: tuple, max_subsets: int) -> WarmReport:
     """Runs init_processor / mask / advance at every step, allowed at every
     prefix length, and init_beams / beam_step (every step) / finalize for
-    each beam size, at each batch size, over every item and (max_subsets
+    each beam size and schedule (from the start beam alone, each step's
+    width), at each batch size, over every item and (max_subsets
     > 0) over an empty subset; the results are dropped."""
     start, calls = time.perf_counter(), 0
     V, T = tc.vocab_size, tc.max_length
@@ -80,10 +100,12 @@ def run_warm(tc, sizes: tuple, beams: tuple, max_subsets: int) -> WarmReport:
                     calls += 3
                 calls += 1
                 for M in beams:
-                    beams_state = tc.init_beams(B, M)
-                    logits = torch.zeros((B, M, V), device=tc.device)
+                    widths = arguments.check_beam_schedule(M, T, B)
+                    beams_state = tc.init_beams(B, widths[0])
                     for t in range(T):
-                        beams_state = tc.beam_step(beams_state, logits, t, **kw)
+                        logits = torch.zeros((B, widths[t], V), device=tc.device)
+                        beams_state = tc.beam_step(beams_state, logits, t, beam_size=widths[t + 1],
+                                                   **kw)
                     tc.finalize(beams_state)
                     calls += T + 2
     return WarmReport(0, calls, time.perf_counter() - start, sizes, beams,

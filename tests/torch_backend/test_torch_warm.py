@@ -59,6 +59,30 @@ def test_warm_runs_and_compiles_nothing(sets, name):
             else torch.equal(x, y)
 
 
+@pytest.mark.parametrize("name", ["artifact", "plain"])
+def test_warm_takes_beam_schedules(sets, name):
+    """A schedule warms its steps from the start beam, each at its width
+    (as `beam_search` runs it), next to a fixed width; results unchanged."""
+    tc = sets[name]
+    before = _decode(tc)
+    report = tc.warm([2], beam_sizes=[(2, 4, 3), 3, [2, 4, 3], (1, 1, 1)],
+                     max_subsets=0 if name == "plain" else 1)
+    assert report.beam_sizes == (3, (1, 1, 1), (2, 4, 3)) and report.compilations == 0
+    per_path = tc.max_length + 2
+    assert report.calls == (1 + (name != "plain")) * (3 * tc.max_length + 1 + 3 * per_path)
+    for x, y in zip(before, _decode(tc)):
+        assert torch.equal(x, y) if isinstance(x, torch.Tensor) else \
+            all(torch.equal(a, b) for a, b in zip(x, y))
+
+
+@pytest.mark.parametrize("beam_sizes, problem", [
+    ([(2, 4)], r"entry \(2, 4\).*sequence of 3 ints"), ([(2, 0, 3)], r"beam_size\[1\]"),
+    ([(2, 1.5, 3)], r"beam_size\[1\]"), ([[2, "4", 3]], r"beam_size\[1\]")])
+def test_bad_schedules_are_named(sets, beam_sizes, problem):
+    with pytest.raises(DecodeInputError, match=problem):
+        sets["artifact"].warm([2], beam_sizes=beam_sizes)
+
+
 def test_warm_single_int_and_no_beams(sets):
     report = sets["artifact"].warm(2)
     assert report.batch_sizes == (2,) and report.beam_sizes == ()
