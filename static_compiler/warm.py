@@ -43,7 +43,7 @@ import numpy as np
 from static_compiler.artifact.warm import Warmth, pad_subsets
 from static_compiler.backend import decode
 from static_compiler.support.compile_events import CompileCounter
-from static_compiler.support.arguments import check_beam_schedule, is_int
+from static_compiler.support.arguments import check_warm_beam_sizes
 from static_compiler.support.decode_state import check_int, check_rows
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.live.liveness import Subset, checked_subset_index
@@ -217,27 +217,13 @@ def _sizes(name: str, sizes, allow_empty: bool) -> tuple:
     return tuple(dict.fromkeys(check_int(name, m, low=1) for m in sizes))
 
 
-def _beam_sizes(sizes, max_length: int) -> tuple:
-    """warm's beam_sizes: ints and beam schedules (tuples), checked
-    (`check_beam_schedule`), no repeats."""
-    if isinstance(sizes, (int, np.integer)) and not isinstance(sizes, bool):
-        sizes = (sizes,)
-    if not isinstance(sizes, (tuple, list, range, np.ndarray)):
-        raise DecodeInputError(f"warm: beam_sizes={sizes!r}: expected a sequence of ints >= 1 "
-                               "or beam schedules (one int >= 1 per step)")
-    for m in sizes:
-        check_beam_schedule(m, max_length)
-    return tuple(dict.fromkeys(int(m) if is_int(m) else tuple(int(w) for w in m)
-                               for m in sizes))
-
-
 def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_subsets,
           eager, options: dict) -> list:
     """Checks warm's arguments (DecodeInputError) and returns its compiles
     as zero-argument callables, nothing compiled yet."""
     sizes = _sizes("batch_sizes", batch_sizes, allow_empty=False)
     check_rows(*sizes)
-    beams = _beam_sizes(beam_sizes, compiled.max_length)
+    beams = check_warm_beam_sizes(beam_sizes, compiled.max_length)
     max_subsets = check_int("max_subsets", max_subsets, low=0)
     for name, flag in (("greedy", greedy), ("eager", eager)):
         if not isinstance(flag, bool):

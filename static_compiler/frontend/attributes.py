@@ -217,7 +217,7 @@ def appended(attrs: ItemAttributes, added: Optional[Mapping], num_added: int, wh
         dtype = column.dtype
         if column.kind == "category":  # (the strings: `_checked_column` with `like`)
             values, categories = _encoded(values, column.categories)
-            dtype = code_dtype(len(categories), at_least=column.dtype)  # (joined: the old widen)
+            dtype = code_dtype(len(categories), at_least=column.dtype)  # (the join widens the old)
         values = np.asarray(values).astype(dtype, copy=False)
         columns[name] = Column(column.kind, join(column.values, values), categories)
     return ItemAttributes.of(columns, attrs.num_rows + num_added)

@@ -18,12 +18,12 @@ sequence (an item), in item order, through
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Protocol, runtime_checkable
 
 import numpy as np
 
 from static_compiler.support.mapped import release_pages
+from static_compiler.support.threads import on_threads
 from static_compiler.errors import ConstraintSetError
 from static_compiler.live import layer_walk
 
@@ -88,28 +88,27 @@ def rows_item_bits(selection, items, where: str,
     from static_compiler.live import bit_kernels  # (numba: compiled on first use, cached)
 
     ranges = [(a, min(n, a + ITEM_CHUNK)) for a in range(0, n, ITEM_CHUNK)]
-    threads = max(1, min(layer_walk.WALK_THREADS, len(ranges)))
-    own = [layer_walk.PackedBits.zeros(count, room) for _ in range(threads)]
     row_item, size = items.row_item, items.row_item.itemsize
 
-    def one_thread(t: int) -> None:
+    def one_share(share) -> layer_walk.PackedBits:
+        own = layer_walk.PackedBits.zeros(count, room)  # (no other thread writes its words)
         scratch = np.empty(min(n, ITEM_CHUNK), row_item.dtype)
         rows, temporaries = (np.empty(min(n, ITEM_CHUNK), bool), []) if lazy else (None, None)
-        for start, stop in ranges[t::threads]:
+        for start, stop in share:
             if lazy:
                 picked = rows[:stop - start]
                 selection.fill(start, stop, picked, temporaries)
             else:
                 picked = selection[start:stop]
             bit_kernels.mark_selected_bits(picked, np.asarray(row_item[start:stop]),
-                                           own[t].uint64(), scratch)
+                                           own.uint64(), scratch)
             release_pages(row_item, size * start, size * stop)
+        return own
 
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(one_thread, range(threads)))
-    for other in own[1:]:
-        np.bitwise_or(own[0].data, other.data, out=own[0].data)
-    return own[0]
+    first, *others = on_threads(ranges, one_share, layer_walk.WALK_THREADS)
+    for other in others:
+        np.bitwise_or(first.data, other.data, out=first.data)
+    return first
 
 
 def drop_items(item_live, removed: np.ndarray) -> None:

@@ -10,13 +10,13 @@ and `words` give a depth's bits as the uint32 words a `Subset` holds.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 import numpy as np
 
 from static_compiler.support.arrays import search_sorted
+from static_compiler.support.threads import THREADS
 from static_compiler.live.layers import LayerWalk, NearRows, row_range
 
 WALK_CHUNK = 1 << 22
@@ -26,8 +26,8 @@ range (an int64 per state: 8 GB at 1e9), and ranges go to threads when this
 is a multiple of 64 (each then writes whole words of its own)."""
 
 
-WALK_THREADS = min(4, os.cpu_count() or 1)
-"""Ranges of a large layer walked at once (threads)."""
+WALK_THREADS = THREADS
+"""Ranges of a large layer walked at once (threads; `support.threads`)."""
 
 
 PACK_CHUNK = 1 << 25

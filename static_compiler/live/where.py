@@ -27,14 +27,13 @@ no (N,) output at all where a subset fills each chunk's item bits
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping, Optional
 
 import numpy as np
 
 from static_compiler.errors import FilterExpressionError
 from static_compiler.frontend.attributes import KINDS, Column, checked_attributes
+from static_compiler.support.threads import on_threads
 from static_compiler.live.filter_text import MAX_NESTING, located, parse  # noqa: F401
 from static_compiler.live.filter_tree import (COMPARISONS, KEYWORDS, And, Compare,  # noqa: F401
                                               Expr, IsIn, Junction, Name, Not, Or, attr,
@@ -47,8 +46,6 @@ __all__ = ["And", "COMPARISONS", "Column", "Compare", "Expr", "FEW_VALUES", "IsI
 FEW_VALUES = 8
 """An `in` list of at most this many values is evaluated as an or of `==`."""
 
-FILTER_THREADS = min(4, os.cpu_count() or 1)
-"""Chunks of rows `RowFilter.evaluate` evaluates at once (threads)."""
 
 _UFUNCS = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
            ">": np.greater, ">=": np.greater_equal}
@@ -337,18 +334,13 @@ class RowFilter:
         out = np.empty(self.num_rows, bool)
         step = self.chunk_rows
         ranges = [(a, min(a + step, self.num_rows)) for a in range(0, self.num_rows, step)]
-        threads = max(1, min(FILTER_THREADS, len(ranges)))
 
-        def one_thread(t: int) -> None:
-            scratch: list = []
-            for lo, hi in ranges[t::threads]:
+        def one_share(share) -> None:
+            scratch: list = []  # (this thread's temporaries)
+            for lo, hi in share:
                 self.fill(lo, hi, out[lo:hi], scratch)
 
-        if threads == 1:
-            one_thread(0)
-        else:
-            with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(one_thread, range(threads)))
+        on_threads(ranges, one_share)
         return out
 
 
@@ -391,7 +383,7 @@ def evaluate(expr, columns: Mapping, masks: Optional[Mapping] = None, num_rows: 
         N, the rows every column and mask has.
     chunk_rows : int
         rows evaluated at a time (the temporaries' size), chunks on up to
-        `FILTER_THREADS` threads.
+        `support.threads.THREADS` threads.
 
     Returns
     -------

@@ -77,6 +77,25 @@ def check_beam_schedule(beam_size, max_length: int, batch_size: int = 1) -> tupl
     return widths
 
 
+def check_warm_beam_sizes(sizes, max_length: int) -> tuple:
+    """A warm-up's beam_sizes (every front door's ``warm``): an int, or a
+    sequence of ints >= 1 and beam schedules, each checked as a search
+    checks its beam_size (`check_beam_schedule`), as ints and tuples in
+    first-seen order, no repeats. DecodeInputError naming the entry."""
+    if is_int(sizes):
+        sizes = (sizes,)
+    if not isinstance(sizes, (tuple, list, range, np.ndarray)):
+        raise DecodeInputError(f"warm: beam_sizes={sizes!r}: expected a sequence of ints >= 1 "
+                               f"or beam schedules ({max_length} ints >= 1 each, one per step)")
+    for m in sizes:
+        try:
+            check_beam_schedule(m, max_length)
+        except DecodeInputError as err:
+            raise DecodeInputError(f"warm: beam_sizes entry {m!r}: {err}") from None
+    return tuple(dict.fromkeys(int(m) if is_int(m) else tuple(int(w) for w in m)
+                               for m in sizes))
+
+
 def check_export_beam_sizes(sizes, max_length: Optional[int] = None) -> tuple:
     """The beam sizes and schedules to export modules for (a compiled set's
     export_beam_sizes): a non-empty sequence whose entries are ints M >= 1

@@ -42,30 +42,12 @@ def _num_items(tc) -> Optional[int]:
     return None if items is None else items.num_items
 
 
-def _beams(beam_sizes, max_length: int) -> tuple:
-    """The beam sizes (ints) and schedules (tuples of max_length ints, as
-    `arguments.check_beam_schedule` takes them) of `beam_sizes`, sorted,
-    ints first; DecodeInputError naming a bad entry."""
-    if arguments.is_int(beam_sizes):
-        beam_sizes = (beam_sizes,)
-    if isinstance(beam_sizes, (str, bytes)) or not hasattr(beam_sizes, "__iter__"):
-        raise DecodeInputError(f"warm: beam_sizes={beam_sizes!r}: expected ints >= 1 or beam "
-                               f"schedules ({max_length} ints >= 1 each)")
-    beams = set()
-    for m in beam_sizes:
-        try:
-            arguments.check_beam_schedule(m, max_length)
-        except DecodeInputError as err:
-            raise DecodeInputError(f"warm: beam_sizes entry {m!r}: {err}") from None
-        beams.add(int(m) if arguments.is_int(m) else tuple(int(w) for w in m))
-    return tuple(sorted(beams, key=lambda m: (isinstance(m, tuple), m)))
-
-
 def check_warm_arguments(tc, batch_sizes, beam_sizes, max_subsets) -> tuple:
     """(batch sizes, beam sizes and schedules, max_subsets) after checking
     them; raises DecodeInputError naming the bad value."""
     sizes = _ints("batch_sizes", batch_sizes, allow_empty=False)
-    beams = _beams(beam_sizes, tc.max_length)
+    beams = tuple(sorted(arguments.check_warm_beam_sizes(beam_sizes, tc.max_length),
+                         key=lambda m: (isinstance(m, tuple), m)))
     for B in sizes:
         for M in beams or (1,):
             arguments.check_beam_schedule(M, tc.max_length, B)

@@ -262,7 +262,8 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.support.decode_types",
                                "static_compiler.support.deprecation",
                                "static_compiler.support.dtypes", "static_compiler.support.lazy", "static_compiler.support.mapped",
-                               "static_compiler.support.placement", "static_compiler.target",
+                               "static_compiler.support.placement",
+                               "static_compiler.support.threads", "static_compiler.target",
                                "static_compiler.target.plan", "static_compiler.target.tables"]
     logits = np.linspace(-1, 1, 2 * 4 * 10, dtype=np.float32).reshape(2, 4, -1)
     assert info["tokens"] == np.asarray(art.beam_step(art.init_beams(2, 4), logits, 0).tokens).tolist()

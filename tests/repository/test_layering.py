@@ -48,7 +48,7 @@ THIRD_PARTY = {"jax", "jaxlib", "numpy", "numba", "networkx", "ml_dtypes", "toke
 SERVING_SUPPORT = {"errors", "support.arguments", "support.arrays", "support.mapped",
                    "support.compile_events", "support.decode_state", "support.decode_types",
                    "support.beam_loop", "support.beam_result", "support.deprecation",
-                   "support.dtypes", "support.placement"}
+                   "support.dtypes", "support.placement", "support.threads"}
 """The utilities a serving binary ships."""
 LIVE_BITS = {"live.layers", "live.bit_kernels", "live.layer_walk", "live.state_order",
              "live.item_masks", "live.liveness", "live.placements", "live.set_view",
@@ -71,6 +71,7 @@ RESTRICTED = {
     "support.beam_loop": (set(), {"errors", "support.arguments"}),  # a search stepped from Python
     "support.beam_result": ({"jax"}, {"support.decode_types"}),  # finalize, for both JAX doors
     "support.placement": ({"jax", "numpy"}, {"errors"}),  # which tables split across a mesh
+    "support.threads": (set(), set()),  # host passes split over threads
     # The plan, the table format and the item index: numpy only, read by every backend.
     "target.plan": (set(), {"ir"}),
     "target.tables": ({"numpy"}, {"support.arrays"}),
@@ -80,16 +81,17 @@ RESTRICTED = {
     # The live bits a serving binary ships.
     "live.layers": ({"numpy"}, {"errors", "support.arrays", "support.mapped", "target.tables"}),
     "live.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
-    "live.layer_walk": ({"numpy"}, {"support.arrays", "live.layers", "live.bit_kernels"}),
+    "live.layer_walk": ({"numpy"}, {"support.arrays", "support.threads", "live.layers",
+                                    "live.bit_kernels"}),
     "live.state_order": ({"numpy"}, {"live.layer_walk", "live.bit_kernels", "support.mapped"}),
     "live.item_masks": ({"numpy"}, {"errors", "live.layer_walk", "live.bit_kernels",
-                                    "support.mapped"}),
+                                    "support.mapped", "support.threads"}),
     "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "live.bit_kernels",
                                   "live.state_order", "live.item_masks", "live.placements",
                                   "support.mapped", "frontend.items"}),
     "live.placements": (set(), set()),  # a subset's device copies, per device
     "live.where": ({"numpy"}, {"errors", "frontend.attributes", "live.filter_tree",
-                               "live.filter_text"}),  # filter expressions over item attributes
+                               "live.filter_text", "support.threads"}),  # filter expressions over item attributes
     "live.filter_tree": ({"numpy"}, {"errors", "frontend.attributes"}),  # their trees
     "live.filter_text": (set(), {"errors", "live.filter_tree"}),  # text -> tree
     # item priors: the best weighted prior below each state, from an attribute column
