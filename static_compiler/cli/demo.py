@@ -23,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--artifact", default=None, metavar="ART",
                         help="keep the artifact here (default: a temporary directory)")
     parser.add_argument("--force", action="store_true", help="replace an existing --artifact")
+    parser.add_argument("--verbose", action="store_true",
+                        help="list the static_compiler modules the serving process imported")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
                                     beam_size=args.beam_size,
                                     tokens_per_beam=args.tokens_per_beam,
                                     artifact_path=args.artifact, force=args.force,
-                                    compilation_cache=not args.no_compilation_cache)
+                                    compilation_cache=not args.no_compilation_cache,
+                                    verbose=args.verbose)
     return main_job.run(config)
 
 

@@ -44,6 +44,7 @@ class MainJobConfig:
     artifact_path: Optional[str] = None
     force: bool = False
     compilation_cache: bool = True  # the serving process uses jax's persistent cache
+    verbose: bool = False  # the serve line lists the modules the serving process imported
 
 
 def _repo_env() -> dict:
@@ -114,6 +115,19 @@ def _widen(tokens: np.ndarray, width: int) -> np.ndarray:
     return out
 
 
+def serve_line(info: dict, verbose: bool = False) -> str:
+    """The report's serve line from the serving process's JSON report
+    (`serve_in_fresh_process`, which already refused any module outside
+    `serving_modules()`, so the count is of serving-only modules): how many
+    static_compiler modules it imported and its timings; the module names
+    themselves only when `verbose` (they are ~50)."""
+    modules = info["modules"]
+    names = f": {modules}" if verbose else ""
+    return (f"serve    fresh process ({info['backend']}): {len(modules)} serving-only modules, "
+            f"no compiler module{names}; load + verify {info['load_seconds']:.3f} s, "
+            f"first pass (XLA compile) {info['first_pass_seconds']:.2f} s")
+
+
 def _ms(seconds: list) -> str:
     ms = [s * 1e3 for s in seconds]
     return f"median {statistics.median(ms):.3f} ms (min {min(ms):.3f}, max {max(ms):.3f})"
@@ -165,9 +179,7 @@ def run(config: MainJobConfig, out: Optional[TextIO] = None) -> int:
         with np.load(out_npz) as z:
             result = serving.DecodeResult(*(z[k] for k in serving.DecodeResult._fields))
         out_npz.unlink()
-        w(f"serve    fresh process ({info['backend']}, imports {info['modules']}): load + "
-          f"verify {info['load_seconds']:.3f} s, first pass (XLA compile) "
-          f"{info['first_pass_seconds']:.2f} s")
+        w(serve_line(info, verbose=config.verbose))
         w(f"decode   batch {config.batch_size}, beams {config.beam_size}, tokens_per_beam "
           f"{config.tokens_per_beam}, {len(info['step_seconds'])} steps")
         w(f"  constrained step (serving beam_step): {_ms(info['step_seconds'])}")

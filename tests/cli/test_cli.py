@@ -195,13 +195,15 @@ def test_membership_is_exact_for_fixed_and_ragged_sets():
 
 def test_demo_main_job_end_to_end(capsys):
     code, out, _ = run_cli(capsys, "demo", "--num-items", 3000, "--beam-size", 8,
-                           "--tokens-per-beam", 4)
+                           "--tokens-per-beam", 4, "--verbose")
     assert code == 0, out
     assert "dataset  synthetic-sids: 3000 uniform random Semantic IDs, L=8, V=2048" in out
     assert re.search(r"compile  \d+ unique sequences in \d+\.\d+ s \(frontend", out)
     assert "est_bytes" in out and "paper bound U_max" in out  # the per-layer table
     # the serving process loads the loader, format, live bits and utilities: no compiler stage
-    loaded = json.loads(re.search(r"imports (\[.*?\])", out)[1].replace("'", '"'))
+    serve = re.search(r"(\d+) serving-only modules, no compiler module: (\[.*?\]);", out)
+    loaded = json.loads(serve[2].replace("'", '"'))
+    assert int(serve[1]) == len(loaded)
     assert "static_compiler.artifact.serving" in loaded and "static_compiler.cli" in loaded
     stages = ("passes", "backend", "compiler", "compiled", "target.lowering", "target.raising",
               "frontend.sequences", "artifact.writer", "artifact.export")
@@ -210,6 +212,25 @@ def test_demo_main_job_end_to_end(capsys):
     valid = re.search(r"check    (\d+)/16 beams valid; (\d+)/(\d+) valid beams are in the set: OK",
                       out)
     assert valid and int(valid[1]) >= 8 and valid[1] == valid[2] == valid[3], out
+
+
+def test_demo_serve_line_counts_modules_and_names_them_only_with_verbose(monkeypatch):
+    info = {"backend": "cpu", "modules": ["static_compiler", "static_compiler.artifact.serving",
+                                         "static_compiler.errors"],
+            "load_seconds": 0.25, "first_pass_seconds": 1.5}
+    short = main_job.serve_line(info)
+    assert short == ("serve    fresh process (cpu): 3 serving-only modules, no compiler module; "
+                     "load + verify 0.250 s, first pass (XLA compile) 1.50 s")
+    long = main_job.serve_line(info, verbose=True)
+    assert "3 serving-only modules, no compiler module: ['static_compiler', " in long
+    assert all(name in long for name in info["modules"]) and not any(
+        name in short for name in info["modules"][1:])
+    assert main_job.serve_line({**info, "modules": []}).count("0 serving-only modules") == 1
+    # `demo` passes --verbose to the job (off by default)
+    seen = []
+    monkeypatch.setattr(main_job, "run", lambda config: seen.append(config.verbose) or 0)
+    assert main(["demo"]) == 0 and main(["demo", "--verbose"]) == 0
+    assert seen == [False, True]
 
 
 def test_demo_rejects_bad_options(capsys):
