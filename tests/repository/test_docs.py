@@ -13,8 +13,9 @@ under that guard), JAX_PLATFORMS=cpu and XLA's CPU optimization level 0
 Each snippet is compiled with the page's path and its own line numbers, so a
 failure's traceback names the page and the line. A snippet that cannot run here is fenced
 ```python no-run: <reason>; anything else after ```python is an error, so a
-misspelt marker never skips a snippet silently. The README's snippets also
-run pasted into one file.py, as `python file.py` (its run again).
+misspelt marker never skips a snippet silently. The README's Quick start is
+examples/quickstart.py, fenced no-run here: tests/repository/test_quickstart.py
+runs the file and checks the output the README shows.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```python(?P<info>[^\n]*)\n(?P<code>.*?)^```[ \t]*$", re.M | re.S)
 NO_RUN = re.compile(r"^ no-run: \S.*$")
-README_MAX_LINES = 250
+README_MAX_LINES = 150
 TIMEOUT_S = 300
 
 # Runs the snippets given as JSON [[path, first_line, code], ...] on stdin.
@@ -89,11 +90,7 @@ def jax_cache(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("page", [p for p in PAGES if runnable(p)], ids=rel)
 def test_page_snippets_run(page, tmp_path, jax_cache):
     """The page's snippets run, and run again in the same folder (a user
-    re-runs a script: what it saved must not make the second run fail).
-    The README's run again is its snippets pasted into one file.py, run as
-    `python file.py`: the process pool of its second snippet re-imports the
-    script in its spawned workers, which must not run the first's work
-    again."""
+    re-runs a script: what it saved must not make the second run fail)."""
     missing = missing_modules([code for _line, code in runnable(page)])
     if missing:
         pytest.skip(f"{rel(page)} imports {missing}, not installed")
@@ -103,30 +100,11 @@ def test_page_snippets_run(page, tmp_path, jax_cache):
     for attempt in ("a snippet failed", "a snippet failed when run again in the same folder"):
         if attempt != "a snippet failed" and not any(tmp_path.iterdir()):
             break  # it saved nothing: a run again would meet the folder the first run met
-        if attempt != "a snippet failed" and page == README:
-            proc = run_as_one_script(page, tmp_path, jax_cache)
-            assert proc.returncode == 0, (f"README.md's snippets pasted into one file.py failed "
-                                          f"(run again in the same folder)\n--- stdout\n"
-                                          f"{proc.stdout[-4000:]}\n--- stderr\n"
-                                          f"{proc.stderr[-8000:]}")
-            break
         proc = subprocess.run([sys.executable, "-c", DRIVER], input=json.dumps(todo), cwd=tmp_path,
                               env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
         assert proc.returncode == 0, (f"{rel(page)}: {attempt}\n--- stdout\n{proc.stdout[-4000:]}"
                                       f"\n--- stderr\n{proc.stderr[-8000:]}")
         assert proc.stdout.count(f"ran {page}:") == len(todo), proc.stdout[-4000:]
-
-
-def run_as_one_script(page: pathlib.Path, folder: pathlib.Path,
-                      cache_env: dict) -> subprocess.CompletedProcess:
-    """Pastes the page's runnable snippets, in order, into one file.py and
-    runs `python file.py` in `folder`, as a user would."""
-    script = folder / "file.py"
-    script.write_text("\n".join(code for _line, code in runnable(page)))
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1", **cache_env,
-               XLA_FLAGS=FAST_COMPILE_FLAG)
-    return subprocess.run([sys.executable, str(script)], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=rel)

@@ -74,8 +74,9 @@ def occurs(figure: str, text: str) -> bool:
     return re.search(pattern, text) is not None
 
 
-def test_the_readme_has_its_measured_rows():
-    assert len(measured_rows()) >= 15
+def test_the_readme_has_a_few_headline_rows():
+    """Headlines only: the rest, and every row's history, stay in benchmarks.md."""
+    assert 3 <= len(measured_rows()) <= 6
 
 
 @pytest.mark.parametrize("row", measured_rows(), ids=lambda r: r[0][:60])
