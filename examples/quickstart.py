@@ -1,4 +1,7 @@
-import jax.numpy as jnp, numpy as np, static_compiler as sc
+import jax.numpy as jnp
+import numpy as np
+
+import static_compiler as sc
 from static_compiler import report
 
 V = 2048                                                     # vocabulary size
