@@ -123,7 +123,10 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     PipelineError
         For a bad pipeline or a failing pass.
     MemoryBudgetError
-        When no layout fits the budget.
+        When no layout fits the budget (choose-layout's memory-budget; the
+        message gives a value to try). A partitioned build (`Shards`)
+        checks it as each partition is built and stops at the first that
+        proves it too small, before building the rest.
     DecodeInputError
         For bad `export_beam_sizes`.
 
@@ -146,7 +149,8 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     t0 = time.perf_counter()
     with inputs.read_input(constraints, vocab_size, end_token=end_token, start=start,
                            tokenizer=tokenizer, spellings=spellings,
-                           export_subsets=export_subsets) as front:
+                           export_subsets=export_subsets,
+                           check_tables=pipeline_lib.partial_budget_check(passes)) as front:
         timings = [("frontend", time.perf_counter() - t0)]
         return _compiled(front, passes, timings, dict(options, frontend_stats=front.stats),
                          print_ir_after_all=print_ir_after_all, verify_each=verify_each,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import sys
 from typing import Optional
@@ -190,19 +189,20 @@ def _pipeline_with_budget(pipeline: Optional[str], budget: Optional[str]) -> Opt
     budget set to `budget`, or `pipeline` unchanged when budget is None."""
     if budget is None:
         return pipeline
+    from static_compiler.errors import PipelineError
     from static_compiler.passes.base import ByteSize
-    from static_compiler.passes.pipeline import DEFAULT_PIPELINE, format_pipeline, parse_pipeline
+    from static_compiler.passes.pipeline import (DEFAULT_PIPELINE, format_pipeline,
+                                                 parse_pipeline, with_memory_budget)
 
     try:
         size = ByteSize.parse(budget)
     except ValueError as e:
         raise CliInputError(f"--memory-budget {budget!r}: {e}") from None
     passes = parse_pipeline(pipeline if pipeline is not None else DEFAULT_PIPELINE)
-    if not any(p.name == "choose-layout" for p in passes):
-        raise CliInputError(f"--memory-budget {budget}: the pipeline {format_pipeline(passes)!r} "
-                            "has no choose-layout pass to give it to")
-    return format_pipeline([dataclasses.replace(p, memory_budget=size)
-                            if p.name == "choose-layout" else p for p in passes])
+    try:
+        return format_pipeline(with_memory_budget(passes, size))
+    except PipelineError as e:
+        raise CliInputError(f"--memory-budget {budget}: {e}") from None
 
 
 COMMAND = Subcommand("compile", "compile a constraint set and save it as an artifact directory",

@@ -9,8 +9,9 @@ module guard a "spawn" pool needs when a worker died.
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from static_compiler.errors import BuildError, ConstraintSetError
 
@@ -25,20 +26,46 @@ def say(shards: Shards, line: str) -> None:
 
 
 def run_tasks(shards: Shards, task: Callable, tasks: list[tuple], on_executor: list[bool],
-              what: str) -> list:
+              what: str, check: Optional[Callable[[int, object], None]] = None) -> list:
     """`task(*args)` for each of `tasks`, on the executor where on_executor
     says so (and one is given), else in this process; in order. A task's
     ConstraintSetError (bad input) is raised as it is; any other failure
-    (a worker that died, a broken pool) as BuildError naming the task."""
-    futures, results = [], []
+    (a worker that died, a broken pool) as BuildError naming the task.
+    `check(number, result)`, when given, sees each result in order and may
+    raise to stop the build (its error passes as it is, the tasks not yet
+    started are cancelled); the first task then runs alone, checked before
+    the others are handed to the executor."""
+    results: list = []
+    with contextlib.closing(_results(shards, task, tasks, on_executor, what,
+                                     check is not None)) as running:
+        for number, result in enumerate(running):
+            results.append(result)
+            if check is not None:
+                check(number, result)
+    return results
+
+
+def _results(shards: Shards, task: Callable, tasks: list[tuple], on_executor: list[bool],
+             what: str, first_alone: bool) -> Iterator:
+    """The results of `run_tasks`, in order (a generator: with first_alone,
+    the rest are submitted once the first result has been taken)."""
+    futures: list = [None] * len(tasks)
+
+    def submit(numbers) -> None:
+        for n in numbers:
+            if shards.executor is not None and on_executor[n]:
+                futures[n] = shards.executor.submit(task, *tasks[n])
+
+    held = 1 if first_alone else len(tasks)
     number = 0
     try:
-        for number, (args, remote) in enumerate(zip(tasks, on_executor)):
-            futures.append(shards.executor.submit(task, *args)
-                           if shards.executor is not None and remote else None)
-        for number, (args, future) in enumerate(zip(tasks, futures)):
-            results.append(task(*args) if future is None else future.result())
+        submit(range(min(held, len(tasks))))
+        for number, args in enumerate(tasks):
+            if number == held:
+                submit(range(held, len(tasks)))
+            result = task(*args) if futures[number] is None else futures[number].result()
             say(shards, f"[partitioned build] {what} {number + 1}/{len(tasks)}")
+            yield result
     except ConstraintSetError:
         raise
     except Exception as e:  # a worker died, or the task raised
@@ -53,4 +80,3 @@ def run_tasks(shards: Shards, task: Callable, tasks: list[tuple], on_executor: l
         for future in futures:
             if future is not None:
                 future.cancel()
-    return results

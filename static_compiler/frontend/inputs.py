@@ -66,10 +66,13 @@ class FrontendOutput:
 
 
 def read_input(constraints, vocab_size: int, *, end_token: Optional[int] = None, start=None,
-               tokenizer=None, spellings: str = "canonical", export_subsets: bool = False):
+               tokenizer=None, spellings: str = "canonical", export_subsets: bool = False,
+               check_tables=None):
     """A context manager giving the `FrontendOutput` of `constraints` (see
     `compiler.compile_constraints` for the input kinds and options); a
-    partitioned build's work directory lives as long as the context.
+    partitioned build's work directory lives as long as the context, and
+    it checks its tables' bytes as it builds with `check_tables`
+    (`partitioned.partitions_built`; other inputs are built whole first).
     Raises ConstraintSetError for a bad input or an option that does not
     apply to it."""
     if spellings not in SPELLINGS or (spellings != "canonical" and tokenizer is None):
@@ -85,7 +88,8 @@ def read_input(constraints, vocab_size: int, *, end_token: Optional[int] = None,
                                  "tokenizers / transformers tokenizer) to compile a text catalogue")
     _check_start(start, constraints)
     if isinstance(constraints, Shards):
-        return from_shards(constraints, vocab_size, end_token=end_token)
+        return from_shards(constraints, vocab_size, end_token=end_token,
+                           check_tables=check_tables)
     if is_graph(constraints):
         return contextlib.nullcontext(from_graph(constraints, vocab_size, end_token=end_token,
                                                  start=start))
@@ -155,11 +159,14 @@ def from_names(names, vocab_size: int, tokenizer, *, end_token: Optional[int] = 
 
 
 @contextlib.contextmanager
-def from_shards(shards: Shards, vocab_size: int, *, end_token: Optional[int] = None):
-    """A partitioned build (`partitioned.partitions_built`), as a context
-    giving its `FrontendOutput` (ir None: lowered piece by piece, or
-    `merged`); the build's work directory lives as long as the context."""
-    with partitions_built(shards, vocab_size, end_token=end_token) as built:
+def from_shards(shards: Shards, vocab_size: int, *, end_token: Optional[int] = None,
+                check_tables=None):
+    """A partitioned build (`partitioned.partitions_built`, checking its
+    tables' bytes with `check_tables` as it builds), as a context giving its
+    `FrontendOutput` (ir None: lowered piece by piece, or `merged`); the
+    build's work directory lives as long as the context."""
+    with partitions_built(shards, vocab_size, end_token=end_token,
+                          check_tables=check_tables) as built:
         summary = built.summary
         yield FrontendOutput(None, stats=dict(states=summary.num_states,
                                               edges=summary.num_edges),

@@ -64,6 +64,7 @@ from static_compiler.frontend.build_tasks import run_tasks, say
 from static_compiler.frontend.partition_layers import BuiltPartitions, build_partition
 from static_compiler.frontend.spill import spill_sources
 from static_compiler.ir import Automaton, AutomatonSummary, LayerSummary
+from static_compiler.ir.cost_model import tables_lower_bound
 from static_compiler.frontend.items import ItemIndex
 
 DEFAULT_CHUNK_ROWS = 1 << 20
@@ -214,8 +215,26 @@ def build_partitioned(shards: Shards, vocab_size: int, end_token: Optional[int] 
         return PartitionedBuild(ir, items, built.summary)
 
 
+def _tables_check(check_tables: Callable[..., None], vocab_size: int, rows: np.ndarray
+                  ) -> Callable[[int, dict], None]:
+    """`run_tasks`' check: after partition `number` (the partitions come in
+    order), the lower bound of the tables' bytes the partitions built so far
+    prove (each part's bound adds up), handed to `check_tables`; rows: the
+    input rows per partition."""
+    bound, rows_built = [0], [0]
+
+    def check(number: int, part: dict) -> None:
+        if part["unique"]:
+            bound[0] += tables_lower_bound(part["layers"], vocab_size)
+        rows_built[0] += int(rows[number])
+        check_tables(bound=bound[0], built=number + 1, partitions=len(rows),
+                     rows_built=rows_built[0], rows=int(rows.sum()))
+    return check
+
+
 @contextlib.contextmanager
-def partitions_built(shards: Shards, vocab_size: int, end_token: Optional[int] = None
+def partitions_built(shards: Shards, vocab_size: int, end_token: Optional[int] = None,
+                     check_tables: Optional[Callable[..., None]] = None
                      ) -> Iterator[BuiltPartitions]:
     """Spills `shards` and builds every partition (see module doc), then
     yields the partitions (`BuiltPartitions`) for the caller to merge: into
@@ -224,6 +243,15 @@ def partitions_built(shards: Shards, vocab_size: int, end_token: Optional[int] =
     directory (under `Shards.workdir`, or the system's temp directory) is
     removed on exit, whatever happens, and those of builds there that died
     first (`remove_stale_builds`).
+
+    check_tables, when given (`passes.pipeline.partial_budget_check`: the
+    memory budget), is called after the first partition is built, alone,
+    and after each later one, with ``bound=`` a lower bound of the merged
+    tables' bytes that the partitions built so far prove
+    (`cost_model.tables_lower_bound`), ``built=`` / ``partitions=`` their
+    count and P, ``rows_built=`` / ``rows=`` their input rows and all; its
+    error stops the build there. No bound exists before a partition is
+    built: rows may repeat (1e9 copies of one row are 8 states).
 
     Raises ConstraintSetError for bad input (naming the shard and row) and
     BuildError when a partition's task fails (naming the partition), or
@@ -259,7 +287,11 @@ def partitions_built(shards: Shards, vocab_size: int, end_token: Optional[int] =
                   {f"s{i}.p{p}.{kind}": spill_records[f"s{i}.p{p}.{kind}"]
                    for i in sources[p] for kind in ("codes", "lengths")})
                  for p in range(int(shards.partitions))]
-        parts = run_tasks(shards, build_partition, tasks, [True] * len(tasks), "built partition")
+        check = None if check_tables is None else _tables_check(
+            check_tables, vocab_size,
+            sum((r["counts"] for r in spilled), np.zeros(len(tasks), np.int64)))
+        parts = run_tasks(shards, build_partition, tasks, [True] * len(tasks), "built partition",
+                          check)
         say(shards, f"[partitioned build] built, {time.perf_counter() - start:.1f} s")
         records = {name: record for name, record in spill_records.items()
                    if name.endswith(".rows")}

@@ -166,6 +166,30 @@ def candidate_layouts(layer: Layer, vocab_size: int, num_next_states: int,
 
 
 
+def tables_lower_bound(layers, vocab_size: int) -> int:
+    """A lower bound of the bytes choose-layout's smallest layouts need for
+    layers 1.. of a trie that holds `layers` (`ir.LayerSummary`s; layer 0,
+    the root, left out) as part of its own: the bounds of the partitions
+    of a partitioned build add up to one of the merged trie's
+    (`partitioned.partitions_built` checks the memory budget with them,
+    partition by partition, before the rest are built).
+
+    Per layer: the smallest of `applicable_layouts` at the part's own
+    counts (its dtypes, its exceptions, targets taken implicit), less one
+    state id. Each layout's bytes add up over the parts at the merged
+    layer's dtypes, which are at least as wide, except csr's one extra
+    row pointer (hence the state id less); a part with one child per state
+    gets unary, which costs no more than its share of the others; and the
+    smallest of sums is at least the sum of the smallests."""
+    total = 0
+    for layer in layers[1:]:
+        options = applicable_layouts(layer.replace(implicit_targets=True), vocab_size, 0)
+        smallest = min(o.estimated_bytes for o in options.values())
+        state_bytes = max(np.dtype(o.state_dtype).itemsize for o in options.values())
+        total += max(0, smallest - state_bytes)
+    return total
+
+
 def estimated_bytes(ir: Automaton, dense_threshold: float = DEFAULT_DENSE_THRESHOLD) -> int:
     """Cost-model bytes of `ir`: every layer at its smallest candidate layout
     (packed dtypes). Merging states shrinks every layout's state tables, so

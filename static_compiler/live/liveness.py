@@ -57,19 +57,33 @@ def warm_kernels_in_background() -> None:
     on a daemon thread: a loader with an item index calls it, so numba's
     start-up overlaps what the caller does before its first subset. Once
     per process (a server reloading its artifact starts no more threads)."""
-    with _WARMED_LOCK:
-        if _WARMED:
-            return
-        _WARMED.append(True)
-
     def warm() -> None:
         from static_compiler.live import bit_kernels
         bit_kernels.warm()
 
-    threading.Thread(target=warm, name="static-compiler-warm-kernels", daemon=True).start()
+    with _WARMED_LOCK:
+        if _WARMED:
+            return
+        thread = threading.Thread(target=warm, name="static-compiler-warm-kernels", daemon=True)
+        _WARMED.append(thread)
+    thread.start()
 
 
-_WARMED: list = []
+def wait_for_kernels(timeout: Optional[float] = None) -> bool:
+    """Waits (at most `timeout` seconds) for the kernel loading that
+    `warm_kernels_in_background` started, if any; True once none runs. The
+    loading imports numba, holding the GIL for most of a second or more: a
+    loop timed meanwhile measures its GIL waits, not its own steps (a
+    benchmark of steady calls waits here first)."""
+    with _WARMED_LOCK:
+        thread = _WARMED[0] if _WARMED else None
+    if thread is None:
+        return True
+    thread.join(timeout)
+    return not thread.is_alive()
+
+
+_WARMED: list = []  # the loading thread, once started
 _WARMED_LOCK = threading.Lock()
 
 

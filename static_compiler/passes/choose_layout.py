@@ -12,12 +12,23 @@ layouts do not fit, MemoryBudgetError says how many bytes they need.
 from __future__ import annotations
 
 import dataclasses
+import math
+from typing import Callable, Optional
 
 from static_compiler.passes.base import ByteSize, Pass
 from static_compiler.ir.cost_model import (DEFAULT_DENSE_MAX_OVERHEAD, DEFAULT_DENSE_THRESHOLD,
                                        applicable_layouts, candidate_layouts)
 from static_compiler.errors import MemoryBudgetError
 from static_compiler.ir import LAYOUT_KINDS, Automaton, Layer, Layout
+
+
+def suggested_budget(needed: float) -> ByteSize:
+    """The power of two of bytes at or above `needed` (16GiB for 11.6 GiB)."""
+    return ByteSize(1 << max(0, math.ceil(math.log2(max(needed, 1)))))
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.3g} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.3g} MiB"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +62,36 @@ class ChooseLayoutPass(Pass):
         if self.force and self.force not in LAYOUT_KINDS:
             raise ValueError(f"force={self.force!r} is not a layout kind {LAYOUT_KINDS}")
 
+    def advice(self, needed: float, pipeline: Optional[Callable[[ByteSize], str]] = None) -> str:
+        """How to give this pass a budget for `needed` bytes (the next power
+        of two at or above them): the CLI flag, the pipeline option, and the
+        Python call (`pipeline(size)`: the whole spec with that budget)."""
+        size = suggested_budget(needed)
+        spec = dataclasses.replace(self, memory_budget=size).spec()
+        python = f"pipeline=\"{pipeline(size)}\"" if pipeline else f"{spec} in pipeline=..."
+        return (f"raise the budget, e.g. to {size}: `static-compiler compile ... "
+                f"--memory-budget {size}` (or {spec} in --pipeline), in Python "
+                f"compile_constraints(..., {python})")
+
+    def check_partial(self, bound: int, built: int, partitions: int, rows_built: int,
+                      rows: int, pipeline: Optional[Callable[[ByteSize], str]] = None
+                      ) -> None:
+        """MemoryBudgetError when `bound`, a lower bound of the smallest
+        layouts' bytes that `built` of `partitions` partitions (`rows_built`
+        of `rows` input rows) already prove (`cost_model.tables_lower_bound`),
+        exceeds the budget: a partitioned build stops there, before building
+        the rest. The value it suggests scales the bound to all the rows,
+        with a quarter more for what a lower bound leaves out."""
+        if bound <= self.memory_budget:
+            return
+        whole = bound * rows / max(rows_built, 1)
+        raise MemoryBudgetError(
+            f"memory-budget={self.memory_budget} ({int(self.memory_budget)} bytes) is too small "
+            f"for this partitioned build: the {built} of {partitions} partitions built so far "
+            f"({rows_built} of {rows} rows) already need at least {bound} bytes of tables "
+            f"({_gib(bound)}; about {_gib(whole)} for all the rows), so the build stopped "
+            f"before the rest; {self.advice(1.25 * whole, pipeline)}")
+
     def _options(self, layer: Layer, vocab_size: int, num_next_states: int) -> list[Layout]:
         if self.force:
             forced = applicable_layouts(layer, vocab_size, num_next_states).get(self.force)
@@ -75,7 +116,8 @@ class ChooseLayoutPass(Pass):
                 smallest = sum(min(o.estimated_bytes for o in opts) for opts in options)
                 raise MemoryBudgetError(
                     f"memory-budget={self.memory_budget} ({int(self.memory_budget)} bytes) is too "
-                    f"small: the smallest layouts need {smallest} bytes ({ByteSize(smallest)})")
+                    f"small: the smallest layouts need {smallest} bytes ({_gib(smallest)}); "
+                    + self.advice(smallest))
             t, j = best
             choice[t] = j
             total -= best_saving

@@ -17,13 +17,16 @@ DEFAULT_PIPELINE : str
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
 import time
-from typing import Optional, Sequence, TextIO
+from typing import Callable, Optional, Sequence, TextIO
 
 from static_compiler.errors import IRVerificationError, PipelineError, StaticCompilerError
 from static_compiler.ir import Automaton, AutomatonSummary, verify
 from static_compiler.passes import REGISTRY, Pass
+from static_compiler.passes.base import ByteSize
 from static_compiler.passes.choose_layout import ChooseLayoutPass
 from static_compiler.passes.pack_dtypes import PackDtypesPass
 from static_compiler.passes.pad_branches import PadBranchesPass
@@ -168,6 +171,35 @@ def with_capacity(passes: Sequence[Pass], growth: float) -> tuple[Pass, ...]:
                             "capacity is reserved in the layouts it picks)")
     reserve = ReserveCapacityPass(growth=checked_growth(growth, "capacity"))
     return passes[:at[0] + 1] + (reserve,) + passes[at[0] + 1:]
+
+
+def with_memory_budget(passes: Sequence[Pass], size: int) -> tuple[Pass, ...]:
+    """`passes` with choose-layout's memory budget set to `size` bytes (what
+    `compile --memory-budget` runs). PipelineError when no pass chooses
+    layouts."""
+    passes = tuple(passes)
+    if not any(isinstance(p, ChooseLayoutPass) for p in passes):
+        raise PipelineError(f"memory budget {ByteSize(size)}: the pipeline "
+                            f"{format_pipeline(passes)!r} has no choose-layout pass to give it to")
+    return tuple(dataclasses.replace(p, memory_budget=ByteSize(size))
+                 if isinstance(p, ChooseLayoutPass) else p for p in passes)
+
+
+def partial_budget_check(passes: Sequence[Pass]) -> Optional[Callable[..., None]]:
+    """What a partitioned build checks after each partition it builds
+    (`ChooseLayoutPass.check_partial`, with the whole pipeline for its
+    advice): the budget of the first choose-layout, when every pass before
+    it keeps the layers' counts (verify and layout-only passes); None when
+    no budget can be checked early (no choose-layout, or a pass such as
+    minimize that shrinks the layers first)."""
+    passes = tuple(passes)
+    for p in passes:
+        if isinstance(p, ChooseLayoutPass):
+            return functools.partial(p.check_partial, pipeline=lambda size: format_pipeline(
+                with_memory_budget(passes, size)))
+        if not (p.layout_only or isinstance(p, VerifyPass)):
+            return None
+    return None
 
 
 def run_pipeline(ir: Automaton, passes, *, verify_each: bool = True,

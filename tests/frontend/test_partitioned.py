@@ -1,12 +1,14 @@
-"""The partitioned build (issue 13, first step) equals the monolithic one,
+"""The partitioned build equals the monolithic one,
 array for array: layers (values and dtypes), counts and the item index,
 for fixed and variable-length sets, any number of partitions, arrays and
 .npy shard files, inline and on a process pool; bad input names the shard
 and row; a dying worker fails the build naming the partition and leaves no
-spill files."""
+spill files; a memory budget too small stops the build at the first
+partition that proves it, naming the option and a value to try."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import multiprocessing
 import os
 import re
@@ -24,9 +26,11 @@ import static_compiler as sc
 from helpers import ir_unread
 from static_compiler.frontend import datasets
 from static_compiler.frontend import array_files, partition_layers, partitioned, spill
-from static_compiler.errors import BuildError, ConstraintSetError
+from static_compiler.errors import BuildError, ConstraintSetError, MemoryBudgetError
 from static_compiler.frontend import build_trie
 from static_compiler.ir import AutomatonSummary
+from static_compiler.ir.cost_model import candidate_layouts
+from static_compiler.passes.pipeline import parse_pipeline, partial_budget_check
 from static_compiler.frontend.partitioned import Shards, build_trie_partitioned
 
 
@@ -423,3 +427,95 @@ def test_released_pages_leave_the_resident_set_and_keep_the_data(tmp_path):
     np.testing.assert_array_equal(np.load(path, mmap_mode="r")[::4097],
                                   np.arange(1 << 24)[::4097])
     release_pages(np.arange(4))  # not mapped: nothing to do
+
+
+class _CountingExecutor(concurrent.futures.Executor):
+    """Runs each task when it is submitted, in this process, counting them."""
+
+    def __init__(self):
+        self.submitted = 0
+
+    def submit(self, fn, *args, **kwargs):
+        self.submitted += 1
+        future = concurrent.futures.Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+SMALL_BUDGET = "verify,choose-layout{memory-budget=48KiB},split-heavy,pad-branches,pack-dtypes"
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_a_budget_too_small_stops_the_build_after_its_first_partition(tmp_path, ragged):
+    """1e5 rows, 8 partitions and a 48 KiB budget: the first partition,
+    built alone, already needs more, so the build stops there (the other 7
+    never handed to the executor, the work directory removed), naming the
+    CLI flag, the pipeline option and a value that compiles."""
+    rows, _, end = random_rows(np.random.default_rng(3), 100_000, 4, 256, ragged)
+    pool, lines = _CountingExecutor(), []
+    shards = Shards([rows], partitions=8, executor=pool, workdir=tmp_path / "work",
+                    progress=lines.append)
+    with pytest.raises(MemoryBudgetError) as info:
+        sc.compile_constraints(shards, 256, end_token=end, pipeline=SMALL_BUDGET)
+    message = str(info.value)
+    assert pool.submitted == 1
+    assert [line for line in lines if "built partition" in line] == \
+        ["[partitioned build] built partition 1/8"]
+    assert list((tmp_path / "work").iterdir()) == []
+    assert "memory-budget=48KiB (49152 bytes) is too small" in message
+    assert "the 1 of 8 partitions built so far" in message
+    size = re.search(r"--memory-budget (\d+[KMG]iB)`", message).group(1)
+    pipeline = re.search(r'pipeline="([^"]+)"', message).group(1)
+    assert f"choose-layout{{memory-budget={size}}} in --pipeline" in message
+    assert pipeline == SMALL_BUDGET.replace("48KiB", size)
+    sc.compile_constraints(Shards([rows], partitions=8), 256, end_token=end, pipeline=pipeline)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), partitions=st.integers(1, 12),
+       vocab=st.sampled_from([2, 5, 40, 300]), width=st.integers(1, 5), ragged=st.booleans(),
+       n=st.integers(1, 400), capacity=st.sampled_from([None, 1.5]))
+def test_the_budget_checked_while_building_never_refuses_what_the_whole_set_fits(
+        seed, partitions, vocab, width, ragged, n, capacity):
+    """The bound checked after each partition is at most the bytes
+    choose-layout's smallest layouts need for the merged trie: a budget
+    of exactly those bytes compiles, partitioned as whole."""
+    rows, _, end = random_rows(np.random.default_rng(seed), n, width, vocab, ragged)
+    bounds = []
+    with partitioned.partitions_built(Shards([rows], partitions=partitions), vocab, end,
+                                      check_tables=lambda **k: bounds.append(k)) as built:
+        summary = built.summary
+    smallest = sum(min(o.estimated_bytes for o in candidate_layouts(
+        layer, vocab, summary.num_states_at(t + 1))) for t, layer in enumerate(summary.layers))
+    assert [b["built"] for b in bounds] == list(range(1, partitions + 1))
+    assert all(b["partitions"] == partitions and b["rows"] == n for b in bounds)
+    assert bounds[-1]["rows_built"] == n
+    assert [b["bound"] for b in bounds] == sorted(b["bound"] for b in bounds)
+    assert bounds[-1]["bound"] <= smallest
+    spec = f"verify,choose-layout{{memory-budget={max(smallest, 1)}}},pack-dtypes"
+    sc.compile_constraints(Shards([rows], partitions=partitions), vocab, end_token=end,
+                           pipeline=spec, capacity=capacity)
+
+
+@pytest.mark.parametrize("spec, checked", [
+    ("verify,choose-layout,split-heavy,pad-branches,pack-dtypes", True),
+    ("choose-layout{memory-budget=1MiB}", True),
+    ("verify,minimize,choose-layout", False),  # (minimize shrinks the layers first)
+    ("verify,pack-dtypes", False),
+])
+def test_the_budget_is_checked_while_building_only_where_the_layers_stay(spec, checked):
+    assert (partial_budget_check(parse_pipeline(spec)) is not None) == checked
+
+
+def test_the_cli_refuses_a_small_budget_before_building_the_partitions(tmp_path, capsys):
+    from static_compiler.cli import main
+
+    datasets.write_synthetic_shards(tmp_path / "shards", 100_000, 2, 4, 256, seed=5)
+    code = main(["compile", str(tmp_path / "shards"), "--vocab-size", "256", "--partitions", "8",
+                 "--memory-budget", "64KiB", "--beam-sizes", "3", "-o", str(tmp_path / "art")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "built partition 1/8" in err and "built partition 2/8" not in err
+    assert re.search(r"raise the budget, e.g. to \d+[KMG]iB: `static-compiler compile \.\.\. "
+                     r"--memory-budget \d+[KMG]iB`", err)
+    assert not (tmp_path / "art").exists()

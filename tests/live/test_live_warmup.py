@@ -120,3 +120,27 @@ def test_the_step_processor_compiles_nothing_after_an_update_once_warm():
     # the removed version's first mask allows exactly the first tokens of the items left
     first = {int(r[0]) for r, g in zip(rows, gone) if not g}
     assert set(np.flatnonzero(got[0][0] > SENTINEL_SCORE).tolist()) == first
+
+
+def test_wait_for_kernels_returns_once_the_loaders_thread_has_loaded_them():
+    """A loader's kernel loading (numba's import, holding the GIL) runs on a
+    thread; `wait_for_kernels` returns once it has ended (what a benchmark
+    of steady calls waits for), and at once where none was started. In a
+    fresh process: the thread starts once per process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threading\n"
+        "from static_compiler.live import liveness\n"
+        "alive = lambda: [t for t in threading.enumerate() if t.name == "
+        "'static-compiler-warm-kernels']\n"
+        "assert liveness.wait_for_kernels(timeout=0) and not alive()\n"
+        "liveness.warm_kernels_in_background()\n"
+        "(thread,) = liveness._WARMED\n"
+        "assert liveness.wait_for_kernels(timeout=120)\n"
+        "assert not thread.is_alive() and not alive()\n"
+        "assert 'static_compiler.live.bit_kernels' in sys.modules\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=180)
+    assert run.returncode == 0, run.stderr

@@ -34,7 +34,11 @@ model), ``first`` (s to the first result), ``xla`` (XLA compilations of the
 first result: jax's compile events, `compile_events.xla_compilations()`,
 less ``reads``, the executables read from the persistent cache), ``steady``
 (ms: the median of repeated identical requests: a decode, a step, a generate
-call). Then, in a third fresh process without the cache, ``warm()``: the
+call, timed after the first result and after the loader's background
+start-up: `sc.load` and `serving.load` import numba for the subset kernels
+on a thread, which from a warm cache outlasts the first result and, holding
+the GIL, slowed the requests timed beside it 2-9x; each row's JSON records
+the threads alive and the compilations of the timed calls). Then, in a third fresh process without the cache, ``warm()``: the
 door's `warm` (when it has one; else "no warm()") for the request mix's
 shapes (batch sizes B and B2, M beams, 0-4 subsets), its seconds and
 compilations, and ``mix xla``: the compilations of the request mix after it
@@ -42,7 +46,8 @@ compilations, and ``mix xla``: the compilations of the request mix after it
 means no request compiles.
 
 Writes a markdown table to --out (default bench_out/ready.md in the working
-directory) and prints it. Run from the repository's checkout.
+directory) and prints it; the rows' numbers go beside it as JSON (the
+same name, .json). Run from the repository's checkout.
 """
 
 from __future__ import annotations
@@ -187,6 +192,41 @@ def _steady(fn, repeats: int) -> float:
     return 1e3 * statistics.median(times)
 
 
+def _steady_after_start_up(request, repeats: int, counts: "_Counts") -> tuple:
+    """(steady ms, what the steady calls ran beside): the median of
+    `repeats` requests, timed once the loader's background start-up is over.
+    `sc.load` / `serving.load` of a set with an item index load the subset
+    kernels on a thread (`liveness.warm_kernels_in_background`: numba's
+    import, which holds the GIL): from a warm persistent cache the first
+    result comes before it ends, and requests timed meanwhile measured
+    their GIL waits (2-9x the step). The check: the Python threads alive
+    besides this one when the timing starts (none), and the compilations
+    and cache reads of the timed calls (0)."""
+    import threading
+
+    from static_compiler.live.liveness import wait_for_kernels
+
+    wait_for_kernels()
+    others = sorted(t.name for t in threading.enumerate() if t is not threading.current_thread())
+    mark = counts.now()
+    steady = _steady(request, repeats)
+    return steady, {"threads": others, **counts.since(mark)}
+
+
+def _flags() -> dict:
+    """What decides how XLA compiles and runs the programs (the same in
+    every cache state): the XLA / JAX environment and jax's optimization
+    and precision options."""
+    import jax
+
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("XLA_", "JAX_"))}
+    config = {name: str(getattr(jax.config, name, None)) for name in (
+        "jax_enable_x64", "jax_default_matmul_precision", "jax_platforms",
+        "jax_compiler_enable_remat_pass", "jax_exec_time_optimization_effort",
+        "jax_memory_fitting_effort")}
+    return {"env": env, "config": config}
+
+
 def _call_warm(obj, *args, **kwargs) -> dict:
     if not hasattr(obj, "warm"):
         return {"warm": "no warm()"}
@@ -245,7 +285,8 @@ def child(spec: dict) -> dict:
         request = lambda: _generate(model, processor, B, HF_BEAMS, spec["length"])
     out["first_s"] = _timed(request)[1]
     out.update(counts.since(mark))
-    out["steady_ms"] = _steady(request, repeats)
+    out["flags"] = _flags()
+    out["steady_ms"], out["steady_check"] = _steady_after_start_up(request, repeats, counts)
     if door == "serving":
         out["steady_what"] = "decode"
         out["subsets"] = []
@@ -474,6 +515,8 @@ def main(argv=None) -> int:
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
+    out.with_suffix(".json").write_text(json.dumps(
+        [{"door": door, "state": state, **r} for door, state, r in rows], indent=1) + "\n")
     print(text)
     print(f"[ready] wrote {out}", file=sys.stderr)
     return 1 if any("error" in r for _, _, r in rows) else 0
