@@ -70,6 +70,21 @@ def start_compilation_cache(args: argparse.Namespace, stream) -> Optional[str]:
         return None
 
 
+TORCH_INSTEAD = ("without jax, compile and save with `static-compiler compile INPUT -o ART`, "
+                 "then decode with static_compiler.torch_backend.TorchConstraints.load(ART)")
+"""What a command that needs jax suggests to a user without it."""
+
+
+def require_jax(command: str, why: str) -> None:
+    """MissingDependencyError (one line on the CLI, exit status 2) naming
+    `static-compiler COMMAND`, `why` it needs jax, the install command and the
+    torch route, when jax is not installed; checked before anything is read
+    or written."""
+    from static_compiler.errors import JAX_INSTALL, require
+
+    require("jax", f"static-compiler {command} ({why})", f"{JAX_INSTALL}; {TORCH_INSTEAD}")
+
+
 def read_input(path: str, *, vocab_size: Optional[int], end_token: Optional[int]):
     """`readers.read_constraints(path)` and the vocabulary size to compile it
     with: `vocab_size` for a constraint set, the dump's own for an IR dump.
