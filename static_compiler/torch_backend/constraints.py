@@ -462,8 +462,11 @@ class TorchConstraints(PlanFacts):
         finalize for each beam size or beam schedule of `beam_sizes` (ints
         >= 1, or max_length widths each, as `beam_search` takes them);
         with max_subsets > 0 (a set with an item index) also over a subset.
-        torch compiles nothing here (eager ops), so this pays only torch's
-        first-use costs; the results of later calls are unchanged. Returns
+        torch compiles nothing here (eager ops), so this pays only the
+        first-use costs: torch's, and for a set with an item index the
+        first `subset()`'s (the subsets' host kernels and the set's bit
+        layout, 0.5-4 s once per process; taken here at any max_subsets);
+        the results of later calls are unchanged. Returns
         a `WarmReport` (compilations 0, the calls made, seconds). Raises
         DecodeInputError for a batch size that is not an int >= 1, a beam
         size or schedule `beam_search` would refuse, max_subsets < 0, or

@@ -289,7 +289,7 @@ class StepProcessor:
         step = check_step(step, self.plan.max_length, "mask")
         where = f"mask(step={step})"
         state = self._checked_state(state, where)
-        x = check_logits(_array(logits), (self.batch_size,), self.plan.vocab_size, where)
+        x = _array(check_logits(logits, (self.batch_size,), self.plan.vocab_size, where))
         return padded_columns(self._run("mask", step, self._step_args(step), x, state),
                               np.shape(logits)[-1])
 
@@ -306,8 +306,8 @@ class StepProcessor:
         where = f"advance_and_mask(step={step})"
         state = self._checked_state(state, where)
         check_tokens(tokens, self.batch_size, where)
-        x = check_logits(_array(logits), (self.batch_size,), self.plan.vocab_size,
-                         f"advance_and_mask(step={step}): next step's")
+        x = _array(check_logits(logits, (self.batch_size,), self.plan.vocab_size,
+                                f"advance_and_mask(step={step}): next step's"))
         moved, masked = self._run("both", step, self._step_args(step), self._step_args(step + 1),
                                   state, int32_within(tokens, self.plan.vocab_size), x)
         return moved, padded_columns(masked, np.shape(logits)[-1])
