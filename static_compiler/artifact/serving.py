@@ -256,14 +256,17 @@ class Artifact(ServedItems, ServedVerbs):
         penalty = check_finite("length_penalty", length_penalty)
         return finalize_complete(s, depth=self.manifest.depth, length_penalty=penalty)
 
-    def texts(self, result) -> list:
+    def texts(self, result, *, prompt_length: Optional[int] = None) -> list:
         """The names in a decoding result (e.g. `finalize`'s): lists (batch)
-        of lists (beams) of str, None where a beam is invalid. Raises
+        of lists (beams) of str, None where a beam is invalid; or one name
+        per row of token ids (N, T) (``generate``'s output, `prompt_length`
+        prompt tokens in front; `NameTable.texts`). Raises
         DecodeInputError when the artifact has no names."""
         if self.names is None:
             raise DecodeInputError(f"texts: artifact {str(self.path)!r} has no names (compiled "
                                    "from token ids, or written before format version 2)")
-        return self.names.texts(result)
+        return self.names.texts(result, prompt_length=prompt_length, end_token=self.end_token,
+                                max_length=self.max_length)
 
     # Logits-processor pair (init_processor, allowed_tokens, allowed: `ServedVerbs`)
 

@@ -481,13 +481,19 @@ class TorchConstraints(PlanFacts):
         is counted by dynamo, not here."""
         return 0
 
-    def texts(self, result) -> list:
+    def texts(self, result, *, prompt_length: Optional[int] = None) -> list:
         """The names a decoding result of this text catalogue holds (e.g.
         `beam_search`'s, tensors on any device): lists (batch) of lists
-        (beams) of str, None where a beam is invalid (`NameTable.texts`).
-        Raises DecodeInputError for a set compiled from token ids."""
+        (beams) of str, None where a beam is invalid; or one name per row
+        of token ids (N, T) (``generate``'s output, `prompt_length` prompt
+        tokens in front), None where a row holds no complete item
+        (`NameTable.texts`). Raises DecodeInputError for a set compiled
+        from token ids."""
         if self.names is None:
             raise DecodeInputError("texts: this set has no names (compiled from token ids, "
                                    "not from names with a tokenizer)")
-        host = lambda x: x.cpu() if isinstance(x, torch.Tensor) else x
-        return self.names.texts(DecodeResult(*(host(x) for x in result)))
+        if isinstance(result, tuple) and len(result) == len(DecodeResult._fields):
+            host = lambda x: x.cpu() if isinstance(x, torch.Tensor) else x
+            result = DecodeResult(*(host(x) for x in result))
+        return self.names.texts(result, prompt_length=prompt_length, end_token=self.end_token,
+                                max_length=self.max_length)
