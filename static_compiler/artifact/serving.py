@@ -277,8 +277,8 @@ class Artifact(ServedItems, ServedVerbs):
         logit, the others get the sentinel score (-1e30). subset /
         subset_index as in `beam_step`."""
         fields = check_processor_state(state, "mask")
-        width = np.shape(logits)[-1] if np.ndim(logits) else 0
-        logits = self._logits(logits, tuple(np.shape(fields[0])[:1]), "mask")
+        given, logits = logits, self._logits(logits, tuple(np.shape(fields[0])[:1]), "mask")
+        width = np.shape(given)[-1]  # (checked: the model's, >= V)
         step = self._step(step, "mask")
         if subset is None and subset_index is None:
             subset = self._base_subset()

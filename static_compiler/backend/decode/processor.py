@@ -134,8 +134,9 @@ def mask_switch(plan: Plan, tables, logits, state: ProcessorState, step, subset=
     token, other rows nothing."""
     check_step(step, plan.max_length, "mask", traced=True)
     check_live_mask(plan, subset, state.node.shape[0], "mask")
-    width = np.shape(logits)[-1]
-    logits = check_logits(logits, (state.node.shape[0],), plan.vocab_size, "mask(step=<traced>)")
+    given, logits = logits, check_logits(logits, (state.node.shape[0],), plan.vocab_size,
+                                         "mask(step=<traced>)")
+    width = np.shape(given)[-1]
     masked = switch_over_groups(
         plan, lambda t, tabs, sub, x, st: _mask_at(plan, tabs, x, st, t, sub),
         step, tables, subset, logits, state)
