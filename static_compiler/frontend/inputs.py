@@ -66,8 +66,9 @@ class FrontendOutput:
                                    items=self.built.items(self.files))
 
 
-def read_input(constraints, vocab_size: Optional[int], *, end_token: Optional[int] = None, start=None,
-               tokenizer=None, spellings: str = "canonical", export_subsets: bool = False):
+def read_input(constraints, vocab_size: Optional[int], *, end_token: Optional[int] = None,
+               start=None, tokenizer=None, spellings: str = "canonical",
+               export_subsets: bool = False):
     """A context manager giving the `FrontendOutput` of `constraints` (see
     `compiler.compile_constraints` for the input kinds and options); a
     partitioned build's work directory lives as long as the context.

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from static_compiler.support import arguments
-from static_compiler.support.arguments import (check_logits_shape, vocab_columns, check_prefix_shape,
-                                       check_token_shape, is_int)
+from static_compiler.support.arguments import (check_logits_shape, check_prefix_shape,
+                                       check_token_shape, is_int, vocab_columns)
 from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, ProcessorState
 from static_compiler.errors import DecodeInputError
 

@@ -56,6 +56,12 @@ def live_bits(subset: Subset, device=None) -> LiveBits:
 
 
 
+def _table_files(manifest) -> list:
+    """Each table's (layer, name, file entry: size and sha256) in `manifest`:
+    equal for two versions whose tables are the same bytes."""
+    return [(t.layer, t.name, manifest.files[t.file]) for t in manifest.tables]
+
+
 class _OldMask:
     """The default of `TorchConstraints.mask`'s state and step: left out,
     the call is the deprecated ``mask(state, step)``."""
@@ -190,8 +196,7 @@ class TorchConstraints(PlanFacts):
             manifest = snap.manifest
             if manifest.seal() == self._manifest.seal():
                 return self
-            files = lambda m: [(t.layer, t.name, m.files[t.file]) for t in m.tables]
-            same = self if files(manifest) == files(self._manifest) else None
+            same = self if _table_files(manifest) == _table_files(self._manifest) else None
             return type(self)._of_snapshot(snap, self.path, self.device, same)
 
     from_artifact = renamed_method("load")  # (deprecated)

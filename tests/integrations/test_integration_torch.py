@@ -228,7 +228,8 @@ def test_generate_output_back_to_names(model, tmp_path, kind, door):
                                       end_token=None if kind == "fixed" else EOS,
                                       export_beam_sizes=(4,))
     beams = 1 if kind == "greedy" else 4
-    prompts = torch.from_numpy(np.random.default_rng(7).integers(1, MODEL_VOCAB, (3, PROMPT_LENGTH)))
+    prompts = torch.from_numpy(np.random.default_rng(7).integers(1, MODEL_VOCAB,
+                                                                 (3, PROMPT_LENGTH)))
     out = generate(model, prompts, compiled.max_length, num_beams=beams,
                    num_return_sequences=beams,
                    logits_processor=[StaticLogitsProcessor(compiled, PROMPT_LENGTH)],

@@ -209,7 +209,6 @@ def test_every_cli_subcommand_without_jax_runs_or_names_the_install(tmp_path):
     (tmp_path / "set.txt").write_text("1 2 3\n1 2 4\n2 3 1\n")
     (tmp_path / "add.txt").write_text("4 4 4\n")
     art = str(tmp_path / "art.sc")
-    words = lambda text: text.split()
     cases = [
         ("help", ["--help"]),
         ("show-ir --stats", ["show-ir", str(tmp_path / "set.txt"), "--vocab-size", "5",
@@ -226,7 +225,7 @@ def test_every_cli_subcommand_without_jax_runs_or_names_the_install(tmp_path):
         ("upgrade", ["upgrade", art]),
         ("decode", ["decode", art]),
         ("re-export", ["re-export", art]),
-        ("demo", words("demo --num-items 100")),
+        ("demo", ["demo", "--num-items", "100"]),
     ] + [(f"{name} --help", [name, "--help"]) for name in
          ("show-ir", "compile", "decode", "verify", "update", "upgrade", "re-export", "versions",
           "rollback", "demo")]
