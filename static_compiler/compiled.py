@@ -317,15 +317,18 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         with self.counting():
             return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
 
-    def texts(self, result) -> list:
+    def texts(self, result, *, prompt_length: Optional[int] = None) -> list:
         """The names a decoding result of this text catalogue holds: lists
-        (batch) of lists (beams) of str, None where a beam is invalid (see
-        `NameTable.texts`). Raises DecodeInputError for a set compiled
-        without a tokenizer."""
+        (batch) of lists (beams) of str, None where a beam is invalid; or,
+        for token id rows int (N, T) (Hugging Face ``generate``'s output,
+        `prompt_length` prompt tokens in front), one name per row, None
+        where a row holds no complete item (see `NameTable.texts`). Raises
+        DecodeInputError for a set compiled without a tokenizer."""
         if self.names is None:
             raise DecodeInputError("texts: this set was compiled from token ids, not names "
                                    "(compile_constraints(names, tokenizer=...) keeps names)")
-        return self.names.texts(result)
+        return self.names.texts(result, prompt_length=prompt_length, end_token=self.end_token,
+                                max_length=self.max_length)
 
     @property
     def fingerprint(self) -> str:

@@ -32,7 +32,8 @@ __all__ = ["CompiledConstraints", "beam_search", "compile_constraints", "greedy_
            "load", "sample", "update_artifact"]
 
 
-def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int] = None,
+def compile_constraints(constraints, vocab_size: Optional[int] = None, *,
+                        end_token: Optional[int] = None,
                         pipeline: Optional[str] = None, print_ir_after_all: bool = False,
                         verify_each: bool = True, export_beam_sizes=(70,),
                         export_tokens_per_beam: Optional[int] = None,
@@ -52,8 +53,12 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
         `Automaton`, an acyclic `networkx.DiGraph` (see graph_frontend),
         `Shards` (a partitioned build), or, with `tokenizer`, a sequence of
         str (a text catalogue, see static_compiler.frontend.text).
-    vocab_size : int
-        V; tokens must lie in [0, V).
+    vocab_size : int, optional
+        V; tokens must lie in [0, V). Required, except for names with a
+        tokenizer that knows its vocabulary (a tokenizers / transformers
+        tokenizer or a tokenizer.json: its length, added tokens included);
+        a vocab_size given there must be at least the tokenizer's (the
+        model's, padded vocabulary: logits wider than V are accepted).
     end_token : int, optional
         Token ending variable-length sequences (required when sequence
         lengths differ; for names, default the tokenizer's eos).
@@ -89,11 +94,12 @@ def compile_constraints(constraints, vocab_size: int, *, end_token: Optional[int
     start : hashable, optional
         Graph input only: the start node (default: the node whose
         ``start`` attribute is true).
-    tokenizer : callable or tokenizer, optional
+    tokenizer : callable, tokenizer or path, optional
         For names: a callable str -> list of token ids, a
-        `tokenizers.Tokenizer`, a `transformers` tokenizer, or an adapter
-        (static_compiler.frontend.text); the result keeps the names
-        (`names`, `texts`).
+        `tokenizers.Tokenizer`, a `transformers` tokenizer, the path (str
+        or os.PathLike) of a tokenizer.json (as the CLI's --tokenizer), or
+        an adapter (static_compiler.frontend.text); the result keeps the
+        names (`names`, `texts`).
     spellings : {"canonical", "any"}
         Names only: "canonical" (default) holds each name's own encoding;
         "any" every token sequence that spells a name's bytes, as grammar

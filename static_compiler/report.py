@@ -276,14 +276,13 @@ def _subset_line(obj) -> str:
     if getattr(obj, "items", None) is None or getattr(obj, "plan", None) is None or \
             not all(layer.implicit_targets for layer in obj.outline.layers):
         return ""
-    from static_compiler.backend import decode
     from static_compiler.target import plan as plan_lib
-    from static_compiler.live.layers import shared_depths
+    from static_compiler.live.layers import plan_bit_widths, shared_depths
 
     slots = plan_lib.slot_steps(obj.plan)
     shared = sorted(shared_depths(obj.outline.layers, slots,
                                   plan_lib.state_counts(obj.plan)))
-    live, ends = decode.live.subset_widths(obj.plan)
+    live, ends = plan_bit_widths(obj.plan)
     words = sum(w for d, w in enumerate(live, 1) if d not in shared) + sum(w or 0 for w in ends)
     bits = 32 * words / obj.outline.num_states
     return (f"item subsets: {4 * words} bytes per subset ({bits:.3f} "

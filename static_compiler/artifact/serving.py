@@ -62,7 +62,8 @@ from static_compiler.support.beam_result import finalize_complete
 from static_compiler.support.decode_state import (BeamState, DecodeResult, ProcessorState,
                                           check_beam_state, check_finite, check_logits,
                                           check_processor_state, check_rows, check_start_tokens,
-                                          check_step, check_tokens, int32_within)
+                                          check_step, check_tokens, int32_within,
+                                          padded_columns)
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
 from static_compiler.live.set_view import SetView
 from static_compiler.frontend.items import ItemIndex
@@ -189,8 +190,10 @@ class Artifact(ServedItems, ServedVerbs):
         return jnp.asarray(check_step(step, self.max_length, where, traced=True), jnp.int32)
 
     def _logits(self, logits, batch_shape: tuple, where: str):
-        check_logits(logits, batch_shape, self.vocab_size, where)
-        return jnp.asarray(logits).astype(jnp.float32)
+        """float32 logits of the set's V tokens (a padded vocabulary's
+        columns >= V cut off: `check_logits`)."""
+        return jnp.asarray(check_logits(logits, batch_shape, self.vocab_size, where)
+                           ).astype(jnp.float32)
 
     # Beam search
 
@@ -253,14 +256,17 @@ class Artifact(ServedItems, ServedVerbs):
         penalty = check_finite("length_penalty", length_penalty)
         return finalize_complete(s, depth=self.manifest.depth, length_penalty=penalty)
 
-    def texts(self, result) -> list:
+    def texts(self, result, *, prompt_length: Optional[int] = None) -> list:
         """The names in a decoding result (e.g. `finalize`'s): lists (batch)
-        of lists (beams) of str, None where a beam is invalid. Raises
+        of lists (beams) of str, None where a beam is invalid; or one name
+        per row of token ids (N, T) (``generate``'s output, `prompt_length`
+        prompt tokens in front; `NameTable.texts`). Raises
         DecodeInputError when the artifact has no names."""
         if self.names is None:
             raise DecodeInputError(f"texts: artifact {str(self.path)!r} has no names (compiled "
                                    "from token ids, or written before format version 2)")
-        return self.names.texts(result)
+        return self.names.texts(result, prompt_length=prompt_length, end_token=self.end_token,
+                                max_length=self.max_length)
 
     # Logits-processor pair (init_processor, allowed_tokens, allowed: `ServedVerbs`)
 
@@ -271,14 +277,17 @@ class Artifact(ServedItems, ServedVerbs):
         logit, the others get the sentinel score (-1e30). subset /
         subset_index as in `beam_step`."""
         fields = check_processor_state(state, "mask")
-        logits = self._logits(logits, tuple(np.shape(fields[0])[:1]), "mask")
+        given, logits = logits, self._logits(logits, tuple(np.shape(fields[0])[:1]), "mask")
+        width = np.shape(given)[-1]  # (checked: the model's, >= V)
         step = self._step(step, "mask")
         if subset is None and subset_index is None:
             subset = self._base_subset()
         if subset is None and subset_index is None:
-            return self._modules["mask"](self.tables, logits, *fields, step)[0]
+            return padded_columns(self._modules["mask"](self.tables, logits, *fields, step)[0],
+                                  width)
         bits = self._subset_args(subset, subset_index, int(np.shape(fields[0])[0]), "mask")
-        return self._modules["mask_subset"](self.tables, logits, *fields, step, *bits)[0]
+        return padded_columns(self._modules["mask_subset"](self.tables, logits, *fields, step,
+                                                           *bits)[0], width)
 
     @counted
     def advance(self, state: ProcessorState, tokens, step, *, subset: Optional[Subset] = None,

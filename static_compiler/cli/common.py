@@ -70,6 +70,21 @@ def start_compilation_cache(args: argparse.Namespace, stream) -> Optional[str]:
         return None
 
 
+TORCH_INSTEAD = ("without jax, compile and save with `static-compiler compile INPUT -o ART`, "
+                 "then decode with static_compiler.torch_backend.TorchConstraints.load(ART)")
+"""What a command that needs jax suggests to a user without it."""
+
+
+def require_jax(command: str, why: str) -> None:
+    """MissingDependencyError (one line on the CLI, exit status 2) naming
+    `static-compiler COMMAND`, `why` it needs jax, the install command and the
+    torch route, when jax is not installed; checked before anything is read
+    or written."""
+    from static_compiler.errors import JAX_INSTALL, require
+
+    require("jax", f"static-compiler {command} ({why})", f"{JAX_INSTALL}; {TORCH_INSTEAD}")
+
+
 def read_input(path: str, *, vocab_size: Optional[int], end_token: Optional[int]):
     """`readers.read_constraints(path)` and the vocabulary size to compile it
     with: `vocab_size` for a constraint set, the dump's own for an IR dump.
@@ -174,17 +189,17 @@ def add_input_arguments(parser: argparse.ArgumentParser, input_help: str) -> Non
 def read_any_input(path: str, *, vocab_size: Optional[int], end_token: Optional[int],
                    tokenizer: Optional[str]):
     """(constraints, vocab size, tokenizer adapter or None): a text catalogue
-    and its tokenizer when `tokenizer` (a tokenizers JSON file) is given,
-    else `read_input`'s constraint set."""
+    and its tokenizer when `tokenizer` (a tokenizers JSON file, read by the
+    library's loader) is given, with the tokenizer's vocabulary size when
+    --vocab-size is not (`text.catalogue_vocab_size`), else `read_input`'s
+    constraint set."""
     if tokenizer is None:
         return (*read_input(path, vocab_size=vocab_size, end_token=end_token), None)
     from static_compiler.frontend import readers
     from static_compiler.frontend import text
 
-    if vocab_size is None:
-        raise CliInputError(f"input {path!r}: --vocab-size is required for a text catalogue "
-                            "(the model's vocabulary size)")
-    return readers.read_names(path), vocab_size, text.load_tokenizer(tokenizer)
+    adapter = text.as_adapter(tokenizer)
+    return readers.read_names(path), text.catalogue_vocab_size(vocab_size, adapter), adapter
 
 
 FLAGS = {

@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="ART",
                         help="artifact directory to write")
     parser.add_argument("--vocab-size", type=int, default=None,
-                        help="vocabulary size V (required unless INPUT is an IR dump)")
+                        help="vocabulary size V (required unless INPUT is an IR dump; with "
+                             "--tokenizer default the tokenizer's, added tokens included)")
     parser.add_argument("--end-token", type=int, default=None,
                         help="token ending variable-length sequences (with --tokenizer: "
                              "default the tokenizer's end-of-sequence token)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from static_compiler.cli.common import Subcommand, beam_size_entry, device_mesh
+from static_compiler.cli.common import Subcommand, beam_size_entry, device_mesh, require_jax
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,11 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from static_compiler.errors import JAX_INSTALL, CliInputError, require
+    from static_compiler.errors import CliInputError
 
-    require("jax", "static-compiler decode (it runs the artifact's StableHLO modules)",
-            f"{JAX_INSTALL}; without jax, decode with "
-            "static_compiler.torch_backend.TorchConstraints.load(path)")
+    require_jax("decode", "it runs the artifact's StableHLO modules")
     from static_compiler.artifact import serving
     from static_compiler.cli import demo_model
 

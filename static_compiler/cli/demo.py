@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from static_compiler.cli.common import Subcommand
+from static_compiler.cli.common import Subcommand, require_jax
 from static_compiler.errors import CliInputError
 
 
@@ -28,12 +28,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from static_compiler.cli import main_job
-
     for flag, value in (("--num-items", args.num_items), ("--batch-size", args.batch_size),
                         ("--beam-size", args.beam_size), ("--tokens-per-beam", args.tokens_per_beam)):
         if value < 1:
             raise CliInputError(f"{flag} {value}: expected an int >= 1")
+    require_jax("demo", "it serves the compiled set's StableHLO modules with jax")
+    from static_compiler.cli import main_job
+
     config = main_job.MainJobConfig(dataset=args.dataset, num_items=args.num_items,
                                     seed=args.seed, batch_size=args.batch_size,
                                     beam_size=args.beam_size,

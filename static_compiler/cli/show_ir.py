@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 f"tables), or the constraint set to compile: {INPUT_FORMATS}")
     parser.add_argument("--vocab-size", type=int, default=None,
                         help="vocabulary size V (required unless INPUT is an IR dump or an "
-                             "artifact)")
+                             "artifact; with --tokenizer default the tokenizer's)")
     parser.add_argument("--end-token", type=int, default=None,
                         help="token ending variable-length sequences (with --tokenizer: default "
                              "the tokenizer's end-of-sequence token; an IR dump carries its own)")

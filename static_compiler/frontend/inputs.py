@@ -22,7 +22,8 @@ from static_compiler.frontend.items import ItemIndex
 from static_compiler.frontend.partitioned import Shards, partitions_built
 from static_compiler.frontend.sequences import trie_from_sorted
 from static_compiler.frontend.spellings import SPELLINGS, catalogue_spellings
-from static_compiler.frontend.text import encode_catalogue, looks_like_names
+from static_compiler.frontend.text import (as_adapter, catalogue_vocab_size, encode_catalogue,
+                                           looks_like_names)
 from static_compiler.ir import Automaton
 
 
@@ -65,9 +66,9 @@ class FrontendOutput:
                                    items=self.built.items(self.files))
 
 
-def read_input(constraints, vocab_size: int, *, end_token: Optional[int] = None, start=None,
-               tokenizer=None, spellings: str = "canonical", export_subsets: bool = False,
-               check_tables=None):
+def read_input(constraints, vocab_size: Optional[int], *, end_token: Optional[int] = None,
+               start=None, tokenizer=None, spellings: str = "canonical",
+               export_subsets: bool = False, check_tables=None):
     """A context manager giving the `FrontendOutput` of `constraints` (see
     `compiler.compile_constraints` for the input kinds and options); a
     partitioned build's work directory lives as long as the context, and
@@ -84,8 +85,12 @@ def read_input(constraints, vocab_size: int, *, end_token: Optional[int] = None,
                                                  export_subsets=export_subsets, start=start))
     if looks_like_names(constraints):
         raise ConstraintSetError(f"constraints hold names ({constraints[0]!r}, ...): pass "
-                                 "tokenizer=... (a callable str -> list of token ids, or a "
-                                 "tokenizers / transformers tokenizer) to compile a text catalogue")
+                                 "tokenizer=... (a callable str -> list of token ids, a "
+                                 "tokenizers / transformers tokenizer, or the path of a "
+                                 "tokenizer.json) to compile a text catalogue")
+    if vocab_size is None:
+        raise ConstraintSetError("vocab_size=None: expected a positive int (only a text "
+                                 "catalogue compiled with a tokenizer takes the tokenizer's)")
     _check_start(start, constraints)
     if isinstance(constraints, Shards):
         return from_shards(constraints, vocab_size, end_token=end_token,
@@ -136,13 +141,15 @@ def from_graph(graph, vocab_size: int, *, end_token: Optional[int] = None,
     return _counted(FrontendOutput(ir, stats={"graph": graph_stats.as_dict()}))
 
 
-def from_names(names, vocab_size: int, tokenizer, *, end_token: Optional[int] = None,
+def from_names(names, vocab_size: Optional[int], tokenizer, *, end_token: Optional[int] = None,
                spellings: str = "canonical", export_subsets: bool = False,
                start=None) -> FrontendOutput:
     """A text catalogue: `names` encoded with `tokenizer` (`text`), built
     from its encodings sorted once, with its names; with spellings="any",
     every token sequence spelling a name (no item
     index, no names: their automaton, `spellings.catalogue_spellings`)."""
+    tokenizer = as_adapter(tokenizer)  # (a tokenizer.json path read once)
+    vocab_size = catalogue_vocab_size(vocab_size, tokenizer)
     catalogue = encode_catalogue(names, tokenizer, vocab_size, end_token=end_token)
     stats = {"text": dict(catalogue.stats, spellings=spellings)}
     if spellings == "any":

@@ -80,14 +80,33 @@ class NameTable:
         i = self._index().get(self._rows(row, np.asarray([row.shape[1]]))[0].tobytes())
         return None if i is None else self.names[i]
 
-    def texts(self, result) -> list:
-        """The names a decoding result holds: nested lists shaped like
-        `result.valid` (batch, beams) of str, None where a beam is invalid.
+    def texts(self, result, *, prompt_length: Optional[int] = None,
+              end_token: Optional[int] = None, max_length: Optional[int] = None) -> list:
+        """The names a decoding result, or rows of token ids, hold.
 
-        `result` has `tokens` int (..., T), `valid` bool (...) and `lengths`
-        int (...), e.g. a DecodeResult. Raises DecodeInputError when the
-        shapes disagree or a valid beam holds a sequence that is no item (a
-        result from another set)."""
+        A decoding result (`tokens` int (..., T), `valid` bool (...) and
+        `lengths` int (...), e.g. a DecodeResult) gives nested lists shaped
+        like `result.valid` (batch, beams) of str, None where a beam is
+        invalid; DecodeInputError when the shapes disagree or a valid beam
+        holds a sequence that is no item (a result from another set).
+
+        Token id rows int (N, T) (numpy, jax or torch; or an object with
+        `sequences`, as ``generate(..., return_dict_in_generate=True)``
+        returns), e.g. Hugging Face ``generate``'s output: each row is
+        `prompt_length` tokens of prompt (default 0), then the generated
+        tokens, then anything (padding, the end token again). Gives a list
+        of N names, None where a row holds no complete item: with the set's
+        `end_token`, the tokens before its first end token; without one,
+        the first `max_length` generated tokens. end_token, max_length: the
+        set's (the compiled set, the served artifact and the torch backend
+        pass their own)."""
+        if hasattr(result, "sequences") and not hasattr(result, "valid"):
+            result = result.sequences
+        if not all(hasattr(result, f) for f in ("tokens", "valid", "lengths")):
+            return self._row_texts(result, prompt_length, end_token, max_length)
+        if prompt_length not in (None, 0):
+            raise DecodeInputError(f"texts: prompt_length={prompt_length!r} applies to rows of "
+                                   "token ids (generate's output), not to a decoding result")
         tokens = np.asarray(result.tokens)
         valid = np.asarray(result.valid, bool)
         lengths = np.asarray(result.lengths)
@@ -112,6 +131,39 @@ class NameTable:
         shaped = np.empty(len(out), dtype=object)
         shaped[:] = out
         return shaped.reshape(valid.shape).tolist()
+
+    def _row_texts(self, rows, prompt_length, end_token: Optional[int],
+                   max_length: Optional[int]) -> list:
+        """`texts` of token id rows (see there)."""
+        if hasattr(rows, "detach"):  # a torch tensor, on any device
+            rows = rows.detach().cpu().numpy()
+        try:
+            rows = np.asarray(rows)
+        except (TypeError, ValueError):
+            rows = np.asarray([], dtype=object)
+        if rows.ndim != 2 or rows.dtype.kind not in "iu":
+            raise DecodeInputError(f"texts: got {rows.dtype}{list(rows.shape)}: expected a "
+                                   "decoding result, or token id rows int (N, T) (generate's "
+                                   "output: prompt, generated tokens, padding)")
+        T = rows.shape[1]
+        start = 0 if prompt_length is None else prompt_length
+        if isinstance(start, (bool, np.bool_)) or not isinstance(start, (int, np.integer)) \
+                or not 0 <= start <= T:
+            raise DecodeInputError(f"texts: prompt_length={prompt_length!r}: expected an int in "
+                                   f"[0, {T}] (the prompt tokens in front of each row of {T})")
+        made = rows[:, int(start):].astype(np.int64)
+        if end_token is not None:
+            ends = made == end_token
+            complete = ends.any(axis=1)
+            lengths = np.where(complete, ends.argmax(axis=1), 0)
+        else:
+            need = self.tokens.shape[1] if max_length is None else int(max_length)
+            complete = np.full(made.shape[0], made.shape[1] >= need)
+            lengths = np.full(made.shape[0], need)
+        index = self._index()
+        items = (index.get(row.tobytes()) if ok else None
+                 for ok, row in zip(complete, self._rows(made, lengths)))
+        return [None if i is None else self.names[i] for i in items]
 
     def to_jsonl(self) -> bytes:
         """The bytes of names.jsonl: UTF-8, one object per item, sorted keys,

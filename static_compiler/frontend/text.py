@@ -58,6 +58,7 @@ class CallableTokenizer:
 
     encode: Callable[[str], Sequence[int]]
     end_token: Optional[int] = None
+    vocab_size: Optional[int] = None  # (unknown: compile_constraints then needs vocab_size)
 
     def encode_batch(self, names: Sequence[str]) -> list:
         return [self.encode(name) for name in names]
@@ -80,6 +81,13 @@ class HFTokenizer:
             ids = (self.tokenizer.token_to_id(tok) for tok in self.eos_tokens)
             object.__setattr__(self, "end_token", next((i for i in ids if i is not None), None))
 
+    @property
+    def vocab_size(self) -> Optional[int]:
+        """The tokenizer's vocabulary, added tokens included (the ids it
+        can produce; None for an object that does not say)."""
+        size = getattr(self.tokenizer, "get_vocab_size", None)
+        return None if size is None else int(size(with_added_tokens=True))
+
     def encode_batch(self, names: Sequence[str]) -> list:
         encodings = self.tokenizer.encode_batch(list(names),
                                                 add_special_tokens=self.add_special_tokens)
@@ -99,14 +107,23 @@ class TransformersTokenizer:
         if self.end_token is None:
             object.__setattr__(self, "end_token", getattr(self.tokenizer, "eos_token_id", None))
 
+    @property
+    def vocab_size(self) -> Optional[int]:
+        """``len(tokenizer)``: the vocabulary, added tokens included (None
+        for an object without a length)."""
+        return len(self.tokenizer) if hasattr(self.tokenizer, "__len__") else None
+
     def encode_batch(self, names: Sequence[str]) -> list:
         return self.tokenizer(list(names), add_special_tokens=self.add_special_tokens)["input_ids"]
 
 
 def as_adapter(tokenizer):
     """`tokenizer` (see the module docstring) as an object with
-    ``encode_batch`` and ``end_token``. Raises ConstraintSetError for
-    anything else."""
+    ``encode_batch`` and ``end_token``; a str or os.PathLike is the path of
+    a tokenizers JSON file (``tokenizer.json``, read by `load_tokenizer`,
+    as the CLI's --tokenizer). Raises ConstraintSetError for anything else."""
+    if isinstance(tokenizer, (str, os.PathLike)):
+        return load_tokenizer(tokenizer)
     if hasattr(tokenizer, "encode_batch") and hasattr(tokenizer, "end_token"):
         return tokenizer
     if hasattr(tokenizer, "eos_token_id") and hasattr(tokenizer, "convert_tokens_to_ids"):
@@ -117,8 +134,32 @@ def as_adapter(tokenizer):
         return CallableTokenizer(tokenizer)
     raise ConstraintSetError(
         f"tokenizer of type {type(tokenizer).__name__}: expected a callable str -> list[int], a "
-        "tokenizers.Tokenizer, a transformers tokenizer, or an adapter with encode_batch and "
-        "end_token")
+        "tokenizers.Tokenizer, a transformers tokenizer, the path of a tokenizer.json, or an "
+        "adapter with encode_batch and end_token")
+
+
+def catalogue_vocab_size(vocab_size, adapter) -> int:
+    """The vocabulary size to compile a catalogue with: `vocab_size`, or
+    when None the tokenizer's own (`adapter.vocab_size`: its length with the
+    added tokens). Raises ConstraintSetError when neither is known (a
+    callable tokenizer), or when `vocab_size` is below the tokenizer's
+    (ids it can produce would be outside [0, vocab_size)), naming both."""
+    own = getattr(adapter, "vocab_size", None)
+    own = None if own is None or isinstance(own, bool) or not isinstance(own, (int, np.integer)) \
+        else int(own)
+    if vocab_size is None:
+        if own is None:
+            raise ConstraintSetError(f"vocab_size=None with a tokenizer of type "
+                                     f"{type(adapter).__name__}, which does not say its "
+                                     "vocabulary size: pass vocab_size=V (the model's)")
+        return check_vocab_size(own)
+    vocab_size = check_vocab_size(vocab_size)
+    if own is not None and vocab_size < own:
+        raise ConstraintSetError(f"vocab_size={vocab_size} is smaller than the tokenizer's "
+                                 f"vocabulary of {own} tokens (added tokens included): pass "
+                                 f"vocab_size >= {own} (the model's logits width, or leave it "
+                                 "out to use the tokenizer's)")
+    return vocab_size
 
 
 def load_tokenizer(path: Union[str, os.PathLike], **options) -> HFTokenizer:
@@ -266,22 +307,23 @@ def _name_table(names: list, sorted_rows: tuple) -> NameTable:
                      aliases=tuple(tuple(a) for a in aliases))
 
 
-def encode_catalogue(names, tokenizer, vocab_size: int,
+def encode_catalogue(names, tokenizer, vocab_size: Optional[int],
                      end_token: Optional[int] = None) -> Catalogue:
     """Encodes `names` with `tokenizer` (see the module docstring): the
     sequences one per name in the order given (item i of the compiled set is
     names[i]) and the `NameTable` of the names with equal encodings grouped.
 
     end_token: overrides the tokenizer's end token; a catalogue whose names
-    encode to different lengths needs one from either.
+    encode to different lengths needs one from either. vocab_size: None
+    takes the tokenizer's (`catalogue_vocab_size`).
 
     Raises ConstraintSetError for an empty catalogue, a name that is not a
     str, encodes to nothing, to an id outside [0, vocab_size) or to the end
     token, or a ragged catalogue without an end token.
     """
-    vocab_size = check_vocab_size(vocab_size)
-    names = _check_names(names)
     adapter = as_adapter(tokenizer)
+    vocab_size = catalogue_vocab_size(vocab_size, adapter)
+    names = _check_names(names)
     end_from = "argument" if end_token is not None else None
     if end_token is None and adapter.end_token is not None:
         end_token, end_from = adapter.end_token, "tokenizer"

@@ -225,11 +225,8 @@ class StaticLogitsProcessor:
                 f"{where}: input_ids have {length} tokens, {t} after the prompt of "
                 f"{self.prompt_length}: expected 0 to {plan.max_length - 1} (the set's max_length "
                 f"is {plan.max_length}; pass max_new_tokens={plan.max_length} to generate)")
-        if scores.ndim != 2 or scores.shape[0] != n or scores.shape[1] < plan.vocab_size \
-                or not scores.is_floating_point():
-            raise DecodeInputError(
-                f"{where}: scores have shape {tuple(scores.shape)} dtype {scores.dtype}, expected "
-                f"float ({n}, V) with V >= the set's vocab_size {plan.vocab_size}")
+        # (the rule of every door: the model's vocabulary may be wider than V)
+        torch_checks.check_logits(scores, (n,), plan.vocab_size, f"{where}: scores")
         # Any token outside [0, V) allows nothing; clamping keeps it outside and within int32.
         prefixes = input_ids[:, self.prompt_length:].clamp(-1, plan.vocab_size)
         sub = self._subset_arg(n, where)

@@ -377,6 +377,17 @@ def bit_widths(num_states: Sequence[int], accepting: Sequence[bool], end_token: 
     return live, ends
 
 
+def plan_bit_widths(plan) -> tuple[tuple, tuple]:
+    """`bit_widths` of a lowered `target.plan.Plan`: the words per subset
+    row of the live and ends bits (slot bits for the children of dense_rows
+    steps). numpy only, so reports need no jax."""
+    from static_compiler.target.plan import slot_steps
+
+    states = [s.num_states for s in plan.steps] + [plan.steps[-1].num_next_states]
+    accepting = [s.has_accepting for s in plan.steps] + [True]
+    return bit_widths(states, accepting, plan.end_token, plan.vocab_size, slot_steps(plan))
+
+
 def dense_slots(next_table: np.ndarray) -> np.ndarray:
     """bool (rows, 32 * W): the (state, token) slots of a dense_rows table
     `next` int (rows, V) that hold an edge (next >= 0), False past V. In

@@ -148,17 +148,35 @@ def check_token_shape(shape: tuple, dtype, int_dtype: bool, batch_size: int, whe
 
 
 def check_logits_shape(shape: tuple, dtype, float_dtype: bool, batch_shape: tuple,
-                       vocab_size: int, where: str) -> None:
+                       vocab_size: int, where: str) -> int:
     """Logits of `shape` and `dtype` (`float_dtype`: whether the caller's
     framework calls it a floating dtype) must be floats of shape
-    batch_shape + (vocab_size,)."""
-    shape, want = tuple(shape), tuple(batch_shape) + (vocab_size,)
-    if shape != want:
-        raise DecodeInputError(f"{where}: logits have shape {shape}, expected {want} "
-                               f"(batch dims {tuple(batch_shape)}, vocab {vocab_size})")
+    batch_shape + (W,) with W >= vocab_size; returns W.
+
+    The one rule of every door that takes logits: a model's padded
+    vocabulary (V = 50257 tokens in logits of 50304 columns) is accepted,
+    and the columns >= vocab_size are padding, not tokens: never allowed,
+    never a candidate, and not part of the log_softmax (a search over W
+    columns is the search over the first V). `vocab_columns` cuts them off;
+    a mask gives them SENTINEL_SCORE."""
+    shape, batch = tuple(shape), tuple(batch_shape)
+    if len(shape) != len(batch) + 1 or shape[:-1] != batch or shape[-1] < vocab_size:
+        raise DecodeInputError(f"{where}: logits have shape {shape}, expected "
+                               f"{batch + (vocab_size,)} (batch dims {batch}, vocab "
+                               f"{vocab_size}; or more columns, a padded vocabulary, whose "
+                               f"columns >= {vocab_size} are never allowed)")
     if not float_dtype:
         raise DecodeInputError(f"{where}: logits have dtype {dtype}, expected a float dtype "
                                "(computed in float32)")
+    return int(shape[-1])
+
+
+def vocab_columns(logits, width: int, vocab_size: int):
+    """`logits` (an array or tensor of any framework, last axis `width` >=
+    vocab_size, checked by `check_logits_shape`) restricted to the set's
+    vocabulary: itself when width == vocab_size, else its first vocab_size
+    columns (a view)."""
+    return logits if width == vocab_size else logits[..., :vocab_size]
 
 
 def check_prefix_shape(shape: tuple, dtype, int_dtype: bool, max_length: int, where: str) -> None:

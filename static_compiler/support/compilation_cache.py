@@ -13,11 +13,14 @@ you do not trust). The CLI turns it on by default (`--no-compilation-cache`
 or STATIC_COMPILER_NO_CACHE=1 turn it off).
 
 jax and the standard library only; jax is imported on the first
-`enable_compilation_cache` call, not by this module's import.
+`enable_compilation_cache` call, not by this module's import (without jax,
+that call raises MissingDependencyError naming the install).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import pathlib
 import sys
@@ -25,7 +28,7 @@ import tempfile
 import threading
 from typing import Optional, Union
 
-from static_compiler.errors import CompilationCacheError
+from static_compiler.errors import JAX_INSTALL, CompilationCacheError, require
 
 NO_CACHE_ENV = "STATIC_COMPILER_NO_CACHE"
 """Set to 1 (or true / yes / on), the CLI and the main job leave the cache off."""
@@ -40,7 +43,7 @@ _enabled: list = [None]  # [(path, min_compile_time_secs)] once enabled in this 
 def jax_version() -> str:
     """The installed jax's version, without importing jax when it is not
     loaded yet (the CLI's --help names the directory)."""
-    if "jax" in sys.modules:
+    if sys.modules.get("jax") is not None:
         return sys.modules["jax"].__version__
     from importlib import metadata
 
@@ -105,15 +108,17 @@ def enable_compilation_cache(path: Union[str, os.PathLike, None] = None, *,
     Raises
     ------
     CompilationCacheError
-        The path is a file, cannot be created or is not writable (with
-        read_only: is not an existing readable directory), or
-        min_compile_time_secs is negative.
+        The path is not a str or os.PathLike of a str (bytes, an int), is a
+        file, cannot be created or is not writable (with read_only: is not
+        an existing readable directory); min_compile_time_secs is not a
+        finite number >= 0 (a bool, NaN); read_only is not a bool. Raised
+        before anything is configured or created.
+    MissingDependencyError
+        jax is not installed (the cache holds jax's programs).
     """
-    if not isinstance(min_compile_time_secs, (int, float)) or min_compile_time_secs < 0:
-        raise CompilationCacheError(f"min_compile_time_secs={min_compile_time_secs!r}: expected "
-                                    "a number >= 0")
-    where = pathlib.Path(path).expanduser() if path is not None else default_cache_dir()
-    where = where.absolute()
+    where = _checked_arguments(path, min_compile_time_secs, read_only)
+    require("jax", "enable_compilation_cache (jax's persistent compilation cache)",
+            f"{JAX_INSTALL} (the torch backend compiles nothing and needs no cache)")
     _check_directory(where, read_only)
     threshold = float("inf") if read_only else float(min_compile_time_secs)
     key = (str(where), threshold)
@@ -133,6 +138,28 @@ def enable_compilation_cache(path: Union[str, os.PathLike, None] = None, *,
         jax_cache.reset_cache()
         _enabled[0] = key
     return str(where)
+
+
+def _checked_arguments(path, min_compile_time_secs, read_only) -> pathlib.Path:
+    """The cache directory `path` names, absolute; CompilationCacheError
+    naming the parameter, its value and what was expected for any argument
+    of the wrong type or range."""
+    where = "enable_compilation_cache"
+    if isinstance(min_compile_time_secs, bool) or \
+            not isinstance(min_compile_time_secs, numbers.Real) or \
+            not math.isfinite(min_compile_time_secs) or min_compile_time_secs < 0:
+        raise CompilationCacheError(f"{where}: min_compile_time_secs={min_compile_time_secs!r}: "
+                                    "expected a finite number >= 0 (seconds)")
+    if not isinstance(read_only, bool):
+        raise CompilationCacheError(f"{where}: read_only={read_only!r}: expected True or False")
+    if path is None:
+        return default_cache_dir().absolute()
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(text, str) or not text.strip():
+        raise CompilationCacheError(f"{where}: path={path!r}: expected a directory as a "
+                                    "non-empty str or os.PathLike of a str (or None: "
+                                    f"{default_cache_dir()})")
+    return pathlib.Path(text).expanduser().absolute()
 
 
 def _check_directory(where: pathlib.Path, read_only: bool) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import numpy as np
 
 from static_compiler.support.arguments import (check_callable, check_finite, check_int,  # noqa: F401
-                                       check_logits_shape, check_rows,
+                                       check_logits_shape, check_rows, vocab_columns,
                                        check_prefix_shape, check_start_tokens,
                                        check_token_shape, check_token_values,
                                        check_tokens_per_beam)
@@ -110,11 +110,30 @@ def check_step(step, max_length: int, where: str, *, traced: bool = False,
     raise DecodeInputError(f"{where}: step={found} must be an int in [0, {max_length})")
 
 
-def check_logits(logits, batch_shape: tuple, vocab_size: int, where: str) -> None:
-    """`logits` must be a float array of shape batch_shape + (vocab_size,)."""
+def check_logits(logits, batch_shape: tuple, vocab_size: int, where: str):
+    """`logits` must be a float array of shape batch_shape + (W,), W >=
+    vocab_size (`arguments.check_logits_shape`: columns >= vocab_size are a
+    padded vocabulary's, never allowed); returns the logits of the set's
+    vocab_size tokens (`logits` itself when W == vocab_size)."""
     dtype = _dtype(logits, "logits", where)
-    check_logits_shape(np.shape(logits), dtype, _is_float_dtype(dtype), batch_shape, vocab_size,
-                       where)
+    width = check_logits_shape(np.shape(logits), dtype, _is_float_dtype(dtype), batch_shape,
+                               vocab_size, where)
+    if width != vocab_size and not hasattr(logits, "dtype"):
+        logits = np.asarray(logits)
+    return vocab_columns(logits, width, vocab_size)
+
+
+def padded_columns(masked, width: int):
+    """Masked logits float32 (..., V) (a jax or numpy array) widened to the
+    model's `width` columns (a padded vocabulary, `check_logits`), with
+    SENTINEL_SCORE in the columns >= V, which are never allowed; `masked`
+    itself when width == V."""
+    extra = width - masked.shape[-1]
+    if not extra:
+        return masked
+    xp = np if isinstance(masked, np.ndarray) else _jax().numpy
+    return xp.concatenate([masked, xp.full(masked.shape[:-1] + (extra,), SENTINEL_SCORE,
+                                           masked.dtype)], axis=-1)
 
 
 def check_tokens(tokens, batch_size: int, where: str) -> None:

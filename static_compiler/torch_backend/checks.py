@@ -14,8 +14,8 @@ import torch
 
 from static_compiler.support import arguments
 from static_compiler.support.arguments import (check_logits_shape, check_prefix_shape,
-                                       check_token_shape, is_int)
-from static_compiler.support.decode_types import BeamState, ProcessorState
+                                       check_token_shape, is_int, vocab_columns)
+from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, ProcessorState
 from static_compiler.errors import DecodeInputError
 
 
@@ -152,13 +152,27 @@ def check_beam_state(state, max_length: int, where: str) -> BeamState:
     return state
 
 
-def check_logits(logits: torch.Tensor, batch_shape: tuple, vocab_size: int, where: str) -> None:
-    """`logits` must be a float tensor of shape batch_shape + (vocab_size,)."""
+def check_logits(logits: torch.Tensor, batch_shape: tuple, vocab_size: int,
+                 where: str) -> torch.Tensor:
+    """`logits` must be a float tensor of shape batch_shape + (W,), W >=
+    vocab_size (`arguments.check_logits_shape`: the columns >= vocab_size
+    of a padded vocabulary are never allowed); returns the logits of the
+    set's vocab_size tokens (`logits` itself when W == vocab_size)."""
     if not isinstance(logits, torch.Tensor):
         raise DecodeInputError(f"{where}: logits is a {type(logits).__name__}, expected a "
                                "float tensor")
-    check_logits_shape(logits.shape, logits.dtype, logits.dtype.is_floating_point, batch_shape,
-                       vocab_size, where)
+    width = check_logits_shape(logits.shape, logits.dtype, logits.dtype.is_floating_point,
+                               batch_shape, vocab_size, where)
+    return vocab_columns(logits, width, vocab_size)
+
+
+def padded_columns(masked: torch.Tensor, width: int) -> torch.Tensor:
+    """Masked logits float32 (..., V) widened to the model's `width` columns
+    (`check_logits`), SENTINEL_SCORE in the columns >= V; `masked` itself
+    when width == V."""
+    extra = width - masked.shape[-1]
+    return masked if not extra else \
+        torch.nn.functional.pad(masked, (0, extra), value=SENTINEL_SCORE)
 
 
 def check_tokens(tokens: torch.Tensor, batch_size: int, where: str) -> None:

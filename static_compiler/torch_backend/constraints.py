@@ -56,6 +56,12 @@ def live_bits(subset: Subset, device=None) -> LiveBits:
 
 
 
+def _table_files(manifest) -> list:
+    """Each table's (layer, name, file entry: size and sha256) in `manifest`:
+    equal for two versions whose tables are the same bytes."""
+    return [(t.layer, t.name, manifest.files[t.file]) for t in manifest.tables]
+
+
 class _OldMask:
     """The default of `TorchConstraints.mask`'s state and step: left out,
     the call is the deprecated ``mask(state, step)``."""
@@ -96,6 +102,10 @@ class TorchConstraints(PlanFacts):
     attributes : ItemAttributes or None
         Property: the items' attribute columns, else None.
     """
+
+    path = None
+    """The artifact this set was loaded from (`load`), which `reload` re-reads;
+    None for `from_compiled`."""
 
     def __init__(self, plan: TorchPlan, tables: tuple, set_view: SetView, *, device=None,
                  names=None):
@@ -139,16 +149,55 @@ class TorchConstraints(PlanFacts):
         path = artifact_format.artifact_path(path, "TorchConstraints.load")
         device = checks.check_device(device, "TorchConstraints.load")
         with snapshot.open_snapshot(path, verify_checksums=verify_checksums) as snap:
-            manifest = snap.manifest
-            host = snapshot.read_tables(snap)
-            arrays = snapshot.read_item_arrays(snap)
-            names = snapshot.read_names(snap)
+            return cls._of_snapshot(snap, path, device)
+
+    @classmethod
+    def _of_snapshot(cls, snap, path, device, same: Optional["TorchConstraints"] = None
+                     ) -> "TorchConstraints":
+        """The set of the open snapshot `snap` of the artifact at `path`;
+        `same`: a loaded version with the same tables, whose tensors (and
+        trie) the new one shares (`reload`)."""
+        manifest = snap.manifest
+        host = snapshot.read_tables(snap)  # (memory-mapped: read where used)
+        arrays = snapshot.read_item_arrays(snap)
+        names = snapshot.read_names(snap)
         items = None if arrays is None else ItemIndex(num_unique=manifest.num_sequences, **arrays)
+        built = same.set_view if same is not None and same.set_view.tables else None
         view = SetView.of_artifact(manifest, host, items,
                                    manifest.files[artifact_format.IR_FILE].sha256,
-                                   source=f"artifact {str(path)!r}", missing=DecodeInputError)
-        return cls(torch_plan(view.facts), torch_tables(host, device), view, device=device,
-                   names=names)
+                                   source=f"artifact {str(path)!r}", missing=DecodeInputError,
+                                   built=built)
+        tables = same.tables if same is not None else torch_tables(host, device)
+        loaded = cls(torch_plan(view.facts), tables, view, device=device, names=names)
+        loaded.path, loaded._manifest = path, manifest
+        return loaded
+
+    def reload(self, *, verify_checksums: bool = True) -> "TorchConstraints":
+        """The artifact at this set's path as it is on disk now, for the next
+        decode: the served `Artifact.reload` contract. Double buffering: this
+        object keeps decoding the version it loaded (a search in progress
+        finishes on it); swap in the returned one between two decodes, in
+        one assignment (``tc = tc.reload()``). Returns self when nothing
+        changed; after removals or a rollback that left the tables as they
+        were (only the item index and manifest changed) the new object
+        shares this one's tensors on the device. The version on disk is
+        checked as `load` checks it, all of one snapshot: on any error
+        (ArtifactFormatError / ArtifactChecksumError / ArtifactVersionError
+        for a damaged, missing or unreadable version) nothing changes and
+        this object keeps serving. Subsets and priors are per version: take
+        them again from the returned object when its items changed. Raises
+        DecodeInputError for a set made by `from_compiled` (it has no
+        artifact to re-read)."""
+        if self.path is None:
+            raise DecodeInputError("reload: this TorchConstraints was made by from_compiled, "
+                                   "not loaded from an artifact: there is no path to re-read "
+                                   "(TorchConstraints.load(path) loads a saved set)")
+        with snapshot.open_snapshot(self.path, verify_checksums=verify_checksums) as snap:
+            manifest = snap.manifest
+            if manifest.seal() == self._manifest.seal():
+                return self
+            same = self if _table_files(manifest) == _table_files(self._manifest) else None
+            return type(self)._of_snapshot(snap, self.path, self.device, same)
 
     from_artifact = renamed_method("load")  # (deprecated)
 
@@ -250,10 +299,10 @@ class TorchConstraints(PlanFacts):
             step = state if step is _OLD_MASK else step
             return self._allowed_at(logits, step, subset, subset_index, "mask")
         allowed = self._allowed_at(state, step, subset, subset_index, "mask")
-        checks.check_logits(logits, tuple(allowed.shape[:1]), self.vocab_size,
-                            f"mask(step={step})")
-        x = logits.to(self.device).float()
-        return torch.where(allowed & ~torch.isnan(x), x, SENTINEL_SCORE)
+        x = checks.check_logits(logits, tuple(allowed.shape[:1]), self.vocab_size,
+                                f"mask(step={step})").to(self.device).float()
+        return checks.padded_columns(torch.where(allowed & ~torch.isnan(x), x, SENTINEL_SCORE),
+                                     logits.shape[-1])
 
     def allowed_tokens(self, state: TorchState, step: int, *, subset=None,
                        subset_index=None) -> torch.Tensor:
@@ -336,7 +385,7 @@ class TorchConstraints(PlanFacts):
         step = checks.check_step(step, self.max_length, "beam_step")
         state = checks.check_beam_state(state, self.max_length, "beam_step")
         B, M = state.node.shape
-        checks.check_logits(logits, (B, M), self.vocab_size, f"beam_step (step {step})")
+        logits = checks.check_logits(logits, (B, M), self.vocab_size, f"beam_step (step {step})")
         cap = arguments.check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
         live = arguments.check_int("live_beams", live_beams, low=1, allow_none=True)
         width = M if beam_size is None else arguments.check_rows(B, beam_size)[1]
@@ -395,8 +444,8 @@ class TorchConstraints(PlanFacts):
         ranking = None if best is None else beam.PriorTerms(best, prior_offsets(self.plan))
 
         def step_fn(state, logits, step):
-            checks.check_logits(logits, tuple(state.node.shape), self.vocab_size,
-                                f"beam_search (step {step})")
+            logits = checks.check_logits(logits, tuple(state.node.shape), self.vocab_size,
+                                         f"beam_search (step {step})")
             return advance(state, logits.to(self.device), step, caps[step], bounds[step], sub,
                            widths[step + 1], ranking)
 
@@ -418,8 +467,11 @@ class TorchConstraints(PlanFacts):
         finalize for each beam size or beam schedule of `beam_sizes` (ints
         >= 1, or max_length widths each, as `beam_search` takes them);
         with max_subsets > 0 (a set with an item index) also over a subset.
-        torch compiles nothing here (eager ops), so this pays only torch's
-        first-use costs; the results of later calls are unchanged. Returns
+        torch compiles nothing here (eager ops), so this pays only the
+        first-use costs: torch's, and for a set with an item index the
+        first `subset()`'s (the subsets' host kernels and the set's bit
+        layout, 0.5-4 s once per process; taken here at any max_subsets);
+        the results of later calls are unchanged. Returns
         a `WarmReport` (compilations 0, the calls made, seconds). Raises
         DecodeInputError for a batch size that is not an int >= 1, a beam
         size or schedule `beam_search` would refuse, max_subsets < 0, or
@@ -434,13 +486,19 @@ class TorchConstraints(PlanFacts):
         is counted by dynamo, not here."""
         return 0
 
-    def texts(self, result) -> list:
+    def texts(self, result, *, prompt_length: Optional[int] = None) -> list:
         """The names a decoding result of this text catalogue holds (e.g.
         `beam_search`'s, tensors on any device): lists (batch) of lists
-        (beams) of str, None where a beam is invalid (`NameTable.texts`).
-        Raises DecodeInputError for a set compiled from token ids."""
+        (beams) of str, None where a beam is invalid; or one name per row
+        of token ids (N, T) (``generate``'s output, `prompt_length` prompt
+        tokens in front), None where a row holds no complete item
+        (`NameTable.texts`). Raises DecodeInputError for a set compiled
+        from token ids."""
         if self.names is None:
             raise DecodeInputError("texts: this set has no names (compiled from token ids, "
                                    "not from names with a tokenizer)")
-        host = lambda x: x.cpu() if isinstance(x, torch.Tensor) else x
-        return self.names.texts(DecodeResult(*(host(x) for x in result)))
+        if isinstance(result, tuple) and len(result) == len(DecodeResult._fields):
+            host = lambda x: x.cpu() if isinstance(x, torch.Tensor) else x
+            result = DecodeResult(*(host(x) for x in result))
+        return self.names.texts(result, prompt_length=prompt_length, end_token=self.end_token,
+                                max_length=self.max_length)

@@ -63,10 +63,16 @@ def run_warm(tc, sizes: tuple, beams: tuple, max_subsets: int) -> WarmReport:
     prefix length, and init_beams / beam_step (every step) / finalize for
     each beam size and schedule (from the start beam alone, each step's
     width), at each batch size, over every item and (max_subsets
-    > 0) over an empty subset; the results are dropped."""
+    > 0) over an empty subset; the results are dropped. A set with an
+    item index takes that empty subset even with max_subsets=0: the first
+    `subset()` of a process loads the host kernels (numba's: seconds) and
+    builds the set's trie and bit layout, which a request would otherwise
+    pay (docs/integrations.md, the PyTorch backend)."""
     start, calls = time.perf_counter(), 0
     V, T = tc.vocab_size, tc.max_length
-    empty = tc.subset(np.zeros(_num_items(tc), bool)) if max_subsets else None
+    empty = tc.subset(np.zeros(_num_items(tc), bool)) if _num_items(tc) is not None else None
+    if not max_subsets:
+        empty = None
     with torch.inference_mode():
         for B in sizes:
             kws = [{}] if empty is None else \

@@ -408,8 +408,8 @@ BAD = {
     "init_processor(0)": lambda door, T, V: door.init_processor(0),
     "allowed_tokens(step=T)": lambda door, T, V: door.allowed_tokens(door.init_processor(2), T),
     "allowed_tokens(state=None)": lambda door, T, V: door.allowed_tokens(None, 0),
-    "mask(logits of V + 1)": lambda door, T, V: door.mask(
-        _in(door, np.zeros((2, V + 1), np.float32)), door.init_processor(2), 0),
+    "mask(logits of V - 1)": lambda door, T, V: door.mask(  # (V + 1: a padded vocabulary)
+        _in(door, np.zeros((2, V - 1), np.float32)), door.init_processor(2), 0),
     "mask(step=-1)": lambda door, T, V: door.mask(
         _in(door, np.zeros((2, V), np.float32)), door.init_processor(2), -1),
     "allowed(prefixes of T)": lambda door, T, V: door.allowed(_in(door, np.zeros((1, T), int))),

@@ -515,7 +515,7 @@ def _const_logits(shape_fn, dtype=jnp.float32):
 
 
 @pytest.mark.parametrize("logits_fn, match", [
-    (_const_logits(lambda s: s + (4,)), r"logits have shape \(2, 3, 4\), expected \(2, 3, 3\)"),
+    (_const_logits(lambda s: s + (2,)), r"logits have shape \(2, 3, 2\), expected \(2, 3, 3\)"),
     (_const_logits(lambda s: s), r"logits have shape \(2, 3\), expected \(2, 3, 3\)"),
     (_const_logits(lambda s: s + (3,), jnp.int32), "logits have dtype int32, expected a float"),
 ])

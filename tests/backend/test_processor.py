@@ -184,7 +184,7 @@ def test_numpy_integer_steps_are_accepted(tiny_ragged_set):
 
 
 @pytest.mark.parametrize("logits, match", [
-    (np.zeros((2, 4), np.float32), r"logits have shape \(2, 4\), expected \(2, 3\)"),
+    (np.zeros((2, 2), np.float32), r"logits have shape \(2, 2\), expected \(2, 3\)"),
     (np.zeros((3, 3), np.float32), r"logits have shape \(3, 3\), expected \(2, 3\)"),
     (np.zeros((2, 1, 3), np.float32), r"logits have shape \(2, 1, 3\), expected \(2, 3\)"),
     (np.zeros((2, 3), np.int32), r"logits have dtype int32, expected a float"),
@@ -331,7 +331,7 @@ def test_step_processor_rejects_bad_input_as_the_pair_does(tiny_ragged_set):
     with pytest.raises(DecodeInputError, match=r"step=2 must be an int in \[0, 2\)"):
         proc.advance_and_mask(state, np.zeros(2, np.int32), 2, np.zeros((2, 3), np.float32))
     for logits, match in [
-            (np.zeros((2, 4), np.float32), r"logits have shape \(2, 4\), expected \(2, 3\)"),
+            (np.zeros((2, 2), np.float32), r"logits have shape \(2, 2\), expected \(2, 3\)"),
             (np.zeros((3, 3), np.float32), r"logits have shape \(3, 3\), expected \(2, 3\)"),
             (np.zeros((2, 3), np.int32), r"logits have dtype int32, expected a float")]:
         with pytest.raises(DecodeInputError, match=match):

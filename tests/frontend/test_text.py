@@ -404,11 +404,132 @@ def test_cli_compile_decode_and_show_ir_print_names(bpe, tmp_path, capsys):
 
 def test_cli_text_catalogue_errors(tmp_path, capsys):
     (tmp_path / "names.txt").write_text("Lima\n", encoding="utf-8")
-    code, _, err = run_cli(capsys, "compile", tmp_path / "names.txt", "--tokenizer",
-                           tmp_path / "tokenizer.json", "-o", tmp_path / "a.static")
-    assert code == 2 and "--vocab-size is required for a text catalogue" in err
     pytest.importorskip("tokenizers")
     code, _, err = run_cli(capsys, "compile", tmp_path / "names.txt", "--tokenizer",
                            tmp_path / "tokenizer.json", "--vocab-size", 10, "-o",
                            tmp_path / "a.static")
     assert code == 2 and "tokenizer.json'" in err and "no such file" in err
+
+
+# ----- token id rows back to names (generate's output) -----
+
+def _generated(compiled, names, prompt, pad=END, width=None):
+    """Rows as `generate` returns them: the prompt, each name's tokens, the
+    end token, then `pad` up to `width`."""
+    rows = [list(prompt) + chars(n) + ([compiled.end_token] if compiled.end_token is not None
+                                       else []) for n in names]
+    width = width or max(map(len, rows))
+    return np.array([r + [pad] * (width - len(r)) for r in rows])
+
+
+def test_texts_of_token_rows_drop_the_prompt_and_the_padding(compiled_chars):
+    rows = _generated(compiled_chars, ["Lima", "New York City", "New"], [7, 7, 9], pad=3)
+    assert compiled_chars.texts(rows, prompt_length=3) == ["Lima", "New York City", "New"]
+    torch = pytest.importorskip("torch")
+    assert compiled_chars.texts(torch.from_numpy(rows), prompt_length=3) == \
+        ["Lima", "New York City", "New"]
+    # no prompt: the prompt's tokens would be read as the name's
+    assert compiled_chars.texts(rows, prompt_length=0) == [None, None, None]
+    assert compiled_chars.texts(rows[:, 3:]) == ["Lima", "New York City", "New"]
+    # a row cut before its end token, a row of a name not in the set, an end token first
+    odd = np.array([r + [3] * (15 - len(r)) for r in ([5] + chars("New York"),
+                                                      [5] + chars("Quito") + [END],
+                                                      [5, END] + chars("Lima") + [END])])
+    assert compiled_chars.texts(odd, prompt_length=1) == [None, None, None]
+    assert compiled_chars.texts(odd[:, :6], prompt_length=1) == [None] * 3
+
+
+def test_texts_of_token_rows_of_a_fixed_length_set():
+    fixed = sc.compile_constraints(["Lima", "Rome", "Oslo"], vocab_size=256, tokenizer=chars)
+    assert fixed.end_token is None
+    rows = np.array([[9] + chars("Rome") + [0, 0], [9] + chars("Oslo") + [1, 2],
+                     [9] + chars("Lim") + [0, 0, 0]])
+    assert fixed.texts(rows, prompt_length=1) == ["Rome", "Oslo", None]
+    assert fixed.texts(rows[:, :4], prompt_length=1) == [None] * 3  # too short for 4 tokens
+
+
+def test_texts_of_an_object_with_sequences(compiled_chars):
+    class Generated:  # what generate(..., return_dict_in_generate=True) returns
+        sequences = _generated(compiled_chars, ["Paris", "Parma"], [1, 2])
+
+    assert compiled_chars.texts(Generated(), prompt_length=2) == ["Paris", "Parma"]
+
+
+@pytest.mark.parametrize("rows, kwargs, match", [
+    (np.zeros((2, 3), np.float32), {}, r"texts: got float32\[2, 3\]: expected a decoding result, "
+                                       r"or token id rows int \(N, T\)"),
+    (np.zeros(4, np.int64), {}, r"got int64\[4\]"),
+    ([[1, 2], [3]], {}, r"got object"),
+    (np.zeros((2, 3), np.int64), {"prompt_length": 4}, r"prompt_length=4: expected an int in "
+                                                       r"\[0, 3\]"),
+    (np.zeros((2, 3), np.int64), {"prompt_length": -1}, r"prompt_length=-1"),
+    (np.zeros((2, 3), np.int64), {"prompt_length": 1.0}, r"prompt_length=1.0"),
+    (np.zeros((2, 3), np.int64), {"prompt_length": True}, r"prompt_length=True"),
+])
+def test_bad_token_rows_are_named(compiled_chars, rows, kwargs, match):
+    with pytest.raises(DecodeInputError, match=match):
+        compiled_chars.texts(rows, **kwargs)
+
+
+def test_prompt_length_with_a_decoding_result_is_refused(compiled_chars):
+    with pytest.raises(DecodeInputError, match=r"prompt_length=2 applies to rows of token ids"):
+        compiled_chars.texts(result_of([chars("Lima")], [5]), prompt_length=2)
+
+
+# ----- the vocabulary size from the tokenizer, and a tokenizer.json path -----
+
+def test_vocab_size_comes_from_the_tokenizer(bpe, tmp_path):
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    V = bpe.get_vocab_size(with_added_tokens=True)
+    given = sc.compile_constraints(CITIES, vocab_size=V, tokenizer=bpe)
+    for tokenizer in (bpe, str(tmp_path / "tokenizer.json"), tmp_path / "tokenizer.json"):
+        derived = sc.compile_constraints(CITIES, tokenizer=tokenizer)
+        assert derived.vocab_size == V and derived.fingerprint == given.fingerprint
+    assert sc.compile_constraints(CITIES, V + 100, tokenizer=bpe).vocab_size == V + 100
+    with pytest.raises(ConstraintSetError, match=rf"vocab_size={V - 1} is smaller than the "
+                                                 rf"tokenizer's vocabulary of {V} tokens"):
+        sc.compile_constraints(CITIES, V - 1, tokenizer=tmp_path / "tokenizer.json")
+    anyway = sc.compile_constraints(["Lima"], tokenizer=tmp_path / "tokenizer.json",
+                                    spellings="any")
+    assert anyway.vocab_size == V
+
+
+def test_vocab_size_counts_added_tokens(bpe):
+    import copy
+
+    grown = copy.deepcopy(bpe)
+    grown.add_tokens(["<city>", "<country>"])
+    V = grown.get_vocab_size(with_added_tokens=True)
+    assert V == bpe.get_vocab_size(with_added_tokens=True) + 2
+    assert sc.compile_constraints(CITIES, tokenizer=grown).vocab_size == V
+    transformers = pytest.importorskip("transformers")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=grown, eos_token="</s>")
+    assert len(fast) == V and sc.compile_constraints(CITIES, tokenizer=fast).vocab_size == V
+
+
+def test_vocab_size_without_a_tokenizer_that_knows_it():
+    with pytest.raises(ConstraintSetError, match=r"vocab_size=None with a tokenizer of type "
+                                                 r"CallableTokenizer.*pass vocab_size=V"):
+        sc.compile_constraints(CITIES, tokenizer=chars, end_token=END)
+    with pytest.raises(ConstraintSetError, match=r"vocab_size=None: expected a positive int"):
+        sc.compile_constraints([[1, 2], [2, 3]])
+    adapter = text.CallableTokenizer(chars, end_token=END, vocab_size=256)
+    assert sc.compile_constraints(CITIES, tokenizer=adapter).vocab_size == 256
+
+
+def test_a_missing_tokenizer_path_is_named(tmp_path):
+    with pytest.raises(ConstraintSetError, match=r"tokenizer '.*nope.json': no such file"):
+        sc.compile_constraints(CITIES, tokenizer=tmp_path / "nope.json")
+
+
+def test_cli_compile_takes_the_vocab_size_from_the_tokenizer(bpe, tmp_path, capsys):
+    (tmp_path / "names.txt").write_text("\n".join(CITIES) + "\n", encoding="utf-8")
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    code, out, err = run_cli(capsys, "compile", tmp_path / "names.txt", "--tokenizer",
+                             tmp_path / "tokenizer.json", "-o", tmp_path / "a.static")
+    assert code == 0, err
+    assert f"vocab {bpe.get_vocab_size(with_added_tokens=True)}," in out
+    code, _, err = run_cli(capsys, "compile", tmp_path / "names.txt", "--tokenizer",
+                           tmp_path / "tokenizer.json", "--vocab-size", 5, "-o",
+                           tmp_path / "b.static")
+    assert code == 2 and "--vocab-size 5 is smaller than the tokenizer's vocabulary" in err

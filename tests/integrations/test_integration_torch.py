@@ -19,8 +19,10 @@ import transformers
 
 import oracle
 import static_compiler as sc
+from static_compiler.artifact import serving
 from static_compiler.errors import DecodeInputError
 from static_compiler.integrations.torch import StaticLogitsProcessor
+from static_compiler.torch_backend import TorchConstraints
 
 MODEL_VOCAB = 64
 SET_VOCAB = 60  # the model's vocabulary is larger: tokens 60..63 are never allowed
@@ -160,8 +162,8 @@ def test_processor_rejects_bad_calls():
     with pytest.raises(DecodeInputError, match=r"3 after the prompt of 1: expected 0 to 1 .*"
                                                r"max_new_tokens=2"):
         processor(torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4))
-    with pytest.raises(DecodeInputError, match=r"scores have shape \(2, 3\) .* V >= the set's "
-                                               r"vocab_size 4"):
+    with pytest.raises(DecodeInputError, match=r"scores: logits have shape \(2, 3\), expected "
+                                               r"\(2, 4\) .*or more columns"):
         processor(torch.zeros(2, 1, dtype=torch.long), torch.zeros(2, 3))
     with pytest.raises(DecodeInputError, match=r"prompt_length=-1: expected an int >= 0"):
         StaticLogitsProcessor(compiled, -1)
@@ -204,3 +206,41 @@ def test_processor_rejects_bad_subsets():
                                       subset_index=np.array([0, 1, 0]))
     with pytest.raises(DecodeInputError, match="4 rows are not a multiple of the 3 prompts"):
         processor(torch.zeros((4, PROMPT_LENGTH), dtype=torch.long), torch.zeros((4, MODEL_VOCAB)))
+
+
+NAMES = ["Lima", "Lyon", "Lille", "Linz", "Lagos", "Leeds", "Luanda", "Lhasa", "Riga", "Rome"]
+
+
+def name_ids(name: str) -> list:
+    """A stand-in tokenizer: one id per letter, in 1..SET_VOCAB-1 (0 is eos)."""
+    return [ord(c) % (SET_VOCAB - 1) + 1 for c in name]
+
+
+@pytest.mark.parametrize("kind, door", [
+    ("beams", "compiled"), ("greedy", "compiled"), ("fixed", "compiled"), ("beams", "torch"),
+    ("greedy", "torch"), ("fixed", "torch"), ("greedy", "served")])  # (served: exports, slow)
+def test_generate_output_back_to_names(model, tmp_path, kind, door):
+    """`texts(generate's sequences, prompt_length=...)`: each row's
+    prompt in front and its padding (eos) after are dropped, on every door;
+    the names are what the generated tokens spell."""
+    names = NAMES if kind != "fixed" else [n for n in NAMES if len(n) == 4]
+    compiled = sc.compile_constraints(names, SET_VOCAB, tokenizer=name_ids,
+                                      end_token=None if kind == "fixed" else EOS,
+                                      export_beam_sizes=(4,))
+    beams = 1 if kind == "greedy" else 4
+    prompts = torch.from_numpy(np.random.default_rng(7).integers(1, MODEL_VOCAB,
+                                                                 (3, PROMPT_LENGTH)))
+    out = generate(model, prompts, compiled.max_length, num_beams=beams,
+                   num_return_sequences=beams,
+                   logits_processor=[StaticLogitsProcessor(compiled, PROMPT_LENGTH)],
+                   **({"eos_token_id": None} if kind == "fixed" else {}))
+    decoder = {"compiled": lambda: compiled,
+               "torch": lambda: TorchConstraints.from_compiled(compiled),
+               "served": lambda: serving.load(compiled.save(tmp_path / "names.sc"))}[door]()
+    got = decoder.texts(out.sequences, prompt_length=PROMPT_LENGTH)
+    by_ids = {tuple(name_ids(n)): n for n in names}
+    want = [by_ids[item] for item in members(out.sequences, compiled.end_token)]
+    assert got == want and len(got) == 3 * beams
+    if kind == "greedy":  # rows that ended early were padded with eos after it
+        assert min(len(n) for n in got) < compiled.max_length - 1
+    assert decoder.texts(out, prompt_length=PROMPT_LENGTH) == want  # the dict too

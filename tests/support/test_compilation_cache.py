@@ -71,6 +71,41 @@ def test_an_unusable_path_is_a_typed_error_naming_it(tmp_path, kind):
     assert (str(path) in str(err.value)) or "min_compile_time_secs" in str(err.value)
 
 
+class _BytesPath:
+    """An os.PathLike whose path is bytes."""
+
+    def __init__(self, path: bytes):
+        self.path = path
+
+    def __fspath__(self):
+        return self.path
+
+
+@pytest.mark.parametrize("name, value", [
+    ("path", 5), ("path", b"/tmp/static-cache"), ("path", "bytes-pathlike"), ("path", ""),
+    ("path", 1.5), ("min_compile_time_secs", float("nan")), ("min_compile_time_secs", True),
+    ("min_compile_time_secs", float("inf")), ("min_compile_time_secs", "1"),
+    ("min_compile_time_secs", -0.5), ("min_compile_time_secs", None),
+    ("read_only", "no"), ("read_only", 1), ("read_only", None)])
+def test_a_bad_argument_is_a_typed_error_naming_it(tmp_path, name, value):
+    """Every argument of the wrong type or range: CompilationCacheError
+    naming the parameter, the value and what was expected, before jax is
+    configured or a directory created."""
+    import jax
+
+    if value == "bytes-pathlike":
+        value = _BytesPath(bytes(tmp_path / "c"))
+    kwargs = {"path": tmp_path / "c", name: value}
+    before = jax.config.jax_compilation_cache_dir
+    with pytest.raises(CompilationCacheError) as err:
+        cc.enable_compilation_cache(kwargs.pop("path"), **kwargs)
+    message = str(err.value)
+    assert f"{name}={value!r}: expected" in message, message
+    assert "enable_compilation_cache" in message
+    assert jax.config.jax_compilation_cache_dir == before
+    assert not (tmp_path / "c").exists() and not pathlib.Path("/tmp/static-cache").exists()
+
+
 COMPILE_ONE = """
 import json, sys, jax, jax.numpy as jnp
 import static_compiler as sc

@@ -113,7 +113,7 @@ CASES = {
        for name, f in _state_cases.items()},
     **{f"mask(step={s!r})": (lambda k, s=s: k.tc.mask(k.scores, k.state, s)) for s in _bad_steps},
     **{f"mask(logits={x!r})": (lambda k, x=x: k.tc.mask(x, k.state, 0))
-       for x in [None, np.zeros((2, V), np.float32), torch.zeros(2, V + 1), torch.zeros(3, V),
+       for x in [None, np.zeros((2, V), np.float32), torch.zeros(2, V - 1), torch.zeros(3, V),
                  torch.zeros(2, V, dtype=torch.int64)]},
     **{f"advance({name})": (lambda k, f=f: k.tc.advance(f(k), torch.tensor([1, 1]), 0))
        for name, f in _state_cases.items()},

@@ -149,7 +149,7 @@ def test_bad_input():
     state = tc.init_beams(2, 3)
     good = torch.zeros(2, 3, V)
     cases = [
-        (lambda: tc.beam_step(state, torch.zeros(2, 3, V + 1), 0), r"logits have shape \(2, 3, 13\)"),
+        (lambda: tc.beam_step(state, torch.zeros(2, 3, V - 1), 0), r"logits have shape \(2, 3, 11\)"),
         (lambda: tc.beam_step(state, torch.zeros(2, 3, V, dtype=torch.int64), 0),
          "logits have dtype torch.int64"),
         (lambda: tc.beam_step(state, good.numpy(), 0), "logits is a ndarray"),

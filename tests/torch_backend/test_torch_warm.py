@@ -103,3 +103,31 @@ def test_subsets_need_an_item_index(sets):
     with pytest.raises(DecodeInputError, match="no item subsets"):
         sets["bare"].warm([2], max_subsets=1)
     assert sets["bare"].warm([2]).compilations == 0
+
+
+def _built(tc) -> dict:
+    """What a set's first `subset()` builds: its view's lazily built parts
+    (trie, bit layout, first rows, ...) and, with numba, the subset
+    kernels' compiled signatures."""
+    from static_compiler.live import bit_kernels
+    from static_compiler.live.set_view import _Once
+
+    parts = {name: once._done for name, once in vars(tc.set_view).items()
+             if isinstance(once, _Once)}
+    if bit_kernels.HAVE_NUMBA:
+        parts.update({name: len(getattr(bit_kernels, name).signatures)
+                      for name in bit_kernels.NUMPY_KERNELS})
+    return parts
+
+
+@pytest.mark.parametrize("max_subsets", [0, 2])
+def test_warm_pays_the_first_subsets_costs(sets, tmp_path, max_subsets):
+    """The first `subset()` of a process (0.65-3.1 s: numba's kernels, the
+    set's trie and bit layout) is paid by `warm()` at any max_subsets: after
+    it, a subset builds and compiles nothing."""
+    tc = TorchConstraints.load(sets["artifact"].path)  # fresh: nothing built yet
+    tc.warm([2], max_subsets=max_subsets)
+    before = _built(tc)
+    assert before["_trie"] and before["_layout"]
+    tc.subset(np.array([True, False, True, True]))
+    assert _built(tc) == before

@@ -158,3 +158,102 @@ def test_jax_calls_without_jax_name_the_install(tmp_path):
     assert "exporting an artifact's StableHLO modules" in lines[0]
     assert "save(path, modules=False)" in lines[0]
     assert "TorchConstraints" in lines[1]
+
+
+CLI_SCRIPT = textwrap.dedent("""
+    import contextlib, io, json, os, sys
+    sys.modules["jax"] = None  # no jax, as the torch install has none
+    import numpy as np
+    from static_compiler.cli import dispatch, main
+    from static_compiler.errors import MissingDependencyError
+
+    out = sys.argv[1]
+    cases = json.loads(sys.argv[2])
+    runs = {}
+    for name, argv in cases:
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = main(argv)
+            except SystemExit as exit:
+                code = exit.code
+            except BaseException as err:  # a traceback: the test names it
+                code, stderr = "raised", io.StringIO(f"{type(err).__name__}: {err}")
+        runs[name] = [code, stdout.getvalue(), stderr.getvalue()]
+    from static_compiler import report
+    import static_compiler as sc
+    compiled = sc.compile_constraints(np.array([[1, 2, 3], [1, 2, 4], [2, 3, 1]]), 5,
+                                      export_subsets=True)
+    table = report.stats_table(compiled)
+    try:
+        sc.enable_compilation_cache(out + "/cache")
+        cache = "no error"
+    except MissingDependencyError as err:
+        cache = str(err)
+    print(json.dumps({"runs": runs, "subcommands": [c.name for c in dispatch.SUBCOMMANDS],
+                      "table": table, "cache": cache,
+                      "cache_dir_made": os.path.exists(out + "/cache"),
+                      "jax": [m for m, mod in sys.modules.items()
+                              if m.split(".")[0] == "jax" and mod is not None]}))
+""")
+
+
+def test_every_cli_subcommand_without_jax_runs_or_names_the_install(tmp_path):
+    """Without jax, each subcommand (and its --help) either works, as
+    everything but the JAX decoders does (show-ir --stats and --layer,
+    compile, verify, update, versions, rollback, upgrade), or stops with one
+    line and exit status 2 naming the [jax] extra (demo, decode, re-export):
+    never a traceback. `report.stats_table` is numpy-only, and
+    `enable_compilation_cache` raises MissingDependencyError before it
+    creates its directory."""
+    (tmp_path / "set.txt").write_text("1 2 3\n1 2 4\n2 3 1\n")
+    (tmp_path / "add.txt").write_text("4 4 4\n")
+    art = str(tmp_path / "art.sc")
+    cases = [
+        ("help", ["--help"]),
+        ("show-ir --stats", ["show-ir", str(tmp_path / "set.txt"), "--vocab-size", "5",
+                             "--stats"]),
+        ("show-ir --layer", ["show-ir", str(tmp_path / "set.txt"), "--vocab-size", "5",
+                             "--layer", "1"]),
+        ("compile", ["compile", str(tmp_path / "set.txt"), "--vocab-size", "5", "-o", art,
+                     "--export-subsets"]),
+        ("show-ir artifact --stats", ["show-ir", art, "--stats"]),
+        ("verify", ["verify", art, "--input", str(tmp_path / "set.txt")]),
+        ("update", ["update", art, "--add", str(tmp_path / "add.txt")]),
+        ("versions", ["versions", art]),
+        ("rollback", ["rollback", art]),
+        ("upgrade", ["upgrade", art]),
+        ("decode", ["decode", art]),
+        ("re-export", ["re-export", art]),
+        ("demo", ["demo", "--num-items", "100"]),
+    ] + [(f"{name} --help", [name, "--help"]) for name in
+         ("show-ir", "compile", "decode", "verify", "update", "upgrade", "re-export", "versions",
+          "rollback", "demo")]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    run = subprocess.run([sys.executable, "-c", CLI_SCRIPT, str(tmp_path), json.dumps(cases)],
+                         capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    runs = report["runs"]
+    assert {c for c in report["subcommands"]} <= {name.split()[0] for name in runs}, \
+        "a new subcommand: add its case without jax"
+    needs_jax = {"decode", "re-export", "demo"}
+    for name, (code, out, err) in runs.items():
+        if name in needs_jax:
+            assert code == 2, (name, code, out, err)
+            line = one_error_line(err)
+            assert line.startswith(f"static-compiler {name}: error: "), line
+            assert "needs the 'jax' package, which is not installed: pip install " \
+                   "'static-compiler[jax]'" in line, line
+        else:
+            assert code == 0 and "Traceback" not in err, (name, code, err)
+    assert "TorchConstraints.load" in runs["demo"][2] and "TorchConstraints" in runs["decode"][2]
+    for name in ("show-ir --stats", "show-ir artifact --stats"):
+        assert "paper bound U_max" in runs[name][1] and "branch histogram" in runs[name][1]
+    assert "item subsets:" in runs["show-ir artifact --stats"][1]
+    assert "layer 1" in runs["show-ir --layer"][1]
+    assert "OK" in runs["verify"][1] and "000002" in runs["versions"][1]
+    assert "paper bound U_max" in report["table"] and "item subsets:" in report["table"]
+    assert "enable_compilation_cache" in report["cache"] and "static-compiler[jax]" in \
+        report["cache"]
+    assert not report["cache_dir_made"] and report["jax"] == []

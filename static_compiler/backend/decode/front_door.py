@@ -154,7 +154,7 @@ class DecodeVerbs:
         beam_size) reorders per-beam model state."""
         state = check_beam_state(state, self.max_length, "beam_step")
         B, M = np.shape(state.node)
-        check_logits(logits, (B, M), self.vocab_size, "beam_step")
+        logits = check_logits(logits, (B, M), self.vocab_size, "beam_step")
         step = check_step(step, self.max_length, "beam_step", traced=True)
         cap = check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
         width = None if beam_size is None else check_rows(B, beam_size)[1]

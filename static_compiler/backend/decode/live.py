@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.target.plan import Plan, slot_steps
+from static_compiler.target.plan import Plan
 from static_compiler.support.decode_state import is_traced
 from static_compiler.errors import DecodeInputError
-from static_compiler.live.layers import bit_widths, slot_words
+from static_compiler.live.layers import plan_bit_widths, slot_words
 from static_compiler.live.liveness import checked_subset_index
 
 
@@ -95,12 +95,9 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
                                    f"{int(values[bad[0]])}: expected a subset in [0, {rows})")
 
 
-def subset_widths(plan: Plan) -> tuple[tuple, tuple]:
-    """`layers.bit_widths` of a lowered plan: the words per subset row of
-    the live and ends bits (slot bits for the children of dense_rows steps)."""
-    states = [s.num_states for s in plan.steps] + [plan.steps[-1].num_next_states]
-    accepting = [s.has_accepting for s in plan.steps] + [True]
-    return bit_widths(states, accepting, plan.end_token, plan.vocab_size, slot_steps(plan))
+subset_widths = plan_bit_widths
+"""`live.layers.plan_bit_widths`: the words per subset row of a plan's live
+and ends bits."""
 
 
 def live_mask_spec(plan: Plan, batch_size: int, num_subsets: int = 1) -> LiveMask:

@@ -17,6 +17,7 @@ from static_compiler.backend.decode.step import step_in_range, switch_over_group
 from static_compiler.target.plan import Plan
 from static_compiler.backend.row_search import few_rows
 from static_compiler.support.decode_state import (SENTINEL_SCORE, ProcessorState, check_logits,
+                                                  padded_columns,
                                           check_processor_state, check_rows, check_step,
                                           check_tokens, int32_within)
 from static_compiler.errors import DecodeInputError
@@ -64,8 +65,8 @@ def mask(plan: Plan, tables, logits, state: ProcessorState, step, subset=None):
     check_live_mask(plan, subset, B, "mask")
     if not isinstance(step, int):
         return mask_switch(plan, tables, logits, state, step, subset)
-    check_logits(logits, (B,), plan.vocab_size, f"mask(step={step})")
-    return _mask_at(plan, tables, logits, state, step, subset)
+    x = check_logits(logits, (B,), plan.vocab_size, f"mask(step={step})")
+    return padded_columns(_mask_at(plan, tables, x, state, step, subset), np.shape(logits)[-1])
 
 
 def _mask_at(plan: Plan, tables, logits, state: ProcessorState, step: int, subset=None):
@@ -133,14 +134,17 @@ def mask_switch(plan: Plan, tables, logits, state: ProcessorState, step, subset=
     token, other rows nothing."""
     check_step(step, plan.max_length, "mask", traced=True)
     check_live_mask(plan, subset, state.node.shape[0], "mask")
-    check_logits(logits, (state.node.shape[0],), plan.vocab_size, "mask(step=<traced>)")
+    given, logits = logits, check_logits(logits, (state.node.shape[0],), plan.vocab_size,
+                                         "mask(step=<traced>)")
+    width = np.shape(given)[-1]
     masked = switch_over_groups(
         plan, lambda t, tabs, sub, x, st: _mask_at(plan, tabs, x, st, t, sub),
         step, tables, subset, logits, state)
     x = jnp.asarray(logits).astype(jnp.float32)
     end_only = jnp.arange(plan.vocab_size) == (-1 if plan.end_token is None else plan.end_token)
     done = (state.valid & state.finished)[:, None] & end_only & ~jnp.isnan(x)
-    return jnp.where(step_in_range(plan, step), masked, jnp.where(done, x, SENTINEL_SCORE))
+    return padded_columns(jnp.where(step_in_range(plan, step), masked,
+                                    jnp.where(done, x, SENTINEL_SCORE)), width)
 
 
 def advance_switch(plan: Plan, tables, state: ProcessorState, tokens, step,
@@ -286,8 +290,9 @@ class StepProcessor:
         step = check_step(step, self.plan.max_length, "mask")
         where = f"mask(step={step})"
         state = self._checked_state(state, where)
-        check_logits(logits, (self.batch_size,), self.plan.vocab_size, where)
-        return self._run("mask", step, self._step_args(step), _array(logits), state)
+        x = _array(check_logits(logits, (self.batch_size,), self.plan.vocab_size, where))
+        return padded_columns(self._run("mask", step, self._step_args(step), x, state),
+                              np.shape(logits)[-1])
 
     def advance(self, state: ProcessorState, tokens, step) -> ProcessorState:
         step = check_step(step, self.plan.max_length, "advance")
@@ -302,10 +307,11 @@ class StepProcessor:
         where = f"advance_and_mask(step={step})"
         state = self._checked_state(state, where)
         check_tokens(tokens, self.batch_size, where)
-        check_logits(logits, (self.batch_size,), self.plan.vocab_size,
-                     f"advance_and_mask(step={step}): next step's")
-        return self._run("both", step, self._step_args(step), self._step_args(step + 1),
-                         state, int32_within(tokens, self.plan.vocab_size), _array(logits))
+        x = _array(check_logits(logits, (self.batch_size,), self.plan.vocab_size,
+                                f"advance_and_mask(step={step}): next step's"))
+        moved, masked = self._run("both", step, self._step_args(step), self._step_args(step + 1),
+                                  state, int32_within(tokens, self.plan.vocab_size), x)
+        return moved, padded_columns(masked, np.shape(logits)[-1])
 
 
 @bounded_jit(static_argnames=("plan", "kind", "t"), group_by="plan")

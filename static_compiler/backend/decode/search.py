@@ -256,7 +256,8 @@ def _sample(plan, tables, key, carry, start_tokens, subset, *, logits_fn, batch_
         logits, new_carry = _call_model(logits_fn, None, False, state.last_tokens, step, carry,
                                         plan.vocab_size, f"sample (step {steps[0]})")
         check_same_structure(carry, new_carry, f"step {steps[0]}")
-        check_logits(logits, (batch_size, 1), plan.vocab_size, f"sample (step {steps[0]})")
+        logits = check_logits(logits, (batch_size, 1), plan.vocab_size,
+                              f"sample (step {steps[0]})")
         cand = run_candidates(plan, run_tabs, steps, step, state.node, state.valid,
                               state.finished, LogProbs.of(logits), subset=run_sub)
         # Shifted by the best valid log-prob first, so the best weight is 0 and

@@ -157,7 +157,7 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
     ranks by log-probability alone)."""
     B, M = state.node.shape
     where = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
-    check_logits(logits, (B, M), plan.vocab_size, f"beam_step ({where})")
+    logits = check_logits(logits, (B, M), plan.vocab_size, f"beam_step ({where})")
     if live_beams is not None and live_beams < M:
         state = jax.tree_util.tree_map(lambda x: x[:, :live_beams], state)
         logits = logits[:, :live_beams]
