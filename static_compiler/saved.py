@@ -336,7 +336,10 @@ def list_versions(path) -> list[dict]:
         (what made it: "save", "update", "upgrade", "re-export",
         "rollback"; None when not recorded), "report" (an update's report
         dict, a rollback's {"to", "restored"}; else None), "num_sequences",
-        "current" (bool)}.
+        "current" (bool), "damaged" (None, or for a kept version whose
+        manifest cannot be read, why: its "sha256" and "num_sequences" are
+        then None, and `rollback_artifact` refuses it)}. One damaged kept
+        version never fails the listing of the others.
 
     Raises
     ------
@@ -355,7 +358,9 @@ def rollback_artifact(path, to=None, *, keep_versions=None) -> dict:
     in: a reader sees the one or the other); the version it replaces is
     kept in turn, so a rollback is undone by another `rollback_artifact()`.
     A serving process's `Artifact.reload()` then returns the rolled-back
-    version (the object serving before keeps serving its own).
+    version (the object serving before keeps serving its own). The kept
+    version is checked first as `load` checks an artifact (manifest, file
+    set, sizes, checksums): a damaged one is never swapped in.
 
     Parameters
     ----------
@@ -383,6 +388,10 @@ def rollback_artifact(path, to=None, *, keep_versions=None) -> dict:
         While another writer holds the artifact's lock (nothing changes).
     ArtifactFormatError
         When `path` holds no artifact.
+    ArtifactFormatError, ArtifactChecksumError, ArtifactVersionError
+        When the kept version is damaged (a missing, unreadable or altered
+        file; a format outside the window), naming the version and what is
+        wrong; the current version stays.
     """
     from static_compiler.artifact import versions
     return versions.rollback(path, to, keep_versions=keep_versions)

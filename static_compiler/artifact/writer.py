@@ -32,8 +32,7 @@ from static_compiler.support.arrays import PieceArray, npy_chunks, npy_header
 from static_compiler.support.placement import placed_shape
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.lock import _parent, update_lock
-from static_compiler.artifact.versions import (Made, keep_count, keep_replaced,
-                                               record_current)
+from static_compiler.artifact.versions import Made, keep_count, keep_replaced, start_history
 from static_compiler.artifact.manifest import (ArraySpec, FileEntry, Manifest, TableEntry,
                                                attributes_record)
 from static_compiler.support.mapped import release_pages
@@ -237,7 +236,9 @@ def save(compiled, path, *, overwrite: bool = False, reuse_modules=None,
     artifact. With `overwrite=True` an existing artifact is renamed aside,
     the new one renamed in, then the old one kept as a version in
     `.NAME.versions/` (`artifact.versions`: the last 5, or
-    $STATIC_COMPILER_KEEP_VERSIONS); if anything fails
+    $STATIC_COMPILER_KEEP_VERSIONS); a save where no artifact is starts a
+    new history (`versions.start_history`: versions kept of an artifact
+    deleted from `path` are deleted, never rolled back to); if anything fails
     before the swap, the old artifact is left untouched (and restored if the
     swap itself fails).
 
@@ -386,7 +387,7 @@ def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path,
         try:  # onto a path that must not exist: atomic, whoever renames first wins
             os.rename(tmp, path)
             _fsync_dir(parent)
-            record_current(path, made)
+            start_history(path, made)  # (versions of a deleted artifact there go)
             return
         except OSError as e:
             taken = path.exists() and e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR,
