@@ -220,6 +220,25 @@ def test_keep_one_keeps_only_the_last_replaced_version(path):
     assert [r["id"] for r in sc.list_versions(path)] == [5, 4]
 
 
+def test_the_cli_keeps_as_many_versions_as_asked(path, tmp_path, capsys):
+    mask = np.zeros(len(ROWS), bool)
+    for row in range(3):
+        mask[:] = False
+        mask[row] = True
+        np.save(tmp_path / "gone.npy", mask)
+        code, _, err = run_cli(capsys, "update", path, "--remove", tmp_path / "gone.npy",
+                               "--keep-versions", 1)
+        assert code == 0, err
+    assert [r["id"] for r in sc.list_versions(path)] == [4, 3]
+    code, _, err = run_cli(capsys, "rollback", path, "--keep-versions", 0)
+    assert code == 0, err
+    assert [r["id"] for r in sc.list_versions(path)] == [5]  # the version it replaced: not kept
+    code, _, err = run_cli(capsys, "update", path, "--remove", tmp_path / "gone.npy",
+                           "--keep-versions", -1)
+    assert code == 2 and "keep_versions=-1: expected an int >= 0" in one_error_line(err)
+    assert [r["id"] for r in sc.list_versions(path)] == [5]
+
+
 def test_keep_zero_keeps_none(path):
     remove_row(path, 0, keep_versions=0)
     assert [r["id"] for r in sc.list_versions(path)] == [2]
