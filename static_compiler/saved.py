@@ -5,7 +5,6 @@ version of it (additions and removals) in place."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 from static_compiler.support import placement as placement_lib
 from static_compiler.compiled import CompiledConstraints

@@ -98,10 +98,11 @@ def test_re_export_adds_the_modules(compiled, tmp_path, capsys):
 def test_the_compile_command_writes_tables_only(tmp_path, capsys):
     np.save(tmp_path / "ids.npy", _rows(4))
     code, out, err = run_cli(capsys, "compile", tmp_path / "ids.npy", "--vocab-size", V,
-                             "-o", tmp_path / "t.sc", "--tables-only")
+                             "-o", tmp_path / "t.sc", "--tables-only", "--beam-sizes", "3")
     assert code == 0, err
     assert "tables only (no modules: `static-compiler re-export` adds them)" in out
     assert _manifest(tmp_path / "t.sc")["modules"] == {}
+    assert _manifest(tmp_path / "t.sc")["export_plan"]["beam_sizes"] == [3]
     code, out, err = run_cli(capsys, "verify", tmp_path / "t.sc")
     assert code == 0, err
     code, out, err = run_cli(capsys, "decode", tmp_path / "t.sc")

@@ -204,8 +204,12 @@ def test_reload_refuses_a_tables_only_version_as_load_does_and_keeps_serving(pat
     assert (masked > -1e29).tolist() == [[True, True, True, True, False, False]]
     state = served.advance(state, np.array([0], np.int32), 0)
     assert served.allowed(np.array([[0, 1]], np.int32))[0, 2]
-    report = served.warm(1)
-    assert report.compilations >= 0 and served.compilations() >= 1
+    served.warm(1)  # warms its own modules: a decode after it compiles nothing
+    before = served.compilations()
+    beams = served.beam_step(served.init_beams(1, BEAMS), np.zeros((1, BEAMS, V), np.float32), 0)
+    served.mask(np.zeros((1, V), np.float32), served.advance(state, np.array([1], np.int32), 1),
+                2)
+    assert served.compilations() == before and np.asarray(beams.valid).any()
     # re-exported, the version serves again and reload takes it
     sc.reexport_artifact(path, beam_sizes=(BEAMS,))
     assert served.reload().allowed(np.array([[0, 1]], np.int32))[0, 2]
