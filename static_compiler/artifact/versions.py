@@ -19,6 +19,11 @@ kept versions stay (default `DEFAULT_KEEP`, or the environment variable
 (`keep_replaced`). Every function here runs under the path's
 `lock.update_lock`, held by the writer that calls it (`rollback` takes it).
 
+A save that puts an artifact where none was starts a new history
+(`start_history`: the versions of an artifact deleted from PATH are
+deleted). `list_versions` lists a kept version it cannot read as damaged;
+`rollback` checks the version it restores as `load` does (`check_kept`).
+
 A writer killed between its swap and `keep_replaced` loses the version it
 replaced (its temporary directory is removed by `writer.recover_stale`),
 never the current one; a current.json that does not match the manifest at
