@@ -5,7 +5,6 @@ version of it (additions and removals) in place."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 from static_compiler.support import placement as placement_lib
 from static_compiler.compiled import CompiledConstraints
@@ -81,7 +80,8 @@ def _compiled_from_snapshot(snap) -> CompiledConstraints:
     """`load` of an open `artifact.snapshot.Snapshot` (every array
     read from its open files)."""
     from static_compiler.artifact import snapshot
-    from static_compiler.artifact.metadata import plan_from_metadata, summary_from_metadata
+    from static_compiler.artifact.metadata import (export_options, plan_from_metadata,
+                                                   summary_from_metadata)
     from static_compiler.artifact.update import read_items
 
     manifest = snap.manifest
@@ -93,14 +93,9 @@ def _compiled_from_snapshot(snap) -> CompiledConstraints:
     if items is not None:  # (numba's start-up, off the first subset's path)
         warm_kernels_in_background()
     names = snapshot.read_names(snap)
-    caps = next((m.tokens_per_beam for m in manifest.modules.values()
-                 if m.tokens_per_beam is not None), None)
     compiled = CompiledConstraints(
-        summary=summary, plan=plan, tables=tables,
-        pipeline=manifest.pipeline,
-        export_beam_sizes=manifest.beam_sizes() + manifest.beam_schedules,
-        export_tokens_per_beam=_tokens_per_beam_option(caps), names=names, items=items,
-        export_subsets=items is not None, export_priors=manifest.exports_priors)
+        summary=summary, plan=plan, tables=tables, pipeline=manifest.pipeline, names=names,
+        items=items, export_subsets=items is not None, **export_options(manifest))
     # the tables' file checksums are their digests (`subsets.set_fingerprint`):
     # its fingerprint then reads no table
     compiled.computed.table_digests = {
@@ -108,17 +103,6 @@ def _compiled_from_snapshot(snap) -> CompiledConstraints:
         for entry in manifest.tables if entry.file in manifest.files and
         tuple(entry.shape) == tuple(getattr(tables[entry.layer].get(entry.name), "shape", ()))}
     return compiled
-
-
-def _tokens_per_beam_option(caps) -> Optional[object]:
-    """The export_tokens_per_beam option that gave the per-step `caps` a
-    module records: None or an int when they are what those give (so a set
-    that grows deeper keeps its rule), else the caps as they are."""
-    if caps is None or all(c is None for c in caps):
-        return None
-    if caps[0] is None and len(set(caps[1:])) == 1:
-        return caps[1]
-    return tuple(caps)
 
 
 def update_artifact(path, *, add=None, remove=None, mesh=None, attributes=None,
@@ -135,7 +119,7 @@ def update_artifact(path, *, add=None, remove=None, mesh=None, attributes=None,
 
     Removals alone hard-link tables and modules (`artifact.update_removed`).
     With additions that fit the reserved capacity, the tables are written
-    anew at the same shapes and the module files are copied unchanged, so a
+    anew at the same shapes and the module files are hard-linked unchanged, so a
     serving process's `reload()` keeps its deserialized modules; additions
     that do not fit export the modules anew (`reload()` then refuses the
     version: load it); for an artifact exported for a mesh that needs
@@ -273,8 +257,12 @@ def reexport_artifact(path, *, mesh=None, beam_sizes=None) -> dict:
     dump are hard-linked unchanged, so a serving `reload()` reads the new
     modules beside the tables it holds. An artifact of an older format
     version is upgraded on the way (its tables written in the current shape).
-    A tables-only artifact (saved without jax: format version 11) gets its
-    modules here, for `beam_sizes`.
+    A tables-only artifact (saved without jax, or with save(modules=False):
+    format version 11) gets its modules here: those its manifest's export
+    plan records (format version 15: the export_beam_sizes, beam schedules,
+    export_tokens_per_beam and export_priors of the set saved), as a save
+    with modules would have exported them, or for `beam_sizes`; the
+    manifest then lists what was exported (beam sizes, schedules, priors).
 
     Parameters
     ----------
@@ -283,10 +271,12 @@ def reexport_artifact(path, *, mesh=None, beam_sizes=None) -> dict:
     mesh : jax.sharding.Mesh, optional
         For an artifact exported for a mesh: the mesh (the same axes and
         sizes) to export its modules for.
-    beam_sizes : tuple of int, optional
-        A tables-only artifact's beam sizes to export beam_step modules for
-        (default (70,), as `compile_constraints`); an artifact with modules
-        keeps its own (DecodeInputError when given).
+    beam_sizes : tuple of int or of int tuples, optional
+        For a tables-only artifact, the beam sizes and beam schedules (one
+        width per step) to export modules for, in place of those its export
+        plan records (default: the plan's; (70,), as `compile_constraints`,
+        for one saved before format version 15, which records none); an
+        artifact with modules keeps its own (DecodeInputError when given).
 
     Returns
     -------
@@ -336,7 +326,10 @@ def list_versions(path) -> list[dict]:
         (what made it: "save", "update", "upgrade", "re-export",
         "rollback"; None when not recorded), "report" (an update's report
         dict, a rollback's {"to", "restored"}; else None), "num_sequences",
-        "current" (bool)}.
+        "current" (bool), "damaged" (None, or for a kept version whose
+        manifest cannot be read, why: its "sha256" and "num_sequences" are
+        then None, and `rollback_artifact` refuses it)}. One damaged kept
+        version never fails the listing of the others.
 
     Raises
     ------
@@ -355,7 +348,9 @@ def rollback_artifact(path, to=None, *, keep_versions=None) -> dict:
     in: a reader sees the one or the other); the version it replaces is
     kept in turn, so a rollback is undone by another `rollback_artifact()`.
     A serving process's `Artifact.reload()` then returns the rolled-back
-    version (the object serving before keeps serving its own).
+    version (the object serving before keeps serving its own). The kept
+    version is checked first as `load` checks an artifact (manifest, file
+    set, sizes, checksums): a damaged one is never swapped in.
 
     Parameters
     ----------
@@ -383,6 +378,10 @@ def rollback_artifact(path, to=None, *, keep_versions=None) -> dict:
         While another writer holds the artifact's lock (nothing changes).
     ArtifactFormatError
         When `path` holds no artifact.
+    ArtifactFormatError, ArtifactChecksumError, ArtifactVersionError
+        When the kept version is damaged (a missing, unreadable or altered
+        file; a format outside the window), naming the version and what is
+        wrong; the current version stays.
     """
     from static_compiler.artifact import versions
     return versions.rollback(path, to, keep_versions=keep_versions)

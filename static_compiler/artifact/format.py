@@ -144,13 +144,20 @@ FORMAT_HISTORY = (
                   "items/attr.{name}.npy holds uint8 codes up to 256 categories, uint16 up to "
                   "65536, else int32 (its manifest \"dtype\"; an update that adds categories "
                   "widens them). Versions 12 and 13 hold int32 codes, read as they are."),
+    FormatVersion(15, "2026-12-06", "the export plan of a tables-only artifact: the manifest "
+                  "key \"export_plan\" (null for an artifact with modules, whose modules say "
+                  "what was exported; for a tables-only one {\"beam_sizes\": [M, ...], "
+                  "\"beam_schedules\": [[w_0, ..., w_{T-1}], ...], \"tokens_per_beam\": [cap "
+                  "or null, one per step], \"priors\": bool}: what the set asked to export, "
+                  "which `static-compiler re-export` exports). Versions 1 to 14 read as null "
+                  "(a tables-only one re-exports beam size 70)."),
 )
 """The dated history of the format, one row per version, oldest first."""
 
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 14
+FORMAT_VERSION = 15
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 14
+MAX_FORMAT_VERSION = 15
 
 SUPPORT_DAYS = 183
 """How long (about six months, as jax.export keeps a calling convention)
@@ -234,6 +241,9 @@ COMPAT = {b.name: b for b in (
     CompatBranch("attributes", 11, "no \"attributes\" key: items without attributes",
                  "manifest.Manifest.from_json"),
     CompatBranch("beam_schedules", 12, "no \"beam_schedules\" key: no beam schedules exported",
+                 "manifest.Manifest.from_json"),
+    CompatBranch("export_plan", 14, "no \"export_plan\" key: a tables-only artifact's "
+                 "export plan is not known (re-export defaults to beam size 70)",
                  "manifest.Manifest.from_json"),
 )}
 """Every reader branch for an older shape, by name; a branch's code names

@@ -232,18 +232,50 @@ def _attributes_record(record: Optional[dict], path) -> Optional[dict]:
     return out
 
 
-def _schedules_record(record: list, max_length: int, path) -> tuple:
+def _schedules_record(record: list, max_length: int, path,
+                      key: str = "['beam_schedules']") -> tuple:
     """The manifest's "beam_schedules" (format version 13), checked: lists of
     max_length ints >= 1 (one width per step)."""
     out = []
     for i, schedule in enumerate(record):
         if not isinstance(schedule, list) or len(schedule) != max_length or \
                 not all(type(m) is int and m >= 1 for m in schedule):
-            raise format_error(path, f"{MANIFEST_FILE}['beam_schedules'][{i}]={schedule!r}: "
+            raise format_error(path, f"{MANIFEST_FILE}{key}[{i}]={schedule!r}: "
                                      f"expected a list of {max_length} ints >= 1 (one width per "
                                      "step)")
         out.append(tuple(schedule))
     return tuple(out)
+
+
+EXPORT_PLAN_KEYS = ("beam_sizes", "beam_schedules", "tokens_per_beam", "priors")
+"""The keys of a tables-only manifest's "export_plan" (format version 15)."""
+
+
+def _export_plan_record(record, max_length: int, path) -> Optional[dict]:
+    """The manifest's "export_plan" (format version 15), checked: null, or
+    {"beam_sizes": ints >= 1, "beam_schedules": lists of max_length ints >=
+    1, "tokens_per_beam": max_length ints >= 1 or nulls, "priors": bool},
+    read as tuples."""
+    if record is None:
+        return None
+    where = f"{MANIFEST_FILE}['export_plan']"
+    if sorted(record) != sorted(EXPORT_PLAN_KEYS):
+        raise format_error(path, f"{where} has keys {sorted(record)}, expected "
+                                 f"{sorted(EXPORT_PLAN_KEYS)}")
+    sizes = require(record, "beam_sizes", list, where, path)
+    caps = require(record, "tokens_per_beam", list, where, path)
+    priors = require(record, "priors", bool, where, path)
+    schedules = require(record, "beam_schedules", list, where, path)
+    if not all(type(m) is int and m >= 1 for m in sizes) or not sizes and not schedules:
+        raise format_error(path, f"{where}['beam_sizes']={sizes!r}: expected ints >= 1 (with "
+                                 "the schedules, at least one entry)")
+    if len(caps) != max_length or not all(c is None or type(c) is int and c >= 1 for c in caps):
+        raise format_error(path, f"{where}['tokens_per_beam']={caps!r}: expected {max_length} "
+                                 "entries, each an int >= 1 or null (one per step)")
+    return {"beam_sizes": tuple(sizes),
+            "beam_schedules": _schedules_record(schedules, max_length, path,
+                                                "['export_plan']['beam_schedules']"),
+            "tokens_per_beam": tuple(caps), "priors": priors}
 
 
 def _has_key(version: int, key: str) -> bool:
@@ -286,6 +318,7 @@ class Manifest:
     exported_at: Optional[str] = None
     attributes: Optional[dict] = None
     beam_schedules: tuple = ()
+    export_plan: Optional[dict] = None
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -301,6 +334,11 @@ class Manifest:
                   "subset_bits": self.subset_bits, "exported_at": self.exported_at,
                   "attributes": self.attributes,
                   "beam_schedules": [list(s) for s in self.beam_schedules],
+                  "export_plan": None if self.export_plan is None else {
+                      "beam_sizes": list(self.export_plan["beam_sizes"]),
+                      "beam_schedules": [list(s) for s in self.export_plan["beam_schedules"]],
+                      "tokens_per_beam": list(self.export_plan["tokens_per_beam"]),
+                      "priors": self.export_plan["priors"]},
                   "item_files": None if self.item_files is None else dict(sorted(
                       self.item_files.items()))}
         out.update({key: value for key, value in values.items()
@@ -341,6 +379,9 @@ class Manifest:
             beam_schedules=(_schedules_record(require(obj, "beam_schedules", list, where, path),
                                               scalars["max_length"], path)
                             if _has_key(version, "beam_schedules") else ()),
+            export_plan=(_export_plan_record(require(obj, "export_plan", (dict, type(None)), where,
+                                                     path), scalars["max_length"], path)
+                         if _has_key(version, "export_plan") else None),
             platforms=tuple(require(obj, "platforms", list, where, path)),
             plan_steps=tuple(require(obj, "plan_steps", list, where, path)),
             layers=tuple(require(obj, "layers", list, where, path)),
@@ -369,6 +410,11 @@ class Manifest:
                                      f"{out.exported_at!r}: expected modules with all of "
                                      "them set (or, from format version 11, no modules and "
                                      "all of them null: a tables-only artifact)")
+        if out.export_plan is not None and out.modules:
+            raise format_error(path, f"{MANIFEST_FILE}: an export_plan beside "
+                                     f"{len(out.modules)} modules: expected it null (the "
+                                     "modules say what was exported; only a tables-only "
+                                     "artifact records its plan)")
         if out.attributes is not None and out.item_files is None:
             raise format_error(path, f"{MANIFEST_FILE}: attributes {sorted(out.attributes)} "
                                      "without an item index (item_files null)")

@@ -127,3 +127,55 @@ def export_caps(compiled) -> tuple[Optional[int], ...]:
         return check_tokens_per_beam(compiled.export_tokens_per_beam, compiled.plan.max_length)
     except DecodeInputError as e:
         raise DecodeInputError(f"export_tokens_per_beam: {e}") from None
+
+
+DEFAULT_BEAM_SIZES = (70,)
+"""The beam sizes a tables-only artifact that records no export plan
+(format versions 11 to 14) is read back with, and re-exported for when
+re-export is given none (`compile_constraints`' export_beam_sizes default)."""
+
+
+def export_plan(compiled) -> dict:
+    """The export plan a tables-only manifest records (format version 15,
+    "export_plan"): what `compiled` asks `save` to export, beam sizes and
+    schedules, per-step caps (`export_caps`, which checks them) and item
+    priors, so a later `re-export` exports what a save with modules would
+    have (`export_options` reads it back)."""
+    caps = export_caps(compiled)
+    sizes = check_export_beam_sizes(compiled.export_beam_sizes, compiled.plan.max_length)
+    return {"beam_sizes": tuple(m for m in sizes if isinstance(m, int)),
+            "beam_schedules": tuple(m for m in sizes if not isinstance(m, int)),
+            "tokens_per_beam": tuple(caps),
+            "priors": bool(getattr(compiled, "export_priors", False))}
+
+
+def export_options(manifest) -> dict:
+    """The export options (`CompiledConstraints` fields export_beam_sizes,
+    export_tokens_per_beam, export_priors) of the set a manifest was saved
+    from: what its modules were exported for, or a tables-only artifact's
+    export plan (`export_plan`; DEFAULT_BEAM_SIZES where it records none)."""
+    plan = manifest.export_plan
+    if manifest.tables_only and plan is not None:
+        return {"export_beam_sizes": plan["beam_sizes"] + plan["beam_schedules"],
+                "export_tokens_per_beam": tokens_per_beam_option(plan["tokens_per_beam"]),
+                "export_priors": plan["priors"]}
+    if manifest.tables_only:
+        return {"export_beam_sizes": DEFAULT_BEAM_SIZES, "export_tokens_per_beam": None,
+                "export_priors": False}
+    caps = next((m.tokens_per_beam for m in manifest.modules.values()
+                 if m.tokens_per_beam is not None), None)
+    return {"export_beam_sizes": manifest.beam_sizes() + manifest.beam_schedules,
+            "export_tokens_per_beam": tokens_per_beam_option(caps),
+            "export_priors": manifest.exports_priors}
+
+
+def tokens_per_beam_option(caps) -> Optional[object]:
+    """The export_tokens_per_beam option that gave the per-step `caps` a
+    module (or an export plan) records: None or an int when they are what
+    those give (so a set that grows deeper keeps its rule), else the caps
+    as they are."""
+    if caps is None or all(c is None for c in caps):
+        return None
+    if caps[0] is None and len(set(caps[1:])) == 1:
+        return caps[1]
+    return tuple(caps)

@@ -363,9 +363,13 @@ class Artifact(ServedItems, ServedVerbs):
         (after `warm()`: the warm state and compile counter are shared too).
         Modules exported anew over tables of the same shapes
         (`static-compiler re-export`) are read and start cold (warm them
-        again). Returns self when nothing changed. Raises
+        again). Returns self when nothing changed. Raises what `load` raises
+        for a version it refuses (`check_servable`: ArtifactVersionError for
+        a tables-only version, after a rollback to one or a save with
+        modules=False, naming `static-compiler re-export`), and
         ArtifactVersionError when a table's shape or the mesh changed (load
-        that version with `serving.load`)."""
+        that version with `serving.load`); this object then keeps serving
+        the version it holds."""
         with open_snapshot(self.path, verify_checksums=verify_checksums) as snap:
             return self._reloaded(snap)
 
@@ -373,6 +377,7 @@ class Artifact(ServedItems, ServedVerbs):
         manifest = snap.manifest
         if manifest.seal() == self.manifest.seal():
             return self
+        check_servable(snap)  # (as `load`: a tables-only version is refused, this one kept)
         same = lambda rel: manifest.files.get(rel) == self.manifest.files.get(rel)
         modules = [e.file for e in manifest.modules.values()] + \
             [e.file for e in self.manifest.modules.values()]
@@ -426,9 +431,14 @@ def load(path, *, verify_checksums: bool = True, device=None, mesh=None) -> Arti
         return load_from(snap, device=device, mesh=mesh)
 
 
-def load_from(snap: snapshot.Snapshot, *, device=None, mesh=None) -> Artifact:
-    """`load` of an artifact already open as a snapshot (`open_snapshot`),
-    for a caller that checks more of it first (`artifact.load_checked`)."""
+def check_servable(snap: snapshot.Snapshot) -> None:
+    """What a serving process needs of a version before it reads a module,
+    checked alike by `load` and `Artifact.reload` (so a reload never takes
+    a version that load refuses): modules at all (ArtifactVersionError for
+    a tables-only artifact, naming `static-compiler re-export`), lowered
+    for this platform, taking the manifest's tables, and every module the
+    manifest's beam sizes, schedules, subsets and priors call for
+    (ArtifactFormatError otherwise)."""
     path, manifest = snap.path, snap.manifest
     if manifest.tables_only:
         raise ArtifactVersionError(
@@ -442,12 +452,19 @@ def load_from(snap: snapshot.Snapshot, *, device=None, mesh=None) -> Artifact:
         raise fmt.format_error(path, f"modules were lowered for {list(manifest.platforms)}, this "
                                      f"process runs on {platform!r}")
     check_table_arguments(snap)
-    put, where = table_placement(snap, device, mesh)
-    modules = {name: deserialize(snap, name, entry, where)
-               for name, entry in sorted(manifest.modules.items())}
     missing = manifest.missing_modules()
     if missing:
         raise fmt.format_error(path, f"manifest lists no module(s) {missing}")
+
+
+def load_from(snap: snapshot.Snapshot, *, device=None, mesh=None) -> Artifact:
+    """`load` of an artifact already open as a snapshot (`open_snapshot`),
+    for a caller that checks more of it first (`artifact.load_checked`)."""
+    path, manifest = snap.path, snap.manifest
+    check_servable(snap)
+    put, where = table_placement(snap, device, mesh)
+    modules = {name: deserialize(snap, name, entry, where)
+               for name, entry in sorted(manifest.modules.items())}
     warn_if_export_ages(manifest, path)
     device_tables, host = put_tables(snap, put)
     items = item_index(snap)

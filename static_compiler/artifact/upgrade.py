@@ -40,10 +40,6 @@ from static_compiler.artifact.writer import (NpyFile, _write_file, _write_then_s
                                              save_locked)
 from static_compiler.errors import DecodeInputError
 
-DEFAULT_BEAM_SIZES = (70,)
-"""The beam sizes a tables-only artifact's modules are exported for when
-re-export is given none (`compile_constraints`' export_beam_sizes default)."""
-
 EXPORTED_ANEW = frozenset({"ex_bounds", "per_state"})
 """COMPAT rows whose artifacts' modules take an older table or bit layout:
 upgrading them exports the modules anew."""
@@ -65,7 +61,7 @@ def upgrade(path, *, read_back, mesh=None) -> dict:
             if manifest.format_version == fmt.FORMAT_VERSION and not needed:
                 return {**report, "upgraded": False, "modules": "kept"}
             if EXPORTED_ANEW & set(needed):
-                _export_anew(snap, mesh, read_back)
+                _export_anew(snap, _read_back_placed(snap, mesh, read_back, "upgrade"))
                 return {**report, "upgraded": True, "modules": "exported"}
             _rewrite_keeping_modules(snap)
             return {**report, "upgraded": True, "modules": "kept"}
@@ -78,8 +74,13 @@ def reexport(path, *, read_back, mesh=None, beam_sizes=None) -> dict:
     its tables, items, names and IR dump (hard-linked): only the modules
     and the manifest are written; an older one is upgraded on the way
     (`upgrade`'s export anew: its tables are written in the current shape).
-    A tables-only artifact (format version 11, saved without jax) gets its
-    modules, for `beam_sizes` (default `DEFAULT_BEAM_SIZES`)."""
+    What is exported is what the set read back asks for (`read_back` reads
+    the export options: an artifact's modules, or a tables-only artifact's
+    export plan, `metadata.export_options`): a tables-only artifact gets
+    the modules its plan records (beam sizes, schedules, caps, priors;
+    `metadata.DEFAULT_BEAM_SIZES` where it records none), or those of
+    `beam_sizes` when given; the manifest then lists what was exported
+    (its beam schedules among them)."""
     path = fmt.artifact_path(path, "re-export")
     with update_lock(path):
         with open_snapshot(path) as snap:
@@ -94,17 +95,14 @@ def reexport(path, *, read_back, mesh=None, beam_sizes=None) -> dict:
                     f"modules serve beam sizes {list(manifest.beam_sizes())}: re-export keeps "
                     "them (beam sizes are chosen once, for a tables-only artifact; re-save "
                     "the set with other export_beam_sizes instead)")
-            if manifest.format_version != fmt.FORMAT_VERSION or snap.compat:
-                _export_anew(snap, mesh, read_back, "re-export")
-                upgraded = True
+            compiled = _read_back_placed(snap, mesh, read_back, "re-export")
+            if beam_sizes is not None:
+                compiled = compiled.new_version(export_beam_sizes=tuple(beam_sizes))
+            upgraded = manifest.format_version != fmt.FORMAT_VERSION or bool(snap.compat)
+            if upgraded:
+                _export_anew(snap, compiled, "re-export")
             else:
-                compiled = _read_back_placed(snap, mesh, read_back, "re-export")
-                if manifest.tables_only:
-                    compiled = compiled.new_version(
-                        export_beam_sizes=DEFAULT_BEAM_SIZES if beam_sizes is None else
-                        tuple(beam_sizes))
                 _rewrite_modules(snap, compiled)
-                upgraded = False
         with open_snapshot(path) as snap:
             new = snap.manifest
             return {**report, "jax": new.jax_version, "jaxlib": new.jaxlib_version,
@@ -115,7 +113,8 @@ def reexport(path, *, read_back, mesh=None, beam_sizes=None) -> dict:
 def _rewrite_modules(snap: Snapshot, compiled) -> None:
     """The new version: `compiled`'s modules exported by this jax, the
     other files hard-linked unchanged, the manifest naming the new modules,
-    versions and export date (the caller holds the lock)."""
+    the beam schedules they serve, versions and export date (no export
+    plan: the modules say it; the caller holds the lock)."""
     manifest = snap.manifest
     files: dict = {}
     modules, cc, versions = exporter().exported_modules(compiled, export_caps(compiled), files)
@@ -131,8 +130,9 @@ def _rewrite_modules(snap: Snapshot, compiled) -> None:
     old_modules = {e.file for e in manifest.modules.values()}
     entries = {rel: e for rel, e in manifest.files.items() if rel not in old_modules}
     entries.update({rel: FileEntry.of_bytes(data) for rel, data in files.items()})
+    schedules = tuple(s for s in compiled.export_beam_sizes if not isinstance(s, int))
     new = dataclasses.replace(manifest, modules=modules, calling_convention_version=cc,
-                              platforms=fmt.PLATFORMS,
+                              platforms=fmt.PLATFORMS, beam_schedules=schedules, export_plan=None,
                               jax_version=versions[0], jaxlib_version=versions[1],
                               exported_at=versions[2], files=dict(sorted(entries.items())))
 
@@ -191,11 +191,11 @@ def _swap_in(snap: Snapshot, manifest, kept: list, written: dict, what: str) -> 
     _write_then_swap(snap.path, fill, made=Made(what))
 
 
-def _export_anew(snap: Snapshot, mesh, read_back, what: str = "upgrade") -> None:
-    """The new version: the set read back from `snap` (tables in the
-    current shape), its modules exported anew (for the same mesh, when it
-    was exported for one), saved over the path (the caller holds the lock;
-    `what` made it: "upgrade" or "re-export")."""
-    compiled = _read_back_placed(snap, mesh, read_back, "upgrade")
-    require_current(snap, "upgrade")
-    save_locked(compiled, snap.path, overwrite=True, made=Made(what))
+def _export_anew(snap: Snapshot, compiled, what: str = "upgrade") -> None:
+    """The new version: `compiled`, the set read back from `snap` (tables
+    in the current shape; `_read_back_placed`), its modules exported anew,
+    saved over the path (the caller holds the lock; `what` made it:
+    "upgrade" or "re-export")."""
+    require_current(snap, what)
+    save_locked(compiled, snap.path, overwrite=True, modules=True if what == "re-export" else None,
+                made=Made(what))

@@ -19,6 +19,11 @@ kept versions stay (default `DEFAULT_KEEP`, or the environment variable
 (`keep_replaced`). Every function here runs under the path's
 `lock.update_lock`, held by the writer that calls it (`rollback` takes it).
 
+A save that puts an artifact where none was starts a new history
+(`start_history`: the versions of an artifact deleted from PATH are
+deleted). `list_versions` lists a kept version it cannot read as damaged;
+`rollback` checks the version it restores as `load` does (`check_kept`).
+
 A writer killed between its swap and `keep_replaced` loses the version it
 replaced (its temporary directory is removed by `writer.recover_stale`),
 never the current one; a current.json that does not match the manifest at
@@ -39,7 +44,7 @@ from typing import Optional
 
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.lock import _parent, update_lock
-from static_compiler.errors import DecodeInputError
+from static_compiler.errors import ArtifactError, ArtifactFormatError, DecodeInputError
 
 DEFAULT_KEEP = 5
 """How many replaced versions an artifact keeps when neither the call nor
@@ -162,6 +167,26 @@ def record_current(path: pathlib.Path, made: Made, replaced: Optional[int] = Non
     return record
 
 
+def start_history(path: pathlib.Path, made: Made) -> dict:
+    """After a writer put a new artifact at `path` where none was (a first
+    save, or a save after the artifact there was deleted): the versions
+    left in `.NAME.versions/` belong to the artifact that was deleted, not
+    to this one, so they are deleted (with its current.json) and the new
+    artifact's history starts at it. Deleting, not skipping, them: a kept
+    version is only ever reached through the artifact it was replaced in
+    (`rollback` of the path), so one whose artifact is gone would be a
+    version of another set reachable by a rollback of this one, and disk
+    never given back. They stay (copy one out by hand) until a new artifact
+    is saved at the path. Overwrites, updates, upgrades, re-exports and
+    rollbacks replace an artifact that is there and keep its history
+    (`keep_replaced`). Returns the new record (`record_current`)."""
+    vdir = versions_dir(path)
+    for stale in _kept_ids(vdir):
+        shutil.rmtree(vdir / f"{stale:06d}", ignore_errors=True)
+    (vdir / CURRENT_FILE).unlink(missing_ok=True)
+    return record_current(path, made)
+
+
 def keep_replaced(path: pathlib.Path, replaced: pathlib.Path, made: Made) -> None:
     """After a writer swapped a new version in at `path`: the version it
     replaced (now at `replaced`, a directory beside it) is kept as
@@ -186,7 +211,9 @@ def keep_replaced(path: pathlib.Path, replaced: pathlib.Path, made: Made) -> Non
 
 
 def list_versions(path) -> list[dict]:
-    """`static_compiler.list_versions` (see there)."""
+    """`static_compiler.list_versions` (see there). A kept version whose
+    manifest cannot be read (`kept_problem`) is listed as damaged, with
+    why, and never fails the listing of the others."""
     from static_compiler.artifact.snapshot import read_manifest
 
     path = fmt.artifact_path(path, "versions")
@@ -195,13 +222,46 @@ def list_versions(path) -> list[dict]:
         raise fmt.format_error(path, f"no artifact there (no {fmt.MANIFEST_FILE})")
     kept = [(vdir / f"{i:06d}", i) for i in reversed(_kept_ids(vdir))]
     current = _record_of(path, _read_json(vdir / CURRENT_FILE), _next_id(vdir))
-    out = [dict(current, current=True,
+    out = [dict(current, current=True, damaged=None,
                 num_sequences=read_manifest(path, verify_checksums=False).num_sequences)]
     for home, i in kept:
-        record = _record_of(home / ARTIFACT_DIR, _read_json(home / RECORD_FILE), i)
-        out.append(dict(record, id=i, current=False, num_sequences=read_manifest(
-            home / ARTIFACT_DIR, verify_checksums=False).num_sequences))
+        try:
+            manifest = read_manifest(home / ARTIFACT_DIR, verify_checksums=False)
+            record = _record_of(home / ARTIFACT_DIR, _read_json(home / RECORD_FILE), i)
+        except (ArtifactError, OSError) as e:
+            record = _read_json(home / RECORD_FILE) or {}
+            out.append({"id": i, "when": record.get("when"), "sha256": None,
+                        "operation": record.get("operation"), "report": record.get("report"),
+                        "current": False, "num_sequences": None, "damaged": _why(e)})
+            continue
+        out.append(dict(record, id=i, current=False, damaged=None,
+                        num_sequences=manifest.num_sequences))
     return out
+
+
+def _why(error: BaseException) -> str:
+    """What is wrong with a kept version, from the error its reader raised."""
+    return f"{type(error).__name__}: {error}"
+
+
+def check_kept(path: pathlib.Path, version: int) -> None:
+    """Checks kept `version` of the artifact at `path` as `load` checks an
+    artifact (manifest, file set, sizes and checksums, format window) before
+    `rollback` swaps it in; a damaged one raises the reader's error class
+    (ArtifactFormatError, ArtifactChecksumError, ArtifactVersionError)
+    naming the version and what is wrong, and saying the current version
+    stays."""
+    from static_compiler.artifact.snapshot import open_snapshot
+
+    home = versions_dir(path) / f"{version:06d}" / ARTIFACT_DIR
+    try:
+        with open_snapshot(home):
+            return
+    except (ArtifactError, OSError) as e:
+        cls = type(e) if isinstance(e, ArtifactError) else ArtifactFormatError
+        raise cls(f"rollback: kept version {version:06d} of artifact {str(path)!r} is damaged "
+                  f"({_why(e)}); nothing was swapped: the current version stays (roll back "
+                  "to another kept version: `static-compiler versions` lists them)") from None
 
 
 def rollback(path, to=None, *, keep_versions: Optional[int] = None) -> dict:
@@ -227,6 +287,7 @@ def rollback(path, to=None, *, keep_versions: Optional[int] = None) -> dict:
                     f"rollback: artifact {str(path)!r} has no kept version {to!r}: the kept "
                     f"versions are {', '.join(f'{i:06d}' for i in reversed(ids))}")
         home = vdir / f"{target:06d}"
+        check_kept(path, target)  # (a damaged version is never swapped in)
         restored = _record_of(home / ARTIFACT_DIR, _read_json(home / RECORD_FILE), target)
         report = {"to": target, "restored": restored}
         writer._swap_in(home / ARTIFACT_DIR, path, _parent(path),

@@ -15,6 +15,7 @@ security note is in `serving`.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import errno
 import hashlib
 import io
@@ -32,12 +33,11 @@ from static_compiler.support.arrays import PieceArray, npy_chunks, npy_header
 from static_compiler.support.placement import placed_shape
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.lock import _parent, update_lock
-from static_compiler.artifact.versions import (Made, keep_count, keep_replaced,
-                                               record_current)
+from static_compiler.artifact.versions import Made, keep_count, keep_replaced, start_history
 from static_compiler.artifact.manifest import (ArraySpec, FileEntry, Manifest, TableEntry,
                                                attributes_record)
 from static_compiler.support.mapped import release_pages
-from static_compiler.artifact.metadata import export_caps, set_metadata
+from static_compiler.artifact.metadata import export_caps, export_plan, set_metadata
 from static_compiler.artifact.snapshot import read_manifest
 from static_compiler.support.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.errors import (ArtifactExistsError, ArtifactFormatError, ArtifactVersionError,
@@ -109,13 +109,30 @@ class NpyFile:
     __hash__ = None
 
 
+@dataclasses.dataclass(frozen=True)
+class LinkedFile:
+    """A file of the new version that is a file of an open snapshot
+    unchanged (a reused module): hard-linked from it as it is written
+    (`Snapshot.link_into`: a copy where links fail), its manifest entry
+    taken as recorded, so a kept version shares its bytes with the next."""
+    snap: object
+    rel: str
+
+    def entry(self) -> FileEntry:
+        return self.snap.manifest.files[self.rel]
+
+
 def _file_entry(data) -> FileEntry:
-    return data.entry() if isinstance(data, NpyFile) else FileEntry.of_bytes(data)
+    return data.entry() if isinstance(data, (NpyFile, LinkedFile)) else FileEntry.of_bytes(data)
 
 
 def _write_file(root: pathlib.Path, rel: str, data) -> None:
-    """Writes `data` (bytes, or an `NpyFile` in chunks) to root / rel."""
+    """Writes `data` (bytes, an `NpyFile` in chunks, or a `LinkedFile`
+    linked) to root / rel."""
     target = root / rel
+    if isinstance(data, LinkedFile):
+        data.snap.link_into(data.rel, target)
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     if callable(data):  # a manifest made once the files before it are written
         data = data()
@@ -143,18 +160,22 @@ def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str,
     modules: export the StableHLO modules (jax); False writes a tables-only
     artifact (format version 11: no modules, the jax fields null), what a
     process without jax saves: the torch backend and `sc.load` read it,
-    `static-compiler re-export` adds its modules.
+    `static-compiler re-export` adds its modules, those its manifest's
+    export plan records (format version 15: `metadata.export_plan`, the
+    beam sizes, schedules, caps and priors `compiled` asks for).
 
     reuse_modules: an open `snapshot.Snapshot` of a saved artifact
     whose modules serve `compiled` unchanged (a version with the same plan:
-    an addition within the reserved capacity): their files and manifest
-    entries are copied
-    instead of exporting again, so a serving process reloading the new
-    version keeps its deserialized modules.
+    an addition within the reserved capacity): their files (hard-linked: a
+    kept version shares them) and manifest entries are reused instead of
+    exporting again,
+    so a serving process reloading the new version keeps its deserialized
+    modules.
 
     Deterministic: the same compiled set and jax version give the same bytes
     (no timestamps; JSON with sorted keys)."""
-    caps = export_caps(compiled) if modules and reuse_modules is None else None
+    # (checked for a tables-only save too: its export plan is what re-export exports)
+    caps = export_caps(compiled) if reuse_modules is None else None
     files = {fmt.IR_FILE: compiled.ir_text().encode("utf-8")}
     names = getattr(compiled, "names", None)
     if names is not None:
@@ -207,6 +228,7 @@ def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str,
         **set_metadata(compiled), tables=tuple(tables), modules=entries,
         names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files, mesh=mesh,
         subset_bits=subset_bits, beam_schedules=schedules,
+        export_plan=None if entries else export_plan(compiled),
         attributes=attributes_record(attributes) if item_files is not None else None)
     listed = dict(files)
     seal = lambda: Manifest(**fields, files={rel: _file_entry(data) for rel, data in
@@ -237,7 +259,9 @@ def save(compiled, path, *, overwrite: bool = False, reuse_modules=None,
     artifact. With `overwrite=True` an existing artifact is renamed aside,
     the new one renamed in, then the old one kept as a version in
     `.NAME.versions/` (`artifact.versions`: the last 5, or
-    $STATIC_COMPILER_KEEP_VERSIONS); if anything fails
+    $STATIC_COMPILER_KEEP_VERSIONS); a save where no artifact is starts a
+    new history (`versions.start_history`: versions kept of an artifact
+    deleted from `path` are deleted, never rolled back to); if anything fails
     before the swap, the old artifact is left untouched (and restored if the
     swap itself fails).
 
@@ -386,7 +410,7 @@ def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path,
         try:  # onto a path that must not exist: atomic, whoever renames first wins
             os.rename(tmp, path)
             _fsync_dir(parent)
-            record_current(path, made)
+            start_history(path, made)  # (versions of a deleted artifact there go)
             return
         except OSError as e:
             taken = path.exists() and e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR,
@@ -443,8 +467,9 @@ def _rename_exchange(a: pathlib.Path, b: pathlib.Path) -> bool:
 
 
 def reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
-    """The modules of the saved artifact `reuse` (an open Snapshot), copied
-    into `files`, after checking that they take `compiled`'s tables."""
+    """The modules of the saved artifact `reuse` (an open Snapshot, open
+    until `files` are written), hard-linked into `files` (`LinkedFile`),
+    after checking that they take `compiled`'s tables."""
     path, manifest = reuse.path, reuse.manifest
     tables = [ArraySpec("", placed_shape(manifest.mesh, t, k, compiled.tables[t][k].shape),
                         str(compiled.tables[t][k].dtype))
@@ -454,6 +479,6 @@ def reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
         if took and took != [(a.shape, a.dtype) for a in tables]:
             raise ArtifactVersionError(f"artifact {str(path)!r}: module {name!r} takes other "
                                        "tables than the new version has: export it anew")
-        files[entry.file] = reuse.read_bytes(entry.file)
+        files[entry.file] = LinkedFile(reuse, entry.file)  # (the caller holds it open)
     return (dict(manifest.modules), manifest.calling_convention_version,
             (manifest.jax_version, manifest.jaxlib_version, manifest.exported_at))

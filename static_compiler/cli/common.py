@@ -50,6 +50,16 @@ def add_cache_argument(parser: argparse.ArgumentParser) -> None:
              "compiled again. The cache holds executables: keep it private to this user")
 
 
+def add_keep_versions_argument(parser: argparse.ArgumentParser) -> None:
+    """--keep-versions K: how many replaced versions a writer keeps
+    (`artifact.versions.keep_count`: default $STATIC_COMPILER_KEEP_VERSIONS,
+    else 5; 0 keeps none)."""
+    parser.add_argument("--keep-versions", type=int, default=None, metavar="K",
+                        help="how many replaced versions to keep for rollback in .ART.versions/ "
+                             "(default $STATIC_COMPILER_KEEP_VERSIONS, else 5; 0 keeps none; "
+                             "each costs disk: see docs/serving.md#versions-and-rollback)")
+
+
 def start_compilation_cache(args: argparse.Namespace, stream) -> Optional[str]:
     """Turns jax's persistent cache on for a command unless
     --no-compilation-cache or $STATIC_COMPILER_NO_CACHE say not to; returns

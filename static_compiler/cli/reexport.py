@@ -20,7 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="M",
                         help="for a tables-only artifact (saved without jax): the beam sizes "
                              "to export beam_step modules for, and beam schedules (widths "
-                             "joined by '/', e.g. 16/32/64/64) (default 70)")
+                             "joined by '/', e.g. 16/32/64/64) (default: those the set was "
+                             "saved for, which its manifest records; 70 for an artifact "
+                             "saved before format version 15)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from static_compiler.cli.common import Subcommand
+from static_compiler.cli.common import Subcommand, add_keep_versions_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,12 +17,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", metavar="ID",
                         help="the kept version to restore (an id `versions` lists); default "
                              "the previous one")
+    add_keep_versions_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from static_compiler.saved import rollback_artifact
 
-    record = rollback_artifact(args.artifact, args.to)
+    record = rollback_artifact(args.artifact, args.to, keep_versions=args.keep_versions)
     restored = record["report"]["restored"]
     sys.stdout.write(f"rolled back {args.artifact} to version {record['report']['to']:06d} "
                      f"({restored['operation'] or 'unrecorded'} of {restored['when']}); now "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from static_compiler.cli.common import Subcommand
+from static_compiler.cli.common import Subcommand, add_keep_versions_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the items to take out: a .npy bool mask over the rows of the set, "
                              "or sequences in any `compile` format (.npy int array, .jsonl, "
                              "text)")
+    add_keep_versions_argument(parser)
 
 
 def _read(flag: str, file: str):
@@ -44,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliInputError("update: nothing to do: give --add FILE and/or --remove FILE")
     add = None if args.add is None else _read("--add", args.add)
     remove = None if args.remove is None else _read("--remove", args.remove)
-    report = update_artifact(args.artifact, add=add, remove=remove)
+    report = update_artifact(args.artifact, add=add, remove=remove,
+                             keep_versions=args.keep_versions)
     parts = []
     if add is not None:
         parts.append(f"{report['added']} items added, {report['already_present']} already in "

@@ -16,14 +16,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def version_line(row: dict) -> str:
     """One `list_versions` row as a line: id (current marked), time,
-    operation, number of sequences, the report's scalar fields."""
-    report = row.get("report") or {}
-    details = ", ".join(f"{key}={value:06d}" if key == "to" else f"{key}={value}"
-                        for key, value in sorted(report.items())
+    operation, number of sequences (DAMAGED for a kept version whose
+    manifest cannot be read, with why at the end), the report's scalar
+    fields."""
+    report = row.get("report") if isinstance(row.get("report"), dict) else {}
+    details = ", ".join(f"{key}={value:06d}" if key == "to" and isinstance(value, int)
+                        else f"{key}={value}" for key, value in sorted(report.items())
                         if isinstance(value, (int, float, str)) and key != "path")
-    return (f"{row['id']:06d}{' current' if row['current'] else ''}  {row['when']}  "
-            f"{row['operation'] or 'unrecorded'}  {row['num_sequences']} sequences"
-            f"{f'  ({details})' if details else ''}")
+    size = ("DAMAGED" if row.get("damaged") else f"{row['num_sequences']} sequences")
+    line = (f"{row['id']:06d}{' current' if row['current'] else ''}  {row['when'] or '?'}  "
+            f"{row['operation'] or 'unrecorded'}  {size}{f'  ({details})' if details else ''}")
+    return line + (f"  ({row['damaged']})" if row.get("damaged") else "")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -81,6 +81,30 @@ def test_an_artifact_without_prior_modules_says_how_to_get_them(tmp_path):
     assert not (tmp_path / "never.static").exists()
 
 
+def test_a_set_with_priors_saved_tables_only_gets_its_prior_modules_back(saved, tmp_path):
+    """Saved tables-only (modules=False), the set's export plan records its
+    priors: re-export exports the prior modules (as the save with modules
+    did), with or without explicit beam sizes, and the served search with a
+    prior is the library's."""
+    compiled, path = saved
+    tables_only = compiled.save(tmp_path / "t.static", modules=False)
+    assert sc.load(tables_only).export_priors
+    sc.reexport_artifact(tables_only)
+    art = serving.load(tables_only)
+    assert sorted(art.manifest.modules) == sorted(serving.load(path).manifest.modules)
+    assert art.manifest.exports_priors and not art.manifest.missing_modules()
+    want = compiled.beam_search(jax_model, batch_size=2, beam_size=SCHEDULE,
+                                prior=compiled.prior("pop", -0.7))
+    got = art.beam_search(jax_model, batch_size=2, beam_size=SCHEDULE,
+                          prior=art.prior("pop", -0.7))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    again = compiled.save(tmp_path / "sizes.static", modules=False)
+    sc.reexport_artifact(again, beam_sizes=(2,))
+    assert serving.load(again).manifest.modules.keys() >= {"beam_step_prior_m2",
+                                                           "beam_step_prior_subset_m2"}
+
+
 def test_a_prior_of_another_set_is_refused(saved, tmp_path):
     compiled, path = saved
     art = serving.load(path)

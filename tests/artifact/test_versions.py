@@ -14,7 +14,8 @@ import pytest
 import static_compiler as sc
 from static_compiler import artifact
 from static_compiler.artifact import serving, versions
-from static_compiler.errors import ArtifactBusyError, DecodeInputError
+from static_compiler.errors import (ArtifactBusyError, ArtifactChecksumError, ArtifactFormatError,
+                                   ArtifactVersionError, DecodeInputError)
 
 from helpers import one_error_line, run_cli
 
@@ -158,7 +159,62 @@ def test_cli_versions_and_rollback(path, capsys):
     assert out.splitlines()[0].startswith("000003 current") and "(to=000001)" in out
 
 
+def test_versions_of_one_artifact_across_overwrites_and_updates_stay(path, compiled):
+    remove_row(path, 0)
+    compiled.save(path, overwrite=True)
+    remove_row(path, 1)
+    assert [(r["id"], r["operation"]) for r in sc.list_versions(path)] == [
+        (4, "update"), (3, "save"), (2, "update"), (1, "save")]
+    sc.rollback_artifact(path, to=1)
+    assert allowed_after(path, [0, 1])[2]
+
+
 # ----- edge -----
+
+def _served_then_replaced_by_tables_only(path, compiled, how):
+    """(the artifact served before, the rows it allows after [0, 1]) once
+    the version at `path` is tables-only: rolled back to one, or overwritten
+    by a save with modules=False."""
+    if how == "rollback":
+        compiled.save(path, overwrite=True, modules=False)
+        compiled.save(path, overwrite=True)  # with modules again: served
+        served = serving.load(path)
+        sc.rollback_artifact(path)  # to the tables-only version
+    else:
+        served = serving.load(path)
+        compiled.save(path, overwrite=True, modules=False)
+    assert serving.read_manifest(path).tables_only
+    return served
+
+
+@pytest.mark.parametrize("how", ["rollback", "overwrite"])
+def test_reload_refuses_a_tables_only_version_as_load_does_and_keeps_serving(path, compiled,
+                                                                            how):
+    """A tables-only version (rolled back to, or saved over the served one
+    with modules=False) is refused by reload with load's typed error naming
+    re-export; the object keeps serving its own version, warm included."""
+    served = _served_then_replaced_by_tables_only(path, compiled, how)
+    with pytest.raises(ArtifactVersionError, match="tables only.*re-export") as loaded:
+        serving.load(path)
+    with pytest.raises(ArtifactVersionError, match="tables only.*re-export") as reloaded:
+        served.reload()
+    assert str(reloaded.value) == str(loaded.value)
+    state = served.init_processor(1)
+    masked = np.asarray(served.mask(np.zeros((1, V), np.float32), state, 0))
+    assert (masked > -1e29).tolist() == [[True, True, True, True, False, False]]
+    state = served.advance(state, np.array([0], np.int32), 0)
+    assert served.allowed(np.array([[0, 1]], np.int32))[0, 2]
+    served.warm(1)  # warms its own modules: a decode after it compiles nothing
+    before = served.compilations()
+    beams = served.beam_step(served.init_beams(1, BEAMS), np.zeros((1, BEAMS, V), np.float32), 0)
+    served.mask(np.zeros((1, V), np.float32), served.advance(state, np.array([1], np.int32), 1),
+                2)
+    assert served.compilations() == before and np.asarray(beams.valid).any()
+    # re-exported, the version serves again and reload takes it
+    sc.reexport_artifact(path, beam_sizes=(BEAMS,))
+    assert served.reload().allowed(np.array([[0, 1]], np.int32))[0, 2]
+
+
 
 def test_keep_one_keeps_only_the_last_replaced_version(path):
     for row in range(3):
@@ -166,6 +222,25 @@ def test_keep_one_keeps_only_the_last_replaced_version(path):
     assert [r["id"] for r in sc.list_versions(path)] == [4, 3]
     sc.rollback_artifact(path, keep_versions=1)
     assert [r["id"] for r in sc.list_versions(path)] == [5, 4]
+
+
+def test_the_cli_keeps_as_many_versions_as_asked(path, tmp_path, capsys):
+    mask = np.zeros(len(ROWS), bool)
+    for row in range(3):
+        mask[:] = False
+        mask[row] = True
+        np.save(tmp_path / "gone.npy", mask)
+        code, _, err = run_cli(capsys, "update", path, "--remove", tmp_path / "gone.npy",
+                               "--keep-versions", 1)
+        assert code == 0, err
+    assert [r["id"] for r in sc.list_versions(path)] == [4, 3]
+    code, _, err = run_cli(capsys, "rollback", path, "--keep-versions", 0)
+    assert code == 0, err
+    assert [r["id"] for r in sc.list_versions(path)] == [5]  # the version it replaced: not kept
+    code, _, err = run_cli(capsys, "update", path, "--remove", tmp_path / "gone.npy",
+                           "--keep-versions", -1)
+    assert code == 2 and "keep_versions=-1: expected an int >= 0" in one_error_line(err)
+    assert [r["id"] for r in sc.list_versions(path)] == [5]
 
 
 def test_keep_zero_keeps_none(path):
@@ -212,6 +287,88 @@ def test_rollback_while_another_writer_holds_the_lock(path, capsys):
         code, _, err = run_cli(capsys, "rollback", path)
         assert code == 2 and "being updated" in one_error_line(err)
     assert seal(path) == before and len(sc.list_versions(path)) == 2
+
+
+def _damage(path, version: int, how: str) -> None:
+    """Damages kept `version` of the artifact at `path`: its manifest
+    unreadable (not JSON), a table's bytes flipped (same size), or a
+    module file gone."""
+    kept = versions.versions_dir(path) / f"{version:06d}" / "artifact"
+    if how == "manifest":
+        (kept / "manifest.json").write_text("{not json")
+    elif how == "table":
+        table = sorted((kept / "tables").iterdir())[0]
+        data = bytearray(table.read_bytes())
+        data[-1] ^= 0xFF
+        table.unlink()  # (its own file: the versions hard-link unchanged tables)
+        table.write_bytes(bytes(data))
+    else:
+        sorted((kept / "modules").iterdir())[0].unlink()
+
+
+@pytest.mark.parametrize("how, error, problem", [
+    ("manifest", ArtifactFormatError, "not valid UTF-8 JSON"),
+    ("table", ArtifactChecksumError, "has sha256"),
+    ("module", ArtifactFormatError, "missing file")])
+def test_rollback_refuses_a_damaged_kept_version_and_keeps_the_current(path, capsys, how, error,
+                                                                        problem):
+    remove_row(path, 0)
+    remove_row(path, 1)
+    _damage(path, 2, how)
+    before, listed = seal(path), [r["id"] for r in sc.list_versions(path)]
+    with pytest.raises(error, match=rf"kept version 000002 .* damaged .*{problem}.*current "
+                                    "version stays"):
+        sc.rollback_artifact(path)
+    code, _, err = run_cli(capsys, "rollback", path)
+    assert code == 2 and "000002" in one_error_line(err) and problem in err
+    assert seal(path) == before and [r["id"] for r in sc.list_versions(path)] == listed
+    assert not allowed_after(path, [1, 2])[3]  # still the current version (rows 0, 1 out)
+    sc.rollback_artifact(path, to=1)  # another kept version still rolls back
+    assert allowed_after(path, [1, 2])[3]
+
+
+def test_one_unreadable_kept_manifest_is_listed_as_damaged(path, capsys):
+    remove_row(path, 0)
+    remove_row(path, 1)
+    _damage(path, 1, "manifest")
+    rows = sc.list_versions(path)
+    assert [(r["id"], r["damaged"] is None) for r in rows] == [(3, True), (2, True), (1, False)]
+    assert rows[1]["num_sequences"] == len(ROWS) and rows[2]["num_sequences"] is None
+    assert "not valid UTF-8 JSON" in rows[2]["damaged"] and rows[2]["operation"] == "save"
+    code, out, err = run_cli(capsys, "versions", path)
+    lines = out.splitlines()
+    assert code == 0 and not err and len(lines) == 3
+    assert "DAMAGED" in lines[2] and "not valid UTF-8 JSON" in lines[2]
+    assert "DAMAGED" not in lines[0] + lines[1]
+    # a kept version without even its record or manifest file
+    (versions.versions_dir(path) / "000001" / "version.json").unlink()
+    (versions.versions_dir(path) / "000001" / "artifact" / "manifest.json").unlink()
+    rows = sc.list_versions(path)
+    assert rows[2]["id"] == 1 and "missing file 'manifest.json'" in rows[2]["damaged"]
+    assert run_cli(capsys, "versions", path)[0] == 0
+
+
+def test_a_new_set_saved_where_one_was_deleted_has_no_versions_of_it(path, tmp_path):
+    """`.NAME.versions/` outlives a deleted artifact; a set saved anew at
+    the path starts its own history: no rollback to the deleted set."""
+    import shutil
+
+    remove_row(path, 0)
+    remove_row(path, 1)
+    shutil.rmtree(path)
+    assert (versions.versions_dir(path) / "000001").is_dir()  # left until a new save
+    other = sc.compile_constraints(np.array([[5, 5, 5]], np.int32), V, export_beam_sizes=(BEAMS,),
+                                   export_subsets=True)
+    other.save(path)
+    (row,) = sc.list_versions(path)
+    assert row["id"] == 1 and row["operation"] == "save" and row["num_sequences"] == 1
+    assert sorted(p.name for p in versions.versions_dir(path).iterdir()) == ["current.json"]
+    with pytest.raises(DecodeInputError, match="no previous version"):
+        sc.rollback_artifact(path)
+    # its own versions work as before
+    other.save(path, overwrite=True)
+    sc.rollback_artifact(path)
+    assert [r["num_sequences"] for r in sc.list_versions(path)] == [1, 1]
 
 
 def test_versions_of_a_missing_artifact(tmp_path, capsys):

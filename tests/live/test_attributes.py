@@ -179,7 +179,7 @@ def test_added_categories_widen_the_codes(tmp_path):
 def test_a_format_13_artifact_reads_its_int32_codes(tmp_path):
     """tests/data/artifact_v13_attributes (written by format version 13, int32
     codes) is read, filtered, updated and saved again: its codes stay int32,
-    now in format version 14."""
+    now in the current format version."""
     frozen = pathlib.Path(__file__).parents[1] / "data" / "artifact_v13_attributes"
     sids = np.load(frozen.parent / "artifact_v13_attributes_sids.npy")
     assert json.loads((frozen / fmt.MANIFEST_FILE).read_text())["format_version"] == 13

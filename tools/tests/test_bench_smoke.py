@@ -270,3 +270,21 @@ def test_rules_benchmark_times_the_filter_against_numpy():
     assert "| table lookup (next to no model cost) |" in outputs[0]
     assert "making the prior on the host" in outputs[0]
     assert "beam schedules" not in outputs[1] and "item priors" not in outputs[1]
+
+
+def test_versions_benchmark_measures_kept_versions_on_disk():
+    """`python -m tools.bench versions`: the artifact plus its kept versions
+    after removals and additions, with the default keep and keep 1 (fewer
+    kept versions take less disk)."""
+    run = _run("tools.bench", "versions", "--items", "2000", "--updates", "3")
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line.split("|")[3:]
+            for line in run.stdout.splitlines() if line.startswith("| 3 ")}
+    assert sorted(rows) == [("3 additions", "1"), ("3 additions", "5"), ("3 removals", "1"),
+                            ("3 removals", "5")]
+    ratio = {key: float(cells[-2].strip().rstrip("x")) for key, cells in rows.items()}
+    kept = {key: int(cells[0]) for key, cells in rows.items()}
+    assert kept[("3 removals", "5")] == 3 and kept[("3 additions", "1")] == 1
+    for kind in ("3 removals", "3 additions"):
+        assert 1.0 < ratio[(kind, "1")] < ratio[(kind, "5")]
+    assert ratio[("3 removals", "5")] < ratio[("3 additions", "5")]  # removals link more
