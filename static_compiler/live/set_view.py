@@ -263,6 +263,14 @@ class SetView:
         `expression` (with `masks`) checked as a `live.where.RowFilter` over
         the N input rows, evaluated where it is used (a chunk at a time into
         item bits, `item_masks.rows_item_bits`); raises as `pick`."""
+        from static_compiler.live.where import checked_masks, row_filter  # (serving: when used)
+
+        items = self.checked_items(where)
+        if masks is not None:  # (first: a list of masks gets this error, not numpy's)
+            try:
+                masks = checked_masks(masks, items.num_items)
+            except FilterExpressionError as err:
+                raise FilterExpressionError(f"{where}: {err}") from None
         if expression is None:
             if masks:
                 raise FilterExpressionError(f"{where}: masks={sorted(masks)} without where=...: "
@@ -275,9 +283,6 @@ class SetView:
             raise ConstraintSetError(f"{where}: a selection and where=... at once: pass one (a "
                                      "mask can join the expression: where='... and picked', "
                                      "masks={'picked': mask})")
-        from static_compiler.live.where import row_filter  # (serving imports it when used)
-
-        items = self.checked_items(where)
         columns = {} if items.attributes is None else items.attributes
         try:
             return row_filter(expression, columns, masks, items.num_items)

@@ -20,7 +20,8 @@ import pytest
 import static_compiler as sc
 from static_compiler.artifact import format as fmt
 from static_compiler.errors import (ArtifactFormatError, AttributeColumnError,
-                                    ConstraintSetError, DecodeInputError)
+                                    ConstraintSetError, DecodeInputError,
+                                    FilterExpressionError)
 from static_compiler.frontend.attributes import appended, checked_attributes, code_dtype
 from helpers import edit_manifest, one_error_line, run_cli
 
@@ -289,6 +290,9 @@ def test_a_partitioned_build_takes_them_over_its_rows():
     ({"x": np.zeros(5, "datetime64[D]")}, r"attribute 'x': .*convert it to int"),
     ({"x": [object()] * 5}, r"attribute 'x': values of type \['object'\]"),
     ([1, 2], "expected a mapping"),
+    ({"x": ["a", "a\0", "b", "c", "d"]}, r"attribute 'x': category value 'a\\x00' holds a NUL"),
+    ({"x": np.array(["a", "b\0c", "b", "c", "d"])}, r"attribute 'x': category value 'b\\x00c'"),
+    ({"x": np.array(["a", "\0", "b", "c", "d"], object)}, r"attribute 'x': .*'\\x00' holds a NUL"),
 ])
 def test_bad_columns_name_the_column(given, problem):
     with pytest.raises(AttributeColumnError, match=problem):
@@ -311,6 +315,9 @@ def test_attributes_need_sequence_input():
                                              r"span \[1, 40000\]"),
     (dict(ADDED_ATTRIBUTES, topic=[1, 2]), "attribute 'topic' holds category values"),
     (dict(ADDED_ATTRIBUTES, fresh=[1, 0]), "attribute 'fresh' holds bool values"),
+    (dict(ADDED_ATTRIBUTES, topic=["news", "news\0"]), r"attribute 'topic': category value "
+                                                       r"'news\\x00' holds a NUL"),
+    (dict(ADDED_ATTRIBUTES, topic=np.array(["x\0y", "news"])), r"'x\\x00y' holds a NUL"),
 ])
 def test_bad_additions_name_the_column(added, problem):
     with pytest.raises(AttributeColumnError, match=problem):
@@ -377,3 +384,21 @@ def test_the_compile_command_refuses_a_bad_npz(tmp_path, capsys):
                              "--attributes", tmp_path / "bad.npz", "-o", tmp_path / "a")
     assert code == 2 and "--attributes" in one_error_line(err)
 
+
+
+def test_a_nul_character_never_merges_two_categories():
+    """"a" and "a\\x00" would be one category in numpy's fixed-width strings:
+    a value with a NUL is refused at compile time, on update and in a
+    filter's literal (text or built), so no filter can tell them apart
+    wrongly."""
+    compiled = compiled_set()
+    with pytest.raises(AttributeColumnError, match="NUL"):
+        sc.compile_constraints(ROWS, VOCAB, export_subsets=True,
+                               attributes={**ATTRIBUTES, "topic": ["a", "a\0", "a", "b", "b"]})
+    with pytest.raises(AttributeColumnError, match="NUL"):
+        compiled.update(add=ADDED, attributes={**ADDED_ATTRIBUTES, "topic": ["news", "news\0"]})
+    with pytest.raises(FilterExpressionError, match=r"NUL character in a string at position 14"):
+        compiled.subset(where="topic == 'news\0'")
+    with pytest.raises(FilterExpressionError, match=r"literal 'news\\x00' holds a NUL"):
+        compiled.subset(where=sc.attr("topic").isin(["sport", "news\0"]))
+    assert compiled.subset(where="topic == 'news'").live is not None

@@ -20,6 +20,7 @@ import static_compiler as sc
 from helpers import examples, one_error_line, run_cli
 from static_compiler.artifact import serving
 from static_compiler.errors import ConstraintSetError, FilterExpressionError
+from static_compiler.live.where import And
 
 V, L, N = 24, 3, 300
 CATEGORIES = np.array(["news", "sport", "music", "film"])
@@ -216,3 +217,104 @@ def test_after_warm_a_filtered_request_compiles_nothing(catalogue):
                                 subset_index=np.zeros(2, np.int32))
         np.asarray(result.tokens)
     assert xla_compilations() == before
+
+
+def _doors(catalogue):
+    """(name, door) for every front door a subset is asked of: the compiled
+    set, the served artifact and (where torch is installed) the torch
+    backend."""
+    _, _, compiled, path = catalogue
+    doors = [("CompiledConstraints", compiled), ("Artifact", serving.load(path))]
+    if importlib.util.find_spec("torch") is not None:
+        from static_compiler.torch_backend import TorchConstraints
+        doors.append(("TorchConstraints", TorchConstraints.load(path)))
+    return doors
+
+
+@pytest.mark.parametrize("masks, fragments", [
+    ([np.ones(N, bool)], ["masks=[array(", "is a list", "mapping of names to bool arrays "
+                                                         f"({N},)"]),
+    ((np.ones(N, bool),), ["is a tuple", "mapping"]),
+    (np.ones(N, bool), ["is a ndarray", "mapping"]),
+    ({0: np.ones(N, bool)}, ["masks key 0 is a int", "name"]),
+    ({"seen": np.ones(N, np.int8)}, ["mask 'seen' has dtype int8", f"bool mask of shape ({N},)"]),
+    ({"seen": np.ones(N + 1, bool)}, [f"shape ({N + 1},)", f"({N},)"]),
+    ({"seen": [True] * N}, ["mask 'seen' has list", "bool mask"]),
+])
+def test_masks_are_checked_where_they_enter_on_every_door(catalogue, masks, fragments):
+    """masks that are not a mapping of names to bool (N,) arrays (a list of
+    masks, a bare array, a key that is no name, another dtype or length) are
+    a FilterExpressionError naming the door and the value on every door, for
+    subsets and priors alike; never numpy's "truth value is ambiguous"."""
+    for name, door in _doors(catalogue):
+        for call in (lambda: door.subset(where="not seen", masks=masks),
+                     lambda: door.subset(np.ones(N, bool), masks=masks),
+                     lambda: door.prior("price", where="not seen", masks=masks)):
+            with pytest.raises(FilterExpressionError) as info:
+                call()
+            message = str(info.value)
+            assert message.startswith(f"{name}.") and "ambiguous" not in message, message
+            for fragment in fragments:
+                assert fragment in message, (name, message)
+
+
+def _deep(shape: str, depth: int):
+    """A filter built in Python whose `not`s and junctions nest `depth` deep."""
+    expr = sc.attr("in_stock")
+    for level in range(depth):
+        if shape == "not":
+            expr = ~expr
+        elif shape == "alternating":  # and inside or inside and: a bracket every other level
+            expr = (expr & (sc.attr("day") > level)) if level % 2 else \
+                (expr | (sc.attr("price") < level))
+        else:  # explicit And of an And: a bracket at every level
+            expr = And((expr, sc.attr("day") >= level % 7))
+    return expr
+
+
+def _deep_oracle(shape: str, depth: int, attributes) -> np.ndarray:
+    rows = attributes["in_stock"].copy()
+    for level in range(depth):
+        if shape == "not":
+            rows = ~rows
+        elif shape == "alternating":
+            rows = (rows & (attributes["day"] > level)) if level % 2 else \
+                (rows | (attributes["price"] < level))
+        else:
+            rows = rows & (attributes["day"] >= level % 7)
+    return rows
+
+
+def _with_frames(frames: int, call):
+    """call() beneath `frames` more Python frames (a caller's own stack)."""
+    return call() if frames == 0 else _with_frames(frames - 1, call)
+
+
+@pytest.mark.parametrize("shape", ["not", "alternating", "and_of_and"])
+def test_a_deeply_built_filter_is_one_rule_with_the_parser(catalogue, shape):
+    """A filter built in Python as deep as the limit works on every door
+    (printing, parsing back, comparing and evaluating do not run out of
+    stack, beneath 100 frames of the caller's); one level more is the
+    parser's FilterExpressionError naming the depth and the limit, when it
+    is built and for its text alike."""
+    from static_compiler.live.where import MAX_NESTING, nesting, parse
+    rows, attributes, compiled, _ = catalogue
+    deepest = _deep(shape, MAX_NESTING)
+    assert nesting(deepest) == MAX_NESTING
+    want = compiled.subset(_deep_oracle(shape, MAX_NESTING, attributes))
+    for name, door in _doors(catalogue):
+        got = _with_frames(100, lambda: door.subset(where=deepest))
+        assert _same(got, want), name
+        assert _same(_with_frames(100, lambda: door.subset(where=str(deepest))), want), name
+    text = _with_frames(100, lambda: str(deepest))
+    assert _with_frames(100, lambda: parse(text)) == deepest
+    assert hash(parse(text)) == hash(deepest)
+    with pytest.raises(FilterExpressionError, match=f"nested {MAX_NESTING + 1} deep.*at most "
+                                                    f"{MAX_NESTING}"):
+        _deep(shape, MAX_NESTING + 1)
+    with pytest.raises(FilterExpressionError, match=f"nested {MAX_NESTING + 1} deep at position "
+                                                    fr"\d+: at most {MAX_NESTING}"):
+        parse("not " + text if shape == "not" else f"in_stock and ({text})")
+    with pytest.raises(FilterExpressionError, match=f"CompiledConstraints.subset: .*nested "
+                                                    f"{MAX_NESTING + 1} deep"):
+        compiled.subset(where="not " * 400 + "in_stock")
