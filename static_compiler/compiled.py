@@ -360,10 +360,11 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
 
     def update(self, *, add=None, remove=None, attributes=None) -> "CompiledConstraints":
         """A new version of this set with the items `add` lists (token
-        sequences) and without those `remove` picks (a bool mask over the
-        input rows, or token sequences); an item in both is removed. Item
-        ids stay: item i is still input row i, added rows are rows N, N + 1,
-        ... (`item_index` finds them).
+        sequences) and without those `remove` picks (a bool mask over this
+        set's N rows, or token sequences; with `add`, a mask of N + n
+        entries, the n added rows last, is taken too); an item in both is
+        removed. Item ids stay: item i is still input row i, added rows are
+        rows N, N + 1, ... (`item_index` finds them).
 
         Removal is pure liveness: the tables and compiled programs are
         shared, nothing recompiles. Additions are placed in the trie

@@ -232,6 +232,73 @@ def test_the_compile_command_takes_an_npz(tmp_path, capsys):
     np.testing.assert_array_equal(back["topic"].to_numpy(), ATTRIBUTES["topic"])
 
 
+def test_the_update_command_takes_the_added_rows_attributes(tmp_path, capsys):
+    """`update --add ROWS --attributes FILE.npz` adds items to a catalogue
+    with attributes (before, the error named --attributes, which update did
+    not take), as `update_artifact(add=..., attributes=...)` does; without
+    it the line names the flag; --attributes without --add names --add."""
+    np.save(tmp_path / "rows.npy", ROWS)
+    np.savez(tmp_path / "attrs.npz", age=ATTRIBUTES["age"], topic=np.array(ATTRIBUTES["topic"]))
+    assert run_cli(capsys, "compile", tmp_path / "rows.npy", "--vocab-size", "5",
+                   "--export-subsets", "--tables-only", "--capacity", "2", "--attributes",
+                   tmp_path / "attrs.npz", "-o", tmp_path / "a")[0] == 0
+    np.save(tmp_path / "added.npy", ADDED)
+    code, _, err = run_cli(capsys, "update", tmp_path / "a", "--add", tmp_path / "added.npy")
+    line = one_error_line(err)
+    assert code == 2 and "['age', 'topic'] are not given" in line and "--attributes" in line
+    np.savez(tmp_path / "added.npz", age=ADDED_ATTRIBUTES["age"],
+             topic=np.array(ADDED_ATTRIBUTES["topic"]))
+    code, _, err = run_cli(capsys, "update", tmp_path / "a", "--remove", tmp_path / "rows.npy",
+                           "--attributes", tmp_path / "added.npz")
+    assert code == 2 and "pass --add FILE with them" in one_error_line(err)
+    code, out, err = run_cli(capsys, "update", tmp_path / "a", "--add", tmp_path / "added.npy",
+                             "--attributes", tmp_path / "added.npz")
+    assert code == 0 and "2 items added" in out, err
+    back = sc.load(tmp_path / "a").attributes
+    np.testing.assert_array_equal(back["topic"].to_numpy(),
+                                  ATTRIBUTES["topic"] + ADDED_ATTRIBUTES["topic"])
+    np.testing.assert_array_equal(back["age"].to_numpy(),
+                                  np.r_[ATTRIBUTES["age"], ADDED_ATTRIBUTES["age"]])
+    (tmp_path / "bad.npz").write_bytes(b"no npz")
+    code, _, err = run_cli(capsys, "update", tmp_path / "a", "--add", tmp_path / "added.npy",
+                           "--attributes", tmp_path / "bad.npz")
+    assert code == 2 and "--attributes" in one_error_line(err)
+
+
+@pytest.mark.parametrize("where", ["compiled", "artifact"])
+def test_a_removal_mask_beside_additions_covers_the_rows_before_or_after(where, tmp_path):
+    """update(add=..., remove=mask): the mask has one entry per row of the
+    set the update starts from (N, as the docstring says) or N + n, the n
+    added rows last; the same items go either way; another length names
+    both."""
+    n = len(ROWS)
+    before = np.zeros(n, bool)
+    before[1] = True
+    after = np.r_[before, [False, True]]  # also the second added row
+
+    def updated(remove):
+        if where == "compiled":
+            return compiled_set().update(add=ADDED, remove=remove, attributes=ADDED_ATTRIBUTES)
+        path = compiled_set().save(tmp_path / f"s{len(list(tmp_path.iterdir()))}",
+                                   modules=False)
+        sc.update_artifact(path, add=ADDED, remove=remove, attributes=ADDED_ATTRIBUTES)
+        return sc.load(path)
+
+    over_n = updated(before)
+    assert over_n.item_index(ROWS[1:2]).tolist() == [-1]
+    assert over_n.item_index(ADDED).tolist() == [n, n + 1]
+    over_all = updated(after)
+    assert over_all.item_index(ROWS[1:2]).tolist() == [-1]
+    assert over_all.item_index(ADDED).tolist() == [n, -1]
+    for bad in (np.zeros(n + 1, bool), np.zeros(n - 1, bool), np.zeros(n, np.int8)):
+        with pytest.raises(ConstraintSetError) as info:
+            updated(bad)
+        message = str(info.value)
+        assert f"remove mask has shape {bad.shape}" in message, message
+        assert f"expected bool ({n},), one entry per row of the set" in message
+        assert f"or ({n + 2},) counting the 2 rows add= appends" in message
+
+
 # Edge cases
 
 
