@@ -129,7 +129,8 @@ def check_weight(weight) -> float:
 
 def item_values(items, column: str) -> np.ndarray:
     """float32 (N',): the prior of each unique item, the value of `column`
-    (a float or int attribute) at its first input row. Raises
+    (a float or int attribute) at its first live input row
+    (`ItemIndex.first_live_rows`). Raises
     AttributeColumnError naming the column when it is missing, of another
     kind, or holds a value that is not finite (NaN, +-inf)."""
     columns = items.attributes or {}
@@ -141,7 +142,7 @@ def item_values(items, column: str) -> np.ndarray:
     if col.kind not in ("float", "int"):
         raise AttributeColumnError(f"prior: attribute {column!r} is a {col.kind} column: expected "
                                    "a float or int column (the log-prior of each item)")
-    first = np.unique(np.asarray(items.row_item), return_index=True)[1]
+    first = items.first_live_rows()  # (a row an update made stale no longer counts)
     values = np.asarray(col.values)[first].astype(np.float32)
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size:

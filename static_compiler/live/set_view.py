@@ -195,8 +195,7 @@ class SetView:
         self._layout = _Once(lambda: bit_layout(
             built.get().layers, {t: held[t]["next"] for t in facts.slot_steps},
             facts.state_counts))
-        rows = None if items is None else items.row_item
-        self._first_rows = _Once(lambda: np.unique(rows, return_index=True)[1].astype(np.int64))
+        self._first_rows = _Once(lambda: items.first_live_rows())
         self._base = _Once(self._build_base)
 
     @classmethod
@@ -244,7 +243,8 @@ class SetView:
         return self._layout.get()
 
     def first_rows(self) -> np.ndarray:
-        """int64 (N',): the first input row of each unique sequence."""
+        """int64 (N',): the first live input row of each unique sequence
+        (`ItemIndex.first_live_rows`)."""
         return self._first_rows.get()
 
     def pick(self, selection, expression, masks, where: str) -> Subset:

@@ -318,3 +318,142 @@ def test_a_deeply_built_filter_is_one_rule_with_the_parser(catalogue, shape):
     with pytest.raises(FilterExpressionError, match=f"CompiledConstraints.subset: .*nested "
                                                     f"{MAX_NESTING + 1} deep"):
         compiled.subset(where="not " * 400 + "in_stock")
+
+
+class _RowsModel:
+    """The brute force of items and their rows through updates: every input
+    row (its sequence and attributes) with whether it still stands for its
+    item (an update that removes an item ends all its rows; adding it again
+    brings new ones)."""
+
+    def __init__(self, rows, attributes):
+        self.rows = [tuple(r) for r in rows.tolist()]
+        self.attrs = {k: list(v) for k, v in attributes.items()}
+        self.alive = [True] * len(self.rows)
+
+    def remove(self, sequences):
+        gone = {tuple(s) for s in sequences}
+        self.alive = [a and r not in gone for r, a in zip(self.rows, self.alive)]
+
+    def add(self, sequences, attributes):
+        self.rows += [tuple(s) for s in sequences]
+        self.alive += [True] * len(sequences)
+        for k, v in attributes.items():
+            self.attrs[k] += list(v)
+
+    def picked(self, predicate) -> set:
+        """The items a filter picks: those with a live row it holds for."""
+        columns = {k: np.array(v) for k, v in self.attrs.items()}
+        holds = predicate(columns)
+        return {r for r, a, h in zip(self.rows, self.alive, holds) if a and h}
+
+    def first_live_rows(self) -> dict:
+        out = {}
+        for i, (r, a) in enumerate(zip(self.rows, self.alive)):
+            if a:
+                out.setdefault(r, i)
+        return out
+
+
+FILTERS = [("not in_stock", lambda c: ~c["in_stock"]),
+           ("in_stock", lambda c: c["in_stock"]),
+           ("day >= 15 or category == 'news'", lambda c: (c["day"] >= 15) |
+            (c["category"] == "news")),
+           ("not (in_stock and day < 10)", lambda c: ~(c["in_stock"] & (c["day"] < 10)))]
+
+
+def _subset_of(door, items: set, num_rows: int):
+    """The subset of exactly the sequences `items` (the brute force's)."""
+    if not items:
+        return door.subset(np.zeros(num_rows, bool))
+    return door.subset(np.array(sorted(items), np.int64))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_filter_picks_an_item_through_its_live_rows_only(seed, tmp_path):
+    """Attributes belong to input rows: an item removed, then added again
+    with in_stock=true, is not picked by `not in_stock` through its removed
+    row. Random removals and re-adds (duplicates, items never removed,
+    items removed twice) against the brute force, on the compiled set and
+    the artifact it saves; the item's attributes (a prior) and
+    `item_index` are its first live row's."""
+    rng = np.random.default_rng(seed)
+    v, length, n = 6, 3, 24
+    rows = rng.integers(1, v, (n, length))
+    rows[5] = rows[2]  # a duplicate from the start
+    attributes = {"in_stock": rng.random(n) < 0.5, "day": rng.integers(0, 30, n),
+                  "category": np.array(["news", "sport"])[rng.integers(0, 2, n)],
+                  "pop": rng.standard_normal(n).astype(np.float32)}
+    compiled = sc.compile_constraints(rows, v, export_subsets=True, capacity=3.0,
+                                      attributes=attributes)
+    model = _RowsModel(rows, attributes)
+    for step in range(4):
+        known = sorted(set(model.rows))
+        out = [known[i] for i in rng.choice(len(known), 3, replace=False)]
+        compiled = compiled.update(remove=np.array(out))
+        model.remove(out)
+        back = [out[0], out[0], known[rng.integers(len(known))]]  # re-added twice, and one other
+        added = {"in_stock": rng.random(3) < 0.5, "day": rng.integers(0, 30, 3),
+                 "category": np.array(["news", "sport"])[rng.integers(0, 2, 3)],
+                 "pop": rng.standard_normal(3).astype(np.float32)}
+        compiled = compiled.update(add=np.array(back), attributes=added)
+        model.add(back, added)
+        num_rows = len(model.rows)
+        for text, predicate in FILTERS:
+            want = _subset_of(compiled, model.picked(predicate), num_rows)
+            assert _same(compiled.subset(where=text), want), (seed, step, text)
+        first = model.first_live_rows()
+        live = sorted(first)
+        assert compiled.item_index(np.array(live)).tolist() == [first[r] for r in live]
+    prior = compiled.prior("pop")
+    by_rows = compiled.prior("pop", selection=np.ones(num_rows, bool))
+    np.testing.assert_array_equal(prior.best, by_rows.best)
+    path = compiled.save(tmp_path / "s", modules=False)
+    loaded = sc.load(path)
+    stale = np.asarray(loaded.items.stale_rows)
+    assert np.array_equal(stale, np.asarray(compiled.items.stale_rows))
+    assert stale.any() and not (stale & np.array(model.alive)).any()  # (only rows that ended)
+    for text, predicate in FILTERS:
+        want = _subset_of(loaded, model.picked(predicate), num_rows)
+        assert _same(loaded.subset(where=text), want), (seed, text)
+    np.testing.assert_array_equal(loaded.prior("pop").best, prior.best)
+
+
+def test_a_re_added_item_is_picked_by_its_new_row_alone():
+    """The issue's construction: in_stock=false, removed, added again with
+    in_stock=true: `not in_stock` does not pick it, `in_stock` does, and a
+    row mask naming its removed row picks nothing; its prior is the new
+    row's value."""
+    rows = np.array([[1, 2, 3], [1, 2, 4], [2, 3, 1]])
+    compiled = sc.compile_constraints(rows, 5, export_subsets=True, capacity=2.0, attributes={
+        "in_stock": np.array([False, True, True]), "pop": np.array([5.0, 0.0, 1.0], np.float32)})
+    again = compiled.update(remove=rows[:1]).update(
+        add=rows[:1], attributes={"in_stock": [True], "pop": [-3.0]})
+    assert again.item_index(rows[:1]).tolist() == [3]
+    assert _same(again.subset(where="not in_stock"), again.subset(np.zeros(4, bool)))
+    assert _same(again.subset(where="in_stock"), again.subset(rows))
+    assert _same(again.subset(np.array([True, False, False, False])),
+                 again.subset(np.zeros(4, bool)))
+    assert float(again.prior("pop").best.max()) == 1.0  # not the removed row's 5.0
+
+
+def test_a_saved_catalogue_updated_in_place_keeps_the_rule(tmp_path):
+    """The same construction through `update_artifact` (a removal, then an
+    addition streamed into the artifact's files): the served artifact and
+    the torch backend pick the re-added item through its new row only."""
+    rows = np.array([[1, 2, 3], [1, 2, 4], [2, 3, 1]])
+    compiled = sc.compile_constraints(rows, 5, export_subsets=True, capacity=2.0,
+                                      export_beam_sizes=(2,),
+                                      attributes={"in_stock": np.array([False, True, True])})
+    path = compiled.save(tmp_path / "s")
+    sc.update_artifact(path, remove=rows[:1])
+    report = sc.update_artifact(path, add=rows[:1], attributes={"in_stock": [True]})
+    assert report["restored"] == 1
+    doors = [serving.load(path), sc.load(path)]
+    if importlib.util.find_spec("torch") is not None:
+        from static_compiler.torch_backend import TorchConstraints
+        doors.append(TorchConstraints.load(path))
+    for door in doors:
+        assert np.asarray(door.set_view.items.stale_rows).tolist() == [True, False, False, False]
+        assert _same(door.subset(where="not in_stock"), door.subset(np.zeros(4, bool)))
+        assert _same(door.subset(where="in_stock"), door.subset(np.ones(4, bool)))
