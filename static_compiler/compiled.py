@@ -441,8 +441,10 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
                                    "CompiledConstraints.prior")
 
     def item_index(self, sequences) -> np.ndarray:
-        """int64 (n,): the item (input row; the first of duplicate rows) each
-        of `sequences` is, -1 for a sequence not in the set (or removed)."""
+        """int64 (n,): the item (input row; the first of duplicate rows,
+        and for an item removed and added again the first row it was added
+        again with: `ItemIndex.first_live_rows`) each of `sequences` is, -1
+        for a sequence not in the set (or removed)."""
         items = self.set_view.checked_items("item_index")
         first = self.set_view.first_rows()
         ids = subsets.unique_ids(self.set_view.trie(), items, sequences, "item_index")
