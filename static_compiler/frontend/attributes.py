@@ -9,7 +9,8 @@ A column is of one kind: "int" (an integer dtype, kept as given), "float"
 its categories, first-seen order, in the narrowest of uint8, uint16 and
 int32 that holds them; additions append new categories at the end, so old
 codes never change, though their dtype may widen; a value with a NUL
-character is refused, as numpy's strings would merge "a\\x00" into "a"). numpy and the standard library only.
+character is refused, as numpy's strings would merge "a\\x00" into "a").
+numpy and the standard library only.
 """
 
 from __future__ import annotations
