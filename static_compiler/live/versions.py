@@ -72,9 +72,10 @@ def _removal_over(remove, before: int, after: int):
     added = (f", or ({after},) counting the {after - before} rows add= appends"
              if after != before else "")
     raise ConstraintSetError(f"update: remove mask has shape {remove.shape} and dtype "
-                             f"{remove.dtype}: expected bool ({before},), one entry per row of "
-                             f"the set this update starts from (its input rows, then the rows "
-                             f"earlier additions appended){added}")
+                             f"{remove.dtype}: expected ({before},) bool, one entry per row of "
+                             f"the set this update starts from (its input rows, or names given "
+                             f"for a text catalogue, then the rows earlier additions "
+                             f"appended){added}")
 
 
 def _check_attribute_args(items, add, attributes) -> None:

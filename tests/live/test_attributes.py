@@ -295,7 +295,7 @@ def test_a_removal_mask_beside_additions_covers_the_rows_before_or_after(where, 
             updated(bad)
         message = str(info.value)
         assert f"remove mask has shape {bad.shape}" in message, message
-        assert f"expected bool ({n},), one entry per row of the set" in message
+        assert f"expected ({n},) bool, one entry per row of the set" in message
         assert f"or ({n + 2},) counting the 2 rows add= appends" in message
 
 
