@@ -301,7 +301,8 @@ class SetView:
         items = self.checked_items(where)
         weight = priors.check_weight(weight)
         values = priors.weighted(priors.item_values(items, column), weight, column)
-        if selection is None and expression is None and not masks:
+        if selection is None and expression is None and \
+                (masks is None or (isinstance(masks, dict) and not masks)):
             live = np.ones(items.num_unique, bool)
         else:
             live = rows_item_mask(_array_or_filter(

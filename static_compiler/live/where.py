@@ -414,8 +414,9 @@ def evaluate(expr, columns: Mapping, masks: Optional[Mapping] = None, num_rows: 
     FilterExpressionError
         the text does not parse; a name is neither an attribute nor a mask;
         a comparison does not fit its column's kind (the message names the
-        position, the attribute and its kind); a mask is not bool (N,); a
-        column's values are not (N,).
+        position, the attribute and its kind); masks is not a mapping of
+        names to bool (N,) arrays (`checked_masks`); a column's values are
+        not (N,); the expression nests deeper than MAX_NESTING.
 
     Examples
     --------

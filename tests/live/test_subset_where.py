@@ -249,7 +249,8 @@ def test_masks_are_checked_where_they_enter_on_every_door(catalogue, masks, frag
     for name, door in _doors(catalogue):
         for call in (lambda: door.subset(where="not seen", masks=masks),
                      lambda: door.subset(np.ones(N, bool), masks=masks),
-                     lambda: door.prior("price", where="not seen", masks=masks)):
+                     lambda: door.prior("price", where="not seen", masks=masks),
+                     lambda: door.prior("price", masks=masks)):
             with pytest.raises(FilterExpressionError) as info:
                 call()
             message = str(info.value)
