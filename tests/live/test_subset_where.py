@@ -436,6 +436,9 @@ def test_a_re_added_item_is_picked_by_its_new_row_alone():
     assert _same(again.subset(np.array([True, False, False, False])),
                  again.subset(np.zeros(4, bool)))
     assert float(again.prior("pop").best.max()) == 1.0  # not the removed row's 5.0
+    stale_only = again.update(remove=np.array([True, False, False, False]))
+    assert stale_only.last_update["removed"] == 0  # (the row no longer stands for the item)
+    assert stale_only.item_index(rows[:1]).tolist() == [3]
 
 
 def test_a_saved_catalogue_updated_in_place_keeps_the_rule(tmp_path):
