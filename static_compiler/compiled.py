@@ -363,10 +363,11 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
 
     def update(self, *, add=None, remove=None, attributes=None) -> "CompiledConstraints":
         """A new version of this set with the items `add` lists (token
-        sequences) and without those `remove` picks (a bool mask over the
-        input rows, or token sequences); an item in both is removed. Item
-        ids stay: item i is still input row i, added rows are rows N, N + 1,
-        ... (`item_index` finds them).
+        sequences) and without those `remove` picks (a bool mask over this
+        set's N rows, or token sequences; with `add`, a mask of N + n
+        entries, the n added rows last, is taken too); an item in both is
+        removed. Item ids stay: item i is still input row i, added rows are
+        rows N, N + 1, ... (`item_index` finds them).
 
         Removal is pure liveness: the tables and compiled programs are
         shared, nothing recompiles. Additions are placed in the trie
@@ -443,8 +444,10 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
                                    "CompiledConstraints.prior")
 
     def item_index(self, sequences) -> np.ndarray:
-        """int64 (n,): the item (input row; the first of duplicate rows) each
-        of `sequences` is, -1 for a sequence not in the set (or removed)."""
+        """int64 (n,): the item (input row; the first of duplicate rows,
+        and for an item removed and added again the first row it was added
+        again with: `ItemIndex.first_live_rows`) each of `sequences` is, -1
+        for a sequence not in the set (or removed)."""
         items = self.set_view.checked_items("item_index")
         first = self.set_view.first_rows()
         ids = subsets.unique_ids(self.set_view.trie(), items, sequences, "item_index")

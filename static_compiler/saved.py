@@ -133,7 +133,9 @@ def update_artifact(path, *, add=None, remove=None, mesh=None, attributes=None,
         Token sequences to add; with N input rows saved, they become items
         N, N + 1, ... (an item in both `add` and `remove` is removed).
     remove : bool array (N,) or token sequences, optional
-        The items to remove: a mask over the input rows, or sequences.
+        The items to remove: a mask over the artifact's N rows (with
+        `add`, one of N + n entries, the n added rows last, is taken too),
+        or sequences.
     mesh : jax.sharding.Mesh, optional
         For an artifact exported for a mesh whose additions outgrow its
         capacity: the mesh to export the new modules for.

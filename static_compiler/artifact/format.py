@@ -150,7 +150,10 @@ FORMAT_HISTORY = (
                   "\"beam_schedules\": [[w_0, ..., w_{T-1}], ...], \"tokens_per_beam\": [cap "
                   "or null, one per step], \"priors\": bool}: what the set asked to export, "
                   "which `static-compiler re-export` exports). Versions 1 to 14 read as null "
-                  "(a tables-only one re-exports beam size 70)."),
+                  "(a tables-only one re-exports beam size 70). Stale rows: optional "
+                  "items/stale_rows.npy, bool (N,), once an update added a removed item "
+                  "again: the rows that no longer stand for their item (absent before 15: "
+                  "no stale rows)."),
 )
 """The dated history of the format, one row per version, oldest first."""
 
@@ -279,12 +282,15 @@ IR_FILE = "ir.txt"
 NAMES_FILE = "names.jsonl"
 ITEMS_DIR = "items"
 ITEM_ARRAYS = ("row_item", "item_depth", "item_state", "removed", "state_item",
-               "state_inserted_at", "state_inserted_item")
+               "state_inserted_at", "state_inserted_item", "stale_rows")
 """The arrays of `frontend.items.ItemIndex` an artifact may hold (item_depth and
 item_state for variable-length sets; for fixed-length sets that took
 additions state_inserted_at and state_inserted_item (format version 9), or
-state_item (version 8); removed after an update), one .npy file each under
-ITEMS_DIR."""
+state_item (version 8); removed after an update; stale_rows, bool (N,),
+once an update added a removed item again: the rows that no longer stand
+for their item), one .npy file each under ITEMS_DIR."""
+BOOL_ITEM_ARRAYS = ("removed", "stale_rows")
+"""The ITEM_ARRAYS of dtype bool (the others are int32)."""
 TABLES_DIR = "tables"
 MODULES_DIR = "modules"
 MODULE_SUFFIX = ".jaxexport"

@@ -423,8 +423,8 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
         if key not in ITEM_ARRAYS:
             raise format_error(path, f"item_files names {key!r}, expected one of "
                                      f"{list(ITEM_ARRAYS)}")
-        # row_item and state_item (4 GB each at 1e9) stay mapped: read a chunk at a time
-        arrays[key] = snap.npy(rel, mmap=key in ("row_item", "state_item"))
+        # row_item, state_item (4 GB each at 1e9) and stale_rows stay mapped: read in chunks
+        arrays[key] = snap.npy(rel, mmap=key in ("row_item", "state_item", "stale_rows"))
     orders = [key for key in ("item_depth", "state_item", "state_inserted_at") if key in arrays]
     if "row_item" not in arrays or ("item_depth" in arrays) != ("item_state" in arrays) or \
             ("state_inserted_at" in arrays) != ("state_inserted_item" in arrays) or len(orders) > 1:
@@ -436,9 +436,12 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
     row_item, depth, state = arrays["row_item"], arrays.get("item_depth"), arrays.get("item_state")
     removed, state_item = arrays.get("removed"), arrays.get("state_item")
     at, added = arrays.get("state_inserted_at"), arrays.get("state_inserted_item")
+    stale = arrays.get("stale_rows")
     problem = None
     if removed is not None and (removed.dtype != bool or removed.shape != (n,)):
         problem = f"removed must be bool ({n},)"
+    elif stale is not None and (stale.dtype != bool or stale.shape != row_item.shape):
+        problem = f"stale_rows must be bool {row_item.shape}, one entry per row"
     elif row_item.ndim != 1 or row_item.dtype.kind != "i" or not _ids_within(row_item, n):
         problem = f"row_item must be ints in [0, {n}) (the set's {n} sequences)"
     elif depth is None and n != manifest.num_final_states:
@@ -460,7 +463,7 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
         raise format_error(path, f"items: {problem}")
     return current_items({"row_item": row_item, "item_depth": depth, "item_state": state,
                           "removed": removed, "state_item": state_item, "state_inserted_at": at,
-                          "state_inserted_item": added,
+                          "state_inserted_item": added, "stale_rows": stale,
                           "attributes": read_attributes(snap, row_item.shape[0])})
 
 

@@ -189,7 +189,7 @@ def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str,
             arr = getattr(compiled.items, key)
             if arr is not None:
                 item_files[key] = fmt.item_file(key)
-                dtype = np.dtype(bool if key == "removed" else np.int32)
+                dtype = np.dtype(bool if key in fmt.BOOL_ITEM_ARRAYS else np.int32)
                 files[item_files[key]] = NpyFile(
                     arr if isinstance(arr, PieceArray) and arr.dtype == dtype else
                     np.asarray(arr, dtype))

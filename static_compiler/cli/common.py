@@ -212,6 +212,20 @@ def read_any_input(path: str, *, vocab_size: Optional[int], end_token: Optional[
     return readers.read_names(path), text.catalogue_vocab_size(vocab_size, adapter), adapter
 
 
+def read_attributes(path: str, flag: str = "--attributes") -> dict:
+    """{name: array} of the .npz file at `path` (no pickled objects): item
+    attributes, each array a column named by its key (`compile
+    --attributes`, and the added rows' values for `update --attributes`)."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as columns:
+            return {name: columns[name] for name in columns.files}
+    except (OSError, ValueError) as e:
+        raise CliInputError(f"{flag} {path!r}: not a readable .npz file of arrays "
+                            f"({e})") from None
+
+
 FLAGS = {
     "end_token": ("--end-token", "E"),
     "vocab_size": ("--vocab-size", "V"),

@@ -11,7 +11,7 @@ from typing import Optional
 
 from static_compiler.cli.common import (INPUT_FORMATS, Subcommand, add_input_arguments,
                                         beam_size_entry, device_mesh, parse_mesh, progress,
-                                        read_any_input)
+                                        read_any_input, read_attributes)
 from static_compiler.errors import CliInputError, installed
 
 DEFAULT_BEAM_SIZES = "70"
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     axes = None if args.mesh is None else parse_mesh(args.mesh)
     mesh = None if axes is None else device_mesh(axes, f"--mesh {args.mesh}")
     log = sys.stderr
-    attributes = None if args.attributes is None else _attributes(args.attributes)
+    attributes = None if args.attributes is None else read_attributes(args.attributes)
     with contextlib.ExitStack() as stack:
         if args.partitions is not None:
             constraints, vocab_size, tokenizer = _shards(args, stack, log), args.vocab_size, None
@@ -127,18 +127,6 @@ def run(args: argparse.Namespace) -> int:
                      f"{compiled.nbytes} table bytes, {held}, "
                      f"pipeline {compiled.pipeline}\n")
     return 0
-
-
-def _attributes(path: str) -> dict:
-    """{name: array} of the .npz file at `path` (no pickled objects)."""
-    import numpy as np
-
-    try:
-        with np.load(path, allow_pickle=False) as columns:
-            return {name: columns[name] for name in columns.files}
-    except (OSError, ValueError) as e:
-        raise CliInputError(f"--attributes {path!r}: not a readable .npz file of arrays "
-                            f"({e})") from None
 
 
 def _shards(args: argparse.Namespace, stack: contextlib.ExitStack, log):

@@ -31,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rank items by the model's log-probability plus --prior-weight x "
                              "this float or int attribute (item priors; needs an artifact "
                              "compiled with --export-priors: docs/business-rules.md)")
-    parser.add_argument("--prior-weight", type=float, default=1.0, metavar="W",
-                        help="the weight of --prior (default 1.0)")
+    parser.add_argument("--prior-weight", type=float, default=None, metavar="W",
+                        help="the weight of --prior (default 1.0); needs --prior")
     parser.add_argument("--check-tables", action="store_true",
                         help="also check that the tables form a valid automaton (O(table "
                              "size)): catches tables edited with their checksums recomputed")
@@ -48,18 +48,15 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 1 or args.batch_size < 1:
         raise CliInputError(f"--top {args.top} / --batch-size {args.batch_size}: expected ints "
                             ">= 1")
+    if args.prior_weight is not None and args.prior is None:
+        raise CliInputError(f"--prior-weight {args.prior_weight} without --prior: it weighs "
+                            "the attribute --prior COLUMN names (e.g. --prior popularity "
+                            f"--prior-weight {args.prior_weight})")
     # The arguments are checked against the manifest before anything is
     # loaded or compiled.
     manifest = serving.read_manifest(args.artifact)
-    if args.beam_size is not None and args.beam_size not in \
-            manifest.beam_sizes() + manifest.beam_schedules:
-        shown = "/".join(map(str, args.beam_size)) if isinstance(args.beam_size, tuple) else \
-            args.beam_size
-        schedules = ", ".join("/".join(map(str, s)) for s in manifest.beam_schedules)
-        raise CliInputError(f"--beam-size {shown}: artifact {args.artifact!r} exports beam "
-                            f"sizes {list(manifest.beam_sizes())} "
-                            f"{f'and beam schedules [{schedules}] ' if schedules else ''}"
-                            f"(compile with --beam-sizes {shown} to add one)")
+    if args.beam_size is not None:
+        _check_beam_size(args.beam_size, manifest, args.artifact)
     # An artifact exported for a mesh runs on one of this process's devices
     # with its axes and sizes (the manifest records them).
     record = manifest.mesh
@@ -75,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         subset = art.subset(where=args.where, masks=_masks(args.mask))
     elif args.mask:
         raise CliInputError("--mask NAME=FILE names a mask for --where, which is missing")
-    prior = None if args.prior is None else art.prior(args.prior, args.prior_weight)
+    prior = None if args.prior is None else \
+        art.prior(args.prior, 1.0 if args.prior_weight is None else args.prior_weight)
     decoded = demo_model.decode_artifact(art, batch_size=args.batch_size, beam_size=beam_size,
                                         seed=args.seed, subset=subset, prior=prior)
     out = sys.stdout
@@ -93,6 +91,34 @@ def run(args: argparse.Namespace) -> int:
               f"(first pass, with XLA compiles or compilation-cache reads, "
               f"{decoded.first_pass_seconds:.2f} s)\n")
     return 0
+
+
+def _check_beam_size(beam_size, manifest, path: str) -> None:
+    """CliInputError unless `beam_size` (an int, or a schedule: a tuple) is
+    one the artifact exports: a schedule of another length than the set's
+    steps says the length a schedule has (the compiler refuses any other,
+    so no compile command is suggested); one the artifact lacks names what
+    it exports and the compile option that adds it."""
+    from static_compiler.errors import CliInputError, DecodeInputError
+    from static_compiler.support.arguments import check_beam_schedule
+
+    shown = "/".join(map(str, beam_size)) if isinstance(beam_size, tuple) else beam_size
+    if isinstance(beam_size, tuple):
+        try:
+            check_beam_schedule(beam_size, manifest.max_length)
+        except DecodeInputError:
+            example = "/".join(map(str, (beam_size + (beam_size[-1],) * manifest.max_length)
+                                   [:manifest.max_length]))
+            raise CliInputError(f"--beam-size {shown}: a beam schedule has one width per step, "
+                                f"and artifact {path!r} decodes {manifest.max_length} steps: "
+                                f"give {manifest.max_length} widths joined by '/' (e.g. "
+                                f"{example})") from None
+    if beam_size not in manifest.beam_sizes() + manifest.beam_schedules:
+        schedules = ", ".join("/".join(map(str, s)) for s in manifest.beam_schedules)
+        raise CliInputError(f"--beam-size {shown}: artifact {path!r} exports beam "
+                            f"sizes {list(manifest.beam_sizes())} "
+                            f"{f'and beam schedules [{schedules}] ' if schedules else ''}"
+                            f"(compile with --beam-sizes {shown} to add one)")
 
 
 def _masks(specs: list) -> dict:

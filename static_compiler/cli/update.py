@@ -1,5 +1,6 @@
 """`static-compiler update`: write a new version of an artifact with some
-items added (`--add`) and/or taken out (`--remove`, takedowns), atomically
+items added (`--add`, with their `--attributes` where the set has
+attributes) and/or taken out (`--remove`, takedowns), atomically
 and under a lock; a serving process picks it up with `Artifact.reload()`
 between two decodes (sharing its modules when the additions fit the
 capacity reserved at compile time, `compile --capacity`)."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from static_compiler.cli.common import Subcommand, add_keep_versions_argument
+from static_compiler.cli.common import Subcommand, add_keep_versions_argument, read_attributes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,9 +20,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="items to add: sequences in any `compile` format (.npy int array, "
                              ".jsonl, text); added rows follow the set's rows")
     parser.add_argument("--remove", metavar="FILE",
-                        help="the items to take out: a .npy bool mask over the rows of the set, "
-                             "or sequences in any `compile` format (.npy int array, .jsonl, "
-                             "text)")
+                        help="the items to take out: a .npy bool mask over the rows of the set "
+                             "(N entries, or N + the rows --add appends), or sequences in any "
+                             "`compile` format (.npy int array, .jsonl, text)")
+    parser.add_argument("--attributes", metavar="FILE.npz",
+                        help="for an artifact with item attributes: the added rows' values, "
+                             "each array of the .npz file (one value per --add row) a column "
+                             "named by its key, every attribute of the set (as compile "
+                             "--attributes)")
     add_keep_versions_argument(parser)
 
 
@@ -45,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliInputError("update: nothing to do: give --add FILE and/or --remove FILE")
     add = None if args.add is None else _read("--add", args.add)
     remove = None if args.remove is None else _read("--remove", args.remove)
-    report = update_artifact(args.artifact, add=add, remove=remove,
+    attributes = None if args.attributes is None else read_attributes(args.attributes)
+    report = update_artifact(args.artifact, add=add, remove=remove, attributes=attributes,
                              keep_versions=args.keep_versions)
     parts = []
     if add is not None:

@@ -8,7 +8,9 @@ A column is of one kind: "int" (an integer dtype, kept as given), "float"
 (float32 or float64), "bool", or "category" (strings, held as codes into
 its categories, first-seen order, in the narrowest of uint8, uint16 and
 int32 that holds them; additions append new categories at the end, so old
-codes never change, though their dtype may widen). numpy and the standard library only.
+codes never change, though their dtype may widen; a value with a NUL
+character is refused, as numpy's strings would merge "a\\x00" into "a").
+numpy and the standard library only.
 """
 
 from __future__ import annotations
@@ -216,7 +218,8 @@ def appended(attrs: ItemAttributes, added: Optional[Mapping], num_added: int, wh
                                            f"added values span [{low}, {high}]")
         dtype = column.dtype
         if column.kind == "category":  # (the strings: `_checked_column` with `like`)
-            values, categories = _encoded(values, column.categories)
+            values, categories = _encoded(values, column.categories,
+                                          f"{where}: attribute {name!r}")
             dtype = code_dtype(len(categories), at_least=column.dtype)  # (the join widens the old)
         values = np.asarray(values).astype(dtype, copy=False)
         columns[name] = Column(column.kind, join(column.values, values), categories)
@@ -249,7 +252,7 @@ def _checked_column(name: str, values, num_rows: int, where: str,
     if arr.dtype.kind == "U":
         if like is not None and like.kind == "category":
             return Column("category", arr)  # (encoded against its categories by `appended`)
-        codes, categories = _encoded(arr, ())
+        codes, categories = _encoded(arr, (), what)
         return Column("category", codes, categories)
     if arr.dtype.kind == "f" and arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float32 if arr.dtype.itemsize < 4 else np.float64)
@@ -290,7 +293,8 @@ def _from_objects(arr: np.ndarray, what: str) -> np.ndarray:
                "an integer column holds no missing value: fill it, or give floats with NaN")
         raise AttributeColumnError(f"{what}: holds {missing} (a missing value) among {among} "
                                    f"values: {fix}")
-    if kinds <= {"str"}:
+    if kinds <= {"str"}:  # (checked first: numpy's fixed-width strings drop trailing NULs)
+        _check_no_nul((v for v in arr.tolist() if "\0" in v), what)
         return np.array(arr.tolist(), dtype=str) if len(arr) else np.array([], dtype="<U1")
     if kinds == {"bool"}:
         return arr.astype(bool)
@@ -327,11 +331,24 @@ def _element_kind(value) -> str:
     return "other"
 
 
-def _encoded(strings: np.ndarray, categories: tuple) -> tuple[np.ndarray, tuple]:
+def _check_no_nul(with_nul, what: str) -> None:
+    """AttributeColumnError naming the first of the strings `with_nul` (an
+    iterable of those holding a NUL character), if any: a category value
+    holds no NUL, as numpy's fixed-width strings drop trailing ones ("a"
+    and "a\\x00" would be one category); filters refuse them too."""
+    for value in with_nul:
+        raise AttributeColumnError(f"{what}: category value {value!r} holds a NUL character "
+                                   "('\\x00'): category values hold none (numpy's strings drop "
+                                   "a trailing one, which would merge it with another value)")
+
+
+def _encoded(strings: np.ndarray, categories: tuple, what: str) -> tuple[np.ndarray, tuple]:
     """(codes (N,), categories) of the unicode array `strings`: `categories`
     first (their codes kept), the new strings appended in first-seen order;
-    the codes in `code_dtype` of the categories' count."""
+    the codes in `code_dtype` of the categories' count. AttributeColumnError
+    naming `what` for a value with a NUL character."""
     unique, first, inverse = np.unique(strings, return_index=True, return_inverse=True)
+    _check_no_nul((str(u) for u in unique.tolist() if "\0" in u), what)
     code_of = {c: i for i, c in enumerate(categories)}
     codes = np.empty(unique.shape[0], np.int64)
     new = list(categories)

@@ -30,9 +30,13 @@ class ItemIndex:
     (`live.state_order.item_order`), or
     state_item int32 (N',), every final state's item (format version 8);
     removed bool (N',) or None: unique sequences an update took out (decodes
-    run over the others). attributes: the items' attribute columns
-    (`frontend.attributes.ItemAttributes`, one value per input row), or
-    None. Arrays may be memory-mapped."""
+    run over the others). stale_rows bool (N,) or None: input rows whose
+    item an update took out and a later one added again (as new rows):
+    they no longer stand for the item, so a filter or a row selection
+    picks an item only through its other rows (`live_rows`), and its
+    attributes are those of its live rows. attributes: the items'
+    attribute columns (`frontend.attributes.ItemAttributes`, one value per
+    input row), or None. Arrays may be memory-mapped."""
 
     row_item: np.ndarray
     num_unique: int
@@ -43,6 +47,7 @@ class ItemIndex:
     state_inserted_at: Optional[np.ndarray] = None
     state_inserted_item: Optional[np.ndarray] = None
     attributes: Optional[ItemAttributes] = None
+    stale_rows: Optional[np.ndarray] = None
 
     @property
     def num_items(self) -> int:
@@ -58,6 +63,19 @@ class ItemIndex:
         if self.removed is None or not self.removed.any():
             return ""
         return "~" + hashlib.blake2b(np.packbits(self.removed).tobytes(), digest_size=6).hexdigest()
+
+    def first_live_rows(self) -> np.ndarray:
+        """int64 (N',): each unique sequence's first input row that is not
+        stale (`stale_rows`; its first row for an item with none: one that
+        an update removed). What an item's attribute (a prior) is read
+        from, and what `item_index` answers."""
+        row_item = np.asarray(self.row_item)
+        first = np.unique(row_item, return_index=True)[1].astype(np.int64)
+        if self.stale_rows is not None:
+            live = np.flatnonzero(~np.asarray(self.stale_rows))
+            unique, at = np.unique(row_item[live], return_index=True)
+            first[unique] = live[at]
+        return first
 
     def materialized(self) -> "ItemIndex":
         """This index with every array read whole (`arrays.materialized`: the

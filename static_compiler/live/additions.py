@@ -394,10 +394,36 @@ def items_after(ir, items: ItemIndex, placed: Insertions,
             out[was[(was >= start) & (was < stop)] - start] = False  # restored
         removed = PieceArray(num_unique, bool, fill_removed)
     arrays = dict(row_item=joined(items.row_item, ids[placed.inverse].astype(np.int32)),
-                  removed=removed, **positions)
+                  removed=removed, stale_rows=_stale_rows(items, was, placed.inverse.shape[0]),
+                  **positions)
     if not lazy:
         arrays = {key: None if arr is None else materialized(arr) for key, arr in arrays.items()}
     return ItemIndex(num_unique=num_unique, **arrays), report
+
+
+def _stale_rows(items: ItemIndex, was: np.ndarray, num_added: int):
+    """The new index's stale_rows (`ItemIndex.stale_rows`): the old ones,
+    and every row of an item that was removed and is added again now (`was`:
+    the ids of the added sequences that were items), then `num_added` live
+    rows; None while no item was ever added again. A `PieceArray`, a range
+    of rows at a time (one bool per item aside: 1 GB at 1e9)."""
+    restored = was[np.asarray(items.removed[was])] if items.removed is not None and was.size \
+        else was[:0]
+    if not restored.size and items.stale_rows is None:
+        return None
+    back = np.zeros(items.num_unique, bool)
+    back[restored] = True
+    old = items.num_items
+
+    def fill_rows(out, start, stop):
+        head = max(0, min(stop, old) - start)
+        if head:
+            np.take(back, np.asarray(items.row_item[start:start + head]), out=out[:head])
+            if items.stale_rows is not None:
+                out[:head] |= np.asarray(items.stale_rows[start:start + head])
+        out[head:] = False
+
+    return PieceArray(old + num_added, bool, fill_rows)
 
 
 def inserted(old, count: int, at: np.ndarray, values, size: int, fill) -> PieceArray:

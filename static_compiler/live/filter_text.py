@@ -25,13 +25,12 @@ import math
 import re
 
 from static_compiler.errors import FilterExpressionError
-from static_compiler.live.filter_tree import (KEYWORDS, NAME, And, Compare, Expr, IsIn,
-                                              Literal, Name, Not, Or)
+from static_compiler.live.filter_tree import (KEYWORDS, MAX_NESTING, NAME, And,  # noqa: F401
+                                              Compare, Expr, IsIn, Literal, Name, Not, Or,
+                                              nesting)
 
-MAX_NESTING = 200
-"""Nested parentheses and `not`s a text may have (the parser recurses)."""
-
-_NUMBER = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
+# ASCII digits only: `\d` (and int()) would also read other scripts' digits
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
@@ -62,6 +61,9 @@ def _string_token(text: str, start: int) -> tuple:
         c = text[i]
         if c == quote:
             return "".join(chars), i + 1
+        if c == "\0":
+            raise located(text, i, "NUL character in a string",
+                          ": category values hold none (they are refused when given)")
         if c == "\\":
             escaped = text[i + 1:i + 2]
             if escaped not in ("\\", "'", '"'):
@@ -78,7 +80,7 @@ def _string_token(text: str, start: int) -> tuple:
 def _number_token(text: str, start: int, match) -> tuple:
     """(the number literal `match` spells, the offset after it)."""
     spelled = match.group()
-    if re.fullmatch(r"[+-]?\d+", spelled):
+    if re.fullmatch(r"[+-]?[0-9]+", spelled):
         try:
             return int(spelled), match.end()
         except ValueError:  # over Python's digit limit
@@ -120,9 +122,20 @@ def _tokens(text: str) -> list:
         elif c in "=!":
             raise located(text, i, f"unexpected {c!r}",
                            ": expected a comparison (==, !=, <, <=, >, >=)")
+        elif c.isdigit() or c.isnumeric():
+            raise located(text, i, f"digit {c!r} (U+{ord(c):04X})",
+                          ": numbers are written with the ASCII digits 0-9")
         else:
             raise located(text, i, f"unexpected character {c!r}")
         i = end
+
+
+def _too_deep(text: str, token: _Token, depth: int) -> FilterExpressionError:
+    """The error of an expression nested `depth` deep, past MAX_NESTING
+    (parentheses and 'not's as the parser reads them, or 'not's, 'and's
+    and 'or's inside one another: `filter_tree.nesting`)."""
+    return located(text, token.position, f"expression nested {depth} deep",
+                   f": at most {MAX_NESTING}")
 
 
 _LITERAL_WORDS = {"true": True, "True": True, "false": False, "False": False}
@@ -163,32 +176,44 @@ class _Parser:
             raise self.fail(self.peek(), "'and', 'or' or the end of the expression")
         return tree
 
+    def built(self, make, operands, token: _Token) -> Expr:
+        """`make(operands)` (a `Not` of one, a junction of several), or the
+        error of one nested deeper than MAX_NESTING located at `token`, where
+        the node's text starts."""
+        depth = 1 + max(map(nesting, operands if isinstance(operands, tuple) else (operands,)))
+        if depth > MAX_NESTING:
+            raise _too_deep(self.text, token, depth)
+        return make(operands)
+
     def disjunction(self) -> Expr:
+        start = self.peek()
         operands = [self.conjunction()]
         while self.is_word("or"):
             self.take()
             operands.append(self.conjunction())
-        return operands[0] if len(operands) == 1 else Or(tuple(operands))
+        return operands[0] if len(operands) == 1 else self.built(Or, tuple(operands), start)
 
     def conjunction(self) -> Expr:
+        start = self.peek()
         operands = [self.negation()]
         while self.is_word("and"):
             self.take()
             operands.append(self.negation())
-        return operands[0] if len(operands) == 1 else And(tuple(operands))
+        return operands[0] if len(operands) == 1 else self.built(And, tuple(operands), start)
 
     def nested(self, token: _Token):
+        """One more '(' or 'not' open (the parser recurses into it)."""
         self.depth += 1
         if self.depth > MAX_NESTING:
-            raise located(self.text, token.position,
-                           f"expression nested more than {MAX_NESTING} deep")
+            raise _too_deep(self.text, token, self.depth)
 
     def negation(self) -> Expr:
         if self.is_word("not"):
-            self.nested(self.take())
+            token = self.take()
+            self.nested(token)
             operand = self.negation()
             self.depth -= 1
-            return Not(operand)
+            return self.built(Not, operand, token)
         return self.atom()
 
     def atom(self) -> Expr:

@@ -29,12 +29,40 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 Literal = Union[bool, int, float, str]
 
+MAX_NESTING = 200
+"""How deeply an expression may nest: the `not`s and junctions (and, or)
+along its deepest path from the root to a leaf (`nesting`; a text's
+redundant parentheses count too, as the parser reads them). One limit for
+a parsed text and for a tree built in Python (each `Not` and junction
+checks it when built), so that printing, comparing, parsing back and
+evaluating an expression never run out of stack."""
+
+
+def nesting(expr: "Expr") -> int:
+    """The `not`s and junctions along `expr`'s deepest path (0 for a leaf;
+    ``a or (b and not c)``: 3). Recorded on each node when it is built."""
+    return getattr(expr, "_nesting", 0)
+
+
+def _set_nesting(node: "Expr", depth: int) -> None:
+    """Records `node`'s nesting, or raises FilterExpressionError naming the
+    depth and `MAX_NESTING`."""
+    if depth > MAX_NESTING:
+        raise FilterExpressionError(f"where: expression nested {depth} deep ('not's, 'and's and "
+                                    f"'or's inside one another): at most {MAX_NESTING}; "
+                                    "build it flatter (a & b & c is one 'and')")
+    object.__setattr__(node, "_nesting", depth)
+
 
 def _literal(value) -> Literal:
     """`value` as a plain Python literal (numpy scalars unwrapped); raises
-    FilterExpressionError for another type or a non-finite float."""
+    FilterExpressionError for another type, a non-finite float or a string
+    with a NUL character (no category holds one: `attributes`)."""
     if isinstance(value, np.generic):
         value = value.item()
+    if isinstance(value, str) and "\0" in value:
+        raise FilterExpressionError(f"where: literal {value!r} holds a NUL character: category "
+                                    "values hold none (they are refused when given)")
     if isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -83,9 +111,24 @@ class Expr:
 
     def _key(self) -> tuple:
         """What equality compares: the node's fields but `position`, each
-        literal with its type."""
+        literal with its type; a `Not`'s or junction's is flat, its
+        operands' keys between markers, made once when it is built (so
+        comparing and hashing a deep tree does not recurse)."""
+        flat = getattr(self, "_flat", None)
+        if flat is not None:
+            return flat
         return tuple(_typed(getattr(self, f.name)) for f in dataclasses.fields(self)
                      if f.name != "position")
+
+    def _set_key(self, operands) -> None:
+        """Records the flat key of a node over `operands` (`_key`)."""
+        key = [type(self).__name__, "("]
+        for operand in operands:
+            flat = getattr(operand, "_flat", None)
+            key.extend(flat) if flat is not None else \
+                key.append((type(operand).__name__,) + operand._key())
+        key.append(")")
+        object.__setattr__(self, "_flat", tuple(key))
 
     def __eq__(self, other):
         if type(other) is not type(self):
@@ -242,9 +285,20 @@ class IsIn(Expr):
         return f"{self.name} {'not in' if self.negated else 'in'} {listed}"
 
 
-def _operand_text(operand: Expr, parenthesized: tuple) -> str:
-    text = str(operand)
-    return f"({text})" if isinstance(operand, parenthesized) else text
+def _text(expr: Expr) -> str:
+    """The canonical text of `expr`: a leaf's own, a junction's operands
+    (parenthesized where precedence needs it) joined by its word; one frame
+    per level (`MAX_NESTING` levels fit the stack)."""
+    if isinstance(expr, Not):
+        inner = _text(expr.operand)
+        return "not " + (f"({inner})" if isinstance(expr.operand, Junction) else inner)
+    if not isinstance(expr, Junction):
+        return str(expr)
+    grouped, parts = expr.grouped(), []
+    for operand in expr.operands:
+        inner = _text(operand)
+        parts.append(f"({inner})" if isinstance(operand, grouped) else inner)
+    return f" {expr.word} ".join(parts)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -262,9 +316,11 @@ class Not(Expr):
     def __post_init__(self):
         if not isinstance(self.operand, Expr):
             raise FilterExpressionError(f"where: not {self.operand!r}: expected an expression")
+        _set_nesting(self, 1 + nesting(self.operand))
+        self._set_key((self.operand,))
 
     def __str__(self):
-        return "not " + _operand_text(self.operand, (And, Or))
+        return _text(self)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -286,10 +342,15 @@ class Junction(Expr):
             raise FilterExpressionError(f"where: '{self.word}' of {operands!r}: expected two "
                                         "or more expressions")
         object.__setattr__(self, "operands", operands)
+        _set_nesting(self, 1 + max(map(nesting, operands)))
+        self._set_key(operands)
+
+    def grouped(self) -> tuple:
+        """The operand types this junction's text parenthesizes."""
+        return (And, Or) if isinstance(self, And) else (Or,)  # kept apart in the text
 
     def __str__(self):
-        grouped = (And, Or) if isinstance(self, And) else (Or,)  # kept apart in the text
-        return f" {self.word} ".join(_operand_text(o, grouped) for o in self.operands)
+        return _text(self)
 
 
 class And(Junction):

@@ -76,7 +76,9 @@ def rows_item_bits(selection, items, where: str,
     """`PackedBits` (N',) in item order: the unique sequences some selected
     input row is (selection: bool (N,) over the input rows, or a
     `RowSource`, filled a chunk at a time into a buffer of each thread's, so
-    no bool (N,) is made); room as `PackedBits.zeros` takes it."""
+    no bool (N,) is made); room as `PackedBits.zeros` takes it. A stale
+    row (`ItemIndex.stale_rows`: its item was removed, then added again as
+    a new row) picks nothing: an item is picked through its live rows."""
     check_selection(selection, items, where)
     n, count = items.num_items, items.num_unique
     lazy = isinstance(selection, RowSource)
@@ -89,17 +91,25 @@ def rows_item_bits(selection, items, where: str,
 
     ranges = [(a, min(n, a + ITEM_CHUNK)) for a in range(0, n, ITEM_CHUNK)]
     row_item, size = items.row_item, items.row_item.itemsize
+    stale = items.stale_rows  # (rows that no longer stand for their item: never picked)
 
     def one_share(share) -> layer_walk.PackedBits:
         own = layer_walk.PackedBits.zeros(count, room)  # (no other thread writes its words)
         scratch = np.empty(min(n, ITEM_CHUNK), row_item.dtype)
-        rows, temporaries = (np.empty(min(n, ITEM_CHUNK), bool), []) if lazy else (None, None)
+        own_rows = lazy or stale is not None
+        rows, temporaries = (np.empty(min(n, ITEM_CHUNK), bool), []) if own_rows else \
+            (None, None)
         for start, stop in share:
             if lazy:
                 picked = rows[:stop - start]
                 selection.fill(start, stop, picked, temporaries)
+            elif stale is not None:
+                picked = rows[:stop - start]
+                np.copyto(picked, selection[start:stop])
             else:
                 picked = selection[start:stop]
+            if stale is not None:
+                np.logical_and(picked, np.logical_not(stale[start:stop]), out=picked)
             bit_kernels.mark_selected_bits(picked, np.asarray(row_item[start:stop]),
                                            own.uint64(), scratch)
             release_pages(row_item, size * start, size * stop)

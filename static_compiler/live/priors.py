@@ -14,8 +14,10 @@ reads; a finished beam keeps its rank. The layout is the plan's
 (`target.plan.prior_offsets`: the tables' state counts).
 At the state where an item ends the term is the item's own prior, so the
 final ranking is exact. Live items are those a selection or filter picks
-(as `subset` takes them), less those updates removed; priors change with
-no recompile (new values, same shapes).
+(as `subset` takes them), less those updates removed; an item outside them
+takes one constant term (`outside_term`, OUTSIDE_GAP below every live one),
+so it ranks after the live items and by the model's log-probability among
+the others; priors change with no recompile (new values, same shapes).
 
 Sets held as a trie (an item index, no `minimize`). numpy only.
 """
@@ -36,6 +38,23 @@ from static_compiler.live.placements import Placements
 CHUNK = 1 << 22
 """States crossed at a time when a layer's maxima are taken."""
 
+OUTSIDE_GAP = 1e4
+"""How far below the lowest live term (and below 0) the term of an item
+outside a prior's selection lies (`outside_term`): such an item ranks by
+its log-probability plus that one constant, so the items outside keep the
+model's order among themselves, after every live item whose
+log-probability is within OUTSIDE_GAP of theirs (float32 keeps ~1e-3 of a
+log-probability there)."""
+
+
+def outside_term(values: np.ndarray, item_live: np.ndarray) -> np.float32:
+    """The float32 term of every item outside the selection (`item_live`
+    False): OUTSIDE_GAP below the lowest live one of `values` (the weighted
+    priors, float32 (N',)) and below 0. A constant added to the model's
+    score, not a floor: the items outside still rank by the model."""
+    lowest = min(0.0, float(np.min(values, where=item_live, initial=0.0)))
+    return np.float32(np.float32(lowest) - np.float32(OUTSIDE_GAP))
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Prior:
@@ -48,9 +67,12 @@ class Prior:
         states at depths 1..depth as the tables hold them, padded to a
         reserved capacity): the entry of state s at depth d is the largest
         weighted prior (float32 weight x prior) among the live
-        items below state s at depth d, -inf where none lives (with a
-        negative weight: the smallest prior, weighted; either way the best
-        term any item below can add).
+        items below state s at depth d (with a negative weight: the
+        smallest prior, weighted; either way the best term any item below
+        can add); where only items outside the selection lie below, their
+        one term (`outside_term`: a constant OUTSIDE_GAP below every live
+        term, so they rank after the live ones and by the model among
+        themselves); -inf where no item does.
     weight : float
         The prior's weight: an item's final score is its log-probability
         plus weight x prior.
@@ -107,7 +129,8 @@ def check_weight(weight) -> float:
 
 def item_values(items, column: str) -> np.ndarray:
     """float32 (N',): the prior of each unique item, the value of `column`
-    (a float or int attribute) at its first input row. Raises
+    (a float or int attribute) at its first live input row
+    (`ItemIndex.first_live_rows`). Raises
     AttributeColumnError naming the column when it is missing, of another
     kind, or holds a value that is not finite (NaN, +-inf)."""
     columns = items.attributes or {}
@@ -119,7 +142,7 @@ def item_values(items, column: str) -> np.ndarray:
     if col.kind not in ("float", "int"):
         raise AttributeColumnError(f"prior: attribute {column!r} is a {col.kind} column: expected "
                                    "a float or int column (the log-prior of each item)")
-    first = np.unique(np.asarray(items.row_item), return_index=True)[1]
+    first = items.first_live_rows()  # (a row an update made stale no longer counts)
     values = np.asarray(col.values)[first].astype(np.float32)
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size:
@@ -147,14 +170,15 @@ def best_below(trie, items, values: np.ndarray, item_live: np.ndarray,
     state at depths 1..depth of `trie` (a trie held in its tables,
     `set_view.TableTrie`),
     the largest of `values` (float32 (N',), per unique item: the weighted
-    priors) over the items ending at or below it that `item_live` (bool
-    (N',)) keeps, -inf where none; with an end token, then each state's
-    own term at depths 0..depth (its item's, -inf where none ends there).
+    priors) over the items ending at or below it, an item that `item_live`
+    (bool (N',)) leaves out counting as `outside_term`, -inf where no item
+    does; with an end token, then each state's own term at depths
+    0..depth (its item's, -inf where none ends there).
     Depth d padded to state_counts[d] states (the tables'; None: the
     trie's)."""
     depth = trie.depth
     counts = state_counts or tuple(trie.num_states_at(d) for d in range(depth + 1))
-    kept = np.where(item_live, values, np.float32(-np.inf)).astype(np.float32)
+    kept = np.where(item_live, values, outside_term(values, item_live)).astype(np.float32)
     own = _own_terms(trie, items, kept, counts)
     below = [own[depth]]
     for d in range(depth - 1, 0, -1):

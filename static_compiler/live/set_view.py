@@ -195,8 +195,7 @@ class SetView:
         self._layout = _Once(lambda: bit_layout(
             built.get().layers, {t: held[t]["next"] for t in facts.slot_steps},
             facts.state_counts))
-        rows = None if items is None else items.row_item
-        self._first_rows = _Once(lambda: np.unique(rows, return_index=True)[1].astype(np.int64))
+        self._first_rows = _Once(lambda: items.first_live_rows())
         self._base = _Once(self._build_base)
 
     @classmethod
@@ -244,7 +243,8 @@ class SetView:
         return self._layout.get()
 
     def first_rows(self) -> np.ndarray:
-        """int64 (N',): the first input row of each unique sequence."""
+        """int64 (N',): the first live input row of each unique sequence
+        (`ItemIndex.first_live_rows`)."""
         return self._first_rows.get()
 
     def pick(self, selection, expression, masks, where: str) -> Subset:
@@ -263,6 +263,14 @@ class SetView:
         `expression` (with `masks`) checked as a `live.where.RowFilter` over
         the N input rows, evaluated where it is used (a chunk at a time into
         item bits, `item_masks.rows_item_bits`); raises as `pick`."""
+        from static_compiler.live.where import checked_masks, row_filter  # (serving: when used)
+
+        items = self.checked_items(where)
+        if masks is not None:  # (first: a list of masks gets this error, not numpy's)
+            try:
+                masks = checked_masks(masks, items.num_items)
+            except FilterExpressionError as err:
+                raise FilterExpressionError(f"{where}: {err}") from None
         if expression is None:
             if masks:
                 raise FilterExpressionError(f"{where}: masks={sorted(masks)} without where=...: "
@@ -275,9 +283,6 @@ class SetView:
             raise ConstraintSetError(f"{where}: a selection and where=... at once: pass one (a "
                                      "mask can join the expression: where='... and picked', "
                                      "masks={'picked': mask})")
-        from static_compiler.live.where import row_filter  # (serving imports it when used)
-
-        items = self.checked_items(where)
         columns = {} if items.attributes is None else items.attributes
         try:
             return row_filter(expression, columns, masks, items.num_items)
@@ -296,7 +301,8 @@ class SetView:
         items = self.checked_items(where)
         weight = priors.check_weight(weight)
         values = priors.weighted(priors.item_values(items, column), weight, column)
-        if selection is None and expression is None and not masks:
+        if selection is None and expression is None and \
+                (masks is None or (isinstance(masks, dict) and not masks)):
             live = np.ones(items.num_unique, bool)
         else:
             live = rows_item_mask(_array_or_filter(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import numpy as np
+
 from static_compiler.support import placement as placement_lib
 from static_compiler.target.lowering import lower, plan_of
 from static_compiler.errors import AttributeColumnError, ConstraintSetError
@@ -46,10 +48,34 @@ def updated(compiled, *, add=None, remove=None, attributes=None, streamed: bool 
                 old.attributes, attributes, items.num_items - old.num_items,
                 "update(attributes=...)", join))
     if remove is not None:
+        remove = _removal_over(remove, compiled.items.num_items, items.num_items)
         removed, removal = subsets.removal(items, remove, new.set_view.trie)
         report.update(removal)
         items = dataclasses.replace(items, removed=removed)
     return new.new_version(items=items, last_update=report)
+
+
+def _removal_over(remove, before: int, after: int):
+    """`remove` as `subsets.removal` takes it after `after - before` rows
+    were added: a bool mask (or any array that is not a 2-D token matrix)
+    of `before` entries, one per row of the set the update starts from
+    (the contract of `update(remove=...)`: a mask over the set's rows),
+    padded with False for the added rows; or one of `after` entries, the
+    added rows included. ConstraintSetError for another length, naming
+    both; sequences as they are."""
+    if not isinstance(remove, np.ndarray) or (remove.dtype != bool and remove.ndim == 2):
+        return remove
+    if remove.shape == (after,):
+        return remove
+    if remove.shape == (before,) and remove.dtype == bool:
+        return np.concatenate([remove, np.zeros(after - before, bool)])
+    added = (f", or ({after},) counting the {after - before} rows add= appends"
+             if after != before else "")
+    raise ConstraintSetError(f"update: remove mask has shape {remove.shape} and dtype "
+                             f"{remove.dtype}: expected ({before},) bool, one entry per row of "
+                             f"the set this update starts from (its input rows, or names given "
+                             f"for a text catalogue, then the rows earlier additions "
+                             f"appended){added}")
 
 
 def _check_attribute_args(items, add, attributes) -> None:

@@ -34,14 +34,14 @@ import numpy as np
 from static_compiler.errors import FilterExpressionError
 from static_compiler.frontend.attributes import KINDS, Column, checked_attributes
 from static_compiler.support.threads import on_threads
-from static_compiler.live.filter_text import MAX_NESTING, located, parse  # noqa: F401
-from static_compiler.live.filter_tree import (COMPARISONS, KEYWORDS, And, Compare,  # noqa: F401
-                                              Expr, IsIn, Junction, Name, Not, Or, attr,
-                                              item_mask, literal_text)
+from static_compiler.live.filter_text import located, parse  # noqa: F401
+from static_compiler.live.filter_tree import (COMPARISONS, KEYWORDS, MAX_NESTING, And,  # noqa: F401
+                                              Compare, Expr, IsIn, Junction, Name, Not, Or, attr,
+                                              item_mask, literal_text, nesting)
 
 __all__ = ["And", "COMPARISONS", "Column", "Compare", "Expr", "FEW_VALUES", "IsIn", "KEYWORDS",
-           "KINDS", "MAX_NESTING", "Name", "Not", "Or", "RowFilter", "attr", "column_of",
-           "evaluate", "item_mask", "names", "parse", "row_filter"]
+           "KINDS", "MAX_NESTING", "Name", "Not", "Or", "RowFilter", "attr", "checked_masks",
+           "column_of", "evaluate", "item_mask", "names", "nesting", "parse", "row_filter"]
 
 FEW_VALUES = 8
 """An `in` list of at most this many values is evaluated as an or of `==`."""
@@ -111,17 +111,17 @@ def _float_compare(values, op: str, number) -> _Plan:
     try:
         wide = float(number)
     except OverflowError:  # an int beyond float64
-        wide = math.copysign(math.inf, number)
-    with np.errstate(over="ignore"):
+        wide = math.inf if number > 0 else -math.inf
+    with np.errstate(over="ignore"):  # past the dtype's max: +-inf, exact, no warning
         nearest = kind(wide)
-    if float(nearest) == number:  # Python compares int and float exactly
-        return _Plan(op, values, nearest)
-    if op in ("==", "!="):
-        return _constant(op == "!=")
-    if float(nearest) < number:
-        below, above = nearest, np.nextafter(nearest, kind(np.inf))
-    else:
-        below, above = np.nextafter(nearest, kind(-np.inf)), nearest
+        if float(nearest) == number:  # Python compares int and float exactly
+            return _Plan(op, values, nearest)
+        if op in ("==", "!="):
+            return _constant(op == "!=")
+        if float(nearest) < number:
+            below, above = nearest, np.nextafter(nearest, kind(np.inf))
+        else:
+            below, above = np.nextafter(nearest, kind(-np.inf)), nearest
     return _Plan("<=", values, below) if op in ("<", "<=") else _Plan(">=", values, above)
 
 
@@ -175,8 +175,7 @@ class _Checker:
         name = node.name
         if name in self.columns and name in self.masks:
             raise self.fail(node, " is both an attribute and a mask", f"name {name!r}")
-        if name in self.masks:
-            _check_mask(name, self.masks[name], self.num_rows)
+        if name in self.masks:  # (checked: `checked_masks`)
             return Column("bool", self.masks[name])
         if name not in self.columns:
             listed = ", ".join(sorted(self.columns)) or "none"
@@ -268,6 +267,28 @@ def _check_column(name: str, column, num_rows: int) -> None:
                                     f"{column.categories!r}: expected a tuple of str")
 
 
+def checked_masks(masks, num_rows: int, where: str = "where") -> dict:
+    """`masks` (None, or a mapping of mask names to bool (num_rows,) numpy
+    arrays over the input rows) as a dict; FilterExpressionError naming
+    `where` and the value for anything else (a list of masks, a name that
+    is not a str, a mask of another dtype or length). Every door's filter
+    enters here (`row_filter`), before a name is looked up."""
+    if masks is None:
+        return {}
+    if not isinstance(masks, Mapping):
+        shown = repr(masks)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise FilterExpressionError(f"{where}: masks={shown} is a {type(masks).__name__}: "
+                                    f"expected a mapping of names to bool arrays ({num_rows},) "
+                                    "over the input rows, e.g. masks={'seen': seen}")
+    for name, selection in masks.items():
+        if not isinstance(name, str):
+            raise FilterExpressionError(f"{where}: masks key {name!r} is a {type(name).__name__}: "
+                                        "expected the mask's name (a str the filter reads)")
+        _check_mask(name, selection, num_rows)
+    return dict(masks)
+
+
 def _check_mask(name: str, selection, num_rows: int) -> None:
     if not isinstance(selection, np.ndarray) or selection.dtype != bool \
             or selection.shape != (num_rows,):
@@ -348,7 +369,6 @@ def row_filter(expr, columns: Mapping, masks: Optional[Mapping] = None, num_rows
                chunk_rows: int = 1 << 22) -> RowFilter:
     """`expr` checked against the columns and masks, as a `RowFilter`;
     takes and raises what `evaluate` does, reads no value."""
-    masks = {} if masks is None else masks
     if isinstance(expr, str):
         text = expr
     elif isinstance(expr, Expr):
@@ -360,9 +380,8 @@ def row_filter(expr, columns: Mapping, masks: Optional[Mapping] = None, num_rows
     if num_rows < 0 or int(chunk_rows) < 1:
         raise FilterExpressionError(f"where: num_rows {num_rows} and chunk_rows {chunk_rows}: "
                                     "expected num_rows >= 0 and chunk_rows >= 1")
+    masks = checked_masks(masks, num_rows)
     plan = _Checker(text, columns, masks, num_rows).plan(parse(text))
-    for name, selection in masks.items():
-        _check_mask(name, selection, num_rows)
     return RowFilter(plan, num_rows, int(chunk_rows))
 
 
@@ -395,8 +414,9 @@ def evaluate(expr, columns: Mapping, masks: Optional[Mapping] = None, num_rows: 
     FilterExpressionError
         the text does not parse; a name is neither an attribute nor a mask;
         a comparison does not fit its column's kind (the message names the
-        position, the attribute and its kind); a mask is not bool (N,); a
-        column's values are not (N,).
+        position, the attribute and its kind); masks is not a mapping of
+        names to bool (N,) arrays (`checked_masks`); a column's values are
+        not (N,); the expression nests deeper than MAX_NESTING.
 
     Examples
     --------

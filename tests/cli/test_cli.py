@@ -180,6 +180,33 @@ def test_decode_prints_valid_top_sequences(npy_artifact, capsys):
     assert "exports beam sizes [3, 5] (compile with --beam-sizes 4" in err
 
 
+@pytest.mark.parametrize("schedule", ["2/4", "2/4/4/4/4"])
+def test_decode_names_the_length_of_a_beam_schedule(npy_artifact, capsys, schedule):
+    """A schedule of another length than the set's 4 steps is refused with
+    the length a schedule has, and no compile command (the compiler refuses
+    that schedule too); one of the right length the artifact lacks names the
+    compile option that adds it."""
+    path = npy_artifact / "sids.static"
+    code, _, err = run_cli(capsys, "decode", path, "--beam-size", schedule)
+    line = one_error_line(err)
+    assert code == 2 and f"--beam-size {schedule}: a beam schedule has one width per step" in line
+    assert "decodes 4 steps: give 4 widths joined by '/'" in line, line
+    assert "compile with" not in line
+    code, _, err = run_cli(capsys, "compile", npy_artifact / "sids.npy", "-o",
+                           npy_artifact / "refused.static", "--vocab-size", 16, "--beam-sizes",
+                           schedule)
+    assert code == 2  # (what the old message suggested)
+    code, _, err = run_cli(capsys, "decode", path, "--beam-size", "2/4/4/4")
+    assert code == 2 and "exports beam sizes [3, 5] (compile with --beam-sizes 2/4/4/4 to " \
+                         "add one)" in one_error_line(err)
+
+
+def test_decode_prior_weight_needs_a_prior(npy_artifact, capsys):
+    code, _, err = run_cli(capsys, "decode", npy_artifact / "sids.static", "--prior-weight", 2)
+    line = one_error_line(err)
+    assert code == 2 and "--prior-weight 2.0 without --prior" in line, line
+
+
 def test_membership_is_exact_for_fixed_and_ragged_sets():
     tokens = np.array([[1, 2, 3, -1], [1, 2, 8, -1], [4, 8, -1, -1], [1, 2, 8, -1]])
     lengths = np.array([3, 2, 1, 3])

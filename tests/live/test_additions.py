@@ -195,7 +195,8 @@ def test_removal_wins_over_addition_and_adding_a_removed_item_restores_it():
     assert v.item_index([(1, 0)]).tolist() == [-1]
     w = v.update(add=[(1, 0), (2, 2)], remove=[(2, 2)])
     assert w.last_update["restored"] == 1 and w.last_update["removed"] == 1
-    assert w.item_index([(1, 0), (2, 2)]).tolist() == [1, -1]
+    # (restored as row 3: row 1 ended with its removal, `ItemIndex.stale_rows`)
+    assert w.item_index([(1, 0), (2, 2)]).tolist() == [3, -1]
 
 
 def test_subsets_of_an_older_version_are_refused():

@@ -20,7 +20,8 @@ import pytest
 import static_compiler as sc
 from static_compiler.artifact import format as fmt
 from static_compiler.errors import (ArtifactFormatError, AttributeColumnError,
-                                    ConstraintSetError, DecodeInputError)
+                                    ConstraintSetError, DecodeInputError,
+                                    FilterExpressionError)
 from static_compiler.frontend.attributes import appended, checked_attributes, code_dtype
 from helpers import edit_manifest, one_error_line, run_cli
 
@@ -231,6 +232,73 @@ def test_the_compile_command_takes_an_npz(tmp_path, capsys):
     np.testing.assert_array_equal(back["topic"].to_numpy(), ATTRIBUTES["topic"])
 
 
+def test_the_update_command_takes_the_added_rows_attributes(tmp_path, capsys):
+    """`update --add ROWS --attributes FILE.npz` adds items to a catalogue
+    with attributes (before, the error named --attributes, which update did
+    not take), as `update_artifact(add=..., attributes=...)` does; without
+    it the line names the flag; --attributes without --add names --add."""
+    np.save(tmp_path / "rows.npy", ROWS)
+    np.savez(tmp_path / "attrs.npz", age=ATTRIBUTES["age"], topic=np.array(ATTRIBUTES["topic"]))
+    assert run_cli(capsys, "compile", tmp_path / "rows.npy", "--vocab-size", "5",
+                   "--export-subsets", "--tables-only", "--capacity", "2", "--attributes",
+                   tmp_path / "attrs.npz", "-o", tmp_path / "a")[0] == 0
+    np.save(tmp_path / "added.npy", ADDED)
+    code, _, err = run_cli(capsys, "update", tmp_path / "a", "--add", tmp_path / "added.npy")
+    line = one_error_line(err)
+    assert code == 2 and "['age', 'topic'] are not given" in line and "--attributes" in line
+    np.savez(tmp_path / "added.npz", age=ADDED_ATTRIBUTES["age"],
+             topic=np.array(ADDED_ATTRIBUTES["topic"]))
+    code, _, err = run_cli(capsys, "update", tmp_path / "a", "--remove", tmp_path / "rows.npy",
+                           "--attributes", tmp_path / "added.npz")
+    assert code == 2 and "pass --add FILE with them" in one_error_line(err)
+    code, out, err = run_cli(capsys, "update", tmp_path / "a", "--add", tmp_path / "added.npy",
+                             "--attributes", tmp_path / "added.npz")
+    assert code == 0 and "2 items added" in out, err
+    back = sc.load(tmp_path / "a").attributes
+    np.testing.assert_array_equal(back["topic"].to_numpy(),
+                                  ATTRIBUTES["topic"] + ADDED_ATTRIBUTES["topic"])
+    np.testing.assert_array_equal(back["age"].to_numpy(),
+                                  np.r_[ATTRIBUTES["age"], ADDED_ATTRIBUTES["age"]])
+    (tmp_path / "bad.npz").write_bytes(b"no npz")
+    code, _, err = run_cli(capsys, "update", tmp_path / "a", "--add", tmp_path / "added.npy",
+                           "--attributes", tmp_path / "bad.npz")
+    assert code == 2 and "--attributes" in one_error_line(err)
+
+
+@pytest.mark.parametrize("where", ["compiled", "artifact"])
+def test_a_removal_mask_beside_additions_covers_the_rows_before_or_after(where, tmp_path):
+    """update(add=..., remove=mask): the mask has one entry per row of the
+    set the update starts from (N, as the docstring says) or N + n, the n
+    added rows last; the same items go either way; another length names
+    both."""
+    n = len(ROWS)
+    before = np.zeros(n, bool)
+    before[1] = True
+    after = np.r_[before, [False, True]]  # also the second added row
+
+    def updated(remove):
+        if where == "compiled":
+            return compiled_set().update(add=ADDED, remove=remove, attributes=ADDED_ATTRIBUTES)
+        path = compiled_set().save(tmp_path / f"s{len(list(tmp_path.iterdir()))}",
+                                   modules=False)
+        sc.update_artifact(path, add=ADDED, remove=remove, attributes=ADDED_ATTRIBUTES)
+        return sc.load(path)
+
+    over_n = updated(before)
+    assert over_n.item_index(ROWS[1:2]).tolist() == [-1]
+    assert over_n.item_index(ADDED).tolist() == [n, n + 1]
+    over_all = updated(after)
+    assert over_all.item_index(ROWS[1:2]).tolist() == [-1]
+    assert over_all.item_index(ADDED).tolist() == [n, -1]
+    for bad in (np.zeros(n + 1, bool), np.zeros(n - 1, bool), np.zeros(n, np.int8)):
+        with pytest.raises(ConstraintSetError) as info:
+            updated(bad)
+        message = str(info.value)
+        assert f"remove mask has shape {bad.shape}" in message, message
+        assert f"expected ({n},) bool, one entry per row of the set" in message
+        assert f"or ({n + 2},) counting the 2 rows add= appends" in message
+
+
 # Edge cases
 
 
@@ -289,6 +357,9 @@ def test_a_partitioned_build_takes_them_over_its_rows():
     ({"x": np.zeros(5, "datetime64[D]")}, r"attribute 'x': .*convert it to int"),
     ({"x": [object()] * 5}, r"attribute 'x': values of type \['object'\]"),
     ([1, 2], "expected a mapping"),
+    ({"x": ["a", "a\0", "b", "c", "d"]}, r"attribute 'x': category value 'a\\x00' holds a NUL"),
+    ({"x": np.array(["a", "b\0c", "b", "c", "d"])}, r"attribute 'x': category value 'b\\x00c'"),
+    ({"x": np.array(["a", "\0", "b", "c", "d"], object)}, r"attribute 'x': .*'\\x00' holds a NUL"),
 ])
 def test_bad_columns_name_the_column(given, problem):
     with pytest.raises(AttributeColumnError, match=problem):
@@ -311,6 +382,9 @@ def test_attributes_need_sequence_input():
                                              r"span \[1, 40000\]"),
     (dict(ADDED_ATTRIBUTES, topic=[1, 2]), "attribute 'topic' holds category values"),
     (dict(ADDED_ATTRIBUTES, fresh=[1, 0]), "attribute 'fresh' holds bool values"),
+    (dict(ADDED_ATTRIBUTES, topic=["news", "news\0"]), r"attribute 'topic': category value "
+                                                       r"'news\\x00' holds a NUL"),
+    (dict(ADDED_ATTRIBUTES, topic=np.array(["x\0y", "news"])), r"'x\\x00y' holds a NUL"),
 ])
 def test_bad_additions_name_the_column(added, problem):
     with pytest.raises(AttributeColumnError, match=problem):
@@ -377,3 +451,21 @@ def test_the_compile_command_refuses_a_bad_npz(tmp_path, capsys):
                              "--attributes", tmp_path / "bad.npz", "-o", tmp_path / "a")
     assert code == 2 and "--attributes" in one_error_line(err)
 
+
+
+def test_a_nul_character_never_merges_two_categories():
+    """"a" and "a\\x00" would be one category in numpy's fixed-width strings:
+    a value with a NUL is refused at compile time, on update and in a
+    filter's literal (text or built), so no filter can tell them apart
+    wrongly."""
+    compiled = compiled_set()
+    with pytest.raises(AttributeColumnError, match="NUL"):
+        sc.compile_constraints(ROWS, VOCAB, export_subsets=True,
+                               attributes={**ATTRIBUTES, "topic": ["a", "a\0", "a", "b", "b"]})
+    with pytest.raises(AttributeColumnError, match="NUL"):
+        compiled.update(add=ADDED, attributes={**ADDED_ATTRIBUTES, "topic": ["news", "news\0"]})
+    with pytest.raises(FilterExpressionError, match=r"NUL character in a string at position 14"):
+        compiled.subset(where="topic == 'news\0'")
+    with pytest.raises(FilterExpressionError, match=r"literal 'news\\x00' holds a NUL"):
+        compiled.subset(where=sc.attr("topic").isin(["sport", "news\0"]))
+    assert compiled.subset(where="topic == 'news'").live is not None

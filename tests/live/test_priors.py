@@ -8,6 +8,8 @@ the prior honouring removals and filters; bad input."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,6 +20,7 @@ import static_compiler as sc
 from helpers import assert_matches, examples
 from static_compiler.errors import (AttributeColumnError, ConstraintSetError,
                                     DecodeInputError)  # noqa: F401
+from static_compiler.live.priors import OUTSIDE_GAP
 from static_compiler.support.decode_state import MIN_VALID_SCORE
 from static_compiler.target.plan import prior_offsets
 
@@ -35,14 +38,17 @@ def compiled_with(layout: str = "default", **kw):
 
 
 def terms(weight: float, live=None) -> dict:
-    """{item: float32 weight x prior (its first row's)} of the unique items
-    some row of `live` (bool per row; None: all) picks."""
+    """{item: float32 term}: weight x prior (its first row's) for the unique
+    items some row of `live` (bool per row; None: all) picks; for the
+    others one constant, OUTSIDE_GAP below the lowest live term and 0."""
     out, picked = {}, set()
     for i, item in enumerate(ITEMS):
         out.setdefault(item, np.float32(weight) * POP[i])
         if live is None or live[i]:
             picked.add(item)
-    return {item: t for item, t in out.items() if item in picked}
+    lowest = min([0.0] + [float(t) for item, t in out.items() if item in picked])
+    outside = np.float32(np.float32(lowest) - np.float32(OUTSIDE_GAP))
+    return {item: t if item in picked else outside for item, t in out.items()}
 
 
 def search(compiled, prior, beam_size, seeds=(3, 9), **kw):
@@ -104,9 +110,10 @@ def test_the_look_ahead_is_the_best_prior_below_each_state():
 
 
 def test_a_filtered_prior_ranks_the_other_items_last():
-    """Items outside the prior's selection get no prior: they rank after
-    every live one (MIN_VALID_SCORE), and decoding over the same subset
-    never meets them."""
+    """Items outside the prior's selection get no prior but one constant
+    term below every live one: they rank after the live items, by the
+    model among themselves; decoding over the same subset never meets
+    them."""
     compiled = compiled_with()
     keep = np.arange(len(ROWS)) % 3 == 0
     prior = compiled.prior("pop", weight=1.0, selection=keep)
@@ -120,6 +127,41 @@ def test_a_filtered_prior_ranks_the_other_items_last():
     np.testing.assert_array_equal(
         by_where.best, compiled.prior("pop", weight=1.0, selection=np.arange(len(ROWS)) % 2 == 0)
         .best)
+
+
+@pytest.mark.parametrize("weight", [1.0, -2.0, 0.0])
+@pytest.mark.parametrize("pick", ["selection", "where", "nothing"])
+def test_outside_a_prior_s_selection_items_still_rank_by_the_model(pick, weight):
+    """With beams covering the set, the result is every item, ranked by brute
+    force: the live ones by log-probability plus weight x prior, then the
+    others by their log-probability alone (before: all at the floor score,
+    in token-id order), on the compiled set and the torch backend (one
+    prior table: the served artifact reads the same `SetView.prior`)."""
+    compiled = compiled_with()
+    keep = {"selection": np.arange(len(ROWS)) % 3 == 0, "where": np.arange(len(ROWS)) % 2 == 0,
+            "nothing": np.zeros(len(ROWS), bool)}[pick]
+    prior = compiled.prior("pop", weight=weight, where="kind == 'a'") if pick == "where" else \
+        compiled.prior("pop", weight=weight, selection=keep)
+    n, seed = len(set(ITEMS)), 7
+    got = search(compiled, prior, n, seeds=(seed,))
+    scores = oracle.sequence_scores(oracle.ConstraintSet(ITEMS, V), oracle.HashModel(V), seed)
+    live = {item for item, k in zip(ITEMS, keep) if k}
+    final = {item: np.float32(s + terms(weight, keep)[item]) for item, s in scores.items()}
+    want = sorted(final, key=lambda item: (item not in live, -final[item]))
+    valid = np.asarray(got.valid)[0]
+    beams = [tuple(int(x) for x in row) for row in np.asarray(got.tokens)[0][valid]]
+    assert len(beams) == n and set(beams) == set(final)
+    outside = [b for b in beams if b not in live]
+    assert beams[:len(beams) - len(outside)] == [b for b in want if b in live]
+    assert [scores[b] for b in outside] == sorted((scores[b] for b in outside), reverse=True)
+    np.testing.assert_allclose(np.asarray(got.scores)[0][valid], [final[b] for b in beams],
+                               rtol=1e-6, atol=2e-3)
+    assert len(outside) == n - len(live) and outside != sorted(outside)  # not token-id order
+    if importlib.util.find_spec("torch") is not None:
+        from static_compiler.torch_backend import TorchConstraints
+        tc = TorchConstraints.from_compiled(compiled)
+        np.testing.assert_array_equal(tc.prior("pop", weight=weight, selection=keep).best,
+                                      prior.best)
 
 
 def test_a_removal_takes_the_item_out_of_the_prior():

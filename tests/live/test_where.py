@@ -11,6 +11,7 @@ evaluation in plain Python, and that ``parse(str(expr)) == expr``.
 from __future__ import annotations
 
 import operator
+import warnings
 
 import numpy as np
 import pytest
@@ -494,3 +495,64 @@ def test_column_of_rejects_other_arrays(array, fragment):
     with pytest.raises(AttributeColumnError, match="'tags'") as info:
         column_of(array, "tags")
     assert fragment in str(info.value)
+
+
+# Numbers are ASCII; literals past a column's dtype compare exactly, silently.
+
+@pytest.mark.parametrize("text, position, char", [
+    ("x == \u0661\u0662", 5, "\u0661"),     # Arabic-Indic 12
+    ("x < 1\u0662", 5, "\u0662"),           # an ASCII digit then another script's
+    ("x in (1, \u0968)", 9, "\u0968"),      # Devanagari 2
+    ("x > \uff13", 4, "\uff13"),            # fullwidth 3
+    ("x >= 2\u00b2", 6, "\u00b2"),          # superscript 2
+    ("x == 1.\u0665", 7, "\u0665"),
+])
+def test_only_ascii_digits_spell_a_number(text, position, char):
+    with pytest.raises(FilterExpressionError) as info:
+        parse(text)
+    message = str(info.value)
+    assert f"digit {char!r}" in message and f"at position {position}" in message, message
+    assert "ASCII digits 0-9" in message
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", list(COMPARE))
+def test_literals_past_a_float_dtype_compare_exactly_without_a_warning(dtype, op):
+    big = float(np.finfo(dtype).max)
+    values = np.array([0.0, -big, big, np.inf, -np.inf, np.nan], dtype)
+    columns = {"x": Column("float", values)}
+    past = [3.4028235e38, big * (1 + 2 ** -30), float(np.nextafter(big, np.inf)), big, 1e308] \
+        if dtype == np.float32 else [2 ** 1024, 10 ** 400, big]  # (ints past float64: exact)
+    for literal in past + [-v for v in past]:
+        text = f"x {op} {literal!r}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (numpy's overflow warning would fail here)
+            got = evaluate(text, columns, None, len(values))
+            got_in = evaluate(f"x in ({literal!r}, 0.5)", columns, None, len(values))
+        want = [COMPARE[op](float(v), literal) if not np.isnan(v) else op == "!="
+                for v in values.tolist()]
+        assert got.tolist() == want, text
+        assert got_in.tolist() == [float(v) in (literal, 0.5) for v in values.tolist()], text
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int64, np.uint64])
+@pytest.mark.parametrize("op", list(COMPARE))
+def test_literals_past_an_int_dtype_compare_exactly_without_a_warning(dtype, op):
+    info = np.iinfo(dtype)
+    values = np.array([info.min, 0, info.max], dtype)
+    for literal in (int(info.max) + 1, int(info.min) - 1, 2 ** 70, -2 ** 70, 1e30, -1e30,
+                    float(info.max) + 0.5):
+        text = f"x {op} {literal!r}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = evaluate(text, {"x": Column("int", values)}, None, 3)
+        assert got.tolist() == [COMPARE[op](int(v), literal) for v in values.tolist()], text
+
+
+def test_masks_must_be_a_mapping_of_names_to_bool_arrays():
+    columns = _columns()
+    for masks, fragment in (([SEEN["seen"]], "masks=[array([False"), ("seen", "is a str"),
+                            ({("seen",): SEEN["seen"]}, "masks key ('seen',) is a tuple")):
+        with pytest.raises(FilterExpressionError, match="mapping|name") as info:
+            evaluate("age < 7 and not seen", columns, masks, 4)
+        assert fragment in str(info.value) and "ambiguous" not in str(info.value)

@@ -3,8 +3,9 @@ weighted prior among the live items below its next state (the look-ahead
 of `static_compiler.live.priors`), one gather per step.
 
 A candidate's rank is ``max(score + term, MIN_VALID_SCORE)``, term =
-``best[offset(t) + next]`` (-inf where no live item lies below, which then
-ranks it after every other valid candidate); with an end token, the end
+``best[offset(t) + next]`` (for items outside the prior's selection a
+constant below every live term, `live.priors.outside_term`, so they rank
+after the live ones and by the model among themselves); with an end token, the end
 token's candidate reads its state's own item's term and a finished beam
 carried over adds none. Invalid candidates keep SENTINEL_SCORE. The beams
 keep their summed log-probabilities until they are complete (the last
