@@ -11,9 +11,11 @@ that requests after the warm-up compile nothing. What `warm` covers:
 
 * the processor pair `processor(B)`: mask, advance and advance_and_mask at
   every step (run once on dummy float32 logits and int32 tokens);
-* with eager=True, the op-by-op `mask` / `advance` / `allowed` (their ops
-  compile once per shape: each step's, and `allowed`'s each prefix length,
-  at B rows);
+* with eager=True, the op-by-op loop: `mask` / `allowed_tokens` /
+  `advance` at every step on the state `advance` returned and `allowed`
+  (their ops compile once per shape: each step's, and `allowed`'s each
+  prefix length, at B rows), and `init_beams` / `finalize` at each beam
+  size (the length penalty is traced: one program for every value);
 * given the model (`logits_fn`, part of the decoders' programs):
   `beam_search` at each (B, M) of `beam_sizes`, `greedy_decode`
   (greedy=True) and `sample` (a `sample_key`), compiled ahead (not run)
@@ -133,6 +135,9 @@ class WarmUp:
             padded to max_subsets (empty subsets appended: the same
             results), so they compile nothing (0: none; a set compiled
             with capacity always gets its removal program, one subset row).
+            At most `artifact.warm.PADDED_SUBSETS_MAX_BYTES` over one
+            subset's bytes; the padding starts only once every compile
+            ran (a warm-up that raises changes nothing).
         eager : bool
             Also run the op-by-op `mask` / `advance` (each step) and
             `allowed` (each prefix length) once at each B: their jax ops
@@ -158,7 +163,7 @@ class WarmUp:
             For a bad size, a decoder asked without `logits_fn` (or a model
             with no decoder asked), an option no decoder takes, bad option
             values (as the decoders check them), max_subsets > 0 on a set
-            without item subsets.
+            without item subsets or past its bound.
         """
         if not isinstance(background, bool):
             raise DecodeInputError(f"warm: background={background!r}: expected a bool")
