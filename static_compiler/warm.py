@@ -12,7 +12,8 @@ that requests after the warm-up compile nothing. What `warm` covers:
 * the processor pair `processor(B)`: mask, advance and advance_and_mask at
   every step (run once on dummy float32 logits and int32 tokens);
 * with eager=True, the op-by-op loop: `mask` / `allowed_tokens` /
-  `advance` at every step on the state `advance` returned and `allowed`
+  `advance` at every step on the state `advance` returned (and at a
+  step given as a device int32 scalar) and `allowed`
   (their ops compile once per shape: each step's, and `allowed`'s each
   prefix length, at B rows), and `init_beams` / `finalize` at each beam
   size (the length penalty is traced: one program for every value);
@@ -289,12 +290,15 @@ def _subset_specs(compiled, batch_size: int, max_subsets: int) -> tuple:
 
 def _eager(compiled, batch_size: int, specs: tuple, beams: tuple = ()) -> None:
     """Runs the op-by-op `mask`, `allowed_tokens`, `advance` (each step,
-    on the state the previous `advance` returned) and `allowed` (each prefix length) once at `batch_size` rows,
+    on the state the previous `advance` returned, and at a step given as a
+    device int32 scalar: one program for every step) and `allowed` (each prefix length) once at `batch_size` rows,
     over every item and, when removals are expected (`specs`), over a
     subset of every item (the shapes of a version's decodes after a
     removal), and over the stack every stack of stacked subsets is padded
     to (the last of `specs`); and `init_beams` / `finalize` (its length
     penalty traced) at each beam size of `beams` (a schedule's last width)."""
+    import jax
+
     T, V = compiled.max_length, compiled.vocab_size
     subsets = [(None, None)]
     if specs:
@@ -313,6 +317,11 @@ def _eager(compiled, batch_size: int, specs: tuple, beams: tuple = ()) -> None:
             compiled.allowed_tokens(state, t, **kw)
             compiled.allowed(np.zeros((batch_size, t), np.int32), **kw)
             state = compiled.advance(state, tokens, t, **kw)
+        for state in (compiled.init_processor(batch_size), state):  # a step on the device
+            step = jax.device_put(np.int32(0))
+            compiled.mask(logits, state, step, **kw)
+            compiled.allowed_tokens(state, step, **kw)
+            compiled.advance(state, tokens, step, **kw)
     for M in beams:
         width = M if isinstance(M, int) else M[-1]
         compiled.finalize(compiled.init_beams(batch_size, width))

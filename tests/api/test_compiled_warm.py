@@ -218,8 +218,9 @@ def test_warm_reports_the_programs_xla_compiled():
 
 
 def _loop(c, B, **kw):
-    """The op-by-op processor loop (each step on the state advance returned),
-    allowed at every prefix length, and length penalties in the search and
+    """The op-by-op processor loop (each step on the state advance returned;
+    then each step as a device scalar), allowed at every prefix length, and
+    length penalties in the search and
     finalize."""
     out, state = [], c.init_processor(B)
     for t in range(c.max_length):
@@ -227,6 +228,10 @@ def _loop(c, B, **kw):
         out += [x, c.allowed_tokens(state, t, **kw)]
         state = c.advance(state, np.argmax(np.asarray(x), -1).astype(np.int32), t, **kw)
         out.append(c.allowed(np.ones((B, t), np.int32), **kw))
+    for t in range(c.max_length):  # the step as a device scalar: one program for every step
+        x = c.mask(np.zeros((B, V), np.float32), state, jnp.int32(t), **kw)
+        out += [x, c.allowed_tokens(state, jnp.int32(t), **kw)]
+        state = c.advance(state, np.zeros(B, np.int32), jnp.int32(t), **kw)
     for penalty in (0.0, 0.6, 1.7):
         out += [sc.beam_search(c, model, batch_size=B, beam_size=4, length_penalty=penalty, **kw),
                 c.finalize(c.init_beams(B, 4), penalty)]
