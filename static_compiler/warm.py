@@ -310,18 +310,18 @@ def _eager(compiled, batch_size: int, specs: tuple, beams: tuple = ()) -> None:
     logits = np.zeros((batch_size, V), np.float32)
     tokens = np.zeros((batch_size,), np.int32)
     for subset, index in subsets:
-        kw = dict(subset=subset, subset_index=index)
+        kw = {"subset": subset, "subset_index": index}
         state = compiled.init_processor(batch_size)
         for t in range(T):
             compiled.mask(logits, state, t, **kw)
             compiled.allowed_tokens(state, t, **kw)
             compiled.allowed(np.zeros((batch_size, t), np.int32), **kw)
             state = compiled.advance(state, tokens, t, **kw)
-        for state in (compiled.init_processor(batch_size), state):  # a step on the device
-            step = jax.device_put(np.int32(0))
-            compiled.mask(logits, state, step, **kw)
-            compiled.allowed_tokens(state, step, **kw)
-            compiled.advance(state, tokens, step, **kw)
+        step = jax.device_put(np.int32(0))  # a step on the device
+        for st in (compiled.init_processor(batch_size), state):
+            compiled.mask(logits, st, step, **kw)
+            compiled.allowed_tokens(st, step, **kw)
+            compiled.advance(st, tokens, step, **kw)
     for M in beams:
         width = M if isinstance(M, int) else M[-1]
         compiled.finalize(compiled.init_beams(batch_size, width))
