@@ -57,11 +57,14 @@ def finalize(state: BeamState, length_penalty=0.0) -> DecodeResult:
     """Final result; with a length penalty, beams are re-ranked by the
     normalized score (valid beams first), and `scores` are the normalized ones.
     length_penalty: a Python number (0: no re-ranking, nothing traced) or
-    a traced float32 scalar (one program for every value: a `lax.cond`
-    keeps the beams as they are at 0)."""
+    a traced float32 scalar (one program for every value: both are
+    computed, (B, M) each, and a select keeps the beams as they are at 0;
+    no conditional, which a GPU would read back on the host)."""
     if isinstance(length_penalty, (int, float)):
         return (_reranked if length_penalty else _as_is)(state, length_penalty)
-    return lax.cond(length_penalty == 0, _as_is, _reranked, state, length_penalty)
+    off = jnp.asarray(length_penalty) == 0
+    return DecodeResult(*(jnp.where(off, a, b) for a, b in
+                          zip(_as_is(state, 0), _reranked(state, length_penalty))))
 
 
 def _as_is(state: BeamState, length_penalty) -> DecodeResult:
