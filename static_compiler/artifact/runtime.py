@@ -11,6 +11,7 @@ only jax, numpy and the standard library, and of this package only
 from __future__ import annotations
 
 import datetime
+import threading
 import warnings
 from typing import Optional
 
@@ -57,6 +58,7 @@ class Module:
         self._call = jax.jit(exported.call)
         self._replicated = replicated  # a module for a mesh: its other arguments' sharding
         self._pinned = (None, None)  # (the tables' device sharding, the call pinned to it)
+        self._lock = threading.Lock()
 
     def _jitted(self, tables):
         """The jitted call for `tables`: on one device, every argument pinned
@@ -72,8 +74,11 @@ class Module:
         if held is None or held != sharding:
             if not isinstance(sharding, jax.sharding.SingleDeviceSharding):
                 return self._call
-            call = jax.jit(self.exported.call, in_shardings=sharding)
-            self._pinned = (sharding, call)
+            with self._lock:  # (one jitted call, so two threads' first calls compile once)
+                held, call = self._pinned
+                if held is None or held != sharding:
+                    call = jax.jit(self.exported.call, in_shardings=sharding)
+                    self._pinned = (sharding, call)
         return call
 
     def __call__(self, tables, *args):
