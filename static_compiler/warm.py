@@ -11,9 +11,12 @@ that requests after the warm-up compile nothing. What `warm` covers:
 
 * the processor pair `processor(B)`: mask, advance and advance_and_mask at
   every step (run once on dummy float32 logits and int32 tokens);
-* with eager=True, the op-by-op `mask` / `advance` / `allowed` (their ops
-  compile once per shape: each step's, and `allowed`'s each prefix length,
-  at B rows);
+* with eager=True, the op-by-op loop: `mask` / `allowed_tokens` /
+  `advance` at every step on the state `advance` returned (and at a
+  step given as a device int32 scalar) and `allowed`
+  (their ops compile once per shape: each step's, and `allowed`'s each
+  prefix length, at B rows), and `init_beams` / `finalize` at each beam
+  size (the length penalty is traced: one program for every value);
 * given the model (`logits_fn`, part of the decoders' programs):
   `beam_search` at each (B, M) of `beam_sizes`, `greedy_decode`
   (greedy=True) and `sample` (a `sample_key`), compiled ahead (not run)
@@ -40,12 +43,12 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.artifact.warm import Warmth, pad_subsets
+from static_compiler.artifact.warm import Warmth, check_max_subsets, pad_subsets
 from static_compiler.backend import decode
 from static_compiler.support.compile_events import CompileCounter
 from static_compiler.support.arguments import check_warm_beam_sizes
 from static_compiler.support.decode_state import check_int, check_rows
-from static_compiler.errors import ConstraintSetError, DecodeInputError
+from static_compiler.errors import DecodeInputError
 from static_compiler.live.liveness import Subset, checked_subset_index
 
 _lock = threading.Lock()
@@ -133,6 +136,9 @@ class WarmUp:
             padded to max_subsets (empty subsets appended: the same
             results), so they compile nothing (0: none; a set compiled
             with capacity always gets its removal program, one subset row).
+            At most `artifact.warm.PADDED_SUBSETS_MAX_BYTES` over one
+            subset's bytes; the padding starts only once every compile
+            ran (a warm-up that raises changes nothing).
         eager : bool
             Also run the op-by-op `mask` / `advance` (each step) and
             `allowed` (each prefix length) once at each B: their jax ops
@@ -158,13 +164,13 @@ class WarmUp:
             For a bad size, a decoder asked without `logits_fn` (or a model
             with no decoder asked), an option no decoder takes, bad option
             values (as the decoders check them), max_subsets > 0 on a set
-            without item subsets.
+            without item subsets or past its bound.
         """
-        jobs = _plan(self, batch_sizes, beam_sizes, logits_fn, greedy, sample_key,
-                     max_subsets, eager, options)
         if not isinstance(background, bool):
             raise DecodeInputError(f"warm: background={background!r}: expected a bool")
-        run = functools.partial(_run, self._compile_counter(), jobs)
+        jobs, pad_to = _plan(self, batch_sizes, beam_sizes, logits_fn, greedy, sample_key,
+                             max_subsets, eager, options)
+        run = functools.partial(_run, self._warmth(), jobs, pad_to)
         return Warming(run) if background else run()
 
 
@@ -198,13 +204,19 @@ class Warming:
         return self._result
 
 
-def _run(counter: CompileCounter, jobs: list) -> int:
-    """Runs the planned compiles in this thread, counted by `counter`."""
-    before = counter.count
-    with counter.counting():
+def _run(warmth: Warmth, jobs: list, pad_to: int) -> int:
+    """Runs the planned compiles in this thread, counted by the set's
+    counter and by one of its own (the count returned: this warm-up's
+    compilations alone, whatever other threads compile meanwhile); only
+    once they all ran are stacks of 2..pad_to padded to pad_to (all or
+    nothing: a warm-up that raised leaves the set as it was)."""
+    mine = CompileCounter()
+    with warmth.counter.counting(), mine.counting():
         for job in jobs:
             job()
-    return counter.count - before
+    if pad_to > 1:
+        warmth.raise_pad_to(pad_to)
+    return mine.count
 
 
 def _sizes(name: str, sizes, allow_empty: bool) -> tuple:
@@ -220,11 +232,12 @@ def _sizes(name: str, sizes, allow_empty: bool) -> tuple:
 def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_subsets,
           eager, options: dict) -> list:
     """Checks warm's arguments (DecodeInputError) and returns its compiles
-    as zero-argument callables, nothing compiled yet."""
+    as zero-argument callables, nothing compiled yet, and the stacked
+    subsets stacks of 2 or more are padded to once they all ran."""
     sizes = _sizes("batch_sizes", batch_sizes, allow_empty=False)
     check_rows(*sizes)
     beams = check_warm_beam_sizes(beam_sizes, compiled.max_length)
-    max_subsets = check_int("max_subsets", max_subsets, low=0)
+    max_subsets = check_max_subsets(max_subsets, compiled.set_view, "warm")[0]
     for name, flag in (("greedy", greedy), ("eager", eager)):
         if not isinstance(flag, bool):
             raise DecodeInputError(f"warm: {name}={flag!r}: expected a bool")
@@ -239,12 +252,6 @@ def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_
     if unknown:
         raise DecodeInputError(f"warm: unknown option(s) {unknown}: expected some of "
                                f"{sorted(beam_opts | sample_opts)}")
-    if max_subsets:
-        try:
-            compiled.set_view.bit_layout("warm")  # (ConstraintSetError: no item subsets)
-        except ConstraintSetError as err:
-            raise DecodeInputError(f"warm: max_subsets={max_subsets}: this set has no item "
-                                   f"subsets: {err}") from None
     if max_subsets > 1:  # (a larger bound warmed before stays: its programs are compiled)
         max_subsets = max(max_subsets, compiled._warmth().pad_to or 0)
     if options.get("prior") is not None:  # (its values do not matter: its shape does)
@@ -256,7 +263,7 @@ def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_
         specs = _subset_specs(compiled, B, max_subsets)
         jobs.append(functools.partial(compiled.processor(B).warm, specs))
         if eager:
-            jobs.append(functools.partial(_eager, compiled, B, specs))
+            jobs.append(functools.partial(_eager, compiled, B, specs, beams))
         calls = [(decode.search.beam_search_compiles, (logits_fn,),
                   dict(pick(beam_opts), batch_size=B, beam_size=M)) for M in beams]
         if greedy:
@@ -267,9 +274,7 @@ def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_
                           dict(pick(sample_opts), batch_size=B)))
         for planner, args, kwargs in calls:  # (checks the options now)
             jobs.extend(planner(plan, tables, *args, subsets=(None,) + specs, **kwargs))
-    if max_subsets > 1:  # every argument checked: stacks of 2..max_subsets now padded to it
-        compiled._warmth().raise_pad_to(max_subsets)
-    return jobs
+    return jobs, max_subsets
 
 
 def _subset_specs(compiled, batch_size: int, max_subsets: int) -> tuple:
@@ -283,12 +288,17 @@ def _subset_specs(compiled, batch_size: int, max_subsets: int) -> tuple:
     return tuple(decode.live.live_mask_spec(compiled.plan, batch_size, r) for r in counts)
 
 
-def _eager(compiled, batch_size: int, specs: tuple) -> None:
-    """Runs the op-by-op `mask`, `advance` (each step) and `allowed` (each
-    prefix length) once at `batch_size` rows, over every item and, when
-    removals are expected (`specs`), over a subset of every item (the
-    shapes of a version's decodes after a removal), and over the stack
-    every stack of stacked subsets is padded to (the last of `specs`)."""
+def _eager(compiled, batch_size: int, specs: tuple, beams: tuple = ()) -> None:
+    """Runs the op-by-op `mask`, `allowed_tokens`, `advance` (each step,
+    on the state the previous `advance` returned, and at a step given as a
+    device int32 scalar: one program for every step) and `allowed` (each prefix length) once at `batch_size` rows,
+    over every item and, when removals are expected (`specs`), over a
+    subset of every item (the shapes of a version's decodes after a
+    removal), and over the stack every stack of stacked subsets is padded
+    to (the last of `specs`); and `init_beams` / `finalize` (its length
+    penalty traced) at each beam size of `beams` (a schedule's last width)."""
+    import jax
+
     T, V = compiled.max_length, compiled.vocab_size
     subsets = [(None, None)]
     if specs:
@@ -300,9 +310,18 @@ def _eager(compiled, batch_size: int, specs: tuple) -> None:
     logits = np.zeros((batch_size, V), np.float32)
     tokens = np.zeros((batch_size,), np.int32)
     for subset, index in subsets:
+        kw = {"subset": subset, "subset_index": index}
         state = compiled.init_processor(batch_size)
         for t in range(T):
-            compiled.mask(logits, state, t, subset=subset, subset_index=index)
-            compiled.advance(state, tokens, t, subset=subset, subset_index=index)
-            compiled.allowed(np.zeros((batch_size, t), np.int32), subset=subset,
-                             subset_index=index)
+            compiled.mask(logits, state, t, **kw)
+            compiled.allowed_tokens(state, t, **kw)
+            compiled.allowed(np.zeros((batch_size, t), np.int32), **kw)
+            state = compiled.advance(state, tokens, t, **kw)
+        step = jax.device_put(np.int32(0))  # a step on the device
+        for st in (compiled.init_processor(batch_size), state):
+            compiled.mask(logits, st, step, **kw)
+            compiled.allowed_tokens(st, step, **kw)
+            compiled.advance(st, tokens, step, **kw)
+    for M in beams:
+        width = M if isinstance(M, int) else M[-1]
+        compiled.finalize(compiled.init_beams(batch_size, width))

@@ -11,6 +11,7 @@ only jax, numpy and the standard library, and of this package only
 from __future__ import annotations
 
 import datetime
+import threading
 import warnings
 from typing import Optional
 
@@ -56,6 +57,29 @@ class Module:
         self.entry = entry
         self._call = jax.jit(exported.call)
         self._replicated = replicated  # a module for a mesh: its other arguments' sharding
+        self._pinned = (None, None)  # (the tables' device sharding, the call pinned to it)
+        self._lock = threading.Lock()
+
+    def _jitted(self, tables):
+        """The jitted call for `tables`: on one device, every argument pinned
+        to the tables' device (in_shardings), so an argument's placement
+        (a numpy array, a device array put without a device, a module's or
+        a model's output, committed to it) never makes another program; on
+        a mesh (arguments put on it in `__call__`) and without tables
+        (init modules), the plain jitted call."""
+        if self._replicated is not None or not tables:
+            return self._call
+        sharding = getattr(tables[0], "sharding", None)
+        held, call = self._pinned
+        if held is None or held != sharding:
+            if not isinstance(sharding, jax.sharding.SingleDeviceSharding):
+                return self._call
+            with self._lock:  # (one jitted call, so two threads' first calls compile once)
+                held, call = self._pinned
+                if held is None or held != sharding:
+                    call = jax.jit(self.exported.call, in_shardings=sharding)
+                    self._pinned = (sharding, call)
+        return call
 
     def __call__(self, tables, *args):
         specs = self.entry.args[len(tables):]
@@ -78,7 +102,7 @@ class Module:
                     "r = stacked subsets)")
         if self._replicated is not None:  # every argument on the module's mesh
             args = jax.device_put(args, self._replicated)
-        return self._call(*tables, *args)
+        return self._jitted(tables)(*tables, *args)
 
 
 def deserialize(snap: snapshot.Snapshot, name: str, entry: ModuleEntry,

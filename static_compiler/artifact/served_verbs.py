@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import jax.numpy as jnp
 import numpy as np
 
+from static_compiler.artifact.warm import counted
 from static_compiler.live.priors import check_no_length_penalty
 from static_compiler.support.beam_loop import check_search, run_search
 from static_compiler.support.decode_state import (SENTINEL_SCORE, ProcessorState,
@@ -30,6 +31,12 @@ def _root_state(batch_size) -> ProcessorState:
     return ProcessorState(node=jnp.asarray(np.zeros((batch_size,), np.int32)),
                           valid=jnp.asarray(np.ones((batch_size,), bool)),
                           finished=jnp.asarray(np.zeros((batch_size,), bool)))
+
+
+def _unfinished_on_host(state) -> bool:
+    """`beam_loop.any_unfinished` on host copies of the (B, M) flags: eager
+    jax ops would compile a program each, per shape, on a first request."""
+    return bool((np.asarray(state.valid) & ~np.asarray(state.finished)).any())
 
 
 class ServedVerbs:
@@ -74,14 +81,15 @@ class ServedVerbs:
         prefixes = np.asarray(prefixes)
         check_token_values("prefixes", prefixes, self.vocab_size, "allowed")
         n, t = prefixes.shape
-        if n == 0:
-            return jnp.zeros((0, self.vocab_size), bool)
+        if n == 0:  # (a host array put on the device: no program)
+            return jnp.asarray(np.zeros((0, self.vocab_size), bool))
         state = self.init_processor(n)
         for step in range(t):
             state = self.advance(state, prefixes[:, step], step, subset=subset,
                                  subset_index=subset_index)
         return self.allowed_tokens(state, t, subset=subset, subset_index=subset_index)
 
+    @counted
     def beam_search(self, logits_fn: Callable, batch_size: int, beam_size: int, *, subset=None,
                     subset_index=None, start_token=0, carry=None,
                     reorder: Optional[Callable] = None, length_penalty: float = 0.0,
@@ -97,7 +105,10 @@ class ServedVerbs:
         carry when beam_size > 1). start_token, length_penalty, subset,
         subset_index, prior (`prior`; with an artifact exported with
         export_priors=True): as `static_compiler.beam_search`. With an end token
-        the search stops once every valid beam has ended. Returns a
+        the search stops once every valid beam has ended (read on the host:
+        no program). Its compilations count in `compilations()`, the
+        model's own included (as the compiled set's `beam_search`, whose
+        program holds the model). Returns a
         `DecodeResult`, or ``(result, carry)`` with return_carry. Raises
         DecodeInputError for bad arguments and a beam size not exported."""
         B, widths = check_search(logits_fn, batch_size, beam_size, carry, reorder,
@@ -110,6 +121,7 @@ class ServedVerbs:
                                                    beam_size=widths[t + 1], prior=prior)
         state, carry = run_search(state, step, logits_fn, max_length=self.max_length,
                                   vocab_size=self.vocab_size, end_token=self.end_token,
-                                  carry=carry, reorder=reorder, widths=widths)
+                                  carry=carry, reorder=reorder, widths=widths,
+                                  unfinished=_unfinished_on_host)
         result = self.finalize(state, length_penalty)
         return (result, carry) if return_carry else result

@@ -336,10 +336,18 @@ class Artifact(ServedItems, ServedVerbs):
         raises what the warm-up raised); requests may run meanwhile (one
         that needs a program not yet compiled compiles it itself).
 
-        Returns a `warm.WarmReport` (compilations, calls, seconds, ...).
-        Raises DecodeInputError for a batch size < 1, a beam size not
-        exported, max_subsets < 0, or max_subsets > 0 without subsets;
-        these are checked before anything runs, background or not."""
+        Also warmed per B: the served `beam_search` (its end-token loop),
+        and the processor loop (init_processor, mask, allowed_tokens,
+        advance at every step on the state advance returned) with
+        `allowed` at every prefix length. A warm-up that raises leaves
+        the padding as it was (all or nothing).
+
+        Returns a `warm.WarmReport` (compilations: the programs XLA
+        compiled during it, which `compilations()` counts too; calls,
+        seconds, ...). Raises DecodeInputError for a batch size < 1, a
+        beam size not exported, max_subsets < 0, max_subsets > 0 without
+        subsets or past `warm.PADDED_SUBSETS_MAX_BYTES` over one subset's
+        bytes; these are checked before anything runs, background or not."""
         return _warm(self, batch_sizes, beam_sizes, max_subsets, background)
 
     def compilations(self) -> int:

@@ -22,6 +22,7 @@ module needs only jax, numpy and the standard library.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import threading
 import time
@@ -32,7 +33,7 @@ import numpy as np
 from static_compiler.support.compile_events import CompileCounter
 from static_compiler.support.decode_state import check_int, check_rows
 from static_compiler.support.decode_types import WarmReport
-from static_compiler.errors import DecodeInputError
+from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.live.liveness import Subset
 
 
@@ -54,11 +55,74 @@ class Warmth:
             self.pad_to = max(num, self.pad_to or 0)
             return self.pad_to
 
+    @contextlib.contextmanager
+    def padding_to(self, num: int):
+        """`raise_pad_to(num)` for a warm-up that must be all or nothing:
+        if the block raises, pad_to goes back to what it was (unless
+        another warm-up raised it meanwhile), so a failed warm-up leaves
+        requests decoding as before. Yields the bound."""
+        with self._lock:
+            before = self.pad_to
+            self.pad_to = after = max(num, before or 0)
+        try:
+            yield after
+        except BaseException:
+            with self._lock:
+                if self.pad_to == after:
+                    self.pad_to = before
+            raise
+
     def padded_rows(self, num_subsets: int) -> int:
         """The stacked subsets a stack of `num_subsets` is decoded as."""
         pad = self.pad_to
         return pad if pad is not None and num_subsets <= pad else num_subsets
 
+
+
+PADDED_SUBSETS_MAX_BYTES = 64 << 20
+"""The most bytes of subset bits a padded stack may hold (64 MiB), which
+bounds `warm(max_subsets=K)`: after the warm-up every stack of 2..K subsets
+(on the served artifact, 1..K) is decoded as K subsets, so each such stack
+holds K x (one subset's bits, uint32 words per depth) on the host, copies
+them to the device, and the decoders read them per row; K is at most this
+budget over one subset's bytes (`check_max_subsets`)."""
+
+
+def subset_bytes(subset: Subset) -> int:
+    """Bytes of one of `subset`'s stacked subsets: its bits (uint32 words
+    per depth, arrays shared by depths counted once) and its size."""
+    arrays = {id(w): w for w in subset.live + subset.ends if w is not None}
+    total = sum(w.nbytes for w in arrays.values()) + subset.sizes.nbytes
+    return -(-total // max(subset.num_subsets, 1))
+
+
+def check_max_subsets(max_subsets, set_view, where: str) -> tuple:
+    """(K, an empty subset of the set or None) for `warm(max_subsets=K)`:
+    K an int in [0, bound], bound = PADDED_SUBSETS_MAX_BYTES // (one
+    subset's bytes), since every stack of up to K subsets is padded to K
+    (see PADDED_SUBSETS_MAX_BYTES); K > 0 needs item subsets. Builds the
+    empty subset (all bits zero, what the warm-up decodes over) only for
+    K > 0. Raises DecodeInputError naming K, the bound and why, before
+    anything changes or compiles."""
+    k = check_int("max_subsets", max_subsets, low=0)
+    if not k:
+        return 0, None
+    try:
+        items = set_view.checked_items(where)
+    except (ConstraintSetError, DecodeInputError) as err:
+        raise DecodeInputError(f"{where}: max_subsets={k}: this set has no item subsets, "
+                               f"expected max_subsets=0 ({err})") from None
+    empty = set_view.subset(np.zeros(items.num_items, bool), where)
+    each = subset_bytes(empty)
+    bound = max(1, PADDED_SUBSETS_MAX_BYTES // each)
+    if k > bound:
+        raise DecodeInputError(
+            f"{where}: max_subsets={k}: expected an int in [0, {bound}]: after the warm-up every "
+            f"stack of up to max_subsets subsets is padded to max_subsets subsets of {each} bytes "
+            f"each (their bits), and {bound} of them fill the "
+            f"{PADDED_SUBSETS_MAX_BYTES >> 20} MiB a padded stack may hold "
+            "(artifact.warm.PADDED_SUBSETS_MAX_BYTES)")
+    return k, empty
 
 
 def pad_subsets(subset: Subset, num_subsets: int) -> Subset:
@@ -129,28 +193,35 @@ def check_warm_arguments(art, batch_sizes, beam_sizes, max_subsets, background) 
     for b in sizes:
         for w in widths:
             check_rows(b, max(w))
-    k = check_int("max_subsets", max_subsets, low=0)
-    if k and art.items is None:
-        raise DecodeInputError(f"{where}: max_subsets={k}: this artifact has no item subsets "
-                               "(compile with export_subsets=True), expected max_subsets=0")
     if not isinstance(background, (bool, np.bool_)):
         raise DecodeInputError(f"{where}: background={background!r}: expected a bool")
-    return sizes, beams, k
+    k, empty = check_max_subsets(max_subsets, art.set_view, where)
+    if empty is None and art.items is not None:  # (K = 0: R = 1 is warmed, see the module doc)
+        empty = art.subset(np.zeros(art.items.num_items, bool))
+    return sizes, beams, k, empty
 
 
 def warm(art, batch_sizes, beam_sizes, max_subsets, background):
-    """`Artifact.warm`: checks the arguments, sets the padding bound, then
-    runs `run_warm` here or on a thread (a Future of its WarmReport)."""
-    sizes, beams, k = check_warm_arguments(art, batch_sizes, beam_sizes, max_subsets, background)
-    rows = art._warmth.raise_pad_to(max(k, 1)) if art.items is not None else None
+    """`Artifact.warm`: checks the arguments, then runs `run_warm` here or
+    on a thread (a Future of its WarmReport), with the padding bound
+    raised for its run and kept only if it succeeds (all or nothing)."""
+    sizes, beams, k, empty = check_warm_arguments(art, batch_sizes, beam_sizes, max_subsets,
+                                                  background)
+
+    def run():
+        if empty is None:
+            return run_warm(art, sizes, beams, None, None)
+        with art._warmth.padding_to(max(k, 1)) as rows:
+            return run_warm(art, sizes, beams, rows, empty)
+
     if not background:
-        return run_warm(art, sizes, beams, rows)
+        return run()
     future: concurrent.futures.Future = concurrent.futures.Future()
 
     def work():
         if future.set_running_or_notify_cancel():
             try:
-                future.set_result(run_warm(art, sizes, beams, rows))
+                future.set_result(run())
             except BaseException as err:  # handed to whoever waits on the future
                 future.set_exception(err)
 
@@ -167,18 +238,34 @@ def _zero_prior(art):
     return Prior(np.zeros(prior_size(plan), np.float32), 0.0, "", art.fingerprint)
 
 
-def run_warm(art, sizes: tuple, beams: tuple, rows: Optional[int]) -> WarmReport:
+def _host_model(vocab_size: int):
+    """A model of zero logits made on the host (numpy): running the served
+    `beam_search` with it compiles only what the search itself runs."""
+    def logits_fn(last_tokens, step, carry):
+        return np.zeros(tuple(np.shape(last_tokens)) + (vocab_size,), np.float32), carry
+
+    return logits_fn
+
+
+def run_warm(art, sizes: tuple, beams: tuple, rows: Optional[int],
+             empty: Optional[Subset]) -> WarmReport:
     """Runs every request-path call once per shape on dummy inputs (zeros;
-    an empty subset stacked `rows` times; with item-prior modules, a prior
-    of zeros), through the public methods, so their eager conversions
-    (step, logits, finalize) compile too."""
+    `empty`, a subset of no item, padded to `rows` stacked subsets; with
+    item-prior modules, a prior of zeros), through the public methods, so
+    their eager conversions (step, logits, finalize) compile too: per B,
+    each beam size or schedule step by step (host and device logits) and
+    through `beam_search` (its end-token loop), and the processor loop
+    (init_processor, mask, allowed_tokens, advance at every step, each on
+    the state the previous advance returned) with `allowed` at every prefix
+    length. The report's count is the compilations run inside it, which
+    `compilations()` counts too."""
     import jax  # running an artifact's modules; the rest of this module needs no jax
 
     start, calls, counter = time.perf_counter(), 0, CompileCounter()
-    V = art.vocab_size
-    empty = None if rows is None else art.subset(np.zeros(art.items.num_items, bool))
+    V, T = art.vocab_size, art.max_length
     zeros = _zero_prior(art) if art.manifest.exports_priors else None
-    with counter.counting():
+    model = _host_model(V)
+    with art._warmth.counter.counting(), counter.counting():
         for B in sizes:
             index = np.zeros(B, np.int32)
             subset_kw = [{}] if empty is None else [{}, dict(subset=empty, subset_index=index)]
@@ -202,11 +289,17 @@ def run_warm(art, sizes: tuple, beams: tuple, rows: Optional[int]) -> WarmReport
                         jax.block_until_ready(art.finalize(after))
                         calls += 2
                 calls += 1
+            for M in beams:  # the served search: its loop (the end token's check) and steps
+                for kw in step_kw:
+                    jax.block_until_ready(art.beam_search(model, B, M, **kw))
+                    calls += 1
             if "mask" in art._modules:
-                pstate = art.init_processor(B)
                 for kw in subset_kw:
-                    jax.block_until_ready(art.mask(np.zeros((B, V), np.float32), pstate, 0, **kw))
-                    jax.block_until_ready(art.allowed_tokens(pstate, 0, **kw))
-                    jax.block_until_ready(art.advance(pstate, np.zeros(B, np.int32), 0, **kw))
-                    calls += 3
+                    pstate = art.init_processor(B)
+                    for t in range(T):
+                        masked = art.mask(np.zeros((B, V), np.float32), pstate, t, **kw)
+                        jax.block_until_ready(art.allowed_tokens(pstate, t, **kw))
+                        pstate = art.advance(pstate, np.argmax(np.asarray(masked), -1), t, **kw)
+                        jax.block_until_ready(art.allowed(np.zeros((B, t), np.int32), **kw))
+                        calls += 4
     return WarmReport(counter.count, calls, time.perf_counter() - start, sizes, beams, rows)

@@ -37,9 +37,16 @@ def check_search(logits_fn, batch_size, beam_size, carry, reorder, max_length: i
     return B, widths
 
 
+def any_unfinished(state) -> bool:
+    """Whether some valid beam of `state` has not ended: its ops on the
+    state's own arrays (torch tensors: eager ops that compile nothing)."""
+    return bool((state.valid & ~state.finished).any())
+
+
 def run_search(state, step_fn: Callable, logits_fn: Callable, *, max_length: int,
                vocab_size: int, end_token: Optional[int], carry=None,
-               reorder: Optional[Callable] = None, widths: Optional[tuple] = None) -> tuple:
+               reorder: Optional[Callable] = None, widths: Optional[tuple] = None,
+               unfinished: Callable = any_unfinished) -> tuple:
     """(last state, carry) of a search from `state` (a BeamState (B, M)):
     at each step t, ``logits, carry = logits_fn(state.last_tokens, t,
     carry)`` (logits (B, M_t, V), M_t the state's beams, checked as a pair),
@@ -48,11 +55,13 @@ def run_search(state, step_fn: Callable, logits_fn: Callable, *, max_length: int
     state.parent)``; with an end token it stops once no valid beam is
     unfinished (one host read of a bool per step), but still runs each step
     where the widths change, so the result has widths[-1] beams (finished
-    beams carry over unchanged: the result is the same)."""
+    beams carry over unchanged: the result is the same). unfinished(state)
+    -> bool: that check (the served artifact reads the flags on the host,
+    where jax would compile each op of `any_unfinished`)."""
     B = state.node.shape[0]
     for step in range(max_length):
         M = state.node.shape[1]
-        if end_token is not None and step and not bool((state.valid & ~state.finished).any()) \
+        if end_token is not None and step and not unfinished(state) \
                 and (widths is None or all(w == M for w in widths[step:])):
             break  # every valid beam has ended: the steps left change nothing
         logits, carry = model_output(logits_fn(state.last_tokens, step, carry),

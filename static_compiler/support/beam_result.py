@@ -11,15 +11,18 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
+from static_compiler.errors import DecodeInputError
 from static_compiler.support.decode_types import (MIN_VALID_SCORE, SENTINEL_SCORE, BeamState,
                                                   DecodeResult)
 
 
-def length_normalized(scores, lengths, length_penalty: float):
-    """GNMT length penalty: score / ((5 + length) / 6) ** length_penalty."""
-    if not length_penalty:
+def length_normalized(scores, lengths, length_penalty):
+    """GNMT length penalty: score / ((5 + length) / 6) ** length_penalty
+    (a Python 0 returns the scores as they are)."""
+    if isinstance(length_penalty, (int, float)) and not length_penalty:
         return scores
     return scores / ((5.0 + lengths.astype(jnp.float32)) / 6.0) ** length_penalty
 
@@ -31,17 +34,41 @@ def _take_beams(x, order):
     return jnp.take(x.reshape((B * M,) + x.shape[2:]), flat, axis=0, mode="clip")
 
 
-def finalize(state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
-    """Final result; with a length penalty, beams are re-ranked by the
-    normalized score (valid beams first), and `scores` are the normalized ones."""
-    if not length_penalty:
-        return DecodeResult(state.tokens, state.scores, state.valid, state.lengths)
+def _reranked(state: BeamState, length_penalty) -> DecodeResult:
     normalized = length_normalized(state.scores, state.lengths, length_penalty)
     ranked = jnp.where(state.valid, jnp.maximum(normalized, jnp.float32(MIN_VALID_SCORE)),
                        SENTINEL_SCORE)
     _, order = lax.top_k(ranked, ranked.shape[-1])
     pick = lambda x: _take_beams(x, order)
     return DecodeResult(pick(state.tokens), pick(ranked), pick(state.valid), pick(state.lengths))
+
+
+def penalty_value(length_penalty: float):
+    """A checked length penalty as the decoders' traced argument: float32,
+    so that every value runs one program (a Python float would be a static
+    value, one program each)."""
+    if abs(length_penalty) > np.finfo(np.float32).max:
+        raise DecodeInputError(f"length_penalty={length_penalty!r}: expected a finite float32 "
+                               f"(|length_penalty| <= {float(np.finfo(np.float32).max):.4g})")
+    return np.float32(length_penalty)
+
+
+def finalize(state: BeamState, length_penalty=0.0) -> DecodeResult:
+    """Final result; with a length penalty, beams are re-ranked by the
+    normalized score (valid beams first), and `scores` are the normalized ones.
+    length_penalty: a Python number (0: no re-ranking, nothing traced) or
+    a traced float32 scalar (one program for every value: both are
+    computed, (B, M) each, and a select keeps the beams as they are at 0;
+    no conditional, which a GPU would read back on the host)."""
+    if isinstance(length_penalty, (int, float)):
+        return (_reranked if length_penalty else _as_is)(state, length_penalty)
+    off = jnp.asarray(length_penalty) == 0
+    return DecodeResult(*(jnp.where(off, a, b) for a, b in
+                          zip(_as_is(state, 0), _reranked(state, length_penalty))))
+
+
+def _as_is(state: BeamState, length_penalty) -> DecodeResult:
+    return DecodeResult(state.tokens, state.scores, state.valid, state.lengths)
 
 
 def completed(state: BeamState, depth: int) -> BeamState:
@@ -55,7 +82,13 @@ def completed(state: BeamState, depth: int) -> BeamState:
                           valid=complete)
 
 
-@functools.partial(jax.jit, static_argnames=("depth", "length_penalty"))
-def finalize_complete(state: BeamState, depth: int, length_penalty: float = 0.0) -> DecodeResult:
-    """A front door's `finalize` as one program: `finalize` of `completed`."""
+@functools.partial(jax.jit, static_argnames=("depth",))
+def _finalize_complete(state: BeamState, length_penalty, depth: int) -> DecodeResult:
     return finalize(completed(state, depth), length_penalty)
+
+
+def finalize_complete(state: BeamState, depth: int, length_penalty: float = 0.0) -> DecodeResult:
+    """A front door's `finalize` as one program: `finalize` of `completed`,
+    the length penalty traced (`penalty_value`: one program for every
+    value, per state shape)."""
+    return _finalize_complete(state, penalty_value(length_penalty), depth=depth)

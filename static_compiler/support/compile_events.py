@@ -87,8 +87,14 @@ class CompileCounter:
 
     @contextlib.contextmanager
     def counting(self):
-        """Counts the compilations this thread runs inside the block."""
-        token = _active.set(_active.get() + (self,))
+        """Counts the compilations this thread runs inside the block, once
+        each: a block of a counter already counting in this thread (a verb
+        calling another verb of the same door) adds nothing."""
+        active = _active.get()
+        if self in active:
+            yield self
+            return
+        token = _active.set(active + (self,))
         try:
             yield self
         finally:

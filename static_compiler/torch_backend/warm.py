@@ -20,6 +20,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from static_compiler.artifact.warm import check_max_subsets
 from static_compiler.support import arguments
 from static_compiler.support.decode_types import WarmReport
 from static_compiler.errors import DecodeInputError
@@ -51,10 +52,7 @@ def check_warm_arguments(tc, batch_sizes, beam_sizes, max_subsets) -> tuple:
     for B in sizes:
         for M in beams or (1,):
             arguments.check_beam_schedule(M, tc.max_length, B)
-    k = arguments.check_int("max_subsets", max_subsets, low=0)
-    if k and _num_items(tc) is None:
-        raise DecodeInputError(f"warm: max_subsets={k}: this set has no item subsets "
-                               "(compile with export_subsets=True)")
+    k = check_max_subsets(max_subsets, tc.set_view, "warm")[0]  # (the bound every door keeps)
     return sizes, beams, k
 
 

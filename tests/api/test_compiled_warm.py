@@ -206,3 +206,68 @@ def test_stacks_up_to_max_subsets_are_padded_and_compile_nothing():
     with pytest.raises(DecodeInputError, match="subset_index"):  # checked against R, not 4
         sc.beam_search(c, model, batch_size=2, beam_size=4, subset=stacks[2],
                        subset_index=np.array([0, 2]))
+
+
+def test_warm_reports_the_programs_xla_compiled():
+    """The count warm returns equals jax's compile events during it and the
+    set's `compilations()` (nested verbs once counted each program twice)."""
+    c = sc.compile_constraints(items(60, seed=11), V, capacity=1.5)  # (its own plan)
+    events = xla_compilations()
+    ran = c.warm([2], eager=True)
+    assert ran > 0 and ran == xla_compilations() - events == c.compilations()
+
+
+def _loop(c, B, **kw):
+    """The op-by-op processor loop (each step on the state advance returned;
+    then each step as a device scalar), allowed at every prefix length, and
+    length penalties in the search and
+    finalize."""
+    out, state = [], c.init_processor(B)
+    for t in range(c.max_length):
+        x = c.mask(np.cos(np.arange(V, dtype=np.float32) * t)[None].repeat(B, 0), state, t, **kw)
+        out += [x, c.allowed_tokens(state, t, **kw)]
+        state = c.advance(state, np.argmax(np.asarray(x), -1).astype(np.int32), t, **kw)
+        out.append(c.allowed(np.ones((B, t), np.int32), **kw))
+    for t in range(c.max_length):  # the step as a device scalar: one program for every step
+        x = c.mask(np.zeros((B, V), np.float32), state, jnp.int32(t), **kw)
+        out += [x, c.allowed_tokens(state, jnp.int32(t), **kw)]
+        state = c.advance(state, np.zeros(B, np.int32), jnp.int32(t), **kw)
+    for penalty in (0.0, 0.6, 1.7):
+        out += [sc.beam_search(c, model, batch_size=B, beam_size=4, length_penalty=penalty, **kw),
+                c.finalize(c.init_beams(B, 4), penalty)]
+    return jax.block_until_ready(out)
+
+
+def test_after_warm_the_loop_allowed_and_length_penalties_compile_nothing():
+    rows = items(120, seed=12)
+    c = sc.compile_constraints(rows, V, end_token=0, capacity=1.5)
+    c.warm([2], beam_sizes=[4], logits_fn=model, eager=True, max_subsets=2, length_penalty=0.3)
+    events, own = xla_compilations(), c.compilations()
+    _loop(c, 2)
+    _loop(c, 2, subset=sc.stack_subsets([c.subset(rows[:40]), c.subset(rows[30:])]),
+          subset_index=np.array([1, 0]))
+    _loop(c.update(remove=np.arange(len(rows)) % 4 == 0), 2)
+    assert xla_compilations() == events and c.compilations() == own
+
+
+def test_max_subsets_past_its_bound_is_typed_and_changes_nothing():
+    from static_compiler.artifact import warm as warming
+
+    rows = items(80, seed=13)
+    c = sc.compile_constraints(rows, V)
+    bound = warming.PADDED_SUBSETS_MAX_BYTES // warming.subset_bytes(c.subset(np.zeros(80, bool)))
+    for k in (bound + 1, 10 ** 12):
+        with pytest.raises(DecodeInputError, match=rf"max_subsets={k}.*\[0, {bound}\]"):
+            c.warm([2], max_subsets=k)
+    assert c._warmth().pad_to is None and c.compilations() == 0
+
+
+def test_a_failed_warm_up_leaves_the_padding_as_it_was():
+    c = sc.compile_constraints(items(80, seed=14), V)
+
+    def broken(last, step, carry):  # fails when its search compiles, after every check
+        raise RuntimeError("model")
+
+    with pytest.raises(RuntimeError, match="model"):
+        c.warm([2], beam_sizes=[4], logits_fn=broken, max_subsets=3)
+    assert c._warmth().pad_to is None

@@ -48,3 +48,16 @@ def test_a_counter_on_another_thread_does_not_see_this_threads_compilations():
         release.set()
         thread.join()
     assert counter.count == 0
+
+
+def test_a_counter_nested_in_itself_counts_each_compilation_once():
+    """A door's verb calling another verb of the same door enters its
+    counter twice: each program still counts once, as jax reported it."""
+    counter = CompileCounter()
+    f = _fresh_program(9.75)
+    total = xla_compilations()
+    with counter.counting():
+        with counter.counting():
+            f(np.ones(3)).block_until_ready()
+        f(np.ones(6)).block_until_ready()
+    assert counter.count == xla_compilations() - total == 2

@@ -131,3 +131,16 @@ def test_warm_pays_the_first_subsets_costs(sets, tmp_path, max_subsets):
     assert before["_trie"] and before["_layout"]
     tc.subset(np.array([True, False, True, True]))
     assert _built(tc) == before
+
+
+def test_max_subsets_past_the_padding_bound_is_typed(sets):
+    """The bound every door keeps on max_subsets (`PADDED_SUBSETS_MAX_BYTES`
+    over one subset's bytes): past it a typed error, before anything runs."""
+    from static_compiler.artifact import warm as warming
+
+    tc = sets["artifact"]
+    bound = warming.PADDED_SUBSETS_MAX_BYTES // warming.subset_bytes(
+        tc.subset(np.zeros(len(ROWS), bool)))
+    with pytest.raises(DecodeInputError, match=rf"max_subsets=10000000000.*\[0, {bound}\]"):
+        tc.warm([1], max_subsets=10 ** 10)
+    assert tc.warm([1], max_subsets=bound).compilations == 0 == tc.compilations()

@@ -64,7 +64,11 @@ def mask(plan: Plan, tables, logits, state: ProcessorState, step, subset=None):
     B = state.node.shape[0]
     check_live_mask(plan, subset, B, "mask")
     if not isinstance(step, int):
-        return mask_switch(plan, tables, logits, state, step, subset)
+        if isinstance(step, jax.core.Tracer):
+            return mask_switch(plan, tables, logits, state, step, subset)
+        x = check_logits(logits, (B,), plan.vocab_size, "mask(step=<traced>)")
+        return padded_columns(_switch_program(tables, (_array(x), state), step, subset,
+                                              plan=plan, kind="mask"), np.shape(logits)[-1])
     x = check_logits(logits, (B,), plan.vocab_size, f"mask(step={step})")
     return padded_columns(_mask_at(plan, tables, x, state, step, subset), np.shape(logits)[-1])
 
@@ -107,7 +111,11 @@ def advance(plan: Plan, tables, state: ProcessorState, tokens, step,
     B = state.node.shape[0]
     check_live_mask(plan, subset, B, "advance")
     if not isinstance(step, int):
-        return advance_switch(plan, tables, state, tokens, step, subset)
+        if isinstance(step, jax.core.Tracer):
+            return advance_switch(plan, tables, state, tokens, step, subset)
+        check_tokens(tokens, B, "advance(step=<traced>)")
+        return _switch_program(tables, (state, int32_within(tokens, plan.vocab_size)), step,
+                               subset, plan=plan, kind="advance")
     check_tokens(tokens, B, f"advance(step={step})")
     return _advance_at(plan, tables, state, int32_within(tokens, plan.vocab_size), step, subset)
 
@@ -163,6 +171,18 @@ def advance_switch(plan: Plan, tables, state: ProcessorState, tokens, step,
     done = state.valid & state.finished & (jnp.asarray(tokens, jnp.int32) == end)
     past = ProcessorState(jnp.zeros_like(state.node), done, done)
     return select_state(step_in_range(plan, step), moved, past)
+
+
+@bounded_jit(static_argnames=("plan", "kind"))
+def _switch_program(tables, operands, step, subset, *, plan: Plan, kind: str):
+    """`mask_switch` (kind "mask", operands (logits, state)) or
+    `advance_switch` ("advance", (state, tokens)) as one jitted program per
+    plan and shapes, for a step given as a device scalar outside any trace:
+    run op by op, the switch's branches (closures made per call) would
+    compile anew on every call."""
+    if kind == "mask":
+        return mask_switch(plan, tables, *operands, step, subset)
+    return advance_switch(plan, tables, *operands, step, subset)
 
 
 def select_state(take, new: ProcessorState, old: ProcessorState) -> ProcessorState:

@@ -23,6 +23,7 @@ from static_compiler.backend.decode.step import (apply_choice, finalize, init_be
                                                  run_candidates, run_inputs, run_live_bound,
                                                  run_step, step_segments)
 from static_compiler.backend.kernels import take_last
+from static_compiler.support.beam_result import penalty_value
 from static_compiler.target import plan as plan_lib
 from static_compiler.target.plan import Plan
 from static_compiler.support.arguments import check_beam_schedule
@@ -87,9 +88,9 @@ def _segments(plan: Plan, caps: tuple, live: tuple, widths: tuple, tables, unrol
 
 
 @bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "widths", "caps",
-                              "length_penalty", "axes", "reorder", "with_params", "unroll"))
-def _beam_search(plan, tables, carry, start_tokens, params, subset, prior, *, logits_fn,
-                 batch_size, widths, caps, length_penalty, axes, reorder, with_params, unroll):
+                              "axes", "reorder", "with_params", "unroll"))
+def _beam_search(plan, tables, carry, start_tokens, params, subset, prior, length_penalty, *,
+                 logits_fn, batch_size, widths, caps, axes, reorder, with_params, unroll):
     state = init_beam_state(plan, batch_size, widths[0], start_tokens)
     live = plan_lib.live_beam_bounds(plan, widths, caps)
 
@@ -179,7 +180,8 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
       reorder: instead of carry_axes, ``fn(carry, parent int32 (B, M)) -> carry``.
       params: passed to logits_fn as a traced argument (new values of the
         same shapes reuse the compiled search).
-      length_penalty: GNMT exponent for re-ranking the final beams (0: off).
+      length_penalty: GNMT exponent for re-ranking the final beams (0: off);
+        traced: every value runs the same program.
       return_carry: also return the final carry: ``(result, carry)``. With
         an end token, decoding stops once every valid beam has ended (the
         result is the same), so the model ran for fewer steps.
@@ -222,12 +224,13 @@ def _beam_search_call(plan: Plan, tables, logits_fn: Callable, *, batch_size: in
     length_penalty = check_finite("length_penalty", length_penalty)
     check_callable("logits_fn", logits_fn)
     check_live_prior(plan, prior, length_penalty)
+    traced_penalty = penalty_value(length_penalty)  # (one program for every value)
     axes = resolve_carry_axes(carry, carry_axes, batch_size, widths[0], reorder, max(widths))
     with_params = params is not NO_PARAMS
     return dict(plan=plan, tables=tables, carry=carry, start_tokens=start_tokens,
                 params=params if with_params else None, subset=subset, prior=prior,
                 logits_fn=logits_fn, batch_size=int(batch_size), widths=widths, caps=caps,
-                length_penalty=length_penalty, axes=axes, reorder=reorder,
+                length_penalty=traced_penalty, axes=axes, reorder=reorder,
                 with_params=with_params, unroll=unrolled(plan))
 
 
