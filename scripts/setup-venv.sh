@@ -12,9 +12,15 @@ stamp="$venv/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
 if [ ! -x "$venv/bin/python" ]; then
   "${VENV_PYTHON:-python3}" -m venv "$venv"
 fi
+venv_extras="${VENV_EXTRAS:-jax,test,torch,hf,examples,distributed}"
 if [ ! -f "$stamp" ]; then
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e "$root[${VENV_EXTRAS:-jax,test,torch,hf,examples,distributed}]"
+  # The torch the tests run with (VENV_TORCH; here the CPU wheel), installed
+  # first: the extras ask for a range (torch>=2.5), which keeps it.
+  case ",$venv_extras," in
+    *,torch,*|*,hf,*) "$venv/bin/python" -m pip install --quiet "${VENV_TORCH:-torch==2.13.0}" ;;
+  esac
+  "$venv/bin/python" -m pip install --quiet -e "$root[$venv_extras]"
   rm -f "$venv"/.installed-*
   touch "$stamp"
 fi
