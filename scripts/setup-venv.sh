@@ -30,6 +30,11 @@ if [ -n "$missing" ]; then
   # Install the union, so the stamp names everything this venv holds.
   want="$(printf '%s\n' ${installed//,/ } ${extras//,/ } | sort -u | paste -sd, -)"
   "$venv/bin/python" -m pip install --quiet --upgrade pip
+  # The torch the tests run with (VENV_TORCH; here the CPU wheel), installed
+  # first: the extras ask for a range (torch>=2.5), which keeps it.
+  case ",$want," in
+    *,torch,*|*,hf,*) "$venv/bin/python" -m pip install --quiet "${VENV_TORCH:-torch==2.13.0}" ;;
+  esac
   "$venv/bin/python" -m pip install --quiet -e "$root[$want]"
   rm -f "$venv"/.installed-*
   touch "$venv/.installed-$hash-$want"

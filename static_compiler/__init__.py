@@ -18,7 +18,7 @@ _LAZY = {
     "max_programs": "backend.decode.programs", "set_max_programs": "backend.decode.programs",
     "CompiledConstraints": "compiled", "beam_search": "compiler",
     "compile_constraints": "compiler", "greedy_decode": "compiler", "sample": "compiler",
-    "load": "saved", "load_compiled": "saved", "update_artifact": "saved", "upgrade_artifact": "saved",
+    "load": "saved", "update_artifact": "saved", "upgrade_artifact": "saved",
     "reexport_artifact": "saved", "list_versions": "saved", "rollback_artifact": "saved",
     "DEFAULT_PIPELINE": "passes.pipeline", "format_pipeline": "passes.pipeline",
     "parse_pipeline": "passes.pipeline",

@@ -26,7 +26,7 @@ from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import inputs
 from static_compiler.frontend.attributes import checked_attributes
 from static_compiler.frontend.array_files import ArrayFiles
-from static_compiler.saved import load, load_compiled, update_artifact  # noqa: F401 (old name)
+from static_compiler.saved import load, update_artifact
 
 __all__ = ["CompiledConstraints", "beam_search", "compile_constraints", "greedy_decode",
            "load", "sample", "update_artifact"]

@@ -10,7 +10,6 @@ from static_compiler.support import placement as placement_lib
 from static_compiler.compiled import CompiledConstraints
 from static_compiler.errors import ConstraintSetError
 from static_compiler.live.liveness import warm_kernels_in_background
-from static_compiler.support.deprecation import renamed_function
 
 
 def load(path, *, verify_checksums: bool = True,
@@ -71,9 +70,6 @@ def load(path, *, verify_checksums: bool = True,
         if check_automaton:
             require_valid(snap)
         return _compiled_from_snapshot(snap)
-
-
-load_compiled = renamed_function(load, "static_compiler.load_compiled", "static_compiler.load")
 
 
 def _compiled_from_snapshot(snap) -> CompiledConstraints:

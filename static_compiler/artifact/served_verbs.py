@@ -4,8 +4,7 @@ from those that do (`serving.Artifact.mask`, `advance`, `init_beams`,
 every front door (the table is in docs/README.md): `init_processor`,
 `allowed_tokens` (`mask` of zero logits), `allowed` (prefixes replayed
 through `advance`, as `backend.decode.prefix.allowed` does in process) and
-`beam_search` (the exported step in a Python loop, `support.beam_loop`);
-and the names those verbs had before (deprecated for one release).
+`beam_search` (the exported step in a Python loop, `support.beam_loop`).
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from static_compiler.support.beam_loop import check_search, run_search
 from static_compiler.support.decode_state import (SENTINEL_SCORE, ProcessorState,
                                                   check_prefixes, check_processor_state,
                                                   check_rows, check_step, check_token_values)
-from static_compiler.support.deprecation import renamed_method, warn_renamed
 
 
 def _root_state(batch_size) -> ProcessorState:
@@ -48,14 +46,6 @@ class ServedVerbs:
         """`ProcessorState` of `batch_size` rows: every row at the root,
         valid, not finished."""
         return _root_state(batch_size)
-
-    @staticmethod
-    def init_processor_state(batch_size: int) -> ProcessorState:
-        """Deprecated: `init_processor`."""
-        warn_renamed("Artifact.init_processor_state", "Artifact.init_processor")
-        return _root_state(batch_size)
-
-    init_state = renamed_method("init_beams")  # (deprecated)
 
     def allowed_tokens(self, state: ProcessorState, step, *, subset=None, subset_index=None):
         """bool (B, V): the tokens each row of `state` may take at `step`

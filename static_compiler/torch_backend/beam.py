@@ -423,8 +423,10 @@ def completed(state: BeamState, depth: int) -> BeamState:
     tokens), SENTINEL_SCORE for the others: `support.beam_result.completed`
     in torch (a no-op after a search's last step)."""
     complete = state.valid & (state.finished | (state.lengths == depth))
-    return state._replace(scores=torch.where(complete, state.scores, SENTINEL_SCORE),
-                          valid=complete)
+    # (a new tuple, not `_replace`, which torch 2.5's dynamo cannot trace)
+    return BeamState(state.tokens, torch.where(complete, state.scores, SENTINEL_SCORE),
+                     state.node, complete, state.finished, state.lengths, state.last_tokens,
+                     state.parent)
 
 
 def finalize(state: BeamState, length_penalty: float = 0.0) -> DecodeResult:

@@ -34,7 +34,7 @@ from static_compiler.live.set_view import SetView
 from static_compiler.target.plan import Plan
 from static_compiler.support.beam_loop import check_search, run_search
 from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, DecodeResult
-from static_compiler.support.deprecation import renamed_method, warn_renamed
+from static_compiler.support.deprecation import warn_deprecated
 from static_compiler.torch_backend import beam, checks, ops
 from static_compiler.torch_backend import warm as warming
 from static_compiler.torch_backend.kernels import LiveBits
@@ -199,8 +199,6 @@ class TorchConstraints(PlanFacts):
             same = self if _table_files(manifest) == _table_files(self._manifest) else None
             return type(self)._of_snapshot(snap, self.path, self.device, same)
 
-    from_artifact = renamed_method("load")  # (deprecated)
-
     @classmethod
     def from_compiled(cls, compiled, device=None) -> "TorchConstraints":
         """The set `compiled` (a `CompiledConstraints`), its numpy tables
@@ -283,19 +281,18 @@ class TorchConstraints(PlanFacts):
         valid, bool finished, each (batch_size,)) on this set's device."""
         return ops.init_state(arguments.check_rows(batch_size)[0], self.device)
 
-    init_state = renamed_method("init_processor")  # (deprecated)
-
     def mask(self, logits: torch.Tensor, state: TorchState = _OLD_MASK,
              step: int = _OLD_MASK, *, subset=None, subset_index=None) -> torch.Tensor:
         """logits float (B, V) -> float32 (B, V): the logits of the tokens each
         row of `state` may take at `step` (see `allowed_tokens`), SENTINEL_SCORE
         for the others and for NaN logits: the JAX front doors' `mask`, bit
         for bit. The two-argument form ``mask(state, step)`` (bool (B, V))
-        is deprecated: it warns and returns `allowed_tokens(state, step)`."""
+        is deprecated and goes in 0.2.0 (2027-03-01): it warns and returns
+        `allowed_tokens(state, step)`."""
         if state is _OLD_MASK or step is _OLD_MASK:  # mask(state, step), mask(state, step=t)
-            warn_renamed("TorchConstraints.mask(state, step)",
-                         "TorchConstraints.allowed_tokens(state, step) (mask(logits, state, "
-                         "step) returns masked logits)")
+            warn_deprecated("TorchConstraints.mask(state, step)",
+                            "TorchConstraints.allowed_tokens(state, step) (mask(logits, state, "
+                            "step) returns masked logits)")
             step = state if step is _OLD_MASK else step
             return self._allowed_at(logits, step, subset, subset_index, "mask")
         allowed = self._allowed_at(state, step, subset, subset_index, "mask")

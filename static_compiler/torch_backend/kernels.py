@@ -186,7 +186,8 @@ def step_columns(plan, tables, step: int, node, valid, finished, sub=None,
             c = children(sp, tables[step], node, plan.vocab_size)
             in_subset = dense_child_live(sub, step, node, plan.vocab_size) \
                 if step in plan.slot_steps else child_live(sub, step, c.next)
-            kids = c._replace(valid=_and(c.valid, in_subset) & expanding[:, None])
+            # (a new tuple, not `_replace`, which torch 2.5's dynamo cannot trace)
+            kids = Children(c.tokens, c.next, _and(c.valid, in_subset) & expanding[:, None])
         if end is not None and sp.has_accepting:
             accepting = _and(accepts(sp, tables[step], node), end_live(sub, step, node))
     elif end is not None:  # the extra step of variable-length sets: final states only end

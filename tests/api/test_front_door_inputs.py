@@ -309,11 +309,10 @@ OTHER_CASES = {  # one call each: (entry, what is wrong)
 
 NOT_WALKED = {  # public methods with no argument to get wrong, or internal to sc.*
     "CompiledConstraints": {"rows_of", "table_bytes_per_device", "removal_program",
-                            "compilations", "counting", "init_state",  # (the old name)
+                            "compilations", "counting",
                             "new_version"},  # (fields as dataclasses.replace: update, shard)
-    "Artifact": {"reload", "compilations",  # (only a bool flag, read as truthy; no argument)
-                 "init_state", "init_processor_state"},  # (the old names)
-    "StepProcessor": {"init_processor", "init_state"},
+    "Artifact": {"reload", "compilations"},  # (only a bool flag, read as truthy; no argument)
+    "StepProcessor": {"init_processor"},
 }
 
 

@@ -11,14 +11,17 @@ torch backend (`TorchConstraints`), speak one verb family (docs/README.md).
   torch's beam scores (torch's log_softmax is not XLA's in the last bit;
   tests/torch_backend/test_torch_beam.py) and the compiled search's (one fused program
   rather than a step at a time), compared to float32 rounding;
-* each old name warns with a DeprecationWarning naming the new one, and
-  still returns what the new name returns;
+* the one deprecated form left (torch's ``mask(state, step)``) warns with a
+  DeprecationWarning naming the verb to use and the release and date it
+  goes, and still returns what that verb returns; the old names that were
+  only spellings of a verb are gone;
 * bad input to a new verb is one of the library's typed errors.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import types
 import warnings
 
@@ -31,6 +34,7 @@ import oracle
 import static_compiler as sc
 from static_compiler.artifact import serving
 from static_compiler.errors import ArtifactFormatError, DecodeInputError, StaticCompilerError
+from static_compiler.support.deprecation import REMOVED_IN
 from static_compiler.torch_backend import TorchConstraints
 
 BEAMS = 4
@@ -58,7 +62,7 @@ VERBS = {
 }
 OTHER_NAMES = ("fingerprint", "names", "warm")
 # The one door parameter allowed a default the table does not give: torch's
-# mask(state, step) of the last release, still told apart (deprecated).
+# deprecated mask(state, step), still told apart (until REMOVED_IN).
 OLD_FORMS = {("TorchConstraints", "mask", "state"), ("TorchConstraints", "mask", "step")}
 LOADERS = {"CompiledConstraints": sc.load, "Artifact": serving.load,
            "TorchConstraints": TorchConstraints.load}
@@ -363,41 +367,33 @@ def test_texts_on_every_door(tmp_path):
 
 
 # --------------------------------------------------------------------------
-# Old names
+# Deprecated forms and removed names
 
 
-def _warns(new: str):
-    return pytest.warns(DeprecationWarning, match=new)
-
-
-def test_old_names_warn_and_do_what_the_new_ones_do(fixed):
-    compiled, art, tc = fixed["CompiledConstraints"], fixed["Artifact"], fixed["TorchConstraints"]
-    with _warns("CompiledConstraints.init_processor"):
-        old = compiled.init_state(3)
-    _same({"old": old, "new": compiled.init_processor(3)}, "compiled.init_state")
-    with _warns("Artifact.init_processor"):
-        old = art.init_processor_state(3)
-    _same({"old": old, "new": art.init_processor(3)}, "artifact.init_processor_state")
-    with _warns("Artifact.init_processor"):
-        serving.Artifact.init_processor_state(3)  # (a static method before)
-    with _warns("Artifact.init_beams"):
-        old = art.init_state(2, BEAMS, 1)
-    _same({"old": old, "new": art.init_beams(2, BEAMS, 1)}, "artifact.init_state")
-    with _warns("TorchConstraints.init_processor"):
-        old = tc.init_state(3)
-    _same({"old": old, "new": tc.init_processor(3)}, "torch.init_state")
+def test_torch_mask_of_state_and_step_warns_with_its_release_and_returns_allowed_tokens(fixed):
+    tc = fixed["TorchConstraints"]
     state = tc.init_processor(3)
+    assert re.fullmatch(r"\d+\.\d+\.\d+ \(\d{4}-\d{2}-\d{2}\)", REMOVED_IN), REMOVED_IN
     for call in (lambda: tc.mask(state, 1), lambda: tc.mask(state, step=1)):
-        with _warns("TorchConstraints.allowed_tokens"):
+        with pytest.warns(DeprecationWarning, match=re.escape(
+                f"TorchConstraints.mask(state, step) is deprecated and will be removed in "
+                f"{REMOVED_IN}: use TorchConstraints.allowed_tokens(state, step)")):
             old = call()
         assert old.dtype == torch.bool
         _same({"old": old, "new": tc.allowed_tokens(state, 1)}, "torch.mask(state, step)")
-    with _warns("static_compiler.load"):
-        old = sc.load_compiled(art.path)
-    assert old.fingerprint == sc.load(art.path).fingerprint
-    with _warns("TorchConstraints.load"):
-        old = TorchConstraints.from_artifact(art.path)
-    assert old.fingerprint == TorchConstraints.load(art.path).fingerprint
+
+
+REMOVED = {  # old spellings removed before the first release (CHANGELOG.md, 0.1.0)
+    "CompiledConstraints": ("init_state",), "Artifact": ("init_state", "init_processor_state"),
+    "TorchConstraints": ("init_state", "from_artifact"),
+}
+
+
+def test_old_spellings_of_a_verb_are_gone(fixed):
+    for name, door in fixed.items():
+        for old in REMOVED[name]:
+            assert not hasattr(door, old) and not hasattr(type(door), old), (name, old)
+    assert not hasattr(sc, "load_compiled") and "load_compiled" not in dir(sc)
 
 
 # --------------------------------------------------------------------------

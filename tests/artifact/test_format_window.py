@@ -139,7 +139,7 @@ def rows_of(version: int, built) -> np.ndarray:
 
 def decode(path, subset_rows=None):
     """(library beams, serving beams) of the artifact at `path`: the
-    library's through `load_compiled`, with the subset of `subset_rows`
+    library's through `sc.load`, with the subset of `subset_rows`
     (bool over the rows) when given; serving's through its modules."""
     model = oracle.HashModel(VOCAB, dup=40)
     seeds = [3, 4]

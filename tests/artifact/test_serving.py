@@ -260,7 +260,6 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.support.compile_events",
                                "static_compiler.support.decode_state",
                                "static_compiler.support.decode_types",
-                               "static_compiler.support.deprecation",
                                "static_compiler.support.dtypes", "static_compiler.support.lazy", "static_compiler.support.mapped",
                                "static_compiler.support.placement",
                                "static_compiler.support.threads", "static_compiler.target",

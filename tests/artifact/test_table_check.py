@@ -197,8 +197,8 @@ ROW_EDITS = {
 @pytest.mark.parametrize("edit", sorted(ROW_EDITS))
 def test_every_verify_path_refuses_an_edited_row_with_one_message(edit, csr_saved, tmp_path,
                                                                   capsys, monkeypatch):
-    """One table edited under recomputed checksums: `load(check_automaton=True)`
-    (`load_compiled`), the serving loader's `load_checked` and `static-compiler
+    """One table edited under recomputed checksums: `load(check_automaton=True)`,
+    the serving loader's `load_checked` and `static-compiler
     verify` run the one table check and raise the same IRVerificationError,
     naming the layer and state; the IR rebuilt from the tables
     (`read_automaton`: `ir.verify`) says the same of the row."""
@@ -215,10 +215,6 @@ def test_every_verify_path_refuses_an_edited_row_with_one_message(edit, csr_save
         with pytest.raises(IRVerificationError, match=pattern) as caught:
             check()
         messages.append(str(caught.value))
-    with pytest.warns(DeprecationWarning, match="load_compiled"), \
-            pytest.raises(IRVerificationError, match=pattern) as caught:
-        sc.load_compiled(path, check_automaton=True)  # (the old name of `load`)
-    messages.append(str(caught.value))
     assert main(["verify", str(path)]) == 2
     err = capsys.readouterr().err
     assert len(set(messages)) == 1 and messages[0] in err, (messages, err)

@@ -1,7 +1,8 @@
 """The decode package's public surface: `decode.__all__` is the calls a user
 makes (one `beam_step` / `mask` / `advance` for a static and a traced step),
 the types and constants import from the package without being in it, and
-the old package-level `_switch` names still work for one release, warning.
+the traced-step `_switch` functions live in their modules only (the
+package-level spellings went before the first release).
 """
 
 from __future__ import annotations
@@ -53,8 +54,15 @@ def ended_set():
 
 
 @pytest.mark.parametrize("name", sorted(SWITCHES))
-def test_package_level_switch_names_warn_naming_the_verb(ended_set, name):
+def test_switch_functions_live_in_their_modules_and_equal_the_verb(ended_set, name):
+    """`decode.mask_switch` and the other package-level spellings are gone
+    (AttributeError, not in dir()); each function stays in its module, where
+    the exported modules call it, and gives what the package's verb gives
+    for a traced step."""
     module, verb = SWITCHES[name]
+    with pytest.raises(AttributeError, match=name):
+        getattr(decode, name)
+    assert name not in dir(decode)
     plan, tables = ended_set.plan, ended_set.device_tables
     if name == "beam_step_switch":
         args = (decode.init_beam_state(plan, 1, 2), jnp.zeros((1, 2, 4)), jnp.int32(1))
@@ -62,10 +70,8 @@ def test_package_level_switch_names_warn_naming_the_verb(ended_set, name):
         args = (jnp.zeros((2, 4)), decode.init_processor_state(2), jnp.int32(0))
     else:
         args = (decode.init_processor_state(2), jnp.asarray([1, 2], jnp.int32), jnp.int32(0))
-    with pytest.warns(DeprecationWarning, match=rf"decode\.{name} is deprecated.*"
-                                                rf"decode\.{verb} with a traced int32 step"):
-        got = getattr(decode, name)(plan, tables, *args)
-    want = getattr(module, name)(plan, tables, *args)
+    got = getattr(module, name)(plan, tables, *args)
+    want = getattr(decode, verb)(plan, tables, *args)
     for x, y in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 

@@ -95,12 +95,9 @@ Beam-search semantics (tested bit-for-bit against a numpy oracle):
   overflow of the sum) never push a valid sequence below an invalid one.
 """
 
-import importlib
-
 from static_compiler.support.decode_types import (MIN_VALID_SCORE, PAD_TOKEN,  # noqa: F401
                                                   SENTINEL_SCORE, BeamState, DecodeResult,
                                                   ProcessorState)
-from static_compiler.support.deprecation import renamed_function
 from static_compiler.support.lazy import lazy_exports
 
 # Names import their module on first use: `compiled` and `warm` name this
@@ -135,32 +132,20 @@ TYPES = ("BeamState", "ProcessorState", "DecodeResult", "PAD_TOKEN", "SENTINEL_S
 package (defined in `static_compiler.support.decode_types`) but not in
 `__all__`: they are not calls."""
 
-_SWITCHES = {"beam_step_switch": ("step", "beam_step"), "mask_switch": ("processor", "mask"),
-             "advance_switch": ("processor", "advance")}
-"""Package-level names of the traced-step functions, deprecated: the verb
-(`beam_step`, `mask`, `advance`) takes a traced step itself. Each stays in
-its module (`decode.step`, `decode.processor`) for the exported modules."""
-
 
 def __getattr__(name: str):
-    """A public name or submodule, imported on first use; `decode.mask_switch`
-    and the other `_SWITCHES`: the function, warning on each call that it
-    is deprecated (one release)."""
-    if name not in _SWITCHES:
-        try:
-            return _lazy_getattr(name)
-        except ModuleNotFoundError as err:  # decoding needs jax; compiling does not
-            if (err.name or "").split(".")[0] not in ("jax", "jaxlib"):
-                raise
-            from static_compiler.errors import JAX_INSTALL, require
-            require("jax", f"decoding (static_compiler.backend.decode.{name})",
-                    f"{JAX_INSTALL} (or decode with the torch backend: "
-                    "static_compiler.torch_backend.TorchConstraints, which needs numpy and "
-                    "torch only)")
+    """A public name or submodule, imported on first use. The traced-step
+    functions (`step.beam_step_switch`, `processor.mask_switch`,
+    `processor.advance_switch`) live in their modules only: the verb
+    (`beam_step`, `mask`, `advance`) takes a traced step itself."""
+    try:
+        return _lazy_getattr(name)
+    except ModuleNotFoundError as err:  # decoding needs jax; compiling does not
+        if (err.name or "").split(".")[0] not in ("jax", "jaxlib"):
             raise
-    module_name, verb = _SWITCHES[name]
-    module = importlib.import_module(f"{__name__}.{module_name}")
-    value = renamed_function(getattr(module, name), f"{__name__}.{name}",
-                             f"{__name__}.{verb} with a traced int32 step")
-    globals()[name] = value
-    return value
+        from static_compiler.errors import JAX_INSTALL, require
+        require("jax", f"decoding (static_compiler.backend.decode.{name})",
+                f"{JAX_INSTALL} (or decode with the torch backend: "
+                "static_compiler.torch_backend.TorchConstraints, which needs numpy and "
+                "torch only)")
+        raise

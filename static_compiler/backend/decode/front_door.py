@@ -41,7 +41,6 @@ from static_compiler.support.decode_state import (SENTINEL_SCORE, BeamState, Dec
                                                   check_int, check_logits, check_prefixes,
                                                   check_processor_state, check_rows,
                                                   check_start_tokens, check_step)
-from static_compiler.support.deprecation import renamed_method
 
 
 class DecodeVerbs:
@@ -85,8 +84,6 @@ class DecodeVerbs:
     def init_processor(self, batch_size: int) -> ProcessorState:
         """Every one of `batch_size` rows at the root, valid, not finished."""
         return decode.processor.init_processor_state(batch_size)
-
-    init_state = renamed_method("init_processor")  # (deprecated)
 
     def mask(self, logits, state: ProcessorState, step, *, subset=None, subset_index=None):
         """logits float (B, V) -> float32 (B, V): the logits of the tokens

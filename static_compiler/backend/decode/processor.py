@@ -21,7 +21,6 @@ from static_compiler.support.decode_state import (SENTINEL_SCORE, ProcessorState
                                           check_processor_state, check_rows, check_step,
                                           check_tokens, int32_within)
 from static_compiler.errors import DecodeInputError
-from static_compiler.support.deprecation import renamed_method
 
 
 SCATTER_MAX_COLUMNS = 16
@@ -230,8 +229,6 @@ class StepProcessor:
     def init_processor(self) -> ProcessorState:
         """Every one of this processor's rows at the root, valid, not finished."""
         return init_processor_state(self.batch_size)
-
-    init_state = renamed_method("init_processor")  # (deprecated)
 
     # -- per-step arrays and programs
 
