@@ -2,7 +2,7 @@
 # Creates a virtual environment (once) and installs the project into it with
 # the extras $VENV_EXTRAS, then puts it first on PATH. Sourced by main-job.sh
 # (VENV_EXTRAS=jax: what the main job runs on) and test.sh (the default,
-# jax,test,torch,hf,examples,distributed: torch and hf for
+# jax,test,torch,hf,examples,distributed,lint: torch and hf for
 # tests/integrations/test_integration_torch.py, distributed for the Dask test
 # of tests/frontend/test_partitioned.py), so a fresh machine needs nothing
 # else; test-newest.sh and test-torch-only.sh set VENV_DIR, VENV_PYTHON and
@@ -12,7 +12,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${VENV_DIR:-$root/.venv}"
-extras="${VENV_EXTRAS:-jax,test,torch,hf,examples,distributed}"
+extras="${VENV_EXTRAS:-jax,test,torch,hf,examples,distributed,lint}"
 hash="$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
 if [ ! -x "$venv/bin/python" ]; then
   "${VENV_PYTHON:-python3}" -m venv "$venv"

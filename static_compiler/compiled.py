@@ -9,20 +9,20 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.live import subsets, versions
-from static_compiler.support import placement as placement_lib
 from static_compiler.backend import decode
-from static_compiler.live.set_view import SetFacts, SetView
-from static_compiler.target.plan import Plan, PlanFacts, tables_nbytes
-from static_compiler.target.raising import automaton_from_tables, table_head
-from static_compiler.frontend.attributes import ItemAttributes
-from static_compiler.frontend.names import NameTable
 from static_compiler.backend.decode.front_door import DecodeVerbs
-from static_compiler.support.decode_state import check_int, check_processor_state, is_traced
+from static_compiler.computed import NOT_YET, Computed
 from static_compiler.errors import JAX_INSTALL, ConstraintSetError, DecodeInputError, require
 from static_compiler.frontend import ItemIndex
+from static_compiler.frontend.attributes import ItemAttributes
+from static_compiler.frontend.names import NameTable
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
-from static_compiler.computed import NOT_YET, Computed
+from static_compiler.live import subsets, versions
+from static_compiler.live.set_view import SetFacts, SetView
+from static_compiler.support import placement as placement_lib
+from static_compiler.support.decode_state import check_int, check_processor_state, is_traced
+from static_compiler.target.plan import Plan, PlanFacts, tables_nbytes
+from static_compiler.target.raising import automaton_from_tables, table_head
 from static_compiler.warm import WarmUp
 
 
@@ -450,7 +450,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         for a sequence not in the set (or removed)."""
         items = self.set_view.checked_items("item_index")
         first = self.set_view.first_rows()
-        ids = subsets.unique_ids(self.set_view.trie(), items, sequences, "item_index")
+        ids = subsets.unique_ids(self.set_view.trie(), items, sequences)
         if items.removed is not None:
             ids = np.where(ids >= 0, np.where(items.removed[np.maximum(ids, 0)], -1, ids), -1)
         return np.where(ids >= 0, first[np.maximum(ids, 0)], -1)

@@ -12,21 +12,18 @@ import sys
 import time
 from typing import Optional
 
-import numpy as np
-
-from static_compiler.live import subsets
-from static_compiler.passes import pipeline as pipeline_lib
 from static_compiler.backend import decode
-from static_compiler.target.lowering import lower, lower_pieces
-from static_compiler.target.plan import tables_nbytes
-from static_compiler.support.arguments import (check_beam_schedule, check_export_beam_sizes,
-                                              check_rows)
 from static_compiler.compiled import CompiledConstraints
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import inputs
-from static_compiler.frontend.attributes import checked_attributes
 from static_compiler.frontend.array_files import ArrayFiles
+from static_compiler.frontend.attributes import checked_attributes
+from static_compiler.live import subsets
+from static_compiler.passes import pipeline as pipeline_lib
 from static_compiler.saved import load, update_artifact
+from static_compiler.support.arguments import check_beam_schedule, check_export_beam_sizes, check_rows
+from static_compiler.target.lowering import lower, lower_pieces
+from static_compiler.target.plan import tables_nbytes
 
 __all__ = ["CompiledConstraints", "beam_search", "compile_constraints", "greedy_decode",
            "load", "sample", "update_artifact"]

@@ -101,8 +101,8 @@ def _compiled_stats(obj, devices: Optional[int] = None) -> Optional[list]:
     """`CompiledConstraints.layer_stats(devices)` of `obj`; an Automaton
     whose layers all have layouts is lowered first (to measure its tables);
     None when some layer has no layout."""
-    from static_compiler.target.lowering import lower
     from static_compiler.compiled import CompiledConstraints
+    from static_compiler.target.lowering import lower
 
     if isinstance(obj, CompiledConstraints):
         return obj.layer_stats(devices)
@@ -276,8 +276,8 @@ def _subset_line(obj) -> str:
     if getattr(obj, "items", None) is None or getattr(obj, "plan", None) is None or \
             not all(layer.implicit_targets for layer in obj.outline.layers):
         return ""
-    from static_compiler.target import plan as plan_lib
     from static_compiler.live.layers import plan_bit_widths, shared_depths
+    from static_compiler.target import plan as plan_lib
 
     slots = plan_lib.slot_steps(obj.plan)
     shared = sorted(shared_depths(obj.outline.layers, slots,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from static_compiler.support import placement as placement_lib
 from static_compiler.compiled import CompiledConstraints
 from static_compiler.errors import ConstraintSetError
 from static_compiler.live.liveness import warm_kernels_in_background
+from static_compiler.support import placement as placement_lib
 
 
 def load(path, *, verify_checksums: bool = True,
@@ -76,8 +76,7 @@ def _compiled_from_snapshot(snap) -> CompiledConstraints:
     """`load` of an open `artifact.snapshot.Snapshot` (every array
     read from its open files)."""
     from static_compiler.artifact import snapshot
-    from static_compiler.artifact.metadata import (export_options, plan_from_metadata,
-                                                   summary_from_metadata)
+    from static_compiler.artifact.metadata import export_options, plan_from_metadata, summary_from_metadata
     from static_compiler.artifact.update import read_items
 
     manifest = snap.manifest

@@ -45,11 +45,11 @@ import numpy as np
 
 from static_compiler.artifact.warm import Warmth, check_max_subsets, pad_subsets
 from static_compiler.backend import decode
-from static_compiler.support.compile_events import CompileCounter
-from static_compiler.support.arguments import check_warm_beam_sizes
-from static_compiler.support.decode_state import check_int, check_rows
 from static_compiler.errors import DecodeInputError
 from static_compiler.live.liveness import Subset, checked_subset_index
+from static_compiler.support.arguments import check_warm_beam_sizes
+from static_compiler.support.compile_events import CompileCounter
+from static_compiler.support.decode_state import check_int, check_rows
 
 _lock = threading.Lock()
 _FRONT_DOOR = ("batch_size", "beam_size", "subset", "also_compile")

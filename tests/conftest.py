@@ -19,9 +19,8 @@ import importlib.util
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
-
 from helpers import FAST_COMPILE_FLAG, PROFILE
+from hypothesis import HealthCheck, settings
 
 os.environ["STATIC_COMPILER_NO_CACHE"] = "1"
 # before jax starts its CPU backend (no test module is imported yet); children inherit it

@@ -21,7 +21,6 @@ import os
 import pathlib
 
 import numpy as np
-
 import oracle
 
 # The repository's checkout and the tests' frozen data, wherever a test file lives.

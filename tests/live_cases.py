@@ -16,12 +16,12 @@ import os
 from typing import Optional
 
 import numpy as np
+import oracle
+from helpers import examples
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
-import oracle
 import static_compiler as sc
-from helpers import examples
 
 CI_EXAMPLES = int(os.environ.get("STATIC_COMPILER_FUZZ_EXAMPLES", examples(6)))
 LONG_EXAMPLES = 300

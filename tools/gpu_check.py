@@ -132,6 +132,7 @@ def _compare(got: dict, want: dict, prefix: str, members: set, where: str) -> di
 def check(root: pathlib.Path, out: pathlib.Path) -> int:
     import jax
     import torch
+
     from static_compiler.artifact import serving
     from static_compiler.torch_backend import TorchConstraints
     device = "cuda" if torch.cuda.is_available() else "cpu"

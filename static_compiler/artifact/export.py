@@ -37,11 +37,11 @@ from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
 from static_compiler.artifact.metadata import export_caps
 from static_compiler.artifact.runtime import running_versions
 from static_compiler.backend import decode
-from static_compiler.backend.decode.processor import advance_switch, mask_switch
 from static_compiler.backend.decode.prior import LivePrior
+from static_compiler.backend.decode.processor import advance_switch, mask_switch
 from static_compiler.backend.decode.step import beam_step_switch
-from static_compiler.target.plan import Plan, prior_size
 from static_compiler.support.decode_state import BeamState, ProcessorState
+from static_compiler.target.plan import Plan, prior_size
 
 
 def _spec(shape, dtype, sharding=None) -> jax.ShapeDtypeStruct:
@@ -82,7 +82,7 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
     base = {}
     inits, steps = fmt.beam_modules(compiled.export_beam_sizes)
     for M in inits:
-        def init(a, subset, M=M):
+        def init(a, subset, M=M):  # noqa: ARG001 (every module takes the subset)
             return tuple(decode.init_beam_state(plan, a[0].shape[0], M, a[0]))
 
         base[fmt.beam_module_name("init", M)] = (init, [spec((b,), jnp.int32)],

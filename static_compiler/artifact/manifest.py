@@ -17,12 +17,25 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.artifact.format import (BEAM_MODULE_KINDS, COMPAT, FORMAT_NAME,
-                                             FORMAT_VERSION, MANIFEST_FILE, RESIZE_KINDS,
-                                             STEP_KINDS, SUBSET_BITS, attribute_file,
-                                             beam_module_name, beam_modules, format_error,
-                                             require, seal_manifest, step_module_name,
-                                             subset_module_name, PRIOR_KINDS)
+from static_compiler.artifact.format import (
+    BEAM_MODULE_KINDS,
+    COMPAT,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    PRIOR_KINDS,
+    RESIZE_KINDS,
+    STEP_KINDS,
+    SUBSET_BITS,
+    attribute_file,
+    beam_module_name,
+    beam_modules,
+    format_error,
+    require,
+    seal_manifest,
+    step_module_name,
+    subset_module_name,
+)
 from static_compiler.errors import AttributeColumnError
 from static_compiler.frontend.attributes import CODE_DTYPES, KINDS, check_name, kind_of_dtype
 

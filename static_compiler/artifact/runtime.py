@@ -24,10 +24,9 @@ from static_compiler.artifact import format as fmt
 from static_compiler.artifact import snapshot
 from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
 from static_compiler.artifact.normalize import current_tables
-from static_compiler.support.placement import (MeshPlacement, mesh_text, placed_shape,
-                                                placement_for)
 from static_compiler.errors import ArtifactExpiryWarning, ArtifactVersionError, DecodeInputError
 from static_compiler.frontend.items import ItemIndex
+from static_compiler.support.placement import MeshPlacement, mesh_text, placed_shape, placement_for
 
 
 def running_versions() -> tuple[str, str]:
@@ -190,7 +189,7 @@ def table_placement(snap: snapshot.Snapshot, device, mesh) -> tuple:
                                    f"mesh={mesh!r}: load it without mesh=, or save the set "
                                    "from compiled.shard(mesh, axis) to export it for a mesh")
         device = device if device is not None else jax.devices()[0]
-        return (lambda key, arr: jax.device_put(arr, device)), None
+        return (lambda key, arr: jax.device_put(arr, device)), None  # noqa: ARG005 (a placer's signature)
     if device is not None or mesh is None:
         given = f"got device={device!r}" if device is not None else "got no mesh"
         raise DecodeInputError(

@@ -17,9 +17,15 @@ import numpy as np
 from static_compiler.artifact.warm import counted
 from static_compiler.live.priors import check_no_length_penalty
 from static_compiler.support.beam_loop import check_search, run_search
-from static_compiler.support.decode_state import (SENTINEL_SCORE, ProcessorState,
-                                                  check_prefixes, check_processor_state,
-                                                  check_rows, check_step, check_token_values)
+from static_compiler.support.decode_state import (
+    SENTINEL_SCORE,
+    ProcessorState,
+    check_prefixes,
+    check_processor_state,
+    check_rows,
+    check_step,
+    check_token_values,
+)
 
 
 def _root_state(batch_size) -> ProcessorState:

@@ -48,26 +48,43 @@ from jax import export as jax_export
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import snapshot
 from static_compiler.artifact.manifest import Manifest
-from static_compiler.frontend.names import NameTable
-from static_compiler.support.placement import MeshPlacement
-from static_compiler.artifact.runtime import (Module, check_table_arguments, current_platform,
-                                              deserialize, item_index, put_tables,
-                                              table_placement, warn_if_export_ages)
+from static_compiler.artifact.runtime import (
+    Module,
+    check_table_arguments,
+    current_platform,
+    deserialize,
+    item_index,
+    put_tables,
+    table_placement,
+    warn_if_export_ages,
+)
 from static_compiler.artifact.served_items import ServedItems
 from static_compiler.artifact.served_verbs import ServedVerbs
 from static_compiler.artifact.warm import Warmth, counted
 from static_compiler.artifact.warm import warm as _warm
+from static_compiler.errors import ArtifactVersionError, DecodeInputError
+from static_compiler.frontend.items import ItemIndex
+from static_compiler.frontend.names import NameTable
+from static_compiler.live.liveness import Subset, warm_kernels_in_background
+from static_compiler.live.set_view import SetView
 from static_compiler.support.arguments import check_beam_schedule, is_int
 from static_compiler.support.beam_result import finalize_complete
-from static_compiler.support.decode_state import (BeamState, DecodeResult, ProcessorState,
-                                          check_beam_state, check_finite, check_logits,
-                                          check_processor_state, check_rows, check_start_tokens,
-                                          check_step, check_tokens, int32_within,
-                                          padded_columns)
-from static_compiler.errors import ArtifactVersionError, DecodeInputError
-from static_compiler.live.set_view import SetView
-from static_compiler.frontend.items import ItemIndex
-from static_compiler.live.liveness import Subset, warm_kernels_in_background
+from static_compiler.support.decode_state import (
+    BeamState,
+    DecodeResult,
+    ProcessorState,
+    check_beam_state,
+    check_finite,
+    check_logits,
+    check_processor_state,
+    check_rows,
+    check_start_tokens,
+    check_step,
+    check_tokens,
+    int32_within,
+    padded_columns,
+)
+from static_compiler.support.placement import MeshPlacement
 
 
 def open_snapshot(path, *, verify_checksums: bool = True) -> snapshot.Snapshot:

@@ -21,20 +21,35 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.artifact.format import (_HASH_CHUNK, FORMAT_NAME, ITEM_ARRAYS,
-                                             MANIFEST_DIGEST_KEY, MANIFEST_FILE,
-                                             MAX_FORMAT_VERSION, MIN_FORMAT_VERSION,
-                                             _file_sha256, _reject_constant, format_error,
-                                             manifest_bytes, require, unflatten_tables,
-                                             version_error)
-from static_compiler.support.mapped import release_pages
+from static_compiler.artifact.format import (
+    _HASH_CHUNK,
+    FORMAT_NAME,
+    ITEM_ARRAYS,
+    MANIFEST_DIGEST_KEY,
+    MANIFEST_FILE,
+    MAX_FORMAT_VERSION,
+    MIN_FORMAT_VERSION,
+    _file_sha256,
+    _reject_constant,
+    format_error,
+    manifest_bytes,
+    require,
+    unflatten_tables,
+    version_error,
+)
 from static_compiler.artifact.manifest import FileEntry, Manifest
 from static_compiler.artifact.names import read_names_jsonl
+from static_compiler.artifact.normalize import (
+    check_window,
+    current_items,
+    current_tables,
+    needed_branches,
+    with_branch_counts,
+)
+from static_compiler.errors import ArtifactChecksumError, ArtifactVersionError
 from static_compiler.frontend.attributes import Column, ItemAttributes
 from static_compiler.frontend.names import NameTable
-from static_compiler.artifact.normalize import (check_window, current_items, current_tables,
-                                                needed_branches, with_branch_counts)
-from static_compiler.errors import ArtifactChecksumError, ArtifactVersionError
+from static_compiler.support.mapped import release_pages
 
 # ---------------------------------------------------------------------------
 # Reading.

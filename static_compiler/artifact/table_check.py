@@ -27,18 +27,27 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.support.arrays import search_sorted
-from static_compiler.support.mapped import release_pages
-from static_compiler.artifact.metadata import (automaton_from_metadata, plan_from_metadata,
-                                               summary_from_metadata)
+from static_compiler.artifact.metadata import (
+    automaton_from_metadata,
+    plan_from_metadata,
+    summary_from_metadata,
+)
 from static_compiler.artifact.snapshot import Snapshot, read_tables
 from static_compiler.errors import IRVerificationError
 from static_compiler.ir import LayoutKind
-from static_compiler.ir.row_checks import (check_accepting_has_end, check_exceptions,
-                                           check_implicit_targets, check_numbered_in_order,
-                                           check_padding, check_row_span, check_rows)
+from static_compiler.ir.row_checks import (
+    check_accepting_has_end,
+    check_exceptions,
+    check_implicit_targets,
+    check_numbered_in_order,
+    check_padding,
+    check_row_span,
+    check_rows,
+)
 from static_compiler.ir.verify import check_layout
 from static_compiler.live.layers import TableLayer, row_range, state_ranges
+from static_compiler.support.arrays import search_sorted
+from static_compiler.support.mapped import release_pages
 from static_compiler.target.tables import exception_rows
 
 CHECK_CHUNK = 1 << 22

@@ -30,11 +30,11 @@ from typing import Optional
 
 import numpy as np
 
+from static_compiler.errors import ConstraintSetError, DecodeInputError
+from static_compiler.live.liveness import Subset
 from static_compiler.support.compile_events import CompileCounter
 from static_compiler.support.decode_state import check_int, check_rows
 from static_compiler.support.decode_types import WarmReport
-from static_compiler.errors import ConstraintSetError, DecodeInputError
-from static_compiler.live.liveness import Subset
 
 
 class Warmth:
@@ -241,7 +241,7 @@ def _zero_prior(art):
 def _host_model(vocab_size: int):
     """A model of zero logits made on the host (numpy): running the served
     `beam_search` with it compiles only what the search itself runs."""
-    def logits_fn(last_tokens, step, carry):
+    def logits_fn(last_tokens, step, carry):  # noqa: ARG001 (the model's signature)
         return np.zeros(tuple(np.shape(last_tokens)) + (vocab_size,), np.float32), carry
 
     return logits_fn

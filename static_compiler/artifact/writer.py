@@ -28,20 +28,26 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.support import processes
-from static_compiler.support.arrays import PieceArray, npy_chunks, npy_header
-from static_compiler.support.placement import placed_shape
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.lock import _parent, update_lock
-from static_compiler.artifact.versions import Made, keep_count, keep_replaced, start_history
-from static_compiler.artifact.manifest import (ArraySpec, FileEntry, Manifest, TableEntry,
-                                               attributes_record)
-from static_compiler.support.mapped import release_pages
+from static_compiler.artifact.manifest import ArraySpec, FileEntry, Manifest, TableEntry, attributes_record
 from static_compiler.artifact.metadata import export_caps, export_plan, set_metadata
 from static_compiler.artifact.snapshot import read_manifest
+from static_compiler.artifact.versions import Made, keep_count, keep_replaced, start_history
+from static_compiler.errors import (
+    JAX_INSTALL,
+    ArtifactExistsError,
+    ArtifactFormatError,
+    ArtifactVersionError,
+    DecodeInputError,
+    installed,
+    require,
+)
+from static_compiler.support import processes
+from static_compiler.support.arrays import PieceArray, npy_chunks, npy_header
 from static_compiler.support.decode_state import PAD_TOKEN, SENTINEL_SCORE
-from static_compiler.errors import (ArtifactExistsError, ArtifactFormatError, ArtifactVersionError,
-                                    DecodeInputError, JAX_INSTALL, installed, require)
+from static_compiler.support.mapped import release_pages
+from static_compiler.support.placement import placed_shape
 
 
 def _npy_bytes(arr: np.ndarray) -> bytes:

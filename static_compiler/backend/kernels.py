@@ -37,10 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.target.plan import StepPlan
 from static_compiler.backend.row_search import exceptions_below
 from static_compiler.ir import LayoutKind
 from static_compiler.support.placement import PACKED_TABLE_ENTRIES
+from static_compiler.target.plan import StepPlan
 
 
 class Candidates(NamedTuple):
@@ -167,7 +167,7 @@ def _sliced(step: StepPlan, tables: dict, node) -> Candidates:
     return slice_rows(step, tables, start, end, step.k)
 
 
-def _dense_rows(step: StepPlan, tables: dict, node) -> Candidates:
+def _dense_rows(step: StepPlan, tables: dict, node) -> Candidates:  # noqa: ARG001 (one signature per layout)
     nxt = _take(tables["next"], node)
     tokens = jnp.broadcast_to(lax.iota(jnp.int32, nxt.shape[-1]), nxt.shape)
     return Candidates(tokens, nxt, nxt >= 0)

@@ -12,8 +12,14 @@ import threading
 import time
 from typing import Callable, Optional
 
-from static_compiler.errors import (ArtifactExistsError, CliInputError, ConstraintSetError,
-                                    DecodeInputError, PipelineError, installed)
+from static_compiler.errors import (
+    ArtifactExistsError,
+    CliInputError,
+    ConstraintSetError,
+    DecodeInputError,
+    PipelineError,
+    installed,
+)
 
 INPUT_FORMATS = ("a .npy (N, L) int array (variable-length rows padded with -1), .jsonl (one "
                  "JSON list of token ids per line), an IR text dump, or text (one "
@@ -65,8 +71,8 @@ def start_compilation_cache(args: argparse.Namespace, stream) -> Optional[str]:
     --no-compilation-cache or $STATIC_COMPILER_NO_CACHE say not to; returns
     its directory, or None when off. A directory that cannot be used is
     warned about on `stream` and the command runs without the cache."""
-    from static_compiler.support import compilation_cache as cc
     from static_compiler.errors import CompilationCacheError
+    from static_compiler.support import compilation_cache as cc
 
     if getattr(args, "no_compilation_cache", False) or cc.disabled_by_environment():
         return None
@@ -205,8 +211,7 @@ def read_any_input(path: str, *, vocab_size: Optional[int], end_token: Optional[
     constraint set."""
     if tokenizer is None:
         return (*read_input(path, vocab_size=vocab_size, end_token=end_token), None)
-    from static_compiler.frontend import readers
-    from static_compiler.frontend import text
+    from static_compiler.frontend import readers, text
 
     adapter = text.as_adapter(tokenizer)
     return readers.read_names(path), text.catalogue_vocab_size(vocab_size, adapter), adapter

@@ -9,9 +9,17 @@ import os
 import sys
 from typing import Optional
 
-from static_compiler.cli.common import (INPUT_FORMATS, Subcommand, add_input_arguments,
-                                        beam_size_entry, device_mesh, parse_mesh, progress,
-                                        read_any_input, read_attributes)
+from static_compiler.cli.common import (
+    INPUT_FORMATS,
+    Subcommand,
+    add_input_arguments,
+    beam_size_entry,
+    device_mesh,
+    parse_mesh,
+    progress,
+    read_any_input,
+    read_attributes,
+)
 from static_compiler.errors import CliInputError, installed
 
 DEFAULT_BEAM_SIZES = "70"
@@ -180,8 +188,12 @@ def _pipeline_with_budget(pipeline: Optional[str], budget: Optional[str]) -> Opt
         return pipeline
     from static_compiler.errors import PipelineError
     from static_compiler.passes.base import ByteSize
-    from static_compiler.passes.pipeline import (DEFAULT_PIPELINE, format_pipeline,
-                                                 parse_pipeline, with_memory_budget)
+    from static_compiler.passes.pipeline import (
+        DEFAULT_PIPELINE,
+        format_pipeline,
+        parse_pipeline,
+        with_memory_budget,
+    )
 
     try:
         size = ByteSize.parse(budget)

@@ -82,7 +82,7 @@ def decode_artifact(art: serving.Artifact, *, batch_size: int, beam_size,
     start_token = np.arange(batch_size) % art.vocab_size
     widths = art.check_schedule(beam_size)
 
-    def one_pass(timed: bool):
+    def one_pass():
         steps, models = [], []
         state = art.init_beams(batch_size, widths[0], start_token)
         for step in range(art.max_length):
@@ -98,10 +98,10 @@ def decode_artifact(art: serving.Artifact, *, batch_size: int, beam_size,
         return art.finalize(state), steps, models
 
     t0 = time.perf_counter()
-    one_pass(False)
+    one_pass()
     first = time.perf_counter() - t0
     wait_for_kernels()  # (the loader's numba import holds the GIL: not part of a step)
-    result, steps, models = one_pass(True)
+    result, steps, models = one_pass()
     return DecodeRun(serving.DecodeResult(*(np.asarray(x) for x in result)), steps, models, first)
 
 

@@ -17,8 +17,18 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from static_compiler.cli import (compile, decode, demo, reexport, rollback, show_ir, update,
-                                  upgrade, verify, versions)
+from static_compiler.cli import (
+    compile,
+    decode,
+    demo,
+    reexport,
+    rollback,
+    show_ir,
+    update,
+    upgrade,
+    verify,
+    versions,
+)
 from static_compiler.cli.common import add_cache_argument, in_cli_terms, start_compilation_cache
 from static_compiler.errors import StaticCompilerError
 

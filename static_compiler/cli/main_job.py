@@ -22,12 +22,10 @@ import numpy as np
 
 from static_compiler import report
 from static_compiler.artifact import serving, writer
-from static_compiler.frontend import datasets
 from static_compiler.cli import demo_model
 from static_compiler.compiler import compile_constraints
 from static_compiler.errors import MainJobError
-from static_compiler.frontend import as_token_matrix, row_keys
-
+from static_compiler.frontend import as_token_matrix, datasets, row_keys
 
 DEMO_SERVER = demo_model.__name__
 """The module the fresh serving process runs (`python -m`)."""

@@ -8,8 +8,7 @@ import os
 import sys
 from typing import Optional
 
-from static_compiler.cli.common import (INPUT_FORMATS, Subcommand, add_input_arguments,
-                                        read_any_input)
+from static_compiler.cli.common import INPUT_FORMATS, Subcommand, add_input_arguments, read_any_input
 from static_compiler.errors import CliInputError
 
 DEFAULT_MAX_NAMES = 20

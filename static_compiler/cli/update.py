@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read(flag: str, file: str):
-    from static_compiler.frontend import readers
     from static_compiler.errors import CliInputError
+    from static_compiler.frontend import readers
     from static_compiler.ir import Automaton
 
     value = readers.read_constraints(file)
@@ -44,8 +44,8 @@ def _read(flag: str, file: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from static_compiler.saved import update_artifact
     from static_compiler.errors import CliInputError
+    from static_compiler.saved import update_artifact
 
     if args.add is None and args.remove is None:
         raise CliInputError("update: nothing to do: give --add FILE and/or --remove FILE")

@@ -40,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from static_compiler.cli.common import read_any_input
     from static_compiler.errors import CliInputError
     from static_compiler.frontend import as_token_matrix, row_keys
-    from static_compiler.ir import Automaton, enumerate_sequences
     from static_compiler.frontend.text import encode_catalogue
+    from static_compiler.ir import Automaton, enumerate_sequences
 
     if args.input is None and args.tokenizer is None:
         return _check(args.artifact)
@@ -164,7 +164,7 @@ def _removed_rows(path, ir, tokens, lengths):
     items = ItemIndex(num_unique=ir.num_sequences, **arrays)
     fixed = bool((lengths == tokens.shape[1]).all())
     sequences = tokens if fixed else [row[:n] for row, n in zip(tokens, lengths.tolist())]
-    ids = unique_ids(ir, items, sequences, "verify")
+    ids = unique_ids(ir, items, sequences)
     return np.where(ids >= 0, items.removed[np.maximum(ids, 0)], False)
 
 

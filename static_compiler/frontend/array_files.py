@@ -23,7 +23,6 @@ import numpy as np
 from static_compiler.errors import BuildError
 from static_compiler.ir import frozen
 
-
 # Files passed between tasks: checked when read against what was written.
 
 CHECK_CHUNK_BYTES = 16 << 20

@@ -13,7 +13,6 @@ import socket
 
 from static_compiler.support import processes
 
-
 WORK_PREFIX = "static-compiler-build-"
 OWNER_FILE = "owner"
 

@@ -42,11 +42,11 @@ from typing import Hashable, Optional
 
 import numpy as np
 
-from static_compiler.support.dtypes import index_dtype_for, token_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import check_end_token, check_vocab_size
 from static_compiler.ir import Automaton, Layer, count_sequences
 from static_compiler.ir.merge_states import MinimizeStats, minimize_automaton
+from static_compiler.support.dtypes import index_dtype_for, token_dtype_for
 
 
 @dataclasses.dataclass(frozen=True)

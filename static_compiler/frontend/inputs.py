@@ -22,8 +22,7 @@ from static_compiler.frontend.items import ItemIndex
 from static_compiler.frontend.partitioned import Shards, partitions_built
 from static_compiler.frontend.sequences import trie_from_sorted
 from static_compiler.frontend.spellings import SPELLINGS, catalogue_spellings
-from static_compiler.frontend.text import (as_adapter, catalogue_vocab_size, encode_catalogue,
-                                           looks_like_names)
+from static_compiler.frontend.text import as_adapter, catalogue_vocab_size, encode_catalogue, looks_like_names
 from static_compiler.ir import Automaton
 
 

@@ -15,7 +15,6 @@ import numpy as np
 
 from static_compiler.errors import DecodeInputError
 
-
 _LINE_BREAK_ESCAPES = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
 """str.translate table for names.jsonl: the line breaks str.splitlines
 knows that JSON allows raw in a string (U+0085, U+2028, U+2029) -> their

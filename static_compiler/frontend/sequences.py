@@ -16,17 +16,20 @@ next word; each round is one argsort of a uint64 array.
 
 from __future__ import annotations
 
-
 import itertools
 from typing import NamedTuple, Optional
 
 import numpy as np
 
-from static_compiler.support.dtypes import (MAX_VOCAB_SIZE, index_dtype_for, sort_code_dtype_for,
-                                    token_dtype_for)
 from static_compiler.errors import ConstraintSetError
-from static_compiler.ir import Automaton, Layer, frozen
 from static_compiler.frontend.items import ItemIndex
+from static_compiler.ir import Automaton, Layer, frozen
+from static_compiler.support.dtypes import (
+    MAX_VOCAB_SIZE,
+    index_dtype_for,
+    sort_code_dtype_for,
+    token_dtype_for,
+)
 
 
 def check_vocab_size(vocab_size) -> int:

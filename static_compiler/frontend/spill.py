@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from static_compiler.support.mapped import release_pages
-from static_compiler.support.dtypes import sort_code_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import check_range
-from static_compiler.frontend.sequences import padded_lengths
 from static_compiler.frontend.array_files import CheckedWriter
 from static_compiler.frontend.build_tasks import run_tasks, say
+from static_compiler.frontend.sequences import padded_lengths
+from static_compiler.support.dtypes import sort_code_dtype_for
+from static_compiler.support.mapped import release_pages
 
 if TYPE_CHECKING:
     from static_compiler.frontend.partitioned import Shards

@@ -39,10 +39,9 @@ from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from static_compiler.frontend.names import NameTable
 from static_compiler.errors import ConstraintSetError
-from static_compiler.frontend import (PaddedRows, check_end_token, check_vocab_size,
-                                      sort_unique_rows)
+from static_compiler.frontend import PaddedRows, check_end_token, check_vocab_size, sort_unique_rows
+from static_compiler.frontend.names import NameTable
 
 EOS_TOKENS = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eos|>", "[EOS]", "<|im_end|>",
               "<|eot_id|>", "[SEP]")

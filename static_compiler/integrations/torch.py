@@ -51,8 +51,8 @@ import functools
 import numpy as np
 import torch
 
-from static_compiler.support import arguments
 from static_compiler.errors import DecodeInputError
+from static_compiler.support import arguments
 from static_compiler.torch_backend import TorchConstraints
 from static_compiler.torch_backend import checks as torch_checks
 from static_compiler.torch_backend import ops as torch_ops

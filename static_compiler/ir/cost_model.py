@@ -28,8 +28,8 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.support.dtypes import branch_dtype_for, state_dtype_for, token_dtype_for
 from static_compiler.ir import Automaton, Layer, Layout, LayoutKind
+from static_compiler.support.dtypes import branch_dtype_for, state_dtype_for, token_dtype_for
 
 # The functions below read a layer's counts, branch histogram
 # (`branch_counts`), accepting table and targets only, so they take an

@@ -38,10 +38,10 @@ from typing import Callable
 
 import numpy as np
 
-from static_compiler.ir.cost_model import estimated_bytes
-from static_compiler.support.dtypes import index_dtype_for
 from static_compiler.errors import PipelineError
 from static_compiler.ir import Automaton, Layer
+from static_compiler.ir.cost_model import estimated_bytes
+from static_compiler.support.dtypes import index_dtype_for
 
 
 @dataclasses.dataclass(frozen=True)

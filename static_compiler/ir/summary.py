@@ -13,6 +13,7 @@ import numpy as np
 
 from static_compiler.ir.types import Automaton, Layer, Layout, _Layered
 
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class LayerSummary:
     """What the layout passes and the cost model read of a layer, without

@@ -11,9 +11,9 @@ import numpy as np
 
 from static_compiler.errors import IRParseError
 from static_compiler.ir.summary import AutomatonSummary, layer_stats
-from static_compiler.ir.types import (_ELIDE_EDGES, _ELIDED_ROWS_PER_LAYER, Automaton, Layer,
-                                      Layout)
+from static_compiler.ir.types import _ELIDE_EDGES, _ELIDED_ROWS_PER_LAYER, Automaton, Layer, Layout
 from static_compiler.ir.verify import verify
+
 
 def print_ir(a: Union[Automaton, "AutomatonSummary"], max_edges: int = _ELIDE_EDGES,
              rows_of: Optional[Callable[[int, int], Layer]] = None) -> str:

@@ -6,14 +6,15 @@ for what the arrays hold; numpy only."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import enum
+import functools
 import re
 from typing import Iterator, Optional
 
 import numpy as np
 
 from static_compiler.errors import IRParseError, IRVerificationError
+
 
 class LayoutKind(enum.StrEnum):
     """Layout kinds the backend can lower:

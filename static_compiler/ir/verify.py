@@ -8,11 +8,17 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.support.dtypes import MAX_VOCAB_SIZE
 from static_compiler.errors import IRVerificationError
-from static_compiler.ir.row_checks import (check_accepting_has_end, check_implicit_targets,
-                                           check_row_span, check_rows, row_of)
+from static_compiler.ir.row_checks import (
+    check_accepting_has_end,
+    check_implicit_targets,
+    check_row_span,
+    check_rows,
+    row_of,
+)
 from static_compiler.ir.types import Automaton, Layer, Layout, LayoutKind
+from static_compiler.support.dtypes import MAX_VOCAB_SIZE
+
 
 def _same_arrays(x: Layer, y: Layer) -> bool:
     return all(getattr(x, n) is getattr(y, n) for n in ("indptr", "tokens", "targets", "accepting"))

@@ -19,22 +19,22 @@ the renumbering). Whether the merged trie still fits the compiled plan is
 from __future__ import annotations
 
 import contextlib
-import functools
 import dataclasses
+import functools
 
 import numpy as np
 
-from static_compiler.support.arrays import PieceArray, materialized
-from static_compiler.support.mapped import release_pages
-from static_compiler.support.dtypes import index_dtype_for
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import as_token_matrix, sort_unique_rows
+from static_compiler.frontend.items import ItemIndex
 from static_compiler.frontend.sequences import check_set_rows
 from static_compiler.ir import Automaton, Layer, LayoutKind, frozen
-from static_compiler.live.layers import find_in_rows
-from static_compiler.frontend.items import ItemIndex
 from static_compiler.live import item_masks
+from static_compiler.live.layers import find_in_rows
 from static_compiler.live.state_order import InsertedOrder, item_order
+from static_compiler.support.arrays import PieceArray, materialized
+from static_compiler.support.dtypes import index_dtype_for
+from static_compiler.support.mapped import release_pages
 
 
 @contextlib.contextmanager
@@ -368,7 +368,7 @@ def items_after(ir, items: ItemIndex, placed: Insertions,
             release_pages(items.item_state, start * 4, (start + count) * 4)
         out[count:] = new_states[max(0, start - old):max(0, stop - old)]
 
-    depth_of = lambda count: PieceArray(count, np.int32, lambda out, start, stop:
+    depth_of = lambda count: PieceArray(count, np.int32, lambda out, start, stop:  # noqa: ARG005
                                         out.fill(ir.depth))
     positions = dict(item_depth=None, item_state=None, state_item=None, state_inserted_at=None,
                      state_inserted_item=None)

@@ -39,7 +39,7 @@ except ModuleNotFoundError as err:  # the numpy kernels at the end stand in
     HAVE_NUMBA = False
     uint64 = np.uint64
 
-    def njit(*args, **kwargs):
+    def njit(*args, **kwargs):  # noqa: ARG001 (numba's signature)
         """No compiler: the kernels below stay Python functions (never
         called: their numpy twins replace them)."""
         return lambda function: function
@@ -326,7 +326,7 @@ def inserted_words_numpy(src, at, ids, base, out, first_state, n):
                                          first_state, n))
 
 
-def mark_selected_bits_numpy(selection, ids, out, scratch):
+def mark_selected_bits_numpy(selection, ids, out, scratch):  # noqa: ARG001 (the kernel's)
     """`mark_selected_bits` in numpy (scratch unused)."""
     v = np.asarray(ids)[np.asarray(selection, bool)].astype(np.int64)
     np.bitwise_or.at(out.view(np.uint8), v >> 3, (1 << (v & 7)).astype(np.uint8))

@@ -25,9 +25,20 @@ import math
 import re
 
 from static_compiler.errors import FilterExpressionError
-from static_compiler.live.filter_tree import (KEYWORDS, MAX_NESTING, NAME, And,  # noqa: F401
-                                              Compare, Expr, IsIn, Literal, Name, Not, Or,
-                                              nesting)
+from static_compiler.live.filter_tree import (  # noqa: F401
+    KEYWORDS,
+    MAX_NESTING,
+    NAME,
+    And,
+    Compare,
+    Expr,
+    IsIn,
+    Literal,
+    Name,
+    Not,
+    Or,
+    nesting,
+)
 
 # ASCII digits only: `\d` (and int()) would also read other scripts' digits
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?")

@@ -22,10 +22,10 @@ from typing import Optional, Protocol, runtime_checkable
 
 import numpy as np
 
-from static_compiler.support.mapped import release_pages
-from static_compiler.support.threads import on_threads
 from static_compiler.errors import ConstraintSetError
 from static_compiler.live import layer_walk
+from static_compiler.support.mapped import release_pages
+from static_compiler.support.threads import on_threads
 
 ITEM_CHUNK = 1 << 24
 """Input rows mapped (final states gathered, `liveness.final_item_live`) at

@@ -15,9 +15,9 @@ from typing import Optional
 
 import numpy as np
 
+from static_compiler.live.layers import LayerWalk, NearRows, row_range
 from static_compiler.support.arrays import search_sorted
 from static_compiler.support.threads import THREADS
-from static_compiler.live.layers import LayerWalk, NearRows, row_range
 
 WALK_CHUNK = 1 << 22
 """A layer walked in ranges of this many states (`child_live`): the

@@ -84,7 +84,7 @@ class _VirtualRows:
         whole = self._whole_array()
         return whole if dtype is None else whole.astype(dtype)
 
-    def astype(self, dtype, copy: bool = True) -> np.ndarray:
+    def astype(self, dtype, copy: bool = True) -> np.ndarray:  # noqa: ARG002 (numpy's signature)
         return np.asarray(self, dtype=dtype)
 
     def range(self, start: int, stop: int) -> np.ndarray:

@@ -36,8 +36,6 @@ computed is its `BitLayout` (`bit_layout`, built once per set).
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import threading
 from typing import Optional, Sequence
 
@@ -330,7 +328,7 @@ def subset_of_items(layers: Sequence, num_final_states: int, end_token: Optional
         item_masks.drop_items(item_live, items.removed)
     size_of_subset = item_masks.count_items(item_live)  # (`_walk_up` puts it in final-state order)
     counts = layout.state_counts
-    size = (lambda d: None) if counts is None else (lambda d: counts[d])
+    size = (lambda d: None) if counts is None else (lambda d: counts[d])  # noqa: ARG005
     depth = len(layers)
     words: list = [None] * (depth + 1)
 

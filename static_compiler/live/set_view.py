@@ -26,12 +26,11 @@ from typing import Callable, NamedTuple, Optional, Sequence, Union
 import numpy as np
 
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, FilterExpressionError
-from static_compiler.live.layers import TableLayer, table_layers
 from static_compiler.frontend.items import ItemIndex
-from static_compiler.live.item_masks import RowSource, rows_item_mask
-from static_compiler.live.liveness import (BitLayout, Subset, bit_layout, rows_item_live,
-                                           subset_of_items)
 from static_compiler.live import priors
+from static_compiler.live.item_masks import RowSource, rows_item_mask
+from static_compiler.live.layers import TableLayer, table_layers
+from static_compiler.live.liveness import BitLayout, Subset, bit_layout, rows_item_live, subset_of_items
 from static_compiler.target.plan import Plan, PlanFacts, StepPlan, slot_steps, state_counts
 
 

@@ -17,8 +17,8 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from static_compiler.support.mapped import release_pages
 from static_compiler.live import layer_walk
+from static_compiler.support.mapped import release_pages
 
 
 class InsertedOrder(NamedTuple):

@@ -22,15 +22,22 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.support.arrays import npy_chunks
-from static_compiler.support.mapped import release_pages
 from static_compiler.errors import ConstraintSetError
+from static_compiler.frontend.items import ItemIndex  # noqa: F401 (API)
 from static_compiler.live import item_masks, set_view, state_order
 from static_compiler.live.layers import TableLayer, find_in_rows, layer_walks  # noqa: F401 (API)
-from static_compiler.frontend.items import ItemIndex  # noqa: F401 (API)
-from static_compiler.live.liveness import (BitLayout, Subset, bit_layout, rows_item_live,
-                                           rows_item_mask, stack_subsets, subset_of_items)
+from static_compiler.live.liveness import (  # noqa: F401 (API: Subset, bit_layout, ...)
+    BitLayout,
+    Subset,
+    bit_layout,
+    rows_item_live,
+    rows_item_mask,
+    stack_subsets,
+    subset_of_items,
+)
 from static_compiler.live.set_view import TableTrie  # noqa: F401 (API)
+from static_compiler.support.arrays import npy_chunks
+from static_compiler.support.mapped import release_pages
 
 
 def set_fingerprint(plan, tables, digests: Optional[dict] = None) -> str:
@@ -78,7 +85,7 @@ def check_subsettable(ir, items: Optional[ItemIndex], where: str) -> ItemIndex:
                                       where)
 
 
-def unique_ids(ir, items: ItemIndex, sequences, where: str) -> np.ndarray:
+def unique_ids(ir, items: ItemIndex, sequences) -> np.ndarray:
     """int64 (n,): the unique sequence (sorted order, as `ItemIndex`) each of
     `sequences` is, -1 for one not in the set. Walks the trie one depth at a
     time for LOOKUP_CHUNK sequences at once (a binary search per depth
@@ -146,7 +153,7 @@ def item_mask(selection, items: ItemIndex, where: str, ir, layout: BitLayout):
     sel = selection if isinstance(selection, np.ndarray) else None
     if sel is not None and (sel.dtype == bool or sel.ndim != 2):
         return rows_item_live(sel, items, layout, where)
-    ids = unique_ids(ir, items, selection, where)
+    ids = unique_ids(ir, items, selection)
     missing = np.flatnonzero(ids < 0)
     if missing.size:
         raise ConstraintSetError(f"{where}: {missing.size} of {ids.size} sequences are not in "
@@ -189,7 +196,7 @@ def removal(items: ItemIndex, remove, automaton, where: str = "update") -> tuple
         mat, lengths, ragged = as_token_matrix(remove)
         trie = automaton()
         check_set_rows(mat, lengths, ragged, trie, f"{where}: removed")
-        ids = unique_ids(trie, items, PaddedRows(mat, lengths), where)
+        ids = unique_ids(trie, items, PaddedRows(mat, lengths))
         absent = int((ids < 0).sum())
         ids = np.unique(ids[ids >= 0])
         picked = int(ids.size)

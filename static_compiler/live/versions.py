@@ -13,12 +13,12 @@ import time
 
 import numpy as np
 
-from static_compiler.support import placement as placement_lib
-from static_compiler.target.lowering import lower, plan_of
 from static_compiler.errors import AttributeColumnError, ConstraintSetError
 from static_compiler.frontend.attributes import appended
 from static_compiler.live import additions, subsets, table_additions
 from static_compiler.passes import pipeline as pipeline_lib
+from static_compiler.support import placement as placement_lib
+from static_compiler.target.lowering import lower, plan_of
 
 
 def updated(compiled, *, add=None, remove=None, attributes=None, streamed: bool = False):

@@ -33,11 +33,25 @@ import numpy as np
 
 from static_compiler.errors import FilterExpressionError
 from static_compiler.frontend.attributes import KINDS, Column, checked_attributes
-from static_compiler.support.threads import on_threads
 from static_compiler.live.filter_text import located, parse  # noqa: F401
-from static_compiler.live.filter_tree import (COMPARISONS, KEYWORDS, MAX_NESTING, And,  # noqa: F401
-                                              Compare, Expr, IsIn, Junction, Name, Not, Or, attr,
-                                              item_mask, literal_text, nesting)
+from static_compiler.live.filter_tree import (  # noqa: F401
+    COMPARISONS,
+    KEYWORDS,
+    MAX_NESTING,
+    And,
+    Compare,
+    Expr,
+    IsIn,
+    Junction,
+    Name,
+    Not,
+    Or,
+    attr,
+    item_mask,
+    literal_text,
+    nesting,
+)
+from static_compiler.support.threads import on_threads
 
 __all__ = ["And", "COMPARISONS", "Column", "Compare", "Expr", "FEW_VALUES", "IsIn", "KEYWORDS",
            "KINDS", "MAX_NESTING", "Name", "Not", "Or", "RowFilter", "attr", "checked_masks",

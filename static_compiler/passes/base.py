@@ -84,7 +84,7 @@ class Pass(abc.ABC):
     def run(self, ir: Automaton) -> Automaton:
         """Returns the transformed IR; never changes `ir` (it is immutable)."""
 
-    def wired(self, later: Sequence["Pass"]) -> "Pass":
+    def wired(self, later: Sequence["Pass"]) -> "Pass":  # noqa: ARG002 (overridden)
         """This pass as it runs in a pipeline where `later` run after it. A
         pass may leave an option to the pipeline and take it from a later
         pass here (split-heavy plans for the multiple of the pad-branches

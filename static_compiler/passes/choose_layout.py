@@ -15,11 +15,15 @@ import dataclasses
 import math
 from typing import Callable, Optional
 
-from static_compiler.passes.base import ByteSize, Pass
-from static_compiler.ir.cost_model import (DEFAULT_DENSE_MAX_OVERHEAD, DEFAULT_DENSE_THRESHOLD,
-                                       applicable_layouts, candidate_layouts)
 from static_compiler.errors import MemoryBudgetError
 from static_compiler.ir import LAYOUT_KINDS, Automaton, Layer, Layout
+from static_compiler.ir.cost_model import (
+    DEFAULT_DENSE_MAX_OVERHEAD,
+    DEFAULT_DENSE_THRESHOLD,
+    applicable_layouts,
+    candidate_layouts,
+)
+from static_compiler.passes.base import ByteSize, Pass
 
 
 def suggested_budget(needed: float) -> ByteSize:

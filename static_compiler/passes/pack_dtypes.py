@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from static_compiler.passes.base import Pass
-from static_compiler.ir.cost_model import packed
 from static_compiler.ir import Automaton
+from static_compiler.ir.cost_model import packed
+from static_compiler.passes.base import Pass
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from static_compiler.ir.cost_model import DEFAULT_PAD_MULTIPLE, padded_width, with_estimate
 from static_compiler.ir import Automaton
+from static_compiler.ir.cost_model import DEFAULT_PAD_MULTIPLE, padded_width, with_estimate
 from static_compiler.passes.base import Pass
 
 
@@ -24,7 +24,7 @@ class PadBranchesPass(Pass):
             raise ValueError(f"multiple={self.multiple} must be >= 1")
 
     def run(self, ir: Automaton) -> Automaton:
-        def pad(t, layer, lay):
+        def pad(t, layer, lay):  # noqa: ARG001 (the per-layer map's signature)
             if not lay.kind.sliced:
                 return lay
             k = padded_width(lay.k, self.multiple, ir.vocab_size)

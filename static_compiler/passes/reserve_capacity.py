@@ -26,9 +26,9 @@ import dataclasses
 import math
 import numbers
 
-from static_compiler.ir.cost_model import packed
 from static_compiler.errors import PipelineError
 from static_compiler.ir import Automaton, LayoutKind
+from static_compiler.ir.cost_model import packed
 from static_compiler.passes.base import Pass
 
 CAPACITY_MULTIPLE = 8

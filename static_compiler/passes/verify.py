@@ -3,8 +3,8 @@ the IR unchanged."""
 
 import dataclasses
 
-from static_compiler.passes.base import Pass
 from static_compiler.ir import Automaton, verify
+from static_compiler.passes.base import Pass
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from static_compiler.errors import DecodeInputError
-from static_compiler.support.arguments import (check_beam_schedule, check_callable, check_rows,
-                                              model_output)
+from static_compiler.support.arguments import check_beam_schedule, check_callable, check_rows, model_output
 
 
 def check_search(logits_fn, batch_size, beam_size, carry, reorder, max_length: int

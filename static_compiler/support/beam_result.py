@@ -15,8 +15,7 @@ import numpy as np
 from jax import lax
 
 from static_compiler.errors import DecodeInputError
-from static_compiler.support.decode_types import (MIN_VALID_SCORE, SENTINEL_SCORE, BeamState,
-                                                  DecodeResult)
+from static_compiler.support.decode_types import MIN_VALID_SCORE, SENTINEL_SCORE, BeamState, DecodeResult
 
 
 def length_normalized(scores, lengths, length_penalty):
@@ -67,7 +66,7 @@ def finalize(state: BeamState, length_penalty=0.0) -> DecodeResult:
                           zip(_as_is(state, 0), _reranked(state, length_penalty))))
 
 
-def _as_is(state: BeamState, length_penalty) -> DecodeResult:
+def _as_is(state: BeamState, length_penalty) -> DecodeResult:  # noqa: ARG001 (as _penalised)
     return DecodeResult(state.tokens, state.scores, state.valid, state.lengths)
 
 

@@ -40,12 +40,12 @@ def _count(which: int) -> None:
             counter._events[which] += 1
 
 
-def _on_duration(event: str, duration: float, **kwargs) -> None:
+def _on_duration(event: str, duration: float, **kwargs) -> None:  # noqa: ARG001 (jax's listener)
     if event == _BACKEND_COMPILE_EVENT:
         _count(0)
 
 
-def _on_event(event: str, **kwargs) -> None:
+def _on_event(event: str, **kwargs) -> None:  # noqa: ARG001 (jax's listener)
     if event == _CACHE_HIT_EVENT:
         _count(1)
 

@@ -17,20 +17,33 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
-from static_compiler.support.arguments import (check_callable, check_finite, check_int,  # noqa: F401
-                                       check_logits_shape, check_rows, vocab_columns,
-                                       check_prefix_shape, check_start_tokens,
-                                       check_token_shape, check_token_values,
-                                       check_tokens_per_beam)
-from static_compiler.support.decode_types import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE,  # noqa: F401
-                                          BeamState, DecodeResult, ProcessorState)
-from static_compiler.support.arguments import is_int as _is_int
 from static_compiler.errors import DecodeInputError
-
+from static_compiler.support.arguments import (  # noqa: F401
+    check_callable,
+    check_finite,
+    check_int,
+    check_logits_shape,
+    check_prefix_shape,
+    check_rows,
+    check_start_tokens,
+    check_token_shape,
+    check_token_values,
+    check_tokens_per_beam,
+    vocab_columns,
+)
+from static_compiler.support.arguments import is_int as _is_int
+from static_compiler.support.decode_types import (  # noqa: F401
+    MIN_VALID_SCORE,
+    PAD_TOKEN,
+    SENTINEL_SCORE,
+    BeamState,
+    DecodeResult,
+    ProcessorState,
+)
 
 
 class _NoJax:
@@ -192,7 +205,7 @@ def _state_field(state_type: type, fields: tuple, index: int, kind: str, where: 
             value = None
     dtype = getattr(value, "dtype", None)
     ok = dtype is not None and (_is_float_dtype(dtype) if kind == "float" else
-                                _is_integer_dtype(dtype) if kind == "int" else dtype == bool)
+                                _is_integer_dtype(dtype) if kind == "int" else dtype == bool)  # noqa: E721 (a numpy dtype)
     if not ok:
         found = (f"{dtype}{list(np.shape(value))}" if dtype is not None
                  else f"{str(fields[index])[:60]!r} (not an array)")

@@ -35,7 +35,7 @@ call) while they hold at most this many entries
 whole on every step, so only tables with more entries are split."""
 
 
-def padded_rows(name: str, rows: int, devices: int) -> int:
+def padded_rows(rows: int, devices: int) -> int:
     """Rows a table of `rows` rows has once split across `devices` devices:
     padded up to a multiple of D."""
     if rows % devices:
@@ -59,12 +59,13 @@ def padding_value(name: str, arr: np.ndarray):
     return 0
 
 
-def is_split(name: str, shape: tuple, dtype, devices: int, min_bytes: int) -> bool:
+def is_split(name: str, shape: tuple, dtype, devices: int,  # noqa: ARG001 (the rule's signature)
+             min_bytes: int) -> bool:
     """Whether the rule splits a table of this name, shape and dtype across
     `devices` devices (see the module docstring)."""
     if devices < 2 or len(shape) < 1 or np.prod(shape, dtype=np.int64) <= PACKED_TABLE_ENTRIES:
         return False
-    rows = padded_rows(name, int(shape[0]), devices)
+    rows = padded_rows(int(shape[0]), devices)
     nbytes = rows * int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
     return rows % devices == 0 and nbytes >= min_bytes
 
@@ -80,13 +81,14 @@ def padded(name: str, arr: np.ndarray, rows: int) -> np.ndarray:
     return np.concatenate([arr, pad])
 
 
-def device_bytes(name: str, shape: tuple, dtype, devices: int, split: bool) -> int:
+def device_bytes(name: str, shape: tuple, dtype, devices: int,  # noqa: ARG001 (as is_split)
+                 split: bool) -> int:
     """Bytes one device holds of a table: all of them, or, split, its rows
     (padded to a multiple of D) / D."""
     row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
     if not split:
         return int(shape[0]) * row_bytes if len(shape) else np.dtype(dtype).itemsize
-    return padded_rows(name, int(shape[0]), devices) * row_bytes // devices
+    return padded_rows(int(shape[0]), devices) * row_bytes // devices
 
 
 def bytes_per_device(tables: dict, devices: int, min_bytes: int = DEFAULT_MIN_BYTES) -> int:
@@ -135,7 +137,7 @@ class MeshPlacement:
         (split row pointers padded to a multiple of D)."""
         if key not in self.split:
             return tuple(shape)
-        return (padded_rows(key[1], shape[0], self.devices),) + tuple(shape[1:])
+        return (padded_rows(shape[0], self.devices),) + tuple(shape[1:])
 
     def sharding(self, key: Optional[tuple], ndim: int = 1):
         """The NamedSharding of table `key` ((layer, name); None: any other
@@ -169,7 +171,7 @@ def placed_shape(record: Optional[dict], layer: int, name: str, shape: tuple) ->
     if record is None or f"layer{layer}.{name}" not in record["split_tables"]:
         return tuple(shape)
     D = dict(record["axes"])[record["table_axis"]]
-    return (padded_rows(name, int(shape[0]), D),) + tuple(shape[1:])
+    return (padded_rows(int(shape[0]), D),) + tuple(shape[1:])
 
 
 def mesh_text(axes) -> str:

@@ -43,8 +43,13 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from static_compiler.support.decode_types import (MIN_VALID_SCORE, PAD_TOKEN, SENTINEL_SCORE, BeamState,
-                                          DecodeResult)
+from static_compiler.support.decode_types import (
+    MIN_VALID_SCORE,
+    PAD_TOKEN,
+    SENTINEL_SCORE,
+    BeamState,
+    DecodeResult,
+)
 from static_compiler.torch_backend.kernels import Children, step_columns
 
 

@@ -12,11 +12,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from static_compiler.support import arguments
-from static_compiler.support.arguments import (check_logits_shape, check_prefix_shape,
-                                       check_token_shape, is_int, vocab_columns)
-from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, ProcessorState
 from static_compiler.errors import DecodeInputError
+from static_compiler.support import arguments
+from static_compiler.support.arguments import (
+    check_logits_shape,
+    check_prefix_shape,
+    check_token_shape,
+    is_int,
+    vocab_columns,
+)
+from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, ProcessorState
 
 
 def is_int_dtype(dtype) -> bool:

@@ -21,20 +21,19 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from static_compiler.support import arguments
 from static_compiler.artifact import format as artifact_format
 from static_compiler.artifact import snapshot
-from static_compiler.target.plan import PlanFacts, live_beam_bounds, prior_offsets
 from static_compiler.errors import DecodeInputError
 from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.frontend.items import ItemIndex
 from static_compiler.live.liveness import Subset, checked_subset_index
 from static_compiler.live.priors import check_no_length_penalty, check_prior
 from static_compiler.live.set_view import SetView
-from static_compiler.target.plan import Plan
+from static_compiler.support import arguments
 from static_compiler.support.beam_loop import check_search, run_search
 from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, DecodeResult
 from static_compiler.support.deprecation import warn_deprecated
+from static_compiler.target.plan import Plan, PlanFacts, live_beam_bounds, prior_offsets
 from static_compiler.torch_backend import beam, checks, ops
 from static_compiler.torch_backend import warm as warming
 from static_compiler.torch_backend.kernels import LiveBits

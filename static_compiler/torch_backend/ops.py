@@ -12,9 +12,7 @@ from __future__ import annotations
 import torch
 
 from static_compiler.support.decode_types import ProcessorState
-
 from static_compiler.torch_backend.kernels import dense_child, row_status, step_columns
-
 
 TorchState = ProcessorState
 """Per-row processor state (B rows): `static_compiler.support.decode_types.ProcessorState`

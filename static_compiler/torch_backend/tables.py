@@ -21,6 +21,7 @@ import torch
 from static_compiler.live.set_view import SetFacts
 from static_compiler.target.plan import Plan
 
+
 @dataclasses.dataclass(frozen=True)
 class TorchPlan(Plan):
     """The compiler's `Plan` (vocab_size V, one `StepPlan` per layer,

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from static_compiler.artifact.warm import check_max_subsets
+from static_compiler.errors import DecodeInputError
 from static_compiler.support import arguments
 from static_compiler.support.decode_types import WarmReport
-from static_compiler.errors import DecodeInputError
 
 
 def _ints(name: str, values, allow_empty: bool) -> tuple:

@@ -11,11 +11,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import PROFILE
 
 import static_compiler as sc
-from helpers import PROFILE
-from static_compiler.support.compile_events import xla_compilations
 from static_compiler.errors import DecodeInputError
+from static_compiler.support.compile_events import xla_compilations
 
 # Three steps: each compiles its own mask / advance programs (a Python-int step).
 V, L = 32, 3

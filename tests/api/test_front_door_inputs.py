@@ -24,8 +24,8 @@ import static_compiler as sc
 from static_compiler.artifact import serving
 from static_compiler.backend.decode import StepProcessor
 from static_compiler.backend.decode.prefix import prefix_mask
-from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, ProcessorState
 from static_compiler.errors import DecodeInputError, StaticCompilerError
+from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, ProcessorState
 
 ITEMS = [[1, 2, 3], [1, 4, 5], [2, 2, 2]]
 V, B, M, T = 8, 2, 2, 3

@@ -14,20 +14,17 @@ raise ModuleNotFoundError):
 from __future__ import annotations
 
 import os
-import pathlib
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+from helpers import REPO, packed_words
 
 import static_compiler as sc
-from helpers import packed_words
 from static_compiler.live import bit_kernels
 from static_compiler.live.bit_kernels import NUMPY_KERNELS
-
-from helpers import REPO
 
 
 def _run_without(packages, script: str) -> subprocess.CompletedProcess:

@@ -11,8 +11,7 @@ import pytest
 
 import static_compiler as sc
 from static_compiler.artifact import serving
-from static_compiler.errors import (ConstraintSetError, DecodeInputError, IRVerificationError,
-                                    PipelineError)
+from static_compiler.errors import ConstraintSetError, DecodeInputError, IRVerificationError, PipelineError
 
 
 def zeros(last_tokens, step, carry):

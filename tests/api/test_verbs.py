@@ -27,10 +27,10 @@ import warnings
 
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
 import torch
 
-import oracle
 import static_compiler as sc
 from static_compiler.artifact import serving
 from static_compiler.errors import ArtifactFormatError, DecodeInputError, StaticCompilerError

@@ -6,23 +6,27 @@ import json
 import os
 import re
 
+import helpers
 import jax
 import numpy as np
+import oracle
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import helpers
-import oracle
 from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted
+
 from static_compiler import artifact, compile_constraints, errors
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import serving, writer
 from static_compiler.artifact.manifest import FileEntry
-from static_compiler.support.decode_state import BeamState, ProcessorState
+from static_compiler.errors import (
+    ArtifactExistsError,
+    DecodeInputError,
+    IRVerificationError,
+    StaticCompilerError,
+)
 from static_compiler.ir import enumerate_sequences
-from static_compiler.errors import (ArtifactExistsError, DecodeInputError, IRVerificationError,
-                                    StaticCompilerError)
+from static_compiler.support.decode_state import BeamState, ProcessorState
 
 SMALL = np.array([[1, 2, 3], [1, 2, 4], [1, 5, 0], [2, 0, 0], [7, 7, 7], [7, 6, 1]])
 RAGGED = [[1, 2, 3], [1, 2], [4], [4, 5, 6, 2], [6, 6]]

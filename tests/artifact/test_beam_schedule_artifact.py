@@ -9,11 +9,11 @@ import json
 
 import jax.numpy as jnp
 import numpy as np
-import pytest
-
 import oracle
-import static_compiler as sc
+import pytest
 from helpers import edit_manifest, one_error_line, run_cli
+
+import static_compiler as sc
 from static_compiler.artifact import serving
 from static_compiler.errors import ArtifactFormatError, DecodeInputError
 

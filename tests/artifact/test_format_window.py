@@ -18,18 +18,17 @@ import pathlib
 import shutil
 
 import numpy as np
-import pytest
-
 import oracle
-import static_compiler as sc
-from static_compiler import errors
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import normalize, serving, snapshot, writer
-from static_compiler import upgrade_artifact
-from static_compiler.cli.dispatch import main as cli_main
+import pytest
+from helpers import DATA, edit_manifest
 from test_serving import serve
 
-from helpers import DATA, edit_manifest
+import static_compiler as sc
+from static_compiler import errors, upgrade_artifact
+from static_compiler.artifact import format as fmt
+from static_compiler.artifact import normalize, serving, snapshot, writer
+from static_compiler.cli.dispatch import main as cli_main
+
 V4_ARTIFACT = DATA / "artifact_v4_subsets"
 V4_SIDS = np.load(DATA / "artifact_v4_subsets_sids.npy")
 VOCAB = 8

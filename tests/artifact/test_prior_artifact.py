@@ -6,11 +6,11 @@ what an artifact without them says."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import oracle
-import static_compiler as sc
+import pytest
 from helpers import run_cli
+
+import static_compiler as sc
 from static_compiler.artifact import serving
 from static_compiler.errors import DecodeInputError
 

@@ -3,7 +3,6 @@
 match the in-process pair, a plain process with only jax and numpy can run the
 modules, and every damaged artifact or bad argument raises a typed error."""
 
-import helpers
 import json
 import os
 import shutil
@@ -11,12 +10,13 @@ import subprocess
 import sys
 import textwrap
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
 
-import oracle
 from static_compiler import artifact, beam_search, compile_constraints, errors
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import serving
@@ -728,6 +728,7 @@ def test_a_manifest_whose_metadata_disagrees_with_the_tables_does_not_load(tmp_p
                                                                            value, match):
     """Such manifests (resealed after the edit) used to load without complaint."""
     import json
+
     import static_compiler as sc
     from static_compiler.errors import ArtifactFormatError
     compiled = sc.compile_constraints([(1, 2), (1,), (2, 2, 2)], 3, end_token=0,

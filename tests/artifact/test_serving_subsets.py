@@ -6,22 +6,20 @@ compilation for new subsets."""
 
 from __future__ import annotations
 
-import helpers
-
 import json
-import pathlib
 import shutil
 
+import helpers
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
 
-import oracle
 import static_compiler as sc
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import serving, snapshot
-from static_compiler.target import plan as plan_lib
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, DecodeInputError
+from static_compiler.target import plan as plan_lib
 
 BEAMS = 5
 SAVED = ["fixed", "ragged", "ragged-capacity"]
@@ -200,6 +198,7 @@ def _decoded(result) -> set:
 @saved_as("fixed", "ragged-capacity")
 def test_cli_update_and_reload_take_items_out_without_recompiling(saved, tmp_path, capsys):
     import shutil
+
     from static_compiler.cli import main
     items, compiled, _, path = saved
     copy = tmp_path / "v"
@@ -238,6 +237,7 @@ def test_cli_update_and_reload_take_items_out_without_recompiling(saved, tmp_pat
 def test_update_needs_subsets_is_locked_and_leaves_the_old_version_on_failure(saved, tmp_path,
                                                                              monkeypatch):
     import shutil
+
     from static_compiler import artifact
     from static_compiler.artifact import writer
     from static_compiler.errors import ArtifactBusyError
@@ -352,6 +352,7 @@ def test_cli_update_add_keeps_the_modules_within_capacity_and_exports_past_it(tm
 @saved_as("ragged-capacity")
 def test_cli_update_needs_something_to_do_and_checks_added_sequences(saved, tmp_path, capsys):
     import shutil
+
     from static_compiler.cli import main
     _, compiled, _, path = saved
     copy = tmp_path / "v"

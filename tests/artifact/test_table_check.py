@@ -11,6 +11,8 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers import examples
+from oracle import pipeline_for
 
 import static_compiler as sc
 from static_compiler.artifact import format as fmt
@@ -19,9 +21,6 @@ from static_compiler.artifact.read import read_automaton
 from static_compiler.cli import main
 from static_compiler.errors import ArtifactFormatError, IRVerificationError
 from static_compiler.frontend import datasets
-
-from helpers import examples
-from oracle import pipeline_for
 
 REFUSED = (IRVerificationError, ArtifactFormatError)
 

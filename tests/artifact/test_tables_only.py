@@ -15,9 +15,9 @@ import json
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import edit_manifest, one_error_line, run_cli
 
 import static_compiler as sc
-from helpers import edit_manifest, one_error_line, run_cli
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import serving
 from static_compiler.errors import ArtifactFormatError, ArtifactVersionError, DecodeInputError

@@ -10,14 +10,18 @@ import hashlib
 
 import numpy as np
 import pytest
+from helpers import one_error_line, run_cli
 
 import static_compiler as sc
 from static_compiler import artifact
 from static_compiler.artifact import serving, versions
-from static_compiler.errors import (ArtifactBusyError, ArtifactChecksumError, ArtifactFormatError,
-                                   ArtifactVersionError, DecodeInputError)
-
-from helpers import one_error_line, run_cli
+from static_compiler.errors import (
+    ArtifactBusyError,
+    ArtifactChecksumError,
+    ArtifactFormatError,
+    ArtifactVersionError,
+    DecodeInputError,
+)
 
 V, BEAMS = 6, 2
 ROWS = np.array([[0, 1, 2], [1, 2, 3], [2, 3, 4], [3, 4, 5]], np.int32)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
+from helpers import assert_matches, decode_and_check, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import oracle
 import static_compiler as sc
-from helpers import assert_matches, decode_and_check, examples
 from static_compiler.backend import decode
 from static_compiler.errors import DecodeInputError
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-
 import oracle
+import pytest
+from helpers import assert_matches
+
 import static_compiler as sc
 from static_compiler.backend import decode
 from static_compiler.backend.decode.search import _beam_search
 from static_compiler.backend.decode.step import step_segments
-from static_compiler.support.decode_state import check_tokens_per_beam
 from static_compiler.errors import DecodeInputError
-from helpers import assert_matches
+from static_compiler.support.decode_state import check_tokens_per_beam
 
 V = 7
 ITEMS = oracle.random_set(np.random.default_rng(5), 60, 4, V)

@@ -18,14 +18,14 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-
 import oracle
+import pytest
+from helpers import assert_matches, decode_and_check
+
 import static_compiler as sc
 from static_compiler.backend import decode, kernels
 from static_compiler.backend.decode import search
 from static_compiler.backend.decode.step import run_inputs, step_segments
-from helpers import assert_matches, decode_and_check
 
 V, M = 4, 60
 

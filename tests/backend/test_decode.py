@@ -18,13 +18,13 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
+from helpers import assert_matches, decode_and_check
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import oracle
 import static_compiler as sc
-from helpers import assert_matches, decode_and_check
 from static_compiler.backend import decode
 from static_compiler.errors import DecodeInputError
 from static_compiler.frontend import build_automaton

@@ -14,9 +14,9 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
 
-import oracle
 import static_compiler as sc
 from static_compiler.backend import decode
 from static_compiler.errors import DecodeInputError

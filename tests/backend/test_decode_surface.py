@@ -13,9 +13,9 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
 
-import oracle
 from static_compiler.backend import decode
 from static_compiler.backend.decode import processor, step
 from static_compiler.errors import DecodeInputError

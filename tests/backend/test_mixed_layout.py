@@ -16,9 +16,9 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
 
-import oracle
 from static_compiler import compile_constraints
 from static_compiler.backend import decode
 

@@ -16,16 +16,15 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
+from helpers import decode_and_check, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import oracle
-from static_compiler.backend import kernels, row_search
-from static_compiler.backend import decode
-from static_compiler.backend.decode.step import run_inputs, run_live_bound, step_segments
-from helpers import decode_and_check, examples
 from test_decode import FAMILIES, check_family_example
+
+from static_compiler.backend import decode, kernels, row_search
+from static_compiler.backend.decode.step import run_inputs, run_live_bound, step_segments
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-
 import oracle
+import pytest
 from helpers import PROFILE
+
 from static_compiler.backend import decode
 from static_compiler.errors import DecodeInputError
 

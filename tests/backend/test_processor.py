@@ -15,10 +15,10 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-
 import oracle
+import pytest
 from helpers import examples
+
 from static_compiler.backend import decode
 from static_compiler.errors import DecodeInputError
 
@@ -231,6 +231,7 @@ def test_a_state_from_another_set_allows_nothing_and_invalidates_its_row():
     a tampered one) used to be clamped by the gathers: the row stayed valid
     and allowed some other state's tokens, sequences outside the set."""
     import jax.numpy as jnp
+
     import static_compiler as sc
 
     big = sc.compile_constraints([(a, b, c) for a in range(5) for b in range(5)

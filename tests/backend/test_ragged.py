@@ -12,11 +12,11 @@ import functools
 
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import oracle
 import static_compiler as sc
 from static_compiler.frontend import build_automaton
 

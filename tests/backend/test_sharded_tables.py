@@ -19,7 +19,6 @@ import sys
 import textwrap
 
 import pytest
-
 from helpers import FAST_COMPILE_FLAG, one_error_line, run_cli
 
 SCRIPT = textwrap.dedent("""
@@ -270,6 +269,7 @@ def test_the_cli_compiles_for_a_mesh_and_decodes_on_one(tmp_path, capsys):
     prints; a process with too few devices (this one) gets one line, no
     traceback."""
     import numpy as np
+
     from static_compiler.frontend import datasets
 
     np.save(tmp_path / "s.npy", datasets.synthetic_sids(150_000, 4, 64, seed=4))

@@ -20,13 +20,13 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import oracle
-from static_compiler.support.decode_state import ProcessorState
 from static_compiler.errors import DecodeInputError
+from static_compiler.support.decode_state import ProcessorState
 
 BATCH = 12
 VOCAB = 8

@@ -10,10 +10,10 @@ import shutil
 import threading
 
 import numpy as np
-import pytest
-
 import oracle
+import pytest
 from helpers import one_error_line, run_cli
+
 from static_compiler import artifact, compile_constraints
 from static_compiler.artifact import serving
 from static_compiler.cli import main, main_job

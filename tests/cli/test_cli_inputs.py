@@ -6,20 +6,19 @@ compiles; `show-ir --help` and `compile --help` list the same inputs."""
 
 import ast
 import json
-import pathlib
 import re
 
 import numpy as np
 import pytest
+from helpers import REPO, run_cli
+from helpers import one_error_line as error_line
 
 import static_compiler as sc
 from static_compiler.artifact import serving
 from static_compiler.cli import main
 from static_compiler.errors import ConstraintSetError, IRVerificationError
 from static_compiler.frontend import readers
-from helpers import one_error_line as error_line, run_cli
 
-from helpers import REPO
 SIDS = np.array([[1, 2, 3], [1, 4, 5], [2, 2, 2]])
 PADDED = np.array([[1, 2, 3], [1, 2, -1], [4, -1, -1], [4, 5, 6]])
 NAMES = ["Zurich", "Lima", "Quito", "New York"]

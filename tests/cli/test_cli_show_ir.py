@@ -8,11 +8,11 @@ import re
 import subprocess
 import sys
 
+import helpers
 import numpy as np
+import oracle
 import pytest
 
-import helpers
-import oracle
 from static_compiler import compile_constraints, report
 from static_compiler.cli import main
 from static_compiler.frontend import build_automaton

@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import run_cli
 
 import static_compiler as sc
-from helpers import run_cli
 from static_compiler.cli.dispatch import main
 from static_compiler.errors import DecodeInputError, PipelineError
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from ir_strategies import fixed_length_sets, ragged_sets, trie_shape, unique_sorted
+
 from static_compiler import compile_constraints
 from static_compiler.errors import ConstraintSetError, StaticCompilerError
 from static_compiler.frontend import build_automaton, sort_unique_rows

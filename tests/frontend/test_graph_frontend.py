@@ -5,17 +5,17 @@ rejected with a typed error naming the node or edge."""
 
 import networkx as nx
 import numpy as np
+import oracle
 import pytest
+from helpers import right_languages
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import oracle
 import static_compiler as sc
-from helpers import right_languages
-from static_compiler.ir.merge_states import minimize_automaton
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend.graph import automaton_from_graph, is_graph
 from static_compiler.ir import parse_ir, verify
+from static_compiler.ir.merge_states import minimize_automaton
 
 
 def graph_language(graph, start) -> set:

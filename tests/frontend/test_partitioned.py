@@ -13,25 +13,23 @@ import multiprocessing
 import os
 import re
 import weakref
-from unittest import mock
 from concurrent.futures import ProcessPoolExecutor
+from unittest import mock
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import ir_unread
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import static_compiler as sc
-from helpers import ir_unread
-from static_compiler.frontend import datasets
-from static_compiler.frontend import array_files, partition_layers, partitioned, spill
 from static_compiler.errors import BuildError, ConstraintSetError, MemoryBudgetError
-from static_compiler.frontend import build_trie
+from static_compiler.frontend import array_files, build_trie, datasets, partition_layers, partitioned, spill
+from static_compiler.frontend.partitioned import Shards, build_trie_partitioned
 from static_compiler.ir import AutomatonSummary
 from static_compiler.ir.cost_model import candidate_layouts
 from static_compiler.passes.pipeline import parse_pipeline, partial_budget_check
-from static_compiler.frontend.partitioned import Shards, build_trie_partitioned
 
 
 def assert_same_build(got, want):

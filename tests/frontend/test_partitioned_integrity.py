@@ -20,16 +20,16 @@ from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 import pytest
+from helpers import REPO
 
 import static_compiler as sc
-from static_compiler.support import processes
-from static_compiler.frontend import array_files, build_dirs, partitioned
 from static_compiler.errors import BuildError
+from static_compiler.frontend import array_files, build_dirs, partitioned
 from static_compiler.frontend.partitioned import Shards, build_trie_partitioned
+from static_compiler.support import processes
 
 V = 16
 ROWS = np.random.default_rng(3).integers(0, V, size=(400, 4))
-from helpers import REPO
 
 
 def flip(path: pathlib.Path) -> None:

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from static_compiler import compile_constraints
-from static_compiler.frontend import readers
 from static_compiler.errors import ConstraintSetError, IRParseError, IRVerificationError
-from static_compiler.frontend import build_automaton
+from static_compiler.frontend import build_automaton, readers
 from static_compiler.ir import Automaton
 
 THREE = np.array([[1, 2, 1], [3, 1, 2], [3, 1, 3]])

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_text import CITIES, train_bpe
 
 import static_compiler as sc
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import spellings, text
 from static_compiler.ir import enumerate_sequences
-from test_text import CITIES, train_bpe
 
 END = 1  # train_bpe's </s>
 

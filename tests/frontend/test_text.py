@@ -12,18 +12,17 @@ import json
 import shutil
 
 import numpy as np
-import pytest
-
 import oracle
-import static_compiler as sc
+import pytest
 from helpers import run_cli
+
+import static_compiler as sc
 from static_compiler import artifact
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import serving
 from static_compiler.artifact.manifest import FileEntry
-from static_compiler.frontend import readers
-from static_compiler.frontend import text
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, DecodeInputError
+from static_compiler.frontend import readers, text
 
 CITIES = ["New York", "New York City", "Newark", "New", "Zürich", "São Paulo", "東京",
           "Kraków", "Los Angeles", "Las Vegas", "Lagos", "Lima", "Paris", "Parma"]

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 import static_compiler as sc
 from static_compiler.artifact import serving
 from static_compiler.artifact.names import read_names_jsonl
-from static_compiler.frontend.names import NameTable
 from static_compiler.errors import ConstraintSetError
 
 END = 0

@@ -5,13 +5,12 @@ language, and beam search over it only ever produces real character names."""
 import unicodedata
 
 import numpy as np
+import oracle
 import pytest
 
-import oracle
 import static_compiler as sc
+from static_compiler.frontend import build_automaton, datasets
 from static_compiler.ir.merge_states import minimize_automaton
-from static_compiler.frontend import datasets
-from static_compiler.frontend import build_automaton
 
 
 @pytest.fixture(scope="module")

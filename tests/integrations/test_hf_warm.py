@@ -12,19 +12,19 @@ Compilations are counted from jax's own compile events
 from __future__ import annotations
 
 import numpy as np
+import oracle
 import pytest
 import torch
 import transformers
+from test_integration_torch import PROMPT_LENGTH, SET_VOCAB, make_set, reference_fn
 
-import oracle
 import static_compiler as sc
 from static_compiler.backend.decode.prefix import allowed, padded_prefix_mask
-from static_compiler.support.compile_events import CompileCounter
 from static_compiler.errors import DecodeInputError
 from static_compiler.integrations import torch as hf
 from static_compiler.integrations.torch import StaticLogitsProcessor, default_backend
+from static_compiler.support.compile_events import CompileCounter
 from static_compiler.torch_backend import TorchConstraints
-from test_integration_torch import PROMPT_LENGTH, SET_VOCAB, make_set, reference_fn
 
 MODEL_VOCAB = 64
 LENGTH = 5  # the fixed-length set's items: generate runs all 5 steps (no eos)

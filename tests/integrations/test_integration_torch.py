@@ -13,11 +13,11 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import oracle
 import pytest
 import torch
 import transformers
 
-import oracle
 import static_compiler as sc
 from static_compiler.artifact import serving
 from static_compiler.errors import DecodeInputError

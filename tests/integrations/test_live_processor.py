@@ -14,16 +14,23 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import oracle
 import pytest
 import torch
+from test_integration_torch import (
+    MODEL_VOCAB,
+    PROMPT_LENGTH,
+    SET_VOCAB,
+    generate,
+    make_set,
+    members,
+    model,  # noqa: F401 (the tiny GPT-2 fixture)
+    reference_fn,
+)
 
-import oracle
 import static_compiler as sc
 from static_compiler.errors import DecodeInputError
 from static_compiler.integrations.torch import StaticLogitsProcessor
-from test_integration_torch import (MODEL_VOCAB, PROMPT_LENGTH, SET_VOCAB, generate, make_set,
-                                    members, reference_fn)
-from test_integration_torch import model  # noqa: F401 (the tiny GPT-2 fixture)
 
 NUM_BEAMS = 4
 

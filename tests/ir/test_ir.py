@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 from hypothesis import given, settings
-
 from ir_strategies import fixed_length_sets, ragged_sets
+
 from static_compiler.errors import IRParseError, IRVerificationError
 from static_compiler.frontend import build_automaton
 from static_compiler.ir import Automaton, Layer, Layout, LayoutKind, parse_ir, print_ir, verify

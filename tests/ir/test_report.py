@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ir_strategies import fixed_length_sets, ragged_sets, random_dags
 
-from ir_strategies import fixed_length_sets, random_dags, ragged_sets
 from static_compiler import compile_constraints, report
-from static_compiler.ir import LayoutKind
-from static_compiler.frontend import build_automaton
 from static_compiler.errors import ReportInputError
+from static_compiler.frontend import build_automaton
+from static_compiler.ir import LayoutKind
 
 THREE = np.array([[1, 2, 1], [3, 1, 2], [3, 1, 3]])
 

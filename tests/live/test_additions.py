@@ -14,25 +14,24 @@ capacity reserved for them (`compile_constraints(capacity=...)`,
 from __future__ import annotations
 
 import dataclasses
-
 import functools
 
 import numpy as np
+import oracle
 import pytest
+from helpers import assert_matches, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from test_subsets import CASES, oracle_result
 
-import oracle
 import static_compiler as sc
-from static_compiler.live import additions
-from static_compiler.live.state_order import item_order
 from static_compiler.backend.decode import search
 from static_compiler.errors import ConstraintSetError, DecodeInputError, IRVerificationError
 from static_compiler.frontend import build_trie
 from static_compiler.ir import Automaton, Layout, parse_ir, verify
-from helpers import assert_matches, examples
-from test_subsets import CASES, oracle_result
+from static_compiler.live import additions
+from static_compiler.live.state_order import item_order
 
 
 def sequences(vocab: int, length: int, ragged: bool, end: int = 0, max_size: int = 12):

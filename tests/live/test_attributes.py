@@ -16,14 +16,18 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers import edit_manifest, one_error_line, run_cli
 
 import static_compiler as sc
 from static_compiler.artifact import format as fmt
-from static_compiler.errors import (ArtifactFormatError, AttributeColumnError,
-                                    ConstraintSetError, DecodeInputError,
-                                    FilterExpressionError)
+from static_compiler.errors import (
+    ArtifactFormatError,
+    AttributeColumnError,
+    ConstraintSetError,
+    DecodeInputError,
+    FilterExpressionError,
+)
 from static_compiler.frontend.attributes import appended, checked_attributes, code_dtype
-from helpers import edit_manifest, one_error_line, run_cli
 
 ROWS = np.array([[1, 2, 3], [1, 2, 4], [2, 3, 1], [3, 1, 1], [3, 1, 2]])
 VOCAB = 5

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from static_compiler.errors import ConstraintSetError
-from static_compiler.live import item_masks, layer_walk
 from static_compiler.frontend.items import ItemIndex
+from static_compiler.live import item_masks, layer_walk
 
 
 def index_of(rng, rows: int, unique: int) -> ItemIndex:

@@ -7,14 +7,14 @@ the same count coincidences at random; these pin the reported cases."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import oracle
+import pytest
+from live_cases import allowed_tokens, replay
+
 import static_compiler as sc
 from static_compiler.artifact import serving
 from static_compiler.live import layers
 from static_compiler.target import plan as plan_lib
-from live_cases import allowed_tokens, replay
 
 ROOT = np.zeros((1, 0), np.int32)
 

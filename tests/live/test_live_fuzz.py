@@ -27,17 +27,28 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-from hypothesis import example, given
-
 import oracle
-import static_compiler as sc
+import pytest
 from helpers import assert_matches, ir_unread
-from live_cases import (CI_EXAMPLES, LONG_EXAMPLES, LiveCase, allowed_tokens, beams_for,
-                        compile_case, fuzz_settings, live_cases, oracle_search, oracle_set, paths,
-                        replay, updated)
-from static_compiler.artifact import serving
+from hypothesis import example, given
+from live_cases import (
+    CI_EXAMPLES,
+    LONG_EXAMPLES,
+    LiveCase,
+    allowed_tokens,
+    beams_for,
+    compile_case,
+    fuzz_settings,
+    live_cases,
+    oracle_search,
+    oracle_set,
+    paths,
+    replay,
+    updated,
+)
 
+import static_compiler as sc
+from static_compiler.artifact import serving
 
 # --------------------------------------------------------------------------
 # Checks

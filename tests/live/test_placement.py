@@ -12,9 +12,9 @@ import pytest
 
 import static_compiler as sc
 from static_compiler import errors, report
-from static_compiler.support import placement
-from static_compiler.frontend import datasets
 from static_compiler.cli import main
+from static_compiler.frontend import datasets
+from static_compiler.support import placement
 
 BIG = placement.PACKED_TABLE_ENTRIES + 8  # rows; divisible by 8
 
@@ -84,7 +84,7 @@ def test_layer_stats_and_show_ir_report_bytes_per_device(tmp_path, capsys):
         want = 0
         for name, arr in tabs.items():
             if placement.is_split(name, arr.shape, arr.dtype, 4, placement.DEFAULT_MIN_BYTES):
-                want += placement.padded_rows(name, arr.shape[0], 4) * arr.itemsize * \
+                want += placement.padded_rows(arr.shape[0], 4) * arr.itemsize * \
                     int(np.prod(arr.shape[1:])) // 4
             else:
                 want += arr.nbytes

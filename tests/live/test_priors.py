@@ -11,15 +11,18 @@ from __future__ import annotations
 import importlib.util
 
 import numpy as np
+import oracle
 import pytest
+from helpers import assert_matches, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import oracle
 import static_compiler as sc
-from helpers import assert_matches, examples
-from static_compiler.errors import (AttributeColumnError, ConstraintSetError,
-                                    DecodeInputError)  # noqa: F401
+from static_compiler.errors import (
+    AttributeColumnError,
+    ConstraintSetError,
+    DecodeInputError,  # noqa: F401
+)
 from static_compiler.live.priors import OUTSIDE_GAP
 from static_compiler.support.decode_state import MIN_VALID_SCORE
 from static_compiler.target.plan import prior_offsets

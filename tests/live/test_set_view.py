@@ -7,9 +7,9 @@ selection is refused with one wording that names the door."""
 from __future__ import annotations
 
 import numpy as np
+import oracle
 import pytest
 
-import oracle
 import static_compiler as sc
 from static_compiler.artifact import serving
 from static_compiler.errors import ConstraintSetError, DecodeInputError

@@ -14,10 +14,11 @@ import importlib.util
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from helpers import examples, one_error_line, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import static_compiler as sc
-from helpers import examples, one_error_line, run_cli
 from static_compiler.artifact import serving
 from static_compiler.errors import ConstraintSetError, FilterExpressionError
 from static_compiler.live.where import And
@@ -135,6 +136,7 @@ def test_every_door_picks_the_same_items_and_beams(catalogue):
                           batch_size=2, beam_size=6, subset=subsets[0])
     if importlib.util.find_spec("torch") is not None:  # (the newest environment has none)
         import torch
+
         from static_compiler.torch_backend import TorchConstraints
         tc = TorchConstraints.load(path)
         in_torch = tc.subset(where=text, masks={"seen": seen})

@@ -16,23 +16,22 @@ import jax
 import jax.numpy as jnp
 import networkx as nx
 import numpy as np
+import oracle
 import pytest
+from helpers import assert_matches, packed_words
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import oracle
 import static_compiler as sc
-from helpers import assert_matches, packed_words
 from static_compiler import frontend as sc_frontend
 from static_compiler import report
-from static_compiler.frontend import datasets
-from static_compiler.live import layer_walk, layers
-from static_compiler.live import subsets
 from static_compiler.backend import decode as decode_lib
 from static_compiler.backend import kernels
-from static_compiler.target import plan as plan_lib
 from static_compiler.backend.decode import search
 from static_compiler.errors import ConstraintSetError, DecodeInputError
+from static_compiler.frontend import datasets
+from static_compiler.live import layer_walk, layers, subsets
+from static_compiler.target import plan as plan_lib
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,19 +17,19 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import oracle
 import pytest
+from helpers import ir_unread
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import oracle
 import static_compiler as sc
-from helpers import ir_unread
+from static_compiler.artifact.normalize import current_tables
+from static_compiler.ir import AutomatonSummary
+from static_compiler.live import additions, table_additions
 from static_compiler.support import arrays
 from static_compiler.support.arrays import TABLE_ALIGNMENT, table_array
 from static_compiler.target.lowering import lower
-from static_compiler.ir import AutomatonSummary
-from static_compiler.live import additions, table_additions
-from static_compiler.artifact.normalize import current_tables
 
 LAYOUTS = ("dense_rows", "csr", "near_unary", "unary", "mixed_csr", "default")
 

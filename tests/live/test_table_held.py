@@ -12,9 +12,9 @@ import json
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import ir_unread
 
 import static_compiler as sc
-from helpers import ir_unread
 from static_compiler.artifact import format as fmt
 from static_compiler.errors import ArtifactFormatError
 from static_compiler.frontend import datasets
@@ -226,7 +226,7 @@ def test_subsets_walked_a_few_states_at_a_time_are_the_same_bits(tmp_path, monke
     memory-mapped item index) gives the bits of the walk at once, for the library and the serving loader, on csr,
     near-unary (with room) and unary layers of a loaded set."""
     from static_compiler.artifact import serving
-    from static_compiler.live import item_masks, layer_walk, liveness
+    from static_compiler.live import item_masks, layer_walk
 
     rows = datasets.synthetic_sids(3_000, 5, 16, seed=4)
     for pipeline in ("verify,choose-layout{force=near_unary},reserve-capacity{growth=1.5},"

@@ -15,13 +15,26 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import examples
 from static_compiler.errors import AttributeColumnError, ConstraintSetError, FilterExpressionError
-from static_compiler.live.where import (And, Column, Compare, IsIn, Name, Not, Or, attr,
-                                        column_of, evaluate, item_mask, names, parse)
+from static_compiler.live.where import (
+    And,
+    Column,
+    Compare,
+    IsIn,
+    Name,
+    Not,
+    Or,
+    attr,
+    column_of,
+    evaluate,
+    item_mask,
+    names,
+    parse,
+)
 
 # The random tables: column name -> kind and dtype.
 NUMERIC = {"i32": np.int32, "i64": np.int64, "u8": np.uint8, "f32": np.float32,

@@ -7,16 +7,15 @@ tested beside it, in tools/tests/test_update_goldens.py."""
 import difflib
 import io
 import json
-import pathlib
 
 import pytest
-
+from helpers import REPO as ROOT
 from ir_strategies import unique_sorted
+
 from static_compiler.frontend import build_automaton
 from static_compiler.ir import parse_ir
 from static_compiler.passes.pipeline import DEFAULT_PIPELINE, parse_pipeline, run_pipeline, stage_dumps
 
-from helpers import REPO as ROOT
 GOLDEN = ROOT / "golden"
 UPDATE_HINT = ("If the change is intended, run `python tools/update_goldens.py` from the repository "
                "root and review `git diff golden/` before committing.")

@@ -3,20 +3,20 @@ against brute-force right languages), the hash-collision path is exact, the
 cost model decides, and decoding a minimized set gives the oracle's beams."""
 
 import numpy as np
-import pytest
-from hypothesis import given, settings
-
 import oracle
+import pytest
 from helpers import right_languages
+from hypothesis import given, settings
 from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted
-from static_compiler.passes import REGISTRY
-from static_compiler.ir.cost_model import estimated_bytes
-from static_compiler.ir.merge_states import equal_row_classes, minimize_automaton
-from static_compiler.passes.minimize import MinimizePass
+
 from static_compiler import beam_search, compile_constraints, parse_pipeline
 from static_compiler.errors import PipelineError
 from static_compiler.frontend import build_automaton
 from static_compiler.ir import parse_ir, verify
+from static_compiler.ir.cost_model import estimated_bytes
+from static_compiler.ir.merge_states import equal_row_classes, minimize_automaton
+from static_compiler.passes import REGISTRY
+from static_compiler.passes.minimize import MinimizePass
 
 
 def check_minimized(before, after):

@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ir_strategies import fixed_length_sets, ragged_sets, random_dags
 
-from ir_strategies import fixed_length_sets, random_dags, ragged_sets
-from static_compiler.passes import REGISTRY
-from static_compiler.passes.choose_layout import ChooseLayoutPass
-from static_compiler.passes.pack_dtypes import PackDtypesPass
-from static_compiler.passes.pad_branches import PadBranchesPass
-from static_compiler.passes.split_heavy import SplitHeavyPass
 from static_compiler import compile_constraints
 from static_compiler.errors import MemoryBudgetError, PipelineError
 from static_compiler.frontend import build_automaton
 from static_compiler.ir import LayoutKind, parse_ir
+from static_compiler.passes import REGISTRY
+from static_compiler.passes.choose_layout import ChooseLayoutPass
+from static_compiler.passes.pack_dtypes import PackDtypesPass
+from static_compiler.passes.pad_branches import PadBranchesPass
 from static_compiler.passes.pipeline import run_pipeline
+from static_compiler.passes.split_heavy import SplitHeavyPass
 
 THREE = np.array([[1, 2, 1], [3, 1, 2], [3, 1, 3]])
 

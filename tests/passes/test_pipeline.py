@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from ir_strategies import fixed_length_sets, ragged_sets
-from static_compiler.passes import REGISTRY, ByteSize, Pass
+
 from static_compiler import DEFAULT_PIPELINE, compile_constraints, format_pipeline, parse_pipeline
 from static_compiler.errors import IRVerificationError, MemoryBudgetError, PipelineError
 from static_compiler.frontend import build_automaton
 from static_compiler.ir import LayoutKind, parse_ir
+from static_compiler.passes import REGISTRY, ByteSize, Pass
 from static_compiler.passes.pipeline import run_pipeline
 
 THREE = np.array([[1, 2, 1], [3, 1, 2], [3, 1, 3]])

@@ -29,8 +29,8 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import FAST_COMPILE_FLAG, REPO
+
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```python(?P<info>[^\n]*)\n(?P<code>.*?)^```[ \t]*$", re.M | re.S)

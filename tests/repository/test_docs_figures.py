@@ -17,10 +17,10 @@ import pathlib
 import re
 
 import pytest
+from helpers import REPO
 
 from static_compiler.artifact import format as artifact_format
 
-from helpers import REPO
 README = REPO / "README.md"
 BENCHMARKS = REPO / "docs" / "benchmarks.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import REPO
 
 pytest.importorskip("torch")

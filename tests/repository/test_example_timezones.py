@@ -6,7 +6,6 @@ item's full sequence (one forward pass per item, no cache)."""
 from __future__ import annotations
 
 import importlib.util
-import pathlib
 import re
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 pytest.importorskip("flax", reason="needs the examples extra: pip install -e '.[examples]'")
 
 from helpers import REPO as ROOT
+
 EXAMPLE = ROOT / "examples" / "timezones.py"
 
 # Variable lengths, and names that are prefixes of others ("GB" / "GB-Eire",

@@ -14,8 +14,8 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import REPO
+
 PACKAGE = REPO / "static_compiler"
 
 # Layers, lowest first: one line per package (MLIR's tree: the folders are the

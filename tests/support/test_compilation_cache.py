@@ -18,11 +18,10 @@ import sys
 
 import numpy as np
 import pytest
-
-from static_compiler.support import compilation_cache as cc
-from static_compiler.errors import CompilationCacheError, StaticCompilerError
-
 from helpers import REPO as ROOT
+
+from static_compiler.errors import CompilationCacheError, StaticCompilerError
+from static_compiler.support import compilation_cache as cc
 
 
 def _env(**extra) -> dict:

@@ -20,9 +20,9 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
 
-import oracle
 from static_compiler.backend import decode
 
 FORBIDDEN = re.compile(r"custom_call|callback|\bhost\b|infeed|outfeed|stablehlo\.send|"

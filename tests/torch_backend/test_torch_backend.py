@@ -17,12 +17,11 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
+from live_cases import CI_EXAMPLES, compile_case, fuzz_settings, live_cases, paths, updated
 
 import static_compiler as sc
 from static_compiler.errors import DecodeInputError
 from static_compiler.torch_backend import TorchConstraints, TorchState, live_bits
-from live_cases import (CI_EXAMPLES, compile_case, fuzz_settings, live_cases, paths,
-                        updated)
 
 
 def _prefixes(case, T: int, t: int, rng) -> np.ndarray:
@@ -163,9 +162,9 @@ def test_generate_same_with_both_backends(kind):
     sequences with backend="torch" as with backend="jax", on an updated set
     (removals) and with a subset per prompt; from an artifact too."""
     import transformers
+    from integrations.test_integration_torch import EOS, MODEL_VOCAB, PROMPT_LENGTH, SET_VOCAB, make_set
 
     from static_compiler.integrations.torch import StaticLogitsProcessor
-    from integrations.test_integration_torch import EOS, MODEL_VOCAB, PROMPT_LENGTH, SET_VOCAB, make_set
 
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=MODEL_VOCAB, n_positions=32, n_embd=32, n_layer=2,

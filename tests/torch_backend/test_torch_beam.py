@@ -11,15 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import PROFILE, assert_same_beams
 from hypothesis import given
 from hypothesis import strategies as st
+from live_cases import CI_EXAMPLES, beams_for, compile_case, fuzz_settings, live_cases, updated
 
 import static_compiler as sc
 from static_compiler.errors import DecodeInputError
 from static_compiler.torch_backend import TorchConstraints, beam, live_bits
-from helpers import PROFILE, assert_same_beams
-from live_cases import (CI_EXAMPLES, beams_for, compile_case, fuzz_settings, live_cases,
-                        updated)
 
 MODULUS = 1009
 FULL_MATRIX = PROFILE == "slow"

@@ -7,14 +7,14 @@ the compiled set's; bad priors are named."""
 from __future__ import annotations
 
 import numpy as np
+import oracle
 import pytest
 import torch
+from helpers import assert_same_beams, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import oracle
 import static_compiler as sc
-from helpers import assert_same_beams, examples
 from static_compiler.errors import DecodeInputError
 from static_compiler.torch_backend import TorchConstraints
 

@@ -16,8 +16,7 @@ import pytest
 import torch
 
 import static_compiler as sc
-from static_compiler.errors import (ArtifactChecksumError, ArtifactFormatError,
-                                    DecodeInputError)
+from static_compiler.errors import ArtifactChecksumError, ArtifactFormatError, DecodeInputError
 from static_compiler.torch_backend import TorchConstraints
 
 ROWS = np.array([[1, 2, 3], [1, 2, 4], [2, 3, 1], [3, 1, 1]])

@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import assert_same_beams
 from hypothesis import given
 from hypothesis import strategies as st
+from live_cases import CI_EXAMPLES, compile_case, fuzz_settings, live_cases, updated
 
 import static_compiler as sc
-from helpers import assert_same_beams
-from live_cases import CI_EXAMPLES, compile_case, fuzz_settings, live_cases, updated
 from static_compiler.errors import DecodeInputError
 from static_compiler.torch_backend import TorchConstraints
 

@@ -19,7 +19,6 @@ import textwrap
 
 import numpy as np
 import pytest
-
 from helpers import REPO, one_error_line, run_cli
 
 ITEMS, REMOVED, V, L, B, M = 100_000, 1_000, 512, 4, 2, 8

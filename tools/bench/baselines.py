@@ -42,9 +42,9 @@ from jax import lax
 from static_compiler.backend.decode import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.backend.decode.logprobs import add_logprob, safe_log_softmax
 from static_compiler.backend.decode.selection import select_beams
-from static_compiler.support.decode_state import check_tokens_per_beam
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import as_token_matrix, automaton_from_sorted_codes, sort_unique_rows
+from static_compiler.support.decode_state import check_tokens_per_beam
 
 # --------------------------------------------------------------------------
 # The model

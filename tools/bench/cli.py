@@ -10,8 +10,16 @@ import sys
 import time
 
 import tools.bench
-from tools.bench.config import (ALL_METHODS, BASE_METHODS, GPU_ITEMS, GPU_METHODS,
-                                PAPER_TPU_ADDED_MS, SWEEPS, CellSpec, Config)
+from tools.bench.config import (
+    ALL_METHODS,
+    BASE_METHODS,
+    GPU_ITEMS,
+    GPU_METHODS,
+    PAPER_TPU_ADDED_MS,
+    SWEEPS,
+    CellSpec,
+    Config,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -65,8 +65,8 @@ def child(args) -> dict:
     import transformers
 
     import static_compiler as sc
-    from static_compiler.support.compile_events import CompileCounter
     from static_compiler.integrations.torch import StaticLogitsProcessor
+    from static_compiler.support.compile_events import CompileCounter
 
     torch.set_num_threads(1)
     catalogue = names(args.names)

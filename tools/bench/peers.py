@@ -417,8 +417,8 @@ class DictTrie(Engine):
     MODULES = ("torch", "transformers.generation.logits_process")
 
     def compile(self, names):
-        from transformers.generation.logits_process import PrefixConstrainedLogitsProcessor
         import torch
+        from transformers.generation.logits_process import PrefixConstrainedLogitsProcessor
         self.torch, self.Processor = torch, PrefixConstrainedLogitsProcessor
         self.trie = {}
         for ids in (e.ids for e in self.tok.encode_batch(names)):
@@ -464,6 +464,7 @@ class Static(Engine):
 
     def compile(self, names):
         import jax
+
         import static_compiler as sc
         from static_compiler.backend import decode
         self.jax, self.sc, self.decode = jax, sc, decode
@@ -623,6 +624,7 @@ def _walk_ms(engine, logits, walk, T, repeats, steps=None) -> list:
 
 def child(args) -> dict:
     import gc
+
     from tokenizers import Tokenizer
     with open(os.path.join(args.workdir, f"work_{args.n}.json")) as f:
         work = json.load(f)

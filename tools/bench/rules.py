@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 import tempfile
 import time
 import tracemalloc
@@ -160,7 +159,7 @@ def rows_only(n: int, repeats: int, seed: int) -> int:
         ok = all(np.array_equal(got[lo:lo + chunk], numpy_oracle(
             {k: v[lo:lo + chunk] for k, v in cols.items()})) for lo in range(0, n, chunk))
         peak = peak_heap(lambda: evaluate(FILTER, columns, None, n))
-        ready_ms, want = median_ms(lambda: item_masks.rows_item_bits(got, items, "bench"),
+        ready_ms, want = median_ms(lambda: item_masks.rows_item_bits(got, items, "bench"),  # noqa: F821
                                    repeats)
         del got
         fused_ms, bits = median_ms(lambda: item_masks.rows_item_bits(

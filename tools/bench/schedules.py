@@ -80,7 +80,6 @@ def recall(got, want, top: int) -> float:
 
 
 def run(items: int, repeats: int, seed: int) -> int:
-    import jax
 
     import static_compiler as sc
     from static_compiler.frontend.datasets import synthetic_sids

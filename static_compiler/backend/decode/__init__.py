@@ -95,9 +95,14 @@ Beam-search semantics (tested bit-for-bit against a numpy oracle):
   overflow of the sum) never push a valid sequence below an invalid one.
 """
 
-from static_compiler.support.decode_types import (MIN_VALID_SCORE, PAD_TOKEN,  # noqa: F401
-                                                  SENTINEL_SCORE, BeamState, DecodeResult,
-                                                  ProcessorState)
+from static_compiler.support.decode_types import (  # noqa: F401
+    MIN_VALID_SCORE,
+    PAD_TOKEN,
+    SENTINEL_SCORE,
+    BeamState,
+    DecodeResult,
+    ProcessorState,
+)
 from static_compiler.support.lazy import lazy_exports
 
 # Names import their module on first use: `compiled` and `warm` name this

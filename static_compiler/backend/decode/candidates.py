@@ -12,16 +12,33 @@ from typing import Any, NamedTuple, Optional
 import jax.numpy as jnp
 from jax import lax
 
-from static_compiler.backend.decode.live import (LiveMask, PackedLive, child_live,
-                                                 dense_child_live, end_live, grouped_live_view,
-                                                 packed_child_live, packed_end_live)
+from static_compiler.backend.decode.live import (
+    LiveMask,
+    PackedLive,
+    child_live,
+    dense_child_live,
+    end_live,
+    grouped_live_view,
+    packed_child_live,
+    packed_end_live,
+)
 from static_compiler.backend.decode.logprobs import LogProbs, scored
-from static_compiler.backend.kernels import (Candidates, GroupedRun, PackedRun, accepts, entries,
-                                             expand, packed_expand, row_bounds,
-                                             slice_rows, take_last, take_rows)
-from static_compiler.target.plan import Plan, candidate_columns, num_candidates, slot_steps  # noqa: F401
-from static_compiler.support.decode_state import PAD_TOKEN, SENTINEL_SCORE
+from static_compiler.backend.kernels import (
+    Candidates,
+    GroupedRun,
+    PackedRun,
+    accepts,
+    entries,
+    expand,
+    packed_expand,
+    row_bounds,
+    slice_rows,
+    take_last,
+    take_rows,
+)
 from static_compiler.ir import LayoutKind
+from static_compiler.support.decode_state import PAD_TOKEN, SENTINEL_SCORE
+from static_compiler.target.plan import Plan, candidate_columns, num_candidates, slot_steps  # noqa: F401
 
 
 class StepCandidates(NamedTuple):

@@ -36,11 +36,21 @@ from static_compiler.backend import decode
 from static_compiler.errors import DecodeInputError
 from static_compiler.live.liveness import Subset
 from static_compiler.live.priors import check_prior
-from static_compiler.support.decode_state import (SENTINEL_SCORE, BeamState, DecodeResult,
-                                                  ProcessorState, check_beam_state, check_finite,
-                                                  check_int, check_logits, check_prefixes,
-                                                  check_processor_state, check_rows,
-                                                  check_start_tokens, check_step)
+from static_compiler.support.decode_state import (
+    SENTINEL_SCORE,
+    BeamState,
+    DecodeResult,
+    ProcessorState,
+    check_beam_state,
+    check_finite,
+    check_int,
+    check_logits,
+    check_prefixes,
+    check_processor_state,
+    check_rows,
+    check_start_tokens,
+    check_step,
+)
 
 
 class DecodeVerbs:

@@ -18,11 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.target.plan import Plan
-from static_compiler.support.decode_state import is_traced
 from static_compiler.errors import DecodeInputError
 from static_compiler.live.layers import plan_bit_widths, slot_words
 from static_compiler.live.liveness import checked_subset_index
+from static_compiler.support.decode_state import is_traced
+from static_compiler.target.plan import Plan
 
 
 class LiveMask(NamedTuple):

@@ -32,11 +32,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from static_compiler.backend.decode.live import check_live_mask
-from static_compiler.backend.decode.processor import (advance, advance_switch,
-                                                      init_processor_state, mask, mask_switch)
+from static_compiler.backend.decode.processor import (
+    advance,
+    advance_switch,
+    init_processor_state,
+    mask,
+    mask_switch,
+)
+from static_compiler.support.decode_state import (
+    SENTINEL_SCORE,
+    check_prefixes,
+    check_token_values,
+    int32_within,
+)
 from static_compiler.target.plan import Plan
-from static_compiler.support.decode_state import (SENTINEL_SCORE, check_prefixes, check_token_values,
-                                          int32_within)
 
 
 def allowed(plan: Plan, tables, prefixes, subset=None):

@@ -14,14 +14,20 @@ from static_compiler.backend.decode.candidates import step_candidates
 from static_compiler.backend.decode.live import LiveMask, check_live_mask
 from static_compiler.backend.decode.programs import bounded_jit, run_compiling_ahead
 from static_compiler.backend.decode.step import step_in_range, switch_over_groups
-from static_compiler.target.plan import Plan
 from static_compiler.backend.row_search import few_rows
-from static_compiler.support.decode_state import (SENTINEL_SCORE, ProcessorState, check_logits,
-                                                  padded_columns,
-                                          check_processor_state, check_rows, check_step,
-                                          check_tokens, int32_within)
 from static_compiler.errors import DecodeInputError
-
+from static_compiler.support.decode_state import (
+    SENTINEL_SCORE,
+    ProcessorState,
+    check_logits,
+    check_processor_state,
+    check_rows,
+    check_step,
+    check_tokens,
+    int32_within,
+    padded_columns,
+)
+from static_compiler.target.plan import Plan
 
 SCATTER_MAX_COLUMNS = 16
 """`mask` scatters the allowed logits into a row of SENTINEL_SCORE when a

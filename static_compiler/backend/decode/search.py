@@ -13,25 +13,42 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from static_compiler.backend.decode.carry import (
+    UNDECLARED,
+    check_same_structure,
+    reorder_carry,
+    resolve_carry_axes,
+)
 from static_compiler.backend.decode.live import LiveMask, check_live_mask
 from static_compiler.backend.decode.logprobs import LogProbs, add_logprob
 from static_compiler.backend.decode.prior import LivePrior, check_live_prior
 from static_compiler.backend.decode.programs import bounded_jit
-from static_compiler.backend.decode.carry import (UNDECLARED, check_same_structure,
-                                                  reorder_carry, resolve_carry_axes)
-from static_compiler.backend.decode.step import (apply_choice, finalize, init_beam_state,
-                                                 run_candidates, run_inputs, run_live_bound,
-                                                 run_step, step_segments)
+from static_compiler.backend.decode.step import (
+    apply_choice,
+    finalize,
+    init_beam_state,
+    run_candidates,
+    run_inputs,
+    run_live_bound,
+    run_step,
+    step_segments,
+)
 from static_compiler.backend.kernels import take_last
+from static_compiler.errors import DecodeInputError
+from static_compiler.support.arguments import check_beam_schedule, model_output
 from static_compiler.support.beam_result import penalty_value
+from static_compiler.support.decode_state import (
+    DecodeResult,
+    check_callable,
+    check_finite,
+    check_int,
+    check_logits,
+    check_rows,
+    check_start_tokens,
+    check_tokens_per_beam,
+)
 from static_compiler.target import plan as plan_lib
 from static_compiler.target.plan import Plan
-from static_compiler.support.arguments import check_beam_schedule
-from static_compiler.support.decode_state import (DecodeResult, check_callable, check_finite, check_int,
-                                          check_logits, check_rows, check_start_tokens,
-                                          check_tokens_per_beam)
-from static_compiler.support.arguments import model_output
-from static_compiler.errors import DecodeInputError
 
 
 class _NoParams:
@@ -235,7 +252,8 @@ def _beam_search_call(plan: Plan, tables, logits_fn: Callable, *, batch_size: in
 
 
 def beam_search_compiles(plan: Plan, tables, logits_fn: Callable, *, subsets=(None,),
-                         return_carry: bool = False, **options) -> list:
+                         return_carry: bool = False,  # noqa: ARG001 (beam_search's options)
+                         **options) -> list:
     """The compiles of `beam_search(plan, tables, logits_fn, **options)`'s
     program, one zero-argument callable per entry of `subsets` (None: every
     item; a `LiveMask` of arrays or of `live_mask_spec`'s ShapeDtypeStructs:

@@ -14,26 +14,36 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from static_compiler.backend.decode.candidates import (StepCandidates, candidate_width,
-                                                       pad_candidates, packed_step_candidates,
-                                                       step_candidates, switch_steps, switched,
-                                                       switched_step_candidates)
 from static_compiler.backend import kernels
-from static_compiler.backend.decode.live import LiveMask, check_live_mask, group_live, pack_live
-from static_compiler.backend.kernels import PackedRun, group_run, pack_run, packed_entries
-from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.decode import prior as prior_lib
+from static_compiler.backend.decode.candidates import (
+    StepCandidates,
+    candidate_width,
+    packed_step_candidates,
+    pad_candidates,
+    step_candidates,
+    switch_steps,
+    switched,
+    switched_step_candidates,
+)
+from static_compiler.backend.decode.live import LiveMask, check_live_mask, group_live, pack_live
+from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.decode.prior import LivePrior
-from static_compiler.backend.decode.selection import select_beams
-from static_compiler.target.plan import Plan
 from static_compiler.backend.decode.programs import bounded_jit
-from static_compiler.support.beam_result import (finalize, finalize_complete,  # noqa: F401
-                                                 length_normalized)
-from static_compiler.support.arguments import check_int, check_rows, is_int
-from static_compiler.support.decode_state import (PAD_TOKEN, SENTINEL_SCORE, BeamState,
-                                          check_logits, check_step,
-                                          check_tokens_per_beam)
+from static_compiler.backend.decode.selection import select_beams
+from static_compiler.backend.kernels import PackedRun, group_run, pack_run, packed_entries
 from static_compiler.errors import DecodeInputError
+from static_compiler.support.arguments import check_int, check_rows, is_int
+from static_compiler.support.beam_result import finalize, finalize_complete, length_normalized  # noqa: F401
+from static_compiler.support.decode_state import (
+    PAD_TOKEN,
+    SENTINEL_SCORE,
+    BeamState,
+    check_logits,
+    check_step,
+    check_tokens_per_beam,
+)
+from static_compiler.target.plan import Plan
 
 
 def init_beam_state(plan: Plan, batch_size: int, beam_size: int, start_tokens=0) -> BeamState:
