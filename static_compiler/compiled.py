@@ -152,6 +152,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
             return self.held_ir
         if self.computed.ir is None:
             summary = self.summary
+            assert summary is not None  # (held_ir or summary: __post_init__)
             self.computed.ir = automaton_from_tables(
                 self.plan, [layer.layout for layer in summary.layers], self.tables,
                 num_final_states=summary.num_final_states, num_sequences=summary.num_sequences,

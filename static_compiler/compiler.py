@@ -169,9 +169,11 @@ def _compiled(front: inputs.FrontendOutput, passes, timings: list, options: dict
     layouts is lowered piece by piece: `_compiled_from_pieces`)."""
     if front.ir is None:
         if not print_ir_after_all and all(p.layout_only or p.name == "verify" for p in passes):
+            assert front.files is not None  # (a partitioned build's merged layers)
             return _compiled_from_pieces(front.built, front.files, passes, timings, options,
                                          attributes)
         front = front.merged()  # passes that read the arrays (minimize, printing the IR)
+    assert front.ir is not None
     items = _with_attributes(front.items, attributes)  # (checked before the passes run)
     if print_ir_after_all:
         stream.write(f"// ----- IR after {front.origin} -----\n" + front.ir.to_text())

@@ -5,7 +5,7 @@ apart from the frozen fields that are the set."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 from static_compiler.ir import Automaton
 from static_compiler.live.set_view import SetView
@@ -35,7 +35,7 @@ class Computed:
     device_tables: Optional[tuple] = None
     processors: dict = dataclasses.field(default_factory=dict)
     set_view: Optional[SetView] = None
-    removal_specs: object = NOT_YET
+    removal_specs: Any = NOT_YET
     warmth: object = None
     table_digests: Optional[dict] = None
     ir: Optional[Automaton] = None

@@ -166,9 +166,9 @@ def summary(obj, rows: Optional[list] = None) -> dict[str, object]:
         "states": ir.num_states, "edges": ir.num_edges,
         "estimated_bytes": sum(r["estimated_bytes"] for r in rows) if laid_out else None,
         "bytes": measured,
-        "bytes_per_sequence": measured / ir.num_sequences if laid_out else None,
+        "bytes_per_sequence": measured / ir.num_sequences if measured is not None else None,
         "dense_layers": d, "paper_bound_bytes": bound,
-        "bytes_over_bound": measured / bound if laid_out else None,
+        "bytes_over_bound": measured / bound if measured is not None else None,
     }
 
 
@@ -213,7 +213,7 @@ def stats_table(obj, markdown: bool = False, devices: Optional[int] = None) -> s
     ir = _automaton_of(obj)
     rows = layer_rows(obj, devices)
     tot = summary(obj, rows)
-    columns = _COLUMNS
+    columns: tuple[tuple[str, str], ...] = _COLUMNS
     split = devices is not None and devices > 1 or getattr(obj, "placement", None) is not None
     if split and tot["bytes"] is not None:
         at = [key for key, _ in columns].index("bytes") + 1
@@ -243,7 +243,7 @@ def stats_table(obj, markdown: bool = False, devices: Optional[int] = None) -> s
     if tot["bytes"] is not None:
         lines.append(f"bytes: measured {tot['bytes']} (estimated {tot['estimated_bytes']}), "
                      f"{tot['bytes_per_sequence']:.2f} bytes per sequence")
-        if split:
+        if split and per_device is not None:
             lines.append(f"bytes per device: {per_device} ({per_device / tot['bytes']:.3f}x of "
                          "one device's; split tables / D + replicated ones)")
     else:

@@ -404,14 +404,15 @@ class Artifact(ServedItems, ServedVerbs):
             return self
         check_servable(snap)  # (as `load`: a tables-only version is refused, this one kept)
         same = lambda rel: manifest.files.get(rel) == self.manifest.files.get(rel)
-        modules = [e.file for e in manifest.modules.values()] + \
+        module_files = [e.file for e in manifest.modules.values()] + \
             [e.file for e in self.manifest.modules.values()]
         shapes = lambda m: [(t.layer, t.name, tuple(t.shape), t.dtype) for t in m.tables]
-        changed = sorted({rel for rel in modules if not same(rel)})
+        changed = sorted({rel for rel in module_files if not same(rel)})
         if shapes(manifest) != shapes(self.manifest) or manifest.mesh != self.manifest.mesh:
             raise ArtifactVersionError(f"reload: artifact {str(self.path)!r} changed its table "
                                        "shapes or mesh: load it anew with serving.load")
-        modules, warmth = self._modules, self._warmth
+        modules = self._modules
+        warmth: Optional[Warmth] = self._warmth
         if changed or manifest.modules.keys() != self.manifest.modules.keys():
             # modules exported anew over the same tables (`static-compiler re-export`):
             # read them, and warm them anew (the programs are new)

@@ -23,6 +23,7 @@ import torch
 
 from static_compiler.artifact import format as artifact_format
 from static_compiler.artifact import snapshot
+from static_compiler.artifact.manifest import Manifest
 from static_compiler.errors import DecodeInputError
 from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.frontend.items import ItemIndex
@@ -105,6 +106,8 @@ class TorchConstraints(PlanFacts):
     path = None
     """The artifact this set was loaded from (`load`), which `reload` re-reads;
     None for `from_compiled`."""
+    _manifest: Optional[Manifest] = None
+    """The manifest of the version loaded (`load`), which `reload` compares."""
 
     def __init__(self, plan: TorchPlan, tables: tuple, set_view: SetView, *, device=None,
                  names=None):
@@ -187,7 +190,7 @@ class TorchConstraints(PlanFacts):
         them again from the returned object when its items changed. Raises
         DecodeInputError for a set made by `from_compiled` (it has no
         artifact to re-read)."""
-        if self.path is None:
+        if self.path is None or self._manifest is None:
             raise DecodeInputError("reload: this TorchConstraints was made by from_compiled, "
                                    "not loaded from an artifact: there is no path to re-read "
                                    "(TorchConstraints.load(path) loads a saved set)")
@@ -280,8 +283,8 @@ class TorchConstraints(PlanFacts):
         valid, bool finished, each (batch_size,)) on this set's device."""
         return ops.init_state(arguments.check_rows(batch_size)[0], self.device)
 
-    def mask(self, logits: torch.Tensor, state: TorchState = _OLD_MASK,
-             step: int = _OLD_MASK, *, subset=None, subset_index=None) -> torch.Tensor:
+    def mask(self, logits: torch.Tensor, state: TorchState | _OldMask = _OLD_MASK,
+             step: int | _OldMask = _OLD_MASK, *, subset=None, subset_index=None) -> torch.Tensor:
         """logits float (B, V) -> float32 (B, V): the logits of the tokens each
         row of `state` may take at `step` (see `allowed_tokens`), SENTINEL_SCORE
         for the others and for NaN logits: the JAX front doors' `mask`, bit
@@ -292,8 +295,8 @@ class TorchConstraints(PlanFacts):
             warn_deprecated("TorchConstraints.mask(state, step)",
                             "TorchConstraints.allowed_tokens(state, step) (mask(logits, state, "
                             "step) returns masked logits)")
-            step = state if step is _OLD_MASK else step
-            return self._allowed_at(logits, step, subset, subset_index, "mask")
+            old_step = state if step is _OLD_MASK else step
+            return self._allowed_at(logits, old_step, subset, subset_index, "mask")
         allowed = self._allowed_at(state, step, subset, subset_index, "mask")
         x = checks.check_logits(logits, tuple(allowed.shape[:1]), self.vocab_size,
                                 f"mask(step={step})").to(self.device).float()
