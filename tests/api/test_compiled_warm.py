@@ -1,4 +1,4 @@
-"""`CompiledConstraints.warm` and `compilations()` (issue 40): after a
+"""`CompiledConstraints.warm` and `compilations()`: after a
 warm-up, a mix of calls within the warmed shapes compiles nothing (counted
 from jax's compile events: process-wide and per set), also on the versions
 a removal and an addition within capacity make; warming twice compiles

@@ -1,7 +1,7 @@
 """Every public entry point of the JAX front doors, the compiled set
 (`CompiledConstraints`, its step processor, `sc.beam_search` / `greedy_decode`
 / `sample`) and the served artifact (`serving.Artifact`), walked with wrong
-types, shapes, dtypes and out-of-range values (issue 39, findings 1 and 3):
+types, shapes, dtypes and out-of-range values:
 each must answer with one of the library's typed errors
 (`StaticCompilerError`), never a raw AttributeError / TypeError / IndexError
 or a jax error. Where the documented answer is "the row becomes invalid"
@@ -364,7 +364,7 @@ def test_a_bad_state_field_is_named_with_its_dtype_and_what_was_expected(doors):
     assert "scores" in str(err) and "float" in str(err)
 
 
-# --- concrete lists are states too (finding 3) ------------------------------
+# --- concrete lists are states too ------------------------------
 
 LIST_STATE = ProcessorState([0, 0], [True, True], [False, False])
 
@@ -403,7 +403,7 @@ def test_a_beam_state_of_python_lists_is_read_as_arrays(doors):
                                   np.asarray(doors.art.finalize(state).valid))
 
 
-# --- a token outside [0, V) makes its row invalid, whatever its width (finding 1)
+# --- a token outside [0, V) makes its row invalid, whatever its width
 
 OUT_OF_RANGE = [
     pytest.param(np.int64, 2 ** 32 + 1, id="int64 2**32+1"),
@@ -450,8 +450,8 @@ def test_a_token_outside_the_vocabulary_makes_its_row_invalid(doors, door, dtype
     assert np.flatnonzero(allowed[1]).tolist() == [2, 4]
 
 
-def test_the_issue_construction_on_the_compiled_set():
-    """Issue 39, finding 1, as filed: token 2**32 + 1 after the root."""
+def test_a_token_past_uint32_after_the_root_on_the_compiled_set():
+    """Token 2**32 + 1 after the root (it must not act as token 1)."""
     c = sc.compile_constraints(ITEMS, vocab_size=V)
     for value in (2 ** 32 + 1, -2 ** 32 + 1):
         s = c.advance(c.init_processor(1), np.array([value], np.int64), 0)

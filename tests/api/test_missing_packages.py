@@ -1,4 +1,4 @@
-"""Where a package is missing (issue 39, finding 4), each in a fresh process
+"""Where a package is missing, each in a fresh process
 that blocks its import (``sys.modules[name] = None`` makes ``import name``
 raise ModuleNotFoundError):
 

@@ -1,5 +1,5 @@
-"""User errors that used to pass silently or raise bare Python errors
-(issue 14, findings 10 and 11): each is now one of ours, naming the value and
+"""User errors that used to pass silently or raise bare Python errors:
+each is now one of ours, naming the value and
 what was expected, and each test failed before its fix."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Every writer of an artifact path takes the same lock, and an update builds
-only from the snapshot it read (issue 27, finding 6).
+only from the snapshot it read.
 
 Before: `save(overwrite=True)` took no lock, and an update read the manifest
 from a snapshot but hard-linked the files from the path, so a save landing

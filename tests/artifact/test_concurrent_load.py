@@ -1,4 +1,4 @@
-"""Loading an artifact while another process overwrites it (issue 14, #1):
+"""Loading an artifact while another process overwrites it:
 a load reads one version, all old or all new, or fails with a typed error;
 never tables of one version under the manifest of another.
 

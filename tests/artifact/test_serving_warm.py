@@ -1,4 +1,4 @@
-"""`Artifact.warm` (issue 40): after warming the batch sizes, beam sizes and
+"""`Artifact.warm`: after warming the batch sizes, beam sizes and
 stacked-subset counts a server will see, no request within them compiles,
 across a removal and an addition within capacity written by another process
 and `reload()`ed, and every valid beam is a live item of its row's subset.

@@ -1,4 +1,4 @@
-"""Catalogue versions (issue 43, item 4): every writer that replaces an
+"""Catalogue versions: every writer that replaces an
 artifact keeps the version it replaced in `.NAME.versions/`
 (`artifact.versions`), `list_versions` lists them with what made them,
 `rollback_artifact` swaps one back in under the writers' lock, and a serving

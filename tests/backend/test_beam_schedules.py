@@ -1,4 +1,4 @@
-"""Beam schedules (issue 43, item 5): `beam_size` as one width per step,
+"""Beam schedules: `beam_size` as one width per step,
 exact against the oracle generalised to per-step widths (tests/oracle.py,
 `step_widths`), on every layout, with an end token, caps and subsets."""
 

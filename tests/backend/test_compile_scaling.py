@@ -1,4 +1,4 @@
-"""Compile cost of long sets (issue 27): the first call of a beam search on a
+"""Compile cost of long sets: the first call of a beam search on a
 set of length L compiled in time quadratic in L, because a run of steps
 that cannot be packed read its candidates through a `lax.switch` with one
 branch per step, and XLA hands a conditional's operands (every step's

@@ -1,4 +1,4 @@
-"""One log-softmax, the same bits wherever it runs (issue 22's seam): the
+"""One log-softmax, the same bits wherever it runs: the
 library's jitted search over a model whose logits are compile-time constants
 and a served artifact's beam_step, fed the same logits as arguments, give
 bit-identical scores. Before the optimization barrier in `LogProbs.of`, XLA

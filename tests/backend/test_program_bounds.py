@@ -1,4 +1,4 @@
-"""Compiled programs per process are bounded (issue 14, #12): a process that
+"""Compiled programs per process are bounded: a process that
 decodes many distinct sets used to keep every set's executables (~90 memory
 maps and ~4.5 MB each on CPU) until the kernel's map limit aborted it."""
 

@@ -1,4 +1,4 @@
-"""Tables split across devices (issue 13, the serving side):
+"""Tables split across devices, the serving side:
 `compiled.shard(mesh, axis)` places large tables in contiguous row ranges,
 one per device; decoding is bit-identical to one device for D in {1, 2, 4,
 8}, fixed and variable length, with and without a cap per beam (CI decodes

@@ -1,4 +1,4 @@
-"""The CLI's inputs and messages (issue 39's edges): a .jsonl catalogue of
+"""The CLI's inputs and messages: a .jsonl catalogue of
 names is read as JSON; `update --remove` checks its rows as `--add` does; a -1 padded
 .npy compiles alike with and without --partitions; messages name the CLI's
 flags, not the library's parameters; `decode` checks --beam-size before it
@@ -54,7 +54,7 @@ def tokenizer_json(tmp_path_factory):
     return path, len(vocab)
 
 
-# -- finding 2: a .jsonl catalogue of names is JSON ---------------------------
+# -- a .jsonl catalogue of names is JSON ---------------------------
 
 def write_jsonl(path, lines):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -118,7 +118,7 @@ def test_spellings_any_with_subsets_names_the_flags(tokenizer_json, tmp_path, ca
     assert code == 2 and "--spellings any keeps no item index: --export-subsets" in line
 
 
-# -- finding 6: --remove rows are checked as --add rows are -------------------
+# -- --remove rows are checked as --add rows are -------------------
 
 BAD_ROWS = {
     "out of range": (np.array([[1, 2, 99]]), r"sequence 0, position 2: token 99 is outside the "
@@ -176,7 +176,7 @@ def test_removing_minus_one_padded_rows_of_a_variable_length_set():
         compiled.update(remove=[[1, 0]])
 
 
-# -- finding 7: a -1 padded .npy, one answer on every path --------------------
+# -- a -1 padded .npy, one answer on every path --------------------
 
 def test_a_minus_one_padded_npy_compiles_alike_in_memory_and_partitioned(tmp_path, capsys):
     np.save(tmp_path / "padded.npy", PADDED)
@@ -223,7 +223,7 @@ def test_minus_one_padding_inside_a_row_is_refused_alike():
     assert list(short.ir.sequences()) == [(1, 2), (3, 4)]
 
 
-# -- finding 8: the CLI's messages name its flags ------------------------------
+# -- the CLI's messages name its flags ------------------------------
 
 @pytest.mark.parametrize("content, args, flag_text", [
     ("1 2\n3\n", ["--vocab-size", 8], "pass --end-token E to compile a variable-length set"),
@@ -306,6 +306,8 @@ def test_in_cli_terms_words_parameters_as_flags_and_leaves_file_contents_alone()
 NOT_CLI_PARAMETERS = {
     "accept": "graph input (networkx), which the CLI does not read",
     "split": "sc.BeamAxis of a decode carry, which the CLI's demo model does not declare",
+    "pipeline": "the memory budget's advice: it names --memory-budget and --pipeline itself, "
+                "then the Python call",
 }
 
 
@@ -332,7 +334,7 @@ def test_every_parameter_a_library_message_advises_has_a_flag():
     assert not unmapped, f"library messages advise parameters the CLI does not word: {unmapped}"
 
 
-# -- finding 10 (part): show-ir --help lists every input it accepts -----------
+# -- show-ir --help lists every input it accepts -----------
 
 def input_help(command: str) -> str:
     from static_compiler.cli import dispatch

@@ -1,5 +1,4 @@
-"""`verify` after removals, the capacity's range, and the logits_fn contract
-(three findings of the issue 27 red-team report):
+"""`verify` after removals, the capacity's range, and the logits_fn contract:
 
 * ``static-compiler verify`` ignored removals: after ``update --remove`` it
   must compare the input with the live items (the tables' sequences less

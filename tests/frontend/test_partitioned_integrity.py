@@ -1,4 +1,4 @@
-"""The partitioned build's files passed between tasks (issue 27): a flipped
+"""The partitioned build's files passed between tasks: a flipped
 byte in a spill file or a partition's piece, or a truncated or deleted
 piece, fails the build with BuildError naming the file (never compiles into
 another set); work directories of builds that died (SIGKILL) are removed by

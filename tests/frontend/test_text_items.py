@@ -1,5 +1,4 @@
-"""A text catalogue's items are the names as given (issue 27, findings 5
-and 7): item i is names[i], so a bool mask over the names picks exactly
+"""A text catalogue's items are the names as given: item i is names[i], so a bool mask over the names picks exactly
 those names (`subset`, `update(remove=...)`, `serving.Artifact.subset`
 after save and load), `item_index` of a name's tokens is the first position
 of that name, and names given twice or encoding to the same tokens are one
@@ -69,7 +68,7 @@ def mask_of(n: int, *picked: int) -> np.ndarray:
     return mask
 
 
-# ----- finding 5: items in the order the names are given -----
+# ----- items in the order the names are given -----
 
 ORDER = ["zeta", "alpha", "mid"]
 DUPES = ["b", "a", "b", "A", "ab"]  # folded: "b" twice, "a" and "A" alike
@@ -139,7 +138,7 @@ def test_a_mask_over_the_names_picks_the_same_names_after_save_and_load(ordered,
     assert served(serving.load(path)) == {"alpha", "mid"}
 
 
-# ----- finding 7: names.jsonl keeps every name -----
+# ----- names.jsonl keeps every name -----
 
 ODD = ["line\u2028sep", "para\u2029sep", "next\x85line", "cr\rlf\r\n", "\x1c\x1d\x1e",
        "\x0b\x0c", "nl\n", "emoji \U0001F600\u200d\U0001F4BB", "\u200b", " ", "\t", "\x00",

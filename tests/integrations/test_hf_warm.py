@@ -1,5 +1,5 @@
-"""The Hugging Face processor compiles at most once per generate shape
-(issue 40): the jax backend runs one XLA program per (row count, model
+"""The Hugging Face processor compiles at most once per generate shape:
+the jax backend runs one XLA program per (row count, model
 vocabulary) for every prefix length, so a generate of 8 new tokens compiles
 what one of 2 compiles, a second generate of the same shape compiles
 nothing, and after `warm` the first generate compiles nothing either. The

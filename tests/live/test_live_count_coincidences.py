@@ -1,6 +1,6 @@
 """Live sets whose counts coincide (a dense step's slots as many as the next
-layer's edges, a capacity-padded layer as many states as edges): the red
-team's constructions of issue 27 (findings 1, 2, 4 and 8), each at its own
+layer's edges, a capacity-padded layer as many states as edges): the
+reported constructions, each at its own
 small size. The fuzz (test_live_fuzz.py) draws
 the same count coincidences at random; these pin the reported cases."""
 

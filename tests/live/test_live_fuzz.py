@@ -1,4 +1,4 @@
-"""Every decoder of a live set against brute force (issue 27).
+"""Every decoder of a live set against brute force.
 
 Hypothesis draws small sets (V 2-64, L 1-5, fixed or variable length, a
 forced or the default layout, a reserved capacity or none), updates them

@@ -1,4 +1,4 @@
-"""A decode loop that has warmed up never compiles on an update (issue 24):
+"""A decode loop that has warmed up never compiles on an update:
 a set compiled with capacity (it expects updates) compiles, with its first
 decode over every item, the program of the same decode over the items a
 removal leaves; the first removal and additions that fit then compile

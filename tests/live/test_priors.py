@@ -1,4 +1,4 @@
-"""Item priors (issue 43, item 3): a float attribute as a log-prior with a
+"""Item priors: a float attribute as a log-prior with a
 weight. Exact against the brute-force oracle with the look-ahead ranking
 (tests/oracle.py, `prior_lookahead`), property-based over layouts, weights
 (negative and zero included), caps, beam schedules and subsets; against the

@@ -1,4 +1,4 @@
-"""`subset(where=..., masks=...)` on every front door (issue 43, item 2):
+"""`subset(where=..., masks=...)` on every front door:
 the subset a filter expression picks over the items' attributes and named
 per-request masks is the subset of numpy's evaluation of the same
 expression (random columns and expressions), the compiled set, the served

@@ -1,4 +1,4 @@
-"""Sets whose automaton lives in their tables (issue 24): a `Shards` build
+"""Sets whose automaton lives in their tables: a `Shards` build
 and `sc.load` of an artifact hold no IR; subsets, removals (masks and
 sequences), additions, `item_index`, `show-ir` and a new save read the
 tables and the manifest's summary, and the IR is never rebuilt. Exact

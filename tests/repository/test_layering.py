@@ -79,7 +79,8 @@ RESTRICTED = {
     "frontend.items": ({"numpy"}, {"support.arrays", "frontend.attributes"}),
     "frontend.attributes": ({"numpy"}, {"errors"}),  # the items' attribute columns
     # The live bits a serving binary ships.
-    "live.layers": ({"numpy"}, {"errors", "support.arrays", "support.mapped", "target.tables"}),
+    "live.layers": ({"numpy"}, {"errors", "support.arrays", "support.mapped", "target.tables",
+                                "target.plan"}),  # (plan_bit_widths: a plan's subset widths)
     "live.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
     "live.layer_walk": ({"numpy"}, {"support.arrays", "support.threads", "live.layers",
                                     "live.bit_kernels"}),

@@ -1,7 +1,6 @@
 """Every public entry point of the torch backend (`TorchConstraints`,
 `live_bits`) and of the Hugging Face processor (`StaticLogitsProcessor`)
-walked with wrong types, shapes, dtypes and out-of-range values (issue 39,
-findings 3 and 5): each must raise one of the library's typed errors
+walked with wrong types, shapes, dtypes and out-of-range values: each must raise one of the library's typed errors
 (`StaticCompilerError`), never a raw AttributeError / TypeError /
 IndexError / RuntimeError from numpy or torch. Out-of-range tokens given
 to `advance` are not an error: they make their row invalid, and an int64
@@ -249,7 +248,7 @@ def test_typed_error(k, name):
 
 
 def test_float_input_ids_named(k):
-    """The processor names the dtype of float input_ids (finding 5)."""
+    """The processor names the dtype of float input_ids."""
     with pytest.raises(sc.errors.DecodeInputError, match="float32"):
         StaticLogitsProcessor(k.tc, 1)(k.ids.float(), k.scores)
 
@@ -257,7 +256,7 @@ def test_float_input_ids_named(k):
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_stacked_subsets_need_an_index(k, backend):
     """Stacked subsets without subset_index are refused as every other front
-    door refuses them (finding 5); with one they are taken per prompt."""
+    door refuses them; with one they are taken per prompt."""
     stacked = "2 stacked subsets: pass subset_index"
     with pytest.raises(sc.errors.DecodeInputError, match=stacked):
         k.version.allowed(np.zeros((2, 0), np.int32), subset=k.vstacked)
@@ -279,8 +278,8 @@ def test_stacked_subsets_need_an_index(k, backend):
 @pytest.mark.parametrize("kind", ["tensor", "numpy", "list"])
 def test_out_of_range_token_invalidates_row(k, token, kind):
     """A token outside [0, V) makes its row invalid (documented; not an
-    error); 2**32 + 1 must not act as token 1 (issue 39, finding 1, on the
-    torch front door)."""
+    error); 2**32 + 1 must not act as token 1 (on the
+    torch front door as on the others)."""
     tokens = {"tensor": torch.tensor([token, 1]), "numpy": np.array([token, 1], np.int64),
               "list": [token, 1]}[kind]
     out = k.tc.advance(k.state, tokens, 0)

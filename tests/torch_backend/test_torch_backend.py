@@ -1,4 +1,4 @@
-"""The PyTorch backend (issue 23): `TorchConstraints` gives the JAX
+"""The PyTorch backend: `TorchConstraints` gives the JAX
 backend's masks bit for bit (`allowed`, and the `mask` / `advance` pair) on
 random live sets (every forced layout, capacity, removals, subsets, fixed
 and variable length), loads an artifact with neither jax nor the compiler

@@ -1,4 +1,4 @@
-"""`TorchConstraints.warm` and `compilations()` (issue 40): the warm-up runs
+"""`TorchConstraints.warm` and `compilations()`: the warm-up runs
 every request path once on dummy inputs, reports 0 compilations (eager
 torch compiles nothing), refuses bad arguments with DecodeInputError, and
 changes no result."""

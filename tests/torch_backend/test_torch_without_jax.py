@@ -1,4 +1,4 @@
-"""PyTorch without JAX, end to end (issue 42): in a process where jax cannot
+"""PyTorch without JAX, end to end: in a process where jax cannot
 be imported (as after `pip install '.[torch]'`, which brings none: CI runs
 this file in such an environment too, scripts/test-torch-only.sh), a set of
 1e5 items is compiled and saved (tables only), 1e3 items are removed, a
