@@ -12,10 +12,10 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from static_compiler.artifact.warm import pad_subsets
 from static_compiler.errors import DecodeInputError
 from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.live.liveness import Subset, checked_subset_index
+from static_compiler.live.padding import pad_subsets
 from static_compiler.live.priors import check_prior
 
 

@@ -363,7 +363,7 @@ class Artifact(ServedItems, ServedVerbs):
         compiled during it, which `compilations()` counts too; calls,
         seconds, ...). Raises DecodeInputError for a batch size < 1, a
         beam size not exported, max_subsets < 0, max_subsets > 0 without
-        subsets or past `warm.PADDED_SUBSETS_MAX_BYTES` over one subset's
+        subsets or past `live.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's
         bytes; these are checked before anything runs, background or not."""
         return _warm(self, batch_sizes, beam_sizes, max_subsets, background)
 

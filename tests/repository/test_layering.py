@@ -52,7 +52,8 @@ SERVING_SUPPORT = {"errors", "support.arguments", "support.arrays", "support.map
 """The utilities a serving binary ships."""
 LIVE_BITS = {"live.layers", "live.bit_kernels", "live.layer_walk", "live.state_order",
              "live.item_masks", "live.liveness", "live.placements", "live.set_view",
-             "live.where", "live.filter_tree", "live.filter_text", "live.priors", "target.plan",
+             "live.where", "live.filter_tree", "live.filter_text", "live.priors", "live.padding",
+             "target.plan",
              "target.tables", "frontend.items", "frontend.names", "frontend.attributes"}
 """The numpy modules a serving binary reads a set's items and plan with."""
 FORMAT = {"artifact.format", "artifact.manifest", "artifact.names", "artifact.snapshot",
@@ -69,7 +70,7 @@ RESTRICTED = {
     "support.compilation_cache": ({"jax"}, {"errors"}),  # jax's persistent cache, on in one call
     "support.deprecation": (set(), set()),  # old names kept one release, warning
     "support.beam_loop": (set(), {"errors", "support.arguments"}),  # a search stepped from Python
-    "support.beam_result": ({"jax"}, {"support.decode_types"}),  # finalize, for both JAX doors
+    "support.beam_result": ({"jax", "numpy"}, {"errors", "support.decode_types"}),  # finalize, for both JAX doors
     "support.placement": ({"jax", "numpy"}, {"errors"}),  # which tables split across a mesh
     "support.threads": (set(), set()),  # host passes split over threads
     # The plan, the table format and the item index: numpy only, read by every backend.
@@ -90,6 +91,8 @@ RESTRICTED = {
     "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "live.bit_kernels",
                                   "live.state_order", "live.item_masks", "live.placements",
                                   "support.mapped", "frontend.items"}),
+    # the bound on padded subset stacks every door's warm-up keeps (numpy: no jax)
+    "live.padding": ({"numpy"}, {"errors", "live.liveness", "support.decode_state"}),
     "live.placements": (set(), set()),  # a subset's device copies, per device
     "live.where": ({"numpy"}, {"errors", "frontend.attributes", "live.filter_tree",
                                "live.filter_text", "support.threads"}),  # filter expressions over item attributes
@@ -114,7 +117,7 @@ RESTRICTED = {
     "artifact.runtime": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT),
     "artifact.warm": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS),  # Artifact.warm, its padding
     # The artifact's verbs composed from its modules (allowed_tokens, allowed, beam_search).
-    "artifact.served_verbs": ({"jax", "numpy"}, SERVING_SUPPORT | {"live.priors"}),
+    "artifact.served_verbs": ({"jax", "numpy"}, SERVING_SUPPORT | {"live.priors", "artifact.warm"}),
     # Its per-request item arguments: subsets and priors.
     "artifact.served_items": ({"jax"}, SERVING_SUPPORT | LIVE_BITS | {"artifact.warm"}),
     "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |

@@ -197,7 +197,7 @@ def test_generate_same_with_both_backends(kind):
         proc = StaticLogitsProcessor(compiled, PROMPT_LENGTH, backend="torch")
         T = PROMPT_LENGTH + compiled.max_length
         proc(torch.zeros((2, T), dtype=torch.long), torch.zeros((2, MODEL_VOCAB)))
-    with pytest.raises(DecodeInputError, match="scores have shape"):
+    with pytest.raises(DecodeInputError, match="scores: logits have shape"):
         proc(torch.zeros((2, PROMPT_LENGTH), dtype=torch.long), torch.zeros((2, 3)))
     with pytest.raises(DecodeInputError, match="backend"):
         StaticLogitsProcessor(compiled, PROMPT_LENGTH, backend="tf")

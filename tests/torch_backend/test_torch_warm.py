@@ -136,7 +136,7 @@ def test_warm_pays_the_first_subsets_costs(sets, tmp_path, max_subsets):
 def test_max_subsets_past_the_padding_bound_is_typed(sets):
     """The bound every door keeps on max_subsets (`PADDED_SUBSETS_MAX_BYTES`
     over one subset's bytes): past it a typed error, before anything runs."""
-    from static_compiler.artifact import warm as warming
+    from static_compiler.live import padding as warming
 
     tc = sets["artifact"]
     bound = warming.PADDED_SUBSETS_MAX_BYTES // warming.subset_bytes(

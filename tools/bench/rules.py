@@ -119,6 +119,7 @@ class RowItems(NamedTuple):
     num_items: int
     num_unique: int
     row_item: np.ndarray
+    stale_rows: None = None  # (no item was removed and added again)
 
 
 def write_row_item(folder: str, n: int, seed: int, chunk: int = 1 << 24) -> np.ndarray:
