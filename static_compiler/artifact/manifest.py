@@ -9,14 +9,13 @@ history in `format`.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import functools
 import hashlib
-import re
 from typing import Optional
 
 import numpy as np
 
+from static_compiler.artifact import manifest_records as records
 from static_compiler.artifact.format import (
     BEAM_MODULE_KINDS,
     COMPAT,
@@ -27,7 +26,6 @@ from static_compiler.artifact.format import (
     RESIZE_KINDS,
     STEP_KINDS,
     SUBSET_BITS,
-    attribute_file,
     beam_module_name,
     beam_modules,
     format_error,
@@ -36,8 +34,6 @@ from static_compiler.artifact.format import (
     step_module_name,
     subset_module_name,
 )
-from static_compiler.errors import AttributeColumnError
-from static_compiler.frontend.attributes import CODE_DTYPES, KINDS, check_name, kind_of_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,133 +160,6 @@ _SCALARS = (("jax_version", _OPTIONAL), ("jaxlib_version", _OPTIONAL),
             ("end_token", (int, type(None))), ("num_sequences", int), ("num_final_states", int))
 
 
-def _mesh_record(record: Optional[dict], path) -> Optional[dict]:
-    """The manifest's "mesh" value, checked (see the version history)."""
-    if record is None:
-        return None
-    where = f"{MANIFEST_FILE}['mesh']"
-    axes = require(record, "axes", list, where, path)
-    if not axes or any(not isinstance(a, list) or len(a) != 2 or not isinstance(a[0], str)
-                       or isinstance(a[1], bool) or not isinstance(a[1], int) or a[1] < 1
-                       for a in axes) or len({a[0] for a in axes}) != len(axes):
-        raise format_error(path, f"{where}['axes'] is {axes!r}: expected [[name, size >= 1], "
-                                 "...] with distinct names")
-    axis = require(record, "table_axis", str, where, path)
-    if axis not in {a[0] for a in axes}:
-        raise format_error(path, f"{where}['table_axis'] {axis!r} is not one of the axes "
-                                 f"{[a[0] for a in axes]}")
-    split = require(record, "split_tables", list, where, path)
-    if any(not isinstance(k, str) or not re.fullmatch(r"layer\d+\.[a-z_]+", k) for k in split):
-        raise format_error(path, f"{where}['split_tables'] is {split!r}: expected "
-                                 "[\"layer{t}.{name}\", ...]")
-    min_bytes = require(record, "min_bytes", int, where, path)
-    return {"axes": [[a[0], a[1]] for a in axes], "table_axis": axis,
-            "split_tables": sorted(split), "min_bytes": min_bytes}
-
-
-def _iso_date(value: Optional[str], path) -> Optional[str]:
-    """The manifest's "exported_at" value, checked: an ISO date or null."""
-    if value is not None:
-        try:
-            datetime.date.fromisoformat(value)
-        except ValueError:
-            raise format_error(path, f"{MANIFEST_FILE}['exported_at'] is {value!r}: expected an "
-                                     "ISO date (YYYY-MM-DD) or null") from None
-    return value
-
-
-def attributes_record(attributes) -> Optional[dict]:
-    """The manifest's "attributes" value (format version 12) of an
-    `ItemAttributes` (None: null): {name: {"kind", "file", "dtype",
-    "categories" (list of str, or None but for a category column)}}."""
-    if attributes is None:
-        return None
-    return {name: {"kind": c.kind, "file": attribute_file(name), "dtype": str(c.dtype),
-                   "categories": None if c.categories is None else list(c.categories)}
-            for name, c in attributes.items()}
-
-
-def _attributes_record(record: Optional[dict], path) -> Optional[dict]:
-    """The manifest's "attributes" value, checked (see `attributes_record`):
-    names that can name a column, known kinds with a dtype of theirs, and
-    categories (a list of str) for a category column only."""
-    if record is None:
-        return None
-    out = {}
-    for name, entry in sorted(record.items()):
-        where = f"{MANIFEST_FILE}['attributes'][{name!r}]"
-        try:
-            check_name(name, MANIFEST_FILE)
-        except AttributeColumnError as e:
-            raise format_error(path, str(e)) from None
-        kind = require(entry, "kind", str, where, path)
-        dtype = require(entry, "dtype", str, where, path)
-        categories = require(entry, "categories", (list, type(None)), where, path)
-        try:
-            values_kind = kind_of_dtype(dtype)
-        except TypeError:
-            values_kind = None
-        want = "int" if kind == "category" else kind
-        if kind not in KINDS or values_kind != want or (
-                kind == "category" and np.dtype(dtype) not in CODE_DTYPES):
-            raise format_error(path, f"{where}: kind {kind!r} with dtype {dtype!r}: expected "
-                                     f"one of {list(KINDS)} with a dtype of its kind (uint8, "
-                                     "uint16 or int32 codes for a category)")
-        if (kind == "category") != (categories is not None) or \
-                any(not isinstance(c, str) for c in categories or ()):
-            raise format_error(path, f"{where}['categories'] is {categories!r}: expected a list "
-                                     "of str for a category column, null for another kind")
-        out[name] = {"kind": kind, "file": require(entry, "file", str, where, path),
-                     "dtype": dtype, "categories": categories}
-    return out
-
-
-def _schedules_record(record: list, max_length: int, path,
-                      key: str = "['beam_schedules']") -> tuple:
-    """The manifest's "beam_schedules" (format version 13), checked: lists of
-    max_length ints >= 1 (one width per step)."""
-    out = []
-    for i, schedule in enumerate(record):
-        if not isinstance(schedule, list) or len(schedule) != max_length or \
-                not all(type(m) is int and m >= 1 for m in schedule):
-            raise format_error(path, f"{MANIFEST_FILE}{key}[{i}]={schedule!r}: "
-                                     f"expected a list of {max_length} ints >= 1 (one width per "
-                                     "step)")
-        out.append(tuple(schedule))
-    return tuple(out)
-
-
-EXPORT_PLAN_KEYS = ("beam_sizes", "beam_schedules", "tokens_per_beam", "priors")
-"""The keys of a tables-only manifest's "export_plan" (format version 15)."""
-
-
-def _export_plan_record(record, max_length: int, path) -> Optional[dict]:
-    """The manifest's "export_plan" (format version 15), checked: null, or
-    {"beam_sizes": ints >= 1, "beam_schedules": lists of max_length ints >=
-    1, "tokens_per_beam": max_length ints >= 1 or nulls, "priors": bool},
-    read as tuples."""
-    if record is None:
-        return None
-    where = f"{MANIFEST_FILE}['export_plan']"
-    if sorted(record) != sorted(EXPORT_PLAN_KEYS):
-        raise format_error(path, f"{where} has keys {sorted(record)}, expected "
-                                 f"{sorted(EXPORT_PLAN_KEYS)}")
-    sizes = require(record, "beam_sizes", list, where, path)
-    caps = require(record, "tokens_per_beam", list, where, path)
-    priors = require(record, "priors", bool, where, path)
-    schedules = require(record, "beam_schedules", list, where, path)
-    if not all(type(m) is int and m >= 1 for m in sizes) or not sizes and not schedules:
-        raise format_error(path, f"{where}['beam_sizes']={sizes!r}: expected ints >= 1 (with "
-                                 "the schedules, at least one entry)")
-    if len(caps) != max_length or not all(c is None or type(c) is int and c >= 1 for c in caps):
-        raise format_error(path, f"{where}['tokens_per_beam']={caps!r}: expected {max_length} "
-                                 "entries, each an int >= 1 or null (one per step)")
-    return {"beam_sizes": tuple(sizes),
-            "beam_schedules": _schedules_record(schedules, max_length, path,
-                                                "['export_plan']['beam_schedules']"),
-            "tokens_per_beam": tuple(caps), "priors": priors}
-
-
 def _has_key(version: int, key: str) -> bool:
     """Whether a manifest of format `version` has `key`, which format
     version COMPAT[key].last_version + 1 added (older ones read its
@@ -380,21 +249,24 @@ class Manifest:
                         if _has_key(version, "names_file") else None),
             item_files=(require(obj, "item_files", (dict, type(None)), where, path)
                         if _has_key(version, "item_files") else None),
-            mesh=(_mesh_record(require(obj, "mesh", (dict, type(None)), where, path), path)
+            mesh=(records.mesh_record(require(obj, "mesh", (dict, type(None)), where, path),
+                                      path)
                   if _has_key(version, "mesh") else None),
             subset_bits=(require(obj, "subset_bits", str, where, path)
                          if _has_key(version, "subset_bits") else SUBSET_BITS[0]),
-            exported_at=(_iso_date(require(obj, "exported_at", (str, type(None)), where, path),
-                                   path) if _has_key(version, "exported_at") else None),
-            attributes=(_attributes_record(require(obj, "attributes", (dict, type(None)), where,
-                                                   path), path)
-                        if _has_key(version, "attributes") else None),
-            beam_schedules=(_schedules_record(require(obj, "beam_schedules", list, where, path),
-                                              scalars["max_length"], path)
-                            if _has_key(version, "beam_schedules") else ()),
-            export_plan=(_export_plan_record(require(obj, "export_plan", (dict, type(None)), where,
-                                                     path), scalars["max_length"], path)
-                         if _has_key(version, "export_plan") else None),
+            exported_at=(records.iso_date(
+                require(obj, "exported_at", (str, type(None)), where, path), path)
+                if _has_key(version, "exported_at") else None),
+            attributes=(records.checked_attributes_record(
+                require(obj, "attributes", (dict, type(None)), where, path), path)
+                if _has_key(version, "attributes") else None),
+            beam_schedules=(records.schedules_record(
+                require(obj, "beam_schedules", list, where, path), scalars["max_length"], path)
+                if _has_key(version, "beam_schedules") else ()),
+            export_plan=(records.export_plan_record(
+                require(obj, "export_plan", (dict, type(None)), where, path),
+                scalars["max_length"], path)
+                if _has_key(version, "export_plan") else None),
             platforms=tuple(require(obj, "platforms", list, where, path)),
             plan_steps=tuple(require(obj, "plan_steps", list, where, path)),
             layers=tuple(require(obj, "layers", list, where, path)),

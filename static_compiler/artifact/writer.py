@@ -30,7 +30,8 @@ import numpy as np
 
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact.lock import _parent, update_lock
-from static_compiler.artifact.manifest import ArraySpec, FileEntry, Manifest, TableEntry, attributes_record
+from static_compiler.artifact.manifest import ArraySpec, FileEntry, Manifest, TableEntry
+from static_compiler.artifact.manifest_records import attributes_record
 from static_compiler.artifact.metadata import export_caps, export_plan, set_metadata
 from static_compiler.artifact.snapshot import read_manifest
 from static_compiler.artifact.versions import Made, keep_count, keep_replaced, start_history

@@ -235,6 +235,7 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
     assert info["modules"] == ["static_compiler", "static_compiler.artifact",
                                "static_compiler.artifact.format",
                                "static_compiler.artifact.manifest",
+                               "static_compiler.artifact.manifest_records",
                                "static_compiler.artifact.names",
                                "static_compiler.artifact.normalize",
                                "static_compiler.artifact.runtime",

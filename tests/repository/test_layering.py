@@ -56,8 +56,8 @@ LIVE_BITS = {"live.layers", "live.bit_kernels", "live.layer_walk", "live.state_o
              "target.plan",
              "target.tables", "frontend.items", "frontend.names", "frontend.attributes"}
 """The numpy modules a serving binary reads a set's items and plan with."""
-FORMAT = {"artifact.format", "artifact.manifest", "artifact.names", "artifact.snapshot",
-          "artifact.normalize"}
+FORMAT = {"artifact.format", "artifact.manifest", "artifact.manifest_records", "artifact.names",
+          "artifact.snapshot", "artifact.normalize"}
 """The artifact's format: file names, manifest, snapshot, older shapes."""
 RESTRICTED = {
     "errors": (set(), set()),
@@ -105,7 +105,8 @@ RESTRICTED = {
     "live.set_view": ({"numpy"}, LIVE_BITS | {"errors", "artifact.format"}),
     # The artifact's format: what a serving binary reads.
     "artifact.format": (set(), {"errors"}),
-    "artifact.manifest": ({"numpy"}, {"errors", "artifact.format", "frontend.attributes"}),
+    "artifact.manifest": ({"numpy"}, {"errors", "artifact.format", "artifact.manifest_records"}),
+    "artifact.manifest_records": ({"numpy"}, {"errors", "artifact.format", "frontend.attributes"}),
     "artifact.names": ({"numpy"}, {"errors", "artifact.format", "frontend.names"}),
     "frontend.names": ({"numpy"}, {"errors"}),
     "artifact.snapshot": ({"numpy"}, {"errors", "support.mapped", "frontend.names",
