@@ -101,7 +101,7 @@ def with_branch_counts(manifest, tables, path):
 
 
 def current_items(arrays: dict) -> dict:
-    """The item arrays of `snapshot.read_item_arrays` (checked) in the
+    """The item arrays of `snapshot_items.read_item_arrays` (checked) in the
     current shape: a version 8 state_item (`COMPAT["state_item"]`, every
     final state's item) as state_inserted_at / state_inserted_item
     (`InsertedOrder.of_array`: one pass, a chunk at a time)."""

@@ -21,7 +21,7 @@ import numpy as np
 from jax import export as jax_export
 
 from static_compiler.artifact import format as fmt
-from static_compiler.artifact import snapshot
+from static_compiler.artifact import snapshot, snapshot_items
 from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
 from static_compiler.artifact.normalize import current_tables
 from static_compiler.errors import ArtifactExpiryWarning, ArtifactVersionError, DecodeInputError
@@ -232,6 +232,6 @@ def put_tables(snap: snapshot.Snapshot, put, keep=None) -> tuple[list, tuple]:
 
 def item_index(snap: snapshot.Snapshot) -> Optional[ItemIndex]:
     """The artifact's item index, or None when it was saved without subsets."""
-    arrays = snapshot.read_item_arrays(snap)
+    arrays = snapshot_items.read_item_arrays(snap)
     return None if arrays is None else ItemIndex(num_unique=snap.manifest.num_sequences,
                                                  **arrays)

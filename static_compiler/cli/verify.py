@@ -121,11 +121,11 @@ def _check_attributes(path) -> bool:
     """Writes one line on the artifact's item attributes (their count and
     kinds), when it has any; whether they are sound: every category code
     names one of its column's categories (read a chunk at a time)."""
-    from static_compiler.artifact import snapshot
+    from static_compiler.artifact import snapshot, snapshot_items
     from static_compiler.artifact.table_check import CHECK_CHUNK
 
     with snapshot.open_snapshot(path) as snap:
-        arrays = snapshot.read_item_arrays(snap)
+        arrays = snapshot_items.read_item_arrays(snap)
         attributes = None if arrays is None else arrays["attributes"]
         if attributes is None:
             return True
@@ -152,12 +152,12 @@ def _removed_rows(path, ir, tokens, lengths):
     index or removals."""
     import numpy as np
 
-    from static_compiler.artifact import snapshot
+    from static_compiler.artifact import snapshot, snapshot_items
     from static_compiler.frontend.items import ItemIndex
     from static_compiler.live.subsets import unique_ids
 
     with snapshot.open_snapshot(path) as snap:
-        arrays = snapshot.read_item_arrays(snap)
+        arrays = snapshot_items.read_item_arrays(snap)
     none = np.zeros(tokens.shape[0], bool)
     if arrays is None or arrays.get("removed") is None or not arrays["removed"].any():
         return none

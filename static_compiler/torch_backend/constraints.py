@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from static_compiler.artifact import format as artifact_format
-from static_compiler.artifact import snapshot
+from static_compiler.artifact import snapshot, snapshot_items
 from static_compiler.artifact.manifest import Manifest
 from static_compiler.errors import DecodeInputError
 from static_compiler.frontend.attributes import ItemAttributes
@@ -161,7 +161,7 @@ class TorchConstraints(PlanFacts):
         trie) the new one shares (`reload`)."""
         manifest = snap.manifest
         host = snapshot.read_tables(snap)  # (memory-mapped: read where used)
-        arrays = snapshot.read_item_arrays(snap)
+        arrays = snapshot_items.read_item_arrays(snap)
         names = snapshot.read_names(snap)
         items = None if arrays is None else ItemIndex(num_unique=manifest.num_sequences, **arrays)
         built = same.set_view if same is not None and same.set_view.tables else None

@@ -26,7 +26,7 @@ from test_serving import serve
 import static_compiler as sc
 from static_compiler import errors, upgrade_artifact
 from static_compiler.artifact import format as fmt
-from static_compiler.artifact import normalize, serving, snapshot, writer
+from static_compiler.artifact import normalize, serving, snapshot, snapshot_items, writer
 from static_compiler.cli.dispatch import main as cli_main
 
 V4_ARTIFACT = DATA / "artifact_v4_subsets"
@@ -81,7 +81,7 @@ def as_version(built, version: int, dest: pathlib.Path) -> pathlib.Path:
     shutil.copytree(built[source], dest)
     if version == 8:  # every final state's item, as version 8 held them
         with snapshot.open_snapshot(dest) as snap:
-            items = snapshot.read_item_arrays(snap)
+            items = snapshot_items.read_item_arrays(snap)
         from static_compiler.live.state_order import InsertedOrder
         order = InsertedOrder(items["state_inserted_at"], items["state_inserted_item"],
                               int(items["row_item"].max()) + 1)

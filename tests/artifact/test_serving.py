@@ -243,6 +243,7 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.artifact.served_verbs",
                                "static_compiler.artifact.serving",
                                "static_compiler.artifact.snapshot",
+                               "static_compiler.artifact.snapshot_items",
                                "static_compiler.artifact.warm", "static_compiler.errors",
                                "static_compiler.frontend", "static_compiler.frontend.attributes",
                                "static_compiler.frontend.items",

@@ -57,7 +57,7 @@ LIVE_BITS = {"live.layers", "live.bit_kernels", "live.layer_walk", "live.state_o
              "target.tables", "frontend.items", "frontend.names", "frontend.attributes"}
 """The numpy modules a serving binary reads a set's items and plan with."""
 FORMAT = {"artifact.format", "artifact.manifest", "artifact.manifest_records", "artifact.names",
-          "artifact.snapshot", "artifact.normalize"}
+          "artifact.snapshot", "artifact.snapshot_items", "artifact.normalize"}
 """The artifact's format: file names, manifest, snapshot, older shapes."""
 RESTRICTED = {
     "errors": (set(), set()),
@@ -111,6 +111,8 @@ RESTRICTED = {
     "frontend.names": ({"numpy"}, {"errors"}),
     "artifact.snapshot": ({"numpy"}, {"errors", "support.mapped", "frontend.names",
                                       "frontend.attributes"} | FORMAT),
+    "artifact.snapshot_items": ({"numpy"}, {"errors", "support.mapped",
+                                            "frontend.attributes"} | FORMAT),
     "artifact.normalize": ({"numpy"}, {"errors", "artifact.format", "support.dtypes",
                                        "live.layers", "live.state_order"}),  # format.COMPAT
     # The serving loader: format, live bits and utilities; no compiler module (no
