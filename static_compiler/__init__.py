@@ -23,7 +23,7 @@ _LAZY = {
     "DEFAULT_PIPELINE": "passes.pipeline", "format_pipeline": "passes.pipeline",
     "parse_pipeline": "passes.pipeline",
     "enable_compilation_cache": "support.compilation_cache",
-    "Subset": "live.liveness", "stack_subsets": "live.liveness", "Shards": "frontend.partitioned",
+    "Subset": "live.liveness", "stack_subsets": "live.liveness", "Shards": "frontend.shards",
     "attr": "live.where", "item_mask": "live.where",
 }
 

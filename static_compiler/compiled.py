@@ -12,6 +12,7 @@ import numpy as np
 from static_compiler.backend import decode
 from static_compiler.backend.decode.front_door import DecodeVerbs
 from static_compiler.computed import NOT_YET, Computed
+from static_compiler.decode_calls import beam_search_over
 from static_compiler.errors import JAX_INSTALL, ConstraintSetError, DecodeInputError, require
 from static_compiler.frontend import ItemIndex
 from static_compiler.frontend.attributes import ItemAttributes
@@ -273,9 +274,8 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
                     subset: Optional[subsets.Subset] = None, subset_index=None, **options):
         """Constrained beam search over this set: `static_compiler.beam_search(
         self, logits_fn, batch_size=..., beam_size=..., ...)` (its options)."""
-        from static_compiler.compiler import beam_search
-        return beam_search(self, logits_fn, batch_size=batch_size, beam_size=beam_size,
-                           subset=subset, subset_index=subset_index, **options)
+        return beam_search_over(self, logits_fn, batch_size, beam_size, subset, subset_index,
+                                options)
 
     def processor(self, batch_size: int, *, subset: Optional[subsets.Subset] = None,
                   subset_index=None) -> decode.StepProcessor:

@@ -7,13 +7,13 @@ both are importable from here too."""
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import sys
 import time
 from typing import Optional
 
 from static_compiler.backend import decode
 from static_compiler.compiled import CompiledConstraints
+from static_compiler.decode_calls import beam_search_over, decode_over
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import inputs
 from static_compiler.frontend.array_files import ArrayFiles
@@ -21,7 +21,7 @@ from static_compiler.frontend.attributes import checked_attributes
 from static_compiler.live import subsets
 from static_compiler.passes import pipeline as pipeline_lib
 from static_compiler.saved import load, update_artifact
-from static_compiler.support.arguments import check_beam_schedule, check_export_beam_sizes, check_rows
+from static_compiler.support.arguments import check_export_beam_sizes
 from static_compiler.target.lowering import lower, lower_pieces
 from static_compiler.target.plan import tables_nbytes
 
@@ -224,43 +224,12 @@ def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, optio
                                timings=tuple(timings), items=items, **options)
 
 
-def _check_call(compiled, decoder, options: dict, where: str) -> None:
-    """DecodeInputError unless `compiled` is a CompiledConstraints and every
-    name in `options` is a keyword option of the backend `decoder` (not one
-    the front door sets itself), named with the options there are."""
+def _check_compiled(compiled, where: str) -> None:
+    """DecodeInputError unless `compiled` is a CompiledConstraints."""
     if not isinstance(compiled, CompiledConstraints):
         raise DecodeInputError(f"{where}: compiled={str(compiled)[:60]!r} is a "
                                f"{type(compiled).__name__}, expected a CompiledConstraints "
                                "(sc.compile_constraints, sc.load)")
-    known = [name for name, p in inspect.signature(decoder).parameters.items()
-             if p.kind == p.KEYWORD_ONLY and name not in _SET_BY_FRONT_DOOR]
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise DecodeInputError(f"{where}: unknown option(s) {unknown}: expected some of {known}")
-
-
-_SET_BY_FRONT_DOOR = ("batch_size", "beam_size", "subset", "also_compile")
-
-
-def _decode_over(compiled: CompiledConstraints, decoder, where: str, args: tuple,
-                 batch_size: int, subset, subset_index, options: dict, **sizes):
-    """What the front doors share: checks `options` against `decoder` (a
-    `backend.decode` decoder) and the row counts (batch_size and `sizes`,
-    e.g. beam_size), then runs it over `compiled`'s plan and device tables
-    with `args` (logits_fn, and sample's key) and the live mask of `subset`
-    / `subset_index`, also compiling the removal-aware program
-    (`removal_program`); its compilations count in `compiled.compilations()`."""
-    _check_call(compiled, decoder, options, where)
-    # before the subset index is read against batch_size
-    if "beam_size" in sizes:
-        check_beam_schedule(sizes["beam_size"], compiled.max_length, batch_size)
-    else:
-        check_rows(batch_size)
-    live = compiled.live_mask(subset, subset_index, batch_size, where)
-    with compiled.counting():
-        return decoder(compiled.plan, compiled.device_tables, *args, batch_size=batch_size,
-                       subset=live, also_compile=compiled.removal_program(live, batch_size),
-                       **sizes, **options)
 
 
 def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, beam_size: int,
@@ -333,10 +302,9 @@ def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, be
         another set, a subset_index without a subset or of the wrong shape
         or range.
     """
-    if options.get("prior") is not None:
-        options = dict(options, prior=compiled.live_prior(options["prior"], "beam_search"))
-    return _decode_over(compiled, decode.beam_search, "beam_search", (logits_fn,), batch_size,
-                        subset, subset_index, options, beam_size=beam_size)
+    _check_compiled(compiled, "beam_search")
+    return beam_search_over(compiled, logits_fn, batch_size, beam_size, subset, subset_index,
+                            options)
 
 
 def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
@@ -372,8 +340,9 @@ def greedy_decode(compiled: CompiledConstraints, logits_fn, *, batch_size: int,
     DecodeInputError
         For bad arguments, as in `beam_search`.
     """
-    return _decode_over(compiled, decode.greedy_decode, "greedy_decode", (logits_fn,),
-                        batch_size, subset, subset_index, options)
+    _check_compiled(compiled, "greedy_decode")
+    return decode_over(compiled, decode.greedy_decode, "greedy_decode", (logits_fn,),
+                       batch_size, subset, subset_index, options)
 
 
 def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
@@ -418,5 +387,6 @@ def sample(compiled: CompiledConstraints, logits_fn, key, *, batch_size: int,
         For bad arguments (a temperature, top_k or key out of range, and
         as in `beam_search`).
     """
-    return _decode_over(compiled, decode.sample, "sample", (logits_fn, key), batch_size,
-                        subset, subset_index, options)
+    _check_compiled(compiled, "sample")
+    return decode_over(compiled, decode.sample, "sample", (logits_fn, key), batch_size,
+                       subset, subset_index, options)

@@ -167,7 +167,7 @@ def update_artifact(path, *, add=None, remove=None, mesh=None, attributes=None,
     from static_compiler.artifact import snapshot
     from static_compiler.artifact.lock import update_lock
     from static_compiler.artifact.update import read_items, require_current, write_removed
-    from static_compiler.artifact.versions import Made
+    from static_compiler.artifact.history import Made
     from static_compiler.artifact.writer import save_locked
     from static_compiler.live import versions
 

@@ -15,7 +15,7 @@ from static_compiler.artifact import format as fmt
 from static_compiler.artifact.lock import lock_file, update_lock
 from static_compiler.artifact.snapshot import Snapshot, open_snapshot, read_tables
 from static_compiler.artifact.snapshot_items import read_item_arrays
-from static_compiler.artifact.versions import Made
+from static_compiler.artifact.history import Made
 from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap
 from static_compiler.errors import ArtifactBusyError, DecodeInputError
 

@@ -36,7 +36,7 @@ from static_compiler.artifact.metadata import export_caps
 from static_compiler.artifact.snapshot import Snapshot, open_snapshot
 from static_compiler.artifact.snapshot_items import read_item_arrays
 from static_compiler.artifact.update import require_current
-from static_compiler.artifact.versions import Made
+from static_compiler.artifact.history import Made
 from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap, exporter, save_locked
 from static_compiler.errors import DecodeInputError
 

@@ -34,7 +34,7 @@ from static_compiler.artifact.manifest import ArraySpec, FileEntry, Manifest, Ta
 from static_compiler.artifact.manifest_records import attributes_record
 from static_compiler.artifact.metadata import export_caps, export_plan, set_metadata
 from static_compiler.artifact.snapshot import read_manifest
-from static_compiler.artifact.versions import Made, keep_count, keep_replaced, start_history
+from static_compiler.artifact.history import Made, keep_count, keep_replaced, start_history
 from static_compiler.errors import (
     JAX_INSTALL,
     ArtifactExistsError,
@@ -265,9 +265,9 @@ def save(compiled, path, *, overwrite: bool = False, reuse_modules=None,
     directory is renamed to `path`: readers never see a half-written
     artifact. With `overwrite=True` an existing artifact is renamed aside,
     the new one renamed in, then the old one kept as a version in
-    `.NAME.versions/` (`artifact.versions`: the last 5, or
+    `.NAME.versions/` (`artifact.history`: the last 5, or
     $STATIC_COMPILER_KEEP_VERSIONS); a save where no artifact is starts a
-    new history (`versions.start_history`: versions kept of an artifact
+    new history (`history.start_history`: versions kept of an artifact
     deleted from `path` are deleted, never rolled back to); if anything fails
     before the swap, the old artifact is left untouched (and restored if the
     swap itself fails).
@@ -300,7 +300,7 @@ def save_locked(compiled, path, *, overwrite: bool = False, reuse_modules=None,
     writing the version it built): the same checks and atomic write, without
     taking the lock again (a flock is per open file, so a second take would
     find the caller itself busy). made: the record of the new version
-    (`versions.Made`)."""
+    (`history.Made`)."""
     path = pathlib.Path(path)
     _write_files(path, _files_to_save(compiled, path, overwrite, reuse_modules, modules),
                  overwrite, made)
@@ -412,7 +412,7 @@ def _swap_in(tmp: pathlib.Path, path: pathlib.Path, parent: pathlib.Path,
              overwrite: bool = True, made: Made = Made("save")) -> None:
     """Renames `tmp` to `path`, replacing an existing artifact only with
     `overwrite` (see `save`); the replaced one is kept as a version
-    (`versions.keep_replaced`), `made` recorded as the new one's record."""
+    (`history.keep_replaced`), `made` recorded as the new one's record."""
     if not overwrite or not path.exists():
         try:  # onto a path that must not exist: atomic, whoever renames first wins
             os.rename(tmp, path)

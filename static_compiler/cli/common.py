@@ -58,7 +58,7 @@ def add_cache_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_keep_versions_argument(parser: argparse.ArgumentParser) -> None:
     """--keep-versions K: how many replaced versions a writer keeps
-    (`artifact.versions.keep_count`: default $STATIC_COMPILER_KEEP_VERSIONS,
+    (`artifact.history.keep_count`: default $STATIC_COMPILER_KEEP_VERSIONS,
     else 5; 0 keeps none)."""
     parser.add_argument("--keep-versions", type=int, default=None, metavar="K",
                         help="how many replaced versions to keep for rollback in .ART.versions/ "

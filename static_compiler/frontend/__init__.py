@@ -9,7 +9,8 @@
 * `readers`: constraint sets read from files (.npy, .jsonl, .txt);
 * `datasets`: the built-in deterministic sets of the demos and benchmarks;
 * `partitioned`: catalogues larger than memory, built from shards
-  partition by partition on any `concurrent.futures.Executor` (`Shards`),
+  partition by partition on any `concurrent.futures.Executor` (`Shards`,
+  in `shards`),
   with its steps in `spill` (sources into partitions), `partition_layers`
   (each partition's layers, and their merge), `array_files` (CRC-checked
   files between tasks, memory-mapped results), `build_tasks` (running

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import contextlib
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from static_compiler.errors import BuildError, ConstraintSetError
-
-if TYPE_CHECKING:
-    from static_compiler.frontend.partitioned import Shards
+from static_compiler.frontend.shards import Shards
 
 
 def say(shards: Shards, line: str) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -29,11 +29,9 @@ from static_compiler.frontend import check_range
 from static_compiler.frontend.array_files import CheckedWriter
 from static_compiler.frontend.build_tasks import run_tasks, say
 from static_compiler.frontend.sequences import padded_lengths
+from static_compiler.frontend.shards import Shards
 from static_compiler.support.dtypes import sort_code_dtype_for
 from static_compiler.support.mapped import release_pages
-
-if TYPE_CHECKING:
-    from static_compiler.frontend.partitioned import Shards
 
 
 def _open_source(source, index: int):

@@ -22,10 +22,12 @@ read-only, so passes return new automata instead of editing one in place.
 The text form (`Automaton.to_text`, `parse_ir`) is deterministic and parses
 back to an equal automaton when no rows were elided.
 
-The package: `types` (the data types), `summary` (what planning reads
-without the arrays), `verify` (the verifier), `row_checks` (its checks of a
-layer's rows on arrays, which the saved tables' checker runs a chunk at a
-time), `text` (printer and parser).
+The package, lowest first: `printer` (the text form printed, and
+`layer_stats`: it reads attributes only, so the types print through it),
+`types` (the data types), `summary` (what planning reads without the
+arrays), `row_checks` (the checks of a layer's rows on arrays, which the
+saved tables' checker runs a chunk at a time), `verify` (the verifier),
+`text` (the parser).
 Everything is imported from here (``from static_compiler.ir import
 Automaton``); numpy only, no jax.
 """
@@ -36,14 +38,15 @@ from static_compiler.ir.verify import count_sequences, verify
 from static_compiler.support.lazy import lazy_exports
 
 _EXPORTS = {
-    **dict.fromkeys(("AutomatonSummary", "LayerPiece", "LayerSummary", "layer_stats"), "summary"),
-    **dict.fromkeys(("parse_ir", "print_ir"), "text"),
-    **dict.fromkeys(("_ELIDE_EDGES", "_ELIDED_ROWS_PER_LAYER", "LAYOUT_KINDS", "Automaton", "Layer",
-                     "Layout", "LayoutKind", "enumerate_sequences", "frozen"), "types"),
+    **dict.fromkeys(("AutomatonSummary", "LayerPiece", "LayerSummary"), "summary"),
+    **dict.fromkeys(("_ELIDE_EDGES", "_ELIDED_ROWS_PER_LAYER", "layer_stats", "print_ir"), "printer"),
+    "parse_ir": "text",
+    **dict.fromkeys(("LAYOUT_KINDS", "Automaton", "Layer", "Layout", "LayoutKind",
+                     "enumerate_sequences", "frozen"), "types"),
 }
 """Public name -> the module of this package that defines it (imported on
 first use, so a reader of `types` alone, such as the serving loader through
-`target.plan`, loads no printer, parser or summary)."""
+`target.plan`, loads no parser or summary)."""
 
 __all__ = [
     "Automaton", "AutomatonSummary", "LAYOUT_KINDS", "Layer", "LayerPiece", "LayerSummary",

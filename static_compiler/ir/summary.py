@@ -1,8 +1,7 @@
 """What planning reads of an automaton without its arrays: per layer the
 counts, branch histogram, accepting count and layout (`LayerSummary`,
 `AutomatonSummary`: the layout passes and the cost model run on these for a
-set built in pieces), a layer's piece from one partition (`LayerPiece`),
-and `layer_stats`."""
+set built in pieces) and a layer's piece from one partition (`LayerPiece`)."""
 
 from __future__ import annotations
 
@@ -134,18 +133,3 @@ class LayerPiece:
         if self.accepting is True:
             return np.ones(self.num_states, dtype=bool)
         return self.accepting
-
-
-def layer_stats(layer: Union[Layer, "LayerSummary"]) -> dict[str, object]:
-    """Statistics of one layer (or its summary): states, edges, max/mean
-    branch, layout."""
-    return {
-        "states": layer.num_states,
-        "edges": layer.num_edges,
-        "max_branch": layer.max_branch,
-        "mean_branch": layer.num_edges / layer.num_states if layer.num_states else 0.0,
-        "accepting": layer.num_accepting,
-        "targets": "implicit" if layer.implicit_targets else "explicit",
-        "layout": layer.layout.to_text() if layer.layout else "none",
-    }
-

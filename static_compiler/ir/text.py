@@ -1,56 +1,15 @@
-"""The IR's text form: `print_ir` (deterministic, diff-friendly; large
-layers elided to their first rows) and `parse_ir`, its inverse when no row
-was elided."""
+"""The IR's text form read back: `parse_ir`, the inverse of `printer.print_ir`
+when no row was elided."""
 
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional, Union
 
 import numpy as np
 
 from static_compiler.errors import IRParseError
-from static_compiler.ir.summary import AutomatonSummary, layer_stats
-from static_compiler.ir.types import _ELIDE_EDGES, _ELIDED_ROWS_PER_LAYER, Automaton, Layer, Layout
+from static_compiler.ir.types import Automaton, Layer, Layout
 from static_compiler.ir.verify import verify
-
-
-def print_ir(a: Union[Automaton, "AutomatonSummary"], max_edges: int = _ELIDE_EDGES,
-             rows_of: Optional[Callable[[int, int], Layer]] = None) -> str:
-    """Text form of `a`; see the module docstring. Rows are printed in full
-    when the automaton has at most `max_edges` edges, else the first
-    `_ELIDED_ROWS_PER_LAYER` rows per layer and a count of the rest.
-
-    rows_of(t, n): a `Layer` holding layer t's first n states and their
-    edges (what is printed of it); default `a`'s own layers. With it, `a`
-    may be an `AutomatonSummary` (a set whose IR lives in its tables,
-    `target.raising.table_head`): the text equals the automaton's."""
-    full = a.num_edges <= max_edges
-    head = f"automaton vocab={a.vocab_size} depth={a.depth} sequences={a.num_sequences} " \
-           f"final_states={a.num_final_states}"
-    if a.end_token is not None:
-        head += f" end_token={a.end_token}"
-    lines = [head]
-    for t, layer in enumerate(a.layers):
-        st = layer_stats(layer)
-        lines.append(
-            f"layer {t}  states={st['states']} edges={st['edges']} "
-            f"max_branch={st['max_branch']} mean_branch={st['mean_branch']:.3f} "
-            f"targets={st['targets']} layout={st['layout']}")
-        rows = layer.num_states if full else min(layer.num_states, _ELIDED_ROWS_PER_LAYER)
-        shown = layer if rows_of is None else rows_of(t, rows)
-        ip, tok = shown.indptr, shown.tokens
-        tg = shown.target_array() if rows else None
-        acc = shown.accepting_array()
-        for s in range(rows):
-            lo, hi = int(ip[s]), int(ip[s + 1])
-            edges = " ".join(f"{int(tok[e])}->{int(tg[e])}" for e in range(lo, hi))
-            mark = " accept" if acc[s] else ""
-            lines.append(f"  s{s}{mark}:" + (f" {edges}" if edges else ""))
-        if rows < layer.num_states:
-            lines.append(f"  ... {layer.num_states - rows} more rows elided")
-    return "\n".join(lines) + "\n"
-
 
 _HEAD_RE = re.compile(r"automaton vocab=(\d+) depth=(\d+) sequences=(\d+) "
                       r"final_states=(\d+)(?: end_token=(\d+))?")

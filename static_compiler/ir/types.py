@@ -14,6 +14,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from static_compiler.errors import IRParseError, IRVerificationError
+from static_compiler.ir.printer import _ELIDE_EDGES, print_ir
 
 
 class LayoutKind(enum.StrEnum):
@@ -53,12 +54,6 @@ class LayoutKind(enum.StrEnum):
 
 LAYOUT_KINDS = tuple(kind.value for kind in LayoutKind)
 """The kinds' values as plain strings, in `LayoutKind` order (for messages)."""
-
-_ELIDE_EDGES = 4096
-"""Automata with more edges than this print statistics and elide rows."""
-
-_ELIDED_ROWS_PER_LAYER = 16
-
 
 def frozen(a: np.ndarray) -> np.ndarray:
     """Marks a freshly built array read-only in place and returns it.
@@ -371,7 +366,6 @@ class Automaton(_Layered):
 
     def to_text(self, max_edges: int = _ELIDE_EDGES) -> str:
         """Deterministic text dump; rows are elided past `max_edges` edges."""
-        from static_compiler.ir.text import print_ir
         return print_ir(self, max_edges=max_edges)
 
     def sequences(self) -> Iterator[tuple[int, ...]]:

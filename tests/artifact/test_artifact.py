@@ -179,7 +179,7 @@ def test_bad_export_options_are_rejected(tmp_path, sizes, tpb):
 
 KEPT = [".set.static.versions", "set.static"]
 """What a save leaves beside it: the artifact and its versions directory
-(`artifact.versions`: the replaced versions and the records)."""
+(`artifact.history`: the replaced versions and the records)."""
 
 @pytest.fixture(scope="module")
 def built_sets():

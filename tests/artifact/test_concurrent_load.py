@@ -19,7 +19,7 @@ import pytest
 
 from static_compiler import artifact, compile_constraints
 from static_compiler.artifact import format as fmt
-from static_compiler.artifact import serving, snapshot, versions
+from static_compiler.artifact import history, serving, snapshot
 from static_compiler.artifact.manifest import Manifest
 from static_compiler.errors import ArtifactError
 
@@ -122,7 +122,7 @@ def test_an_overwrite_while_the_files_are_opened_restarts_on_the_new_version(
     """Without kept versions (K = 0) the replaced directory is deleted under
     the load, which starts again on the new version."""
     path, prints, ca, cb = saved
-    monkeypatch.setenv(versions.KEEP_ENV, "0")
+    monkeypatch.setenv(history.KEEP_ENV, "0")
     artifact.save(ca, path, overwrite=True)
     a_print = serving.load(path).fingerprint
     calls = overwrite_on_call(monkeypatch, snapshot, "_open_at", 4,
@@ -136,7 +136,7 @@ def test_an_overwrite_while_the_files_are_opened_restarts_on_the_new_version(
 def test_an_overwrite_while_the_files_are_opened_keeps_the_load_on_its_kept_version(
         saved, monkeypatch):
     """With kept versions the replaced directory is renamed, not deleted:
-    the load finishes on the version it opened, whole (`artifact.versions`)."""
+    the load finishes on the version it opened, whole (`artifact.history`)."""
     path, prints, ca, cb = saved
     artifact.save(ca, path, overwrite=True)
     a_print = serving.load(path).fingerprint
@@ -151,7 +151,7 @@ def test_an_overwrite_while_the_files_are_opened_keeps_the_load_on_its_kept_vers
 
 def test_a_directory_replaced_on_every_attempt_is_a_typed_error(saved, monkeypatch):
     path, _, ca, cb = saved
-    monkeypatch.setenv(versions.KEEP_ENV, "0")  # (kept versions would leave each attempt whole)
+    monkeypatch.setenv(history.KEEP_ENV, "0")  # (kept versions would leave each attempt whole)
     versions_ = iter([cb, ca] * snapshot.SNAPSHOT_ATTEMPTS)
     original, saving = snapshot._open_at, []
 

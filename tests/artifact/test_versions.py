@@ -1,6 +1,6 @@
 """Catalogue versions: every writer that replaces an
 artifact keeps the version it replaced in `.NAME.versions/`
-(`artifact.versions`), `list_versions` lists them with what made them,
+(`artifact.history`), `list_versions` lists them with what made them,
 `rollback_artifact` swaps one back in under the writers' lock, and a serving
 `reload()` follows while the object serving before keeps its version."""
 
@@ -14,7 +14,7 @@ from helpers import one_error_line, run_cli
 
 import static_compiler as sc
 from static_compiler import artifact
-from static_compiler.artifact import serving, versions
+from static_compiler.artifact import history, serving
 from static_compiler.errors import (
     ArtifactBusyError,
     ArtifactChecksumError,
@@ -58,7 +58,7 @@ def test_a_first_save_has_no_previous_version(path):
     (row,) = sc.list_versions(path)
     assert row["current"] and row["operation"] == "save" and row["id"] == 1
     assert row["sha256"] == seal(path) and row["num_sequences"] == len(ROWS)
-    assert [p.name for p in versions.versions_dir(path).iterdir()] == ["current.json"]
+    assert [p.name for p in history.versions_dir(path).iterdir()] == ["current.json"]
 
 
 def test_updates_keep_the_versions_they_replace_with_their_reports(path):
@@ -69,19 +69,19 @@ def test_updates_keep_the_versions_they_replace_with_their_reports(path):
         (2, "update", True), (1, "save", False)]
     assert rows[0]["report"] == report == {"removed": 1, "already_removed": 0, "absent": 0}
     assert rows[0]["sha256"] == seal(path) and rows[1]["sha256"] == first
-    kept = versions.versions_dir(path) / "000001"
+    kept = history.versions_dir(path) / "000001"
     assert sorted(p.name for p in kept.iterdir()) == ["artifact", "version.json"]
     assert hashlib.sha256((kept / "artifact" / "manifest.json").read_bytes()).hexdigest() == first
     sc.load(kept / "artifact")  # a kept version is an artifact as it was
 
 
 def test_ids_grow_and_the_oldest_versions_are_pruned(path, monkeypatch):
-    monkeypatch.setenv(versions.KEEP_ENV, "2")
+    monkeypatch.setenv(history.KEEP_ENV, "2")
     for row in range(4):
         remove_row(path, row)
     rows = sc.list_versions(path)
     assert [r["id"] for r in rows] == [5, 4, 3]  # the current one and the last 2 kept
-    assert not (versions.versions_dir(path) / "000001").exists()
+    assert not (history.versions_dir(path) / "000001").exists()
     remove_row(path, 0, keep_versions=1)  # a call's count wins over the environment
     assert [r["id"] for r in sc.list_versions(path)] == [6, 5]
 
@@ -277,8 +277,8 @@ def test_rollback_to_an_unknown_id_names_the_kept_ones(path, capsys):
 def test_bad_keep_counts(path, keep, monkeypatch):
     with pytest.raises(DecodeInputError, match="keep_versions"):
         remove_row(path, 0, keep_versions=keep)
-    monkeypatch.setenv(versions.KEEP_ENV, "many")
-    with pytest.raises(DecodeInputError, match=versions.KEEP_ENV):
+    monkeypatch.setenv(history.KEEP_ENV, "many")
+    with pytest.raises(DecodeInputError, match=history.KEEP_ENV):
         remove_row(path, 0)
 
 
@@ -297,7 +297,7 @@ def _damage(path, version: int, how: str) -> None:
     """Damages kept `version` of the artifact at `path`: its manifest
     unreadable (not JSON), a table's bytes flipped (same size), or a
     module file gone."""
-    kept = versions.versions_dir(path) / f"{version:06d}" / "artifact"
+    kept = history.versions_dir(path) / f"{version:06d}" / "artifact"
     if how == "manifest":
         (kept / "manifest.json").write_text("{not json")
     elif how == "table":
@@ -345,8 +345,8 @@ def test_one_unreadable_kept_manifest_is_listed_as_damaged(path, capsys):
     assert "DAMAGED" in lines[2] and "not valid UTF-8 JSON" in lines[2]
     assert "DAMAGED" not in lines[0] + lines[1]
     # a kept version without even its record or manifest file
-    (versions.versions_dir(path) / "000001" / "version.json").unlink()
-    (versions.versions_dir(path) / "000001" / "artifact" / "manifest.json").unlink()
+    (history.versions_dir(path) / "000001" / "version.json").unlink()
+    (history.versions_dir(path) / "000001" / "artifact" / "manifest.json").unlink()
     rows = sc.list_versions(path)
     assert rows[2]["id"] == 1 and "missing file 'manifest.json'" in rows[2]["damaged"]
     assert run_cli(capsys, "versions", path)[0] == 0
@@ -360,13 +360,13 @@ def test_a_new_set_saved_where_one_was_deleted_has_no_versions_of_it(path, tmp_p
     remove_row(path, 0)
     remove_row(path, 1)
     shutil.rmtree(path)
-    assert (versions.versions_dir(path) / "000001").is_dir()  # left until a new save
+    assert (history.versions_dir(path) / "000001").is_dir()  # left until a new save
     other = sc.compile_constraints(np.array([[5, 5, 5]], np.int32), V, export_beam_sizes=(BEAMS,),
                                    export_subsets=True)
     other.save(path)
     (row,) = sc.list_versions(path)
     assert row["id"] == 1 and row["operation"] == "save" and row["num_sequences"] == 1
-    assert sorted(p.name for p in versions.versions_dir(path).iterdir()) == ["current.json"]
+    assert sorted(p.name for p in history.versions_dir(path).iterdir()) == ["current.json"]
     with pytest.raises(DecodeInputError, match="no previous version"):
         sc.rollback_artifact(path)
     # its own versions work as before

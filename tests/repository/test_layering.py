@@ -31,7 +31,7 @@ LAYERS = (
     ("backend",),  # JAX kernels and decoding
     ("artifact",),  # format, manifest, snapshot, writer, export, serving loader
     ("torch_backend",),  # the same plan and set view in torch ops
-    ("", "compiled", "computed", "compiler", "saved", "report", "warm"),  # the public API: the package's root
+    ("", "compiled", "computed", "compiler", "decode_calls", "saved", "report", "warm"),  # the public API: the package's root
     ("integrations",),  # engines' own decoders (HF generate) on top of the public API
     ("cli",),
 )

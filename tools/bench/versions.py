@@ -48,7 +48,7 @@ def run(n: int, updates: int, seed: int = 0) -> list[dict]:
     """One row per (kind, keep): the artifact's MiB and the ratio of
     artifact plus kept versions to the artifact after `updates` updates."""
     import static_compiler as sc
-    from static_compiler.artifact import versions
+    from static_compiler.artifact import history
 
     rng = np.random.default_rng(seed)
     rows = np.unique(rng.integers(0, V, (n, L), dtype=np.int32), axis=0)
@@ -75,7 +75,7 @@ def run(n: int, updates: int, seed: int = 0) -> list[dict]:
                 own = disk_bytes(path)
                 out.append({"kind": kind, "keep": 5 if keep is None else keep,
                             "artifact_mib": own / 2**20, "modules_share": modules / own,
-                            "ratio": disk_bytes(path, versions.versions_dir(path)) / own,
+                            "ratio": disk_bytes(path, history.versions_dir(path)) / own,
                             "kept": len(sc.list_versions(path)) - 1})
     return out
 
