@@ -18,7 +18,8 @@ from static_compiler.frontend import ItemIndex
 from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.frontend.names import NameTable
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
-from static_compiler.live import subsets, versions
+from static_compiler.lifecycle import next_version
+from static_compiler.live import subsets
 from static_compiler.live.set_view import SetFacts, SetView
 from static_compiler.support import placement as placement_lib
 from static_compiler.support.decode_state import check_int, check_processor_state, is_traced
@@ -394,7 +395,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         set without items (graph, IR, minimize) and for a text catalogue
         (add names by compiling anew); AttributeColumnError for attributes
         missing, unknown or malformed, or given without additions."""
-        version = versions.updated(self, add=add, remove=remove, attributes=attributes)
+        version = next_version.updated(self, add=add, remove=remove, attributes=attributes)
         if add is None:  # the same tables and set: share what was computed
             version.computed.device_tables = self.computed.device_tables
             version.computed.set_view = self.set_view.version(version.items)

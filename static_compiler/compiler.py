@@ -1,8 +1,8 @@
 """`compile_constraints`: frontend -> passes -> lowering, and the decode
 entry points over the `CompiledConstraints` it returns (`beam_search`,
 `greedy_decode`, `sample`). The compiled set itself lives in `compiled`,
-the artifact round trip (`load`, `update_artifact`) in `saved`;
-both are importable from here too."""
+the artifact round trip (`load`) in `saved`, updates of a saved artifact
+(`update_artifact`) in `lifecycle.update`; both are importable from here too."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import inputs
 from static_compiler.frontend.array_files import ArrayFiles
 from static_compiler.frontend.attributes import checked_attributes
+from static_compiler.lifecycle.update import update_artifact
 from static_compiler.live import subsets
 from static_compiler.passes import pipeline as pipeline_lib
-from static_compiler.saved import load, update_artifact
+from static_compiler.saved import load
 from static_compiler.support.arguments import check_export_beam_sizes
 from static_compiler.target.lowering import lower, lower_pieces
 from static_compiler.target.plan import tables_nbytes

@@ -18,11 +18,14 @@ Modules by layer (tests/repository/test_layering.py), lowest first:
   - `metadata`: the manifest fields that describe the set, and the plan and
     automaton read back from them;
   - `lock`: the writers' lock (`update_lock`);
+  - `history`: the versions every writer keeps of what it replaces;
   - `writer`: `save`, the files and their atomic swap, `recover_stale`;
-  - `update`: updating a saved artifact (removals);
-  - `read`: `read_automaton`, `read_names`, `load_checked`;
+  - `read`: `read_automaton`, `read_names`, `read_items`, `load_checked`;
   - `runtime` and `serving`: the serving loader (`serving.load`), which
     imports no compiler module.
+
+Updating, upgrading, re-exporting and rolling back a saved artifact are
+`static_compiler.lifecycle`, above this package.
 
 Nothing is imported here: `static_compiler.artifact.format` loads without
 jax. The writer's and readers' functions are available here on first use
@@ -38,14 +41,12 @@ _EXPORTS = {
     "lock_file": "lock", "update_lock": "lock",
     "NpyFile": "writer", "build_files": "writer", "save": "writer", "save_locked": "writer",
     "recover_stale": "writer",
-    "require_current": "update", "update_removed": "update", "read_items": "update",
-    "write_removed": "update",
-    "read_automaton": "read", "load_checked": "read", "read_names": "read",
+    "read_items": "read", "read_automaton": "read", "load_checked": "read", "read_names": "read",
 }
 """Public name -> the module of this package that defines it."""
 
 _SUBMODULES = frozenset({"format", "manifest", "names", "snapshot",
-                         "export", "metadata", "lock", "writer", "update", "read", "runtime",
+                         "export", "metadata", "lock", "history", "writer", "read", "runtime",
                          "serving"})
 
 

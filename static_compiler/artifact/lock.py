@@ -1,7 +1,7 @@
 """The writers' lock: an exclusive flock on `.NAME.lock` beside the artifact
 (`lock_file`), which every writer of the path takes (`update_lock`: `save`,
-`update.update_removed`, `saved.update_artifact`, `upgrade`,
-`versions.rollback`), so no two versions are ever built or swapped in at once.
+`lifecycle.update` (`update_removed`, `update_artifact`), `lifecycle.upgrade`,
+`lifecycle.versions.rollback_artifact`), so no two versions are ever built or swapped in at once.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def lock_file(path) -> pathlib.Path:
 @contextlib.contextmanager
 def update_lock(path):
     """An exclusive lock on writing the artifact at `path`, which every
-    writer of it takes (`save`, `update_removed`, `saved.update_artifact`),
+    writer of it takes (`save`, `update_removed`, `update_artifact`),
     so no two versions are ever built or swapped in at once; raises
     ArtifactBusyError at once when another writer (of any process, or
     another thread) holds it.

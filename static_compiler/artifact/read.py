@@ -1,6 +1,7 @@
 """Reading a saved set back as an automaton (`read_automaton`, for
 `static-compiler verify` and `show-ir`: numpy tables only, no module is
-executed; `read_names` for a text catalogue's names), and `load_checked`:
+executed; `read_names` for a text catalogue's names; `read_items` for its item
+index), and `load_checked`:
 the serving loader after the same check of its tables.
 """
 
@@ -12,6 +13,9 @@ from typing import Optional
 
 from static_compiler.artifact import snapshot
 from static_compiler.artifact.metadata import automaton_from_metadata
+from static_compiler.artifact.snapshot_items import read_item_arrays
+from static_compiler.errors import DecodeInputError
+from static_compiler.frontend.items import ItemIndex
 from static_compiler.frontend.names import NameTable
 from static_compiler.ir import Automaton
 
@@ -55,3 +59,12 @@ def read_names(path, *, verify_checksums: bool = True) -> Optional[NameTable]:
     it was compiled from token ids or written before format version 2."""
     with snapshot.open_snapshot(path, verify_checksums=verify_checksums) as snap:
         return snapshot.read_names(snap)
+
+
+def read_items(snap: snapshot.Snapshot, where: str = "update"):
+    """The artifact's `ItemIndex`; DecodeInputError when it was saved without."""
+    arrays = read_item_arrays(snap)
+    if arrays is None:
+        raise DecodeInputError(f"{where}: artifact {str(snap.path)!r} has no item index "
+                               "(compile with export_subsets=True to update it)")
+    return ItemIndex(num_unique=snap.manifest.num_sequences, **arrays)

@@ -29,12 +29,12 @@ from typing import Optional
 import numpy as np
 
 from static_compiler.artifact import format as fmt
+from static_compiler.artifact.history import Made, keep_count, keep_replaced, start_history
 from static_compiler.artifact.lock import _parent, update_lock
 from static_compiler.artifact.manifest import ArraySpec, FileEntry, Manifest, TableEntry
 from static_compiler.artifact.manifest_records import attributes_record
 from static_compiler.artifact.metadata import export_caps, export_plan, set_metadata
 from static_compiler.artifact.snapshot import read_manifest
-from static_compiler.artifact.history import Made, keep_count, keep_replaced, start_history
 from static_compiler.errors import (
     JAX_INSTALL,
     ArtifactExistsError,
@@ -273,7 +273,7 @@ def save(compiled, path, *, overwrite: bool = False, reuse_modules=None,
     swap itself fails).
 
     Every writer of a path (this, `update_removed`,
-    `saved.update_artifact`) writes and swaps under its `update_lock`,
+    `update_artifact`) writes and swaps under its `update_lock`,
     so a save can never replace the version an update is building on while
     that update reads it. The export runs first, without the lock; when
     another writer holds the lock, save raises ArtifactBusyError at once and

@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from static_compiler.saved import reexport_artifact
+    from static_compiler.lifecycle.upgrade import reexport_artifact
 
     report = reexport_artifact(args.artifact, beam_sizes=args.beam_sizes)
     before = ("no modules (tables only)" if report["tables_only"] else

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from static_compiler.saved import rollback_artifact
+    from static_compiler.lifecycle.versions import rollback_artifact
 
     record = rollback_artifact(args.artifact, args.to, keep_versions=args.keep_versions)
     restored = record["report"]["restored"]

@@ -45,7 +45,7 @@ def _read(flag: str, file: str):
 
 def run(args: argparse.Namespace) -> int:
     from static_compiler.errors import CliInputError
-    from static_compiler.saved import update_artifact
+    from static_compiler.lifecycle.update import update_artifact
 
     if args.add is None and args.remove is None:
         raise CliInputError("update: nothing to do: give --add FILE and/or --remove FILE")

@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from static_compiler.saved import upgrade_artifact
+    from static_compiler.lifecycle.upgrade import upgrade_artifact
 
     report = upgrade_artifact(args.artifact)
     if not report["upgraded"]:

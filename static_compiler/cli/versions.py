@@ -1,6 +1,6 @@
 """`static-compiler versions ART`: the artifact's versions, newest first
 (`static_compiler.list_versions`): the current one, then those kept in
-`.ART.versions/` (`artifact.versions`), one line each."""
+`.ART.versions/` (`lifecycle.versions`), one line each."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def version_line(row: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from static_compiler.saved import list_versions
+    from static_compiler.lifecycle.versions import list_versions
 
     for row in list_versions(args.artifact):
         sys.stdout.write(version_line(row) + "\n")

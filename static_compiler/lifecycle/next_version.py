@@ -29,7 +29,7 @@ def updated(compiled, *, add=None, remove=None, attributes=None, streamed: bool 
     the columns). streamed (additions alone): a version
     only to save, whose new tables and item arrays that fit the plan are
     `arrays.PieceArray`s computed from the old ones as they are written
-    (`saved.update_artifact` of a billion-item artifact: never whole in
+    (`update.update_artifact` of a billion-item artifact: never whole in
     memory)."""
     items = subsets.check_subsettable(compiled.outline, compiled.items, "update")
     if add is None and remove is None:

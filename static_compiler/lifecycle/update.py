@@ -1,9 +1,11 @@
-"""Updating a saved artifact in place of a new compile: removals
-(`update_removed`, `write_removed`) write a new version whose tables and
-modules are hard-linked (or copied) from the version read, with a new
-items/removed.npy and manifest, swapped in as `save` does; `read_items` and
-`require_current` serve the library's updates too
-(`saved.update_artifact`).
+"""Updating a saved artifact in place of a new compile
+(`update_artifact`, `static_compiler.update_artifact`): the new version is
+built from one snapshot read under the artifact's lock, with additions and
+removals as `CompiledConstraints.update` makes them (`next_version`).
+Removals alone (`update_removed`, `write_removed`) write a new version whose
+tables and modules are hard-linked (or copied) from the version read, with
+a new items/removed.npy and manifest, swapped in as `save` does;
+`require_current` checks that no writer swapped another version in meanwhile.
 """
 
 from __future__ import annotations
@@ -12,12 +14,17 @@ import dataclasses
 import pathlib
 
 from static_compiler.artifact import format as fmt
-from static_compiler.artifact.lock import lock_file, update_lock
-from static_compiler.artifact.snapshot import Snapshot, open_snapshot, read_tables
-from static_compiler.artifact.snapshot_items import read_item_arrays
 from static_compiler.artifact.history import Made
-from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap
-from static_compiler.errors import ArtifactBusyError, DecodeInputError
+from static_compiler.artifact.lock import lock_file, update_lock
+from static_compiler.artifact.metadata import plan_from_metadata, summary_from_metadata
+from static_compiler.artifact.read import read_items
+from static_compiler.artifact.snapshot import Snapshot, open_snapshot, read_tables
+from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap, save_locked
+from static_compiler.errors import ArtifactBusyError, ConstraintSetError
+from static_compiler.lifecycle import next_version
+from static_compiler.live import subsets
+from static_compiler.saved import compiled_from_snapshot
+from static_compiler.support import placement as placement_lib
 
 
 def require_current(snap: Snapshot, what: str = "update") -> None:
@@ -53,23 +60,9 @@ def update_removed(path, remove) -> dict:
         return write_removed(path, remove)
 
 
-def read_items(snap: Snapshot, where: str = "update"):
-    """The artifact's `ItemIndex`; DecodeInputError when it was saved without."""
-    from static_compiler.frontend.items import ItemIndex
-
-    arrays = read_item_arrays(snap)
-    if arrays is None:
-        raise DecodeInputError(f"{where}: artifact {str(snap.path)!r} has no item index "
-                               "(compile with export_subsets=True to update it)")
-    return ItemIndex(num_unique=snap.manifest.num_sequences, **arrays)
-
-
 def table_trie(snap: Snapshot):
     """The `subsets.TableTrie` of an open snapshot's tables (memory-mapped),
     its summary checked against them (`metadata.summary_from_metadata`)."""
-    from static_compiler.artifact.metadata import plan_from_metadata, summary_from_metadata
-    from static_compiler.live import subsets
-
     where, metadata = f"artifact {str(snap.path)!r}", dataclasses.asdict(snap.manifest)
     tables = read_tables(snap)
     return subsets.TableTrie.of(plan_from_metadata(metadata, where)[0],
@@ -78,7 +71,7 @@ def table_trie(snap: Snapshot):
 
 def write_removed(path, remove, keep_versions=None) -> dict:
     """`update_removed`'s work, for a caller that holds `update_lock`.
-    The version replaced is kept (`versions`: the last `keep_versions`), the
+    The version replaced is kept (`artifact.history`: the last `keep_versions`), the
     new one recorded as an "update" with the returned report.
 
     The new version is built from the one snapshot read here and nothing
@@ -87,8 +80,6 @@ def write_removed(path, remove, keep_versions=None) -> dict:
     unchanged file come from its open files (`Snapshot.link_into`: a hard
     link to, or copy of, the very file opened), never from the path again,
     so a version swapped in meanwhile cannot mix into it."""
-    from static_compiler.live import subsets
-
     path = pathlib.Path(path)
     with open_snapshot(path) as snap:
         manifest, items = snap.manifest, read_items(snap)
@@ -110,3 +101,94 @@ def write_removed(path, remove, keep_versions=None) -> dict:
 
         _write_then_swap(path, fill, made=Made("update", report, keep_versions))
     return report
+
+
+def update_artifact(path, *, add=None, remove=None, mesh=None, attributes=None,
+                    keep_versions=None) -> dict:
+    """Writes a new version of the saved artifact at `path`.
+
+    The new version holds the items `add` lists and not those `remove`
+    picks (as `CompiledConstraints.update`); it is written atomically and
+    under the artifact's lock (`artifact.update_lock`, which every writer
+    of the path takes, `artifact.save` too: while another holds it this
+    raises ArtifactBusyError at once; a crash leaves the old version). The
+    new version is built from the one version read (a snapshot), never
+    from files of one swapped in meanwhile.
+
+    Removals alone hard-link tables and modules (`update_removed`).
+    With additions that fit the reserved capacity, the tables are written
+    anew at the same shapes and the module files are hard-linked unchanged, so a
+    serving process's `reload()` keeps its deserialized modules; additions
+    that do not fit export the modules anew (`reload()` then refuses the
+    version: load it); for an artifact exported for a mesh that needs
+    `mesh` (the same axes and sizes), else DecodeInputError.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The artifact directory.
+    add : int array (n, L) or sequence of int sequences, optional
+        Token sequences to add; with N input rows saved, they become items
+        N, N + 1, ... (an item in both `add` and `remove` is removed).
+    remove : bool array (N,) or token sequences, optional
+        The items to remove: a mask over the artifact's N rows (with
+        `add`, one of N + n entries, the n added rows last, is taken too),
+        or sequences.
+    mesh : jax.sharding.Mesh, optional
+        For an artifact exported for a mesh whose additions outgrow its
+        capacity: the mesh to export the new modules for.
+    attributes : mapping of str to int, float, bool or str array (n,), optional
+        For an artifact whose items have attributes: the added rows' value
+        of every attribute (as `CompiledConstraints.update`); removals keep
+        the columns.
+    keep_versions : int, optional
+        How many replaced versions to keep (`list_versions`,
+        `rollback_artifact`): default $STATIC_COMPILER_KEEP_VERSIONS, else 5.
+
+    Returns
+    -------
+    dict
+        The `last_update` report (see `CompiledConstraints.update`), with
+        "modules": "reused" or "exported" ("none" for a tables-only
+        artifact, which stays so: `reexport_artifact` adds modules).
+
+    Raises
+    ------
+    ConstraintSetError
+        With neither `add` nor `remove`, and as `CompiledConstraints.update`
+        (AttributeColumnError for missing or malformed attributes).
+    ArtifactBusyError
+        While another writer holds the artifact's lock.
+    DecodeInputError
+        For an artifact saved without an item index, and when the modules
+        must be exported anew for a mesh and `mesh` is missing or differs.
+    ArtifactFormatError, ArtifactChecksumError, ArtifactVersionError
+        As `load`.
+    """
+    path = pathlib.Path(path)
+    if add is None and remove is None:
+        raise ConstraintSetError("update: nothing to do: pass add=... and/or remove=...")
+    with update_lock(path):
+        if add is None and attributes is None:
+            return write_removed(path, remove, keep_versions)
+        with open_snapshot(path) as snap:
+            old = compiled_from_snapshot(snap)  # the new version builds on `snap` alone
+            if old.items is None:  # raises the loader's error: no item index to update
+                read_items(snap)
+            # additions alone stream into the new files (`next_version.updated`)
+            new = next_version.updated(old, add=add, remove=remove, attributes=attributes,
+                                       streamed=remove is None)
+            reuse = snap if new.plan == old.plan else None
+            record = snap.manifest.mesh
+            if reuse is None and record is not None:  # export anew for the same mesh
+                where = placement_lib.placement_for(record, mesh, f"update: artifact "
+                                                    f"{str(path)!r} (the additions outgrew its "
+                                                    "capacity)")
+                new = new.shard(mesh, where.axis, where.min_bytes)
+            require_current(snap)  # a writer that skips the lock swapped nothing in
+            tables_only = not snap.manifest.modules  # (saved without jax: stays so)
+            report = dict(new.last_update, modules="none" if tables_only else
+                          "reused" if reuse else "exported")
+            save_locked(new, path, overwrite=True, reuse_modules=reuse,
+                        modules=not tables_only, made=Made("update", report, keep_versions))
+        return report

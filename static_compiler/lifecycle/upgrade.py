@@ -1,5 +1,6 @@
-"""`static-compiler upgrade PATH` and `static-compiler re-export PATH`: the
-artifact renewed in place. `upgrade`: an artifact of an older format version
+"""`upgrade_artifact` and `reexport_artifact` (`static-compiler upgrade
+PATH`, `static-compiler re-export PATH`): the artifact renewed in place.
+`upgrade_artifact`: an artifact of an older format version
 (or one holding an older shape that an update kept: `normalize.needed_branches`)
 rewritten into `format.FORMAT_VERSION`, so none is stranded when the window
 (`format.MIN_FORMAT_VERSION`) moves past its version and a `format.COMPAT`
@@ -13,11 +14,11 @@ histograms or the item index are older) the tables and modules are
 hard-linked unchanged, so a serving process's `reload()` picks the new
 version up; where they take an older table or bit layout (ex_bounds,
 per-state subset bits) the set is read back and its modules exported anew
-(`saved.load`'s reader, `writer.save_locked`): the tables' content
+(`saved.compiled_from_snapshot`, `load`'s reader; `writer.save_locked`): the tables' content
 is the same, ex_bounds held as ex_starts / ex_branch (load that version
 with `serving.load`).
 
-`reexport` renews the modules alone: the set is read back from its tables
+`reexport_artifact` renews the modules alone: the set is read back from its tables
 and its modules exported by the running jax, beside the same tables (a
 serving `reload()` reads the new modules), for an artifact whose modules
 another JAX exported (`runtime.export_version_error`) or whose export date
@@ -30,27 +31,60 @@ import dataclasses
 import pathlib
 
 from static_compiler.artifact import format as fmt
+from static_compiler.artifact.history import Made
 from static_compiler.artifact.lock import update_lock
 from static_compiler.artifact.manifest import FileEntry
 from static_compiler.artifact.metadata import export_caps
 from static_compiler.artifact.snapshot import Snapshot, open_snapshot
 from static_compiler.artifact.snapshot_items import read_item_arrays
-from static_compiler.artifact.update import require_current
-from static_compiler.artifact.history import Made
 from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap, exporter, save_locked
 from static_compiler.errors import DecodeInputError
+from static_compiler.lifecycle.update import require_current
+from static_compiler.saved import compiled_from_snapshot
+from static_compiler.support import placement as placement_lib
 
 EXPORTED_ANEW = frozenset({"ex_bounds", "per_state"})
 """COMPAT rows whose artifacts' modules take an older table or bit layout:
 upgrading them exports the modules anew."""
 
 
-def upgrade(path, *, read_back, mesh=None) -> dict:
-    """`static_compiler.upgrade_artifact` (see there): rewrites the artifact
-    at `path` into format version FORMAT_VERSION under its writers' lock.
-    read_back: callable(Snapshot) -> CompiledConstraints, the set read back
-    from its tables, for an artifact whose modules are exported anew (the
-    API layer passes its reader: this layer never imports the compiler)."""
+def upgrade_artifact(path, *, mesh=None) -> dict:
+    """Rewrites an artifact of an older format version into the current one.
+
+    Atomically and under the artifact's writers' lock
+    (`static_compiler.lifecycle.upgrade`): an artifact whose only old parts
+    are manifest keys, branch histograms or its item index keeps its
+    tables and modules (hard-linked; a serving `reload()` picks the new
+    version up); one whose modules take an older table or bit layout is
+    read back and its modules are exported anew.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The artifact directory.
+    mesh : jax.sharding.Mesh, optional
+        For an artifact exported for a mesh whose modules must be exported
+        anew: the mesh (the same axes and sizes) to export them for.
+
+    Returns
+    -------
+    dict
+        {"path", "from_version", "to_version", "branches" (the COMPAT rows
+        it needed), "upgraded" (False: it was current, nothing written),
+        "modules": "kept" or "exported"}.
+
+    Raises
+    ------
+    ArtifactFormatError, ArtifactChecksumError
+        For a missing or damaged artifact (nothing is written).
+    ArtifactVersionError
+        For a version outside the window (too new: written by a newer
+        release; too old: upgrade it with an older release first).
+    ArtifactBusyError
+        While another writer holds the artifact's lock.
+    DecodeInputError
+        For a mesh artifact whose modules are exported anew without `mesh`.
+    """
     path = fmt.artifact_path(path, "upgrade")
     with update_lock(path):
         with open_snapshot(path) as snap:
@@ -61,26 +95,66 @@ def upgrade(path, *, read_back, mesh=None) -> dict:
             if manifest.format_version == fmt.FORMAT_VERSION and not needed:
                 return {**report, "upgraded": False, "modules": "kept"}
             if EXPORTED_ANEW & set(needed):
-                _export_anew(snap, _read_back_placed(snap, mesh, read_back, "upgrade"))
+                _export_anew(snap, _read_back_placed(snap, mesh, "upgrade"))
                 return {**report, "upgraded": True, "modules": "exported"}
             _rewrite_keeping_modules(snap)
             return {**report, "upgraded": True, "modules": "kept"}
 
 
-def reexport(path, *, read_back, mesh=None, beam_sizes=None) -> dict:
-    """`static_compiler.reexport_artifact` (see there): the artifact's
-    modules exported anew by the running jax, under its writers' lock.
-    read_back: as for `upgrade`. An artifact of the current format keeps
-    its tables, items, names and IR dump (hard-linked): only the modules
-    and the manifest are written; an older one is upgraded on the way
-    (`upgrade`'s export anew: its tables are written in the current shape).
-    What is exported is what the set read back asks for (`read_back` reads
-    the export options: an artifact's modules, or a tables-only artifact's
-    export plan, `metadata.export_options`): a tables-only artifact gets
-    the modules its plan records (beam sizes, schedules, caps, priors;
-    `metadata.DEFAULT_BEAM_SIZES` where it records none), or those of
-    `beam_sizes` when given; the manifest then lists what was exported
-    (its beam schedules among them)."""
+def reexport_artifact(path, *, mesh=None, beam_sizes=None) -> dict:
+    """Exports an artifact's modules anew with the running jax, keeping its tables.
+
+    For an artifact whose modules another JAX exported and this one cannot
+    read (`serving.load` raises ArtifactVersionError naming both versions),
+    or whose export date nears the end of jax.export's six-month window
+    (`serving.load` warns with ArtifactExpiryWarning). Atomically and under
+    the artifact's writers' lock (`static_compiler.lifecycle.upgrade`):
+    the set is read back from its tables and its modules exported for the
+    same beam sizes, caps, subsets and mesh; the tables, items, names and IR
+    dump are hard-linked unchanged, so a serving `reload()` reads the new
+    modules beside the tables it holds. An artifact of an older format
+    version is upgraded on the way (its tables written in the current shape).
+    A tables-only artifact (saved without jax, or with save(modules=False):
+    format version 11) gets its modules here: those its manifest's export
+    plan records (format version 15: the export_beam_sizes, beam schedules,
+    export_tokens_per_beam and export_priors of the set saved), as a save
+    with modules would have exported them, or for `beam_sizes`; the
+    manifest then lists what was exported (beam sizes, schedules, priors).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The artifact directory.
+    mesh : jax.sharding.Mesh, optional
+        For an artifact exported for a mesh: the mesh (the same axes and
+        sizes) to export its modules for.
+    beam_sizes : tuple of int or of int tuples, optional
+        For a tables-only artifact, the beam sizes and beam schedules (one
+        width per step) to export modules for, in place of those its export
+        plan records (default: the plan's; (70,), as `compile_constraints`,
+        for one saved before format version 15, which records none); an
+        artifact with modules keeps its own (DecodeInputError when given).
+
+    Returns
+    -------
+    dict
+        {"path", "from_jax", "from_jaxlib", "from_exported_at" (None when
+        not recorded), "jax", "jaxlib", "exported_at" (the new modules'),
+        "upgraded" (whether the format version changed too), "from_version",
+        "to_version", "tables_only" (whether it had no modules)}.
+
+    Raises
+    ------
+    ArtifactFormatError, ArtifactChecksumError
+        For a missing or damaged artifact (nothing is written).
+    ArtifactVersionError
+        For a format version outside the window.
+    ArtifactBusyError
+        While another writer holds the artifact's lock.
+    DecodeInputError
+        For an artifact exported for a mesh without `mesh` (or with a mesh
+        of other axes or sizes).
+    """
     path = fmt.artifact_path(path, "re-export")
     with update_lock(path):
         with open_snapshot(path) as snap:
@@ -95,7 +169,7 @@ def reexport(path, *, read_back, mesh=None, beam_sizes=None) -> dict:
                     f"modules serve beam sizes {list(manifest.beam_sizes())}: re-export keeps "
                     "them (beam sizes are chosen once, for a tables-only artifact; re-save "
                     "the set with other export_beam_sizes instead)")
-            compiled = _read_back_placed(snap, mesh, read_back, "re-export")
+            compiled = _read_back_placed(snap, mesh, "re-export")
             if beam_sizes is not None:
                 compiled = compiled.new_version(export_beam_sizes=tuple(beam_sizes))
             upgraded = manifest.format_version != fmt.FORMAT_VERSION or bool(snap.compat)
@@ -139,12 +213,10 @@ def _rewrite_modules(snap: Snapshot, compiled) -> None:
     _swap_in(snap, new, [rel for rel in entries if rel not in files], files, "re-export")
 
 
-def _read_back_placed(snap: Snapshot, mesh, read_back, what: str):
+def _read_back_placed(snap: Snapshot, mesh, what: str):
     """The set read back from `snap`, sharded for `mesh` as it was saved
     (an artifact exported for a mesh needs that mesh to export for)."""
-    from static_compiler.support import placement as placement_lib
-
-    compiled = read_back(snap)  # tables and items in the current shape
+    compiled = compiled_from_snapshot(snap)  # tables and items in the current shape
     record = snap.manifest.mesh
     if record is not None:
         where = placement_lib.placement_for(record, mesh, f"{what}: artifact "

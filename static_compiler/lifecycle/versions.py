@@ -1,7 +1,7 @@
 """An artifact's kept versions listed (`list_versions`) and swapped back in
-(`rollback`), over the version history every writer records
+(`rollback_artifact`), over the version history every writer records
 (`history`: `.NAME.versions/` beside the artifact). `list_versions` lists a
-kept version it cannot read as damaged; `rollback` checks the version it
+kept version it cannot read as damaged; `rollback_artifact` checks the version it
 restores as `load` does (`check_kept`) and swaps it in with the writer's
 atomic swap, under the path's `lock.update_lock`."""
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pathlib
 import shutil
-from typing import Optional
 
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import writer
@@ -31,9 +30,38 @@ from static_compiler.errors import ArtifactError, ArtifactFormatError, DecodeInp
 
 
 def list_versions(path) -> list[dict]:
-    """`static_compiler.list_versions` (see there). A kept version whose
-    manifest cannot be read (`kept_problem`) is listed as damaged, with
-    why, and never fails the listing of the others."""
+    """The versions of a saved artifact: the current one, then those kept.
+
+    Every writer that replaces the artifact at `path` (a save with
+    overwrite, `update_artifact`, `upgrade_artifact`, `reexport_artifact`,
+    `rollback_artifact`) keeps the version it replaced in the hidden
+    directory `.NAME.versions/` beside it (`artifact.history`): the last 5,
+    or $STATIC_COMPILER_KEEP_VERSIONS, or a call's `keep_versions`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The artifact directory.
+
+    Returns
+    -------
+    list of dict
+        Newest first (the current version, then the kept ones), each
+        {"id" (int, growing with every version written), "when" (UTC ISO
+        time it was written), "sha256" (of its manifest.json), "operation"
+        (what made it: "save", "update", "upgrade", "re-export",
+        "rollback"; None when not recorded), "report" (an update's report
+        dict, a rollback's {"to", "restored"}; else None), "num_sequences",
+        "current" (bool), "damaged" (None, or for a kept version whose
+        manifest cannot be read, why: its "sha256" and "num_sequences" are
+        then None, and `rollback_artifact` refuses it)}. One damaged kept
+        version never fails the listing of the others.
+
+    Raises
+    ------
+    ArtifactFormatError
+        When `path` holds no artifact.
+    """
     path = fmt.artifact_path(path, "versions")
     vdir = versions_dir(path)
     if not (path / fmt.MANIFEST_FILE).is_file():
@@ -65,7 +93,7 @@ def _why(error: BaseException) -> str:
 def check_kept(path: pathlib.Path, version: int) -> None:
     """Checks kept `version` of the artifact at `path` as `load` checks an
     artifact (manifest, file set, sizes and checksums, format window) before
-    `rollback` swaps it in; a damaged one raises the reader's error class
+    `rollback_artifact` swaps it in; a damaged one raises the reader's error class
     (ArtifactFormatError, ArtifactChecksumError, ArtifactVersionError)
     naming the version and what is wrong, and saying the current version
     stays."""
@@ -80,8 +108,49 @@ def check_kept(path: pathlib.Path, version: int) -> None:
                   "to another kept version: `static-compiler versions` lists them)") from None
 
 
-def rollback(path, to=None, *, keep_versions: Optional[int] = None) -> dict:
-    """`static_compiler.rollback_artifact` (see there)."""
+def rollback_artifact(path, to=None, *, keep_versions=None) -> dict:
+    """Swaps a kept version of an artifact back in at its path, atomically.
+
+    Under the artifact's writers' lock, the kept version (`list_versions`)
+    is renamed back to `path` in one step (as a save swaps a new version
+    in: a reader sees the one or the other); the version it replaces is
+    kept in turn, so a rollback is undone by another `rollback_artifact()`.
+    A serving process's `Artifact.reload()` then returns the rolled-back
+    version (the object serving before keeps serving its own). The kept
+    version is checked first as `load` checks an artifact (manifest, file
+    set, sizes, checksums): a damaged one is never swapped in.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The artifact directory.
+    to : int or str, optional
+        The id of the kept version to restore (as `list_versions` gives;
+        "000003" or 3); default the newest kept one (the previous version).
+    keep_versions : int, optional
+        How many replaced versions to keep (as `update_artifact`).
+
+    Returns
+    -------
+    dict
+        The new current version's record (as a `list_versions` row, without
+        num_sequences): operation "rollback", report {"to": the id restored,
+        "restored": that version's own record}.
+
+    Raises
+    ------
+    DecodeInputError
+        When no version is kept to roll back to, or `to` names none of the
+        kept ones (the message lists those that exist), or is not an id.
+    ArtifactBusyError
+        While another writer holds the artifact's lock (nothing changes).
+    ArtifactFormatError
+        When `path` holds no artifact.
+    ArtifactFormatError, ArtifactChecksumError, ArtifactVersionError
+        When the kept version is damaged (a missing, unreadable or altered
+        file; a format outside the window), naming the version and what is
+        wrong; the current version stays.
+    """
     path = fmt.artifact_path(path, "rollback")
     keep_count(keep_versions)  # (a bad count fails before anything moves)
     with update_lock(path):

@@ -136,7 +136,7 @@ class PieceArray:
     """An array of `shape` and `dtype` whose rows are computed on demand:
     `fill(out, start, stop)` writes rows [start, stop) into `out` ((stop -
     start,) + shape[1:]). What an addition to a saved billion-item set
-    writes (`artifact.update`): each new table streams from the old one
+    writes (`lifecycle.update`): each new table streams from the old one
     into its file a chunk at a time (`chunks`), never whole in memory.
     `materialize()` (also `np.asarray`) computes it whole, aligned;
     `a[i:j]` computes rows i..j."""

@@ -27,10 +27,11 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler import artifact, saved
+from static_compiler import artifact
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import lock, serving, snapshot, writer
 from static_compiler.errors import ArtifactBusyError
+from static_compiler.lifecycle import update
 
 V, L = 6, 3
 BEAMS = 2
@@ -128,7 +129,7 @@ def test_a_save_while_another_writer_holds_the_lock_fails_at_once(tmp_path, two_
         with pytest.raises(ArtifactBusyError):
             sc.update_artifact(path, remove=sets()[0][:1])
         with pytest.raises(ArtifactBusyError):
-            artifact.update_removed(path, sets()[0][:1])
+            update.update_removed(path, sets()[0][:1])
     assert (path / "manifest.json").read_bytes() == before
     # The lock file goes with its holder: nothing is left beside the artifact.
     assert sorted(p.name for p in tmp_path.iterdir()) == [".set.static.versions", "set.static"]
@@ -222,14 +223,14 @@ def _in_the_window(monkeypatch, kind: str, action):
 
         monkeypatch.setattr(snapshot.Snapshot, "link_into", link_into)
     else:  # after the old set is read, before the new version is built
-        real_read = saved._compiled_from_snapshot
+        real_read = update.compiled_from_snapshot
 
         def read(*args, **kwargs):
             out = real_read(*args, **kwargs)
             once()
             return out
 
-        monkeypatch.setattr(saved, "_compiled_from_snapshot", read)
+        monkeypatch.setattr(update, "compiled_from_snapshot", read)
     return done
 
 

@@ -241,16 +241,17 @@ def test_update_needs_subsets_is_locked_and_leaves_the_old_version_on_failure(sa
     from static_compiler import artifact
     from static_compiler.artifact import writer
     from static_compiler.errors import ArtifactBusyError
+    from static_compiler.lifecycle.update import update_removed
     items, _, _, path = saved
     plain = tmp_path / "plain"
     sc.compile_constraints([[1, 2], [2, 3]], 4, export_beam_sizes=(2,)).save(plain)
     with pytest.raises(DecodeInputError, match="has no item index"):
-        artifact.update_removed(plain, np.ones(2, bool))
+        update_removed(plain, np.ones(2, bool))
     copy = tmp_path / "v"
     shutil.copytree(path, copy)
     with artifact.update_lock(copy):
         with pytest.raises(ArtifactBusyError, match="being updated by another process"):
-            artifact.update_removed(copy, np.ones(len(items), bool))
+            update_removed(copy, np.ones(len(items), bool))
     before = (copy / "manifest.json").read_bytes()
 
     def crash(*args):
@@ -258,7 +259,7 @@ def test_update_needs_subsets_is_locked_and_leaves_the_old_version_on_failure(sa
 
     monkeypatch.setattr(writer, "_swap_in", crash)
     with pytest.raises(OSError, match="disk full"):
-        artifact.update_removed(copy, np.ones(len(items), bool))
+        update_removed(copy, np.ones(len(items), bool))
     assert (copy / "manifest.json").read_bytes() == before
     serving.load(copy)  # still the old, valid version
     assert not list(tmp_path.glob(".v.tmp-*"))

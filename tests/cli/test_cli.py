@@ -319,7 +319,8 @@ def test_serving_modules_are_the_loaders_own_and_the_demo_server():
                      "static_compiler.frontend.readers", "static_compiler.cli.dispatch",
                      "static_compiler.cli.main_job", "static_compiler.backend",
                      "static_compiler.artifact.writer", "static_compiler.artifact.export",
-                     "static_compiler.compiled", "static_compiler.saved"}
+                     "static_compiler.compiled", "static_compiler.saved", "static_compiler.lifecycle",
+                     "static_compiler.lifecycle.update", "static_compiler.lifecycle.next_version"}
     assert not allowed & compiler_side
 
 

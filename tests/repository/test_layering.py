@@ -27,11 +27,13 @@ LAYERS = (
     ("frontend",),  # inputs -> IR; its outputs: the item index (frontend.items)
     ("passes",),
     ("target",),  # plan types, lowering IR -> tables, raising tables -> IR (numpy only)
-    ("live",),  # the set view, liveness bits, subsets, additions, versions (`update`)
+    ("live",),  # the set view, liveness bits, subsets, additions
     ("backend",),  # JAX kernels and decoding
-    ("artifact",),  # format, manifest, snapshot, writer, export, serving loader
+    ("artifact",),  # format, manifest, snapshot, writer (and its version history), export, serving loader
     ("torch_backend",),  # the same plan and set view in torch ops
-    ("", "compiled", "computed", "compiler", "decode_calls", "saved", "report", "warm"),  # the public API: the package's root
+    # the public API: the package's root, and the lifecycle of a compiled set and its artifact
+    # (updates, upgrades, re-export, versions, rollback) beside it
+    ("", "compiled", "computed", "compiler", "decode_calls", "saved", "report", "warm", "lifecycle"),
     ("integrations",),  # engines' own decoders (HF generate) on top of the public API
     ("cli",),
 )
@@ -126,6 +128,10 @@ RESTRICTED = {
     "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
                          {"artifact.runtime", "artifact.warm", "artifact.served_verbs",
                           "artifact.served_items"}),
+    # The lifecycle: a compiled set's next version, and the writers of an artifact's next
+    # versions (written by the artifact's writer, read back as the compiled set `saved` loads).
+    "lifecycle": ({"numpy"}, {"errors", "support", "frontend.attributes", "passes", "target", "live",
+                              "artifact", "saved"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
     "torch_backend": ({"numpy", "torch"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
