@@ -107,7 +107,7 @@ class WarmUp:
         module-level decoders over it) run in."""
         return self._compile_counter().counting()
 
-    def warm(self, batch_sizes, *, beam_sizes=(), logits_fn=None, greedy: bool = False,
+    def warm(self, batch_sizes, *, beam_sizes=None, logits_fn=None, greedy: bool = False,
              sample_key=None, max_subsets: int = 0, eager: bool = False,
              background: bool = False, **options):
         """Compiles ahead what a decoding loop over this set will call, for
@@ -121,9 +121,9 @@ class WarmUp:
         ----------
         batch_sizes : int or sequence of int
             Each B >= 1 a loop will run at (processor rows, decode batch).
-        beam_sizes : sequence of int or of beam schedules
+        beam_sizes : sequence of int or of beam schedules, optional
             Each M >= 1 `beam_search` will run at, or beam schedule (one
-            width per step) it will run (needs `logits_fn`).
+            width per step) it will run (needs `logits_fn`; None: none).
         logits_fn : callable, optional
             The model the decoders will be called with (the same object:
             it is part of their programs).
@@ -237,7 +237,7 @@ def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_
     subsets stacks of 2 or more are padded to once they all ran."""
     sizes = _sizes("batch_sizes", batch_sizes, allow_empty=False)
     check_rows(*sizes)
-    beams = check_warm_beam_sizes(beam_sizes, compiled.max_length)
+    beams = check_warm_beam_sizes(() if beam_sizes is None else beam_sizes, compiled.max_length)
     max_subsets = check_max_subsets(max_subsets, compiled.set_view, "warm")[0]
     for name, flag in (("greedy", greedy), ("eager", eager)):
         if not isinstance(flag, bool):

@@ -16,7 +16,8 @@ set's live items) and item subsets.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from concurrent.futures import Future
+from typing import Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -458,8 +459,9 @@ class TorchConstraints(PlanFacts):
 
     # Warm-up
 
-    def warm(self, batch_sizes, *, beam_sizes=(), max_subsets: int = 0
-             ) -> "warming.WarmReport":
+    def warm(self, batch_sizes, *, beam_sizes=None, max_subsets: int = 0,
+             background: bool = False
+             ) -> "Union[warming.WarmReport, Future[warming.WarmReport]]":
         """Runs each request path once on dummy inputs at each batch size of
         `batch_sizes` (ints >= 1): init_processor / mask / advance at every
         step, allowed at every prefix length, and init_beams / beam_step /
@@ -474,9 +476,11 @@ class TorchConstraints(PlanFacts):
         a `WarmReport` (compilations 0, the calls made, seconds). Raises
         DecodeInputError for a batch size that is not an int >= 1, a beam
         size or schedule `beam_search` would refuse, max_subsets < 0, or
-        max_subsets > 0 on a set without item subsets."""
-        sizes, beams, k = warming.check_warm_arguments(self, batch_sizes, beam_sizes, max_subsets)
-        return warming.run_warm(self, sizes, beams, k)
+        max_subsets > 0 on a set without item subsets. beam_sizes=None: no
+        beam size (any runs here). background: run on a thread, a
+        `concurrent.futures.Future` of the report at once (the arguments
+        checked first, here)."""
+        return warming.warm(self, batch_sizes, beam_sizes, max_subsets, background)
 
     def compilations(self) -> int:
         """Always 0: this backend's ops are eager torch ops, which trace and

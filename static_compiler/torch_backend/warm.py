@@ -22,6 +22,7 @@ import torch
 
 from static_compiler.errors import DecodeInputError
 from static_compiler.live.padding import check_max_subsets
+from static_compiler.live.warm_up import in_background
 from static_compiler.support import arguments
 from static_compiler.support.decode_types import WarmReport
 
@@ -43,11 +44,22 @@ def _num_items(tc) -> Optional[int]:
     return None if items is None else items.num_items
 
 
+def warm(tc, batch_sizes, beam_sizes, max_subsets, background):
+    """`TorchConstraints.warm`: checks the arguments, then runs here or on a
+    thread (a Future of the report)."""
+    sizes, beams, k = check_warm_arguments(tc, batch_sizes, beam_sizes, max_subsets)
+    if not isinstance(background, bool):
+        raise DecodeInputError(f"warm: background={background!r}: expected a bool")
+    run = lambda: run_warm(tc, sizes, beams, k)  # noqa: E731
+    return in_background(run, "static-compiler-warm-torch") if background else run()
+
+
 def check_warm_arguments(tc, batch_sizes, beam_sizes, max_subsets) -> tuple:
     """(batch sizes, beam sizes and schedules, max_subsets) after checking
     them; raises DecodeInputError naming the bad value."""
     sizes = _ints("batch_sizes", batch_sizes, allow_empty=False)
-    beams = tuple(sorted(arguments.check_warm_beam_sizes(beam_sizes, tc.max_length),
+    beams = tuple(sorted(arguments.check_warm_beam_sizes(() if beam_sizes is None else beam_sizes,
+                                                         tc.max_length),
                          key=lambda m: (isinstance(m, tuple), m)))
     for B in sizes:
         for M in beams or (1,):
