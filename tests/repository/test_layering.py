@@ -95,8 +95,10 @@ RESTRICTED = {
     # the bound on padded subset stacks every door's warm-up keeps (numpy: no jax)
     "live.padding": ({"numpy"}, {"errors", "live.liveness", "support.decode_state"}),
     "live.placements": (set(), set()),  # a subset's device copies, per device
-    # the one warm-up planner of every front door (no jax, no torch)
-    "live.warm_up": (set(), {"support.decode_types"}),
+    # the one warm-up planner of every front door (jax imported only inside the JAX doors'
+    # hooks and their compile counter: importing it loads neither jax nor torch, tested below)
+    "live.warm_up": ({"numpy", "jax"}, {"errors", "support.arguments", "support.decode_types",
+                                 "support.compile_events", "live.padding"}),
     "live.where": ({"numpy"}, {"errors", "frontend.attributes", "live.filter_tree",
                                "live.filter_text", "support.threads"}),  # filter expressions over item attributes
     "live.filter_tree": ({"numpy"}, {"errors", "frontend.attributes"}),  # their trees
