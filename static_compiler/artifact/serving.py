@@ -38,7 +38,8 @@ same logits.
 from __future__ import annotations
 
 import pathlib
-from typing import Optional
+from concurrent.futures import Future
+from typing import Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -84,6 +85,7 @@ from static_compiler.support.decode_state import (
     int32_within,
     padded_columns,
 )
+from static_compiler.support.decode_types import WarmReport
 from static_compiler.support.placement import MeshPlacement
 
 
@@ -327,44 +329,49 @@ class Artifact(ServedItems, ServedVerbs):
     # Warming up
 
     def warm(self, batch_sizes, *, beam_sizes=None, max_subsets: int = 0,
-             background: bool = False):
+             background: bool = False) -> Union[WarmReport, Future[WarmReport]]:
         """Compiles every program a request can run for these shapes, so
-        that afterwards none compiles (`compilations()` stays put).
+        that afterwards none compiles (`compilations()` stays put): every
+        front door's warm-up (`static_compiler.live.warm_up`), over this
+        artifact's modules.
 
         batch_sizes: ints >= 1 (or one int), the B of the requests to come;
-        beam_sizes: exported beam sizes M and beam schedules (default: all
-        of `beam_sizes` and `beam_schedules`; a schedule warms each of its
-        steps' modules);
+        beam_sizes: exported beam sizes M and beam schedules (default None:
+        all of `beam_sizes` and `beam_schedules`; a schedule warms each of
+        its steps' modules);
         max_subsets: K >= 0; from now on every stack of R <= K subsets
         (`liveness.stack_subsets`) is decoded padded to K rows (empty
         subsets appended, subset_index unchanged, the same results), so no
-        R in 0..K compiles again. Warmed per B: init_beams, beam_step and
-        finalize for each M, mask and advance if exported, each plain and,
-        for an artifact with subsets, through the subset modules (the
+        R in 0..K compiles again.
+
+        Warmed per B, through the public verbs on dummy inputs: init_beams,
+        beam_step at every step (host and device float32 logits; other
+        logits dtypes add a conversion program) and finalize for each M,
+        and the served `beam_search` (its end-token loop); the processor
+        loop if exported (init_processor, mask, allowed_tokens, advance at
+        every step on the state advance returned, and at a step given as a
+        device scalar) with `allowed` at every prefix length; each plain
+        and, for an artifact with subsets, through the subset modules (the
         path every decode takes after an update removed items, so a reload
-        of such a version compiles nothing: warmed even with K = 0), with
-        logits float32 on the host or the device (other logits dtypes add
-        a conversion program). Holds across `reload()` of versions with the
-        same modules and table shapes (removals, additions within
-        capacity): they share the compiled programs and this warm state.
+        of such a version compiles nothing: warmed even with K = 0), and
+        with item-prior modules also with a prior. Holds across `reload()`
+        of versions with the same modules and table shapes (removals,
+        additions within capacity): they share the compiled programs and
+        this warm state. A warm-up that raises leaves the padding as it
+        was (all or nothing).
 
         background: run it on a daemon thread and return at once a
         `concurrent.futures.Future` of the report (`.result()` waits, and
         raises what the warm-up raised); requests may run meanwhile (one
         that needs a program not yet compiled compiles it itself).
 
-        Also warmed per B: the served `beam_search` (its end-token loop),
-        and the processor loop (init_processor, mask, allowed_tokens,
-        advance at every step on the state advance returned) with
-        `allowed` at every prefix length. A warm-up that raises leaves
-        the padding as it was (all or nothing).
-
-        Returns a `warm.WarmReport` (compilations: the programs XLA
-        compiled during it, which `compilations()` counts too; calls,
-        seconds, ...). Raises DecodeInputError for a batch size < 1, a
-        beam size not exported, max_subsets < 0, max_subsets > 0 without
-        subsets or past `live.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's
-        bytes; these are checked before anything runs, background or not."""
+        Returns a `WarmReport` (compilations: the programs XLA compiled
+        during it, which `compilations()` counts too; calls, seconds,
+        batch_sizes, beam_sizes, subset_rows). Raises DecodeInputError for
+        a batch size < 1, a beam size not exported, max_subsets < 0,
+        max_subsets > 0 without subsets or past
+        `live.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's bytes;
+        these are checked before anything runs, background or not."""
         return _warm(self, batch_sizes, beam_sizes, max_subsets, background)
 
     def compilations(self) -> int:

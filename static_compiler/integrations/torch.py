@@ -47,12 +47,14 @@ generated so far):
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 import torch
 
 from static_compiler.errors import DecodeInputError
 from static_compiler.support import arguments
+from static_compiler.support.decode_types import WarmReport
 from static_compiler.torch_backend import TorchConstraints
 from static_compiler.torch_backend import checks as torch_checks
 from static_compiler.torch_backend import ops as torch_ops
@@ -245,13 +247,17 @@ class StaticLogitsProcessor:
         # (the gradient of an allowed score is 1, of a masked one 0).
         return scores.masked_fill(~ok.to(scores.device), float("-inf"))
 
-    def warm(self, batch_rows, *, model_vocab_size=None) -> int:
+    def warm(self, batch_rows, *, model_vocab_size=None) -> WarmReport:
         """Runs what a ``generate`` call of each row count in `batch_rows`
         runs, so that afterwards such calls compile nothing: on the jax
         backend the one program per (row count, model vocabulary) that
         serves every step (compiled here, seconds each on a CPU), on the
         torch backend each step's eager ops once (nothing compiles; it
-        takes milliseconds). Returns the XLA compilations it ran.
+        takes milliseconds). Returns a `WarmReport`, as every front door's
+        `warm` does: compilations, the XLA compilations it ran; calls, the
+        processor calls made; seconds; batch_sizes, the row counts;
+        beam_sizes () and subset_rows None (a row is a beam to the
+        processor; its subsets are the processor's own).
 
         batch_rows: an int or ints, each the rows ``generate`` passes per
           step: batch x num_beams for beam search, batch x
@@ -280,15 +286,17 @@ class StaticLogitsProcessor:
                                    f"int >= the set's vocab_size {self.plan.vocab_size} (the "
                                    "scores' width, model.config.vocab_size)")
         device = self.torch_constraints.device if self.backend == "torch" else "cpu"
-        before = self.compilations()
+        start, before = time.perf_counter(), self.compilations()
         # One program serves every length on the jax backend: warm at length 0.
         lengths = range(self.plan.max_length) if self.backend == "torch" else (0,)
+        rows = sorted(set(rows))
         for n in rows:
             scores = torch.zeros((n, width), device=device)
             for t in lengths:
                 self(torch.zeros((n, self.prompt_length + t), dtype=torch.long, device=device),
                      scores)
-        return self.compilations() - before
+        return WarmReport(self.compilations() - before, len(rows) * len(lengths),
+                          time.perf_counter() - start, tuple(rows), (), None)
 
     def compilations(self) -> int:
         """The XLA compilations this processor's calls and warm-ups ran (jax

@@ -16,7 +16,8 @@ set's live items) and item subsets.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from concurrent.futures import Future
+from typing import Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -32,7 +33,7 @@ from static_compiler.live.priors import check_no_length_penalty, check_prior
 from static_compiler.live.set_view import SetView
 from static_compiler.support import arguments
 from static_compiler.support.beam_loop import check_search, run_search
-from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, DecodeResult
+from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, DecodeResult, WarmReport
 from static_compiler.support.deprecation import warn_deprecated
 from static_compiler.target.plan import Plan, PlanFacts, live_beam_bounds, prior_offsets
 from static_compiler.torch_backend import beam, checks, ops
@@ -458,25 +459,31 @@ class TorchConstraints(PlanFacts):
 
     # Warm-up
 
-    def warm(self, batch_sizes, *, beam_sizes=(), max_subsets: int = 0
-             ) -> "warming.WarmReport":
+    def warm(self, batch_sizes, *, beam_sizes=None, max_subsets: int = 0,
+             background: bool = False
+             ) -> Union[WarmReport, Future[WarmReport]]:
         """Runs each request path once on dummy inputs at each batch size of
-        `batch_sizes` (ints >= 1): init_processor / mask / advance at every
-        step, allowed at every prefix length, and init_beams / beam_step /
-        finalize for each beam size or beam schedule of `beam_sizes` (ints
-        >= 1, or max_length widths each, as `beam_search` takes them);
-        with max_subsets > 0 (a set with an item index) also over a subset.
-        torch compiles nothing here (eager ops), so this pays only the
-        first-use costs: torch's, and for a set with an item index the
-        first `subset()`'s (the subsets' host kernels and the set's bit
-        layout, 0.5-4 s once per process; taken here at any max_subsets);
-        the results of later calls are unchanged. Returns
-        a `WarmReport` (compilations 0, the calls made, seconds). Raises
-        DecodeInputError for a batch size that is not an int >= 1, a beam
-        size or schedule `beam_search` would refuse, max_subsets < 0, or
-        max_subsets > 0 on a set without item subsets."""
-        sizes, beams, k = warming.check_warm_arguments(self, batch_sizes, beam_sizes, max_subsets)
-        return warming.run_warm(self, sizes, beams, k)
+        `batch_sizes` (ints >= 1), every door's warm-up
+        (`static_compiler.live.warm_up`): init_processor / mask /
+        allowed_tokens / advance at every step, allowed at every prefix
+        length, and init_beams / beam_step / finalize and beam_search for
+        each beam size or beam schedule of `beam_sizes` (ints >= 1, or
+        max_length widths each, as `beam_search` takes them; None: none),
+        over every item and, for a set with an item index, over a subset
+        (and max_subsets stacked subsets). torch compiles nothing here
+        (eager ops), so this pays only the first-use costs: torch's, and
+        for a set with an item index the first `subset()`'s (the subsets'
+        host kernels and the set's bit layout, 0.5-4 s once per process;
+        taken here at any max_subsets); the results of later calls are
+        unchanged. Returns a `WarmReport` (compilations 0, the calls made,
+        seconds, ...), or with background=True a `concurrent.futures.Future`
+        of one at once (run on a thread; the arguments checked first,
+        here). Raises DecodeInputError for a batch size that is not an int
+        >= 1, a beam size or schedule `beam_search` would refuse,
+        max_subsets < 0, or max_subsets > 0 on a set without item subsets
+        or past `live.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's
+        bytes."""
+        return warming.warm(self, batch_sizes, beam_sizes, max_subsets, background)
 
     def compilations(self) -> int:
         """Always 0: this backend's ops are eager torch ops, which trace and

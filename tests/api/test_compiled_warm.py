@@ -3,9 +3,12 @@ warm-up, a mix of calls within the warmed shapes compiles nothing (counted
 from jax's compile events: process-wide and per set), also on the versions
 a removal and an addition within capacity make; warming twice compiles
 nothing; results equal a cold process's; bad arguments raise typed errors;
-a background warm-up can be waited on."""
+the report is every door's `WarmReport`, a background warm-up a Future of
+one."""
 
 from __future__ import annotations
+
+import concurrent.futures
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +19,7 @@ from helpers import PROFILE
 import static_compiler as sc
 from static_compiler.errors import DecodeInputError
 from static_compiler.support.compile_events import xla_compilations
+from static_compiler.support.decode_types import WarmReport
 
 # Three steps: each compiles its own mask / advance programs (a Python-int step).
 V, L = 32, 3
@@ -63,6 +67,7 @@ def calls(c, stacked=None, eager=False):
 
 
 def warm(c, **kw):
+    """The warm-up's report (or its Future, background=True)."""
     return c.warm([2], beam_sizes=[4], logits_fn=model, greedy=True, sample_key=KEY,
                   temperature=0.5, **kw)
 
@@ -74,7 +79,7 @@ def warmed():
     cold = calls(c)  # (cold: compiled by the calls themselves, before any warm-up)
     jax.clear_caches()
     c = sc.compile_constraints(rows, V, capacity=1.5)
-    ran = warm(c, max_subsets=2)
+    ran = warm(c, max_subsets=2).compilations
     return rows, c, cold, ran
 
 
@@ -103,17 +108,20 @@ def test_after_warm_a_removal_and_a_fitting_addition_compile_nothing(warmed):
 def test_warm_twice_compiles_nothing(warmed):
     _, c, _, _ = warmed
     before = xla_compilations()
-    assert warm(c, max_subsets=2) == 0
+    report = warm(c, max_subsets=2)
+    assert isinstance(report, WarmReport) and report.compilations == 0
+    assert report.batch_sizes == (2,) and report.beam_sizes == (4,) and report.subset_rows == 2
     assert xla_compilations() == before
 
 
 def test_background_warm_up_is_waited_on(warmed):
     _, c, _, _ = warmed
     handle = warm(c, max_subsets=2, background=True)
-    assert handle.wait(timeout=60) == 0 and handle.done()
+    assert isinstance(handle, concurrent.futures.Future)
+    assert handle.result(timeout=60).compilations == 0 and handle.done()
     fresh = sc.compile_constraints(items(30, seed=4), V)  # another plan: compiles
     handle = fresh.warm(2, background=True)
-    assert handle.wait(timeout=60) > 0 and fresh.compilations() > 0
+    assert handle.result(timeout=60).compilations > 0 and fresh.compilations() > 0
     before = xla_compilations()
     fresh.processor(2).mask(np.zeros((2, V), np.float32), fresh.init_processor(2), 1)
     assert xla_compilations() == before
@@ -121,13 +129,13 @@ def test_background_warm_up_is_waited_on(warmed):
 
 @pytest.mark.parametrize("kwargs", [
     dict(batch_sizes=[]), dict(batch_sizes=[0]), dict(batch_sizes="2"),
-    dict(batch_sizes=[2.5]), dict(batch_sizes=[2], beam_sizes=[4]),
+    dict(batch_sizes=[2.5]), dict(batch_sizes=[2], greedy=True),
     dict(batch_sizes=[2], logits_fn=model), dict(batch_sizes=[2], beam_sizes=[0], logits_fn=model),
     dict(batch_sizes=[2], beam_sizes=[4], logits_fn=model, beams=3),
     dict(batch_sizes=[2], beam_sizes=[4], logits_fn=model, tokens_per_beam=0),
     dict(batch_sizes=[2], sample_key="key", logits_fn=model),
     dict(batch_sizes=[2], max_subsets=-1), dict(batch_sizes=[2], greedy=1, logits_fn=model),
-    dict(batch_sizes=[2], background="yes"), dict(batch_sizes=[2], eager="no"),
+    dict(batch_sizes=[2], background="yes"), dict(batch_sizes=[2], eager=True),
 ])
 def test_bad_arguments_are_typed_and_compile_nothing(warmed, kwargs):
     _, c, _, _ = warmed
@@ -144,9 +152,9 @@ def test_max_subsets_on_a_set_without_subsets_is_typed():
         c.warm([2], max_subsets=1)
 
 
-def test_eager_warm_up_covers_the_op_by_op_pair():
+def test_the_warm_up_covers_the_op_by_op_pair():
     c = sc.compile_constraints(np.random.default_rng(3).integers(1, V, size=(40, 2)), V)
-    assert c.warm(3, eager=True) > 0
+    assert c.warm(3).compilations > 0
     before, own = xla_compilations(), c.compilations()
     state = c.init_processor(3)
     for t in range(c.max_length):
@@ -194,7 +202,7 @@ def test_stacks_up_to_max_subsets_are_padded_and_compile_nothing():
     jax.clear_caches()
     c = sc.compile_constraints(rows, V)
     stacks = {R: sc.stack_subsets([c.subset(p) for p in picks[:R]]) for R in PADDED_STACKS}
-    assert warm(c, max_subsets=4, eager=True) > 0
+    assert warm(c, max_subsets=4).compilations > 0
     before, own = xla_compilations(), c.compilations()
     for R in PADDED_STACKS:
         hot = _stack_calls(c, stacks[R], index[R])
@@ -213,7 +221,7 @@ def test_warm_reports_the_programs_xla_compiled():
     set's `compilations()` (nested verbs once counted each program twice)."""
     c = sc.compile_constraints(items(60, seed=11), V, capacity=1.5)  # (its own plan)
     events = xla_compilations()
-    ran = c.warm([2], eager=True)
+    ran = c.warm([2]).compilations
     assert ran > 0 and ran == xla_compilations() - events == c.compilations()
 
 
@@ -241,7 +249,7 @@ def _loop(c, B, **kw):
 def test_after_warm_the_loop_allowed_and_length_penalties_compile_nothing():
     rows = items(120, seed=12)
     c = sc.compile_constraints(rows, V, end_token=0, capacity=1.5)
-    c.warm([2], beam_sizes=[4], logits_fn=model, eager=True, max_subsets=2, length_penalty=0.3)
+    c.warm([2], beam_sizes=[4], logits_fn=model, max_subsets=2, length_penalty=0.3)
     events, own = xla_compilations(), c.compilations()
     _loop(c, 2)
     _loop(c, 2, subset=sc.stack_subsets([c.subset(rows[:40]), c.subset(rows[30:])]),

@@ -303,7 +303,8 @@ OTHER_CASES = {  # one call each: (entry, what is wrong)
                                                      batch_size=B, temperature=float("nan")),
     "sc.sample key str": lambda d: sc.sample(d.c, zeros_model, "key", batch_size=B),
     "c.warm batch 0": lambda d: d.c.warm([0]),
-    "c.warm beams without model": lambda d: d.c.warm([B], beam_sizes=[M]),
+    "c.warm greedy without model": lambda d: d.c.warm([B], greedy=True),
+    "c.warm beams not a size": lambda d: d.c.warm([B], beam_sizes=["4"]),
 }
 
 

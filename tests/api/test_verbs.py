@@ -1,10 +1,15 @@
 """The verb table: the three front doors, the compiled set
 (`CompiledConstraints`), the served artifact (`serving.Artifact`) and the
-torch backend (`TorchConstraints`), speak one verb family (docs/README.md).
+torch backend (`TorchConstraints`), speak one verb family, declared in
+`static_compiler/contract.py` (docs/README.md's table).
 
-* every verb exists on every door with the same parameters (names, order,
-  kinds, defaults; a door may add keyword-only options of its own) and
-  returns the same kind of value;
+* every door is a `contract.FrontDoor`: every verb of the contract (`warm`
+  and `prior` included) with its parameters (names, order, kinds,
+  defaults; a door may add keyword-only options of its own, with
+  defaults), and returns the same kind of value; mypy checks the same
+  statically (tests/api/doors_conform.py);
+* a door's public names are the contract's, its own (`OWN`, each with its
+  reason) and the internals still public (`NOT_YET_PRIVATE`), nothing else;
 * on small sets of several shapes (fixed length, ragged with an end token,
   forced layouts, an update's removals, per-row subsets) the doors give
   the same masks, allowed tokens, advances and beams: bit for bit, except
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import tomllib
 import types
 import warnings
 
@@ -30,38 +36,26 @@ import numpy as np
 import oracle
 import pytest
 import torch
+from doors_conform import front_doors
+from helpers import REPO
 
 import static_compiler as sc
+from static_compiler import contract
 from static_compiler.artifact import serving
 from static_compiler.errors import ArtifactFormatError, DecodeInputError, StaticCompilerError
 from static_compiler.support.deprecation import REMOVED_IN
 from static_compiler.torch_backend import TorchConstraints
 
 BEAMS = 4
-R = inspect.Parameter.POSITIONAL_OR_KEYWORD
 K = inspect.Parameter.KEYWORD_ONLY
 NONE = inspect.Parameter.empty
 
-# verb -> its parameters on every door, after self: (name, kind, default);
-# a door may add keyword-only parameters with defaults after these.
-SUBSET = (("subset", K, None), ("subset_index", K, None))
-VERBS = {
-    "init_processor": (("batch_size", R, NONE),),
-    "mask": (("logits", R, NONE), ("state", R, NONE), ("step", R, NONE)) + SUBSET,
-    "allowed_tokens": (("state", R, NONE), ("step", R, NONE)) + SUBSET,
-    "advance": (("state", R, NONE), ("tokens", R, NONE), ("step", R, NONE)) + SUBSET,
-    "allowed": (("prefixes", R, NONE),) + SUBSET,
-    "init_beams": (("batch_size", R, NONE), ("beam_size", R, NONE), ("start_token", R, 0)),
-    "beam_step": (("state", R, NONE), ("logits", R, NONE), ("step", R, NONE)) + SUBSET,
-    "finalize": (("state", R, NONE), ("length_penalty", R, 0.0)),
-    "beam_search": (("logits_fn", R, NONE), ("batch_size", R, NONE),
-                    ("beam_size", R, NONE)) + SUBSET,
-    "subset": (("selection", R, None), ("where", K, None), ("masks", K, None)),
-    "texts": (("result", R, NONE),),
-    "compilations": (),
-}
-OTHER_NAMES = ("fingerprint", "names", "warm")
-# The one door parameter allowed a default the table does not give: torch's
+# The contract (static_compiler/contract.py): verb -> its parameters on every door
+# (after self); a door may add keyword-only parameters with defaults after these.
+CONTRACT = contract.members(contract.FrontDoor)
+VERBS = {name: sig for name, sig in CONTRACT.items() if sig is not None}
+ATTRIBUTES = sorted(name for name, sig in CONTRACT.items() if sig is None)
+# The one door parameter allowed a default the contract does not give: torch's
 # deprecated mask(state, step), still told apart (until REMOVED_IN).
 OLD_FORMS = {("TorchConstraints", "mask", "state"), ("TorchConstraints", "mask", "step")}
 LOADERS = {"CompiledConstraints": sc.load, "Artifact": serving.load,
@@ -170,35 +164,131 @@ def fixed(built):
 
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
-def test_every_verb_has_one_signature_on_every_door(fixed, verb):
-    """Positional parameters in the table's order; keyword-only ones (any
-    order) with the table's defaults; a door's own options keyword-only,
+def test_every_verb_has_the_contracts_signature_on_every_door(fixed, verb):
+    """Positional parameters in the contract's order; keyword-only ones (any
+    order) with the contract's defaults; a door's own options keyword-only,
     with defaults."""
+    want = VERBS[verb].parameters
     for door_name, door in fixed.items():
         params = inspect.signature(getattr(door, verb)).parameters
         positional = [p for p in params.values() if p.kind != K and p.kind != p.VAR_KEYWORD]
-        want = VERBS[verb]
         assert [(p.name, p.kind) for p in positional] == \
-            [(name, kind) for name, kind, _ in want if kind != K], (door_name, verb, params)
-        for name, kind, default in want:
-            assert name in params and params[name].kind == kind, (door_name, verb, name)
+            [(p.name, p.kind) for p in want.values() if p.kind != K], (door_name, verb, params)
+        for name, p in want.items():
+            assert name in params and params[name].kind == p.kind, (door_name, verb, name)
             if (door_name, verb, name) not in OLD_FORMS:
-                assert params[name].default == default, (door_name, verb, name)
-        names = {name for name, _, _ in want}
-        extra = [p for p in params.values() if p.name not in names]
-        assert all(p.kind == p.VAR_KEYWORD or p.default is not NONE for p in extra), \
-            (door_name, verb, [p.name for p in extra])
+                assert params[name].default == p.default, (door_name, verb, name)
+        extra = [p for p in params.values() if p.name not in want]
+        assert all(p.kind == p.VAR_KEYWORD or (p.kind == K and p.default is not NONE)
+                   for p in extra), (door_name, verb, [p.name for p in extra])
 
 
-def test_every_door_has_the_other_names_and_one_loader(fixed):
+def test_the_contract_is_the_documented_family():
+    """The contract holds the docs table's verbs, `warm` and `prior`
+    included, and the attributes every door has."""
+    assert {"init_processor", "mask", "allowed_tokens", "advance", "allowed", "init_beams",
+            "beam_step", "finalize", "beam_search", "texts", "warm", "compilations", "subset",
+            "prior"} == set(VERBS)
+    assert ATTRIBUTES == ["attributes", "end_token", "fingerprint", "max_length", "names",
+                          "vocab_size"]
+    assert str(VERBS["warm"]) == ("(batch_sizes: 'Any', *, beam_sizes: 'Any' = None, "
+                                  "max_subsets: 'int' = 0, background: 'bool' = False) -> "
+                                  "'Union[WarmReport, Future[WarmReport]]'")
+
+
+def test_every_door_is_a_front_door_and_has_one_loader(fixed):
     for door_name, door in fixed.items():
-        for name in OTHER_NAMES:
-            assert hasattr(door, name), (door_name, name)
+        assert isinstance(door, contract.FrontDoor), door_name
+        for name in ATTRIBUTES:
+            assert not callable(getattr(door, name)), (door_name, name)
         assert isinstance(door.fingerprint, str) and door.fingerprint
-        assert callable(door.warm) and door.compilations() >= 0
+        assert isinstance(door.vocab_size, int) and isinstance(door.max_length, int)
+        assert door.compilations() >= 0
         loader = LOADERS[door_name]
         assert loader.__name__ == "load"
         assert list(inspect.signature(loader).parameters)[0] == "path"
+    assert front_doors(fixed["CompiledConstraints"], fixed["Artifact"],
+                       fixed["TorchConstraints"]) == list(fixed.values())
+
+
+def test_a_door_missing_a_verb_is_not_a_front_door(fixed):
+    """The run-time check can fail: a door without `warm` is refused."""
+    class NoWarm:
+        def __getattr__(self, name):
+            if name == "warm":
+                raise AttributeError(name)
+            return getattr(fixed["Artifact"], name)
+
+    assert isinstance(fixed["Artifact"], contract.FrontDoor)
+    assert not isinstance(NoWarm(), contract.FrontDoor)
+
+
+def test_the_type_checker_checks_the_doors_against_the_contract():
+    """mypy (scripts/lint.sh) runs over the contract and tests/api/doors_conform.py."""
+    files = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
+    assert {"static_compiler/contract.py", "tests/api/doors_conform.py"} <= set(files)
+    assert "mypy" in (REPO / "scripts" / "lint.sh").read_text()
+
+
+# Each door's public names: the contract's, the door's own (each with why it is
+# the door's), and those issue 52's Decoder work makes private (`NOT_YET_PRIVATE`:
+# internals public today; a name leaves the set when it goes private). A new
+# public name must be added to one of them, with its reason.
+OWN = {
+    "CompiledConstraints": {
+        "accept_drafts": "speculative decoding over the set (docs/decoding.md)",
+        "processor": "the step programs of one batch size (docs/decoding.md)",
+        "save": "writes the artifact", "update": "a new version: removals, additions",
+        "shard": "tables split across a mesh", "placement": "the mesh placement it has",
+        "ir": "the set's IR", "ir_text": "the IR printed", "held_ir": "the IR held in memory",
+        "outline": "the IR without its arrays", "summary": "the IR's counts",
+        "layer_stats": "bytes per layer", "nbytes": "the tables' bytes",
+        "table_bytes_per_device": "the tables' bytes per device (a mesh)",
+        "device_tables": "the tables on the device (docs/decoding.md)",
+        "plan": "the plan the decoders read", "pipeline": "the passes it was compiled with",
+        "timings": "seconds per compile stage", "frontend_stats": "the input's counts",
+        "items": "its item index", "item_index": "the items of sequences",
+        "last_update": "what the last update did",
+        "export_beam_sizes": "what save exports", "export_priors": "what save exports",
+        "export_subsets": "what save exports", "export_tokens_per_beam": "what save exports",
+    },
+    "Artifact": {
+        "reload": "the version now on disk", "path": "where it was loaded from",
+        "manifest": "the artifact's manifest", "beam_sizes": "the exported beam sizes",
+        "beam_schedules": "the exported beam schedules", "num_sequences": "the set's size",
+        "items": "its item index", "placement": "the mesh it was loaded on",
+    },
+    "TorchConstraints": {
+        "load": "the loader", "from_compiled": "from an in-memory compiled set",
+        "reload": "the version now on disk", "path": "where it was loaded from",
+        "device": "the torch device of its tables", "plan": "the plan its ops read",
+    },
+}
+NOT_YET_PRIVATE = {
+    "CompiledConstraints": {"base_subset", "computed", "counting", "live_mask", "live_prior",
+                            "new_version", "removal_program", "rows_of", "set_view", "tables"},
+    "Artifact": {"check_schedule", "modules", "set_view", "tables"},
+    "TorchConstraints": {"base_subset", "prior_best", "set_view", "subset_bits", "tables"},
+}
+"""Door internals still public, made private by issue 52's Decoder work."""
+
+
+def _public(door) -> set:
+    return {name for name in dir(door) if not name.startswith("_")}
+
+
+@pytest.mark.parametrize("door_name", sorted(OWN))
+def test_every_public_name_of_a_door_is_the_contracts_its_own_or_not_yet_private(fixed,
+                                                                                   door_name):
+    public, own, internal = _public(fixed[door_name]), set(OWN[door_name]), \
+        NOT_YET_PRIVATE[door_name]
+    assert not own & internal and not (own | internal) & set(CONTRACT), door_name
+    assert public - set(CONTRACT) - own - internal == set(), \
+        f"{door_name}: a new public name: add it to OWN with its reason, or make it private"
+    assert (own | internal) - public == set(), \
+        f"{door_name}: gone (made private?): remove it from OWN / NOT_YET_PRIVATE"
+    assert set(CONTRACT) <= public
+    assert len(public) == len(CONTRACT) + len(own) + len(internal)
 
 
 def test_every_door_returns_the_same_kinds(fixed):

@@ -19,6 +19,7 @@ import static_compiler as sc
 from static_compiler.artifact import serving
 from static_compiler.artifact import warm as warming
 from static_compiler.errors import DecodeInputError
+from static_compiler.live import warm_up
 from static_compiler.support.compile_events import xla_compilations
 
 V, L, N, M, END = 16, 3, 200, 2, 0
@@ -117,7 +118,7 @@ def test_a_failed_warm_up_leaves_the_padding_as_it_was(rows, tmp_path, monkeypat
     def fails(*args):
         raise MemoryError("dummy inputs")
 
-    monkeypatch.setattr(warming, "run_warm", fails)
+    monkeypatch.setattr(warm_up, "_walk", fails)  # (after every check and the padding)
     with pytest.raises(MemoryError):
         art.warm([1], max_subsets=5)
     with pytest.raises(MemoryError):

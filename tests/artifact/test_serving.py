@@ -257,6 +257,7 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.live.placements",
                                "static_compiler.live.priors",
                                "static_compiler.live.set_view", "static_compiler.live.state_order",
+                               "static_compiler.live.warm_up",
                                "static_compiler.support", "static_compiler.support.arguments",
                                "static_compiler.support.arrays",
                                "static_compiler.support.beam_loop",

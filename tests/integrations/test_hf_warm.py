@@ -24,6 +24,7 @@ from static_compiler.errors import DecodeInputError
 from static_compiler.integrations import torch as hf
 from static_compiler.integrations.torch import StaticLogitsProcessor, default_backend
 from static_compiler.support.compile_events import CompileCounter
+from static_compiler.support.decode_types import WarmReport
 from static_compiler.torch_backend import TorchConstraints
 
 MODEL_VOCAB = 64
@@ -101,10 +102,13 @@ def test_warm_then_generate_compiles_nothing(model, fixed, cold):
     items, compiled = fixed
     proc = StaticLogitsProcessor(compiled, PROMPT_LENGTH, backend="jax")
     assert proc.compilations() == 0
-    assert proc.warm([2, 8], model_vocab_size=MODEL_VOCAB) == 2 == proc.compilations()
-    assert proc.warm(8, model_vocab_size=MODEL_VOCAB) == 0  # already there
+    report = proc.warm([8, 2, 8], model_vocab_size=MODEL_VOCAB)
+    assert isinstance(report, WarmReport) and report.batch_sizes == (2, 8)
+    assert report.compilations == 2 == proc.compilations() and report.calls == 2
+    assert proc.warm(8, model_vocab_size=MODEL_VOCAB).compilations == 0  # already there
     torch_proc = StaticLogitsProcessor(compiled, PROMPT_LENGTH, backend="torch")
-    assert torch_proc.warm([2, 8], model_vocab_size=MODEL_VOCAB) == 0
+    report = torch_proc.warm([2, 8], model_vocab_size=MODEL_VOCAB)
+    assert report.compilations == 0 and report.calls == 2 * compiled.max_length
     for beams in (4, 1):
         got, n = run(model, proc, prompts(2), beams, LENGTH)
         assert n == 0

@@ -33,7 +33,8 @@ LAYERS = (
     ("torch_backend",),  # the same plan and set view in torch ops
     # the public API: the package's root, and the lifecycle of a compiled set and its artifact
     # (updates, upgrades, re-export, versions, rollback) beside it
-    ("", "compiled", "computed", "compiler", "decode_calls", "saved", "report", "warm", "lifecycle"),
+    ("", "compiled", "computed", "compiler", "contract", "decode_calls", "saved", "report", "warm",
+     "lifecycle"),
     ("integrations",),  # engines' own decoders (HF generate) on top of the public API
     ("cli",),
 )
@@ -55,6 +56,7 @@ SERVING_SUPPORT = {"errors", "support.arguments", "support.arrays", "support.map
 LIVE_BITS = {"live.layers", "live.bit_kernels", "live.layer_walk", "live.state_order",
              "live.item_masks", "live.liveness", "live.placements", "live.set_view",
              "live.where", "live.filter_tree", "live.filter_text", "live.priors", "live.padding",
+             "live.warm_up",
              "target.plan",
              "target.tables", "frontend.items", "frontend.names", "frontend.attributes"}
 """The numpy modules a serving binary reads a set's items and plan with."""
@@ -96,6 +98,10 @@ RESTRICTED = {
     # the bound on padded subset stacks every door's warm-up keeps (numpy: no jax)
     "live.padding": ({"numpy"}, {"errors", "live.liveness", "support.decode_state"}),
     "live.placements": (set(), set()),  # a subset's device copies, per device
+    # the one warm-up planner of every front door (jax imported only inside the JAX doors'
+    # hooks and their compile counter: importing it loads neither jax nor torch, tested below)
+    "live.warm_up": ({"numpy", "jax"}, {"errors", "support.arguments", "support.decode_types",
+                                 "support.compile_events", "live.padding"}),
     "live.where": ({"numpy"}, {"errors", "frontend.attributes", "live.filter_tree",
                                "live.filter_text", "support.threads"}),  # filter expressions over item attributes
     "live.filter_tree": ({"numpy"}, {"errors", "frontend.attributes"}),  # their trees
@@ -132,6 +138,8 @@ RESTRICTED = {
     # versions (written by the artifact's writer, read back as the compiled set `saved` loads).
     "lifecycle": ({"numpy"}, {"errors", "support", "frontend.attributes", "passes", "target", "live",
                               "artifact", "saved"}),
+    # the verb family's Protocols (its types named for the type checker alone)
+    "contract": (set(), {"support.decode_types", "live.liveness"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
     "torch_backend": ({"numpy", "torch"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
@@ -280,6 +288,18 @@ def test_the_layer_test_sees_a_violation(tmp_path):
                                     "static_compiler.artifact.snapshot"])
 def test_the_compiler_core_loads_no_jax(module):
     code = f"import {module}, sys; assert 'jax' not in sys.modules, sorted(sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("module, absent", [
+    ("static_compiler.contract", ("numpy", "jax", "torch")),
+    ("static_compiler.live.warm_up", ("jax", "torch")),
+])
+def test_the_contract_and_the_warm_up_planner_load_no_engine(module, absent):
+    """Importable by a serving binary and a torch-only process alike."""
+    code = (f"import {module}, sys; bad = [m for m in {absent!r} if m in sys.modules]; "
+            "assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
 

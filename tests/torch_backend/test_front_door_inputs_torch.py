@@ -186,7 +186,7 @@ CASES = {
     **{f"warm(batch_sizes={b!r})": (lambda k, b=b: k.tc.warm(b))
        for b in [None, "2", 1.5, 0, -1, True, [], [2, 0], [2, "x"], Opaque()]},
     **{f"warm(beam_sizes={m!r})": (lambda k, m=m: k.tc.warm([2], beam_sizes=m))
-       for m in [None, "2", 1.5, 0, [0], [2, -1], [1.5], Opaque()]},
+       for m in ["2", 1.5, 0, [0], [2, -1], [1.5], Opaque()]},  # (None: the default, none)
     "warm(2**40 x 2**40)": lambda k: k.tc.warm([BIG], beam_sizes=[BIG]),
     **{f"warm(max_subsets={r!r})": (lambda k, r=r: k.tc.warm([2], max_subsets=r))
        for r in [-1, 1.5, None, "1", True]},

@@ -68,8 +68,11 @@ def test_warm_takes_beam_schedules(sets, name):
     report = tc.warm([2], beam_sizes=[(2, 4, 3), 3, [2, 4, 3], (1, 1, 1)],
                      max_subsets=0 if name == "plain" else 1)
     assert report.beam_sizes == (3, (1, 1, 1), (2, 4, 3)) and report.compilations == 0
-    per_path = tc.max_length + 2
-    assert report.calls == (1 + (name != "plain")) * (3 * tc.max_length + 1 + 3 * per_path)
+    # Two paths (both sets have an item index: every item, and one subset, also at
+    # max_subsets=0), each: init_processor and mask / allowed_tokens / allowed / advance at
+    # each step; per beam entry: init_beams, a beam_step per step, finalize and beam_search.
+    T = tc.max_length
+    assert report.calls == 2 * (1 + 4 * T + 3 * (T + 3)) and report.subset_rows == 1
     for x, y in zip(before, _decode(tc)):
         assert torch.equal(x, y) if isinstance(x, torch.Tensor) else \
             all(torch.equal(a, b) for a, b in zip(x, y))
