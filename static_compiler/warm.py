@@ -46,8 +46,8 @@ import numpy as np
 from static_compiler.artifact.warm import Warmth
 from static_compiler.backend import decode
 from static_compiler.errors import DecodeInputError
-from static_compiler.live.liveness import Subset, checked_subset_index
-from static_compiler.live.padding import check_max_subsets, pad_subsets
+from static_compiler.item_bits.liveness import Subset, checked_subset_index
+from static_compiler.item_bits.padding import check_max_subsets, pad_subsets
 from static_compiler.support.arguments import check_warm_beam_sizes
 from static_compiler.support.compile_events import CompileCounter
 from static_compiler.support.decode_state import check_int, check_rows
@@ -137,7 +137,7 @@ class WarmUp:
             padded to max_subsets (empty subsets appended: the same
             results), so they compile nothing (0: none; a set compiled
             with capacity always gets its removal program, one subset row).
-            At most `live.padding.PADDED_SUBSETS_MAX_BYTES` over one
+            At most `item_bits.padding.PADDED_SUBSETS_MAX_BYTES` over one
             subset's bytes; the padding starts only once every compile
             ran (a warm-up that raises changes nothing).
         eager : bool

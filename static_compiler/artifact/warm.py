@@ -31,8 +31,8 @@ from typing import Optional
 import numpy as np
 
 from static_compiler.errors import DecodeInputError
-from static_compiler.live.liveness import Subset
-from static_compiler.live.padding import (  # noqa: F401 (the bound, here since the served warm-up)
+from static_compiler.item_bits.liveness import Subset
+from static_compiler.item_bits.padding import (  # noqa: F401 (the bound, here since the served warm-up)
     PADDED_SUBSETS_MAX_BYTES,
     check_max_subsets,
     pad_subsets,
@@ -164,9 +164,9 @@ def warm(art, batch_sizes, beam_sizes, max_subsets, background):
 
 
 def _zero_prior(art):
-    """A `live.priors.Prior` of zeros for `art` (its shape is what the prior
+    """A `rules.priors.Prior` of zeros for `art` (its shape is what the prior
     modules compile for)."""
-    from static_compiler.live.priors import Prior
+    from static_compiler.rules.priors import Prior
     from static_compiler.target.plan import prior_size
     plan = art.set_view.facts.plan
     return Prior(np.zeros(prior_size(plan), np.float32), 0.0, "", art.fingerprint)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from static_compiler.errors import DecodeInputError
-from static_compiler.live.padding import check_max_subsets
+from static_compiler.item_bits.padding import check_max_subsets
 from static_compiler.support import arguments
 from static_compiler.support.decode_types import WarmReport
 

@@ -24,7 +24,7 @@ LAYERS = (
     ("errors",),
     ("support",),  # numpy/stdlib utilities every layer imports (dtypes, arrays, mapped files)
     ("ir",),
-    ("frontend",),  # inputs -> IR; its outputs: the item index (frontend.items)
+    ("frontend",),  # inputs -> IR; its outputs: the item index (items.index)
     ("passes",),
     ("target",),  # plan types, lowering IR -> tables, raising tables -> IR (numpy only)
     ("live",),  # the set view, liveness bits, subsets, additions
@@ -52,11 +52,11 @@ SERVING_SUPPORT = {"errors", "support.arguments", "support.arrays", "support.map
                    "support.beam_loop", "support.beam_result", "support.deprecation",
                    "support.dtypes", "support.placement", "support.threads"}
 """The utilities a serving binary ships."""
-LIVE_BITS = {"live.layers", "live.bit_kernels", "live.layer_walk", "live.state_order",
-             "live.item_masks", "live.liveness", "live.placements", "live.set_view",
-             "live.where", "live.filter_tree", "live.filter_text", "live.priors", "live.padding",
+LIVE_BITS = {"item_bits.layers", "item_bits.bit_kernels", "item_bits.layer_walk", "item_bits.state_order",
+             "item_bits.item_masks", "item_bits.liveness", "item_bits.placements", "rules.set_view",
+             "rules.where", "rules.filter_tree", "rules.filter_text", "rules.priors", "item_bits.padding",
              "target.plan",
-             "target.tables", "frontend.items", "frontend.names", "frontend.attributes"}
+             "target.tables", "items.index", "items.names", "items.attributes"}
 """The numpy modules a serving binary reads a set's items and plan with."""
 FORMAT = {"artifact.format", "artifact.manifest", "artifact.manifest_records", "artifact.names",
           "artifact.snapshot", "artifact.snapshot_items", "artifact.normalize"}
@@ -79,50 +79,50 @@ RESTRICTED = {
     "target.plan": (set(), {"ir"}),
     "target.tables": ({"numpy"}, {"support.arrays"}),
     "target": ({"numpy"}, {"errors", "ir", "support", "target"}),
-    "frontend.items": ({"numpy"}, {"support.arrays", "frontend.attributes"}),
-    "frontend.attributes": ({"numpy"}, {"errors"}),  # the items' attribute columns
+    "items.index": ({"numpy"}, {"support.arrays", "items.attributes"}),
+    "items.attributes": ({"numpy"}, {"errors"}),  # the items' attribute columns
     # The live bits a serving binary ships.
-    "live.layers": ({"numpy"}, {"errors", "support.arrays", "support.mapped", "target.tables",
+    "item_bits.layers": ({"numpy"}, {"errors", "support.arrays", "support.mapped", "target.tables",
                                 "target.plan"}),  # (plan_bit_widths: a plan's subset widths)
-    "live.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
-    "live.layer_walk": ({"numpy"}, {"support.arrays", "support.threads", "live.layers",
-                                    "live.bit_kernels"}),
-    "live.state_order": ({"numpy"}, {"live.layer_walk", "live.bit_kernels", "support.mapped"}),
-    "live.item_masks": ({"numpy"}, {"errors", "live.layer_walk", "live.bit_kernels",
+    "item_bits.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
+    "item_bits.layer_walk": ({"numpy"}, {"support.arrays", "support.threads", "item_bits.layers",
+                                    "item_bits.bit_kernels"}),
+    "item_bits.state_order": ({"numpy"}, {"item_bits.layer_walk", "item_bits.bit_kernels", "support.mapped"}),
+    "item_bits.item_masks": ({"numpy"}, {"errors", "item_bits.layer_walk", "item_bits.bit_kernels",
                                     "support.mapped", "support.threads"}),
-    "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "live.bit_kernels",
-                                  "live.state_order", "live.item_masks", "live.placements",
-                                  "support.mapped", "frontend.items"}),
+    "item_bits.liveness": ({"numpy"}, {"errors", "item_bits.layers", "item_bits.layer_walk", "item_bits.bit_kernels",
+                                  "item_bits.state_order", "item_bits.item_masks", "item_bits.placements",
+                                  "support.mapped", "items.index"}),
     # the bound on padded subset stacks every door's warm-up keeps (numpy: no jax)
-    "live.padding": ({"numpy"}, {"errors", "live.liveness", "support.decode_state"}),
-    "live.placements": (set(), set()),  # a subset's device copies, per device
-    "live.where": ({"numpy"}, {"errors", "frontend.attributes", "live.filter_tree",
-                               "live.filter_text", "support.threads"}),  # filter expressions over item attributes
-    "live.filter_tree": ({"numpy"}, {"errors", "frontend.attributes"}),  # their trees
-    "live.filter_text": (set(), {"errors", "live.filter_tree"}),  # text -> tree
+    "item_bits.padding": ({"numpy"}, {"errors", "item_bits.liveness", "support.decode_state"}),
+    "item_bits.placements": (set(), set()),  # a subset's device copies, per device
+    "rules.where": ({"numpy"}, {"errors", "items.attributes", "rules.filter_tree",
+                               "rules.filter_text", "support.threads"}),  # filter expressions over item attributes
+    "rules.filter_tree": ({"numpy"}, {"errors", "items.attributes"}),  # their trees
+    "rules.filter_text": (set(), {"errors", "rules.filter_tree"}),  # text -> tree
     # item priors: the best weighted prior below each state, from an attribute column
-    "live.priors": ({"numpy"}, {"errors", "live.state_order", "live.layers",
-                                "live.placements"}),
+    "rules.priors": ({"numpy"}, {"errors", "item_bits.state_order", "item_bits.layers",
+                                "item_bits.placements"}),
     # One numpy view of a set's items behind every front door (serving, torch, compiled).
-    "live.set_view": ({"numpy"}, LIVE_BITS | {"errors", "artifact.format"}),
+    "rules.set_view": ({"numpy"}, LIVE_BITS | {"errors", "artifact.format"}),
     # The artifact's format: what a serving binary reads.
     "artifact.format": (set(), {"errors"}),
     "artifact.manifest": ({"numpy"}, {"errors", "artifact.format", "artifact.manifest_records"}),
-    "artifact.manifest_records": ({"numpy"}, {"errors", "artifact.format", "frontend.attributes"}),
-    "artifact.names": ({"numpy"}, {"errors", "artifact.format", "frontend.names"}),
-    "frontend.names": ({"numpy"}, {"errors"}),
-    "artifact.snapshot": ({"numpy"}, {"errors", "support.mapped", "frontend.names",
-                                      "frontend.attributes"} | FORMAT),
+    "artifact.manifest_records": ({"numpy"}, {"errors", "artifact.format", "items.attributes"}),
+    "artifact.names": ({"numpy"}, {"errors", "artifact.format", "items.names"}),
+    "items.names": ({"numpy"}, {"errors"}),
+    "artifact.snapshot": ({"numpy"}, {"errors", "support.mapped", "items.names",
+                                      "items.attributes"} | FORMAT),
     "artifact.snapshot_items": ({"numpy"}, {"errors", "support.mapped",
-                                            "frontend.attributes"} | FORMAT),
+                                            "items.attributes"} | FORMAT),
     "artifact.normalize": ({"numpy"}, {"errors", "artifact.format", "support.dtypes",
-                                       "live.layers", "live.state_order"}),  # format.COMPAT
+                                       "item_bits.layers", "item_bits.state_order"}),  # format.COMPAT
     # The serving loader: format, live bits and utilities; no compiler module (no
     # frontend stage, passes, lowering, backend or writer).
     "artifact.runtime": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT),
     "artifact.warm": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS),  # Artifact.warm, its padding
     # The artifact's verbs composed from its modules (allowed_tokens, allowed, beam_search).
-    "artifact.served_verbs": ({"jax", "numpy"}, SERVING_SUPPORT | {"live.priors", "artifact.warm"}),
+    "artifact.served_verbs": ({"jax", "numpy"}, SERVING_SUPPORT | {"rules.priors", "artifact.warm"}),
     # Its per-request item arguments: subsets and priors.
     "artifact.served_items": ({"jax"}, SERVING_SUPPORT | LIVE_BITS | {"artifact.warm"}),
     "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
@@ -130,7 +130,7 @@ RESTRICTED = {
                           "artifact.served_items"}),
     # The lifecycle: a compiled set's next version, and the writers of an artifact's next
     # versions (written by the artifact's writer, read back as the compiled set `saved` loads).
-    "lifecycle": ({"numpy"}, {"errors", "support", "frontend.attributes", "passes", "target", "live",
+    "lifecycle": ({"numpy"}, {"errors", "support", "items.attributes", "passes", "target", "live",
                               "artifact", "saved"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
@@ -163,7 +163,7 @@ def _top(name: str) -> str:
 
 
 def _path(name: str) -> str:
-    """A module name's path inside static_compiler ("live.liveness")."""
+    """A module name's path inside static_compiler ("item_bits.liveness")."""
     return name.partition(".")[2]
 
 
