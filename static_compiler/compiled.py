@@ -14,9 +14,9 @@ from static_compiler.backend.decode.front_door import DecodeVerbs
 from static_compiler.computed import NOT_YET, Computed
 from static_compiler.decode_calls import beam_search_over
 from static_compiler.errors import JAX_INSTALL, ConstraintSetError, DecodeInputError, require
-from static_compiler.frontend import ItemIndex
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
 from static_compiler.items.attributes import ItemAttributes
+from static_compiler.items.index import ItemIndex
 from static_compiler.items.names import NameTable
 from static_compiler.lifecycle import next_version
 from static_compiler.rules import subsets
