@@ -24,8 +24,8 @@ _LAZY = {
     "DEFAULT_PIPELINE": "passes.pipeline", "format_pipeline": "passes.pipeline",
     "parse_pipeline": "passes.pipeline",
     "enable_compilation_cache": "support.compilation_cache",
-    "Subset": "live.liveness", "stack_subsets": "live.liveness", "Shards": "frontend.shards",
-    "attr": "live.where", "item_mask": "live.where",
+    "Subset": "item_bits.liveness", "stack_subsets": "item_bits.liveness", "Shards": "frontend.shards",
+    "attr": "rules.where", "item_mask": "rules.where",
 }
 
 # Modules that moved into their stage's package, still importable as

@@ -14,13 +14,13 @@ from static_compiler.backend.decode.front_door import DecodeVerbs
 from static_compiler.computed import NOT_YET, Computed
 from static_compiler.decode_calls import beam_search_over
 from static_compiler.errors import JAX_INSTALL, ConstraintSetError, DecodeInputError, require
-from static_compiler.frontend import ItemIndex
-from static_compiler.frontend.attributes import ItemAttributes
-from static_compiler.frontend.names import NameTable
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
+from static_compiler.items.attributes import ItemAttributes
+from static_compiler.items.index import ItemIndex
+from static_compiler.items.names import NameTable
 from static_compiler.lifecycle import next_version
-from static_compiler.live import subsets
-from static_compiler.live.set_view import SetFacts, SetView
+from static_compiler.rules import subsets
+from static_compiler.rules.set_view import SetFacts, SetView
 from static_compiler.support import placement as placement_lib
 from static_compiler.support.decode_state import check_int, check_processor_state, is_traced
 from static_compiler.target.plan import Plan, PlanFacts, tables_nbytes
@@ -65,11 +65,11 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         because they encode to the same tokens), end_token and
         end_token_from ("argument" or "tokenizer").
     names : NameTable or None
-        For a text catalogue, the `frontend.names.NameTable` mapping token
+        For a text catalogue, the `items.names.NameTable` mapping token
         sequences back to names (saved as names.jsonl); else None.
     items : ItemIndex or None
         For sequence input, where each input row (an item) ends in the trie
-        (`frontend.items.ItemIndex`), for item subsets; else None.
+        (`items.index.ItemIndex`), for item subsets; else None.
     export_subsets : bool
         `save` also writes the item index and the modules' subset variants
         (serving restricts per request).
@@ -341,7 +341,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
     @property
     def set_view(self) -> SetView:
         """The numpy view of this set's items every front door shares
-        (`live.set_view.SetView`: fingerprint, base subset, trie, bit
+        (`rules.set_view.SetView`: fingerprint, base subset, trie, bit
         layout), made once; `shard` shares it, `update` by removal shares
         what it built."""
         view = self.computed.set_view
@@ -359,7 +359,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
     @property
     def attributes(self) -> Optional[ItemAttributes]:
         """The items' attribute columns (`compile_constraints(attributes=...)`:
-        name -> `frontend.attributes.Column`, one value per input row), or
+        name -> `items.attributes.Column`, one value per input row), or
         None when the set has none."""
         return None if self.items is None else self.items.attributes
 
@@ -437,7 +437,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         input rows) or the filter `where` (with `masks`) picks, as `subset`
         takes them (default every item), less removed ones; others rank
         after every live one. Computed on the host in O(items + states),
-        no recompile. A `live.priors.Prior`. Raises ConstraintSetError for
+        no recompile. A `rules.priors.Prior`. Raises ConstraintSetError for
         a set without items (or whose items share states), AttributeColumnError for
         a missing or non-numeric column or a value that is not finite,
         DecodeInputError for a weight that is not a finite float

@@ -17,10 +17,10 @@ from static_compiler.decode_calls import beam_search_over, decode_over
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import inputs
 from static_compiler.frontend.array_files import ArrayFiles
-from static_compiler.frontend.attributes import checked_attributes
+from static_compiler.items.attributes import checked_attributes
 from static_compiler.lifecycle.update import update_artifact
-from static_compiler.live import subsets
 from static_compiler.passes import pipeline as pipeline_lib
+from static_compiler.rules import subsets
 from static_compiler.saved import load
 from static_compiler.support.arguments import check_export_beam_sizes
 from static_compiler.target.lowering import lower, lower_pieces
@@ -192,7 +192,7 @@ def _compiled(front: inputs.FrontendOutput, passes, timings: list, options: dict
 
 def _with_attributes(items, attributes):
     """`items` (an `ItemIndex` or None) with the attribute columns
-    `attributes` (checked: `frontend.attributes.checked_attributes`)."""
+    `attributes` (checked: `items.attributes.checked_attributes`)."""
     if attributes is None:
         return items
     if items is None:

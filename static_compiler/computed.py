@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any, Optional
 
 from static_compiler.ir import Automaton
-from static_compiler.live.set_view import SetView
+from static_compiler.rules.set_view import SetView
 
 NOT_YET = object()
 """`Computed.removal_specs` before the first decode worked them out."""

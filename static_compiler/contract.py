@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol, Union, runtime_checka
 from static_compiler.support.decode_types import BeamState, DecodeResult, ProcessorState, WarmReport
 
 if TYPE_CHECKING:
-    from static_compiler.live.liveness import Subset
+    from static_compiler.item_bits.liveness import Subset
 
 __all__ = ["Decoding", "FrontDoor", "ItemRules", "members"]
 

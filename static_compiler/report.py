@@ -276,7 +276,7 @@ def _subset_line(obj) -> str:
     if getattr(obj, "items", None) is None or getattr(obj, "plan", None) is None or \
             not all(layer.implicit_targets for layer in obj.outline.layers):
         return ""
-    from static_compiler.live.layers import plan_bit_widths, shared_depths
+    from static_compiler.item_bits.layers import plan_bit_widths, shared_depths
     from static_compiler.target import plan as plan_lib
 
     slots = plan_lib.slot_steps(obj.plan)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from static_compiler.compiled import CompiledConstraints
-from static_compiler.live.liveness import warm_kernels_in_background
+from static_compiler.item_bits.liveness import warm_kernels_in_background
 
 
 def load(path, *, verify_checksums: bool = True,

@@ -1,6 +1,6 @@
 """The compiled set's warm-up (`CompiledConstraints.warm`) and compile count.
 
-The warm-up itself is every door's (`live.warm_up`: one planner walking the
+The warm-up itself is every door's (`decoding.warm_up`: one planner walking the
 request paths through the public verbs, a `WarmReport` back); this module
 adds what is the compiled set's own (`_CompiledPaths`):
 
@@ -35,11 +35,11 @@ from concurrent.futures import Future
 from typing import Union
 
 from static_compiler.backend import decode
+from static_compiler.decoding import warm_up
+from static_compiler.decoding.warm_up import Warmth
 from static_compiler.errors import DecodeInputError
-from static_compiler.live import warm_up
-from static_compiler.live.liveness import Subset, checked_subset_index
-from static_compiler.live.padding import pad_subsets
-from static_compiler.live.warm_up import Warmth
+from static_compiler.item_bits.liveness import Subset, checked_subset_index
+from static_compiler.item_bits.padding import pad_subsets
 from static_compiler.support.arguments import check_beam_schedule
 from static_compiler.support.compile_events import CompileCounter
 from static_compiler.support.decode_types import WarmReport
@@ -103,7 +103,7 @@ class WarmUp:
              background: bool = False, logits_fn=None, greedy: bool = False,
              sample_key=None, **options) -> Union[WarmReport, Future[WarmReport]]:
         """Runs every request path once per shape before traffic (every
-        door's warm-up, `static_compiler.live.warm_up`, plus this set's own
+        door's warm-up, `static_compiler.decoding.warm_up`, plus this set's own
         programs: see the module doc of `static_compiler.warm`); afterwards
         calls within those shapes compile nothing (`compilations()` stays
         put), also on the versions `update` makes within capacity. Warming
@@ -123,7 +123,7 @@ class WarmUp:
             (empty subsets appended: the same results), so they compile
             nothing (0: none; a set compiled with capacity always gets its
             removal path, one subset). At most
-            `live.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's
+            `item_bits.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's
             bytes; the padding is kept only once every compile ran (a
             warm-up that raises changes nothing).
         background : bool

@@ -1,4 +1,4 @@
-"""The live fuzz's cases (tests/live/test_live_fuzz.py): hypothesis draws small
+"""The live fuzz's cases (tests/item_bits/test_live_fuzz.py): hypothesis draws small
 sets (V 2-64, L 1-5, fixed or variable length, a forced or the default
 layout, a reserved capacity or none), their updates (additions within and
 past capacity, removals) and subsets, and the oracle over the live items.

@@ -8,7 +8,7 @@ An artifact is a directory:
 * ``manifest.json``: a `manifest.Manifest` (sorted keys, one-space indent),
   sealed with its own sha256 (`MANIFEST_DIGEST_KEY`);
 * ``ir.txt``: the IR dump (rows elided for large sets);
-* ``names.jsonl`` (version 2, text catalogues only): a `frontend.names.NameTable`,
+* ``names.jsonl`` (version 2, text catalogues only): a `items.names.NameTable`,
   one JSON object per item, ``{"name": str, "tokens": [int, ...]}`` plus
   ``"aliases": [str, ...]`` when other names encode to the same tokens,
   sorted by tokens (a prefix before its extensions); lines end in a line
@@ -110,7 +110,7 @@ FORMAT_HISTORY = (
                   "items/state_inserted_at.npy and items/state_inserted_item.npy (int32 (K,): "
                   "the final states, ascending, where its K added items end, and their ids, the "
                   "K largest); every other final state f holds item f - #(inserted_at < f) "
-                  "(`live.state_order.InsertedOrder`). Version 8's state_item still loads."),
+                  "(`item_bits.state_order.InsertedOrder`). Version 8's state_item still loads."),
     FormatVersion(10, "2026-12-05", "the manifest key \"exported_at\": the UTC date (ISO "
                   "YYYY-MM-DD) the modules were exported, by the jax and jaxlib that "
                   "\"jax_version\" and \"jaxlib_version\" name (an update that keeps the "
@@ -235,10 +235,10 @@ COMPAT = {b.name: b for b in (
                  "normalize.current_tables (snapshot.read_tables, runtime.put_tables)",
                  kept_by_updates=True),
     CompatBranch("branch_counts", 6, "manifest layers without \"branch_counts\"",
-                 "live.layers.TableLayer (read from the tables on first use)",
+                 "item_bits.layers.TableLayer (read from the tables on first use)",
                  kept_by_updates=True),
     CompatBranch("state_item", 8, "items/state_item.npy, every final state's item",
-                 "live.state_order.item_order", kept_by_updates=True),
+                 "item_bits.state_order.item_order", kept_by_updates=True),
     CompatBranch("exported_at", 9, "no \"exported_at\" key: the modules' export date is not "
                  "known (no expiry warning)", "manifest.Manifest.from_json"),
     CompatBranch("attributes", 11, "no \"attributes\" key: items without attributes",
@@ -283,7 +283,7 @@ NAMES_FILE = "names.jsonl"
 ITEMS_DIR = "items"
 ITEM_ARRAYS = ("row_item", "item_depth", "item_state", "removed", "state_item",
                "state_inserted_at", "state_inserted_item", "stale_rows")
-"""The arrays of `frontend.items.ItemIndex` an artifact may hold (item_depth and
+"""The arrays of `items.index.ItemIndex` an artifact may hold (item_depth and
 item_state for variable-length sets; for fixed-length sets that took
 additions state_inserted_at and state_inserted_item (format version 9), or
 state_item (version 8); removed after an update; stale_rows, bool (N,),

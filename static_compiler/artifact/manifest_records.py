@@ -15,7 +15,7 @@ import numpy as np
 
 from static_compiler.artifact.format import MANIFEST_FILE, attribute_file, format_error, require
 from static_compiler.errors import AttributeColumnError
-from static_compiler.frontend.attributes import CODE_DTYPES, KINDS, check_name, kind_of_dtype
+from static_compiler.items.attributes import CODE_DTYPES, KINDS, check_name, kind_of_dtype
 
 
 def mesh_record(record: Optional[dict], path) -> Optional[dict]:

@@ -1,5 +1,5 @@
 """Text catalogues' names.jsonl read back (`read_names_jsonl`, for
-`snapshot.read_names`): the `frontend.names.NameTable` it holds, checked
+`snapshot.read_names`): the `items.names.NameTable` it holds, checked
 line by line. Standard library and numpy only.
 """
 
@@ -10,7 +10,7 @@ import json
 import numpy as np
 
 from static_compiler.artifact.format import NAMES_FILE, _reject_constant, format_error, require
-from static_compiler.frontend.names import NameTable
+from static_compiler.items.names import NameTable
 
 
 def read_names_jsonl(data: bytes, path, rel: str = NAMES_FILE) -> NameTable:

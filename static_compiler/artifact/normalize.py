@@ -5,7 +5,7 @@ current shape as it is read: a near_unary layer's ``ex_bounds`` into
 ``ex_starts`` / ``ex_branch`` (`current_tables`), missing branch histograms
 read from the tables (`with_branch_counts`), a version 8 ``state_item`` into
 insertions (`current_items`). So the decoding kernels of both backends,
-`live.layers` and the subset code read one format only; the modules an
+`item_bits.layers` and the subset code read one format only; the modules an
 artifact exported keep taking its tables as written
 (`snapshot.load_tables`).
 """
@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 
 from static_compiler.artifact.format import COMPAT, MIN_FORMAT_VERSION, format_error, version_error
-from static_compiler.live.layers import table_branch_counts
+from static_compiler.item_bits.layers import table_branch_counts
 from static_compiler.support.dtypes import branch_dtype_for
 
 ADDED_KEYS = ("names_file", "item_files", "mesh", "subset_bits", "exported_at",
@@ -84,7 +84,7 @@ def with_branch_counts(manifest, tables, path):
     """`manifest` with every layer's "branch_counts" (`COMPAT["branch_counts"]`:
     manifests before format version 7 have none), each read from the layer's
     `tables` (current shape, one dict per layer) over its own states
-    (`live.layers.table_branch_counts`, a chunk at a time), as the writer
+    (`item_bits.layers.table_branch_counts`, a chunk at a time), as the writer
     records them. ArtifactFormatError naming the layer where they cannot
     be read."""
     layers = []
@@ -107,7 +107,7 @@ def current_items(arrays: dict) -> dict:
     (`InsertedOrder.of_array`: one pass, a chunk at a time)."""
     if arrays.get("state_item") is None:
         return arrays
-    from static_compiler.live.state_order import InsertedOrder
+    from static_compiler.item_bits.state_order import InsertedOrder
 
     order = InsertedOrder.of_array(arrays["state_item"])
     return {**arrays, "state_item": None, "state_inserted_at": np.asarray(order.at, np.int32),

@@ -15,9 +15,9 @@ from static_compiler.artifact import snapshot
 from static_compiler.artifact.metadata import automaton_from_metadata
 from static_compiler.artifact.snapshot_items import read_item_arrays
 from static_compiler.errors import DecodeInputError
-from static_compiler.frontend.items import ItemIndex
-from static_compiler.frontend.names import NameTable
 from static_compiler.ir import Automaton
+from static_compiler.items.index import ItemIndex
+from static_compiler.items.names import NameTable
 
 
 def read_automaton(path, *, verify_checksums: bool = True) -> Automaton:

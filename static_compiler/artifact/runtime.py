@@ -5,7 +5,7 @@ and its tables, checked and put on a device or split across a mesh as the
 manifest records (`table_placement`, `check_table_arguments`,
 `put_tables`), with the item index (`item_index`). Like `serving`, it needs
 only jax, numpy and the standard library, and of this package only
-`errors`, the format modules, `placement` and `live.liveness`.
+`errors`, the format modules, `placement` and `item_bits.liveness`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from static_compiler.artifact import snapshot, snapshot_items
 from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
 from static_compiler.artifact.normalize import current_tables
 from static_compiler.errors import ArtifactExpiryWarning, ArtifactVersionError, DecodeInputError
-from static_compiler.frontend.items import ItemIndex
+from static_compiler.items.index import ItemIndex
 from static_compiler.support.placement import MeshPlacement, mesh_text, placed_shape, placement_for
 
 

@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 
 from static_compiler.errors import DecodeInputError
-from static_compiler.frontend.attributes import ItemAttributes
-from static_compiler.live.liveness import Subset, checked_subset_index
-from static_compiler.live.padding import pad_subsets
-from static_compiler.live.priors import check_prior
+from static_compiler.item_bits.liveness import Subset, checked_subset_index
+from static_compiler.item_bits.padding import pad_subsets
+from static_compiler.items.attributes import ItemAttributes
+from static_compiler.rules.priors import check_prior
 
 
 class ServedItems:
@@ -26,7 +26,7 @@ class ServedItems:
     @property
     def attributes(self) -> Optional[ItemAttributes]:
         """The items' attribute columns (items/attr.*.npy, memory-mapped:
-        name -> `frontend.attributes.Column`, one value per input row), or
+        name -> `items.attributes.Column`, one value per input row), or
         None when the artifact has none."""
         return None if self.items is None else self.items.attributes
 
@@ -57,7 +57,7 @@ class ServedItems:
               masks=None):
         """Item priors from the float or int attribute `column`, for
         `beam_step` / `beam_search(..., prior=...)`: `CompiledConstraints.prior`'s
-        (a `live.priors.Prior`, computed on the host). Decoding with it
+        (a `rules.priors.Prior`, computed on the host). Decoding with it
         needs an artifact exported with export_priors=True."""
         return self.set_view.prior(column, weight, selection, where, masks, "Artifact.prior")
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from static_compiler.artifact.warm import counted
-from static_compiler.live.priors import check_no_length_penalty
+from static_compiler.rules.priors import check_no_length_penalty
 from static_compiler.support.beam_loop import check_search, run_search
 from static_compiler.support.decode_state import (
     SENTINEL_SCORE,

@@ -1,8 +1,8 @@
 """Serving loader for saved artifacts. It needs only jax, numpy and the
 standard library, and of this package only `errors`, the format modules
 (`format`, `manifest`, `names`, `snapshot`), `runtime` (its modules and
-tables on the device), `placement`, `decode_state` and `live.liveness` with
-`live.layers`, and `served_verbs` (the verbs composed from the modules) with
+tables on the device), `placement`, `decode_state` and `item_bits.liveness` with
+`item_bits.layers`, and `served_verbs` (the verbs composed from the modules) with
 `support.beam_loop` / `beam_result` (so a serving binary can ship it with
 little else).
 
@@ -64,10 +64,10 @@ from static_compiler.artifact.served_verbs import ServedVerbs
 from static_compiler.artifact.warm import Warmth, counted
 from static_compiler.artifact.warm import warm as _warm
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
-from static_compiler.frontend.items import ItemIndex
-from static_compiler.frontend.names import NameTable
-from static_compiler.live.liveness import Subset, warm_kernels_in_background
-from static_compiler.live.set_view import SetView
+from static_compiler.item_bits.liveness import Subset, warm_kernels_in_background
+from static_compiler.items.index import ItemIndex
+from static_compiler.items.names import NameTable
+from static_compiler.rules.set_view import SetView
 from static_compiler.support.arguments import check_beam_schedule, is_int
 from static_compiler.support.beam_result import finalize_complete
 from static_compiler.support.decode_state import (
@@ -119,9 +119,9 @@ class Artifact(ServedItems, ServedVerbs):
         one width per step, format version 13), whose modules it holds.
       tables: the tables as device arrays, in argument order.
       modules: name -> deserialized `jax.export.Exported`.
-      names: a text catalogue's `frontend.names.NameTable` (names.jsonl),
+      names: a text catalogue's `items.names.NameTable` (names.jsonl),
         or None for a set compiled from token ids (and format version 1).
-      items: the `frontend.items.ItemIndex` of an artifact saved with
+      items: the `items.index.ItemIndex` of an artifact saved with
         export_subsets=True (items/*.npy), else None: `subset` needs it.
       attributes: the items' attribute columns (property), or None.
       placement: for an artifact exported for a mesh, where its tables
@@ -332,7 +332,7 @@ class Artifact(ServedItems, ServedVerbs):
              background: bool = False) -> Union[WarmReport, Future[WarmReport]]:
         """Compiles every program a request can run for these shapes, so
         that afterwards none compiles (`compilations()` stays put): every
-        front door's warm-up (`static_compiler.live.warm_up`), over this
+        front door's warm-up (`static_compiler.decoding.warm_up`), over this
         artifact's modules.
 
         batch_sizes: ints >= 1 (or one int), the B of the requests to come;
@@ -370,7 +370,7 @@ class Artifact(ServedItems, ServedVerbs):
         batch_sizes, beam_sizes, subset_rows). Raises DecodeInputError for
         a batch size < 1, a beam size not exported, max_subsets < 0,
         max_subsets > 0 without subsets or past
-        `live.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's bytes;
+        `item_bits.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's bytes;
         these are checked before anything runs, background or not."""
         return _warm(self, batch_sizes, beam_sizes, max_subsets, background)
 

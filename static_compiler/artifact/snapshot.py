@@ -45,7 +45,7 @@ from static_compiler.artifact.normalize import (
     with_branch_counts,
 )
 from static_compiler.errors import ArtifactChecksumError, ArtifactVersionError
-from static_compiler.frontend.names import NameTable
+from static_compiler.items.names import NameTable
 
 # ---------------------------------------------------------------------------
 # Reading.

@@ -14,7 +14,7 @@ import numpy as np
 from static_compiler.artifact.format import ITEM_ARRAYS, format_error
 from static_compiler.artifact.normalize import current_items
 from static_compiler.artifact.snapshot import Snapshot
-from static_compiler.frontend.attributes import Column, ItemAttributes
+from static_compiler.items.attributes import Column, ItemAttributes
 from static_compiler.support.mapped import release_pages
 
 ID_CHECK_CHUNK = 1 << 24
@@ -34,7 +34,7 @@ def _ids_within(ids: np.ndarray, n: int) -> bool:
 
 def read_item_arrays(snap: Snapshot) -> Optional[dict]:
     """{name: array} of the artifact's item index (`ITEM_ARRAYS`, as
-    `frontend.items.ItemIndex` takes them; files verified with the rest), or None
+    `items.index.ItemIndex` takes them; files verified with the rest), or None
     when it was saved without subsets, in the current shape
     (`normalize.current_items`: a version 8 state_item read as insertions).
     Raises ArtifactFormatError when an array is unreadable or disagrees
@@ -115,7 +115,7 @@ def read_attributes(snap: Snapshot, num_rows: int) -> Optional[ItemAttributes]:
 
 def _insertions_valid(at: np.ndarray, item: np.ndarray, n: int) -> bool:
     """Whether `at` and `item` describe an order of n final states
-    (`live.state_order.InsertedOrder`): as many of each, at ascending within
+    (`item_bits.state_order.InsertedOrder`): as many of each, at ascending within
     [0, n), item a permutation of the K largest ids."""
     k = at.shape[0] if at.ndim == 1 else -1
     if k < 0 or at.dtype.kind != "i" or item.dtype.kind != "i" or item.shape != (k,) or k > n:

@@ -1,7 +1,7 @@
 """The served artifact's part of the warm-up (`serving.Artifact.warm`):
 every program a server's requests can call, compiled before the first
 request, so that afterwards no request within the warmed bounds compiles.
-The warm-up itself is every door's (`live.warm_up`); this module says what
+The warm-up itself is every door's (`decoding.warm_up`); this module says what
 the artifact's paths are (`_ArtifactPaths`).
 
 A request's programs are fixed by its shapes: the batch size B, the beam
@@ -29,14 +29,14 @@ import functools
 
 import numpy as np
 
-from static_compiler.live import warm_up
-from static_compiler.live.padding import (  # noqa: F401 (the bound, here since the served warm-up)
+from static_compiler.decoding import warm_up
+from static_compiler.decoding.warm_up import Warmth  # noqa: F401 (serving's warm state)
+from static_compiler.item_bits.padding import (  # noqa: F401 (the bound, here since the served warm-up)
     PADDED_SUBSETS_MAX_BYTES,
     check_max_subsets,
     pad_subsets,
     subset_bytes,
 )
-from static_compiler.live.warm_up import Warmth  # noqa: F401 (serving's warm state)
 from static_compiler.support.arguments import check_rows
 
 
@@ -82,9 +82,9 @@ class _ArtifactPaths(warm_up.JaxPaths):
 
 
 def _zero_prior(art):
-    """A `live.priors.Prior` of zeros for `art` (its shape is what the prior
+    """A `rules.priors.Prior` of zeros for `art` (its shape is what the prior
     modules compile for)."""
-    from static_compiler.live.priors import Prior
+    from static_compiler.rules.priors import Prior
     from static_compiler.target.plan import prior_size
     plan = art.set_view.facts.plan
     return Prior(np.zeros(prior_size(plan), np.float32), 0.0, "", art.fingerprint)

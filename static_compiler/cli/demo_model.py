@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from static_compiler.artifact import serving
-from static_compiler.live.liveness import wait_for_kernels
+from static_compiler.item_bits.liveness import wait_for_kernels
 
 DEMO_SEED = 0
 

@@ -153,8 +153,8 @@ def _removed_rows(path, ir, tokens, lengths):
     import numpy as np
 
     from static_compiler.artifact import snapshot, snapshot_items
-    from static_compiler.frontend.items import ItemIndex
-    from static_compiler.live.subsets import unique_ids
+    from static_compiler.items.index import ItemIndex
+    from static_compiler.rules.subsets import unique_ids
 
     with snapshot.open_snapshot(path) as snap:
         arrays = snapshot_items.read_item_arrays(snap)

@@ -16,20 +16,22 @@
   files between tasks, memory-mapped results), `build_tasks` (running
   them) and `build_dirs` (work directories and their owners).
 
-numpy only here (networkx for graphs, tokenizers when a tokenizer file is
+The item index, name table and attribute columns it builds are data of
+`static_compiler.items`, below the IR (a serving binary reads them without
+the frontend). numpy only here (networkx for graphs, tokenizers when a tokenizer file is
 read); no jax.
 """
 
 from static_compiler.support.lazy import lazy_exports
 
 __all__ = [
-    "ItemIndex", "PaddedRows", "as_token_matrix", "automaton_from_sorted_codes", "build_automaton", "build_trie",
+    "PaddedRows", "as_token_matrix", "automaton_from_sorted_codes", "build_automaton", "build_trie",
     "check_end_token", "check_range", "check_vocab_size", "row_keys", "sort_unique_codes",
     "sort_unique_rows", "terminal_states",
 ]
-_EXPORTS = {name: "items" if name == "ItemIndex" else "sequences" for name in __all__}
+_EXPORTS = {name: "sequences" for name in __all__}
 """Public name -> the module of this package that defines it (imported on
-first use: a reader of the item index alone loads no builder)."""
+first use)."""
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

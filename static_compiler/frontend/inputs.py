@@ -18,13 +18,13 @@ from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import PaddedRows, build_trie
 from static_compiler.frontend.array_files import ArrayFiles
 from static_compiler.frontend.graph import automaton_from_graph, is_graph
-from static_compiler.frontend.items import ItemIndex
 from static_compiler.frontend.partitioned import partitions_built
 from static_compiler.frontend.sequences import trie_from_sorted
 from static_compiler.frontend.shards import Shards
 from static_compiler.frontend.spellings import SPELLINGS, catalogue_spellings
 from static_compiler.frontend.text import as_adapter, catalogue_vocab_size, encode_catalogue, looks_like_names
 from static_compiler.ir import Automaton
+from static_compiler.items.index import ItemIndex
 
 
 @dataclasses.dataclass

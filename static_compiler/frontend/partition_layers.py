@@ -35,9 +35,9 @@ import numpy as np
 
 from static_compiler.frontend import automaton_from_sorted_codes, sort_unique_codes, terminal_states
 from static_compiler.frontend.array_files import ArrayFiles, npy_array, read_checked, save_checked
-from static_compiler.frontend.items import ItemIndex
 from static_compiler.frontend.spill import length_dtype
 from static_compiler.ir import Automaton, AutomatonSummary, Layer, LayerPiece, LayerSummary, verify
+from static_compiler.items.index import ItemIndex
 from static_compiler.support.dtypes import (
     branch_dtype_for,
     index_dtype_for,

@@ -58,12 +58,12 @@ from static_compiler.frontend import check_end_token, check_vocab_size
 from static_compiler.frontend.array_files import ArrayFiles
 from static_compiler.frontend.build_dirs import OWNER_FILE, WORK_PREFIX, current_owner, remove_stale_builds
 from static_compiler.frontend.build_tasks import run_tasks, say
-from static_compiler.frontend.items import ItemIndex
 from static_compiler.frontend.partition_layers import BuiltPartitions, build_partition
 from static_compiler.frontend.shards import Shards
 from static_compiler.frontend.spill import spill_sources
 from static_compiler.ir import Automaton, AutomatonSummary, LayerSummary
 from static_compiler.ir.cost_model import tables_lower_bound
+from static_compiler.items.index import ItemIndex
 
 
 def merged_summary(parts: list[dict], vocab_size: int, end_token: Optional[int]

@@ -22,8 +22,8 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError
-from static_compiler.frontend.items import ItemIndex
 from static_compiler.ir import Automaton, Layer, frozen
+from static_compiler.items.index import ItemIndex
 from static_compiler.support.dtypes import (
     MAX_VOCAB_SIZE,
     index_dtype_for,

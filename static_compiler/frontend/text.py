@@ -2,7 +2,7 @@
 
 `encode_catalogue(names, tokenizer, vocab_size, end_token)` encodes every
 name, checks the encodings, and returns one token sequence per name given, in
-the order given, with a `frontend.names.NameTable` that maps the unique
+the order given, with a `items.names.NameTable` that maps the unique
 sequences back to names (`compile_constraints(names, vocab_size=V,
 tokenizer=...)` calls it). The compiled set's item i is therefore the i-th
 name given, as item i of a set compiled from token ids is its i-th row: a
@@ -41,7 +41,7 @@ import numpy as np
 
 from static_compiler.errors import ConstraintSetError
 from static_compiler.frontend import PaddedRows, check_end_token, check_vocab_size, sort_unique_rows
-from static_compiler.frontend.names import NameTable
+from static_compiler.items.names import NameTable
 
 EOS_TOKENS = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eos|>", "[EOS]", "<|im_end|>",
               "<|eot_id|>", "[SEP]")

@@ -184,7 +184,7 @@ class StaticLogitsProcessor:
         self.prompt_length = arguments.check_int("prompt_length", prompt_length, low=0)
         self.subset = subset
         if subset is not None:
-            from static_compiler.live.liveness import checked_subset_index
+            from static_compiler.item_bits.liveness import checked_subset_index
             where = "StaticLogitsProcessor"
             index = np.zeros(1, np.int32)
             if subset_index is not None:

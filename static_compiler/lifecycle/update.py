@@ -22,7 +22,7 @@ from static_compiler.artifact.snapshot import Snapshot, open_snapshot, read_tabl
 from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap, save_locked
 from static_compiler.errors import ArtifactBusyError, ConstraintSetError
 from static_compiler.lifecycle import next_version
-from static_compiler.live import subsets
+from static_compiler.rules import subsets
 from static_compiler.saved import compiled_from_snapshot
 from static_compiler.support import placement as placement_lib
 

@@ -4,8 +4,8 @@ numpy's ufuncs and the numba kernels release the GIL, so a pass over 1e9
 rows runs a range per thread. `on_threads` deals the ranges out in turn
 (a thread takes ranges t, t + k, ...) and runs each thread's share in one
 call, so the thread keeps its own buffers and output (bits no other thread
-writes) across its ranges: what a filter's evaluation (`live.where`) and
-the rows' item bits (`live.item_masks`) do.
+writes) across its ranges: what a filter's evaluation (`rules.where`) and
+the rows' item bits (`item_bits.item_masks`) do.
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def prior_offsets(plan: Plan) -> tuple[tuple[int, ...], Optional[tuple[int, ...]
     """(children, own) per step t = 0..max_length - 1: where depth t + 1
     (step t's children; 0 at the extra step of a set with an end token)
     and, with an end token, depth t's own terms (the end token's
-    candidates) start in an item prior's row (`live.priors.Prior.best`:
+    candidates) start in an item prior's row (`rules.priors.Prior.best`:
     the tables' state counts, depth after depth, the look-ahead's depths
     1..depth then the own terms' 0..depth); own is None without an end
     token."""

@@ -253,7 +253,7 @@ def select(scores: torch.Tensor, beam_size: int, keep: int):
 
 class PriorTerms(NamedTuple):
     """Item priors on this backend's device: best float32 (S,), the best
-    weighted prior below each state (`live.priors.Prior.best`), and where
+    weighted prior below each state (`rules.priors.Prior.best`), and where
     each step's children (and, with an end token, own terms) start in it
     (`target.plan.prior_offsets`: (children, own))."""
 

@@ -26,11 +26,11 @@ from static_compiler.artifact import format as artifact_format
 from static_compiler.artifact import snapshot, snapshot_items
 from static_compiler.artifact.manifest import Manifest
 from static_compiler.errors import DecodeInputError
-from static_compiler.frontend.attributes import ItemAttributes
-from static_compiler.frontend.items import ItemIndex
-from static_compiler.live.liveness import Subset, checked_subset_index
-from static_compiler.live.priors import check_no_length_penalty, check_prior
-from static_compiler.live.set_view import SetView
+from static_compiler.item_bits.liveness import Subset, checked_subset_index
+from static_compiler.items.attributes import ItemAttributes
+from static_compiler.items.index import ItemIndex
+from static_compiler.rules.priors import check_no_length_penalty, check_prior
+from static_compiler.rules.set_view import SetView
 from static_compiler.support import arguments
 from static_compiler.support.beam_loop import check_search, run_search
 from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, DecodeResult, WarmReport
@@ -130,7 +130,7 @@ class TorchConstraints(PlanFacts):
 
     @property
     def attributes(self) -> Optional[ItemAttributes]:
-        """The items' attribute columns (name -> `frontend.attributes.Column`,
+        """The items' attribute columns (name -> `items.attributes.Column`,
         one value per input row; an artifact's memory-mapped), or None."""
         items = self.set_view.items
         return None if items is None else items.attributes
@@ -235,7 +235,7 @@ class TorchConstraints(PlanFacts):
               masks=None):
         """Item priors from the float or int attribute `column`, for
         `beam_search(..., prior=...)`: `CompiledConstraints.prior`'s (the
-        same `live.priors.Prior`, computed on the host with numpy)."""
+        same `rules.priors.Prior`, computed on the host with numpy)."""
         return self.set_view.prior(column, weight, selection, where, masks,
                                    "TorchConstraints.prior")
 
@@ -464,7 +464,7 @@ class TorchConstraints(PlanFacts):
              ) -> Union[WarmReport, Future[WarmReport]]:
         """Runs each request path once on dummy inputs at each batch size of
         `batch_sizes` (ints >= 1), every door's warm-up
-        (`static_compiler.live.warm_up`): init_processor / mask /
+        (`static_compiler.decoding.warm_up`): init_processor / mask /
         allowed_tokens / advance at every step, allowed at every prefix
         length, and init_beams / beam_step / finalize and beam_search for
         each beam size or beam schedule of `beam_sizes` (ints >= 1, or
@@ -481,7 +481,7 @@ class TorchConstraints(PlanFacts):
         here). Raises DecodeInputError for a batch size that is not an int
         >= 1, a beam size or schedule `beam_search` would refuse,
         max_subsets < 0, or max_subsets > 0 on a set without item subsets
-        or past `live.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's
+        or past `item_bits.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's
         bytes."""
         return warming.warm(self, batch_sizes, beam_sizes, max_subsets, background)
 

@@ -107,7 +107,7 @@ def accepts(step: StepPlan, tabs: dict, node: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------
-# Liveness bits (see static_compiler.live.liveness for their layout)
+# Liveness bits (see static_compiler.item_bits.liveness for their layout)
 
 
 def bits(words: torch.Tensor, rows: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

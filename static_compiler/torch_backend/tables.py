@@ -3,7 +3,7 @@
 `TorchPlan` is the compiler's `Plan` (its `StepPlan`s: a layout kind, the
 static slice width, state counts, flags; `target.plan` is numpy-only)
 with the steps whose subset bits are slot bits. It comes from the set's
-`live.set_view.SetFacts` (`torch_plan`: a saved artifact's manifest read by
+`rules.set_view.SetFacts` (`torch_plan`: a saved artifact's manifest read by
 `set_view.facts_of_manifest`, or a compiled set's plan), without importing
 jax or the compiler. Tables become int32 / bool tensors once
 (`torch_tables`): torch gathers need no narrower dtypes, and uint16 /
@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from static_compiler.live.set_view import SetFacts
+from static_compiler.rules.set_view import SetFacts
 from static_compiler.target.plan import Plan
 
 
@@ -37,7 +37,7 @@ class TorchPlan(Plan):
 
 
 def torch_plan(facts: SetFacts) -> TorchPlan:
-    """The `TorchPlan` of a set's `live.set_view.SetFacts` (its plan and
+    """The `TorchPlan` of a set's `rules.set_view.SetFacts` (its plan and
     slot steps: a compiled set's, or an artifact's manifest's)."""
     plan = facts.plan
     return TorchPlan(plan.vocab_size, plan.steps, plan.end_token, frozenset(facts.slot_steps))

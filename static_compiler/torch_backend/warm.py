@@ -1,6 +1,6 @@
 """The torch backend's part of the warm-up (`TorchConstraints.warm`): every
 request path run once on dummy inputs before traffic. The warm-up itself is
-every door's (`live.warm_up`); this module says what torch's paths are.
+every door's (`decoding.warm_up`); this module says what torch's paths are.
 
 torch's eager ops compile nothing (no program is traced or lowered per
 shape, unlike jax's): what a first call pays is torch's first-use costs
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from static_compiler.live import warm_up
+from static_compiler.decoding import warm_up
 from static_compiler.support import arguments
 
 

@@ -259,7 +259,7 @@ def test_after_warm_the_loop_allowed_and_length_penalties_compile_nothing():
 
 
 def test_max_subsets_past_its_bound_is_typed_and_changes_nothing():
-    from static_compiler.live import padding as warming
+    from static_compiler.item_bits import padding as warming
 
     rows = items(80, seed=13)
     c = sc.compile_constraints(rows, V)

@@ -23,8 +23,8 @@ import pytest
 from helpers import REPO, packed_words
 
 import static_compiler as sc
-from static_compiler.live import bit_kernels
-from static_compiler.live.bit_kernels import NUMPY_KERNELS
+from static_compiler.item_bits import bit_kernels
+from static_compiler.item_bits.bit_kernels import NUMPY_KERNELS
 
 
 def _run_without(packages, script: str) -> subprocess.CompletedProcess:
@@ -100,7 +100,7 @@ def test_torch_backend_without_numba(tmp_path):
     n = version.items.num_items
     out = _run_without(["numba", "jax"], f"""
         import numpy as np, torch
-        from static_compiler.live import bit_kernels
+        from static_compiler.item_bits import bit_kernels
         from static_compiler.torch_backend import TorchConstraints
         assert not bit_kernels.HAVE_NUMBA
         tc = TorchConstraints.load({str(path)!r})
@@ -184,7 +184,7 @@ def test_numpy_kernels_equal_the_compiled_ones(seed):
 
 def test_kernels_without_numba_are_the_numpy_twins():
     out = _run_without(["numba"], """
-        from static_compiler.live import bit_kernels
+        from static_compiler.item_bits import bit_kernels
         assert not bit_kernels.HAVE_NUMBA
         for name, twin in bit_kernels.NUMPY_KERNELS.items():
             assert getattr(bit_kernels, name) is twin, name

@@ -82,7 +82,7 @@ def as_version(built, version: int, dest: pathlib.Path) -> pathlib.Path:
     if version == 8:  # every final state's item, as version 8 held them
         with snapshot.open_snapshot(dest) as snap:
             items = snapshot_items.read_item_arrays(snap)
-        from static_compiler.live.state_order import InsertedOrder
+        from static_compiler.item_bits.state_order import InsertedOrder
         order = InsertedOrder(items["state_inserted_at"], items["state_inserted_item"],
                               int(items["row_item"].max()) + 1)
         reseal_items(dest, {"state_item": order[np.arange(order.count)].astype(np.int32)}, 8)

@@ -228,10 +228,10 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
     """), path)
     info = json.loads(out)
     # `static_compiler.serving` is an alias of the loader's module: the
-    # artifact package's format modules and runtime, the live bits, the plan
-    # and table format (target.plan, target.tables), the item index and IR
+    # artifact package's format modules and runtime, the item data, bits and
+    # rules, the plan and table format (target.plan, target.tables), the IR
     # types, and utilities; not its writer, export or update modules (and no
-    # compiler stage: no frontend builder, pass, lowering or backend).
+    # compiler stage: no frontend module, pass, lowering or backend).
     assert info["modules"] == ["static_compiler", "static_compiler.artifact",
                                "static_compiler.artifact.format",
                                "static_compiler.artifact.manifest",
@@ -244,20 +244,20 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.artifact.serving",
                                "static_compiler.artifact.snapshot",
                                "static_compiler.artifact.snapshot_items",
-                               "static_compiler.artifact.warm", "static_compiler.errors",
-                               "static_compiler.frontend", "static_compiler.frontend.attributes",
-                               "static_compiler.frontend.items",
-                               "static_compiler.frontend.names",
+                               "static_compiler.artifact.warm", "static_compiler.decoding",
+                               "static_compiler.decoding.warm_up", "static_compiler.errors",
                                "static_compiler.ir", "static_compiler.ir.printer", "static_compiler.ir.row_checks",
                                "static_compiler.ir.types",
                                "static_compiler.ir.verify",
-                               "static_compiler.live", "static_compiler.live.item_masks",
-                               "static_compiler.live.layer_walk", "static_compiler.live.layers",
-                               "static_compiler.live.liveness", "static_compiler.live.padding",
-                               "static_compiler.live.placements",
-                               "static_compiler.live.priors",
-                               "static_compiler.live.set_view", "static_compiler.live.state_order",
-                               "static_compiler.live.warm_up",
+                               "static_compiler.item_bits", "static_compiler.item_bits.item_masks",
+                               "static_compiler.item_bits.layer_walk", "static_compiler.item_bits.layers",
+                               "static_compiler.item_bits.liveness", "static_compiler.item_bits.padding",
+                               "static_compiler.item_bits.placements",
+                               "static_compiler.item_bits.state_order",
+                               "static_compiler.items", "static_compiler.items.attributes",
+                               "static_compiler.items.index", "static_compiler.items.names",
+                               "static_compiler.rules", "static_compiler.rules.priors",
+                               "static_compiler.rules.set_view",
                                "static_compiler.support", "static_compiler.support.arguments",
                                "static_compiler.support.arrays",
                                "static_compiler.support.beam_loop",
@@ -269,6 +269,8 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                "static_compiler.support.placement",
                                "static_compiler.support.threads", "static_compiler.target",
                                "static_compiler.target.plan", "static_compiler.target.tables"]
+    # the serving process imports no frontend module (the item data it reads is in items/)
+    assert not [m for m in info["modules"] if m.partition(".")[2].split(".")[0] == "frontend"]
     logits = np.linspace(-1, 1, 2 * 4 * 10, dtype=np.float32).reshape(2, 4, -1)
     assert info["tokens"] == np.asarray(art.beam_step(art.init_beams(2, 4), logits, 0).tokens).tolist()
 

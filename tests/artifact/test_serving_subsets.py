@@ -481,7 +481,7 @@ def test_the_trie_and_bit_layout_are_built_once_per_set(saved, monkeypatch):
     """Row pointers from the tables and the slot layout are O(edges) (0.65 s
     at 1e7 items): Artifact.subset builds them on first use only (its
     `SetView`)."""
-    from static_compiler.live import set_view
+    from static_compiler.rules import set_view
     items, _, _, path = saved
     art = serving.load(path)
     calls = []

@@ -1,6 +1,6 @@
 """The import graph flows one way, one layer per package: errors -> support
--> IR -> frontend -> passes -> target -> live -> backend -> artifact -> torch
-backend -> the public API, with the integrations and the applications (the
+-> items -> IR -> frontend -> passes -> target -> item bits -> rules ->
+backend -> artifact -> torch backend -> the public API, with the integrations and the applications (the
 CLI) on top. Every import statement of every module of
 the package (those inside functions too) is parsed and checked against the
 layer table below; a new module must be placed in it.
@@ -23,11 +23,14 @@ PACKAGE = REPO / "static_compiler"
 LAYERS = (
     ("errors",),
     ("support",),  # numpy/stdlib utilities every layer imports (dtypes, arrays, mapped files)
+    ("items",),  # what a set's items are: the item index, names, attribute columns (data)
     ("ir",),
-    ("frontend",),  # inputs -> IR; its outputs: the item index (frontend.items)
+    ("frontend",),  # inputs -> IR (and the items' data)
     ("passes",),
     ("target",),  # plan types, lowering IR -> tables, raising tables -> IR (numpy only)
-    ("live",),  # the set view, liveness bits, subsets, additions
+    ("item_bits",),  # the items' liveness bits over a trie's layers, additions
+    ("rules",),  # filters, priors and the set view that applies them (they read item bits)
+    ("decoding",),  # the verb family written once over an engine (numpy only)
     ("backend",),  # JAX kernels and decoding
     ("artifact",),  # format, manifest, snapshot, writer (and its version history), export, serving loader
     ("torch_backend",),  # the same plan and set view in torch ops
@@ -51,18 +54,24 @@ THIRD_PARTY = {"jax", "jaxlib", "numpy", "numba", "networkx", "ml_dtypes", "toke
 SERVING_SUPPORT = {"errors", "support.arguments", "support.arrays", "support.mapped",
                    "support.compile_events", "support.decode_state", "support.decode_types",
                    "support.beam_loop", "support.beam_result", "support.deprecation",
-                   "support.dtypes", "support.placement", "support.threads"}
+                   "support.dtypes", "support.lazy", "support.placement", "support.threads"}
 """The utilities a serving binary ships."""
-LIVE_BITS = {"live.layers", "live.bit_kernels", "live.layer_walk", "live.state_order",
-             "live.item_masks", "live.liveness", "live.placements", "live.set_view",
-             "live.where", "live.filter_tree", "live.filter_text", "live.priors", "live.padding",
-             "live.warm_up",
-             "target.plan",
-             "target.tables", "frontend.items", "frontend.names", "frontend.attributes"}
-"""The numpy modules a serving binary reads a set's items and plan with."""
+SERVED_ITEMS = {"items", "item_bits", "rules", "target.plan", "target.tables"}
+"""The numpy folders and modules a serving binary reads a set's items and
+plan with (their compiler modules, COMPILER_ITEMS, it never reaches:
+`test_the_serving_binary_reaches_no_compiler_module`)."""
+COMPILER_ITEMS = {"item_bits.additions", "item_bits.table_additions", "rules.subsets"}
+"""The item folders' modules that need the compiler (the frontend, IR
+building, lowering)."""
 FORMAT = {"artifact.format", "artifact.manifest", "artifact.manifest_records", "artifact.names",
           "artifact.snapshot", "artifact.snapshot_items", "artifact.normalize"}
 """The artifact's format: file names, manifest, snapshot, older shapes."""
+SERVING_LOADER = {"artifact.runtime", "artifact.warm", "artifact.served_verbs", "artifact.served_items",
+                  "artifact.serving"}
+"""The serving loader (`static_compiler.serving`) and the artifact's modules
+it is made of."""
+SERVING_BINARY = SERVING_SUPPORT | SERVED_ITEMS | FORMAT | SERVING_LOADER | {"ir", "decoding"}
+"""Every module a serving binary may load (with the packages above them)."""
 RESTRICTED = {
     "errors": (set(), set()),
     "support.arguments": ({"numpy"}, {"errors"}),
@@ -77,73 +86,51 @@ RESTRICTED = {
     "support.beam_result": ({"jax", "numpy"}, {"errors", "support.decode_types"}),  # finalize, for both JAX doors
     "support.placement": ({"jax", "numpy"}, {"errors"}),  # which tables split across a mesh
     "support.threads": (set(), set()),  # host passes split over threads
-    # The plan, the table format and the item index: numpy only, read by every backend.
+    # The plan and the table format: numpy only, read by every backend.
     "target.plan": (set(), {"ir"}),
     "target.tables": ({"numpy"}, {"support.arrays"}),
     "target": ({"numpy"}, {"errors", "ir", "support", "target"}),
-    "frontend.items": ({"numpy"}, {"support.arrays", "frontend.attributes"}),
-    "frontend.attributes": ({"numpy"}, {"errors"}),  # the items' attribute columns
-    # The live bits a serving binary ships.
-    "live.layers": ({"numpy"}, {"errors", "support.arrays", "support.mapped", "target.tables",
-                                "target.plan"}),  # (plan_bit_widths: a plan's subset widths)
-    "live.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
-    "live.layer_walk": ({"numpy"}, {"support.arrays", "support.threads", "live.layers",
-                                    "live.bit_kernels"}),
-    "live.state_order": ({"numpy"}, {"live.layer_walk", "live.bit_kernels", "support.mapped"}),
-    "live.item_masks": ({"numpy"}, {"errors", "live.layer_walk", "live.bit_kernels",
-                                    "support.mapped", "support.threads"}),
-    "live.liveness": ({"numpy"}, {"errors", "live.layers", "live.layer_walk", "live.bit_kernels",
-                                  "live.state_order", "live.item_masks", "live.placements",
-                                  "support.mapped", "frontend.items"}),
-    # the bound on padded subset stacks every door's warm-up keeps (numpy: no jax)
-    "live.padding": ({"numpy"}, {"errors", "live.liveness", "support.decode_state"}),
-    "live.placements": (set(), set()),  # a subset's device copies, per device
-    # the one warm-up planner of every front door (jax imported only inside the JAX doors'
-    # hooks and their compile counter: importing it loads neither jax nor torch, tested below)
-    "live.warm_up": ({"numpy", "jax"}, {"errors", "support.arguments", "support.decode_types",
-                                 "support.compile_events", "live.padding"}),
-    "live.where": ({"numpy"}, {"errors", "frontend.attributes", "live.filter_tree",
-                               "live.filter_text", "support.threads"}),  # filter expressions over item attributes
-    "live.filter_tree": ({"numpy"}, {"errors", "frontend.attributes"}),  # their trees
-    "live.filter_text": (set(), {"errors", "live.filter_tree"}),  # text -> tree
-    # item priors: the best weighted prior below each state, from an attribute column
-    "live.priors": ({"numpy"}, {"errors", "live.state_order", "live.layers",
-                                "live.placements"}),
-    # One numpy view of a set's items behind every front door (serving, torch, compiled).
-    "live.set_view": ({"numpy"}, LIVE_BITS | {"errors", "artifact.format"}),
+    # The items' data (index, names, attribute columns), read by every layer above.
+    "items": ({"numpy"}, {"errors", "support"}),
+    # Their liveness bits (numpy; numba for the compiled host kernels alone) and additions.
+    "item_bits": ({"numpy"}, {"errors", "support", "items", "ir", "frontend", "target", "item_bits"}),
+    "item_bits.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
+    # The rules over the items (filters, priors) and the set view behind every front door.
+    "rules": ({"numpy"}, {"errors", "support", "items", "item_bits", "target.plan", "frontend"}),
     # The artifact's format: what a serving binary reads.
     "artifact.format": (set(), {"errors"}),
     "artifact.manifest": ({"numpy"}, {"errors", "artifact.format", "artifact.manifest_records"}),
-    "artifact.manifest_records": ({"numpy"}, {"errors", "artifact.format", "frontend.attributes"}),
-    "artifact.names": ({"numpy"}, {"errors", "artifact.format", "frontend.names"}),
-    "frontend.names": ({"numpy"}, {"errors"}),
-    "artifact.snapshot": ({"numpy"}, {"errors", "support.mapped", "frontend.names",
-                                      "frontend.attributes"} | FORMAT),
+    "artifact.manifest_records": ({"numpy"}, {"errors", "artifact.format", "items.attributes"}),
+    "artifact.names": ({"numpy"}, {"errors", "artifact.format", "items.names"}),
+    "artifact.snapshot": ({"numpy"}, {"errors", "support.mapped", "items.names",
+                                      "items.attributes"} | FORMAT),
     "artifact.snapshot_items": ({"numpy"}, {"errors", "support.mapped",
-                                            "frontend.attributes"} | FORMAT),
+                                            "items.attributes"} | FORMAT),
     "artifact.normalize": ({"numpy"}, {"errors", "artifact.format", "support.dtypes",
-                                       "live.layers", "live.state_order"}),  # format.COMPAT
-    # The serving loader: format, live bits and utilities; no compiler module (no
+                                       "item_bits.layers", "item_bits.state_order"}),  # format.COMPAT
+    # The serving loader: format, item data, bits and rules, and utilities; no compiler module (no
     # frontend stage, passes, lowering, backend or writer).
-    "artifact.runtime": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT),
-    "artifact.warm": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS),  # Artifact.warm, its padding
+    "artifact.runtime": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT),
+    "artifact.warm": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | {"decoding"}),  # Artifact.warm, its padding
     # The artifact's verbs composed from its modules (allowed_tokens, allowed, beam_search).
-    "artifact.served_verbs": ({"jax", "numpy"}, SERVING_SUPPORT | {"live.priors", "artifact.warm"}),
+    "artifact.served_verbs": ({"jax", "numpy"}, SERVING_SUPPORT | {"rules.priors", "artifact.warm"}),
     # Its per-request item arguments: subsets and priors.
-    "artifact.served_items": ({"jax"}, SERVING_SUPPORT | LIVE_BITS | {"artifact.warm"}),
-    "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
-                         {"artifact.runtime", "artifact.warm", "artifact.served_verbs",
-                          "artifact.served_items"}),
+    "artifact.served_items": ({"jax"}, SERVING_SUPPORT | SERVED_ITEMS | {"artifact.warm"}),
+    "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT | SERVING_LOADER),
     # The lifecycle: a compiled set's next version, and the writers of an artifact's next
     # versions (written by the artifact's writer, read back as the compiled set `saved` loads).
-    "lifecycle": ({"numpy"}, {"errors", "support", "frontend.attributes", "passes", "target", "live",
-                              "artifact", "saved"}),
+    "lifecycle": ({"numpy"}, {"errors", "support", "items", "passes", "target", "item_bits",
+                              "rules", "artifact", "saved"}),
     # the verb family's Protocols (its types named for the type checker alone)
-    "contract": (set(), {"support.decode_types", "live.liveness"}),
+    "contract": (set(), {"support.decode_types", "item_bits.liveness"}),
+    # the one warm-up planner of every front door (jax imported only inside the JAX doors'
+    # hooks and their compile counter: importing it loads neither jax nor torch, tested below)
+    "decoding.warm_up": ({"numpy", "jax"}, {"errors", "support.arguments", "support.decode_types",
+                                            "support.compile_events", "item_bits.padding"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
-    "torch_backend": ({"numpy", "torch"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
-                      {"torch_backend", "compiled"}),
+    "torch_backend": ({"numpy", "torch"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT |
+                      {"torch_backend", "compiled", "decoding"}),
 }
 """module or package -> (third-party packages, modules of ours) it may import
 (a module, or every module of a package named); most are the modules a
@@ -171,7 +158,7 @@ def _top(name: str) -> str:
 
 
 def _path(name: str) -> str:
-    """A module name's path inside static_compiler ("live.liveness")."""
+    """A module name's path inside static_compiler ("item_bits.liveness")."""
     return name.partition(".")[2]
 
 
@@ -273,6 +260,40 @@ def test_known_upward_edges_still_exist():
     assert not set(KNOWN_UPWARD) - edges, sorted(set(KNOWN_UPWARD) - edges)
 
 
+def _reached(start: str) -> set:
+    """The paths of every module of ours `start` may load: its imports
+    (inside functions too), followed through every module they reach, with
+    the packages above each."""
+    files = dict(MODULES)
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in files:
+            continue
+        seen.add(name)
+        for module, _ in _imports(name, files[name]):
+            parts = module.split(".")
+            if parts[0] == "static_compiler":
+                todo.extend(".".join(parts[:n]) for n in range(1, len(parts) + 1))
+    return {_path(name) for name in seen}
+
+
+def test_the_serving_binary_reaches_no_compiler_module():
+    """The serving loader's boundary, followed through every module it may
+    load (a deferred import too): the format, the item folders' numpy
+    modules, the plan and table format, the IR types and the utilities; no
+    frontend module, pass, lowering, backend, writer, export or lifecycle
+    module, nor the item folders' compiler modules."""
+    reached = _reached("static_compiler.artifact.serving")
+    above = {".".join(path.split(".")[:n]) for path in SERVING_BINARY for n in range(len(path.split(".")))}
+    bad = sorted(path for path in reached if path not in above and
+                 (not _within(path, SERVING_BINARY) or _within(path, COMPILER_ITEMS)))
+    assert not bad, f"the serving binary may load {bad}"
+    assert {"items.index", "item_bits.liveness", "rules.set_view", "rules.where"} <= reached
+    # the walk follows deferred imports: a compiler module of the item folders reaches the frontend
+    assert "frontend.sequences" in _reached("static_compiler.rules.subsets")
+
+
 def test_the_layer_test_sees_a_violation(tmp_path):
     """The checker itself: a low module importing a high one is reported."""
     fake = tmp_path / "ir.py"
@@ -294,7 +315,7 @@ def test_the_compiler_core_loads_no_jax(module):
 
 @pytest.mark.parametrize("module, absent", [
     ("static_compiler.contract", ("numpy", "jax", "torch")),
-    ("static_compiler.live.warm_up", ("jax", "torch")),
+    ("static_compiler.decoding.warm_up", ("jax", "torch")),
 ])
 def test_the_contract_and_the_warm_up_planner_load_no_engine(module, absent):
     """Importable by a serving binary and a torch-only process alike."""

@@ -112,8 +112,8 @@ def _built(tc) -> dict:
     """What a set's first `subset()` builds: its view's lazily built parts
     (trie, bit layout, first rows, ...) and, with numba, the subset
     kernels' compiled signatures."""
-    from static_compiler.live import bit_kernels
-    from static_compiler.live.set_view import _Once
+    from static_compiler.item_bits import bit_kernels
+    from static_compiler.rules.set_view import _Once
 
     parts = {name: once._done for name, once in vars(tc.set_view).items()
              if isinstance(once, _Once)}
@@ -139,7 +139,7 @@ def test_warm_pays_the_first_subsets_costs(sets, tmp_path, max_subsets):
 def test_max_subsets_past_the_padding_bound_is_typed(sets):
     """The bound every door keeps on max_subsets (`PADDED_SUBSETS_MAX_BYTES`
     over one subset's bytes): past it a typed error, before anything runs."""
-    from static_compiler.live import padding as warming
+    from static_compiler.item_bits import padding as warming
 
     tc = sets["artifact"]
     bound = warming.PADDED_SUBSETS_MAX_BYTES // warming.subset_bytes(

@@ -1,5 +1,5 @@
 """Business rules, the item-prior section: what ranking with a prior (the
-look-ahead of `live.priors`) costs a beam search, against the same search
+look-ahead of `rules.priors`) costs a beam search, against the same search
 without one, at the paper's config (B = 2, M = 70, L = 8, V = 2048).
 
 A set of N uniform Semantic IDs with a float attribute ``popularity``

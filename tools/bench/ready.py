@@ -130,7 +130,7 @@ def _serving_decode(art, B: int, M: int, subset=None):
 def _subsets(art, R: int, seed: int):
     import numpy as np
 
-    from static_compiler.live.liveness import stack_subsets
+    from static_compiler.item_bits.liveness import stack_subsets
 
     if R == 0:
         return None
@@ -204,7 +204,7 @@ def _steady_after_start_up(request, repeats: int, counts: "_Counts") -> tuple:
     and cache reads of the timed calls (0)."""
     import threading
 
-    from static_compiler.live.liveness import wait_for_kernels
+    from static_compiler.item_bits.liveness import wait_for_kernels
 
     wait_for_kernels()
     others = sorted(t.name for t in threading.enumerate() if t is not threading.current_thread())

@@ -9,7 +9,7 @@ attributes (`uploaded_day` int32 in [0, 365), `price` float32 in [0, 100),
     uploaded_day >= 358 and category in ('c01', 'c07', 'c13') and price < 50.0
 
 is timed three ways, median of ``--repeats``: the expression alone over
-the columns (`live.where.evaluate`, bool (N,)), a subset from that ready
+the columns (`rules.where.evaluate`, bool (N,)), a subset from that ready
 mask (`subset(mask)`), and the whole `subset(where=...)`; each is checked
 against numpy's evaluation of the same expression. Peak memory is the
 Python heap's peak during one evaluation (tracemalloc: numpy's buffers),
@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from static_compiler.frontend.attributes import code_dtype
+from static_compiler.items.attributes import code_dtype
 from tools.bench.cli import exit_without_teardown, sized_parser
 from tools.bench.output import machine_line
 
@@ -87,7 +87,7 @@ def peak_heap(fn) -> int:
 
 
 def where_columns(cols: dict) -> dict:
-    from static_compiler.live.where import Column
+    from static_compiler.rules.where import Column
 
     return {"uploaded_day": Column("int", cols["uploaded_day"]),
             "price": Column("float", cols["price"]),
@@ -144,8 +144,8 @@ def rows_only(n: int, repeats: int, seed: int) -> int:
     """The filter over memory-mapped columns, and what `subset(where=)` does
     with it before the walk up the trie: the rows' item bits, filled a chunk
     at a time from the filter, against the same from a ready mask."""
-    from static_compiler.live import item_masks
-    from static_compiler.live.where import evaluate, row_filter
+    from static_compiler.item_bits import item_masks
+    from static_compiler.rules.where import evaluate, row_filter
 
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         start = time.perf_counter()
@@ -176,7 +176,7 @@ def rows_only(n: int, repeats: int, seed: int) -> int:
 
 def with_set(n: int, repeats: int, seed: int) -> int:
     import static_compiler as sc
-    from static_compiler.live.where import evaluate
+    from static_compiler.rules.where import evaluate
 
     rng = np.random.default_rng(seed)
     sids = rng.integers(0, 2048, (n, 4))

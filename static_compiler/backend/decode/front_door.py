@@ -34,8 +34,8 @@ import numpy as np
 
 from static_compiler.backend import decode
 from static_compiler.errors import DecodeInputError
-from static_compiler.live.liveness import Subset
-from static_compiler.live.priors import check_prior
+from static_compiler.item_bits.liveness import Subset
+from static_compiler.rules.priors import check_prior
 from static_compiler.support.decode_state import (
     SENTINEL_SCORE,
     BeamState,

@@ -1,7 +1,7 @@
 """Item subsets at decode time: liveness bits read per candidate.
 
 A `LiveMask` holds the bit-packed liveness of R subsets (see
-`static_compiler.live.liveness`) and the subset each batch row decodes over. A
+`static_compiler.item_bits.liveness`) and the subset each batch row decodes over. A
 child candidate stays valid only when its next state is live; the end token
 only where the beam's own item is in the subset. A lookup is one gather of
 uint32 words (at a dense_rows step, of each beam's row of slot words), so
@@ -19,8 +19,8 @@ import numpy as np
 from jax import lax
 
 from static_compiler.errors import DecodeInputError
-from static_compiler.live.layers import plan_bit_widths, slot_words
-from static_compiler.live.liveness import checked_subset_index
+from static_compiler.item_bits.layers import plan_bit_widths, slot_words
+from static_compiler.item_bits.liveness import checked_subset_index
 from static_compiler.support.decode_state import is_traced
 from static_compiler.target.plan import Plan
 
@@ -96,7 +96,7 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
 
 
 subset_widths = plan_bit_widths
-"""`live.layers.plan_bit_widths`: the words per subset row of a plan's live
+"""`item_bits.layers.plan_bit_widths`: the words per subset row of a plan's live
 and ends bits."""
 
 

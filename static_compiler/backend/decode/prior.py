@@ -1,10 +1,10 @@
 """Item priors in a beam search: each candidate ranked with the best
 weighted prior among the live items below its next state (the look-ahead
-of `static_compiler.live.priors`), one gather per step.
+of `static_compiler.rules.priors`), one gather per step.
 
 A candidate's rank is ``max(score + term, MIN_VALID_SCORE)``, term =
 ``best[offset(t) + next]`` (for items outside the prior's selection a
-constant below every live term, `live.priors.outside_term`, so they rank
+constant below every live term, `rules.priors.outside_term`, so they rank
 after the live ones and by the model among themselves); with an end token, the end
 token's candidate reads its state's own item's term and a finished beam
 carried over adds none. Invalid candidates keep SENTINEL_SCORE. The beams
@@ -20,13 +20,13 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 
 from static_compiler.errors import DecodeInputError
-from static_compiler.live.priors import check_no_length_penalty
+from static_compiler.rules.priors import check_no_length_penalty
 from static_compiler.support.decode_state import MIN_VALID_SCORE, SENTINEL_SCORE
 from static_compiler.target.plan import Plan, prior_offsets, prior_size
 
 
 class LivePrior(NamedTuple):
-    """A `live.priors.Prior` on the device: best float32 (S,), laid out as
+    """A `rules.priors.Prior` on the device: best float32 (S,), laid out as
     `target.plan.prior_offsets` says."""
 
     best: Any

@@ -203,7 +203,7 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
         an end token, decoding stops once every valid beam has ended (the
         result is the same), so the model ran for fewer steps.
       subset: a `LiveMask`: each batch row decodes over its item subset
-        only (see static_compiler.live.subsets), exactly as over a set compiled
+        only (see static_compiler.rules.subsets), exactly as over a set compiled
         from those items; None: every item.
       also_compile: a `LiveMask` of `jax.ShapeDtypeStruct`s (`live_mask_spec`):
         when this search compiles its program, also compile (not run) the
