@@ -10,11 +10,11 @@ from typing import Optional
 import numpy as np
 
 from static_compiler.backend import decode
-from static_compiler.backend.decode.front_door import DecodeVerbs
+from static_compiler.backend.decode.engine import JaxEngine
 from static_compiler.computed import NOT_YET, Computed
+from static_compiler.decoding.decoder import Decoder
 from static_compiler.errors import JAX_INSTALL, ConstraintSetError, DecodeInputError, require
 from static_compiler.frontend import ItemIndex
-from static_compiler.frontend.attributes import ItemAttributes
 from static_compiler.frontend.names import NameTable
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
 from static_compiler.live import subsets, versions
@@ -27,14 +27,15 @@ from static_compiler.warm import WarmUp
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
+class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     """A compiled constraint set: its automaton, decoding plan and tables.
 
     What `compile_constraints` returns (also `load`, `update`, `shard`);
     immutable. Decode over it with `beam_search`, `greedy_decode` or
     `sample`, step by step with the verbs every front door has
-    (`DecodeVerbs`: `init_processor` / `mask` / `allowed_tokens` /
-    `advance`, `allowed`, `init_beams` / `beam_step` / `finalize`),
+    (`decoding.decoder.Decoder`: `init_processor` / `mask` /
+    `allowed_tokens` / `advance`, `allowed`, `init_beams` / `beam_step` /
+    `finalize`, over `backend.decode.engine.JaxEngine`),
     restrict it to items with `subset`; `save` writes it as an artifact. Below, V is the vocabulary size and T = `max_length`.
 
     Attributes
@@ -267,8 +268,37 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         return sum(max(shard.data.nbytes for shard in arr.addressable_shards)
                    for arr in jax.tree_util.tree_leaves(self.device_tables))
 
-    # The verbs of every front door: `DecodeVerbs` (init_processor, mask,
-    # allowed_tokens, advance, allowed, init_beams, beam_step, finalize).
+    # The verbs of every front door: `Decoder`, over this set's engine.
+
+    @property
+    def _engine(self) -> JaxEngine:
+        return JaxEngine(self.plan, lambda: self.device_tables, self._warmth)
+
+    def live_mask(self, subset: Optional[subsets.Subset], subset_index, batch_size: int,
+                  where: str) -> Optional[decode.live.LiveMask]:
+        """The decoder's `LiveMask` for `subset` and each of batch_size rows'
+        subset_index (the module-level decoders' subset: `Decoder._live`)."""
+        return self._live(subset, subset_index, batch_size, where)
+
+    def live_prior(self, prior, where: str):
+        """The decoder's `decode.prior.LivePrior` of `prior` (a Prior of this
+        set, placed on the default device once), or None."""
+        return self._ranking(prior, where)
+
+    def beam_step(self, state: decode.BeamState, logits, step, *,
+                  subset: Optional[subsets.Subset] = None, subset_index=None,
+                  tokens_per_beam: Optional[int] = None, beam_size: Optional[int] = None,
+                  prior=None) -> decode.BeamState:
+        """One beam-search step (`Decoder.beam_step`, the program a served
+        artifact's modules run: `beam_step_switch`); tokens_per_beam: the
+        most children a beam may contribute at this step (None: no cap)."""
+        return self._beam_step(state, logits, step, subset, subset_index, beam_size, prior,
+                               tokens_per_beam=tokens_per_beam)
+
+    def _no_names(self) -> str:
+        return ("texts: this set was compiled from token ids, not names "
+                "(compile_constraints(names, tokenizer=...) keeps names)")
+
     def beam_search(self, logits_fn, batch_size: int, beam_size: int, *,
                     subset: Optional[subsets.Subset] = None, subset_index=None, **options):
         """Constrained beam search over this set: `static_compiler.beam_search(
@@ -318,25 +348,6 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         with self.counting():
             return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
 
-    def texts(self, result, *, prompt_length: Optional[int] = None) -> list:
-        """The names a decoding result of this text catalogue holds: lists
-        (batch) of lists (beams) of str, None where a beam is invalid; or,
-        for token id rows int (N, T) (Hugging Face ``generate``'s output,
-        `prompt_length` prompt tokens in front), one name per row, None
-        where a row holds no complete item (see `NameTable.texts`). Raises
-        DecodeInputError for a set compiled without a tokenizer."""
-        if self.names is None:
-            raise DecodeInputError("texts: this set was compiled from token ids, not names "
-                                   "(compile_constraints(names, tokenizer=...) keeps names)")
-        return self.names.texts(result, prompt_length=prompt_length, end_token=self.end_token,
-                                max_length=self.max_length)
-
-    @property
-    def fingerprint(self) -> str:
-        """Content hash of the plan and tables (`subsets.set_fingerprint`),
-        and of the items an update removed (`ItemIndex.removal_tag`)."""
-        return self.set_view.fingerprint
-
     @property
     def set_view(self) -> SetView:
         """The numpy view of this set's items every front door shares
@@ -354,13 +365,6 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
                            trie=trie, lookup=subsets.item_mask)
             self.computed.set_view = view
         return view
-
-    @property
-    def attributes(self) -> Optional[ItemAttributes]:
-        """The items' attribute columns (`compile_constraints(attributes=...)`:
-        name -> `frontend.attributes.Column`, one value per input row), or
-        None when the set has none."""
-        return None if self.items is None else self.items.attributes
 
     def update(self, *, add=None, remove=None, attributes=None) -> "CompiledConstraints":
         """A new version of this set with the items `add` lists (token
@@ -401,48 +405,6 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         version.computed.warmth = self._warmth()  # (one count: `compilations`)
         version.base_subset  # computed now, so the next decode only reads it
         return version
-
-    @property
-    def base_subset(self) -> Optional[subsets.Subset]:
-        """The subset every decode of this version runs over when no subset
-        is given: all items but those removed by updates; None if none was."""
-        return self.set_view.base_subset()
-
-    def subset(self, selection=None, *, where=None, masks=None) -> subsets.Subset:
-        """The items of this set that `selection` picks, as a `Subset` to
-        decode over (`beam_search(..., subset=...)`), with no recompile.
-
-        selection: bool (N,) over the input rows (item i is row i of the
-        input; duplicate rows are one item), or token sequences (a 2-D int
-        array or a list of sequences), each of which must be in the set.
-        Or `where`: a filter expression over the items' attributes
-        (``"in_stock and category in ('shoes', 'hats') and not seen"``,
-        text or built with `static_compiler.attr`), with `masks` the named
-        bool (N,) item masks it reads (``{"seen": mask}``): docs/business-rules.md.
-        Raises ConstraintSetError for a mask of another shape or dtype, a
-        sequence not in the set, and a set whose items share states
-        (minimized, graph or IR input); FilterExpressionError for a bad
-        expression (naming the position and the attribute)."""
-        return self.set_view.pick(selection, where, masks, "CompiledConstraints.subset")
-
-    def prior(self, column: str, weight: float = 1.0, selection=None, *, where=None,
-              masks=None):
-        """Item priors (soft constraints) from the float or int attribute
-        `column`, for `beam_search(..., prior=...)`: each item ranks by its
-        log-probability plus weight x its value, each prefix by its
-        log-probability plus the best of that term over the live items
-        below it (an optimistic look-ahead, so an item a rule boosts is not
-        pruned early). Live items: those `selection` (bool (N,) over the
-        input rows) or the filter `where` (with `masks`) picks, as `subset`
-        takes them (default every item), less removed ones; others rank
-        after every live one. Computed on the host in O(items + states),
-        no recompile. A `live.priors.Prior`. Raises ConstraintSetError for
-        a set without items (or whose items share states), AttributeColumnError for
-        a missing or non-numeric column or a value that is not finite,
-        DecodeInputError for a weight that is not a finite float
-        (docs/business-rules.md, "Item priors")."""
-        return self.set_view.prior(column, weight, selection, where, masks,
-                                   "CompiledConstraints.prior")
 
     def item_index(self, sequences) -> np.ndarray:
         """int64 (n,): the item (input row; the first of duplicate rows,

@@ -28,6 +28,7 @@ LAYERS = (
     ("passes",),
     ("target",),  # plan types, lowering IR -> tables, raising tables -> IR (numpy only)
     ("live",),  # the set view, liveness bits, subsets, additions, versions (`update`)
+    ("decoding",),  # the verb family written once over an engine (numpy only)
     ("backend",),  # JAX kernels and decoding
     ("artifact",),  # format, manifest, snapshot, writer, export, serving loader
     ("torch_backend",),  # the same plan and set view in torch ops
@@ -126,6 +127,9 @@ RESTRICTED = {
     "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
                          {"artifact.runtime", "artifact.warm", "artifact.served_verbs",
                           "artifact.served_items"}),
+    # The verbs over an engine: shared by the serving binary and torch-only processes.
+    "decoding": (set(), {"errors", "support.arguments", "support.beam_loop", "live.liveness",
+                         "live.padding", "live.priors"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
     "torch_backend": ({"numpy", "torch"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |

@@ -114,7 +114,7 @@ _EXPORTS = {
     "StepProcessor": "processor", "allowed": "prefix", "accept_drafts": "speculative",
     "BeamAxis": "carry", "reorder_carry": "carry",
 }
-_SUBMODULES = frozenset({"candidates", "carry", "front_door", "live", "logprobs", "prefix",
+_SUBMODULES = frozenset({"candidates", "carry", "engine", "live", "logprobs", "prefix",
                          "prior", "processor", "programs", "search", "selection", "speculative",
                          "step"})
 _lazy_getattr, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
