@@ -201,7 +201,7 @@ class Decoder:
         """The engine's subset bits for a call of batch_size rows: `subset`
         (or, none given, the version's base subset; None when nothing was
         removed) with each row's subset_index; after `warm(max_subsets=K)`,
-        a stack of pad_from <= R < K subsets padded to K (empty subsets
+        a stack of pad_from <= R < K subsets (the base subset too) padded to K (empty subsets
         appended: one program serves every R; the padded stack kept in the
         subset's `placements`), its index checked against R first."""
         engine = self._engine
@@ -211,7 +211,7 @@ class Decoder:
             subset = self.set_view.base_subset()
             if subset is None:
                 return None
-        elif isinstance(subset, Subset) and engine.pad_from is not None:
+        if isinstance(subset, Subset) and engine.pad_from is not None:
             pad_to = engine.pad_to()
             if pad_to is not None and engine.pad_from <= subset.num_subsets < pad_to:
                 subset_index = checked_subset_index(subset, self.fingerprint, subset_index,

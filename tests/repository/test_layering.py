@@ -120,13 +120,12 @@ RESTRICTED = {
     # frontend stage, passes, lowering, backend or writer).
     "artifact.runtime": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT),
     "artifact.warm": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS),  # Artifact.warm, its padding
-    # The artifact's verbs composed from its modules (allowed_tokens, allowed, beam_search).
-    "artifact.served_verbs": ({"jax", "numpy"}, SERVING_SUPPORT | {"live.priors", "artifact.warm"}),
-    # Its per-request item arguments: subsets and priors.
-    "artifact.served_items": ({"jax"}, SERVING_SUPPORT | LIVE_BITS | {"artifact.warm"}),
+    # The exported modules as the engine of the verbs (`decoding.decoder.Decoder`).
+    "artifact.served_engine": ({"jax", "numpy"}, SERVING_SUPPORT | FORMAT |
+                               {"live.liveness", "artifact.runtime", "decoding"}),
     "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
-                         {"artifact.runtime", "artifact.warm", "artifact.served_verbs",
-                          "artifact.served_items"}),
+                         {"artifact.runtime", "artifact.warm", "artifact.served_engine",
+                          "decoding"}),
     # The verbs over an engine: shared by the serving binary and torch-only processes.
     "decoding": (set(), {"errors", "support.arguments", "support.beam_loop", "live.liveness",
                          "live.padding", "live.priors"}),
