@@ -15,7 +15,8 @@ artifact.format / manifest / snapshot, live.layers / liveness), never jax
 or the compiler (tests/repository/test_layering.py).
 """
 
-from static_compiler.torch_backend.constraints import TorchConstraints, live_bits
+from static_compiler.torch_backend.constraints import TorchConstraints
+from static_compiler.torch_backend.engine import live_bits
 from static_compiler.torch_backend.kernels import LiveBits
 from static_compiler.torch_backend.ops import TorchState
 

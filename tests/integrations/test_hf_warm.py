@@ -19,9 +19,9 @@ import transformers
 from test_integration_torch import PROMPT_LENGTH, SET_VOCAB, make_set, reference_fn
 
 import static_compiler as sc
+from static_compiler.backend.decode import engine
 from static_compiler.backend.decode.prefix import allowed, padded_prefix_mask
 from static_compiler.errors import DecodeInputError
-from static_compiler.integrations import torch as hf
 from static_compiler.integrations.torch import StaticLogitsProcessor, default_backend
 from static_compiler.support.compile_events import CompileCounter
 from static_compiler.torch_backend import TorchConstraints
@@ -55,9 +55,9 @@ def fixed():
 @pytest.fixture
 def cold():
     """A new jitted program for the jax backend: its first call compiles."""
-    hf._jax_allowed_tokens.cache_clear()
+    engine._padded_allowed.cache_clear()  # (what the compiled set's `allowed` runs)
     yield
-    hf._jax_allowed_tokens.cache_clear()
+    engine._padded_allowed.cache_clear()
 
 
 def run(model, processor, prompts, beams, new_tokens):

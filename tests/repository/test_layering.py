@@ -132,7 +132,7 @@ RESTRICTED = {
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
     "torch_backend": ({"numpy", "torch"}, SERVING_SUPPORT | LIVE_BITS | FORMAT |
-                      {"torch_backend", "compiled"}),
+                      {"torch_backend", "compiled", "decoding"}),
 }
 """module or package -> (third-party packages, modules of ours) it may import
 (a module, or every module of a package named); most are the modules a

@@ -11,6 +11,7 @@ a set compiles and saves without jax installed.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -25,7 +26,21 @@ from static_compiler.support.decode_state import (
     check_processor_state,
     check_start_tokens,
     check_step,
+    check_token_values,
+    is_traced,
 )
+
+
+@functools.lru_cache(maxsize=None)
+def _padded_allowed():
+    """`prefix.padded_prefix_mask` jitted (the plan static): jax is
+    imported on first use."""
+    import jax
+
+    def allowed(plan, tables, prefixes, length, subset):  # (a program of its own)
+        return decode.prefix.padded_prefix_mask(plan, tables, prefixes, length, subset)
+
+    return jax.jit(allowed, static_argnums=(0,))
 
 
 class JaxEngine:
@@ -94,7 +109,20 @@ class JaxEngine:
         return prefixes, np.shape(prefixes)[0]
 
     def allowed(self, prefixes, live):
-        return decode.prefix.allowed(self.plan, self.tables, prefixes, live)
+        """Concrete prefixes: padded to max_length on the host and masked by
+        one program for every length (`prefix.padded_prefix_mask`, bit for
+        bit `prefix.allowed`; per row count and subset shape, so a loop over
+        growing prefixes compiles once); traced ones (inside the caller's
+        jit) and no rows: `prefix.allowed`, one program per length."""
+        if is_traced(prefixes) or not np.shape(prefixes)[0]:
+            return decode.prefix.allowed(self.plan, self.tables, prefixes, live)
+        tokens = np.asarray(prefixes)  # (prefix.allowed reads them back to check too)
+        check_token_values("prefixes", tokens, self.vocab_size, "allowed")
+        n, t = tokens.shape
+        decode.live.check_live_mask(self.plan, live, n, "allowed")
+        padded = np.zeros((n, self.max_length), np.int32)
+        padded[:, :t] = tokens  # (in [0, V): checked)
+        return _padded_allowed()(self.plan, self.tables, padded, np.int32(t), live)
 
     def init_beams(self, batch_size: int, beam_size: int, start_token):
         start = check_start_tokens(start_token, batch_size, "init_beams")
