@@ -135,8 +135,12 @@ class Artifact(Decoder):
                                             source=f"artifact {str(self.path)!r}",
                                             missing=DecodeInputError)
         self._warmth = warmth if warmth is not None else Warmth()  # shared by reloads
-        self._engine = ExportedEngine(self.path, manifest, self.tables, modules, items,
-                                      placement, self._warmth)
+        self._exported = ExportedEngine(self.path, manifest, self.tables, modules, items,
+                                        placement, self._warmth)
+
+    @property
+    def _engine(self) -> ExportedEngine:
+        return self._exported
 
     def __repr__(self):
         return (f"Artifact({str(self.path)!r}, vocab_size={self.vocab_size}, max_length="

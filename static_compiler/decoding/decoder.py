@@ -28,6 +28,7 @@ torch-only processes import it.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, ContextManager, Optional, Protocol
 
 from static_compiler.errors import DecodeInputError
@@ -44,12 +45,20 @@ class Engine(Protocol):
     form of a call's subset bits (`place_subset`) or None (every item);
     `prior` the engine's form of item priors (`place_prior`) or None."""
 
-    max_length: int
-    vocab_size: int
-    end_token: Optional[int]
-    pad_from: Optional[int]
-    """The fewest stacked subsets padded after `warm(max_subsets=K)` (stacks
-    of pad_from <= R < K are decoded as K); None: the engine never pads."""
+    @property
+    def max_length(self) -> int: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def end_token(self) -> Optional[int]: ...
+
+    @property
+    def pad_from(self) -> Optional[int]:
+        """The fewest stacked subsets padded after `warm(max_subsets=K)`
+        (stacks of pad_from <= R < K are decoded as K); None: the engine
+        never pads."""
 
     def pad_to(self) -> Optional[int]:
         """K of the last `warm(max_subsets=K)`, or None."""
@@ -83,8 +92,9 @@ class Engine(Protocol):
 
     def advance(self, state, tokens, step, live) -> Any: ...
 
-    def prefixes(self, prefixes, where: str, **options) -> tuple:
-        """(prefixes, N) after checking them."""
+    def prefixes(self, prefixes, where: str) -> tuple:
+        """(prefixes, N) after checking them (an engine may take options of
+        its own, as the door passes them)."""
 
     def allowed(self, prefixes, live) -> Any:
         """bool (N, V); an engine with no program of its own replays the
@@ -92,10 +102,9 @@ class Engine(Protocol):
 
     def init_beams(self, batch_size: int, beam_size: int, start_token) -> Any: ...
 
-    def beam_step(self, state, logits, step, live, width: int, prior, where: str,
-                  **options) -> Any: ...
+    def beam_step(self, state, logits, step, live, width: int, prior, where: str) -> Any: ...
 
-    def searcher(self, beam_size, widths: tuple, **options) -> Callable:
+    def searcher(self, beam_size, widths: tuple) -> Callable:
         """step(state, logits, t, live, prior) -> state of a search with
         these widths (checking the options once)."""
 
@@ -128,9 +137,13 @@ class Decoder:
     row's subset, ints (B,) (default: subset 0 for a single subset);
     without a subset, the items this version has not removed."""
 
-    _engine: Engine
     set_view: Any
     names: Any
+
+    @property
+    def _engine(self) -> Engine:
+        """The door's engine (each door gives its own)."""
+        raise NotImplementedError
 
     # Item rules (the door's SetView)
 
@@ -217,7 +230,7 @@ class Decoder:
                 subset_index = checked_subset_index(subset, self.fingerprint, subset_index,
                                                     batch_size, where)
                 subset = subset.placements.get(("padded", pad_to),
-                                               lambda s=subset: pad_subsets(s, pad_to))
+                                               functools.partial(pad_subsets, subset, pad_to))
         return engine.place_subset(subset, subset_index, batch_size, where, self.fingerprint)
 
     def _ranking(self, prior, where: str):

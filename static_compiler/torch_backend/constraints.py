@@ -98,7 +98,11 @@ class TorchConstraints(PlanFacts, Decoder):
         self.tables = tables
         self.device = checks.check_device(device, "TorchConstraints")
         self.set_view = set_view  # (subsets, fingerprint, base subset: numpy, on the host)
-        self._engine = TorchEngine(plan, tables, self.device, set_view.base_subset())
+        self._ops = TorchEngine(plan, tables, self.device, set_view.base_subset())
+
+    @property
+    def _engine(self) -> TorchEngine:
+        return self._ops
 
     def __repr__(self):
         return (f"TorchConstraints(vocab_size={self.vocab_size}, max_length={self.max_length}, "
