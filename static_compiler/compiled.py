@@ -274,17 +274,6 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     def _engine(self) -> JaxEngine:
         return JaxEngine(self.plan, lambda: self.device_tables, self._warmth)
 
-    def live_mask(self, subset: Optional[subsets.Subset], subset_index, batch_size: int,
-                  where: str) -> Optional[decode.live.LiveMask]:
-        """The decoder's `LiveMask` for `subset` and each of batch_size rows'
-        subset_index (the module-level decoders' subset: `Decoder._live`)."""
-        return self._live(subset, subset_index, batch_size, where)
-
-    def live_prior(self, prior, where: str):
-        """The decoder's `decode.prior.LivePrior` of `prior` (a Prior of this
-        set, placed on the default device once), or None."""
-        return self._ranking(prior, where)
-
     def beam_step(self, state: decode.BeamState, logits, step, *,
                   subset: Optional[subsets.Subset] = None, subset_index=None,
                   tokens_per_beam: Optional[int] = None, beam_size: Optional[int] = None,
@@ -321,16 +310,16 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         processor. Without a subset one processor per batch size is kept.
         Processors of sets with equal plans share their programs, and one of
         a set compiled with capacity also compiles each program ahead for
-        the removal-aware bits (`removal_program`): a warmed-up loop then
+        the removal-aware bits (`_removal_program`): a warmed-up loop then
         compiles nothing after a removal or an addition that fits."""
         batch_size = decode.StepProcessor.checked_batch(batch_size)
         key = None if subset is not None or subset_index is not None else batch_size
         cache = self.computed.processors
         if key is not None and key in cache:
             return cache[key]
-        live = self.live_mask(subset, subset_index, batch_size, "processor")
+        live = self._live(subset, subset_index, batch_size, "processor")
         out = decode.StepProcessor(self.plan, self.device_tables, batch_size, live,
-                                   removal=self.removal_program(live, batch_size),
+                                   removal=self._removal_program(live, batch_size),
                                    counter=self._compile_counter())
         if key is not None:
             cache[key] = out
@@ -344,7 +333,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         has not removed)."""
         where = f"accept_drafts(step={'<traced>' if is_traced(step) else step})"
         state = check_processor_state(state, where)  # named as the decoder names it
-        live = self.live_mask(subset, subset_index, state.node.shape[0], where)
+        live = self._live(subset, subset_index, state.node.shape[0], where)
         with self.counting():
             return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
 
@@ -418,7 +407,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
             ids = np.where(ids >= 0, np.where(items.removed[np.maximum(ids, 0)], -1, ids), -1)
         return np.where(ids >= 0, first[np.maximum(ids, 0)], -1)
 
-    def removal_program(self, live, batch_size: int):
+    def _removal_program(self, live, batch_size: int):
         """What a decoder also compiles (`decode.beam_search`'s
         also_compile) when it decodes this set over every item (`live` is
         None: no subset, nothing removed): for a set compiled with capacity

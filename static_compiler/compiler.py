@@ -249,17 +249,17 @@ def _decode_over(compiled: CompiledConstraints, decoder, where: str, args: tuple
     e.g. beam_size), then runs it over `compiled`'s plan and device tables
     with `args` (logits_fn, and sample's key) and the live mask of `subset`
     / `subset_index`, also compiling the removal-aware program
-    (`removal_program`); its compilations count in `compiled.compilations()`."""
+    (`CompiledConstraints._removal_program`); its compilations count in `compiled.compilations()`."""
     _check_call(compiled, decoder, options, where)
     # before the subset index is read against batch_size
     if "beam_size" in sizes:
         check_beam_schedule(sizes["beam_size"], compiled.max_length, batch_size)
     else:
         check_rows(batch_size)
-    live = compiled.live_mask(subset, subset_index, batch_size, where)
+    live = compiled._live(subset, subset_index, batch_size, where)
     with compiled.counting():
         return decoder(compiled.plan, compiled.device_tables, *args, batch_size=batch_size,
-                       subset=live, also_compile=compiled.removal_program(live, batch_size),
+                       subset=live, also_compile=compiled._removal_program(live, batch_size),
                        **sizes, **options)
 
 
@@ -334,7 +334,7 @@ def beam_search(compiled: CompiledConstraints, logits_fn, *, batch_size: int, be
         or range.
     """
     if options.get("prior") is not None:
-        options = dict(options, prior=compiled.live_prior(options["prior"], "beam_search"))
+        options = dict(options, prior=compiled._ranking(options["prior"], "beam_search"))
     return _decode_over(compiled, decode.beam_search, "beam_search", (logits_fn,), batch_size,
                         subset, subset_index, options, beam_size=beam_size)
 

@@ -256,7 +256,7 @@ def _plan(compiled, batch_sizes, beam_sizes, logits_fn, greedy, sample_key, max_
     if max_subsets > 1:  # (a larger bound warmed before stays: its programs are compiled)
         max_subsets = max(max_subsets, compiled._warmth().pad_to or 0)
     if options.get("prior") is not None:  # (its values do not matter: its shape does)
-        options = dict(options, prior=compiled.live_prior(options["prior"], "warm"))
+        options = dict(options, prior=compiled._ranking(options["prior"], "warm"))
     pick = lambda known: {k: v for k, v in options.items() if k in known}
     plan, tables = compiled.plan, compiled.device_tables
     jobs = []
@@ -283,7 +283,7 @@ def _subset_specs(compiled, batch_size: int, max_subsets: int) -> tuple:
     subset row (a removal; a set with capacity, or max_subsets >= 1), and
     max_subsets stacked subsets (every stack of 2 to max_subsets is padded
     to it)."""
-    expects_removals = compiled.removal_program(None, batch_size) is not None
+    expects_removals = compiled._removal_program(None, batch_size) is not None
     counts = sorted({1} if expects_removals or max_subsets else set()) + \
         ([max_subsets] if max_subsets > 1 else [])
     return tuple(decode.live.live_mask_spec(compiled.plan, batch_size, r) for r in counts)

@@ -147,7 +147,7 @@ class Artifact(Decoder):
                 f"{self.max_length}, num_sequences={self.num_sequences}, beam_sizes="
                 f"{self.beam_sizes})")
 
-    def check_schedule(self, beam_size) -> tuple:
+    def _check_schedule(self, beam_size) -> tuple:
         """The widths of beam_size (an int, or one width per step: a beam
         schedule; `arguments.check_beam_schedule`) after checking that this
         artifact runs it: an exported beam size, or a schedule it was

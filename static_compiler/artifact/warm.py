@@ -113,7 +113,7 @@ def check_warm_arguments(art, batch_sizes, beam_sizes, max_subsets, background) 
     beams = art.beam_sizes + art.beam_schedules if beam_sizes is None else \
         ([beam_sizes] if isinstance(beam_sizes, (int, np.integer)) else beam_sizes)
     try:
-        widths = [art.check_schedule(m) for m in beams]
+        widths = [art._check_schedule(m) for m in beams]
     except TypeError:
         raise DecodeInputError(f"{where}: beam_sizes={beam_sizes!r}: expected ints from the "
                                f"exported beam sizes {list(art.beam_sizes)} or beam schedules "

@@ -20,6 +20,7 @@ from test_integration_torch import PROMPT_LENGTH, SET_VOCAB, make_set, reference
 
 import static_compiler as sc
 from static_compiler.backend.decode import engine
+from static_compiler.backend.decode.live import subset_live_mask
 from static_compiler.backend.decode.prefix import allowed, padded_prefix_mask
 from static_compiler.errors import DecodeInputError
 from static_compiler.integrations.torch import StaticLogitsProcessor, default_backend
@@ -154,7 +155,8 @@ def test_padded_prefix_mask_is_allowed_bit_for_bit(kind):
     tc = TorchConstraints.from_compiled(compiled)  # eager torch: no program per t to compile
     clipped = np.clip(rows, 0, SET_VOCAB - 1)
     for sub in (None, stacked):
-        live = None if sub is None else compiled.live_mask(sub, index, len(rows), "test")
+        live = None if sub is None else subset_live_mask(sub, compiled.fingerprint, index,
+                                                                   len(rows), "test")
         for t in range(M):
             got = np.asarray(one(plan, tables, clipped.astype(np.int32), np.int32(t), live))
             want = tc.allowed(clipped[:, :t], subset=sub, subset_index=None if sub is None
