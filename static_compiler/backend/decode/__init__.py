@@ -17,7 +17,8 @@ concern per module:
 * `live`: item subsets, liveness bits read per candidate;
 * `prior`: item priors, each candidate ranked with the best prior below it;
 * `prefix`: `allowed`, a stateless mask from each row's tokens so far, for
-  engines that own the beam search.
+  engines that own the beam search;
+* `engine`: the compiled set's engine under `decoding.decoder.Decoder`.
 
 The package exports what a user calls (`__all__`, 14 names): the drivers,
 `init_beam_state` / `beam_step` / `finalize`, the processor pair `mask` /
