@@ -114,9 +114,6 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     fingerprint : str
         Property: content hash of the automaton and of the items an update
         removed; subsets carry it.
-    base_subset : Subset or None
-        Property: what every decode runs over when no subset is given (the
-        items updates did not remove); None if none was removed.
     attributes : ItemAttributes or None
         Property: the items' attribute columns (`items.attributes`), or None.
     """
@@ -392,7 +389,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
             version.computed.device_tables = self.computed.device_tables
             version.computed.set_view = self.set_view.version(version.items)
         version.computed.warmth = self._warmth()  # (one count: `compilations`)
-        version.base_subset  # computed now, so the next decode only reads it
+        version.set_view.base_subset()  # computed now, so the next decode only reads it
         return version
 
     def item_index(self, sequences) -> np.ndarray:

@@ -15,8 +15,9 @@ backend.
 `beam_search`      a whole search, stepped from Python (`support.beam_loop`)
 =================  ==========================================================
 
-and the item rules (`subset`, `prior`, `base_subset`, `attributes`,
-`fingerprint`) over the door's `live.set_view.SetView`. The decoder checks
+and the item rules (`subset`, `prior`, `attributes`, `fingerprint`) over
+the door's `live.set_view.SetView` (whose `base_subset()` every call runs
+over when no subset is given: the items updates have not removed). The decoder checks
 what needs no array type (batch and beam sizes, widths, the length penalty,
 a search's callables), resolves the item subset of a call (the version's
 base subset when none is given; after `warm(max_subsets=K)` a stack padded
@@ -153,12 +154,6 @@ class Decoder:
         text) and of the items an update removed (`ItemIndex.removal_tag`):
         subsets and priors of this set carry it."""
         return self.set_view.fingerprint
-
-    @property
-    def base_subset(self) -> Optional[Subset]:
-        """The subset every decode of this version runs over when no subset
-        is given: all items but those removed by updates; None if none was."""
-        return self.set_view.base_subset()
 
     @property
     def attributes(self):

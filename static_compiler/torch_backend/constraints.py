@@ -76,9 +76,6 @@ class TorchConstraints(PlanFacts, Decoder):
     device : torch.device
     fingerprint : str
         The set's fingerprint: subsets must carry it.
-    base_subset : Subset or None
-        All items but those an update removed (None if none was): what
-        every call decodes over when no subset is given.
     names : NameTable or None
         A text catalogue's names (`texts` reads them), else None.
     attributes : ItemAttributes or None

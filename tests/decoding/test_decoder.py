@@ -25,7 +25,7 @@ from static_compiler.artifact import serving  # noqa: E402
 from static_compiler.torch_backend import TorchConstraints  # noqa: E402
 
 ONCE = ("init_processor", "allowed_tokens", "advance", "init_beams", "finalize", "texts",
-        "subset", "prior", "fingerprint", "base_subset", "attributes")
+        "subset", "prior", "fingerprint", "attributes")
 """What no door overrides. (A door may add options of its own to a verb by
 a one-line override that calls the decoder's: mask, allowed, beam_step,
 beam_search.)"""
@@ -97,7 +97,7 @@ def test_no_subset_is_the_base_subset_and_an_index_alone_is_refused(compiled):
     assert engine.placed == []
     version = compiled.update(remove=np.arange(40) < 5)
     assert Door(version.set_view, engine).mask(None, [0, 0], 0) == "live"
-    assert engine.placed == [(version.base_subset, None)]
+    assert engine.placed == [(version.set_view.base_subset(), None)]
     with pytest.raises(DecodeInputError, match=r"^mask: subset_index without a subset"):
         Door(version.set_view, engine).mask(None, [0, 0], 0, subset_index=[0, 0])
 
