@@ -10,12 +10,12 @@ from typing import Optional
 import numpy as np
 
 from static_compiler.backend import decode
-from static_compiler.backend.decode.front_door import DecodeVerbs
+from static_compiler.backend.decode.engine import JaxEngine
 from static_compiler.computed import NOT_YET, Computed
 from static_compiler.decode_calls import beam_search_over
+from static_compiler.decoding.decoder import Decoder
 from static_compiler.errors import JAX_INSTALL, ConstraintSetError, DecodeInputError, require
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
-from static_compiler.items.attributes import ItemAttributes
 from static_compiler.items.index import ItemIndex
 from static_compiler.items.names import NameTable
 from static_compiler.lifecycle import next_version
@@ -29,14 +29,15 @@ from static_compiler.warm import WarmUp
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
+class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     """A compiled constraint set: its automaton, decoding plan and tables.
 
     What `compile_constraints` returns (also `load`, `update`, `shard`);
     immutable. Decode over it with `beam_search`, `greedy_decode` or
     `sample`, step by step with the verbs every front door has
-    (`DecodeVerbs`: `init_processor` / `mask` / `allowed_tokens` /
-    `advance`, `allowed`, `init_beams` / `beam_step` / `finalize`),
+    (`decoding.decoder.Decoder`: `init_processor` / `mask` /
+    `allowed_tokens` / `advance`, `allowed`, `init_beams` / `beam_step` /
+    `finalize`, over `backend.decode.engine.JaxEngine`),
     restrict it to items with `subset`; `save` writes it as an artifact. Below, V is the vocabulary size and T = `max_length`.
 
     Attributes
@@ -115,9 +116,6 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
     fingerprint : str
         Property: content hash of the automaton and of the items an update
         removed; subsets carry it.
-    base_subset : Subset or None
-        Property: what every decode runs over when no subset is given (the
-        items updates did not remove); None if none was removed.
     attributes : ItemAttributes or None
         Property: the items' attribute columns (`items.attributes`), or None.
     """
@@ -269,8 +267,26 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         return sum(max(shard.data.nbytes for shard in arr.addressable_shards)
                    for arr in jax.tree_util.tree_leaves(self.device_tables))
 
-    # The verbs of every front door: `DecodeVerbs` (init_processor, mask,
-    # allowed_tokens, advance, allowed, init_beams, beam_step, finalize).
+    # The verbs of every front door: `Decoder`, over this set's engine.
+
+    @property
+    def _engine(self) -> JaxEngine:
+        return JaxEngine(self.plan, lambda: self.device_tables, self._warmth)
+
+    def beam_step(self, state: decode.BeamState, logits, step, *,
+                  subset: Optional[subsets.Subset] = None, subset_index=None,
+                  tokens_per_beam: Optional[int] = None, beam_size: Optional[int] = None,
+                  prior=None) -> decode.BeamState:
+        """One beam-search step (`Decoder.beam_step`, the program a served
+        artifact's modules run: `beam_step_switch`); tokens_per_beam: the
+        most children a beam may contribute at this step (None: no cap)."""
+        return self._beam_step(state, logits, step, subset, subset_index, beam_size, prior,
+                               tokens_per_beam=tokens_per_beam)
+
+    def _no_names(self) -> str:
+        return ("texts: this set was compiled from token ids, not names "
+                "(compile_constraints(names, tokenizer=...) keeps names)")
+
     def beam_search(self, logits_fn, batch_size: int, beam_size: int, *,
                     subset: Optional[subsets.Subset] = None, subset_index=None, **options):
         """Constrained beam search over this set: `static_compiler.beam_search(
@@ -292,16 +308,16 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         processor. Without a subset one processor per batch size is kept.
         Processors of sets with equal plans share their programs, and one of
         a set compiled with capacity also compiles each program ahead for
-        the removal-aware bits (`removal_program`): a warmed-up loop then
+        the removal-aware bits (`_removal_program`): a warmed-up loop then
         compiles nothing after a removal or an addition that fits."""
         batch_size = decode.StepProcessor.checked_batch(batch_size)
         key = None if subset is not None or subset_index is not None else batch_size
         cache = self.computed.processors
         if key is not None and key in cache:
             return cache[key]
-        live = self.live_mask(subset, subset_index, batch_size, "processor")
+        live = self._live(subset, subset_index, batch_size, "processor")
         out = decode.StepProcessor(self.plan, self.device_tables, batch_size, live,
-                                   removal=self.removal_program(live, batch_size),
+                                   removal=self._removal_program(live, batch_size),
                                    counter=self._compile_counter())
         if key is not None:
             cache[key] = out
@@ -315,28 +331,9 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
         has not removed)."""
         where = f"accept_drafts(step={'<traced>' if is_traced(step) else step})"
         state = check_processor_state(state, where)  # named as the decoder names it
-        live = self.live_mask(subset, subset_index, state.node.shape[0], where)
+        live = self._live(subset, subset_index, state.node.shape[0], where)
         with self.counting():
             return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
-
-    def texts(self, result, *, prompt_length: Optional[int] = None) -> list:
-        """The names a decoding result of this text catalogue holds: lists
-        (batch) of lists (beams) of str, None where a beam is invalid; or,
-        for token id rows int (N, T) (Hugging Face ``generate``'s output,
-        `prompt_length` prompt tokens in front), one name per row, None
-        where a row holds no complete item (see `NameTable.texts`). Raises
-        DecodeInputError for a set compiled without a tokenizer."""
-        if self.names is None:
-            raise DecodeInputError("texts: this set was compiled from token ids, not names "
-                                   "(compile_constraints(names, tokenizer=...) keeps names)")
-        return self.names.texts(result, prompt_length=prompt_length, end_token=self.end_token,
-                                max_length=self.max_length)
-
-    @property
-    def fingerprint(self) -> str:
-        """Content hash of the plan and tables (`subsets.set_fingerprint`),
-        and of the items an update removed (`ItemIndex.removal_tag`)."""
-        return self.set_view.fingerprint
 
     @property
     def set_view(self) -> SetView:
@@ -355,13 +352,6 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
                            trie=trie, lookup=subsets.item_mask)
             self.computed.set_view = view
         return view
-
-    @property
-    def attributes(self) -> Optional[ItemAttributes]:
-        """The items' attribute columns (`compile_constraints(attributes=...)`:
-        name -> `items.attributes.Column`, one value per input row), or
-        None when the set has none."""
-        return None if self.items is None else self.items.attributes
 
     def update(self, *, add=None, remove=None, attributes=None) -> "CompiledConstraints":
         """A new version of this set with the items `add` lists (token
@@ -400,50 +390,8 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
             version.computed.device_tables = self.computed.device_tables
             version.computed.set_view = self.set_view.version(version.items)
         version.computed.warmth = self._warmth()  # (one count: `compilations`)
-        version.base_subset  # computed now, so the next decode only reads it
+        version.set_view.base_subset()  # computed now, so the next decode only reads it
         return version
-
-    @property
-    def base_subset(self) -> Optional[subsets.Subset]:
-        """The subset every decode of this version runs over when no subset
-        is given: all items but those removed by updates; None if none was."""
-        return self.set_view.base_subset()
-
-    def subset(self, selection=None, *, where=None, masks=None) -> subsets.Subset:
-        """The items of this set that `selection` picks, as a `Subset` to
-        decode over (`beam_search(..., subset=...)`), with no recompile.
-
-        selection: bool (N,) over the input rows (item i is row i of the
-        input; duplicate rows are one item), or token sequences (a 2-D int
-        array or a list of sequences), each of which must be in the set.
-        Or `where`: a filter expression over the items' attributes
-        (``"in_stock and category in ('shoes', 'hats') and not seen"``,
-        text or built with `static_compiler.attr`), with `masks` the named
-        bool (N,) item masks it reads (``{"seen": mask}``): docs/business-rules.md.
-        Raises ConstraintSetError for a mask of another shape or dtype, a
-        sequence not in the set, and a set whose items share states
-        (minimized, graph or IR input); FilterExpressionError for a bad
-        expression (naming the position and the attribute)."""
-        return self.set_view.pick(selection, where, masks, "CompiledConstraints.subset")
-
-    def prior(self, column: str, weight: float = 1.0, selection=None, *, where=None,
-              masks=None):
-        """Item priors (soft constraints) from the float or int attribute
-        `column`, for `beam_search(..., prior=...)`: each item ranks by its
-        log-probability plus weight x its value, each prefix by its
-        log-probability plus the best of that term over the live items
-        below it (an optimistic look-ahead, so an item a rule boosts is not
-        pruned early). Live items: those `selection` (bool (N,) over the
-        input rows) or the filter `where` (with `masks`) picks, as `subset`
-        takes them (default every item), less removed ones; others rank
-        after every live one. Computed on the host in O(items + states),
-        no recompile. A `rules.priors.Prior`. Raises ConstraintSetError for
-        a set without items (or whose items share states), AttributeColumnError for
-        a missing or non-numeric column or a value that is not finite,
-        DecodeInputError for a weight that is not a finite float
-        (docs/business-rules.md, "Item priors")."""
-        return self.set_view.prior(column, weight, selection, where, masks,
-                                   "CompiledConstraints.prior")
 
     def item_index(self, sequences) -> np.ndarray:
         """int64 (n,): the item (input row; the first of duplicate rows,
@@ -457,7 +405,7 @@ class CompiledConstraints(PlanFacts, WarmUp, DecodeVerbs):
             ids = np.where(ids >= 0, np.where(items.removed[np.maximum(ids, 0)], -1, ids), -1)
         return np.where(ids >= 0, first[np.maximum(ids, 0)], -1)
 
-    def removal_program(self, live, batch_size: int):
+    def _removal_program(self, live, batch_size: int):
         """What a decoder also compiles (`decode.beam_search`'s
         also_compile) when it decodes this set over every item (`live` is
         None: no subset, nothing removed): for a set compiled with capacity

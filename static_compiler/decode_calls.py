@@ -33,7 +33,7 @@ def decode_over(compiled, decoder, where: str, args: tuple, batch_size: int, sub
     the row counts (batch_size and `sizes`, e.g. beam_size), then runs it
     over `compiled`'s plan and device tables with `args` (logits_fn, and
     sample's key) and the live mask of `subset` / `subset_index`, also
-    compiling the removal-aware program (`removal_program`); its
+    compiling the removal-aware program (`_removal_program`); its
     compilations count in `compiled.compilations()`."""
     check_options(decoder, options, where)
     # before the subset index is read against batch_size
@@ -41,10 +41,10 @@ def decode_over(compiled, decoder, where: str, args: tuple, batch_size: int, sub
         check_beam_schedule(sizes["beam_size"], compiled.max_length, batch_size)
     else:
         check_rows(batch_size)
-    live = compiled.live_mask(subset, subset_index, batch_size, where)
+    live = compiled._live(subset, subset_index, batch_size, where)
     with compiled.counting():
         return decoder(compiled.plan, compiled.device_tables, *args, batch_size=batch_size,
-                       subset=live, also_compile=compiled.removal_program(live, batch_size),
+                       subset=live, also_compile=compiled._removal_program(live, batch_size),
                        **sizes, **options)
 
 
@@ -53,6 +53,6 @@ def beam_search_over(compiled, logits_fn, batch_size: int, beam_size, subset, su
     """`compiler.beam_search` of `compiled` (see there): item priors read
     as the set's live prior, then `decode_over`."""
     if options.get("prior") is not None:
-        options = dict(options, prior=compiled.live_prior(options["prior"], "beam_search"))
+        options = dict(options, prior=compiled._ranking(options["prior"], "beam_search"))
     return decode_over(compiled, decode.beam_search, "beam_search", (logits_fn,), batch_size,
                        subset, subset_index, options, beam_size=beam_size)

@@ -174,14 +174,14 @@ class _CompiledPaths(warm_up.JaxPaths):
         self.compiled, self.logits_fn = compiled, logits_fn
         self.greedy, self.sample_key, self.options = greedy, sample_key, options
         self.warmth = compiled._warmth()
-        self.removals = compiled.removal_program(None, 1) is not None
+        self.removals = compiled._removal_program(None, 1) is not None
         beam_opts, sample_opts = _options_of(decode.beam_search), _options_of(decode.sample)
         unknown = sorted(set(options) - beam_opts - sample_opts)
         if unknown:
             raise DecodeInputError(f"warm: unknown option(s) {unknown}: expected some of "
                                    f"{sorted(beam_opts | sample_opts)}")
         if options.get("prior") is not None:  # (its values do not matter: its shape does)
-            self.options = dict(options, prior=compiled.live_prior(options["prior"], "warm"))
+            self.options = dict(options, prior=compiled._ranking(options["prior"], "warm"))
 
     def beam_widths(self, beam_size, batch_size: int) -> tuple:
         return check_beam_schedule(beam_size, self.compiled.max_length, batch_size)

@@ -2,9 +2,9 @@
 standard library, and of this package only `errors`, the format modules
 (`format`, `manifest`, `names`, `snapshot`), `runtime` (its modules and
 tables on the device), `placement`, `decode_state` and `item_bits.liveness` with
-`item_bits.layers`, and `served_verbs` (the verbs composed from the modules) with
-`support.beam_loop` / `beam_result` (so a serving binary can ship it with
-little else).
+`item_bits.layers`, the verbs every door speaks (`decoding.decoder.Decoder`) over
+the exported modules (`served_engine`), with `support.beam_loop` /
+`beam_result` (so a serving binary can ship it with little else).
 
     from static_compiler.artifact import serving
     art = serving.load("fresh_items.static")     # verifies files, sizes, sha256, versions
@@ -42,15 +42,12 @@ from concurrent.futures import Future
 from typing import Optional, Union
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 from jax import export as jax_export
 
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import snapshot
 from static_compiler.artifact.manifest import Manifest
 from static_compiler.artifact.runtime import (
-    Module,
     check_table_arguments,
     current_platform,
     deserialize,
@@ -59,32 +56,16 @@ from static_compiler.artifact.runtime import (
     table_placement,
     warn_if_export_ages,
 )
-from static_compiler.artifact.served_items import ServedItems
-from static_compiler.artifact.served_verbs import ServedVerbs
-from static_compiler.artifact.warm import Warmth, counted
+from static_compiler.artifact.served_engine import ExportedEngine
+from static_compiler.artifact.warm import Warmth
 from static_compiler.artifact.warm import warm as _warm
+from static_compiler.decoding.decoder import Decoder
 from static_compiler.errors import ArtifactVersionError, DecodeInputError
-from static_compiler.item_bits.liveness import Subset, warm_kernels_in_background
+from static_compiler.item_bits.liveness import warm_kernels_in_background
 from static_compiler.items.index import ItemIndex
 from static_compiler.items.names import NameTable
 from static_compiler.rules.set_view import SetView
-from static_compiler.support.arguments import check_beam_schedule, is_int
-from static_compiler.support.beam_result import finalize_complete
-from static_compiler.support.decode_state import (
-    BeamState,
-    DecodeResult,
-    ProcessorState,
-    check_beam_state,
-    check_finite,
-    check_logits,
-    check_processor_state,
-    check_rows,
-    check_start_tokens,
-    check_step,
-    check_tokens,
-    int32_within,
-    padded_columns,
-)
+from static_compiler.support.decode_state import BeamState, DecodeResult, ProcessorState  # noqa: F401 (serving's names)
 from static_compiler.support.decode_types import WarmReport
 from static_compiler.support.placement import MeshPlacement
 
@@ -104,7 +85,7 @@ def read_manifest(path, *, verify_checksums: bool = True) -> Manifest:
         return snap.manifest
 
 
-class Artifact(ServedItems, ServedVerbs):
+class Artifact(Decoder):
     """A loaded artifact: tables on the device and the modules to run on them.
 
     Attributes:
@@ -156,175 +137,34 @@ class Artifact(ServedItems, ServedVerbs):
                                             source=f"artifact {str(self.path)!r}",
                                             missing=DecodeInputError)
         self._warmth = warmth if warmth is not None else Warmth()  # shared by reloads
+        self._exported = ExportedEngine(self.path, manifest, self.tables, modules, items,
+                                        placement, self._warmth)
+
+    @property
+    def _engine(self) -> ExportedEngine:
+        return self._exported
 
     def __repr__(self):
         return (f"Artifact({str(self.path)!r}, vocab_size={self.vocab_size}, max_length="
                 f"{self.max_length}, num_sequences={self.num_sequences}, beam_sizes="
                 f"{self.beam_sizes})")
 
-    def _beam_module(self, kind: str, beam_size: int) -> Module:
-        """The module `kind` for beam_size beams: an exported beam size's
-        (or init_m1, the start of every beam schedule)."""
-        if fmt.beam_module_name(kind, beam_size) not in self._modules:
-            raise DecodeInputError(f"beam_size={beam_size}: this artifact exports beam sizes "
-                                   f"{list(self.beam_sizes)} (compile with export_beam_sizes=... "
-                                   "to add one)")
-        return self._modules[fmt.beam_module_name(kind, beam_size)]
-
-    def _step_module(self, beam_size: int, beam_size_out: int, subset: bool,
-                     prior: bool = False) -> Module:
-        """The module of a step from beam_size beams keeping beam_size_out
-        (its subset / prior variant)."""
-        if beam_size == beam_size_out:
-            self._beam_module("beam_step", beam_size)  # (exported?)
-            return self._modules[fmt.step_module_name(beam_size, beam_size, subset, prior)]
-        name = fmt.step_module_name(beam_size, beam_size_out, subset, prior)
-        if name not in self._modules:
-            raise DecodeInputError(f"beam_step: beam_size={beam_size_out} from a state of "
-                                   f"{beam_size} beams: this artifact has no module {name!r} "
-                                   f"(its beam schedules: {self._schedules_text()}; compile "
-                                   "with export_beam_sizes=(..., SCHEDULE) to add one)")
-        return self._modules[name]
-
-    def _schedules_text(self) -> str:
-        return ", ".join(str(list(s)) for s in self.beam_schedules) or "none"
-
-    def check_schedule(self, beam_size) -> tuple:
+    def _check_schedule(self, beam_size) -> tuple:
         """The widths of beam_size (an int, or one width per step: a beam
         schedule; `arguments.check_beam_schedule`) after checking that this
         artifact runs it: an exported beam size, or a schedule it was
         exported for. Raises DecodeInputError naming what it exports."""
-        widths = check_beam_schedule(beam_size, self.max_length)
-        schedule = widths[1:]
-        if is_int(beam_size):
-            self._beam_module("beam_step", beam_size)
-        elif schedule not in self.beam_schedules:
-            raise DecodeInputError(f"beam_size={list(schedule)}: this artifact was exported for "
-                                   f"the beam schedules {self._schedules_text()} and the beam "
-                                   f"sizes {list(self.beam_sizes)} (compile with "
-                                   f"export_beam_sizes=(..., {tuple(schedule)}) to add it)")
-        return widths
+        return self._engine.check_schedule(beam_size)
 
-    def _step(self, step, where: str):
-        return jnp.asarray(check_step(step, self.max_length, where, traced=True), jnp.int32)
+    def _no_names(self) -> str:
+        return (f"texts: artifact {str(self.path)!r} has no names (compiled from token ids, or "
+                "written before format version 2)")
 
-    def _logits(self, logits, batch_shape: tuple, where: str):
-        """float32 logits of the set's V tokens (a padded vocabulary's
-        columns >= V cut off: `check_logits`)."""
-        return jnp.asarray(check_logits(logits, batch_shape, self.vocab_size, where)
-                           ).astype(jnp.float32)
-
-    # Beam search
-
-    @counted
-    def init_beams(self, batch_size: int, beam_size: int, start_token=0) -> BeamState:
-        """All beams at the root; only beam 0 of each row is valid.
-
-        start_token: an int, or ints (batch_size,), one per row: the model's
-        `last_tokens` at step 0."""
-        batch_size, beam_size = check_rows(batch_size, beam_size)
-        start = check_start_tokens(start_token, batch_size, "init_beams")
-        module = self._beam_module("init", beam_size)
-        return BeamState(*module((), jnp.asarray(start)))
-
-    @counted
-    def beam_step(self, state: BeamState, logits, step, *, subset: Optional[Subset] = None,
-                  subset_index=None, beam_size: Optional[int] = None,
-                  prior=None) -> BeamState:
-        """One beam-search step; jit-able.
-
-        state: a BeamState (B, M) with M in `beam_sizes`; logits float (B, M,
-        V) for `state.last_tokens`; step: an int in [0, max_length) or an
-        int32 scalar (a traced step outside that range appends nothing: the
-        state comes back unchanged, parent the identity). subset: item
-        subsets of this artifact (`subset`, `liveness.stack_subsets`), with
-        subset_index ints (B,) picking each row's (default 0 for a single
-        subset): each row decodes over its subset's items only. beam_size:
-        the beams the new state keeps (None: M); another width runs the
-        step of a beam schedule the artifact was exported for (a module
-        beam_resize_m{M}_to{W}; its step must be in range). prior: item
-        priors (`prior`), with an artifact exported with export_priors=True:
-        candidates ranked with the best prior below them, the last step
-        keeping the ranks as scores."""
-        fields = check_beam_state(state, self.max_length, "beam_step")
-        B, M = np.shape(fields.node)
-        W = M if beam_size is None else check_rows(B, beam_size)[1]
-        logits = self._logits(logits, (B, M), "beam_step")
-        step = self._step(step, "beam_step")
-        if subset is None and subset_index is None:
-            subset = self._base_subset()
-        ranks = self._prior_args(prior, "beam_step")
-        if subset is None and subset_index is None:
-            module = self._step_module(M, W, subset=False, prior=bool(ranks))
-            return BeamState(*module(self.tables, *fields, logits, step, *ranks))
-        bits = self._subset_args(subset, subset_index, B, "beam_step")
-        module = self._step_module(M, W, subset=True, prior=bool(ranks))
-        return BeamState(*module(self.tables, *fields, logits, step, *ranks, *bits))
-
-    @counted
-    def finalize(self, state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
-        """(tokens, scores, valid, lengths) of the state after the last step;
-        beams are already sorted by score, best first. Only complete
-        sequences are valid: a beam that took the end token, or (a fixed
-        length set) holds `depth` tokens; called before the last step, the
-        unfinished prefixes come back invalid (SENTINEL_SCORE), never as
-        sequences of the set. length_penalty: the GNMT exponent; not 0, the
-        beams are re-ranked by normalized score, which `scores` then hold
-        (`support.beam_result`)."""
-        s = check_beam_state(state, self.max_length, "finalize")
-        penalty = check_finite("length_penalty", length_penalty)
-        return finalize_complete(s, depth=self.manifest.depth, length_penalty=penalty)
-
-    def texts(self, result, *, prompt_length: Optional[int] = None) -> list:
-        """The names in a decoding result (e.g. `finalize`'s): lists (batch)
-        of lists (beams) of str, None where a beam is invalid; or one name
-        per row of token ids (N, T) (``generate``'s output, `prompt_length`
-        prompt tokens in front; `NameTable.texts`). Raises
-        DecodeInputError when the artifact has no names."""
-        if self.names is None:
-            raise DecodeInputError(f"texts: artifact {str(self.path)!r} has no names (compiled "
-                                   "from token ids, or written before format version 2)")
-        return self.names.texts(result, prompt_length=prompt_length, end_token=self.end_token,
-                                max_length=self.max_length)
-
-    # Logits-processor pair (init_processor, allowed_tokens, allowed: `ServedVerbs`)
-
-    @counted
-    def mask(self, logits, state: ProcessorState, step, *, subset: Optional[Subset] = None,
-             subset_index=None):
-        """logits float (B, V) -> float32 (B, V): allowed tokens keep their
-        logit, the others get the sentinel score (-1e30). subset /
-        subset_index as in `beam_step`."""
-        fields = check_processor_state(state, "mask")
-        given, logits = logits, self._logits(logits, tuple(np.shape(fields[0])[:1]), "mask")
-        width = np.shape(given)[-1]  # (checked: the model's, >= V)
-        step = self._step(step, "mask")
-        if subset is None and subset_index is None:
-            subset = self._base_subset()
-        if subset is None and subset_index is None:
-            return padded_columns(self._modules["mask"](self.tables, logits, *fields, step)[0],
-                                  width)
-        bits = self._subset_args(subset, subset_index, int(np.shape(fields[0])[0]), "mask")
-        return padded_columns(self._modules["mask_subset"](self.tables, logits, *fields, step,
-                                                           *bits)[0], width)
-
-    @counted
-    def advance(self, state: ProcessorState, tokens, step, *, subset: Optional[Subset] = None,
-                subset_index=None) -> ProcessorState:
-        """Moves each row along its chosen token, int (B,); a disallowed token
-        marks the row invalid. subset / subset_index as in `beam_step`."""
-        fields = check_processor_state(state, "advance")
-        B = int(np.shape(fields[0])[0])
-        check_tokens(tokens, B, "advance")
-        tokens = jnp.asarray(int32_within(tokens, self.vocab_size))  # no int64 wraps to a token
-        step = self._step(step, "advance")
-        if subset is None and subset_index is None:
-            subset = self._base_subset()
-        if subset is None and subset_index is None:
-            return ProcessorState(*self._modules["advance"](self.tables, *fields, tokens, step))
-        bits = self._subset_args(subset, subset_index, B, "advance")
-        return ProcessorState(*self._modules["advance_subset"](self.tables, *fields, tokens, step,
-                                                               *bits))
+    # The verbs: `Decoder`'s, over the exported modules (`ExportedEngine`).
+    # beam_step: a state's M in `beam_sizes`; another beam_size runs the
+    # step of a beam schedule the artifact was exported for (a module
+    # beam_resize_m{M}_to{W}); prior needs export_priors=True, subset
+    # export_subsets=True.
 
     # Warming up
 
@@ -373,13 +213,6 @@ class Artifact(ServedItems, ServedVerbs):
         `item_bits.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's bytes;
         these are checked before anything runs, background or not."""
         return _warm(self, batch_sizes, beam_sizes, max_subsets, background)
-
-    def compilations(self) -> int:
-        """XLA compilations this artifact's calls caused (warm-up included),
-        counted from jax's compile events, over this object and every
-        `reload()` of it (they share their programs); a server asserts it
-        unchanged across requests after `warm()`."""
-        return self._warmth.counter.count
 
     # New versions
 
@@ -434,8 +267,6 @@ class Artifact(ServedItems, ServedVerbs):
         return Artifact(self.path, manifest, tables, modules, snapshot.read_names(snap),
                         item_index(snap), host, self._put, self.placement, warmth,
                         self.set_view if host is self._host_tables else None)
-
-    # Item subsets
 
 
 def load(path, *, verify_checksums: bool = True, device=None, mesh=None) -> Artifact:

@@ -76,7 +76,7 @@ class _ArtifactPaths(warm_up.JaxPaths):
         self.prior = _zero_prior(art) if art.manifest.exports_priors else None
 
     def beam_widths(self, beam_size, batch_size: int) -> tuple:
-        widths = self.art.check_schedule(beam_size)
+        widths = self.art._check_schedule(beam_size)
         check_rows(batch_size, max(widths))
         return widths
 

@@ -80,7 +80,7 @@ def decode_artifact(art: serving.Artifact, *, batch_size: int, beam_size,
     loading is over, is timed per step."""
     model = demo_model(art.vocab_size, art.max_length, seed)
     start_token = np.arange(batch_size) % art.vocab_size
-    widths = art.check_schedule(beam_size)
+    widths = art._check_schedule(beam_size)
 
     def one_pass():
         steps, models = [], []

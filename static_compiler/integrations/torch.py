@@ -3,15 +3,15 @@
 ``generate`` owns the beam search: it reorders, forks and drops beams itself
 and hands the processor every row's tokens so far. `StaticLogitsProcessor`
 therefore keeps no per-row state: each call masks with `allowed` (the
-stateless mask from prefixes, `static_compiler.backend.decode.prefix`); with
-backend="torch" (the default) in eager torch ops (`static_compiler.torch_backend`,
-no jax imported, nothing compiled), with backend="jax" as one jitted XLA
-program per row count and model vocabulary for every prefix length (the
-prefixes padded to max_length, the length traced: `padded_prefix_mask`), so
-a generate call compiles at most once, on its first step, and nothing once
-`warm` has run for its row count; the token ids and the bool mask pass
-between torch and jax through DLPack (no copy on the CPU), no Python loop
-over rows. The scores never leave torch: the mask is applied with
+stateless mask from prefixes, `static_compiler.backend.decode.prefix`) of a
+front door: with backend="torch" (the default) `TorchConstraints.allowed`,
+eager torch ops (no jax imported, nothing compiled), with backend="jax"
+`CompiledConstraints.allowed`, one jitted XLA program per row count for
+every prefix length (the prefixes padded to max_length on the host, the
+length traced: `padded_prefix_mask`), so a generate call compiles at most
+once, on its first step, and nothing once `warm` has run for its row count;
+the bool mask passes from jax to torch through DLPack, no Python loop over
+rows. The scores never leave torch: the mask is applied with
 ``masked_fill``, so they keep their dtype (float64, float16, bfloat16 stay
 so) and their autograd graph (scores that require grad work).
 
@@ -46,7 +46,6 @@ generated so far):
 
 from __future__ import annotations
 
-import functools
 import time
 
 import numpy as np
@@ -57,7 +56,6 @@ from static_compiler.support import arguments
 from static_compiler.support.decode_types import WarmReport
 from static_compiler.torch_backend import TorchConstraints
 from static_compiler.torch_backend import checks as torch_checks
-from static_compiler.torch_backend import ops as torch_ops
 
 BACKENDS = ("jax", "torch")
 """The processor's backends: "jax" runs `allowed` as one jitted XLA program
@@ -75,45 +73,6 @@ def default_backend(constraints) -> str:
     again."""
     del constraints
     return "torch"
-
-
-@functools.lru_cache(maxsize=None)
-def _jax_allowed_tokens():
-    """The jitted JAX program (jax imported on first use of the jax backend)."""
-    import jax
-    import jax.numpy as jnp
-
-    from static_compiler.backend.decode.prefix import padded_prefix_mask
-
-    @functools.partial(jax.jit, static_argnums=(0, 4))
-    def allowed_tokens(plan, tables, prefixes, length, width: int, subset=None):
-        """prefixes int32 (N, plan.max_length), the first `length` columns
-        (an int32 scalar, traced) each row's tokens so far, the rest padding
-        -> bool (N, width): the tokens each row may take next (width = the
-        model's vocabulary, >= the set's; tokens at or beyond the set's are
-        never allowed). Tokens after a row's first end token are read as the
-        end token. One program per plan, N, width and subset shape, for
-        every length: a generate call compiles once, not once per step."""
-        end = plan.end_token
-        if end is not None:
-            is_end = prefixes == end
-            after_end = jnp.cumsum(is_end, axis=1) - is_end > 0  # reads columns < its own only
-            prefixes = jnp.where(after_end, end, prefixes)
-        ok = padded_prefix_mask(plan, tables, prefixes, length, subset)
-        return jnp.pad(ok, ((0, 0), (0, width - plan.vocab_size)))
-
-    return allowed_tokens
-
-
-def _torch_allowed_tokens(tc: TorchConstraints, prefixes: torch.Tensor, width: int, sub):
-    """`_jax_allowed_tokens` in torch: prefixes int64 (N, t) -> bool (N, width)."""
-    end = tc.end_token
-    if end is not None and prefixes.shape[1]:
-        is_end = prefixes == end
-        after_end = torch.cumsum(is_end.long(), dim=1) - is_end.long() > 0
-        prefixes = torch.where(after_end, torch.full_like(prefixes, end), prefixes)
-    ok = torch_ops.prefix_mask(tc.plan, tc.tables, prefixes, sub)
-    return torch.nn.functional.pad(ok, (0, width - tc.vocab_size))
 
 
 def _described(value) -> str:
@@ -180,7 +139,6 @@ class StaticLogitsProcessor:
                 if backend == "torch" else None
             fingerprint = compiled.fingerprint
         self.plan = (self.torch_constraints or compiled).plan
-        self.tables = None if backend == "torch" else compiled.device_tables
         self.prompt_length = arguments.check_int("prompt_length", prompt_length, low=0)
         self.subset = subset
         if subset is not None:
@@ -206,7 +164,7 @@ class StaticLogitsProcessor:
             self.subset_index = index.astype(np.int32)
         elif subset_index is not None:
             raise DecodeInputError("StaticLogitsProcessor: subset_index without a subset")
-        self._subsets = {}  # n -> `_subset_arg(n)`
+        self._rows = {}  # n -> `_subset_rows(n)`
         self._counter = None  # a CompileCounter (jax backend), made on the first jax call
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -229,20 +187,23 @@ class StaticLogitsProcessor:
                 f"is {plan.max_length}; pass max_new_tokens={plan.max_length} to generate)")
         # (the rule of every door: the model's vocabulary may be wider than V)
         torch_checks.check_logits(scores, (n,), plan.vocab_size, f"{where}: scores")
-        # Any token outside [0, V) allows nothing; clamping keeps it outside and within int32.
-        prefixes = input_ids[:, self.prompt_length:].clamp(-1, plan.vocab_size)
-        sub = self._subset_arg(n, where)
+        prefixes = input_ids[:, self.prompt_length:]
+        end = plan.end_token
+        if end is not None and t:  # tokens after a row's first end token read as the end token
+            is_end = (prefixes == end).long()
+            prefixes = torch.where(torch.cumsum(is_end, dim=1) - is_end > 0,
+                                   torch.full_like(prefixes, end), prefixes)
+        outside = ((prefixes < 0) | (prefixes >= plan.vocab_size)).any(dim=1)  # allows nothing
+        prefixes = torch.where(outside[:, None], torch.zeros_like(prefixes), prefixes)
+        kw = dict(subset=self.subset, subset_index=self._subset_rows(n, where))
         if self.backend == "torch":
             tc = self.torch_constraints
-            ok = _torch_allowed_tokens(tc, prefixes.to(tc.device), scores.shape[1], sub)
+            ok = tc.allowed(prefixes.to(tc.device), check_values=False, **kw)
         else:
-            import jax
-            padded = torch.zeros((n, plan.max_length), dtype=torch.int32, device=prefixes.device)
-            padded[:, :t] = prefixes
             with self._compile_counter().counting():
-                ok = torch.from_dlpack(_jax_allowed_tokens()(
-                    plan, self.tables, jax.dlpack.from_dlpack(padded), np.int32(t),
-                    scores.shape[1], sub))
+                ok = torch.from_dlpack(self.compiled.allowed(prefixes.cpu().numpy(), **kw))
+        ok = torch.nn.functional.pad(ok.to(scores.device) & ~outside[:, None].to(scores.device),
+                                     (0, scores.shape[1] - plan.vocab_size))
         # Masked in torch: the scores keep their dtype, device and autograd graph
         # (the gradient of an allowed score is 1, of a masked one 0).
         return scores.masked_fill(~ok.to(scores.device), float("-inf"))
@@ -311,29 +272,17 @@ class StaticLogitsProcessor:
             self._counter = CompileCounter()
         return self._counter
 
-    def _subset_arg(self, n: int, where: str):
-        """What the backend reads for a call of n rows: each prompt's subset
-        for its n / batch consecutive rows (without a subset, the set's live
-        items): the jax backend's `LiveMask` or the torch backend's
-        (LiveBits, rows), or None. Checked and put on the device once per n,
-        not at every generate step."""
-        if n in self._subsets:
-            return self._subsets[n]
-        rows = None
-        if self.subset is not None:
+    def _subset_rows(self, n: int, where: str):
+        """Each of a call's n rows' subset: each prompt's for its n / batch
+        consecutive rows (None without a subset), checked once per n."""
+        if self.subset is None:
+            return None
+        if n not in self._rows:
             per = self.subset_index.shape[0]
             if self.subset_index.shape == (1,) and self.subset.num_subsets == 1:
                 per = 1  # one subset for every row, whatever the batch
             if n % per:
                 raise DecodeInputError(f"{where}: {n} rows are not a multiple of the {per} "
                                        "prompts subset_index gives subsets for")
-            rows = np.repeat(self.subset_index, n // per)
-        if self.backend == "torch":
-            arg = self.torch_constraints.subset_bits(self.subset, rows, n, where)
-        else:
-            import jax
-            arg = self.compiled.live_mask(self.subset, rows, n, where)
-            if arg is not None:
-                arg = arg._replace(rows=jax.device_put(arg.rows))
-        self._subsets[n] = arg
-        return arg
+            self._rows[n] = np.repeat(self.subset_index, n // per)
+        return self._rows[n]

@@ -8,6 +8,8 @@ its decoding operations to torch ops, with no jax imported at call time.
   mask (`prefix_mask`);
 * `checks`: argument validators (the messages of `decode_state`);
 * `warm`: `TorchConstraints.warm`'s checks, run and report;
+* `engine`: the device work under `decoding.decoder.Decoder` (`TorchEngine`),
+  and `live_bits`;
 * `constraints`: `TorchConstraints`, the public entry point.
 
 Imports numpy, torch and the numpy-only modules of the package (errors,
@@ -15,7 +17,8 @@ artifact.format / manifest / snapshot, item_bits.layers / liveness), never jax
 or the compiler (tests/repository/test_layering.py).
 """
 
-from static_compiler.torch_backend.constraints import TorchConstraints, live_bits
+from static_compiler.torch_backend.constraints import TorchConstraints
+from static_compiler.torch_backend.engine import live_bits
 from static_compiler.torch_backend.kernels import LiveBits
 from static_compiler.torch_backend.ops import TorchState
 

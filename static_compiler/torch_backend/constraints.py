@@ -19,42 +19,23 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Callable, Optional, Union
 
-import numpy as np
 import torch
 
 from static_compiler.artifact import format as artifact_format
 from static_compiler.artifact import snapshot, snapshot_items
 from static_compiler.artifact.manifest import Manifest
+from static_compiler.decoding.decoder import Decoder
 from static_compiler.errors import DecodeInputError
-from static_compiler.item_bits.liveness import Subset, checked_subset_index
-from static_compiler.items.attributes import ItemAttributes
 from static_compiler.items.index import ItemIndex
-from static_compiler.rules.priors import check_no_length_penalty, check_prior
 from static_compiler.rules.set_view import SetView
-from static_compiler.support import arguments
-from static_compiler.support.beam_loop import check_search, run_search
-from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, DecodeResult, WarmReport
+from static_compiler.support.decode_types import BeamState, WarmReport
 from static_compiler.support.deprecation import warn_deprecated
-from static_compiler.target.plan import Plan, PlanFacts, live_beam_bounds, prior_offsets
-from static_compiler.torch_backend import beam, checks, ops
+from static_compiler.target.plan import Plan, PlanFacts
+from static_compiler.torch_backend import beam, checks
 from static_compiler.torch_backend import warm as warming
-from static_compiler.torch_backend.kernels import LiveBits
+from static_compiler.torch_backend.engine import TorchEngine
 from static_compiler.torch_backend.ops import TorchState
 from static_compiler.torch_backend.tables import TorchPlan, torch_plan, torch_tables
-
-
-def live_bits(subset: Subset, device=None) -> LiveBits:
-    """A `Subset`'s uint32 words as int32 tensors on `device` (kept in the
-    subset's `placements` per device: every call with it reuses them)."""
-    if not isinstance(subset, Subset):
-        raise DecodeInputError(f"live_bits: subset is a {type(subset).__name__}: expected a "
-                               "Subset (TorchConstraints.subset(mask), or stack_subsets([...]))")
-    key = str(checks.check_device(device, "live_bits"))
-    convert = lambda w: None if w is None else \
-        torch.from_numpy(np.ascontiguousarray(w).view(np.int32).copy()).to(device)
-    return subset.placements.get(("torch", key), lambda: LiveBits(
-        tuple(convert(w) for w in subset.live), tuple(convert(w) for w in subset.ends)))
-
 
 
 def _table_files(manifest) -> list:
@@ -74,12 +55,13 @@ class _OldMask:
 _OLD_MASK = _OldMask()
 
 
-class TorchConstraints(PlanFacts):
+class TorchConstraints(PlanFacts, Decoder):
     """A compiled set's plan and tables as torch tensors, with the decoding
     operations as torch ops (no jax at call time).
 
     Build it with `load` (a saved artifact, read with numpy only) or
-    `from_compiled` (a `CompiledConstraints`). Every operation is
+    `from_compiled` (a `CompiledConstraints`). Its verbs are the
+    `decoding.decoder.Decoder`'s over `engine.TorchEngine`. Every operation is
     vectorized over the rows at a static step (a Python int), reads no
     tensor value back to the host and branches on none, so it runs under
     ``torch.compile(fullgraph=True)`` (pass subsets as `live_bits` with a
@@ -95,9 +77,6 @@ class TorchConstraints(PlanFacts):
     device : torch.device
     fingerprint : str
         The set's fingerprint: subsets must carry it.
-    base_subset : Subset or None
-        All items but those an update removed (None if none was): what
-        every call decodes over when no subset is given.
     names : NameTable or None
         A text catalogue's names (`texts` reads them), else None.
     attributes : ItemAttributes or None
@@ -117,23 +96,11 @@ class TorchConstraints(PlanFacts):
         self.tables = tables
         self.device = checks.check_device(device, "TorchConstraints")
         self.set_view = set_view  # (subsets, fingerprint, base subset: numpy, on the host)
-        base = set_view.base_subset()
-        self._base_bits = None if base is None else live_bits(base, self.device)
+        self._ops = TorchEngine(plan, tables, self.device, set_view.base_subset())
 
     @property
-    def fingerprint(self) -> str:
-        return self.set_view.fingerprint
-
-    @property
-    def base_subset(self) -> Optional[Subset]:
-        return self.set_view.base_subset()
-
-    @property
-    def attributes(self) -> Optional[ItemAttributes]:
-        """The items' attribute columns (name -> `items.attributes.Column`,
-        one value per input row; an artifact's memory-mapped), or None."""
-        items = self.set_view.items
-        return None if items is None else items.attributes
+    def _engine(self) -> TorchEngine:
+        return self._ops
 
     def __repr__(self):
         return (f"TorchConstraints(vocab_size={self.vocab_size}, max_length={self.max_length}, "
@@ -216,73 +183,7 @@ class TorchConstraints(PlanFacts):
         return cls(torch_plan(view.facts), torch_tables(compiled.tables, device), view,
                    device=device, names=compiled.names)
 
-    # Item subsets
-
-    def subset(self, selection=None, *, where=None, masks=None) -> Subset:
-        """The items `selection` picks (bool (N,) over the input rows; for a
-        compiled set also token sequences), as a `Subset` for the `subset=`
-        arguments.
-        Or `where`: a filter expression over the items' attributes
-        (``"in_stock and category in ('shoes', 'hats') and not seen"``,
-        text or built with `static_compiler.attr`), with `masks` the named
-        bool (N,) item masks it reads (``{"seen": mask}``): docs/business-rules.md.
-        Needs an item index (``export_subsets=True`` for an artifact);
-        raises DecodeInputError otherwise (ConstraintSetError for a compiled
-        set), FilterExpressionError for a bad expression."""
-        return self.set_view.pick(selection, where, masks, "TorchConstraints.subset")
-
-    def prior(self, column: str, weight: float = 1.0, selection=None, *, where=None,
-              masks=None):
-        """Item priors from the float or int attribute `column`, for
-        `beam_search(..., prior=...)`: `CompiledConstraints.prior`'s (the
-        same `rules.priors.Prior`, computed on the host with numpy)."""
-        return self.set_view.prior(column, weight, selection, where, masks,
-                                   "TorchConstraints.prior")
-
-    def prior_best(self, prior, where: str) -> Optional[torch.Tensor]:
-        """float32 (S,) on this backend's device: the best weighted prior
-        below each state of `prior` (a Prior of this set), placed once; None
-        for None. Raises DecodeInputError for another set's prior."""
-        if prior is None:
-            return None
-        check_prior(prior, self.fingerprint, where, "TorchConstraints.prior")
-        return prior.placements.get(("torch", str(self.device)),
-                                    lambda: torch.from_numpy(prior.best).to(self.device))
-
-    def subset_bits(self, subset, subset_index, n: int, where: str):
-        """The subset bits a call of n rows reads: (LiveBits, rows int64
-        (n,)) each row's subset, or None (every item of the set). subset: a
-        `Subset` of this set or its `live_bits`, or None (the set's live
-        items); subset_index: ints (n,) (a tensor stays on the device), or
-        None (subset 0 for every row). Raises DecodeInputError for a subset
-        of another set or an index of the wrong shape, naming `where`."""
-        if subset is None:
-            if subset_index is not None:
-                raise DecodeInputError(f"{where}: subset_index without a subset")
-            if self._base_bits is None:
-                return None
-            return self._base_bits, torch.zeros(n, dtype=torch.int64, device=self.device)
-        if isinstance(subset, LiveBits):
-            if not isinstance(subset_index, torch.Tensor):
-                raise DecodeInputError(f"{where}: with live bits, pass subset_index as an int "
-                                       f"tensor ({n},)")
-            checks.check_subset_rows(subset_index, n, where)
-            return subset, subset_index.to(self.device, torch.int64)
-        if isinstance(subset_index, torch.Tensor):
-            checks.check_subset_rows(subset_index, n, where)
-            # the subset's set is checked; the index's values stay on the device
-            checked_subset_index(subset, self.fingerprint, np.zeros(n, np.int32), n, where)
-            return live_bits(subset, self.device), subset_index.to(self.device, torch.int64)
-        index = checked_subset_index(subset, self.fingerprint, subset_index, n, where)
-        return (live_bits(subset, self.device),
-                torch.from_numpy(np.asarray(index, np.int64)).to(self.device))
-
-    # Operations: the verbs of every front door (docs/README.md)
-
-    def init_processor(self, batch_size: int) -> TorchState:
-        """`TorchState` of `batch_size` rows at the root (int64 node, bool
-        valid, bool finished, each (batch_size,)) on this set's device."""
-        return ops.init_state(arguments.check_rows(batch_size)[0], self.device)
+    # The verbs: `Decoder`'s, with the options of this backend
 
     def mask(self, logits: torch.Tensor, state: TorchState | _OldMask = _OLD_MASK,
              step: int | _OldMask = _OLD_MASK, *, subset=None, subset_index=None) -> torch.Tensor:
@@ -297,40 +198,8 @@ class TorchConstraints(PlanFacts):
                             "TorchConstraints.allowed_tokens(state, step) (mask(logits, state, "
                             "step) returns masked logits)")
             old_step = state if step is _OLD_MASK else step
-            return self._allowed_at(logits, old_step, subset, subset_index, "mask")
-        allowed = self._allowed_at(state, step, subset, subset_index, "mask")
-        x = checks.check_logits(logits, tuple(allowed.shape[:1]), self.vocab_size,
-                                f"mask(step={step})").to(self.device).float()
-        return checks.padded_columns(torch.where(allowed & ~torch.isnan(x), x, SENTINEL_SCORE),
-                                     logits.shape[-1])
-
-    def allowed_tokens(self, state: TorchState, step: int, *, subset=None,
-                       subset_index=None) -> torch.Tensor:
-        """bool (B, V): the tokens each row of `state` may take at `step`
-        (an int in [0, max_length)): a finished row only the end token, an
-        invalid row nothing. subset: a `Subset` of this set (or its
-        `live_bits`), subset_index ints (B,) one subset per row (default:
-        subset 0 for a single subset); without one, the set's live items."""
-        return self._allowed_at(state, step, subset, subset_index, "allowed_tokens")
-
-    def _allowed_at(self, state, step, subset, subset_index, where: str) -> torch.Tensor:
-        step = checks.check_step(step, self.max_length, where)
-        state = checks.check_state(state, where)
-        sub = self.subset_bits(subset, subset_index, state[0].shape[0], where)
-        return ops.mask_at(self.plan, self.tables, state, step, sub)
-
-    def advance(self, state: TorchState, tokens, step: int, *, subset=None,
-                subset_index=None) -> TorchState:
-        """Moves each row along its token, ints (B,); a token the row does
-        not allow (see `mask`) makes the row invalid. Returns the new
-        `TorchState`."""
-        step = checks.check_step(step, self.max_length, "advance")
-        state = checks.check_state(state, "advance")
-        B = state[0].shape[0]
-        tokens = checks.as_tensor("tokens", tokens, self.device, f"advance(step={step})")
-        checks.check_tokens(tokens, B, f"advance(step={step})")
-        sub = self.subset_bits(subset, subset_index, B, "advance")
-        return ops.advance_at(self.plan, self.tables, state, tokens, step, sub)
+            return self._allowed_tokens(logits, old_step, subset, subset_index, "mask")
+        return super().mask(logits, state, step, subset=subset, subset_index=subset_index)
 
     def allowed(self, prefixes, *, subset=None, subset_index=None,
                 check_values: bool = True) -> torch.Tensor:
@@ -341,28 +210,7 @@ class TorchConstraints(PlanFacts):
         check_values: raise DecodeInputError for a token outside [0, V)
         (reads the prefixes back to the host; skipped under torch.compile);
         False: such a row allows nothing."""
-        prefixes = checks.as_tensor("prefixes", prefixes, self.device, "allowed")
-        checks.check_prefixes(prefixes, self.max_length, "allowed")
-        if check_values and not torch.compiler.is_compiling():
-            checks.check_token_values("prefixes", prefixes, self.vocab_size, "allowed")
-        sub = self.subset_bits(subset, subset_index, prefixes.shape[0], "allowed")
-        if prefixes.shape[0] == 0:
-            return torch.zeros((0, self.vocab_size), dtype=torch.bool, device=self.device)
-        return ops.prefix_mask(self.plan, self.tables, prefixes, sub)
-
-    # Beam search
-
-    def init_beams(self, batch_size: int, beam_size: int, start_token=0) -> BeamState:
-        """The `BeamState` (torch tensors, int64 ints) of a search from the
-        root: beam 0 of each of batch_size rows valid. start_token: the
-        model's input at step 0, an int or ints (batch_size,)."""
-        B, M = arguments.check_rows(batch_size, beam_size)
-        if arguments.is_int(start_token) and -2 ** 31 <= start_token < 2 ** 31:
-            start = torch.full((B,), int(start_token), dtype=torch.int64, device=self.device)
-        else:  # checked with numpy (not traceable: pass an int under torch.compile)
-            start = torch.from_numpy(arguments.check_start_tokens(start_token, B, "init_beams")
-                                     .astype(np.int64)).to(self.device)
-        return beam.init_beams(self.plan, B, M, start)
+        return self._allowed(prefixes, subset, subset_index, check_values=check_values)
 
     def beam_step(self, state: BeamState, logits: torch.Tensor, step: int, *,
                   tokens_per_beam: Optional[int] = None, live_beams: Optional[int] = None,
@@ -382,27 +230,8 @@ class TorchConstraints(PlanFacts):
         None: M, as many as `state` has); prior: item priors (`prior`), as
         `beam_search` takes them. Returns the new `BeamState`; its
         ``parent`` int64 (B, beam_size) reorders per-beam model state."""
-        step = checks.check_step(step, self.max_length, "beam_step")
-        state = checks.check_beam_state(state, self.max_length, "beam_step")
-        B, M = state.node.shape
-        logits = checks.check_logits(logits, (B, M), self.vocab_size, f"beam_step (step {step})")
-        cap = arguments.check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
-        live = arguments.check_int("live_beams", live_beams, low=1, allow_none=True)
-        width = M if beam_size is None else arguments.check_rows(B, beam_size)[1]
-        sub = self.subset_bits(subset, subset_index, B, "beam_step")
-        best = self.prior_best(prior, "beam_step")
-        ranking = None if best is None else beam.PriorTerms(best, prior_offsets(self.plan))
-        return beam.beam_step(self.plan, self.tables, state, logits.to(self.device), step, cap,
-                              live, sub, width, ranking)
-
-    def finalize(self, state: BeamState, length_penalty: float = 0.0) -> DecodeResult:
-        """The `DecodeResult` of a search's state: only complete sequences
-        valid (finalized before the last step, unfinished prefixes come back
-        invalid); with a length penalty (the GNMT exponent) the beams
-        re-ranked by normalized score."""
-        state = checks.check_beam_state(state, self.max_length, "finalize")
-        penalty = arguments.check_finite("length_penalty", length_penalty)
-        return beam.finalize(beam.completed(state, self.plan.depth), penalty)
+        return self._beam_step(state, logits, step, subset, subset_index, beam_size, prior,
+                               tokens_per_beam=tokens_per_beam, live_beams=live_beams)
 
     def beam_search(self, logits_fn: Callable, batch_size: int, beam_size: int, *,
                     tokens_per_beam=None, start_token=0, carry=None, reorder=None,
@@ -431,31 +260,10 @@ class TorchConstraints(PlanFacts):
         Returns a `DecodeResult` of torch tensors (int64 tokens (B, M, T)),
         or ``(result, carry)`` with return_carry.
         """
-        B, widths = check_search(logits_fn, batch_size, beam_size, carry, reorder,
-                                 self.max_length)
-        caps = arguments.check_tokens_per_beam(tokens_per_beam, self.max_length)
-        length_penalty = arguments.check_finite("length_penalty", length_penalty)
-        sub = self.subset_bits(subset, subset_index, B, "beam_search")
-        best = self.prior_best(prior, "beam_search")
-        check_no_length_penalty(best, length_penalty)
-        bounds = live_beam_bounds(self.plan, widths, caps)
-        advance = beam.compiled_steps(self) if compile else \
-            (lambda *args: beam.beam_step(self.plan, self.tables, *args))
-        ranking = None if best is None else beam.PriorTerms(best, prior_offsets(self.plan))
-
-        def step_fn(state, logits, step):
-            logits = checks.check_logits(logits, tuple(state.node.shape), self.vocab_size,
-                                         f"beam_search (step {step})")
-            return advance(state, logits.to(self.device), step, caps[step], bounds[step], sub,
-                           widths[step + 1], ranking)
-
-        state, carry = run_search(self.init_beams(B, widths[0], start_token), step_fn,
-                                  logits_fn, max_length=self.max_length,
-                                  vocab_size=self.vocab_size, end_token=self.end_token,
-                                  carry=carry, reorder=reorder, widths=widths)
-        result = beam.finalize(state, length_penalty)
-        return (result, carry) if return_carry else result
-
+        return self._search(logits_fn, batch_size, beam_size, subset, subset_index, start_token,
+                            carry, reorder, length_penalty, return_carry, prior,
+                            tokens_per_beam=tokens_per_beam,
+                            programs=beam.compiled_steps(self) if compile else None)
 
     # Warm-up
 
@@ -484,27 +292,3 @@ class TorchConstraints(PlanFacts):
         or past `item_bits.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's
         bytes."""
         return warming.warm(self, batch_sizes, beam_sizes, max_subsets, background)
-
-    def compilations(self) -> int:
-        """Always 0: this backend's ops are eager torch ops, which trace and
-        compile no program per shape (jax's front doors count their XLA
-        compilations here); a caller's own ``torch.compile`` around them
-        is counted by dynamo, not here."""
-        return 0
-
-    def texts(self, result, *, prompt_length: Optional[int] = None) -> list:
-        """The names a decoding result of this text catalogue holds (e.g.
-        `beam_search`'s, tensors on any device): lists (batch) of lists
-        (beams) of str, None where a beam is invalid; or one name per row
-        of token ids (N, T) (``generate``'s output, `prompt_length` prompt
-        tokens in front), None where a row holds no complete item
-        (`NameTable.texts`). Raises DecodeInputError for a set compiled
-        from token ids."""
-        if self.names is None:
-            raise DecodeInputError("texts: this set has no names (compiled from token ids, "
-                                   "not from names with a tokenizer)")
-        if isinstance(result, tuple) and len(result) == len(DecodeResult._fields):
-            host = lambda x: x.cpu() if isinstance(x, torch.Tensor) else x
-            result = DecodeResult(*(host(x) for x in result))
-        return self.names.texts(result, prompt_length=prompt_length, end_token=self.end_token,
-                                max_length=self.max_length)

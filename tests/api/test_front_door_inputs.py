@@ -257,7 +257,6 @@ OTHER_CASES = {  # one call each: (entry, what is wrong)
     "c.update remove 2**32": lambda d: d.c.update(remove=np.array([[2 ** 32 + 1, 2, 3]])),
     "c.shard None": lambda d: d.c.shard(None, "x"),
     "c.shard axis": lambda d: d.c.shard(jax.sharding.Mesh(np.array(jax.devices()), ("d",)), "e"),
-    "c.live_mask str": lambda d: d.c.live_mask("all", None, B, "live_mask"),
     "proc.checked_batch str": lambda d: d.proc.checked_batch("2"),
     "c.mask subset_index without subset": lambda d: d.c.mask(LOGITS, d.c.init_processor(B), 0,
                                                              subset_index=[0, 0]),
@@ -277,14 +276,15 @@ OTHER_CASES = {  # one call each: (entry, what is wrong)
     "art.init_beams beams not exported": lambda d: d.art.init_beams(B, M + 1),
     "art.warm batch 0": lambda d: d.art.warm([0]),
     "art.warm beams not exported": lambda d: d.art.warm([B], beam_sizes=[M + 1]),
-    "art.check_schedule str": lambda d: d.art.check_schedule("M"),
+    "art.beam_search beam_size str": lambda d: d.art.beam_search(zeros_model, B, "M"),
     "art.prior no column": lambda d: d.art.prior("nope"),
     "art.prior weight nan": lambda d: d.art.prior("nope", weight=float("nan")),
     "c.prior no column": lambda d: d.c.prior("nope"),
     "c.prior weight str": lambda d: d.c.prior("nope", weight="1"),
-    "c.live_prior str": lambda d: d.c.live_prior("a prior", "live_prior"),
-    "art.check_schedule not exported": lambda d: d.art.check_schedule((M,) * (d.art.max_length - 1)
-                                                                      + (M + 1,)),
+    "c.beam_step prior str": lambda d: d.c.beam_step(d.c.init_beams(B, M), BEAM_LOGITS, 0,
+                                                      prior="a prior"),
+    "art.beam_search schedule not exported": lambda d: d.art.beam_search(
+        zeros_model, B, (M,) * (d.art.max_length - 1) + (M + 1,)),
     "serving.load None": lambda d: serving.load(None),
     "serving.load missing": lambda d: serving.load(d.path.parent / "missing.static"),
     "sc.beam_search None set": lambda d: sc.beam_search(None, zeros_model, batch_size=B,
@@ -309,7 +309,7 @@ OTHER_CASES = {  # one call each: (entry, what is wrong)
 
 
 NOT_WALKED = {  # public methods with no argument to get wrong, or internal to sc.*
-    "CompiledConstraints": {"rows_of", "table_bytes_per_device", "removal_program",
+    "CompiledConstraints": {"rows_of", "table_bytes_per_device",
                             "compilations", "counting",
                             "new_version"},  # (fields as dataclasses.replace: update, shard)
     "Artifact": {"reload", "compilations"},  # (only a bool flag, read as truthy; no argument)

@@ -265,10 +265,10 @@ OWN = {
     },
 }
 NOT_YET_PRIVATE = {
-    "CompiledConstraints": {"base_subset", "computed", "counting", "live_mask", "live_prior",
-                            "new_version", "removal_program", "rows_of", "set_view", "tables"},
-    "Artifact": {"check_schedule", "modules", "set_view", "tables"},
-    "TorchConstraints": {"base_subset", "prior_best", "set_view", "subset_bits", "tables"},
+    "CompiledConstraints": {"computed", "counting", "new_version", "rows_of", "set_view",
+                            "tables"},
+    "Artifact": {"modules", "set_view", "tables"},
+    "TorchConstraints": {"set_view", "tables"},
 }
 """Door internals still public, made private by issue 52's Decoder work."""
 

@@ -21,6 +21,7 @@ import static_compiler as sc
 from static_compiler.artifact import format as fmt
 from static_compiler.artifact import serving
 from static_compiler.errors import ArtifactFormatError, ArtifactVersionError, DecodeInputError
+from static_compiler.support.arguments import check_beam_schedule
 
 V = 16
 
@@ -144,7 +145,7 @@ def _served_tokens(path, beam_size, seed: int = 5) -> np.ndarray:
     """The tokens a served beam search over the artifact at `path` finds
     with `beam_size` (an int or a schedule), for fixed random logits."""
     art = serving.load(path)
-    widths = art.check_schedule(beam_size)
+    widths = check_beam_schedule(beam_size, art.max_length)
     table = np.random.default_rng(seed).standard_normal((art.max_length, V, V)).astype(np.float32)
     state = art.init_beams(2, widths[0])
     for step in range(art.max_length):

@@ -236,7 +236,8 @@ def test_grouped_mask_and_advance_switch_equal_the_static_steps(layout, end_toke
                              kernels.PACK_MAX_ENTRIES) is not None
     chosen = np.zeros(len(items), bool)
     chosen[[0, 3, 7]] = True
-    live = compiled.live_mask(compiled.subset(chosen), None, 3, "test")
+    live = decode.live.subset_live_mask(compiled.subset(chosen), compiled.fingerprint, None, 3,
+                                        "test")
     switch_mask = jax.jit(functools.partial(decode.mask, plan))
     switch_advance = jax.jit(functools.partial(decode.advance, plan))
     walk = [items[i] + (end_token,) * (plan.max_length - len(items[i]))

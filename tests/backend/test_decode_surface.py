@@ -82,7 +82,8 @@ def test_beam_step_is_bit_identical_for_a_static_and_a_traced_step(ended_set, wi
     per-step cap schedule reads the same for both; a subset too)."""
     plan, tables = ended_set.plan, ended_set.device_tables
     chosen = np.asarray([True, False, True, True])
-    live = ended_set.live_mask(ended_set.subset(chosen), None, 2, "test") if with_subset \
+    live = decode.live.subset_live_mask(ended_set.subset(chosen), ended_set.fingerprint,
+                                        None, 2, "test") if with_subset \
         else None
     caps = (None,) + (1,) * (plan.max_length - 1)
     traced = jax.jit(lambda t, s, x, i: decode.beam_step(plan, t, s, x, i, caps, live))

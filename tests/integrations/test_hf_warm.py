@@ -19,9 +19,10 @@ import transformers
 from test_integration_torch import PROMPT_LENGTH, SET_VOCAB, make_set, reference_fn
 
 import static_compiler as sc
+from static_compiler.backend.decode import engine
+from static_compiler.backend.decode.live import subset_live_mask
 from static_compiler.backend.decode.prefix import allowed, padded_prefix_mask
 from static_compiler.errors import DecodeInputError
-from static_compiler.integrations import torch as hf
 from static_compiler.integrations.torch import StaticLogitsProcessor, default_backend
 from static_compiler.support.compile_events import CompileCounter
 from static_compiler.support.decode_types import WarmReport
@@ -56,9 +57,9 @@ def fixed():
 @pytest.fixture
 def cold():
     """A new jitted program for the jax backend: its first call compiles."""
-    hf._jax_allowed_tokens.cache_clear()
+    engine._padded_allowed.cache_clear()  # (what the compiled set's `allowed` runs)
     yield
-    hf._jax_allowed_tokens.cache_clear()
+    engine._padded_allowed.cache_clear()
 
 
 def run(model, processor, prompts, beams, new_tokens):
@@ -158,7 +159,8 @@ def test_padded_prefix_mask_is_allowed_bit_for_bit(kind):
     tc = TorchConstraints.from_compiled(compiled)  # eager torch: no program per t to compile
     clipped = np.clip(rows, 0, SET_VOCAB - 1)
     for sub in (None, stacked):
-        live = None if sub is None else compiled.live_mask(sub, index, len(rows), "test")
+        live = None if sub is None else subset_live_mask(sub, compiled.fingerprint, index,
+                                                                   len(rows), "test")
         for t in range(M):
             got = np.asarray(one(plan, tables, clipped.astype(np.int32), np.int32(t), live))
             want = tc.allowed(clipped[:, :t], subset=sub, subset_index=None if sub is None

@@ -163,9 +163,9 @@ def test_an_attribute_error_inside_a_property_is_not_hidden(monkeypatch):
     def broken(self):
         raise AttributeError("the real cause")
 
-    monkeypatch.setattr(type(compiled), "base_subset", property(broken))
+    monkeypatch.setattr(type(compiled), "fingerprint", property(broken))
     with pytest.raises(AttributeError, match="the real cause"):
-        compiled.base_subset
+        compiled.fingerprint
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         compiled.nothing_here
 

@@ -68,12 +68,12 @@ def test_the_first_removal_and_fitting_additions_compile_nothing_after_warm_up(n
 
 def test_a_set_without_capacity_compiles_nothing_ahead():
     compiled = sc.compile_constraints(items(200, seed=3), V)
-    assert compiled.removal_program(None, 2) is None
+    assert compiled._removal_program(None, 2) is None
     roomy = sc.compile_constraints(items(200, seed=3), V, capacity=1.25)
-    spec = roomy.removal_program(None, 2)
+    spec = roomy._removal_program(None, 2)
     assert spec is not None and spec.rows.shape == (2,)
     gone = roomy.update(remove=np.arange(200) < 3)
-    assert gone.removal_program(gone.live_mask(None, None, 2, "t"), 2) is None  # runs it already
+    assert gone._removal_program(gone._live(None, None, 2, "t"), 2) is None  # runs it already
 
 
 def test_the_ahead_of_time_compile_runs_with_the_first_decode_only():

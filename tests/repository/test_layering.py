@@ -66,8 +66,7 @@ building, lowering)."""
 FORMAT = {"artifact.format", "artifact.manifest", "artifact.manifest_records", "artifact.names",
           "artifact.snapshot", "artifact.snapshot_items", "artifact.normalize"}
 """The artifact's format: file names, manifest, snapshot, older shapes."""
-SERVING_LOADER = {"artifact.runtime", "artifact.warm", "artifact.served_verbs", "artifact.served_items",
-                  "artifact.serving"}
+SERVING_LOADER = {"artifact.runtime", "artifact.warm", "artifact.served_engine", "artifact.serving"}
 """The serving loader (`static_compiler.serving`) and the artifact's modules
 it is made of."""
 SERVING_BINARY = SERVING_SUPPORT | SERVED_ITEMS | FORMAT | SERVING_LOADER | {"ir", "decoding"}
@@ -112,11 +111,11 @@ RESTRICTED = {
     # frontend stage, passes, lowering, backend or writer).
     "artifact.runtime": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT),
     "artifact.warm": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | {"decoding"}),  # Artifact.warm, its padding
-    # The artifact's verbs composed from its modules (allowed_tokens, allowed, beam_search).
-    "artifact.served_verbs": ({"jax", "numpy"}, SERVING_SUPPORT | {"rules.priors", "artifact.warm"}),
-    # Its per-request item arguments: subsets and priors.
-    "artifact.served_items": ({"jax"}, SERVING_SUPPORT | SERVED_ITEMS | {"artifact.warm"}),
-    "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT | SERVING_LOADER),
+    # The exported modules as the engine of the verbs (`decoding.decoder.Decoder`).
+    "artifact.served_engine": ({"jax", "numpy"}, SERVING_SUPPORT | FORMAT |
+                               {"item_bits.liveness", "artifact.runtime", "decoding"}),
+    "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT | SERVING_LOADER |
+                         {"decoding"}),
     # The lifecycle: a compiled set's next version, and the writers of an artifact's next
     # versions (written by the artifact's writer, read back as the compiled set `saved` loads).
     "lifecycle": ({"numpy"}, {"errors", "support", "items", "passes", "target", "item_bits",
@@ -125,6 +124,9 @@ RESTRICTED = {
     "contract": (set(), {"support.decode_types", "item_bits.liveness"}),
     # the one warm-up planner of every front door (jax imported only inside the JAX doors'
     # hooks and their compile counter: importing it loads neither jax nor torch, tested below)
+    # The verbs over an engine: shared by the serving binary and torch-only processes.
+    "decoding": (set(), {"errors", "support.arguments", "support.beam_loop", "item_bits.liveness",
+                         "item_bits.padding", "rules.priors"}),
     "decoding.warm_up": ({"numpy", "jax"}, {"errors", "support.arguments", "support.decode_types",
                                             "support.compile_events", "item_bits.padding"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),

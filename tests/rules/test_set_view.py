@@ -68,14 +68,14 @@ def test_the_three_doors_subsets_of_one_selection_hold_the_same_words(doors):
 
 def test_the_base_subset_after_a_removal_is_the_same_at_every_door(doors):
     rows, version, art, torch_art, torch_compiled, removed = doors
-    base = version.base_subset
+    base = version.set_view.base_subset()
     assert base is not None and base.sizes[0] < len(set(map(tuple, rows)))
-    for door_base in (art.set_view.base_subset(), torch_art.base_subset,
-                      torch_compiled.base_subset):
+    for door_base in (art.set_view.base_subset(), torch_art.set_view.base_subset(),
+                      torch_compiled.set_view.base_subset()):
         _assert_same_words(door_base, base)
     # the removed items are out: the base equals a subset of the rows kept
     _assert_same_words(version.subset(~removed), base)
-    assert torch_compiled.base_subset is base  # one view: computed once
+    assert torch_compiled.set_view.base_subset() is base  # one view: computed once
 
 
 def test_the_manifest_and_the_compiled_plan_give_the_same_facts(doors):

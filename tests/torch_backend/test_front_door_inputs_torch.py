@@ -179,7 +179,8 @@ CASES = {
            "length_penalty nan": lambda k: dict(length_penalty=float("nan")),
            "subset stacked, no index": lambda k: dict(subset=k.stacked),
            "subset_index without subset": lambda k: dict(subset_index=[0, 0])}.items()},
-    **{f"subset_bits({name})": (lambda k, a=a: k.tc.subset_bits(*a(k), 2, "here"))
+    **{f"advance({name})": (lambda k, a=a: k.tc.advance(k.state, [1, 1], 0, subset=a(k)[0],
+                                                        subset_index=a(k)[1]))
        for name, a in {"subset 'x'": lambda k: ("x", None),
                        "index float": lambda k: (k.stacked, [0.5, 1.5])}.items()},
     # warm-up

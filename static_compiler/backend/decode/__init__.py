@@ -17,7 +17,8 @@ concern per module:
 * `live`: item subsets, liveness bits read per candidate;
 * `prior`: item priors, each candidate ranked with the best prior below it;
 * `prefix`: `allowed`, a stateless mask from each row's tokens so far, for
-  engines that own the beam search.
+  engines that own the beam search;
+* `engine`: the compiled set's engine under `decoding.decoder.Decoder`.
 
 The package exports what a user calls (`__all__`, 14 names): the drivers,
 `init_beam_state` / `beam_step` / `finalize`, the processor pair `mask` /
@@ -114,7 +115,7 @@ _EXPORTS = {
     "StepProcessor": "processor", "allowed": "prefix", "accept_drafts": "speculative",
     "BeamAxis": "carry", "reorder_carry": "carry",
 }
-_SUBMODULES = frozenset({"candidates", "carry", "front_door", "live", "logprobs", "prefix",
+_SUBMODULES = frozenset({"candidates", "carry", "engine", "live", "logprobs", "prefix",
                          "prior", "processor", "programs", "search", "selection", "speculative",
                          "step"})
 _lazy_getattr, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)

@@ -1,0 +1,192 @@
+"""`TorchEngine`: the torch engine of `decoding.decoder.Decoder`
+(`TorchConstraints`), its device work in eager torch ops (`ops`, `beam`):
+vectorized over the rows at a static step (a Python int), reading no tensor
+value back to the host, so each op runs under ``torch.compile(fullgraph=
+True)``. Nothing compiles per shape: `counting` counts nothing and
+`compilations` is 0. Never imports jax.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from static_compiler.errors import DecodeInputError
+from static_compiler.item_bits.liveness import Subset, checked_subset_index
+from static_compiler.support import arguments
+from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, DecodeResult
+from static_compiler.target.plan import live_beam_bounds, prior_offsets
+from static_compiler.torch_backend import beam, checks, ops
+from static_compiler.torch_backend.kernels import LiveBits
+from static_compiler.torch_backend.ops import TorchState
+from static_compiler.torch_backend.tables import TorchPlan
+
+
+def live_bits(subset: Subset, device=None) -> LiveBits:
+    """A `Subset`'s uint32 words as int32 tensors on `device` (kept in the
+    subset's `placements` per device: every call with it reuses them)."""
+    if not isinstance(subset, Subset):
+        raise DecodeInputError(f"live_bits: subset is a {type(subset).__name__}: expected a "
+                               "Subset (TorchConstraints.subset(mask), or stack_subsets([...]))")
+    key = str(checks.check_device(device, "live_bits"))
+    convert = lambda w: None if w is None else \
+        torch.from_numpy(np.ascontiguousarray(w).view(np.int32).copy()).to(device)
+    return subset.placements.get(("torch", key), lambda: LiveBits(
+        tuple(convert(w) for w in subset.live), tuple(convert(w) for w in subset.ends)))
+
+
+class TorchEngine:
+    """A set's `TorchPlan` and tables (tensors on `device`); base: the
+    version's base subset (its bits placed now), or None."""
+
+    pad_from = None  # (eager ops: every stack runs as it is)
+
+    def __init__(self, plan: TorchPlan, tables: tuple, device: torch.device,
+                 base: Optional[Subset]):
+        self.plan, self.tables, self.device = plan, tables, device
+        self.max_length, self.vocab_size = plan.max_length, plan.vocab_size
+        self.end_token = plan.end_token
+        self._base = base
+        self._base_bits = None if base is None else live_bits(base, device)
+
+    def pad_to(self) -> Optional[int]:
+        return None
+
+    def counting(self):
+        return contextlib.nullcontext()
+
+    def compilations(self) -> int:
+        return 0
+
+    def place_subset(self, subset, subset_index, n: int, where: str, fingerprint: str):
+        """(LiveBits, rows int64 (n,)) each row's subset. subset: a `Subset`
+        of this set or its `live_bits`; subset_index: ints (n,) (a tensor
+        stays on the device), or None (subset 0 for every row). Raises
+        DecodeInputError for a subset of another set or an index of the
+        wrong shape, naming `where`."""
+        if subset is self._base and subset_index is None:  # (no host read: traceable)
+            return self._base_bits, torch.zeros(n, dtype=torch.int64, device=self.device)
+        if isinstance(subset, LiveBits):
+            if not isinstance(subset_index, torch.Tensor):
+                raise DecodeInputError(f"{where}: with live bits, pass subset_index as an int "
+                                       f"tensor ({n},)")
+            checks.check_subset_rows(subset_index, n, where)
+            return subset, subset_index.to(self.device, torch.int64)
+        if isinstance(subset_index, torch.Tensor):
+            checks.check_subset_rows(subset_index, n, where)
+            # the subset's set is checked; the index's values stay on the device
+            checked_subset_index(subset, fingerprint, np.zeros(n, np.int32), n, where)
+            return live_bits(subset, self.device), subset_index.to(self.device, torch.int64)
+        index = checked_subset_index(subset, fingerprint, subset_index, n, where)
+        return (live_bits(subset, self.device),
+                torch.from_numpy(np.asarray(index, np.int64)).to(self.device))
+
+    def place_prior(self, prior, where: str) -> beam.PriorTerms:
+        """float32 (S,) on the device, the best weighted prior below each
+        state (placed once), with the plan's offsets."""
+        del where  # (every prior of this set fits)
+        best = prior.placements.get(("torch", str(self.device)),
+                                    lambda: torch.from_numpy(prior.best).to(self.device))
+        return beam.PriorTerms(best, prior_offsets(self.plan))
+
+    def processor_state(self, state, where: str) -> tuple:
+        state = checks.check_state(state, where)
+        return state, state[0].shape[0]
+
+    def beam_state(self, state, where: str) -> tuple:
+        state = checks.check_beam_state(state, self.max_length, where)
+        return (state, *state.node.shape)
+
+    def root(self, batch_size: int) -> TorchState:
+        return ops.init_state(batch_size, self.device)
+
+    def allowed_tokens(self, state, step, live, where: str = "allowed_tokens") -> torch.Tensor:
+        step = checks.check_step(step, self.max_length, where)
+        return ops.mask_at(self.plan, self.tables, state, step, live)
+
+    def mask(self, logits, state, step, live) -> torch.Tensor:
+        allowed = self.allowed_tokens(state, step, live, "mask")
+        x = checks.check_logits(logits, tuple(allowed.shape[:1]), self.vocab_size,
+                                f"mask(step={step})").to(self.device).float()
+        return checks.padded_columns(torch.where(allowed & ~torch.isnan(x), x, SENTINEL_SCORE),
+                                     logits.shape[-1])
+
+    def advance(self, state, tokens, step, live) -> TorchState:
+        step = checks.check_step(step, self.max_length, "advance")
+        tokens = checks.as_tensor("tokens", tokens, self.device, f"advance(step={step})")
+        checks.check_tokens(tokens, state[0].shape[0], f"advance(step={step})")
+        return ops.advance_at(self.plan, self.tables, state, tokens, step, live)
+
+    def prefixes(self, prefixes, where: str, check_values: bool = True) -> tuple:
+        """check_values: raise DecodeInputError for a token outside [0, V)
+        (reads the prefixes back to the host; skipped under torch.compile)."""
+        prefixes = checks.as_tensor("prefixes", prefixes, self.device, where)
+        checks.check_prefixes(prefixes, self.max_length, where)
+        if check_values and not torch.compiler.is_compiling():
+            checks.check_token_values("prefixes", prefixes, self.vocab_size, where)
+        return prefixes, prefixes.shape[0]
+
+    def allowed(self, prefixes, live) -> torch.Tensor:
+        if prefixes.shape[0] == 0:
+            return torch.zeros((0, self.vocab_size), dtype=torch.bool, device=self.device)
+        return ops.prefix_mask(self.plan, self.tables, prefixes, live)
+
+    def init_beams(self, batch_size: int, beam_size: int, start_token) -> BeamState:
+        if arguments.is_int(start_token) and -2 ** 31 <= start_token < 2 ** 31:
+            start = torch.full((batch_size,), int(start_token), dtype=torch.int64,
+                               device=self.device)
+        else:  # checked with numpy (not traceable: pass an int under torch.compile)
+            start = torch.from_numpy(arguments.check_start_tokens(start_token, batch_size,
+                                                                  "init_beams")
+                                     .astype(np.int64)).to(self.device)
+        return beam.init_beams(self.plan, batch_size, beam_size, start)
+
+    def beam_step(self, state, logits, step, live, width: int, prior, where: str,
+                  tokens_per_beam: Optional[int] = None,
+                  live_beams: Optional[int] = None) -> BeamState:
+        """tokens_per_beam: the most children a beam may contribute at this
+        step (None: no cap); live_beams: a static promise that only beams
+        [0, live_beams) can be valid."""
+        step = checks.check_step(step, self.max_length, where)
+        B, M = state.node.shape
+        logits = checks.check_logits(logits, (B, M), self.vocab_size, f"{where} (step {step})")
+        cap = arguments.check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
+        live_beams = arguments.check_int("live_beams", live_beams, low=1, allow_none=True)
+        return beam.beam_step(self.plan, self.tables, state, logits.to(self.device), step, cap,
+                              live_beams, live, width, prior)
+
+    def searcher(self, beam_size, widths: tuple, tokens_per_beam=None,
+                 programs: Optional[beam.CompiledSteps] = None) -> Callable:
+        """Each step with its cap (`arguments.check_tokens_per_beam`) and
+        its bound on the live beams; programs: each step past its
+        log_softmax as a ``torch.compile`` program (the door's
+        `beam.CompiledSteps`), else eager ops."""
+        del beam_size  # (any widths: `widths`)
+        caps = arguments.check_tokens_per_beam(tokens_per_beam, self.max_length)
+        bounds = live_beam_bounds(self.plan, widths, caps)
+        advance = programs if programs is not None else \
+            (lambda *args: beam.beam_step(self.plan, self.tables, *args))
+
+        def step(state, logits, t, live, prior):
+            logits = checks.check_logits(logits, tuple(state.node.shape), self.vocab_size,
+                                         f"beam_search (step {t})")
+            return advance(state, logits.to(self.device), t, caps[t], bounds[t], live,
+                           widths[t + 1], prior)
+
+        return step
+
+    def unfinished(self, state) -> bool:
+        return bool((state.valid & ~state.finished).any())
+
+    def finalize(self, state, length_penalty: float) -> DecodeResult:
+        return beam.finalize(beam.completed(state, self.plan.depth), length_penalty)
+
+    def host_result(self, result):
+        """A result of tensors on any device, on the host."""
+        if isinstance(result, tuple) and len(result) == len(DecodeResult._fields):
+            host = lambda x: x.cpu() if isinstance(x, torch.Tensor) else x
+            return DecodeResult(*(host(x) for x in result))
+        return result
