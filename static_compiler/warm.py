@@ -77,7 +77,7 @@ class WarmUp:
             with _lock:
                 warmth = self.computed.warmth
                 if warmth is None:
-                    warmth = self.computed.warmth = Warmth()
+                    warmth = self.computed.warmth = Warmth(CompileCounter())
         return warmth
 
     def _padded(self, subset, subset_index, batch_size: int, where: str) -> tuple:

@@ -65,6 +65,7 @@ from static_compiler.item_bits.liveness import warm_kernels_in_background
 from static_compiler.items.index import ItemIndex
 from static_compiler.items.names import NameTable
 from static_compiler.rules.set_view import SetView
+from static_compiler.support.compile_events import CompileCounter
 from static_compiler.support.decode_state import BeamState, DecodeResult, ProcessorState  # noqa: F401 (serving's names)
 from static_compiler.support.decode_types import WarmReport
 from static_compiler.support.placement import MeshPlacement
@@ -136,7 +137,7 @@ class Artifact(Decoder):
                                             manifest.files[fmt.IR_FILE].sha256, built=set_view,
                                             source=f"artifact {str(self.path)!r}",
                                             missing=DecodeInputError)
-        self._warmth = warmth if warmth is not None else Warmth()  # shared by reloads
+        self._warmth = warmth if warmth is not None else Warmth(CompileCounter())  # shared by reloads
         self._exported = ExportedEngine(self.path, manifest, self.tables, modules, items,
                                         placement, self._warmth)
 
