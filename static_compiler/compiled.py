@@ -91,16 +91,12 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     summary : AutomatonSummary or None
         The laid-out `ir.AutomatonSummary` (counts, branch histograms,
         layouts) of a set held in its tables; else None.
-    computed : Computed
-        What this set works out on first use (device tables, processors,
-        set view, an IR read back from the tables ...); not a field of the
-        set: a new version starts with an empty one.
     ir : Automaton
         Property: the automaton after the pipeline (print it for the text
         dump): `held_ir`, or for a set held in its tables the automaton
         read back from them (`target.raising.automaton_from_tables`, some
-        36 bytes per item against the tables' 12) on first use and kept in
-        `computed`; the IR text, `layer_stats`, `save` and decoding read
+        36 bytes per item against the tables' 12) on first use and kept
+        (private); the IR text, `layer_stats`, `save` and decoding read
         `outline` and the tables, never this.
     outline : Automaton or AutomatonSummary
         Property: `summary` for a set held in its tables, else `held_ir`.
@@ -135,7 +131,9 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     placement: Optional[placement_lib.MeshPlacement] = None
     held_ir: Optional[Automaton] = dataclasses.field(default=None, repr=False)
     summary: Optional[AutomatonSummary] = None
-    computed: "Computed" = dataclasses.field(default_factory=lambda: Computed(), init=False,
+    # what this set works out on first use (device tables, processors, set view, an IR
+    # read back from the tables ...); not a field of the set: a new version starts empty
+    _computed: "Computed" = dataclasses.field(default_factory=lambda: Computed(), init=False,
                                              repr=False, compare=False)
 
     def __post_init__(self):
@@ -147,18 +145,18 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     def ir(self) -> Automaton:
         """The automaton after the pipeline: `held_ir`, or for a set held in
         its tables the automaton read back from them on first use (kept in
-        `computed.ir`; O(table size) memory)."""
+        `_computed.ir`; O(table size) memory)."""
         if self.held_ir is not None:
             return self.held_ir
-        if self.computed.ir is None:
+        if self._computed.ir is None:
             summary = self.summary
             assert summary is not None  # (held_ir or summary: __post_init__)
-            self.computed.ir = automaton_from_tables(
+            self._computed.ir = automaton_from_tables(
                 self.plan, [layer.layout for layer in summary.layers], self.tables,
                 num_final_states=summary.num_final_states, num_sequences=summary.num_sequences,
                 where="compiled tables",
                 counts=[(layer.num_states, layer.num_edges) for layer in summary.layers])
-        return self.computed.ir
+        return self._computed.ir
 
     @property
     def outline(self):
@@ -176,20 +174,20 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         from static_compiler.ir import _ELIDE_EDGES
 
         limit = _ELIDE_EDGES if max_edges is None else check_int("max_edges", max_edges, low=0)
-        return print_ir(self.outline, max_edges=limit, rows_of=self.rows_of())
+        return print_ir(self.outline, max_edges=limit, rows_of=self._rows_of())
 
-    def rows_of(self):
+    def _rows_of(self):
         """None for a set that holds its IR; else `ir.print_ir`'s rows_of:
         (t, n) -> a `Layer` of layer t's first n states, read from the tables."""
         if self.held_ir is not None:
             return None
         return lambda t, n: table_head(self.plan.steps[t], self.tables[t], n)
 
-    def new_version(self, **changes) -> "CompiledConstraints":
+    def _new_version(self, **changes) -> "CompiledConstraints":
         """A new version of this set: its fields with `changes` (field name
         -> value, as `dataclasses.replace`), so a set held in its tables
         stays held in them (its IR unread) unless `changes` give held_ir
-        and summary. Its `computed` starts empty: the caller hands it what
+        and summary. Its `_computed` starts empty: the caller hands it what
         stays valid (`shard`, `update`)."""
         return dataclasses.replace(self, **changes)
 
@@ -228,7 +226,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     @property
     def device_tables(self):
         """The tables as jax arrays on the default device, put there once."""
-        cached = self.computed.device_tables
+        cached = self._computed.device_tables
         if cached is None:
             jax = require("jax", "device_tables (the tables on a jax device)", JAX_INSTALL)
             with jax.ensure_compile_time_eval():  # concrete even when first used under jit
@@ -238,7 +236,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
                     cached = tuple({name: self.placement.place((t, name), arr)
                                     for name, arr in tabs.items()}
                                    for t, tabs in enumerate(self.tables))
-            self.computed.device_tables = cached
+            self._computed.device_tables = cached
         return cached
 
     def shard(self, mesh, axis: str, min_bytes: int = placement_lib.DEFAULT_MIN_BYTES
@@ -255,9 +253,9 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         (`placement.padded`), so any set splits, with or without reserved
         capacity. `table_bytes_per_device` reports what
         each device holds."""
-        out = self.new_version(
+        out = self._new_version(
             placement=placement_lib.MeshPlacement.of(mesh, axis, self.tables, min_bytes))
-        out.computed.set_view = self.set_view  # the same set and items
+        out._computed.set_view = self.set_view  # the same set and items
         return out
 
     def table_bytes_per_device(self) -> int:
@@ -312,7 +310,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         compiles nothing after a removal or an addition that fits."""
         batch_size = decode.StepProcessor.checked_batch(batch_size)
         key = None if subset is not None or subset_index is not None else batch_size
-        cache = self.computed.processors
+        cache = self._computed.processors
         if key is not None and key in cache:
             return cache[key]
         live = self._live(subset, subset_index, batch_size, "processor")
@@ -332,7 +330,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         where = f"accept_drafts(step={'<traced>' if is_traced(step) else step})"
         state = check_processor_state(state, where)  # named as the decoder names it
         live = self._live(subset, subset_index, state.node.shape[0], where)
-        with self.counting():
+        with self._counting():
             return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
 
     @property
@@ -341,16 +339,16 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         (`rules.set_view.SetView`: fingerprint, base subset, trie, bit
         layout), made once; `shard` shares it, `update` by removal shares
         what it built."""
-        view = self.computed.set_view
+        view = self._computed.set_view
         if view is None:
             plan, tables = self.plan, self.tables
-            digests = self.computed.table_digests  # (a set read back: no table hashed)
+            digests = self._computed.table_digests  # (a set read back: no table hashed)
             trie = (lambda ir=self.held_ir: ir) if self.held_ir is not None else \
                 (lambda summary=self.summary: subsets.TableTrie.of(plan, summary, tables))
             view = SetView(SetFacts.of_plan(plan, self.outline.num_final_states), tables,
                            self.items, lambda: subsets.set_fingerprint(plan, tables, digests),
                            trie=trie, lookup=subsets.item_mask)
-            self.computed.set_view = view
+            self._computed.set_view = view
         return view
 
     def update(self, *, add=None, remove=None, attributes=None) -> "CompiledConstraints":
@@ -387,9 +385,9 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         missing, unknown or malformed, or given without additions."""
         version = next_version.updated(self, add=add, remove=remove, attributes=attributes)
         if add is None:  # the same tables and set: share what was computed
-            version.computed.device_tables = self.computed.device_tables
-            version.computed.set_view = self.set_view.version(version.items)
-        version.computed.warmth = self._warmth()  # (one count: `compilations`)
+            version._computed.device_tables = self._computed.device_tables
+            version._computed.set_view = self.set_view.version(version.items)
+        version._computed.warmth = self._warmth()  # (one count: `compilations`)
         version.set_view.base_subset()  # computed now, so the next decode only reads it
         return version
 
@@ -415,11 +413,11 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         nothing; else None."""
         if live is not None or self.items is None:
             return None
-        specs = self.computed.removal_specs
+        specs = self._computed.removal_specs
         if specs is NOT_YET:  # (per call: this runs before every decode)
             specs = {} if all(layer.implicit_targets for layer in self.outline.layers) and \
                 any(layer.layout.reserved for layer in self.outline.layers) else None
-            self.computed.removal_specs = specs
+            self._computed.removal_specs = specs
         if specs is None:
             return None
         if batch_size not in specs:

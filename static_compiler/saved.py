@@ -91,7 +91,7 @@ def compiled_from_snapshot(snap) -> CompiledConstraints:
         items=items, export_subsets=items is not None, **export_options(manifest))
     # the tables' file checksums are their digests (`subsets.set_fingerprint`):
     # its fingerprint then reads no table
-    compiled.computed.table_digests = {
+    compiled._computed.table_digests = {
         (entry.layer, entry.name): manifest.files[entry.file].sha256
         for entry in manifest.tables if entry.file in manifest.files and
         tuple(entry.shape) == tuple(getattr(tables[entry.layer].get(entry.name), "shape", ()))}

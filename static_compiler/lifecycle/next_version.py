@@ -53,7 +53,7 @@ def updated(compiled, *, add=None, remove=None, attributes=None, streamed: bool 
         removed, removal = subsets.removal(items, remove, new.set_view.trie)
         report.update(removal)
         items = dataclasses.replace(items, removed=removed)
-    return new.new_version(items=items, last_update=report)
+    return new._new_version(items=items, last_update=report)
 
 
 def _removal_over(remove, before: int, after: int):
@@ -129,7 +129,7 @@ def _with_additions(compiled, items, add, streamed: bool = False):
     where = compiled.placement
     if where is not None:  # grown tables may split differently
         where = placement_lib.MeshPlacement.of(where.mesh, where.axis, tables, where.min_bytes)
-    new = compiled.new_version(plan=plan, tables=tables, items=new_items, placement=where,
+    new = compiled._new_version(plan=plan, tables=tables, items=new_items, placement=where,
                                **held_as,
                                timings=compiled.timings + (("update", time.perf_counter() - t0),))
     return new, report

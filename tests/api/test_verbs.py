@@ -265,7 +265,7 @@ OWN = {
     },
 }
 NOT_YET_PRIVATE = {
-    "CompiledConstraints": {"computed", "counting", "new_version", "rows_of", "set_view",
+    "CompiledConstraints": {"set_view",
                             "tables"},
     "Artifact": {"modules", "set_view", "tables"},
     "TorchConstraints": {"set_view", "tables"},

@@ -130,7 +130,7 @@ def test_check_automaton_checks_the_tables_and_keeps_the_ir_lazy(case):
     not a rebuild: the IR is still read back only when asked."""
     _, _, _, compiled, path = case
     checked = sc.load(path, check_automaton=True)
-    assert checked.held_ir is None and checked.computed.ir is None
+    assert checked.held_ir is None and checked._computed.ir is None
     assert checked.ir == compiled.ir
 
 
