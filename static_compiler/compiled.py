@@ -255,7 +255,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         each device holds."""
         out = self._new_version(
             placement=placement_lib.MeshPlacement.of(mesh, axis, self.tables, min_bytes))
-        out._computed.set_view = self.set_view  # the same set and items
+        out._computed.set_view = self._set_view  # the same set and items
         return out
 
     def table_bytes_per_device(self) -> int:
@@ -334,7 +334,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
             return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
 
     @property
-    def set_view(self) -> SetView:
+    def _set_view(self) -> SetView:
         """The numpy view of this set's items every front door shares
         (`rules.set_view.SetView`: fingerprint, base subset, trie, bit
         layout), made once; `shard` shares it, `update` by removal shares
@@ -386,9 +386,9 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         version = next_version.updated(self, add=add, remove=remove, attributes=attributes)
         if add is None:  # the same tables and set: share what was computed
             version._computed.device_tables = self._computed.device_tables
-            version._computed.set_view = self.set_view.version(version.items)
+            version._computed.set_view = self._set_view.version(version.items)
         version._computed.warmth = self._warmth()  # (one count: `compilations`)
-        version.set_view.base_subset()  # computed now, so the next decode only reads it
+        version._set_view.base_subset()  # computed now, so the next decode only reads it
         return version
 
     def item_index(self, sequences) -> np.ndarray:
@@ -396,9 +396,9 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         and for an item removed and added again the first row it was added
         again with: `ItemIndex.first_live_rows`) each of `sequences` is, -1
         for a sequence not in the set (or removed)."""
-        items = self.set_view.checked_items("item_index")
-        first = self.set_view.first_rows()
-        ids = subsets.unique_ids(self.set_view.trie(), items, sequences)
+        items = self._set_view.checked_items("item_index")
+        first = self._set_view.first_rows()
+        ids = subsets.unique_ids(self._set_view.trie(), items, sequences)
         if items.removed is not None:
             ids = np.where(ids >= 0, np.where(items.removed[np.maximum(ids, 0)], -1, ids), -1)
         return np.where(ids >= 0, first[np.maximum(ids, 0)], -1)

@@ -132,7 +132,7 @@ class Artifact(Decoder):
         self.placement = placement
         # the numpy view of its items (subsets, fingerprint, base subset); a reload
         # with the same host tables shares its trie and bit layout
-        self.set_view = SetView.of_artifact(manifest, host_tables, items,
+        self._set_view = SetView.of_artifact(manifest, host_tables, items,
                                             manifest.files[fmt.IR_FILE].sha256, built=set_view,
                                             source=f"artifact {str(self.path)!r}",
                                             missing=DecodeInputError)
@@ -266,7 +266,7 @@ class Artifact(Decoder):
             tables, host = put_tables(snap, self._put, keep)
         return Artifact(self.path, manifest, tables, modules, snapshot.read_names(snap),
                         item_index(snap), host, self._put, self.placement, warmth,
-                        self.set_view if host is self._host_tables else None)
+                        self._set_view if host is self._host_tables else None)
 
 
 def load(path, *, verify_checksums: bool = True, device=None, mesh=None) -> Artifact:

@@ -50,7 +50,7 @@ def updated(compiled, *, add=None, remove=None, attributes=None, streamed: bool 
                 "update(attributes=...)", join))
     if remove is not None:
         remove = _removal_over(remove, compiled.items.num_items, items.num_items)
-        removed, removal = subsets.removal(items, remove, new.set_view.trie)
+        removed, removal = subsets.removal(items, remove, new._set_view.trie)
         report.update(removal)
         items = dataclasses.replace(items, removed=removed)
     return new._new_version(items=items, last_update=report)
@@ -101,7 +101,7 @@ def _with_additions(compiled, items, add, streamed: bool = False):
                                  "it anew with the new names (added token sequences would "
                                  "have no name)")
     t0 = time.perf_counter()
-    trie = compiled.set_view.trie()
+    trie = compiled._set_view.trie()
     placed = additions.place_additions(trie, add)
     new_items, report = additions.items_after(trie, items, placed, lazy=streamed)
     if placed.depth == trie.depth:

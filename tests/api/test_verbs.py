@@ -265,10 +265,10 @@ OWN = {
     },
 }
 NOT_YET_PRIVATE = {
-    "CompiledConstraints": {"set_view",
+    "CompiledConstraints": {
                             "tables"},
-    "Artifact": {"modules", "set_view", "tables"},
-    "TorchConstraints": {"set_view", "tables"},
+    "Artifact": {"modules", "tables"},
+    "TorchConstraints": {"tables"},
 }
 """Door internals still public, made private by issue 52's Decoder work."""
 

@@ -215,7 +215,7 @@ def test_cli_update_and_reload_take_items_out_without_recompiling(saved, tmp_pat
     sub_name = fmt.subset_module_name(name)
     new = old.reload()
     assert new is not old and new._modules is old._modules and new.tables == old.tables
-    assert new.set_view.trie() is old.set_view.trie()  # the same host tables: built once
+    assert new._set_view.trie() is old._set_view.trie()  # the same host tables: built once
     assert new.reload() is new  # nothing changed since
     after = _decoded(_serve(new))  # compiles the subset module once
     assert not after & set(gone) and after

@@ -46,7 +46,7 @@ def _sets(draw, vocab, length, ragged):
 def merged_both_ways(compiled, add):
     """(summary, tables) of `compiled` with `add`, by the table merge and by
     lowering the merged automaton, or None where the merge does not fit."""
-    trie, items = compiled.set_view.trie(), compiled.items
+    trie, items = compiled._set_view.trie(), compiled.items
     placed = additions.place_additions(trie, add)
     if placed.depth != trie.depth:
         return None
