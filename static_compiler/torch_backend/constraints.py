@@ -72,8 +72,6 @@ class TorchConstraints(PlanFacts, Decoder):
     ----------
     plan : TorchPlan
         The static plan (vocab_size, steps, end_token).
-    tables : tuple of dict of str to torch.Tensor
-        One dict per layer, int32 (bool ``accepting``), on `device`.
     device : torch.device
     fingerprint : str
         The set's fingerprint: subsets must carry it.
@@ -93,7 +91,7 @@ class TorchConstraints(PlanFacts, Decoder):
                  names=None):
         self.names = names
         self.plan = plan
-        self.tables = tables
+        self._tables = tables  # one dict per layer, int32 (bool accepting), on device
         self.device = checks.check_device(device, "TorchConstraints")
         self._set_view = set_view  # (subsets, fingerprint, base subset: numpy, on the host)
         self._ops = TorchEngine(plan, tables, self.device, set_view.base_subset())
@@ -137,7 +135,7 @@ class TorchConstraints(PlanFacts, Decoder):
                                    manifest.files[artifact_format.IR_FILE].sha256,
                                    source=f"artifact {str(path)!r}", missing=DecodeInputError,
                                    built=built)
-        tables = same.tables if same is not None else torch_tables(host, device)
+        tables = same._tables if same is not None else torch_tables(host, device)
         loaded = cls(torch_plan(view.facts), tables, view, device=device, names=names)
         loaded.path, loaded._manifest = path, manifest
         return loaded
