@@ -82,24 +82,20 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     placement : MeshPlacement or None
         Where the tables live on a device mesh (`shard`), or None for one
         device.
-    held_ir : Automaton or None
-        The automaton after the pipeline, for a set that holds it (compiled
-        in memory); None for a set held in its tables (compiled from
-        `Shards` straight into them by `target.lowering.lower_pieces`, read
-        by `load`, or updated within capacity), which then has `summary`.
-        Read `ir`, which serves both.
-    summary : AutomatonSummary or None
-        The laid-out `ir.AutomatonSummary` (counts, branch histograms,
-        layouts) of a set held in its tables; else None.
     ir : Automaton
         Property: the automaton after the pipeline (print it for the text
-        dump): `held_ir`, or for a set held in its tables the automaton
-        read back from them (`target.raising.automaton_from_tables`, some
-        36 bytes per item against the tables' 12) on first use and kept
-        (private); the IR text, `layer_stats`, `save` and decoding read
-        `outline` and the tables, never this.
+        dump). A set compiled in memory holds it (private `_held_ir`); a
+        set held in its tables (compiled from `Shards` straight into them
+        by `target.lowering.lower_pieces`, read by `load`, or updated
+        within capacity) holds only its laid-out `ir.AutomatonSummary`
+        (private `_summary`) and reads the automaton back from the tables
+        (`target.raising.automaton_from_tables`, some 36 bytes per item
+        against the tables' 12) on first use, and keeps it; the IR text,
+        `layer_stats`, `save` and decoding read `outline` and the tables,
+        never this.
     outline : Automaton or AutomatonSummary
-        Property: `summary` for a set held in its tables, else `held_ir`.
+        Property: the IR without its arrays: the summary for a set held in
+        its tables, else the automaton it holds.
     vocab_size : int
         Property: V; tokens lie in [0, V).
     max_length : int
@@ -129,27 +125,27 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     export_priors: bool = False
     last_update: Optional[dict] = None
     placement: Optional[placement_lib.MeshPlacement] = None
-    held_ir: Optional[Automaton] = dataclasses.field(default=None, repr=False)
-    summary: Optional[AutomatonSummary] = None
+    _held_ir: Optional[Automaton] = dataclasses.field(default=None, repr=False)
+    _summary: Optional[AutomatonSummary] = None
     # what this set works out on first use (device tables, processors, set view, an IR
     # read back from the tables ...); not a field of the set: a new version starts empty
     _computed: "Computed" = dataclasses.field(default_factory=lambda: Computed(), init=False,
                                              repr=False, compare=False)
 
     def __post_init__(self):
-        if self.held_ir is None and self.summary is None:
-            raise ConstraintSetError("CompiledConstraints: a set without held_ir is held in "
+        if self._held_ir is None and self._summary is None:
+            raise ConstraintSetError("CompiledConstraints: a set without _held_ir is held in "
                                      "its tables and needs the summary of the IR they hold")
 
     @property
     def ir(self) -> Automaton:
-        """The automaton after the pipeline: `held_ir`, or for a set held in
+        """The automaton after the pipeline: `_held_ir`, or for a set held in
         its tables the automaton read back from them on first use (kept in
         `_computed.ir`; O(table size) memory)."""
-        if self.held_ir is not None:
-            return self.held_ir
+        if self._held_ir is not None:
+            return self._held_ir
         if self._computed.ir is None:
-            summary = self.summary
+            summary = self._summary
             assert summary is not None  # (held_ir or summary: __post_init__)
             self._computed.ir = automaton_from_tables(
                 self.plan, [layer.layout for layer in summary.layers], self.tables,
@@ -160,16 +156,16 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
 
     @property
     def outline(self):
-        """What the IR is without its arrays: `summary` for a set held in its
-        tables (the IR never read back by this), else `held_ir`; both have
+        """What the IR is without its arrays: `_summary` for a set held in its
+        tables (the IR never read back by this), else `_held_ir`; both have
         vocab_size, depth, num_sequences, num_final_states, end_token,
         num_states, num_edges and layers with counts and layouts."""
-        return self.held_ir if self.held_ir is not None else self.summary
+        return self._held_ir if self._held_ir is not None else self._summary
 
     def ir_text(self, max_edges: Optional[int] = None) -> str:
         """The IR's text dump (`ir.print_ir`, rows elided past `max_edges`
         edges, default the printer's limit); for a set held in its tables,
-        printed from `summary` and the first rows of each table
+        printed from its summary and the first rows of each table
         (`target.raising.table_head`), equal to the automaton's."""
         from static_compiler.ir import _ELIDE_EDGES
 
@@ -179,15 +175,15 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     def _rows_of(self):
         """None for a set that holds its IR; else `ir.print_ir`'s rows_of:
         (t, n) -> a `Layer` of layer t's first n states, read from the tables."""
-        if self.held_ir is not None:
+        if self._held_ir is not None:
             return None
         return lambda t, n: table_head(self.plan.steps[t], self.tables[t], n)
 
     def _new_version(self, **changes) -> "CompiledConstraints":
         """A new version of this set: its fields with `changes` (field name
         -> value, as `dataclasses.replace`), so a set held in its tables
-        stays held in them (its IR unread) unless `changes` give held_ir
-        and summary. Its `_computed` starts empty: the caller hands it what
+        stays held in them (its IR unread) unless `changes` give _held_ir
+        and _summary. Its `_computed` starts empty: the caller hands it what
         stays valid (`shard`, `update`)."""
         return dataclasses.replace(self, **changes)
 
@@ -343,8 +339,8 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         if view is None:
             plan, tables = self.plan, self.tables
             digests = self._computed.table_digests  # (a set read back: no table hashed)
-            trie = (lambda ir=self.held_ir: ir) if self.held_ir is not None else \
-                (lambda summary=self.summary: subsets.TableTrie.of(plan, summary, tables))
+            trie = (lambda ir=self._held_ir: ir) if self._held_ir is not None else \
+                (lambda summary=self._summary: subsets.TableTrie.of(plan, summary, tables))
             view = SetView(SetFacts.of_plan(plan, self.outline.num_final_states), tables,
                            self.items, lambda: subsets.set_fingerprint(plan, tables, digests),
                            trie=trie, lookup=subsets.item_mask)

@@ -109,7 +109,7 @@ def _compiled_stats(obj, devices: Optional[int] = None) -> Optional[list]:
     if any(layer.layout is None for layer in obj.layers):
         return None
     plan, tables = lower(obj)
-    return CompiledConstraints(held_ir=obj, plan=plan, tables=tables,
+    return CompiledConstraints(_held_ir=obj, plan=plan, tables=tables,
                                pipeline="").layer_stats(devices)
 
 

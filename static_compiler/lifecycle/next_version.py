@@ -116,7 +116,7 @@ def _with_additions(compiled, items, add, streamed: bool = False):
         bare = ir.with_layers(layer.replace(layout=None) for layer in ir.layers)
         ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(compiled.pipeline))
         plan, tables = lower(ir)
-        held_as = dict(held_ir=ir, summary=None)
+        held_as = dict(_held_ir=ir, _summary=None)
     else:  # written into tables of the same plan: every compiled program stays
         plan = plan_of(merged.summary)
         if plan != compiled.plan:  # fit_problems checks what lowering records
@@ -124,7 +124,7 @@ def _with_additions(compiled, items, add, streamed: bool = False):
                                      f"lowers to another plan ({plan} != {compiled.plan})")
         tables = table_additions.merged_tables(compiled.tables, compiled.outline, merged, placed,
                                                lazy=streamed)
-        held_as = dict(held_ir=None, summary=merged.summary)
+        held_as = dict(_held_ir=None, _summary=merged.summary)
     report = dict(report, grew=problems)
     where = compiled.placement
     if where is not None:  # grown tables may split differently

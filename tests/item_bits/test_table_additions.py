@@ -269,7 +269,7 @@ def test_an_artifact_update_streams_the_same_tables_and_items_as_the_library(
     assert report["modules"] == "reused" and report["grew"] == []
     assert {k: report[k] for k in want.last_update} == want.last_update
     got = sc.load(tmp_path / "set.static")
-    assert got.plan == want.plan and got.summary == want.outline
+    assert got.plan == want.plan and got._summary == want.outline
     assert_same_tables(got.tables, want.tables)
     for key in ("row_item", "item_depth", "item_state", "removed"):
         a, b = getattr(got.items, key), getattr(want.items, key)
