@@ -82,28 +82,20 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     placement : MeshPlacement or None
         Where the tables live on a device mesh (`shard`), or None for one
         device.
-    held_ir : Automaton or None
-        The automaton after the pipeline, for a set that holds it (compiled
-        in memory); None for a set held in its tables (compiled from
-        `Shards` straight into them by `target.lowering.lower_pieces`, read
-        by `load`, or updated within capacity), which then has `summary`.
-        Read `ir`, which serves both.
-    summary : AutomatonSummary or None
-        The laid-out `ir.AutomatonSummary` (counts, branch histograms,
-        layouts) of a set held in its tables; else None.
-    computed : Computed
-        What this set works out on first use (device tables, processors,
-        set view, an IR read back from the tables ...); not a field of the
-        set: a new version starts with an empty one.
     ir : Automaton
         Property: the automaton after the pipeline (print it for the text
-        dump): `held_ir`, or for a set held in its tables the automaton
-        read back from them (`target.raising.automaton_from_tables`, some
-        36 bytes per item against the tables' 12) on first use and kept in
-        `computed`; the IR text, `layer_stats`, `save` and decoding read
-        `outline` and the tables, never this.
+        dump). A set compiled in memory holds it (private `_held_ir`); a
+        set held in its tables (compiled from `Shards` straight into them
+        by `target.lowering.lower_pieces`, read by `load`, or updated
+        within capacity) holds only its laid-out `ir.AutomatonSummary`
+        (private `_summary`) and reads the automaton back from the tables
+        (`target.raising.automaton_from_tables`, some 36 bytes per item
+        against the tables' 12) on first use, and keeps it; the IR text,
+        `layer_stats`, `save` and decoding read `outline` and the tables,
+        never this.
     outline : Automaton or AutomatonSummary
-        Property: `summary` for a set held in its tables, else `held_ir`.
+        Property: the IR without its arrays: the summary for a set held in
+        its tables, else the automaton it holds.
     vocab_size : int
         Property: V; tokens lie in [0, V).
     max_length : int
@@ -133,63 +125,65 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     export_priors: bool = False
     last_update: Optional[dict] = None
     placement: Optional[placement_lib.MeshPlacement] = None
-    held_ir: Optional[Automaton] = dataclasses.field(default=None, repr=False)
-    summary: Optional[AutomatonSummary] = None
-    computed: "Computed" = dataclasses.field(default_factory=lambda: Computed(), init=False,
+    _held_ir: Optional[Automaton] = dataclasses.field(default=None, repr=False)
+    _summary: Optional[AutomatonSummary] = None
+    # what this set works out on first use (device tables, processors, set view, an IR
+    # read back from the tables ...); not a field of the set: a new version starts empty
+    _computed: "Computed" = dataclasses.field(default_factory=lambda: Computed(), init=False,
                                              repr=False, compare=False)
 
     def __post_init__(self):
-        if self.held_ir is None and self.summary is None:
-            raise ConstraintSetError("CompiledConstraints: a set without held_ir is held in "
+        if self._held_ir is None and self._summary is None:
+            raise ConstraintSetError("CompiledConstraints: a set without _held_ir is held in "
                                      "its tables and needs the summary of the IR they hold")
 
     @property
     def ir(self) -> Automaton:
-        """The automaton after the pipeline: `held_ir`, or for a set held in
+        """The automaton after the pipeline: `_held_ir`, or for a set held in
         its tables the automaton read back from them on first use (kept in
-        `computed.ir`; O(table size) memory)."""
-        if self.held_ir is not None:
-            return self.held_ir
-        if self.computed.ir is None:
-            summary = self.summary
+        `_computed.ir`; O(table size) memory)."""
+        if self._held_ir is not None:
+            return self._held_ir
+        if self._computed.ir is None:
+            summary = self._summary
             assert summary is not None  # (held_ir or summary: __post_init__)
-            self.computed.ir = automaton_from_tables(
+            self._computed.ir = automaton_from_tables(
                 self.plan, [layer.layout for layer in summary.layers], self.tables,
                 num_final_states=summary.num_final_states, num_sequences=summary.num_sequences,
                 where="compiled tables",
                 counts=[(layer.num_states, layer.num_edges) for layer in summary.layers])
-        return self.computed.ir
+        return self._computed.ir
 
     @property
     def outline(self):
-        """What the IR is without its arrays: `summary` for a set held in its
-        tables (the IR never read back by this), else `held_ir`; both have
+        """What the IR is without its arrays: `_summary` for a set held in its
+        tables (the IR never read back by this), else `_held_ir`; both have
         vocab_size, depth, num_sequences, num_final_states, end_token,
         num_states, num_edges and layers with counts and layouts."""
-        return self.held_ir if self.held_ir is not None else self.summary
+        return self._held_ir if self._held_ir is not None else self._summary
 
     def ir_text(self, max_edges: Optional[int] = None) -> str:
         """The IR's text dump (`ir.print_ir`, rows elided past `max_edges`
         edges, default the printer's limit); for a set held in its tables,
-        printed from `summary` and the first rows of each table
+        printed from its summary and the first rows of each table
         (`target.raising.table_head`), equal to the automaton's."""
         from static_compiler.ir import _ELIDE_EDGES
 
         limit = _ELIDE_EDGES if max_edges is None else check_int("max_edges", max_edges, low=0)
-        return print_ir(self.outline, max_edges=limit, rows_of=self.rows_of())
+        return print_ir(self.outline, max_edges=limit, rows_of=self._rows_of())
 
-    def rows_of(self):
+    def _rows_of(self):
         """None for a set that holds its IR; else `ir.print_ir`'s rows_of:
         (t, n) -> a `Layer` of layer t's first n states, read from the tables."""
-        if self.held_ir is not None:
+        if self._held_ir is not None:
             return None
         return lambda t, n: table_head(self.plan.steps[t], self.tables[t], n)
 
-    def new_version(self, **changes) -> "CompiledConstraints":
+    def _new_version(self, **changes) -> "CompiledConstraints":
         """A new version of this set: its fields with `changes` (field name
         -> value, as `dataclasses.replace`), so a set held in its tables
-        stays held in them (its IR unread) unless `changes` give held_ir
-        and summary. Its `computed` starts empty: the caller hands it what
+        stays held in them (its IR unread) unless `changes` give _held_ir
+        and _summary. Its `_computed` starts empty: the caller hands it what
         stays valid (`shard`, `update`)."""
         return dataclasses.replace(self, **changes)
 
@@ -228,7 +222,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     @property
     def device_tables(self):
         """The tables as jax arrays on the default device, put there once."""
-        cached = self.computed.device_tables
+        cached = self._computed.device_tables
         if cached is None:
             jax = require("jax", "device_tables (the tables on a jax device)", JAX_INSTALL)
             with jax.ensure_compile_time_eval():  # concrete even when first used under jit
@@ -238,7 +232,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
                     cached = tuple({name: self.placement.place((t, name), arr)
                                     for name, arr in tabs.items()}
                                    for t, tabs in enumerate(self.tables))
-            self.computed.device_tables = cached
+            self._computed.device_tables = cached
         return cached
 
     def shard(self, mesh, axis: str, min_bytes: int = placement_lib.DEFAULT_MIN_BYTES
@@ -255,9 +249,9 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         (`placement.padded`), so any set splits, with or without reserved
         capacity. `table_bytes_per_device` reports what
         each device holds."""
-        out = self.new_version(
+        out = self._new_version(
             placement=placement_lib.MeshPlacement.of(mesh, axis, self.tables, min_bytes))
-        out.computed.set_view = self.set_view  # the same set and items
+        out._computed.set_view = self._set_view  # the same set and items
         return out
 
     def table_bytes_per_device(self) -> int:
@@ -312,7 +306,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         compiles nothing after a removal or an addition that fits."""
         batch_size = decode.StepProcessor.checked_batch(batch_size)
         key = None if subset is not None or subset_index is not None else batch_size
-        cache = self.computed.processors
+        cache = self._computed.processors
         if key is not None and key in cache:
             return cache[key]
         live = self._live(subset, subset_index, batch_size, "processor")
@@ -332,25 +326,25 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         where = f"accept_drafts(step={'<traced>' if is_traced(step) else step})"
         state = check_processor_state(state, where)  # named as the decoder names it
         live = self._live(subset, subset_index, state.node.shape[0], where)
-        with self.counting():
+        with self._counting():
             return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
 
     @property
-    def set_view(self) -> SetView:
+    def _set_view(self) -> SetView:
         """The numpy view of this set's items every front door shares
         (`rules.set_view.SetView`: fingerprint, base subset, trie, bit
         layout), made once; `shard` shares it, `update` by removal shares
         what it built."""
-        view = self.computed.set_view
+        view = self._computed.set_view
         if view is None:
             plan, tables = self.plan, self.tables
-            digests = self.computed.table_digests  # (a set read back: no table hashed)
-            trie = (lambda ir=self.held_ir: ir) if self.held_ir is not None else \
-                (lambda summary=self.summary: subsets.TableTrie.of(plan, summary, tables))
+            digests = self._computed.table_digests  # (a set read back: no table hashed)
+            trie = (lambda ir=self._held_ir: ir) if self._held_ir is not None else \
+                (lambda summary=self._summary: subsets.TableTrie.of(plan, summary, tables))
             view = SetView(SetFacts.of_plan(plan, self.outline.num_final_states), tables,
                            self.items, lambda: subsets.set_fingerprint(plan, tables, digests),
                            trie=trie, lookup=subsets.item_mask)
-            self.computed.set_view = view
+            self._computed.set_view = view
         return view
 
     def update(self, *, add=None, remove=None, attributes=None) -> "CompiledConstraints":
@@ -387,10 +381,10 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         missing, unknown or malformed, or given without additions."""
         version = next_version.updated(self, add=add, remove=remove, attributes=attributes)
         if add is None:  # the same tables and set: share what was computed
-            version.computed.device_tables = self.computed.device_tables
-            version.computed.set_view = self.set_view.version(version.items)
-        version.computed.warmth = self._warmth()  # (one count: `compilations`)
-        version.set_view.base_subset()  # computed now, so the next decode only reads it
+            version._computed.device_tables = self._computed.device_tables
+            version._computed.set_view = self._set_view.version(version.items)
+        version._computed.warmth = self._warmth()  # (one count: `compilations`)
+        version._set_view.base_subset()  # computed now, so the next decode only reads it
         return version
 
     def item_index(self, sequences) -> np.ndarray:
@@ -398,9 +392,9 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         and for an item removed and added again the first row it was added
         again with: `ItemIndex.first_live_rows`) each of `sequences` is, -1
         for a sequence not in the set (or removed)."""
-        items = self.set_view.checked_items("item_index")
-        first = self.set_view.first_rows()
-        ids = subsets.unique_ids(self.set_view.trie(), items, sequences)
+        items = self._set_view.checked_items("item_index")
+        first = self._set_view.first_rows()
+        ids = subsets.unique_ids(self._set_view.trie(), items, sequences)
         if items.removed is not None:
             ids = np.where(ids >= 0, np.where(items.removed[np.maximum(ids, 0)], -1, ids), -1)
         return np.where(ids >= 0, first[np.maximum(ids, 0)], -1)
@@ -415,11 +409,11 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         nothing; else None."""
         if live is not None or self.items is None:
             return None
-        specs = self.computed.removal_specs
+        specs = self._computed.removal_specs
         if specs is NOT_YET:  # (per call: this runs before every decode)
             specs = {} if all(layer.implicit_targets for layer in self.outline.layers) and \
                 any(layer.layout.reserved for layer in self.outline.layers) else None
-            self.computed.removal_specs = specs
+            self._computed.removal_specs = specs
         if specs is None:
             return None
         if batch_size not in specs:

@@ -186,7 +186,7 @@ def _compiled(front: inputs.FrontendOutput, passes, timings: list, options: dict
     timings.append(("lower", time.perf_counter() - t0))
     if options["export_subsets"]:
         subsets.check_subsettable(ir, items, "export_subsets=True")
-    return CompiledConstraints(held_ir=ir, plan=plan, tables=tables, timings=tuple(timings),
+    return CompiledConstraints(_held_ir=ir, plan=plan, tables=tables, timings=tuple(timings),
                                names=front.names, items=items, **options)
 
 
@@ -221,7 +221,7 @@ def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, optio
               f"{timings[-1][1]:.1f} s")
     if options["export_subsets"]:
         subsets.check_subsettable(planned, items, "export_subsets=True")
-    return CompiledConstraints(summary=planned, plan=plan, tables=tables,
+    return CompiledConstraints(_summary=planned, plan=plan, tables=tables,
                                timings=tuple(timings), items=items, **options)
 
 

@@ -109,7 +109,7 @@ def _compiled_stats(obj, devices: Optional[int] = None) -> Optional[list]:
     if any(layer.layout is None for layer in obj.layers):
         return None
     plan, tables = lower(obj)
-    return CompiledConstraints(held_ir=obj, plan=plan, tables=tables,
+    return CompiledConstraints(_held_ir=obj, plan=plan, tables=tables,
                                pipeline="").layer_stats(devices)
 
 
@@ -301,7 +301,7 @@ def layer_text(obj, layer: int, max_edges: Optional[int] = None) -> str:
     from static_compiler.ir import _ELIDE_EDGES, print_ir
 
     ir = _automaton_of(obj) if not isinstance(obj, Automaton) else obj
-    rows_of = getattr(obj, "rows_of", lambda: None)()
+    rows_of = getattr(obj, "_rows_of", lambda: None)()
     if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
             or not 0 <= layer < ir.depth:
         raise ReportInputError(f"layer {layer!r}: expected an int in [0, {ir.depth}) "

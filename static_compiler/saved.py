@@ -87,11 +87,11 @@ def compiled_from_snapshot(snap) -> CompiledConstraints:
         warm_kernels_in_background()
     names = snapshot.read_names(snap)
     compiled = CompiledConstraints(
-        summary=summary, plan=plan, tables=tables, pipeline=manifest.pipeline, names=names,
+        _summary=summary, plan=plan, tables=tables, pipeline=manifest.pipeline, names=names,
         items=items, export_subsets=items is not None, **export_options(manifest))
     # the tables' file checksums are their digests (`subsets.set_fingerprint`):
     # its fingerprint then reads no table
-    compiled.computed.table_digests = {
+    compiled._computed.table_digests = {
         (entry.layer, entry.name): manifest.files[entry.file].sha256
         for entry in manifest.tables if entry.file in manifest.files and
         tuple(entry.shape) == tuple(getattr(tables[entry.layer].get(entry.name), "shape", ()))}

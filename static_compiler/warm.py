@@ -55,7 +55,7 @@ def _options_of(decoder) -> set:
 
 class WarmUp:
     """The warm-up verb and compile count of `CompiledConstraints` (a mixin:
-    the set's entry points count in `counting()`)."""
+    the set's entry points count in `_counting()`)."""
 
     def compilations(self) -> int:
         """XLA compilations run so far by this set's entry points
@@ -72,12 +72,12 @@ class WarmUp:
     def _warmth(self) -> Warmth:
         """The compile counter and subset padding bound this set shares
         with the versions `update` makes (the served artifact's `Warmth`)."""
-        warmth = self.computed.warmth
+        warmth = self._computed.warmth
         if warmth is None:
             with _lock:
-                warmth = self.computed.warmth
+                warmth = self._computed.warmth
                 if warmth is None:
-                    warmth = self.computed.warmth = Warmth(CompileCounter())
+                    warmth = self._computed.warmth = Warmth(CompileCounter())
         return warmth
 
     def _padded(self, subset, subset_index, batch_size: int, where: str) -> tuple:
@@ -93,7 +93,7 @@ class WarmUp:
         index = checked_subset_index(subset, self.fingerprint, subset_index, batch_size, where)
         return subset.placements.get(("padded", pad_to), lambda: pad_subsets(subset, pad_to)), index
 
-    def counting(self):
+    def _counting(self):
         """A context manager in which the calling thread's XLA compilations
         count toward `compilations()`: what this set's entry points (and the
         module-level decoders over it) run in."""

@@ -135,9 +135,9 @@ def right_languages(a) -> list:
 
 
 def ir_unread(compiled) -> bool:
-    """True for a `CompiledConstraints` held in its tables (no `held_ir`)
+    """True for a `CompiledConstraints` held in its tables (no `_held_ir`)
     whose IR nothing has read back from them yet (`computed.ir`)."""
-    return compiled.held_ir is None and compiled.computed.ir is None
+    return compiled._held_ir is None and compiled._computed.ir is None
 
 
 def edit_manifest(path, change, reseal: bool = True) -> None:

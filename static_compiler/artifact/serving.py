@@ -99,8 +99,6 @@ class Artifact(Decoder):
       beam_sizes: beam sizes with an exported beam_step module.
       beam_schedules: the beam schedules it was exported for (tuples of
         one width per step, format version 13), whose modules it holds.
-      tables: the tables as device arrays, in argument order.
-      modules: name -> deserialized `jax.export.Exported`.
       names: a text catalogue's `items.names.NameTable` (names.jsonl),
         or None for a set compiled from token ids (and format version 1).
       items: the `items.index.ItemIndex` of an artifact saved with
@@ -121,9 +119,8 @@ class Artifact(Decoder):
         self.max_length = manifest.max_length
         self.end_token = manifest.end_token
         self.num_sequences = manifest.num_sequences
-        self.tables = tuple(tables)
-        self._modules = modules
-        self.modules = {name: m.exported for name, m in modules.items()}
+        self._tables = tuple(tables)  # on the device, in the modules' argument order
+        self._modules = modules  # name -> deserialized module (`manifest.modules` lists them)
         self.beam_sizes = manifest.beam_sizes()
         self.beam_schedules = manifest.beam_schedules
         self.names = names
@@ -133,12 +130,12 @@ class Artifact(Decoder):
         self.placement = placement
         # the numpy view of its items (subsets, fingerprint, base subset); a reload
         # with the same host tables shares its trie and bit layout
-        self.set_view = SetView.of_artifact(manifest, host_tables, items,
+        self._set_view = SetView.of_artifact(manifest, host_tables, items,
                                             manifest.files[fmt.IR_FILE].sha256, built=set_view,
                                             source=f"artifact {str(self.path)!r}",
                                             missing=DecodeInputError)
         self._warmth = warmth if warmth is not None else Warmth(CompileCounter())  # shared by reloads
-        self._exported = ExportedEngine(self.path, manifest, self.tables, modules, items,
+        self._exported = ExportedEngine(self.path, manifest, self._tables, modules, items,
                                         placement, self._warmth)
 
     @property
@@ -261,13 +258,13 @@ class Artifact(Decoder):
                        for name, entry in sorted(manifest.modules.items())}
             warn_if_export_ages(manifest, self.path)
             warmth = None
-        tables, host = list(self.tables), self._host_tables
+        tables, host = list(self._tables), self._host_tables
         if any(not same(t.file) for t in manifest.tables):
-            keep = [old if same(t.file) else None for old, t in zip(self.tables, manifest.tables)]
+            keep = [old if same(t.file) else None for old, t in zip(self._tables, manifest.tables)]
             tables, host = put_tables(snap, self._put, keep)
         return Artifact(self.path, manifest, tables, modules, snapshot.read_names(snap),
                         item_index(snap), host, self._put, self.placement, warmth,
-                        self.set_view if host is self._host_tables else None)
+                        self._set_view if host is self._host_tables else None)
 
 
 def load(path, *, verify_checksums: bool = True, device=None, mesh=None) -> Artifact:

@@ -86,7 +86,7 @@ def _zero_prior(art):
     modules compile for)."""
     from static_compiler.rules.priors import Prior
     from static_compiler.target.plan import prior_size
-    plan = art.set_view.facts.plan
+    plan = art._set_view.facts.plan
     return Prior(np.zeros(prior_size(plan), np.float32), 0.0, "", art.fingerprint)
 
 

@@ -9,6 +9,9 @@ Layout: `dispatch` builds the parser from `dispatch.SUBCOMMANDS` and runs
 is the main job behind `demo`; `demo_model` is the demo model and the
 serving-process entry point (`python -m static_compiler.cli.demo_model`).
 
+Internal: every module (the command line is the interface; `main` here is
+the console script's entry point).
+
 This file imports nothing, so the serving process, which imports this
 package on its way to `demo_model`, loads no compiler code through it.
 """

@@ -132,13 +132,13 @@ def replay_allowed(engine: Engine, prefixes, live):
 
 class Decoder:
     """The verbs of a front door over its engine. A door provides
-    `_engine` (its `Engine`), `set_view` (its items' `SetView`) and `names`
+    `_engine` (its `Engine`), `_set_view` (its items' `SetView`) and `names`
     (a text catalogue's `NameTable`, or None). subset / subset_index,
     everywhere: a `Subset` of this set (`subset`, `stack_subsets`) and each
     row's subset, ints (B,) (default: subset 0 for a single subset);
     without a subset, the items this version has not removed."""
 
-    set_view: Any
+    _set_view: Any
     names: Any
 
     @property
@@ -153,14 +153,14 @@ class Decoder:
         """Content hash of the set (its plan and tables, or an artifact's IR
         text) and of the items an update removed (`ItemIndex.removal_tag`):
         subsets and priors of this set carry it."""
-        return self.set_view.fingerprint
+        return self._set_view.fingerprint
 
     @property
     def attributes(self):
         """The items' attribute columns (name -> `items.attributes.Column`,
         one value per input row; an artifact's memory-mapped), or None when
         the set has none."""
-        items = self.set_view.items
+        items = self._set_view.items
         return None if items is None else items.attributes
 
     def subset(self, selection=None, *, where=None, masks=None) -> Subset:
@@ -181,7 +181,7 @@ class Decoder:
         not in the set, and a set whose items share states (minimized,
         graph or IR input); FilterExpressionError for a bad expression
         (naming the position and the attribute)."""
-        return self.set_view.pick(selection, where, masks, f"{type(self).__name__}.subset")
+        return self._set_view.pick(selection, where, masks, f"{type(self).__name__}.subset")
 
     def prior(self, column: str, weight: float = 1.0, selection=None, *, where=None,
               masks=None):
@@ -200,7 +200,7 @@ class Decoder:
         states), AttributeColumnError for a missing or non-numeric column
         or a value that is not finite, DecodeInputError for a weight that
         is not a finite float (docs/business-rules.md, "Item priors")."""
-        return self.set_view.prior(column, weight, selection, where, masks,
+        return self._set_view.prior(column, weight, selection, where, masks,
                                    f"{type(self).__name__}.prior")
 
     # A call's subset and prior, as the engine reads them
@@ -216,7 +216,7 @@ class Decoder:
         if subset is None:
             if subset_index is not None:
                 raise DecodeInputError(f"{where}: subset_index without a subset")
-            subset = self.set_view.base_subset()
+            subset = self._set_view.base_subset()
             if subset is None:
                 return None
         if isinstance(subset, Subset) and engine.pad_from is not None:

@@ -252,9 +252,9 @@ def _check(door, paths: WarmPaths, batch_sizes, beam_sizes, max_subsets, backgro
     beams = tuple(sorted(beams, key=lambda m: (isinstance(m, tuple), m)))
     if not isinstance(background, (bool, np.bool_)):
         raise DecodeInputError(f"{where}: background={background!r}: expected a bool")
-    k, empty = check_max_subsets(max_subsets, door.set_view, where)
+    k, empty = check_max_subsets(max_subsets, door._set_view, where)
     if empty is None and paths.removals:
-        items = door.set_view.items
+        items = door._set_view.items
         empty = door.subset(np.zeros(items.num_items, bool)) if items is not None else None
     return _Plan(sizes, beams, k, empty)
 

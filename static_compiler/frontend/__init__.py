@@ -16,6 +16,10 @@
   files between tasks, memory-mapped results), `build_tasks` (running
   them) and `build_dirs` (work directories and their owners).
 
+Public: `sequences`' names (re-exported here), `datasets`, `readers`, `text`,
+`spellings` and `shards` (`Shards`, at the package root); the partitioned
+build's steps and `inputs` are internal.
+
 The item index, name table and attribute columns it builds are data of
 `static_compiler.items`, below the IR (a serving binary reads them without
 the frontend). numpy only here (networkx for graphs, tokenizers when a tokenizer file is

@@ -4,6 +4,6 @@
   logits processor for Hugging Face ``generate`` (needs the ``torch`` extra:
   ``pip install 'static-compiler[torch]'``).
 
-Nothing in the library imports this package; importing it imports neither
+Public: `torch` (its `StaticLogitsProcessor`). Nothing in the library imports this package; importing it imports neither
 torch nor transformers (each submodule imports what it needs).
 """

@@ -28,8 +28,8 @@ The package, lowest first: `printer` (the text form printed, and
 arrays), `row_checks` (the checks of a layer's rows on arrays, which the
 saved tables' checker runs a chunk at a time), `verify` (the verifier),
 `text` (the parser).
-Everything is imported from here (``from static_compiler.ir import
-Automaton``); numpy only, no jax.
+Public: the package's names (``from static_compiler.ir import Automaton``,
+`__all__`); its modules are internal. numpy only, no jax.
 """
 
 # (`verify` is also the name of its module: bound here, so importing the

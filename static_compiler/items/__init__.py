@@ -7,6 +7,6 @@
 
 The frontend builds them, the item bits, the rules, the artifact's snapshot
 and the serving loader read them; so the folder sits below the IR and may
-import only `errors`, `support` and numpy. All three modules are public
+import only `errors`, `support` and numpy. Public: all three modules
 (imported by name); nothing is imported here.
 """

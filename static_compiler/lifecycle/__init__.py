@@ -16,7 +16,7 @@ path's `artifact.lock.update_lock`) and records the version it replaces in
 the history the writer keeps (`artifact.history`). The package sits beside
 the public API (tests/repository/test_layering.py): it reads versions back
 as `CompiledConstraints` (`saved.compiled_from_snapshot`), and no module of
-the artifact or of a serving process imports it. The public functions are
+the artifact or of a serving process imports it. Internal: its modules; the public functions are
 `static_compiler.update_artifact`, `upgrade_artifact`, `reexport_artifact`,
 `list_versions` and `rollback_artifact`. Nothing is imported here.
 """

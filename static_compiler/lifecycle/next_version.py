@@ -50,10 +50,10 @@ def updated(compiled, *, add=None, remove=None, attributes=None, streamed: bool 
                 "update(attributes=...)", join))
     if remove is not None:
         remove = _removal_over(remove, compiled.items.num_items, items.num_items)
-        removed, removal = subsets.removal(items, remove, new.set_view.trie)
+        removed, removal = subsets.removal(items, remove, new._set_view.trie)
         report.update(removal)
         items = dataclasses.replace(items, removed=removed)
-    return new.new_version(items=items, last_update=report)
+    return new._new_version(items=items, last_update=report)
 
 
 def _removal_over(remove, before: int, after: int):
@@ -101,7 +101,7 @@ def _with_additions(compiled, items, add, streamed: bool = False):
                                  "it anew with the new names (added token sequences would "
                                  "have no name)")
     t0 = time.perf_counter()
-    trie = compiled.set_view.trie()
+    trie = compiled._set_view.trie()
     placed = additions.place_additions(trie, add)
     new_items, report = additions.items_after(trie, items, placed, lazy=streamed)
     if placed.depth == trie.depth:
@@ -116,7 +116,7 @@ def _with_additions(compiled, items, add, streamed: bool = False):
         bare = ir.with_layers(layer.replace(layout=None) for layer in ir.layers)
         ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(compiled.pipeline))
         plan, tables = lower(ir)
-        held_as = dict(held_ir=ir, summary=None)
+        held_as = dict(_held_ir=ir, _summary=None)
     else:  # written into tables of the same plan: every compiled program stays
         plan = plan_of(merged.summary)
         if plan != compiled.plan:  # fit_problems checks what lowering records
@@ -124,12 +124,12 @@ def _with_additions(compiled, items, add, streamed: bool = False):
                                      f"lowers to another plan ({plan} != {compiled.plan})")
         tables = table_additions.merged_tables(compiled.tables, compiled.outline, merged, placed,
                                                lazy=streamed)
-        held_as = dict(held_ir=None, summary=merged.summary)
+        held_as = dict(_held_ir=None, _summary=merged.summary)
     report = dict(report, grew=problems)
     where = compiled.placement
     if where is not None:  # grown tables may split differently
         where = placement_lib.MeshPlacement.of(where.mesh, where.axis, tables, where.min_bytes)
-    new = compiled.new_version(plan=plan, tables=tables, items=new_items, placement=where,
+    new = compiled._new_version(plan=plan, tables=tables, items=new_items, placement=where,
                                **held_as,
                                timings=compiled.timings + (("update", time.perf_counter() - t0),))
     return new, report

@@ -171,7 +171,7 @@ def reexport_artifact(path, *, mesh=None, beam_sizes=None) -> dict:
                     "the set with other export_beam_sizes instead)")
             compiled = _read_back_placed(snap, mesh, "re-export")
             if beam_sizes is not None:
-                compiled = compiled.new_version(export_beam_sizes=tuple(beam_sizes))
+                compiled = compiled._new_version(export_beam_sizes=tuple(beam_sizes))
             upgraded = manifest.format_version != fmt.FORMAT_VERSION or bool(snap.compat)
             if upgraded:
                 _export_anew(snap, compiled, "re-export")

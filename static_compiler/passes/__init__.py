@@ -1,4 +1,9 @@
-"""Compiler passes, one module each, and the registry that maps spec names to them."""
+"""Compiler passes, one module each, and the registry that maps spec names to them.
+
+Public: `REGISTRY`, `Pass` and `ByteSize` (here), and `pipeline`
+(`DEFAULT_PIPELINE`, `parse_pipeline`, `format_pipeline`, re-exported at the
+package root); the pass modules are internal (reach a pass by its spec name).
+"""
 
 from static_compiler.passes.base import ByteSize, Pass
 from static_compiler.passes.choose_layout import ChooseLayoutPass

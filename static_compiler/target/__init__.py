@@ -10,4 +10,7 @@ jax, no torch), so every backend and the serving loader share it.
   `exception_rows`);
 - `target.lowering`: IR -> (plan, tables) (`lower`, `lower_pieces`, `plan_of`);
 - `target.raising`: tables -> IR (`automaton_from_tables`, `table_head`).
+
+Internal: no module here is a user's entry point (a compiled set's `plan` is
+a `target.plan.Plan`); the library imports them by name.
 """

@@ -12,6 +12,9 @@ its decoding operations to torch ops, with no jax imported at call time.
   and `live_bits`;
 * `constraints`: `TorchConstraints`, the public entry point.
 
+Public: the package's names (`__all__`: `TorchConstraints`, `TorchState`,
+`LiveBits`, `live_bits`); its modules are internal.
+
 Imports numpy, torch and the numpy-only modules of the package (errors,
 artifact.format / manifest / snapshot, item_bits.layers / liveness), never jax
 or the compiler (tests/repository/test_layering.py).

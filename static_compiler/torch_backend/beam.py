@@ -419,7 +419,7 @@ def compiled_steps(owner) -> CompiledSteps:
     it reuses the programs compiled so far."""
     steps = _COMPILED_STEPS.get(owner)
     if steps is None:
-        steps = _COMPILED_STEPS[owner] = CompiledSteps(owner.plan, owner.tables)
+        steps = _COMPILED_STEPS[owner] = CompiledSteps(owner.plan, owner._tables)
     return steps
 
 

@@ -72,8 +72,6 @@ class TorchConstraints(PlanFacts, Decoder):
     ----------
     plan : TorchPlan
         The static plan (vocab_size, steps, end_token).
-    tables : tuple of dict of str to torch.Tensor
-        One dict per layer, int32 (bool ``accepting``), on `device`.
     device : torch.device
     fingerprint : str
         The set's fingerprint: subsets must carry it.
@@ -93,9 +91,9 @@ class TorchConstraints(PlanFacts, Decoder):
                  names=None):
         self.names = names
         self.plan = plan
-        self.tables = tables
+        self._tables = tables  # one dict per layer, int32 (bool accepting), on device
         self.device = checks.check_device(device, "TorchConstraints")
-        self.set_view = set_view  # (subsets, fingerprint, base subset: numpy, on the host)
+        self._set_view = set_view  # (subsets, fingerprint, base subset: numpy, on the host)
         self._ops = TorchEngine(plan, tables, self.device, set_view.base_subset())
 
     @property
@@ -132,12 +130,12 @@ class TorchConstraints(PlanFacts, Decoder):
         arrays = snapshot_items.read_item_arrays(snap)
         names = snapshot.read_names(snap)
         items = None if arrays is None else ItemIndex(num_unique=manifest.num_sequences, **arrays)
-        built = same.set_view if same is not None and same.set_view.tables else None
+        built = same._set_view if same is not None and same._set_view.tables else None
         view = SetView.of_artifact(manifest, host, items,
                                    manifest.files[artifact_format.IR_FILE].sha256,
                                    source=f"artifact {str(path)!r}", missing=DecodeInputError,
                                    built=built)
-        tables = same.tables if same is not None else torch_tables(host, device)
+        tables = same._tables if same is not None else torch_tables(host, device)
         loaded = cls(torch_plan(view.facts), tables, view, device=device, names=names)
         loaded.path, loaded._manifest = path, manifest
         return loaded
@@ -173,7 +171,7 @@ class TorchConstraints(PlanFacts, Decoder):
     def from_compiled(cls, compiled, device=None) -> "TorchConstraints":
         """The set `compiled` (a `CompiledConstraints`), its numpy tables
         put on `device` once (default: the CPU)."""
-        view = getattr(compiled, "set_view", None)  # (this layer never imports the compiler)
+        view = getattr(compiled, "_set_view", None)  # (this layer never imports the compiler)
         if isinstance(compiled, TorchConstraints) or not isinstance(view, SetView) or \
                 not isinstance(getattr(compiled, "plan", None), Plan):
             raise DecodeInputError(f"compiled is a {type(compiled).__name__}, expected the "

@@ -35,7 +35,7 @@ class _TorchPaths(warm_up.WarmPaths):
 
     def __init__(self, tc):
         self.tc = tc
-        self.removals = tc.set_view.items is not None
+        self.removals = tc._set_view.items is not None
         V, device = tc.vocab_size, tc.device
 
         def zero_model(last_tokens, step, carry):  # noqa: ARG001 (the model's signature)

@@ -104,7 +104,7 @@ def test_torch_backend_without_numba(tmp_path):
         from static_compiler.torch_backend import TorchConstraints
         assert not bit_kernels.HAVE_NUMBA
         tc = TorchConstraints.load({str(path)!r})
-        assert tc.set_view.base_subset() is not None  # the removals
+        assert tc._set_view.base_subset() is not None  # the removals
         sub = tc.subset(np.arange({n}) % 3 != 1)
         for t in range({version.max_length}):
             pre = torch.from_numpy(np.load({str(tmp_path)!r} + f"/pre{{t}}.npy"))

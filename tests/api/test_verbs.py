@@ -8,8 +8,9 @@ torch backend (`TorchConstraints`), speak one verb family, declared in
   defaults; a door may add keyword-only options of its own, with
   defaults), and returns the same kind of value; mypy checks the same
   statically (tests/api/doors_conform.py);
-* a door's public names are the contract's, its own (`OWN`, each with its
-  reason) and the internals still public (`NOT_YET_PRIVATE`), nothing else;
+* a door's public names (of its class and of a built instance) are the
+  contract's and its own (`OWN`, each with its reason), nothing else: door
+  internals are private;
 * on small sets of several shapes (fixed length, ragged with an end token,
   forced layouts, an update's removals, per-row subsets) the doors give
   the same masks, allowed tokens, advances and beams: bit for bit, except
@@ -230,22 +231,23 @@ def test_the_type_checker_checks_the_doors_against_the_contract():
     assert "mypy" in (REPO / "scripts" / "lint.sh").read_text()
 
 
-# Each door's public names: the contract's, the door's own (each with why it is
-# the door's), and those issue 52's Decoder work makes private (`NOT_YET_PRIVATE`:
-# internals public today; a name leaves the set when it goes private). A new
-# public name must be added to one of them, with its reason.
+# Each door's public names: the contract's and the door's own (each with why it is
+# the door's), nothing else; door internals are private. A new public name must
+# be added here, with its reason, or made private.
 OWN = {
     "CompiledConstraints": {
         "accept_drafts": "speculative decoding over the set (docs/decoding.md)",
         "processor": "the step programs of one batch size (docs/decoding.md)",
         "save": "writes the artifact", "update": "a new version: removals, additions",
         "shard": "tables split across a mesh", "placement": "the mesh placement it has",
-        "ir": "the set's IR", "ir_text": "the IR printed", "held_ir": "the IR held in memory",
-        "outline": "the IR without its arrays", "summary": "the IR's counts",
+        "ir": "the set's IR", "ir_text": "the IR printed",
+        "outline": "the IR without its arrays (docs/billion-scale.md)",
         "layer_stats": "bytes per layer", "nbytes": "the tables' bytes",
         "table_bytes_per_device": "the tables' bytes per device (a mesh)",
         "device_tables": "the tables on the device (docs/decoding.md)",
-        "plan": "the plan the decoders read", "pipeline": "the passes it was compiled with",
+        "plan": "the plan the decoders read (docs/integrations.md)",
+        "tables": "the host tables beside `plan` (backend.decode's functions take the pair)",
+        "pipeline": "the passes it was compiled with",
         "timings": "seconds per compile stage", "frontend_stats": "the input's counts",
         "items": "its item index", "item_index": "the items of sequences",
         "last_update": "what the last update did",
@@ -264,31 +266,40 @@ OWN = {
         "device": "the torch device of its tables", "plan": "the plan its ops read",
     },
 }
-NOT_YET_PRIVATE = {
-    "CompiledConstraints": {"computed", "counting", "new_version", "rows_of", "set_view",
-                            "tables"},
-    "Artifact": {"modules", "set_view", "tables"},
-    "TorchConstraints": {"set_view", "tables"},
-}
-"""Door internals still public, made private by issue 52's Decoder work."""
 
 
-def _public(door) -> set:
-    return {name for name in dir(door) if not name.startswith("_")}
+def _public(names) -> set:
+    return {name for name in names if not name.startswith("_")}
 
 
 @pytest.mark.parametrize("door_name", sorted(OWN))
-def test_every_public_name_of_a_door_is_the_contracts_its_own_or_not_yet_private(fixed,
-                                                                                   door_name):
-    public, own, internal = _public(fixed[door_name]), set(OWN[door_name]), \
-        NOT_YET_PRIVATE[door_name]
-    assert not own & internal and not (own | internal) & set(CONTRACT), door_name
-    assert public - set(CONTRACT) - own - internal == set(), \
+def test_every_public_name_of_a_door_is_the_contracts_or_its_own(fixed, door_name):
+    door, own = fixed[door_name], set(OWN[door_name])
+    public = _public(dir(door))
+    assert not own & set(CONTRACT), door_name
+    assert public - set(CONTRACT) - own == set(), \
         f"{door_name}: a new public name: add it to OWN with its reason, or make it private"
-    assert (own | internal) - public == set(), \
-        f"{door_name}: gone (made private?): remove it from OWN / NOT_YET_PRIVATE"
+    assert own - public == set(), f"{door_name}: gone (made private?): remove it from OWN"
     assert set(CONTRACT) <= public
-    assert len(public) == len(CONTRACT) + len(own) + len(internal)
+    assert len(public) == len(CONTRACT) + len(own)
+
+
+@pytest.mark.parametrize("door_name", sorted(OWN))
+def test_a_built_doors_instance_attributes_are_the_contracts_or_its_own(fixed, door_name):
+    """What an instance holds (`vars`) adds no public name: its public
+    attributes are the contract's or its own, the rest private."""
+    door, own = fixed[door_name], set(OWN[door_name])
+    held = _public(vars(door))
+    assert held and held <= set(CONTRACT) | own, (door_name, held - set(CONTRACT) - own)
+
+
+def test_a_new_public_attribute_on_an_instance_is_caught(fixed):
+    """The instance check can fail: an attribute set on a door after it was
+    built is a public name that is neither the contract's nor the door's."""
+    door = TorchConstraints.load(fixed["Artifact"].path)
+    door.internal_table = ()
+    held = _public(vars(door))
+    assert "internal_table" in held and not held <= set(CONTRACT) | set(OWN["TorchConstraints"])
 
 
 def test_every_door_returns_the_same_kinds(fixed):

@@ -174,15 +174,15 @@ def test_re_export_keeps_the_tables_and_a_reload_reads_the_new_modules(saved, wa
     # this jax exports the same bytes again: the reload keeps its modules, takes the new date
     new = art.reload()
     assert new is not art and new.manifest.exported_at == today
-    assert new._modules is art._modules and new.tables == art.tables
+    assert new._modules is art._modules and new._tables == art._tables
     # another exporter's modules (here: lowered for the CPU alone) are read by the reload
     monkeypatch.setattr(fmt, "PLATFORMS", ("cpu",))
     sc.reexport_artifact(saved)
     newer = new.reload()
     assert newer._modules.keys() == new._modules.keys()
     assert all(newer._modules[k] is not new._modules[k] for k in new._modules)
-    assert newer.modules["advance"].platforms == ("cpu",)
-    assert newer.tables == art.tables  # the same device tables: nothing read again
+    assert newer._modules["advance"].exported.platforms == ("cpu",)
+    assert newer._tables == art._tables  # the same device tables: nothing read again
     assert_same_beams(served_beams(newer), want)
     assert_same_beams(served_beams(art), want)
 

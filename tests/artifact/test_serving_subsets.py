@@ -133,7 +133,7 @@ def test_artifacts_without_subsets_say_so(tmp_path):
     compiled.save(tmp_path / "a")
     art = serving.load(tmp_path / "a")
     assert art.items is None and art.manifest.item_files is None
-    assert not any(name.endswith("_subset") or "_subset_" in name for name in art.modules)
+    assert not any(name.endswith("_subset") or "_subset_" in name for name in art.manifest.modules)
     with pytest.raises(DecodeInputError, match="has no item index"):
         art.subset(np.ones(2, bool))
     minimized = oracle.shared_suffix_set(np.random.default_rng(0), 6, 8)
@@ -214,8 +214,8 @@ def test_cli_update_and_reload_take_items_out_without_recompiling(saved, tmp_pat
     name = fmt.beam_module_name("beam_step", BEAMS)
     sub_name = fmt.subset_module_name(name)
     new = old.reload()
-    assert new is not old and new._modules is old._modules and new.tables == old.tables
-    assert new.set_view.trie() is old.set_view.trie()  # the same host tables: built once
+    assert new is not old and new._modules is old._modules and new._tables == old._tables
+    assert new._set_view.trie() is old._set_view.trie()  # the same host tables: built once
     assert new.reload() is new  # nothing changed since
     after = _decoded(_serve(new))  # compiles the subset module once
     assert not after & set(gone) and after

@@ -178,13 +178,13 @@ EXPORT_SCRIPT = textwrap.dedent("""
             ref = compiled.mask(jnp.asarray(logits), compiled.init_processor(B), 0)
             out[key + " mask"] = bool(np.array_equal(np.asarray(got), np.asarray(ref)))
             out[key + " bytes"] = (sum(max(s.data.nbytes for s in a.addressable_shards)
-                                       for a in art.tables) / split.table_bytes_per_device())
-            out[key + " on mesh"] = all(len(a.sharding.device_set) == D for a in art.tables)
+                                       for a in art._tables) / split.table_bytes_per_device())
+            out[key + " on mesh"] = all(len(a.sharding.device_set) == D for a in art._tables)
             # XLA partitions the module's gathers: all-reduces, no table gathered whole
             module = art._modules[f"beam_step_m{M}"]
             args = jax.device_put(list(art.init_beams(B, M)) + [logits_at(
                 np.zeros((B, M), np.int32), 0), np.int32(0)], module._replicated)
-            hlo = module._call.lower(*art.tables, *args).compile().as_text()
+            hlo = module._call.lower(*art._tables, *args).compile().as_text()
             out[key + " collectives"] = "all-reduce(" in hlo and "all-gather(" not in hlo
         # the wrong mesh, no mesh, and a one-device mesh are refused
         D = 2 if name == "fixed" else 4

@@ -340,7 +340,7 @@ def test_compile_with_export_subsets_serves_subsets(tmp_path, capsys):
                              "--vocab-size", 16, "--beam-sizes", 2, "--export-subsets")
     assert code == 0, err
     art = serving.load(tmp_path / "a")
-    assert art.items is not None and "mask_subset" in art.modules
+    assert art.items is not None and "mask_subset" in art.manifest.modules
     mask = np.zeros(20, bool)
     mask[[3, 7]] = True
     sub = art.subset(mask)

@@ -59,7 +59,7 @@ class Recorder:
 
 class Door(Decoder):
     def __init__(self, view, engine):
-        self.set_view, self.names, self._recorder = view, None, engine
+        self._set_view, self.names, self._recorder = view, None, engine
 
     @property
     def _engine(self):
@@ -93,19 +93,19 @@ def test_every_doors_engine_has_every_hook(compiled, tmp_path):
 
 def test_no_subset_is_the_base_subset_and_an_index_alone_is_refused(compiled):
     engine = Recorder(None, None)
-    assert Door(compiled.set_view, engine).mask(None, [0, 0], 0) is None  # nothing removed
+    assert Door(compiled._set_view, engine).mask(None, [0, 0], 0) is None  # nothing removed
     assert engine.placed == []
     version = compiled.update(remove=np.arange(40) < 5)
-    assert Door(version.set_view, engine).mask(None, [0, 0], 0) == "live"
-    assert engine.placed == [(version.set_view.base_subset(), None)]
+    assert Door(version._set_view, engine).mask(None, [0, 0], 0) == "live"
+    assert engine.placed == [(version._set_view.base_subset(), None)]
     with pytest.raises(DecodeInputError, match=r"^mask: subset_index without a subset"):
-        Door(version.set_view, engine).mask(None, [0, 0], 0, subset_index=[0, 0])
+        Door(version._set_view, engine).mask(None, [0, 0], 0, subset_index=[0, 0])
 
 
 @pytest.mark.parametrize("pad_from", [1, 2])
 def test_after_warm_stacks_are_padded_once_from_pad_from(compiled, pad_from):
     engine = Recorder(pad_from, 4)
-    door = Door(compiled.set_view, engine)
+    door = Door(compiled._set_view, engine)
     for count in (1, 2, 3, 4, 5):
         stack = _stack(compiled, count)
         index = np.arange(2) % count
@@ -126,12 +126,12 @@ def test_a_base_subset_pads_where_single_subsets_do(compiled):
     version = compiled.update(remove=np.arange(40) < 5)
     for pad_from, padded in ((1, True), (2, False)):
         engine = Recorder(pad_from, 3)
-        Door(version.set_view, engine).mask(None, [0, 0], 0)
+        Door(version._set_view, engine).mask(None, [0, 0], 0)
         assert (engine.placed[-1][0].num_subsets == 3) == padded
 
 
 def test_an_index_past_the_stack_is_refused_before_padding(compiled):
-    door = Door(compiled.set_view, Recorder(2, 4))
+    door = Door(compiled._set_view, Recorder(2, 4))
     with pytest.raises(DecodeInputError, match=r"subset_index\[1\] = 2: expected a subset in "
                                                r"\[0, 2\)"):
         door.mask(None, [0, 0], 0, subset=_stack(compiled, 2), subset_index=np.array([0, 2]))
@@ -139,7 +139,7 @@ def test_an_index_past_the_stack_is_refused_before_padding(compiled):
 
 def test_a_prior_or_texts_the_door_cannot_take_is_typed(compiled):
     other = sc.compile_constraints(np.arange(12).reshape(4, 3), 12)
-    door = Door(compiled.set_view, Recorder(None, None))
+    door = Door(compiled._set_view, Recorder(None, None))
     with pytest.raises(DecodeInputError, match=r"^beam_step: prior=.* is a str, expected a Prior "
                                                r"\(made by Door.prior"):
         door._ranking("prior", "beam_step")

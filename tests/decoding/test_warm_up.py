@@ -29,7 +29,7 @@ class RecordingDoor:
     """A door of numpy verbs that record (verb, step, rows, subset rows)."""
 
     def __init__(self, set_view):
-        self.set_view, self.vocab_size, self.max_length = set_view, V, T
+        self._set_view, self.vocab_size, self.max_length = set_view, V, T
         self.log: list = []
 
     def _note(self, verb, step, rows, subset=None, subset_index=None):
@@ -37,7 +37,7 @@ class RecordingDoor:
                          subset_index is not None))
 
     def subset(self, selection=None):
-        return self.set_view.subset(selection, "subset")
+        return self._set_view.subset(selection, "subset")
 
     def init_processor(self, batch_size):
         self._note("init_processor", None, batch_size)
@@ -92,7 +92,7 @@ class Paths(warm_up.WarmPaths):
 
 @pytest.fixture(scope="module")
 def set_view():
-    return sc.compile_constraints(ROWS, V, export_subsets=True).set_view
+    return sc.compile_constraints(ROWS, V, export_subsets=True)._set_view
 
 
 def _door(set_view):
@@ -146,7 +146,7 @@ def test_bad_arguments_are_typed_and_nothing_runs(set_view, args, words):
 def test_max_subsets_needs_item_subsets(set_view):
     bare = sc.compile_constraints([(0, 1), (1, 1)], 3,  # (items share states)
                                   pipeline="verify,minimize,choose-layout,pack-dtypes")
-    door = RecordingDoor(bare.set_view)
+    door = RecordingDoor(bare._set_view)
     with pytest.raises(DecodeInputError, match="no item subsets"):
         warm_up.warm(door, Paths(), 2, None, 1, False)
     assert door.log == []

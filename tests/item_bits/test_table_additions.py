@@ -46,7 +46,7 @@ def _sets(draw, vocab, length, ragged):
 def merged_both_ways(compiled, add):
     """(summary, tables) of `compiled` with `add`, by the table merge and by
     lowering the merged automaton, or None where the merge does not fit."""
-    trie, items = compiled.set_view.trie(), compiled.items
+    trie, items = compiled._set_view.trie(), compiled.items
     placed = additions.place_additions(trie, add)
     if placed.depth != trie.depth:
         return None
@@ -269,7 +269,7 @@ def test_an_artifact_update_streams_the_same_tables_and_items_as_the_library(
     assert report["modules"] == "reused" and report["grew"] == []
     assert {k: report[k] for k in want.last_update} == want.last_update
     got = sc.load(tmp_path / "set.static")
-    assert got.plan == want.plan and got.summary == want.outline
+    assert got.plan == want.plan and got._summary == want.outline
     assert_same_tables(got.tables, want.tables)
     for key in ("row_item", "item_depth", "item_state", "removed"):
         a, b = getattr(got.items, key), getattr(want.items, key)

@@ -130,7 +130,7 @@ def test_check_automaton_checks_the_tables_and_keeps_the_ir_lazy(case):
     not a rebuild: the IR is still read back only when asked."""
     _, _, _, compiled, path = case
     checked = sc.load(path, check_automaton=True)
-    assert checked.held_ir is None and checked.computed.ir is None
+    assert checked._held_ir is None and checked._computed.ir is None
     assert checked.ir == compiled.ir
 
 
@@ -158,7 +158,7 @@ def test_a_manifest_without_histograms_reads_them_from_the_tables(case):
     _, _, _, compiled, path = case
     edit_layers(path, lambda layers: [layer.pop("branch_counts") for layer in layers])
     loaded = sc.load(path)
-    assert loaded.summary == sc.ir.AutomatonSummary.of(compiled.ir)
+    assert loaded._summary == sc.ir.AutomatonSummary.of(compiled.ir)
 
 
 def test_removals_by_sequence_of_a_saved_set_read_its_tables(case, monkeypatch):

@@ -337,7 +337,7 @@ def test_a_memory_mapped_column_is_not_copied(tmp_path):
 def test_a_partitioned_build_takes_them_over_its_rows():
     compiled = sc.compile_constraints(sc.Shards([ROWS[:2], ROWS[2:]], partitions=2), VOCAB,
                                       export_subsets=True, attributes=ATTRIBUTES)
-    assert compiled.held_ir is None  # (lowered piece by piece)
+    assert compiled._held_ir is None  # (lowered piece by piece)
     assert_same_columns(compiled.attributes, compiled_set().attributes)
     np.testing.assert_array_equal(compiled.item_index(ROWS[3:4]), [3])
 

@@ -102,7 +102,7 @@ def test_the_look_ahead_is_the_best_prior_below_each_state():
     compiled = compiled_with()
     prior = compiled.prior("pop", weight=-0.5)
     look = oracle.prior_lookahead(terms(-0.5))
-    trie = compiled.set_view.trie()
+    trie = compiled._set_view.trie()
     # every prefix of length d reaches one state at depth d; walk them in the tables' order
     for d in range(1, 5):
         prefixes = sorted({item[:d] for item in ITEMS})

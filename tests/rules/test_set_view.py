@@ -68,20 +68,20 @@ def test_the_three_doors_subsets_of_one_selection_hold_the_same_words(doors):
 
 def test_the_base_subset_after_a_removal_is_the_same_at_every_door(doors):
     rows, version, art, torch_art, torch_compiled, removed = doors
-    base = version.set_view.base_subset()
+    base = version._set_view.base_subset()
     assert base is not None and base.sizes[0] < len(set(map(tuple, rows)))
-    for door_base in (art.set_view.base_subset(), torch_art.set_view.base_subset(),
-                      torch_compiled.set_view.base_subset()):
+    for door_base in (art._set_view.base_subset(), torch_art._set_view.base_subset(),
+                      torch_compiled._set_view.base_subset()):
         _assert_same_words(door_base, base)
     # the removed items are out: the base equals a subset of the rows kept
     _assert_same_words(version.subset(~removed), base)
-    assert torch_compiled.set_view.base_subset() is base  # one view: computed once
+    assert torch_compiled._set_view.base_subset() is base  # one view: computed once
 
 
 def test_the_manifest_and_the_compiled_plan_give_the_same_facts(doors):
     _, version, art, torch_art, _, _ = doors
     from_manifest = facts_of_manifest(art.manifest)
-    compiled_facts = version.set_view.facts
+    compiled_facts = version._set_view.facts
     assert from_manifest.plan == version.plan
     assert from_manifest.slot_steps == compiled_facts.slot_steps
     assert from_manifest.state_counts == compiled_facts.state_counts
@@ -132,13 +132,13 @@ def test_an_artifact_without_items_says_so_at_both_doors(tmp_path):
                        (TorchConstraints.load(tmp_path / "a"), "TorchConstraints.subset")):
         with pytest.raises(DecodeInputError, match=rf"{name}: artifact .* has no item index"):
             door.subset(np.ones(2, bool))
-        assert door.set_view.base_subset() is None
+        assert door._set_view.base_subset() is None
 
 
 def test_versions_by_removal_share_the_trie_and_layout_not_the_base(doors):
     rows, version, _, _, _, _ = doors
     again = version.update(remove=np.arange(len(rows)) % 7 == 3)
-    view, next_view = version.set_view, again.set_view
+    view, next_view = version._set_view, again._set_view
     assert isinstance(next_view, SetView) and next_view is not view
     assert next_view.trie() is view.trie()
     assert next_view.bit_layout("test") is view.bit_layout("test")

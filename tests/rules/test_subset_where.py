@@ -461,6 +461,6 @@ def test_a_saved_catalogue_updated_in_place_keeps_the_rule(tmp_path):
         from static_compiler.torch_backend import TorchConstraints
         doors.append(TorchConstraints.load(path))
     for door in doors:
-        assert np.asarray(door.set_view.items.stale_rows).tolist() == [True, False, False, False]
+        assert np.asarray(door._set_view.items.stale_rows).tolist() == [True, False, False, False]
         assert _same(door.subset(where="not in_stock"), door.subset(np.zeros(4, bool)))
         assert _same(door.subset(where="in_stock"), door.subset(np.ones(4, bool)))

@@ -227,14 +227,14 @@ def test_compiled_steps_equal_eager_steps():
     compiled = _ragged_set()
     tc = TorchConstraints.from_compiled(compiled)
     T, V = compiled.max_length, compiled.vocab_size
-    steps = beam.CompiledSteps(tc.plan, tc.tables, backend="eager")
+    steps = beam.CompiledSteps(tc.plan, tc._tables, backend="eager")
     bits = live_bits(compiled.subset(np.arange(60) % 3 != 0))
     rng = np.random.default_rng(7)
     for B, M, cap, sub in ((2, 5, 2, (bits, torch.tensor([0, 0]))), (3, 4, None, None)):
         logits = torch.from_numpy(rng.standard_normal((T, B, M, V)).astype(np.float32))
         want = got = tc.init_beams(B, M)
         for step in range(T):
-            want = beam.beam_step(tc.plan, tc.tables, want, logits[step], step, cap, None, sub)
+            want = beam.beam_step(tc.plan, tc._tables, want, logits[step], step, cap, None, sub)
             got = steps(got, logits[step], step, cap, None, sub)
             assert all(torch.equal(a, b) for a, b in zip(want, got)), (B, M, step)
     assert len(steps.programs) == 2 * T

@@ -45,7 +45,7 @@ def test_unchanged_is_self_and_removals_share_the_tensors(saved):
     assert new is not tc and new.reload() is new
     assert _allows(tc, [1, 2]) == [3, 4]  # the old object keeps its version
     assert _allows(new, [1, 2]) == [3]
-    assert new.tables is tc.tables  # removals: only the items changed
+    assert new._tables is tc._tables  # removals: only the items changed
     assert new.fingerprint != tc.fingerprint
     sub = new.subset(np.array([True, True, False, True]))
     assert _allows(new, [2]) == [3] and _allows(new.__class__.load(saved), [2]) == [3]

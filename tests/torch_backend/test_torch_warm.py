@@ -115,7 +115,7 @@ def _built(tc) -> dict:
     from static_compiler.item_bits import bit_kernels
     from static_compiler.rules.set_view import _Once
 
-    parts = {name: once._done for name, once in vars(tc.set_view).items()
+    parts = {name: once._done for name, once in vars(tc._set_view).items()
              if isinstance(once, _Once)}
     if bit_kernels.HAVE_NUMBA:
         parts.update({name: len(getattr(bit_kernels, name).signatures)

@@ -90,7 +90,7 @@ def _child(mode: str, path: str, n: int) -> dict:
     if mode == "load + IR":
         assert sc.load(path).ir.num_sequences  # (read back when asked)
     elif mode == "load":
-        assert sc.load(path).computed.ir is None  # (held in its tables, not read back)
+        assert sc.load(path)._computed.ir is None  # (held in its tables, not read back)
     elif mode in LOADED:
         # (checksums unverified: the load row verifies them, and hashing 19 GB
         # at 1e9 would evict from the page cache the item index the subset reads)
@@ -102,7 +102,7 @@ def _child(mode: str, path: str, n: int) -> dict:
         _reset_peak()
         held.subset(mask)
         op_peak = proc_status_bytes("VmHWM") - rss
-        assert mode != "subset" or held.computed.ir is None
+        assert mode != "subset" or held._computed.ir is None
         again = time.perf_counter()  # the next filter of the day: per-set work done once
         held.subset(other)
         again = time.perf_counter() - again

@@ -20,6 +20,8 @@ concern per module:
   engines that own the beam search;
 * `engine`: the compiled set's engine under `decoding.decoder.Decoder`.
 
+Public: the package's names and `prefix` (`padded_prefix_mask`, for engines that
+own the search); the other modules are internal.
 The package exports what a user calls (`__all__`, 14 names): the drivers,
 `init_beam_state` / `beam_step` / `finalize`, the processor pair `mask` /
 `advance` (with `init_processor_state` and `StepProcessor`), `allowed`,
