@@ -20,8 +20,7 @@ import shutil
 import numpy as np
 import oracle
 import pytest
-from helpers import DATA, edit_manifest
-from test_serving import serve
+from helpers import DATA, edit_manifest, serve
 
 import static_compiler as sc
 from static_compiler import errors, upgrade_artifact

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import oracle
 import pytest
+from helpers import serve
 
 from static_compiler import artifact, beam_search, compile_constraints, errors
 from static_compiler.artifact import format as fmt
@@ -52,20 +53,6 @@ def mixed(tmp_path_factory):
     assert any(step.light_k for step in compiled.plan.steps)
     path = artifact.save(compiled, tmp_path_factory.mktemp("serving") / "mixed.static")
     return compiled, path, serving.load(path)
-
-
-def serve(art, model, seeds, beam_size, start_token=0):
-    """Beam search through the loaded artifact, step by step, with the hash
-    model's carry reordered by parent like `sc.beam_search` does."""
-    carry = model.init_carry(seeds, beam_size)
-    state = art.init_beams(len(seeds), beam_size, start_token)
-    model_step = jax.jit(model.__call__)
-    for step in range(art.max_length):
-        logits, carry = model_step(state.last_tokens, step, carry)
-        state = art.beam_step(state, logits, step)
-        carry = {"h": jnp.take_along_axis(carry["h"], state.parent, axis=1),
-                 "knobs": carry["knobs"]}
-    return art.finalize(state)
 
 
 def assert_bit_identical(got, want):
