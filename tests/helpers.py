@@ -163,7 +163,7 @@ def edit_manifest(path, change, reseal: bool = True) -> None:
     its own checksum (reseal=False: with the checksum as it was)."""
     import json
 
-    from static_compiler.artifact import format as fmt
+    from static_compiler.format import spec as fmt
 
     manifest = json.loads((pathlib.Path(path) / fmt.MANIFEST_FILE).read_text())
     change(manifest)

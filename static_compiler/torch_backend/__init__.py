@@ -13,7 +13,7 @@ its decoding operations to torch ops, with no jax imported at call time.
 * `constraints`: `TorchConstraints`, the public entry point.
 
 Imports numpy, torch and the numpy-only modules of the package (errors,
-artifact.format / manifest / snapshot, item_bits.layers / liveness), never jax
+format.spec / manifest / snapshot, item_bits.layers / liveness), never jax
 or the compiler (tests/repository/test_layering.py).
 """
 

@@ -15,16 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted
 
-from static_compiler import artifact, compile_constraints, errors
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import serving, writer
-from static_compiler.artifact.manifest import FileEntry
+from static_compiler import artifact, compile_constraints, errors, serving
+from static_compiler.artifact import writer
 from static_compiler.errors import (
     ArtifactExistsError,
     DecodeInputError,
     IRVerificationError,
     StaticCompilerError,
 )
+from static_compiler.format import spec as fmt
+from static_compiler.format.manifest import FileEntry
 from static_compiler.ir import enumerate_sequences
 from static_compiler.support.decode_state import BeamState, ProcessorState
 

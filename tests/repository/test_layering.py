@@ -63,10 +63,10 @@ plan with (their compiler modules, COMPILER_ITEMS, it never reaches:
 COMPILER_ITEMS = {"item_bits.additions", "item_bits.table_additions", "rules.subsets"}
 """The item folders' modules that need the compiler (the frontend, IR
 building, lowering)."""
-FORMAT = {"artifact.format", "artifact.manifest", "artifact.manifest_records", "artifact.names",
-          "artifact.snapshot", "artifact.snapshot_items", "artifact.normalize"}
+FORMAT = {"format.spec", "format.manifest", "format.manifest_records", "format.names",
+          "format.snapshot", "format.snapshot_items", "format.normalize"}
 """The artifact's format: file names, manifest, snapshot, older shapes."""
-SERVING_LOADER = {"artifact.runtime", "artifact.warm", "artifact.served_engine", "artifact.serving"}
+SERVING_LOADER = {"serving.runtime", "serving.warm", "serving.engine", "serving"}
 """The serving loader (`static_compiler.serving`) and the artifact's modules
 it is made of."""
 SERVING_BINARY = SERVING_SUPPORT | SERVED_ITEMS | FORMAT | SERVING_LOADER | {"ir", "decoding"}
@@ -97,24 +97,24 @@ RESTRICTED = {
     # The rules over the items (filters, priors) and the set view behind every front door.
     "rules": ({"numpy"}, {"errors", "support", "items", "item_bits", "target.plan", "frontend"}),
     # The artifact's format: what a serving binary reads.
-    "artifact.format": (set(), {"errors"}),
-    "artifact.manifest": ({"numpy"}, {"errors", "artifact.format", "artifact.manifest_records"}),
-    "artifact.manifest_records": ({"numpy"}, {"errors", "artifact.format", "items.attributes"}),
-    "artifact.names": ({"numpy"}, {"errors", "artifact.format", "items.names"}),
-    "artifact.snapshot": ({"numpy"}, {"errors", "support.mapped", "items.names",
+    "format.spec": (set(), {"errors"}),
+    "format.manifest": ({"numpy"}, {"errors", "format.spec", "format.manifest_records"}),
+    "format.manifest_records": ({"numpy"}, {"errors", "format.spec", "items.attributes"}),
+    "format.names": ({"numpy"}, {"errors", "format.spec", "items.names"}),
+    "format.snapshot": ({"numpy"}, {"errors", "support.mapped", "items.names",
                                       "items.attributes"} | FORMAT),
-    "artifact.snapshot_items": ({"numpy"}, {"errors", "support.mapped",
+    "format.snapshot_items": ({"numpy"}, {"errors", "support.mapped",
                                             "items.attributes"} | FORMAT),
-    "artifact.normalize": ({"numpy"}, {"errors", "artifact.format", "support.dtypes",
+    "format.normalize": ({"numpy"}, {"errors", "format.spec", "support.dtypes",
                                        "item_bits.layers", "item_bits.state_order"}),  # format.COMPAT
     # The serving loader: format, item data, bits and rules, and utilities; no compiler module (no
     # frontend stage, passes, lowering, backend or writer).
-    "artifact.runtime": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT),
-    "artifact.warm": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | {"decoding"}),  # Artifact.warm, its padding
+    "serving.runtime": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT),
+    "serving.warm": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | {"decoding"}),  # Artifact.warm, its padding
     # The exported modules as the engine of the verbs (`decoding.decoder.Decoder`).
-    "artifact.served_engine": ({"jax", "numpy"}, SERVING_SUPPORT | FORMAT |
-                               {"item_bits.liveness", "artifact.runtime", "decoding"}),
-    "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT | SERVING_LOADER |
+    "serving.engine": ({"jax", "numpy"}, SERVING_SUPPORT | FORMAT |
+                               {"item_bits.liveness", "serving.runtime", "decoding"}),
+    "serving": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT | SERVING_LOADER |
                          {"decoding"}),
     # The lifecycle: a compiled set's next version, and the writers of an artifact's next
     # versions (written by the artifact's writer, read back as the compiled set `saved` loads).
@@ -286,7 +286,7 @@ def test_the_serving_binary_reaches_no_compiler_module():
     modules, the plan and table format, the IR types and the utilities; no
     frontend module, pass, lowering, backend, writer, export or lifecycle
     module, nor the item folders' compiler modules."""
-    reached = _reached("static_compiler.artifact.serving")
+    reached = _reached("static_compiler.serving")
     above = {".".join(path.split(".")[:n]) for path in SERVING_BINARY for n in range(len(path.split(".")))}
     bad = sorted(path for path in reached if path not in above and
                  (not _within(path, SERVING_BINARY) or _within(path, COMPILER_ITEMS)))
@@ -307,8 +307,8 @@ def test_the_layer_test_sees_a_violation(tmp_path):
 
 @pytest.mark.parametrize("module", ["static_compiler.ir", "static_compiler.errors",
                                     "static_compiler.frontend", "static_compiler.target",
-                                    "static_compiler.artifact.format",
-                                    "static_compiler.artifact.snapshot"])
+                                    "static_compiler.format.spec",
+                                    "static_compiler.format.snapshot"])
 def test_the_compiler_core_loads_no_jax(module):
     code = f"import {module}, sys; assert 'jax' not in sys.modules, sorted(sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

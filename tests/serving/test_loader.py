@@ -18,12 +18,11 @@ import oracle
 import pytest
 from helpers import serve
 
-from static_compiler import artifact, beam_search, compile_constraints, errors
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import serving
-from static_compiler.artifact.manifest import Manifest
+from static_compiler import artifact, beam_search, compile_constraints, errors, serving
 from static_compiler.backend import decode
 from static_compiler.errors import StaticCompilerError
+from static_compiler.format import spec as fmt
+from static_compiler.format.manifest import Manifest
 
 REPO = str(helpers.REPO)
 FIXED = oracle.random_set(np.random.default_rng(0), 60, 3, 10)
@@ -220,17 +219,17 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
     # types, and utilities; not its writer, export or update modules (and no
     # compiler stage: no frontend module, pass, lowering or backend).
     assert info["modules"] == ["static_compiler", "static_compiler.artifact",
-                               "static_compiler.artifact.format",
-                               "static_compiler.artifact.manifest",
-                               "static_compiler.artifact.manifest_records",
-                               "static_compiler.artifact.names",
-                               "static_compiler.artifact.normalize",
-                               "static_compiler.artifact.runtime",
-                               "static_compiler.artifact.served_engine",
-                               "static_compiler.artifact.serving",
-                               "static_compiler.artifact.snapshot",
-                               "static_compiler.artifact.snapshot_items",
-                               "static_compiler.artifact.warm", "static_compiler.decoding",
+                               "static_compiler.format.spec",
+                               "static_compiler.format.manifest",
+                               "static_compiler.format.manifest_records",
+                               "static_compiler.format.names",
+                               "static_compiler.format.normalize",
+                               "static_compiler.serving.runtime",
+                               "static_compiler.serving.engine",
+                               "static_compiler.serving",
+                               "static_compiler.format.snapshot",
+                               "static_compiler.format.snapshot_items",
+                               "static_compiler.serving.warm", "static_compiler.decoding",
                                "static_compiler.decoding.decoder",
                                "static_compiler.decoding.warm_up", "static_compiler.errors",
                                "static_compiler.ir", "static_compiler.ir.printer", "static_compiler.ir.row_checks",
