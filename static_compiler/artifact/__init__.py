@@ -20,7 +20,9 @@ are `static_compiler.lifecycle`, above this package.
 
 Nothing is imported here. The writer's and readers' functions are available
 here on first use (PEP 562), as `artifact.save`, `artifact.load_checked`,
-`artifact.update_lock`.
+`artifact.update_lock`. The format's and the serving binary's modules,
+here until 0.1.0, are reachable by their old names with a
+DeprecationWarning until 0.2.0 (`_MOVED`).
 """
 
 from static_compiler.support.lazy import lazy_exports
@@ -39,7 +41,20 @@ _EXPORTS = {
 _SUBMODULES = frozenset({"export", "metadata", "lock", "history", "writer", "read", "table_check"})
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
+_MOVED = {
+    "format": "static_compiler.format.spec", "manifest": "static_compiler.format.manifest",
+    "manifest_records": "static_compiler.format.manifest_records",
+    "names": "static_compiler.format.names", "normalize": "static_compiler.format.normalize",
+    "snapshot": "static_compiler.format.snapshot", "snapshot_items": "static_compiler.format.snapshot_items",
+    "runtime": "static_compiler.serving.runtime", "served_engine": "static_compiler.serving.engine",
+    "warm": "static_compiler.serving.warm", "serving": "static_compiler.serving",
+}
+"""The modules that left this package for `static_compiler.format` and
+`static_compiler.serving` (0.1.0's `from static_compiler.artifact import
+serving`): still reachable here, warning, until 0.2.0."""
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES, _MOVED)
 
 
 __all__ = sorted(_EXPORTS)
