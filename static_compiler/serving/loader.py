@@ -1,10 +1,11 @@
 """Serving loader for saved artifacts. It needs only jax, numpy and the
-standard library, and of this package only `errors`, the format modules
-(`format`, `manifest`, `names`, `snapshot`), `runtime` (its modules and
-tables on the device), `placement`, `decode_state` and `item_bits.liveness` with
-`item_bits.layers`, the verbs every door speaks (`decoding.decoder.Decoder`) over
-the exported modules (`served_engine`), with `support.beam_loop` /
-`beam_result` (so a serving binary can ship it with little else).
+standard library, and of this package only `errors`, the artifact's format
+(`format/`: `spec`, `manifest`, `names`, `snapshot`), `runtime` (its modules
+and tables on the device), `placement`, `decode_state` and
+`item_bits.liveness` with `item_bits.layers`, the verbs every door speaks
+(`decoding.decoder.Decoder`) over the exported modules (`engine`), with
+`support.beam_loop` / `beam_result` (so a serving binary can ship it with
+little else). Its names are the `static_compiler.serving` package's.
 
     from static_compiler import serving
     art = serving.load("fresh_items.static")     # verifies files, sizes, sha256, versions
