@@ -10,8 +10,6 @@ import importlib
 import sys
 from typing import Callable, Mapping
 
-from static_compiler.support.deprecation import warn_deprecated
-
 
 def lazy_exports(package: str, exports: Mapping[str, str],
                  submodules: frozenset = frozenset(),
@@ -28,6 +26,8 @@ def lazy_exports(package: str, exports: Mapping[str, str],
 
     def __getattr__(name: str):
         if name in moved:
+            from static_compiler.support.deprecation import warn_deprecated  # only for an old name
+
             warn_deprecated(f"{package}.{name}", moved[name])
             return importlib.import_module(moved[name])
         if name in submodules:
