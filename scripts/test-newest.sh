@@ -2,9 +2,11 @@
 # The newest environment we support, tested: Python 3.13 with the current jax
 # and numpy (what pip resolves today: jax 0.12.x, numpy 2.x), in ./.venv-newest,
 # created and installed once. It runs the tests of what depends on jax's
-# version most (tests/artifact: export, serving, the format and artifacts
-# across jax versions; tests/backend: decoding; tests/items, tests/item_bits,
-# tests/rules: live sets, their item bits and rules);
+# version most (tests/artifact: export and the writers; tests/format: the
+# format's window; tests/serving: the serving binary and artifacts across jax
+# versions; tests/lifecycle: the versions kept; tests/backend: decoding;
+# tests/items, tests/item_bits, tests/rules: live sets, their item bits and
+# rules);
 # without torch (PyPI has no CPU torch wheel for this Python: the torch
 # tests run in the oldest environment, scripts/test.sh). CI runs it after
 # scripts/test.sh (.ci/run). Arguments go to pytest.
@@ -26,6 +28,7 @@ VENV_DIR="$venv" VENV_PYTHON="$python" VENV_EXTRAS=jax,test source "$root/script
 cd "$root"
 python -c 'import sys, jax, numpy; print(f"newest environment: Python {sys.version.split()[0]}, jax {jax.__version__}, numpy {numpy.__version__}")'
 if [ "$#" -eq 0 ]; then
-  set -- tests/artifact tests/backend tests/items tests/item_bits tests/rules
+  set -- tests/artifact tests/format tests/serving tests/lifecycle tests/backend tests/items \
+    tests/item_bits tests/rules
 fi
 exec python -m pytest -n 2 -q "$@"

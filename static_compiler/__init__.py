@@ -11,7 +11,7 @@ import importlib
 # Names are imported on first use (PEP 562), so `from static_compiler import
 # serving` loads jax and numpy only, not the compiler.
 _LAZY = {
-    "errors": None, "ir": None,
+    "errors": None, "ir": None, "serving": None,
     "PAD_TOKEN": "support.decode_types", "SENTINEL_SCORE": "support.decode_types", "BeamState": "support.decode_types",
     "DecodeResult": "support.decode_types", "ProcessorState": "support.decode_types",
     "BeamAxis": "backend.decode.carry",
@@ -31,7 +31,7 @@ _LAZY = {
 # Modules that moved into their stage's package, still importable as
 # `from static_compiler import datasets` (a path the docs used).
 _MOVED = {"datasets": "frontend.datasets", "text": "frontend.text", "readers": "frontend.readers",
-          "partitioned": "frontend.partitioned", "serving": "artifact.serving"}
+          "partitioned": "frontend.partitioned"}
 
 
 _WITHOUT_JAX = ("(or, to decode without jax: static_compiler.torch_backend.TorchConstraints, "

@@ -428,6 +428,6 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         backend and `sc.load` read; `static-compiler re-export PATH` adds the
         modules later). None (default): modules when jax is installed."""
         from static_compiler.artifact import writer
-        from static_compiler.artifact.format import artifact_path
+        from static_compiler.format.spec import artifact_path
         return writer.save(self, artifact_path(path, "save"), overwrite=overwrite,
                            modules=modules)

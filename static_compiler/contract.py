@@ -2,7 +2,7 @@
 truth for docs/README.md's verb table.
 
 A front door is one way to decode a set: the compiled set
-(`CompiledConstraints`), the served artifact (`artifact.serving.Artifact`)
+(`CompiledConstraints`), the served artifact (`serving.Artifact`)
 and the torch backend (`torch_backend.TorchConstraints`) today. Each is
 structurally a `FrontDoor`: `Decoding` (the processor pair, `allowed`, the
 beam verbs, `beam_search`, `texts`, `warm`, `compilations`) and

@@ -59,9 +59,9 @@ def load(path, *, verify_checksums: bool = True,
     ArtifactVersionError
         For an artifact of an unsupported format version.
     """
-    from static_compiler.artifact import snapshot
-    from static_compiler.artifact.format import artifact_path
     from static_compiler.artifact.table_check import require_valid
+    from static_compiler.format import snapshot
+    from static_compiler.format.spec import artifact_path
 
     with snapshot.open_snapshot(artifact_path(path, "load"),
                                 verify_checksums=verify_checksums) as snap:
@@ -71,11 +71,11 @@ def load(path, *, verify_checksums: bool = True,
 
 
 def compiled_from_snapshot(snap) -> CompiledConstraints:
-    """`load` of an open `artifact.snapshot.Snapshot` (every array
+    """`load` of an open `format.snapshot.Snapshot` (every array
     read from its open files)."""
-    from static_compiler.artifact import snapshot
     from static_compiler.artifact.metadata import export_options, plan_from_metadata, summary_from_metadata
     from static_compiler.artifact.read import read_items
+    from static_compiler.format import snapshot
 
     manifest = snap.manifest
     where, metadata = f"artifact {str(snap.path)!r}", dataclasses.asdict(manifest)

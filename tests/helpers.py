@@ -140,13 +140,30 @@ def ir_unread(compiled) -> bool:
     return compiled._held_ir is None and compiled._computed.ir is None
 
 
+def serve(art, model, seeds, beam_size, start_token=0):
+    """Beam search through the loaded artifact, step by step, with the hash
+    model's carry reordered by parent like `sc.beam_search` does."""
+    import jax
+    import jax.numpy as jnp
+
+    carry = model.init_carry(seeds, beam_size)
+    state = art.init_beams(len(seeds), beam_size, start_token)
+    model_step = jax.jit(model.__call__)
+    for step in range(art.max_length):
+        logits, carry = model_step(state.last_tokens, step, carry)
+        state = art.beam_step(state, logits, step)
+        carry = {"h": jnp.take_along_axis(carry["h"], state.parent, axis=1),
+                 "knobs": carry["knobs"]}
+    return art.finalize(state)
+
+
 def edit_manifest(path, change, reseal: bool = True) -> None:
     """Applies `change` (a function of the manifest's JSON dict, editing it in
     place) to the artifact at `path`, then writes the manifest resealed with
     its own checksum (reseal=False: with the checksum as it was)."""
     import json
 
-    from static_compiler.artifact import format as fmt
+    from static_compiler.format import spec as fmt
 
     manifest = json.loads((pathlib.Path(path) / fmt.MANIFEST_FILE).read_text())
     change(manifest)

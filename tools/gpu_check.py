@@ -94,7 +94,7 @@ def _prefixes(seqs: np.ndarray, count: int = 256) -> np.ndarray:
 
 def prepare(root: pathlib.Path, sizes: dict) -> None:
     import static_compiler as sc
-    from static_compiler.artifact import serving
+    from static_compiler import serving
     from static_compiler.torch_backend import TorchConstraints
     root.mkdir(parents=True, exist_ok=True)
     (root / "sizes.json").write_text(json.dumps(sizes))
@@ -133,7 +133,7 @@ def check(root: pathlib.Path, out: pathlib.Path) -> int:
     import jax
     import torch
 
-    from static_compiler.artifact import serving
+    from static_compiler import serving
     from static_compiler.torch_backend import TorchConstraints
     device = "cuda" if torch.cuda.is_available() else "cpu"
     report = {"jax": jax.__version__, "devices": [str(d) for d in jax.devices()],

@@ -2,7 +2,7 @@
 """Writes tests/data/jax_versions/jax-<version>/: a small artifact (with item
 subsets and an end token) whose modules the running jax exported, so that
 the other supported jax can be tested against it
-(tests/artifact/test_jax_versions.py loads every folder there).
+(tests/serving/test_jax_versions.py loads every folder there).
 
     python -m tools.jax_fixtures            # under each supported jax, then commit the folder
 

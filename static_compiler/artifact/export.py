@@ -32,14 +32,14 @@ import jax
 import jax.numpy as jnp
 from jax import export as jax_export
 
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
 from static_compiler.artifact.metadata import export_caps
-from static_compiler.artifact.runtime import running_versions
 from static_compiler.backend import decode
 from static_compiler.backend.decode.prior import LivePrior
 from static_compiler.backend.decode.processor import advance_switch, mask_switch
 from static_compiler.backend.decode.step import beam_step_switch
+from static_compiler.format import spec as fmt
+from static_compiler.format.manifest import ArraySpec, ModuleEntry
+from static_compiler.serving.runtime import running_versions
 from static_compiler.support.decode_state import BeamState, ProcessorState
 from static_compiler.target.plan import Plan, prior_size
 

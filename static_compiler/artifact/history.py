@@ -43,9 +43,9 @@ import re
 import shutil
 from typing import Optional
 
-from static_compiler.artifact import format as fmt
 from static_compiler.artifact.lock import _parent
 from static_compiler.errors import DecodeInputError
+from static_compiler.format import spec as fmt
 
 DEFAULT_KEEP = 5
 """How many replaced versions an artifact keeps when neither the call nor

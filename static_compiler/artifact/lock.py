@@ -10,9 +10,9 @@ import contextlib
 import os
 import pathlib
 
-from static_compiler.artifact.format import format_error
-from static_compiler.artifact.snapshot import names_open_file
 from static_compiler.errors import ArtifactBusyError
+from static_compiler.format.snapshot import names_open_file
+from static_compiler.format.spec import format_error
 
 
 def _parent(path: pathlib.Path) -> pathlib.Path:

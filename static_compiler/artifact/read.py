@@ -11,10 +11,10 @@ import dataclasses
 import pathlib
 from typing import Optional
 
-from static_compiler.artifact import snapshot
 from static_compiler.artifact.metadata import automaton_from_metadata
-from static_compiler.artifact.snapshot_items import read_item_arrays
 from static_compiler.errors import DecodeInputError
+from static_compiler.format import snapshot
+from static_compiler.format.snapshot_items import read_item_arrays
 from static_compiler.ir import Automaton
 from static_compiler.items.index import ItemIndex
 from static_compiler.items.names import NameTable
@@ -46,7 +46,7 @@ def load_checked(path, *, verify_checksums: bool = True, device=None, mesh=None)
 
     Raises what `serving.load` raises, and IRVerificationError or
     ArtifactFormatError for tables that are not a valid automaton."""
-    from static_compiler.artifact import serving
+    from static_compiler import serving
     from static_compiler.artifact.table_check import require_valid
 
     with serving.open_snapshot(pathlib.Path(path), verify_checksums=verify_checksums) as snap:

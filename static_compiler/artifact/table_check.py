@@ -32,8 +32,8 @@ from static_compiler.artifact.metadata import (
     plan_from_metadata,
     summary_from_metadata,
 )
-from static_compiler.artifact.snapshot import Snapshot, read_tables
 from static_compiler.errors import IRVerificationError
+from static_compiler.format.snapshot import Snapshot, read_tables
 from static_compiler.ir import LayoutKind
 from static_compiler.ir.row_checks import (
     check_accepting_has_end,

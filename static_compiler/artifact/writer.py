@@ -28,13 +28,9 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.artifact import format as fmt
 from static_compiler.artifact.history import Made, keep_count, keep_replaced, start_history
 from static_compiler.artifact.lock import _parent, update_lock
-from static_compiler.artifact.manifest import ArraySpec, FileEntry, Manifest, TableEntry
-from static_compiler.artifact.manifest_records import attributes_record
 from static_compiler.artifact.metadata import export_caps, export_plan, set_metadata
-from static_compiler.artifact.snapshot import read_manifest
 from static_compiler.errors import (
     JAX_INSTALL,
     ArtifactExistsError,
@@ -44,6 +40,10 @@ from static_compiler.errors import (
     installed,
     require,
 )
+from static_compiler.format import spec as fmt
+from static_compiler.format.manifest import ArraySpec, FileEntry, Manifest, TableEntry
+from static_compiler.format.manifest_records import attributes_record
+from static_compiler.format.snapshot import read_manifest
 from static_compiler.support import processes
 from static_compiler.support.arrays import PieceArray, npy_chunks, npy_header
 from static_compiler.support.decode_state import PAD_TOKEN, SENTINEL_SCORE

@@ -129,7 +129,7 @@ def _offsets(shape, axis: int, stride):
 def exception_rows(tables: dict):
     """(row starts, branches) int32 (X,) of a near_unary layer's exception
     states: its `ex_starts` / `ex_branch` tables (an older artifact's
-    ex_bounds is read as these: `artifact.normalize.current_tables`)."""
+    ex_bounds is read as these: `format.normalize.current_tables`)."""
     return (whole(tables["ex_starts"]).astype(jnp.int32),
             whole(tables["ex_branch"]).astype(jnp.int32))
 

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from static_compiler.errors import CliInputError
 
     require_jax("decode", "it runs the artifact's StableHLO modules")
-    from static_compiler.artifact import serving
+    from static_compiler import serving
     from static_compiler.cli import demo_model
 
     if args.top < 1 or args.batch_size < 1:

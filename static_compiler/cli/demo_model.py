@@ -2,7 +2,7 @@
 for `static-compiler decode` and the main job (`static-compiler demo`).
 
 Like `serving`, this module imports only jax, numpy, the standard library,
-`static_compiler.artifact.serving` and `static_compiler.support.compilation_cache`
+`static_compiler.serving` and `static_compiler.support.compilation_cache`
 (and, as its package, `static_compiler.cli`, whose `__init__` imports
 nothing), so `python -m static_compiler.cli.demo_model ART`
 proves a process can serve an artifact without the compiler.
@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.item_bits.liveness import wait_for_kernels
 
 DEMO_SEED = 0

@@ -20,8 +20,8 @@ from typing import Optional, TextIO
 
 import numpy as np
 
-from static_compiler import report
-from static_compiler.artifact import serving, writer
+from static_compiler import report, serving
+from static_compiler.artifact import writer
 from static_compiler.cli import demo_model
 from static_compiler.compiler import compile_constraints
 from static_compiler.errors import MainJobError
@@ -64,11 +64,11 @@ def _run_child(cmd: list) -> str:
 
 def serving_modules() -> frozenset:
     """The static_compiler modules the fresh serving process may import:
-    those that `import static_compiler.artifact.serving` loads (measured in a fresh
+    those that `import static_compiler.serving` loads (measured in a fresh
     interpreter, so a module the loader starts to import is allowed without a
     list to edit), plus the demo server (`DEMO_SERVER`) and its packages, and
     `compilation_cache` (jax and the standard library: it turns jax's cache on)."""
-    code = ("import json, sys, static_compiler.artifact.serving; "
+    code = ("import json, sys, static_compiler.serving; "
             "print(json.dumps(sorted(sys.modules)))")
     loaded = json.loads(_run_child([sys.executable, "-c", code]).strip().splitlines()[-1])
     parts = DEMO_SERVER.split(".")

@@ -87,7 +87,7 @@ def _mesh_line(path: str) -> str:
     """For an artifact exported for a device mesh: its axes, the tables split
     across the table axis and the bytes each device holds (from the
     manifest's record, see static_compiler.support.placement); else ""."""
-    from static_compiler.artifact.snapshot import read_manifest
+    from static_compiler.format.snapshot import read_manifest
     from static_compiler.support import placement
 
     manifest = read_manifest(path)

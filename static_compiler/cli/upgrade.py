@@ -1,7 +1,7 @@
 """`static-compiler upgrade`: rewrite an artifact of an older format version
 into the current one (`static_compiler.upgrade_artifact`), atomically and
 under the writers' lock, before the readers' window of versions
-(`artifact.format.MIN_FORMAT_VERSION`, dated in docs/artifact-format.md)
+(`format.spec.MIN_FORMAT_VERSION`, dated in docs/artifact-format.md)
 moves past it. An artifact already current is left as it is (exit 0)."""
 
 from __future__ import annotations

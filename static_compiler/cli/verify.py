@@ -96,8 +96,8 @@ def _check(path):
     time, bounded memory at 1e9)."""
     import numpy as np
 
-    from static_compiler.artifact import snapshot
     from static_compiler.artifact.table_check import CHECK_CHUNK, check_artifact
+    from static_compiler.format import snapshot
 
     with snapshot.open_snapshot(path) as snap:
         counted = check_artifact(snap)
@@ -121,8 +121,8 @@ def _check_attributes(path) -> bool:
     """Writes one line on the artifact's item attributes (their count and
     kinds), when it has any; whether they are sound: every category code
     names one of its column's categories (read a chunk at a time)."""
-    from static_compiler.artifact import snapshot, snapshot_items
     from static_compiler.artifact.table_check import CHECK_CHUNK
+    from static_compiler.format import snapshot, snapshot_items
 
     with snapshot.open_snapshot(path) as snap:
         arrays = snapshot_items.read_item_arrays(snap)
@@ -152,7 +152,7 @@ def _removed_rows(path, ir, tokens, lengths):
     index or removals."""
     import numpy as np
 
-    from static_compiler.artifact import snapshot, snapshot_items
+    from static_compiler.format import snapshot, snapshot_items
     from static_compiler.items.index import ItemIndex
     from static_compiler.rules.subsets import unique_ids
 

@@ -2,7 +2,7 @@
 a frontend output (`text.encode_catalogue`): the compiled set and the
 served artifact map decoded sequences back to names with it. Saved as
 names.jsonl (`NameTable.to_jsonl`, read back by
-`artifact.names.read_names_jsonl`). Standard library and numpy only.
+`format.names.read_names_jsonl`). Standard library and numpy only.
 """
 
 from __future__ import annotations

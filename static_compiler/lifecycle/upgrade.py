@@ -30,15 +30,15 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from static_compiler.artifact import format as fmt
 from static_compiler.artifact.history import Made
 from static_compiler.artifact.lock import update_lock
-from static_compiler.artifact.manifest import FileEntry
 from static_compiler.artifact.metadata import export_caps
-from static_compiler.artifact.snapshot import Snapshot, open_snapshot
-from static_compiler.artifact.snapshot_items import read_item_arrays
 from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap, exporter, save_locked
 from static_compiler.errors import DecodeInputError
+from static_compiler.format import spec as fmt
+from static_compiler.format.manifest import FileEntry
+from static_compiler.format.snapshot import Snapshot, open_snapshot
+from static_compiler.format.snapshot_items import read_item_arrays
 from static_compiler.lifecycle.update import require_current
 from static_compiler.saved import compiled_from_snapshot
 from static_compiler.support import placement as placement_lib

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pathlib
 import shutil
 
-from static_compiler.artifact import format as fmt
 from static_compiler.artifact import writer
 from static_compiler.artifact.history import (
     ARTIFACT_DIR,
@@ -25,8 +24,9 @@ from static_compiler.artifact.history import (
     versions_dir,
 )
 from static_compiler.artifact.lock import _parent, update_lock
-from static_compiler.artifact.snapshot import open_snapshot, read_manifest
 from static_compiler.errors import ArtifactError, ArtifactFormatError, DecodeInputError
+from static_compiler.format import spec as fmt
+from static_compiler.format.snapshot import open_snapshot, read_manifest
 
 
 def list_versions(path) -> list[dict]:

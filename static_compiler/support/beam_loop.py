@@ -1,5 +1,5 @@
 """The beam-search loop of the front doors that step a search from Python:
-the served artifact (`artifact.serving.Artifact.beam_search`, over its
+the served artifact (`serving.Artifact.beam_search`, over its
 exported modules) and the torch backend (`TorchConstraints.beam_search`).
 The compiled set's search is one compiled program instead
 (`backend.decode.search`); all three follow its rules: the model sees each

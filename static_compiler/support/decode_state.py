@@ -2,7 +2,7 @@
 validators of decoding arguments.
 
 One definition shared by the in-process decoder (`static_compiler.backend.decode`)
-and the serving loader (`static_compiler.artifact.serving`), so a state made by one is
+and the serving loader (`static_compiler.serving`), so a state made by one is
 the state the other takes, field for field (the exported modules' arguments
 and results are these fields, in this order). It holds no decoding logic,
 and it never imports jax itself: a value can be a jax array only once jax

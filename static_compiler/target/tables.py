@@ -13,7 +13,7 @@ near_unary  ``tokens``  (E,); ``ex_states`` (X,) state_dtype, sorted ids of
             their row starts; ``ex_branch`` (X,) their branches, in
             `dtypes.branch_dtype_for` the layer's max branch (an artifact
             before format version 6 holds ``ex_bounds`` (X, 2), which its
-            readers turn into these: `artifact.normalize.current_tables`);
+            readers turn into these: `format.normalize.current_tables`);
             ``targets`` (E,) when explicit
 any         ``accepting`` (S,) bool when some state at this depth accepts
 ==========  ===================================================================

@@ -16,7 +16,7 @@ Public: the package's names (`__all__`: `TorchConstraints`, `TorchState`,
 `LiveBits`, `live_bits`); its modules are internal.
 
 Imports numpy, torch and the numpy-only modules of the package (errors,
-artifact.format / manifest / snapshot, item_bits.layers / liveness), never jax
+format.spec / manifest / snapshot, item_bits.layers / liveness), never jax
 or the compiler (tests/repository/test_layering.py).
 """
 

@@ -21,11 +21,11 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from static_compiler.artifact import format as artifact_format
-from static_compiler.artifact import snapshot, snapshot_items
-from static_compiler.artifact.manifest import Manifest
 from static_compiler.decoding.decoder import Decoder
 from static_compiler.errors import DecodeInputError
+from static_compiler.format import snapshot, snapshot_items
+from static_compiler.format import spec as artifact_format
+from static_compiler.format.manifest import Manifest
 from static_compiler.items.index import ItemIndex
 from static_compiler.rules.set_view import SetView
 from static_compiler.support.decode_types import BeamState, WarmReport

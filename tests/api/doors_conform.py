@@ -7,9 +7,9 @@ checks that this file stays in mypy's list."""
 
 from __future__ import annotations
 
-from static_compiler.artifact.serving import Artifact
 from static_compiler.compiled import CompiledConstraints
 from static_compiler.contract import Decoding, FrontDoor, ItemRules
+from static_compiler.serving import Artifact
 from static_compiler.torch_backend.constraints import TorchConstraints
 
 

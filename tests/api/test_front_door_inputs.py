@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.backend.decode import StepProcessor
 from static_compiler.backend.decode.prefix import prefix_mask
 from static_compiler.errors import DecodeInputError, StaticCompilerError

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.errors import DecodeInputError
 from static_compiler.torch_backend import TorchConstraints
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.errors import ConstraintSetError, DecodeInputError, IRVerificationError, PipelineError
 
 

@@ -41,8 +41,7 @@ from doors_conform import front_doors
 from helpers import REPO
 
 import static_compiler as sc
-from static_compiler import contract
-from static_compiler.artifact import serving
+from static_compiler import contract, serving
 from static_compiler.errors import ArtifactFormatError, DecodeInputError, StaticCompilerError
 from static_compiler.support.deprecation import REMOVED_IN
 from static_compiler.torch_backend import TorchConstraints

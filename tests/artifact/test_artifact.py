@@ -15,16 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ir_strategies import fixed_length_sets, ragged_sets, unique_sorted
 
-from static_compiler import artifact, compile_constraints, errors
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import serving, writer
-from static_compiler.artifact.manifest import FileEntry
+from static_compiler import artifact, compile_constraints, errors, serving
+from static_compiler.artifact import writer
 from static_compiler.errors import (
     ArtifactExistsError,
     DecodeInputError,
     IRVerificationError,
     StaticCompilerError,
 )
+from static_compiler.format import spec as fmt
+from static_compiler.format.manifest import FileEntry
 from static_compiler.ir import enumerate_sequences
 from static_compiler.support.decode_state import BeamState, ProcessorState
 
@@ -486,3 +486,25 @@ def test_table_files_are_np_save_bytes_written_in_chunks(arr, tmp_path, monkeypa
     writer._write_file(tmp_path, "t/x.npy", npy)
     assert (tmp_path / "t" / "x.npy").read_bytes() == want
     assert np.array_equal(np.load(tmp_path / "t" / "x.npy"), arr)
+
+
+@pytest.mark.parametrize("old, new", [("serving", "static_compiler.serving"),
+                                      ("format", "static_compiler.format.spec"),
+                                      ("snapshot", "static_compiler.format.snapshot"),
+                                      ("runtime", "static_compiler.serving.runtime")])
+def test_the_modules_that_left_the_package_warn_and_are_the_modules_at_their_place(old, new):
+    """0.1.0's `from static_compiler.artifact import serving` (and the format's
+    modules) keep working until 0.2.0, warning with the path to use; the new
+    module itself, not a copy (`artifact.serving.load is serving.load`)."""
+    import importlib
+
+    with pytest.warns(DeprecationWarning, match=rf"static_compiler\.artifact\.{old} is deprecated and "
+                                                rf"will be removed in 0\.2\.0 .*: use {re.escape(new)}$"):
+        module = getattr(artifact, old)
+    assert module is importlib.import_module(new)
+    assert old not in dir(artifact)  # deprecated: not listed
+    with pytest.warns(DeprecationWarning, match="static_compiler.serving$"):
+        from static_compiler.artifact import serving as old_serving
+    assert old_serving.load is serving.load
+    with pytest.raises(AttributeError, match="has no attribute 'servng'"):
+        artifact.servng  # noqa: B018

@@ -27,10 +27,11 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler import artifact
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import lock, serving, snapshot, writer
+from static_compiler import artifact, serving
+from static_compiler.artifact import lock, writer
 from static_compiler.errors import ArtifactBusyError
+from static_compiler.format import snapshot
+from static_compiler.format import spec as fmt
 from static_compiler.lifecycle import update
 
 V, L = 6, 3

@@ -15,11 +15,12 @@ from helpers import examples
 from oracle import pipeline_for
 
 import static_compiler as sc
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import snapshot, table_check
+from static_compiler.artifact import table_check
 from static_compiler.artifact.read import read_automaton
 from static_compiler.cli import main
 from static_compiler.errors import ArtifactFormatError, IRVerificationError
+from static_compiler.format import snapshot
+from static_compiler.format import spec as fmt
 from static_compiler.frontend import datasets
 
 REFUSED = (IRVerificationError, ArtifactFormatError)

@@ -18,9 +18,9 @@ import pytest
 from helpers import edit_manifest, one_error_line, run_cli
 
 import static_compiler as sc
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.errors import ArtifactFormatError, ArtifactVersionError, DecodeInputError
+from static_compiler.format import spec as fmt
 from static_compiler.support.arguments import check_beam_schedule
 
 V = 16

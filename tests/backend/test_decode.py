@@ -587,7 +587,7 @@ def test_exception_bounds_of_older_artifacts_decode_and_read_back_alike(packed, 
     import dataclasses
 
     import static_compiler as sc
-    from static_compiler.artifact.normalize import current_tables
+    from static_compiler.format.normalize import current_tables
     from static_compiler.target.raising import automaton_from_tables
     from static_compiler.target.tables import row_pointers
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.backend.decode.logprobs import LogProbs
 
 ROWS = {

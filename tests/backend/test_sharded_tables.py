@@ -128,7 +128,7 @@ EXPORT_SCRIPT = textwrap.dedent("""
     from jax.sharding import Mesh
     import static_compiler as sc
     from static_compiler import artifact, errors
-    from static_compiler.artifact import serving
+    from static_compiler import serving
     from static_compiler.frontend import datasets
 
     assert len(jax.devices()) == 8

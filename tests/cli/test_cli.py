@@ -14,8 +14,7 @@ import oracle
 import pytest
 from helpers import one_error_line, run_cli
 
-from static_compiler import artifact, compile_constraints
-from static_compiler.artifact import serving
+from static_compiler import artifact, compile_constraints, serving
 from static_compiler.cli import main, main_job
 from static_compiler.cli.common import progress
 from static_compiler.errors import MainJobError
@@ -231,7 +230,7 @@ def test_demo_main_job_end_to_end(capsys):
     serve = re.search(r"(\d+) serving-only modules, no compiler module: (\[.*?\]);", out)
     loaded = json.loads(serve[2].replace("'", '"'))
     assert int(serve[1]) == len(loaded)
-    assert "static_compiler.artifact.serving" in loaded and "static_compiler.cli" in loaded
+    assert "static_compiler.serving" in loaded and "static_compiler.cli" in loaded
     stages = ("passes", "backend", "compiler", "compiled", "target.lowering", "target.raising",
               "frontend.sequences", "artifact.writer", "artifact.export")
     assert not [m for m in loaded if m.partition(".")[2].startswith(stages)], loaded
@@ -242,7 +241,7 @@ def test_demo_main_job_end_to_end(capsys):
 
 
 def test_demo_serve_line_counts_modules_and_names_them_only_with_verbose(monkeypatch):
-    info = {"backend": "cpu", "modules": ["static_compiler", "static_compiler.artifact.serving",
+    info = {"backend": "cpu", "modules": ["static_compiler", "static_compiler.serving",
                                          "static_compiler.errors"],
             "load_seconds": 0.25, "first_pass_seconds": 1.5}
     short = main_job.serve_line(info)
@@ -309,7 +308,7 @@ def test_compile_an_ir_dump(tmp_path, capsys):
 
 def test_serving_modules_are_the_loaders_own_and_the_demo_server():
     allowed = main_job.serving_modules()
-    assert {"static_compiler", "static_compiler.errors", "static_compiler.artifact.serving",
+    assert {"static_compiler", "static_compiler.errors", "static_compiler.serving",
             "static_compiler.cli", main_job.DEMO_SERVER} <= allowed
     # (the frontend package's __init__ is lazy: its builders are the compiler side)
     compiler_side = {"static_compiler.compiler", "static_compiler.frontend.sequences",
@@ -325,9 +324,9 @@ def test_serving_modules_are_the_loaders_own_and_the_demo_server():
 
 
 def test_a_serving_process_importing_the_compiler_fails_the_main_job(monkeypatch, tmp_path):
-    modules = ["static_compiler", "static_compiler.compiler", "static_compiler.artifact.serving"]
+    modules = ["static_compiler", "static_compiler.compiler", "static_compiler.serving"]
     monkeypatch.setattr(main_job, "serving_modules",
-                        lambda: frozenset({"static_compiler", "static_compiler.artifact.serving"}))
+                        lambda: frozenset({"static_compiler", "static_compiler.serving"}))
     monkeypatch.setattr(main_job, "_run_child", lambda cmd: json.dumps({"modules": modules}))
     with pytest.raises(MainJobError, match=r"imported \['static_compiler.compiler'\]"):
         main_job.serve_in_fresh_process(tmp_path / "a", tmp_path / "o.npz", batch_size=1,

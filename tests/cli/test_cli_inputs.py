@@ -14,7 +14,7 @@ from helpers import REPO, run_cli
 from helpers import one_error_line as error_line
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.cli import main
 from static_compiler.errors import ConstraintSetError, IRVerificationError
 from static_compiler.frontend import readers

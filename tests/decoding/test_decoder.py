@@ -21,7 +21,7 @@ from static_compiler.decoding.decoder import Decoder, Engine
 from static_compiler.errors import DecodeInputError
 
 torch = pytest.importorskip("torch")
-from static_compiler.artifact import serving  # noqa: E402
+from static_compiler import serving  # noqa: E402
 from static_compiler.torch_backend import TorchConstraints  # noqa: E402
 
 ONCE = ("init_processor", "allowed_tokens", "advance", "init_beams", "finalize", "texts",

@@ -139,7 +139,7 @@ def test_bad_input(bpe):
 
 
 def test_cli_compile_with_every_spelling(bpe, tmp_path, capsys):
-    from static_compiler.artifact import serving
+    from static_compiler import serving
     from static_compiler.cli import main
     names = ["New York", "Newark", "Nara"]
     (tmp_path / "names.txt").write_text("\n".join(names) + "\n", encoding="utf-8")

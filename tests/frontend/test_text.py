@@ -17,11 +17,10 @@ import pytest
 from helpers import run_cli
 
 import static_compiler as sc
-from static_compiler import artifact
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import serving
-from static_compiler.artifact.manifest import FileEntry
+from static_compiler import artifact, serving
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, DecodeInputError
+from static_compiler.format import spec as fmt
+from static_compiler.format.manifest import FileEntry
 from static_compiler.frontend import readers, text
 
 CITIES = ["New York", "New York City", "Newark", "New", "Zürich", "São Paulo", "東京",

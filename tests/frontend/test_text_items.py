@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import static_compiler as sc
-from static_compiler.artifact import serving
-from static_compiler.artifact.names import read_names_jsonl
+from static_compiler import serving
 from static_compiler.errors import ConstraintSetError
+from static_compiler.format.names import read_names_jsonl
 
 END = 0
 V = 256

@@ -19,7 +19,7 @@ import torch
 import transformers
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.errors import DecodeInputError
 from static_compiler.integrations.torch import StaticLogitsProcessor
 from static_compiler.torch_backend import TorchConstraints

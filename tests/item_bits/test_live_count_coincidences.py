@@ -12,7 +12,7 @@ import pytest
 from live_cases import allowed_tokens, replay
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.item_bits import layers
 from static_compiler.target import plan as plan_lib
 

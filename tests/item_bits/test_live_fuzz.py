@@ -48,7 +48,7 @@ from live_cases import (
 )
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 
 # --------------------------------------------------------------------------
 # Checks

@@ -645,7 +645,7 @@ def test_later_removals_compile_nothing_new():
 
 
 def test_an_updated_set_saves_its_removals_and_serves_without_them(tmp_path):
-    from static_compiler.artifact import serving
+    from static_compiler import serving
     rng = np.random.default_rng(33)
     items = oracle.random_ragged_set(rng, 30, 4, 7, end_token=0)
     plain = sc.compile_constraints(items, 7, end_token=0, export_beam_sizes=(4,))
@@ -760,7 +760,7 @@ def test_near_unary_row_pointers_from_exception_starts_equal_the_layers(seed, fo
     if form == "starts":
         tables.update(ex_starts=starts, ex_branch=widths)
     else:
-        from static_compiler.artifact.normalize import current_tables
+        from static_compiler.format.normalize import current_tables
         tables["ex_bounds"] = np.stack([starts, starts + widths], axis=1)
         (tables,) = current_tables([tables])
     for num_states in {n, max(1, n // 2)}:

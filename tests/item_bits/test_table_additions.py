@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import static_compiler as sc
-from static_compiler.artifact.normalize import current_tables
+from static_compiler.format.normalize import current_tables
 from static_compiler.ir import AutomatonSummary
 from static_compiler.item_bits import additions, table_additions
 from static_compiler.support import arrays
@@ -322,7 +322,7 @@ def _reseal(path, rel_files: dict, item_files: dict, version=None) -> None:
     an edit that passes the checksum check."""
     import json
 
-    from static_compiler.artifact import format as fmt
+    from static_compiler.format import spec as fmt
     manifest = json.loads((path / fmt.MANIFEST_FILE).read_text())
     for rel in set(manifest["item_files"].values()) - set(item_files.values()):
         (path / rel).unlink()
@@ -338,7 +338,7 @@ def _reseal(path, rel_files: dict, item_files: dict, version=None) -> None:
 
 
 def _set_with_additions(tmp_path):
-    from static_compiler.artifact import format as fmt
+    from static_compiler.format import spec as fmt
     rng = np.random.default_rng(5)
     items = oracle.random_set(rng, 30, 3, 5)
     compiled = sc.compile_constraints(items, 5, capacity=2.0, export_subsets=True,
@@ -355,7 +355,7 @@ def _set_with_additions(tmp_path):
 def test_insertions_that_disagree_with_the_set_are_refused_at_load(tmp_path):
     """Final states not ascending, or ids not the largest, under recomputed
     checksums."""
-    from static_compiler.artifact import format as fmt
+    from static_compiler.format import spec as fmt
     path, _, files = _set_with_additions(tmp_path)
     sc.load(path)  # intact: loads
     at, item = (np.load(path / files[k]) for k in ("state_inserted_at", "state_inserted_item"))
@@ -372,8 +372,8 @@ def test_a_version_8_state_item_loads_and_an_update_writes_insertions(tmp_path):
     """Format version 8 held every final state's item (state_item): such an
     artifact still loads and takes subsets alike, and its next update writes
     the insertions instead (`InsertedOrder.of_array`)."""
-    from static_compiler.artifact import format as fmt
-    from static_compiler.artifact import serving
+    from static_compiler import serving
+    from static_compiler.format import spec as fmt
     from static_compiler.item_bits.state_order import InsertedOrder
     path, seqs, files = _set_with_additions(tmp_path)
     mask = np.random.default_rng(0).random(len(seqs)) < 0.5

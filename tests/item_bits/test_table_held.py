@@ -15,8 +15,8 @@ import pytest
 from helpers import ir_unread
 
 import static_compiler as sc
-from static_compiler.artifact import format as fmt
 from static_compiler.errors import ArtifactFormatError
+from static_compiler.format import spec as fmt
 from static_compiler.frontend import datasets
 
 V, L = 24, 4
@@ -203,7 +203,7 @@ def test_subsets_of_an_artifact_with_room_in_near_unary_layers_agree_everywhere(
     states): the serving loader, the torch backend and the library read the
     trie's own state counts and give the same bits."""
     pytest.importorskip("torch")
-    from static_compiler.artifact import serving
+    from static_compiler import serving
     from static_compiler.torch_backend import TorchConstraints
 
     rows = datasets.synthetic_sids(3_000, 5, 16, seed=2)
@@ -225,7 +225,7 @@ def test_subsets_walked_a_few_states_at_a_time_are_the_same_bits(tmp_path, monke
     input rows at a time, ranges on threads, a
     memory-mapped item index) gives the bits of the walk at once, for the library and the serving loader, on csr,
     near-unary (with room) and unary layers of a loaded set."""
-    from static_compiler.artifact import serving
+    from static_compiler import serving
     from static_compiler.item_bits import item_masks, layer_walk
 
     rows = datasets.synthetic_sids(3_000, 5, 16, seed=4)
@@ -286,7 +286,7 @@ def test_the_kernels_warmed_at_load_are_those_a_subset_runs(tmp_path):
     dense layers, the selected rows' item bits and their final-state order
     (a set that took additions), through the library and the serving
     loader."""
-    from static_compiler.artifact import serving
+    from static_compiler import serving
     from static_compiler.item_bits import bit_kernels
 
     rows = datasets.synthetic_sids(2_000, 5, 16, seed=8)

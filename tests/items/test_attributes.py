@@ -19,7 +19,6 @@ import pytest
 from helpers import edit_manifest, one_error_line, run_cli
 
 import static_compiler as sc
-from static_compiler.artifact import format as fmt
 from static_compiler.errors import (
     ArtifactFormatError,
     AttributeColumnError,
@@ -27,6 +26,7 @@ from static_compiler.errors import (
     DecodeInputError,
     FilterExpressionError,
 )
+from static_compiler.format import spec as fmt
 from static_compiler.items.attributes import appended, checked_attributes, code_dtype
 
 ROWS = np.array([[1, 2, 3], [1, 2, 4], [2, 3, 1], [3, 1, 1], [3, 1, 2]])
@@ -103,7 +103,7 @@ def test_every_front_door_reads_the_same_columns(saved):
 
 def test_the_served_artifact_reads_them(tmp_path):
     pytest.importorskip("jax")
-    from static_compiler.artifact import serving
+    from static_compiler import serving
 
     compiled = compiled_set()
     art = serving.load(compiled.save(tmp_path / "a"))

@@ -19,7 +19,7 @@ import re
 import pytest
 from helpers import REPO
 
-from static_compiler.artifact import format as artifact_format
+from static_compiler.format import spec as artifact_format
 
 README = REPO / "README.md"
 BENCHMARKS = REPO / "docs" / "benchmarks.md"
@@ -116,7 +116,7 @@ def test_format_range_claims_match_the_code(page):
     window = (artifact_format.MIN_FORMAT_VERSION, artifact_format.MAX_FORMAT_VERSION)
     for m in RANGE_CLAIM.finditer(text):
         assert (int(m.group(1)), int(m.group(2))) == window, (
-            f"{page.relative_to(REPO)}: {m.group()!r}, but static_compiler/artifact/format.py "
+            f"{page.relative_to(REPO)}: {m.group()!r}, but static_compiler/format/spec.py "
             f"accepts versions {window[0]} to {window[1]}")
     for m in WRITER_CLAIM.finditer(text):
         assert int(m.group(1)) == artifact_format.FORMAT_VERSION, (

@@ -1,6 +1,7 @@
 """The import graph flows one way, one layer per package: errors -> support
 -> items -> IR -> frontend -> passes -> target -> item bits -> rules ->
-backend -> artifact -> torch backend -> the public API, with the integrations and the applications (the
+decoding -> backend -> the artifact's format -> the serving binary -> the
+artifact's writer -> torch backend -> the public API, with the integrations and the applications (the
 CLI) on top. Every import statement of every module of
 the package (those inside functions too) is parsed and checked against the
 layer table below; a new module must be placed in it.
@@ -32,7 +33,9 @@ LAYERS = (
     ("rules",),  # filters, priors and the set view that applies them (they read item bits)
     ("decoding",),  # the verb family written once over an engine (numpy only)
     ("backend",),  # JAX kernels and decoding
-    ("artifact",),  # format, manifest, snapshot, writer (and its version history), export, serving loader
+    ("format",),  # the artifact on disk: file names, versions, manifest, snapshot (no jax)
+    ("serving",),  # the serving binary: loader, modules and tables on the device, warm-up (no compiler)
+    ("artifact",),  # the writer side: export, metadata, lock, writer (and its version history), read back
     ("torch_backend",),  # the same plan and set view in torch ops
     # the public API: the package's root, and the lifecycle of a compiled set and its artifact
     # (updates, upgrades, re-export, versions, rollback) beside it
@@ -63,13 +66,7 @@ plan with (their compiler modules, COMPILER_ITEMS, it never reaches:
 COMPILER_ITEMS = {"item_bits.additions", "item_bits.table_additions", "rules.subsets"}
 """The item folders' modules that need the compiler (the frontend, IR
 building, lowering)."""
-FORMAT = {"artifact.format", "artifact.manifest", "artifact.manifest_records", "artifact.names",
-          "artifact.snapshot", "artifact.snapshot_items", "artifact.normalize"}
-"""The artifact's format: file names, manifest, snapshot, older shapes."""
-SERVING_LOADER = {"artifact.runtime", "artifact.warm", "artifact.served_engine", "artifact.serving"}
-"""The serving loader (`static_compiler.serving`) and the artifact's modules
-it is made of."""
-SERVING_BINARY = SERVING_SUPPORT | SERVED_ITEMS | FORMAT | SERVING_LOADER | {"ir", "decoding"}
+SERVING_BINARY = SERVING_SUPPORT | SERVED_ITEMS | {"format", "serving", "ir", "decoding"}
 """Every module a serving binary may load (with the packages above them)."""
 RESTRICTED = {
     "errors": (set(), set()),
@@ -96,30 +93,17 @@ RESTRICTED = {
     "item_bits.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
     # The rules over the items (filters, priors) and the set view behind every front door.
     "rules": ({"numpy"}, {"errors", "support", "items", "item_bits", "target.plan", "frontend"}),
-    # The artifact's format: what a serving binary reads.
-    "artifact.format": (set(), {"errors"}),
-    "artifact.manifest": ({"numpy"}, {"errors", "artifact.format", "artifact.manifest_records"}),
-    "artifact.manifest_records": ({"numpy"}, {"errors", "artifact.format", "items.attributes"}),
-    "artifact.names": ({"numpy"}, {"errors", "artifact.format", "items.names"}),
-    "artifact.snapshot": ({"numpy"}, {"errors", "support.mapped", "items.names",
-                                      "items.attributes"} | FORMAT),
-    "artifact.snapshot_items": ({"numpy"}, {"errors", "support.mapped",
-                                            "items.attributes"} | FORMAT),
-    "artifact.normalize": ({"numpy"}, {"errors", "artifact.format", "support.dtypes",
-                                       "item_bits.layers", "item_bits.state_order"}),  # format.COMPAT
-    # The serving loader: format, item data, bits and rules, and utilities; no compiler module (no
-    # frontend stage, passes, lowering, backend or writer).
-    "artifact.runtime": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT),
-    "artifact.warm": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | {"decoding"}),  # Artifact.warm, its padding
-    # The exported modules as the engine of the verbs (`decoding.decoder.Decoder`).
-    "artifact.served_engine": ({"jax", "numpy"}, SERVING_SUPPORT | FORMAT |
-                               {"item_bits.liveness", "artifact.runtime", "decoding"}),
-    "artifact.serving": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT | SERVING_LOADER |
-                         {"decoding"}),
+    # The artifact's format (`format/`): what every reader and writer shares; no jax.
+    "format": ({"numpy"}, {"errors", "support.mapped", "support.dtypes", "items.names", "items.attributes",
+                           "item_bits.layers", "item_bits.state_order"}),  # normalize: format.COMPAT
+    # The serving binary (`serving/`): the format, item data, bits and rules, the verbs
+    # (`decoding.decoder.Decoder`) and utilities; no compiler module (no frontend stage, passes,
+    # lowering, backend or writer).
+    "serving": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | {"format", "decoding"}),
     # The lifecycle: a compiled set's next version, and the writers of an artifact's next
     # versions (written by the artifact's writer, read back as the compiled set `saved` loads).
     "lifecycle": ({"numpy"}, {"errors", "support", "items", "passes", "target", "item_bits",
-                              "rules", "artifact", "saved"}),
+                              "rules", "format", "artifact", "saved"}),
     # the verb family's Protocols (its types named for the type checker alone)
     "contract": (set(), {"support.decode_types", "item_bits.liveness"}),
     # the one warm-up planner of every front door (jax imported only inside the JAX doors'
@@ -131,8 +115,8 @@ RESTRICTED = {
                                             "support.compile_events", "item_bits.padding"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
-    "torch_backend": ({"numpy", "torch"}, SERVING_SUPPORT | SERVED_ITEMS | FORMAT |
-                      {"torch_backend", "compiled", "decoding"}),
+    "torch_backend": ({"numpy", "torch"}, SERVING_SUPPORT | SERVED_ITEMS |
+                      {"format", "torch_backend", "compiled", "decoding"}),
 }
 """module or package -> (third-party packages, modules of ours) it may import
 (a module, or every module of a package named); most are the modules a
@@ -286,7 +270,7 @@ def test_the_serving_binary_reaches_no_compiler_module():
     modules, the plan and table format, the IR types and the utilities; no
     frontend module, pass, lowering, backend, writer, export or lifecycle
     module, nor the item folders' compiler modules."""
-    reached = _reached("static_compiler.artifact.serving")
+    reached = _reached("static_compiler.serving")
     above = {".".join(path.split(".")[:n]) for path in SERVING_BINARY for n in range(len(path.split(".")))}
     bad = sorted(path for path in reached if path not in above and
                  (not _within(path, SERVING_BINARY) or _within(path, COMPILER_ITEMS)))
@@ -307,8 +291,8 @@ def test_the_layer_test_sees_a_violation(tmp_path):
 
 @pytest.mark.parametrize("module", ["static_compiler.ir", "static_compiler.errors",
                                     "static_compiler.frontend", "static_compiler.target",
-                                    "static_compiler.artifact.format",
-                                    "static_compiler.artifact.snapshot"])
+                                    "static_compiler.format.spec",
+                                    "static_compiler.format.snapshot"])
 def test_the_compiler_core_loads_no_jax(module):
     code = f"import {module}, sys; assert 'jax' not in sys.modules, sorted(sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

@@ -11,7 +11,7 @@ import oracle
 import pytest
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.rules.set_view import SetView, facts_of_manifest
 

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.errors import ConstraintSetError, FilterExpressionError
 from static_compiler.rules.where import And
 

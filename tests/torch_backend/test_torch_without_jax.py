@@ -89,7 +89,7 @@ def test_jax_serving_process_gets_the_modules_by_re_export(torch_only, capsys):
     served artifact, `sc.load` and the torch backend give the torch beams."""
     jax = pytest.importorskip("jax")
     import static_compiler as sc
-    from static_compiler.artifact import serving
+    from static_compiler import serving
     from static_compiler.errors import ArtifactVersionError
 
     out, _, keep, table, _ = torch_only

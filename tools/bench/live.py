@@ -199,7 +199,7 @@ def _serving_subset_ms(compiled, masks) -> float:
     import dataclasses
     import tempfile
 
-    from static_compiler.artifact import serving
+    from static_compiler import serving
 
     with tempfile.TemporaryDirectory() as tmp:
         dataclasses.replace(compiled, export_subsets=True, export_beam_sizes=(70,)).save(

@@ -67,7 +67,7 @@ def _serving(root: str, rounds: int, every: int) -> None:
     import jax
     import numpy as np
 
-    from static_compiler.artifact import serving
+    from static_compiler import serving
 
     paths = sorted(os.path.join(root, p) for p in os.listdir(root)
                    if not p.startswith("."))  # (an artifact's kept versions: .NAME.versions)

@@ -263,7 +263,7 @@ def child(spec: dict) -> dict:
         compiled = sc.load(spec["artifact"])
         V = compiled.plan.vocab_size
     elif door == "serving":
-        from static_compiler.artifact import serving
+        from static_compiler import serving
 
         path = spec["artifact_copy"]
         art = serving.load(path)

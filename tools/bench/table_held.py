@@ -81,7 +81,7 @@ def _child(mode: str, path: str, n: int) -> dict:
     import numpy as np
 
     import static_compiler as sc
-    from static_compiler.artifact import serving
+    from static_compiler import serving
 
     rng = np.random.default_rng(7)
     base = proc_status_bytes("VmRSS")

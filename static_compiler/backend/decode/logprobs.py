@@ -95,7 +95,7 @@ class LogProbs(NamedTuple):
         # Three reductions as written (the max and any folded, `_row_fold`):
         # a fused max / sum variant, or the max taken from x before the shift,
         # rounded the sum differently inside the exported lax.switch step
-        # than under jit (tests/artifact/test_serving.py checks the two are
+        # than under jit (tests/serving/test_loader.py checks the two are
         # bit-identical).
         m = row_max(shifted)
         m = jnp.where(jnp.isfinite(m), m, 0.0)

@@ -13,8 +13,8 @@ import pytest
 from helpers import one_error_line, run_cli
 
 import static_compiler as sc
-from static_compiler import artifact
-from static_compiler.artifact import history, serving
+from static_compiler import artifact, serving
+from static_compiler.artifact import history
 from static_compiler.errors import (
     ArtifactBusyError,
     ArtifactChecksumError,

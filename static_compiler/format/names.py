@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 
-from static_compiler.artifact.format import NAMES_FILE, _reject_constant, format_error, require
+from static_compiler.format.spec import NAMES_FILE, _reject_constant, format_error, require
 from static_compiler.items.names import NameTable
 
 

@@ -17,11 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact.runtime import Module
 from static_compiler.decoding.decoder import replay_allowed
 from static_compiler.errors import DecodeInputError
+from static_compiler.format import spec as fmt
 from static_compiler.item_bits.liveness import checked_subset_index
+from static_compiler.serving.runtime import Module
 from static_compiler.support.arguments import check_beam_schedule, is_int
 from static_compiler.support.beam_result import finalize_complete
 from static_compiler.support.decode_state import (
@@ -43,7 +43,7 @@ from static_compiler.support.decode_state import (
 
 class ExportedEngine:
     """The modules of one loaded artifact version on its tables. warmth:
-    the `artifact.warm.Warmth` (compile counter, subset padding) its
+    the `serving.warm.Warmth` (compile counter, subset padding) its
     reloads share."""
 
     pad_from = 1  # (after a warm-up every stack of up to K subsets, one included, is K)

@@ -20,9 +20,9 @@ from helpers import DATA, edit_manifest, one_error_line, run_cli
 
 import static_compiler as sc
 from static_compiler import errors, serving
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import runtime
-from static_compiler.artifact.manifest import FileEntry, Manifest
+from static_compiler.format import spec as fmt
+from static_compiler.format.manifest import FileEntry, Manifest
+from static_compiler.serving import runtime
 
 FIXTURES = DATA / "jax_versions"
 VOCAB, END, B, M = 16, 0, 2, 4

@@ -11,9 +11,9 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.artifact.format import ITEM_ARRAYS, format_error
-from static_compiler.artifact.normalize import current_items
-from static_compiler.artifact.snapshot import Snapshot
+from static_compiler.format.normalize import current_items
+from static_compiler.format.snapshot import Snapshot
+from static_compiler.format.spec import ITEM_ARRAYS, format_error
 from static_compiler.items.attributes import Column, ItemAttributes
 from static_compiler.support.mapped import release_pages
 

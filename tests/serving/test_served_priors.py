@@ -11,7 +11,7 @@ import pytest
 from helpers import run_cli
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.errors import DecodeInputError
 
 V = 8

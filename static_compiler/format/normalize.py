@@ -16,7 +16,7 @@ import dataclasses
 
 import numpy as np
 
-from static_compiler.artifact.format import COMPAT, MIN_FORMAT_VERSION, format_error, version_error
+from static_compiler.format.spec import COMPAT, MIN_FORMAT_VERSION, format_error, version_error
 from static_compiler.item_bits.layers import table_branch_counts
 from static_compiler.support.dtypes import branch_dtype_for
 

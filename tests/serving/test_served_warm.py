@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.errors import DecodeInputError
 from static_compiler.support.compile_events import xla_compilations
 from static_compiler.support.decode_types import WarmReport

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler.artifact import serving
-from static_compiler.artifact import warm as warming
+from static_compiler import serving
 from static_compiler.decoding import warm_up
 from static_compiler.errors import DecodeInputError
+from static_compiler.serving import warm as warming
 from static_compiler.support.compile_events import xla_compilations
 
 V, L, N, M, END = 16, 3, 200, 2, 0

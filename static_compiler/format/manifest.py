@@ -15,8 +15,8 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.artifact import manifest_records as records
-from static_compiler.artifact.format import (
+from static_compiler.format import manifest_records as records
+from static_compiler.format.spec import (
     BEAM_MODULE_KINDS,
     COMPAT,
     FORMAT_NAME,

@@ -17,11 +17,12 @@ import time
 import numpy as np
 import pytest
 
-from static_compiler import artifact, compile_constraints
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import history, serving, snapshot
-from static_compiler.artifact.manifest import Manifest
+from static_compiler import artifact, compile_constraints, serving
+from static_compiler.artifact import history
 from static_compiler.errors import ArtifactError
+from static_compiler.format import snapshot
+from static_compiler.format import spec as fmt
+from static_compiler.format.manifest import Manifest
 
 V, L, N = 12, 3, 40
 PERMUTATION = np.random.default_rng(7).permutation(V)

@@ -21,7 +21,16 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.artifact.format import (
+from static_compiler.errors import ArtifactChecksumError, ArtifactVersionError
+from static_compiler.format.manifest import FileEntry, Manifest
+from static_compiler.format.names import read_names_jsonl
+from static_compiler.format.normalize import (
+    check_window,
+    current_tables,
+    needed_branches,
+    with_branch_counts,
+)
+from static_compiler.format.spec import (
     _HASH_CHUNK,
     FORMAT_NAME,
     MANIFEST_DIGEST_KEY,
@@ -36,15 +45,6 @@ from static_compiler.artifact.format import (
     unflatten_tables,
     version_error,
 )
-from static_compiler.artifact.manifest import FileEntry, Manifest
-from static_compiler.artifact.names import read_names_jsonl
-from static_compiler.artifact.normalize import (
-    check_window,
-    current_tables,
-    needed_branches,
-    with_branch_counts,
-)
-from static_compiler.errors import ArtifactChecksumError, ArtifactVersionError
 from static_compiler.items.names import NameTable
 
 # ---------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """Serving loader for saved artifacts. It needs only jax, numpy and the
-standard library, and of this package only `errors`, the format modules
-(`format`, `manifest`, `names`, `snapshot`), `runtime` (its modules and
-tables on the device), `placement`, `decode_state` and `item_bits.liveness` with
-`item_bits.layers`, the verbs every door speaks (`decoding.decoder.Decoder`) over
-the exported modules (`served_engine`), with `support.beam_loop` /
-`beam_result` (so a serving binary can ship it with little else).
+standard library, and of this package only `errors`, the artifact's format
+(`format/`: `spec`, `manifest`, `names`, `snapshot`), `runtime` (its modules
+and tables on the device), `placement`, `decode_state` and
+`item_bits.liveness` with `item_bits.layers`, the verbs every door speaks
+(`decoding.decoder.Decoder`) over the exported modules (`engine`), with
+`support.beam_loop` / `beam_result` (so a serving binary can ship it with
+little else). Its names are the `static_compiler.serving` package's.
 
-    from static_compiler.artifact import serving
+    from static_compiler import serving
     art = serving.load("fresh_items.static")     # verifies files, sizes, sha256, versions
     state = art.init_beams(batch_size=2, beam_size=70)
     for step in range(art.max_length):
@@ -27,7 +28,7 @@ source. The sha256 checksums in the manifest guard against corruption
 the manifest along with the files.
 
 The artifact's layout and manifest are described in
-`static_compiler.artifact.format` and `static_compiler.artifact.manifest`.
+`static_compiler.format.spec` and `static_compiler.format.manifest`.
 
 Modules execute exactly what `static_compiler.backend.decode` does in
 process (beam_step, mask, advance with the step as a traced argument), so
@@ -44,10 +45,17 @@ from typing import Optional, Union
 import jax
 from jax import export as jax_export
 
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import snapshot
-from static_compiler.artifact.manifest import Manifest
-from static_compiler.artifact.runtime import (
+from static_compiler.decoding.decoder import Decoder
+from static_compiler.errors import ArtifactVersionError, DecodeInputError
+from static_compiler.format import snapshot
+from static_compiler.format import spec as fmt
+from static_compiler.format.manifest import Manifest
+from static_compiler.item_bits.liveness import warm_kernels_in_background
+from static_compiler.items.index import ItemIndex
+from static_compiler.items.names import NameTable
+from static_compiler.rules.set_view import SetView
+from static_compiler.serving.engine import ExportedEngine
+from static_compiler.serving.runtime import (
     check_table_arguments,
     current_platform,
     deserialize,
@@ -56,15 +64,8 @@ from static_compiler.artifact.runtime import (
     table_placement,
     warn_if_export_ages,
 )
-from static_compiler.artifact.served_engine import ExportedEngine
-from static_compiler.artifact.warm import Warmth
-from static_compiler.artifact.warm import warm as _warm
-from static_compiler.decoding.decoder import Decoder
-from static_compiler.errors import ArtifactVersionError, DecodeInputError
-from static_compiler.item_bits.liveness import warm_kernels_in_background
-from static_compiler.items.index import ItemIndex
-from static_compiler.items.names import NameTable
-from static_compiler.rules.set_view import SetView
+from static_compiler.serving.warm import Warmth
+from static_compiler.serving.warm import warm as _warm
 from static_compiler.support.compile_events import CompileCounter
 from static_compiler.support.decode_state import BeamState, DecodeResult, ProcessorState  # noqa: F401 (serving's names)
 from static_compiler.support.decode_types import WarmReport

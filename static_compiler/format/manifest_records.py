@@ -13,8 +13,8 @@ from typing import Optional
 
 import numpy as np
 
-from static_compiler.artifact.format import MANIFEST_FILE, attribute_file, format_error, require
 from static_compiler.errors import AttributeColumnError
+from static_compiler.format.spec import MANIFEST_FILE, attribute_file, format_error, require
 from static_compiler.items.attributes import CODE_DTYPES, KINDS, check_name, kind_of_dtype
 
 

@@ -14,7 +14,7 @@ import pytest
 from helpers import edit_manifest, one_error_line, run_cli
 
 import static_compiler as sc
-from static_compiler.artifact import serving
+from static_compiler import serving
 from static_compiler.errors import ArtifactFormatError, DecodeInputError
 
 V = 8

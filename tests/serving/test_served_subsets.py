@@ -16,9 +16,10 @@ import oracle
 import pytest
 
 import static_compiler as sc
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import serving, snapshot
+from static_compiler import serving
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, DecodeInputError
+from static_compiler.format import snapshot
+from static_compiler.format import spec as fmt
 from static_compiler.target import plan as plan_lib
 
 BEAMS = 5

@@ -16,13 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 import oracle
 import pytest
+from helpers import serve
 
-from static_compiler import artifact, beam_search, compile_constraints, errors
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import serving
-from static_compiler.artifact.manifest import Manifest
+from static_compiler import artifact, beam_search, compile_constraints, errors, serving
 from static_compiler.backend import decode
 from static_compiler.errors import StaticCompilerError
+from static_compiler.format import spec as fmt
+from static_compiler.format.manifest import Manifest
 
 REPO = str(helpers.REPO)
 FIXED = oracle.random_set(np.random.default_rng(0), 60, 3, 10)
@@ -52,20 +52,6 @@ def mixed(tmp_path_factory):
     assert any(step.light_k for step in compiled.plan.steps)
     path = artifact.save(compiled, tmp_path_factory.mktemp("serving") / "mixed.static")
     return compiled, path, serving.load(path)
-
-
-def serve(art, model, seeds, beam_size, start_token=0):
-    """Beam search through the loaded artifact, step by step, with the hash
-    model's carry reordered by parent like `sc.beam_search` does."""
-    carry = model.init_carry(seeds, beam_size)
-    state = art.init_beams(len(seeds), beam_size, start_token)
-    model_step = jax.jit(model.__call__)
-    for step in range(art.max_length):
-        logits, carry = model_step(state.last_tokens, step, carry)
-        state = art.beam_step(state, logits, step)
-        carry = {"h": jnp.take_along_axis(carry["h"], state.parent, axis=1),
-                 "knobs": carry["knobs"]}
-    return art.finalize(state)
 
 
 def assert_bit_identical(got, want):
@@ -227,48 +213,47 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                           "tokens": np.asarray(state.tokens).tolist()}))
     """), path)
     info = json.loads(out)
-    # `static_compiler.serving` is an alias of the loader's module: the
-    # artifact package's format modules and runtime, the item data, bits and
-    # rules, the plan and table format (target.plan, target.tables), the IR
-    # types, and utilities; not its writer, export or update modules (and no
-    # compiler stage: no frontend module, pass, lowering or backend).
-    assert info["modules"] == ["static_compiler", "static_compiler.artifact",
-                               "static_compiler.artifact.format",
-                               "static_compiler.artifact.manifest",
-                               "static_compiler.artifact.manifest_records",
-                               "static_compiler.artifact.names",
-                               "static_compiler.artifact.normalize",
-                               "static_compiler.artifact.runtime",
-                               "static_compiler.artifact.served_engine",
-                               "static_compiler.artifact.serving",
-                               "static_compiler.artifact.snapshot",
-                               "static_compiler.artifact.snapshot_items",
-                               "static_compiler.artifact.warm", "static_compiler.decoding",
-                               "static_compiler.decoding.decoder",
-                               "static_compiler.decoding.warm_up", "static_compiler.errors",
-                               "static_compiler.ir", "static_compiler.ir.printer", "static_compiler.ir.row_checks",
-                               "static_compiler.ir.types",
-                               "static_compiler.ir.verify",
-                               "static_compiler.item_bits", "static_compiler.item_bits.item_masks",
-                               "static_compiler.item_bits.layer_walk", "static_compiler.item_bits.layers",
-                               "static_compiler.item_bits.liveness", "static_compiler.item_bits.padding",
-                               "static_compiler.item_bits.placements",
-                               "static_compiler.item_bits.state_order",
-                               "static_compiler.items", "static_compiler.items.attributes",
-                               "static_compiler.items.index", "static_compiler.items.names",
-                               "static_compiler.rules", "static_compiler.rules.priors",
-                               "static_compiler.rules.set_view",
-                               "static_compiler.support", "static_compiler.support.arguments",
-                               "static_compiler.support.arrays",
-                               "static_compiler.support.beam_loop",
-                               "static_compiler.support.beam_result",
-                               "static_compiler.support.compile_events",
-                               "static_compiler.support.decode_state",
-                               "static_compiler.support.decode_types",
-                               "static_compiler.support.dtypes", "static_compiler.support.lazy", "static_compiler.support.mapped",
-                               "static_compiler.support.placement",
-                               "static_compiler.support.threads", "static_compiler.target",
-                               "static_compiler.target.plan", "static_compiler.target.tables"]
+    # The serving binary (the serving/ folder) with the artifact's format (format/), the item
+    # data, bits and rules, the verbs (decoding/), the plan and table format (target.plan,
+    # target.tables), the IR types, and utilities; not the artifact's writer, export or update
+    # modules (and no compiler stage: no frontend module, pass, lowering or backend).
+    assert info["modules"] == sorted(["static_compiler",
+                                      "static_compiler.serving", "static_compiler.serving.engine",
+                                      "static_compiler.serving.loader", "static_compiler.serving.runtime",
+                                      "static_compiler.serving.warm",
+                                      "static_compiler.format", "static_compiler.format.manifest",
+                                      "static_compiler.format.manifest_records",
+                                      "static_compiler.format.names", "static_compiler.format.normalize",
+                                      "static_compiler.format.snapshot",
+                                      "static_compiler.format.snapshot_items", "static_compiler.format.spec",
+                                      "static_compiler.decoding", "static_compiler.decoding.decoder",
+                                      "static_compiler.decoding.warm_up",
+                                      "static_compiler.errors",
+                                      "static_compiler.ir", "static_compiler.ir.printer",
+                                      "static_compiler.ir.row_checks", "static_compiler.ir.types",
+                                      "static_compiler.ir.verify",
+                                      "static_compiler.item_bits", "static_compiler.item_bits.item_masks",
+                                      "static_compiler.item_bits.layer_walk",
+                                      "static_compiler.item_bits.layers",
+                                      "static_compiler.item_bits.liveness",
+                                      "static_compiler.item_bits.padding",
+                                      "static_compiler.item_bits.placements",
+                                      "static_compiler.item_bits.state_order",
+                                      "static_compiler.items", "static_compiler.items.attributes",
+                                      "static_compiler.items.index", "static_compiler.items.names",
+                                      "static_compiler.rules", "static_compiler.rules.priors",
+                                      "static_compiler.rules.set_view",
+                                      "static_compiler.support", "static_compiler.support.arguments",
+                                      "static_compiler.support.arrays", "static_compiler.support.beam_loop",
+                                      "static_compiler.support.beam_result",
+                                      "static_compiler.support.compile_events",
+                                      "static_compiler.support.decode_state",
+                                      "static_compiler.support.decode_types",
+                                      "static_compiler.support.dtypes", "static_compiler.support.lazy",
+                                      "static_compiler.support.mapped", "static_compiler.support.placement",
+                                      "static_compiler.support.threads",
+                                      "static_compiler.target", "static_compiler.target.plan",
+                                      "static_compiler.target.tables"])
     # the serving process imports no frontend module (the item data it reads is in items/)
     assert not [m for m in info["modules"] if m.partition(".")[2].split(".")[0] == "frontend"]
     logits = np.linspace(-1, 1, 2 * 4 * 10, dtype=np.float32).reshape(2, 4, -1)

@@ -20,11 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export as jax_export
 
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import snapshot, snapshot_items
-from static_compiler.artifact.manifest import ArraySpec, ModuleEntry
-from static_compiler.artifact.normalize import current_tables
 from static_compiler.errors import ArtifactExpiryWarning, ArtifactVersionError, DecodeInputError
+from static_compiler.format import snapshot, snapshot_items
+from static_compiler.format import spec as fmt
+from static_compiler.format.manifest import ArraySpec, ModuleEntry
+from static_compiler.format.normalize import current_tables
 from static_compiler.items.index import ItemIndex
 from static_compiler.support.placement import MeshPlacement, mesh_text, placed_shape, placement_for
 

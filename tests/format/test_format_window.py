@@ -1,4 +1,4 @@
-"""The artifact format's dated window (`artifact.format`: FORMAT_HISTORY,
+"""The artifact format's dated window (`format.spec`: FORMAT_HISTORY,
 MIN_FORMAT_VERSION, COMPAT) and `static-compiler upgrade`
 (`static_compiler.upgrade_artifact`): every version in the window loads
 and decodes as the set compiled today; a version outside it is an
@@ -20,14 +20,14 @@ import shutil
 import numpy as np
 import oracle
 import pytest
-from helpers import DATA, edit_manifest
-from test_serving import serve
+from helpers import DATA, edit_manifest, serve
 
 import static_compiler as sc
-from static_compiler import errors, upgrade_artifact
-from static_compiler.artifact import format as fmt
-from static_compiler.artifact import normalize, serving, snapshot, snapshot_items, writer
+from static_compiler import errors, serving, upgrade_artifact
+from static_compiler.artifact import writer
 from static_compiler.cli.dispatch import main as cli_main
+from static_compiler.format import normalize, snapshot, snapshot_items
+from static_compiler.format import spec as fmt
 
 V4_ARTIFACT = DATA / "artifact_v4_subsets"
 V4_SIDS = np.load(DATA / "artifact_v4_subsets_sids.npy")
