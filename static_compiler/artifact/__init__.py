@@ -50,8 +50,8 @@ _MOVED = {
     "manifest_records": "static_compiler.format.manifest_records",
     "names": "static_compiler.format.names", "normalize": "static_compiler.format.normalize",
     "snapshot": "static_compiler.format.snapshot", "snapshot_items": "static_compiler.format.snapshot_items",
-    "runtime": "static_compiler.serving.runtime", "served_engine": "static_compiler.serving.engine",
-    "warm": "static_compiler.serving.warm", "serving": "static_compiler.serving",
+    "runtime": "static_compiler.serving.runtime", "warm": "static_compiler.serving.warm",
+    "serving": "static_compiler.serving",
 }
 """The modules that left this package for `static_compiler.format` and
 `static_compiler.serving` (0.1.0's `from static_compiler.artifact import

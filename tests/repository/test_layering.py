@@ -106,11 +106,11 @@ RESTRICTED = {
                               "rules", "format", "artifact", "saved"}),
     # the verb family's Protocols (its types named for the type checker alone)
     "contract": (set(), {"support.decode_types", "item_bits.liveness"}),
-    # the one warm-up planner of every front door (jax imported only inside the JAX doors'
-    # hooks and their compile counter: importing it loads neither jax nor torch, tested below)
     # The verbs over an engine: shared by the serving binary and torch-only processes.
     "decoding": (set(), {"errors", "support.arguments", "support.beam_loop", "item_bits.liveness",
                          "item_bits.padding", "rules.priors"}),
+    # the one warm-up planner of every front door (jax imported only inside the JAX doors'
+    # hooks and their compile counter: importing it loads neither jax nor torch, tested below)
     "decoding.warm_up": ({"numpy", "jax"}, {"errors", "support.arguments", "support.decode_types",
                                             "support.compile_events", "item_bits.padding"}),
     "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
