@@ -29,6 +29,7 @@ torch-only processes import it.
 
 from __future__ import annotations
 
+import abc
 import functools
 from typing import Any, Callable, ContextManager, Optional, Protocol
 
@@ -130,7 +131,7 @@ def replay_allowed(engine: Engine, prefixes, live):
     return engine.allowed_tokens(state, t, live)
 
 
-class Decoder:
+class Decoder(abc.ABC):
     """The verbs of a front door over its engine. A door provides
     `_engine` (its `Engine`), `_set_view` (its items' `SetView`) and `names`
     (a text catalogue's `NameTable`, or None). subset / subset_index,
@@ -142,9 +143,9 @@ class Decoder:
     names: Any
 
     @property
+    @abc.abstractmethod
     def _engine(self) -> Engine:
         """The door's engine (each door gives its own)."""
-        raise NotImplementedError
 
     # Item rules (the door's SetView)
 

@@ -40,6 +40,7 @@ and a torch-only process import it.
 
 from __future__ import annotations
 
+import abc
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -101,7 +102,7 @@ class Warmth:
         return pad if pad is not None and num_subsets <= pad else num_subsets
 
 
-class WarmPaths:
+class WarmPaths(abc.ABC):
     """What one door adds to the warm-up (a subclass per door; the defaults
     are a door of numpy arrays that compiles nothing).
 
@@ -152,11 +153,11 @@ class WarmPaths:
         """Waits until `value` is computed (jax's dispatch is asynchronous)."""
         return value
 
+    @abc.abstractmethod
     def beam_widths(self, beam_size, batch_size: int) -> tuple:
         """The widths the door's search runs `beam_size` with (max_length + 1
         ints; `arguments.check_beam_schedule`), after checking the door
         runs it (DecodeInputError naming it)."""
-        raise NotImplementedError
 
     def own_jobs(self, batch_size: int, beam_sizes: tuple,  # noqa: ARG002 (a door's hook)
                  subset_rows: int) -> list:  # noqa: ARG002
