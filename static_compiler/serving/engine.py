@@ -27,11 +27,10 @@ from static_compiler.support.beam_result import finalize_complete
 from static_compiler.support.decode_state import (
     SENTINEL_SCORE,
     BeamState,
+    JaxStates,
     ProcessorState,
-    check_beam_state,
     check_logits,
     check_prefixes,
-    check_processor_state,
     check_start_tokens,
     check_step,
     check_token_values,
@@ -41,7 +40,7 @@ from static_compiler.support.decode_state import (
 )
 
 
-class ExportedEngine:
+class ExportedEngine(JaxStates):
     """The modules of one loaded artifact version on its tables. warmth:
     the `serving.warm.Warmth` (compile counter, subset padding) its
     reloads share."""
@@ -148,14 +147,6 @@ class ExportedEngine:
 
     # The verbs' device work
 
-    def processor_state(self, state, where: str) -> tuple:
-        fields = check_processor_state(state, where)
-        return fields, int(np.shape(fields[0])[0])
-
-    def beam_state(self, state, where: str) -> tuple:
-        fields = check_beam_state(state, self.max_length, where)
-        return (fields, *np.shape(fields.node))
-
     def root(self, batch_size: int) -> ProcessorState:
         """Every row at the root, valid, not finished (host arrays put on
         the device: no program to compile)."""
@@ -219,14 +210,6 @@ class ExportedEngine:
         return lambda state, logits, t, live, prior: self.beam_step(
             state, logits, t, live, widths[t + 1], prior, "beam_search")
 
-    def unfinished(self, state) -> bool:
-        """`beam_loop.any_unfinished` on host copies of the (B, M) flags:
-        eager jax ops would compile a program each, per shape, on a first
-        request."""
-        return bool((np.asarray(state.valid) & ~np.asarray(state.finished)).any())
-
     def finalize(self, state, length_penalty: float):
         return finalize_complete(state, depth=self.manifest.depth, length_penalty=length_penalty)
 
-    def host_result(self, result):
-        return result

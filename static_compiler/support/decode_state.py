@@ -288,3 +288,31 @@ def check_prefixes(prefixes, max_length: int, where: str) -> None:
     """`prefixes` must be an int array (N, t) with t in [0, max_length)."""
     dtype = _dtype(prefixes)
     check_prefix_shape(np.shape(prefixes), dtype, _is_integer_dtype(dtype), max_length, where)
+
+
+class JaxStates:
+    """The state checks and host reads both JAX engines share (the
+    in-process `backend.decode.engine.JaxEngine` and the exported modules'
+    `serving.engine.ExportedEngine`; a host of it has `max_length`)."""
+
+    max_length: int
+
+    def processor_state(self, state, where: str) -> tuple:
+        """(state, B) after `check_processor_state`."""
+        state = check_processor_state(state, where)
+        return state, int(np.shape(state.node)[0])
+
+    def beam_state(self, state, where: str) -> tuple:
+        """(state, B, M) after `check_beam_state`."""
+        state = check_beam_state(state, self.max_length, where)
+        return (state, *np.shape(state.node))
+
+    def unfinished(self, state) -> bool:
+        """Whether a valid beam has not ended, read from host copies of the
+        (B, M) flags: eager jax ops would compile a program each, per
+        shape, on a first request."""
+        return bool((np.asarray(state.valid) & ~np.asarray(state.finished)).any())
+
+    def host_result(self, result):
+        """A result as `NameTable.texts` reads it: jax arrays already are."""
+        return result

@@ -19,11 +19,10 @@ import numpy as np
 from static_compiler.backend import decode
 from static_compiler.support.decode_state import (
     SENTINEL_SCORE,
-    check_beam_state,
+    JaxStates,
     check_int,
     check_logits,
     check_prefixes,
-    check_processor_state,
     check_start_tokens,
     check_step,
     check_token_values,
@@ -43,7 +42,7 @@ def _padded_allowed():
     return jax.jit(allowed, static_argnums=(0,))
 
 
-class JaxEngine:
+class JaxEngine(JaxStates):
     """The device work of a compiled set: `plan`, its device tables
     (`tables()`, placed on first use) and its `Warmth` (`warmth()`: the
     compile counter and subset padding its versions share)."""
@@ -80,14 +79,6 @@ class JaxEngine:
         import jax
         return decode.prior.LivePrior(prior.placements.get(("jax", None),
                                                            lambda: jax.device_put(prior.best)))
-
-    def processor_state(self, state, where: str) -> tuple:
-        state = check_processor_state(state, where)
-        return state, state.node.shape[0]
-
-    def beam_state(self, state, where: str) -> tuple:
-        state = check_beam_state(state, self.max_length, where)
-        return (state, *np.shape(state.node))
 
     def root(self, batch_size: int):
         return decode.processor.init_processor_state(batch_size)
@@ -150,12 +141,7 @@ class JaxEngine:
             state, logits, t, live, widths[t + 1], prior, "beam_search",
             tokens_per_beam=tokens_per_beam)
 
-    def unfinished(self, state) -> bool:
-        return bool((np.asarray(state.valid) & ~np.asarray(state.finished)).any())
-
     def finalize(self, state, length_penalty: float):
         return decode.step.finalize_complete(state, depth=self.plan.depth,
                                              length_penalty=length_penalty)
 
-    def host_result(self, result):
-        return result
