@@ -9,7 +9,9 @@
 # rules);
 # without torch (PyPI has no CPU torch wheel for this Python: the torch
 # tests run in the oldest environment, scripts/test.sh). CI runs it after
-# scripts/test.sh (.ci/run). Arguments go to pytest.
+# scripts/test.sh (.ci/run), which creates its venv first, in the
+# background, while scripts/test.sh runs (SETUP_ONLY=1: set up, run
+# nothing). Arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv-newest"
@@ -27,6 +29,7 @@ fi
 VENV_DIR="$venv" VENV_PYTHON="$python" VENV_EXTRAS=jax,test source "$root/scripts/setup-venv.sh"
 cd "$root"
 python -c 'import sys, jax, numpy; print(f"newest environment: Python {sys.version.split()[0]}, jax {jax.__version__}, numpy {numpy.__version__}")'
+[ -n "${SETUP_ONLY:-}" ] && exit 0
 if [ "$#" -eq 0 ]; then
   set -- tests/artifact tests/format tests/serving tests/lifecycle tests/backend tests/items \
     tests/item_bits tests/rules
