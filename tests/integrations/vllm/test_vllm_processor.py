@@ -15,6 +15,7 @@ import types
 
 import numpy as np
 import pytest
+from vllm_cases import condense
 
 vllm = pytest.importorskip("vllm")
 
@@ -108,15 +109,7 @@ def test_v1_rows_follow_adds_removes_moves_and_swaps(artifact, seed):
             output = []
             batch[index] = (options, output)
             added.append((index, vllm.SamplingParams(extra_args=options), None, output))
-        while free:  # condense, as the input batch does
-            last = max((i for i, e in enumerate(batch) if e is not None), default=-1)
-            if free[0] >= last:
-                break
-            empty = free.pop(0)
-            batch[empty], batch[last] = batch[last], None
-            moved.append((last, empty, MoveDirectionality.UNIDIRECTIONAL))
-        while batch and batch[-1] is None:
-            batch.pop()
+        moved += condense(batch, free, MoveDirectionality.UNIDIRECTIONAL)
         if len(batch) > 1 and rng.random() < 0.5:
             a, b = rng.sample(range(len(batch)), 2)
             batch[a], batch[b] = batch[b], batch[a]
