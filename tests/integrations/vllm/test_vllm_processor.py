@@ -211,3 +211,32 @@ def test_the_entry_point_loads_the_processor():
     from vllm.v1.worker.gpu.sample.logits_processor.loader import _load_v2_logitsprocs_plugins
     assert StaticLogitsProcessor in _load_logitsprocs_plugins()
     assert StaticLogitsProcessor in _load_v2_logitsprocs_plugins()  # (MRV2 accepts it too)
+
+
+def eos_only(row) -> bool:
+    return bool(torch.isfinite(row).nonzero().flatten().tolist() == [END])
+
+
+@pytest.mark.parametrize("taken", [[15], [5, 12], [-1]])
+def test_a_row_left_with_nothing_or_an_unknown_token_gets_the_end_of_sequence(artifact, taken):
+    """A token from outside the mask (another processor's, a forced one) or
+    an async placeholder (-1): the row allows the end of sequence alone,
+    never nothing (an all -inf row) and never everything."""
+    proc = StaticLogitsProcessor(config(), torch.device("cpu"), False)
+    output = []
+    proc.update_state(BatchUpdate(1, [], [(0, vllm.SamplingParams(
+        extra_args={"sc_set": str(artifact)}), None, output)], []))
+    assert not eos_only(proc.apply(torch.randn(1, WIDTH))[0])
+    output.extend(taken)
+    assert eos_only(proc.apply(torch.randn(1, WIDTH))[0])
+
+
+def test_a_registered_set_that_does_not_fit_the_model_stops_the_start(artifact, monkeypatch):
+    from static_compiler.errors import DecodeInputError
+    monkeypatch.setenv("STATIC_COMPILER_VLLM_SETS", f"mine={artifact}")
+    engine = config()
+    engine.model_config.try_get_generation_config = lambda: {"eos_token_id": 2}
+    with pytest.raises(DecodeInputError, match="set 'mine': the set .* ends its items with "
+                                               "token 1, the model's end of sequence is 2"):
+        StaticLogitsProcessor(engine, torch.device("cpu"), False)
+    assert StaticLogitsProcessor(config(), torch.device("cpu"), False).active  # eos 1 fits
