@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from vllm_cases import Catalogue, compile_names
+from helpers import REPO
+from vllm_cases import Catalogue, compile_names, made_up_names, timezone_names
 
 
 @pytest.fixture(scope="session")
@@ -21,8 +24,10 @@ def tiny_model(tmp_path_factory) -> pathlib.Path:
     if given and (pathlib.Path(given) / "model.safetensors").exists():
         return pathlib.Path(given)
     pytest.importorskip("transformers")
-    from tools import tiny_llama
-    return tiny_llama.build(tmp_path_factory.mktemp("tiny") / "model")
+    model = tmp_path_factory.mktemp("tiny") / "model"
+    subprocess.run([sys.executable, "-m", "tools.tiny_llama", str(model)], cwd=REPO, check=True,
+                   timeout=600, capture_output=True)
+    return model
 
 
 @pytest.fixture(scope="session")
@@ -32,11 +37,10 @@ def catalogues(tiny_model, tmp_path_factory) -> dict:
     "other_end": the time-zone names ending with token 2, not the model's
     end of sequence."""
     import static_compiler as sc
-    from tools.tiny_llama import synthetic_names, timezone_names
     out = tmp_path_factory.mktemp("sets")
     tz = timezone_names()[:200]
     found = {"tz": compile_names(tiny_model, tz, out / "tz"),
-             "synth": compile_names(tiny_model, synthetic_names(300, seed=7), out / "synth"),
+             "synth": compile_names(tiny_model, made_up_names(300, seed=7), out / "synth"),
              "other_end": compile_names(tiny_model, tz[:20], out / "other_end", end_token=2)}
     rows = np.unique(np.random.default_rng(0).integers(3, 512, (60, 3)), axis=0)[:50]
     sc.compile_constraints(rows, vocab_size=512, export_subsets=True).save(out / "fixed",

@@ -6,15 +6,28 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import sys
+import random
+import zoneinfo
 
 import numpy as np
-from helpers import REPO
 
-if str(REPO) not in sys.path:  # (tools.tiny_llama)
-    sys.path.insert(0, str(REPO))
+EOS = 1  # the tiny model's end of sequence (tools/tiny_llama.py)
 
-EOS = 1  # tools.tiny_llama.EOS
+
+def timezone_names() -> list:
+    """The IANA time-zone names of this Python, sorted."""
+    return sorted(zoneinfo.available_timezones())
+
+
+def made_up_names(n: int, seed: int) -> list:
+    """`n` distinct made-up names ("Karo Tiven 12"), deterministic for a seed."""
+    rng, syllables = random.Random(seed), ("ka", "ro", "ti", "ve", "nu", "sa", "lo", "mi")
+    names: dict = {}
+    while len(names) < n:
+        words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 3))).capitalize()
+                 for _ in range(rng.randint(1, 2))]
+        names[" ".join(words) + f" {rng.randint(1, 99)}"] = None
+    return list(names)
 
 
 def condense(batch: list, free: list, unidirectional) -> list:
