@@ -35,7 +35,10 @@ if [ -n "$missing" ]; then
   case ",$want," in
     *,torch,*|*,hf,*) "$venv/bin/python" -m pip install --quiet "${VENV_TORCH:-torch==2.13.0}" ;;
   esac
-  "$venv/bin/python" -m pip install --quiet -e "$root[$want]"
+  # One editable install of this checkout at a time (.ci/run sets up several
+  # venvs at once; each writes the checkout's egg-info).
+  flock "${TMPDIR:-/tmp}/static-compiler-editable.lock" \
+    "$venv/bin/python" -m pip install --quiet -e "$root[$want]"
   rm -f "$venv"/.installed-*
   touch "$venv/.installed-$hash-$want"
 fi

@@ -37,7 +37,8 @@ if [ ! -f "$stamp" ]; then
   "${pip[@]}" install --quiet --upgrade pip
   "${pip[@]}" install --quiet "$vllm_pin" "$torch_pin"
   "${pip[@]}" uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
-  "${pip[@]}" install --quiet -e "$root[torch,test]"
+  # (one editable install of this checkout at a time: see setup-venv.sh)
+  flock "${TMPDIR:-/tmp}/static-compiler-editable.lock" "${pip[@]}" install --quiet -e "$root[torch,test]"
   rm -f "$venv"/.installed-*
   touch "$stamp"
 fi
