@@ -41,7 +41,7 @@ LAYERS = (
     # (updates, upgrades, re-export, versions, rollback) beside it
     ("", "compiled", "computed", "compiler", "contract", "decode_calls", "saved", "report", "warm",
      "lifecycle"),
-    ("integrations",),  # engines' own decoders (HF generate) on top of the public API
+    ("integrations",),  # engines' own decoders (HF generate, vLLM) on top of the public API
     ("cli",),
 )
 APPLICATIONS = {"cli"}
