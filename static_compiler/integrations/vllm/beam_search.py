@@ -2,11 +2,10 @@
 set, the engine running the model, our torch door ranking the beams.
 
     from static_compiler.integrations.vllm.beam_search import beam_search
-    llm = vllm.LLM(model, enable_prefix_caching=True)   # logprobs_mode "raw_logprobs" (default)
+    llm = vllm.LLM(model)   # logprobs_mode "raw_logprobs", prefix caching on: vLLM's defaults
     outs = beam_search(llm, ["Time zone: ", "City: "], beam_size=4,
-                       options=[{"sc_set": "tz.sc"},
-                                {"sc_set": "cities", "sc_where": "country == 'FR'"}],
-                       sets={"cities": "cities.sc"})
+                       options=[{"sc_set": "/srv/sets/tz"},
+                                {"sc_set": "cities", "sc_where": "country == 'FR'"}])
     outs[0].beams[0].text, outs[0].beams[0].score
 
 Each step is one ``llm.generate`` over the live beams of every request
@@ -40,19 +39,20 @@ step re-sends every beam's whole prefix).
 
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 import torch
 
 from static_compiler.errors import DecodeInputError
+from static_compiler.integrations.vllm.options import parse_options
+from static_compiler.integrations.vllm.sets import SetCache, set_path
 from static_compiler.support.arguments import check_finite, check_int
 from static_compiler.support.decode_types import DecodeResult
 from static_compiler.torch_backend import TorchConstraints
 
-OPTION_KEYS = ("sc_set", "sc_where", "sc_subset")
-"""The request options the driver reads (the processor's `sc_` keys; each
-request's ``sc_prefix`` is the driver's own business)."""
+_SETS = SetCache()
+"""The driver's loaded sets (this process's): each artifact loaded once per
+version, reloaded for the next call when it changed on disk."""
 
 
 class Beam(NamedTuple):
@@ -113,7 +113,7 @@ def check_engine(llm) -> None:
             "beam's whole prefix, which without the prefix cache is recomputed at every step")
 
 
-def _prompt_ids(llm, prompt, where: str) -> list:
+def _prompt_ids(llm, prompt) -> list:
     if isinstance(prompt, str):
         return list(llm.get_tokenizer().encode(prompt))
     if isinstance(prompt, Mapping) and "prompt_token_ids" in prompt:
@@ -121,87 +121,54 @@ def _prompt_ids(llm, prompt, where: str) -> list:
     if isinstance(prompt, (list, tuple)) and prompt and \
             all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
         return list(prompt)
-    raise DecodeInputError(f"{where}: prompt {prompt!r:.80}: expected a str, a non-empty list of "
+    raise DecodeInputError(f"prompt {prompt!r:.80}: expected a str, a non-empty list of "
                            "token ids or {'prompt_token_ids': [...]}")
 
 
-def _constraints(name, sets: Mapping, loaded: dict, where: str) -> TorchConstraints:
-    """The set `name` names: a registered name of `sets` (a TorchConstraints
-    or an artifact path) or an artifact path, each path loaded once a call."""
-    if not isinstance(name, (str, os.PathLike)):
-        raise DecodeInputError(f"{where}: sc_set={name!r}: expected an artifact path or a "
-                               f"registered name (one of {sorted(sets)})")
-    value = sets.get(name, name) if isinstance(name, str) else name
-    if isinstance(value, TorchConstraints):
-        return value
-    path = os.fspath(value)
-    if path not in loaded:
-        if not os.path.exists(path):
-            raise DecodeInputError(f"{where}: sc_set={name!r}: neither a registered name (one "
-                                   f"of {sorted(sets)}) nor an existing artifact path")
-        loaded[path] = TorchConstraints.load(path)
-    return loaded[path]
+def _request(llm, prompt, extra, vocab_size: int, where: str) -> _Request:
+    """The request of `prompt` with its ``sc_`` options (`options.parse_options`,
+    resolved by `sets.SetCache` as the processor resolves them: requests
+    with the same set and filter share one `Subset`, so one search)."""
+    try:
+        options = parse_options(extra)
+        if options is None:
+            raise DecodeInputError(f"options {extra!r:.80}: no sc_set: every request names its "
+                                   "set (an artifact path or a registered name)")
+        if options.prefix:
+            raise DecodeInputError(f"sc_prefix={list(options.prefix)!r}: the beam driver "
+                                   "starts every request at the set's root (expected none)")
+        tc = _SETS.current(set_path(options.set))
+        if tc.vocab_size > vocab_size:
+            raise DecodeInputError(f"sc_set={options.set!r}: the set has vocab_size "
+                                   f"{tc.vocab_size}, more than the model's {vocab_size}")
+        subset = _SETS.subset(tc, options)
+        return _Request(_prompt_ids(llm, prompt), tc, subset)
+    except DecodeInputError as err:
+        raise DecodeInputError(f"{where}: {err}") from None
 
 
-def _request(llm, prompt, options, sets: Mapping, subsets: Mapping, loaded: dict,
-             vocab_size: int, where: str) -> _Request:
-    """The request of `prompt` with its options; `loaded` keeps the call's
-    artifacts by path and filters by (set, expression), so requests that
-    share a set and filter share one `Subset` (and one search)."""
-    if not isinstance(options, Mapping):
-        raise DecodeInputError(f"{where}: options {options!r:.80}: expected a dict of "
-                               f"{OPTION_KEYS}")
-    unknown = sorted(k for k in options if str(k).startswith("sc_") and k not in OPTION_KEYS)
-    if unknown:
-        raise DecodeInputError(f"{where}: unknown option(s) {unknown}: expected {OPTION_KEYS}")
-    if "sc_set" not in options:
-        raise DecodeInputError(f"{where}: no sc_set: every request names its set (an artifact "
-                               "path or a registered name)")
-    tc = _constraints(options["sc_set"], sets, loaded, where)
-    if tc.vocab_size > vocab_size:
-        raise DecodeInputError(f"{where}: the set {options['sc_set']!r} has vocab_size "
-                               f"{tc.vocab_size}, more than the model's {vocab_size}")
-    where_expr, named = options.get("sc_where"), options.get("sc_subset")
-    if where_expr is not None and named is not None:
-        raise DecodeInputError(f"{where}: both sc_where and sc_subset: expected one")
-    subset = None
-    if where_expr is not None:
-        if not isinstance(where_expr, str):
-            raise DecodeInputError(f"{where}: sc_where={where_expr!r}: expected a filter "
-                                   "expression (str)")
-        key = (id(tc), where_expr)
-        if key not in loaded:
-            loaded[key] = tc.subset(where=where_expr)
-        subset = loaded[key]
-    elif named is not None:
-        if named not in subsets:
-            raise DecodeInputError(f"{where}: sc_subset={named!r}: not a registered subset "
-                                   f"(one of {sorted(subsets)})")
-        subset = subsets[named]
-    return _Request(_prompt_ids(llm, prompt, where), tc, subset)
-
-
-def beam_search(llm, prompts: Sequence, *, beam_size: int, options, sets: Optional[Mapping] = None,
-                subsets: Optional[Mapping] = None, length_penalty: float = 0.0) -> list:
+def beam_search(llm, prompts: Sequence, *, beam_size: int, options,
+                length_penalty: float = 0.0) -> list:
     """Constrained beam search of each prompt over its own set on the engine
     `llm` (a `vllm.LLM`; `check_engine`'s settings). Returns one `BeamOutput`
     per prompt.
 
     prompts: str (encoded with the engine's tokenizer), token ids, or
     ``{"prompt_token_ids": [...]}``. options: one dict of request options per
-    prompt (or one dict for all), the processor's keys: ``sc_set`` (an
-    artifact path, or a name of `sets`), optionally ``sc_where`` (a filter
-    expression over the set's item attributes) or ``sc_subset`` (a name of
-    `subsets`, a `Subset` of that request's set). sets: name -> artifact path
-    or `TorchConstraints` (the names registered at start-up); an artifact
-    path is loaded once per call, so a set updated on disk is read by the
-    next call. beam_size, length_penalty: as `TorchConstraints.beam_search`.
-    Each request runs at most its set's max_length steps.
+    prompt (or one dict for all), the processor's ``sc_`` keys
+    (`options`): ``sc_set`` (an artifact path or a registered name,
+    `sets.register_set` / ``STATIC_COMPILER_VLLM_SETS``), optionally
+    ``sc_where`` (a filter over the items' attributes) or ``sc_subset`` (a
+    bool attribute column); not ``sc_prefix`` (every search starts at the
+    root). A set updated on disk is read by the next call. beam_size,
+    length_penalty: as `TorchConstraints.beam_search`. Each request runs at
+    most its set's max_length steps; requests over the same set and filter
+    are one search of several rows.
 
-    Raises DecodeInputError for an engine without the settings, a beam_size
-    that is not an int >= 1, a length_penalty that is not finite, a bad
-    prompt, a missing or unknown set, an unknown option or subset, naming
-    the request."""
+    Raises DecodeInputError, before any step, for an engine without the
+    settings, a beam_size that is not an int >= 1, a length_penalty that is
+    not finite, a bad prompt, and options the processor would refuse
+    (naming the request and the key)."""
     from vllm import SamplingParams
     from vllm.sampling_params import MAX_LOGPROB_TOKEN_IDS
 
@@ -217,9 +184,7 @@ def beam_search(llm, prompts: Sequence, *, beam_size: int, options, sets: Option
         raise DecodeInputError(f"vllm beam_search: options must be one dict, or one dict per "
                                f"prompt ({len(prompts)})")
     vocab_size = llm.llm_engine.vllm_config.model_config.get_vocab_size()
-    loaded: dict = {}
-    requests = [_request(llm, p, o, sets or {}, subsets or {}, loaded, vocab_size,
-                         f"vllm beam_search (request {i})")
+    requests = [_request(llm, p, o, vocab_size, f"vllm beam_search (request {i})")
                 for i, (p, o) in enumerate(zip(prompts, options))]
     groups: dict = {}
     for i, r in enumerate(requests):
