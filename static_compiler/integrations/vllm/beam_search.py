@@ -125,10 +125,11 @@ def _prompt_ids(llm, prompt) -> list:
                            "token ids or {'prompt_token_ids': [...]}")
 
 
-def _request(llm, prompt, extra, vocab_size: int, where: str) -> _Request:
+def _request(llm, prompt, extra, vocab_size: int, resolved: dict, where: str) -> _Request:
     """The request of `prompt` with its ``sc_`` options (`options.parse_options`,
-    resolved by `sets.SetCache` as the processor resolves them: requests
-    with the same set and filter share one `Subset`, so one search)."""
+    resolved by `sets.SetCache` as the processor resolves them, once a call
+    for each set and filter (`resolved`): requests with the same set and
+    filter share one `Subset`, so one search)."""
     try:
         options = parse_options(extra)
         if options is None:
@@ -137,12 +138,14 @@ def _request(llm, prompt, extra, vocab_size: int, where: str) -> _Request:
         if options.prefix:
             raise DecodeInputError(f"sc_prefix={list(options.prefix)!r}: the beam driver "
                                    "starts every request at the set's root (expected none)")
-        tc = _SETS.current(set_path(options.set))
-        if tc.vocab_size > vocab_size:
-            raise DecodeInputError(f"sc_set={options.set!r}: the set has vocab_size "
-                                   f"{tc.vocab_size}, more than the model's {vocab_size}")
-        subset = _SETS.subset(tc, options)
-        return _Request(_prompt_ids(llm, prompt), tc, subset)
+        key = (options.set, options.where, options.subset)
+        if key not in resolved:
+            tc = _SETS.current(set_path(options.set))
+            if tc.vocab_size > vocab_size:
+                raise DecodeInputError(f"sc_set={options.set!r}: the set has vocab_size "
+                                       f"{tc.vocab_size}, more than the model's {vocab_size}")
+            resolved[key] = (tc, _SETS.subset(tc, options))
+        return _Request(_prompt_ids(llm, prompt), *resolved[key])
     except DecodeInputError as err:
         raise DecodeInputError(f"{where}: {err}") from None
 
@@ -184,8 +187,11 @@ def beam_search(llm, prompts: Sequence, *, beam_size: int, options,
         raise DecodeInputError(f"vllm beam_search: options must be one dict, or one dict per "
                                f"prompt ({len(prompts)})")
     vocab_size = llm.llm_engine.vllm_config.model_config.get_vocab_size()
-    requests = [_request(llm, p, o, vocab_size, f"vllm beam_search (request {i})")
+    resolved: dict = {}
+    requests = [_request(llm, p, o, vocab_size, resolved, f"vllm beam_search (request {i})")
                 for i, (p, o) in enumerate(zip(prompts, options))]
+    if not requests:
+        return []
     groups: dict = {}
     for i, r in enumerate(requests):
         groups.setdefault((id(r.constraints), id(r.subset)), _Group(r.constraints, r.subset, []))\

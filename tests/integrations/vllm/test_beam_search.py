@@ -148,6 +148,7 @@ def test_bad_arguments(llm, catalogues):
     for kwargs, message in cases:
         with pytest.raises(DecodeInputError, match=message):
             beam_search(llm, [PROMPTS[0]], **kwargs)
+    assert beam_search(llm, [], beam_size=2, options=[]) == []
     with pytest.raises(DecodeInputError, match=r"prompt \[\]: expected"):
         beam_search(llm, [[]], beam_size=2, options=tz)
     config = llm.llm_engine.vllm_config
