@@ -7,32 +7,12 @@ the fixtures import what they need when used."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pathlib
-import sys
 
 import numpy as np
 import pytest
-from helpers import REPO
-
-if str(REPO) not in sys.path:  # (tools.tiny_llama)
-    sys.path.insert(0, str(REPO))
-
-EOS = 1  # tools.tiny_llama.EOS
-
-
-@dataclasses.dataclass
-class Catalogue:
-    """A compiled set's names, their token ids and the saved artifact."""
-
-    path: pathlib.Path
-    names: list
-    ids: list
-
-    def items(self, keep=None) -> set:
-        """The token tuples of the items `keep` (bool per name) picks."""
-        return {tuple(ids) for i, ids in enumerate(self.ids) if keep is None or keep[i]}
+from vllm_cases import Catalogue, compile_names
 
 
 @pytest.fixture(scope="session")
@@ -43,21 +23,6 @@ def tiny_model(tmp_path_factory) -> pathlib.Path:
     pytest.importorskip("transformers")
     from tools import tiny_llama
     return tiny_llama.build(tmp_path_factory.mktemp("tiny") / "model")
-
-
-def compile_names(tiny_model, names, path, **options) -> Catalogue:
-    """`names` compiled with the tiny model's tokenizer (attributes: america,
-    bool; idx, int), saved to `path` (tables only)."""
-    from tokenizers import Tokenizer
-
-    import static_compiler as sc
-    tokenizer = Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
-    attributes = {"america": np.array([n.startswith("America/") for n in names]),
-                  "idx": np.arange(len(names))}
-    compiled = sc.compile_constraints(names, tokenizer=tokenizer, export_subsets=True,
-                                      attributes=attributes, **options)
-    compiled.save(path, modules=False)
-    return Catalogue(path, list(names), [tokenizer.encode(n).ids for n in names])
 
 
 @pytest.fixture(scope="session")
