@@ -11,7 +11,8 @@ set, the engine running the model, our torch door ranking the beams.
 Each step is one ``llm.generate`` over the live beams of every request
 (``max_tokens=1``, prompt = the request's prompt tokens + the beam's tokens,
 the shared prefixes served from vLLM's prefix cache), then one
-`TorchConstraints.beam_step` per request: the search is
+`TorchConstraints.beam_step(..., log_probs=True)` per set and filter (the
+requests that share both are the rows of one search): the search is
 `TorchConstraints.beam_search`'s, step for step, on the engine's
 log-probabilities. Exact: the engine returns, for each live beam, the
 log-probabilities over the FULL vocabulary (log_softmax of the raw logits,
