@@ -284,10 +284,13 @@ def ranked(ranking: PriorTerms, step: int, cand: "Candidates", node: torch.Tenso
 def beam_step(plan, tables, state: BeamState, logits: torch.Tensor, step: int,
               tokens_per_beam: Optional[int] = None, live_beams: Optional[int] = None,
               sub=None, beam_size: Optional[int] = None,
-              ranking: Optional[PriorTerms] = None) -> BeamState:
+              ranking: Optional[PriorTerms] = None, normalized: bool = False) -> BeamState:
     """One beam-search step at static `step` on checked arguments (the
     public entry point is `TorchConstraints.beam_step`). logits float (B,
-    M, V) for the beams of `state`; live_beams: a static promise that only
+    M, V) for the beams of `state`; normalized: the logits already are
+    log-probabilities over the full vocabulary (an engine's, read at the
+    tokens it scored, -inf at the others), used as given with no
+    log_softmax; live_beams: a static promise that only
     beams [0, live_beams) can be valid (they alone are expanded); sub:
     (LiveBits, rows int64 (B,)) one subset row per batch row, or None;
     beam_size: the beams the new state keeps (a beam schedule's width at
@@ -301,7 +304,8 @@ def beam_step(plan, tables, state: BeamState, logits: torch.Tensor, step: int,
     with no per-candidate masks carried along."""
     B, M = state.node.shape
     Mx = M if live_beams is None else min(live_beams, M)
-    logprobs = LogProbs.of(logits[:, :Mx].reshape(B * Mx, logits.shape[-1]))
+    rows = logits[:, :Mx].reshape(B * Mx, logits.shape[-1])
+    logprobs = LogProbs(None, rows.float(), None) if normalized else LogProbs.of(rows)
     return scored_step(plan, tables, state, logprobs, step, tokens_per_beam, live_beams, sub,
                        beam_size, ranking)
 

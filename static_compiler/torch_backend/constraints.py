@@ -213,7 +213,7 @@ class TorchConstraints(PlanFacts, Decoder):
     def beam_step(self, state: BeamState, logits: torch.Tensor, step: int, *,
                   tokens_per_beam: Optional[int] = None, live_beams: Optional[int] = None,
                   subset=None, subset_index=None, beam_size: Optional[int] = None,
-                  prior=None) -> BeamState:
+                  prior=None, log_probs: bool = False) -> BeamState:
         """One constrained beam-search step at static `step` in [0,
         max_length): the JAX backend's `beam_step` (its semantics in
         `static_compiler.backend.decode`), with no host synchronisation.
@@ -226,10 +226,15 @@ class TorchConstraints(PlanFacts, Decoder):
         subset_index: as `mask`, one subset per batch row; beam_size: the
         beams the new state keeps (a beam schedule's width at this step;
         None: M, as many as `state` has); prior: item priors (`prior`), as
-        `beam_search` takes them. Returns the new `BeamState`; its
+        `beam_search` takes them; log_probs: `logits` already are
+        log-probabilities, log_softmax over the full vocabulary (an engine's,
+        such as vLLM's raw log-probs, needed only at the tokens the beams
+        may take: -inf elsewhere), used as given (the same step as from the
+        logits they came from). Returns the new `BeamState`; its
         ``parent`` int64 (B, beam_size) reorders per-beam model state."""
         return self._beam_step(state, logits, step, subset, subset_index, beam_size, prior,
-                               tokens_per_beam=tokens_per_beam, live_beams=live_beams)
+                               tokens_per_beam=tokens_per_beam, live_beams=live_beams,
+                               log_probs=log_probs)
 
     def beam_search(self, logits_fn: Callable, batch_size: int, beam_size: int, *,
                     tokens_per_beam=None, start_token=0, carry=None, reorder=None,

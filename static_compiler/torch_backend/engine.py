@@ -146,17 +146,20 @@ class TorchEngine:
 
     def beam_step(self, state, logits, step, live, width: int, prior, where: str,
                   tokens_per_beam: Optional[int] = None,
-                  live_beams: Optional[int] = None) -> BeamState:
+                  live_beams: Optional[int] = None, log_probs: bool = False) -> BeamState:
         """tokens_per_beam: the most children a beam may contribute at this
         step (None: no cap); live_beams: a static promise that only beams
-        [0, live_beams) can be valid."""
+        [0, live_beams) can be valid; log_probs: the logits are
+        log-probabilities already (`beam.beam_step`'s normalized)."""
         step = checks.check_step(step, self.max_length, where)
         B, M = state.node.shape
         logits = checks.check_logits(logits, (B, M), self.vocab_size, f"{where} (step {step})")
         cap = arguments.check_int("tokens_per_beam", tokens_per_beam, low=1, allow_none=True)
         live_beams = arguments.check_int("live_beams", live_beams, low=1, allow_none=True)
+        if not isinstance(log_probs, bool):
+            raise DecodeInputError(f"{where}: log_probs={log_probs!r}: expected a bool")
         return beam.beam_step(self.plan, self.tables, state, logits.to(self.device), step, cap,
-                              live_beams, live, width, prior)
+                              live_beams, live, width, prior, log_probs)
 
     def searcher(self, beam_size, widths: tuple, tokens_per_beam=None,
                  programs: Optional[beam.CompiledSteps] = None) -> Callable:

@@ -157,6 +157,7 @@ def test_bad_input():
         (lambda: tc.beam_step(state._replace(node=state.node[:, :2]), good, 0),
          "do not have the shapes of a beam state"),
         (lambda: tc.beam_step(state, good, 0, tokens_per_beam=0), "tokens_per_beam=0"),
+        (lambda: tc.beam_step(state, good, 0, log_probs=1), "log_probs=1: expected a bool"),
         (lambda: tc.init_beams(0, 3), "batch_size=0"),
         (lambda: tc.init_beams(2, 3, start_token=[1, 2, 3]), "start_token"),
         (lambda: tc.beam_search(lambda t, s, c: (good, c), batch_size=2, beam_size=3,
@@ -175,6 +176,35 @@ def test_bad_input():
     for call, message in cases:
         with pytest.raises(DecodeInputError, match=message):
             call()
+
+
+@pytest.mark.parametrize("penalty", [0.0, 0.7])
+def test_log_probs_read_at_the_allowed_tokens_give_the_search(penalty):
+    """beam_step(log_probs=True) on log_softmax over the full vocabulary,
+    kept only at the tokens `allowed` gives each live beam's prefix (-inf
+    elsewhere: what an engine returns for the tokens asked), steps to
+    beam_search's beams on the logits, bit for bit, subset and length
+    penalty included."""
+    compiled = _ragged_set()
+    tc = TorchConstraints.from_compiled(compiled)
+    T, V, B, M = compiled.max_length, compiled.vocab_size, 2, 4
+    subset = tc.subset(np.arange(60) % 4 != 1)
+    model = TableModel(_table(np.random.default_rng(9), T, V, ties=False))
+    want = tc.beam_search(model.torch_fn, B, M, carry=torch.zeros(B, M, dtype=torch.int64),
+                          reorder=reorder, subset=subset, length_penalty=penalty)
+    state, h = tc.init_beams(B, M), torch.zeros(B, M, dtype=torch.int64)
+    for step in range(T):
+        logits, h = model.torch_fn(state.last_tokens, step, h)
+        allowed = tc.allowed(state.tokens[:, :, :step].reshape(B * M, step), subset=subset,
+                             subset_index=np.zeros(B * M, np.int32), check_values=False
+                             ).reshape(B, M, V)
+        live = (state.valid & ~state.finished)[:, :, None]
+        engine = torch.where(allowed & live, torch.log_softmax(logits, -1), -float("inf"))
+        state = tc.beam_step(state, engine, step, subset=subset, log_probs=True)
+        h = reorder(h, state.parent)
+    got = tc.finalize(state, penalty)
+    assert bool(got.valid.any())
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
 @pytest.mark.parametrize("sort_max", [0, 1 << 20])

@@ -22,7 +22,8 @@ Modules: `options` (the ``sc_`` request keys: ``sc_set``, ``sc_where``,
 ``STATIC_COMPILER_VLLM_SETS``, each artifact loaded once per version,
 reloaded for new requests when it changes on disk), `slots` (the persistent
 batch's bookkeeping), `processor` (the processor, its semantics and the
-vLLM settings it needs). The set is decoded by the torch door
+vLLM settings it needs), `beam_search` (exact constrained beam search on a
+`vllm.LLM`, each request with its own set). The set is decoded by the torch door
 (`static_compiler.torch_backend.TorchConstraints`): no jax is imported.
 
 Needs vllm and torch (``pip install 'static-compiler[vllm]'`` next to a

@@ -48,13 +48,15 @@ def test_a_bad_key_is_named_with_its_value_and_what_was_expected(extra_args, nam
 def test_importing_the_package_and_its_pure_modules_imports_no_engine():
     """The package and its options / slots modules import neither torch,
     vLLM nor jax (the processor is imported when first named); the sets
-    module imports torch, never jax."""
+    and beam_search modules import torch, never jax (nor vLLM before a
+    search)."""
     import subprocess
     import sys
     code = ("import sys; import static_compiler.integrations.vllm as m, "
             "static_compiler.integrations.vllm.options, static_compiler.integrations.vllm.slots; "
             "print(sorted({n.split('.')[0] for n in sys.modules} & {'torch', 'vllm', 'jax'})); "
-            "import static_compiler.integrations.vllm.sets; "
+            "import static_compiler.integrations.vllm.sets, "
+            "static_compiler.integrations.vllm.beam_search; "
             "print(sorted({n.split('.')[0] for n in sys.modules} & {'vllm', 'jax'}))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
