@@ -16,7 +16,10 @@ import types
 import numpy as np
 import pytest
 
-pytest.importorskip("vllm")
+# vllm.v1, not vllm: this folder is a namespace package "vllm" when tests/integrations is on
+# sys.path (the whole suite), so a bare "vllm" would import without vLLM installed
+pytest.importorskip("vllm.v1")
+
 
 import torch  # noqa: E402
 

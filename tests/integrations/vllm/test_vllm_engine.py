@@ -15,7 +15,11 @@ import numpy as np
 import pytest
 from vllm_cases import EOS
 
-vllm = pytest.importorskip("vllm")
+# vllm.v1, not vllm: this folder is a namespace package "vllm" when tests/integrations is on
+# sys.path (the whole suite), so a bare "vllm" would import without vLLM installed
+pytest.importorskip("vllm.v1")
+import vllm  # noqa: E402
+
 
 import static_compiler as sc  # noqa: E402
 from static_compiler.integrations.vllm import StaticLogitsProcessor  # noqa: E402
