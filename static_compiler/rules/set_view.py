@@ -93,7 +93,8 @@ def facts_of_manifest(manifest) -> SetFacts:
 class TableTrie(NamedTuple):
     """A trie held in its tables: `layers.TableLayer`s of the trie's state
     counts, its final state count, V and end token (what `liveness`,
-    `subsets.unique_ids` and `additions.merge_items` read of an automaton)."""
+    `compiler_items.subsets.unique_ids` and `compiler_items.additions.merge_items`
+    read of an automaton)."""
 
     layers: tuple
     num_final_states: int
@@ -181,7 +182,7 @@ class SetView:
         """fingerprint: the set's hash, or a function computing it on first
         use; trie: a function returning the trie (`ir.Automaton` or
         `TableTrie`; default: `TableTrie.of_facts`); lookup: for a set whose
-        subsets may also be token sequences, `subsets.item_mask`; source,
+        subsets may also be token sequences, `compiler_items.subsets.item_mask`; source,
         missing: how a set without items is named, and the error type."""
         self.facts, self.items = facts, items
         self.tables = () if items is None else tuple(tables)

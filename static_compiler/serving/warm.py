@@ -16,7 +16,7 @@ left), so those are warmed even when K = 0 (R = 1 then). `beam_sizes=None`
 warms every exported beam size and schedule; with item-prior modules the
 beam paths are also walked with a prior of zeros.
 
-The warm state (`Warmth`: the compile counter and the padding bound) is
+The warm state (`jax_support.warmth.Warmth`: the compile counter and the padding bound) is
 shared by every `reload()` of one loaded artifact, as its modules are: a
 version after removals or additions within capacity (same modules, same
 table shapes) runs the programs already compiled. Like `serving`, this
