@@ -69,9 +69,9 @@ SERVING_BINARY = {key for folders, _ in LAYERS[:[f for f, _ in LAYERS].index(("s
 TORCH_ONLY = SERVING_BINARY - {"jax_support", "serving"} | {"torch_backend"}
 """The folders a torch-only process loads: the serving binary's but jax's."""
 RESTRICTED = {
-    # the verb family's Protocols: the standard library (their types named for the type checker)
+    # the verb family's Protocols, imported by every door: the standard library and the types they name
     "contract": (set(), {"support", "item_bits"}),
-    # the next versions of a compiled set and its artifact: the compiled set imports them
+    # a set's and an artifact's next versions: no decoder, no door (the compiled set imports them)
     "lifecycle": (None, {"errors", "support", "jax_support", "items", "passes", "target",
                          "compiler_items", "format", "artifact", "saved"}),
     # torch without jax: no jax utility, no serving binary, no compiler module
