@@ -52,7 +52,7 @@ LAYERS = (
     (("artifact",), {"jax", "numpy"}),  # the writer side: export, metadata, lock, writer, read back
     (("torch_backend",), {"numpy", "torch"}),  # the same plan and set view in torch ops
     (ROOT, THIRD_PARTY),
-    (("integrations",), THIRD_PARTY | {"torch", "transformers"}),  # engines' own decoders (HF generate)
+    (("integrations",), THIRD_PARTY | {"torch", "transformers", "vllm"}),  # engines' own (HF generate, vLLM)
     (("cli",), THIRD_PARTY),
 )
 APPLICATIONS = {"cli"}
