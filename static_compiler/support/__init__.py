@@ -9,9 +9,9 @@ Public: `decode_types` (`BeamState`, `DecodeResult`, `ProcessorState`,
 
 numpy and the standard library only, and nothing of ours but `errors`: the
 jax utilities are `static_compiler.jax_support`. `compile_events` and
-`compilation_cache`, here until 0.1.0, are reachable by their old names
-(``from static_compiler.support import compile_events``) with a
-DeprecationWarning until 0.2.0 (`_MOVED`).
+`compilation_cache`, here until 0.1.0, are still attributes of this package
+(imported from it by their old names) with a DeprecationWarning until 0.2.0
+(`_MOVED`).
 """
 
 from static_compiler.support.lazy import lazy_exports
