@@ -23,7 +23,7 @@ _LAZY = {
     "rollback_artifact": "lifecycle.versions",
     "DEFAULT_PIPELINE": "passes.pipeline", "format_pipeline": "passes.pipeline",
     "parse_pipeline": "passes.pipeline",
-    "enable_compilation_cache": "support.compilation_cache",
+    "enable_compilation_cache": "jax_support.compilation_cache",
     "Subset": "item_bits.liveness", "stack_subsets": "item_bits.liveness", "Shards": "frontend.shards",
     "attr": "rules.where", "item_mask": "rules.where",
 }

@@ -11,6 +11,7 @@ import numpy as np
 
 from static_compiler.backend import decode
 from static_compiler.backend.decode.engine import JaxEngine
+from static_compiler.compiler_items import subsets
 from static_compiler.computed import NOT_YET, Computed
 from static_compiler.decode_calls import beam_search_over
 from static_compiler.decoding.decoder import Decoder
@@ -18,12 +19,11 @@ from static_compiler.errors import JAX_INSTALL, ConstraintSetError, DecodeInputE
 from static_compiler.ir import Automaton, AutomatonSummary, layer_stats, print_ir
 from static_compiler.items.index import ItemIndex
 from static_compiler.items.names import NameTable
+from static_compiler.jax_support import placement as placement_lib
 from static_compiler.lifecycle import next_version
-from static_compiler.rules import subsets
+from static_compiler.lowered.plan import Plan, PlanFacts, tables_nbytes
 from static_compiler.rules.set_view import SetFacts, SetView
-from static_compiler.support import placement as placement_lib
 from static_compiler.support.decode_state import check_int, check_processor_state, is_traced
-from static_compiler.target.plan import Plan, PlanFacts, tables_nbytes
 from static_compiler.target.raising import automaton_from_tables, table_head
 from static_compiler.warm import WarmUp
 
@@ -45,7 +45,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     plan : Plan
         The static decoding plan (hashable).
     tables : tuple of dict of str to numpy.ndarray
-        One dict of arrays per layer (see target.tables for names,
+        One dict of arrays per layer (see lowered.tables for names,
         shapes and dtypes).
     pipeline : str
         Canonical spec of the passes that ran.

@@ -13,18 +13,18 @@ from typing import Optional
 
 from static_compiler.backend import decode
 from static_compiler.compiled import CompiledConstraints
+from static_compiler.compiler_items import subsets
 from static_compiler.decode_calls import beam_search_over, decode_over
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import inputs
 from static_compiler.frontend.array_files import ArrayFiles
 from static_compiler.items.attributes import checked_attributes
 from static_compiler.lifecycle.update import update_artifact
+from static_compiler.lowered.plan import tables_nbytes
 from static_compiler.passes import pipeline as pipeline_lib
-from static_compiler.rules import subsets
 from static_compiler.saved import load
 from static_compiler.support.arguments import check_export_beam_sizes
 from static_compiler.target.lowering import lower, lower_pieces
-from static_compiler.target.plan import tables_nbytes
 
 __all__ = ["CompiledConstraints", "beam_search", "compile_constraints", "greedy_decode",
            "load", "sample", "update_artifact"]

@@ -277,7 +277,7 @@ def _subset_line(obj) -> str:
             not all(layer.implicit_targets for layer in obj.outline.layers):
         return ""
     from static_compiler.item_bits.layers import plan_bit_widths, shared_depths
-    from static_compiler.target import plan as plan_lib
+    from static_compiler.lowered import plan as plan_lib
 
     slots = plan_lib.slot_steps(obj.plan)
     shared = sorted(shared_depths(obj.outline.layers, slots,

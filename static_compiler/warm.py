@@ -36,12 +36,12 @@ from typing import Union
 
 from static_compiler.backend import decode
 from static_compiler.decoding import warm_up
-from static_compiler.decoding.warm_up import Warmth
 from static_compiler.errors import DecodeInputError
 from static_compiler.item_bits.liveness import Subset, checked_subset_index
 from static_compiler.item_bits.padding import pad_subsets
+from static_compiler.jax_support.compile_events import CompileCounter
+from static_compiler.jax_support.warmth import JaxPaths, Warmth
 from static_compiler.support.arguments import check_beam_schedule
-from static_compiler.support.compile_events import CompileCounter
 from static_compiler.support.decode_types import WarmReport
 
 _lock = threading.Lock()
@@ -161,7 +161,7 @@ class WarmUp:
         return warm_up.warm(self, paths, batch_sizes, beam_sizes, max_subsets, background)
 
 
-class _CompiledPaths(warm_up.JaxPaths):
+class _CompiledPaths(JaxPaths):
     """The compiled set's part of the warm-up: jax arrays, and its own
     programs (step processors, the model-holding decoders)."""
 

@@ -12,7 +12,7 @@ The CLI turns jax's persistent compilation cache on by default, in the
 user's cache directory; tests run it with the cache off (the CLI and the
 processes it starts read STATIC_COMPILER_NO_CACHE), so no test writes to the
 user's real cache and no test process reads programs another run compiled.
-tests/support/test_compilation_cache.py turns it on, in temporary directories.
+tests/jax_support/test_compilation_cache.py turns it on, in temporary directories.
 """
 
 import importlib.util

@@ -39,9 +39,9 @@ from static_compiler.backend.decode.processor import advance_switch, mask_switch
 from static_compiler.backend.decode.step import beam_step_switch
 from static_compiler.format import spec as fmt
 from static_compiler.format.manifest import ArraySpec, ModuleEntry
+from static_compiler.lowered.plan import Plan, prior_size
 from static_compiler.serving.runtime import running_versions
 from static_compiler.support.decode_state import BeamState, ProcessorState
-from static_compiler.target.plan import Plan, prior_size
 
 
 def _spec(shape, dtype, sharding=None) -> jax.ShapeDtypeStruct:

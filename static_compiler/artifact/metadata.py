@@ -15,8 +15,8 @@ import numpy as np
 from static_compiler.errors import ArtifactFormatError, DecodeInputError
 from static_compiler.ir import Automaton, AutomatonSummary, LayerSummary, Layout
 from static_compiler.item_bits.layers import table_branch_counts
+from static_compiler.lowered.plan import Plan, StepPlan
 from static_compiler.support.arguments import check_export_beam_sizes, check_tokens_per_beam
-from static_compiler.target.plan import Plan, StepPlan
 from static_compiler.target.raising import automaton_from_tables
 
 

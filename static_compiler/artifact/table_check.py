@@ -46,9 +46,9 @@ from static_compiler.ir.row_checks import (
 )
 from static_compiler.ir.verify import check_layout
 from static_compiler.item_bits.layers import TableLayer, row_range, state_ranges
+from static_compiler.lowered.tables import exception_rows
 from static_compiler.support.arrays import search_sorted
 from static_compiler.support.mapped import release_pages
-from static_compiler.target.tables import exception_rows
 
 CHECK_CHUNK = 1 << 22
 """States (and, past wide rows, about as many edges) read at a time."""

@@ -44,11 +44,11 @@ from static_compiler.format import spec as fmt
 from static_compiler.format.manifest import ArraySpec, FileEntry, Manifest, TableEntry
 from static_compiler.format.manifest_records import attributes_record
 from static_compiler.format.snapshot import read_manifest
+from static_compiler.jax_support.placement import placed_shape
 from static_compiler.support import processes
 from static_compiler.support.arrays import PieceArray, npy_chunks, npy_header
 from static_compiler.support.decode_state import PAD_TOKEN, SENTINEL_SCORE
 from static_compiler.support.mapped import release_pages
-from static_compiler.support.placement import placed_shape
 
 
 def _npy_bytes(arr: np.ndarray) -> bytes:

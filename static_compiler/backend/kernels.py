@@ -39,8 +39,8 @@ from jax import lax
 
 from static_compiler.backend.row_search import exceptions_below
 from static_compiler.ir import LayoutKind
-from static_compiler.support.placement import PACKED_TABLE_ENTRIES
-from static_compiler.target.plan import StepPlan
+from static_compiler.jax_support.placement import PACKED_TABLE_ENTRIES
+from static_compiler.lowered.plan import StepPlan
 
 
 class Candidates(NamedTuple):

@@ -46,7 +46,7 @@ class Subcommand:
 
 def add_cache_argument(parser: argparse.ArgumentParser) -> None:
     """--no-compilation-cache, with the cache's directory in its help."""
-    from static_compiler.support import compilation_cache as cc
+    from static_compiler.jax_support import compilation_cache as cc
 
     parser.add_argument(
         "--no-compilation-cache", action="store_true",
@@ -72,7 +72,7 @@ def start_compilation_cache(args: argparse.Namespace, stream) -> Optional[str]:
     its directory, or None when off. A directory that cannot be used is
     warned about on `stream` and the command runs without the cache."""
     from static_compiler.errors import CompilationCacheError
-    from static_compiler.support import compilation_cache as cc
+    from static_compiler.jax_support import compilation_cache as cc
 
     if getattr(args, "no_compilation_cache", False) or cc.disabled_by_environment():
         return None

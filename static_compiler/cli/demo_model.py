@@ -2,7 +2,7 @@
 for `static-compiler decode` and the main job (`static-compiler demo`).
 
 Like `serving`, this module imports only jax, numpy, the standard library,
-`static_compiler.serving` and `static_compiler.support.compilation_cache`
+`static_compiler.serving` and `static_compiler.jax_support.compilation_cache`
 (and, as its package, `static_compiler.cli`, whose `__init__` imports
 nothing), so `python -m static_compiler.cli.demo_model ART`
 proves a process can serve an artifact without the compiler.
@@ -139,7 +139,7 @@ def serve_main(argv: Optional[list] = None) -> int:
                         help="leave jax's persistent compilation cache off (also "
                              "STATIC_COMPILER_NO_CACHE=1)")
     args = parser.parse_args(argv)
-    from static_compiler.support import compilation_cache
+    from static_compiler.jax_support import compilation_cache
 
     if not args.no_compilation_cache and not compilation_cache.disabled_by_environment():
         compilation_cache.enable_compilation_cache()

@@ -74,7 +74,7 @@ def serving_modules() -> frozenset:
     parts = DEMO_SERVER.split(".")
     server = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
     return (frozenset(demo_model.static_compiler_modules(loaded)) | server
-            | {"static_compiler.support.compilation_cache"})
+            | {"static_compiler.jax_support.compilation_cache"})
 
 
 def serve_in_fresh_process(path, out_npz, *, batch_size: int, beam_size: int,

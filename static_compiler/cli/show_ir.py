@@ -86,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
 def _mesh_line(path: str) -> str:
     """For an artifact exported for a device mesh: its axes, the tables split
     across the table axis and the bytes each device holds (from the
-    manifest's record, see static_compiler.support.placement); else ""."""
+    manifest's record, see static_compiler.jax_support.placement); else ""."""
     from static_compiler.format.snapshot import read_manifest
-    from static_compiler.support import placement
+    from static_compiler.jax_support import placement
 
     manifest = read_manifest(path)
     record = manifest.mesh

@@ -152,9 +152,9 @@ def _removed_rows(path, ir, tokens, lengths):
     index or removals."""
     import numpy as np
 
+    from static_compiler.compiler_items.subsets import unique_ids
     from static_compiler.format import snapshot, snapshot_items
     from static_compiler.items.index import ItemIndex
-    from static_compiler.rules.subsets import unique_ids
 
     with snapshot.open_snapshot(path) as snap:
         arrays = snapshot_items.read_item_arrays(snap)

@@ -33,9 +33,10 @@ warm-up every stack of up to K subsets decodes padded to K (`Warmth.
 padding_to`, the door's verbs pad), all or nothing: a warm-up that raises
 leaves the padding as it was. A door adds only its `WarmPaths` (how its
 arrays are made, which paths it has), so the next door gets the warm-up by
-writing one. Standard library only at import (numpy for the dummy inputs,
-jax's compile counter imported only by the JAX doors): the serving binary
-and a torch-only process import it.
+writing one. numpy and the standard library only: the JAX doors' warm state
+and arrays (`Warmth`, `JaxPaths`: the compile counter, jax's device arrays)
+are `static_compiler.jax_support.warmth`, so the serving binary and a
+torch-only process import this module alike.
 """
 
 from __future__ import annotations
@@ -56,52 +57,6 @@ from static_compiler.support import arguments
 from static_compiler.support.decode_types import WarmReport
 
 
-class Warmth:
-    """What a JAX door shares with the versions made from it (`update`,
-    `reload`): `counter`, the XLA compilations their calls caused
-    (`compilations()`), and `pad_to`, the number of stacked subsets every
-    stack up to it is padded to (None before a warm-up: stacks go as they
-    are). The torch backend has none (nothing compiles)."""
-
-    def __init__(self, counter=None):
-        if counter is None:  # (jax's events: imported by the JAX doors, not here)
-            from static_compiler.support.compile_events import CompileCounter
-
-            counter = CompileCounter()
-        self.counter = counter
-        self.pad_to: Optional[int] = None
-        self._lock = threading.Lock()
-
-    def raise_pad_to(self, num: int) -> int:
-        """Sets pad_to to at least `num`; returns it (a later warm-up with a
-        smaller bound keeps the larger one: its programs are compiled)."""
-        with self._lock:
-            self.pad_to = max(num, self.pad_to or 0)
-            return self.pad_to
-
-    @contextlib.contextmanager
-    def padding_to(self, num: int):
-        """`raise_pad_to(num)` for a warm-up that must be all or nothing:
-        if the block raises, pad_to goes back to what it was (unless
-        another warm-up raised it meanwhile), so a failed warm-up leaves
-        requests decoding as before. Yields the bound."""
-        with self._lock:
-            before = self.pad_to
-            self.pad_to = after = max(num, before or 0)
-        try:
-            yield after
-        except BaseException:
-            with self._lock:
-                if self.pad_to == after:
-                    self.pad_to = before
-            raise
-
-    def padded_rows(self, num_subsets: int) -> int:
-        """The stacked subsets a stack of `num_subsets` is decoded as."""
-        pad = self.pad_to
-        return pad if pad is not None and num_subsets <= pad else num_subsets
-
-
 class WarmPaths(abc.ABC):
     """What one door adds to the warm-up (a subclass per door; the defaults
     are a door of numpy arrays that compiles nothing).
@@ -111,7 +66,8 @@ class WarmPaths(abc.ABC):
     where : str
         The door, for error messages ("warm (artifact 'x.sc')").
     warmth : Warmth or None
-        Its compile count and padding bound (None: nothing compiles).
+        Its compile count and padding bound (`jax_support.warmth.Warmth`;
+        None: nothing compiles).
     default_beams : tuple
         What `beam_sizes=None` warms (the artifact: its exported sizes).
     removals : bool
@@ -127,7 +83,7 @@ class WarmPaths(abc.ABC):
     """
 
     where: str = "warm"
-    warmth: Optional[Warmth] = None
+    warmth: Any = None  # a jax_support.warmth.Warmth (a JAX door's)
     default_beams: tuple = ()
     removals: bool = False
     processor: bool = True
@@ -169,27 +125,6 @@ class WarmPaths(abc.ABC):
     def running(self):
         """A context the walk runs in (torch: inference mode)."""
         return contextlib.nullcontext()
-
-
-class JaxPaths(WarmPaths):
-    """The JAX doors' arrays: numpy on the host, jax on the device, and
-    waiting for jax's asynchronous dispatch (jax imported here, when a JAX
-    door warms up: this module imports none)."""
-
-    def logits_forms(self) -> tuple:
-        import jax
-
-        return (lambda x: x, jax.device_put)
-
-    def device_step(self, step: int) -> Any:
-        import jax
-
-        return jax.device_put(np.int32(step))
-
-    def ready(self, value: Any) -> Any:
-        import jax
-
-        return jax.block_until_ready(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,11 +204,7 @@ def _run(door, paths: WarmPaths, plan: _Plan, rows: int, jobs: list) -> WarmRepo
     with contextlib.ExitStack() as stack:
         mine = None
         if paths.warmth is not None:
-            from static_compiler.support.compile_events import CompileCounter
-
-            mine = CompileCounter()
-            stack.enter_context(paths.warmth.counter.counting())
-            stack.enter_context(mine.counting())
+            mine = stack.enter_context(paths.warmth.counted())
             if plan.empty is not None and (rows or paths.removals):
                 rows = stack.enter_context(paths.warmth.padding_to(max(rows, 1)))
         stack.enter_context(paths.running())

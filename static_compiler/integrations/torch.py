@@ -268,7 +268,7 @@ class StaticLogitsProcessor:
     def _compile_counter(self):
         """The processor's `CompileCounter` (imports jax: jax backend only)."""
         if self._counter is None:
-            from static_compiler.support.compile_events import CompileCounter
+            from static_compiler.jax_support.compile_events import CompileCounter
             self._counter = CompileCounter()
         return self._counter
 

@@ -46,7 +46,7 @@ _EXPORTS = {
 }
 """Public name -> the module of this package that defines it (imported on
 first use, so a reader of `types` alone, such as the serving loader through
-`target.plan`, loads no parser or summary)."""
+`lowered.plan`, loads no parser or summary)."""
 
 __all__ = [
     "Automaton", "AutomatonSummary", "LAYOUT_KINDS", "Layer", "LayerPiece", "LayerSummary",

@@ -6,7 +6,7 @@ A trie is given as its layers: anything with ``indptr`` (S + 1,) row
 pointers (child e of a layer is state e of the next depth), ``accepting``
 bool (S,) or None, ``num_states``, ``num_edges`` and ``branch()``, such as
 `TrieLayer` or `ir.Layer`. Here: a lowered layer's row pointers read back
-from its tables (`TableLayer`, over `target.tables`); how many words
+from its tables (`TableLayer`, over `lowered.tables`); how many words
 each depth's bits take (`bit_widths`, `slot_words`,
 `dense_slots`); and how liveness crosses each layer (`layer_walks`,
 `is_unary`, `shared_depths`).
@@ -20,9 +20,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from static_compiler.lowered.tables import EXCEPTION_TABLES, exception_rows, row_pointers
 from static_compiler.support.arrays import search_sorted
 from static_compiler.support.mapped import release_pages
-from static_compiler.target.tables import EXCEPTION_TABLES, exception_rows, row_pointers
 
 
 class _Rows:
@@ -366,7 +366,7 @@ def bit_widths(num_states: Sequence[int], accepting: Sequence[bool], end_token: 
     None): the words per subset row of a `Subset`'s arrays, for a trie with
     num_states[d] states at depth d = 0..depth (as its tables hold them),
     accepting[d] whether some state at depth d < depth accepts, and `dense`
-    the steps whose children get slot bits (`target.plan.slot_step`:
+    the steps whose children get slot bits (`lowered.plan.slot_step`:
     num_states[t] * slot_words(vocab_size) words)."""
     depth = len(num_states) - 1
     words = [-(-n // 32) for n in num_states]
@@ -378,10 +378,10 @@ def bit_widths(num_states: Sequence[int], accepting: Sequence[bool], end_token: 
 
 
 def plan_bit_widths(plan) -> tuple[tuple, tuple]:
-    """`bit_widths` of a lowered `target.plan.Plan`: the words per subset
+    """`bit_widths` of a lowered `lowered.plan.Plan`: the words per subset
     row of the live and ends bits (slot bits for the children of dense_rows
     steps). numpy only, so reports need no jax."""
-    from static_compiler.target.plan import slot_steps
+    from static_compiler.lowered.plan import slot_steps
 
     states = [s.num_states for s in plan.steps] + [plan.steps[-1].num_next_states]
     accepting = [s.has_accepting for s in plan.steps] + [True]

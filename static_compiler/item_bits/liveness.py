@@ -1,5 +1,5 @@
 """Item subsets as liveness bits: the numpy core that the library
-(`static_compiler.rules.subsets`) and the serving loader share.
+(`static_compiler.compiler_items.subsets`) and the serving loader share.
 
 A subset is a bit per state and depth: a state is live when some item of the
 subset ends at or below it. Decoding keeps only candidates whose next state

@@ -1,6 +1,6 @@
 """New versions of a compiled set (`CompiledConstraints.update`): removals
 as liveness over the same tables; additions merged into the trie
-(`item_bits.additions`) and lowered to tables of the same plan when they fit the
+(`compiler_items.additions`) and lowered to tables of the same plan when they fit the
 capacity reserved at compile time, else compiled anew with the set's
 pipeline. A set held in its tables (a `Shards` build, `sc.load`) is
 merged from rows read from its tables and stays held in them while it fits.
@@ -13,12 +13,11 @@ import time
 
 import numpy as np
 
+from static_compiler.compiler_items import additions, subsets, table_additions
 from static_compiler.errors import AttributeColumnError, ConstraintSetError
-from static_compiler.item_bits import additions, table_additions
 from static_compiler.items.attributes import appended
+from static_compiler.jax_support import placement as placement_lib
 from static_compiler.passes import pipeline as pipeline_lib
-from static_compiler.rules import subsets
-from static_compiler.support import placement as placement_lib
 from static_compiler.target.lowering import lower, plan_of
 
 

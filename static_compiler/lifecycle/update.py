@@ -18,13 +18,13 @@ from static_compiler.artifact.lock import lock_file, update_lock
 from static_compiler.artifact.metadata import plan_from_metadata, summary_from_metadata
 from static_compiler.artifact.read import read_items
 from static_compiler.artifact.writer import NpyFile, _write_file, _write_then_swap, save_locked
+from static_compiler.compiler_items import subsets
 from static_compiler.errors import ArtifactBusyError, ConstraintSetError
 from static_compiler.format import spec as fmt
 from static_compiler.format.snapshot import Snapshot, open_snapshot, read_tables
+from static_compiler.jax_support import placement as placement_lib
 from static_compiler.lifecycle import next_version
-from static_compiler.rules import subsets
 from static_compiler.saved import compiled_from_snapshot
-from static_compiler.support import placement as placement_lib
 
 
 def require_current(snap: Snapshot, what: str = "update") -> None:

@@ -39,9 +39,9 @@ from static_compiler.format import spec as fmt
 from static_compiler.format.manifest import FileEntry
 from static_compiler.format.snapshot import Snapshot, open_snapshot
 from static_compiler.format.snapshot_items import read_item_arrays
+from static_compiler.jax_support import placement as placement_lib
 from static_compiler.lifecycle.update import require_current
 from static_compiler.saved import compiled_from_snapshot
-from static_compiler.support import placement as placement_lib
 
 EXPORTED_ANEW = frozenset({"ex_bounds", "per_state"})
 """COMPAT rows whose artifacts' modules take an older table or bit layout:

@@ -9,13 +9,12 @@ applies them through.
   state (`Prior`);
 * `set_view`: one numpy view of a set's items behind the compiled set, the
   served artifact and the torch backend (`SetView`: subsets picked by rows
-  or filters, priors, the base subset);
-* `subsets`: what item subsets need of a compiled set (its fingerprint,
-  token sequences -> items, removals): the compiler's, no serving binary
-  reaches it.
+  or filters, priors, the base subset).
 
-The rules read item bits (priors walk the trie's states), never the
-reverse: may import `errors`, `support`, `items`, `item_bits`,
-`target.plan`, `frontend` (`subsets` only) and numpy. Public: `where`,
+What item subsets need of the compiled automaton (its fingerprint, token
+sequences -> items, removals) is `compiler_items.subsets`. The rules read
+item bits (priors walk the trie's states), never the reverse: may import
+`errors`, `support`, `items`, `item_bits`, `lowered` and numpy; no compiler
+module: the serving binary ships the whole folder. Public: `where`,
 `priors`, `set_view`; nothing is imported here.
 """

@@ -11,7 +11,7 @@ a step reads each candidate's term with one gather at ``offset + next
 state``. With an end token, the row also holds each state's own term (the
 item ending there, -inf where none), which the end token's candidate
 reads; a finished beam keeps its rank. The layout is the plan's
-(`target.plan.prior_offsets`: the tables' state counts).
+(`lowered.plan.prior_offsets`: the tables' state counts).
 At the state where an item ends the term is the item's own prior, so the
 final ranking is exact. Live items are those a selection or filter picks
 (as `subset` takes them), less those updates removed; an item outside them
@@ -63,7 +63,7 @@ class Prior:
     Attributes
     ----------
     best : numpy.ndarray
-        float32 (S,), laid out as `target.plan.prior_offsets` says (the
+        float32 (S,), laid out as `lowered.plan.prior_offsets` says (the
         states at depths 1..depth as the tables hold them, padded to a
         reserved capacity): the entry of state s at depth d is the largest
         weighted prior (float32 weight x prior) among the live
@@ -166,7 +166,7 @@ def weighted(values: np.ndarray, weight: float, column: str) -> np.ndarray:
 
 def best_below(trie, items, values: np.ndarray, item_live: np.ndarray,
                state_counts: Optional[tuple] = None) -> np.ndarray:
-    """float32 (S,), laid out as `target.plan.prior_offsets` says: for each
+    """float32 (S,), laid out as `lowered.plan.prior_offsets` says: for each
     state at depths 1..depth of `trie` (a trie held in its tables,
     `set_view.TableTrie`),
     the largest of `values` (float32 (N',), per unique item: the weighted

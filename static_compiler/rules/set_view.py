@@ -30,8 +30,8 @@ from static_compiler.item_bits.item_masks import RowSource, rows_item_mask
 from static_compiler.item_bits.layers import TableLayer, table_layers
 from static_compiler.item_bits.liveness import BitLayout, Subset, bit_layout, rows_item_live, subset_of_items
 from static_compiler.items.index import ItemIndex
+from static_compiler.lowered.plan import Plan, PlanFacts, StepPlan, slot_steps, state_counts
 from static_compiler.rules import priors
-from static_compiler.target.plan import Plan, PlanFacts, StepPlan, slot_steps, state_counts
 
 
 def _array_or_filter(selection):
@@ -45,7 +45,7 @@ def _array_or_filter(selection):
 class SetFacts(PlanFacts):
     """The plan facts item subsets read: the static `plan` (its steps'
     kinds and state counts, V, the end token), num_final_states, slot_steps
-    (the steps whose children get slot bits: `target.plan.slot_steps`, or
+    (the steps whose children get slot bits: `lowered.plan.slot_steps`, or
     () for an artifact with per-state bits) and trie_layers, per layer
     (the trie's own states, its branch histogram or None) as a manifest
     records them, or None (the trie comes from the compiled set)."""
@@ -64,7 +64,7 @@ class SetFacts(PlanFacts):
 
     @property
     def state_counts(self) -> tuple:
-        """States per depth 0..depth as the tables hold them (`target.plan.state_counts`)."""
+        """States per depth 0..depth as the tables hold them (`lowered.plan.state_counts`)."""
         return state_counts(self.plan)
 
     @property
@@ -93,7 +93,8 @@ def facts_of_manifest(manifest) -> SetFacts:
 class TableTrie(NamedTuple):
     """A trie held in its tables: `layers.TableLayer`s of the trie's state
     counts, its final state count, V and end token (what `liveness`,
-    `subsets.unique_ids` and `additions.merge_items` read of an automaton)."""
+    `compiler_items.subsets.unique_ids` and `compiler_items.additions.merge_items`
+    read of an automaton)."""
 
     layers: tuple
     num_final_states: int
@@ -181,7 +182,7 @@ class SetView:
         """fingerprint: the set's hash, or a function computing it on first
         use; trie: a function returning the trie (`ir.Automaton` or
         `TableTrie`; default: `TableTrie.of_facts`); lookup: for a set whose
-        subsets may also be token sequences, `subsets.item_mask`; source,
+        subsets may also be token sequences, `compiler_items.subsets.item_mask`; source,
         missing: how a set without items is named, and the error type."""
         self.facts, self.items = facts, items
         self.tables = () if items is None else tuple(tables)

@@ -21,9 +21,9 @@ from static_compiler.decoding.decoder import replay_allowed
 from static_compiler.errors import DecodeInputError
 from static_compiler.format import spec as fmt
 from static_compiler.item_bits.liveness import checked_subset_index
+from static_compiler.jax_support.beam_result import finalize_complete
 from static_compiler.serving.runtime import Module
 from static_compiler.support.arguments import check_beam_schedule, is_int
-from static_compiler.support.beam_result import finalize_complete
 from static_compiler.support.decode_state import (
     SENTINEL_SCORE,
     BeamState,

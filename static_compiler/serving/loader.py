@@ -19,7 +19,7 @@ little else). Its names are the `static_compiler.serving` package's.
 An artifact saved from `compiled.shard(mesh, axis)` holds modules exported
 for that mesh: load it with `serving.load(path, mesh=mesh)` on a mesh of the
 same axes and sizes; its large tables are split across the axis as they
-were when it was saved (`static_compiler.support.placement`).
+were when it was saved (`static_compiler.jax_support.placement`).
 
 SECURITY. A deserialized StableHLO module is a program: executing it runs
 code chosen by whoever wrote the artifact. Load artifacts only from a trusted
@@ -53,6 +53,9 @@ from static_compiler.format.manifest import Manifest
 from static_compiler.item_bits.liveness import warm_kernels_in_background
 from static_compiler.items.index import ItemIndex
 from static_compiler.items.names import NameTable
+from static_compiler.jax_support.compile_events import CompileCounter
+from static_compiler.jax_support.placement import MeshPlacement
+from static_compiler.jax_support.warmth import Warmth
 from static_compiler.rules.set_view import SetView
 from static_compiler.serving.engine import ExportedEngine
 from static_compiler.serving.runtime import (
@@ -64,12 +67,9 @@ from static_compiler.serving.runtime import (
     table_placement,
     warn_if_export_ages,
 )
-from static_compiler.serving.warm import Warmth
 from static_compiler.serving.warm import warm as _warm
-from static_compiler.support.compile_events import CompileCounter
 from static_compiler.support.decode_state import BeamState, DecodeResult, ProcessorState  # noqa: F401 (serving's names)
 from static_compiler.support.decode_types import WarmReport
-from static_compiler.support.placement import MeshPlacement
 
 
 def open_snapshot(path, *, verify_checksums: bool = True) -> snapshot.Snapshot:

@@ -26,7 +26,7 @@ from static_compiler.format import spec as fmt
 from static_compiler.format.manifest import ArraySpec, ModuleEntry
 from static_compiler.format.normalize import current_tables
 from static_compiler.items.index import ItemIndex
-from static_compiler.support.placement import MeshPlacement, mesh_text, placed_shape, placement_for
+from static_compiler.jax_support.placement import MeshPlacement, mesh_text, placed_shape, placement_for
 
 
 def running_versions() -> tuple[str, str]:

@@ -16,7 +16,7 @@ left), so those are warmed even when K = 0 (R = 1 then). `beam_sizes=None`
 warms every exported beam size and schedule; with item-prior modules the
 beam paths are also walked with a prior of zeros.
 
-The warm state (`Warmth`: the compile counter and the padding bound) is
+The warm state (`jax_support.warmth.Warmth`: the compile counter and the padding bound) is
 shared by every `reload()` of one loaded artifact, as its modules are: a
 version after removals or additions within capacity (same modules, same
 table shapes) runs the programs already compiled. Like `serving`, this
@@ -30,13 +30,13 @@ import functools
 import numpy as np
 
 from static_compiler.decoding import warm_up
-from static_compiler.decoding.warm_up import Warmth  # noqa: F401 (serving's warm state)
 from static_compiler.item_bits.padding import (  # noqa: F401 (the bound, here since the served warm-up)
     PADDED_SUBSETS_MAX_BYTES,
     check_max_subsets,
     pad_subsets,
     subset_bytes,
 )
+from static_compiler.jax_support.warmth import JaxPaths
 from static_compiler.support.arguments import check_rows
 
 
@@ -58,7 +58,7 @@ def warm(art, batch_sizes, beam_sizes, max_subsets, background):
                         background)
 
 
-class _ArtifactPaths(warm_up.JaxPaths):
+class _ArtifactPaths(JaxPaths):
     """The artifact's paths: its exported beam sizes and schedules, the
     subset modules after removals, the processor modules if exported, the
     served search (a host model of zero logits: the model is not part of
@@ -84,8 +84,8 @@ class _ArtifactPaths(warm_up.JaxPaths):
 def _zero_prior(art):
     """A `rules.priors.Prior` of zeros for `art` (its shape is what the prior
     modules compile for)."""
+    from static_compiler.lowered.plan import prior_size
     from static_compiler.rules.priors import Prior
-    from static_compiler.target.plan import prior_size
     plan = art._set_view.facts.plan
     return Prior(np.zeros(prior_size(plan), np.float32), 0.0, "", art.fingerprint)
 

@@ -21,7 +21,7 @@ def npy_header(shape, dtype) -> bytes:
     """The header `np.save` writes for a C-order array of `shape` and
     `dtype` (format 1.0): an artifact's table file is it and the array's
     bytes, so a table's file sha256 can be computed without the file
-    (`rules.subsets.table_digest`)."""
+    (`compiler_items.subsets.table_digest`)."""
     buf = io.BytesIO()
     np.lib.format.write_array_header_1_0(buf, {
         "shape": tuple(int(n) for n in shape), "fortran_order": False,

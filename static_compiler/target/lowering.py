@@ -1,9 +1,9 @@
-"""Lowering: turn a laid-out IR into a static plan (`target.plan`) and a
+"""Lowering: turn a laid-out IR into a static plan (`lowered.plan`) and a
 pytree of numpy tables (their names and shapes per layout kind:
-`target.tables`); `target.raising` is the inverse.
+`lowered.tables`); `target.raising` is the inverse.
 
 A layout with reserved capacity (`ir.Layout.states_capacity`) pads S and E
-to it (see `target.tables`); the plan records the padded counts.
+to it (see `lowered.tables`); the plan records the padded counts.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import numpy as np
 
 from static_compiler.errors import PipelineError
 from static_compiler.ir import Automaton, AutomatonSummary, Layer, LayerPiece, Layout, LayoutKind
+from static_compiler.lowered.plan import Plan, StepPlan
 from static_compiler.support.arrays import table_array
 from static_compiler.support.dtypes import branch_dtype_for
-from static_compiler.target.plan import Plan, StepPlan
 
 
 def padded(arr: np.ndarray, size: int, dtype, fill) -> np.ndarray:

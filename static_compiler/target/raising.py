@@ -13,9 +13,9 @@ import numpy as np
 from static_compiler.errors import IRVerificationError
 from static_compiler.ir import Automaton, Layer, Layout, LayoutKind, verify
 from static_compiler.ir.row_checks import check_exceptions, check_numbered_in_order, check_padding
+from static_compiler.lowered.plan import Plan, StepPlan
+from static_compiler.lowered.tables import EXCEPTION_TABLES, exception_rows, row_pointers
 from static_compiler.support.arrays import search_sorted
-from static_compiler.target.plan import Plan, StepPlan
-from static_compiler.target.tables import EXCEPTION_TABLES, exception_rows, row_pointers
 
 
 def table_head(step: StepPlan, tabs: dict, rows: int) -> Layer:

@@ -255,7 +255,7 @@ class PriorTerms(NamedTuple):
     """Item priors on this backend's device: best float32 (S,), the best
     weighted prior below each state (`rules.priors.Prior.best`), and where
     each step's children (and, with an end token, own terms) start in it
-    (`target.plan.prior_offsets`: (children, own))."""
+    (`lowered.plan.prior_offsets`: (children, own))."""
 
     best: torch.Tensor
     offsets: tuple
@@ -429,7 +429,7 @@ def compiled_steps(owner) -> CompiledSteps:
 
 def completed(state: BeamState, depth: int) -> BeamState:
     """`state` with only its complete beams valid (finished, or `depth`
-    tokens), SENTINEL_SCORE for the others: `support.beam_result.completed`
+    tokens), SENTINEL_SCORE for the others: `jax_support.beam_result.completed`
     in torch (a no-op after a search's last step)."""
     complete = state.valid & (state.finished | (state.lengths == depth))
     # (a new tuple, not `_replace`, which torch 2.5's dynamo cannot trace)

@@ -27,10 +27,10 @@ from static_compiler.format import snapshot, snapshot_items
 from static_compiler.format import spec as artifact_format
 from static_compiler.format.manifest import Manifest
 from static_compiler.items.index import ItemIndex
+from static_compiler.lowered.plan import Plan, PlanFacts
 from static_compiler.rules.set_view import SetView
 from static_compiler.support.decode_types import BeamState, WarmReport
 from static_compiler.support.deprecation import warn_deprecated
-from static_compiler.target.plan import Plan, PlanFacts
 from static_compiler.torch_backend import beam, checks
 from static_compiler.torch_backend import warm as warming
 from static_compiler.torch_backend.engine import TorchEngine

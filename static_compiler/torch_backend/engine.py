@@ -16,9 +16,9 @@ import torch
 
 from static_compiler.errors import DecodeInputError
 from static_compiler.item_bits.liveness import Subset, checked_subset_index
+from static_compiler.lowered.plan import live_beam_bounds, prior_offsets
 from static_compiler.support import arguments
 from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, DecodeResult
-from static_compiler.target.plan import live_beam_bounds, prior_offsets
 from static_compiler.torch_backend import beam, checks, ops
 from static_compiler.torch_backend.kernels import LiveBits
 from static_compiler.torch_backend.ops import TorchState

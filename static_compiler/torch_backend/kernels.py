@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from static_compiler.target.plan import StepPlan
+from static_compiler.lowered.plan import StepPlan
 
 
 class Children(NamedTuple):

@@ -1,7 +1,7 @@
 """The static plan and the tables of a compiled set as torch tensors.
 
 `TorchPlan` is the compiler's `Plan` (its `StepPlan`s: a layout kind, the
-static slice width, state counts, flags; `target.plan` is numpy-only)
+static slice width, state counts, flags; `lowered.plan` is numpy-only)
 with the steps whose subset bits are slot bits. It comes from the set's
 `rules.set_view.SetFacts` (`torch_plan`: a saved artifact's manifest read by
 `set_view.facts_of_manifest`, or a compiled set's plan), without importing
@@ -18,8 +18,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from static_compiler.lowered.plan import Plan
 from static_compiler.rules.set_view import SetFacts
-from static_compiler.target.plan import Plan
 
 
 @dataclasses.dataclass(frozen=True)

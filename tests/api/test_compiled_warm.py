@@ -18,7 +18,7 @@ from helpers import PROFILE
 
 import static_compiler as sc
 from static_compiler.errors import DecodeInputError
-from static_compiler.support.compile_events import xla_compilations
+from static_compiler.jax_support.compile_events import xla_compilations
 from static_compiler.support.decode_types import WarmReport
 
 # Three steps: each compiles its own mask / advance programs (a Python-int step).

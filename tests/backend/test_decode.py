@@ -588,8 +588,8 @@ def test_exception_bounds_of_older_artifacts_decode_and_read_back_alike(packed, 
 
     import static_compiler as sc
     from static_compiler.format.normalize import current_tables
+    from static_compiler.lowered.tables import row_pointers
     from static_compiler.target.raising import automaton_from_tables
-    from static_compiler.target.tables import row_pointers
 
     rng = np.random.default_rng(8)
     rows = rng.integers(0, 9, size=(400, 5))

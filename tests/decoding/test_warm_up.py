@@ -18,6 +18,7 @@ import pytest
 import static_compiler as sc
 from static_compiler.decoding import warm_up
 from static_compiler.errors import DecodeInputError
+from static_compiler.jax_support.warmth import Warmth
 from static_compiler.support import arguments
 from static_compiler.support.decode_types import BeamState, DecodeResult, ProcessorState, WarmReport
 
@@ -161,7 +162,7 @@ def test_background_gives_a_future_of_the_report(set_view):
 
 
 def test_the_padding_is_kept_only_when_the_whole_warm_up_ran(set_view):
-    warmth = warm_up.Warmth()
+    warmth = Warmth()
     warm_up.warm(_door(set_view), Paths(warmth=warmth), 2, None, 2, False)
     assert warmth.pad_to == 2
     for background in (False, True):

@@ -6,7 +6,7 @@ nothing, and after `warm` the first generate compiles nothing either. The
 masks stay bit for bit those of `allowed` (per-length programs) and generate
 returns the same sequences on both backends and HF's dict-trie reference.
 Compilations are counted from jax's own compile events
-(`static_compiler.support.compile_events`).
+(`static_compiler.jax_support.compile_events`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from static_compiler.backend.decode.live import subset_live_mask
 from static_compiler.backend.decode.prefix import allowed, padded_prefix_mask
 from static_compiler.errors import DecodeInputError
 from static_compiler.integrations.torch import StaticLogitsProcessor, default_backend
-from static_compiler.support.compile_events import CompileCounter
+from static_compiler.jax_support.compile_events import CompileCounter
 from static_compiler.support.decode_types import WarmReport
 from static_compiler.torch_backend import TorchConstraints
 

@@ -14,7 +14,7 @@ from live_cases import allowed_tokens, replay
 import static_compiler as sc
 from static_compiler import serving
 from static_compiler.item_bits import layers
-from static_compiler.target import plan as plan_lib
+from static_compiler.lowered import plan as plan_lib
 
 ROOT = np.zeros((1, 0), np.int32)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import static_compiler as sc
-from static_compiler.support.compile_events import xla_compilations
+from static_compiler.jax_support.compile_events import xla_compilations
 from static_compiler.support.decode_state import SENTINEL_SCORE
 
 V, L = 32, 4

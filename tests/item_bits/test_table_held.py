@@ -70,7 +70,7 @@ def test_a_loaded_set_takes_its_fingerprint_from_the_manifest(case, monkeypatch)
     records for their files (no table read: 15 GB at 1e9), and gets the
     fingerprint of the set that was saved, so subsets pass between them;
     its next version, with other tables, hashes those."""
-    from static_compiler.rules import subsets as subsets_lib
+    from static_compiler.compiler_items import subsets as subsets_lib
 
     _, rows, _, compiled, path = case
     want = compiled.fingerprint
@@ -256,8 +256,8 @@ def test_lookups_a_few_sequences_at_a_time_in_sorted_order_agree(case, chunk, mo
     """`unique_ids` walks LOOKUP_CHUNK sequences at a time in sorted order
     (pages of mapped tables dropped after each chunk): the same ids, the
     same removal reports, also on top of earlier removals."""
+    from static_compiler.compiler_items import subsets
     from static_compiler.item_bits import item_masks
-    from static_compiler.rules import subsets
 
     name, rows, end, compiled, path = case
     loaded = sc.load(path)

@@ -1,10 +1,13 @@
-"""The import graph flows one way, one layer per package: errors -> support
--> items -> IR -> frontend -> passes -> target -> item bits -> rules ->
-decoding -> backend -> the artifact's format -> the serving binary -> the
-artifact's writer -> torch backend -> the public API, with the integrations and the applications (the
-CLI) on top. Every import statement of every module of
+"""The import graph flows one way, one layer per folder, lowest first: the
+serving binary's folders (errors -> support -> items -> IR -> the lowered
+plan and tables -> item bits -> rules -> decoding -> the artifact's format ->
+the jax utilities -> serving), then the compiler's (frontend -> passes ->
+target -> the items' compiler side -> backend -> the artifact's writer),
+the torch backend, the public API, with the integrations and the
+applications (the CLI) on top. Every import statement of every module of
 the package (those inside functions too) is parsed and checked against the
-layer table below; a new module must be placed in it.
+layer table below: its folders below it, and the outside packages its line
+names; a new folder must be placed in it.
 """
 
 from __future__ import annotations
@@ -19,30 +22,38 @@ from helpers import REPO
 
 PACKAGE = REPO / "static_compiler"
 
-# Layers, lowest first: one line per package (MLIR's tree: the folders are the
-# layers). A module may import modules of its own package or of a package below.
+# Outside packages the library may import (the standard library is always allowed).
+THIRD_PARTY = {"jax", "jaxlib", "numpy", "numba", "networkx", "ml_dtypes", "tokenizers"}
+ROOT = ("", "compiled", "computed", "compiler", "contract", "decode_calls", "saved", "report", "warm",
+        "lifecycle")
+"""The public API: the package's root, and the lifecycle of a compiled set and
+its artifact (updates, upgrades, re-export, versions, rollback) beside it."""
+
+# Layers, lowest first: one line per folder (MLIR's tree: the folders are the layers), with the
+# outside packages its modules may import. A module may import modules of its own folder or of a
+# folder below; the folders up to `serving` are the serving binary (no compiler module).
 LAYERS = (
-    ("errors",),
-    ("support",),  # numpy/stdlib utilities every layer imports (dtypes, arrays, mapped files)
-    ("items",),  # what a set's items are: the item index, names, attribute columns (data)
-    ("ir",),
-    ("frontend",),  # inputs -> IR (and the items' data)
-    ("passes",),
-    ("target",),  # plan types, lowering IR -> tables, raising tables -> IR (numpy only)
-    ("item_bits",),  # the items' liveness bits over a trie's layers, additions
-    ("rules",),  # filters, priors and the set view that applies them (they read item bits)
-    ("decoding",),  # the verb family written once over an engine (numpy only)
-    ("backend",),  # JAX kernels and decoding
-    ("format",),  # the artifact on disk: file names, versions, manifest, snapshot (no jax)
-    ("serving",),  # the serving binary: loader, modules and tables on the device, warm-up (no compiler)
-    ("artifact",),  # the writer side: export, metadata, lock, writer (and its version history), read back
-    ("torch_backend",),  # the same plan and set view in torch ops
-    # the public API: the package's root, and the lifecycle of a compiled set and its artifact
-    # (updates, upgrades, re-export, versions, rollback) beside it
-    ("", "compiled", "computed", "compiler", "contract", "decode_calls", "saved", "report", "warm",
-     "lifecycle"),
-    ("integrations",),  # engines' own decoders (HF generate, vLLM) on top of the public API
-    ("cli",),
+    (("errors",), set()),
+    (("support",), {"numpy"}),  # numpy/stdlib utilities every layer imports (dtypes, arrays, checks)
+    (("items",), {"numpy"}),  # what a set's items are: the item index, names, attribute columns (data)
+    (("ir",), {"numpy"}),  # the automaton IR, its verifier, printer and parser
+    (("lowered",), {"numpy"}),  # the plan and the table format every backend reads
+    (("item_bits",), {"numpy", "numba"}),  # the items' liveness bits (numba: bit_kernels, optional)
+    (("rules",), {"numpy"}),  # filters, priors and the set view that applies them (they read item bits)
+    (("decoding",), {"numpy"}),  # the verb family written once over an engine, and the one warm-up
+    (("format",), {"numpy"}),  # the artifact on disk: file names, versions, manifest, snapshot
+    (("jax_support",), {"jax", "numpy"}),  # the two JAX doors' utilities: compile events, placement, ...
+    (("serving",), {"jax", "numpy"}),  # the serving binary: loader, engine, runtime, warm-up
+    (("frontend",), {"numpy", "networkx", "tokenizers"}),  # inputs -> IR (and the items' data)
+    (("passes",), {"numpy"}),
+    (("target",), {"numpy"}),  # lowering IR -> (plan, tables), raising tables -> IR
+    (("compiler_items",), {"numpy"}),  # item subsets and additions over the compiled automaton
+    (("backend",), {"jax", "numpy"}),  # JAX kernels and decoding
+    (("artifact",), {"jax", "numpy"}),  # the writer side: export, metadata, lock, writer, read back
+    (("torch_backend",), {"numpy", "torch"}),  # the same plan and set view in torch ops
+    (ROOT, THIRD_PARTY),
+    (("integrations",), THIRD_PARTY | {"torch", "transformers", "vllm"}),  # engines' own (HF generate, vLLM)
+    (("cli",), THIRD_PARTY),
 )
 APPLICATIONS = {"cli"}
 
@@ -52,79 +63,26 @@ KNOWN_UPWARD = {
 }
 """(importer, imported) module keys allowed to point up the layers for now."""
 
-# Outside packages each library module may import (the standard library is always allowed).
-THIRD_PARTY = {"jax", "jaxlib", "numpy", "numba", "networkx", "ml_dtypes", "tokenizers"}
-SERVING_SUPPORT = {"errors", "support.arguments", "support.arrays", "support.mapped",
-                   "support.compile_events", "support.decode_state", "support.decode_types",
-                   "support.beam_loop", "support.beam_result", "support.deprecation",
-                   "support.dtypes", "support.lazy", "support.placement", "support.threads"}
-"""The utilities a serving binary ships."""
-SERVED_ITEMS = {"items", "item_bits", "rules", "target.plan", "target.tables"}
-"""The numpy folders and modules a serving binary reads a set's items and
-plan with (their compiler modules, COMPILER_ITEMS, it never reaches:
-`test_the_serving_binary_reaches_no_compiler_module`)."""
-COMPILER_ITEMS = {"item_bits.additions", "item_bits.table_additions", "rules.subsets"}
-"""The item folders' modules that need the compiler (the frontend, IR
-building, lowering)."""
-SERVING_BINARY = SERVING_SUPPORT | SERVED_ITEMS | {"format", "serving", "ir", "decoding"}
-"""Every module a serving binary may load (with the packages above them)."""
+SERVING_BINARY = {key for folders, _ in LAYERS[:[f for f, _ in LAYERS].index(("serving",)) + 1]
+                  for key in folders}
+"""The folders a serving binary loads: `serving` and every folder below it."""
+TORCH_ONLY = SERVING_BINARY - {"jax_support", "serving"} | {"torch_backend"}
+"""The folders a torch-only process loads: the serving binary's but jax's."""
 RESTRICTED = {
-    "errors": (set(), set()),
-    "support.arguments": ({"numpy"}, {"errors"}),
-    "support.arrays": ({"numpy"}, set()),
-    "support.mapped": ({"numpy"}, set()),
-    "support.decode_types": (set(), set()),
-    "support.decode_state": ({"jax", "numpy"}, {"errors", "support.arguments", "support.decode_types"}),
-    "support.compile_events": ({"jax"}, set()),  # jax's compile events, counted per front door
-    "support.compilation_cache": ({"jax"}, {"errors"}),  # jax's persistent cache, on in one call
-    "support.deprecation": (set(), set()),  # old names kept one release, warning
-    "support.beam_loop": (set(), {"errors", "support.arguments"}),  # a search stepped from Python
-    "support.beam_result": ({"jax", "numpy"}, {"errors", "support.decode_types"}),  # finalize, for both JAX doors
-    "support.placement": ({"jax", "numpy"}, {"errors"}),  # which tables split across a mesh
-    "support.threads": (set(), set()),  # host passes split over threads
-    # The plan and the table format: numpy only, read by every backend.
-    "target.plan": (set(), {"ir"}),
-    "target.tables": ({"numpy"}, {"support.arrays"}),
-    "target": ({"numpy"}, {"errors", "ir", "support", "target"}),
-    # The items' data (index, names, attribute columns), read by every layer above.
-    "items": ({"numpy"}, {"errors", "support"}),
-    # Their liveness bits (numpy; numba for the compiled host kernels alone) and additions.
-    "item_bits": ({"numpy"}, {"errors", "support", "items", "ir", "frontend", "target", "item_bits"}),
-    "item_bits.bit_kernels": ({"numba", "numpy"}, set()),  # compiled host kernels over packed bits
-    # The rules over the items (filters, priors) and the set view behind every front door.
-    "rules": ({"numpy"}, {"errors", "support", "items", "item_bits", "target.plan", "frontend"}),
-    # The artifact's format (`format/`): what every reader and writer shares; no jax.
-    "format": ({"numpy"}, {"errors", "support.mapped", "support.dtypes", "items.names", "items.attributes",
-                           "item_bits.layers", "item_bits.state_order"}),  # normalize: format.COMPAT
-    # The serving binary (`serving/`): the format, item data, bits and rules, the verbs
-    # (`decoding.decoder.Decoder`) and utilities; no compiler module (no frontend stage, passes,
-    # lowering, backend or writer).
-    "serving": ({"jax", "numpy"}, SERVING_SUPPORT | SERVED_ITEMS | {"format", "decoding"}),
-    # The lifecycle: a compiled set's next version, and the writers of an artifact's next
-    # versions (written by the artifact's writer, read back as the compiled set `saved` loads).
-    "lifecycle": ({"numpy"}, {"errors", "support", "items", "passes", "target", "item_bits",
-                              "rules", "format", "artifact", "saved"}),
-    # the verb family's Protocols (its types named for the type checker alone)
-    "contract": (set(), {"support.decode_types", "item_bits.liveness"}),
-    # The verbs over an engine: shared by the serving binary and torch-only processes.
-    "decoding": (set(), {"errors", "support.arguments", "support.beam_loop", "item_bits.liveness",
-                         "item_bits.padding", "rules.priors"}),
-    # the one warm-up planner of every front door (jax imported only inside the JAX doors'
-    # hooks and their compile counter: importing it loads neither jax nor torch, tested below)
-    "decoding.warm_up": ({"numpy", "jax"}, {"errors", "support.arguments", "support.decode_types",
-                                            "support.compile_events", "item_bits.padding"}),
-    "integrations": (THIRD_PARTY | {"torch", "transformers", "vllm"}, None),
-    # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
-    "torch_backend": ({"numpy", "torch"}, SERVING_SUPPORT | SERVED_ITEMS |
-                      {"format", "torch_backend", "compiled", "decoding"}),
+    # the verb family's Protocols, imported by every door: the standard library and the types they name
+    "contract": (set(), {"support", "item_bits"}),
+    # a set's and an artifact's next versions: no decoder, no door (the compiled set imports them)
+    "lifecycle": (None, {"errors", "support", "jax_support", "items", "passes", "target",
+                         "compiler_items", "format", "artifact", "saved"}),
+    # torch without jax: no jax utility, no serving binary, no compiler module
+    "torch_backend": (None, TORCH_ONLY),
 }
-"""module or package -> (third-party packages, modules of ours) it may import
-(a module, or every module of a package named); most are the modules a
-serving binary ships, so they stay small; the integrations may also import
-the engines they plug into."""
+"""The exceptions: module or folder -> (outside packages, or None for its
+layer's; folders or modules of ours) it may import, fewer than its layer
+allows."""
 
 
-KEYS = {key for members in LAYERS for key in members}
+KEYS = {key for folders, _ in LAYERS for key in folders}
 
 
 def _key(name: str, keys) -> str:
@@ -154,8 +112,8 @@ def _within(path: str, allowed) -> bool:
 
 
 def _rank(key: str) -> int:
-    for rank, members in enumerate(LAYERS):
-        if key in members:
+    for rank, (folders, _) in enumerate(LAYERS):
+        if key in folders:
             return rank
     raise AssertionError(f"module static_compiler.{key} is in no layer of tests/repository/test_layering.py; "
                          "place it in LAYERS")
@@ -211,7 +169,10 @@ def test_every_module_is_placed_in_a_layer():
 def test_imports_flow_one_way(name, path):
     key, mine = _top(name), _path(name)
     rank = _rank(key)
-    allowed_third, allowed_ours = RESTRICTED.get(_key(name, RESTRICTED), (THIRD_PARTY, None))
+    restricted = _key(name, RESTRICTED)
+    allowed_third, allowed_ours = RESTRICTED.get(restricted, (None, None))
+    if allowed_third is None:
+        allowed_third = LAYERS[rank][1]
     bad = []
     for module, line in _imports(name, path):
         root = module.split(".")[0]
@@ -221,9 +182,8 @@ def test_imports_flow_one_way(name, path):
             if target in APPLICATIONS and key not in APPLICATIONS:
                 bad.append(f"{where}: the library never imports the applications")
             elif allowed_ours is not None and not _within(theirs, allowed_ours) \
-                    and _key(module, RESTRICTED) != _key(name, RESTRICTED):
-                bad.append(f"{where}: {_key(name, RESTRICTED)} may import only "
-                           f"{sorted(allowed_ours)} of ours")
+                    and _key(module, RESTRICTED) != restricted:
+                bad.append(f"{where}: {restricted} may import only {sorted(allowed_ours)} of ours")
             elif target != key and _rank(target) > rank and \
                     (mine, theirs) not in KNOWN_UPWARD:
                 bad.append(f"{where}: layer {rank} ({key or 'the root'}) imports layer "
@@ -233,7 +193,7 @@ def test_imports_flow_one_way(name, path):
             bad.append(f"{where}: the package never imports {root}/")
         elif root not in sys.stdlib_module_names and root != "__future__":
             if root not in allowed_third:
-                bad.append(f"{where}: {_key(name, RESTRICTED)} may import only the standard "
+                bad.append(f"{where}: {restricted or 'the root'} may import only the standard "
                            f"library and {sorted(allowed_third)}")
     assert not bad, "\n".join(bad)
 
@@ -264,20 +224,37 @@ def _reached(start: str) -> set:
     return {_path(name) for name in seen}
 
 
+def _outside(reached: set, folders: set) -> list:
+    """The modules of `reached` in none of `folders` (the package's root,
+    above every folder, aside)."""
+    return sorted(path for path in reached if path and not _within(path, folders))
+
+
 def test_the_serving_binary_reaches_no_compiler_module():
     """The serving loader's boundary, followed through every module it may
-    load (a deferred import too): the format, the item folders' numpy
-    modules, the plan and table format, the IR types and the utilities; no
-    frontend module, pass, lowering, backend, writer, export or lifecycle
-    module, nor the item folders' compiler modules."""
+    load (a deferred import too): the folders up to `serving` in LAYERS
+    (the format, the item folders, the plan and table format, the IR types,
+    the verbs and the utilities); no frontend module, pass, lowering,
+    backend, writer, export or lifecycle module, nor the items' compiler
+    side."""
     reached = _reached("static_compiler.serving")
-    above = {".".join(path.split(".")[:n]) for path in SERVING_BINARY for n in range(len(path.split(".")))}
-    bad = sorted(path for path in reached if path not in above and
-                 (not _within(path, SERVING_BINARY) or _within(path, COMPILER_ITEMS)))
-    assert not bad, f"the serving binary may load {bad}"
-    assert {"items.index", "item_bits.liveness", "rules.set_view", "rules.where"} <= reached
-    # the walk follows deferred imports: a compiler module of the item folders reaches the frontend
-    assert "frontend.sequences" in _reached("static_compiler.rules.subsets")
+    assert _outside(reached, SERVING_BINARY) == [], "the serving binary may load these"
+    assert {"items.index", "item_bits.liveness", "rules.set_view", "rules.where", "lowered.plan",
+            "jax_support.warmth"} <= reached
+    assert SERVING_BINARY.isdisjoint({"frontend", "passes", "target", "compiler_items", "backend",
+                                      "artifact", "lifecycle"})
+    # the walk follows deferred imports: the items' compiler side reaches the frontend
+    assert "frontend.sequences" in _reached("static_compiler.compiler_items.subsets")
+    assert _outside(_reached("static_compiler.compiler_items.subsets"), SERVING_BINARY)
+
+
+def test_a_torch_only_process_reaches_no_jax_module():
+    """The torch backend's boundary, followed the same way: the serving
+    binary's folders but the jax utilities and the serving binary itself."""
+    reached = _reached("static_compiler.torch_backend")
+    assert _outside(reached, TORCH_ONLY) == [], "a torch-only process may load these"
+    assert {"torch_backend.engine", "decoding.warm_up", "rules.set_view", "format.snapshot"} <= reached
+    assert "jax_support" not in TORCH_ONLY and "serving" not in TORCH_ONLY
 
 
 def test_the_layer_test_sees_a_violation(tmp_path):

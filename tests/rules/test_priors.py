@@ -23,9 +23,9 @@ from static_compiler.errors import (
     ConstraintSetError,
     DecodeInputError,  # noqa: F401
 )
+from static_compiler.lowered.plan import prior_offsets
 from static_compiler.rules.priors import OUTSIDE_GAP
 from static_compiler.support.decode_state import MIN_VALID_SCORE
-from static_compiler.target.plan import prior_offsets
 
 V = 8
 ITEMS = oracle.random_set(np.random.default_rng(11), 70, 4, V)

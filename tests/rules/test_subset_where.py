@@ -205,7 +205,7 @@ def test_decode_where_on_the_command_line(catalogue, tmp_path, capsys):
 def test_after_warm_a_filtered_request_compiles_nothing(catalogue):
     """A filter is host work (numpy over the columns) before the subset the
     warmed programs take: a request over subset(where=...) compiles nothing."""
-    from static_compiler.support.compile_events import xla_compilations
+    from static_compiler.jax_support.compile_events import xla_compilations
 
     rows, attributes, compiled, _ = catalogue
     table = np.random.default_rng(2).standard_normal((L, V, V)).astype(np.float32)

@@ -214,9 +214,9 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
     """), path)
     info = json.loads(out)
     # The serving binary (the serving/ folder) with the artifact's format (format/), the item
-    # data, bits and rules, the verbs (decoding/), the plan and table format (target.plan,
-    # target.tables), the IR types, and utilities; not the artifact's writer, export or update
-    # modules (and no compiler stage: no frontend module, pass, lowering or backend).
+    # data, bits and rules, the verbs (decoding/), the plan and table format (lowered/), the IR
+    # types, and the utilities (support/, jax_support/); not the artifact's writer, export or
+    # update modules (and no compiler stage: no frontend module, pass, lowering or backend).
     assert info["modules"] == sorted(["static_compiler",
                                       "static_compiler.serving", "static_compiler.serving.engine",
                                       "static_compiler.serving.loader", "static_compiler.serving.runtime",
@@ -245,15 +245,16 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                       "static_compiler.rules.set_view",
                                       "static_compiler.support", "static_compiler.support.arguments",
                                       "static_compiler.support.arrays", "static_compiler.support.beam_loop",
-                                      "static_compiler.support.beam_result",
-                                      "static_compiler.support.compile_events",
                                       "static_compiler.support.decode_state",
                                       "static_compiler.support.decode_types",
                                       "static_compiler.support.dtypes", "static_compiler.support.lazy",
-                                      "static_compiler.support.mapped", "static_compiler.support.placement",
-                                      "static_compiler.support.threads",
-                                      "static_compiler.target", "static_compiler.target.plan",
-                                      "static_compiler.target.tables"])
+                                      "static_compiler.support.mapped", "static_compiler.support.threads",
+                                      "static_compiler.jax_support", "static_compiler.jax_support.beam_result",
+                                      "static_compiler.jax_support.compile_events",
+                                      "static_compiler.jax_support.placement",
+                                      "static_compiler.jax_support.warmth",
+                                      "static_compiler.lowered", "static_compiler.lowered.plan",
+                                      "static_compiler.lowered.tables"])
     # the serving process imports no frontend module (the item data it reads is in items/)
     assert not [m for m in info["modules"] if m.partition(".")[2].split(".")[0] == "frontend"]
     logits = np.linspace(-1, 1, 2 * 4 * 10, dtype=np.float32).reshape(2, 4, -1)

@@ -20,7 +20,7 @@ from static_compiler import serving
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, DecodeInputError
 from static_compiler.format import snapshot
 from static_compiler.format import spec as fmt
-from static_compiler.target import plan as plan_lib
+from static_compiler.lowered import plan as plan_lib
 
 BEAMS = 5
 SAVED = ["fixed", "ragged", "ragged-capacity"]

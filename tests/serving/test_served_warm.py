@@ -19,7 +19,7 @@ import pytest
 import static_compiler as sc
 from static_compiler import serving
 from static_compiler.errors import DecodeInputError
-from static_compiler.support.compile_events import xla_compilations
+from static_compiler.jax_support.compile_events import xla_compilations
 from static_compiler.support.decode_types import WarmReport
 
 V, L, N, M = 64, 4, 20_000, 8

@@ -19,8 +19,8 @@ import static_compiler as sc
 from static_compiler import serving
 from static_compiler.decoding import warm_up
 from static_compiler.errors import DecodeInputError
+from static_compiler.jax_support.compile_events import xla_compilations
 from static_compiler.serving import warm as warming
-from static_compiler.support.compile_events import xla_compilations
 
 V, L, N, M, END = 16, 3, 200, 2, 0
 

@@ -94,7 +94,7 @@ def test_artifact_without_jax(tmp_path):
         np.save({str(tmp_path / 'sub.npy')!r}, tc.allowed(pre, subset=sub).numpy())
         bad = [m for m in sys.modules if m == 'jax' or m.startswith('jax.')
                or m.startswith('static_compiler.compile')
-               or m.startswith('static_compiler.backend')]  # (the plan: target.plan)
+               or m.startswith('static_compiler.backend')]  # (the plan: lowered.plan)
         assert not bad, bad
     """)
     env = dict(os.environ, PYTHONPATH=os.getcwd())

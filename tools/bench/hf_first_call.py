@@ -8,7 +8,7 @@ a randomly initialised tiny GPT-2 over the same vocabulary with that end
 token as its eos. One child process per (backend, search, repeat) builds the
 set and the model, then times generate calls 1 and 2 on the same prompts
 (max_new_tokens = the set's max_length) and counts the XLA compilations of
-each (`static_compiler.support.compile_events`). With --warm the child calls
+each (`static_compiler.jax_support.compile_events`). With --warm the child calls
 `StaticLogitsProcessor.warm` for generate's row count first (timed apart).
 Reported per cell: the median over --repeats of the processor's construction
 (the torch backend's puts the tables in torch), the first call, the second,
@@ -66,7 +66,7 @@ def child(args) -> dict:
 
     import static_compiler as sc
     from static_compiler.integrations.torch import StaticLogitsProcessor
-    from static_compiler.support.compile_events import CompileCounter
+    from static_compiler.jax_support.compile_events import CompileCounter
 
     torch.set_num_threads(1)
     catalogue = names(args.names)

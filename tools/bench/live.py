@@ -51,7 +51,7 @@ from jax import lax
 
 import static_compiler as sc
 from static_compiler.frontend import datasets
-from static_compiler.support.compile_events import xla_compilations
+from static_compiler.jax_support.compile_events import xla_compilations
 from tools.bench.cli import sid_set_parser
 from tools.bench.output import machine_line
 from tools.bench.timing import median_ms

@@ -76,10 +76,10 @@ MAX_SUBSETS = 4
 
 class _Counts:
     """XLA compilations and persistent-cache reads since a `now()`
-    (`static_compiler.support.compile_events`: compile events less cache hits)."""
+    (`static_compiler.jax_support.compile_events`: compile events less cache hits)."""
 
     def __init__(self):
-        from static_compiler.support import compile_events
+        from static_compiler.jax_support import compile_events
 
         self._events = compile_events
 

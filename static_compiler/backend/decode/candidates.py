@@ -37,8 +37,8 @@ from static_compiler.backend.kernels import (
     take_rows,
 )
 from static_compiler.ir import LayoutKind
+from static_compiler.lowered.plan import Plan, candidate_columns, num_candidates, slot_steps  # noqa: F401
 from static_compiler.support.decode_state import PAD_TOKEN, SENTINEL_SCORE
-from static_compiler.target.plan import Plan, candidate_columns, num_candidates, slot_steps  # noqa: F401
 
 
 class StepCandidates(NamedTuple):

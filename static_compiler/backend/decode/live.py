@@ -21,8 +21,8 @@ from jax import lax
 from static_compiler.errors import DecodeInputError
 from static_compiler.item_bits.layers import plan_bit_widths, slot_words
 from static_compiler.item_bits.liveness import checked_subset_index
+from static_compiler.lowered.plan import Plan
 from static_compiler.support.decode_state import is_traced
-from static_compiler.target.plan import Plan
 
 
 class LiveMask(NamedTuple):

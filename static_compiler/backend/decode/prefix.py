@@ -39,13 +39,13 @@ from static_compiler.backend.decode.processor import (
     mask,
     mask_switch,
 )
+from static_compiler.lowered.plan import Plan
 from static_compiler.support.decode_state import (
     SENTINEL_SCORE,
     check_prefixes,
     check_token_values,
     int32_within,
 )
-from static_compiler.target.plan import Plan
 
 
 def allowed(plan: Plan, tables, prefixes, subset=None):

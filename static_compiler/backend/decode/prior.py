@@ -20,14 +20,14 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 
 from static_compiler.errors import DecodeInputError
+from static_compiler.lowered.plan import Plan, prior_offsets, prior_size
 from static_compiler.rules.priors import check_no_length_penalty
 from static_compiler.support.decode_state import MIN_VALID_SCORE, SENTINEL_SCORE
-from static_compiler.target.plan import Plan, prior_offsets, prior_size
 
 
 class LivePrior(NamedTuple):
     """A `rules.priors.Prior` on the device: best float32 (S,), laid out as
-    `target.plan.prior_offsets` says."""
+    `lowered.plan.prior_offsets` says."""
 
     best: Any
 

@@ -16,6 +16,7 @@ from static_compiler.backend.decode.programs import bounded_jit, run_compiling_a
 from static_compiler.backend.decode.step import step_in_range, switch_over_groups
 from static_compiler.backend.row_search import few_rows
 from static_compiler.errors import DecodeInputError
+from static_compiler.lowered.plan import Plan
 from static_compiler.support.decode_state import (
     SENTINEL_SCORE,
     ProcessorState,
@@ -27,7 +28,6 @@ from static_compiler.support.decode_state import (
     int32_within,
     padded_columns,
 )
-from static_compiler.target.plan import Plan
 
 SCATTER_MAX_COLUMNS = 16
 """`mask` scatters the allowed logits into a row of SENTINEL_SCORE when a

@@ -35,8 +35,10 @@ from static_compiler.backend.decode.step import (
 )
 from static_compiler.backend.kernels import take_last
 from static_compiler.errors import DecodeInputError
+from static_compiler.jax_support.beam_result import penalty_value
+from static_compiler.lowered import plan as plan_lib
+from static_compiler.lowered.plan import Plan
 from static_compiler.support.arguments import check_beam_schedule, model_output
-from static_compiler.support.beam_result import penalty_value
 from static_compiler.support.decode_state import (
     DecodeResult,
     check_callable,
@@ -47,8 +49,6 @@ from static_compiler.support.decode_state import (
     check_start_tokens,
     check_tokens_per_beam,
 )
-from static_compiler.target import plan as plan_lib
-from static_compiler.target.plan import Plan
 
 
 class _NoParams:
@@ -62,7 +62,7 @@ NO_PARAMS = _NoParams()
 
 def live_beam_bounds(plan: Plan, beam_size, tokens_per_beam=None) -> tuple[int, ...]:
     """Static bound per step on the beams that can be valid in a search
-    from `init_beam_state` (`target.plan.live_beam_bounds`; beam_size and
+    from `init_beam_state` (`lowered.plan.live_beam_bounds`; beam_size and
     tokens_per_beam as `beam_search` takes them): it binds at step 1 and on
     small branch factors, and `beam_step`'s live_beams skips the beams past
     it."""
@@ -203,7 +203,7 @@ def beam_search(plan: Plan, tables, logits_fn: Callable, *, batch_size: int, bea
         an end token, decoding stops once every valid beam has ended (the
         result is the same), so the model ran for fewer steps.
       subset: a `LiveMask`: each batch row decodes over its item subset
-        only (see static_compiler.rules.subsets), exactly as over a set compiled
+        only (see static_compiler.compiler_items.subsets), exactly as over a set compiled
         from those items; None: every item.
       also_compile: a `LiveMask` of `jax.ShapeDtypeStruct`s (`live_mask_spec`):
         when this search compiles its program, also compile (not run) the

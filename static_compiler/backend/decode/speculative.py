@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from static_compiler.backend.decode.live import check_live_mask
 from static_compiler.backend.decode.processor import advance, select_state
 from static_compiler.backend.decode.step import step_in_range, switch_over_steps
+from static_compiler.lowered.plan import Plan
 from static_compiler.support.decode_state import (
     ProcessorState,
     check_drafts,
@@ -43,7 +44,6 @@ from static_compiler.support.decode_state import (
     check_step,
     is_traced,
 )
-from static_compiler.target.plan import Plan
 
 
 def accept_drafts(plan: Plan, tables, state: ProcessorState, drafts, step, subset=None):

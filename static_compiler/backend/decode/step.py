@@ -1,6 +1,6 @@
 """One beam-search step over lowered tables, at a static step or at a traced
 one (a `lax.switch` over the static steps, as the exported modules run it);
-the final ranking of the beams (`finalize`) is `support.beam_result`'s.
+the final ranking of the beams (`finalize`) is `jax_support.beam_result`'s.
 
 The exact semantics are in `static_compiler.backend.decode`'s docstring.
 """
@@ -33,8 +33,9 @@ from static_compiler.backend.decode.programs import bounded_jit
 from static_compiler.backend.decode.selection import select_beams
 from static_compiler.backend.kernels import PackedRun, group_run, pack_run, packed_entries
 from static_compiler.errors import DecodeInputError
+from static_compiler.jax_support.beam_result import finalize, finalize_complete, length_normalized  # noqa: F401
+from static_compiler.lowered.plan import Plan
 from static_compiler.support.arguments import check_int, check_rows, is_int
-from static_compiler.support.beam_result import finalize, finalize_complete, length_normalized  # noqa: F401
 from static_compiler.support.decode_state import (
     PAD_TOKEN,
     SENTINEL_SCORE,
@@ -43,7 +44,6 @@ from static_compiler.support.decode_state import (
     check_step,
     check_tokens_per_beam,
 )
-from static_compiler.target.plan import Plan
 
 
 def init_beam_state(plan: Plan, batch_size: int, beam_size: int, start_tokens=0) -> BeamState:

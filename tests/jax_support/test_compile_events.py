@@ -1,5 +1,5 @@
 """Compilations counted from jax's own compile events, per front door
-(static_compiler.support.compile_events)."""
+(static_compiler.jax_support.compile_events)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 import jax
 import numpy as np
 
-from static_compiler.support.compile_events import CompileCounter, xla_compilations
+from static_compiler.jax_support.compile_events import CompileCounter, xla_compilations
 
 
 def _fresh_program(k: float):

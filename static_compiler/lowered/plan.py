@@ -2,7 +2,7 @@
 
 The plan is hashable (it is a static argument of every jitted entry point,
 and the torch backend's kernels branch on it); the tables it describes
-(`target.tables`) are plain arrays passed as arguments, so one compiled
+(`lowered.tables`) are plain arrays passed as arguments, so one compiled
 program serves every constraint set whose tables have the same shapes.
 """
 

@@ -27,10 +27,10 @@ from test_subsets import CASES, oracle_result
 
 import static_compiler as sc
 from static_compiler.backend.decode import search
+from static_compiler.compiler_items import additions
 from static_compiler.errors import ConstraintSetError, DecodeInputError, IRVerificationError
 from static_compiler.frontend import build_trie
 from static_compiler.ir import Automaton, Layout, parse_ir, verify
-from static_compiler.item_bits import additions
 from static_compiler.item_bits.state_order import item_order
 
 

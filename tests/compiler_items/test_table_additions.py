@@ -1,4 +1,4 @@
-"""Additions written straight into the tables (`item_bits.table_additions`):
+"""Additions written straight into the tables (`compiler_items.table_additions`):
 what `update(add=...)` does when the merged trie fits the compiled plan.
 
 - the merged summary (counts, branch histograms, accepting counts, widest
@@ -24,9 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import static_compiler as sc
+from static_compiler.compiler_items import additions, table_additions
 from static_compiler.format.normalize import current_tables
 from static_compiler.ir import AutomatonSummary
-from static_compiler.item_bits import additions, table_additions
 from static_compiler.support import arrays
 from static_compiler.support.arrays import TABLE_ALIGNMENT, table_array
 from static_compiler.target.lowering import lower

@@ -28,11 +28,11 @@ from static_compiler import report
 from static_compiler.backend import decode as decode_lib
 from static_compiler.backend import kernels
 from static_compiler.backend.decode import search
+from static_compiler.compiler_items import subsets
 from static_compiler.errors import ConstraintSetError, DecodeInputError
 from static_compiler.frontend import datasets
 from static_compiler.item_bits import layer_walk, layers
-from static_compiler.rules import subsets
-from static_compiler.target import plan as plan_lib
+from static_compiler.lowered import plan as plan_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -685,7 +685,7 @@ def test_the_fingerprint_hashes_in_chunks_and_does_not_depend_on_them(monkeypatc
     import io
 
     import static_compiler as sc
-    from static_compiler.rules import subsets as subsets_lib
+    from static_compiler.compiler_items import subsets as subsets_lib
 
     compiled = sc.compile_constraints([[1, 2, 3], [1, 3, 2], [2, 2, 2], [3, 1]], 5, end_token=0)
     monkeypatch.setattr(subsets_lib, "FINGERPRINT_CHUNK_BYTES", 1 << 40)

@@ -1,4 +1,4 @@
-"""The placement rule (`static_compiler.support.placement`): which tables split
+"""The placement rule (`static_compiler.jax_support.placement`): which tables split
 across a mesh axis, the per-device bytes it gives (`layer_stats(devices=)`,
 `show-ir --stats --devices`), and the mesh checks of `serving.load`. The
 decoding side runs on 8 host devices in tests/backend/test_sharded_tables.py."""
@@ -14,7 +14,7 @@ import static_compiler as sc
 from static_compiler import errors, report
 from static_compiler.cli import main
 from static_compiler.frontend import datasets
-from static_compiler.support import placement
+from static_compiler.jax_support import placement
 
 BIG = placement.PACKED_TABLE_ENTRIES + 8  # rows; divisible by 8
 

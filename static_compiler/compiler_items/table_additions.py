@@ -30,14 +30,14 @@ import dataclasses
 
 import numpy as np
 
+from static_compiler.compiler_items.additions import Insertions, LayerInsertion, count_at_most, inserted
 from static_compiler.errors import ConstraintSetError
 from static_compiler.ir import AutomatonSummary, LayerSummary, LayoutKind
-from static_compiler.item_bits.additions import Insertions, LayerInsertion, count_at_most, inserted
+from static_compiler.lowered.tables import EXCEPTION_TABLES, exception_rows
 from static_compiler.support.arrays import PieceArray, materialized, search_sorted, table_array
 from static_compiler.support.dtypes import branch_dtype_for
 from static_compiler.support.mapped import release_pages
 from static_compiler.target.lowering import exception_entries
-from static_compiler.target.tables import EXCEPTION_TABLES, exception_rows
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -21,7 +21,7 @@ import pytest
 from helpers import REPO as ROOT
 
 from static_compiler.errors import CompilationCacheError, StaticCompilerError
-from static_compiler.support import compilation_cache as cc
+from static_compiler.jax_support import compilation_cache as cc
 
 
 def _env(**extra) -> dict:
@@ -108,7 +108,7 @@ def test_a_bad_argument_is_a_typed_error_naming_it(tmp_path, name, value):
 COMPILE_ONE = """
 import json, sys, jax, jax.numpy as jnp
 import static_compiler as sc
-from static_compiler.support import compile_events
+from static_compiler.jax_support import compile_events
 sc.enable_compilation_cache(sys.argv[1])
 jax.block_until_ready(jax.jit(lambda x: jnp.cumsum(x * 3) + 1)(jnp.arange(7)))
 print(json.dumps({"compiled": compile_events.xla_compilations(),
@@ -182,7 +182,7 @@ def test_help_says_where_the_cache_lives(tmp_path):
 def test_main_job_passes_the_choice_to_its_serving_process(monkeypatch):
     from static_compiler.cli import main_job
 
-    assert "static_compiler.support.compilation_cache" in main_job.serving_modules()
+    assert "static_compiler.jax_support.compilation_cache" in main_job.serving_modules()
     seen = []
     monkeypatch.setattr(main_job, "serving_modules", lambda: frozenset())
     monkeypatch.setattr(main_job, "_run_child", lambda cmd: seen.append(cmd) or '{"modules": []}')
