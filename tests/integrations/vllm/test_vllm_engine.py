@@ -20,7 +20,6 @@ from vllm_cases import EOS
 pytest.importorskip("vllm.v1")
 import vllm  # noqa: E402
 
-
 import static_compiler as sc  # noqa: E402
 from static_compiler.integrations.vllm import StaticLogitsProcessor  # noqa: E402
 

@@ -20,10 +20,8 @@ from vllm_cases import condense
 # vllm.v1, not vllm: this folder is a namespace package "vllm" when tests/integrations is on
 # sys.path (the whole suite), so a bare "vllm" would import without vLLM installed
 pytest.importorskip("vllm.v1")
-import vllm  # noqa: E402
-
-
 import torch  # noqa: E402
+import vllm  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
 from vllm.v1.worker.gpu.sample.logits_processor import (  # noqa: E402
     LogitsContext,
