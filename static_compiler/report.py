@@ -101,7 +101,7 @@ def _compiled_stats(obj, devices: Optional[int] = None) -> Optional[list]:
     """`CompiledConstraints.layer_stats(devices)` of `obj`; an Automaton
     whose layers all have layouts is lowered first (to measure its tables);
     None when some layer has no layout."""
-    from static_compiler.compiled import CompiledConstraints
+    from static_compiler.compiled import CompiledConstraints, Lowered
     from static_compiler.target.lowering import lower
 
     if isinstance(obj, CompiledConstraints):
@@ -109,8 +109,7 @@ def _compiled_stats(obj, devices: Optional[int] = None) -> Optional[list]:
     if any(layer.layout is None for layer in obj.layers):
         return None
     plan, tables = lower(obj)
-    return CompiledConstraints(_held_ir=obj, plan=plan, tables=tables,
-                               pipeline="").layer_stats(devices)
+    return CompiledConstraints(Lowered(plan, tables), _held_ir=obj).layer_stats(devices)
 
 
 def layer_rows(obj: Union[Automaton, "CompiledConstraints"],
