@@ -188,6 +188,14 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     `finalize`, over `backend.decode.engine.JaxEngine`),
     restrict it to items with `subset`; `save` writes it as an artifact. Below, V is the vocabulary size and T = `max_length`.
 
+    Its plan and tables, how it was built and what `save` exports are three
+    frozen records (`lowered`, `build`, `export_options`). The names they
+    replace (`MOVED`: tables, placement, device_tables, nbytes,
+    table_bytes_per_device, export_beam_sizes, export_tokens_per_beam,
+    export_subsets, export_priors, pipeline, timings, frontend_stats,
+    last_update) still read until 0.2.0, with a DeprecationWarning naming
+    the record's name to use.
+
     Attributes
     ----------
     lowered : Lowered
@@ -234,12 +242,6 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         removed; subsets carry it.
     attributes : ItemAttributes or None
         Property: the items' attribute columns (`items.attributes`), or None.
-
-    The names these records replace (`MOVED`: tables, placement,
-    device_tables, nbytes, table_bytes_per_device, export_beam_sizes,
-    export_tokens_per_beam, export_subsets, export_priors, pipeline,
-    timings, frontend_stats, last_update) still read until 0.2.0, with a
-    DeprecationWarning naming the record's name to use.
     """
 
     lowered: Lowered
