@@ -213,7 +213,9 @@ def stats_table(obj, markdown: bool = False, devices: Optional[int] = None) -> s
     rows = layer_rows(obj, devices)
     tot = summary(obj, rows)
     columns: tuple[tuple[str, str], ...] = _COLUMNS
-    split = devices is not None and devices > 1 or getattr(obj, "placement", None) is not None
+    lowered = getattr(obj, "lowered", None)  # (an Automaton has none)
+    split = devices is not None and devices > 1 or \
+        lowered is not None and lowered.placement is not None
     if split and tot["bytes"] is not None:
         at = [key for key, _ in columns].index("bytes") + 1
         columns = columns[:at] + (("bytes_per_device", "bytes/dev"),) + columns[at:]

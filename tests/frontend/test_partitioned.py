@@ -303,7 +303,7 @@ def test_a_set_lowered_from_pieces_saves_the_same_artifact_unread(tmp_path):
     np.testing.assert_array_equal(out.tokens, sc.beam_search(want, logits, batch_size=2,
                                                              beam_size=4).tokens)
     assert ir_unread(got)
-    assert "CompiledConstraints(plan=" in repr(got) and ir_unread(got)
+    assert "CompiledConstraints(lowered=Lowered(plan=" in repr(got) and ir_unread(got)
 
 
 def test_array_files_refuse_rows_past_the_shape(tmp_path):
