@@ -42,9 +42,10 @@ def load(path, *, verify_checksums: bool = True,
     Returns
     -------
     CompiledConstraints
-        The saved set, tables as numpy arrays (one dict per layer), one
-        device (no `placement`), `export_subsets` set when the artifact
-        holds an item index.
+        The saved set, tables as numpy arrays (`lowered.tables`, one dict
+        per layer), one device (no `lowered.placement`), the export options
+        its artifact was exported for (`export_options`; `subsets` set when
+        the artifact holds an item index) and its `build.pipeline`.
 
     Raises
     ------
