@@ -476,7 +476,7 @@ def main(argv=None) -> int:
     full = retriever.compile(names, attributes={"promoted": promoted})
     subset = retriever.compile(held)
     print(f"compiled {len(names)} + {len(held)} names in {time.perf_counter() - t0:.2f} s "
-          f"({full.nbytes} + {subset.nbytes} bytes of tables)")
+          f"({full.lowered.nbytes} + {subset.lowered.nbytes} bytes of tables)")
 
     carry = jax.block_until_ready(retriever.carry(held, m))   # prefill compiled here, not timed
     timings = {

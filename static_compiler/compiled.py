@@ -1,11 +1,17 @@
 """`CompiledConstraints`: a compiled constraint set (its automaton, plan and
 tables) and what it does: logits-processor steps, item subsets, updates,
-mesh placement, save. `compiler.compile_constraints` builds one."""
+mesh placement, save. `compiler.compile_constraints` builds one.
+
+Besides its verbs a set keeps three frozen records, so that its own public
+names stay few: `Lowered` (the plan, the tables and where they live),
+`ExportOptions` (what `save` exports) and `BuildInfo` (how this version was
+built). The names they replace keep working until
+`support.deprecation.REMOVED_IN`, with a DeprecationWarning (`MOVED`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
@@ -24,8 +30,150 @@ from static_compiler.lifecycle import next_version
 from static_compiler.lowered.plan import Plan, PlanFacts, tables_nbytes
 from static_compiler.rules.set_view import SetFacts, SetView
 from static_compiler.support.decode_state import check_int, check_processor_state, is_traced
+from static_compiler.support.deprecation import warn_deprecated
 from static_compiler.target.raising import automaton_from_tables, table_head
 from static_compiler.warm import WarmUp
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Lowered:
+    """The set lowered: the plan and the tables the decoders read, and
+    where the tables live.
+
+    `CompiledConstraints.lowered`; what `backend.decode`'s functions take
+    (`plan` and `device_tables`, or the host `tables`). A new version that
+    keeps the tables (`update` by removal) keeps this record, and with it
+    the tables already put on the device.
+
+    Attributes
+    ----------
+    plan : Plan
+        The static decoding plan (hashable).
+    tables : tuple of dict of str to numpy.ndarray
+        One dict of host arrays per layer (see lowered.tables for names,
+        shapes and dtypes).
+    placement : MeshPlacement or None
+        Where the tables live on a device mesh (`CompiledConstraints.shard`),
+        or None for one device.
+    device_tables : tuple of dict of str to jax.Array
+        Property: `tables` on the device (placed by `placement`), put there
+        once.
+    nbytes : int
+        Property: bytes of all tables the decoder reads.
+    """
+
+    plan: Plan
+    tables: tuple
+    placement: Optional[placement_lib.MeshPlacement] = None
+    # the tables on the device once put there: [] before (not a field of the record)
+    _on_device: list = dataclasses.field(default_factory=list, init=False, repr=False,
+                                         compare=False)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all tables the decoder reads."""
+        return tables_nbytes(self.tables)
+
+    @property
+    def device_tables(self):
+        """The tables as jax arrays on the default device (split or
+        replicated by `placement`), put there once."""
+        if not self._on_device:
+            jax = require("jax", "device_tables (the tables on a jax device)", JAX_INSTALL)
+            with jax.ensure_compile_time_eval():  # concrete even when first used under jit
+                if self.placement is None:
+                    placed = jax.device_put(self.tables)
+                else:
+                    placed = tuple({name: self.placement.place((t, name), arr)
+                                    for name, arr in tabs.items()}
+                                   for t, tabs in enumerate(self.tables))
+            self._on_device.append(placed)
+        return self._on_device[0]
+
+    def bytes_per_device(self) -> int:
+        """Bytes of the tables on each device (the largest share: all of
+        them on one device, split ones / D after `CompiledConstraints.shard`),
+        measured on `device_tables`."""
+        import jax
+        return sum(max(shard.data.nbytes for shard in arr.addressable_shards)
+                   for arr in jax.tree_util.tree_leaves(self.device_tables))
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    """What `CompiledConstraints.save` exports: the options
+    `compile_constraints(export_beam_sizes=..., export_tokens_per_beam=...,
+    export_subsets=..., export_priors=...)` was given (checked there), or
+    for a set read back by `load`, what its artifact was exported for.
+
+    Attributes
+    ----------
+    beam_sizes : tuple of int or of int tuples
+        Beam sizes `save` exports a beam_step module for, and beam
+        schedules (one width per step) it exports the modules of.
+    tokens_per_beam : int, tuple or None
+        The tokens_per_beam `save` exports beam_step with.
+    subsets : bool
+        `save` also writes the item index and the modules' subset variants
+        (serving restricts per request).
+    priors : bool
+        `save` also exports the step modules' item-prior variants (serving
+        ranks by item priors: `serving.Artifact.prior`).
+    """
+
+    beam_sizes: tuple = (70,)
+    tokens_per_beam: Optional[int] = None
+    subsets: bool = False
+    priors: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildInfo:
+    """How a version of a set was built: the passes, the time each stage
+    took, what the frontend read and what the `update` that made it did.
+
+    Attributes
+    ----------
+    pipeline : str
+        Canonical spec of the passes that ran (an `update` that compiles
+        anew runs them again).
+    timings : tuple of (str, float)
+        (stage, seconds) pairs: frontend, each pass, lowering, update.
+    frontend_stats : dict
+        The IR the frontend produced, before the passes: {"states": int,
+        "edges": int} (compare with `CompiledConstraints.ir` to see what
+        the passes did, e.g. minimize), and for graph input "graph":
+        `GraphStats.as_dict()` (graph nodes and edges, unreachable and dead
+        nodes dropped, states before and after minimizing), and for a text
+        catalogue "text": names, items, duplicates (names merged into
+        another name's item because they encode to the same tokens),
+        end_token and end_token_from ("argument" or "tokenizer"). Empty
+        for a set read back by `load`.
+    last_update : dict or None
+        What the `update` that made this version did (see
+        `CompiledConstraints.update`), or None.
+    """
+
+    pipeline: str = ""
+    timings: tuple = ()
+    frontend_stats: dict = dataclasses.field(default_factory=dict)
+    last_update: Optional[dict] = None
+
+
+MOVED = {
+    "tables": ("lowered", "tables"), "placement": ("lowered", "placement"),
+    "device_tables": ("lowered", "device_tables"), "nbytes": ("lowered", "nbytes"),
+    "table_bytes_per_device": ("lowered", "bytes_per_device"),
+    "export_beam_sizes": ("export_options", "beam_sizes"),
+    "export_tokens_per_beam": ("export_options", "tokens_per_beam"),
+    "export_subsets": ("export_options", "subsets"),
+    "export_priors": ("export_options", "priors"),
+    "pipeline": ("build", "pipeline"), "timings": ("build", "timings"),
+    "frontend_stats": ("build", "frontend_stats"), "last_update": ("build", "last_update"),
+}
+"""Old public name of `CompiledConstraints` -> (record, its name there):
+each still reads, with a DeprecationWarning, until
+`support.deprecation.REMOVED_IN`."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -40,48 +188,36 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     `finalize`, over `backend.decode.engine.JaxEngine`),
     restrict it to items with `subset`; `save` writes it as an artifact. Below, V is the vocabulary size and T = `max_length`.
 
+    Its plan and tables, how it was built and what `save` exports are three
+    frozen records (`lowered`, `build`, `export_options`). The names they
+    replace (`MOVED`: tables, placement, device_tables, nbytes,
+    table_bytes_per_device, export_beam_sizes, export_tokens_per_beam,
+    export_subsets, export_priors, pipeline, timings, frontend_stats,
+    last_update) still read until 0.2.0, with a DeprecationWarning naming
+    the record's name to use.
+
     Attributes
     ----------
-    plan : Plan
-        The static decoding plan (hashable).
-    tables : tuple of dict of str to numpy.ndarray
-        One dict of arrays per layer (see lowered.tables for names,
-        shapes and dtypes).
-    pipeline : str
-        Canonical spec of the passes that ran.
-    timings : tuple of (str, float)
-        (stage, seconds) pairs: frontend, each pass, lowering.
-    export_beam_sizes : tuple of int or of int tuples
-        Beam sizes `save` exports a beam_step module for, and beam
-        schedules (one width per step) it exports the modules of.
-    export_tokens_per_beam : int, tuple or None
-        The tokens_per_beam `save` exports beam_step with.
-    frontend_stats : dict
-        The IR the frontend produced, before the passes: {"states": int,
-        "edges": int} (compare with `ir` to see what the passes did, e.g.
-        minimize), and for graph input "graph": `GraphStats.as_dict()`
-        (graph nodes and edges, unreachable and dead nodes dropped, states
-        before and after minimizing), and for a text catalogue "text":
-        names, items, duplicates (names merged into another name's item
-        because they encode to the same tokens), end_token and
-        end_token_from ("argument" or "tokenizer").
+    lowered : Lowered
+        The plan and tables the decoders read and where they live:
+        `lowered.tables` (host), `lowered.device_tables`,
+        `lowered.placement` (`shard`), `lowered.nbytes` and
+        `lowered.bytes_per_device()`.
+    build : BuildInfo
+        How this version was built: `build.pipeline`, `build.timings`,
+        `build.frontend_stats`, `build.last_update`.
+    export_options : ExportOptions
+        What `save` exports: `export_options.beam_sizes`,
+        `tokens_per_beam`, `subsets`, `priors` (the export_... options of
+        `compile_constraints`).
     names : NameTable or None
         For a text catalogue, the `items.names.NameTable` mapping token
         sequences back to names (saved as names.jsonl); else None.
     items : ItemIndex or None
         For sequence input, where each input row (an item) ends in the trie
         (`items.index.ItemIndex`), for item subsets; else None.
-    export_subsets : bool
-        `save` also writes the item index and the modules' subset variants
-        (serving restricts per request).
-    export_priors : bool
-        `save` also exports the step modules' item-prior variants (serving
-        ranks by item priors: `serving.Artifact.prior`).
-    last_update : dict or None
-        What the `update` that made this version did.
-    placement : MeshPlacement or None
-        Where the tables live on a device mesh (`shard`), or None for one
-        device.
+    plan : Plan
+        Property: `lowered.plan`, the static decoding plan (hashable).
     ir : Automaton
         Property: the automaton after the pipeline (print it for the text
         dump). A set compiled in memory holds it (private `_held_ir`); a
@@ -101,10 +237,6 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
     max_length : int
         Property: T, the length of decoded token arrays (depth, plus one
         for the end token).
-    nbytes : int
-        Property: bytes of all tables the decoder reads.
-    device_tables : tuple of dict of str to jax.Array
-        Property: `tables` on the device (placed by `placement`), put there once.
     fingerprint : str
         Property: content hash of the automaton and of the items an update
         removed; subsets carry it.
@@ -112,23 +244,15 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         Property: the items' attribute columns (`items.attributes`), or None.
     """
 
-    plan: Plan
-    tables: tuple
-    pipeline: str
-    timings: tuple = ()
-    export_beam_sizes: tuple = (70,)
-    export_tokens_per_beam: Optional[int] = None
-    frontend_stats: dict = dataclasses.field(default_factory=dict)
+    lowered: Lowered
+    build: BuildInfo = BuildInfo()
+    export_options: ExportOptions = ExportOptions()
     names: Optional[NameTable] = None
     items: Optional[ItemIndex] = None
-    export_subsets: bool = False
-    export_priors: bool = False
-    last_update: Optional[dict] = None
-    placement: Optional[placement_lib.MeshPlacement] = None
     _held_ir: Optional[Automaton] = dataclasses.field(default=None, repr=False)
     _summary: Optional[AutomatonSummary] = None
-    # what this set works out on first use (device tables, processors, set view, an IR
-    # read back from the tables ...); not a field of the set: a new version starts empty
+    # what this set works out on first use (processors, set view, an IR read
+    # back from the tables ...); not a field of the set: a new version starts empty
     _computed: "Computed" = dataclasses.field(default_factory=lambda: Computed(), init=False,
                                              repr=False, compare=False)
 
@@ -136,6 +260,23 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         if self._held_ir is None and self._summary is None:
             raise ConstraintSetError("CompiledConstraints: a set without _held_ir is held in "
                                      "its tables and needs the summary of the IR they hold")
+
+    if not TYPE_CHECKING:  # (the type checker still refuses the old names)
+        def __getattr__(self, name: str):
+            """The names `MOVED` into a record: the record's, with a
+            DeprecationWarning naming it (until REMOVED_IN)."""
+            if name not in MOVED:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            record, new = MOVED[name]
+            call = "()" if name == "table_bytes_per_device" else ""
+            warn_deprecated(f"CompiledConstraints.{name}{call}",
+                            f"CompiledConstraints.{record}.{new}{call}")
+            return getattr(getattr(self, record), new)
+
+    @property
+    def plan(self) -> Plan:  # type: ignore[override]  # (PlanFacts: an attribute elsewhere)
+        """The static decoding plan (`lowered.plan`)."""
+        return self.lowered.plan
 
     @property
     def ir(self) -> Automaton:
@@ -148,7 +289,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
             summary = self._summary
             assert summary is not None  # (held_ir or summary: __post_init__)
             self._computed.ir = automaton_from_tables(
-                self.plan, [layer.layout for layer in summary.layers], self.tables,
+                self.plan, [layer.layout for layer in summary.layers], self.lowered.tables,
                 num_final_states=summary.num_final_states, num_sequences=summary.num_sequences,
                 where="compiled tables",
                 counts=[(layer.num_states, layer.num_edges) for layer in summary.layers])
@@ -177,7 +318,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         (t, n) -> a `Layer` of layer t's first n states, read from the tables."""
         if self._held_ir is not None:
             return None
-        return lambda t, n: table_head(self.plan.steps[t], self.tables[t], n)
+        return lambda t, n: table_head(self.plan.steps[t], self.lowered.tables[t], n)
 
     def _new_version(self, **changes) -> "CompiledConstraints":
         """A new version of this set: its fields with `changes` (field name
@@ -187,27 +328,22 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         stays valid (`shard`, `update`)."""
         return dataclasses.replace(self, **changes)
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of all tables the decoder reads."""
-        return tables_nbytes(self.tables)
-
     def layer_stats(self, devices: Optional[int] = None) -> list[dict]:
         """One dict per layer: states, edges, max_branch, mean_branch,
         accepting, targets, layout, k, mixed ("light=l,wide=H" for a mixed
         layout, else None), token/state dtypes, estimated_bytes (cost model),
         bytes (measured tables) and bytes_per_device: what each device
         holds when the tables are split across `devices` devices by the
-        `placement` rule (default: this set's own placement, else one
-        device: all bytes)."""
-        where = self.placement
+        `placement` rule (default: this set's own `lowered.placement`, else
+        one device: all bytes)."""
+        where = self.lowered.placement
         if devices is None:
             devices = 1 if where is None else where.devices
         if isinstance(devices, bool) or not isinstance(devices, (int, np.integer)) or devices < 1:
             raise DecodeInputError(f"layer_stats: devices={devices!r}: expected an int >= 1")
         min_bytes = placement_lib.DEFAULT_MIN_BYTES if where is None else where.min_bytes
         out = []
-        for layer, step, tabs in zip(self.outline.layers, self.plan.steps, self.tables):
+        for layer, step, tabs in zip(self.outline.layers, self.plan.steps, self.lowered.tables):
             st = layer_stats(layer)
             st.update(layout=step.kind, k=step.k, mixed=layer.layout.mixed_text,
                       token_dtype=step.token_dtype,
@@ -219,22 +355,6 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
             out.append(st)
         return out
 
-    @property
-    def device_tables(self):
-        """The tables as jax arrays on the default device, put there once."""
-        cached = self._computed.device_tables
-        if cached is None:
-            jax = require("jax", "device_tables (the tables on a jax device)", JAX_INSTALL)
-            with jax.ensure_compile_time_eval():  # concrete even when first used under jit
-                if self.placement is None:
-                    cached = jax.device_put(self.tables)
-                else:
-                    cached = tuple({name: self.placement.place((t, name), arr)
-                                    for name, arr in tabs.items()}
-                                   for t, tabs in enumerate(self.tables))
-            self._computed.device_tables = cached
-        return cached
-
     def shard(self, mesh, axis: str, min_bytes: int = placement_lib.DEFAULT_MIN_BYTES
               ) -> "CompiledConstraints":
         """This set with its tables placed across `mesh`'s `axis` (D
@@ -242,30 +362,24 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         and for `save`, which then exports modules for this mesh: a table
         of at least `min_bytes` whose first dimension D divides is split
         into D contiguous ranges of rows (states or edges), one per device;
-        the others are replicated (`placement`). Inside jit, XLA partitions
+        the others are replicated (`lowered.placement`). Inside jit, XLA partitions
         each gather from a split table into a local gather and one
         all-reduce, so results are bit-identical to one device. A split
         table is padded to a multiple of D rows that no decode reads
         (`placement.padded`), so any set splits, with or without reserved
-        capacity. `table_bytes_per_device` reports what
-        each device holds."""
-        out = self._new_version(
-            placement=placement_lib.MeshPlacement.of(mesh, axis, self.tables, min_bytes))
+        capacity. `lowered.bytes_per_device()` reports what each device
+        holds."""
+        tables = self.lowered.tables
+        out = self._new_version(lowered=Lowered(
+            self.plan, tables, placement_lib.MeshPlacement.of(mesh, axis, tables, min_bytes)))
         out._computed.set_view = self._set_view  # the same set and items
         return out
-
-    def table_bytes_per_device(self) -> int:
-        """Bytes of the decoder's tables on each device (the largest share:
-        all of them on one device, split ones / D after `shard`)."""
-        import jax
-        return sum(max(shard.data.nbytes for shard in arr.addressable_shards)
-                   for arr in jax.tree_util.tree_leaves(self.device_tables))
 
     # The verbs of every front door: `Decoder`, over this set's engine.
 
     @property
     def _engine(self) -> JaxEngine:
-        return JaxEngine(self.plan, lambda: self.device_tables, self._warmth)
+        return JaxEngine(self.plan, lambda: self.lowered.device_tables, self._warmth)
 
     def beam_step(self, state: decode.BeamState, logits, step, *,
                   subset: Optional[subsets.Subset] = None, subset_index=None,
@@ -310,7 +424,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         if key is not None and key in cache:
             return cache[key]
         live = self._live(subset, subset_index, batch_size, "processor")
-        out = decode.StepProcessor(self.plan, self.device_tables, batch_size, live,
+        out = decode.StepProcessor(self.plan, self.lowered.device_tables, batch_size, live,
                                    removal=self._removal_program(live, batch_size),
                                    counter=self._compile_counter())
         if key is not None:
@@ -327,7 +441,8 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         state = check_processor_state(state, where)  # named as the decoder names it
         live = self._live(subset, subset_index, state.node.shape[0], where)
         with self._counting():
-            return decode.accept_drafts(self.plan, self.device_tables, state, drafts, step, live)
+            return decode.accept_drafts(self.plan, self.lowered.device_tables, state, drafts, step,
+                                        live)
 
     @property
     def _set_view(self) -> SetView:
@@ -337,7 +452,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         what it built."""
         view = self._computed.set_view
         if view is None:
-            plan, tables = self.plan, self.tables
+            plan, tables = self.plan, self.lowered.tables
             digests = self._computed.table_digests  # (a set read back: no table hashed)
             trie = (lambda ir=self._held_ir: ir) if self._held_ir is not None else \
                 (lambda summary=self._summary: subsets.TableTrie.of(plan, summary, tables))
@@ -362,11 +477,11 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         are written straight into new tables of the same plan
         (`table_additions`: the version is held in its tables), and so
         every compiled program stays the same; otherwise the merged trie is
-        compiled anew once, and `last_update["grew"]` says why (one line
+        compiled anew once, and `build.last_update["grew"]` says why (one line
         per layer that did not fit). Subsets made before an
         update are refused by the new version.
 
-        `last_update`: {"removed", "already_removed", "absent"} for
+        `build.last_update`: {"removed", "already_removed", "absent"} for
         removals (sequences not in the set are counted, not an error; a
         token outside the vocabulary or, in a fixed-length set, a row of
         another length is one), and
@@ -380,8 +495,7 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
         (add names by compiling anew); AttributeColumnError for attributes
         missing, unknown or malformed, or given without additions."""
         version = next_version.updated(self, add=add, remove=remove, attributes=attributes)
-        if add is None:  # the same tables and set: share what was computed
-            version._computed.device_tables = self._computed.device_tables
+        if add is None:  # the same tables (`lowered`, kept) and set: share what was computed
             version._computed.set_view = self._set_view.version(version.items)
         version._computed.warmth = self._warmth()  # (one count: `compilations`)
         version._set_view.base_subset()  # computed now, so the next decode only reads it

@@ -12,7 +12,7 @@ import time
 from typing import Optional
 
 from static_compiler.backend import decode
-from static_compiler.compiled import CompiledConstraints
+from static_compiler.compiled import BuildInfo, CompiledConstraints, ExportOptions, Lowered
 from static_compiler.compiler_items import subsets
 from static_compiler.decode_calls import beam_search_over, decode_over
 from static_compiler.errors import ConstraintSetError, DecodeInputError
@@ -114,8 +114,9 @@ def compile_constraints(constraints, vocab_size: Optional[int] = None, *,
     Returns
     -------
     CompiledConstraints
-        The compiled set: its IR, plan and tables (numpy), pipeline,
-        timings and export options.
+        The compiled set: its IR, its plan and tables (`lowered`), how it
+        was built (`build`: pipeline, timings, frontend_stats) and what
+        `save` exports (`export_options`).
 
     Raises
     ------
@@ -146,23 +147,25 @@ def compile_constraints(constraints, vocab_size: Optional[int] = None, *,
     passes = pipeline_lib.parse_pipeline(spec)
     if capacity is not None:
         passes = pipeline_lib.with_capacity(passes, capacity)
-    options = dict(pipeline=pipeline_lib.format_pipeline(passes),
-                   export_beam_sizes=check_export_beam_sizes(export_beam_sizes),
-                   export_tokens_per_beam=export_tokens_per_beam,
-                   export_subsets=bool(export_subsets), export_priors=bool(export_priors))
+    export = ExportOptions(beam_sizes=check_export_beam_sizes(export_beam_sizes),
+                           tokens_per_beam=export_tokens_per_beam,
+                           subsets=bool(export_subsets), priors=bool(export_priors))
     t0 = time.perf_counter()
     with inputs.read_input(constraints, vocab_size, end_token=end_token, start=start,
                            tokenizer=tokenizer, spellings=spellings,
                            export_subsets=export_subsets,
                            check_tables=pipeline_lib.partial_budget_check(passes)) as front:
         timings = [("frontend", time.perf_counter() - t0)]
-        return _compiled(front, passes, timings, dict(options, frontend_stats=front.stats),
+        build = BuildInfo(pipeline=pipeline_lib.format_pipeline(passes),
+                          frontend_stats=front.stats)
+        return _compiled(front, passes, timings, build, export,
                          print_ir_after_all=print_ir_after_all, verify_each=verify_each,
                          stream=stream if stream is not None else sys.stderr,
                          attributes=attributes)
 
 
-def _compiled(front: inputs.FrontendOutput, passes, timings: list, options: dict, *,
+def _compiled(front: inputs.FrontendOutput, passes, timings: list, build: BuildInfo,
+              export: ExportOptions, *,
               print_ir_after_all: bool, verify_each: bool, stream,
               attributes=None) -> CompiledConstraints:
     """The one path from the frontend's output, whatever the input kind:
@@ -171,8 +174,8 @@ def _compiled(front: inputs.FrontendOutput, passes, timings: list, options: dict
     if front.ir is None:
         if not print_ir_after_all and all(p.layout_only or p.name == "verify" for p in passes):
             assert front.files is not None  # (a partitioned build's merged layers)
-            return _compiled_from_pieces(front.built, front.files, passes, timings, options,
-                                         attributes)
+            return _compiled_from_pieces(front.built, front.files, passes, timings, build,
+                                         export, attributes)
         front = front.merged()  # passes that read the arrays (minimize, printing the IR)
     assert front.ir is not None
     items = _with_attributes(front.items, attributes)  # (checked before the passes run)
@@ -184,10 +187,11 @@ def _compiled(front: inputs.FrontendOutput, passes, timings: list, options: dict
     t0 = time.perf_counter()
     plan, tables = lower(ir)
     timings.append(("lower", time.perf_counter() - t0))
-    if options["export_subsets"]:
+    if export.subsets:
         subsets.check_subsettable(ir, items, "export_subsets=True")
-    return CompiledConstraints(_held_ir=ir, plan=plan, tables=tables, timings=tuple(timings),
-                               names=front.names, items=items, **options)
+    return CompiledConstraints(Lowered(plan, tables),
+                               dataclasses.replace(build, timings=tuple(timings)), export,
+                               names=front.names, items=items, _held_ir=ir)
 
 
 def _with_attributes(items, attributes):
@@ -203,8 +207,8 @@ def _with_attributes(items, attributes):
         attributes, items.num_items, "compile_constraints(attributes=...)"))
 
 
-def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, options: dict,
-                          attributes=None) -> CompiledConstraints:
+def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, build: BuildInfo,
+                          export: ExportOptions, attributes=None) -> CompiledConstraints:
     """A partitioned build compiled without its merged trie: the layout
     passes plan over the partitions' summed summaries (each part was
     verified where it was built), then every layer is lowered piece by
@@ -219,10 +223,11 @@ def _compiled_from_pieces(built, files: ArrayFiles, passes, timings: list, optio
     built.say(f"lowered: {tables_nbytes(tables) / 2**20:.1f} MiB of tables and "
               f"{items.row_item.nbytes / 2**20:.1f} MiB of item index written, "
               f"{timings[-1][1]:.1f} s")
-    if options["export_subsets"]:
+    if export.subsets:
         subsets.check_subsettable(planned, items, "export_subsets=True")
-    return CompiledConstraints(_summary=planned, plan=plan, tables=tables,
-                               timings=tuple(timings), items=items, **options)
+    return CompiledConstraints(Lowered(plan, tables),
+                               dataclasses.replace(build, timings=tuple(timings)), export,
+                               items=items, _summary=planned)
 
 
 def _check_compiled(compiled, where: str) -> None:

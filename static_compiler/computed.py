@@ -1,5 +1,5 @@
-"""`Computed`: what a `CompiledConstraints` works out on first use (device
-tables, processors, its set view, an IR read back from its tables), held
+"""`Computed`: what a `CompiledConstraints` works out on first use
+(processors, its set view, an IR read back from its tables), held
 apart from the frozen fields that are the set."""
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ class Computed:
     out on first use, held in one explicit object: `shard` and `update`
     hand a new version the parts that stay valid for it.
 
-    device_tables: the tables as jax arrays (`device_tables`), or None;
     processors: batch size -> `StepProcessor` without a subset;
     set_view: the `SetView` (fingerprint, trie, bit layout, base subset), or None;
     removal_specs: batch size -> the removal-aware program's spec, None for a
@@ -32,7 +31,6 @@ class Computed:
       (`CompiledConstraints.ir`), or None.
     """
 
-    device_tables: Optional[tuple] = None
     processors: dict = dataclasses.field(default_factory=dict)
     set_view: Optional[SetView] = None
     removal_specs: Any = NOT_YET

@@ -43,7 +43,7 @@ def decode_over(compiled, decoder, where: str, args: tuple, batch_size: int, sub
         check_rows(batch_size)
     live = compiled._live(subset, subset_index, batch_size, where)
     with compiled._counting():
-        return decoder(compiled.plan, compiled.device_tables, *args, batch_size=batch_size,
+        return decoder(compiled.plan, compiled.lowered.device_tables, *args, batch_size=batch_size,
                        subset=live, also_compile=compiled._removal_program(live, batch_size),
                        **sizes, **options)
 

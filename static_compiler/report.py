@@ -101,7 +101,7 @@ def _compiled_stats(obj, devices: Optional[int] = None) -> Optional[list]:
     """`CompiledConstraints.layer_stats(devices)` of `obj`; an Automaton
     whose layers all have layouts is lowered first (to measure its tables);
     None when some layer has no layout."""
-    from static_compiler.compiled import CompiledConstraints
+    from static_compiler.compiled import CompiledConstraints, Lowered
     from static_compiler.target.lowering import lower
 
     if isinstance(obj, CompiledConstraints):
@@ -109,8 +109,7 @@ def _compiled_stats(obj, devices: Optional[int] = None) -> Optional[list]:
     if any(layer.layout is None for layer in obj.layers):
         return None
     plan, tables = lower(obj)
-    return CompiledConstraints(_held_ir=obj, plan=plan, tables=tables,
-                               pipeline="").layer_stats(devices)
+    return CompiledConstraints(Lowered(plan, tables), _held_ir=obj).layer_stats(devices)
 
 
 def layer_rows(obj: Union[Automaton, "CompiledConstraints"],
@@ -214,7 +213,9 @@ def stats_table(obj, markdown: bool = False, devices: Optional[int] = None) -> s
     rows = layer_rows(obj, devices)
     tot = summary(obj, rows)
     columns: tuple[tuple[str, str], ...] = _COLUMNS
-    split = devices is not None and devices > 1 or getattr(obj, "placement", None) is not None
+    lowered = getattr(obj, "lowered", None)  # (an Automaton has none)
+    split = devices is not None and devices > 1 or \
+        lowered is not None and lowered.placement is not None
     if split and tot["bytes"] is not None:
         at = [key for key, _ in columns].index("bytes") + 1
         columns = columns[:at] + (("bytes_per_device", "bytes/dev"),) + columns[at:]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from static_compiler.compiled import CompiledConstraints
+from static_compiler.compiled import BuildInfo, CompiledConstraints, ExportOptions, Lowered
 from static_compiler.item_bits.liveness import warm_kernels_in_background
 
 
@@ -42,9 +42,10 @@ def load(path, *, verify_checksums: bool = True,
     Returns
     -------
     CompiledConstraints
-        The saved set, tables as numpy arrays (one dict per layer), one
-        device (no `placement`), `export_subsets` set when the artifact
-        holds an item index.
+        The saved set, tables as numpy arrays (`lowered.tables`, one dict
+        per layer), one device (no `lowered.placement`), the export options
+        its artifact was exported for (`export_options`; `subsets` set when
+        the artifact holds an item index) and its `build.pipeline`.
 
     Raises
     ------
@@ -87,8 +88,9 @@ def compiled_from_snapshot(snap) -> CompiledConstraints:
         warm_kernels_in_background()
     names = snapshot.read_names(snap)
     compiled = CompiledConstraints(
-        _summary=summary, plan=plan, tables=tables, pipeline=manifest.pipeline, names=names,
-        items=items, export_subsets=items is not None, **export_options(manifest))
+        Lowered(plan, tables), BuildInfo(pipeline=manifest.pipeline),
+        ExportOptions(subsets=items is not None, **export_options(manifest)),
+        names=names, items=items, _summary=summary)
     # the tables' file checksums are their digests (`subsets.set_fingerprint`):
     # its fingerprint then reads no table
     compiled._computed.table_digests = {

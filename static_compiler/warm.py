@@ -213,7 +213,7 @@ class _CompiledPaths(JaxPaths):
             calls.append((decode.search.sample_compiles, (model, self.sample_key),
                           dict(pick(_options_of(decode.sample)), batch_size=B)))
         for planner, args, kwargs in calls:  # (checks the options now)
-            jobs.extend(planner(compiled.plan, compiled.device_tables, *args,
+            jobs.extend(planner(compiled.plan, compiled.lowered.device_tables, *args,
                                 subsets=(None,) + specs, **kwargs))
         return jobs
 

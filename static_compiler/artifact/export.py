@@ -54,17 +54,18 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
     Returns {name: (jax.export.Exported, argument names, result names)} in
     the order `save` writes them."""
     plan: Plan = compiled.plan
-    keys = fmt.table_keys(compiled.tables)
-    num_layers = len(compiled.tables)
+    lowered = compiled.lowered
+    keys = fmt.table_keys(lowered.tables)
+    num_layers = len(lowered.tables)
     n = len(keys)
     # On a mesh (`compiled.shard`) the modules are exported for it: split
     # tables (row pointers padded) along its axis, every other argument
     # replicated; jax.export records the shardings and the device count.
-    where = getattr(compiled, "placement", None)
+    where = lowered.placement
     spec = functools.partial(_spec, sharding=None if where is None else where.sharding(None))
 
     def table_spec(t, k):
-        arr = compiled.tables[t][k]
+        arr = lowered.tables[t][k]
         if where is None:
             return _spec(arr.shape, arr.dtype)
         return _spec(where.shape((t, k), arr.shape), arr.dtype, where.sharding((t, k), arr.ndim))
@@ -80,14 +81,14 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
     unflatten = functools.partial(fmt.unflatten_tables, keys, num_layers)
     # name -> (function of (args, LiveMask or None), specs, argument names, result names)
     base = {}
-    inits, steps = fmt.beam_modules(compiled.export_beam_sizes)
+    inits, steps = fmt.beam_modules(compiled.export_options.beam_sizes)
     for M in inits:
         def init(a, subset, M=M):  # noqa: ARG001 (every module takes the subset)
             return tuple(decode.init_beam_state(plan, a[0].shape[0], M, a[0]))
 
         base[fmt.beam_module_name("init", M)] = (init, [spec((b,), jnp.int32)],
                                                  ["start_tokens"], state_names)
-    priors = getattr(compiled, "export_priors", False)
+    priors = compiled.export_options.priors
     prior_spec = spec((prior_size(plan),), jnp.float32)
     for M, W in steps:  # one step from M beams keeping W (W != M: a schedule's resize)
         state_specs = [spec((b, M, T), jnp.int32), spec((b, M), jnp.float32)] + \
@@ -127,7 +128,7 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
 
     modules = {name: (export(lambda *a, fn=fn: fn(a, None), specs), names, results)
                for name, (fn, specs, names, results) in base.items()}
-    if getattr(compiled, "export_subsets", False):
+    if compiled.export_options.subsets:
         live_w, ends_w = decode.live.subset_widths(plan)
         sub_specs = [spec((r, w), jnp.uint32) for w in live_w] + \
             [spec((r, w), jnp.uint32) for w in ends_w if w is not None] + [spec((b,), jnp.int32)]

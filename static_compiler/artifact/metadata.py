@@ -33,7 +33,7 @@ def set_metadata(compiled) -> dict[str, object]:
     for t, (stats, layer) in enumerate(zip(compiled.layer_stats(), ir.layers)):
         layers.append({**stats, "branch_counts": [int(c) for c in layer.branch_counts()],
                        "layout_text": layer.layout.to_text(),
-                       "tables": sorted(compiled.tables[t])})
+                       "tables": sorted(compiled.lowered.tables[t])})
     return {"vocab_size": plan.vocab_size, "max_length": plan.max_length, "depth": plan.depth,
             "end_token": plan.end_token, "num_sequences": ir.num_sequences,
             "num_final_states": ir.num_final_states,
@@ -119,12 +119,13 @@ def export_caps(compiled) -> tuple[Optional[int], ...]:
     of export_tokens_per_beam), after checking export_beam_sizes (ints and
     beam schedules of max_length steps); raises
     DecodeInputError naming the export option that is wrong."""
-    check_export_beam_sizes(compiled.export_beam_sizes, compiled.plan.max_length)
-    if getattr(compiled, "export_priors", False) and not compiled.export_subsets:
+    export = compiled.export_options
+    check_export_beam_sizes(export.beam_sizes, compiled.plan.max_length)
+    if export.priors and not export.subsets:
         raise DecodeInputError("export_priors=True needs export_subsets=True (the items and "
                                "their attributes)")
     try:
-        return check_tokens_per_beam(compiled.export_tokens_per_beam, compiled.plan.max_length)
+        return check_tokens_per_beam(export.tokens_per_beam, compiled.plan.max_length)
     except DecodeInputError as e:
         raise DecodeInputError(f"export_tokens_per_beam: {e}") from None
 
@@ -142,31 +143,29 @@ def export_plan(compiled) -> dict:
     priors, so a later `re-export` exports what a save with modules would
     have (`export_options` reads it back)."""
     caps = export_caps(compiled)
-    sizes = check_export_beam_sizes(compiled.export_beam_sizes, compiled.plan.max_length)
+    sizes = check_export_beam_sizes(compiled.export_options.beam_sizes, compiled.plan.max_length)
     return {"beam_sizes": tuple(m for m in sizes if isinstance(m, int)),
             "beam_schedules": tuple(m for m in sizes if not isinstance(m, int)),
             "tokens_per_beam": tuple(caps),
-            "priors": bool(getattr(compiled, "export_priors", False))}
+            "priors": bool(compiled.export_options.priors)}
 
 
 def export_options(manifest) -> dict:
-    """The export options (`CompiledConstraints` fields export_beam_sizes,
-    export_tokens_per_beam, export_priors) of the set a manifest was saved
-    from: what its modules were exported for, or a tables-only artifact's
+    """The export options (`compiled.ExportOptions` fields beam_sizes,
+    tokens_per_beam, priors) of the set a manifest was saved from: what its modules were exported for, or a tables-only artifact's
     export plan (`export_plan`; DEFAULT_BEAM_SIZES where it records none)."""
     plan = manifest.export_plan
     if manifest.tables_only and plan is not None:
-        return {"export_beam_sizes": plan["beam_sizes"] + plan["beam_schedules"],
-                "export_tokens_per_beam": tokens_per_beam_option(plan["tokens_per_beam"]),
-                "export_priors": plan["priors"]}
+        return {"beam_sizes": plan["beam_sizes"] + plan["beam_schedules"],
+                "tokens_per_beam": tokens_per_beam_option(plan["tokens_per_beam"]),
+                "priors": plan["priors"]}
     if manifest.tables_only:
-        return {"export_beam_sizes": DEFAULT_BEAM_SIZES, "export_tokens_per_beam": None,
-                "export_priors": False}
+        return {"beam_sizes": DEFAULT_BEAM_SIZES, "tokens_per_beam": None, "priors": False}
     caps = next((m.tokens_per_beam for m in manifest.modules.values()
                  if m.tokens_per_beam is not None), None)
-    return {"export_beam_sizes": manifest.beam_sizes() + manifest.beam_schedules,
-            "export_tokens_per_beam": tokens_per_beam_option(caps),
-            "export_priors": manifest.exports_priors}
+    return {"beam_sizes": manifest.beam_sizes() + manifest.beam_schedules,
+            "tokens_per_beam": tokens_per_beam_option(caps),
+            "priors": manifest.exports_priors}
 
 
 def tokens_per_beam_option(caps) -> Optional[object]:

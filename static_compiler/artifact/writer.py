@@ -190,7 +190,7 @@ def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str,
     item_files = None
     items = getattr(compiled, "items", None)
     attributes = None if items is None else items.attributes
-    if getattr(compiled, "export_subsets", False):
+    if compiled.export_options.subsets:
         item_files = {}
         for key in fmt.ITEM_ARRAYS:
             arr = getattr(compiled.items, key)
@@ -210,8 +210,8 @@ def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str,
                                "artifact keeps with its item index: compile with "
                                "export_subsets=True")
     tables = []
-    for t, name in fmt.table_keys(compiled.tables):
-        arr = compiled.tables[t][name]
+    for t, name in fmt.table_keys(compiled.lowered.tables):
+        arr = compiled.lowered.tables[t][name]
         rel = fmt.table_file(t, name)
         files[rel] = NpyFile(arr)
         tables.append(TableEntry(t, name, rel, tuple(arr.shape), str(arr.dtype)))
@@ -220,18 +220,19 @@ def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str,
         mesh, subset_bits = reuse_modules.manifest.mesh, reuse_modules.manifest.subset_bits
         schedules = reuse_modules.manifest.beam_schedules
     else:
-        where = getattr(compiled, "placement", None)
+        where = compiled.lowered.placement
         mesh = None if where is None else where.to_json()
         subset_bits = fmt.SUBSET_BITS[-1]
         entries, cc, versions, schedules = {}, None, (None, None, None), ()
         if modules:
             entries, cc, versions = exporter().exported_modules(compiled, caps, files)
-            schedules = tuple(s for s in compiled.export_beam_sizes if not isinstance(s, int))
+            schedules = tuple(s for s in compiled.export_options.beam_sizes
+                              if not isinstance(s, int))
     fields = dict(
         jax_version=versions[0], jaxlib_version=versions[1], exported_at=versions[2],
         calling_convention_version=cc, platforms=fmt.PLATFORMS if entries else (),
         batch_dim=fmt.BATCH_DIM,
-        pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.pipeline,
+        pad_token=PAD_TOKEN, sentinel_score=SENTINEL_SCORE, pipeline=compiled.build.pipeline,
         **set_metadata(compiled), tables=tuple(tables), modules=entries,
         names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files, mesh=mesh,
         subset_bits=subset_bits, beam_schedules=schedules,
@@ -478,9 +479,10 @@ def reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
     until `files` are written), hard-linked into `files` (`LinkedFile`),
     after checking that they take `compiled`'s tables."""
     path, manifest = reuse.path, reuse.manifest
-    tables = [ArraySpec("", placed_shape(manifest.mesh, t, k, compiled.tables[t][k].shape),
-                        str(compiled.tables[t][k].dtype))
-              for t, k in fmt.table_keys(compiled.tables)]
+    host = compiled.lowered.tables
+    tables = [ArraySpec("", placed_shape(manifest.mesh, t, k, host[t][k].shape),
+                        str(host[t][k].dtype))
+              for t, k in fmt.table_keys(host)]
     for name, entry in manifest.modules.items():
         took = [(a.shape, a.dtype) for a in entry.args if a.name.startswith("table:")]
         if took and took != [(a.shape, a.dtype) for a in tables]:

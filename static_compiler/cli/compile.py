@@ -113,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
                                            export_priors=args.export_priors,
                                            capacity=args.capacity, stream=log,
                                            attributes=attributes)
-    for stage, seconds in compiled.timings:
+    for stage, seconds in compiled.build.timings:
         log.write(f"[compile]   {stage:<16s} {seconds:8.3f} s\n")
-    text = compiled.frontend_stats.get("text")
+    text = compiled.build.frontend_stats.get("text")
     if text is not None:
         log.write(f"[compile] {text['names']} names -> {text['items']} items ({text['duplicates']} "
                   f"names share another name's tokens), end token {text['end_token']}\n")
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         compiled = compiled.shard(mesh, axes[-1][0])
         log.write(f"[compile] tables split across {axes[-1][0]!r}: "
                   f"{sum(r['bytes_per_device'] for r in compiled.layer_stats())} bytes per "
-                  f"device of {compiled.nbytes}\n")
+                  f"device of {compiled.lowered.nbytes}\n")
     modules = False if args.tables_only else installed("jax")
     with progress("export + save" if modules else "save (tables only)", log):
         path = compiled.save(args.output, overwrite=args.force, modules=modules)
@@ -132,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
         "tables only (no modules: `static-compiler re-export` adds them)"
     sys.stdout.write(f"wrote {path}: {compiled.outline.num_sequences} sequences, vocab "
                      f"{compiled.vocab_size}, max length {compiled.max_length}, "
-                     f"{compiled.nbytes} table bytes, {held}, "
-                     f"pipeline {compiled.pipeline}\n")
+                     f"{compiled.lowered.nbytes} table bytes, {held}, "
+                     f"pipeline {compiled.build.pipeline}\n")
     return 0
 
 

@@ -150,7 +150,7 @@ def run(config: MainJobConfig, out: Optional[TextIO] = None) -> int:
                                    export_beam_sizes=(config.beam_size,),
                                    export_tokens_per_beam=config.tokens_per_beam)
     build_seconds = time.perf_counter() - t0
-    stages = ", ".join(f"{name} {sec:.3f} s" for name, sec in compiled.timings)
+    stages = ", ".join(f"{name} {sec:.3f} s" for name, sec in compiled.build.timings)
     w(f"compile  {compiled.outline.num_sequences} unique sequences in {build_seconds:.2f} s ({stages})")
     w()
     w(report.stats_table(compiled).rstrip())

@@ -16,7 +16,7 @@ acyclic; `frontend.graph` lays it out by depth (a node reached with 3 or 5
 tokens is two states) and merges equivalent states.
 
 Cost, on the peers bench's catalogues (tools/bench/peers.py, V = 16384
-byte-level BPE; the states are ``compiled.frontend_stats["graph"]``): at
+byte-level BPE; the states are ``compiled.build.frontend_stats["graph"]``): at
 1e3 / 1e4 / 1e5 names the layered graph has 140k / 1.01M / 9.33M states,
 merged to 92k / 445k / 2.56M (22x / 16x / 7.7x the canonical trie's
 states, 52x / 44x / 25x its edges), with as many steps as the longest name

@@ -52,7 +52,8 @@ def updated(compiled, *, add=None, remove=None, attributes=None, streamed: bool 
         removed, removal = subsets.removal(items, remove, new._set_view.trie)
         report.update(removal)
         items = dataclasses.replace(items, removed=removed)
-    return new._new_version(items=items, last_update=report)
+    return new._new_version(items=items,
+                            build=dataclasses.replace(new.build, last_update=report))
 
 
 def _removal_over(remove, before: int, after: int):
@@ -113,7 +114,7 @@ def _with_additions(compiled, items, add, streamed: bool = False):
         new_items = new_items.materialized()
         ir = additions.merge_placed(trie, placed, new_items.num_unique).ir
         bare = ir.with_layers(layer.replace(layout=None) for layer in ir.layers)
-        ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(compiled.pipeline))
+        ir = pipeline_lib.run_pipeline(bare, pipeline_lib.parse_pipeline(compiled.build.pipeline))
         plan, tables = lower(ir)
         held_as = dict(_held_ir=ir, _summary=None)
     else:  # written into tables of the same plan: every compiled program stays
@@ -121,14 +122,15 @@ def _with_additions(compiled, items, add, streamed: bool = False):
         if plan != compiled.plan:  # fit_problems checks what lowering records
             raise ConstraintSetError(f"update: internal error: the merged set fits but "
                                      f"lowers to another plan ({plan} != {compiled.plan})")
-        tables = table_additions.merged_tables(compiled.tables, compiled.outline, merged, placed,
-                                               lazy=streamed)
+        tables = table_additions.merged_tables(compiled.lowered.tables, compiled.outline, merged,
+                                               placed, lazy=streamed)
         held_as = dict(_held_ir=None, _summary=merged.summary)
     report = dict(report, grew=problems)
-    where = compiled.placement
+    where = compiled.lowered.placement
     if where is not None:  # grown tables may split differently
         where = placement_lib.MeshPlacement.of(where.mesh, where.axis, tables, where.min_bytes)
-    new = compiled._new_version(plan=plan, tables=tables, items=new_items, placement=where,
-                               **held_as,
-                               timings=compiled.timings + (("update", time.perf_counter() - t0),))
+    timings = compiled.build.timings + (("update", time.perf_counter() - t0),)
+    lowered = dataclasses.replace(compiled.lowered, plan=plan, tables=tables, placement=where)
+    new = compiled._new_version(lowered=lowered, items=new_items, **held_as,
+                               build=dataclasses.replace(compiled.build, timings=timings))
     return new, report

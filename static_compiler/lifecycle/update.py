@@ -187,7 +187,7 @@ def update_artifact(path, *, add=None, remove=None, mesh=None, attributes=None,
                 new = new.shard(mesh, where.axis, where.min_bytes)
             require_current(snap)  # a writer that skips the lock swapped nothing in
             tables_only = not snap.manifest.modules  # (saved without jax: stays so)
-            report = dict(new.last_update, modules="none" if tables_only else
+            report = dict(new.build.last_update, modules="none" if tables_only else
                           "reused" if reuse else "exported")
             save_locked(new, path, overwrite=True, reuse_modules=reuse,
                         modules=not tables_only, made=Made("update", report, keep_versions))

@@ -171,7 +171,8 @@ def reexport_artifact(path, *, mesh=None, beam_sizes=None) -> dict:
                     "the set with other export_beam_sizes instead)")
             compiled = _read_back_placed(snap, mesh, "re-export")
             if beam_sizes is not None:
-                compiled = compiled._new_version(export_beam_sizes=tuple(beam_sizes))
+                compiled = compiled._new_version(export_options=dataclasses.replace(
+                    compiled.export_options, beam_sizes=tuple(beam_sizes)))
             upgraded = manifest.format_version != fmt.FORMAT_VERSION or bool(snap.compat)
             if upgraded:
                 _export_anew(snap, compiled, "re-export")
@@ -204,7 +205,7 @@ def _rewrite_modules(snap: Snapshot, compiled) -> None:
     old_modules = {e.file for e in manifest.modules.values()}
     entries = {rel: e for rel, e in manifest.files.items() if rel not in old_modules}
     entries.update({rel: FileEntry.of_bytes(data) for rel, data in files.items()})
-    schedules = tuple(s for s in compiled.export_beam_sizes if not isinstance(s, int))
+    schedules = tuple(s for s in compiled.export_options.beam_sizes if not isinstance(s, int))
     new = dataclasses.replace(manifest, modules=modules, calling_convention_version=cc,
                               platforms=fmt.PLATFORMS, beam_schedules=schedules, export_plan=None,
                               jax_version=versions[0], jaxlib_version=versions[1],

@@ -178,7 +178,7 @@ class TorchConstraints(PlanFacts, Decoder):
                                    "CompiledConstraints of sc.compile_constraints")
         device = checks.check_device(device, "TorchConstraints.from_compiled")
         # (the view is shared: one trie, layout and base subset)
-        return cls(torch_plan(view.facts), torch_tables(compiled.tables, device), view,
+        return cls(torch_plan(view.facts), torch_tables(compiled.lowered.tables, device), view,
                    device=device, names=compiled.names)
 
     # The verbs: `Decoder`'s, with the options of this backend

@@ -99,7 +99,7 @@ def test_after_warm_a_removal_and_a_fitting_addition_compile_nothing(warmed):
     removed = c.update(remove=np.arange(len(rows)) % 3 == 0)
     calls(removed)
     added = removed.update(add=items(20, seed=9))
-    assert added.last_update["grew"] == []
+    assert added.build.last_update["grew"] == []
     calls(added, stacked=sc.stack_subsets([added.subset(rows[1:40]), added.subset(rows[200:])]))
     assert xla_compilations() == before
     assert added.compilations() == own  # (versions share their set's count)

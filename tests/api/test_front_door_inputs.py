@@ -309,7 +309,7 @@ OTHER_CASES = {  # one call each: (entry, what is wrong)
 
 
 NOT_WALKED = {  # public methods with no argument to get wrong, or internal to sc.*
-    "CompiledConstraints": {"table_bytes_per_device", "compilations"},
+    "CompiledConstraints": {"compilations"},
     "Artifact": {"reload", "compilations"},  # (only a bool flag, read as truthy; no argument)
     "StepProcessor": {"init_processor"},
 }
@@ -478,7 +478,7 @@ def test_a_jitted_advance_narrows_wide_tokens_on_the_device(doors):
 def test_prefix_mask_reads_a_wide_token_as_outside_the_vocabulary(doors):
     """`prefix_mask` (no checks: a token outside [0, V) allows nothing)."""
     prefixes = np.array([[2 ** 32 + 1], [1]], np.int64)
-    ok = np.asarray(prefix_mask(doors.c.plan, doors.c.device_tables, prefixes))
+    ok = np.asarray(prefix_mask(doors.c.plan, doors.c.lowered.device_tables, prefixes))
     assert not ok[0].any() and np.flatnonzero(ok[1]).tolist() == [2, 4]
 
 

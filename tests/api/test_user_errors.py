@@ -42,7 +42,7 @@ def test_bad_export_beam_sizes_are_refused_when_compiling(sizes):
 
 def test_export_beam_sizes_accept_any_sequence_of_ints():
     assert sc.compile_constraints([[0, 1]], 3,
-                                  export_beam_sizes=np.array([2, 4])).export_beam_sizes == (2, 4)
+                                  export_beam_sizes=np.array([2, 4])).export_options.beam_sizes == (2, 4)
 
 
 @pytest.mark.parametrize("key", [0, np.zeros(3, np.uint32), "seed"])

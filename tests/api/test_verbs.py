@@ -17,15 +17,19 @@ torch backend (`TorchConstraints`), speak one verb family, declared in
   torch's beam scores (torch's log_softmax is not XLA's in the last bit;
   tests/torch_backend/test_torch_beam.py) and the compiled search's (one fused program
   rather than a step at a time), compared to float32 rounding;
-* the one deprecated form left (torch's ``mask(state, step)``) warns with a
-  DeprecationWarning naming the verb to use and the release and date it
-  goes, and still returns what that verb returns; the old names that were
-  only spellings of a verb are gone;
+* the compiled set's own names are few: its records (`lowered`, `build`,
+  `export_options`) hold the rest, their names pinned (`RECORDS`);
+* the deprecated forms left (torch's ``mask(state, step)``, the compiled
+  set's names moved into its records: `compiled.MOVED`) warn with a
+  DeprecationWarning naming what to use and the release and date it goes,
+  and still return what that gives; the old names that were only
+  spellings of a verb are gone;
 * bad input to a new verb is one of the library's typed errors.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import tomllib
@@ -42,6 +46,7 @@ from helpers import REPO
 
 import static_compiler as sc
 from static_compiler import contract, serving
+from static_compiler.compiled import MOVED
 from static_compiler.errors import ArtifactFormatError, DecodeInputError, StaticCompilerError
 from static_compiler.support.deprecation import REMOVED_IN
 from static_compiler.torch_backend import TorchConstraints
@@ -238,20 +243,14 @@ OWN = {
         "accept_drafts": "speculative decoding over the set (docs/decoding.md)",
         "processor": "the step programs of one batch size (docs/decoding.md)",
         "save": "writes the artifact", "update": "a new version: removals, additions",
-        "shard": "tables split across a mesh", "placement": "the mesh placement it has",
+        "shard": "tables split across a mesh", "item_index": "the items of sequences",
+        "items": "its item index", "plan": "the plan the decoders read (docs/integrations.md)",
         "ir": "the set's IR", "ir_text": "the IR printed",
         "outline": "the IR without its arrays (docs/billion-scale.md)",
-        "layer_stats": "bytes per layer", "nbytes": "the tables' bytes",
-        "table_bytes_per_device": "the tables' bytes per device (a mesh)",
-        "device_tables": "the tables on the device (docs/decoding.md)",
-        "plan": "the plan the decoders read (docs/integrations.md)",
-        "tables": "the host tables beside `plan` (backend.decode's functions take the pair)",
-        "pipeline": "the passes it was compiled with",
-        "timings": "seconds per compile stage", "frontend_stats": "the input's counts",
-        "items": "its item index", "item_index": "the items of sequences",
-        "last_update": "what the last update did",
-        "export_beam_sizes": "what save exports", "export_priors": "what save exports",
-        "export_subsets": "what save exports", "export_tokens_per_beam": "what save exports",
+        "layer_stats": "states, edges and bytes per layer (docs/compiling.md)",
+        "lowered": "one record: plan, host and device tables, placement, their bytes",
+        "build": "one record: pipeline, timings, frontend_stats, last_update",
+        "export_options": "one record: what save exports (compile_constraints' export_...)",
     },
     "Artifact": {
         "reload": "the version now on disk", "path": "where it was loaded from",
@@ -290,6 +289,25 @@ def test_a_built_doors_instance_attributes_are_the_contracts_or_its_own(fixed, d
     door, own = fixed[door_name], set(OWN[door_name])
     held = _public(vars(door))
     assert held and held <= set(CONTRACT) | own, (door_name, held - set(CONTRACT) - own)
+
+
+# The compiled set's records: their public names, pinned as the doors' are.
+RECORDS = {
+    "lowered": {"plan", "tables", "placement", "device_tables", "nbytes", "bytes_per_device"},
+    "build": {"pipeline", "timings", "frontend_stats", "last_update"},
+    "export_options": {"beam_sizes", "tokens_per_beam", "subsets", "priors"},
+}
+
+
+@pytest.mark.parametrize("record", sorted(RECORDS))
+def test_every_public_name_of_a_compiled_sets_record_is_listed(fixed, record):
+    """The records that keep the compiled set's own names few are frozen
+    and grow only by a reviewed diff here."""
+    value = getattr(fixed["CompiledConstraints"], record)
+    assert _public(dir(value)) == RECORDS[record], record
+    field = next(iter(RECORDS[record] & {f.name for f in dataclasses.fields(value)}))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(value, field, None)
 
 
 def test_a_new_public_attribute_on_an_instance_is_caught(fixed):
@@ -481,6 +499,50 @@ def test_torch_mask_of_state_and_step_warns_with_its_release_and_returns_allowed
             old = call()
         assert old.dtype == torch.bool
         _same({"old": old, "new": tc.allowed_tokens(state, 1)}, "torch.mask(state, step)")
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_a_compiled_sets_name_moved_into_a_record_warns_and_reads_the_records(fixed, old):
+    """Each name `compiled.MOVED` lists still reads until REMOVED_IN: a
+    DeprecationWarning naming the record's name and the release and date it
+    goes (pointing at the caller's line), then the record's value."""
+    compiled = fixed["CompiledConstraints"]
+    record, new = MOVED[old]
+    call = "()" if callable(getattr(getattr(compiled, record), new)) else ""
+    with pytest.warns(DeprecationWarning, match=re.escape(
+            f"CompiledConstraints.{old}{call} is deprecated and will be removed in {REMOVED_IN}: "
+            f"use CompiledConstraints.{record}.{new}{call}")) as caught:
+        got = getattr(compiled, old)
+    assert len(caught) == 1 and caught[0].filename == __file__
+    want = getattr(getattr(compiled, record), new)
+    if call:
+        assert got() == want()
+    else:
+        assert got is want or got == want
+    assert old not in dir(compiled) and not hasattr(type(compiled), old)
+
+
+def test_a_name_neither_public_nor_moved_is_an_attribute_error_without_a_warning(fixed):
+    compiled = fixed["CompiledConstraints"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        with pytest.raises(AttributeError, match="'CompiledConstraints' object has no attribute "
+                                                 "'export_beams'"):
+            compiled.export_beams  # noqa: B018
+        assert not hasattr(compiled, "_tables")
+
+
+def test_the_moved_names_read_the_same_on_a_new_version(fixed):
+    """A version `update` or `shard` made reads the old names from its own
+    records: its last update, its placement (none here) and tables."""
+    compiled = fixed["CompiledConstraints"]
+    version = compiled.update(remove=np.arange(len(SETS["fixed"]["rows"])) == 0)
+    with pytest.warns(DeprecationWarning, match="use CompiledConstraints.build.last_update"):
+        assert version.last_update == version.build.last_update == \
+            {"removed": 1, "already_removed": 0, "absent": 0}
+    assert version.lowered is compiled.lowered  # (removal: the same tables, on the device once)
+    with pytest.warns(DeprecationWarning, match="use CompiledConstraints.lowered.placement"):
+        assert version.placement is None
 
 
 REMOVED = {  # old spellings removed before the first release (CHANGELOG.md, 0.1.0)

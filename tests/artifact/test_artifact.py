@@ -66,7 +66,7 @@ def test_modules_are_multi_platform_batch_polymorphic_and_callback_free(saved):
     manifest = manifest_of(path)
     num_tables = len(manifest["tables"])
     names = set(manifest["modules"])
-    sizes = compiled.export_beam_sizes
+    sizes = compiled.export_options.beam_sizes
     assert names == {"mask", "advance"} | {f"{k}_m{m}" for m in sizes for k in ("init", "beam_step")}
     for name, conv in manifest["modules"].items():
         exported = jax.export.deserialize(bytearray((path / conv["file"]).read_bytes()))
@@ -138,7 +138,7 @@ def test_manifest_records_the_set_versions_and_every_file(saved):
     assert (m["vocab_size"], m["max_length"], m["end_token"]) == (
         compiled.vocab_size, compiled.max_length, compiled.plan.end_token)
     assert m["num_sequences"] == compiled.ir.num_sequences
-    assert m["pipeline"] == compiled.pipeline
+    assert m["pipeline"] == compiled.build.pipeline
     assert [layer["layout_text"] for layer in m["layers"]] == [
         layer.layout.to_text() for layer in compiled.ir.layers]
     on_disk = files_of(path)
@@ -155,7 +155,7 @@ def test_tables_load_memory_mapped_and_equal_the_compiled_ones(saved):
     for entry in manifest_of(path)["tables"]:
         arr = np.load(path / entry["file"], mmap_mode="r")
         assert isinstance(arr, np.memmap)
-        want = compiled.tables[entry["layer"]][entry["name"]]
+        want = compiled.lowered.tables[entry["layer"]][entry["name"]]
         assert arr.dtype == want.dtype and np.array_equal(arr, want)
 
 
@@ -169,7 +169,8 @@ def test_same_input_gives_the_same_bytes(small):
 def test_bad_export_options_are_rejected(tmp_path, sizes, tpb):
     compiled = compile_constraints(SMALL, 8, export_beam_sizes=(3,))
     import dataclasses
-    bad = dataclasses.replace(compiled, export_beam_sizes=sizes, export_tokens_per_beam=tpb)
+    bad = dataclasses.replace(compiled, export_options=dataclasses.replace(
+        compiled.export_options, beam_sizes=sizes, tokens_per_beam=tpb))
     with pytest.raises(DecodeInputError, match="export_"):
         artifact.save(bad, tmp_path / "x")
     assert not (tmp_path / "x").exists() and not list(tmp_path.iterdir())
@@ -285,7 +286,7 @@ def test_read_automaton_rebuilds_the_compiled_ir(saved):
 def _roundtrip(sequences, vocab_size, end_token=None, pipeline=None):
     compiled = compile_constraints(sequences, vocab_size, end_token=end_token, pipeline=pipeline)
     meta = json.loads(json.dumps(artifact.set_metadata(compiled)))  # as in the manifest
-    ir = artifact.automaton_from_metadata(meta, compiled.tables)
+    ir = artifact.automaton_from_metadata(meta, compiled.lowered.tables)
     assert ir == compiled.ir
     tokens, lengths = enumerate_sequences(ir)
     got = sorted(tuple(int(t) for t in row[:n]) for row, n in zip(tokens, lengths))
@@ -320,7 +321,7 @@ def test_tables_decode_back_to_the_set_ragged(data, layout, minimize):
 
 def test_corrupt_tables_with_valid_checksums_fail_verification():
     compiled = compile_constraints(SMALL, 8, pipeline="verify,choose-layout{force=csr},pack-dtypes")
-    tables = [dict(layer) for layer in compiled.tables]
+    tables = [dict(layer) for layer in compiled.lowered.tables]
     indptr = tables[1]["indptr"].copy()
     indptr[-1] += 5  # row pointers past the end of the token array
     tables[1]["indptr"] = indptr

@@ -47,7 +47,7 @@ def test_saved_tables_read_back_as_the_set(compiled, tmp_path, capsys):
     assert manifest["platforms"] == [] and manifest["exported_at"] is None
     assert not (path / "modules").exists()
     back = sc.load(path, check_automaton=True)
-    assert back.export_beam_sizes == (4,)  # the export plan the manifest records
+    assert back.export_options.beam_sizes == (4,)  # the export plan the manifest records
     prefixes = _rows(0)[:, :2]
     assert np.array_equal(np.asarray(back.allowed(prefixes)), np.asarray(compiled.allowed(prefixes)))
     with pytest.raises(ArtifactVersionError, match=r"holds tables only.*static-compiler re-export"):
@@ -175,7 +175,7 @@ def test_re_export_exports_the_beam_sizes_and_caps_the_set_was_saved_for(tmp_pat
     assert _manifest(path)["modules"] == {}
     assert plan == {"beam_sizes": [3, 5], "beam_schedules": [], "tokens_per_beam": [None, 2, 2],
                     "priors": False}
-    assert sc.load(path).export_tokens_per_beam == 2
+    assert sc.load(path).export_options.tokens_per_beam == 2
     code, out, err = run_cli(capsys, "re-export", path)
     assert code == 0, err
     assert _module_records(path) == _module_records(want)
@@ -236,7 +236,7 @@ def test_an_older_tables_only_artifact_re_exports_beam_size_70(compiled, tmp_pat
     """One saved before format version 15 records no plan: the default."""
     path = compiled.save(tmp_path / "t.sc", modules=False)
     edit_manifest(path, lambda m: (m.update(format_version=14), m.pop("export_plan")))
-    assert sc.load(path).export_beam_sizes == (70,)
+    assert sc.load(path).export_options.beam_sizes == (70,)
     sc.reexport_artifact(path)
     assert serving.load(path).beam_sizes == (70,)
     assert _manifest(path)["format_version"] == fmt.FORMAT_VERSION

@@ -155,7 +155,7 @@ def test_beam_step_keeps_the_width_asked_for():
         np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(want.tokens))
     state = decode.init_beam_state(compiled.plan, 2, 2)
     logits, _ = logits_fn(state.last_tokens, 0, None)
-    assert decode.beam_step(compiled.plan, compiled.device_tables, state, logits, 0,
+    assert decode.beam_step(compiled.plan, compiled.lowered.device_tables, state, logits, 0,
                             beam_size=6).node.shape == (2, 6)
 
 

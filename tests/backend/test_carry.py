@@ -195,7 +195,7 @@ def test_runs_of_similar_steps_compile_as_one_loop():
     assert sum(len(s) for s in segments) == 12 and max(len(s) for s in segments) >= 6
     jaxpr = jax.make_jaxpr(lambda t: decode.beam_search(
         compiled.plan, t, params_model, batch_size=1, beam_size=70, tokens_per_beam=30,
-        params={"table": jnp.zeros((50, 50))}))(compiled.device_tables)
+        params={"table": jnp.zeros((50, 50))}))(compiled.lowered.device_tables)
     assert "scan" in str(jaxpr) or "while" in str(jaxpr)  # fori_loop with fixed bounds: a scan
 
 

@@ -45,7 +45,7 @@ def zeros_model(last_tokens, step, carry):
 def lowered_search(compiled) -> str:
     fn = jax.jit(lambda t: decode.beam_search(compiled.plan, t, zeros_model, batch_size=1,
                                               beam_size=M))
-    return fn.lower(compiled.device_tables).as_text()
+    return fn.lower(compiled.lowered.device_tables).as_text()
 
 
 def regions(text: str) -> int:
@@ -69,7 +69,7 @@ def test_a_long_unpackable_run_groups_into_few_kernels():
     switches over its distinct kernels: fewer than 12 groups at any L."""
     for length in (32, 256):
         compiled = issue_set(length)
-        plan, tables = compiled.plan, compiled.device_tables
+        plan, tables = compiled.plan, compiled.lowered.device_tables
         caps = (None,) * plan.max_length
         live = decode.search.live_beam_bounds(plan, M)
         runs = step_segments(plan, caps, live, M, tables)
@@ -83,7 +83,7 @@ def test_a_long_unpackable_run_groups_into_few_kernels():
 
 def test_groups_respect_the_stack_bound(monkeypatch):
     compiled = issue_set(64)
-    plan, tables = compiled.plan, compiled.device_tables
+    plan, tables = compiled.plan, compiled.lowered.device_tables
     run = tuple(range(10, 40))  # unary steps, 200 entries each
     assert len(kernels.run_groups(plan, tables, run)) == 1
     groups = kernels.run_groups(plan, tables, run, limit=1000)
@@ -120,7 +120,7 @@ def per_step_switch(monkeypatch):
 
 
 def grouped_runs(compiled) -> int:
-    plan, tables = compiled.plan, compiled.device_tables
+    plan, tables = compiled.plan, compiled.lowered.device_tables
     runs = step_segments(plan, (None,) * plan.max_length, (None,) * plan.max_length, 5, tables)
     return sum(isinstance(run_inputs(plan, tables, None, r)[0], kernels.GroupedRun)
                for r in runs if len(r) > 1)
@@ -205,7 +205,7 @@ def test_beam_step_switch_with_grouped_runs_matches_the_oracle():
     vocab = 5
     items = tail_set(rng, 20, 16, vocab, end_token=0)
     compiled = oracle.compile_set(items, vocab, "dense_rows", 0)
-    plan, tables = compiled.plan, compiled.device_tables
+    plan, tables = compiled.plan, compiled.lowered.device_tables
     runs = step_segments(plan, (None,) * plan.max_length, (None,) * plan.max_length, 4, tables)
     assert any(isinstance(run_inputs(plan, tables, None, r, kernels.PACK_MAX_ENTRIES)[0],
                           kernels.GroupedRun) for r in runs if len(r) > 1)
@@ -231,7 +231,7 @@ def test_grouped_mask_and_advance_switch_equal_the_static_steps(layout, end_toke
     vocab = 6
     items = tail_set(rng, 20, 8, vocab, end_token=end_token)
     compiled = oracle.compile_set(items, vocab, layout, end_token)
-    plan, tables = compiled.plan, compiled.device_tables
+    plan, tables = compiled.plan, compiled.lowered.device_tables
     assert kernels.group_run(plan, tables, tuple(range(plan.max_length)),
                              kernels.PACK_MAX_ENTRIES) is not None
     chosen = np.zeros(len(items), bool)
@@ -264,7 +264,7 @@ def test_the_exported_switches_do_not_grow_with_the_length():
     """`beam_step` and `mask` at a traced step (the switch path of the
     exported modules): the same few kernels at L = 32 and L = 128."""
     def texts(compiled):
-        plan, tables = compiled.plan, compiled.device_tables
+        plan, tables = compiled.plan, compiled.lowered.device_tables
         state = decode.init_beam_state(plan, 1, 8)
         pstate = decode.init_processor_state(2)
         step = jax.jit(lambda t, s, x, i: decode.beam_step(plan, t, s, x, i)).lower(

@@ -478,7 +478,7 @@ def test_beam_search_inside_user_jit():
                                                       [21, 22], 3))
     for s, c in ((items, compiled), (other, other_compiled)):
         assert c.plan == compiled.plan
-        assert_matches(user_fn_tables(c.tables, carry),
+        assert_matches(user_fn_tables(c.lowered.tables, carry),
                        oracle.beam_search(oracle.ConstraintSet(s, 3), model, [21, 22], 3))
 
 
@@ -497,7 +497,7 @@ def test_custom_loop_with_traced_step_matches_oracle():
         carry = model.init_carry(seeds, 5)
         for t in range(compiled.max_length):
             logits, carry = model(state.last_tokens, t, carry)
-            state = step_fn(compiled.device_tables, state, logits, jnp.int32(t))
+            state = step_fn(compiled.lowered.device_tables, state, logits, jnp.int32(t))
             carry = dict(carry, h=jnp.take_along_axis(carry["h"], state.parent, axis=1))
         assert_matches(decode.finalize(state),
                        oracle.beam_search(oracle.ConstraintSet(items, 8, 0), model, seeds, 5, 2))
@@ -544,7 +544,7 @@ def test_bad_arguments_are_rejected(small, kwargs, match):
 def test_beam_step_out_of_range_is_rejected(small, step):
     state = decode.init_beam_state(small.plan, 1, 2)
     with pytest.raises(DecodeInputError, match=rf"beam_step: step={step} must be an int in \[0, 2\)"):
-        decode.beam_step(small.plan, small.tables, state, jnp.zeros((1, 2, 3)), step)
+        decode.beam_step(small.plan, small.lowered.tables, state, jnp.zeros((1, 2, 3)), step)
 
 
 def test_non_callable_logits_fn_is_rejected(small):
@@ -597,7 +597,7 @@ def test_exception_bounds_of_older_artifacts_decode_and_read_back_alike(packed, 
     compiled = sc.compile_constraints(
         rows, 9, pipeline="verify,choose-layout{force=near_unary},pad-branches,pack-dtypes")
     old = []
-    for step, tabs in zip(compiled.plan.steps, compiled.tables):
+    for step, tabs in zip(compiled.plan.steps, compiled.lowered.tables):
         tabs = dict(tabs)
         if step.kind == "near_unary":
             starts = tabs.pop("ex_starts").astype(np.int64)
@@ -605,13 +605,14 @@ def test_exception_bounds_of_older_artifacts_decode_and_read_back_alike(packed, 
             tabs["ex_bounds"] = np.stack([starts, ends], axis=1).astype(step.state_dtype)
         old.append(tabs)
     assert any("ex_bounds" in tabs for tabs in old)
-    older = dataclasses.replace(compiled, tables=current_tables(old))
-    assert not any("ex_bounds" in tabs for tabs in older.tables)
-    for a, b, step in zip(compiled.tables, older.tables, compiled.plan.steps):
+    older = dataclasses.replace(compiled, lowered=dataclasses.replace(compiled.lowered,
+                                                                tables=current_tables(old)))
+    assert not any("ex_bounds" in tabs for tabs in older.lowered.tables)
+    for a, b, step in zip(compiled.lowered.tables, older.lowered.tables, compiled.plan.steps):
         np.testing.assert_array_equal(row_pointers(step.kind, a, step.num_states),
                                       row_pointers(step.kind, b, step.num_states))
     layouts = [layer.layout for layer in compiled.ir.layers]
-    assert automaton_from_tables(compiled.plan, layouts, older.tables,
+    assert automaton_from_tables(compiled.plan, layouts, older.lowered.tables,
                                  num_final_states=compiled.ir.num_final_states,
                                  num_sequences=compiled.ir.num_sequences) == compiled.ir
     from static_compiler.backend import kernels

@@ -63,7 +63,7 @@ def test_switch_functions_live_in_their_modules_and_equal_the_verb(ended_set, na
     with pytest.raises(AttributeError, match=name):
         getattr(decode, name)
     assert name not in dir(decode)
-    plan, tables = ended_set.plan, ended_set.device_tables
+    plan, tables = ended_set.plan, ended_set.lowered.device_tables
     if name == "beam_step_switch":
         args = (decode.init_beam_state(plan, 1, 2), jnp.zeros((1, 2, 4)), jnp.int32(1))
     elif name == "mask_switch":
@@ -80,7 +80,7 @@ def test_switch_functions_live_in_their_modules_and_equal_the_verb(ended_set, na
 def test_beam_step_is_bit_identical_for_a_static_and_a_traced_step(ended_set, with_subset):
     """One verb, both kinds of step: the same states at every step (a
     per-step cap schedule reads the same for both; a subset too)."""
-    plan, tables = ended_set.plan, ended_set.device_tables
+    plan, tables = ended_set.plan, ended_set.lowered.device_tables
     chosen = np.asarray([True, False, True, True])
     live = decode.live.subset_live_mask(ended_set.subset(chosen), ended_set.fingerprint,
                                         None, 2, "test") if with_subset \
@@ -99,7 +99,7 @@ def test_beam_step_is_bit_identical_for_a_static_and_a_traced_step(ended_set, wi
 
 
 def test_beam_step_takes_live_beams_with_a_static_step_only(ended_set):
-    plan, tables = ended_set.plan, ended_set.device_tables
+    plan, tables = ended_set.plan, ended_set.lowered.device_tables
     state, logits = decode.init_beam_state(plan, 1, 2), jnp.zeros((1, 2, 4))
     decode.beam_step(plan, tables, state, logits, 0, live_beams=1)
     with pytest.raises(DecodeInputError, match=r"live_beams=1 needs a static step"):

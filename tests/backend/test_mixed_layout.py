@@ -54,7 +54,7 @@ def test_mixed_children_keep_each_beams_best_children_on_both_paths(kind, light_
                                                                     keep):
     compiled = _compile(kind, light_k, wide_slots, seed=light_k)
     layer, t = compiled.ir.layers[1], 1
-    sp, tables = compiled.plan.steps[t], compiled.device_tables[t]
+    sp, tables = compiled.plan.steps[t], compiled.lowered.device_tables[t]
     assert sp.light_k == light_k and sp.k > light_k
     width = min(keep, sp.k)
     fn = jax.jit(functools.partial(decode.candidates.mixed_children, sp, keep=keep))

@@ -95,7 +95,7 @@ def test_packed_table_lists_what_each_kernel_lists(case, seed):
                  if steps[j - 1] - steps[i] == j - 1 - i]  # consecutive steps
     # The longest stretches, and the last step alone (the extra one if any).
     runs = tuple(sorted(stretches, key=len, reverse=True)[:3] + [steps[-1:]])
-    for run, rows in zip(runs, _rows_of(plan, compiled.device_tables, runs)):
+    for run, rows in zip(runs, _rows_of(plan, compiled.lowered.device_tables, runs)):
         for t, (got, got_acc, want, want_acc) in zip(run, rows):
             assert _edges(got) == _edges(want), f"step {t} of run {run}"
             if end is not None:
@@ -107,7 +107,7 @@ def test_run_inputs_pack_only_small_runs_without_dense_rows(monkeypatch):
     rng = np.random.default_rng(0)
     items = oracle.random_set(rng, 60, 4, 16)
     compiled = oracle.compile_set(items, 16, "near_unary")
-    plan, tables = compiled.plan, compiled.device_tables
+    plan, tables = compiled.plan, compiled.lowered.device_tables
     assert isinstance(run_inputs(plan, tables, None, (1, 2, 3))[0], kernels.PackedRun)
     assert run_inputs(plan, tables, None, (2,))[0] is tables  # one step: its own kernel
     entries = kernels.packed_entries(plan, tables, (1, 2, 3))
@@ -116,7 +116,7 @@ def test_run_inputs_pack_only_small_runs_without_dense_rows(monkeypatch):
     monkeypatch.setattr(kernels, "PACK_MAX_ENTRIES", entries - 1)
     assert run_inputs(plan, tables, None, (1, 2, 3))[0] is tables
     dense = oracle.compile_set(items, 16, "dense_rows")
-    assert kernels.packed_entries(dense.plan, dense.device_tables, (1, 2)) is None
+    assert kernels.packed_entries(dense.plan, dense.lowered.device_tables, (1, 2)) is None
 
 
 @pytest.mark.parametrize("family, layout", [(name, layout) for name, fam in FAMILIES.items()
@@ -168,7 +168,7 @@ def test_packable_steps_share_one_run_whatever_their_widths_and_live_bounds():
     rng = np.random.default_rng(3)
     items = oracle.random_ragged_set(rng, 30, 5, 9, end_token=0)
     compiled = oracle.compile_set(items, 9, "csr", 0)
-    plan, tables = compiled.plan, compiled.device_tables
+    plan, tables = compiled.plan, compiled.lowered.device_tables
     live = decode.search.live_beam_bounds(plan, 12)
     caps = (None,) * plan.max_length
     assert len(set(live)) > 1
@@ -182,6 +182,6 @@ def test_packable_steps_share_one_run_whatever_their_widths_and_live_bounds():
 def test_a_step_with_another_cap_starts_a_new_run():
     rng = np.random.default_rng(4)
     compiled = oracle.compile_set(oracle.random_set(rng, 40, 4, 8), 8, "csr")
-    plan, tables = compiled.plan, compiled.device_tables
+    plan, tables = compiled.plan, compiled.lowered.device_tables
     caps = (None, 2, 2, None)
     assert step_segments(plan, caps, (None,) * 4, 5, tables) == ((0,), (1, 2), (3,))

@@ -98,7 +98,7 @@ def test_allowed_under_jit_matches_eager():
     last = compiled.max_length - 1  # CI: the root, one step in, the last step
     for t in range(last + 1) if PROFILE == "slow" else (0, 1, last):
         prefixes = prefixes_of_length(cset, rng, t, 12)
-        np.testing.assert_array_equal(np.asarray(jitted(compiled.device_tables, prefixes)),
+        np.testing.assert_array_equal(np.asarray(jitted(compiled.lowered.device_tables, prefixes)),
                                       np.asarray(compiled.allowed(prefixes)))
 
 
@@ -107,7 +107,7 @@ def test_traced_out_of_range_tokens_allow_nothing():
     compiled = oracle.compile_set(items, V, "default", end_token)
     jitted = jax.jit(functools.partial(decode.allowed, compiled.plan))
     prefix = np.asarray([items[0][:2], [V, items[0][1]], [-1, 0]], np.int32)
-    got = np.asarray(jitted(compiled.device_tables, prefix))
+    got = np.asarray(jitted(compiled.lowered.device_tables, prefix))
     assert got[0].any() and not got[1:].any()
 
 

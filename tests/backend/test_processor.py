@@ -116,7 +116,7 @@ def test_mask_and_advance_under_jit_and_with_a_traced_step():
     walk_and_check(compiled, cset, rng, jit_mask, jit_advance, compiled.init_processor)
     switch_mask = jax.jit(functools.partial(decode.mask, plan))
     switch_advance = jax.jit(functools.partial(decode.advance, plan))
-    tables = compiled.device_tables
+    tables = compiled.lowered.device_tables
     for _ in range(3):
         walk_and_check(compiled, cset, rng,
                        lambda x, s, t: switch_mask(tables, x, s, jnp.int32(t)),
@@ -144,7 +144,7 @@ def test_past_the_end_a_traced_step_appends_nothing(end_token):
     every other row invalid (no sequence of the set is that long)."""
     items = [(1, 2), (2, 1)] if end_token is None else [(1,), (1, 2)]
     compiled = oracle.compile_set(items, 3, end_token=end_token)
-    plan, tables = compiled.plan, compiled.device_tables
+    plan, tables = compiled.plan, compiled.lowered.device_tables
     state = compiled.init_processor(2)
     walk = [[1, 2], [2, 1]] if end_token is None else [[1, 1], [0, 2]]  # row 0 ends, row 1 not
     for step, tokens in enumerate(walk):

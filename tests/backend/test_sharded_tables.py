@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent("""
                                      + t[..., None] * 0.37), c)
     out = {}
     for name, compiled in sets.items():
-        whole = compiled.table_bytes_per_device()
+        whole = compiled.lowered.bytes_per_device()
         decoded = DECODED if not full else [(D, caps) for D in (1, 2, 4, 8)
                                                   for caps in (None, 3)]
         runs = {caps: sc.beam_search(compiled, model, batch_size=2, beam_size=6,
@@ -60,7 +60,7 @@ SCRIPT = textwrap.dedent("""
                                      tokens_per_beam=caps)
                 same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(got, want))
                 out[f"{name} D={D} caps={caps}"] = same
-            out[f"{name} D={D} bytes"] = split.table_bytes_per_device() / whole
+            out[f"{name} D={D} bytes"] = split.lowered.bytes_per_device() / whole
             out[f"{name} D={D} rule"] = sum(st["bytes_per_device"]
                                             for st in split.layer_stats()) / whole
     # every layout: each forced where it can serve a layer (csr, near_unary,
@@ -79,7 +79,7 @@ SCRIPT = textwrap.dedent("""
                         for st in compiled.plan.steps})
         out[f"layouts {kinds} caps=3"] = all(np.array_equal(np.asarray(a), np.asarray(b))
                                               for a, b in zip(got, want))
-        out[f"layouts {kinds} split"] = len(split.placement.split)
+        out[f"layouts {kinds} split"] = len(split.lowered.placement.split)
     print(json.dumps(out))
 """)
 
@@ -178,7 +178,7 @@ EXPORT_SCRIPT = textwrap.dedent("""
             ref = compiled.mask(jnp.asarray(logits), compiled.init_processor(B), 0)
             out[key + " mask"] = bool(np.array_equal(np.asarray(got), np.asarray(ref)))
             out[key + " bytes"] = (sum(max(s.data.nbytes for s in a.addressable_shards)
-                                       for a in art._tables) / split.table_bytes_per_device())
+                                       for a in art._tables) / split.lowered.bytes_per_device())
             out[key + " on mesh"] = all(len(a.sharding.device_set) == D for a in art._tables)
             # XLA partitions the module's gathers: all-reduces, no table gathered whole
             module = art._modules[f"beam_step_m{M}"]

@@ -54,7 +54,7 @@ def test_compile_logs_every_stage_with_its_time(tmp_path, capsys):
                              "--vocab-size", 16, "--beam-sizes", 2, "--print-ir-after-all")
     assert code == 0
     compiled = compile_constraints(SIDS[:20], 16)
-    for stage, _ in compiled.timings:
+    for stage, _ in compiled.build.timings:
         assert re.search(rf"\[compile\]\s+{re.escape(stage)}\s+\d+\.\d+ s", err), stage
     assert re.search(r"\[export \+ save\] done in \d+\.\d+ s", err)
     assert "// ----- IR after pack-dtypes -----" in err
@@ -73,7 +73,7 @@ def test_compile_text_and_jsonl_inputs(tmp_path, capsys, fmt):
                                pipeline="verify,choose-layout{memory-budget=1MiB},split-heavy,"
                                         "pad-branches,pack-dtypes")
     assert artifact.read_automaton(tmp_path / "a") == want.ir
-    assert serving.read_manifest(tmp_path / "a").pipeline == want.pipeline
+    assert serving.read_manifest(tmp_path / "a").pipeline == want.build.pipeline
     code, out, _ = run_cli(capsys, "verify", tmp_path / "a", "--input", src)
     assert code == 0 and out.endswith("6 unique input sequences: OK\n")
 

@@ -170,7 +170,7 @@ def test_a_valid_sequence_not_in_the_set_is_still_counted(sids_art, tmp_path, ca
 def test_removing_minus_one_padded_rows_of_a_variable_length_set():
     compiled = sc.compile_constraints(PADDED, 8, end_token=0, export_subsets=True)
     v2 = compiled.update(remove=np.array([[4, -1, -1], [1, 2, -1], [1, 7, -1]]))
-    assert v2.last_update == {"removed": 2, "already_removed": 0, "absent": 1}
+    assert v2.build.last_update == {"removed": 2, "already_removed": 0, "absent": 1}
     with pytest.raises(ConstraintSetError, match=r"removed sequence 0, position 1: holds the end "
                                                  r"token 0"):
         compiled.update(remove=[[1, 0]])

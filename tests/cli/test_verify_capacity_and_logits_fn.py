@@ -112,8 +112,8 @@ def test_a_huge_finite_capacity_is_bounded_by_what_each_depth_can_hold():
     compiled = sc.compile_constraints([(1, 2), (2, 3)], 4, capacity=1e308)
     caps = [layer.layout.states_capacity for layer in compiled.ir.layers]
     assert caps == [1, 4]
-    assert compiled.update(add=[(3, 3), (0, 1)]).last_update["grew"] == []
-    assert sc.compile_constraints([(1, 2), (2, 3)], 4, capacity=2).pipeline.count("growth=2.0")
+    assert compiled.update(add=[(3, 3), (0, 1)]).build.last_update["grew"] == []
+    assert sc.compile_constraints([(1, 2), (2, 3)], 4, capacity=2).build.pipeline.count("growth=2.0")
 
 
 @pytest.mark.parametrize("value", ["inf", "nan", "0.5"])

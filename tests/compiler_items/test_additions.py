@@ -105,7 +105,7 @@ def test_added_items_take_the_next_ids_and_item_index_finds_them():
     old = [(0, 1), (1, 1), (0, 1), (0, 2)]
     c = sc.compile_constraints(old, 3, capacity=2.0)
     v = c.update(add=[(2, 2), (0, 1), (1, 0)])
-    assert v.last_update == {"added": 2, "already_present": 1, "restored": 0, "grew": []}
+    assert v.build.last_update == {"added": 2, "already_present": 1, "restored": 0, "grew": []}
     np.testing.assert_array_equal(v.item_index([(0, 1), (1, 1), (0, 2), (2, 2), (1, 0),
                                                 (2, 0)]), [0, 1, 3, 4, 6, -1])
     assert v.items.num_items == 7 and v.ir.num_sequences == 5
@@ -151,7 +151,7 @@ def test_added_items_decode_like_the_oracle_with_the_same_program(name, layout):
                                  compiled.max_length), "before")
     programs = search._beam_search.compilations()
     version = compiled.update(add=extra)
-    assert version.last_update["grew"] == []
+    assert version.build.last_update["grew"] == []
     assert version.plan == compiled.plan
     everything = base + extra
     assert_matches(decode(version, model, seeds, case),
@@ -171,9 +171,10 @@ def test_an_addition_past_the_capacity_compiles_anew_and_says_why():
     compiled = sc.compile_constraints(base, case.vocab, capacity=1.0)
     more = oracle.random_set(rng, 40, 4, case.vocab)
     version = compiled.update(add=more)
-    assert version.last_update["grew"] and "exceed the capacity" in version.last_update["grew"][0]
+    grew = version.build.last_update["grew"]
+    assert grew and "exceed the capacity" in grew[0]
     assert version.plan != compiled.plan
-    assert "reserve-capacity{growth=1.0}" in version.pipeline
+    assert "reserve-capacity{growth=1.0}" in version.build.pipeline
     verify(version.ir)
     model = oracle.HashModel(case.vocab, dup=40)
     assert_matches(decode(version, model, [1, 2], case),
@@ -184,7 +185,7 @@ def test_an_addition_past_the_capacity_compiles_anew_and_says_why():
 def test_a_set_without_capacity_grows_on_every_addition():
     c = sc.compile_constraints([(0, 1), (1, 0)], 3)
     v = c.update(add=[(2, 2)])
-    assert any("no capacity reserved" in line for line in v.last_update["grew"])
+    assert any("no capacity reserved" in line for line in v.build.last_update["grew"])
     assert v.item_index([(2, 2)]).tolist() == [2]
 
 
@@ -193,7 +194,7 @@ def test_removal_wins_over_addition_and_adding_a_removed_item_restores_it():
     v = c.update(remove=[(1, 0)])
     assert v.item_index([(1, 0)]).tolist() == [-1]
     w = v.update(add=[(1, 0), (2, 2)], remove=[(2, 2)])
-    assert w.last_update["restored"] == 1 and w.last_update["removed"] == 1
+    assert w.build.last_update["restored"] == 1 and w.build.last_update["removed"] == 1
     # (restored as row 3: row 1 ended with its removal, `ItemIndex.stale_rows`)
     assert w.item_index([(1, 0), (2, 2)]).tolist() == [3, -1]
 
@@ -234,7 +235,7 @@ def test_additions_need_a_trie_of_token_sequences():
 def test_a_ragged_addition_to_a_fixed_length_set_is_refused_but_a_ragged_set_lengthens():
     ragged = sc.compile_constraints([(1, 2), (2,)], 4, end_token=0, capacity=2.0)
     v = ragged.update(add=[(1, 2, 3, 1)])
-    assert v.ir.depth == 4 and v.last_update["grew"] == ["depth 2 -> 4"]
+    assert v.ir.depth == 4 and v.build.last_update["grew"] == ["depth 2 -> 4"]
     model = oracle.HashModel(4)
     got = sc.beam_search(v, model, batch_size=1, beam_size=3, carry=model.init_carry([5], 3),
                          carry_axes=model.carry_axes)
@@ -249,11 +250,11 @@ def test_a_ragged_addition_to_a_fixed_length_set_is_refused_but_a_ragged_set_len
 
 def test_capacity_round_trips_through_the_ir_text_and_pads_the_tables():
     c = sc.compile_constraints([(0, 1, 2), (0, 2, 2), (1, 1, 1)], 3, capacity=1.5)
-    assert "reserve-capacity{growth=1.5}" in c.pipeline
+    assert "reserve-capacity{growth=1.5}" in c.build.pipeline
     text = c.ir.to_text()
     assert "capacity=1/3" in text  # depth 1: at most V states
     assert parse_ir(text) == c.ir
-    for layer, step, tabs in zip(c.ir.layers, c.plan.steps, c.tables):
+    for layer, step, tabs in zip(c.ir.layers, c.plan.steps, c.lowered.tables):
         assert step.num_states == layer.layout.states_capacity >= layer.num_states
         assert step.num_next_states == layer.layout.edges_capacity
         for name, arr in tabs.items():
@@ -282,7 +283,7 @@ def test_near_unary_layers_keep_their_form_with_room():
     rows = [(a, b, c) for a in range(1, 4) for b in range(1, 6) for c in (1, 2)][::3]
     pipeline = "verify,choose-layout{force=near_unary},reserve-capacity{growth=2.0},pack-dtypes"
     c = sc.compile_constraints(rows, 7, pipeline=pipeline)
-    for layer, step, tabs in zip(c.ir.layers, c.plan.steps, c.tables):
+    for layer, step, tabs in zip(c.ir.layers, c.plan.steps, c.lowered.tables):
         if step.kind != "near_unary":
             continue
         lay = layer.layout
@@ -369,7 +370,8 @@ class LiveSetMachine(RuleBasedStateMachine):
                              dataclass_case(self.vocab, self.end, 4), self.model, [seed],
                              self.compiled.max_length)
         assert_matches(got, want, f"{len(live)} live items")
-        if self.compiled.last_update is None or not self.compiled.last_update.get("grew"):
+        last = self.compiled.build.last_update
+        if last is None or not last.get("grew"):
             assert search._beam_search.compilations() <= programs + 1  # base program, once
 
     @rule(data=st.data(), seed=st.integers(0, 2 ** 31))

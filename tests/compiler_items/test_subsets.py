@@ -290,7 +290,7 @@ def test_bits_of_another_layout_are_refused_by_the_decoder():
     assert want != per_state
     with pytest.raises(DecodeInputError, match=rf"subset live bits at depth {t + 1} are uint32 "
                                                rf"\(1, {per_state}\): expected uint32 \(R, {want}\)"):
-        search.beam_search(plan, compiled.device_tables, lambda *a: None, batch_size=2,
+        search.beam_search(plan, compiled.lowered.device_tables, lambda *a: None, batch_size=2,
                            beam_size=2, subset=mask)
 
 
@@ -598,9 +598,9 @@ def test_update_remove_leaves_items_out_of_every_decode(name, tmp_path):
     rng = np.random.default_rng(31)
     gone = rng.random(len(items)) < 0.3
     v2 = compiled.update(remove=gone)
-    assert v2.tables is compiled.tables and v2.fingerprint != compiled.fingerprint
+    assert v2.lowered.tables is compiled.lowered.tables and v2.fingerprint != compiled.fingerprint
     picked = {tuple(items[i]) for i in np.flatnonzero(gone)}
-    assert v2.last_update == {"removed": len(picked), "already_removed": 0, "absent": 0}
+    assert v2.build.last_update == {"removed": len(picked), "already_removed": 0, "absent": 0}
     model = oracle.HashModel(case.vocab, dup=40)
     seeds = [11, 12]
     keep = np.array([tuple(s) not in picked for s in items])
@@ -620,7 +620,7 @@ def test_update_remove_leaves_items_out_of_every_decode(name, tmp_path):
     absent = next(row for row in ((case.vocab - 1 - k,) * width for k in range(case.vocab))
                   if row not in present)
     v3 = v2.update(remove=[items[int(np.flatnonzero(gone)[0])], absent])
-    assert v3.last_update == {"removed": 0, "already_removed": 1, "absent": 1}
+    assert v3.build.last_update == {"removed": 0, "already_removed": 1, "absent": 1}
     if case.end is None:
         with pytest.raises(ConstraintSetError, match=r"removed sequence 0 has length 9"):
             v2.update(remove=[(case.vocab - 1,) * 9])
@@ -689,17 +689,17 @@ def test_the_fingerprint_hashes_in_chunks_and_does_not_depend_on_them(monkeypatc
 
     compiled = sc.compile_constraints([[1, 2, 3], [1, 3, 2], [2, 2, 2], [3, 1]], 5, end_token=0)
     monkeypatch.setattr(subsets_lib, "FINGERPRINT_CHUNK_BYTES", 1 << 40)
-    whole = subsets_lib.set_fingerprint(compiled.plan, compiled.tables)
+    whole = subsets_lib.set_fingerprint(compiled.plan, compiled.lowered.tables)
     for chunk in (1, 2, 3, 5, 1 << 21):
         monkeypatch.setattr(subsets_lib, "FINGERPRINT_CHUNK_BYTES", chunk)
-        assert subsets_lib.set_fingerprint(compiled.plan, compiled.tables) == whole
+        assert subsets_lib.set_fingerprint(compiled.plan, compiled.lowered.tables) == whole
     assert whole == compiled.fingerprint  # the set's own, at the default chunk
-    for table in (t for layer in compiled.tables for t in layer.values()):  # np.save's bytes
+    for table in (t for layer in compiled.lowered.tables for t in layer.values()):  # np.save's bytes
         buf = io.BytesIO()
         np.save(buf, np.asarray(table))
         assert subsets_lib.table_digest(table) == hashlib.sha256(buf.getvalue()).hexdigest()
     # any change of a table entry changes it
-    tables = [dict(t) for t in compiled.tables]
+    tables = [dict(t) for t in compiled.lowered.tables]
     tokens = tables[-1]["tokens"].copy()
     tokens[0] += 1
     tables[-1]["tokens"] = tokens

@@ -57,8 +57,8 @@ def merged_both_ways(compiled, add):
     assert (merged.widest, merged.exceptions) == (automaton.widest, automaton.exceptions)
     if additions.fit_problems(merged.summary, merged.widest, merged.exceptions, compiled.outline):
         return None
-    got = table_additions.merged_tables(compiled.tables, compiled.outline, merged, placed)
-    lazy = table_additions.merged_tables(compiled.tables, compiled.outline, merged, placed,
+    got = table_additions.merged_tables(compiled.lowered.tables, compiled.outline, merged, placed)
+    lazy = table_additions.merged_tables(compiled.lowered.tables, compiled.outline, merged, placed,
                                          lazy=True)
     for tabs, pieces in zip(got, lazy):  # streamed 3 rows at a time: the same tables
         for name, arr in pieces.items():
@@ -109,9 +109,9 @@ def test_an_addition_that_fits_is_written_into_the_tables_without_the_ir(layout)
     pipeline = oracle.pipeline_for(layout) + ",reserve-capacity{growth=3.0}"
     compiled = sc.compile_constraints(base, 6, pipeline=pipeline)
     version = compiled.update(add=extra)
-    assert version.last_update["grew"] == [] and version.plan == compiled.plan
+    assert version.build.last_update["grew"] == [] and version.plan == compiled.plan
     assert ir_unread(version)  # held in its tables
-    for tabs in version.tables:
+    for tabs in version.lowered.tables:
         for arr in tabs.values():
             assert not arr.flags.writeable
     fresh = sc.compile_constraints(base + extra, 6, pipeline=pipeline)
@@ -120,7 +120,7 @@ def test_an_addition_that_fits_is_written_into_the_tables_without_the_ir(layout)
         [layer.num_edges for layer in version.ir.layers],
         [layer.num_edges for layer in fresh.ir.layers])
     again = version.update(add=oracle.random_set(rng, 5, 4, 6))  # a version of a version
-    assert ir_unread(again) and again.last_update["grew"] == []
+    assert ir_unread(again) and again.build.last_update["grew"] == []
 
 
 def test_old_near_unary_exception_tables_are_read_and_rewritten_in_the_current_form():
@@ -130,13 +130,14 @@ def test_old_near_unary_exception_tables_are_read_and_rewritten_in_the_current_f
     pipeline = "verify,choose-layout{force=near_unary},reserve-capacity{growth=2.0},pack-dtypes"
     compiled = sc.compile_constraints(rows, 7, pipeline=pipeline)
     old = []
-    for tabs in compiled.tables:
+    for tabs in compiled.lowered.tables:
         tabs = dict(tabs)
         if "ex_starts" in tabs:
             starts, branch = tabs.pop("ex_starts"), tabs.pop("ex_branch")
             tabs["ex_bounds"] = np.stack([starts, starts + branch], axis=1).astype(np.int64)
         old.append(tabs)
-    legacy = dataclasses.replace(compiled, tables=current_tables(old))  # as the reader reads it
+    legacy = dataclasses.replace(compiled, lowered=dataclasses.replace(  # as the reader reads it
+        compiled.lowered, tables=current_tables(old)))
     got, want = merged_both_ways(legacy, [(1, 2, 2), (6, 6, 6), (2, 1, 1)])
     assert_same_tables(got, want)
 
@@ -267,10 +268,10 @@ def test_an_artifact_update_streams_the_same_tables_and_items_as_the_library(
     report = sc.update_artifact(tmp_path / "set.static", add=extra)
     want = compiled.update(add=extra)
     assert report["modules"] == "reused" and report["grew"] == []
-    assert {k: report[k] for k in want.last_update} == want.last_update
+    assert {k: report[k] for k in want.build.last_update} == want.build.last_update
     got = sc.load(tmp_path / "set.static")
     assert got.plan == want.plan and got._summary == want.outline
-    assert_same_tables(got.tables, want.tables)
+    assert_same_tables(got.lowered.tables, want.lowered.tables)
     for key in ("row_item", "item_depth", "item_state", "removed"):
         a, b = getattr(got.items, key), getattr(want.items, key)
         assert (a is None) == (b is None), key

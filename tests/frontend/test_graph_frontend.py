@@ -153,9 +153,9 @@ def test_unreachable_and_dead_nodes_are_dropped_and_counted():
     g.add_edge("island2", "island", token=6)
     compiled = sc.compile_constraints(g, 8)
     assert list(compiled.ir.sequences()) == [(1,)]
-    assert compiled.frontend_stats["states"] == compiled.ir.num_states == 2
-    assert compiled.frontend_stats["edges"] == 1
-    stats = compiled.frontend_stats["graph"]
+    assert compiled.build.frontend_stats["states"] == compiled.ir.num_states == 2
+    assert compiled.build.frontend_stats["edges"] == 1
+    stats = compiled.build.frontend_stats["graph"]
     assert stats["unreachable_nodes"] == 2 and stats["dead_nodes"] == 2
     assert stats["nodes"] == 6 and stats["edges"] == 6
     assert set(stats["minimize"]) >= {"states_before", "states_after", "bytes_before",

@@ -234,19 +234,19 @@ def test_compiling_shards_plans_the_layouts_the_array_compile_runs(ragged, pipel
     kw = dict(end_token=end, pipeline=pipeline, capacity=capacity)
     want = sc.compile_constraints(seqs, V, **kw)
     got = sc.compile_constraints(Shards([rows[:2500], rows[2500:]], partitions=6), V, **kw)
-    assert got.plan == want.plan and got.pipeline == want.pipeline
+    assert got.plan == want.plan and got.build.pipeline == want.build.pipeline
     planned = pipeline is None or "minimize" not in pipeline
     if planned:  # lowered from the pieces: the IR is printed and counted unread
         assert got.ir_text() == want.ir.to_text() and got.layer_stats() == want.layer_stats()
         assert ir_unread(got) and got.outline == AutomatonSummary.of(want.ir)
     assert got.ir == want.ir  # (read back from the tables)
     assert [layer.layout for layer in got.ir.layers] == [layer.layout for layer in want.ir.layers]
-    for t, (a, b) in enumerate(zip(got.tables, want.tables)):
+    for t, (a, b) in enumerate(zip(got.lowered.tables, want.lowered.tables)):
         assert a.keys() == b.keys(), t
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=f"layer {t} {name}")
             assert a[name].dtype == b[name].dtype
-    assert ("verify" in [stage for stage, _ in got.timings]) != planned  # summaries skip it
+    assert ("verify" in [stage for stage, _ in got.build.timings]) != planned  # summaries skip it
 
 
 @settings(max_examples=25, deadline=None)
@@ -272,7 +272,7 @@ def test_tables_lowered_from_pieces_equal_the_merged_tries(seed, partitions, voc
         return
     got = sc.compile_constraints(Shards([rows], partitions=partitions), vocab, **kw)
     assert got.plan == want.plan
-    for t, (a, b) in enumerate(zip(got.tables, want.tables)):
+    for t, (a, b) in enumerate(zip(got.lowered.tables, want.lowered.tables)):
         assert a.keys() == b.keys(), t
         for name in a:
             assert a[name].dtype == b[name].dtype, (t, name)
@@ -303,7 +303,7 @@ def test_a_set_lowered_from_pieces_saves_the_same_artifact_unread(tmp_path):
     np.testing.assert_array_equal(out.tokens, sc.beam_search(want, logits, batch_size=2,
                                                              beam_size=4).tokens)
     assert ir_unread(got)
-    assert "CompiledConstraints(plan=" in repr(got) and ir_unread(got)
+    assert "CompiledConstraints(lowered=Lowered(plan=" in repr(got) and ir_unread(got)
 
 
 def test_array_files_refuse_rows_past_the_shape(tmp_path):

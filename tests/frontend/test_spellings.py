@@ -57,7 +57,7 @@ def test_every_spelling_and_nothing_else(bpe):
     assert compiled_sequences(compiled) == want
     canonical = {tuple(bpe.encode(n, add_special_tokens=False).ids) + (END,) for n in names}
     assert canonical < want  # the canonical spellings and more
-    assert compiled.frontend_stats["text"]["spellings"] == "any"
+    assert compiled.build.frontend_stats["text"]["spellings"] == "any"
     assert compiled.names is None
 
 

@@ -77,7 +77,7 @@ def compiled_chars():
 def test_a_callable_tokenizer_compiles_the_catalogue(compiled_chars):
     c = compiled_chars
     assert c.ir.num_sequences == len(CITIES) == len(c.names)
-    assert c.frontend_stats["text"] == {"names": 14, "items": 14, "duplicates": 0,
+    assert c.build.frontend_stats["text"] == {"names": 14, "items": 14, "duplicates": 0,
                                         "end_token": END, "end_token_from": "argument",
                                         "spellings": "canonical"}
     assert sorted(c.names.names) == sorted(CITIES)
@@ -105,7 +105,7 @@ def test_chunked_encoding_gives_the_same_set_and_names_the_right_name(monkeypatc
     assert c.names.names == compiled_chars.names.names
     assert c.names.aliases == compiled_chars.names.aliases
     assert np.array_equal(c.names.tokens, compiled_chars.names.tokens)
-    assert c.frontend_stats["text"] == compiled_chars.frontend_stats["text"]
+    assert c.build.frontend_stats["text"] == compiled_chars.build.frontend_stats["text"]
     with pytest.raises(ConstraintSetError, match="name 7 'Kraków' encodes to no tokens"):
         sc.compile_constraints(CITIES, vocab_size=256, end_token=END,
                                tokenizer=lambda s: [] if s == "Kraków" else chars(s))
@@ -115,7 +115,8 @@ def test_names_that_encode_alike_are_one_item_with_aliases():
     upper = lambda s: chars(s.upper())
     c = sc.compile_constraints(["Paris", "PARIS", "paris", "Lima", "Paris", "Lim"], vocab_size=256,
                                tokenizer=upper, end_token=END)
-    assert c.frontend_stats["text"]["items"] == 3 and c.frontend_stats["text"]["duplicates"] == 3
+    text = c.build.frontend_stats["text"]
+    assert text["items"] == 3 and text["duplicates"] == 3
     assert c.ir.num_sequences == 3
     by_name = dict(zip(c.names.names, c.names.aliases))
     assert by_name == {"Lim": (), "Lima": (), "Paris": ("PARIS", "paris")}  # first name kept
@@ -123,7 +124,7 @@ def test_names_that_encode_alike_are_one_item_with_aliases():
 
 def test_one_name_fixed_length_needs_no_end_token():
     c = sc.compile_constraints(["ab", "cd"], vocab_size=256, tokenizer=chars)
-    assert c.plan.end_token is None and c.frontend_stats["text"]["end_token_from"] is None
+    assert c.plan.end_token is None and c.build.frontend_stats["text"]["end_token_from"] is None
     one = sc.compile_constraints(["東京"], vocab_size=256, tokenizer=chars)
     assert one.ir.num_sequences == 1 and one.names.names == ("東京",)
 
@@ -131,9 +132,9 @@ def test_one_name_fixed_length_needs_no_end_token():
 def test_the_adapter_end_token_is_used_unless_one_is_given():
     adapter = text.CallableTokenizer(chars, end_token=END)
     c = sc.compile_constraints(["a", "ab"], vocab_size=256, tokenizer=adapter)
-    assert c.plan.end_token == END and c.frontend_stats["text"]["end_token_from"] == "tokenizer"
+    assert c.plan.end_token == END and c.build.frontend_stats["text"]["end_token_from"] == "tokenizer"
     c = sc.compile_constraints(["a", "ab"], vocab_size=256, tokenizer=adapter, end_token=255)
-    assert c.plan.end_token == 255 and c.frontend_stats["text"]["end_token_from"] == "argument"
+    assert c.plan.end_token == 255 and c.build.frontend_stats["text"]["end_token_from"] == "argument"
 
 
 def test_a_bpe_tokenizer_trained_on_the_catalogue(bpe):

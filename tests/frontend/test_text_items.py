@@ -95,7 +95,7 @@ def test_item_i_is_the_ith_name_given(ordered):
 
 def test_removing_by_a_mask_over_the_names_removes_those_names(ordered):
     version = ordered.update(remove=mask_of(3, 0))
-    assert version.last_update == {"removed": 1, "already_removed": 0, "absent": 0}
+    assert version.build.last_update == {"removed": 1, "already_removed": 0, "absent": 0}
     assert decoded(version) == {"alpha", "mid"}
     assert version.item_index([chars("zeta"), chars("mid")]).tolist() == [-1, 2]
     assert decoded(version.update(remove=mask_of(3, 2))) == {"alpha"}
@@ -104,7 +104,7 @@ def test_removing_by_a_mask_over_the_names_removes_those_names(ordered):
 def test_duplicate_and_colliding_names_are_one_item(dupes):
     c = dupes
     assert c.items.num_items == len(DUPES) and c.items.num_unique == 3
-    assert c.frontend_stats["text"]["duplicates"] == 2
+    assert c.build.frontend_stats["text"]["duplicates"] == 2
     # the first position of each name (or of the first name with its tokens)
     assert c.item_index([folded(n) for n in DUPES]).tolist() == [0, 1, 0, 1, 4]
     assert decoded(c, c.subset(mask_of(5, 2))) == {"b"}

@@ -142,7 +142,7 @@ def test_padded_prefix_mask_is_allowed_bit_for_bit(kind):
 
     items, end_token = make_set(kind)
     compiled = sc.compile_constraints(items, SET_VOCAB, end_token=end_token, export_subsets=True)
-    plan, tables, M = compiled.plan, compiled.device_tables, compiled.max_length
+    plan, tables, M = compiled.plan, compiled.lowered.device_tables, compiled.max_length
     rng = np.random.default_rng(3)
     rows = []
     for _ in range(24):

@@ -51,7 +51,7 @@ def updated_set(kind: str, model):
     rest = [item for item in dict.fromkeys(items) if item not in set(first)]
     removed = (first + rest)[:13]
     version = compiled.update(remove=[list(item) for item in removed])
-    assert version.last_update["removed"] == 13
+    assert version.build.last_update["removed"] == 13
     return items, removed, end_token, compiled, version
 
 

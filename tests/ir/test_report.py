@@ -91,8 +91,8 @@ def test_rows_and_summary_agree_with_the_compiled_tables(compiled):
         assert lo <= layer.max_branch <= hi
     assert report.layer_rows(ir) == rows  # an Automaton with layouts is lowered and measured
     tot = report.summary(compiled)
-    assert tot["bytes"] == tot["estimated_bytes"] == compiled.nbytes
-    assert tot["bytes_per_sequence"] == compiled.nbytes / ir.num_sequences
+    assert tot["bytes"] == tot["estimated_bytes"] == compiled.lowered.nbytes
+    assert tot["bytes_per_sequence"] == compiled.lowered.nbytes / ir.num_sequences
     d = next((t for t, l in enumerate(ir.layers) if l.layout.kind != LayoutKind.DENSE_ROWS), ir.depth)
     assert tot["dense_layers"] == d
     assert tot["paper_bound_bytes"] == report.paper_memory_bound(ir.vocab_size, ir.depth,

@@ -276,13 +276,13 @@ def run_shards_case(case: LiveCase) -> None:
     version, grew = compiled, False
     if case.added:
         version = version.update(add=list(case.added))
-        grew = bool(version.last_update["grew"])
+        grew = bool(version.build.last_update["grew"])
     if case.remove.any():
         version = version.update(remove=case.remove)
     check_library(version, case)
     assert ir_unread(compiled)
     if not grew:
-        assert ir_unread(version), version.last_update
+        assert ir_unread(version), version.build.last_update
 
 
 def run_served_case(case: LiveCase, tmp_path) -> None:

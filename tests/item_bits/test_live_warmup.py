@@ -43,7 +43,7 @@ def _remove_then_add(compiled, decode, every: int, seed: int):
     removed = compiled.update(remove=gone)
     result = decode(removed)
     added = removed.update(add=items(20, seed=seed))
-    assert added.last_update["grew"] == []
+    assert added.build.last_update["grew"] == []
     decode(added)
     return gone, result, added
 

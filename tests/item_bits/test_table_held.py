@@ -98,10 +98,10 @@ def test_a_loaded_set_keeps_its_ir_in_its_tables_through_live_operations(case):
     picked = rows[:5]
     np.testing.assert_array_equal(loaded.item_index(picked), compiled.item_index(picked))
     gone = loaded.update(remove=picked)
-    assert gone.last_update["removed"] == len(set(picked))
+    assert gone.build.last_update["removed"] == len(set(picked))
     assert decoded(gone) == set(rows) - set(picked)
     added = gone.update(add=[(1, 2, 3, 4)[:L], (2, 3, 4, 5)[:L]])
-    assert added.last_update["grew"] == [] and ir_unread(added)
+    assert added.build.last_update["grew"] == [] and ir_unread(added)
     assert decoded(added) == set(rows) - set(picked) | {(1, 2, 3, 4), (2, 3, 4, 5)}
     assert ir_unread(loaded) and ir_unread(gone)
     # the IR, read back when asked, is the compiled one
@@ -187,14 +187,14 @@ def test_a_shards_build_takes_sequences_and_reports_like_the_array_build(tmp_pat
     seqs = rows[::7]
     np.testing.assert_array_equal(shards.item_index(seqs), whole.item_index(seqs))
     a, b = shards.update(remove=seqs), whole.update(remove=seqs)
-    assert a.last_update == b.last_update and a.fingerprint == b.fingerprint
+    assert a.build.last_update == b.build.last_update and a.fingerprint == b.fingerprint
     mask = np.arange(len(rows)) % 4 == 1
     sa, sb = a.subset(mask), b.subset(mask)
     for x, y in zip(sa.live + sa.ends, sb.live + sb.ends):
         assert (x is None and y is None) or np.array_equal(x, y)
     more = np.random.default_rng(9).integers(0, V, size=(50, L))
     a2, b2 = a.update(add=more), b.update(add=more)
-    assert a2.last_update == b2.last_update and a2.fingerprint == b2.fingerprint
+    assert a2.build.last_update == b2.build.last_update and a2.fingerprint == b2.fingerprint
     assert ir_unread(a2)
 
 
@@ -273,10 +273,10 @@ def test_lookups_a_few_sequences_at_a_time_in_sorted_order_agree(case, chunk, mo
     again_mask = first.update(remove=np.isin(np.arange(len(rows)), want[want >= 0]))
     distinct = len({rows[i] for i in want[want >= 0]})
     done = len(set(picked[:10]))
-    assert first.last_update["removed"] == done
-    for report in (again.last_update, again_mask.last_update):
+    assert first.build.last_update["removed"] == done
+    for report in (again.build.last_update, again_mask.build.last_update):
         assert (report["removed"], report["already_removed"]) == (distinct - done, done), name
-    assert again.last_update["absent"] == (2 if end is not None else 1)
+    assert again.build.last_update["absent"] == (2 if end is not None else 1)
     assert decoded(again) == set(rows) - set(picked)
 
 

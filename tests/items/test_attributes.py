@@ -116,7 +116,7 @@ def test_additions_append_and_removals_keep():
     compiled = compiled_set()
     old = compiled.attributes
     new = compiled.update(add=ADDED, attributes=ADDED_ATTRIBUTES)
-    assert new.last_update["added"] == 2
+    assert new.build.last_update["added"] == 2
     got = new.attributes
     assert got.num_rows == len(ROWS) + 2
     assert got["topic"].categories == ("news", "sport", "météo", "🎵 music")  # appended at the end
@@ -209,7 +209,7 @@ def test_an_addition_outgrowing_the_capacity_keeps_the_columns():
     compiled = sc.compile_constraints(ROWS, VOCAB, export_subsets=True, attributes=ATTRIBUTES)
     new = compiled.update(add=[[0, 0, 0]], attributes={k: v[:1] for k, v in
                                                           ADDED_ATTRIBUTES.items()})
-    assert new.last_update["grew"]
+    assert new.build.last_update["grew"]
     np.testing.assert_array_equal(new.attributes["age"].values, [1, 5, 9, 2, 7, 3])
 
 

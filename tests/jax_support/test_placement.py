@@ -80,7 +80,7 @@ def test_layer_stats_and_show_ir_report_bytes_per_device(tmp_path, capsys):
     one = compiled.layer_stats()
     four = compiled.layer_stats(devices=4)
     assert [r["bytes_per_device"] for r in one] == [r["bytes"] for r in one]
-    for row, tabs in zip(four, compiled.tables):
+    for row, tabs in zip(four, compiled.lowered.tables):
         want = 0
         for name, arr in tabs.items():
             if placement.is_split(name, arr.shape, arr.dtype, 4, placement.DEFAULT_MIN_BYTES):

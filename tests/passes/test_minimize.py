@@ -150,7 +150,7 @@ def test_decoding_minimized_sets_matches_the_oracle(layout):
     small = compile_constraints(rows, V, end_token=end, pipeline=pipeline)
     trie = build_automaton(rows, V, end_token=end)
     assert small.ir.num_states < trie.num_states
-    assert small.frontend_stats == {"states": trie.num_states, "edges": trie.num_edges}
+    assert small.build.frontend_stats == {"states": trie.num_states, "edges": trie.num_edges}
     assert any(not layer.implicit_targets for layer in small.ir.layers)
     assert any(step.kind == layout and step.explicit_targets for step in small.plan.steps)
     cset = oracle.ConstraintSet(rows, V, end)

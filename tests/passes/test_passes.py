@@ -52,7 +52,7 @@ def test_estimate_equals_measured_bytes_for_every_layout(ir, kind, packed):
         if can_serve:
             assert layer.layout.kind == kind, (t, layer.layout)
         assert stats["estimated_bytes"] == stats["bytes"] == layer.layout.estimated_bytes, (t, stats)
-    assert compiled.nbytes == sum(s["bytes"] for s in compiled.layer_stats())
+    assert compiled.lowered.nbytes == sum(s["bytes"] for s in compiled.layer_stats())
     assert list(compiled.ir.sequences()) == list(ir.sequences())
 
 
@@ -60,7 +60,7 @@ def test_estimate_equals_measured_bytes_for_every_layout(ir, kind, packed):
 @given(automata())
 def test_levels_of_single_children_become_unary_without_row_pointers(ir):
     compiled = compile_constraints(ir, ir.vocab_size)
-    for layer, tables in zip(compiled.ir.layers, compiled.tables):
+    for layer, tables in zip(compiled.ir.layers, compiled.lowered.tables):
         if (layer.branch() == 1).all():
             assert layer.layout.kind == LayoutKind.UNARY and layer.layout.k == 1
             assert "indptr" not in tables and "ex_starts" not in tables
@@ -72,7 +72,7 @@ def test_levels_of_single_children_become_unary_without_row_pointers(ir):
 def test_a_chain_is_unary_everywhere():
     compiled = compile_constraints([[5, 0, 7, 7, 2]], 8)
     assert [l.layout.kind for l in compiled.ir.layers] == [LayoutKind.UNARY] * 5
-    assert compiled.nbytes == 5 * 2  # one uint16 token per state
+    assert compiled.lowered.nbytes == 5 * 2  # one uint16 token per state
 
 
 def test_near_root_full_fanout_is_dense():
@@ -175,7 +175,7 @@ def test_pack_dtypes_picks_the_narrowest_types(ir):
 def test_pack_dtypes_token_boundary(V, token_dtype):
     compiled = compile_constraints([[V - 1, 0], [0, V - 1]], V)
     assert {l.layout.token_dtype for l in compiled.ir.layers} == {token_dtype}
-    assert all(tab["tokens"].dtype == token_dtype for tab in compiled.tables if "tokens" in tab)
+    assert all(tab["tokens"].dtype == token_dtype for tab in compiled.lowered.tables if "tokens" in tab)
 
 
 def test_pack_dtypes_state_boundary():
@@ -234,7 +234,7 @@ def test_dense_rows_only_within_its_byte_overhead_over_csr():
     generous = compile_constraints(
         sids, 64, pipeline="choose-layout{dense-max-overhead=30},pack-dtypes")
     assert generous.ir.layers[1].layout.kind == LayoutKind.DENSE_ROWS
-    assert generous.nbytes > default.nbytes
+    assert generous.lowered.nbytes > default.lowered.nbytes
     with pytest.raises(PipelineError, match=r"dense-max-overhead=0.0 must be > 0"):
         compile_constraints(sids, 64, pipeline="choose-layout{dense-max-overhead=0}")
 
@@ -287,7 +287,7 @@ def test_split_heavy_plans_for_the_multiple_pad_branches_rounds_to(heavy_branch)
     assert lay.mixed and lay.light_k % 128 == 0 and lay.k % 128 == 0
     assert _read_ratio(lay) <= SplitHeavyPass().max_read_ratio
     # The spec keeps what was written: the multiple is wired, not spelled out.
-    assert compiled.pipeline == "choose-layout{force=csr},split-heavy,pad-branches{multiple=128}"
+    assert compiled.build.pipeline == "choose-layout{force=csr},split-heavy,pad-branches{multiple=128}"
 
 
 def test_split_heavy_does_not_mix_when_the_padded_widths_break_the_read_ratio():

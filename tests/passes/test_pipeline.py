@@ -277,9 +277,9 @@ def test_compile_constraints_with_a_spec_prints_each_ir_and_records_the_canonica
     err = capsys.readouterr().err
     assert err.startswith("// ----- IR after frontend -----\n")
     assert err.count("// ----- IR after ") == 5
-    assert compiled.pipeline == "verify,choose-layout{memory-budget=64MiB},pad-branches,pack-dtypes"
+    assert compiled.build.pipeline == "verify,choose-layout{memory-budget=64MiB},pad-branches,pack-dtypes"
     assert parse_ir(str(compiled.ir)) == compiled.ir
-    assert compiled.nbytes == sum(s["bytes"] for s in compiled.layer_stats())
+    assert compiled.lowered.nbytes == sum(s["bytes"] for s in compiled.layer_stats())
     assert [s["layout"] for s in compiled.layer_stats()] == [
         LayoutKind.DENSE_ROWS, LayoutKind.UNARY, LayoutKind.DENSE_ROWS]
 

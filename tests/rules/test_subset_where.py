@@ -440,7 +440,7 @@ def test_a_re_added_item_is_picked_by_its_new_row_alone():
                  again.subset(np.zeros(4, bool)))
     assert float(again.prior("pop").best.max()) == 1.0  # not the removed row's 5.0
     stale_only = again.update(remove=np.array([True, False, False, False]))
-    assert stale_only.last_update["removed"] == 0  # (the row no longer stands for the item)
+    assert stale_only.build.last_update["removed"] == 0  # (the row no longer stands for the item)
     assert stale_only.item_index(rows[:1]).tolist() == [3]
 
 

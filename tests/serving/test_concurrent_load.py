@@ -47,7 +47,8 @@ def saved(tmp_path_factory):
     a, b = sets()
     ca = compile_constraints(a, V, export_beam_sizes=(4,))
     cb = compile_constraints(b, V, export_beam_sizes=(4,))
-    assert [t.shape for t in ca.tables[-1].values()] == [t.shape for t in cb.tables[-1].values()]
+    assert [t.shape for t in ca.lowered.tables[-1].values()] == \
+        [t.shape for t in cb.lowered.tables[-1].values()]
     prints = {}
     for name, c, seqs in (("a", ca, a), ("b", cb, b)):
         prints[serving.load(artifact.save(c, root / name)).fingerprint] = \

@@ -115,7 +115,7 @@ def test_warming_a_schedule_compiles_its_steps_once(saved):
 def test_loading_and_saving_again_keeps_the_schedules(saved, tmp_path):
     _, path = saved
     loaded = sc.load(path)
-    assert loaded.export_beam_sizes == (3, 6, SCHEDULE, (6,) * 4)
+    assert loaded.export_options.beam_sizes == (3, 6, SCHEDULE, (6,) * 4)
     loaded.save(tmp_path / "b.static")
     assert serving.load(tmp_path / "b.static").beam_schedules == (SCHEDULE, (6,) * 4)
 

@@ -44,7 +44,7 @@ def host_model(last, step, carry):  # (numpy: no jax op of the model's own compi
 def test_the_served_search_with_a_prior_is_the_librarys(saved):
     compiled, path = saved
     art = serving.load(path)
-    assert art.manifest.exports_priors and sc.load(path).export_priors
+    assert art.manifest.exports_priors and sc.load(path).export_options.priors
     keep = np.arange(len(ROWS)) % 3 != 0
     for beam_size in (4, SCHEDULE):
         for picked in (None, keep):
@@ -88,7 +88,7 @@ def test_a_set_with_priors_saved_tables_only_gets_its_prior_modules_back(saved, 
     prior is the library's."""
     compiled, path = saved
     tables_only = compiled.save(tmp_path / "t.static", modules=False)
-    assert sc.load(tables_only).export_priors
+    assert sc.load(tables_only).export_options.priors
     sc.reexport_artifact(tables_only)
     art = serving.load(tables_only)
     assert sorted(art.manifest.modules) == sorted(serving.load(path).manifest.modules)

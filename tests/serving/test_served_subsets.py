@@ -283,7 +283,7 @@ def test_reload_after_an_addition_within_capacity_shares_the_modules(tmp_path):
     name = fmt.beam_module_name("beam_step", BEAMS)
     cache = old._modules[name]._call._cache_size()
     version = compiled.update(add=extra)
-    assert version.last_update["grew"] == []
+    assert version.build.last_update["grew"] == []
     version.save(path, overwrite=True)
     new = old.reload()
     assert new._modules is old._modules and new.num_sequences == version.ir.num_sequences
@@ -301,7 +301,7 @@ def test_reload_after_an_addition_within_capacity_shares_the_modules(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # An addition past the capacity changes table shapes: reload refuses it.
     grown = version.update(add=oracle.random_ragged_set(rng, 200, 4, 7, end_token=0))
-    assert grown.last_update["grew"]
+    assert grown.build.last_update["grew"]
     grown.save(path, overwrite=True)
     with pytest.raises(sc.errors.ArtifactVersionError, match="load it anew"):
         new.reload()
@@ -374,7 +374,7 @@ def test_load_compiled_rebuilds_the_saved_set_and_update_artifact_matches_the_li
     items, compiled, _, path = saved
     again = sc.load(path)
     assert again.ir == compiled.ir and again.plan == compiled.plan
-    assert again.pipeline == compiled.pipeline and again.export_beam_sizes == (BEAMS,)
+    assert again.build.pipeline == compiled.build.pipeline and again.export_options.beam_sizes == (BEAMS,)
     np.testing.assert_array_equal(again.items.row_item, compiled.items.row_item)
     assert again.fingerprint == compiled.fingerprint
     copy = tmp_path / "v"
@@ -382,7 +382,7 @@ def test_load_compiled_rebuilds_the_saved_set_and_update_artifact_matches_the_li
     extra = [items[0][:-1] + (1,)] if compiled.ir.end_token is None else [(1, 2, 3, 4, 5)]
     report = sc.update_artifact(copy, add=extra)
     want = compiled.update(add=extra)
-    assert {k: report[k] for k in want.last_update} == want.last_update
+    assert {k: report[k] for k in want.build.last_update} == want.build.last_update
     assert sc.load(copy).ir == want.ir
 
 

@@ -96,7 +96,7 @@ def test_exported_programs_stay_on_the_device(layout, names):
     c = compiled(layout)
     for name in names:
         fn, args = entry_points(c.plan)[name]
-        text = exported_text(fn, c.tables, args)
+        text = exported_text(fn, c.lowered.tables, args)
         assert "func.func public @main" in text, name
         assert forbidden_ops(text) == [], f"{name} ({layout}) lowers to {forbidden_ops(text)}"
 
@@ -111,7 +111,7 @@ def test_a_host_callback_model_is_detected():
                                  last_tokens), carry
 
     fn = jax.jit(lambda t: decode.beam_search(c.plan, t, host_logits, batch_size=B, beam_size=M))
-    text = fn.lower(c.tables).as_text()  # cpu only: jax.export cannot lower callbacks for tpu
+    text = fn.lower(c.lowered.tables).as_text()  # cpu only: jax.export cannot lower callbacks for tpu
     assert "custom_call" in forbidden_ops(text)
     assert forbidden_ops("#loc1 = loc(\"host_callback_custom_call\")\n%0 = stablehlo.add %a, %b "
                          "loc(\"callback\"(#loc1))") == []
@@ -124,15 +124,15 @@ STEP_FUNCTIONS = ("beam_step", "mask", "advance", *SWITCHES)
 def test_tables_are_arguments_not_constants(layout):
     a, b = compiled(layout, "items"), compiled(layout, "other")
     assert a.plan == b.plan, "the two sets must share a plan for this test"
-    assert any(not np.array_equal(x, y) for la, lb in zip(a.tables, b.tables)
+    assert any(not np.array_equal(x, y) for la, lb in zip(a.lowered.tables, b.lowered.tables)
                for x, y in zip(la.values(), lb.values()))
     step = [s.kind for s in a.plan.steps].index(layout)  # a layer with this layout
     for name in STEP_FUNCTIONS:
         fn, args = entry_points(a.plan, step)[name]
-        text_a = jax.jit(fn).lower(a.tables, *args).as_text()
-        text_b = jax.jit(fn).lower(b.tables, *args).as_text()
+        text_a = jax.jit(fn).lower(a.lowered.tables, *args).as_text()
+        text_b = jax.jit(fn).lower(b.lowered.tables, *args).as_text()
         assert text_a == text_b, f"{name} ({layout}) bakes table contents into the program"
         main_args = re.search(r"func\.func public @main\(([^)]*)\)", text_a).group(1)
-        for key, table in a.tables[step].items():
+        for key, table in a.lowered.tables[step].items():
             mlir = f"tensor<{'x'.join(map(str, table.shape))}x{MLIR_TYPES[table.dtype.name]}>"
             assert mlir in main_args, f"{name} ({layout}): table {key} {mlir} not in {main_args}"

@@ -136,7 +136,7 @@ TABLES_ONLY_SCRIPT = textwrap.dedent("""
     compiled = sc.compile_constraints([[1, 2], [1, 3]], vocab_size=4)
     for call in (lambda: compiled.save(sys.argv[1], modules=True),
                  lambda: sc.beam_search(compiled, None, batch_size=1, beam_size=2),
-                 lambda: compiled.init_processor(1), lambda: compiled.device_tables):
+                 lambda: compiled.init_processor(1), lambda: compiled.lowered.device_tables):
         try:
             call()
         except MissingDependencyError as err:

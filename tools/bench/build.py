@@ -77,7 +77,7 @@ def _cell_child(spec: CellSpec) -> dict:
     """Builds `spec` in this (fresh) process; returns time, peak RSS above the
     input array, and the index size."""
     compiled, seconds, peak = _measured_compile(spec.sequences(), spec.vocab)
-    return {"build_s": seconds, "build_peak_bytes": peak, "index_bytes": compiled.nbytes}
+    return {"build_s": seconds, "build_peak_bytes": peak, "index_bytes": compiled.lowered.nbytes}
 
 
 def measure_build(spec: CellSpec, in_child: bool = True) -> dict:
@@ -87,7 +87,7 @@ def measure_build(spec: CellSpec, in_child: bool = True) -> dict:
         start = time.perf_counter()
         compiled = sc.compile_constraints(spec.sequences(), vocab_size=spec.vocab)
         return {"build_s": time.perf_counter() - start, "build_peak_bytes": -1,
-                "index_bytes": compiled.nbytes}
+                "index_bytes": compiled.lowered.nbytes}
     return _run_child(["--cell-child", json.dumps(dataclasses.asdict(spec))])
 
 
@@ -107,10 +107,10 @@ def _scale_child(items: int, length: int, vocab: int, seed: int) -> dict:
         "items": items, "length": length, "vocab": vocab,
         "unique_items": compiled.ir.num_sequences,
         "build_s": seconds,
-        "stages": {name: t for name, t in compiled.timings},
+        "stages": {name: t for name, t in compiled.build.timings},
         "peak_above_input_bytes": peak,
         "input_bytes": int(sids.nbytes),
-        "index_bytes": compiled.nbytes,
+        "index_bytes": compiled.lowered.nbytes,
         "layers": compiled.layer_stats(),
     }
 

@@ -54,7 +54,7 @@ start = time.perf_counter()
 compiled = sc.compile_constraints(sids, vocab_size=2048)
 total = time.perf_counter() - start
 print(json.dumps({"library": sc.__file__, "total": total,
-                  "stages": dict(compiled.timings), "nbytes": int(compiled.nbytes)}))
+                  "stages": dict(compiled.build.timings), "nbytes": int(compiled.lowered.nbytes)}))
 """
 
 

@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     print(f"# {machine_line()}")
     start = time.perf_counter()
     compiled = sc.compile_constraints(datasets.synthetic_sids(n, L, V, seed=0), V)
-    print(f"# compiled in {time.perf_counter() - start:.1f} s, {compiled.nbytes / 2**20:.1f} MiB "
+    print(f"# compiled in {time.perf_counter() - start:.1f} s, {compiled.lowered.nbytes / 2**20:.1f} MiB "
           f"of tables, {compiled.ir.num_states} states")
     rng = np.random.default_rng(1)
     masks = [rng.random(n) < args.fraction for _ in range(args.repeats)]
@@ -158,7 +158,7 @@ def main(argv=None) -> int:
         version = version.update(add=new)
         grow(version)
         adding.append(time.perf_counter() - t0)
-        grew += version.last_update["grew"]
+        grew += version.build.last_update["grew"]
     add_compiles = xla_compilations() - programs
     print("\n| measure | value | target |\n|---|---|---|")
     print(f"| subset: mask -> liveness, {args.fraction:.0%} of {n} rows | {subset_ms:.1f} ms "
@@ -177,8 +177,9 @@ def main(argv=None) -> int:
           f"(in order: {', '.join(f'{1e3 * a:.0f}' for a in adding)}) | <= 300 ms |")
     print(f"| new XLA compilations for {args.add_repeats} additions | {add_compiles}"
           f"{' (grew: ' + '; '.join(grew) + ')' if grew else ''} | 0 |")
-    print(f"| capacity {args.capacity}: tables | {roomy.nbytes / 2**20:.1f} MiB against "
-          f"{compiled.nbytes / 2**20:.1f} MiB ({roomy.nbytes / compiled.nbytes:.2f}x), compiled "
+    print(f"| capacity {args.capacity}: tables | {roomy.lowered.nbytes / 2**20:.1f} MiB against "
+          f"{compiled.lowered.nbytes / 2**20:.1f} MiB "
+          f"({roomy.lowered.nbytes / compiled.lowered.nbytes:.2f}x), compiled "
           f"in {roomy_s:.1f} s | <= 1.30x |")
     print(f"| capacity {args.capacity}: decode | {statistics.median(roomy_ms):.3f} ms against "
           f"{statistics.median(plain_ms):.3f} ms "
@@ -202,8 +203,8 @@ def _serving_subset_ms(compiled, masks) -> float:
     from static_compiler import serving
 
     with tempfile.TemporaryDirectory() as tmp:
-        dataclasses.replace(compiled, export_subsets=True, export_beam_sizes=(70,)).save(
-            f"{tmp}/set.static")
+        exports = dataclasses.replace(compiled.export_options, subsets=True, beam_sizes=(70,))
+        dataclasses.replace(compiled, export_options=exports).save(f"{tmp}/set.static")
         art = serving.load(f"{tmp}/set.static")
         first = art.subset(masks[0])
         want = compiled.subset(masks[0])

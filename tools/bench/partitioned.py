@@ -109,7 +109,7 @@ def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int,
             if mode == "compile":
                 compiled = sc.compile_constraints(shards, vocab, pipeline=pipeline or None)
                 ir, items = compiled.outline, compiled.items  # (the IR stays in the tables)
-                stages = ", ".join(f"{k} {v:.1f} s" for k, v in compiled.timings)
+                stages = ", ".join(f"{k} {v:.1f} s" for k, v in compiled.build.timings)
             else:
                 ir, items = build_trie_partitioned(shards, vocab)
             worker_peaks = list(pool.map(_worker_peak, range(workers)))
@@ -124,7 +124,8 @@ def _child(mode: str, shard_dir: str, vocab: int, partitions: int, workers: int,
             artifact.save(compiled, os.path.join(out, "set.static"))
             stages += (f"; save {time.perf_counter() - t0:.1f} s, peak RSS {peak / 2**30:.2f} -> "
                        f"{proc_status_bytes('VmHWM') / 2**30:.2f} GiB (tables "
-                       f"{compiled.nbytes / 2**30:.2f} GiB, {compiled.nbytes / len(items.row_item):.2f} "
+                       f"{compiled.lowered.nbytes / 2**30:.2f} GiB, "
+                       f"{compiled.lowered.nbytes / len(items.row_item):.2f} "
                        f"bytes per item)")
     return {"mode": mode, "seconds": seconds, "peak": peak, "disk": disk_peak,
             "worker_peaks": worker_peaks, "stages": stages,

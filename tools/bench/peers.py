@@ -470,7 +470,7 @@ class Static(Engine):
         self.jax, self.sc, self.decode = jax, sc, decode
         self.compiled = sc.compile_constraints(names, vocab_size=self.V, tokenizer=self.tok,
                                                spellings=self.SPELLINGS)
-        jax.block_until_ready(self.compiled.device_tables)
+        jax.block_until_ready(self.compiled.lowered.device_tables)
         self._steps = {}
         plan = self.compiled.plan
 
@@ -521,7 +521,7 @@ class Static(Engine):
         return cache[key][1]
 
     def old_step(self, state, logits, tokens, t):
-        masked, state[1] = self._step_fn(t)(self.compiled.device_tables, logits, state[1],
+        masked, state[1] = self._step_fn(t)(self.compiled.lowered.device_tables, logits, state[1],
                                             self._device_tokens(tokens))
         return self.jax.block_until_ready(masked)
 
@@ -537,7 +537,7 @@ class Static(Engine):
         state = self.compiled.init_processor(rows)
         zeros = jnp.zeros((rows, self.V), jnp.float32)
         for t in range(T):
-            masked, state = self._traced(self.compiled.device_tables, zeros, state,
+            masked, state = self._traced(self.compiled.lowered.device_tables, zeros, state,
                                          jnp.asarray(toks[:, t]), jnp.int32(t))
             allowed = np.asarray(masked) > self.sc.SENTINEL_SCORE
             ok &= allowed[np.arange(rows), toks[:, t]]

@@ -45,7 +45,7 @@ def _layout_label(step) -> str:
 
 
 def _static_runner(compiled, model, cfg) -> Runner:
-    plan, tables = compiled.plan, compiled.device_tables
+    plan, tables = compiled.plan, compiled.lowered.device_tables
     B, M, tpb = cfg.batch, cfg.beams, cfg.tokens_per_beam
     live = decode.search.live_beam_bounds(plan, M, tpb)  # as static_compiler.beam_search
 
@@ -79,7 +79,7 @@ def _static_runner(compiled, model, cfg) -> Runner:
     summary = report.summary(compiled)
     layouts = " ".join(_layout_label(s) for s in plan.steps)
     return Runner("static", True, steps, kernels, run_decode, (state.tokens, state.valid),
-                  index_bytes=compiled.nbytes,
+                  index_bytes=compiled.lowered.nbytes,
                   extra={"u_max_bytes": summary["paper_bound_bytes"], "layouts": layouts})
 
 
@@ -92,7 +92,7 @@ class StaticMask:
 
     def __init__(self, compiled):
         self.plan = compiled.plan
-        self.tables = compiled.device_tables
+        self.tables = compiled.lowered.device_tables
 
     def init(self, tables, batch_size, beam_size):
         return decode.ProcessorState(node=jnp.zeros((batch_size, beam_size), jnp.int32),
@@ -169,7 +169,7 @@ def make_runners(spec: CellSpec, methods, cfg):
         makers.append(lambda: _static_runner(compiled, model, cfg))
     if "static_mask" in methods:
         makers.append(lambda: _harness_runner(StaticMask(compiled), model, cfg, L,
-                                              index_bytes=compiled.nbytes))
+                                              index_bytes=compiled.lowered.nbytes))
     if "unconstrained" in methods:
         makers.append(lambda: _harness_runner(bl.Unconstrained(), model, cfg, L))
     if {"host_trie", "exact_bsearch", "approx_bsearch", "hash_bitmap"} & set(methods):

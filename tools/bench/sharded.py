@@ -46,7 +46,7 @@ def _measure(n: int, length: int, vocab: int, repeats: int, min_bytes: int) -> i
         return lambda: jax.block_until_ready(sc.beam_search(
             compiled, zeros, batch_size=2, beam_size=70, tokens_per_beam=30))
 
-    replicated = plain.table_bytes_per_device()
+    replicated = plain.lowered.bytes_per_device()
     search(plain)()  # compile
     base_ms = median_ms(search(plain), repeats)
     print("\n| tables | bytes per device | vs replicated | search ms | vs replicated | same bits |")
@@ -62,7 +62,7 @@ def _measure(n: int, length: int, vocab: int, repeats: int, min_bytes: int) -> i
             got = search(split)()
             same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(got, want))
             same_everywhere &= same
-            per = split.table_bytes_per_device()
+            per = split.lowered.bytes_per_device()
             ms = median_ms(search(split), repeats)  # compiled by the check above
             print(f"| {label}, split over D = {D} | {per / 2**20:.1f} MiB | "
                   f"{per / replicated:.3f}x | {ms:.2f} | {ms / base_ms:.2f}x | "

@@ -174,7 +174,7 @@ def _build(args, n: int, workdir: str, path: str) -> None:
     np.save(path + ".remove.npy", removed)
     np.save(path + ".add.npy", rng.integers(0, V, size=(changed, L)))
     print(f"# compiled from Shards and saved in {time.perf_counter() - start:.1f} s: "
-          f"{compiled.nbytes / 2**20:.1f} MiB of tables, capacity {capacity}", flush=True)
+          f"{compiled.lowered.nbytes / 2**20:.1f} MiB of tables, capacity {capacity}", flush=True)
 
 
 def main(argv=None) -> int:
