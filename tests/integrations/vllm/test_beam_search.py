@@ -25,6 +25,7 @@ import torch  # noqa: E402
 
 import static_compiler as sc  # noqa: E402
 from static_compiler.errors import DecodeInputError  # noqa: E402
+from static_compiler.integrations.vllm import sets  # noqa: E402
 from static_compiler.integrations.vllm.beam_search import beam_search, check_engine  # noqa: E402
 from static_compiler.integrations.vllm.sets import register_set  # noqa: E402
 from static_compiler.torch_backend import TorchConstraints  # noqa: E402
@@ -57,7 +58,10 @@ def codes(tmp_path_factory):
     path = tmp_path_factory.mktemp("codes") / "codes"
     sc.compile_constraints(rows, vocab_size=512).save(path, modules=False)
     register_set("beam-codes", path)
-    return path, {tuple(int(t) for t in row) for row in rows}
+    yield path, {tuple(int(t) for t in row) for row in rows}
+    # (registered for this module only: a processor built later in the same
+    # process checks every registered set against its own model)
+    sets._REGISTERED.pop("beam-codes", None)
 
 
 def expected(reference, tokenizer, prompt: str, tc: TorchConstraints, beam_size: int,
