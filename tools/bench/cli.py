@@ -166,7 +166,7 @@ def plan_cells(args) -> list:
 
 SUBCOMMANDS = {"compile-time": "tools.bench.compile_time", "peers": "tools.bench.peers",
                "ready": "tools.bench.ready", "rules": "tools.bench.rules",
-               "versions": "tools.bench.versions"}
+               "versions": "tools.bench.versions", "vllm": "tools.bench.vllm_engine"}
 """`python -m tools.bench NAME ...`: benchmarks with their own options,
 each a module with a `main(argv)`."""
 
