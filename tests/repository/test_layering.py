@@ -41,7 +41,7 @@ LAYERS = (
     # (updates, upgrades, re-export, versions, rollback) beside it
     ("", "compiled", "computed", "compiler", "contract", "decode_calls", "saved", "report", "warm",
      "lifecycle"),
-    ("integrations",),  # engines' own decoders (HF generate) on top of the public API
+    ("integrations",),  # engines' own decoders (HF generate, vLLM) on top of the public API
     ("cli",),
 )
 APPLICATIONS = {"cli"}
@@ -113,7 +113,7 @@ RESTRICTED = {
     # hooks and their compile counter: importing it loads neither jax nor torch, tested below)
     "decoding.warm_up": ({"numpy", "jax"}, {"errors", "support.arguments", "support.decode_types",
                                             "support.compile_events", "item_bits.padding"}),
-    "integrations": (THIRD_PARTY | {"torch", "transformers"}, None),
+    "integrations": (THIRD_PARTY | {"torch", "transformers", "vllm"}, None),
     # The PyTorch backend: no jax, no compiler module (the compiled set is read lazily).
     "torch_backend": ({"numpy", "torch"}, SERVING_SUPPORT | SERVED_ITEMS |
                       {"format", "torch_backend", "compiled", "decoding"}),
