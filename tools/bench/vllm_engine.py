@@ -51,6 +51,7 @@ import importlib.util
 import json
 import os
 import queue
+import re
 import signal
 import statistics
 import subprocess
@@ -164,9 +165,12 @@ def non_members(completions, catalogue: str, members) -> list:
     `members` (a set of str) or not ended by the end token
     (finish_reason != "stop"); for sids, tokens whose `sid_key` is not in
     `members` (a set of int). Each completion: (text, token_ids,
-    finish_reason)."""
+    finish_reason). Requests the engine ended with an error
+    (finish_reason "error") are not outputs: `errors` counts them."""
     bad = []
     for text, token_ids, finish in completions:
+        if finish == "error":
+            continue
         if catalogue == "names":
             ok = finish == "stop" and text in members
         else:
@@ -187,6 +191,7 @@ def compile_sets(args, names_sizes, sid_sizes) -> dict:
     """(catalogue, size) -> {"path", "compile_s", "save_s"}: our artifacts,
     compiled here (no jax needed) and saved tables-only under --work."""
     import static_compiler as sc
+    from static_compiler.torch_backend import TorchConstraints
     from tools.tiny_llama import synthetic_names
     out = {}
     tokenizer = os.path.join(args.model, "tokenizer.json")
@@ -202,8 +207,11 @@ def compile_sets(args, names_sizes, sid_sizes) -> dict:
             start = time.perf_counter()
             path = compiled.save(os.path.join(args.work, f"{catalogue}-{size}.static"),
                                  overwrite=True, modules=False)
+            save_s = time.perf_counter() - start
+            start = time.perf_counter()
+            TorchConstraints.load(path)   # what the processor does once per set version
             out[(catalogue, size)] = {"path": str(path), "compile_s": compile_s,
-                                      "save_s": time.perf_counter() - start,
+                                      "save_s": save_s, "load_s": time.perf_counter() - start,
                                       "max_length": compiled.max_length}
     return out
 
@@ -291,8 +299,9 @@ def child(spec: dict) -> int:
             lengths[(catalogue, size)] = result["lengths"]
         bad = [] if row["method"] == "unconstrained" else \
             non_members(completions, catalogue, members_of(catalogue, size))
-        emit("row", key=row["key"], checked=len(completions), not_members=len(bad),
-             example=bad[:2], **result)
+        errors = sum(finish == "error" for _, _, finish in completions)
+        emit("row", key=row["key"], checked=len(completions) - errors, errors=errors,
+             not_members=len(bad), example=bad[:2], **result)
     return 0
 
 
@@ -328,7 +337,7 @@ def supervise(command: list, keys: list, engine_limit: float, row_limit: float, 
 
     threading.Thread(target=read, daemon=True).start()
     results, current, limit = {}, "engine start", engine_limit
-    deadline, tail = time.monotonic() + engine_limit, []
+    deadline, tail, row_errors = time.monotonic() + engine_limit, [], []
     while True:
         try:
             line = lines.get(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
@@ -346,18 +355,20 @@ def supervise(command: list, keys: list, engine_limit: float, row_limit: float, 
                 results[current] = {"error": f"the engine's process exited with status "
                                              f"{proc.returncode}: {' | '.join(tail[-3:])}"}
             break
-        if not line.startswith(EVENT):
+        if not line.startswith(EVENT):   # a log line: the limit runs on
             log.write(line)
             tail = (tail + [line.strip()[-200:]])[-20:]
+            if re.search(r"\bError\b|error:", line) and len(row_errors) < 3:
+                row_errors.append(line.strip()[-300:])
             continue
         event = json.loads(line[len(EVENT):])
         if event["event"] == "engine":
             results["engine_s"] = event["seconds"]
             current, limit = "between rows", row_limit
         elif event["event"] == "start":
-            current, limit = event["key"], row_limit
+            current, limit, row_errors = event["key"], row_limit, []
         elif event["event"] == "row":
-            results[event["key"]] = event
+            results[event["key"]] = dict(event, log_errors=row_errors)
             current = "between rows"
         deadline = time.monotonic() + limit
     _kill_group(proc)   # what the engine left behind
@@ -428,22 +439,28 @@ def table(args, artifacts, engines, results) -> tuple:
                 if "static" in results else None
             ratio = "-" if not base or "error" in base or row["method"] == "unconstrained" else \
                 f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x"
+            if r.get("errors"):
+                first = (r["log_errors"] or ["see its log"])[0]
+                errors = f"engine error: {r['errors']} of {r['errors'] + r['checked']} " \
+                         f"requests ended with finish_reason 'error' ({first.split('] ')[-1]}); "
+            else:
+                errors = ""
             if row["method"] == "unconstrained":
                 checked = f"{r['checked']} (not constrained)"
             elif r["not_members"]:
                 failed = True
                 text, tokens, finish = r["example"][0]
-                checked = f"FAILED: {r['not_members']} of {r['checked']} not members, e.g. " \
-                          f"{text!r} (tokens {tokens}, finish_reason {finish!r})"
+                checked = f"{errors}FAILED: {r['not_members']} of {r['checked']} not members, " \
+                          f"e.g. {text!r} (tokens {tokens}, finish_reason {finish!r})"
             else:
-                checked = f"{r['checked']} members"
+                checked = f"{errors}{r['checked']} members"
             lines.append(head + f"{r['first_s']:.2f} | {r['again_s']:.2f} | "
                          f"{r['tokens_per_s']:.0f} | {ratio} | {_fmt(r['ttft_ms'], 1)} | "
                          f"{r['tokens_per_request']:.1f} | {checked} |")
     return "\n".join(lines), failed
 
 
-def targets(args, results) -> list:
+def targets(args, results, artifacts) -> list:
     """Lines "target: measured (met / missed)"."""
     out = []
     if "static" not in results or not args.names:
@@ -456,7 +473,9 @@ def targets(args, results) -> list:
     cost = 1 - ours["tokens_per_s"] / base["tokens_per_s"]
     out.append(f"our processor costs <= {TARGET_COST:.0%} of unconstrained tokens/s at "
                f"{label(size)} names: {cost:+.1%} ({'met' if cost <= TARGET_COST else 'missed'})")
-    out.append(f"its set-up is the artifact load (no per-request compile): first request "
+    load = artifacts[("names", size)]["load_s"]
+    out.append(f"its set-up is the artifact load (no per-request compile): the load "
+               f"{load:.2f} s (TorchConstraints.load, once per set version); a first request "
                f"{ours['first_s']:.2f} s, the same request again {ours['again_s']:.2f} s")
     return out
 
@@ -492,7 +511,7 @@ def main(argv=None) -> int:
             results[engine] = supervise(command, [r["key"] for r in rows], args.engine_timeout,
                                         args.row_timeout, log)
     text, failed = table(args, artifacts, engines, results)
-    notes = targets(args, results) + [f"{b}: skipped (not installed)" for b in skipped]
+    notes = targets(args, results, artifacts) + [f"{b}: skipped (not installed)" for b in skipped]
     report = (f"python -m tools.bench vllm {' '.join(argv if argv is not None else sys.argv[1:])}"
               f"\n\n{text}\n\n" + "\n".join(f"* {n}" for n in notes) + "\n")
     print(report)

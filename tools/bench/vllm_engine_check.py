@@ -52,6 +52,8 @@ def check_membership_fails_what_it_should():
     got = bench.non_members([("", sids[0].tolist(), "stop"), ("", outside, "stop")], "sids",
                             members)
     _expect(got == [("", outside, "stop")], f"sids: {got}")
+    errored = ("K", [5], "error")                         # the engine ended it: not an output
+    _expect(bench.non_members(good + [errored], "names", names) == [], "an error counted")
     return "a non-member, a cut name and a Semantic ID outside the set each fail"
 
 
@@ -116,7 +118,8 @@ def _result(tokens_per_s, not_members=0):
 
 def check_table_and_targets():
     args = bench.parse_args(["--names", "1e5", "--sids"])
-    artifacts = {("names", 10 ** 5): {"compile_s": 1.0, "save_s": 0.5, "path": "x"}}
+    artifacts = {("names", 10 ** 5): {"compile_s": 1.0, "save_s": 0.5, "load_s": 0.2,
+                                      "path": "x"}}
     engines = [("static", [{"key": "names 1e5 static", "catalogue": "names", "size": 10 ** 5,
                             "method": "static"},
                            {"key": "names 1e5 unconstrained", "catalogue": "names",
@@ -131,14 +134,23 @@ def check_table_and_targets():
     _expect(not failed and "| names | 1e5 | static | 30.0 | 1.50 | 0.50 | 0.10 | 95 | 0.95x |"
             in text, text)
     _expect("| guidance | 31.0 | - | timed out after 120 s |" in text, text)
-    lines = bench.targets(args, results)
+    lines = bench.targets(args, results, artifacts)
     _expect("+5.0% (met)" in lines[0], lines)
     results["static"]["names 1e5 static"] = _result(80.0, not_members=1)
     text, failed = bench.table(args, artifacts, engines, results)
     _expect(failed and "FAILED: 1 of 10 not members, e.g. 'Nope' (tokens [5, 1], "
             "finish_reason 'stop')" in text, text)
-    _expect("+20.0% (missed)" in bench.targets(args, results)[0], "a 20% cost was met")
-    return "ratios, timeouts, a failed membership and a missed target printed"
+    _expect("+20.0% (missed)" in bench.targets(args, results, artifacts)[0], "a 20% cost was met")
+    results["guidance"]["names 1e5 guidance"] = dict(
+        _result(3.0), checked=0, errors=10, log_errors=[
+            "(EngineCore pid=7) WARNING 12-06 [backend_guidance.py:231] LLMatcher error: Parser "
+            "Error: Current row has 10001 items; max is 2000"])
+    results["static"]["names 1e5 static"] = _result(95.0)
+    text, failed = bench.table(args, artifacts, engines, results)
+    _expect(not failed and "engine error: 10 of 10 requests ended with finish_reason 'error' "
+            "(LLMatcher error: Parser Error: Current row has 10001 items; max is 2000); "
+            "0 members |" in text, text)
+    return "ratios, timeouts, engine errors, a failed membership and a missed target printed"
 
 
 def all_checks() -> list:
