@@ -127,7 +127,9 @@ class _Rows:
         self.finished = torch.zeros(capacity, dtype=torch.bool, device=device)
 
     def fit(self, capacity: int) -> None:
-        grow = capacity - self.node.shape[0]
+        """Room for rows [0, capacity) (doubling)."""
+        have = self.node.shape[0]
+        grow = max(capacity, 2 * have) - have if capacity > have else 0
         if grow > 0:
             pad = lambda t: torch.cat([t, torch.zeros(grow, dtype=t.dtype, device=self.device)])
             self.node, self.valid, self.finished = pad(self.node), pad(self.valid), \
@@ -184,6 +186,7 @@ class _Engine:
         if eos is None:  # (a model without one: the set's end token ends the request)
             eos = resolved.constraints.end_token if resolved.constraints.end_token is not None \
                 else 0
+        self.rows.fit(row + 1)
         self.rows.put(row, resolved.state)
         request = _Request(resolved.constraints, resolved.subset, resolved.step, row, eos,
                            output, slot)
@@ -333,7 +336,6 @@ class StaticLogitsProcessor(*_BASES):  # type: ignore[misc]
         if not self.active or not batch_update:
             return
         self.table.update(batch_update, self.engine.start)
-        self.engine.rows.fit(self.table.capacity)
 
     def apply(self, logits: torch.Tensor, ctx=None) -> torch.Tensor:
         """Masks the opted-in rows of `logits` in place (V1: row = batch

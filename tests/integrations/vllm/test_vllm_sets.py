@@ -10,12 +10,13 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 
-import static_compiler as sc
-from static_compiler.errors import DecodeInputError
-from static_compiler.integrations.vllm import sets
-from static_compiler.integrations.vllm.options import Options
+torch = pytest.importorskip("torch")
+
+import static_compiler as sc  # noqa: E402
+from static_compiler.errors import DecodeInputError  # noqa: E402
+from static_compiler.integrations.vllm import sets  # noqa: E402
+from static_compiler.integrations.vllm.options import Options  # noqa: E402
 
 END = 1
 ITEMS = [[5, 6, 7], [5, 6, 8], [5, 9], [10, 11, 12], [10, 13]]
