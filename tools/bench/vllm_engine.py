@@ -34,10 +34,14 @@ Columns: ``first request s``, one request alone on a fresh list (its
 set-up: the backend's grammar compile, or our artifact's load) and ``again
 s`` the same request after the timed runs; ``tokens/s``, generated tokens
 over `generate`'s wall time (median over repeats); ``TTFT ms``, vLLM's
-first-token latency per request (median over all); every output is checked:
+first-token latency per request and ``TPOT ms`` its time per output token
+after the first (medians over all: TTFT holds admission and the first step,
+TPOT the steady steps); every output is checked:
 a constrained output whose text is not a name of its catalogue (or whose
 tokens are not a Semantic ID), or that did not end with the end token, fails
-its row and the bench exits 1. Each engine runs in a child process (its own
+its row and the bench exits 1; a request the engine itself ended with an
+error (finish_reason "error") is printed as an engine error with the
+reason from the engine's log. Each engine runs in a child process (its own
 process group) with ``--engine-timeout`` for the start and ``--row-timeout``
 per row: a row that runs past it is printed "timed out after N s", the
 child is killed and its larger rows are not run.
@@ -240,13 +244,16 @@ def run_row(llm, prompt_list, params, repeats: int) -> dict:
     start = time.perf_counter()
     first = llm.generate(prompt_list[:1], params[:1], use_tqdm=False)
     first_s = time.perf_counter() - start
-    done, rates, ttfts = _completions(first), [], []
+    done, rates, ttfts, tpots = _completions(first), [], [], []
     for _ in range(repeats):
         start = time.perf_counter()
         outs = llm.generate(prompt_list, params, use_tqdm=False)
         wall = time.perf_counter() - start
         rates.append(sum(len(o.outputs[0].token_ids) for o in outs) / wall)
         ttfts += [o.metrics.first_token_latency for o in outs if o.metrics is not None]
+        tpots += [(m.last_token_ts - m.first_token_ts) / (m.num_generation_tokens - 1)
+                  for m in (o.metrics for o in outs)
+                  if m is not None and m.num_generation_tokens > 1]
         done += _completions(outs)
     start = time.perf_counter()
     done += _completions(llm.generate(prompt_list[:1], params[:1], use_tqdm=False))
@@ -254,6 +261,7 @@ def run_row(llm, prompt_list, params, repeats: int) -> dict:
     timed = done[1:1 + repeats * len(prompt_list)]
     return {"first_s": first_s, "again_s": again_s, "tokens_per_s": statistics.median(rates),
             "ttft_ms": 1e3 * statistics.median(ttfts) if ttfts else None,
+            "tpot_ms": 1e3 * statistics.median(tpots) if tpots else None,
             "tokens_per_request": statistics.fmean(len(t) for _, t, _ in timed),
             "lengths": [len(t) for _, t, _ in timed[:len(prompt_list)]], "completions": done}
 
@@ -421,8 +429,9 @@ def _fmt(value, digits=2) -> str:
 def table(args, artifacts, engines, results) -> tuple:
     """(markdown text, failed): one row per (catalogue, size, method)."""
     lines = ["| set | size | method | engine start s | compile s (offline) | first request s "
-             "| again s | tokens/s | vs unconstrained | TTFT ms | tokens/request | checked |",
-             "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+             "| again s | tokens/s | vs unconstrained | TTFT ms | TPOT ms | tokens/request "
+             "| checked |",
+             "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     failed = False
     for engine, rows in engines:
         for row in rows:
@@ -433,7 +442,7 @@ def table(args, artifacts, engines, results) -> tuple:
             head = f"| {row['catalogue']} | {label(row['size'])} | {row['method']} | {start} | " + \
                 (f"{art['compile_s'] + art['save_s']:.2f} | " if art else "- | ")
             if "error" in r:
-                lines.append(head + f"{r['error']} | | | | | | | |")
+                lines.append(head + f"{r['error']} | | | | | | | | |")
                 continue
             base = results["static"].get(f"{row['catalogue']} {label(row['size'])} unconstrained") \
                 if "static" in results else None
@@ -456,6 +465,7 @@ def table(args, artifacts, engines, results) -> tuple:
                 checked = f"{errors}{r['checked']} members"
             lines.append(head + f"{r['first_s']:.2f} | {r['again_s']:.2f} | "
                          f"{r['tokens_per_s']:.0f} | {ratio} | {_fmt(r['ttft_ms'], 1)} | "
+                         f"{_fmt(r.get('tpot_ms'), 1)} | "
                          f"{r['tokens_per_request']:.1f} | {checked} |")
     return "\n".join(lines), failed
 

@@ -112,6 +112,7 @@ def check_supervisor_limits():
 
 def _result(tokens_per_s, not_members=0):
     return {"first_s": 0.5, "again_s": 0.1, "tokens_per_s": tokens_per_s, "ttft_ms": 9.0,
+            "tpot_ms": 3.0,
             "tokens_per_request": 7.0, "checked": 10, "not_members": not_members,
             "example": [["Nope", [5, 1], "stop"]] if not_members else []}
 
@@ -131,9 +132,9 @@ def check_table_and_targets():
                "guidance": {"engine_s": 31.0,
                             "names 1e5 guidance": {"error": "timed out after 120 s"}}}
     text, failed = bench.table(args, artifacts, engines, results)
-    _expect(not failed and "| names | 1e5 | static | 30.0 | 1.50 | 0.50 | 0.10 | 95 | 0.95x |"
+    _expect(not failed and "| names | 1e5 | static | 30.0 | 1.50 | 0.50 | 0.10 | 95 | 0.95x | 9.0 | 3.0 | 7.0 |"
             in text, text)
-    _expect("| guidance | 31.0 | - | timed out after 120 s |" in text, text)
+    _expect("| guidance | 31.0 | - | timed out after 120 s | | | | | | | | |" in text, text)
     lines = bench.targets(args, results, artifacts)
     _expect("+5.0% (met)" in lines[0], lines)
     results["static"]["names 1e5 static"] = _result(80.0, not_members=1)
