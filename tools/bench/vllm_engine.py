@@ -192,8 +192,9 @@ def members_of(catalogue: str, size: int):
 
 
 def compile_sets(args, names_sizes, sid_sizes) -> dict:
-    """(catalogue, size) -> {"path", "compile_s", "save_s"}: our artifacts,
-    compiled here (no jax needed) and saved tables-only under --work."""
+    """(catalogue, size) -> {"path", "compile_s", "save_s", "load_s",
+    "max_length"}: our artifacts, compiled here (no jax needed), saved
+    tables-only under --work and loaded once as the processor loads them."""
     import static_compiler as sc
     from static_compiler.torch_backend import TorchConstraints
     from tools.tiny_llama import synthetic_names
