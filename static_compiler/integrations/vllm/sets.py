@@ -137,10 +137,11 @@ class SetCache:
         if options.where is None and options.subset is None:
             return None
         key = (id(constraints), constraints.fingerprint, options.where, options.subset)
-        found = self._subsets.get(key)
-        if found is not None and found[0] is constraints:
-            self._subsets.move_to_end(key)
-            return found[1]
+        with _LOCK:  # (vLLM's front end admits requests from several threads)
+            found = self._subsets.get(key)
+            if found is not None and found[0] is constraints:
+                self._subsets.move_to_end(key)
+                return found[1]
         if options.subset is not None:
             what = f"sc_subset={options.subset!r}"
             columns = constraints.attributes or {}
@@ -163,9 +164,10 @@ class SetCache:
             raise DecodeInputError(f"extra_args {what}: selects no item of the set "
                                    f"{constraints.path!s}: expected a filter that keeps at least "
                                    "one item (an empty subset has no continuation)")
-        self._subsets[key] = (constraints, subset)
-        while len(self._subsets) > self._keep:
-            self._subsets.popitem(last=False)
+        with _LOCK:
+            self._subsets[key] = (constraints, subset)
+            while len(self._subsets) > self._keep:
+                self._subsets.popitem(last=False)
         return subset
 
     def resolve(self, options: Options) -> Resolved:

@@ -13,7 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import EOS
+from vllm_cases import EOS
 
 vllm = pytest.importorskip("vllm")
 

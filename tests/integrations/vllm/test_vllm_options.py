@@ -43,3 +43,20 @@ def test_a_bad_key_is_named_with_its_value_and_what_was_expected(extra_args, nam
     assert isinstance(err.value, ValueError)  # (vLLM answers a ValueError with HTTP 400)
     for name in names:
         assert name in str(err.value)
+
+
+def test_importing_the_package_and_its_pure_modules_imports_no_engine():
+    """The package and its options / slots modules import neither torch,
+    vLLM nor jax (the processor is imported when first named); the sets
+    module imports torch, never jax."""
+    import subprocess
+    import sys
+    code = ("import sys; import static_compiler.integrations.vllm as m, "
+            "static_compiler.integrations.vllm.options, static_compiler.integrations.vllm.slots; "
+            "print(sorted({n.split('.')[0] for n in sys.modules} & {'torch', 'vllm', 'jax'})); "
+            "import static_compiler.integrations.vllm.sets; "
+            "print(sorted({n.split('.')[0] for n in sys.modules} & {'vllm', 'jax'}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["[]", "[]"], run.stdout

@@ -15,6 +15,7 @@ import types
 
 import numpy as np
 import pytest
+from vllm_cases import condense
 
 vllm = pytest.importorskip("vllm")
 
@@ -108,15 +109,7 @@ def test_v1_rows_follow_adds_removes_moves_and_swaps(artifact, seed):
             output = []
             batch[index] = (options, output)
             added.append((index, vllm.SamplingParams(extra_args=options), None, output))
-        while free:  # condense, as the input batch does
-            last = max((i for i, e in enumerate(batch) if e is not None), default=-1)
-            if free[0] >= last:
-                break
-            empty = free.pop(0)
-            batch[empty], batch[last] = batch[last], None
-            moved.append((last, empty, MoveDirectionality.UNIDIRECTIONAL))
-        while batch and batch[-1] is None:
-            batch.pop()
+        moved += condense(batch, free, MoveDirectionality.UNIDIRECTIONAL)
         if len(batch) > 1 and rng.random() < 0.5:
             a, b = rng.sample(range(len(batch)), 2)
             batch[a], batch[b] = batch[b], batch[a]
@@ -218,3 +211,32 @@ def test_the_entry_point_loads_the_processor():
     from vllm.v1.worker.gpu.sample.logits_processor.loader import _load_v2_logitsprocs_plugins
     assert StaticLogitsProcessor in _load_logitsprocs_plugins()
     assert StaticLogitsProcessor in _load_v2_logitsprocs_plugins()  # (MRV2 accepts it too)
+
+
+def eos_only(row) -> bool:
+    return bool(torch.isfinite(row).nonzero().flatten().tolist() == [END])
+
+
+@pytest.mark.parametrize("taken", [[15], [5, 12], [-1]])
+def test_a_row_left_with_nothing_or_an_unknown_token_gets_the_end_of_sequence(artifact, taken):
+    """A token from outside the mask (another processor's, a forced one) or
+    an async placeholder (-1): the row allows the end of sequence alone,
+    never nothing (an all -inf row) and never everything."""
+    proc = StaticLogitsProcessor(config(), torch.device("cpu"), False)
+    output = []
+    proc.update_state(BatchUpdate(1, [], [(0, vllm.SamplingParams(
+        extra_args={"sc_set": str(artifact)}), None, output)], []))
+    assert not eos_only(proc.apply(torch.randn(1, WIDTH))[0])
+    output.extend(taken)
+    assert eos_only(proc.apply(torch.randn(1, WIDTH))[0])
+
+
+def test_a_registered_set_that_does_not_fit_the_model_stops_the_start(artifact, monkeypatch):
+    from static_compiler.errors import DecodeInputError
+    monkeypatch.setenv("STATIC_COMPILER_VLLM_SETS", f"mine={artifact}")
+    engine = config()
+    engine.model_config.try_get_generation_config = lambda: {"eos_token_id": 2}
+    with pytest.raises(DecodeInputError, match="set 'mine': the set .* ends its items with "
+                                               "token 1, the model's end of sequence is 2"):
+        StaticLogitsProcessor(engine, torch.device("cpu"), False)
+    assert StaticLogitsProcessor(config(), torch.device("cpu"), False).active  # eos 1 fits

@@ -10,6 +10,7 @@ import enum
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vllm_cases import condense
 
 from static_compiler.integrations.vllm.slots import SlotTable
 
@@ -75,17 +76,7 @@ def test_slots_follow_a_batch_of_adds_removes_and_moves(data):
             batch[index] = (next_request, opted)
             added.append((index, Params(next_request, opted), None, [next_request]))
             next_request += 1
-        moved = []
-        # condense: the last requests fill the empty indices (UNIDIRECTIONAL)
-        while free:
-            last = max((i for i, r in enumerate(batch) if r is not None), default=-1)
-            if free[0] >= last:
-                break
-            empty = free.pop(0)
-            batch[empty], batch[last] = batch[last], None
-            moved.append((last, empty, Direction.UNIDIRECTIONAL))
-        while batch and batch[-1] is None:
-            batch.pop()
+        moved = condense(batch, free, Direction.UNIDIRECTIONAL)
         # then a few swaps (vLLM's reordering of the batch)
         for _ in range(data.draw(st.integers(0, 2)) if len(batch) > 1 else 0):
             a, b = data.draw(st.lists(st.sampled_from(range(len(batch))), min_size=2,
