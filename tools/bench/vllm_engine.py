@@ -63,6 +63,8 @@ import sys
 import threading
 import time
 
+from tools.bench.cli import _count
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BACKENDS = ("xgrammar", "guidance", "outlines", "lm-format-enforcer")
 DEFAULT_BACKENDS = BACKENDS[:3]
@@ -79,13 +81,6 @@ EOS = 1  # tools.tiny_llama's end token
 TARGET_COST = 0.10
 """Our processor may cost at most this share of unconstrained tokens/s at
 the largest name catalogue."""
-
-
-def _count(text: str) -> int:
-    value = float(text)
-    if value < 1 or value != int(value):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer (1e5 is fine)")
-    return int(value)
 
 
 def parse_args(argv=None):

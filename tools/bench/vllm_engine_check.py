@@ -12,9 +12,9 @@ import os
 import sys
 import tempfile
 import time
-import traceback
 
 from tools.bench import vllm_engine as bench
+from tools.bench.cli import run_checks
 
 
 class CheckFailed(AssertionError):
@@ -162,16 +162,4 @@ def all_checks() -> list:
 
 
 def main() -> int:
-    failed = 0
-    for name, fn in all_checks():
-        start = time.perf_counter()
-        try:
-            detail = fn()
-            print(f"ok    {name}: {detail} ({time.perf_counter() - start:.1f} s)", flush=True)
-        except Exception as e:  # a crash is a failed check too
-            failed += 1
-            print(f"FAIL  {name}: {e if isinstance(e, CheckFailed) else traceback.format_exc()}",
-                  flush=True)
-    print(f"[bench vllm] self-check: {failed} failed" if failed else
-          "[bench vllm] self-check: all passed", file=sys.stderr)
-    return 1 if failed else 0
+    return run_checks(all_checks(), "[bench vllm] self-check")
