@@ -233,13 +233,15 @@ def _completions(outputs) -> list:
             for o in outputs]
 
 
-def run_row(llm, prompt_list, params, repeats: int) -> dict:
-    """Times one row: a first request alone, `repeats` generate calls of
-    every prompt, the first request again. `params`: a SamplingParams per
-    prompt. Returns the measures and every completion."""
+def run_row(llm, prompt_list, params, repeats: int, key: str = "") -> dict:
+    """Times one row: a first request alone (its time emitted as a "first"
+    event, so a row that times out later says how far it got), `repeats`
+    generate calls of every prompt, the first request again. `params`: a
+    SamplingParams per prompt. Returns the measures and every completion."""
     start = time.perf_counter()
     first = llm.generate(prompt_list[:1], params[:1], use_tqdm=False)
     first_s = time.perf_counter() - start
+    emit("first", key=key, seconds=first_s)
     done, rates, ttfts, tpots = _completions(first), [], [], []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -294,7 +296,7 @@ def child(spec: dict) -> int:
                 params = [SamplingParams(temperature=0, max_tokens=row["max_tokens"],
                                          structured_outputs=StructuredOutputsParams(
                                              choice=row["choices"]))] * len(prompt_list)
-            result = run_row(llm, prompt_list, params, spec["repeats"])
+            result = run_row(llm, prompt_list, params, spec["repeats"], row["key"])
         except Exception as e:  # a backend refusing the list is a result, not a crash
             emit("row", key=row["key"], error=f"{type(e).__name__}: {str(e)[:300]}")
             continue
@@ -340,7 +342,7 @@ def supervise(command: list, keys: list, engine_limit: float, row_limit: float, 
         lines.put(None)
 
     threading.Thread(target=read, daemon=True).start()
-    results, current, limit = {}, "engine start", engine_limit
+    results, current, limit, first = {}, "engine start", engine_limit, None
     deadline, tail, row_errors = time.monotonic() + engine_limit, [], []
     while True:
         try:
@@ -351,7 +353,10 @@ def supervise(command: list, keys: list, engine_limit: float, row_limit: float, 
                 continue
             if line == "":
                 _kill_group(proc)
-                results[current] = {"error": f"timed out after {limit:.0f} s"}
+                how_far = "" if current in ("engine start", "between rows") else \
+                    " (no answer to its first request)" if first is None else \
+                    f" (its first request answered in {first:.1f} s)"
+                results[current] = {"error": f"timed out after {limit:.0f} s{how_far}"}
                 break
         if line is None:
             proc.wait()
@@ -370,7 +375,9 @@ def supervise(command: list, keys: list, engine_limit: float, row_limit: float, 
             results["engine_s"] = event["seconds"]
             current, limit = "between rows", row_limit
         elif event["event"] == "start":
-            current, limit, row_errors = event["key"], row_limit, []
+            current, limit, row_errors, first = event["key"], row_limit, [], None
+        elif event["event"] == "first":
+            first = event["seconds"]
         elif event["event"] == "row":
             results[event["key"]] = dict(event, log_errors=row_errors)
             current = "between rows"

@@ -67,6 +67,7 @@ emit("start", key="a"); emit("row", key="a", tokens_per_s=1.0)
 grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 print("grandchild", grandchild.pid, flush=True)
 emit("start", key="b")
+emit("first", key="b", seconds=0.25)
 if sys.argv[2] == "hang":
     time.sleep(60)
 sys.exit(3)
@@ -102,7 +103,8 @@ def check_supervisor_limits():
             _expect(not _alive(pid), f"{mode}: the child's process group was not killed")
     hang, die = outcomes["hang"], outcomes["die"]
     _expect(hang["a"]["tokens_per_s"] == 1.0 and hang["engine_s"] == 0.1, json.dumps(hang))
-    _expect(hang["b"]["error"] == "timed out after 2 s", hang["b"])
+    _expect(hang["b"]["error"] == "timed out after 2 s (its first request answered in 0.2 s)",
+            hang["b"])
     _expect(hang["c"]["error"] == "not run: b timed out", hang["c"])
     _expect(hang["seconds"] < 20, f"took {hang['seconds']:.1f} s")
     _expect(die["b"]["error"].startswith("the engine's process exited with status 3"), die["b"])
