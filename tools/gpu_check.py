@@ -7,6 +7,18 @@ a CUDA one.
 (`prepare --sids N --variable N --beams M` shrinks the sets; `check` reads
 the sizes back from DIR/sizes.json.)
 
+    python -m tools.gpu_check vllm OUT        # on a GPU machine with vLLM: JSON report at OUT
+
+`vllm` runs our vLLM logits processor on CUDA: it builds the tiny random Llama
+of `tools.tiny_llama`, compiles a catalogue of `synthetic_names` with its
+tokenizer, starts `vllm.LLM` on it with
+`static_compiler.integrations.vllm.StaticLogitsProcessor` (the runner vLLM
+picks on CUDA: MRV2 where Triton is installed), and sends one batch of greedy
+and sampled requests that opt in (`extra_args={"sc_set": PATH}`) beside
+requests that do not; every opted-in output must be a name of the catalogue,
+ended by the end token. Where vllm is not importable or CUDA is not
+available it prints why it skipped and exits 0.
+
 `prepare` compiles two sets (1e5 random Semantic IDs, L = 8, V = 2048, with an
 item index; a variable-length set of 2e4 items with an end token), saves them
 and records, from the serving loader on this CPU, a beam search over a
@@ -169,6 +181,80 @@ def check(root: pathlib.Path, out: pathlib.Path) -> int:
     return 0 if ok else 1
 
 
+def vllm_skip_reason(cpu: bool = False) -> str | None:
+    """Why the vLLM CUDA path cannot run here (with `cpu`: the same check on
+    vLLM's CPU engine), or None."""
+    try:
+        import torch
+        import vllm  # noqa: F401
+    except ImportError as e:
+        return f"vllm is not importable here ({e})"
+    if not cpu and not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no CUDA device"
+    return None
+
+
+def check_vllm(out: pathlib.Path, names: int, model: pathlib.Path | None, eager: bool,
+               cpu: bool = False) -> int:
+    """The vLLM CUDA path (module docstring); `cpu` runs it on vLLM's CPU
+    engine instead (this check's own test where no GPU is). Returns 1 on a
+    non-member."""
+    reason = vllm_skip_reason(cpu)
+    if reason is not None:
+        print(f"gpu_check vllm: skipped: {reason}; the vLLM CUDA path needs vllm with CUDA")
+        return 0
+    import tempfile
+
+    import torch
+    import vllm
+    from vllm import LLM, SamplingParams
+
+    import static_compiler as sc
+    from static_compiler.integrations.vllm import StaticLogitsProcessor
+    from tools import tiny_llama
+
+    work = pathlib.Path(tempfile.mkdtemp(prefix="gpu-check-vllm-"))
+    model = tiny_llama.build(model or work / "tiny-llama")
+    catalogue = tiny_llama.synthetic_names(names)
+    compiled = sc.compile_constraints(catalogue, tokenizer=str(model / "tokenizer.json"),
+                                      end_token=tiny_llama.EOS)
+    path = str(compiled.save(work / "names.static", modules=False))   # the torch door's tables
+    start = time.perf_counter()
+    llm = LLM(str(model), dtype="float32", gpu_memory_utilization=0.05 if cpu else 0.3,
+              max_model_len=256, enforce_eager=eager or cpu, seed=SEED,
+              logits_processors=[StaticLogitsProcessor])
+    engine_s = time.perf_counter() - start
+    max_tokens = compiled.max_length + 1
+    opted = {"sc_set": path}
+    requests = [("greedy", SamplingParams(temperature=0, max_tokens=max_tokens,
+                                          extra_args=opted)) for _ in range(8)]
+    requests += [("sampled", SamplingParams(temperature=1.0, seed=SEED + i, max_tokens=max_tokens,
+                                            extra_args=opted)) for i in range(8)]
+    requests += [("untouched", SamplingParams(temperature=0, max_tokens=8)) for _ in range(4)]
+    prompts = [f"Entity {i}:" for i in range(len(requests))]
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, [p for _, p in requests], use_tqdm=False)
+    generate_s = time.perf_counter() - start
+    members = set(catalogue)
+    rows = []
+    for (kind, _), output in zip(requests, outputs):
+        done = output.outputs[0]
+        rows.append({"kind": kind, "text": done.text, "finish_reason": done.finish_reason,
+                     "member": done.text in members and done.finish_reason == "stop"})
+    opted_rows = [r for r in rows if r["kind"] != "untouched"]
+    ok = all(r["member"] for r in opted_rows)
+    report = {"vllm": vllm.__version__, "torch": torch.__version__,
+              "device": "cpu" if cpu else torch.cuda.get_device_name(0), "names": names,
+              "engine_start_s": round(engine_s, 2), "generate_s": round(generate_s, 3),
+              "opted_in": len(opted_rows), "members": sum(r["member"] for r in opted_rows),
+              "untouched_that_are_names": sum(r["member"] for r in rows
+                                              if r["kind"] == "untouched"),
+              "rows": rows, "ok": ok}
+    out.write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+    return 0 if ok else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.gpu_check",
                                      description=__doc__.split("\n\n")[0])
@@ -180,7 +266,17 @@ def main(argv=None) -> int:
     chk = sub.add_parser("check", help="decode DIR's artifacts here, write a JSON report")
     chk.add_argument("dir", type=pathlib.Path)
     chk.add_argument("out", type=pathlib.Path)
+    llm = sub.add_parser("vllm", help="our vLLM logits processor on CUDA (skips without "
+                                      "vllm or CUDA), a JSON report at OUT")
+    llm.add_argument("out", type=pathlib.Path)
+    llm.add_argument("--names", type=int, default=10 ** 4)
+    llm.add_argument("--model", type=pathlib.Path, help="the tiny model's folder (built there)")
+    llm.add_argument("--eager", action="store_true", help="enforce_eager (no CUDA graphs)")
+    llm.add_argument("--cpu", action="store_true",
+                     help="run on vLLM's CPU engine instead (tests this check without a GPU)")
     args = parser.parse_args(argv)
+    if args.command == "vllm":
+        return check_vllm(args.out, args.names, args.model, args.eager, args.cpu)
     if args.command == "prepare":
         prepare(args.dir, {key: getattr(args, key) for key in SIZES})
         return 0

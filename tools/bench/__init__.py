@@ -47,6 +47,7 @@ Sweeps: ``items`` (|C| at V = 2048), ``vocab`` (V at |C| = 1e6), ``skew``
     python -m tools.bench compile-time       # compile_constraints per stage vs the baseline
     python -m tools.bench ready              # ready time per front door: first result, cache, warm()
     python -m tools.bench rules              # business rules: subset(where=...) at 1e7 items
+    python -m tools.bench vllm               # in vLLM: our processor vs its choice backends
 
 Writes ``results.md`` (tables, machine, targets met / missed), ``results.csv``
 and, when matplotlib is installed, ``<sweep>.png`` into --out (default: bench_out/

@@ -19,15 +19,12 @@ when any fails.
 
 from __future__ import annotations
 
-import sys
-import time
-import traceback
-
 import numpy as np
 
 import static_compiler as sc
 from static_compiler.errors import ConstraintSetError
 from tools.bench import baselines as bl
+from tools.bench.cli import run_checks
 from tools.bench.config import GPU_ITEMS, PAPER_TPU_ADDED_MS, zipf_sids
 from tools.bench.runners import StaticMask
 from tools.bench.targets import evaluate_targets
@@ -212,16 +209,4 @@ def all_checks() -> list:
 
 
 def main() -> int:
-    failed = 0
-    for name, fn in all_checks():
-        start = time.perf_counter()
-        try:
-            detail = fn()
-            print(f"ok    {name}: {detail} ({time.perf_counter() - start:.1f} s)", flush=True)
-        except Exception as e:  # a crash is a failed check too; keep checking the rest
-            failed += 1
-            what = str(e) if isinstance(e, CheckFailed) else traceback.format_exc()
-            print(f"FAIL  {name}: {what}", flush=True)
-    print(f"[bench] check: {failed} failed" if failed else "[bench] check: all passed",
-          file=sys.stderr)
-    return 1 if failed else 0
+    return run_checks(all_checks(), "[bench] check")

@@ -35,6 +35,26 @@ def exit_without_teardown(code: int) -> None:
     os._exit(code)
 
 
+def run_checks(checks, label: str) -> int:
+    """Runs [(name, thunk)] in order, one line each: "ok    name: detail (s)"
+    or "FAIL  name: why" (a crash is a failed check too; the rest still
+    run); then "LABEL: all passed" or "LABEL: N failed" on stderr. Returns
+    1 when any failed."""
+    import traceback
+    failed = 0
+    for name, fn in checks:
+        start = time.perf_counter()
+        try:
+            detail = fn()
+            print(f"ok    {name}: {detail} ({time.perf_counter() - start:.1f} s)", flush=True)
+        except Exception as e:
+            failed += 1
+            what = str(e) if isinstance(e, AssertionError) and str(e) else traceback.format_exc()
+            print(f"FAIL  {name}: {what}", flush=True)
+    print(f"{label}: {failed} failed" if failed else f"{label}: all passed", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def sid_set_parser(module: str, doc: str, items: float) -> argparse.ArgumentParser:
     """The parser of a single-purpose bench `python -m tools.bench.MODULE`
     over random Semantic IDs: --items (default `items`), --length, --vocab
@@ -166,7 +186,7 @@ def plan_cells(args) -> list:
 
 SUBCOMMANDS = {"compile-time": "tools.bench.compile_time", "peers": "tools.bench.peers",
                "ready": "tools.bench.ready", "rules": "tools.bench.rules",
-               "versions": "tools.bench.versions"}
+               "versions": "tools.bench.versions", "vllm": "tools.bench.vllm_engine"}
 """`python -m tools.bench NAME ...`: benchmarks with their own options,
 each a module with a `main(argv)`."""
 
