@@ -266,6 +266,12 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
             """The names `MOVED` into a record: the record's, with a
             DeprecationWarning naming it (until REMOVED_IN)."""
             if name not in MOVED:
+                # (Python calls this after a property raised AttributeError too: that
+                # property runs again so its own error, not this one, is raised)
+                for klass in type(self).__mro__:
+                    found = klass.__dict__.get(name)
+                    if isinstance(found, property):
+                        return found.__get__(self, type(self))
                 raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
             record, new = MOVED[name]
             call = "()" if name == "table_bytes_per_device" else ""

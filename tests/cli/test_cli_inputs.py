@@ -308,6 +308,7 @@ NOT_CLI_PARAMETERS = {
     "split": "sc.BeamAxis of a decode carry, which the CLI's demo model does not declare",
     "pipeline": "the memory budget's advice: it names --memory-budget and --pipeline itself, "
                 "then the Python call",
+    "enable_prefix_caching": "a vllm.LLM setting the vLLM beam driver asks for, not ours",
 }
 
 
