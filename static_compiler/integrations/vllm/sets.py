@@ -15,12 +15,17 @@ A name registered both ways takes `register_set`'s path. The sets of the
 environment variable are loaded and checked (end token, vocabulary) when
 the processor starts, so a wrong one stops the engine at start-up.
 
-Versions. `SetCache.current(path)` compares the artifact's manifest on disk
-with the version it holds (a read of manifest.json and a stat of each
-file, no hashing) and loads the new version when they differ
-(`TorchConstraints.reload`, checksums verified): requests admitted after an
-update see it; running requests keep the version they started with (each
-slot holds its own `TorchConstraints`).
+Versions. `SetCache.current(path)` stats the artifact's directory and
+manifest.json on every call (no read while both stats are unchanged); when
+a stat changed, it compares the manifest on disk with the version it holds
+(a read of manifest.json and a stat of each file, no hashing) and loads the
+new version when they differ (`TorchConstraints.reload`, checksums
+verified): requests admitted after an update see it; running requests keep
+the version they started with (each slot holds its own `TorchConstraints`).
+Every save and update writes a new directory and manifest and swaps it in
+at the path, so a new version has a new inode there (the version it
+replaced, kept in the artifact's history, still holds the old one), a new
+mtime or size besides: two saves in one clock tick are told apart too.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import torch
 
 from static_compiler.errors import ArtifactError, ConstraintSetError, DecodeInputError
 from static_compiler.format import snapshot
+from static_compiler.format.spec import MANIFEST_FILE
 from static_compiler.integrations.vllm.options import Options
 from static_compiler.torch_backend import TorchConstraints
 from static_compiler.torch_backend.ops import TorchState
@@ -112,15 +118,20 @@ class SetCache:
 
     def current(self, path) -> TorchConstraints:
         """The set at `path` as saved now: loaded on first use, reloaded
-        when the manifest on disk changed. Raises DecodeInputError naming
-        the artifact's error."""
+        when the manifest on disk changed (looked at only when the stat of
+        the directory or its manifest changed: see the module docstring).
+        Raises DecodeInputError naming the artifact's error."""
         key = str(pathlib.Path(path).resolve())
         with _LOCK:
-            loaded = self._sets.get(key)
+            stamp = _stamp(key)  # (before reading: a version swapped in later shows next time)
+            held = self._sets.get(key)
+            if held is not None and stamp is not None and held[1] == stamp:
+                return held[0]
             try:
-                if loaded is None:
+                if held is None:
                     loaded = TorchConstraints.load(key, device=self.device)
                 else:
+                    loaded = held[0]
                     with snapshot.open_snapshot(key, verify_checksums=False) as snap:
                         changed = snap.manifest.seal() != loaded._manifest.seal()
                     if changed:
@@ -128,7 +139,7 @@ class SetCache:
             except ArtifactError as err:
                 raise DecodeInputError(f"extra_args sc_set: the artifact {key!r} cannot be "
                                        f"loaded: {err}") from None
-            self._sets[key] = loaded
+            self._sets[key] = (loaded, stamp)
             return loaded
 
     def subset(self, constraints: TorchConstraints, options: Options):
@@ -200,6 +211,17 @@ class SetCache:
                                    "it" + (" in the request's subset" if subset is not None
                                            else ""))
         return Resolved(constraints, subset, state, step)
+
+
+def _stamp(path: str) -> Optional[tuple]:
+    """What changes when a new version is swapped in at `path`: the (inode,
+    mtime ns, size) of the directory and of its manifest.json; None when
+    either cannot be stat'ed (the load then names the error)."""
+    try:
+        stats = (os.stat(path), os.stat(os.path.join(path, MANIFEST_FILE)))
+    except OSError:
+        return None
+    return tuple((s.st_ino, s.st_dev, s.st_mtime_ns, s.st_size) for s in stats)
 
 
 def end_token_problem(constraints: TorchConstraints, eos: Optional[int],

@@ -94,6 +94,33 @@ def test_a_version_is_loaded_once_and_a_new_one_for_new_requests(artifact, clean
     assert walk(old, []) == sorted(ITEMS)  # a running request keeps its version
 
 
+def test_an_unchanged_artifact_is_not_read_again(artifact, clean_registry, monkeypatch):
+    cache = sets.SetCache()
+    first = cache.current(artifact)
+    opened = []
+    real = sets.snapshot.open_snapshot
+    monkeypatch.setattr(sets.snapshot, "open_snapshot",
+                        lambda *a, **k: opened.append(a) or real(*a, **k))
+    for _ in range(3):
+        assert cache.current(artifact) is first
+    assert opened == []  # (stats only)
+    (artifact / "manifest.json").touch()  # a new stat, the same manifest: read, kept
+    assert cache.current(artifact) is first and len(opened) == 1
+    assert cache.current(artifact) is first and len(opened) == 1
+
+
+def test_versions_saved_in_quick_succession_each_reach_new_requests(artifact, clean_registry):
+    cache = sets.SetCache()
+    seen = [cache.current(artifact)]
+    left = list(ITEMS)
+    for item in ([5, 9], [10, 13], [5, 6, 8]):  # each update straight after the last look
+        sc.update_artifact(artifact, remove=[item])
+        left.remove(item)
+        seen.append(cache.current(artifact))
+        assert walk(cache.resolve(Options(str(artifact))), []) == sorted(left)
+    assert len({id(tc) for tc in seen}) == len(seen)
+
+
 def test_subsets_by_filter_and_by_name(artifact, clean_registry):
     cache = sets.SetCache()
     where = cache.resolve(Options(str(artifact), where="idx >= 3"))
