@@ -108,12 +108,14 @@ class Resolved:
 class SetCache:
     """The loaded sets of one process, on `device`: one `TorchConstraints`
     per artifact path (its newest version; older ones live on in the slots
-    that use them) and the requests' subsets (the last `subsets` kept)."""
+    that use them), the requests' subsets and their resolved options (the
+    last `subsets` of each kept)."""
 
     def __init__(self, device=None, subsets: int = 64):
         self.device = torch.device("cpu") if device is None else torch.device(device)
         self._sets: dict = {}
         self._subsets: collections.OrderedDict = collections.OrderedDict()
+        self._resolved: collections.OrderedDict = collections.OrderedDict()
         self._keep = subsets
 
     def current(self, path) -> TorchConstraints:
@@ -183,11 +185,28 @@ class SetCache:
 
     def resolve(self, options: Options) -> Resolved:
         """`options` against the set's current version: its subset and the
-        state after sc_prefix. Raises DecodeInputError naming the key for a
-        set that cannot be loaded, a bad filter or subset, and a prefix that
-        leaves the set or has no continuation there."""
+        state after sc_prefix (kept per version, subset and prefix: the
+        requests of a batch mostly share them; the state is never written
+        to). Raises DecodeInputError naming the key for a set that cannot
+        be loaded, a bad filter or subset, and a prefix that leaves the set
+        or has no continuation there."""
         constraints = self.current(set_path(options.set))
         subset = self.subset(constraints, options)
+        key = (id(constraints), id(subset), options.prefix)
+        with _LOCK:
+            found = self._resolved.get(key)
+            if found is not None and found.constraints is constraints and \
+                    found.subset is subset:
+                self._resolved.move_to_end(key)
+                return found
+        resolved = self._walk(constraints, subset, options)
+        with _LOCK:
+            self._resolved[key] = resolved
+            while len(self._resolved) > self._keep:
+                self._resolved.popitem(last=False)
+        return resolved
+
+    def _walk(self, constraints: TorchConstraints, subset, options: Options) -> Resolved:
         prefix = options.prefix
         what = f"extra_args sc_prefix={list(prefix)!r}"
         if len(prefix) > constraints.max_length:

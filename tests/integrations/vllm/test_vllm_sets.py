@@ -109,6 +109,19 @@ def test_an_unchanged_artifact_is_not_read_again(artifact, clean_registry, monke
     assert cache.current(artifact) is first and len(opened) == 1
 
 
+def test_a_request_like_an_earlier_one_reuses_its_resolution(artifact, clean_registry):
+    cache = sets.SetCache()
+    plain, prefixed = Options(str(artifact)), Options(str(artifact), prefix=(5,))
+    first = cache.resolve(plain)
+    assert cache.resolve(Options(str(artifact))) is first
+    assert cache.resolve(prefixed) is not first and cache.resolve(prefixed).step == 1
+    assert walk(cache.resolve(prefixed), [5]) == [[5, 6, 7], [5, 6, 8], [5, 9]]
+    sc.update_artifact(artifact, remove=[[5, 9]])
+    again = cache.resolve(plain)  # a new version: resolved anew
+    assert again is not first and again.constraints is not first.constraints
+    assert walk(cache.resolve(prefixed), [5]) == [[5, 6, 7], [5, 6, 8]]
+
+
 def test_versions_saved_in_quick_succession_each_reach_new_requests(artifact, clean_registry):
     cache = sets.SetCache()
     seen = [cache.current(artifact)]
