@@ -44,8 +44,8 @@ def take(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     if n == 0:
         return torch.zeros(idx.shape + table.shape[1:], dtype=table.dtype, device=idx.device)
     idx = idx.clamp(0, n - 1)
-    if table.ndim == 1:  # (torch.take and index_select dispatch faster than indexing)
-        return torch.take(table, idx)
+    # (index_select: indexing and torch.take run a parallel region from a few thousand
+    # indices, which waits milliseconds for a descheduled thread on a busy CPU)
     return table.index_select(0, idx.reshape(-1)).reshape(idx.shape + table.shape[1:])
 
 

@@ -222,42 +222,46 @@ class _Engine:
             pending = later
 
     def mask(self, logits: torch.Tensor, entries: list) -> torch.Tensor:
-        """Masks `logits` in place: entries are (logits row, request)."""
+        """Masks `logits` in place: entries are (logits row, request).
+        One masked_fill over the whole batch (rows without an entry keep an
+        all-True row): indexing the logits by rows runs a parallel region,
+        slow on a busy CPU."""
         if not entries:
             return logits
         width = logits.shape[1]
         groups: dict = {}
-        ended = []
         for index, request in entries:
-            if request.ended:
-                ended.append((index, request))
-                continue
-            key = (id(request.constraints), id(request.subset), request.step)
+            # (an ended request: an all-False row, which the fallback below turns to eos)
+            key = None if request.ended else \
+                (id(request.constraints), id(request.subset), request.step)
             groups.setdefault(key, []).append((index, request))
-        blocks, at = [], []
-        for members in groups.values():
-            first = members[0][1]
-            rows = torch.tensor([r.row for _, r in members], device=self.device)
-            allowed = first.constraints.allowed_tokens(self.rows.get(rows), first.step,
-                                                       subset=first.subset)
-            ok = torch.zeros((len(members), width), dtype=torch.bool, device=self.device)
-            ok[:, :allowed.shape[1]] = allowed
-            eos = torch.tensor([r.eos for _, r in members], device=self.device)
-            # (a row left with nothing: the end of sequence only, never all -inf)
-            none = ~ok.any(dim=1)
-            ok[torch.arange(len(members), device=self.device), eos] |= none
-            blocks.append(ok)
+        blocks, at, eos = [], [], []
+        for key, members in groups.items():
+            if key is None:
+                blocks.append(torch.zeros((len(members), width), dtype=torch.bool,
+                                          device=self.device))
+            else:
+                first = members[0][1]
+                rows = torch.tensor([r.row for _, r in members], device=self.device)
+                allowed = first.constraints.allowed_tokens(self.rows.get(rows), first.step,
+                                                           subset=first.subset)
+                pad = width - allowed.shape[1]
+                blocks.append(torch.nn.functional.pad(allowed, (0, pad)) if pad else allowed)
             at.extend(index for index, _ in members)
-        if ended:
-            ok = torch.zeros((len(ended), width), dtype=torch.bool, device=self.device)
-            ok[torch.arange(len(ended), device=self.device),
-               torch.tensor([r.eos for _, r in ended], device=self.device)] = True
-            blocks.append(ok)
-            at.extend(index for index, _ in ended)
+            eos.extend(r.eos for _, r in members)
         ok = torch.cat(blocks) if len(blocks) > 1 else blocks[0]
-        index = torch.tensor(at, device=logits.device)
-        logits[index] = logits[index].masked_fill(~ok.to(logits.device), float("-inf"))
-        return logits
+        n = ok.shape[0]
+        # (a row left with nothing: the end of sequence only, never all -inf)
+        ok[torch.arange(n, device=self.device), torch.tensor(eos, device=self.device)] |= \
+            ~ok.any(dim=1)
+        ok = ok.to(logits.device)
+        if at != list(range(logits.shape[0])):  # place the rows; others allow everything
+            where = [n] * logits.shape[0]
+            for position, index in enumerate(at):
+                where[index] = position
+            ok = torch.cat([ok, torch.ones((1, width), dtype=torch.bool, device=ok.device)]
+                           ).index_select(0, torch.tensor(where, device=ok.device))
+        return logits.masked_fill_(~ok, float("-inf"))
 
 
 def _model_eos(model_config) -> Optional[int]:

@@ -15,12 +15,17 @@ A name registered both ways takes `register_set`'s path. The sets of the
 environment variable are loaded and checked (end token, vocabulary) when
 the processor starts, so a wrong one stops the engine at start-up.
 
-Versions. `SetCache.current(path)` compares the artifact's manifest on disk
-with the version it holds (a read of manifest.json and a stat of each
-file, no hashing) and loads the new version when they differ
-(`TorchConstraints.reload`, checksums verified): requests admitted after an
-update see it; running requests keep the version they started with (each
-slot holds its own `TorchConstraints`).
+Versions. `SetCache.current(path)` stats the artifact's directory and
+manifest.json on every call (no read while both stats are unchanged); when
+a stat changed, it compares the manifest on disk with the version it holds
+(a read of manifest.json and a stat of each file, no hashing) and loads the
+new version when they differ (`TorchConstraints.reload`, checksums
+verified): requests admitted after an update see it; running requests keep
+the version they started with (each slot holds its own `TorchConstraints`).
+Every save and update writes a new directory and manifest and swaps it in
+at the path, so a new version has a new inode there (the version it
+replaced, kept in the artifact's history, still holds the old one), a new
+mtime or size besides: two saves in one clock tick are told apart too.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import torch
 
 from static_compiler.errors import ArtifactError, ConstraintSetError, DecodeInputError
 from static_compiler.format import snapshot
+from static_compiler.format.spec import MANIFEST_FILE
 from static_compiler.integrations.vllm.options import Options
 from static_compiler.torch_backend import TorchConstraints
 from static_compiler.torch_backend.ops import TorchState
@@ -102,25 +108,32 @@ class Resolved:
 class SetCache:
     """The loaded sets of one process, on `device`: one `TorchConstraints`
     per artifact path (its newest version; older ones live on in the slots
-    that use them) and the requests' subsets (the last `subsets` kept)."""
+    that use them), the requests' subsets and their resolved options (the
+    last `subsets` of each kept)."""
 
     def __init__(self, device=None, subsets: int = 64):
         self.device = torch.device("cpu") if device is None else torch.device(device)
         self._sets: dict = {}
         self._subsets: collections.OrderedDict = collections.OrderedDict()
+        self._resolved: collections.OrderedDict = collections.OrderedDict()
         self._keep = subsets
 
     def current(self, path) -> TorchConstraints:
         """The set at `path` as saved now: loaded on first use, reloaded
-        when the manifest on disk changed. Raises DecodeInputError naming
-        the artifact's error."""
-        key = str(pathlib.Path(path).resolve())
+        when the manifest on disk changed (looked at only when the stat of
+        the directory or its manifest changed: see the module docstring).
+        Raises DecodeInputError naming the artifact's error."""
+        key = os.path.realpath(path)  # (pathlib's resolve: twice the time)
         with _LOCK:
-            loaded = self._sets.get(key)
+            stamp = _stamp(key)  # (before reading: a version swapped in later shows next time)
+            held = self._sets.get(key)
+            if held is not None and stamp is not None and held[1] == stamp:
+                return held[0]
             try:
-                if loaded is None:
+                if held is None:
                     loaded = TorchConstraints.load(key, device=self.device)
                 else:
+                    loaded = held[0]
                     with snapshot.open_snapshot(key, verify_checksums=False) as snap:
                         changed = snap.manifest.seal() != loaded._manifest.seal()
                     if changed:
@@ -128,7 +141,7 @@ class SetCache:
             except ArtifactError as err:
                 raise DecodeInputError(f"extra_args sc_set: the artifact {key!r} cannot be "
                                        f"loaded: {err}") from None
-            self._sets[key] = loaded
+            self._sets[key] = (loaded, stamp)
             return loaded
 
     def subset(self, constraints: TorchConstraints, options: Options):
@@ -172,11 +185,28 @@ class SetCache:
 
     def resolve(self, options: Options) -> Resolved:
         """`options` against the set's current version: its subset and the
-        state after sc_prefix. Raises DecodeInputError naming the key for a
-        set that cannot be loaded, a bad filter or subset, and a prefix that
-        leaves the set or has no continuation there."""
+        state after sc_prefix (kept per version, subset and prefix: the
+        requests of a batch mostly share them; the state is never written
+        to). Raises DecodeInputError naming the key for a set that cannot
+        be loaded, a bad filter or subset, and a prefix that leaves the set
+        or has no continuation there."""
         constraints = self.current(set_path(options.set))
         subset = self.subset(constraints, options)
+        key = (id(constraints), id(subset), options.prefix)
+        with _LOCK:
+            found = self._resolved.get(key)
+            if found is not None and found.constraints is constraints and \
+                    found.subset is subset:
+                self._resolved.move_to_end(key)
+                return found
+        resolved = self._walk(constraints, subset, options)
+        with _LOCK:
+            self._resolved[key] = resolved
+            while len(self._resolved) > self._keep:
+                self._resolved.popitem(last=False)
+        return resolved
+
+    def _walk(self, constraints: TorchConstraints, subset, options: Options) -> Resolved:
         prefix = options.prefix
         what = f"extra_args sc_prefix={list(prefix)!r}"
         if len(prefix) > constraints.max_length:
@@ -200,6 +230,17 @@ class SetCache:
                                    "it" + (" in the request's subset" if subset is not None
                                            else ""))
         return Resolved(constraints, subset, state, step)
+
+
+def _stamp(path: str) -> Optional[tuple]:
+    """What changes when a new version is swapped in at `path`: the (inode,
+    mtime ns, size) of the directory and of its manifest.json; None when
+    either cannot be stat'ed (the load then names the error)."""
+    try:
+        stats = (os.stat(path), os.stat(os.path.join(path, MANIFEST_FILE)))
+    except OSError:
+        return None
+    return tuple((s.st_ino, s.st_dev, s.st_mtime_ns, s.st_size) for s in stats)
 
 
 def end_token_problem(constraints: TorchConstraints, eos: Optional[int],

@@ -94,6 +94,46 @@ def test_a_version_is_loaded_once_and_a_new_one_for_new_requests(artifact, clean
     assert walk(old, []) == sorted(ITEMS)  # a running request keeps its version
 
 
+def test_an_unchanged_artifact_is_not_read_again(artifact, clean_registry, monkeypatch):
+    cache = sets.SetCache()
+    first = cache.current(artifact)
+    opened = []
+    real = sets.snapshot.open_snapshot
+    monkeypatch.setattr(sets.snapshot, "open_snapshot",
+                        lambda *a, **k: opened.append(a) or real(*a, **k))
+    for _ in range(3):
+        assert cache.current(artifact) is first
+    assert opened == []  # (stats only)
+    (artifact / "manifest.json").touch()  # a new stat, the same manifest: read, kept
+    assert cache.current(artifact) is first and len(opened) == 1
+    assert cache.current(artifact) is first and len(opened) == 1
+
+
+def test_a_request_like_an_earlier_one_reuses_its_resolution(artifact, clean_registry):
+    cache = sets.SetCache()
+    plain, prefixed = Options(str(artifact)), Options(str(artifact), prefix=(5,))
+    first = cache.resolve(plain)
+    assert cache.resolve(Options(str(artifact))) is first
+    assert cache.resolve(prefixed) is not first and cache.resolve(prefixed).step == 1
+    assert walk(cache.resolve(prefixed), [5]) == [[5, 6, 7], [5, 6, 8], [5, 9]]
+    sc.update_artifact(artifact, remove=[[5, 9]])
+    again = cache.resolve(plain)  # a new version: resolved anew
+    assert again is not first and again.constraints is not first.constraints
+    assert walk(cache.resolve(prefixed), [5]) == [[5, 6, 7], [5, 6, 8]]
+
+
+def test_versions_saved_in_quick_succession_each_reach_new_requests(artifact, clean_registry):
+    cache = sets.SetCache()
+    seen = [cache.current(artifact)]
+    left = list(ITEMS)
+    for item in ([5, 9], [10, 13], [5, 6, 8]):  # each update straight after the last look
+        sc.update_artifact(artifact, remove=[item])
+        left.remove(item)
+        seen.append(cache.current(artifact))
+        assert walk(cache.resolve(Options(str(artifact))), []) == sorted(left)
+    assert len({id(tc) for tc in seen}) == len(seen)
+
+
 def test_subsets_by_filter_and_by_name(artifact, clean_registry):
     cache = sets.SetCache()
     where = cache.resolve(Options(str(artifact), where="idx >= 3"))
