@@ -15,17 +15,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv-newest"
-python=""
-for candidate in python3.13 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3.13; do
-  if "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 13)' 2>/dev/null; then
-    python="$candidate"
-    break
-  fi
-done
-if [ -z "$python" ]; then
-  echo "scripts/test-newest.sh: no Python 3.13 found (python3.13 on PATH, or pyenv's)" >&2
-  exit 1
-fi
+source "$root/scripts/find-python.sh"
+python="$(find_python 3.13 scripts/test-newest.sh)"
 VENV_DIR="$venv" VENV_PYTHON="$python" VENV_EXTRAS=jax,test source "$root/scripts/setup-venv.sh"
 cd "$root"
 python -c 'import sys, jax, numpy; print(f"newest environment: Python {sys.version.split()[0]}, jax {jax.__version__}, numpy {numpy.__version__}")'

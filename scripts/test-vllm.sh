@@ -21,17 +21,8 @@ stamp="$venv/.installed-$( (cat "$root/pyproject.toml"; echo "$vllm_pin $torch_p
   | sha256sum | cut -c1-16)"
 start=$SECONDS
 if [ ! -f "$stamp" ]; then
-  python=""
-  for candidate in python3.11 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.11*/bin/python3.11; do
-    if "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null; then
-      python="$candidate"
-      break
-    fi
-  done
-  if [ -z "$python" ]; then
-    echo "scripts/test-vllm.sh: no Python 3.11 found (python3.11 on PATH, or pyenv's)" >&2
-    exit 1
-  fi
+  source "$root/scripts/find-python.sh"
+  python="$(find_python 3.11 scripts/test-vllm.sh)"
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
   pip=("$venv/bin/python" -m pip)
   "${pip[@]}" install --quiet --upgrade pip
