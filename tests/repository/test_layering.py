@@ -24,7 +24,7 @@ PACKAGE = REPO / "static_compiler"
 
 # Outside packages the library may import (the standard library is always allowed).
 THIRD_PARTY = {"jax", "jaxlib", "numpy", "numba", "networkx", "ml_dtypes", "tokenizers"}
-ROOT = ("", "compiled", "computed", "compiler", "contract", "decode_calls", "saved", "report", "warm",
+ROOT = ("", "compiled", "records", "compiler", "contract", "decode_calls", "saved", "report", "warm",
         "lifecycle")
 """The public API: the package's root, and the lifecycle of a compiled set and
 its artifact (updates, upgrades, re-export, versions, rollback) beside it."""
