@@ -116,6 +116,12 @@ class _Request:
         self.ended, self.slot = False, slot
 
 
+def _group(request: _Request) -> tuple:
+    """The rows one door call takes together: those of one set version and
+    subset at one step (advance and mask batch by it)."""
+    return id(request.constraints), id(request.subset), request.step
+
+
 class _Rows:
     """The requests' processor states on the device, one row each:
     node int64, valid and finished bool (capacity,)."""
@@ -204,8 +210,7 @@ class _Engine:
             for request, count in pending:
                 if request.ended:
                     continue
-                key = (id(request.constraints), id(request.subset), request.step)
-                groups.setdefault(key, []).append(request)
+                groups.setdefault(_group(request), []).append(request)
                 if count > 1:
                     later.append((request, count - 1))
             for members in groups.values():
@@ -232,9 +237,8 @@ class _Engine:
         groups: dict = {}
         for index, request in entries:
             # (an ended request: an all-False row, which the fallback below turns to eos)
-            key = None if request.ended else \
-                (id(request.constraints), id(request.subset), request.step)
-            groups.setdefault(key, []).append((index, request))
+            groups.setdefault(None if request.ended else _group(request), []).append(
+                (index, request))
         blocks, at, eos = [], [], []
         for key, members in groups.items():
             if key is None:
