@@ -2,13 +2,14 @@
 config with no download: the model the vLLM tests and `tools.bench vllm` run
 on this CPU, and the same weights run through transformers to check them.
 
-    python -m tools.tiny_llama DIR [--vocab 512] [--seed 0]
+    python -m tools.tiny_llama DIR [--vocab 512] [--seed 0] [--hidden 256] [--layers 2]
 
 writes DIR/config.json, model.safetensors, tokenizer.json,
 tokenizer_config.json and generation_config.json (everything `vllm.LLM(DIR)`
 and `transformers.AutoModelForCausalLM.from_pretrained(DIR)` read). The
 model: 2 layers, hidden 256, 4 heads of 64 (vLLM's CPU attention refuses a
-head_dim under 64), float32, `initializer_range` 0.2 so that a random model's
+head_dim under 64; ``--hidden`` / ``--layers`` make a larger one, heads of 64
+throughout, for measures against a model step of more realistic cost), float32, `initializer_range` 0.2 so that a random model's
 next-token distributions are far from uniform (beam scores then differ by
 more than the float noise between two engines). Token 0 is ``<s>``, 1 is
 ``</s>`` (the end token), 2 ``<pad>``; the rest are learned by BPE on
@@ -72,7 +73,8 @@ def build_tokenizer(vocab_size: int = 512):
     return tokenizer
 
 
-def build(directory, vocab_size: int = 512, seed: int = 0) -> pathlib.Path:
+def build(directory, vocab_size: int = 512, seed: int = 0, hidden: int = 256,
+          layers: int = 2) -> pathlib.Path:
     """Writes the tiny model and its tokenizer to `directory` (created; the
     files are written to a temporary folder beside it first, then renamed,
     so an interrupted build leaves nothing half written) and returns it."""
@@ -86,8 +88,13 @@ def build(directory, vocab_size: int = 512, seed: int = 0) -> pathlib.Path:
     if tokenizer.get_vocab_size() != vocab_size:
         raise ValueError(f"tiny_llama: the tokenizer learned {tokenizer.get_vocab_size()} "
                          f"entries, expected vocab_size={vocab_size} (a larger corpus is needed)")
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=256, intermediate_size=512,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+    if hidden < 64 or hidden % 64 or layers < 1:
+        raise ValueError(f"tiny_llama: hidden={hidden}, layers={layers}: expected a multiple of "
+                         "64 (heads of 64) and at least one layer")
+    heads = hidden // 64
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden,
+                         intermediate_size=2 * hidden, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=heads,
                          max_position_embeddings=512, bos_token_id=BOS, eos_token_id=EOS,
                          pad_token_id=PAD, tie_word_embeddings=False, initializer_range=0.2,
                          torch_dtype="float32")
@@ -114,8 +121,10 @@ def main(argv=None) -> None:
     parser.add_argument("directory")
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hidden", type=int, default=256, help="hidden size (heads of 64)")
+    parser.add_argument("--layers", type=int, default=2)
     args = parser.parse_args(argv)
-    print(build(args.directory, args.vocab, args.seed))
+    print(build(args.directory, args.vocab, args.seed, args.hidden, args.layers))
 
 
 if __name__ == "__main__":

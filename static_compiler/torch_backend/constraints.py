@@ -34,7 +34,7 @@ from static_compiler.support.deprecation import warn_deprecated
 from static_compiler.torch_backend import beam, checks
 from static_compiler.torch_backend import warm as warming
 from static_compiler.torch_backend.engine import TorchEngine
-from static_compiler.torch_backend.ops import TorchState
+from static_compiler.torch_backend.ops import ProcessorStep, TorchState
 from static_compiler.torch_backend.tables import TorchPlan, torch_plan, torch_tables
 
 
@@ -198,6 +198,24 @@ class TorchConstraints(PlanFacts, Decoder):
             old_step = state if step is _OLD_MASK else step
             return self._allowed_tokens(logits, old_step, subset, subset_index, "mask")
         return super().mask(logits, state, step, subset=subset, subset_index=subset_index)
+
+    def processor_step(self, state: TorchState, step: int, *, tokens=None, columns=None,
+                       subset=None, subset_index=None) -> ProcessorStep:
+        """The processor pair fused for an engine that masks its rows, samples,
+        and masks them again: with `tokens` (ints (B,), those the rows of
+        `state` took at step - 1), `advance` first; then `allowed_tokens`
+        at `step`. Returns a `ProcessorStep` (state at `step`, allowed bool
+        (B, V), columns). Pass the returned state and columns to the next
+        call (with its tokens, at step + 1): its advance then reads the
+        candidates this call read instead of the tables again (vLLM's
+        processor: one call per group of rows and step). columns: the
+        previous call's, or None (the advance reads the tables). The
+        results are `advance`'s and `allowed_tokens`', bit for bit. Raises
+        DecodeInputError for columns of another state, step or subset."""
+        engine = self._engine
+        state, B = engine.processor_state(state, "processor_step")
+        return engine.processor_step(state, step, tokens, columns,
+                                     self._live(subset, subset_index, B, "processor_step"))
 
     def allowed(self, prefixes, *, subset=None, subset_index=None,
                 check_values: bool = True) -> torch.Tensor:

@@ -120,6 +120,39 @@ class TorchEngine:
         checks.check_tokens(tokens, state[0].shape[0], f"advance(step={step})")
         return ops.advance_at(self.plan, self.tables, state, tokens, step, live)
 
+    def processor_step(self, state, step, tokens, columns, live) -> ops.ProcessorStep:
+        """`ops.processor_step` on checked arguments (see
+        `TorchConstraints.processor_step`)."""
+        where = f"processor_step(step={step})"
+        step = checks.check_step(step, self.max_length, "processor_step")
+        cols = None
+        if tokens is not None:
+            if step == 0:
+                raise DecodeInputError(f"{where}: tokens at step 0: expected none (the rows "
+                                       "start at the root; tokens are those taken at step - 1)")
+            tokens = checks.as_tensor("tokens", tokens, self.device, where)
+            checks.check_tokens(tokens, state[0].shape[0], where)
+            if columns is not None:
+                if not isinstance(columns, ops.RowColumns):
+                    raise DecodeInputError(f"{where}: columns is a {type(columns).__name__}: "
+                                           "expected the RowColumns of the previous "
+                                           "processor_step")
+                bits = None if live is None else live[0]
+                if columns.step != step - 1 or columns.node is not state.node or \
+                        columns.bits is not bits:
+                    raise DecodeInputError(
+                        f"{where}: columns are not those of this state at step {step - 1} "
+                        f"(they are of step {columns.step}"
+                        + ("" if columns.node is state.node else ", another state")
+                        + ("" if columns.bits is bits else ", another subset")
+                        + "): pass the state and columns the previous processor_step "
+                        "returned, with the same subset")
+                cols = columns.columns
+        elif columns is not None:
+            raise DecodeInputError(f"{where}: columns without tokens: expected both or "
+                                   "neither")
+        return ops.processor_step(self.plan, self.tables, state, tokens, cols, step, live)
+
     def prefixes(self, prefixes, where: str, check_values: bool = True) -> tuple:
         """check_values: raise DecodeInputError for a token outside [0, V)
         (reads the prefixes back to the host; skipped under torch.compile)."""

@@ -46,12 +46,21 @@ def take(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     idx = idx.clamp(0, n - 1)
     # (index_select: indexing and torch.take run a parallel region from a few thousand
     # indices, which waits milliseconds for a descheduled thread on a busy CPU)
+    if idx.ndim == 1:
+        return table.index_select(0, idx)
     return table.index_select(0, idx.reshape(-1)).reshape(idx.shape + table.shape[1:])
 
 
 def _csr_bounds(tabs: dict, node: torch.Tensor):
     indptr = tabs["indptr"]
-    return take(indptr, node).long(), take(indptr, node + 1).long()
+    n = indptr.shape[0]
+    if n < 2:
+        return take(indptr, node).long(), take(indptr, node + 1).long()
+    # one gather of (indptr[s], indptr[s + 1]) pairs (a view of indptr); a state
+    # outside [0, n - 1) reads a real row, as every row of a state that is not
+    # live does: its candidates are invalid (`row_status`)
+    bounds = take(indptr.as_strided((n - 1, 2), (1, 1)), node).long()
+    return bounds[:, 0], bounds[:, 1]
 
 
 def _near_unary_bounds(tabs: dict, node: torch.Tensor):

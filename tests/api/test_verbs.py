@@ -262,6 +262,7 @@ OWN = {
         "load": "the loader", "from_compiled": "from an in-memory compiled set",
         "reload": "the version now on disk", "path": "where it was loaded from",
         "device": "the torch device of its tables", "plan": "the plan its ops read",
+        "processor_step": "advance and allowed_tokens fused: an engine's step (vLLM)",
     },
 }
 

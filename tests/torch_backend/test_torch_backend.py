@@ -57,10 +57,21 @@ def test_masks_match_jax(case):
                       np.int32)
     for kwargs in ({}, dict(subset=stacked, subset_index=pick)):
         js, ts = compiled.init_processor(n), tc.init_processor(n)
+        fused = cold = None  # processor_step's, with the last columns and without them
         for step in range(T):
             want = np.asarray(compiled.mask(np.zeros((n, V), np.float32), js, step, **kwargs))
             got = tc.allowed_tokens(ts, step, **kwargs).numpy()
             assert np.array_equal(got, want != sc.SENTINEL_SCORE), (step, kwargs.keys())
+            last = None if step == 0 else torch.from_numpy(drafts[:, step - 1])
+            fused = tc.processor_step(ts if fused is None else fused.state, step, tokens=last,
+                                      columns=None if fused is None else fused.columns,
+                                      **kwargs)
+            cold = tc.processor_step(ts if cold is None else cold.state, step, tokens=last,
+                                     **kwargs)
+            for result in (fused, cold):
+                assert np.array_equal(result.allowed.numpy(), got), (step, kwargs.keys())
+                for a, b in zip(ts, result.state):
+                    assert torch.equal(a, b), (step, kwargs.keys())
             tok = drafts[:, step]
             js = compiled.advance(js, tok.astype(np.int32), step, **kwargs)
             ts = tc.advance(ts, torch.from_numpy(tok), step, **kwargs)
@@ -118,6 +129,11 @@ def test_torch_compile_fullgraph():
             logits = torch.zeros(tokens.shape[0], tc.vocab_size)
             masks.append(tc.mask(logits, state, step) != sc.SENTINEL_SCORE)
             state = tc.advance(state, tokens[:, step], step)
+        fused = tc.processor_step(tc.init_processor(tokens.shape[0]), 0)
+        for step in range(1, tokens.shape[1]):
+            fused = tc.processor_step(fused.state, step, tokens=tokens[:, step - 1],
+                                      columns=fused.columns)
+            masks.append(fused.allowed)
         return torch.stack(masks), state
 
     tokens = torch.tensor([list(r[:2]) for r in rows if len(r) >= 2], dtype=torch.int64)
@@ -154,6 +170,35 @@ def test_bad_input():
     with pytest.raises(DecodeInputError, match="state"):
         tc.allowed_tokens((state.node,), 0)
     assert isinstance(tc.advance(state, np.array([1, 2]), 0), TorchState)
+
+
+def test_processor_step_refuses_columns_of_another_state_step_or_subset():
+    rows, version = _updated_set()
+    tc = TorchConstraints.from_compiled(version)
+    subset = version.subset(np.arange(len(rows)) % 2 == 0)
+    first = tc.processor_step(tc.init_processor(2), 0)
+    token = first.allowed.float().argmax(dim=1)
+    with pytest.raises(DecodeInputError, match="tokens at step 0"):
+        tc.processor_step(first.state, 0, tokens=token)
+    with pytest.raises(DecodeInputError, match="columns without tokens"):
+        tc.processor_step(first.state, 1, columns=first.columns)
+    with pytest.raises(DecodeInputError, match="columns is a tuple: expected the RowColumns"):
+        tc.processor_step(first.state, 1, tokens=token, columns=tuple(first.columns)[:2])
+    with pytest.raises(DecodeInputError, match="another state"):
+        tc.processor_step(tc.init_processor(2), 1, tokens=token, columns=first.columns)
+    with pytest.raises(DecodeInputError, match=r"at step 2 \(they are of step 1\)"):
+        second = tc.processor_step(first.state, 1, tokens=token, columns=first.columns)
+        tc.processor_step(second.state, 3, tokens=token, columns=second.columns)
+    with pytest.raises(DecodeInputError, match="another subset"):
+        tc.processor_step(first.state, 1, tokens=token, columns=first.columns, subset=subset)
+    with pytest.raises(DecodeInputError, match="tokens have shape"):
+        tc.processor_step(first.state, 1, tokens=torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(DecodeInputError, match="step"):
+        tc.processor_step(first.state, tc.max_length)
+    again = tc.processor_step(first.state, 1, tokens=token, columns=first.columns)
+    cold = tc.processor_step(first.state, 1, tokens=token)
+    assert torch.equal(again.allowed, cold.allowed) and \
+        all(torch.equal(a, b) for a, b in zip(again.state, cold.state))
 
 
 @pytest.mark.parametrize("kind", ["fixed", "ragged"])

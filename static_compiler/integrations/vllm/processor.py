@@ -105,21 +105,37 @@ def check_request(sampling_params) -> None:
 class _Request:
     """An opted-in request in the engine: its set version, subset, step
     (tokens taken inside the set, sc_prefix included), output tokens read,
-    state row, end of sequence; ended: only the end of sequence is left."""
+    state row, end of sequence; ended: only the end of sequence is left;
+    group, position: the `_Group` that masked it last and its row there."""
 
     __slots__ = ("constraints", "subset", "step", "read", "output", "row", "eos", "ended",
-                 "slot")
+                 "slot", "group", "position")
 
     def __init__(self, constraints, subset, step, row, eos, output=None, slot=None):
         self.constraints, self.subset, self.step = constraints, subset, step
         self.read, self.output, self.row, self.eos = 0, output, row, eos
         self.ended, self.slot = False, slot
+        self.group, self.position = None, 0
 
 
 def _group(request: _Request) -> tuple:
     """The rows one door call takes together: those of one set version and
-    subset at one step (advance and mask batch by it)."""
+    subset at one step."""
     return id(request.constraints), id(request.subset), request.step
+
+
+class _Group:
+    """Rows masked together by one `processor_step`: members (the requests,
+    row i of the state is members[i]; a member that left keeps its row
+    until the group is rebuilt), the state and columns at `step`, and the
+    rows' indices in `_Rows`. The next step advances the whole group with
+    these columns when every member still in it took exactly one token."""
+
+    __slots__ = ("members", "step", "result", "rows", "allowed")
+
+    def __init__(self, members, step, result, rows):
+        self.members, self.step, self.result, self.rows = members, step, result, rows
+        self.allowed = result.allowed
 
 
 class _Rows:
@@ -148,9 +164,14 @@ class _Rows:
         return TorchState(self.node[rows], self.valid[rows], self.finished[rows])
 
 
+_REBUILD = 4
+"""A group is rebuilt (its rows gathered again) once fewer than 1 in
+_REBUILD of its rows still belong to a request."""
+
+
 class _Engine:
     """What both model runners share: the engine process's sets, the state
-    rows, a request's start, the advance of new tokens and the mask."""
+    rows, a request's start, and each step's advance and mask."""
 
     def __init__(self, vllm_config, device, capacity: int):
         self.device = torch.device(device)
@@ -199,21 +220,84 @@ class _Engine:
         request.ended = resolved.step >= resolved.constraints.max_length
         return request
 
-    def advance(self, pending: list, tokens) -> None:
-        """pending: (request, tokens to read) pairs; tokens(requests,
-        offsets) -> int64 (n,) on the device, each request's output token
-        at its offset. Each request moves along its tokens in order, the
-        rows batched per (set version, subset, step)."""
-        while pending:
-            groups: dict = {}
-            later = []
-            for request, count in pending:
-                if request.ended:
-                    continue
-                groups.setdefault(_group(request), []).append(request)
-                if count > 1:
-                    later.append((request, count - 1))
-            for members in groups.values():
+    def step(self, logits: torch.Tensor, entries: list, tokens) -> torch.Tensor:
+        """One step: entries (logits row, request, new output tokens) for
+        the opted-in rows; each request advances along its new tokens
+        (tokens(requests, offsets) -> int64 (n,) on the device: each
+        request's output token at its offset; an entry None may read any
+        token), then `logits` are masked in place.
+
+        A group of the last step whose members all took one token (or
+        left) advances as it is, reading the columns its mask read; the
+        other requests advance through `_Rows` (several tokens one at a
+        time) and are masked in new groups of one set version, subset and
+        step. Every group is one door call (`processor_step`)."""
+        groups, general = [], []
+        kept: dict = {}
+        for _, request, new in entries:
+            if request.ended:
+                continue
+            group = request.group
+            if new == 1 and group is not None and request.step == group.step:
+                kept.setdefault(id(group), (group, []))[1].append(request)
+            else:
+                general.append((request, new))
+        for group, present in kept.values():
+            if len(present) * _REBUILD > len(group.members):
+                groups.append(self._advance_group(group, present, tokens))
+            else:
+                general.extend((r, 1) for r in present)
+        groups.extend(self._advance_rows(general, tokens))
+        return self._mask(logits, [(index, request) for index, request, _ in entries], groups)
+
+    def _advance_group(self, group: _Group, present: list, tokens) -> Optional[_Group]:
+        """The group one token on, with the columns of its last mask (None
+        when its members are past the set's last step: they end)."""
+        members = group.members
+        first = present[0]
+        step = group.step + 1
+        for r in present:
+            r.read += 1
+            r.step = step
+        if step >= first.constraints.max_length:
+            for r in present:
+                r.ended, r.group = True, None
+            return None
+        still = set(map(id, present))
+        members = [m if id(m) in still else None for m in members]
+        taken = tokens([m if m is not None else first for m in members],
+                       [m.read - 1 if m is not None else first.read - 1 for m in members])
+        previous = group.result
+        result = first.constraints.processor_step(previous.state, step, tokens=taken,
+                                                  columns=previous.columns,
+                                                  subset=first.subset)
+        rows = group.rows
+        if len(present) == len(members):
+            self.rows.put(rows, result.state)
+        else:  # (a row that left may be another request's now: not written)
+            alive = torch.tensor([i for i, m in enumerate(members) if m is not None],
+                                 device=self.device)
+            rows = rows.index_select(0, alive)
+            self.rows.put(rows, TorchState(*(f.index_select(0, alive) for f in result.state)))
+        out = _Group(members, step, result, group.rows)
+        for position, m in enumerate(members):
+            if m is not None:
+                m.group, m.position = out, position
+        return out
+
+    def _advance_rows(self, pending: list, tokens) -> list:
+        """pending: (request, new tokens) of requests outside a kept group.
+        All but the last token advance one step at a time (rows batched
+        per set version, subset and step); the last one and the mask are
+        one `processor_step` per group. Returns the new groups."""
+        while True:
+            several = [(r, n) for r, n in pending if n > 1 and not r.ended]
+            if not several:
+                break
+            by_key: dict = {}
+            for request, _ in several:
+                by_key.setdefault(_group(request), []).append(request)
+            for members in by_key.values():
                 first = members[0]
                 rows = torch.tensor([r.row for r in members], device=self.device)
                 taken = tokens(members, [r.read for r in members])
@@ -224,48 +308,79 @@ class _Engine:
                     r.read += 1
                     r.step += 1
                     r.ended = r.step >= r.constraints.max_length
-            pending = later
+            pending = [(r, n - 1 if n > 1 else n) for r, n in pending]
+        by_key = {}
+        for request, new in pending:
+            if request.ended:
+                continue
+            request.group = None
+            by_key.setdefault((*_group(request), new > 0), []).append(request)
+        groups = []
+        for (_, _, step, moves), members in by_key.items():
+            first = members[0]
+            taken = None
+            if moves:
+                taken = tokens(members, [r.read for r in members])
+                step += 1
+                for r in members:
+                    r.read += 1
+                    r.step = step
+                if step >= first.constraints.max_length:
+                    for r in members:
+                        r.ended = True
+                    continue
+            rows = torch.tensor([r.row for r in members], device=self.device)
+            result = first.constraints.processor_step(self.rows.get(rows), step, tokens=taken,
+                                                      subset=first.subset)
+            self.rows.put(rows, result.state)
+            group = _Group(members, step, result, rows)
+            for position, r in enumerate(members):
+                r.group, r.position = group, position
+            groups.append(group)
+        return groups
 
-    def mask(self, logits: torch.Tensor, entries: list) -> torch.Tensor:
-        """Masks `logits` in place: entries are (logits row, request).
-        One masked_fill over the whole batch (rows without an entry keep an
-        all-True row): indexing the logits by rows runs a parallel region,
-        slow on a busy CPU."""
+    def _mask(self, logits: torch.Tensor, entries: list, groups: list) -> torch.Tensor:
+        """Masks `logits` in place: entries are (logits row, request), each
+        request's rows in `groups` (an ended request: only its end of
+        sequence). One masked_fill over the whole batch (rows without an
+        entry keep an all-True row): indexing the logits by rows runs a
+        parallel region, slow on a busy CPU."""
         if not entries:
             return logits
-        width = logits.shape[1]
-        groups: dict = {}
+        rows, width = logits.shape
+        groups = [g for g in groups if g is not None]
+        blocks, offsets, at = [], {}, 0
+        for g in groups:
+            allowed = g.allowed
+            pad = width - allowed.shape[1]
+            blocks.append(torch.nn.functional.pad(allowed, (0, pad)) if pad else allowed)
+            offsets[id(g)] = at
+            at += allowed.shape[0]
+        closed, opened = at, at + 1  # an all-False row, an all-True row
+        where = [opened] * rows
+        eos = set()
         for index, request in entries:
-            # (an ended request: an all-False row, which the fallback below turns to eos)
-            groups.setdefault(None if request.ended else _group(request), []).append(
-                (index, request))
-        blocks, at, eos = [], [], []
-        for key, members in groups.items():
-            if key is None:
-                blocks.append(torch.zeros((len(members), width), dtype=torch.bool,
-                                          device=self.device))
-            else:
-                first = members[0][1]
-                rows = torch.tensor([r.row for _, r in members], device=self.device)
-                allowed = first.constraints.allowed_tokens(self.rows.get(rows), first.step,
-                                                           subset=first.subset)
-                pad = width - allowed.shape[1]
-                blocks.append(torch.nn.functional.pad(allowed, (0, pad)) if pad else allowed)
-            at.extend(index for index, _ in members)
-            eos.extend(r.eos for _, r in members)
-        ok = torch.cat(blocks) if len(blocks) > 1 else blocks[0]
-        n = ok.shape[0]
+            eos.add(request.eos)
+            g = request.group
+            where[index] = closed if request.ended or g is None else \
+                offsets[id(g)] + request.position
+        if len(groups) == 1 and at == rows and where == list(range(rows)):
+            ok = blocks[0].clone() if blocks[0] is groups[0].allowed else blocks[0]
+        else:
+            blocks += [torch.zeros((1, width), dtype=torch.bool, device=self.device),
+                       torch.ones((1, width), dtype=torch.bool, device=self.device)]
+            ok = torch.cat(blocks).index_select(0, torch.tensor(where, device=self.device))
         # (a row left with nothing: the end of sequence only, never all -inf)
-        ok[torch.arange(n, device=self.device), torch.tensor(eos, device=self.device)] |= \
-            ~ok.any(dim=1)
-        ok = ok.to(logits.device)
-        if at != list(range(logits.shape[0])):  # place the rows; others allow everything
-            where = [n] * logits.shape[0]
-            for position, index in enumerate(at):
-                where[index] = position
-            ok = torch.cat([ok, torch.ones((1, width), dtype=torch.bool, device=ok.device)]
-                           ).index_select(0, torch.tensor(where, device=ok.device))
-        return logits.masked_fill_(~ok, float("-inf"))
+        none = ~ok.any(dim=1)
+        if len(eos) == 1:
+            ok[:, eos.pop()] |= none
+        else:
+            ends = [0] * rows
+            for index, request in entries:
+                ends[index] = request.eos
+            ok[torch.arange(rows, device=self.device),
+               torch.tensor(ends, device=self.device)] |= none
+        return logits.masked_fill_(~ok.to(logits.device), float("-inf"))
 
 
 def _model_eos(model_config) -> Optional[int]:
@@ -355,24 +470,22 @@ class StaticLogitsProcessor(*_BASES):  # type: ignore[misc]
         slots = self.table.slots
         if not slots:
             return logits
-        pending = []
+        entries = []
         for index, slot in slots.items():
             request = slot.data
             new = len(request.output) - request.read
-            if new > 0 and not request.ended:
-                if request.output[-1] == -1:  # an async placeholder: the token is unknown
-                    self.engine.warn("placeholder", "vLLM passed placeholder output tokens "
-                                     "(async scheduling with the processor loaded only by "
-                                     "its entry point): pass it in logits_processors / "
-                                     "--logits-processors too, or --no-async-scheduling; "
-                                     "such requests end at once")
-                    request.ended = True
-                else:
-                    pending.append((request, new))
+            if new > 0 and not request.ended and request.output[-1] == -1:
+                # an async placeholder: the token is unknown
+                self.engine.warn("placeholder", "vLLM passed placeholder output tokens "
+                                 "(async scheduling with the processor loaded only by "
+                                 "its entry point): pass it in logits_processors / "
+                                 "--logits-processors too, or --no-async-scheduling; "
+                                 "such requests end at once")
+                request.ended = True
+            entries.append((index, request, new))
         device = self.engine.device
-        self.engine.advance(pending, lambda members, offsets: torch.tensor(
+        return self.engine.step(logits, entries, lambda members, offsets: torch.tensor(
             [r.output[o] for r, o in zip(members, offsets)], dtype=torch.int64, device=device))
-        return self.engine.mask(logits, [(index, slot.data) for index, slot in slots.items()])
 
     # MRV2 runner
 
@@ -394,7 +507,7 @@ class StaticLogitsProcessor(*_BASES):  # type: ignore[misc]
         if not self.requests:
             return logits
         prompt = self.req_states.prompt_len.np
-        entries, pending = [], []
+        entries = []
         for b, slot in enumerate(ctx.idx_mapping_np.tolist()):
             request = self.requests.get(slot)
             if request is None:
@@ -402,9 +515,7 @@ class StaticLogitsProcessor(*_BASES):  # type: ignore[misc]
             produced = int(ctx.seq_lens_upper_bound_np[b]) - int(prompt[slot])
             if produced < 0:  # (a chunk of the prompt: its sample is dropped)
                 continue
-            if produced > request.read:
-                pending.append((request, produced - request.read))
-            entries.append((b, request))
+            entries.append((b, request, max(produced - request.read, 0)))
         token_ids = self.req_states.all_token_ids.gpu
         device = self.engine.device
 
@@ -414,5 +525,4 @@ class StaticLogitsProcessor(*_BASES):  # type: ignore[misc]
                               device=token_ids.device)
             return token_ids[slots, at].to(device, torch.int64)
 
-        self.engine.advance(pending, tokens)
-        return self.engine.mask(logits, entries)
+        return self.engine.step(logits, entries, tokens)

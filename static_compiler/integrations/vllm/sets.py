@@ -66,9 +66,26 @@ def register_set(name: str, path) -> None:
 
 def registered_sets() -> dict:
     """name -> artifact path: the environment variable's, then `register_set`'s.
-    Raises DecodeInputError for a malformed ``STATIC_COMPILER_VLLM_SETS``."""
+    Raises DecodeInputError for a malformed ``STATIC_COMPILER_VLLM_SETS``.
+    (The variable's value is parsed once per value: admission looks up
+    every request's name here.)"""
+    text = os.environ.get(ENV, "")
+    parsed = _PARSED.get(text)
+    if parsed is None:
+        parsed = _parse_registry(text)
+        _PARSED.clear()
+        _PARSED[text] = parsed
+    if not _REGISTERED:
+        return dict(parsed)
+    return {**parsed, **_REGISTERED}
+
+
+_PARSED: dict = {}
+
+
+def _parse_registry(text: str) -> dict:
     found = {}
-    for part in os.environ.get(ENV, "").split(","):
+    for part in text.split(","):
         if not part.strip():
             continue
         name, eq, path = part.partition("=")
@@ -76,7 +93,6 @@ def registered_sets() -> dict:
             raise DecodeInputError(f"{ENV}: {part!r}: expected name=path pairs separated by "
                                    "commas")
         found[name.strip()] = path.strip()
-    found.update(_REGISTERED)
     return found
 
 
@@ -114,6 +130,8 @@ class SetCache:
     def __init__(self, device=None, subsets: int = 64):
         self.device = torch.device("cpu") if device is None else torch.device(device)
         self._sets: dict = {}
+        self._named: dict = {}  # the path as named -> (set, stamp), for the look-up above
+        self._by_options: collections.OrderedDict = collections.OrderedDict()
         self._subsets: collections.OrderedDict = collections.OrderedDict()
         self._resolved: collections.OrderedDict = collections.OrderedDict()
         self._keep = subsets
@@ -123,6 +141,10 @@ class SetCache:
         when the manifest on disk changed (looked at only when the stat of
         the directory or its manifest changed: see the module docstring).
         Raises DecodeInputError naming the artifact's error."""
+        named = str(path)
+        held = self._named.get(named)
+        if held is not None and held[1] is not None and _stamp(named) == held[1]:
+            return held[0]  # (the stats follow links: the same directory, unchanged)
         key = os.path.realpath(path)  # (pathlib's resolve: twice the time)
         with _LOCK:
             stamp = _stamp(key)  # (before reading: a version swapped in later shows next time)
@@ -141,7 +163,7 @@ class SetCache:
             except ArtifactError as err:
                 raise DecodeInputError(f"extra_args sc_set: the artifact {key!r} cannot be "
                                        f"loaded: {err}") from None
-            self._sets[key] = (loaded, stamp)
+            self._sets[key] = self._named[named] = (loaded, stamp)
             return loaded
 
     def subset(self, constraints: TorchConstraints, options: Options):
@@ -190,7 +212,23 @@ class SetCache:
         to). Raises DecodeInputError naming the key for a set that cannot
         be loaded, a bad filter or subset, and a prefix that leaves the set
         or has no continuation there."""
-        constraints = self.current(set_path(options.set))
+        named = _REGISTERED.get(options.set) or registered_sets().get(options.set) or \
+            options.set
+        held = self._by_options.get(options)
+        if held is not None and held[1] == named and _stamp(held[2]) == held[3]:
+            return held[0]  # (the same set, unchanged: admission's common case)
+        path = str(set_path(options.set))
+        constraints = self.current(path)
+        resolved = self._resolve(constraints, options)
+        stamp = self._named.get(path, (None, None))[1]
+        if stamp is not None and resolved.constraints is constraints:
+            with _LOCK:
+                self._by_options[options] = (resolved, named, path, stamp)
+                while len(self._by_options) > self._keep:
+                    self._by_options.popitem(last=False)
+        return resolved
+
+    def _resolve(self, constraints: TorchConstraints, options: Options) -> Resolved:
         subset = self.subset(constraints, options)
         key = (id(constraints), id(subset), options.prefix)
         with _LOCK:

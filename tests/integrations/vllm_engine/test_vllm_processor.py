@@ -86,7 +86,7 @@ def pick(rng, row_logits) -> int:
     return rng.choice(torch.nonzero(torch.isfinite(row_logits)).flatten().tolist())
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(10))
 def test_v1_rows_follow_adds_removes_moves_and_swaps(artifact, seed):
     rng = random.Random(seed)
     oracle = Oracle(artifact)
@@ -100,7 +100,7 @@ def test_v1_rows_follow_adds_removes_moves_and_swaps(artifact, seed):
                 batch[index] = None
                 removed.append(index)
         free = sorted(removed)
-        for _ in range(rng.randint(0, 2)):
+        for _ in range(rng.randint(0, 2 + seed % 3)):  # (groups that lose and gain rows)
             keys = rng.choice(OPTIONS)
             options = None if keys is None else {"sc_set": str(artifact), **keys}
             index = free.pop(0) if free else len(batch)
@@ -126,6 +126,51 @@ def test_v1_rows_follow_adds_removes_moves_and_swaps(artifact, seed):
         check_rows(before, after, expected)
         for index, (options, output) in enumerate(batch):
             output.append(pick(rng, after[index]))  # (vLLM appends to the same list)
+
+
+def test_v1_groups_that_lose_rows_and_a_resumed_request(artifact):
+    """Four requests masked together (one group of rows); the last leaves
+    and the batch shrinks (the group keeps its row); a new request takes
+    it; the first leaves and a new one takes its batch index and state row
+    in the same update (the group advances without writing the row it
+    lost); a request resumes with three output tokens at once (vLLM re-adds
+    a preempted request so). Every step, every row as the oracle says."""
+    rng = random.Random(3)
+    oracle = Oracle(artifact)
+    proc = StaticLogitsProcessor(config(max_num_seqs=4), torch.device("cpu"), False)
+    options = {"sc_set": str(artifact)}
+    params = vllm.SamplingParams(extra_args=options)
+    outputs = [[] for _ in range(4)]
+
+    def step():
+        logits = torch.randn(len(outputs), WIDTH)
+        before = logits.clone()
+        after = proc.apply(logits)
+        check_rows(before, after, {i: oracle.allowed(options, out) if END not in out
+                                   else torch.arange(WIDTH) == END  # (ended: only END)
+                                   for i, out in enumerate(outputs)})
+        for i, out in enumerate(outputs):
+            if END not in out:
+                out.append(pick(rng, after[i]))
+
+    proc.update_state(BatchUpdate(4, [], [(i, params, None, outputs[i]) for i in range(4)], []))
+    step()
+    proc.update_state(BatchUpdate(3, [3], [], []))
+    outputs.pop()
+    step()
+    outputs.append([])
+    proc.update_state(BatchUpdate(4, [], [(3, params, None, outputs[3])], []))
+    step()
+    outputs[0] = []
+    proc.update_state(BatchUpdate(4, [0], [(0, params, None, outputs[0])], []))
+    step()
+    step()
+    resumed = [14, 3, 2]
+    assert oracle.allowed(options, resumed).nonzero().flatten().tolist() == [END]
+    outputs[2] = list(resumed)
+    proc.update_state(BatchUpdate(4, [2], [(2, params, None, outputs[2])], []))
+    step()
+    step()
 
 
 def test_v2_rows_follow_slots_and_reordered_batches(artifact):

@@ -122,6 +122,32 @@ def test_a_request_like_an_earlier_one_reuses_its_resolution(artifact, clean_reg
     assert walk(cache.resolve(prefixed), [5]) == [[5, 6, 7], [5, 6, 8]]
 
 
+def test_a_name_registered_again_or_a_link_moved_reaches_new_requests(saved, tmp_path,
+                                                                     clean_registry,
+                                                                     monkeypatch):
+    """The resolution kept for a request's options is reused only while the
+    name still names the same directory, unchanged."""
+    one = pathlib.Path(shutil.copytree(saved, tmp_path / "one.sc"))
+    two = pathlib.Path(shutil.copytree(saved, tmp_path / "two.sc"))
+    sc.update_artifact(two, remove=[[5, 9]])
+    cache = sets.SetCache()
+    sets.register_set("mine", one)
+    assert walk(cache.resolve(Options("mine")), []) == sorted(ITEMS)
+    sets.register_set("mine", two)
+    assert walk(cache.resolve(Options("mine")), []) == sorted(i for i in ITEMS if i != [5, 9])
+    monkeypatch.setenv(sets.ENV, f"env={one}")
+    assert walk(cache.resolve(Options("env")), []) == sorted(ITEMS)
+    monkeypatch.setenv(sets.ENV, f"env={two}")
+    assert walk(cache.resolve(Options("env")), []) == sorted(i for i in ITEMS if i != [5, 9])
+    link = tmp_path / "current.sc"
+    link.symlink_to(one)
+    assert walk(cache.resolve(Options(str(link))), []) == sorted(ITEMS)
+    swap = tmp_path / "swap"
+    swap.symlink_to(two)
+    swap.replace(link)  # (a deployment's atomic switch)
+    assert walk(cache.resolve(Options(str(link))), []) == sorted(i for i in ITEMS if i != [5, 9])
+
+
 def test_versions_saved_in_quick_succession_each_reach_new_requests(artifact, clean_registry):
     cache = sets.SetCache()
     seen = [cache.current(artifact)]
