@@ -53,9 +53,10 @@ def masks(draw):
 
 
 @settings(max_examples=60, deadline=None)
-@given(mask=masks(), seed=st.integers(0, 2**32 - 1))
-def test_rank_and_count_equal_prefix_sums(mask, seed):
-    ranks = rank.ItemRanks.of_mask(mask)
+@given(mask=masks(), seed=st.integers(0, 2**32 - 1), fine=st.booleans())
+def test_rank_and_count_equal_prefix_sums(mask, seed, fine):
+    ranks = rank.ItemRanks.of_mask(mask, fine=fine)
+    assert (ranks.within is not None) == fine
     want = prefix_counts(mask)
     R, n = mask.shape
     every = np.arange(n + 1)
@@ -75,20 +76,24 @@ def test_rank_and_count_equal_prefix_sums(mask, seed):
     words[:, -1] = 0xFFFFFFFF
     if n % 32:
         words[:, n // 32] |= np.uint32(~((1 << (n % 32)) - 1) & 0xFFFFFFFF)
-    again = rank.ItemRanks.of_words(words, n)
+    again = rank.ItemRanks.of_words(words, n, fine=not fine)
     np.testing.assert_array_equal(again.counts, ranks.counts)
     np.testing.assert_array_equal(again.rank(every, R - 1), want[R - 1])
 
 
-def test_a_single_row_and_stacked_rows_agree():
+@pytest.mark.parametrize("fine", [False, True])
+def test_a_single_row_and_stacked_rows_agree(fine):
     rng = np.random.default_rng(1)
     a, b = rng.random(1000) < 0.3, rng.random(1000) < 0.7
-    stacked = rank.ItemRanks.stack([rank.ItemRanks.of_mask(a), rank.ItemRanks.of_mask(b)])
-    both = rank.ItemRanks.of_mask(np.stack([a, b]))
-    np.testing.assert_array_equal(stacked.words, both.words)
-    np.testing.assert_array_equal(stacked.counts, both.counts)
-    assert both.nbytes == both.words.nbytes + both.counts.nbytes
-    assert both.counts.dtype == np.uint32
+    stacked = rank.ItemRanks.stack([rank.ItemRanks.of_mask(a, fine=fine),
+                                    rank.ItemRanks.of_mask(b, fine=fine)])
+    both = rank.ItemRanks.of_mask(np.stack([a, b]), fine=fine)
+    for got, want in [(stacked.words, both.words), (stacked.counts, both.counts),
+                      (stacked.within, both.within)]:
+        np.testing.assert_array_equal(got, want)
+    extra = 0 if both.within is None else both.within.nbytes
+    assert both.nbytes == both.words.nbytes + both.counts.nbytes + extra
+    assert both.counts.dtype == np.uint32 and (both.within is None) != fine
 
 
 def test_cleared_bits_are_left_out():
@@ -110,6 +115,9 @@ def test_cleared_bits_are_left_out():
         np.zeros(6, bool))), "expected 5"),
     (lambda: rank.ItemRanks.stack([rank.ItemRanks.of_mask(np.zeros(5, bool)),
                                    rank.ItemRanks.of_mask(np.zeros(6, bool))]), "expected one"),
+    (lambda: rank.ItemRanks.stack([rank.ItemRanks.of_mask(np.zeros(5, bool)),
+                                   rank.ItemRanks.of_mask(np.zeros(5, bool), fine=True)]),
+     "expected one"),
     (lambda: rank.ranked_subset(np.zeros(4, bool), InsertedOrder.empty(5)), "N' = 5"),
 ])
 def test_bad_inputs_are_refused_naming_the_value(call, message):
@@ -142,7 +150,7 @@ def check_ranges(compiled, case) -> None:
     every = sorted(set(rows))  # trie order is Python's tuple order (a prefix first)
     assert [sequence[int(u)] for u in order[np.arange(order.count)]] == every
     masks = np.stack([rows_item_mask(s, items, "test") for s in case.subsets])
-    ranked = rank.ranked_subset(masks, order, items.removed)
+    ranked = rank.ranked_subset(masks, order, items.removed, fine=bool(len(every) % 2))
     picked = [case.subset_items(r) for r in range(len(case.subsets))]
     offsets = np.zeros(1, np.int64)
     for d, states in enumerate(prefixes(trie)):

@@ -1,0 +1,248 @@
+"""Business rules, the rank section: a subset as rank bits over the items in
+trie order (`static_compiler.item_bits.rank`, issue 54), against today's
+liveness bits per state.
+
+A set of N random Semantic IDs (L = 4 over V = 2048, the filter section's)
+is compiled; a random 10 % mask over its items (in item order) is then
+
+* packed (`np.packbits`: the floor, reading the rule once), made a
+  `RankedSubset` (packed + a uint32 count per 512 bits), and, for the same
+  rule given over the input rows, today's `subset(mask)` with its two parts:
+  the rows' item bits (a scatter through the row -> item map, which any
+  subset of a row mask pays while rows are not in item order) and the walk
+  up the trie;
+* asked, per step t, for B rows x K candidates (each row a random state at
+  depth t and its first K children, as a csr step reads them): the
+  children's item ranges composed from the row pointers below
+  (`rank.state_ranges`, offsets carried) and their counts, against today's
+  read of one live bit per candidate (a gather from per-state words); with
+  ``--torch`` also the count in torch on the CPU.
+
+Every answer is checked: the counts against the set's liveness bools
+(`liveness.liveness`), the subset's total against the mask. Targets (issue
+54, 2-core CPU): a subset from a ready mask <= 1 ms at 1e7 (about 2x
+packbits).
+
+    python -m tools.bench rules --section rank            # 1e7 items
+    python -m tools.bench.rank --items 1e6 --length 8 --torch
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from tools.bench.cli import exit_without_teardown, sized_parser
+from tools.bench.output import machine_line
+from tools.bench.timing import median_ms
+
+V = 2048
+FRACTION = 0.1
+ROWS = (32, 256)
+K = 32
+
+
+def _set(n: int, length: int, seed: int):
+    import static_compiler as sc
+
+    sids = np.random.default_rng(seed).integers(0, V, (n, length))
+    start = time.perf_counter()
+    compiled = sc.compile_constraints(sids, vocab_size=V)
+    print(f"# compiled {n:.0e} random Semantic IDs (L = {length}, V = {V}) in "
+          f"{time.perf_counter() - start:.1f} s")
+    return compiled
+
+
+def _candidates(layer, rows: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """(children int64 (rows, K), valid bool (rows, K)): `rows` random
+    states' first K children (csr's speculative slice)."""
+    indptr = np.asarray(layer.indptr).astype(np.int64)
+    parents = rng.integers(0, layer.num_states, rows)
+    start, end = indptr[parents], indptr[parents + 1]
+    child = start[:, None] + np.arange(K)
+    valid = child < end[:, None]
+    return np.where(valid, child, start[:, None]), valid
+
+
+def torch_count(words: "object", counts: "object", within: "object", lo: "object",
+                hi: "object") -> "object":
+    """`ItemRanks.count` of one row with `within` (fine) in torch: int32
+    words, int64 counts, int64 within and bounds; popcount by shifts and
+    masks (torch has none)."""
+    import torch
+
+    def popcount(x):  # (int64 holding uint32 values)
+        x = x - ((x >> 1) & 0x55555555)
+        x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
+        x = (x + (x >> 4)) & 0x0F0F0F0F
+        return ((x * 0x01010101) & 0xFFFFFFFF) >> 24
+
+    def rank(at):
+        word = torch.clamp(at >> 5, max=words.shape[0] - 1)
+        bits = at - 32 * word
+        keep = torch.where(bits >= 32, torch.full_like(bits, 0xFFFFFFFF), (1 << bits) - 1)
+        return counts[word >> 4] + within[word] + popcount(words[word].to(torch.int64) & keep)
+
+    return rank(hi) - rank(lo)
+
+
+def jax_count(fine: bool):
+    """`ItemRanks.count` of one row as a jitted XLA function (uint32 words,
+    uint32 counts, uint16 within or None, int32 bounds): what a JAX
+    decoder's step would fuse."""
+    import jax
+    import jax.numpy as jnp
+
+    def rank_fine(words, counts, within, at):
+        word = jnp.minimum(at >> 5, words.shape[0] - 1)
+        bits = (at - 32 * word).astype(jnp.uint32)
+        keep = jnp.where(bits >= 32, jnp.uint32(0xFFFFFFFF),
+                         (jnp.uint32(1) << jnp.minimum(bits, 31)) - jnp.uint32(1))
+        return counts[word >> 4].astype(jnp.int32) + within[word].astype(jnp.int32) + \
+            jax.lax.population_count(words[word] & keep).astype(jnp.int32)
+
+    def rank(words, counts, within, at):
+        if fine:
+            return rank_fine(words, counts, within, at)
+        blocks = counts.shape[0] - 1
+        block = jnp.minimum(at // 512, blocks - 1)
+        inside = at - block * 512
+        lanes = jnp.arange(16, dtype=at.dtype)
+        window = words[block[..., None] * 16 + lanes]
+        bits = jnp.clip(inside[..., None] - 32 * lanes, 0, 32).astype(jnp.uint32)
+        keep = jnp.where(bits >= 32, jnp.uint32(0xFFFFFFFF),
+                         (jnp.uint32(1) << jnp.minimum(bits, 31)) - jnp.uint32(1))
+        partial = jax.lax.population_count(window & keep).astype(jnp.int32).sum(-1)
+        return counts[block].astype(jnp.int32) + partial
+
+    return jax.jit(lambda words, counts, within, lo, hi:
+                   rank(words, counts, within, hi) - rank(words, counts, within, lo))
+
+
+def jax_read():
+    """Today's read of one live bit per candidate, jitted."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.jit(lambda words, child: (words[child >> 5] >> (child & 31).astype(jnp.uint32)) & 1)
+
+
+def run(n: int, repeats: int, seed: int, length: int = 4, with_torch: bool = False) -> int:
+    from static_compiler.item_bits import liveness, rank
+    from static_compiler.item_bits.liveness import rows_item_live
+
+    compiled = _set(n, length, seed)
+    view = compiled._set_view
+    items, trie = view.checked_items("bench"), view.trie()
+    layers = rank.range_layers(trie.layers, trie.num_final_states)
+    order = rank.trie_order(items, layers)
+    rng = np.random.default_rng(seed + 1)
+    row_mask = rng.random(items.num_items) < FRACTION
+    item_mask = np.zeros(items.num_unique, bool)
+    item_mask[np.asarray(items.row_item)[row_mask]] = True
+    failed = 0
+
+    print(f"# {machine_line()}; median of {repeats}; a {FRACTION:.0%} subset of {n:.0e} items\n")
+    print("| measure | ms | against packbits | target |")
+    print("|--|--:|--:|--|")
+    pack_ms = median_ms(lambda: np.packbits(item_mask, bitorder="little"), repeats)
+    build_ms = median_ms(lambda: rank.ItemRanks.of_mask(item_mask), repeats)
+    subset_ms = median_ms(lambda: rank.ranked_subset(item_mask, order, items.removed), repeats)
+    fine_ms = median_ms(lambda: rank.ranked_subset(item_mask, order, items.removed, fine=True),
+                        repeats)
+    ranked = rank.ranked_subset(item_mask, order, items.removed)
+    fine = rank.ranked_subset(item_mask, order, items.removed, fine=True)
+    failed |= int(ranked.items.totals()[0] != item_mask.sum() or
+                  fine.items.totals()[0] != item_mask.sum())
+    layout = view.bit_layout("bench")
+    compiled.subset(row_mask)  # (once: the kernels and the layout)
+    today_ms = median_ms(lambda: compiled.subset(row_mask), repeats)
+    rows_ms = median_ms(lambda: rows_item_live(row_mask, items, layout, "bench"), repeats)
+    verdict = lambda ms: "PASS" if ms <= 1.0 else "MISS"  # noqa: E731
+    for name, ms, target in [
+            ("`np.packbits` of the item mask (the floor)", pack_ms, ""),
+            ("`ItemRanks.of_mask` (packed + uint32 per 512 bits)", build_ms, ""),
+            ("`ranked_subset` from the ready item mask", subset_ms,
+             f"<= 1 ms: {verdict(subset_ms)}"),
+            ("`ranked_subset(fine=True)` (+ uint16 per word)", fine_ms,
+             f"<= 1 ms: {verdict(fine_ms)}"),
+            ("today: `subset(mask)` of the same rule over the input rows", today_ms, ""),
+            ("  of which the rows' item bits (row -> item scatter)", rows_ms, ""),
+            ("  of which the walk up the trie", today_ms - rows_ms, "")]:
+        print(f"| {name} | {ms:.3f} | {ms / pack_ms:.1f}x | {target} |")
+    print(f"\nbytes: rank bits + summary {ranked.nbytes / 2**20:.2f} MiB, fine "
+          f"{fine.nbytes / 2**20:.2f} MiB "
+          f"(N/8 = {n / 8 / 2**20:.2f} MiB); today's subset "
+          f"{compiled.subset(row_mask).nbytes / 2**20:.2f} MiB\n")
+
+    live, _ = liveness.liveness(trie.layers, trie.num_final_states, trie.end_token, items,
+                                item_mask.copy())
+    import jax.numpy as jnp
+
+    from static_compiler.item_bits import layer_walk
+
+    jcount, jfine, jread = jax_count(False), jax_count(True), jax_read()
+    print("numpy and jitted (XLA CPU) per step: the candidates' ranges, their counts (block: "
+          "uint32 per 512 bits; fine: + uint16 per word), against today's one live bit per "
+          "candidate\n")
+    print("| step | rows x K | ranges ms | counts ms (block / fine) | today's live-bit read ms"
+          " | jitted counts ms (block / fine) | jitted live-bit read ms"
+          + (" | torch counts ms (fine)" if with_torch else "") + " | matches liveness |")
+    print("|--|--|--:|--:|--:|--:|--:|" + ("--:|" if with_torch else "") + "--|")
+    for t in range(layers.depth):
+        bits = live[t]  # depth t + 1's bools
+        words = np.packbits(bits, bitorder="little")
+        for rows in ROWS:
+            child, valid = _candidates(trie.layers[t], rows, rng)
+            offsets = np.zeros(child.shape, np.int64)  # (a fixed-length set's)
+            ranges_ms = median_ms(lambda: rank.state_ranges(layers, t + 1, child, offsets),
+                                  repeats)
+            lo, hi = rank.state_ranges(layers, t + 1, child, offsets)
+            count_ms = median_ms(lambda: ranked.count(lo, hi), repeats)
+            fine_count_ms = median_ms(lambda: fine.count(lo, hi), repeats)
+            got = ranked.count(lo, hi) > 0
+            failed |= int(not np.array_equal(fine.count(lo, hi), ranked.count(lo, hi)))
+            read_ms = median_ms(lambda: (words[child >> 3] >> (child & 7)) & 1, repeats)
+            ok = bool(np.array_equal(got[valid], bits[child][valid]))
+            failed |= int(not ok)
+            jw, jc = jnp.asarray(ranked.items.words[0]), jnp.asarray(ranked.items.counts[0])
+            jin = jnp.asarray(fine.items.within[0])
+            jlo, jhi = jnp.asarray(lo, jnp.int32), jnp.asarray(hi, jnp.int32)
+            jax_ms = median_ms(lambda: jcount(jw, jc, jin, jlo, jhi).block_until_ready(), repeats)
+            jfine_ms = median_ms(lambda: jfine(jw, jc, jin, jlo, jhi).block_until_ready(),
+                                 repeats)
+            same = np.array_equal(np.asarray(jcount(jw, jc, jin, jlo, jhi)), ranked.count(lo, hi)) \
+                and np.array_equal(np.asarray(jfine(jw, jc, jin, jlo, jhi)), ranked.count(lo, hi))
+            lw, jchild = jnp.asarray(layer_walk.pack(bits)), jnp.asarray(child, jnp.int32)
+            jread_ms = median_ms(lambda: jread(lw, jchild).block_until_ready(), repeats)
+            failed |= int(not same)
+            extra = f" | {jax_ms:.3f} / {jfine_ms:.3f}{'' if same else ' DIFFERENT'} | {jread_ms:.3f}"
+            if with_torch:
+                import torch
+                torch.set_num_threads(1)  # (jax's pool spins on the same 2 cores)
+                tw = torch.from_numpy(fine.items.words[0].view(np.int32))
+                tc = torch.from_numpy(fine.items.counts[0].astype(np.int64))
+                tin = torch.from_numpy(fine.items.within[0].astype(np.int64))
+                tlo, thi = torch.from_numpy(lo), torch.from_numpy(hi)
+                torch_ms = median_ms(lambda: torch_count(tw, tc, tin, tlo, thi), repeats)
+                same = np.array_equal(torch_count(tw, tc, tin, tlo, thi).numpy(),
+                                      ranked.count(lo, hi))
+                failed |= int(not same)
+                extra += f" | {torch_ms:.3f}{'' if same else ' DIFFERENT'}"
+            print(f"| {t} | {rows} x {K} | {ranges_ms:.3f} | {count_ms:.3f} / {fine_count_ms:.3f} | "
+                  f"{read_ms:.3f}{extra} | "
+                  f"{'same' if ok else 'DIFFERENT'} |")
+    return failed
+
+
+def main(argv=None) -> int:
+    parser = sized_parser("python -m tools.bench.rank", __doc__, 1e7)
+    parser.add_argument("--length", type=int, default=4, help="Semantic ID length L")
+    parser.add_argument("--torch", action="store_true", help="also time the count in torch")
+    args = parser.parse_args(argv)
+    return run(int(args.items), args.repeats, args.seed, args.length, args.torch)
+
+
+if __name__ == "__main__":
+    exit_without_teardown(main())
