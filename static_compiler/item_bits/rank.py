@@ -298,8 +298,9 @@ class RangeLayers:
     """What `state_ranges` reads of a trie: rows, per layer d its row
     pointers (an array, or the `layers.UnitRows` / `layers.NearRows` a
     `TableLayer` answers entries of; dense_rows layers' computed once);
-    accepting, per depth 0..depth-1 an `ItemRanks` of its accepting bits or
-    None (no state accepts); num_final_states."""
+    accepting, per depth 0..depth-1 an `ItemRanks` (fine: three reads a
+    rank) of its accepting bits or None (no state accepts);
+    num_final_states."""
 
     rows: tuple
     accepting: tuple
@@ -328,7 +329,7 @@ def range_layers(layers: Sequence, num_final_states: int) -> RangeLayers:
                     else np.asarray(indptr))
         acc = layer.accepting
         accepting.append(None if acc is None or not np.any(acc) else
-                         ItemRanks.of_mask(np.asarray(acc[:layer.num_states], bool)))
+                         ItemRanks.of_mask(np.asarray(acc[:layer.num_states], bool), fine=True))
     return RangeLayers(tuple(rows), tuple(accepting), int(num_final_states))
 
 

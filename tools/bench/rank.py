@@ -25,6 +25,7 @@ packbits).
 
     python -m tools.bench rules --section rank            # 1e7 items
     python -m tools.bench.rank --items 1e6 --length 8 --torch
+    python -m tools.bench.rank --names --items 1e6      # ranges at names depth (3..14 tokens)
 """
 
 from __future__ import annotations
@@ -56,9 +57,10 @@ def _set(n: int, length: int, seed: int):
 
 def _candidates(layer, rows: int, rng) -> tuple[np.ndarray, np.ndarray]:
     """(children int64 (rows, K), valid bool (rows, K)): `rows` random
-    states' first K children (csr's speculative slice)."""
+    states' first K children (csr's speculative slice), states with one
+    child or more (a beam's state has some)."""
     indptr = np.asarray(layer.indptr).astype(np.int64)
-    parents = rng.integers(0, layer.num_states, rows)
+    parents = rng.choice(np.flatnonzero(np.diff(indptr) > 0), rows)
     start, end = indptr[parents], indptr[parents + 1]
     child = start[:, None] + np.arange(K)
     valid = child < end[:, None]
@@ -236,11 +238,112 @@ def run(n: int, repeats: int, seed: int, length: int = 4, with_torch: bool = Fal
     return failed
 
 
+def names_like(n: int, seed: int, vocab: int = 32000, longest: int = 14) -> list:
+    """n token sequences of 3..`longest` tokens, Zipf-distributed (shared
+    heads, unique tails: a names catalogue's deep, mostly near-unary trie)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3, longest + 1, n)
+    tokens = np.minimum(rng.zipf(1.3, (n, longest)), vocab - 1)
+    return [tuple(row[:k].tolist()) for row, k in zip(tokens, lengths)]
+
+
+def jax_below(layers, depth: int):
+    """`rank.below` at `depth` jitted over the row pointers as arrays (one
+    gather a layer; a near_unary layer's answered by an exception rank would
+    take four) and the accepting depths' fine ranks (three reads each)."""
+    import jax
+    import jax.numpy as jnp
+
+    rows = [jnp.asarray(np.asarray(r).astype(np.int32)) for r in layers.rows]
+    accepting = [None if a is None else tuple(jnp.asarray(x[0]) for x in (a.words, a.counts,
+                                                                            a.within))
+                 for a in layers.accepting]
+
+    def rank_fine(words, counts, within, at):
+        word = jnp.minimum(at >> 5, words.shape[0] - 1)
+        bits = (at - 32 * word).astype(jnp.uint32)
+        keep = jnp.where(bits >= 32, jnp.uint32(0xFFFFFFFF),
+                         (jnp.uint32(1) << jnp.minimum(bits, 31)) - jnp.uint32(1))
+        return counts[word >> 4].astype(jnp.int32) + within[word].astype(jnp.int32) + \
+            jax.lax.population_count(words[word] & keep).astype(jnp.int32)
+
+    def below(x):
+        total = jnp.zeros_like(x)
+        for d in range(depth, len(rows) + 1):
+            if d == len(rows):
+                total = total + x
+            elif accepting[d] is not None:
+                total = total + rank_fine(*accepting[d], x)
+            if d < len(rows):
+                x = rows[d][x]
+        return total
+
+    return jax.jit(below)
+
+
+def run_names(n: int, repeats: int, seed: int) -> int:
+    """Item ranges at names depth: per step, B x K candidates' ranges
+    composed down the layers (numpy from the tables, and jitted over row
+    pointers as arrays), checked against the liveness bools."""
+    import jax.numpy as jnp
+
+    import static_compiler as sc
+    from static_compiler.item_bits import liveness, rank
+    from static_compiler.item_bits.item_masks import rows_item_mask
+
+    sequences = names_like(n, seed)
+    start = time.perf_counter()
+    held = sc.compile_constraints(sc.Shards(np.asarray(
+        [list(r) + [-1] * (14 - len(r)) for r in sequences]), partitions=4), 32000, end_token=0)
+    print(f"# compiled {n:.0e} names-like sequences (3..14 tokens, Zipf over V = 32000) from "
+          f"shards in {time.perf_counter() - start:.1f} s; {machine_line()}; median of {repeats}")
+    view = held._set_view
+    items, trie = view.checked_items("bench"), view.trie()
+    layers = rank.range_layers(trie.layers, trie.num_final_states)
+    rng = np.random.default_rng(seed + 1)
+    item_live = rows_item_mask(rng.random(items.num_items) < FRACTION, items, "bench")
+    ranked = rank.ranked_subset(item_live, rank.trie_order(items, layers), items.removed,
+                                fine=True)
+    live, _ = liveness.liveness(trie.layers, trie.num_final_states, trie.end_token, items,
+                                item_live.copy())
+    rows, failed = ROWS[-1], 0
+    print("\n| step | layers below (kind: count) | accepting depths below | numpy ranges ms "
+          "(tables: near_unary by binary search) | numpy counts ms | jitted ranges ms (row "
+          "pointers as arrays) | jitted one bit read ms | matches liveness |")
+    print("|--|--|--:|--:|--:|--:|--:|--|")
+    for t, layer in enumerate(trie.layers):
+        child, valid = _candidates(layer, rows, rng)
+        offsets = rank.offsets_of(layers, t + 1, child)
+        ranges_ms = median_ms(lambda: rank.state_ranges(layers, t + 1, child, offsets), repeats)
+        lo, hi = rank.state_ranges(layers, t + 1, child, offsets)
+        count_ms = median_ms(lambda: ranked.count(lo, hi), repeats)
+        ok = bool(np.array_equal((ranked.count(lo, hi) > 0)[valid], live[t][child][valid]))
+        bounds = jnp.asarray(np.concatenate([child, child[:, -1:] + 1], axis=1), jnp.int32)
+        below = jax_below(layers, t + 1)
+        ok = ok and np.array_equal(np.asarray(below(bounds)),
+                                   rank.below(layers, t + 1, np.asarray(bounds)))
+        jit_ms = median_ms(lambda: below(bounds).block_until_ready(), repeats)
+        words = jnp.zeros(-(-max(1, live[t].shape[0]) // 32), jnp.uint32)
+        read = jax_read()
+        read_ms = median_ms(lambda: read(words, bounds).block_until_ready(), repeats)
+        failed |= int(not ok)
+        kinds = [getattr(x, "kind", "rows") for x in trie.layers[t + 1:]]
+        summary = ", ".join(f"{k}: {kinds.count(k)}" for k in sorted(set(kinds))) or "-"
+        accepting = sum(a is not None for a in layers.accepting[t + 1:])
+        print(f"| {t} | {summary} | {accepting} | {ranges_ms:.3f} | {count_ms:.3f} | "
+              f"{jit_ms:.3f} | {read_ms:.3f} | {'same' if ok else 'DIFFERENT'} |")
+    return failed
+
+
 def main(argv=None) -> int:
     parser = sized_parser("python -m tools.bench.rank", __doc__, 1e7)
     parser.add_argument("--length", type=int, default=4, help="Semantic ID length L")
     parser.add_argument("--torch", action="store_true", help="also time the count in torch")
+    parser.add_argument("--names", action="store_true",
+                        help="item ranges at names depth instead (`run_names`)")
     args = parser.parse_args(argv)
+    if args.names:
+        return run_names(int(args.items), args.repeats, args.seed)
     return run(int(args.items), args.repeats, args.seed, args.length, args.torch)
 
 

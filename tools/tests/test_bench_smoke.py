@@ -282,6 +282,9 @@ def test_rank_section_checks_every_count_against_the_liveness_bits():
     steps = [line for line in run.stdout.splitlines() if line.endswith("| same |")]
     assert len(steps) == 4 * 2  # L = 4 steps x two row counts
     assert "`ranked_subset` from the ready item mask" in run.stdout
+    names = _run("tools.bench.rank", "--names", "--items", "2000", "--repeats", "1")
+    assert names.returncode == 0, names.stderr[-3000:]
+    assert "DIFFERENT" not in names.stdout and names.stdout.count("| same |") >= 3
 
 
 def test_versions_benchmark_measures_kept_versions_on_disk():
