@@ -43,6 +43,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError
+from static_compiler.item_bits.layers import NearRows
 from static_compiler.item_bits.state_order import InsertedOrder, item_order
 
 BLOCK_BITS = 512
@@ -293,6 +294,34 @@ def ranked_subset(item_live, order: InsertedOrder, removed=None,
                         np.asarray(order.at, np.int64))
 
 
+class ExceptionRows:
+    """The row pointers of a near_unary layer of S states in O(1) reads an
+    entry: indptr[s] = s + extra[r], r = the exceptions below s (a fine
+    rank over a bit per state marking the exceptions), extra[r] = the extra
+    children of the exceptions before exception r (its row start less its
+    id, the tables' ex_starts - ex_states; extra[X] = indptr[S] - S). Where
+    `layers.NearRows` binary-searches the X exceptions (log2 X dependent
+    reads), this reads 4 entries, for S / 8 bytes (+ S / 16 of word counts)
+    per layer: the near_unary layers of a names set are most of its depth."""
+
+    def __init__(self, rows, num_states: int):
+        ex = np.asarray(rows.states).astype(np.int64)
+        marks = np.zeros(int(num_states), bool)
+        marks[ex] = True
+        self.exceptions = ItemRanks.of_mask(marks, fine=True)
+        ends = np.append(ex, int(num_states))
+        self.extra = np.asarray(rows[ends], np.int64) - ends  # (X + 1,)
+        self.shape = (int(num_states) + 1,)
+
+    def __getitem__(self, index) -> np.ndarray:
+        index = np.asarray(index, np.int64)
+        return index + self.extra[self.exceptions.rank(index)]
+
+    def __array__(self, dtype=None, copy=None):
+        whole = self[np.arange(self.shape[0])]
+        return whole if dtype is None else whole.astype(dtype)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class RangeLayers:
     """What `state_ranges` reads of a trie: rows, per layer d its row
@@ -321,11 +350,13 @@ class RangeLayers:
 
 def range_layers(layers: Sequence, num_final_states: int) -> RangeLayers:
     """The `RangeLayers` of a trie's `layers` (`TrieLayer`s, `ir.Layer`s or
-    `TableLayer`s: implicit targets) ending in `num_final_states` states."""
+    `TableLayer`s: implicit targets) ending in `num_final_states` states: a
+    near_unary layer's rows as `ExceptionRows`."""
     rows, accepting = [], []
     for layer in layers:
         indptr = layer.indptr
-        rows.append(indptr if hasattr(indptr, "range") or isinstance(indptr, np.ndarray)
+        rows.append(ExceptionRows(indptr, layer.num_states) if isinstance(indptr, NearRows)
+                    else indptr if hasattr(indptr, "range") or isinstance(indptr, np.ndarray)
                     else np.asarray(indptr))
         acc = layer.accepting
         accepting.append(None if acc is None or not np.any(acc) else

@@ -194,6 +194,26 @@ def test_ranges_read_from_tables_alone(case):
     check_ranges(updated(compiled, case), case)
 
 
+@pytest.mark.parametrize("lengths", [(3, 7), (1, 9)])
+def test_exception_rows_equal_a_near_unary_layers_row_pointers(lengths):
+    """`ExceptionRows` (a rank over the exceptions) against the row pointers
+    read from the tables (`NearRows`), every entry, at word and block edges."""
+    from static_compiler.item_bits.layers import NearRows
+
+    rng = np.random.default_rng(lengths[1])
+    rows = [tuple(rng.integers(1, 9, rng.integers(*lengths)).tolist()) for _ in range(3000)]
+    compiled = sc.compile_constraints(sc.Shards(np.asarray(
+        [list(r) + [-1] * (max(map(len, rows)) - len(r)) for r in rows]), partitions=2), 9,
+        end_token=0, pipeline=__import__("oracle").pipeline_for("near_unary"))
+    trie = compiled._set_view.trie()
+    near = [layer for layer in trie.layers if isinstance(layer.indptr, NearRows)]
+    assert near and any(layer.num_states > 512 for layer in near)
+    for layer in near:
+        want = np.asarray(layer.indptr).astype(np.int64)
+        got = rank.ExceptionRows(layer.indptr, layer.num_states)
+        np.testing.assert_array_equal(got[np.arange(layer.num_states + 1)], want)
+
+
 def test_a_variable_length_order_needs_its_layers():
     compiled = sc.compile_constraints([(1, 2), (1,)], 4, end_token=0)
     with pytest.raises(ConstraintSetError, match="needs its layers"):

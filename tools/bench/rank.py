@@ -248,16 +248,21 @@ def names_like(n: int, seed: int, vocab: int = 32000, longest: int = 14) -> list
 
 
 def jax_below(layers, depth: int):
-    """`rank.below` at `depth` jitted over the row pointers as arrays (one
-    gather a layer; a near_unary layer's answered by an exception rank would
-    take four) and the accepting depths' fine ranks (three reads each)."""
+    """`rank.below` at `depth` jitted as a device would run it: a layer's
+    row pointers an array (one gather; csr's own table), a near_unary
+    layer's `rank.ExceptionRows` (a fine rank over its exception bits, then
+    one gather: four reads), and the accepting depths' fine ranks (three
+    reads each)."""
     import jax
     import jax.numpy as jnp
 
-    rows = [jnp.asarray(np.asarray(r).astype(np.int32)) for r in layers.rows]
-    accepting = [None if a is None else tuple(jnp.asarray(x[0]) for x in (a.words, a.counts,
-                                                                            a.within))
-                 for a in layers.accepting]
+    from static_compiler.item_bits.rank import ExceptionRows
+
+    fine = lambda a: tuple(jnp.asarray(x[0]) for x in (a.words, a.counts, a.within))  # noqa: E731
+    rows = [(fine(r.exceptions), jnp.asarray(r.extra.astype(np.int32)))
+            if isinstance(r, ExceptionRows) else jnp.asarray(np.asarray(r).astype(np.int32))
+            for r in layers.rows]
+    accepting = [None if a is None else fine(a) for a in layers.accepting]
 
     def rank_fine(words, counts, within, at):
         word = jnp.minimum(at >> 5, words.shape[0] - 1)
@@ -275,7 +280,10 @@ def jax_below(layers, depth: int):
             elif accepting[d] is not None:
                 total = total + rank_fine(*accepting[d], x)
             if d < len(rows):
-                x = rows[d][x]
+                if isinstance(rows[d], tuple):  # near_unary: x + extra[exceptions below x]
+                    x = x + rows[d][1][rank_fine(*rows[d][0], x)]
+                else:
+                    x = rows[d][x]
         return total
 
     return jax.jit(below)
@@ -308,8 +316,7 @@ def run_names(n: int, repeats: int, seed: int) -> int:
                                 item_live.copy())
     rows, failed = ROWS[-1], 0
     print("\n| step | layers below (kind: count) | accepting depths below | numpy ranges ms "
-          "(tables: near_unary by binary search) | numpy counts ms | jitted ranges ms (row "
-          "pointers as arrays) | jitted one bit read ms | matches liveness |")
+          "| numpy counts ms | jitted ranges ms | jitted one bit read ms | matches liveness |")
     print("|--|--|--:|--:|--:|--:|--:|--|")
     for t, layer in enumerate(trie.layers):
         child, valid = _candidates(layer, rows, rng)
