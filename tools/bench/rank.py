@@ -89,6 +89,20 @@ def torch_count(words: "object", counts: "object", within: "object", lo: "object
     return rank(hi) - rank(lo)
 
 
+def jax_rank_fine(words, counts, within, at):
+    """`ItemRanks.rank` with `within` in jax.numpy (uint32 words, uint32
+    counts, uint16 within, int32 positions): three reads."""
+    import jax
+    import jax.numpy as jnp
+
+    word = jnp.minimum(at >> 5, words.shape[0] - 1)
+    bits = (at - 32 * word).astype(jnp.uint32)
+    keep = jnp.where(bits >= 32, jnp.uint32(0xFFFFFFFF),
+                     (jnp.uint32(1) << jnp.minimum(bits, 31)) - jnp.uint32(1))
+    return counts[word >> 4].astype(jnp.int32) + within[word].astype(jnp.int32) + \
+        jax.lax.population_count(words[word] & keep).astype(jnp.int32)
+
+
 def jax_count(fine: bool):
     """`ItemRanks.count` of one row as a jitted XLA function (uint32 words,
     uint32 counts, uint16 within or None, int32 bounds): what a JAX
@@ -96,17 +110,9 @@ def jax_count(fine: bool):
     import jax
     import jax.numpy as jnp
 
-    def rank_fine(words, counts, within, at):
-        word = jnp.minimum(at >> 5, words.shape[0] - 1)
-        bits = (at - 32 * word).astype(jnp.uint32)
-        keep = jnp.where(bits >= 32, jnp.uint32(0xFFFFFFFF),
-                         (jnp.uint32(1) << jnp.minimum(bits, 31)) - jnp.uint32(1))
-        return counts[word >> 4].astype(jnp.int32) + within[word].astype(jnp.int32) + \
-            jax.lax.population_count(words[word] & keep).astype(jnp.int32)
-
     def rank(words, counts, within, at):
         if fine:
-            return rank_fine(words, counts, within, at)
+            return jax_rank_fine(words, counts, within, at)
         blocks = counts.shape[0] - 1
         block = jnp.minimum(at // 512, blocks - 1)
         inside = at - block * 512
@@ -264,24 +270,16 @@ def jax_below(layers, depth: int):
             for r in layers.rows]
     accepting = [None if a is None else fine(a) for a in layers.accepting]
 
-    def rank_fine(words, counts, within, at):
-        word = jnp.minimum(at >> 5, words.shape[0] - 1)
-        bits = (at - 32 * word).astype(jnp.uint32)
-        keep = jnp.where(bits >= 32, jnp.uint32(0xFFFFFFFF),
-                         (jnp.uint32(1) << jnp.minimum(bits, 31)) - jnp.uint32(1))
-        return counts[word >> 4].astype(jnp.int32) + within[word].astype(jnp.int32) + \
-            jax.lax.population_count(words[word] & keep).astype(jnp.int32)
-
     def below(x):
         total = jnp.zeros_like(x)
         for d in range(depth, len(rows) + 1):
             if d == len(rows):
                 total = total + x
             elif accepting[d] is not None:
-                total = total + rank_fine(*accepting[d], x)
+                total = total + jax_rank_fine(*accepting[d], x)
             if d < len(rows):
                 if isinstance(rows[d], tuple):  # near_unary: x + extra[exceptions below x]
-                    x = x + rows[d][1][rank_fine(*rows[d][0], x)]
+                    x = x + rows[d][1][jax_rank_fine(*rows[d][0], x)]
                 else:
                     x = rows[d][x]
         return total
