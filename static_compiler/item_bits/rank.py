@@ -224,8 +224,9 @@ def trie_order(items, layers: Optional["RangeLayers"] = None) -> InsertedOrder:
     order, as an `InsertedOrder` over positions 0..N'-1 (module doc). A
     fixed-length set's is its final states' (`state_order.item_order`). A
     variable-length set's needs its `layers`: each item's position is the
-    lo of its end state (`state_ranges`), computed once per index (O(N'
-    depth)); ids in order but for the added ones list only those."""
+    lo of its end state (`state_ranges`, the offsets carried down every
+    depth's states), computed once per index (O(states + N' depth)); ids in
+    order but for the added ones list only those."""
     count = int(items.num_unique)
     if items.item_depth is None:
         order = item_order(items)
@@ -238,9 +239,16 @@ def trie_order(items, layers: Optional["RangeLayers"] = None) -> InsertedOrder:
     depth = np.asarray(items.item_depth).astype(np.int64)
     state = np.asarray(items.item_state).astype(np.int64)
     position = np.zeros(count, np.int64)
-    for d in np.unique(depth):
-        at = depth == d
-        position[at] = state_ranges(layers, int(d), state[at])[0]
+    ending = set(np.unique(depth).tolist())
+    offsets = np.zeros(1, np.int64)  # every state's at this depth, carried down (no searches)
+    for d in range(layers.depth + 1):
+        if d in ending:
+            at = depth == d
+            position[at] = state_ranges(layers, d, state[at], offsets[state[at]])[0]
+        if d < layers.depth:
+            branch = np.diff(np.asarray(layers.rows[d]).astype(np.int64))
+            offsets = np.repeat(child_offsets(layers, d, offsets, np.arange(branch.shape[0])),
+                                branch)
     held = np.empty(count, np.int64)
     held[position] = np.arange(count)  # position -> item
     return InsertedOrder.of_array(held)
