@@ -304,26 +304,37 @@ def ranked_subset(item_live, order: InsertedOrder, removed=None,
 
 class ExceptionRows:
     """The row pointers of a near_unary layer of S states in O(1) reads an
-    entry: indptr[s] = s + extra[r], r = the exceptions below s (a fine
-    rank over a bit per state marking the exceptions), extra[r] = the extra
-    children of the exceptions before exception r (its row start less its
-    id, the tables' ex_starts - ex_states; extra[X] = indptr[S] - S). Where
+    entry: indptr[s] = s + extra(r), r = the exceptions below s (a fine
+    rank over a bit per state marking the exceptions), extra(r) = the extra
+    children of the exceptions before exception r, read from the tables as
+    ex_starts[r] - ex_states[r] (r < X; indptr[S] - S at X). Where
     `layers.NearRows` binary-searches the X exceptions (log2 X dependent
-    reads), this reads 4 entries, for S / 8 bytes (+ S / 16 of word counts)
-    per layer: the near_unary layers of a names set are most of its depth."""
+    reads), this reads 5 entries, for S / 8 bytes (+ S / 16 of word counts)
+    per layer: the near_unary layers of a names set are most of its depth.
+    rows: the layer's `NearRows` (its tables and exception ids)."""
 
     def __init__(self, rows, num_states: int):
-        ex = np.asarray(rows.states).astype(np.int64)
+        self.states = rows.states  # (the X real exceptions' ids, ascending)
+        self.starts = rows.tables["ex_starts"]
         marks = np.zeros(int(num_states), bool)
-        marks[ex] = True
+        marks[np.asarray(self.states).astype(np.int64)] = True
         self.exceptions = ItemRanks.of_mask(marks, fine=True)
-        ends = np.append(ex, int(num_states))
-        self.extra = np.asarray(rows[ends], np.int64) - ends  # (X + 1,)
+        self.end = int(rows[int(num_states)]) - int(num_states)
         self.shape = (int(num_states) + 1,)
+
+    def extra(self, r: np.ndarray) -> np.ndarray:
+        """int64: extra(r) for exception counts r (ints in [0, X])."""
+        count = int(self.states.shape[0])
+        if count == 0:
+            return np.full(np.shape(r), self.end, np.int64)
+        at = np.minimum(r, count - 1)
+        own = np.asarray(self.starts[at]).astype(np.int64) - \
+            np.asarray(self.states[at]).astype(np.int64)
+        return np.where(r < count, own, self.end)
 
     def __getitem__(self, index) -> np.ndarray:
         index = np.asarray(index, np.int64)
-        return index + self.extra[self.exceptions.rank(index)]
+        return index + self.extra(self.exceptions.rank(index))
 
     def __array__(self, dtype=None, copy=None):
         whole = self[np.arange(self.shape[0])]

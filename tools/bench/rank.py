@@ -257,7 +257,8 @@ def jax_below(layers, depth: int):
     """`rank.below` at `depth` jitted as a device would run it: a layer's
     row pointers an array (one gather; csr's own table), a near_unary
     layer's `rank.ExceptionRows` (a fine rank over its exception bits, then
-    one gather: four reads), and the accepting depths' fine ranks (three
+    one gather of the extra children, which a device would read as
+    ex_starts - ex_states: a fifth read), and the accepting depths' fine ranks (three
     reads each)."""
     import jax
     import jax.numpy as jnp
@@ -265,7 +266,8 @@ def jax_below(layers, depth: int):
     from static_compiler.item_bits.rank import ExceptionRows
 
     fine = lambda a: tuple(jnp.asarray(x[0]) for x in (a.words, a.counts, a.within))  # noqa: E731
-    rows = [(fine(r.exceptions), jnp.asarray(r.extra.astype(np.int32)))
+    rows = [(fine(r.exceptions), jnp.asarray(r.extra(np.arange(r.states.shape[0] + 1))
+                                             .astype(np.int32)))
             if isinstance(r, ExceptionRows) else jnp.asarray(np.asarray(r).astype(np.int32))
             for r in layers.rows]
     accepting = [None if a is None else fine(a) for a in layers.accepting]
