@@ -67,6 +67,22 @@ def _candidates(layer, rows: int, rng) -> tuple[np.ndarray, np.ndarray]:
     return np.where(valid, child, start[:, None]), valid
 
 
+def warm_ms(fn, repeats: int) -> float:
+    """`median_ms` after one call (a jitted function compiles on its first)."""
+    fn()
+    return median_ms(fn, repeats)
+
+
+def _bounds(layer, child: np.ndarray) -> np.ndarray:
+    """int64 (rows, K + 1): the K + 1 consecutive states that bound the
+    rows' K candidates (`_candidates`), each row's cut at its row's end:
+    candidate i lies between bounds i and i + 1."""
+    indptr = np.asarray(layer.indptr).astype(np.int64)
+    start = child[:, :1]
+    end = indptr[np.searchsorted(indptr, start[:, 0], side="right")][:, None]
+    return np.minimum(start + np.arange(child.shape[1] + 1), end)
+
+
 def torch_count(words: "object", counts: "object", within: "object", lo: "object",
                 hi: "object") -> "object":
     """`ItemRanks.count` of one row with `within` (fine) in torch: int32
@@ -128,6 +144,13 @@ def jax_count(fine: bool):
                    rank(words, counts, within, hi) - rank(words, counts, within, lo))
 
 
+def _counts_between(fine_bits: tuple, positions):
+    """Set bits between consecutive `positions` (..., K + 1) of one row
+    (jax.numpy; fine_bits: words, counts, within)."""
+    ranks = jax_rank_fine(*fine_bits, positions)
+    return ranks[..., 1:] - ranks[..., :-1]
+
+
 def jax_read():
     """Today's read of one live bit per candidate, jitted."""
     import jax
@@ -186,19 +209,25 @@ def run(n: int, repeats: int, seed: int, length: int = 4, with_torch: bool = Fal
 
     live, _ = liveness.liveness(trie.layers, trie.num_final_states, trie.end_token, items,
                                 item_mask.copy())
+    import jax
     import jax.numpy as jnp
 
     from static_compiler.item_bits import layer_walk
 
     jcount, jfine, jread = jax_count(False), jax_count(True), jax_read()
+    fine_bits = tuple(jnp.asarray(x[0]) for x in (fine.items.words, fine.items.counts,
+                                                  fine.items.within))
     print("numpy and jitted (XLA CPU) per step: the candidates' ranges, their counts (block: "
           "uint32 per 512 bits; fine: + uint16 per word), against today's one live bit per "
           "candidate\n")
     print("| step | rows x K | ranges ms | counts ms (block / fine) | today's live-bit read ms"
-          " | jitted counts ms (block / fine) | jitted live-bit read ms"
+          " | jitted counts ms (block / fine) | jitted ranges + fine counts ms (K + 1 bounds "
+          "a row) | jitted live-bit read ms"
           + (" | torch counts ms (fine)" if with_torch else "") + " | matches liveness |")
-    print("|--|--|--:|--:|--:|--:|--:|" + ("--:|" if with_torch else "") + "--|")
+    print("|--|--|--:|--:|--:|--:|--:|--:|" + ("--:|" if with_torch else "") + "--|")
     for t in range(layers.depth):
+        below = jax_below(layers, t + 1)
+        whole = jax.jit(lambda bounds: _counts_between(fine_bits, below(bounds)))  # noqa: B023
         bits = live[t]  # depth t + 1's bools
         words = np.packbits(bits, bitorder="little")
         for rows in ROWS:
@@ -217,15 +246,20 @@ def run(n: int, repeats: int, seed: int, length: int = 4, with_torch: bool = Fal
             jw, jc = jnp.asarray(ranked.items.words[0]), jnp.asarray(ranked.items.counts[0])
             jin = jnp.asarray(fine.items.within[0])
             jlo, jhi = jnp.asarray(lo, jnp.int32), jnp.asarray(hi, jnp.int32)
-            jax_ms = median_ms(lambda: jcount(jw, jc, jin, jlo, jhi).block_until_ready(), repeats)
-            jfine_ms = median_ms(lambda: jfine(jw, jc, jin, jlo, jhi).block_until_ready(),
+            jax_ms = warm_ms(lambda: jcount(jw, jc, jin, jlo, jhi).block_until_ready(), repeats)
+            jfine_ms = warm_ms(lambda: jfine(jw, jc, jin, jlo, jhi).block_until_ready(),
                                  repeats)
             same = np.array_equal(np.asarray(jcount(jw, jc, jin, jlo, jhi)), ranked.count(lo, hi)) \
                 and np.array_equal(np.asarray(jfine(jw, jc, jin, jlo, jhi)), ranked.count(lo, hi))
+            bounds = jnp.asarray(_bounds(trie.layers[t], child), jnp.int32)
+            whole_ms = warm_ms(lambda: whole(bounds).block_until_ready(), repeats)
+            same = same and np.array_equal(np.asarray(whole(bounds))[valid],
+                                           ranked.count(lo, hi)[valid])
             lw, jchild = jnp.asarray(layer_walk.pack(bits)), jnp.asarray(child, jnp.int32)
-            jread_ms = median_ms(lambda: jread(lw, jchild).block_until_ready(), repeats)
+            jread_ms = warm_ms(lambda: jread(lw, jchild).block_until_ready(), repeats)
             failed |= int(not same)
-            extra = f" | {jax_ms:.3f} / {jfine_ms:.3f}{'' if same else ' DIFFERENT'} | {jread_ms:.3f}"
+            extra = (f" | {jax_ms:.3f} / {jfine_ms:.3f}{'' if same else ' DIFFERENT'} | "
+                     f"{whole_ms:.3f} | {jread_ms:.3f}")
             if with_torch:
                 import torch
                 torch.set_num_threads(1)  # (jax's pool spins on the same 2 cores)
@@ -314,7 +348,7 @@ def run_names(n: int, repeats: int, seed: int) -> int:
                                 fine=True)
     live, _ = liveness.liveness(trie.layers, trie.num_final_states, trie.end_token, items,
                                 item_live.copy())
-    rows, failed = ROWS[-1], 0
+    rows, failed, read = ROWS[-1], 0, jax_read()
     print("\n| step | layers below (kind: count) | accepting depths below | numpy ranges ms "
           "| numpy counts ms | jitted ranges ms | jitted one bit read ms | matches liveness |")
     print("|--|--|--:|--:|--:|--:|--:|--|")
@@ -325,14 +359,13 @@ def run_names(n: int, repeats: int, seed: int) -> int:
         lo, hi = rank.state_ranges(layers, t + 1, child, offsets)
         count_ms = median_ms(lambda: ranked.count(lo, hi), repeats)
         ok = bool(np.array_equal((ranked.count(lo, hi) > 0)[valid], live[t][child][valid]))
-        bounds = jnp.asarray(np.concatenate([child, child[:, -1:] + 1], axis=1), jnp.int32)
+        bounds = jnp.asarray(_bounds(layer, child), jnp.int32)
         below = jax_below(layers, t + 1)
         ok = ok and np.array_equal(np.asarray(below(bounds)),
                                    rank.below(layers, t + 1, np.asarray(bounds)))
-        jit_ms = median_ms(lambda: below(bounds).block_until_ready(), repeats)
+        jit_ms = warm_ms(lambda: below(bounds).block_until_ready(), repeats)
         words = jnp.zeros(-(-max(1, live[t].shape[0]) // 32), jnp.uint32)
-        read = jax_read()
-        read_ms = median_ms(lambda: read(words, bounds).block_until_ready(), repeats)
+        read_ms = warm_ms(lambda: read(words, bounds).block_until_ready(), repeats)
         failed |= int(not ok)
         kinds = [getattr(x, "kind", "rows") for x in trie.layers[t + 1:]]
         summary = ", ".join(f"{k}: {kinds.count(k)}" for k in sorted(set(kinds))) or "-"
