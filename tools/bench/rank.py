@@ -16,7 +16,9 @@ is compiled; a random 10 % mask over its items (in item order) is then
   children's item ranges composed from the row pointers below
   (`rank.state_ranges`, offsets carried) and their counts, against today's
   read of one live bit per candidate (a gather from per-state words); with
-  ``--torch`` also the count in torch on the CPU.
+  ``--torch`` also the count in torch on the CPU; and at the steps whose
+  beams have many children (the dense steps: V each), every child of 140
+  beams against today's slot-bit row per beam.
 
 Every answer is checked: the counts against the set's liveness bools
 (`liveness.liveness`), the subset's total against the mask. Targets (issue
@@ -42,6 +44,7 @@ V = 2048
 FRACTION = 0.1
 ROWS = (32, 256)
 K = 32
+WIDE_BEAMS = 140
 
 
 def _set(n: int, length: int, seed: int):
@@ -275,6 +278,50 @@ def run(n: int, repeats: int, seed: int, length: int = 4, with_torch: bool = Fal
             print(f"| {t} | {rows} x {K} | {ranges_ms:.3f} | {count_ms:.3f} / {fine_count_ms:.3f} | "
                   f"{read_ms:.3f}{extra} | "
                   f"{'same' if ok else 'DIFFERENT'} |")
+    return failed | wide_steps(trie, layers, fine, fine_bits, live, rng, repeats)
+
+
+def wide_steps(trie, layers, fine, fine_bits, live, rng, repeats: int) -> int:
+    """The steps whose beams have many children (a dense step's V): every
+    child of WIDE_BEAMS beams checked by ranges + fine counts (jitted),
+    against today's read of a beam's slot-bit row (W words, unpacked)."""
+    import jax
+    import jax.numpy as jnp
+
+    from static_compiler.item_bits import rank
+
+    failed, rows = 0, []
+    for t, layer in enumerate(trie.layers):
+        indptr = np.asarray(layer.indptr).astype(np.int64)
+        widest = int(np.diff(indptr).max())
+        if widest <= 4 * K:
+            continue
+        parents = rng.choice(np.flatnonzero(np.diff(indptr) > 0), WIDE_BEAMS)
+        bounds = np.minimum(indptr[parents][:, None] + np.arange(widest + 1),
+                            indptr[parents + 1][:, None])
+        below = jax_below(layers, t + 1)
+        check = jax.jit(lambda b: _counts_between(fine_bits, below(b)))  # noqa: B023
+        ms = warm_ms(lambda: check(jnp.asarray(bounds, jnp.int32)).block_until_ready(), repeats)
+        valid = bounds[:, :-1] < bounds[:, 1:]
+        child = np.where(valid, bounds[:, :-1], 0)
+        got = np.asarray(check(jnp.asarray(bounds, jnp.int32)))
+        ok = bool(np.array_equal(got[valid] > 0, live[t][child][valid]))
+        lo, hi = rank.state_ranges(layers, t + 1, child, np.zeros(child.shape, np.int64))
+        ok = ok and np.array_equal(got[valid], fine.count(lo, hi)[valid])
+        failed |= int(not ok)
+        words = -(-widest // 32)
+        slots = jnp.zeros((WIDE_BEAMS, words), jnp.uint32)
+        unpack = jax.jit(lambda w: (w[:, :, None] >> jnp.arange(32, dtype=jnp.uint32)) & 1)
+        read_ms = warm_ms(lambda: unpack(slots).block_until_ready(), repeats)  # noqa: B023
+        rows.append(f"| {t} | {WIDE_BEAMS} x {widest} | {ms:.3f} | {read_ms:.3f} | "
+                    f"{'same' if ok else 'DIFFERENT'} |")
+    if rows:
+        print(f"\nwide steps: every child of {WIDE_BEAMS} beams (the paper's B = 2 x M = 70), "
+              "jitted\n")
+        print("| step | beams x children | ranges + fine counts ms | today's slot-bit rows, "
+              "read and unpacked ms | matches liveness |")
+        print("|--|--|--:|--:|--|")
+        print("\n".join(rows))
     return failed
 
 

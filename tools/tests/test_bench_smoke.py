@@ -279,8 +279,11 @@ def test_rank_section_checks_every_count_against_the_liveness_bits():
     run = _run("tools.bench.rank", "--items", "3000", "--repeats", "1", "--torch")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "DIFFERENT" not in run.stdout and "MISS" not in run.stdout
-    steps = [line for line in run.stdout.splitlines() if line.endswith("| same |")]
+    lines = run.stdout.splitlines()
+    steps = [line for line in lines if " x 32 |" in line and line.endswith("| same |")]
     assert len(steps) == 4 * 2  # L = 4 steps x two row counts
+    wide = [line for line in lines if line.startswith("| 0 | 140 x ")]
+    assert len(wide) == 1 and wide[0].endswith("| same |")  # the root's many children
     assert "`ranked_subset` from the ready item mask" in run.stdout
     names = _run("tools.bench.rank", "--names", "--items", "2000", "--repeats", "1")
     assert names.returncode == 0, names.stderr[-3000:]
