@@ -30,6 +30,7 @@ subset, <= 3 GiB.
     python -m tools.bench rules --rows-only --items 1e8
     python -m tools.bench rules --section priors      # item priors (tools/bench/priors.py)
     python -m tools.bench rules --section schedules   # the beam schedules (tools/bench/schedules.py)
+    python -m tools.bench rules --section rank        # subsets as rank bits (tools/bench/rank.py)
 """
 
 from __future__ import annotations
@@ -208,11 +209,11 @@ def main(argv=None) -> int:
     parser = sized_parser("python -m tools.bench rules", __doc__, 1e7)
     parser.add_argument("--rows-only", action="store_true",
                         help="time the expression over memory-mapped columns, no set")
-    parser.add_argument("--section", choices=("filter", "priors", "schedules", "all"),
+    parser.add_argument("--section", choices=("filter", "priors", "schedules", "rank", "all"),
                         default="all",
                         help="the filter table, the item-prior table (`tools.bench.priors`), "
-                             "the beam-schedule table (`tools.bench.schedules`), or all "
-                             "(default)")
+                             "the beam-schedule table (`tools.bench.schedules`), subsets as "
+                             "rank bits (`tools.bench.rank`, --items), or all (default)")
     parser.add_argument("--schedule-items", type=float, default=None,
                         help="items of the prior and beam-schedule sets (default 1e5)")
     args = parser.parse_args(argv)
@@ -241,6 +242,10 @@ def main(argv=None) -> int:
         print()
         failed |= schedules.run(int(args.schedule_items or schedules.DEFAULT_ITEMS),
                                 args.repeats, args.seed)
+    if args.section in ("rank", "all") and not args.rows_only:
+        from tools.bench import rank
+        print()
+        failed |= rank.run(int(args.items), args.repeats, args.seed)
     return failed
 
 

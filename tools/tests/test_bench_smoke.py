@@ -272,6 +272,24 @@ def test_rules_benchmark_times_the_filter_against_numpy():
     assert "beam schedules" not in outputs[1] and "item priors" not in outputs[1]
 
 
+def test_rank_section_checks_every_count_against_the_liveness_bits():
+    """`python -m tools.bench rules --section rank`: a subset as rank bits
+    against packbits and today's subset, and per step the candidates'
+    counts (numpy, jitted, torch) against the set's liveness bools."""
+    run = _run("tools.bench.rank", "--items", "3000", "--repeats", "1", "--torch")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "DIFFERENT" not in run.stdout and "MISS" not in run.stdout
+    lines = run.stdout.splitlines()
+    steps = [line for line in lines if " x 32 |" in line and line.endswith("| same |")]
+    assert len(steps) == 4 * 2  # L = 4 steps x two row counts
+    wide = [line for line in lines if line.startswith("| 0 | 140 x ")]
+    assert len(wide) == 1 and wide[0].endswith("| same |")  # the root's many children
+    assert "`ranked_subset` from the ready item mask" in run.stdout
+    names = _run("tools.bench.rank", "--names", "--items", "2000", "--repeats", "1")
+    assert names.returncode == 0, names.stderr[-3000:]
+    assert "DIFFERENT" not in names.stdout and names.stdout.count("| same |") >= 3
+
+
 def test_versions_benchmark_measures_kept_versions_on_disk():
     """`python -m tools.bench versions`: the artifact plus its kept versions
     after removals and additions, with the default keep and keep 1 (fewer

@@ -1,0 +1,438 @@
+"""Business rules, the rank section: a subset as rank bits over the items in
+trie order (`static_compiler.item_bits.rank`, issue 54), against today's
+liveness bits per state.
+
+A set of N random Semantic IDs (L = 4 over V = 2048, the filter section's)
+is compiled; a random 10 % mask over its items (in item order) is then
+
+* packed (`np.packbits`: the floor, reading the rule once), made a
+  `RankedSubset` (packed + a uint32 count per 512 bits), and, for the same
+  rule given over the input rows, today's `subset(mask)` with its two parts:
+  the rows' item bits (a scatter through the row -> item map, which any
+  subset of a row mask pays while rows are not in item order) and the walk
+  up the trie;
+* asked, per step t, for B rows x K candidates (each row a random state at
+  depth t and its first K children, as a csr step reads them): the
+  children's item ranges composed from the row pointers below
+  (`rank.state_ranges`, offsets carried) and their counts, against today's
+  read of one live bit per candidate (a gather from per-state words); with
+  ``--torch`` also the count in torch on the CPU; and at the steps whose
+  beams have many children (the dense steps: V each), every child of 140
+  beams against today's slot-bit row per beam.
+
+Every answer is checked: the counts against the set's liveness bools
+(`liveness.liveness`), the subset's total against the mask. Targets (issue
+54, 2-core CPU): a subset from a ready mask <= 1 ms at 1e7 (about 2x
+packbits).
+
+    python -m tools.bench rules --section rank            # 1e7 items
+    python -m tools.bench.rank --items 1e6 --length 8 --torch
+    python -m tools.bench.rank --names --items 1e6      # ranges at names depth (3..14 tokens)
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from tools.bench.cli import exit_without_teardown, sized_parser
+from tools.bench.output import machine_line
+from tools.bench.timing import median_ms
+
+V = 2048
+FRACTION = 0.1
+ROWS = (32, 256)
+K = 32
+WIDE_BEAMS = 140
+
+
+def _set(n: int, length: int, seed: int):
+    import static_compiler as sc
+
+    sids = np.random.default_rng(seed).integers(0, V, (n, length))
+    start = time.perf_counter()
+    compiled = sc.compile_constraints(sids, vocab_size=V)
+    print(f"# compiled {n:.0e} random Semantic IDs (L = {length}, V = {V}) in "
+          f"{time.perf_counter() - start:.1f} s")
+    return compiled
+
+
+def _candidates(layer, rows: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """(children int64 (rows, K), valid bool (rows, K)): `rows` random
+    states' first K children (csr's speculative slice), states with one
+    child or more (a beam's state has some)."""
+    indptr = np.asarray(layer.indptr).astype(np.int64)
+    parents = rng.choice(np.flatnonzero(np.diff(indptr) > 0), rows)
+    start, end = indptr[parents], indptr[parents + 1]
+    child = start[:, None] + np.arange(K)
+    valid = child < end[:, None]
+    return np.where(valid, child, start[:, None]), valid
+
+
+def warm_ms(fn, repeats: int) -> float:
+    """`median_ms` after one call (a jitted function compiles on its first)."""
+    fn()
+    return median_ms(fn, repeats)
+
+
+def _bounds(layer, child: np.ndarray) -> np.ndarray:
+    """int64 (rows, K + 1): the K + 1 consecutive states that bound the
+    rows' K candidates (`_candidates`), each row's cut at its row's end:
+    candidate i lies between bounds i and i + 1."""
+    indptr = np.asarray(layer.indptr).astype(np.int64)
+    start = child[:, :1]
+    end = indptr[np.searchsorted(indptr, start[:, 0], side="right")][:, None]
+    return np.minimum(start + np.arange(child.shape[1] + 1), end)
+
+
+def torch_count(words: "object", counts: "object", within: "object", lo: "object",
+                hi: "object") -> "object":
+    """`ItemRanks.count` of one row with `within` (fine) in torch: int32
+    words, int64 counts, int64 within and bounds; popcount by shifts and
+    masks (torch has none)."""
+    import torch
+
+    def popcount(x):  # (int64 holding uint32 values)
+        x = x - ((x >> 1) & 0x55555555)
+        x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
+        x = (x + (x >> 4)) & 0x0F0F0F0F
+        return ((x * 0x01010101) & 0xFFFFFFFF) >> 24
+
+    def rank(at):
+        word = torch.clamp(at >> 5, max=words.shape[0] - 1)
+        bits = at - 32 * word
+        keep = torch.where(bits >= 32, torch.full_like(bits, 0xFFFFFFFF), (1 << bits) - 1)
+        return counts[word >> 4] + within[word] + popcount(words[word].to(torch.int64) & keep)
+
+    return rank(hi) - rank(lo)
+
+
+def jax_rank_fine(words, counts, within, at):
+    """`ItemRanks.rank` with `within` in jax.numpy (uint32 words, uint32
+    counts, uint16 within, int32 positions): three reads."""
+    import jax
+    import jax.numpy as jnp
+
+    word = jnp.minimum(at >> 5, words.shape[0] - 1)
+    bits = (at - 32 * word).astype(jnp.uint32)
+    keep = jnp.where(bits >= 32, jnp.uint32(0xFFFFFFFF),
+                     (jnp.uint32(1) << jnp.minimum(bits, 31)) - jnp.uint32(1))
+    return counts[word >> 4].astype(jnp.int32) + within[word].astype(jnp.int32) + \
+        jax.lax.population_count(words[word] & keep).astype(jnp.int32)
+
+
+def jax_count(fine: bool):
+    """`ItemRanks.count` of one row as a jitted XLA function (uint32 words,
+    uint32 counts, uint16 within or None, int32 bounds): what a JAX
+    decoder's step would fuse."""
+    import jax
+    import jax.numpy as jnp
+
+    def rank(words, counts, within, at):
+        if fine:
+            return jax_rank_fine(words, counts, within, at)
+        blocks = counts.shape[0] - 1
+        block = jnp.minimum(at // 512, blocks - 1)
+        inside = at - block * 512
+        lanes = jnp.arange(16, dtype=at.dtype)
+        window = words[block[..., None] * 16 + lanes]
+        bits = jnp.clip(inside[..., None] - 32 * lanes, 0, 32).astype(jnp.uint32)
+        keep = jnp.where(bits >= 32, jnp.uint32(0xFFFFFFFF),
+                         (jnp.uint32(1) << jnp.minimum(bits, 31)) - jnp.uint32(1))
+        partial = jax.lax.population_count(window & keep).astype(jnp.int32).sum(-1)
+        return counts[block].astype(jnp.int32) + partial
+
+    return jax.jit(lambda words, counts, within, lo, hi:
+                   rank(words, counts, within, hi) - rank(words, counts, within, lo))
+
+
+def _counts_between(fine_bits: tuple, positions):
+    """Set bits between consecutive `positions` (..., K + 1) of one row
+    (jax.numpy; fine_bits: words, counts, within)."""
+    ranks = jax_rank_fine(*fine_bits, positions)
+    return ranks[..., 1:] - ranks[..., :-1]
+
+
+def jax_read():
+    """Today's read of one live bit per candidate, jitted."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.jit(lambda words, child: (words[child >> 5] >> (child & 31).astype(jnp.uint32)) & 1)
+
+
+def run(n: int, repeats: int, seed: int, length: int = 4, with_torch: bool = False) -> int:
+    from static_compiler.item_bits import liveness, rank
+    from static_compiler.item_bits.liveness import rows_item_live
+
+    compiled = _set(n, length, seed)
+    view = compiled._set_view
+    items, trie = view.checked_items("bench"), view.trie()
+    layers = rank.range_layers(trie.layers, trie.num_final_states)
+    order = rank.trie_order(items, layers)
+    rng = np.random.default_rng(seed + 1)
+    row_mask = rng.random(items.num_items) < FRACTION
+    item_mask = np.zeros(items.num_unique, bool)
+    item_mask[np.asarray(items.row_item)[row_mask]] = True
+    failed = 0
+
+    print(f"# {machine_line()}; median of {repeats}; a {FRACTION:.0%} subset of {n:.0e} items\n")
+    print("| measure | ms | against packbits | target |")
+    print("|--|--:|--:|--|")
+    pack_ms = median_ms(lambda: np.packbits(item_mask, bitorder="little"), repeats)
+    build_ms = median_ms(lambda: rank.ItemRanks.of_mask(item_mask), repeats)
+    subset_ms = median_ms(lambda: rank.ranked_subset(item_mask, order, items.removed), repeats)
+    fine_ms = median_ms(lambda: rank.ranked_subset(item_mask, order, items.removed, fine=True),
+                        repeats)
+    ranked = rank.ranked_subset(item_mask, order, items.removed)
+    fine = rank.ranked_subset(item_mask, order, items.removed, fine=True)
+    failed |= int(ranked.items.totals()[0] != item_mask.sum() or
+                  fine.items.totals()[0] != item_mask.sum())
+    layout = view.bit_layout("bench")
+    compiled.subset(row_mask)  # (once: the kernels and the layout)
+    today_ms = median_ms(lambda: compiled.subset(row_mask), repeats)
+    rows_ms = median_ms(lambda: rows_item_live(row_mask, items, layout, "bench"), repeats)
+    verdict = lambda ms: "PASS" if ms <= 1.0 else "MISS"  # noqa: E731
+    for name, ms, target in [
+            ("`np.packbits` of the item mask (the floor)", pack_ms, ""),
+            ("`ItemRanks.of_mask` (packed + uint32 per 512 bits)", build_ms, ""),
+            ("`ranked_subset` from the ready item mask", subset_ms,
+             f"<= 1 ms: {verdict(subset_ms)}"),
+            ("`ranked_subset(fine=True)` (+ uint16 per word)", fine_ms,
+             f"<= 1 ms: {verdict(fine_ms)}"),
+            ("today: `subset(mask)` of the same rule over the input rows", today_ms, ""),
+            ("  of which the rows' item bits (row -> item scatter)", rows_ms, ""),
+            ("  of which the walk up the trie", today_ms - rows_ms, "")]:
+        print(f"| {name} | {ms:.3f} | {ms / pack_ms:.1f}x | {target} |")
+    print(f"\nbytes: rank bits + summary {ranked.nbytes / 2**20:.2f} MiB, fine "
+          f"{fine.nbytes / 2**20:.2f} MiB "
+          f"(N/8 = {n / 8 / 2**20:.2f} MiB); today's subset "
+          f"{compiled.subset(row_mask).nbytes / 2**20:.2f} MiB\n")
+
+    live, _ = liveness.liveness(trie.layers, trie.num_final_states, trie.end_token, items,
+                                item_mask.copy())
+    import jax
+    import jax.numpy as jnp
+
+    from static_compiler.item_bits import layer_walk
+
+    jcount, jfine, jread = jax_count(False), jax_count(True), jax_read()
+    fine_bits = tuple(jnp.asarray(x[0]) for x in (fine.items.words, fine.items.counts,
+                                                  fine.items.within))
+    print("numpy and jitted (XLA CPU) per step: the candidates' ranges, their counts (block: "
+          "uint32 per 512 bits; fine: + uint16 per word), against today's one live bit per "
+          "candidate\n")
+    print("| step | rows x K | ranges ms | counts ms (block / fine) | today's live-bit read ms"
+          " | jitted counts ms (block / fine) | jitted ranges + fine counts ms (K + 1 bounds "
+          "a row) | jitted live-bit read ms"
+          + (" | torch counts ms (fine)" if with_torch else "") + " | matches liveness |")
+    print("|--|--|--:|--:|--:|--:|--:|--:|" + ("--:|" if with_torch else "") + "--|")
+    for t in range(layers.depth):
+        below = jax_below(layers, t + 1)
+        whole = jax.jit(lambda bounds: _counts_between(fine_bits, below(bounds)))  # noqa: B023
+        bits = live[t]  # depth t + 1's bools
+        words = np.packbits(bits, bitorder="little")
+        for rows in ROWS:
+            child, valid = _candidates(trie.layers[t], rows, rng)
+            offsets = np.zeros(child.shape, np.int64)  # (a fixed-length set's)
+            ranges_ms = median_ms(lambda: rank.state_ranges(layers, t + 1, child, offsets),
+                                  repeats)
+            lo, hi = rank.state_ranges(layers, t + 1, child, offsets)
+            count_ms = median_ms(lambda: ranked.count(lo, hi), repeats)
+            fine_count_ms = median_ms(lambda: fine.count(lo, hi), repeats)
+            got = ranked.count(lo, hi) > 0
+            failed |= int(not np.array_equal(fine.count(lo, hi), ranked.count(lo, hi)))
+            read_ms = median_ms(lambda: (words[child >> 3] >> (child & 7)) & 1, repeats)
+            ok = bool(np.array_equal(got[valid], bits[child][valid]))
+            failed |= int(not ok)
+            jw, jc = jnp.asarray(ranked.items.words[0]), jnp.asarray(ranked.items.counts[0])
+            jin = jnp.asarray(fine.items.within[0])
+            jlo, jhi = jnp.asarray(lo, jnp.int32), jnp.asarray(hi, jnp.int32)
+            jax_ms = warm_ms(lambda: jcount(jw, jc, jin, jlo, jhi).block_until_ready(), repeats)
+            jfine_ms = warm_ms(lambda: jfine(jw, jc, jin, jlo, jhi).block_until_ready(),
+                                 repeats)
+            same = np.array_equal(np.asarray(jcount(jw, jc, jin, jlo, jhi)), ranked.count(lo, hi)) \
+                and np.array_equal(np.asarray(jfine(jw, jc, jin, jlo, jhi)), ranked.count(lo, hi))
+            bounds = jnp.asarray(_bounds(trie.layers[t], child), jnp.int32)
+            whole_ms = warm_ms(lambda: whole(bounds).block_until_ready(), repeats)
+            same = same and np.array_equal(np.asarray(whole(bounds))[valid],
+                                           ranked.count(lo, hi)[valid])
+            lw, jchild = jnp.asarray(layer_walk.pack(bits)), jnp.asarray(child, jnp.int32)
+            jread_ms = warm_ms(lambda: jread(lw, jchild).block_until_ready(), repeats)
+            failed |= int(not same)
+            extra = (f" | {jax_ms:.3f} / {jfine_ms:.3f}{'' if same else ' DIFFERENT'} | "
+                     f"{whole_ms:.3f} | {jread_ms:.3f}")
+            if with_torch:
+                import torch
+                torch.set_num_threads(1)  # (jax's pool spins on the same 2 cores)
+                tw = torch.from_numpy(fine.items.words[0].view(np.int32))
+                tc = torch.from_numpy(fine.items.counts[0].astype(np.int64))
+                tin = torch.from_numpy(fine.items.within[0].astype(np.int64))
+                tlo, thi = torch.from_numpy(lo), torch.from_numpy(hi)
+                torch_ms = median_ms(lambda: torch_count(tw, tc, tin, tlo, thi), repeats)
+                same = np.array_equal(torch_count(tw, tc, tin, tlo, thi).numpy(),
+                                      ranked.count(lo, hi))
+                failed |= int(not same)
+                extra += f" | {torch_ms:.3f}{'' if same else ' DIFFERENT'}"
+            print(f"| {t} | {rows} x {K} | {ranges_ms:.3f} | {count_ms:.3f} / {fine_count_ms:.3f} | "
+                  f"{read_ms:.3f}{extra} | "
+                  f"{'same' if ok else 'DIFFERENT'} |")
+    return failed | wide_steps(trie, layers, fine, fine_bits, live, rng, repeats)
+
+
+def wide_steps(trie, layers, fine, fine_bits, live, rng, repeats: int) -> int:
+    """The steps whose beams have many children (a dense step's V): every
+    child of WIDE_BEAMS beams checked by ranges + fine counts (jitted),
+    against today's read of a beam's slot-bit row (W words, unpacked)."""
+    import jax
+    import jax.numpy as jnp
+
+    from static_compiler.item_bits import rank
+
+    failed, rows = 0, []
+    for t, layer in enumerate(trie.layers):
+        indptr = np.asarray(layer.indptr).astype(np.int64)
+        widest = int(np.diff(indptr).max())
+        if widest <= 4 * K:
+            continue
+        parents = rng.choice(np.flatnonzero(np.diff(indptr) > 0), WIDE_BEAMS)
+        bounds = np.minimum(indptr[parents][:, None] + np.arange(widest + 1),
+                            indptr[parents + 1][:, None])
+        below = jax_below(layers, t + 1)
+        check = jax.jit(lambda b: _counts_between(fine_bits, below(b)))  # noqa: B023
+        ms = warm_ms(lambda: check(jnp.asarray(bounds, jnp.int32)).block_until_ready(), repeats)
+        valid = bounds[:, :-1] < bounds[:, 1:]
+        child = np.where(valid, bounds[:, :-1], 0)
+        got = np.asarray(check(jnp.asarray(bounds, jnp.int32)))
+        ok = bool(np.array_equal(got[valid] > 0, live[t][child][valid]))
+        lo, hi = rank.state_ranges(layers, t + 1, child, np.zeros(child.shape, np.int64))
+        ok = ok and np.array_equal(got[valid], fine.count(lo, hi)[valid])
+        failed |= int(not ok)
+        words = -(-widest // 32)
+        slots = jnp.zeros((WIDE_BEAMS, words), jnp.uint32)
+        unpack = jax.jit(lambda w: (w[:, :, None] >> jnp.arange(32, dtype=jnp.uint32)) & 1)
+        read_ms = warm_ms(lambda: unpack(slots).block_until_ready(), repeats)  # noqa: B023
+        rows.append(f"| {t} | {WIDE_BEAMS} x {widest} | {ms:.3f} | {read_ms:.3f} | "
+                    f"{'same' if ok else 'DIFFERENT'} |")
+    if rows:
+        print(f"\nwide steps: every child of {WIDE_BEAMS} beams (the paper's B = 2 x M = 70), "
+              "jitted\n")
+        print("| step | beams x children | ranges + fine counts ms | today's slot-bit rows, "
+              "read and unpacked ms | matches liveness |")
+        print("|--|--|--:|--:|--|")
+        print("\n".join(rows))
+    return failed
+
+
+def names_like(n: int, seed: int, vocab: int = 32000, longest: int = 14) -> list:
+    """n token sequences of 3..`longest` tokens, Zipf-distributed (shared
+    heads, unique tails: a names catalogue's deep, mostly near-unary trie)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3, longest + 1, n)
+    tokens = np.minimum(rng.zipf(1.3, (n, longest)), vocab - 1)
+    return [tuple(row[:k].tolist()) for row, k in zip(tokens, lengths)]
+
+
+def jax_below(layers, depth: int):
+    """`rank.below` at `depth` jitted as a device would run it: a layer's
+    row pointers an array (one gather; csr's own table), a near_unary
+    layer's `rank.ExceptionRows` (a fine rank over its exception bits, then
+    one gather of the extra children, which a device would read as
+    ex_starts - ex_states: a fifth read), and the accepting depths' fine ranks (three
+    reads each)."""
+    import jax
+    import jax.numpy as jnp
+
+    from static_compiler.item_bits.rank import ExceptionRows
+
+    fine = lambda a: tuple(jnp.asarray(x[0]) for x in (a.words, a.counts, a.within))  # noqa: E731
+    rows = [(fine(r.exceptions), jnp.asarray(r.extra(np.arange(r.states.shape[0] + 1))
+                                             .astype(np.int32)))
+            if isinstance(r, ExceptionRows) else jnp.asarray(np.asarray(r).astype(np.int32))
+            for r in layers.rows]
+    accepting = [None if a is None else fine(a) for a in layers.accepting]
+
+    def below(x):
+        total = jnp.zeros_like(x)
+        for d in range(depth, len(rows) + 1):
+            if d == len(rows):
+                total = total + x
+            elif accepting[d] is not None:
+                total = total + jax_rank_fine(*accepting[d], x)
+            if d < len(rows):
+                if isinstance(rows[d], tuple):  # near_unary: x + extra[exceptions below x]
+                    x = x + rows[d][1][jax_rank_fine(*rows[d][0], x)]
+                else:
+                    x = rows[d][x]
+        return total
+
+    return jax.jit(below)
+
+
+def run_names(n: int, repeats: int, seed: int) -> int:
+    """Item ranges at names depth: per step, B x K candidates' ranges
+    composed down the layers (numpy from the tables, and jitted over row
+    pointers as arrays), checked against the liveness bools."""
+    import jax.numpy as jnp
+
+    import static_compiler as sc
+    from static_compiler.item_bits import liveness, rank
+    from static_compiler.item_bits.item_masks import rows_item_mask
+
+    sequences = names_like(n, seed)
+    start = time.perf_counter()
+    held = sc.compile_constraints(sc.Shards(np.asarray(
+        [list(r) + [-1] * (14 - len(r)) for r in sequences]), partitions=4), 32000, end_token=0)
+    print(f"# compiled {n:.0e} names-like sequences (3..14 tokens, Zipf over V = 32000) from "
+          f"shards in {time.perf_counter() - start:.1f} s; {machine_line()}; median of {repeats}")
+    view = held._set_view
+    items, trie = view.checked_items("bench"), view.trie()
+    layers = rank.range_layers(trie.layers, trie.num_final_states)
+    rng = np.random.default_rng(seed + 1)
+    item_live = rows_item_mask(rng.random(items.num_items) < FRACTION, items, "bench")
+    ranked = rank.ranked_subset(item_live, rank.trie_order(items, layers), items.removed,
+                                fine=True)
+    live, _ = liveness.liveness(trie.layers, trie.num_final_states, trie.end_token, items,
+                                item_live.copy())
+    rows, failed, read = ROWS[-1], 0, jax_read()
+    print("\n| step | layers below (kind: count) | accepting depths below | numpy ranges ms "
+          "| numpy counts ms | jitted ranges ms | jitted one bit read ms | matches liveness |")
+    print("|--|--|--:|--:|--:|--:|--:|--|")
+    for t, layer in enumerate(trie.layers):
+        child, valid = _candidates(layer, rows, rng)
+        offsets = rank.offsets_of(layers, t + 1, child)
+        ranges_ms = median_ms(lambda: rank.state_ranges(layers, t + 1, child, offsets), repeats)
+        lo, hi = rank.state_ranges(layers, t + 1, child, offsets)
+        count_ms = median_ms(lambda: ranked.count(lo, hi), repeats)
+        ok = bool(np.array_equal((ranked.count(lo, hi) > 0)[valid], live[t][child][valid]))
+        bounds = jnp.asarray(_bounds(layer, child), jnp.int32)
+        below = jax_below(layers, t + 1)
+        ok = ok and np.array_equal(np.asarray(below(bounds)),
+                                   rank.below(layers, t + 1, np.asarray(bounds)))
+        jit_ms = warm_ms(lambda: below(bounds).block_until_ready(), repeats)
+        words = jnp.zeros(-(-max(1, live[t].shape[0]) // 32), jnp.uint32)
+        read_ms = warm_ms(lambda: read(words, bounds).block_until_ready(), repeats)
+        failed |= int(not ok)
+        kinds = [getattr(x, "kind", "rows") for x in trie.layers[t + 1:]]
+        summary = ", ".join(f"{k}: {kinds.count(k)}" for k in sorted(set(kinds))) or "-"
+        accepting = sum(a is not None for a in layers.accepting[t + 1:])
+        print(f"| {t} | {summary} | {accepting} | {ranges_ms:.3f} | {count_ms:.3f} | "
+              f"{jit_ms:.3f} | {read_ms:.3f} | {'same' if ok else 'DIFFERENT'} |")
+    return failed
+
+
+def main(argv=None) -> int:
+    parser = sized_parser("python -m tools.bench.rank", __doc__, 1e7)
+    parser.add_argument("--length", type=int, default=4, help="Semantic ID length L")
+    parser.add_argument("--torch", action="store_true", help="also time the count in torch")
+    parser.add_argument("--names", action="store_true",
+                        help="item ranges at names depth instead (`run_names`)")
+    args = parser.parse_args(argv)
+    if args.names:
+        return run_names(int(args.items), args.repeats, args.seed)
+    return run(int(args.items), args.repeats, args.seed, args.length, args.torch)
+
+
+if __name__ == "__main__":
+    exit_without_teardown(main())
