@@ -264,15 +264,46 @@ class RankedSubset:
     """R item subsets as rank bits: items, `ItemRanks` (R, N') over item ids
     (removed items cleared); added, `ItemRanks` (R, K) over the K added
     items in trie order; at int64 (K,), their trie positions ascending
-    (`trie_order`). ``count(lo, hi)`` over trie positions."""
+    (`trie_order`); fingerprint, the set's (as `Subset`'s: a decoder
+    refuses a subset of another set), "" where not given. ``count(lo, hi)``
+    over trie positions."""
 
     items: ItemRanks
     added: ItemRanks
     at: np.ndarray
+    fingerprint: str = ""
 
     @property
     def nbytes(self) -> int:
         return self.items.nbytes + self.added.nbytes
+
+    @property
+    def num_subsets(self) -> int:
+        return self.items.num_rows
+
+    @classmethod
+    def stack(cls, subsets: Sequence["RankedSubset"]) -> "RankedSubset":
+        """Rows of `subsets` of one set (equal positions `at` and
+        fingerprints), in order, as one (per-row subsets of a batch)."""
+        subsets = list(subsets)
+        if not subsets or not all(isinstance(s, RankedSubset) for s in subsets):
+            raise ConstraintSetError(f"RankedSubset.stack: expected a non-empty list of "
+                                     f"RankedSubset, got {[type(s).__name__ for s in subsets]}")
+        prints = {s.fingerprint for s in subsets}
+        if len(prints) != 1 or any(not np.array_equal(s.at, subsets[0].at) for s in subsets):
+            raise ConstraintSetError(f"RankedSubset.stack: the subsets come from different sets "
+                                     f"(fingerprints {sorted(prints)}, added positions "
+                                     f"{sorted({s.at.shape[0] for s in subsets})})")
+        return cls(ItemRanks.stack([s.items for s in subsets]),
+                   ItemRanks.stack([s.added for s in subsets]), subsets[0].at, prints.pop())
+
+    def prefix(self, positions, row=0) -> np.ndarray:
+        """int64: selected items at trie positions before `positions` (ints
+        in [0, N']): `count(0, positions)`, one rank per bitmap."""
+        at, row = np.broadcast_arrays(np.asarray(positions, np.int64), np.asarray(row, np.int64))
+        j = np.searchsorted(self.at, at)
+        out = self.items.rank(at - j, row)
+        return out + self.added.rank(j, row) if self.at.shape[0] else out
 
     def count(self, lo, hi, row=0) -> np.ndarray:
         """int64: selected items at trie positions [lo, hi)."""
@@ -285,11 +316,12 @@ class RankedSubset:
 
 
 def ranked_subset(item_live, order: InsertedOrder, removed=None,
-                  fine: bool = False) -> RankedSubset:
+                  fine: bool = False, fingerprint: str = "") -> RankedSubset:
     """The `RankedSubset` of bool `item_live` (N',) or (R, N') over item ids,
     less `removed` (bool (N',), its `ItemRanks` made once per index, or
-    None), in trie order `order`; `fine` as `ItemRanks.of_mask`. Its cost:
-    the mask packed and summarized, and K gathers for the added items."""
+    None), in trie order `order`; `fine` as `ItemRanks.of_mask`; the set's
+    `fingerprint`. Its cost: the mask packed and summarized, and K gathers
+    for the added items."""
     live = np.asarray(item_live)
     if live.dtype != bool or live.ndim not in (1, 2) or live.shape[-1] != order.count:
         raise ConstraintSetError(f"ranked_subset: item_live has dtype {live.dtype} and shape "
@@ -304,7 +336,7 @@ def ranked_subset(item_live, order: InsertedOrder, removed=None,
         ids = np.asarray(order.item, np.int64)
         picked = picked & ((gone[ids >> 3] >> (ids & 7).astype(np.uint8)) & 1 == 0)
     return RankedSubset(ItemRanks.of_mask(rows, removed, fine), ItemRanks.of_mask(picked, None, fine),
-                        np.asarray(order.at, np.int64))
+                        np.asarray(order.at, np.int64), fingerprint)
 
 
 class ExceptionRows:
@@ -435,3 +467,49 @@ def state_ranges(layers: RangeLayers, depth: int, states, offsets=None) -> tuple
     base = offsets_of(layers, depth, x) if offsets is None else np.asarray(offsets, np.int64)
     bounds = below(layers, depth, np.stack([x, x + 1]))
     return base + bounds[0], base + bounds[1]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DepthBounds:
+    """The item ranges of every state at one depth, made once per set, for
+    the shallow depths whose liveness bits a subset computes from its rank
+    bits (`depth_live`: few states, many candidates per beam there). lo
+    int64: S + 1 consecutive bounds where each state's range ends where the
+    next one's starts (no item ends above this depth between them: every
+    fixed-length set), hi None; else lo, hi int64 (S,)."""
+
+    depth: int
+    lo: np.ndarray
+    hi: Optional[np.ndarray]
+
+    @property
+    def num_states(self) -> int:
+        return int(self.lo.shape[0]) - (1 if self.hi is None else 0)
+
+
+def depth_bounds(layers: RangeLayers, depth: int) -> DepthBounds:
+    """The `DepthBounds` of every state at `depth` (1..layers.depth), the
+    offsets carried down from the root (O(states above + S_depth x layers
+    below))."""
+    offsets = np.zeros(1, np.int64)
+    for d in range(depth):
+        rows = np.asarray(layers.rows[d]).astype(np.int64)
+        offsets = np.repeat(child_offsets(layers, d, offsets, np.arange(rows.shape[0] - 1)),
+                            np.diff(rows))
+    count = int(offsets.shape[0])
+    lo, hi = state_ranges(layers, depth, np.arange(count), offsets)
+    if count == 0 or np.array_equal(lo[1:], hi[:-1]):
+        edges = np.append(lo, hi[-1:]) if count else np.zeros(1, np.int64)
+        return DepthBounds(depth, edges, None)
+    return DepthBounds(depth, lo, hi)
+
+
+def depth_live(ranked: RankedSubset, bounds: DepthBounds) -> np.ndarray:
+    """bool (R, S): whether each state at `bounds.depth` has a selected item
+    at or below it, in each of `ranked`'s rows: S + 1 (or 2 S) ranks a row,
+    no walk up the trie (`liveness`'s bits of that depth)."""
+    rows = np.arange(ranked.num_subsets)[:, None]
+    if bounds.hi is None:
+        ranks = ranked.prefix(bounds.lo[None, :], rows)
+        return ranks[:, 1:] > ranks[:, :-1]
+    return ranked.prefix(bounds.hi[None, :], rows) > ranked.prefix(bounds.lo[None, :], rows)
