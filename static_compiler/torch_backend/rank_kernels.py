@@ -35,13 +35,14 @@ from static_compiler.errors import DecodeInputError
 from static_compiler.item_bits import rank
 from static_compiler.item_bits.layers import UnitRows
 from static_compiler.torch_backend.checks import is_int_dtype
-from static_compiler.torch_backend.kernels import take
 
 
 class RankTensors(NamedTuple):
     """R bitmaps of `size` bits with fine rank counts (`rank.ItemRanks`
-    with ``within``): words int32 (R, W) (uint32 reinterpreted), counts
-    int32 / int64 (R, W / 16 + 1), within int16 (R, W)."""
+    with ``within``): words int32 (R, W + 16) (uint32 reinterpreted; a
+    block of zero words past the bitmap's W, so a position's word is
+    always whole and its bit below 32), counts int32 / int64 (R, W / 16 +
+    1), within int16 (R, W + 16)."""
 
     words: torch.Tensor
     counts: torch.Tensor
@@ -54,34 +55,58 @@ def rank_tensors(ranks: rank.ItemRanks, device=None) -> RankTensors:
     it was made without them)."""
     if ranks.within is None:
         ranks = rank.ItemRanks.of_words(ranks.words, ranks.size, fine=True)
+    pad = lambda a: np.pad(a, ((0, 0), (0, 16)))  # noqa: E731
     counts = ranks.counts.astype(np.int32 if ranks.size < 1 << 31 else np.int64)
     put = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
-    return RankTensors(put(ranks.words.view(np.int32)), put(counts),
-                       put(ranks.within.view(np.int16)), int(ranks.size))
+    return RankTensors(put(pad(ranks.words).view(np.int32)), put(counts),
+                       put(pad(ranks.within).view(np.int16)), int(ranks.size))
 
 
 def _popcount(x: torch.Tensor) -> torch.Tensor:
-    """Set bits of int64 values in [0, 2^32)."""
-    x = x - ((x >> 1) & 0x55555555)
-    x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
-    x = (x + (x >> 4)) & 0x0F0F0F0F
-    return ((x * 0x01010101) & 0xFFFFFFFF) >> 24
+    """Set bits of each int32 (or int64 holding 32 bits) of `x`, a tensor
+    of this module's own (updated in place: 8 of its 12 ops write no new
+    buffer): shifts and masks, wrapping arithmetic (the sum's top byte is
+    at most 32, positive)."""
+    y = x >> 1
+    y &= 0x55555555
+    x -= y
+    y = x >> 2
+    y &= 0x33333333
+    x &= 0x33333333
+    x += y
+    x += x >> 4
+    x &= 0x0F0F0F0F
+    x *= 0x01010101
+    if x.dtype == torch.int64:
+        x &= 0xFFFFFFFF
+    return x >> 24
+
+
+def _gather(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """table[idx] for indices already in range (index_select, as `take`)."""
+    return table.index_select(0, idx.reshape(-1)).reshape(idx.shape)
 
 
 def rank_at(t: RankTensors, rows: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
-    """int64 at.shape: set bits before positions `at` int64 (B, ...)
-    (clamped to [0, size]) of rows `rows` int64 (B,) (clamped to [0, R))."""
+    """at.dtype, at.shape: set bits before positions `at` (B, ...) (int32
+    or int64, clamped to [0, size]) of rows `rows` (B,) (ints, clamped to
+    [0, R)). int32 positions count in int32 (half the bytes an op moves)."""
     R, W = t.words.shape
     C = t.counts.shape[1]
     at = at.clamp(0, t.size)
-    word = (at >> 5).clamp(max=W - 1)  # (at == 32 W: the last word, whole)
-    bits = at - 32 * word
-    row = rows.clamp(0, R - 1).reshape(rows.shape + (1,) * (at.ndim - rows.ndim))
+    word = at >> 5  # (<= W - 16: the padding block keeps it whole)
+    keep = (torch.ones_like(at) << (at & 31)) - 1  # (int32: bit 31 wraps, as uint32 would)
+    row = rows.clamp(0, R - 1).to(at.dtype if R * W < 1 << 31 else torch.int64)
+    row = row.reshape(rows.shape + (1,) * (at.ndim - rows.ndim))
     flat = row * W + word
-    value = take(t.words.reshape(-1), flat).long() & 0xFFFFFFFF
-    keep = (torch.ones_like(bits) << bits) - 1
-    return take(t.counts.reshape(-1), row * C + (word >> 4)).long() + \
-        take(t.within.reshape(-1), flat).long() + _popcount(value & keep)
+    value = _gather(t.words.reshape(-1), flat).to(at.dtype)  # (a new tensor: counted in place)
+    if at.dtype == torch.int64:
+        value &= 0xFFFFFFFF
+    value &= keep
+    total = _popcount(value)
+    total += _gather(t.within.reshape(-1), flat)
+    total += _gather(t.counts.reshape(-1), row * C + (word >> 4))
+    return total
 
 
 class RankedRows(NamedTuple):
@@ -101,14 +126,15 @@ class RankedRows(NamedTuple):
 class RangeTensors(NamedTuple):
     """What `rank.state_ranges` reads of one set, as tensors (`range_tensors`).
 
-    rows: per layer d, its row pointers: None (unary: the identity), int64
-    (S_d + 1,), or (RankTensors of its exception marks, extra int64 (X + 1,))
-    (`rank.ExceptionRows`); accepting: per depth 0..depth - 1, `RankTensors`
-    of its accepting bits or None (none accepts); counts: the trie's states
-    per depth 0..depth; ends: per depth, whether `Subset.ends` holds bits
-    there (what `kernels.end_live` answers); at: int64 (K,), the added
-    items' trie positions; num_items: N' (all of them, added too);
-    fingerprint: the set's."""
+    rows: per layer d, its row pointers: None (unary: the identity), an
+    index tensor (S_d + 1,), or (RankTensors of its exception marks, extra
+    (X + 1,)) (`rank.ExceptionRows`); accepting: per depth 0..depth - 1,
+    `RankTensors` of its accepting bits or None (none accepts); counts: the
+    trie's states per depth 0..depth; ends: per depth, whether
+    `Subset.ends` holds bits there (what `kernels.end_live` answers); at:
+    (K,), the added items' trie positions; num_items: N' (all of them,
+    added too); fingerprint: the set's. Index tensors are int32 where every
+    position and state fits (ops move half the bytes), else int64: `dtype`."""
 
     rows: tuple
     accepting: tuple
@@ -122,6 +148,10 @@ class RangeTensors(NamedTuple):
     def depth(self) -> int:
         return len(self.rows)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.at.dtype
+
     def carries_offsets(self, depth: int) -> bool:
         """Whether states at `depth` need their offsets (an item ends at a
         depth above)."""
@@ -133,8 +163,11 @@ def range_tensors(trie, order, fingerprint: str, device=None) -> RangeTensors:
     layers, final states and end token) and trie order (`rank.trie_order`,
     an `InsertedOrder`), placed on `device`: once per set and device."""
     layers = rank.range_layers(trie.layers, trie.num_final_states)
-    put = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.int64)).to(device)  # noqa: E731
-    rows = []
+    counts = tuple(int(layer.num_states) for layer in trie.layers) + (int(trie.num_final_states),)
+    small = max(counts + (int(order.count),)) < (1 << 31) - 1
+    dtype = np.int32 if small else np.int64
+    put = lambda a: torch.from_numpy(np.array(a, dtype)).to(device)  # noqa: E731  (a copy: tables may be read-only maps)
+    rows: list = []
     for r in layers.rows:
         if isinstance(r, UnitRows):
             rows.append(None)
@@ -144,7 +177,6 @@ def range_tensors(trie, order, fingerprint: str, device=None) -> RangeTensors:
         else:
             rows.append(put(np.asarray(r)))
     accepting = tuple(None if a is None else rank_tensors(a, device) for a in layers.accepting)
-    counts = tuple(int(layer.num_states) for layer in trie.layers) + (int(trie.num_final_states),)
     end = trie.end_token is not None
     ends = tuple(end and (d == layers.depth or trie.layers[d].accepting is not None)
                  for d in range(layers.depth + 1))
@@ -198,61 +230,70 @@ def _next_rows(rows, x: torch.Tensor) -> torch.Tensor:
         return x
     if isinstance(rows, tuple):
         marks, extra = rows
-        return x + take(extra, rank_at(marks, torch.zeros(x.shape[:1], dtype=torch.long,
-                                                          device=x.device), x))
-    return take(rows, x)
+        none = torch.zeros(x.shape[:1], dtype=x.dtype, device=x.device)
+        return x + _gather(extra, rank_at(marks, none, x))
+    return _gather(rows, x)
 
 
 def below(ranges: RangeTensors, depth: int, x: torch.Tensor) -> torch.Tensor:
-    """`rank.below`: int64 x.shape, the items ending at or below `depth`
-    under the states before x (clamped to [0, S_depth]); x (B, ...)."""
-    x = x.clamp(0, ranges.counts[depth])
-    none = torch.zeros(x.shape[:1], dtype=torch.long, device=x.device)
-    total = torch.zeros_like(x)
+    """`rank.below`: x.shape in `ranges.dtype`, the items ending at or below
+    `depth` under the states before x (B, ...) (clamped to [0, S_depth])."""
+    x = x.to(ranges.dtype).clamp(0, ranges.counts[depth])
+    none = torch.zeros(x.shape[:1], dtype=x.dtype, device=x.device)
+    total = None
     for d in range(depth, ranges.depth + 1):
         if d == ranges.depth:
-            return total + x
+            return x if total is None else total + x
         if ranges.accepting[d] is not None:
-            total = total + rank_at(ranges.accepting[d], none, x)
+            here = rank_at(ranges.accepting[d], none, x)
+            total = here if total is None else total + here
         x = _next_rows(ranges.rows[d], x)
-    return total
+    raise AssertionError("unreachable")
 
 
 def selected_before(ranges: RangeTensors, ranked: RankedRows, rows: torch.Tensor,
                     positions: torch.Tensor) -> torch.Tensor:
-    """int64 positions.shape: the selected items at trie positions before
+    """positions.shape: the selected items at trie positions before
     `positions` (B, ...) in each row's subset (`RankedSubset.prefix`)."""
     if ranked.added is None:
         return rank_at(ranked.items, rows, positions)
-    j = torch.searchsorted(ranges.at, positions.contiguous())  # added items before
+    j = torch.searchsorted(ranges.at, positions.contiguous()).to(positions.dtype)
     return rank_at(ranked.items, rows, positions - j) + rank_at(ranked.added, rows, j)
 
 
 def _offsets(ranges: RangeTensors, depth: int, offsets, where: str):
-    if offsets is None and ranges.carries_offsets(depth):
-        raise DecodeInputError(f"{where}: offsets=None at depth {depth}: items end above it "
-                               "(a variable-length set): pass the offsets carried down each "
-                               "row (`child_offsets`, zeros at the root)")
-    return offsets
+    if offsets is None:
+        if ranges.carries_offsets(depth):
+            raise DecodeInputError(f"{where}: offsets=None at depth {depth}: items end above "
+                                   "it (a variable-length set): pass the offsets carried "
+                                   "down each row (`child_offsets`, zeros at the root)")
+        return None
+    return offsets.to(ranges.dtype)
+
+
+def _between(ranges, ranked, rows, edges, offsets) -> torch.Tensor:
+    """bool (B, K): a selected item between consecutive bounds `edges` (B,
+    K + 1) (states at one depth, composed down by `below`)."""
+    if offsets is not None:
+        edges = edges + offsets[:, None]
+    counts = selected_before(ranges, ranked, rows, edges)
+    return counts[:, 1:] > counts[:, :-1]
 
 
 def child_live(ranges: RangeTensors, ranked: RankedRows, rows: torch.Tensor, step: int,
                nxt: torch.Tensor, offsets: Optional[torch.Tensor] = None,
                consecutive: bool = False) -> torch.Tensor:
-    """bool (B, K): the next states `nxt` int64 (B, K) (depth step + 1) have
+    """bool (B, K): the next states `nxt` int (B, K) (depth step + 1) have
     a selected item at or below them in each row's subset (`kernels.
-    child_live`'s answer). offsets int64 (B,): the offset of the rows'
-    children (`child_offsets` of the rows' states), None where no item ends
-    above depth step + 1. consecutive: nxt[:, i + 1] == nxt[:, i] + 1 (a
-    csr / near_unary slice, a unary step): K + 1 bounds a row, not 2 K."""
+    child_live`'s answer). offsets (B,): the offset of the rows' children
+    (`child_offsets` of the rows' states), None where no item ends above
+    depth step + 1. consecutive: nxt[:, i + 1] == nxt[:, i] + 1 (a csr /
+    near_unary slice, a unary step): K + 1 bounds a row, not 2 K."""
     depth = step + 1
     offsets = _offsets(ranges, depth, offsets, "rank_kernels.child_live")
     if consecutive:
-        edges = below(ranges, depth, torch.cat([nxt, nxt[:, -1:] + 1], dim=1))
-        if offsets is not None:
-            edges = edges + offsets[:, None]
-        counts = selected_before(ranges, ranked, rows, edges)
-        return counts[:, 1:] > counts[:, :-1]
+        return _between(ranges, ranked, rows, below(ranges, depth, torch.cat(
+            [nxt, nxt[:, -1:] + 1], dim=1)), offsets)
     bounds = below(ranges, depth, torch.stack([nxt, nxt + 1], dim=1))
     if offsets is not None:
         bounds = bounds + offsets[:, None, None]
@@ -260,40 +301,61 @@ def child_live(ranges: RangeTensors, ranked: RankedRows, rows: torch.Tensor, ste
     return counts[:, 1] > counts[:, 0]
 
 
+def dense_child_live(ranges: RangeTensors, ranked: RankedRows, rows: torch.Tensor,
+                     step: int, node: torch.Tensor, nxt: torch.Tensor,
+                     offsets: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """bool (B, V): `child_live` at a dense_rows step, whose next states
+    `nxt` (B, V) (-1: no child) of states `node` (B,) are the consecutive
+    states of the node's row in token order: V + 1 bounds a row (the row's
+    states, cut at its end) instead of 2 V, read back by nxt - first."""
+    depth = step + 1
+    offsets = _offsets(ranges, depth, offsets, "rank_kernels.dense_child_live")
+    pointers = ranges.rows[step]
+    if not isinstance(pointers, torch.Tensor):
+        raise DecodeInputError(f"rank_kernels.dense_child_live: layer {step} keeps no row "
+                               "pointer array (not a dense_rows or csr layer)")
+    V = nxt.shape[1]
+    x = node.to(ranges.dtype).clamp(0, ranges.counts[step] - 1 if ranges.counts[step] else 0)
+    first, last = _gather(pointers, x), _gather(pointers, x + 1)
+    states = torch.minimum(first[:, None] + torch.arange(V + 1, dtype=x.dtype,
+                                                         device=x.device), last[:, None])
+    live = _between(ranges, ranked, rows, below(ranges, depth, states), offsets)
+    column = (nxt.to(x.dtype) - first[:, None]).clamp(0, V - 1)
+    return (nxt >= 0) & live.gather(1, column.long())
+
+
 def end_live(ranges: RangeTensors, ranked: RankedRows, rows: torch.Tensor, step: int,
              node: torch.Tensor, offsets: Optional[torch.Tensor] = None
              ) -> Optional[torch.Tensor]:
-    """bool (B,): the item ending at states `node` int64 (B,) (depth
-    `step`) is in each row's subset (`kernels.end_live`'s answer: False
-    where the state does not accept); None where the set's subsets hold no
-    end bits at that depth. offsets: the states' own (as `child_live`)."""
+    """bool (B,): the item ending at states `node` int (B,) (depth `step`)
+    is in each row's subset (`kernels.end_live`'s answer: False where the
+    state does not accept); None where the set's subsets hold no end bits
+    at that depth. offsets: the states' own (as `child_live`)."""
     if not ranges.ends[step]:
         return None
     offsets = _offsets(ranges, step, offsets, "rank_kernels.end_live")
     count = ranges.counts[step]
     inside = (node >= 0) & (node < count)
-    x = node.clamp(0, count)
+    x = node.to(ranges.dtype).clamp(0, count)
     if step == ranges.depth:
         accepts = inside
     elif ranges.accepting[step] is None:
         accepts = torch.zeros_like(inside)
     else:
-        none = torch.zeros_like(node)
-        own = rank_at(ranges.accepting[step], none, torch.stack([x, x + 1], dim=1))
+        own = rank_at(ranges.accepting[step], torch.zeros_like(x), torch.stack([x, x + 1], 1))
         accepts = inside & (own[:, 1] > own[:, 0])
     lo = below(ranges, step, x[:, None])  # an accepting state's own item: at lo
-    if offsets is not None:
-        lo = lo + offsets[:, None]
-    counts = selected_before(ranges, ranked, rows, torch.cat([lo, lo + 1], dim=1))
-    return accepts & (counts[:, 1] > counts[:, 0])
+    return accepts & _between(ranges, ranked, rows, torch.cat([lo, lo + 1], dim=1),
+                              offsets)[:, 0]
 
 
 def child_offsets(ranges: RangeTensors, step: int, offsets: torch.Tensor,
                   node: torch.Tensor) -> torch.Tensor:
-    """int64 (B,): the offset every child of states `node` (depth `step`)
-    has, from the states' own `offsets` (`rank.child_offsets`): what a
-    decoder carries down a row with its state, zeros at the root."""
+    """(B,) in offsets' dtype: the offset every child of states `node`
+    (depth `step`) has, from the states' own `offsets` (`rank.
+    child_offsets`): what a decoder carries down a row with its state,
+    zeros at the root."""
     if ranges.accepting[step] is None:
         return offsets
-    x = (node + 1).clamp(0, ranges.counts[step])
-    return offsets + rank_at(ranges.accepting[step], torch.zeros_like(node), x)
+    x = (node.to(ranges.dtype) + 1).clamp(0, ranges.counts[step])
+    return offsets + rank_at(ranges.accepting[step], torch.zeros_like(x), x).to(offsets.dtype)

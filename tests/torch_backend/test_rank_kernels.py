@@ -102,7 +102,10 @@ def check_reads(compiled, case) -> None:
         assert torch.equal(got[checked], want[checked]), ("child", t)
         if step.kind != "dense_rows":  # a slice of consecutive states
             fast = rk.child_live(s.ranges, s.placed, rows, t, kids.next, below, consecutive=True)
-            assert torch.equal(fast[checked], got[checked]), ("consecutive", t)
+        else:  # a row's consecutive states, read back by token
+            fast = rk.dense_child_live(s.ranges, s.placed, rows, t, node, kids.next, below)
+            assert not fast[~kids.valid].any(), t
+        assert torch.equal(fast[checked], got[checked]), ("consecutive", t)
         for b, k in torch.nonzero(checked).tolist():
             name = names[t + 1][int(kids.next[b, k])]
             assert name[:-1] == names[t][b]
