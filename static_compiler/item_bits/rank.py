@@ -95,7 +95,9 @@ class ItemRanks:
 
     words: uint32 (R, blocks * 16), bits past `size` zero; counts: uint32
     (int64 past 2^32 bits) (R, blocks + 1), the set bits before each block
-    (counts[:, -1]: all of them); size: bits per row. blocks >= 1;
+    (counts[:, -1]: all of them); size: bits per row. blocks = size // 512
+    + 1 (a zero bit past the last at least: position `size` lies in a word,
+    below its bit 32, so a device reads it as any other);
     within: uint16 (R, blocks * 16), the set bits in its block before each
     word, or None. With it a rank reads three entries (block count, word
     count, word); without, the block's words (one 64-byte line): the
@@ -132,7 +134,7 @@ class ItemRanks:
                                      f"{mask.shape}: expected bool (N,) or (R, N)")
         rows = mask.reshape(1, -1) if mask.ndim == 1 else mask
         size = int(rows.shape[1])
-        blocks = max(1, -(-size // BLOCK_BITS))
+        blocks = size // BLOCK_BITS + 1
         data = np.zeros((rows.shape[0], blocks * BLOCK_BITS // 8), np.uint8)
         packed = np.packbits(rows, axis=1, bitorder="little")
         data[:, :packed.shape[1]] = packed
@@ -157,7 +159,7 @@ class ItemRanks:
                                      f"shape {words.shape} for {size} bits: expected uint32 "
                                      f"(W,) or (R, W) with W >= {-(-max(size, 0) // 32)}")
         rows = words.reshape(1, -1) if words.ndim == 1 else words
-        blocks = max(1, -(-size // BLOCK_BITS))
+        blocks = size // BLOCK_BITS + 1
         held = np.zeros((rows.shape[0], blocks * BLOCK_BITS // 32), np.uint32)
         used = -(-size // 32)
         held[:, :used] = rows[:, :used]

@@ -39,10 +39,9 @@ from static_compiler.torch_backend.checks import is_int_dtype
 
 class RankTensors(NamedTuple):
     """R bitmaps of `size` bits with fine rank counts (`rank.ItemRanks`
-    with ``within``): words int32 (R, W + 16) (uint32 reinterpreted; a
-    block of zero words past the bitmap's W, so a position's word is
-    always whole and its bit below 32), counts int32 / int64 (R, W / 16 +
-    1), within int16 (R, W + 16)."""
+    with ``within``): words int32 (R, W) (uint32 reinterpreted; W * 32 >
+    size, so a position's word is always whole and its bit below 32),
+    counts int32 / int64 (R, W / 16 + 1), within int16 (R, W)."""
 
     words: torch.Tensor
     counts: torch.Tensor
@@ -52,14 +51,18 @@ class RankTensors(NamedTuple):
 
 def rank_tensors(ranks: rank.ItemRanks, device=None) -> RankTensors:
     """`ranks` as `RankTensors` on `device` (its word counts computed when
-    it was made without them)."""
+    it was made without them). On the CPU the tensors share the arrays'
+    memory (no copy: a subset is placed in microseconds)."""
     if ranks.within is None:
         ranks = rank.ItemRanks.of_words(ranks.words, ranks.size, fine=True)
-    pad = lambda a: np.pad(a, ((0, 0), (0, 16)))  # noqa: E731
-    counts = ranks.counts.astype(np.int32 if ranks.size < 1 << 31 else np.int64)
+    words, within, counts = ranks.words, ranks.within, ranks.counts
+    if words.shape[1] * 32 <= ranks.size:  # (made without the spare bit: a block of zeros)
+        words, within = (np.pad(a, ((0, 0), (0, 16))) for a in (words, within))
+    counts = counts.view(np.int32) if counts.dtype == np.uint32 and ranks.size < 1 << 31 else \
+        counts.astype(np.int64)
     put = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
-    return RankTensors(put(pad(ranks.words).view(np.int32)), put(counts),
-                       put(pad(ranks.within).view(np.int16)), int(ranks.size))
+    return RankTensors(put(words.view(np.int32)), put(counts), put(within.view(np.int16)),
+                       int(ranks.size))
 
 
 def _popcount(x: torch.Tensor) -> torch.Tensor:
@@ -94,7 +97,7 @@ def rank_at(t: RankTensors, rows: torch.Tensor, at: torch.Tensor) -> torch.Tenso
     R, W = t.words.shape
     C = t.counts.shape[1]
     at = at.clamp(0, t.size)
-    word = at >> 5  # (<= W - 16: the padding block keeps it whole)
+    word = at >> 5  # (< W: the spare bit keeps it whole)
     keep = (torch.ones_like(at) << (at & 31)) - 1  # (int32: bit 31 wraps, as uint32 would)
     row = rows.clamp(0, R - 1).to(at.dtype if R * W < 1 << 31 else torch.int64)
     row = row.reshape(rows.shape + (1,) * (at.ndim - rows.ndim))

@@ -207,3 +207,29 @@ def test_stacked_ranked_subsets_read_as_one():
     positions = np.arange(s.order.count + 1)
     for r in range(len(masks)):
         np.testing.assert_array_equal(one.prefix(positions, r), s.ranked.prefix(positions, r))
+
+
+@pytest.mark.parametrize("size", [0, 1, 31, 511, 512, 513, 1024, 3000])
+def test_rank_at_equals_the_numpy_rank_at_every_position(size):
+    """int32 and int64 positions, stacked rows, positions past the ends
+    clamped; an `ItemRanks` made without the spare bit (words exactly
+    ceil(size / 512) blocks) is read the same."""
+    rng = np.random.default_rng(size)
+    masks = rng.random((3, size)) < 0.3
+    ranks = rank.ItemRanks.of_mask(masks, fine=True)
+    blocks = max(1, -(-size // 512))
+    tight = rank.ItemRanks(ranks.words[:, :16 * blocks], ranks.counts[:, :blocks + 1], size,
+                           ranks.within[:, :16 * blocks])
+    at = np.arange(size + 1)
+    rows = np.arange(3)
+    want = np.stack([ranks.rank(at, r) for r in rows])
+    assert np.array_equal(want[:, -1], masks.sum(axis=1))
+    for made in (ranks, tight, rank.ItemRanks.of_mask(masks)):  # (the last: counted on placing)
+        t = rk.rank_tensors(made)
+        for dtype in (torch.int32, torch.int64):
+            pos = torch.from_numpy(at).to(dtype).expand(3, -1)
+            got = rk.rank_at(t, torch.from_numpy(rows), pos)
+            assert got.dtype == dtype and np.array_equal(got.numpy(), want)
+            outside = rk.rank_at(t, torch.tensor([5, -1, 1]), torch.tensor([[-4, size + 9]] * 3,
+                                                                            dtype=dtype))
+            assert outside.tolist() == [[0, want[2, -1]], [0, want[0, -1]], [0, want[1, -1]]]
