@@ -301,7 +301,7 @@ def test_torch_step_section_checks_every_rank_read_against_todays_bits():
     steps = [line for line in run.stdout.splitlines()
              if line.startswith("| ") and line.endswith("| same |")]
     assert len(steps) == 4 * 2  # L = 4 steps x two batch sizes
-    assert "cut: bits per state at depths 1.." in run.stdout
+    assert "the hybrid: bits at the steps into depths 1.." in run.stdout
     assert "16 per-row subsets, all of it" in run.stdout and "- B = 140:" in run.stdout
 
 
