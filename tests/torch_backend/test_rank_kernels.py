@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
+from item_bits.test_rank import prefixes
 from live_cases import CI_EXAMPLES, compile_case, fuzz_settings, live_cases, updated
 
 import static_compiler as sc
@@ -56,17 +57,6 @@ class Ranked:
             carried[:int(branch.sum())] = torch.repeat_interleave(kids, branch)
             out.append(carried)
         return out
-
-
-def prefixes(trie) -> list:
-    """Per depth 0..L, each trie state's prefix (a tuple)."""
-    out = [[()]]
-    for layer in trie.layers:
-        indptr = np.asarray(layer.indptr).astype(np.int64)
-        tokens = np.asarray(layer.tokens)
-        parents = np.repeat(np.arange(layer.num_states), np.diff(indptr))
-        out.append([out[-1][p] + (int(t),) for p, t in zip(parents, tokens[:indptr[-1]])])
-    return out
 
 
 def check_reads(compiled, case) -> None:
