@@ -95,7 +95,9 @@ class ItemRanks:
 
     words: uint32 (R, blocks * 16), bits past `size` zero; counts: uint32
     (int64 past 2^32 bits) (R, blocks + 1), the set bits before each block
-    (counts[:, -1]: all of them); size: bits per row. blocks >= 1;
+    (counts[:, -1]: all of them); size: bits per row. blocks = size // 512
+    + 1 (a zero bit past the last at least: position `size` lies in a word,
+    below its bit 32, so a device reads it as any other);
     within: uint16 (R, blocks * 16), the set bits in its block before each
     word, or None. With it a rank reads three entries (block count, word
     count, word); without, the block's words (one 64-byte line): the
@@ -132,17 +134,20 @@ class ItemRanks:
                                      f"{mask.shape}: expected bool (N,) or (R, N)")
         rows = mask.reshape(1, -1) if mask.ndim == 1 else mask
         size = int(rows.shape[1])
-        blocks = max(1, -(-size // BLOCK_BITS))
+        if cleared is not None and cleared.size != size:
+            raise ConstraintSetError(f"ItemRanks.of_mask: cleared has {cleared.size} bits: "
+                                     f"expected {size}")
+        blocks = size // BLOCK_BITS + 1
         data = np.zeros((rows.shape[0], blocks * BLOCK_BITS // 8), np.uint8)
-        packed = np.packbits(rows, axis=1, bitorder="little")
-        data[:, :packed.shape[1]] = packed
         words = data.view(np.uint32)
-        if cleared is not None:
-            if cleared.size != size:
-                raise ConstraintSetError(f"ItemRanks.of_mask: cleared has {cleared.size} bits: "
-                                         f"expected {size}")
-            np.bitwise_and(words, ~cleared.words[0], out=words)
-        return cls._summarized(words, size, fine)
+        out = cls._empty(rows.shape[0], blocks, size, fine, words)
+        for r in range(rows.shape[0]):  # (a row at a time: its words stay in cache, 2x faster)
+            packed = np.packbits(rows[r], bitorder="little")
+            data[r, :packed.shape[0]] = packed
+            if cleared is not None:
+                np.bitwise_and(words[r], ~cleared.words[0], out=words[r])
+            out._summarize(r)
+        return out
 
     @classmethod
     def of_words(cls, words, size: int, fine: bool = False) -> "ItemRanks":
@@ -157,26 +162,33 @@ class ItemRanks:
                                      f"shape {words.shape} for {size} bits: expected uint32 "
                                      f"(W,) or (R, W) with W >= {-(-max(size, 0) // 32)}")
         rows = words.reshape(1, -1) if words.ndim == 1 else words
-        blocks = max(1, -(-size // BLOCK_BITS))
+        blocks = size // BLOCK_BITS + 1
         held = np.zeros((rows.shape[0], blocks * BLOCK_BITS // 32), np.uint32)
         used = -(-size // 32)
         held[:, :used] = rows[:, :used]
         if size % 32:
             held[:, used - 1] &= np.uint32((1 << (size % 32)) - 1)
-        return cls._summarized(held, size, fine)
+        out = cls._empty(rows.shape[0], blocks, size, fine, held)
+        for r in range(rows.shape[0]):
+            out._summarize(r)
+        return out
 
     @classmethod
-    def _summarized(cls, words: np.ndarray, size: int, fine: bool = False) -> "ItemRanks":
-        R, blocks = words.shape[0], words.shape[1] * 32 // BLOCK_BITS
-        within = None
-        if fine:
-            within, per_block = _word_counts(words)
-        else:
-            per_block = _block_counts(words.view(np.uint64)).reshape(R, blocks)
+    def _empty(cls, R: int, blocks: int, size: int, fine: bool, words: np.ndarray) -> "ItemRanks":
+        """`words` with a summary to fill (`_summarize`)."""
         dtype = np.uint32 if size < 1 << 32 else np.int64
-        counts = np.zeros((R, blocks + 1), dtype)
-        np.cumsum(per_block, axis=1, out=counts[:, 1:], dtype=dtype)
-        return cls(words, counts, size, within)
+        return cls(words, np.zeros((R, blocks + 1), dtype), size,
+                   np.zeros(words.shape, np.uint16) if fine else None)
+
+    def _summarize(self, r: int) -> None:
+        """Counts row r's summary (and word counts) from its words."""
+        words = self.words[r:r + 1]
+        if self.within is not None:
+            within, per_block = _word_counts(words)
+            self.within[r] = within[0]
+        else:
+            per_block = _block_counts(words.view(np.uint64)).reshape(1, -1)
+        np.cumsum(per_block[0], out=self.counts[r, 1:], dtype=self.counts.dtype)
 
     @classmethod
     def stack(cls, ranks: Sequence["ItemRanks"]) -> "ItemRanks":
@@ -264,15 +276,46 @@ class RankedSubset:
     """R item subsets as rank bits: items, `ItemRanks` (R, N') over item ids
     (removed items cleared); added, `ItemRanks` (R, K) over the K added
     items in trie order; at int64 (K,), their trie positions ascending
-    (`trie_order`). ``count(lo, hi)`` over trie positions."""
+    (`trie_order`); fingerprint, the set's (as `Subset`'s: a decoder
+    refuses a subset of another set), "" where not given. ``count(lo, hi)``
+    over trie positions."""
 
     items: ItemRanks
     added: ItemRanks
     at: np.ndarray
+    fingerprint: str = ""
 
     @property
     def nbytes(self) -> int:
         return self.items.nbytes + self.added.nbytes
+
+    @property
+    def num_subsets(self) -> int:
+        return self.items.num_rows
+
+    @classmethod
+    def stack(cls, subsets: Sequence["RankedSubset"]) -> "RankedSubset":
+        """Rows of `subsets` of one set (equal positions `at` and
+        fingerprints), in order, as one (per-row subsets of a batch)."""
+        subsets = list(subsets)
+        if not subsets or not all(isinstance(s, RankedSubset) for s in subsets):
+            raise ConstraintSetError(f"RankedSubset.stack: expected a non-empty list of "
+                                     f"RankedSubset, got {[type(s).__name__ for s in subsets]}")
+        prints = {s.fingerprint for s in subsets}
+        if len(prints) != 1 or any(not np.array_equal(s.at, subsets[0].at) for s in subsets):
+            raise ConstraintSetError(f"RankedSubset.stack: the subsets come from different sets "
+                                     f"(fingerprints {sorted(prints)}, added positions "
+                                     f"{sorted({s.at.shape[0] for s in subsets})})")
+        return cls(ItemRanks.stack([s.items for s in subsets]),
+                   ItemRanks.stack([s.added for s in subsets]), subsets[0].at, prints.pop())
+
+    def prefix(self, positions, row=0) -> np.ndarray:
+        """int64: selected items at trie positions before `positions` (ints
+        in [0, N']): `count(0, positions)`, one rank per bitmap."""
+        at, row = np.broadcast_arrays(np.asarray(positions, np.int64), np.asarray(row, np.int64))
+        j = np.searchsorted(self.at, at)
+        out = self.items.rank(at - j, row)
+        return out + self.added.rank(j, row) if self.at.shape[0] else out
 
     def count(self, lo, hi, row=0) -> np.ndarray:
         """int64: selected items at trie positions [lo, hi)."""
@@ -285,11 +328,12 @@ class RankedSubset:
 
 
 def ranked_subset(item_live, order: InsertedOrder, removed=None,
-                  fine: bool = False) -> RankedSubset:
+                  fine: bool = False, fingerprint: str = "") -> RankedSubset:
     """The `RankedSubset` of bool `item_live` (N',) or (R, N') over item ids,
     less `removed` (bool (N',), its `ItemRanks` made once per index, or
-    None), in trie order `order`; `fine` as `ItemRanks.of_mask`. Its cost:
-    the mask packed and summarized, and K gathers for the added items."""
+    None), in trie order `order`; `fine` as `ItemRanks.of_mask`; the set's
+    `fingerprint`. Its cost: the mask packed and summarized, and K gathers
+    for the added items."""
     live = np.asarray(item_live)
     if live.dtype != bool or live.ndim not in (1, 2) or live.shape[-1] != order.count:
         raise ConstraintSetError(f"ranked_subset: item_live has dtype {live.dtype} and shape "
@@ -304,7 +348,7 @@ def ranked_subset(item_live, order: InsertedOrder, removed=None,
         ids = np.asarray(order.item, np.int64)
         picked = picked & ((gone[ids >> 3] >> (ids & 7).astype(np.uint8)) & 1 == 0)
     return RankedSubset(ItemRanks.of_mask(rows, removed, fine), ItemRanks.of_mask(picked, None, fine),
-                        np.asarray(order.at, np.int64))
+                        np.asarray(order.at, np.int64), fingerprint)
 
 
 class ExceptionRows:
@@ -435,3 +479,49 @@ def state_ranges(layers: RangeLayers, depth: int, states, offsets=None) -> tuple
     base = offsets_of(layers, depth, x) if offsets is None else np.asarray(offsets, np.int64)
     bounds = below(layers, depth, np.stack([x, x + 1]))
     return base + bounds[0], base + bounds[1]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DepthBounds:
+    """The item ranges of every state at one depth, made once per set, for
+    the shallow depths whose liveness bits a subset computes from its rank
+    bits (`depth_live`: few states, many candidates per beam there). lo
+    int64: S + 1 consecutive bounds where each state's range ends where the
+    next one's starts (no item ends above this depth between them: every
+    fixed-length set), hi None; else lo, hi int64 (S,)."""
+
+    depth: int
+    lo: np.ndarray
+    hi: Optional[np.ndarray]
+
+    @property
+    def num_states(self) -> int:
+        return int(self.lo.shape[0]) - (1 if self.hi is None else 0)
+
+
+def depth_bounds(layers: RangeLayers, depth: int) -> DepthBounds:
+    """The `DepthBounds` of every state at `depth` (1..layers.depth), the
+    offsets carried down from the root (O(states above + S_depth x layers
+    below))."""
+    offsets = np.zeros(1, np.int64)
+    for d in range(depth):
+        rows = np.asarray(layers.rows[d]).astype(np.int64)
+        offsets = np.repeat(child_offsets(layers, d, offsets, np.arange(rows.shape[0] - 1)),
+                            np.diff(rows))
+    count = int(offsets.shape[0])
+    lo, hi = state_ranges(layers, depth, np.arange(count), offsets)
+    if count == 0 or np.array_equal(lo[1:], hi[:-1]):
+        edges = np.append(lo, hi[-1:]) if count else np.zeros(1, np.int64)
+        return DepthBounds(depth, edges, None)
+    return DepthBounds(depth, lo, hi)
+
+
+def depth_live(ranked: RankedSubset, bounds: DepthBounds) -> np.ndarray:
+    """bool (R, S): whether each state at `bounds.depth` has a selected item
+    at or below it, in each of `ranked`'s rows: S + 1 (or 2 S) ranks a row,
+    no walk up the trie (`liveness`'s bits of that depth)."""
+    rows = np.arange(ranked.num_subsets)[:, None]
+    if bounds.hi is None:
+        ranks = ranked.prefix(bounds.lo[None, :], rows)
+        return ranks[:, 1:] > ranks[:, :-1]
+    return ranked.prefix(bounds.hi[None, :], rows) > ranked.prefix(bounds.lo[None, :], rows)

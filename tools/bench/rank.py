@@ -28,6 +28,8 @@ packbits).
     python -m tools.bench rules --section rank            # 1e7 items
     python -m tools.bench.rank --items 1e6 --length 8 --torch
     python -m tools.bench.rank --names --items 1e6      # ranges at names depth (3..14 tokens)
+    python -m tools.bench.rank --section torch-step     # the torch decoder's rank read per step,
+                                                        # and the hybrid's cut (`torch_step`)
 """
 
 from __future__ import annotations
@@ -422,13 +424,173 @@ def run_names(n: int, repeats: int, seed: int) -> int:
     return failed
 
 
+TORCH_BATCHES = (WIDE_BEAMS, 256)
+TORCH_SUBSETS = 16
+
+
+def torch_step(n: int, repeats: int, seed: int, length: int = 4) -> int:
+    """The torch decoder's subset read per step (`torch_backend.rank_kernels`)
+    against today's (`torch_backend.kernels`), and the hybrid's cut.
+
+    Per step t and batch B (140 = the paper's 2 x 70 beams, 256 rows), B
+    random states at depth t with children, each row its own of 16 subsets:
+    the step's candidate columns without a subset (`kernels.step_columns`,
+    sub None), with today's liveness bits, and with the rank read added
+    (`rank_kernels.child_live` / `dense_child_live` / `end_live`); every
+    rank answer checked against today's bits. Per depth d: S_d and the cost
+    of making its bits from one subset's rank bits (`rank.depth_live` +
+    packing). The cut: bits per state at depths 1..c, the depths (from the
+    root) whose bits cost a subset less than the rank reads they replace in
+    one request (the step into d at B = 140, over today's bit read there);
+    rank reads below. Then the hybrid subset's cost against the targets."""
+    import torch
+
+    import static_compiler as sc
+    from static_compiler.item_bits import layer_walk, rank
+    from static_compiler.item_bits.item_masks import rows_item_mask
+    from static_compiler.torch_backend import kernels, live_bits
+    from static_compiler.torch_backend import rank_kernels as rk
+    from static_compiler.torch_backend.tables import torch_plan, torch_tables
+    from tools.bench.timing import alternating_ms
+
+    torch.set_num_threads(1)  # (the shared 2 cores; jax's pool idles after the compile)
+    compiled = _set(n, length, seed)
+    view = compiled._set_view
+    items, trie = view.checked_items("bench"), view.trie()
+    layers = rank.range_layers(trie.layers, trie.num_final_states)
+    order = rank.trie_order(items, layers)
+    plan, tables = torch_plan(view.facts), torch_tables(compiled.lowered.tables)
+    ranges = rk.range_tensors(trie, order, view.fingerprint)
+    rng = np.random.default_rng(seed + 2)
+    row_masks = rng.random((TORCH_SUBSETS, items.num_items)) < FRACTION
+    item_masks = np.stack([rows_item_mask(m, items, "bench") for m in row_masks])
+    ranked = rank.ranked_subset(item_masks, order, items.removed, fine=True,
+                                fingerprint=view.fingerprint)
+    placed = rk.ranked_rows(ranked, ranges, "bench")
+    bits = live_bits(sc.stack_subsets([compiled.subset(m) for m in row_masks]))
+    one = rank.ranked_subset(item_masks[0], order, items.removed, fine=True)
+    failed = 0
+
+    print(f"# {machine_line()}; torch {torch.__version__} on the CPU, {torch.get_num_threads()} "
+          f"thread; median of {repeats} alternating rounds; {TORCH_SUBSETS} per-row subsets "
+          f"of {FRACTION:.0%}\n")
+    steps = {}  # (t, B) -> (kind, K, none, today, rank ms)
+    for t in range(plan.depth):
+        sp = plan.steps[t]
+        indptr = np.asarray(trie.layers[t].indptr).astype(np.int64)
+        parents = np.flatnonzero(np.diff(indptr) > 0)
+        consecutive = sp.kind != "dense_rows"
+        carry = ranges.carries_offsets(t + 1) or ranges.carries_offsets(t)
+        for B in TORCH_BATCHES:
+            node = torch.from_numpy(rng.choice(parents, B).astype(np.int64))
+            rows = torch.arange(B) % TORCH_SUBSETS
+            valid, finished = torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool)
+            offsets = torch.from_numpy(rank.offsets_of(layers, t, node.numpy())) if carry else None
+
+            def none():
+                return kernels.step_columns(plan, tables, t, node, valid, finished)  # noqa: B023
+
+            def today():
+                return kernels.step_columns(plan, tables, t, node, valid, finished,  # noqa: B023
+                                            (bits, rows))  # noqa: B023
+
+            def ranked_read():
+                cols = none()
+                below = None if offsets is None else rk.child_offsets(ranges, t, offsets, node)  # noqa: B023
+                nxt = cols.children.next
+                live = rk.child_live(ranges, placed, rows, t, nxt, below, True) if consecutive \
+                    else rk.dense_child_live(ranges, placed, rows, t, node, nxt, below)  # noqa: B023
+                end = rk.end_live(ranges, placed, rows, t, node, offsets)  # noqa: B023
+                return cols.children.valid & live, end
+
+            (none_ms, today_ms, rank_ms), (cols, want, got) = alternating_ms(
+                [none, today, ranked_read], repeats)
+            same = torch.equal(want.children.valid, got[0]) and (
+                got[1] is None or torch.equal(got[1] & want.end, want.end))
+            failed |= int(not same)
+            steps[t, B] = (sp.kind, cols.children.next.shape[1], none_ms, today_ms, rank_ms, same)
+
+    print("per depth d: states S_d, and a subset's bits of that depth made from its rank bits "
+          "(`rank.depth_live` + packing; the walk up the trie computes every depth's), against "
+          f"the rank reads they replace (the step into d, B = {TORCH_BATCHES[0]}, over today's "
+          "bit read)\n")
+    print("| depth | S_d | bounds bytes | bits from ranks ms | rank reads replaced ms | bits |")
+    print("|--|--:|--:|--:|--:|--|")
+    cut, cutting = 0, True
+    for d in range(1, layers.depth + 1):
+        count = ranges.counts[d]
+        _, _, _, today_ms, rank_ms, _ = steps[d - 1, TORCH_BATCHES[0]]
+        reads = rank_ms - today_ms
+        if count > 1 << 22 or not cutting:
+            print(f"| {d} | {count} | | (not made) | {reads:.3f} | no |")
+            cutting = False
+            continue
+        bounds = rank.depth_bounds(layers, d)
+        ms = median_ms(lambda: layer_walk.pack(rank.depth_live(one, bounds)[0]), repeats)  # noqa: B023
+        cutting = ms < reads
+        cut = d if cutting else cut
+        print(f"| {d} | {count} | {bounds.lo.nbytes + (0 if bounds.hi is None else bounds.hi.nbytes)}"
+              f" | {ms:.3f} | {reads:.3f} | {'yes' if cutting else 'no'} |")
+
+    print(f"\nper step: the candidate columns without a subset, with today's liveness bits, and "
+          f"with the rank read (ms); the hybrid: bits at the steps into depths 1..{cut}, rank "
+          "reads below\n")
+    print("| step | kind | B x K | no subset | today's bits | rank read | today / none | "
+          "rank / none | hybrid / none | matches today's bits |")
+    print("|--|--|--|--:|--:|--:|--:|--:|--:|--|")
+    extra: dict = {}
+    for (t, B), (kind, K, none_ms, today_ms, rank_ms, same) in steps.items():
+        hybrid = today_ms if t + 1 <= cut else rank_ms
+        for name, ms in (("today", today_ms), ("hybrid", hybrid), ("none", none_ms)):
+            extra[name, B] = extra.get((name, B), 0.0) + ms
+        print(f"| {t} | {kind} | {B} x {K} | {none_ms:.3f} | {today_ms:.3f} | {rank_ms:.3f}"
+              f" | {today_ms / none_ms:.2f}x | {rank_ms / none_ms:.2f}x | "
+              f"{hybrid / none_ms:.2f}x | {'same' if same else 'DIFFERENT'} |")
+    print("\nall steps of one request (sums of the rows above): the columns' ms without a "
+          "subset, and what today's bits and the hybrid add")
+    for B in TORCH_BATCHES:
+        none = extra["none", B]
+        print(f"- B = {B}: {none:.3f} ms without; today's bits +{extra['today', B] - none:.3f} ms"
+              f", the hybrid +{extra['hybrid', B] - none:.3f} ms (the issue's target: a whole "
+              "decode step, model included, <= 1.1x the step without a subset)")
+
+    shallow = [rank.depth_bounds(layers, d) for d in range(1, cut + 1)]
+
+    def build(masks):
+        made = rank.ranked_subset(masks, order, items.removed, fine=True,
+                                  fingerprint=view.fingerprint)
+        bits = [layer_walk.pack(row) for b in shallow for row in rank.depth_live(made, b)]
+        return rk.ranked_rows(made, ranges, "bench"), bits
+
+    subset_ms = median_ms(lambda: rank.ranked_subset(item_masks[0], order, items.removed,
+                                                     fine=True), repeats)
+    one_ms = median_ms(lambda: build(item_masks[:1]), repeats)
+    all_ms = median_ms(lambda: build(item_masks), repeats)
+    today_ms = median_ms(lambda: compiled.subset(row_masks[0]), max(3, repeats // 3))
+    verdict = lambda ms, target: f"<= {target:g} ms: {'PASS' if ms <= target else 'MISS'}"  # noqa: E731
+    print("\n| a hybrid subset from ready item masks | ms | target |")
+    print("|--|--:|--|")
+    print(f"| rank bits (`ranked_subset`, fine) | {subset_ms:.3f} | |")
+    print(f"| + bits of depths 1..{cut} from them, packed, + placed as tensors (one subset) | "
+          f"{one_ms:.3f} | {verdict(one_ms, 1.0)} |")
+    print(f"| {TORCH_SUBSETS} per-row subsets, all of it | {all_ms:.3f} | "
+          f"{verdict(all_ms, TORCH_SUBSETS)} |")
+    print(f"| today: `subset(mask)` (one, from the row mask) | {today_ms:.3f} | |")
+    return failed
+
+
 def main(argv=None) -> int:
     parser = sized_parser("python -m tools.bench.rank", __doc__, 1e7)
     parser.add_argument("--length", type=int, default=4, help="Semantic ID length L")
     parser.add_argument("--torch", action="store_true", help="also time the count in torch")
     parser.add_argument("--names", action="store_true",
                         help="item ranges at names depth instead (`run_names`)")
+    parser.add_argument("--section", choices=("jax", "torch-step"), default="jax",
+                        help="torch-step: the torch decoder's rank read per step and the "
+                             "hybrid's cut (`torch_step`)")
     args = parser.parse_args(argv)
+    if args.section == "torch-step":
+        return torch_step(int(args.items), args.repeats, args.seed, args.length)
     if args.names:
         return run_names(int(args.items), args.repeats, args.seed)
     return run(int(args.items), args.repeats, args.seed, args.length, args.torch)

@@ -290,6 +290,21 @@ def test_rank_section_checks_every_count_against_the_liveness_bits():
     assert "DIFFERENT" not in names.stdout and names.stdout.count("| same |") >= 3
 
 
+def test_torch_step_section_checks_every_rank_read_against_todays_bits():
+    """`python -m tools.bench.rank --section torch-step`: per step the torch
+    rank read (`torch_backend.rank_kernels`) against today's bit read, each
+    answer checked, the hybrid's cut and its subset costs printed."""
+    run = _run("tools.bench.rank", "--section", "torch-step", "--items", "3000", "--repeats",
+               "1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "DIFFERENT" not in run.stdout
+    steps = [line for line in run.stdout.splitlines()
+             if line.startswith("| ") and line.endswith("| same |")]
+    assert len(steps) == 4 * 2  # L = 4 steps x two batch sizes
+    assert "the hybrid: bits at the steps into depths 1.." in run.stdout
+    assert "16 per-row subsets, all of it" in run.stdout and "- B = 140:" in run.stdout
+
+
 def test_versions_benchmark_measures_kept_versions_on_disk():
     """`python -m tools.bench versions`: the artifact plus its kept versions
     after removals and additions, with the default keep and keep 1 (fewer
