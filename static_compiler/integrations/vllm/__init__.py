@@ -22,7 +22,9 @@ Modules: `options` (the ``sc_`` request keys: ``sc_set``, ``sc_where``,
 ``STATIC_COMPILER_VLLM_SETS``, each artifact loaded once per version,
 reloaded for new requests when it changes on disk), `slots` (the persistent
 batch's bookkeeping), `processor` (the processor, its semantics and the
-vLLM settings it needs), `beam_search` (exact constrained beam search on a
+vLLM settings it needs), `steps` (its engine-process side: each request's
+state row, the groups of rows and each step's one door call per group),
+`beam_search` (exact constrained beam search on a
 `vllm.LLM`, each request with its own set). The set is decoded by the torch door
 (`static_compiler.torch_backend.TorchConstraints`): no jax is imported.
 
@@ -32,7 +34,7 @@ and torch (``pip install 'static-compiler[torch]'``); importing this package
 imports neither (the processor is imported when first named).
 
 Public: this package's `StaticLogitsProcessor` and `register_set`, and
-`beam_search`. Internal: `options`, `sets`, `slots`, `processor` (reached
+`beam_search`. Internal: `options`, `sets`, `slots`, `processor`, `steps` (reached
 through the names above).
 """
 
