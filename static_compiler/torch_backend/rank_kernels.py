@@ -7,7 +7,7 @@ liveness bit per state computed up the trie for every subset.
   rank) as tensors, R rows;
 * `RankedRows`: a `RankedSubset` placed (R stacked subsets, its set's
   fingerprint), read per batch row through a subset index int64 (B,);
-* `RangeTensors`: what `rank.state_ranges` reads of one set (row pointers,
+* `RangeTensors`: what `trie_ranges.state_ranges` reads of one set (row pointers,
   accepting ranks, the added items' trie positions), placed once per
   device (`range_tensors`);
 * `child_live` / `end_live`: the bool answers of `kernels.child_live` /
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from static_compiler.errors import DecodeInputError
-from static_compiler.item_bits import rank
+from static_compiler.item_bits import rank, trie_ranges
 from static_compiler.item_bits.layers import UnitRows
 from static_compiler.torch_backend.checks import is_int_dtype
 
@@ -127,11 +127,11 @@ class RankedRows(NamedTuple):
 
 
 class RangeTensors(NamedTuple):
-    """What `rank.state_ranges` reads of one set, as tensors (`range_tensors`).
+    """What `trie_ranges.state_ranges` reads of one set, as tensors (`range_tensors`).
 
     rows: per layer d, its row pointers: None (unary: the identity), an
     index tensor (S_d + 1,), or (RankTensors of its exception marks, extra
-    (X + 1,)) (`rank.ExceptionRows`); accepting: per depth 0..depth - 1,
+    (X + 1,)) (`trie_ranges.ExceptionRows`); accepting: per depth 0..depth - 1,
     `RankTensors` of its accepting bits or None (none accepts); counts: the
     trie's states per depth 0..depth; ends: per depth, whether
     `Subset.ends` holds bits there (what `kernels.end_live` answers); at:
@@ -163,9 +163,9 @@ class RangeTensors(NamedTuple):
 
 def range_tensors(trie, order, fingerprint: str, device=None) -> RangeTensors:
     """The `RangeTensors` of a set's trie (`rules.set_view.TableTrie`: its
-    layers, final states and end token) and trie order (`rank.trie_order`,
+    layers, final states and end token) and trie order (`trie_ranges.trie_order`,
     an `InsertedOrder`), placed on `device`: once per set and device."""
-    layers = rank.range_layers(trie.layers, trie.num_final_states)
+    layers = trie_ranges.range_layers(trie.layers, trie.num_final_states)
     counts = tuple(int(layer.num_states) for layer in trie.layers) + (int(trie.num_final_states),)
     small = max(counts + (int(order.count),)) < (1 << 31) - 1
     dtype = np.int32 if small else np.int64
@@ -174,7 +174,7 @@ def range_tensors(trie, order, fingerprint: str, device=None) -> RangeTensors:
     for r in layers.rows:
         if isinstance(r, UnitRows):
             rows.append(None)
-        elif isinstance(r, rank.ExceptionRows):
+        elif isinstance(r, trie_ranges.ExceptionRows):
             extra = r.extra(np.arange(int(r.states.shape[0]) + 1))
             rows.append((rank_tensors(r.exceptions, device), put(extra)))
         else:
@@ -239,7 +239,7 @@ def _next_rows(rows, x: torch.Tensor) -> torch.Tensor:
 
 
 def below(ranges: RangeTensors, depth: int, x: torch.Tensor) -> torch.Tensor:
-    """`rank.below`: x.shape in `ranges.dtype`, the items ending at or below
+    """`trie_ranges.below`: x.shape in `ranges.dtype`, the items ending at or below
     `depth` under the states before x (B, ...) (clamped to [0, S_depth])."""
     x = x.to(ranges.dtype).clamp(0, ranges.counts[depth])
     none = torch.zeros(x.shape[:1], dtype=x.dtype, device=x.device)

@@ -14,7 +14,7 @@ from live_cases import fuzz_settings, live_cases, updated
 
 import static_compiler as sc
 from static_compiler.errors import ConstraintSetError
-from static_compiler.item_bits import rank
+from static_compiler.item_bits import rank, trie_ranges
 from static_compiler.item_bits.item_masks import rows_item_mask
 from static_compiler.item_bits.state_order import InsertedOrder
 
@@ -143,8 +143,8 @@ def prefixes(trie) -> list:
 def check_ranges(compiled, case) -> None:
     view = compiled._set_view
     items, trie = view.checked_items("test"), view.trie()
-    layers = rank.range_layers(trie.layers, trie.num_final_states)
-    order = rank.trie_order(items, layers)
+    layers = trie_ranges.range_layers(trie.layers, trie.num_final_states)
+    order = trie_ranges.trie_order(items, layers)
     rows = case.all_rows
     sequence = {int(u): rows[i] for i, u in enumerate(np.asarray(items.row_item))}
     every = sorted(set(rows))  # trie order is Python's tuple order (a prefix first)
@@ -155,8 +155,8 @@ def check_ranges(compiled, case) -> None:
     offsets = np.zeros(1, np.int64)
     for d, states in enumerate(prefixes(trie)):
         ids = np.arange(len(states))
-        lo, hi = rank.state_ranges(layers, d, ids)
-        np.testing.assert_array_equal(rank.state_ranges(layers, d, ids, offsets), (lo, hi))
+        lo, hi = trie_ranges.state_ranges(layers, d, ids)
+        np.testing.assert_array_equal(trie_ranges.state_ranges(layers, d, ids, offsets), (lo, hi))
         below = [[u for u in every if u[:d] == p] for p in states]
         assert [every[a:b] for a, b in zip(lo, hi)] == below
         accepts = np.ones(len(states), bool) if d == layers.depth else \
@@ -170,7 +170,7 @@ def check_ranges(compiled, case) -> None:
             np.testing.assert_array_equal(own, [p in chosen for p, a in zip(states, accepts) if a])
         if d < layers.depth:  # what a decoder carries to the children
             parents = np.repeat(ids, np.diff(np.asarray(trie.layers[d].indptr)))
-            offsets = rank.child_offsets(layers, d, offsets, ids)[parents]
+            offsets = trie_ranges.child_offsets(layers, d, offsets, ids)[parents]
 
 
 @fuzz_settings(40)
@@ -210,11 +210,11 @@ def test_exception_rows_equal_a_near_unary_layers_row_pointers(lengths):
     assert near and any(layer.num_states > 512 for layer in near)
     for layer in near:
         want = np.asarray(layer.indptr).astype(np.int64)
-        got = rank.ExceptionRows(layer.indptr, layer.num_states)
+        got = trie_ranges.ExceptionRows(layer.indptr, layer.num_states)
         np.testing.assert_array_equal(got[np.arange(layer.num_states + 1)], want)
 
 
 def test_a_variable_length_order_needs_its_layers():
     compiled = sc.compile_constraints([(1, 2), (1,)], 4, end_token=0)
     with pytest.raises(ConstraintSetError, match="needs its layers"):
-        rank.trie_order(compiled._set_view.checked_items("test"))
+        trie_ranges.trie_order(compiled._set_view.checked_items("test"))

@@ -4,7 +4,7 @@ additions, removals, stacked per-row subsets) the range counts answer
 exactly what today's liveness bits do (`kernels.child_live`,
 `dense_child_live`, `end_live`) and what the items say (brute force), at
 every step, with the offsets carried down by `child_offsets`; the shallow
-depths' bits made from the rank bits (`rank.depth_live`) equal the walk's;
+depths' bits made from the rank bits (`trie_ranges.depth_live`) equal the walk's;
 the reads trace under torch.compile(fullgraph=True); bad inputs are refused
 naming the value.
 """
@@ -20,7 +20,7 @@ from live_cases import CI_EXAMPLES, compile_case, fuzz_settings, live_cases, upd
 
 import static_compiler as sc
 from static_compiler.errors import ConstraintSetError, DecodeInputError
-from static_compiler.item_bits import liveness, rank
+from static_compiler.item_bits import liveness, rank, trie_ranges
 from static_compiler.item_bits.item_masks import rows_item_mask
 from static_compiler.torch_backend import kernels, live_bits
 from static_compiler.torch_backend import rank_kernels as rk
@@ -34,8 +34,8 @@ class Ranked:
     def __init__(self, compiled, subsets: list):
         view = compiled._set_view
         self.items, self.trie = view.checked_items("test"), view.trie()
-        self.layers = rank.range_layers(self.trie.layers, self.trie.num_final_states)
-        self.order = rank.trie_order(self.items, self.layers)
+        self.layers = trie_ranges.range_layers(self.trie.layers, self.trie.num_final_states)
+        self.order = trie_ranges.trie_order(self.items, self.layers)
         self.plan = torch_plan(view.facts)
         self.tables = torch_tables(compiled.lowered.tables)
         self.ranges = rk.range_tensors(self.trie, self.order, view.fingerprint)
@@ -101,7 +101,7 @@ def check_reads(compiled, case) -> None:
             assert name[:-1] == names[t][b]
             assert bool(got[b, k]) == any(u[:t + 1] == name for u in chosen[b % R]), (t, b, k)
         # the bits a shallow depth would keep, made from the rank bits
-        from_ranks = rank.depth_live(s.ranked, rank.depth_bounds(s.layers, t + 1))
+        from_ranks = trie_ranges.depth_live(s.ranked, trie_ranges.depth_bounds(s.layers, t + 1))
         for r in range(R):
             live, _ = liveness.liveness(s.trie.layers, s.trie.num_final_states, s.trie.end_token,
                                         s.items, drop_removed(s.masks[r], s.items))

@@ -14,7 +14,7 @@ is compiled; a random 10 % mask over its items (in item order) is then
 * asked, per step t, for B rows x K candidates (each row a random state at
   depth t and its first K children, as a csr step reads them): the
   children's item ranges composed from the row pointers below
-  (`rank.state_ranges`, offsets carried) and their counts, against today's
+  (`trie_ranges.state_ranges`, offsets carried) and their counts, against today's
   read of one live bit per candidate (a gather from per-state words); with
   ``--torch`` also the count in torch on the CPU; and at the steps whose
   beams have many children (the dense steps: V each), every child of 140
@@ -165,14 +165,14 @@ def jax_read():
 
 
 def run(n: int, repeats: int, seed: int, length: int = 4, with_torch: bool = False) -> int:
-    from static_compiler.item_bits import liveness, rank
+    from static_compiler.item_bits import liveness, rank, trie_ranges
     from static_compiler.item_bits.liveness import rows_item_live
 
     compiled = _set(n, length, seed)
     view = compiled._set_view
     items, trie = view.checked_items("bench"), view.trie()
-    layers = rank.range_layers(trie.layers, trie.num_final_states)
-    order = rank.trie_order(items, layers)
+    layers = trie_ranges.range_layers(trie.layers, trie.num_final_states)
+    order = trie_ranges.trie_order(items, layers)
     rng = np.random.default_rng(seed + 1)
     row_mask = rng.random(items.num_items) < FRACTION
     item_mask = np.zeros(items.num_unique, bool)
@@ -238,9 +238,9 @@ def run(n: int, repeats: int, seed: int, length: int = 4, with_torch: bool = Fal
         for rows in ROWS:
             child, valid = _candidates(trie.layers[t], rows, rng)
             offsets = np.zeros(child.shape, np.int64)  # (a fixed-length set's)
-            ranges_ms = median_ms(lambda: rank.state_ranges(layers, t + 1, child, offsets),
+            ranges_ms = median_ms(lambda: trie_ranges.state_ranges(layers, t + 1, child, offsets),
                                   repeats)
-            lo, hi = rank.state_ranges(layers, t + 1, child, offsets)
+            lo, hi = trie_ranges.state_ranges(layers, t + 1, child, offsets)
             count_ms = median_ms(lambda: ranked.count(lo, hi), repeats)
             fine_count_ms = median_ms(lambda: fine.count(lo, hi), repeats)
             got = ranked.count(lo, hi) > 0
@@ -290,7 +290,7 @@ def wide_steps(trie, layers, fine, fine_bits, live, rng, repeats: int) -> int:
     import jax
     import jax.numpy as jnp
 
-    from static_compiler.item_bits import rank
+    from static_compiler.item_bits import trie_ranges
 
     failed, rows = 0, []
     for t, layer in enumerate(trie.layers):
@@ -308,7 +308,7 @@ def wide_steps(trie, layers, fine, fine_bits, live, rng, repeats: int) -> int:
         child = np.where(valid, bounds[:, :-1], 0)
         got = np.asarray(check(jnp.asarray(bounds, jnp.int32)))
         ok = bool(np.array_equal(got[valid] > 0, live[t][child][valid]))
-        lo, hi = rank.state_ranges(layers, t + 1, child, np.zeros(child.shape, np.int64))
+        lo, hi = trie_ranges.state_ranges(layers, t + 1, child, np.zeros(child.shape, np.int64))
         ok = ok and np.array_equal(got[valid], fine.count(lo, hi)[valid])
         failed |= int(not ok)
         words = -(-widest // 32)
@@ -337,16 +337,16 @@ def names_like(n: int, seed: int, vocab: int = 32000, longest: int = 14) -> list
 
 
 def jax_below(layers, depth: int):
-    """`rank.below` at `depth` jitted as a device would run it: a layer's
+    """`trie_ranges.below` at `depth` jitted as a device would run it: a layer's
     row pointers an array (one gather; csr's own table), a near_unary
-    layer's `rank.ExceptionRows` (a fine rank over its exception bits, then
+    layer's `trie_ranges.ExceptionRows` (a fine rank over its exception bits, then
     one gather of the extra children, which a device would read as
     ex_starts - ex_states: a fifth read), and the accepting depths' fine ranks (three
     reads each)."""
     import jax
     import jax.numpy as jnp
 
-    from static_compiler.item_bits.rank import ExceptionRows
+    from static_compiler.item_bits.trie_ranges import ExceptionRows
 
     fine = lambda a: tuple(jnp.asarray(x[0]) for x in (a.words, a.counts, a.within))  # noqa: E731
     rows = [(fine(r.exceptions), jnp.asarray(r.extra(np.arange(r.states.shape[0] + 1))
@@ -379,7 +379,7 @@ def run_names(n: int, repeats: int, seed: int) -> int:
     import jax.numpy as jnp
 
     import static_compiler as sc
-    from static_compiler.item_bits import liveness, rank
+    from static_compiler.item_bits import liveness, rank, trie_ranges
     from static_compiler.item_bits.item_masks import rows_item_mask
 
     sequences = names_like(n, seed)
@@ -390,10 +390,10 @@ def run_names(n: int, repeats: int, seed: int) -> int:
           f"shards in {time.perf_counter() - start:.1f} s; {machine_line()}; median of {repeats}")
     view = held._set_view
     items, trie = view.checked_items("bench"), view.trie()
-    layers = rank.range_layers(trie.layers, trie.num_final_states)
+    layers = trie_ranges.range_layers(trie.layers, trie.num_final_states)
     rng = np.random.default_rng(seed + 1)
     item_live = rows_item_mask(rng.random(items.num_items) < FRACTION, items, "bench")
-    ranked = rank.ranked_subset(item_live, rank.trie_order(items, layers), items.removed,
+    ranked = rank.ranked_subset(item_live, trie_ranges.trie_order(items, layers), items.removed,
                                 fine=True)
     live, _ = liveness.liveness(trie.layers, trie.num_final_states, trie.end_token, items,
                                 item_live.copy())
@@ -403,15 +403,15 @@ def run_names(n: int, repeats: int, seed: int) -> int:
     print("|--|--|--:|--:|--:|--:|--:|--|")
     for t, layer in enumerate(trie.layers):
         child, valid = _candidates(layer, rows, rng)
-        offsets = rank.offsets_of(layers, t + 1, child)
-        ranges_ms = median_ms(lambda: rank.state_ranges(layers, t + 1, child, offsets), repeats)
-        lo, hi = rank.state_ranges(layers, t + 1, child, offsets)
+        offsets = trie_ranges.offsets_of(layers, t + 1, child)
+        ranges_ms = median_ms(lambda: trie_ranges.state_ranges(layers, t + 1, child, offsets), repeats)
+        lo, hi = trie_ranges.state_ranges(layers, t + 1, child, offsets)
         count_ms = median_ms(lambda: ranked.count(lo, hi), repeats)
         ok = bool(np.array_equal((ranked.count(lo, hi) > 0)[valid], live[t][child][valid]))
         bounds = jnp.asarray(_bounds(layer, child), jnp.int32)
         below = jax_below(layers, t + 1)
         ok = ok and np.array_equal(np.asarray(below(bounds)),
-                                   rank.below(layers, t + 1, np.asarray(bounds)))
+                                   trie_ranges.below(layers, t + 1, np.asarray(bounds)))
         jit_ms = warm_ms(lambda: below(bounds).block_until_ready(), repeats)
         words = jnp.zeros(-(-max(1, live[t].shape[0]) // 32), jnp.uint32)
         read_ms = warm_ms(lambda: read(words, bounds).block_until_ready(), repeats)
@@ -438,7 +438,7 @@ def torch_step(n: int, repeats: int, seed: int, length: int = 4) -> int:
     sub None), with today's liveness bits, and with the rank read added
     (`rank_kernels.child_live` / `dense_child_live` / `end_live`); every
     rank answer checked against today's bits. Per depth d: S_d and the cost
-    of making its bits from one subset's rank bits (`rank.depth_live` +
+    of making its bits from one subset's rank bits (`trie_ranges.depth_live` +
     packing). The cut: bits per state at depths 1..c, the depths (from the
     root) whose bits cost a subset less than the rank reads they replace in
     one request (the step into d at B = 140, over today's bit read there);
@@ -446,7 +446,7 @@ def torch_step(n: int, repeats: int, seed: int, length: int = 4) -> int:
     import torch
 
     import static_compiler as sc
-    from static_compiler.item_bits import layer_walk, rank
+    from static_compiler.item_bits import layer_walk, rank, trie_ranges
     from static_compiler.item_bits.item_masks import rows_item_mask
     from static_compiler.torch_backend import kernels, live_bits
     from static_compiler.torch_backend import rank_kernels as rk
@@ -457,8 +457,8 @@ def torch_step(n: int, repeats: int, seed: int, length: int = 4) -> int:
     compiled = _set(n, length, seed)
     view = compiled._set_view
     items, trie = view.checked_items("bench"), view.trie()
-    layers = rank.range_layers(trie.layers, trie.num_final_states)
-    order = rank.trie_order(items, layers)
+    layers = trie_ranges.range_layers(trie.layers, trie.num_final_states)
+    order = trie_ranges.trie_order(items, layers)
     plan, tables = torch_plan(view.facts), torch_tables(compiled.lowered.tables)
     ranges = rk.range_tensors(trie, order, view.fingerprint)
     rng = np.random.default_rng(seed + 2)
@@ -485,7 +485,7 @@ def torch_step(n: int, repeats: int, seed: int, length: int = 4) -> int:
             node = torch.from_numpy(rng.choice(parents, B).astype(np.int64))
             rows = torch.arange(B) % TORCH_SUBSETS
             valid, finished = torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool)
-            offsets = torch.from_numpy(rank.offsets_of(layers, t, node.numpy())) if carry else None
+            offsets = torch.from_numpy(trie_ranges.offsets_of(layers, t, node.numpy())) if carry else None
 
             def none():
                 return kernels.step_columns(plan, tables, t, node, valid, finished)  # noqa: B023
@@ -511,7 +511,7 @@ def torch_step(n: int, repeats: int, seed: int, length: int = 4) -> int:
             steps[t, B] = (sp.kind, cols.children.next.shape[1], none_ms, today_ms, rank_ms, same)
 
     print("per depth d: states S_d, and a subset's bits of that depth made from its rank bits "
-          "(`rank.depth_live` + packing; the walk up the trie computes every depth's), against "
+          "(`trie_ranges.depth_live` + packing; the walk up the trie computes every depth's), against "
           f"the rank reads they replace (the step into d, B = {TORCH_BATCHES[0]}, over today's "
           "bit read)\n")
     print("| depth | S_d | bounds bytes | bits from ranks ms | rank reads replaced ms | bits |")
@@ -525,8 +525,8 @@ def torch_step(n: int, repeats: int, seed: int, length: int = 4) -> int:
             print(f"| {d} | {count} | | (not made) | {reads:.3f} | no |")
             cutting = False
             continue
-        bounds = rank.depth_bounds(layers, d)
-        ms = median_ms(lambda: layer_walk.pack(rank.depth_live(one, bounds)[0]), repeats)  # noqa: B023
+        bounds = trie_ranges.depth_bounds(layers, d)
+        ms = median_ms(lambda: layer_walk.pack(trie_ranges.depth_live(one, bounds)[0]), repeats)  # noqa: B023
         cutting = ms < reads
         cut = d if cutting else cut
         print(f"| {d} | {count} | {bounds.lo.nbytes + (0 if bounds.hi is None else bounds.hi.nbytes)}"
@@ -554,12 +554,12 @@ def torch_step(n: int, repeats: int, seed: int, length: int = 4) -> int:
               f", the hybrid +{extra['hybrid', B] - none:.3f} ms (the issue's target: a whole "
               "decode step, model included, <= 1.1x the step without a subset)")
 
-    shallow = [rank.depth_bounds(layers, d) for d in range(1, cut + 1)]
+    shallow = [trie_ranges.depth_bounds(layers, d) for d in range(1, cut + 1)]
 
     def build(masks):
         made = rank.ranked_subset(masks, order, items.removed, fine=True,
                                   fingerprint=view.fingerprint)
-        bits = [layer_walk.pack(row) for b in shallow for row in rank.depth_live(made, b)]
+        bits = [layer_walk.pack(row) for b in shallow for row in trie_ranges.depth_live(made, b)]
         return rk.ranked_rows(made, ranges, "bench"), bits
 
     subset_ms = median_ms(lambda: rank.ranked_subset(item_masks[0], order, items.removed,
