@@ -113,7 +113,8 @@ def child_live(layer, walk: LayerWalk, live_next, room: Optional[int] = None):
     A compiled kernel (`bit_kernels`) crosses the layer over packed bits in
     one pass, a range of WALK_CHUNK states at a time on WALK_THREADS threads:
     a near-unary range copies the stretches between its exceptions a word at
-    a time and tests the exceptions' rows; any other tests each row."""
+    a time and tests the exceptions' rows (over a saved set's `NearRows`,
+    reading its exception tables in place); any other tests each row."""
     if walk.kind == "unary":
         return live_next
     from static_compiler.item_bits import bit_kernels  # (numba: compiled on first use, cached)
@@ -125,7 +126,12 @@ def child_live(layer, walk: LayerWalk, live_next, room: Optional[int] = None):
     out = result.uint64()
 
     def one_range(a: int, b: int) -> None:
-        if walk.kind == "near":  # row pointers of the range's ends and exceptions only
+        if walk.kind == "near" and isinstance(indptr, NearRows):  # the tables read in place
+            lo, hi, states, starts, end_extra = indptr.exception_tables(a, b)
+            bit_kernels.near_table_rows_any(children, out, a, b - a, states, starts, hi - lo,
+                                            end_extra)
+            indptr.release(lo, hi)
+        elif walk.kind == "near":  # row pointers of the range's ends and exceptions only
             first, _, ids, starts, ends = _near_range(indptr, walk.exceptions, a, b)
             bit_kernels.near_rows_any(children, first, out, a, b - a, ids, starts, ends)
         else:
