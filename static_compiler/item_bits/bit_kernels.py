@@ -9,6 +9,8 @@ children (a row [start, end) of the next depth's states) is live:
 * `near_rows_any`: a near-unary range, where every state but the listed
   exceptions has exactly one child and the children follow in order, so the
   stretches between exceptions are bit copies (a word at a time);
+  `near_table_rows_any` the same reading the layer's exception tables
+  where they lie (what a walk over a saved set runs);
 * `rows_any`: any layer, from its row pointers;
 
 and where the walk starts: `gather_bits` (`inserted_bits`, for an order
@@ -119,6 +121,38 @@ def near_rows_any(children, first_child, out, first_state, n, exceptions, starts
         _set_if(_any(children, starts[i], ends[i]), out, ex)
         state = ex + 1
         child = ends[i]
+    _copy(children, child, out, state, stop - state)
+
+
+@njit(nogil=True, cache=True)
+def near_table_rows_any(children, out, first_state, n, states, starts, count, end_extra):
+    """`near_rows_any` of states [first_state, first_state + n), reading
+    the layer's exception tables as they lie (no int64 arrays per range):
+    `states` and `starts`, the ids and row starts of the exceptions from the
+    range's first on (its `count` exceptions, then the next one if there is
+    one; int32 or int64, as `layers.NearRows.exception_tables` passes them).
+    Between exceptions rows follow one per state, so an exception's rows end
+    where the next one's start, less the states between them; the layer's
+    last exception's end is its id + end_extra + 1 (end_extra: the extra
+    children of all of them), and the range's first child is first_state
+    + the extra children below its first exception."""
+    known = states.shape[0]
+    extra = end_extra
+    if known > 0:
+        extra = np.int64(starts[0]) - np.int64(states[0])
+    state = np.int64(first_state)
+    child = state + extra
+    stop = state + n
+    for i in range(count):
+        ex = np.int64(states[i])
+        after = end_extra
+        if i + 1 < known:
+            after = np.int64(starts[i + 1]) - np.int64(states[i + 1])
+        end = ex + after + 1
+        _copy(children, child, out, state, ex - state)
+        _set_if(_any(children, np.int64(starts[i]), end), out, ex)
+        state = ex + 1
+        child = end
     _copy(children, child, out, state, stop - state)
 
 
@@ -288,6 +322,24 @@ def near_rows_any_numpy(children, first_child, out, first_state, n, exceptions, 
     _or_bits(out, first_state, _rows_any(children, row_start, row_end))
 
 
+def table_exceptions(states, starts, first_state: int, count: int, end_extra: int) -> tuple:
+    """(first child, ids, starts, ends) int64 of the `count` exceptions
+    `near_table_rows_any` reads from `states` and `starts`: the arguments
+    `near_rows_any` takes."""
+    known = states.shape[0]
+    extra = np.full(count + 1, end_extra, np.int64)
+    extra[:known] = np.asarray(starts, np.int64) - np.asarray(states, np.int64)
+    ids = np.asarray(states[:count], np.int64)
+    return first_state + int(extra[0]), ids, ids + extra[:-1], ids + extra[1:] + 1
+
+
+def near_table_rows_any_numpy(children, out, first_state, n, states, starts, count, end_extra):
+    """`near_table_rows_any` in numpy."""
+    first, ids, row_starts, ends = table_exceptions(states, starts, first_state, count,
+                                                    end_extra)
+    near_rows_any_numpy(children, first, out, first_state, n, ids, row_starts, ends)
+
+
 def rows_any_numpy(children, indptr, out, first_state, n):
     """`rows_any` in numpy."""
     indptr = np.asarray(indptr[:n + 1], np.int64)
@@ -359,7 +411,8 @@ def split_insertions_numpy(order, expected, inserted):
     return expected + length
 
 
-NUMPY_KERNELS = {"near_rows_any": near_rows_any_numpy, "rows_any": rows_any_numpy,
+NUMPY_KERNELS = {"near_rows_any": near_rows_any_numpy,
+                 "near_table_rows_any": near_table_rows_any_numpy, "rows_any": rows_any_numpy,
                  "gather_bits": gather_bits_numpy, "inserted_bits": inserted_bits_numpy,
                  "inserted_words": inserted_words_numpy,
                  "mark_selected_bits": mark_selected_bits_numpy,
@@ -368,6 +421,7 @@ NUMPY_KERNELS = {"near_rows_any": near_rows_any_numpy, "rows_any": rows_any_nump
 
 if not HAVE_NUMBA:  # the module's kernels are their numpy twins
     near_rows_any, rows_any, gather_bits = near_rows_any_numpy, rows_any_numpy, gather_bits_numpy
+    near_table_rows_any = near_table_rows_any_numpy
     inserted_bits, inserted_words = inserted_bits_numpy, inserted_words_numpy
     mark_selected_bits, split_insertions = mark_selected_bits_numpy, split_insertions_numpy
 
@@ -384,6 +438,10 @@ def warm() -> None:
     rows_any(words, np.zeros(2, np.int64), words, 0, 1)
     mapped = np.zeros(1, np.int32)
     mapped.flags.writeable = False  # (an item index read from an artifact is read-only)
+    for dtype in (np.int32, np.int64):  # (`NearRows.exception_tables`: read-only, one of these)
+        table = np.zeros(1, dtype)
+        table.flags.writeable = False
+        near_table_rows_any(words, words, 0, 1, table, table, 0, 0)
     for ids in (np.zeros(1, np.int32), mapped):
         gather_bits(np.zeros(1, bool), ids, words, 0, 1)
         mark_selected_bits(np.zeros(1, bool), ids, words, np.zeros(1, ids.dtype))

@@ -34,6 +34,21 @@ PACK_CHUNK = 1 << 25
 """Bools `PackedBits.of` packs at a time (a multiple of 8)."""
 
 
+ALIGN = 64
+"""Bytes: where `aligned_zeros` starts an array's data."""
+
+
+def aligned_zeros(nbytes: int) -> np.ndarray:
+    """uint8 (nbytes,) zeros whose data starts on an ALIGN-byte boundary.
+    jax puts such an array on a CPU device without copying it (an XLA
+    buffer's alignment); numpy's large allocations start 16 bytes into a
+    page, and `jax.device_put` copies those: a 1e9 subset's 470 MB of bits
+    twice in memory, 0.25-1 s at its first decode."""
+    raw = np.zeros(nbytes + ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + nbytes]
+
+
 class PackedBits:
     """A bool array (n,) held as its bits, 1/8 of the bytes: what a walk
     across a layer writes (`child_live`) and the next reads, so a 1e9 walk
@@ -61,8 +76,9 @@ class PackedBits:
         """n zero bits, their words sized for max(n, room) bits: a padded
         depth's `words(room)` is then a view, not a copy of its bits into
         fresh pages (1.1 s of a first subset at 1e9 with capacity). The
-        words past n are never touched, so they cost no memory until read."""
-        return cls(np.zeros(8 * -(-max(int(n), room or 0) // 64), dtype=np.uint8), n)
+        words past n are never touched, so they cost no memory until read.
+        The data starts on a 64-byte boundary (`aligned_zeros`)."""
+        return cls(aligned_zeros(8 * -(-max(int(n), room or 0) // 64)), n)
 
     def __getitem__(self, index: slice) -> np.ndarray:
         start, stop, _ = index.indices(self.shape[0])
@@ -113,7 +129,8 @@ def child_live(layer, walk: LayerWalk, live_next, room: Optional[int] = None):
     A compiled kernel (`bit_kernels`) crosses the layer over packed bits in
     one pass, a range of WALK_CHUNK states at a time on WALK_THREADS threads:
     a near-unary range copies the stretches between its exceptions a word at
-    a time and tests the exceptions' rows; any other tests each row."""
+    a time and tests the exceptions' rows (over a saved set's `NearRows`,
+    reading its exception tables in place); any other tests each row."""
     if walk.kind == "unary":
         return live_next
     from static_compiler.item_bits import bit_kernels  # (numba: compiled on first use, cached)
@@ -125,7 +142,12 @@ def child_live(layer, walk: LayerWalk, live_next, room: Optional[int] = None):
     out = result.uint64()
 
     def one_range(a: int, b: int) -> None:
-        if walk.kind == "near":  # row pointers of the range's ends and exceptions only
+        if walk.kind == "near" and isinstance(indptr, NearRows):  # the tables read in place
+            lo, hi, states, starts, end_extra = indptr.exception_tables(a, b)
+            bit_kernels.near_table_rows_any(children, out, a, b - a, states, starts, hi - lo,
+                                            end_extra)
+            indptr.release(lo, hi)
+        elif walk.kind == "near":  # row pointers of the range's ends and exceptions only
             first, _, ids, starts, ends = _near_range(indptr, walk.exceptions, a, b)
             bit_kernels.near_rows_any(children, first, out, a, b - a, ids, starts, ends)
         else:

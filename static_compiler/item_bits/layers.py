@@ -150,8 +150,7 @@ class NearRows(_VirtualRows):
     def _extra_range(self, lo: int, hi: int) -> np.ndarray:
         """`_extra` of exceptions lo..hi, the mapped pages read dropped again."""
         out = self._extra(np.arange(lo, hi + 1))
-        for table in (self._starts, self.states):
-            release_pages(table, lo * table.itemsize, (hi + 1) * table.itemsize)
+        self.release(lo, hi)
         return out
 
     def exception_range(self, start: int, stop: int) -> tuple:
@@ -164,6 +163,31 @@ class NearRows(_VirtualRows):
         extra = self._extra_range(lo, hi)
         return (start + int(extra[0]), stop + int(extra[-1]), ids, ids + extra[:-1],
                 ids + extra[1:] + 1)
+
+    def exception_tables(self, start: int, stop: int) -> tuple:
+        """(lo, hi, states, starts, end_extra) of states start..stop - 1, as
+        `bit_kernels.near_table_rows_any` reads them: the exceptions lo..hi
+        - 1 among them; their ids and row starts, then the next exception's
+        if there is one (read-only views of the tables, mapped ones included:
+        no copy; int32 or int64, a narrower or mixed pair as int64 copies of
+        the range); the extra children of all the exceptions.
+        `release(lo, hi)` drops the pages read again."""
+        lo, hi = (int(i) for i in self._find([start, stop]))
+        end = min(hi + 1, self.states.shape[0])
+        pair = [np.asarray(table[lo:end]) for table in (self.states, self._starts)]
+        if pair[0].dtype != pair[1].dtype or pair[0].dtype not in (np.int32, np.int64):
+            pair = [part.astype(np.int64) for part in pair]
+        views = []
+        for part in pair:
+            view = part.view()
+            view.flags.writeable = False  # (one compiled signature, mapped or not)
+            views.append(view)
+        return lo, hi, views[0], views[1], self._end
+
+    def release(self, lo: int, hi: int) -> None:
+        """Drops exceptions lo..hi's mapped pages (read by a range)."""
+        for table in (self._starts, self.states):
+            release_pages(table, lo * table.itemsize, (hi + 1) * table.itemsize)
 
     def _find(self, index) -> np.ndarray:
         """How many exceptions lie below each of `index` (ints)."""

@@ -155,6 +155,18 @@ def test_numpy_kernels_equal_the_compiled_ones(seed):
     ex = np.flatnonzero(branch != 1)
     _both("near_rows_any", lambda: (children, lead, out(n), first, n, ex + first,
                                     indptr[ex] + lead, indptr[ex + 1] + lead), 2)
+    ex_states = np.concatenate([ex, [n]]).astype(np.int32)  # (a padding entry past them)
+    ex_starts = np.concatenate([indptr[ex], indptr[-1:]]).astype(np.int32)
+    for lo in range(min(3, ex.shape[0] + 1)):  # (a range after each of the first exceptions)
+        a = int(ex[lo - 1]) + 1 if lo else 0  # (state a is output bit `first`)
+        extra = int(indptr[-1]) + lead - (n - a + first)  # (past the last exception)
+        _both("near_table_rows_any", lambda: (children, out(n - a), first, n - a,
+                                              ex_states[lo:] - a + first, ex_starts[lo:] + lead,
+                                              ex.shape[0] - lo, extra), 1)
+        _both("near_table_rows_any", lambda: (children, out(n - a), first, n - a,
+                                              ex_states[lo:-1] - a + first,
+                                              ex_starts[lo:-1] + lead, ex.shape[0] - lo, extra),
+              1)  # (no padding entry: the last exception's end from end_extra)
     _both("rows_any", lambda: (children, indptr + lead, out(n), first, n), 2)
     # Item masks in final-state order: gathered, and with insertions.
     m = n + 10

@@ -769,3 +769,55 @@ def test_near_unary_row_pointers_from_exception_starts_equal_the_layers(seed, fo
             np.testing.assert_array_equal(rows.range(int(a), int(b)), indptr[a:b + 1])
         everyone = np.arange(num_states + 1)
         np.testing.assert_array_equal(rows[everyone], indptr[:num_states + 1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), n=st.integers(1, 300), odd=st.floats(0, 1),
+       density=st.sampled_from([0.0, 0.02, 0.5, 1.0]), pad=st.integers(0, 2),
+       dtypes=st.sampled_from([("int32", "int32"), ("int64", "int64"), ("int16", "int16"),
+                               ("uint32", "uint32"), ("int32", "int64")]),
+       mapped=st.booleans())
+def test_near_unary_walk_reads_the_exception_tables_in_place(seed, n, odd, density, pad,
+                                                             dtypes, mapped):
+    """A near-unary layer held as `NearRows` is walked straight from its
+    exception tables (`exception_tables` + `bit_kernels.near_table_rows_any`):
+    every range, the whole layer and ranges holding none, one or the last
+    of the exceptions (rows with no child, several, at either end, adjacent;
+    padding entries past the states), whatever the tables' dtypes, read-only
+    or not, give each state's any-over-its-row as brute force does, and the
+    numpy twin the same bits; `child_live` over the layer too."""
+    from static_compiler.item_bits import bit_kernels
+
+    rng = np.random.default_rng(seed)
+    branch = np.where(rng.random(n) < odd, rng.integers(0, 5, n), 1)
+    indptr = np.concatenate([[0], np.cumsum(branch)]).astype(np.int64)
+    children = rng.random(int(indptr[-1])) < density
+    want = np.array([children[indptr[s]:indptr[s + 1]].any() for s in range(n)], dtype=bool)
+    ex = np.flatnonzero(branch != 1)
+    tables = {"tokens": np.zeros(int(indptr[-1]), np.int32),
+              "ex_states": np.concatenate([ex, np.full(pad, n)]).astype(dtypes[0]),
+              "ex_starts": np.concatenate([indptr[ex], np.full(pad, indptr[-1])]
+                                          ).astype(dtypes[1]),
+              "ex_branch": np.concatenate([branch[ex], np.zeros(pad, np.int64)]).astype(np.uint8)}
+    if mapped:  # (as an artifact's: read-only)
+        for table in tables.values():
+            table.flags.writeable = False
+    rows = layers.NearRows(tables, n)
+    src = packed_words(children)
+    bounds = sorted({0, n, *(int(x) for x in rng.integers(0, n + 1, 4))})
+    kernels = [bit_kernels.near_table_rows_any, bit_kernels.near_table_rows_any_numpy]
+    for kernel in kernels:
+        out = np.zeros(-(-n // 64) + 1, np.uint64)
+        for a, b in zip(bounds, bounds[1:]):  # (any cut: in order, no thread)
+            lo, hi, states, starts, end_extra = rows.exception_tables(a, b)
+            assert states.dtype in (np.int32, np.int64) and starts.dtype == states.dtype
+            assert not states.flags.writeable and not starts.flags.writeable
+            kernel(src, out, a, b - a, states, starts, hi - lo, end_extra)
+            rows.release(lo, hi)
+        got = np.unpackbits(out.view(np.uint8), bitorder="little").view(bool)
+        np.testing.assert_array_equal(got[:n], want, err_msg=str(kernel))
+        assert not got[n:].any()
+    walk = layers.LayerWalk("near", ex)
+    layer = layers.TableLayer("near_unary", tables, n, True, None, None)
+    live = layer_walk.child_live(layer, walk, layer_walk.PackedBits.of(children))
+    np.testing.assert_array_equal(layer_walk.bools(live)[:n], want)
