@@ -37,8 +37,9 @@ class RowColumns(NamedTuple):
 
 class ProcessorStep(NamedTuple):
     """What `TorchConstraints.processor_step` returns: the rows' state at
-    the step, the tokens they may take there bool (B, V) and the columns
-    the next call's advance reads (`RowColumns`)."""
+    the step, the tokens they may take there bool (B, V) (the caller may
+    write to it: at a dense step it is the columns' valid, which no advance
+    reads) and the columns the next call's advance reads (`RowColumns`)."""
 
     state: TorchState
     allowed: torch.Tensor
@@ -79,10 +80,8 @@ def mask_from(plan, cols: StepColumns, step: int, rows: int, device) -> torch.Te
     for part in (cols.end, cols.stay):
         if part is not None:
             ends = part if ends is None else ends | part
-    if ends is not None:
-        if kids is not None and allowed is kids.valid:  # (the columns' own: the next advance reads them)
-            allowed = allowed.clone()
-        allowed[:, plan.end_token] |= ends
+    if ends is not None:  # (a dense step's valid columns are written: an advance there
+        allowed[:, plan.end_token] |= ends  # reads the table, `dense_child`, not them)
     return allowed
 
 

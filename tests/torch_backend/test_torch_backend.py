@@ -178,6 +178,8 @@ def test_processor_step_refuses_columns_of_another_state_step_or_subset():
     subset = version.subset(np.arange(len(rows)) % 2 == 0)
     first = tc.processor_step(tc.init_processor(2), 0)
     token = first.allowed.float().argmax(dim=1)
+    assert tc.plan.steps[0].kind == "dense_rows"  # (its allowed is the columns' valid)
+    first.allowed.zero_()  # the caller's to write: the next call's advance is unchanged
     with pytest.raises(DecodeInputError, match="tokens at step 0"):
         tc.processor_step(first.state, 0, tokens=token)
     with pytest.raises(DecodeInputError, match="columns without tokens"):

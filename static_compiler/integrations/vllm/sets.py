@@ -212,8 +212,7 @@ class SetCache:
         to). Raises DecodeInputError naming the key for a set that cannot
         be loaded, a bad filter or subset, and a prefix that leaves the set
         or has no continuation there."""
-        named = _REGISTERED.get(options.set) or registered_sets().get(options.set) or \
-            options.set
+        named = registered_sets().get(options.set, options.set)
         held = self._by_options.get(options)
         if held is not None and held[1] == named and _stamp(held[2]) == held[3]:
             return held[0]  # (the same set, unchanged: admission's common case)

@@ -50,11 +50,10 @@ class Group:
     rows' indices in `Rows`. The next step advances the whole group with
     these columns when every member still in it took exactly one token."""
 
-    __slots__ = ("members", "step", "result", "rows", "allowed")
+    __slots__ = ("members", "step", "result", "rows")
 
     def __init__(self, members, step, result, rows):
         self.members, self.step, self.result, self.rows = members, step, result, rows
-        self.allowed = result.allowed
 
 
 class Rows:
@@ -270,7 +269,7 @@ class Engine:
         groups = [g for g in groups if g is not None]
         blocks, offsets, at = [], {}, 0
         for g in groups:
-            allowed = g.allowed
+            allowed = g.result.allowed
             pad = width - allowed.shape[1]
             blocks.append(torch.nn.functional.pad(allowed, (0, pad)) if pad else allowed)
             offsets[id(g)] = at
@@ -284,7 +283,7 @@ class Engine:
             where[index] = closed if request.ended or g is None else \
                 offsets[id(g)] + request.position
         if len(groups) == 1 and at == rows and where == list(range(rows)):
-            ok = blocks[0].clone() if blocks[0] is groups[0].allowed else blocks[0]
+            ok = blocks[0]  # (processor_step's own tensor: written in place below)
         else:
             blocks += [torch.zeros((1, width), dtype=torch.bool, device=self.device),
                        torch.ones((1, width), dtype=torch.bool, device=self.device)]
