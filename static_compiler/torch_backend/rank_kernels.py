@@ -35,6 +35,7 @@ from static_compiler.errors import DecodeInputError
 from static_compiler.item_bits import rank, trie_ranges
 from static_compiler.item_bits.layers import UnitRows
 from static_compiler.torch_backend.checks import is_int_dtype
+from static_compiler.torch_backend.kernels import take
 
 
 class RankTensors(NamedTuple):
@@ -85,11 +86,6 @@ def _popcount(x: torch.Tensor) -> torch.Tensor:
     return x >> 24
 
 
-def _gather(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """table[idx] for indices already in range (index_select, as `take`)."""
-    return table.index_select(0, idx.reshape(-1)).reshape(idx.shape)
-
-
 def rank_at(t: RankTensors, rows: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
     """at.dtype, at.shape: set bits before positions `at` (B, ...) (int32
     or int64, clamped to [0, size]) of rows `rows` (B,) (ints, clamped to
@@ -102,13 +98,13 @@ def rank_at(t: RankTensors, rows: torch.Tensor, at: torch.Tensor) -> torch.Tenso
     row = rows.clamp(0, R - 1).to(at.dtype if R * W < 1 << 31 else torch.int64)
     row = row.reshape(rows.shape + (1,) * (at.ndim - rows.ndim))
     flat = row * W + word
-    value = _gather(t.words.reshape(-1), flat).to(at.dtype)  # (a new tensor: counted in place)
+    value = take(t.words.reshape(-1), flat).to(at.dtype)  # (a new tensor: counted in place)
     if at.dtype == torch.int64:
         value &= 0xFFFFFFFF
     value &= keep
     total = _popcount(value)
-    total += _gather(t.within.reshape(-1), flat)
-    total += _gather(t.counts.reshape(-1), row * C + (word >> 4))
+    total += take(t.within.reshape(-1), flat)
+    total += take(t.counts.reshape(-1), row * C + (word >> 4))
     return total
 
 
@@ -234,8 +230,8 @@ def _next_rows(rows, x: torch.Tensor) -> torch.Tensor:
     if isinstance(rows, tuple):
         marks, extra = rows
         none = torch.zeros(x.shape[:1], dtype=x.dtype, device=x.device)
-        return x + _gather(extra, rank_at(marks, none, x))
-    return _gather(rows, x)
+        return x + take(extra, rank_at(marks, none, x))
+    return take(rows, x)
 
 
 def below(ranges: RangeTensors, depth: int, x: torch.Tensor) -> torch.Tensor:
@@ -319,7 +315,7 @@ def dense_child_live(ranges: RangeTensors, ranked: RankedRows, rows: torch.Tenso
                                "pointer array (not a dense_rows or csr layer)")
     V = nxt.shape[1]
     x = node.to(ranges.dtype).clamp(0, ranges.counts[step] - 1 if ranges.counts[step] else 0)
-    first, last = _gather(pointers, x), _gather(pointers, x + 1)
+    first, last = take(pointers, x), take(pointers, x + 1)
     states = torch.minimum(first[:, None] + torch.arange(V + 1, dtype=x.dtype,
                                                          device=x.device), last[:, None])
     live = _between(ranges, ranked, rows, below(ranges, depth, states), offsets)
