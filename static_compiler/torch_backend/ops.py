@@ -26,13 +26,14 @@ class RowColumns(NamedTuple):
     """The columns a `processor_step` read at `step` for the rows of the
     state it returned (`node` is that state's node tensor, `bits` the
     subset bits it read, None without a subset): the next step's advance
-    reads them instead of the tables. Opaque to callers; pass it back
-    unchanged with that state."""
+    reads them instead of the tables (columns None: it reads the tables, as
+    the host steps do). Opaque to callers; pass it back unchanged with that
+    state."""
 
     step: int
     node: torch.Tensor
     bits: object
-    columns: StepColumns
+    columns: Optional[StepColumns]
 
 
 class ProcessorStep(NamedTuple):

@@ -5,7 +5,8 @@ every door's (`decoding.warm_up`); this module says what torch's paths are.
 torch's eager ops compile nothing (no program is traced or lowered per
 shape, unlike jax's): what a first call pays is torch's first-use costs
 (kernel dispatch tables, allocator pools, lazily imported modules, the
-item subsets' host kernels), the same for every later shape. So the
+item subsets' host kernels, the processor pair's on the CPU:
+`host_kernels`), the same for every later shape. So the
 warm-up reports 0 compilations; `TorchConstraints.compilations()` is
 always 0. (A caller who wraps these ops in ``torch.compile`` owns those
 compilations: dynamo counts them, not this backend.) A set with an item
@@ -25,6 +26,9 @@ from static_compiler.support import arguments
 
 def warm(tc, batch_sizes, beam_sizes, max_subsets, background):
     """`TorchConstraints.warm`: every door's warm-up over torch's paths."""
+    if tc._engine._host_for(None) is not None:  # (the host steps' kernels: loaded, or compiled once)
+        from static_compiler.host_kernels import processor as host_kernels
+        host_kernels.warm()
     return warm_up.warm(tc, _TorchPaths(tc), batch_sizes, beam_sizes, max_subsets, background)
 
 

@@ -1,6 +1,6 @@
 """The import graph flows one way, one layer per folder, lowest first: the
 serving binary's folders (errors -> support -> items -> IR -> the lowered
-plan and tables -> item bits -> rules -> decoding -> the artifact's format ->
+plan and tables -> item bits -> the host kernels -> rules -> decoding -> the artifact's format ->
 the jax utilities -> serving), then the compiler's (frontend -> passes ->
 target -> the items' compiler side -> backend -> the artifact's writer),
 the torch backend, the public API, with the integrations and the
@@ -39,6 +39,7 @@ LAYERS = (
     (("ir",), {"numpy"}),  # the automaton IR, its verifier, printer and parser
     (("lowered",), {"numpy"}),  # the plan and the table format every backend reads
     (("item_bits",), {"numpy", "numba"}),  # the items' liveness bits (numba: bit_kernels, optional)
+    (("host_kernels",), {"numpy", "numba"}),  # the processor pair as compiled host loops (optional)
     (("rules",), {"numpy"}),  # filters, priors and the set view that applies them (they read item bits)
     (("decoding",), {"numpy"}),  # the verb family written once over an engine, and the one warm-up
     (("format",), {"numpy"}),  # the artifact on disk: file names, versions, manifest, snapshot

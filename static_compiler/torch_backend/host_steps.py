@@ -1,0 +1,77 @@
+"""The torch engine's processor pair on the CPU through the compiled host
+loops (`static_compiler.host_kernels`): the tensors' numpy views handed to
+one kernel call per step instead of tens of eager ops, the same results
+bit for bit (tests/torch_backend/test_host_steps.py).
+
+`TorchEngine` uses it for CPU tensors when numba is installed, outside
+``torch.compile`` (which traces the ops instead) and for subsets given as
+`LiveBits`; everywhere else the ops in `ops` run.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from static_compiler.host_kernels import processor as host
+from static_compiler.torch_backend.kernels import LiveBits
+from static_compiler.torch_backend.ops import ProcessorStep, RowColumns, TorchState
+
+
+def _numpy(x: torch.Tensor, dtype) -> np.ndarray:
+    return np.ascontiguousarray(x.numpy(), dtype)
+
+
+class HostSteps:
+    """A set's steps as the host kernels read them: one `HostLayer` per
+    step 0..max_length - 1, views of the engine's CPU tables (no copy)."""
+
+    def __init__(self, plan, tables: tuple):
+        self.plan = plan
+        views = tuple({name: t.numpy() for name, t in tabs.items()} for tabs in tables)
+        self.layers = tuple(host.HostLayer.of(plan, views, step, plan.count_at(step))
+                            for step in range(plan.max_length))
+
+    @staticmethod
+    def reads(sub) -> bool:
+        """Whether the kernels read this subset form (None or `LiveBits`)."""
+        return sub is None or isinstance(sub[0], LiveBits)
+
+    def _subset(self, sub, step: int) -> host.HostSubset:
+        if sub is None:
+            return host.NO_BITS
+        live, rows = sub
+        words = live.live[step].numpy() if step < self.plan.depth else None
+        ends = live.ends[step]
+        return host.host_subset(words, step in self.plan.slot_steps, self.plan.vocab_size,
+                                None if ends is None else ends.numpy(), rows.numpy())
+
+    def _rows(self, state: TorchState) -> tuple:
+        return (_numpy(state.node, np.int64), _numpy(state.valid, np.bool_),
+                _numpy(state.finished, np.bool_))
+
+    def mask(self, state: TorchState, step: int, sub=None) -> torch.Tensor:
+        """`ops.mask_at`: bool (B, V)."""
+        plan = self.plan
+        return torch.from_numpy(host.mask(self.layers[step], self._subset(sub, step),
+                                          plan.vocab_size, plan.end_token, *self._rows(state)))
+
+    def advance(self, state: TorchState, tokens: torch.Tensor, step: int,
+                sub=None) -> TorchState:
+        """`ops.advance_at`: the rows moved along tokens (B,)."""
+        plan = self.plan
+        moved = host.advance(self.layers[step], self._subset(sub, step), plan.vocab_size,
+                             plan.end_token, *self._rows(state), _numpy(tokens, np.int64))
+        return TorchState(*(torch.from_numpy(x) for x in moved))
+
+    def processor_step(self, state: TorchState, tokens: Optional[torch.Tensor], step: int,
+                       sub=None) -> ProcessorStep:
+        """`ops.processor_step` (its columns hold no candidates: the next
+        call's advance reads the tables, as cheap here as reading them
+        back)."""
+        if tokens is not None:
+            state = self.advance(state, tokens, step - 1, sub)
+        return ProcessorStep(state, self.mask(state, step, sub),
+                             RowColumns(step, state.node, None if sub is None else sub[0], None))

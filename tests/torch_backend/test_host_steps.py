@@ -1,0 +1,140 @@
+"""The torch engine's host steps (`torch_backend.host_steps` over the numba
+kernels of `host_kernels.processor`): `mask`, `advance` and
+`processor_step` equal the torch ops (`ops.mask_at` / `advance_at` /
+`processor_step`) bit for bit, on the live cases (every layout, capacity,
+removals, additions, subsets, fixed and variable length) along every path
+and on adversarial rows (states outside their depth, finished and invalid
+rows, tokens outside the vocabulary, subset rows outside the stack); the
+door picks them for CPU tensors only outside torch.compile.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import oracle
+import pytest
+import torch
+from backend.test_processor import make_set
+from hypothesis import given
+from live_cases import CI_EXAMPLES, compile_case, fuzz_settings, live_cases, paths, updated
+
+import static_compiler as sc
+from static_compiler.host_kernels import processor as host_kernels
+from static_compiler.torch_backend import TorchConstraints, TorchState, live_bits, ops
+from static_compiler.torch_backend.host_steps import HostSteps
+
+pytestmark = pytest.mark.skipif(not host_kernels.AVAILABLE, reason="numba is not installed")
+
+
+def _same_state(a, b, where):
+    for x, y in zip(a, b):
+        assert x.dtype == y.dtype and torch.equal(x, y), where
+
+
+def _check_step(hs: HostSteps, eng, state, tokens, step, sub, where):
+    """Host and ops agree on the mask at `step`, the advance along
+    `tokens` at `step` and the fused step at step + 1."""
+    want = ops.mask_at(eng.plan, eng.tables, state, step, sub)
+    got = hs.mask(state, step, sub)
+    assert got.dtype == torch.bool and torch.equal(got, want), ("mask", where)
+    moved = ops.advance_at(eng.plan, eng.tables, state, tokens, step, sub)
+    _same_state(hs.advance(state, tokens, step, sub), moved, ("advance", where))
+    if step + 1 < eng.plan.max_length:
+        fused = ops.processor_step(eng.plan, eng.tables, state, tokens, None, step + 1, sub)
+        mine = hs.processor_step(state, tokens, step + 1, sub)
+        _same_state(mine.state, fused.state, ("processor_step", where))
+        assert torch.equal(mine.allowed, fused.allowed), ("processor_step", where)
+    return moved
+
+
+def _adversarial(rng, count: int, n: int, V: int, end) -> tuple:
+    """Rows anywhere: states outside [0, count), invalid and finished rows
+    (finished ones not at 0 too), tokens outside [0, V) and the end token."""
+    node = torch.from_numpy(rng.integers(-2, count + 3, n).astype(np.int64))
+    valid = torch.from_numpy(rng.random(n) < 0.8)
+    finished = torch.from_numpy(rng.random(n) < (0.2 if end is not None else 0.0))
+    tokens = rng.integers(-1, V + 2, n)
+    if end is not None:
+        tokens[::3] = end
+    return TorchState(node, valid, finished), torch.from_numpy(tokens.astype(np.int64))
+
+
+@fuzz_settings(max(4, CI_EXAMPLES // 2))  # (each example compiles a set)
+@given(live_cases())
+def test_host_steps_match_the_torch_ops(case):
+    compiled = updated(compile_case(case), case)
+    tc = TorchConstraints.from_compiled(compiled)
+    eng = tc._engine
+    hs = eng._host_for(None)
+    assert isinstance(hs, HostSteps)  # (CPU tensors, numba installed)
+    T, V = compiled.max_length, case.vocab
+    stacked = sc.stack_subsets([compiled.subset(m) for m in case.subsets])
+    bits = live_bits(stacked)
+    R = len(case.subsets)
+    rng = np.random.default_rng(len(case.rows) * 7 + V)
+    drafts = np.asarray(paths(case.all_rows, case, T), np.int64)
+    drafts[::3, -1] = rng.integers(0, V, drafts[::3].shape[0])
+    n = drafts.shape[0]
+    pick = torch.from_numpy(rng.integers(0, R, n).astype(np.int64))
+    base = eng._base_bits
+    subs = [None, (bits, pick)] + ([] if base is None else [(base, torch.zeros(n, dtype=torch.int64))])
+    for sub in subs:
+        state = ops.init_state(n)
+        for step in range(T):
+            state = _check_step(hs, eng, state, torch.from_numpy(drafts[:, step]), step, sub,
+                                ("path", step, sub is None))
+    # adversarial rows, and subset rows outside [0, R) (an index tensor's values stay unchecked)
+    for step in range(T):
+        state, tokens = _adversarial(rng, tc.plan.count_at(step), 24, V, tc.end_token)
+        wild = torch.from_numpy(rng.integers(-1, R + 2, 24).astype(np.int64))
+        for sub in (None, (bits, wild)):
+            _check_step(hs, eng, state, tokens, step, sub, ("adversarial", step, sub is None))
+
+
+def test_the_door_runs_the_host_steps_on_cpu_only_outside_torch_compile(monkeypatch):
+    rows = [(1, 2, 3), (1, 2, 4), (5, 6, 7), (5, 8, 9)]
+    tc = TorchConstraints.from_compiled(sc.compile_constraints(rows, 10, end_token=0))
+    calls = []
+    real = HostSteps.mask
+    monkeypatch.setattr(HostSteps, "mask", lambda self, *a: calls.append("mask") or real(self, *a))
+    state = tc.init_processor(2)
+    first = tc.processor_step(state, 0)
+    assert calls == ["mask"] and first.columns.columns is None
+    token = torch.tensor([1, 5])
+    second = tc.processor_step(first.state, 1, tokens=token, columns=first.columns)
+    assert calls == ["mask"] * 2 and second.allowed[:, [2, 6, 8]].tolist() == \
+        [[True, False, False], [False, True, True]]
+
+    def run(state, token):
+        moved = tc.advance(state, token, 0)
+        return tc.allowed_tokens(moved, 1)
+
+    compiled = torch.compile(run, fullgraph=True, backend="eager")(state, token)
+    assert torch.equal(compiled, second.allowed) and calls == ["mask"] * 2  # (traced: the ops)
+    assert torch.equal(tc.allowed_tokens(second.state, 1), second.allowed)
+    assert calls == ["mask"] * 3
+
+
+
+@pytest.mark.parametrize("kind, layout, minimize", [
+    *[(kind, layout, False) for kind in ("fixed", "ragged") for layout in oracle.LAYOUTS],
+    *[("shared", layout, True) for layout in ("csr", "unary", "dense_rows", "near_unary")],
+    *[("shared-ragged", layout, True) for layout in ("near_unary", "csr", "unary")]])
+def test_host_steps_match_the_torch_ops_on_every_layout(kind, layout, minimize):
+    """Every layout of fixed and variable-length sets, and minimized ones
+    (states shared, targets explicit), along random walks that mostly take
+    allowed tokens, and on adversarial rows."""
+    items, end_token = make_set(kind)
+    tc = TorchConstraints.from_compiled(oracle.compile_set(items, 8, layout, end_token, minimize))
+    eng = tc._engine
+    assert not minimize or any(s.explicit_targets for s in tc.plan.steps)
+    rng = np.random.default_rng([oracle.LAYOUTS.index(layout) if layout in oracle.LAYOUTS else 9,
+                                 len(kind)])
+    V, n = tc.vocab_size, 32
+    state = ops.init_state(n)
+    for step in range(tc.max_length):
+        allowed = ops.mask_at(eng.plan, eng.tables, state, step)
+        tokens = torch.multinomial(allowed.float() + 1e-3, 1)[:, 0]
+        state = _check_step(eng._host_for(None), eng, state, tokens, step, None, ("walk", step))
+        rows, tokens = _adversarial(rng, tc.plan.count_at(step), 24, V, tc.end_token)
+        _check_step(eng._host_for(None), eng, rows, tokens, step, None, ("adversarial", step))
