@@ -15,8 +15,8 @@ A name registered both ways takes `register_set`'s path. The sets of the
 environment variable are loaded and checked (end token, vocabulary) when
 the processor starts, so a wrong one stops the engine at start-up.
 
-Versions. `SetCache.current(path)` stats the artifact's directory and
-manifest.json on every call (no read while both stats are unchanged); when
+Versions. `SetCache.current(path)` stats the artifact's manifest.json
+(through the path) on every call (no read while its stat is unchanged); when
 a stat changed, it compares the manifest on disk with the version it holds
 (a read of manifest.json and a stat of each file, no hashing) and loads the
 new version when they differ (`TorchConstraints.reload`, checksums
@@ -271,13 +271,16 @@ class SetCache:
 
 def _stamp(path: str) -> Optional[tuple]:
     """What changes when a new version is swapped in at `path`: the (inode,
-    mtime ns, size) of the directory and of its manifest.json; None when
-    either cannot be stat'ed (the load then names the error)."""
+    device, mtime ns, size) of its manifest.json, reached through the path
+    as it resolves now (every version writes its own manifest, in the
+    directory swapped in: a new inode, and the old one is kept in the
+    history); None when it cannot be stat'ed (the load then names the
+    error). One stat: admission and a request's start each take one."""
     try:
-        stats = (os.stat(path), os.stat(os.path.join(path, MANIFEST_FILE)))
+        s = os.stat(os.path.join(path, MANIFEST_FILE))
     except OSError:
         return None
-    return tuple((s.st_ino, s.st_dev, s.st_mtime_ns, s.st_size) for s in stats)
+    return s.st_ino, s.st_dev, s.st_mtime_ns, s.st_size
 
 
 def end_token_problem(constraints: TorchConstraints, eos: Optional[int],
