@@ -371,15 +371,23 @@ def checked_subset_index(subset, fingerprint: str, subset_index, batch_size: int
         index = np.asarray(subset_index)
     except Exception:  # a traced value (jax raises on conversion): checked where it is used
         return subset_index
+    return checked_rows(index, subset.num_subsets, batch_size, where).astype(np.int32)
+
+
+def checked_rows(subset_index, num_subsets: int, batch_size: int, where: str) -> np.ndarray:
+    """A concrete `subset_index` as int64 (batch_size,) after checking its
+    shape, dtype and values in [0, num_subsets) (any stacked subset form's
+    rows); raises DecodeInputError naming what is wrong."""
+    index = np.asarray(subset_index)
     if index.shape != (batch_size,) or index.dtype.kind not in "iu":
         raise DecodeInputError(f"{where}: subset_index has shape {index.shape} and dtype "
                                f"{index.dtype}: expected ints ({batch_size},), one subset per "
                                "batch row")
-    bad = np.flatnonzero((index < 0) | (index >= subset.num_subsets))
+    bad = np.flatnonzero((index < 0) | (index >= num_subsets))
     if bad.size:
         raise DecodeInputError(f"{where}: subset_index[{int(bad[0])}] = {int(index[bad[0]])}: "
-                               f"expected a subset in [0, {subset.num_subsets})")
-    return index.astype(np.int32)
+                               f"expected a subset in [0, {num_subsets})")
+    return index.astype(np.int64)
 
 
 def stack_subsets(subsets: Sequence[Subset]) -> Subset:

@@ -33,6 +33,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError
+from static_compiler.item_bits.placements import Placements
 from static_compiler.item_bits.state_order import InsertedOrder
 
 BLOCK_BITS = 512
@@ -226,13 +227,16 @@ class RankedSubset:
     (removed items cleared); added, `ItemRanks` (R, K) over the K added
     items in trie order; at int64 (K,), their trie positions ascending
     (`trie_order`); fingerprint, the set's (as `Subset`'s: a decoder
-    refuses a subset of another set), "" where not given. ``count(lo, hi)``
-    over trie positions."""
+    refuses a subset of another set), "" where not given; placements, its
+    device copies (`item_bits.placements`, as a `Subset`'s). ``count(lo,
+    hi)`` over trie positions."""
 
     items: ItemRanks
     added: ItemRanks
     at: np.ndarray
     fingerprint: str = ""
+    placements: Placements = dataclasses.field(default_factory=Placements, init=False,
+                                               repr=False, compare=False)
 
     @property
     def nbytes(self) -> int:
