@@ -27,7 +27,7 @@ import numpy as np
 
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, FilterExpressionError
 from static_compiler.item_bits import rank, trie_ranges
-from static_compiler.item_bits.item_masks import ITEM_CHUNK, RowSource, rows_item_mask
+from static_compiler.item_bits.item_masks import ITEM_CHUNK, RowSource, rows_item_bits, rows_item_mask
 from static_compiler.item_bits.layers import TableLayer, table_layers
 from static_compiler.item_bits.liveness import BitLayout, Subset, bit_layout, rows_item_live, subset_of_items
 from static_compiler.items.index import ItemIndex
@@ -375,9 +375,8 @@ class SetView:
         than two dimensions)."""
         items = self.checked_items(where)
         picked = self.selected_rows(selection, expression, masks, where)
-        if isinstance(picked, RowSource):
-            rows = rows_item_mask(picked, items, where)[None]
-        else:
+        order, removed = self._order.get(), self._removed_ranks.get()
+        if not isinstance(picked, RowSource):
             try:
                 picked = _array_or_filter(picked)
             except (TypeError, ValueError) as err:  # ragged nested lists
@@ -385,32 +384,28 @@ class SetView:
                     f"{where}: selection {str(selection)[:60]!r} is not an array ({err}): "
                     f"expected bool ({items.num_items},) over the input rows") from None
             if picked.dtype != bool and self._lookup is not None:  # token sequences
-                rows = self._lookup(picked, items, where, self.trie(),
-                                    self.bit_layout(where))[None]
-            elif picked.ndim > 2 or (picked.ndim == 2 and not picked.shape[0]):
+                live = self._lookup(picked, items, where, self.trie(), self.bit_layout(where))
+                return rank.ranked_subset(live, order, removed, fine=True,
+                                          fingerprint=self.fingerprint)
+            if picked.ndim > 2 or (picked.ndim == 2 and not picked.shape[0]):
                 raise ConstraintSetError(f"{where}: selection has shape {picked.shape}: "
                                          f"expected bool ({items.num_items},) or (R, "
                                          f"{items.num_items}), R >= 1, over the input rows")
-            elif picked.dtype == bool and picked.ndim == 2:
-                rows = np.stack([self._item_mask(row, items, where) for row in picked])
-            else:
-                rows = self._item_mask(picked, items, where)[None]
-        return rank.ranked_subset(rows, self._order.get(), self._removed_ranks.get(), fine=True,
-                                  fingerprint=self.fingerprint)
+            if picked.dtype == bool and picked.shape[-1] == items.num_items and \
+                    self._rows_are_items.get():  # the rows are the items: packed as they are
+                return rank.ranked_subset(picked, order, removed, fine=True,
+                                          fingerprint=self.fingerprint)
+        rows = [picked] if isinstance(picked, RowSource) or picked.ndim == 1 else list(picked)
+        # each row's items as packed bits (the scatter through row -> item), counted as packed
+        words = np.stack([rows_item_bits(row, items, where).data.view(np.uint32)
+                          for row in rows])
+        return rank.ranked_subset_of_words(words, order, removed, fine=True,
+                                           fingerprint=self.fingerprint)
 
     def trie_order(self):
         """The set's trie order (`trie_ranges.trie_order`, an `InsertedOrder`;
         built once): where its items lie among the trie's positions."""
         return self._order.get()
-
-    def _item_mask(self, selection: np.ndarray, items: ItemIndex, where: str) -> np.ndarray:
-        """bool (N',): the items the input rows `selection` (bool) pick: the
-        selection itself where the rows are the items in order (a sorted,
-        duplicate-free input: no scatter), else `rows_item_mask`."""
-        if selection.dtype == bool and selection.shape == (items.num_items,) and \
-                self._rows_are_items.get():
-            return selection
-        return rows_item_mask(selection, items, where)
 
     def _build_removed_ranks(self):
         removed = None if self.items is None else self.items.removed
