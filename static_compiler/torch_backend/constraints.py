@@ -338,7 +338,8 @@ class TorchConstraints(PlanFacts, Decoder):
         (eager ops), so this pays only the first-use costs: torch's, and
         for a set with an item index the first `subset()`'s (the subsets'
         host kernels and the set's bit layout, 0.5-4 s once per process;
-        taken here at any max_subsets); the results of later calls are
+        taken here at any max_subsets) and the first `ranked_subset()`'s
+        (the set's trie order and range tables); the results of later calls are
         unchanged. Returns a `WarmReport` (compilations 0, the calls made,
         seconds, ...), or with background=True a `concurrent.futures.Future`
         of one at once (run on a thread; the arguments checked first,
