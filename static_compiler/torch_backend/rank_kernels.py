@@ -335,8 +335,8 @@ def dense_child_live(ranges: RangeTensors, ranked: RankedRows, rows: torch.Tenso
     states = torch.minimum(first[:, None] + torch.arange(V + 1, dtype=x.dtype,
                                                          device=x.device), last[:, None])
     live = _between(ranges, ranked, rows, below(ranges, depth, states), offsets)
-    column = (nxt.to(x.dtype) - first[:, None]).clamp(0, V - 1)
-    return (nxt >= 0) & live.gather(1, column.long())
+    column = nxt - first[:, None].to(nxt.dtype)  # (in nxt's dtype: no pass converting it)
+    return (nxt >= 0) & live.gather(1, column.clamp_(0, V - 1).long())
 
 
 def end_live(ranges: RangeTensors, ranked: RankedRows, rows: torch.Tensor, step: int,
