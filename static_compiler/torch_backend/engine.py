@@ -49,7 +49,7 @@ def ranked_live(subset: RankedSubset, ranges: Callable[[], rank_kernels.RangeTen
     # (one object per subset, device and set: a processor_step's columns are told by it;
     # the entry holds `table`, so its id stays its own)
     return subset.placements.get(("torch-rank", str(device), id(table)), lambda: (
-        rank_kernels.RankedLive(table, rank_kernels.ranked_rows(subset, table, where, device))))
+        rank_kernels.ranked_live(table, rank_kernels.ranked_rows(subset, table, where, device))))
 
 
 class TorchEngine:

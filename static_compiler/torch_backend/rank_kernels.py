@@ -210,15 +210,31 @@ def ranked_rows(ranked: rank.RankedSubset, ranges: RangeTensors, where: str,
 
 class RankedLive(NamedTuple):
     """A ranked subset as the decoders read it (the `kernels.LiveBits` of
-    the rank form): the set's `RangeTensors` and the placed `RankedRows`,
-    one device."""
+    the rank form, `ranked_live`): the set's `RangeTensors`, the placed
+    `RankedRows`, one device; first, bool (R, S_1): which states at depth 1
+    have a selected item below them, made once when placed (S_1 <= V
+    ranks a subset) and read at step 0 as one entry a candidate: the
+    root's V children of every row cost a rank each otherwise."""
 
     ranges: RangeTensors
     ranked: RankedRows
+    first: torch.Tensor
 
     @property
     def num_subsets(self) -> int:
         return self.ranked.num_subsets
+
+
+def ranked_live(ranges: RangeTensors, ranked: RankedRows) -> RankedLive:
+    """The `RankedLive` of `ranked` (placed) over the set of `ranges`: its
+    depth-1 states' bits read from its rank bits (`RankedLive.first`)."""
+    R, S = ranked.num_subsets, ranges.counts[1]
+    device = ranked.items.words.device
+    rows = torch.arange(R, device=device)
+    states = torch.arange(S + 1, dtype=ranges.dtype, device=device).expand(R, S + 1)
+    offsets = _child_offsets(ranges, 0, None, torch.zeros(R, dtype=ranges.dtype, device=device))
+    return RankedLive(ranges, ranked,
+                      _between(ranges, ranked, rows, below(ranges, 1, states), offsets))
 
 
 def check_rows(ranked: RankedRows, rows, batch_size: int, where: str) -> torch.Tensor:
@@ -428,6 +444,15 @@ def _child_offsets(ranges: RangeTensors, step: int, offsets: Optional[torch.Tens
     return child_offsets(ranges, step, offsets, node)
 
 
+def _first_live(live: RankedLive, rows: torch.Tensor, nxt: torch.Tensor) -> torch.Tensor:
+    """bool nxt.shape: `RankedLive.first` of states nxt int (B, K) at depth
+    1 in each row's subset (a state outside [0, S_1): False)."""
+    S = live.first.shape[1]
+    inside = (nxt >= 0) & (nxt < S)
+    at = rows.clamp(0, live.first.shape[0] - 1)[:, None] * S + nxt.clamp(0, max(S - 1, 0))
+    return inside & take(live.first.reshape(-1), at)
+
+
 def children_live(live: RankedLive, rows: torch.Tensor, step: int, dense: bool,
                   node: torch.Tensor, nxt: torch.Tensor,
                   offsets: Optional[torch.Tensor]) -> torch.Tensor:
@@ -436,6 +461,8 @@ def children_live(live: RankedLive, rows: torch.Tensor, step: int, dense: bool,
     dense_rows step's (`dense`) read by token (`dense_child_live`), the
     others' as consecutive states (a csr / near_unary slice, a unary
     step's one child)."""
+    if step == 0:
+        return _first_live(live, rows, nxt)
     ranges = live.ranges
     below = _child_offsets(ranges, step, offsets, node)
     if dense:
@@ -447,6 +474,8 @@ def one_child_live(live: RankedLive, rows: torch.Tensor, step: int, node: torch.
                    nxt: torch.Tensor, offsets: Optional[torch.Tensor]) -> torch.Tensor:
     """bool (B,): `child_live` of one next state per row, nxt int (B,)
     (-1: none, False), from states `node` with their `offsets`."""
+    if step == 0:
+        return _first_live(live, rows, nxt[:, None])[:, 0]
     ranges = live.ranges
     below = _child_offsets(ranges, step, offsets, node)
     return child_live(ranges, live.ranked, rows, step, nxt[:, None], below)[:, 0]
