@@ -246,6 +246,13 @@ class RankedSubset:
     def num_subsets(self) -> int:
         return self.items.num_rows
 
+    @property
+    def sizes(self) -> np.ndarray:
+        """int64 (R,): the items in each subset (`Subset.sizes`): the
+        selected items at every trie position (an added item's bit in
+        `items` is never read: its position reads `added`)."""
+        return self.prefix(np.full(self.num_subsets, self.items.size), np.arange(self.num_subsets))
+
     @classmethod
     def stack(cls, subsets: Sequence["RankedSubset"]) -> "RankedSubset":
         """Rows of `subsets` of one set (equal positions `at` and

@@ -146,6 +146,17 @@ def check_subsettable(items: Optional[ItemIndex], explicit_targets: Sequence[boo
     return items
 
 
+def _selection(selection, items: ItemIndex, where: str):
+    """`_array_or_filter` of a selection, ConstraintSetError naming it
+    (and `where`) where it is no array (ragged nested lists)."""
+    try:
+        return _array_or_filter(selection)
+    except (TypeError, ValueError) as err:
+        raise ConstraintSetError(
+            f"{where}: selection {str(selection)[:60]!r} is not an array ({err}): "
+            f"expected bool ({items.num_items},) over the input rows") from None
+
+
 def _trie_order(items: ItemIndex, trie):
     """`trie_ranges.trie_order` of a set's items and trie (`SetView.trie_order`)."""
     layers = None if items.item_depth is None else \
@@ -353,13 +364,7 @@ class SetView:
                 rows.fill(0, rows.num_rows, selection)
             item_live = self._lookup(selection, items, where, trie, layout)
         else:
-            try:
-                selection = _array_or_filter(selection)
-            except (TypeError, ValueError) as err:  # ragged nested lists
-                raise ConstraintSetError(
-                    f"{where}: selection {str(selection)[:60]!r} is not an array ({err}): "
-                    f"expected bool ({items.num_items},) over the input rows") from None
-            item_live = rows_item_live(selection, items, layout, where)
+            item_live = rows_item_live(_selection(selection, items, where), items, layout, where)
         return subset_of_items(trie.layers, trie.num_final_states, trie.end_token, items,
                                item_live, self.fingerprint, layout)
 
@@ -377,12 +382,7 @@ class SetView:
         picked = self.selected_rows(selection, expression, masks, where)
         order, removed = self._order.get(), self._removed_ranks.get()
         if not isinstance(picked, RowSource):
-            try:
-                picked = _array_or_filter(picked)
-            except (TypeError, ValueError) as err:  # ragged nested lists
-                raise ConstraintSetError(
-                    f"{where}: selection {str(selection)[:60]!r} is not an array ({err}): "
-                    f"expected bool ({items.num_items},) over the input rows") from None
+            picked = _selection(picked, items, where)
             if picked.dtype != bool and self._lookup is not None:  # token sequences
                 live = self._lookup(picked, items, where, self.trie(), self.bit_layout(where))
                 return rank.ranked_subset(live, order, removed, fine=True,

@@ -113,7 +113,9 @@ def test_every_verb_over_a_ranked_subset_equals_it_over_the_subset(case):
     tc = TorchConstraints.from_compiled(compiled)
     one = tc.ranked_subset(case.subsets[0])
     assert isinstance(one, RankedSubset) and one.num_subsets == 1
-    check_verbs(tc, case, one, tc.subset(case.subsets[0]), None)
+    subset = tc.subset(case.subsets[0])
+    np.testing.assert_array_equal(one.sizes, subset.sizes)
+    check_verbs(tc, case, one, subset, None)
     # R per-row subsets: made at once from (R, N), or stacked from R made apart
     stacked = sc.stack_subsets([tc.subset(m) for m in case.subsets])
     at_once = tc.ranked_subset(np.stack(case.subsets))
