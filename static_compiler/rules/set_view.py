@@ -241,11 +241,14 @@ class SetView:
         """The view of a saved artifact read with numpy (`Manifest`, host
         tables, item index, and the sha256 of its IR text, the fingerprint's
         first part, from the manifest's file list); built:
-        a view of the same host tables whose trie and layout to share."""
+        a view of the same host tables whose trie, layout and (once made) trie
+        order to share."""
         view = cls(facts_of_manifest(manifest), tables, items, ir_sha256,
                    source=source, missing=missing)
         if built is not None:
             view._trie, view._layout = built._trie, built._layout
+            if built._order._done:  # (the same trie, so its order; once made: a builder not
+                view._order = built._order  # yet run would hold the older items)
         return view
 
     def version(self, items: Optional[ItemIndex]) -> "SetView":

@@ -16,7 +16,6 @@ set's live items) and item subsets.
 
 from __future__ import annotations
 
-import functools
 from concurrent.futures import Future
 from typing import Callable, Optional, Union
 
@@ -97,7 +96,7 @@ class TorchConstraints(PlanFacts, Decoder):
         self.device = checks.check_device(device, "TorchConstraints")
         self._set_view = set_view  # (subsets, fingerprint, base subset: numpy, on the host)
         device = self.device
-        ranges = None if set_view.items is None else functools.cache(
+        ranges = None if set_view.items is None else (
             lambda: rank_kernels.range_tensors(set_view.trie(), set_view.trie_order(),
                                                set_view.fingerprint, device))
         self._ops = TorchEngine(plan, tables, device, set_view.base_subset(), ranges)
@@ -130,7 +129,8 @@ class TorchConstraints(PlanFacts, Decoder):
                      ) -> "TorchConstraints":
         """The set of the open snapshot `snap` of the artifact at `path`;
         `same`: a loaded version with the same tables, whose tensors (and
-        trie) the new one shares (`reload`)."""
+        trie, and its trie order and range tensors once made) the new one
+        shares (`reload`)."""
         manifest = snap.manifest
         host = snapshot.read_tables(snap)  # (memory-mapped: read where used)
         arrays = snapshot_items.read_item_arrays(snap)
@@ -143,6 +143,9 @@ class TorchConstraints(PlanFacts, Decoder):
                                    built=built)
         tables = same._tables if same is not None else torch_tables(host, device)
         loaded = cls(torch_plan(view.facts), tables, view, device=device, names=names)
+        made = None if same is None else same._engine.range_table
+        if made is not None and view.items is not None:  # (its range tensors, renamed)
+            loaded._engine.range_table = made._replace(fingerprint=view.fingerprint)
         loaded.path, loaded._manifest = path, manifest
         return loaded
 

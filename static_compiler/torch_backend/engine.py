@@ -9,6 +9,7 @@ True)``. Nothing compiles per shape: `counting` counts nothing and
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Callable, Optional
 
 import numpy as np
@@ -39,13 +40,12 @@ def live_bits(subset: Subset, device=None) -> LiveBits:
         tuple(convert(w) for w in subset.live), tuple(convert(w) for w in subset.ends)))
 
 
-def ranked_live(subset: RankedSubset, ranges: Callable[[], rank_kernels.RangeTensors],
-                device, where: str) -> rank_kernels.RankedLive:
+def ranked_live(subset: RankedSubset, table: rank_kernels.RangeTensors, device,
+                where: str) -> rank_kernels.RankedLive:
     """A `RankedSubset`'s rank bits placed on `device` with the set's
-    `RangeTensors` (`ranges()`), kept in its `placements` per device and set;
+    `RangeTensors` `table`, kept in its `placements` per device and set;
     DecodeInputError naming `where` for a ranked subset of another set or
     version."""
-    table = ranges()
     # (one object per subset, device and set: a processor_step's columns are told by it;
     # the entry holds `table`, so its id stays its own)
     return subset.placements.get(("torch-rank", str(device), id(table)), lambda: (
@@ -54,9 +54,10 @@ def ranked_live(subset: RankedSubset, ranges: Callable[[], rank_kernels.RangeTen
 
 class TorchEngine:
     """A set's `TorchPlan` and tables (tensors on `device`); base: the
-    version's base subset (its bits placed now), or None; ranges: the
-    set's `rank_kernels.RangeTensors` on `device`, made on first use (None:
-    ranked subsets refused)."""
+    version's base subset (its bits placed now), or None; ranges: a
+    function making the set's `rank_kernels.RangeTensors` on `device`
+    (`range_table` once made by `ranges()`; None: ranked subsets
+    refused)."""
 
     pad_from = None  # (eager ops: every stack runs as it is)
 
@@ -68,7 +69,22 @@ class TorchEngine:
         self.end_token = plan.end_token
         self._base = base
         self._base_bits = None if base is None else live_bits(base, device)
-        self._ranges = ranges
+        self._make_ranges = ranges
+        self.range_table: Optional[rank_kernels.RangeTensors] = None  # (made once: `ranges`)
+        self._lock = threading.Lock()
+
+    def ranges(self, where: str) -> rank_kernels.RangeTensors:
+        """The set's `RangeTensors` on the device (made on first use, once
+        across threads); DecodeInputError naming `where` for a set
+        without them (no item index)."""
+        if self.range_table is None:
+            if self._make_ranges is None:
+                raise DecodeInputError(f"{where}: a ranked subset, but this set has no item "
+                                       "index (ranked subsets are a set's with item subsets)")
+            with self._lock:
+                if self.range_table is None:
+                    self.range_table = self._make_ranges()
+        return self.range_table
 
     def pad_to(self) -> Optional[int]:
         return None
@@ -89,10 +105,7 @@ class TorchEngine:
         if subset is self._base and subset_index is None:  # (no host read: traceable)
             return self._base_bits, torch.zeros(n, dtype=torch.int64, device=self.device)
         if isinstance(subset, RankedSubset):
-            if self._ranges is None:
-                raise DecodeInputError(f"{where}: a ranked subset, but this set has no item "
-                                       "index (ranked subsets are a set's with item subsets)")
-            live = ranked_live(subset, self._ranges, self.device, where)
+            live = ranked_live(subset, self.ranges(where), self.device, where)
             return live, self._ranked_rows(live, subset_index, n, where)
         if isinstance(subset, LiveBits):
             if not isinstance(subset_index, torch.Tensor):
