@@ -27,7 +27,13 @@ import numpy as np
 
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, FilterExpressionError
 from static_compiler.item_bits import rank, trie_ranges
-from static_compiler.item_bits.item_masks import ITEM_CHUNK, RowSource, rows_item_bits, rows_item_mask
+from static_compiler.item_bits.item_masks import (
+    ITEM_CHUNK,
+    RowSource,
+    check_selection,
+    rows_item_bits,
+    rows_item_mask,
+)
 from static_compiler.item_bits.layers import TableLayer, table_layers
 from static_compiler.item_bits.liveness import BitLayout, Subset, bit_layout, rows_item_live, subset_of_items
 from static_compiler.items.index import ItemIndex
@@ -384,6 +390,12 @@ class SetView:
         items = self.checked_items(where)
         picked = self.selected_rows(selection, expression, masks, where)
         order, removed = self._order.get(), self._removed_ranks.get()
+        if isinstance(picked, RowSource) and self._rows_are_items.get():
+            check_selection(picked, items, where)  # (a filter: its rows are the items)
+            mask = np.empty(picked.num_rows, bool)
+            picked.fill(0, picked.num_rows, mask)
+            return rank.ranked_subset(mask, order, removed, fine=True,
+                                      fingerprint=self.fingerprint)
         if not isinstance(picked, RowSource):
             picked = _selection(picked, items, where)
             if picked.dtype != bool and self._lookup is not None:  # token sequences

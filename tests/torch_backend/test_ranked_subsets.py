@@ -158,8 +158,10 @@ def test_a_filter_and_sorted_rows_give_the_subsets_items(tmp_path):
     dup = TorchConstraints.from_compiled(sc.compile_constraints(twice, 12, export_subsets=True))
     mask = np.arange(twice.shape[0]) % 3 == 0
     assert not dup._set_view._rows_are_items.get()
-    _same(dup.allowed(torch.from_numpy(twice[:, :2]), subset=dup.ranked_subset(mask)),
-          dup.allowed(torch.from_numpy(twice[:, :2]), subset=dup.subset(mask)), "duplicates")
+    for ranked in (dup.ranked_subset(mask), dup.ranked_subset(where="not picked",
+                                                               masks={"picked": ~mask})):
+        _same(dup.allowed(torch.from_numpy(twice[:, :2]), subset=ranked),
+              dup.allowed(torch.from_numpy(twice[:, :2]), subset=dup.subset(mask)), "duplicates")
 
 
 def test_token_sequences_select_as_subset_does():

@@ -322,7 +322,8 @@ def test_torch_door_section_checks_ranked_subsets_against_todays():
     assert "DIFFERENT" not in run.stdout
     lines = run.stdout.splitlines()
     assert sum(line.startswith(("| sorted", "| random order")) and "| same |" in line
-               for line in lines) == 2
+               for line in lines) == 4  # a subset from a mask, and from a filter
+    assert "`ranked_subset(where=...)` of a 2-clause rule" in run.stdout
     assert sum(line.startswith(("| random logits |", "| zeros |")) and "| same |" in line
                for line in lines) == 2
 
