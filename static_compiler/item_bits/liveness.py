@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Optional, Sequence
+from typing import Optional, Sequence, overload
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from static_compiler.item_bits import item_masks, layer_walk
 from static_compiler.item_bits.item_masks import rows_item_mask  # noqa: F401  (callers take it here)
 from static_compiler.item_bits.layers import LayerWalk, TrieLayer, dense_slots, layer_walks, shared_depths
 from static_compiler.item_bits.placements import Placements
+from static_compiler.item_bits.rank import RankedSubset
 from static_compiler.item_bits.state_order import final_states_live, item_order
 from static_compiler.items.index import ItemIndex
 
@@ -390,8 +391,19 @@ def checked_rows(subset_index, num_subsets: int, batch_size: int, where: str) ->
     return index.astype(np.int64)
 
 
-def stack_subsets(subsets: Sequence[Subset]) -> Subset:
+@overload
+def stack_subsets(subsets: Sequence[Subset]) -> Subset: ...
+
+
+@overload
+def stack_subsets(subsets: Sequence[RankedSubset]) -> RankedSubset: ...
+
+
+def stack_subsets(subsets):
     """R subsets of one set as one `Subset`, rows in order.
+
+    Ranked subsets (the torch door's `ranked_subset`) stack as one
+    `RankedSubset` (`RankedSubset.stack`).
 
     For per-row subsets in one batch (`subset_index` picks a row's subset).
 
@@ -400,7 +412,7 @@ def stack_subsets(subsets: Sequence[Subset]) -> Subset:
 
     Parameters
     ----------
-    subsets : sequence of Subset
+    subsets : sequence of Subset (or of RankedSubset)
         Non-empty; subsets of one compiled set (equal fingerprints), each
         holding R_i >= 1 subsets (itself possibly a stack).
 
@@ -417,13 +429,16 @@ def stack_subsets(subsets: Sequence[Subset]) -> Subset:
     Raises
     ------
     ConstraintSetError
-        If `subsets` is empty, holds something other than a `Subset`, or
-        holds subsets of different compiled sets.
+        If `subsets` is empty, holds something other than a `Subset` (or
+        mixes them with ranked subsets), or holds subsets of different
+        compiled sets.
     """
     subsets = list(subsets)
+    if subsets and all(isinstance(s, RankedSubset) for s in subsets):
+        return RankedSubset.stack(subsets)
     if not subsets or not all(isinstance(s, Subset) for s in subsets):
-        raise ConstraintSetError(f"stack_subsets: expected a non-empty list of Subset, got "
-                                 f"{[type(s).__name__ for s in subsets]}")
+        raise ConstraintSetError(f"stack_subsets: expected a non-empty list of Subset (or of "
+                                 f"RankedSubset), got {[type(s).__name__ for s in subsets]}")
     prints = {s.fingerprint for s in subsets}
     if len(prints) > 1:
         raise ConstraintSetError("stack_subsets: the subsets come from different compiled sets "

@@ -119,7 +119,8 @@ def test_every_verb_over_a_ranked_subset_equals_it_over_the_subset(case):
     # R per-row subsets: made at once from (R, N), or stacked from R made apart
     stacked = sc.stack_subsets([tc.subset(m) for m in case.subsets])
     at_once = tc.ranked_subset(np.stack(case.subsets))
-    apart = RankedSubset.stack([tc.ranked_subset(m) for m in case.subsets])
+    apart = sc.stack_subsets([tc.ranked_subset(m) for m in case.subsets])
+    assert isinstance(apart, RankedSubset)
     check_verbs(tc, case, at_once, stacked, case.subset_index)
     positions = np.arange(at_once.items.size + at_once.at.shape[0] + 1)
     for r in range(len(case.subsets)):
@@ -243,7 +244,10 @@ def test_bad_ranked_subsets_are_refused_naming_the_value(tmp_path):
     with pytest.raises(ConstraintSetError, match="mask has shape"):
         tc.ranked_subset(np.ones(n + 1, bool))
     with pytest.raises(ConstraintSetError, match="different sets"):
-        RankedSubset.stack([ranked, theirs])
+        sc.stack_subsets([ranked, theirs])
+    with pytest.raises(ConstraintSetError, match=r"of Subset \(or of RankedSubset\), got "
+                                                 r"\['RankedSubset', 'Subset'\]"):
+        sc.stack_subsets([ranked, tc.subset(np.ones(n, bool))])
     sc.compile_constraints(rows, 12).save(tmp_path / "bare.sc")  # (no item index saved)
     bare = TorchConstraints.load(tmp_path / "bare.sc")
     with pytest.raises(DecodeInputError, match="ranked_subset: .* has no item index"):
