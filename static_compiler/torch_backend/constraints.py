@@ -206,7 +206,7 @@ class TorchConstraints(PlanFacts, Decoder):
         (a named rule) is cheaper per step as `subset`.
 
         selection: bool (N,) over the input rows, or (R, N): R subsets
-        stacked, one per batch row through subset_index (`RankedSubset.stack`
+        stacked, one per batch row through subset_index (`sc.stack_subsets`
         stacks ranked subsets made apart); with `from_compiled`, also token
         sequences; or `where` / `masks`: a filter as `subset` takes it.
         Removed items are never in it. A `rank.RankedSubset` of this version
