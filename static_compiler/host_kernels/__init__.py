@@ -4,12 +4,12 @@ of tens of tensor ops (each a few microseconds of dispatch) per step.
 
 * `processor`: the kernels (numba, optional: `AVAILABLE` is False without
   it, and engines keep their tensor ops), `HostLayer` (one step's tables as
-  the kernels read them) and `warm`.
+  the kernels read them) and `warm`;
+* `logits`: logits rows masked in place (the vLLM processor's, on a CPU).
 
 numpy and numba only: an engine on the host (the torch backend's, for CPU
-tensors) hands its tables and rows over as numpy views.
+tensors) hands its tables and rows over as numpy views. Internal: the
+library imports `processor` and `logits` by name (the torch engine, the
+vLLM processor); nothing here is a user's entry point, and nothing is
+imported here.
 """
-
-from static_compiler.host_kernels.processor import AVAILABLE, HostLayer, HostSubset, warm
-
-__all__ = ["AVAILABLE", "HostLayer", "HostSubset", "warm"]

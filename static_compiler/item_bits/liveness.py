@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Optional, Sequence
+from typing import Optional, Sequence, overload
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from static_compiler.item_bits import item_masks, layer_walk
 from static_compiler.item_bits.item_masks import rows_item_mask  # noqa: F401  (callers take it here)
 from static_compiler.item_bits.layers import LayerWalk, TrieLayer, dense_slots, layer_walks, shared_depths
 from static_compiler.item_bits.placements import Placements
+from static_compiler.item_bits.rank import RankedSubset
 from static_compiler.item_bits.state_order import final_states_live, item_order
 from static_compiler.items.index import ItemIndex
 
@@ -371,19 +372,38 @@ def checked_subset_index(subset, fingerprint: str, subset_index, batch_size: int
         index = np.asarray(subset_index)
     except Exception:  # a traced value (jax raises on conversion): checked where it is used
         return subset_index
+    return checked_rows(index, subset.num_subsets, batch_size, where).astype(np.int32)
+
+
+def checked_rows(subset_index, num_subsets: int, batch_size: int, where: str) -> np.ndarray:
+    """A concrete `subset_index` as int64 (batch_size,) after checking its
+    shape, dtype and values in [0, num_subsets) (any stacked subset form's
+    rows); raises DecodeInputError naming what is wrong."""
+    index = np.asarray(subset_index)
     if index.shape != (batch_size,) or index.dtype.kind not in "iu":
         raise DecodeInputError(f"{where}: subset_index has shape {index.shape} and dtype "
                                f"{index.dtype}: expected ints ({batch_size},), one subset per "
                                "batch row")
-    bad = np.flatnonzero((index < 0) | (index >= subset.num_subsets))
+    bad = np.flatnonzero((index < 0) | (index >= num_subsets))
     if bad.size:
         raise DecodeInputError(f"{where}: subset_index[{int(bad[0])}] = {int(index[bad[0]])}: "
-                               f"expected a subset in [0, {subset.num_subsets})")
-    return index.astype(np.int32)
+                               f"expected a subset in [0, {num_subsets})")
+    return index.astype(np.int64)
 
 
-def stack_subsets(subsets: Sequence[Subset]) -> Subset:
+@overload
+def stack_subsets(subsets: Sequence[Subset]) -> Subset: ...
+
+
+@overload
+def stack_subsets(subsets: Sequence[RankedSubset]) -> RankedSubset: ...
+
+
+def stack_subsets(subsets):
     """R subsets of one set as one `Subset`, rows in order.
+
+    Ranked subsets (the torch door's `ranked_subset`) stack as one
+    `RankedSubset` (`RankedSubset.stack`).
 
     For per-row subsets in one batch (`subset_index` picks a row's subset).
 
@@ -392,7 +412,7 @@ def stack_subsets(subsets: Sequence[Subset]) -> Subset:
 
     Parameters
     ----------
-    subsets : sequence of Subset
+    subsets : sequence of Subset (or of RankedSubset)
         Non-empty; subsets of one compiled set (equal fingerprints), each
         holding R_i >= 1 subsets (itself possibly a stack).
 
@@ -409,13 +429,16 @@ def stack_subsets(subsets: Sequence[Subset]) -> Subset:
     Raises
     ------
     ConstraintSetError
-        If `subsets` is empty, holds something other than a `Subset`, or
-        holds subsets of different compiled sets.
+        If `subsets` is empty, holds something other than a `Subset` (or
+        mixes them with ranked subsets), or holds subsets of different
+        compiled sets.
     """
     subsets = list(subsets)
+    if subsets and all(isinstance(s, RankedSubset) for s in subsets):
+        return RankedSubset.stack(subsets)
     if not subsets or not all(isinstance(s, Subset) for s in subsets):
-        raise ConstraintSetError(f"stack_subsets: expected a non-empty list of Subset, got "
-                                 f"{[type(s).__name__ for s in subsets]}")
+        raise ConstraintSetError(f"stack_subsets: expected a non-empty list of Subset (or of "
+                                 f"RankedSubset), got {[type(s).__name__ for s in subsets]}")
     prints = {s.fingerprint for s in subsets}
     if len(prints) > 1:
         raise ConstraintSetError("stack_subsets: the subsets come from different compiled sets "

@@ -33,6 +33,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError
+from static_compiler.item_bits.placements import Placements
 from static_compiler.item_bits.state_order import InsertedOrder
 
 BLOCK_BITS = 512
@@ -226,13 +227,16 @@ class RankedSubset:
     (removed items cleared); added, `ItemRanks` (R, K) over the K added
     items in trie order; at int64 (K,), their trie positions ascending
     (`trie_order`); fingerprint, the set's (as `Subset`'s: a decoder
-    refuses a subset of another set), "" where not given. ``count(lo, hi)``
-    over trie positions."""
+    refuses a subset of another set), "" where not given; placements, its
+    device copies (`item_bits.placements`, as a `Subset`'s). ``count(lo,
+    hi)`` over trie positions."""
 
     items: ItemRanks
     added: ItemRanks
     at: np.ndarray
     fingerprint: str = ""
+    placements: Placements = dataclasses.field(default_factory=Placements, init=False,
+                                               repr=False, compare=False)
 
     @property
     def nbytes(self) -> int:
@@ -241,6 +245,13 @@ class RankedSubset:
     @property
     def num_subsets(self) -> int:
         return self.items.num_rows
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """int64 (R,): the items in each subset (`Subset.sizes`): the
+        selected items at every trie position (an added item's bit in
+        `items` is never read: its position reads `added`)."""
+        return self.prefix(np.full(self.num_subsets, self.items.size), np.arange(self.num_subsets))
 
     @classmethod
     def stack(cls, subsets: Sequence["RankedSubset"]) -> "RankedSubset":
@@ -300,3 +311,34 @@ def ranked_subset(item_live, order: InsertedOrder, removed=None,
                         np.asarray(order.at, np.int64), fingerprint)
 
 
+
+
+def ranked_subset_of_words(words, order: InsertedOrder, removed: Optional[ItemRanks] = None,
+                           fine: bool = False, fingerprint: str = "") -> RankedSubset:
+    """`ranked_subset` of item bits already packed: uint32 words (R, W),
+    bit i of word i // 32 item i (W >= ceil(N' / 32); `layer_walk.
+    PackedBits` words, as a row selection's scatter writes them), cleared
+    of `removed` (an `ItemRanks` of one row and N' bits, or None) in the
+    copy held: no unpacking, no second packing."""
+    words = np.asarray(words)
+    count = int(order.count)
+    if words.dtype != np.uint32 or words.ndim != 2 or words.shape[1] * 32 < count:
+        raise ConstraintSetError(f"ranked_subset_of_words: words have dtype {words.dtype} and "
+                                 f"shape {words.shape}: expected uint32 (R, W), W >= "
+                                 f"{-(-count // 32)}")
+    if removed is not None and removed.size != count:
+        raise ConstraintSetError(f"ranked_subset_of_words: removed has {removed.size} bits: "
+                                 f"expected {count}")
+    items = ItemRanks.of_words(words, count, fine=fine)
+    if removed is not None:  # (the copy held is ours: cleared in place, then counted again)
+        used = -(-count // 32)
+        np.bitwise_and(items.words[:, :used], ~removed.words[0, :used], out=items.words[:, :used])
+        for r in range(items.num_rows):
+            items._summarize(r)
+    ids = np.asarray(order.item, np.int64)
+    picked = ((words.view(np.uint8)[:, ids >> 3] >> (ids & 7).astype(np.uint8)) & 1).astype(bool)
+    if removed is not None and ids.shape[0]:
+        gone = removed.words[0].view(np.uint8)
+        picked &= ((gone[ids >> 3] >> (ids & 7).astype(np.uint8)) & 1) == 0
+    return RankedSubset(items, ItemRanks.of_mask(picked, None, fine), np.asarray(order.at, np.int64),
+                        fingerprint)

@@ -26,7 +26,14 @@ from typing import Callable, NamedTuple, Optional, Sequence, Union
 import numpy as np
 
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, FilterExpressionError
-from static_compiler.item_bits.item_masks import RowSource, rows_item_mask
+from static_compiler.item_bits import rank, trie_ranges
+from static_compiler.item_bits.item_masks import (
+    ITEM_CHUNK,
+    RowSource,
+    check_selection,
+    rows_item_bits,
+    rows_item_mask,
+)
 from static_compiler.item_bits.layers import TableLayer, table_layers
 from static_compiler.item_bits.liveness import BitLayout, Subset, bit_layout, rows_item_live, subset_of_items
 from static_compiler.items.index import ItemIndex
@@ -145,6 +152,38 @@ def check_subsettable(items: Optional[ItemIndex], explicit_targets: Sequence[boo
     return items
 
 
+def _selection(selection, items: ItemIndex, where: str):
+    """`_array_or_filter` of a selection, ConstraintSetError naming it
+    (and `where`) where it is no array (ragged nested lists)."""
+    try:
+        return _array_or_filter(selection)
+    except (TypeError, ValueError) as err:
+        raise ConstraintSetError(
+            f"{where}: selection {str(selection)[:60]!r} is not an array ({err}): "
+            f"expected bool ({items.num_items},) over the input rows") from None
+
+
+def _trie_order(items: ItemIndex, trie):
+    """`trie_ranges.trie_order` of a set's items and trie (`SetView.trie_order`)."""
+    layers = None if items.item_depth is None else \
+        trie_ranges.range_layers(trie.layers, trie.num_final_states)
+    return trie_ranges.trie_order(items, layers)
+
+
+def _rows_are_items(items: Optional[ItemIndex]) -> bool:
+    """Whether input row i is item i for every row (a sorted input without
+    duplicates, nothing added back): read once, a chunk at a time,
+    stopping at the first row that is not."""
+    if items is None or items.stale_rows is not None or items.num_items != items.num_unique:
+        return False
+    row_item = items.row_item
+    for lo in range(0, items.num_items, ITEM_CHUNK):
+        hi = min(items.num_items, lo + ITEM_CHUNK)
+        if not np.array_equal(np.asarray(row_item[lo:hi]), np.arange(lo, hi)):
+            return False
+    return True
+
+
 class _Once:
     """A value made by `make()` on first use, once across threads."""
 
@@ -197,6 +236,10 @@ class SetView:
             facts.state_counts))
         self._first_rows = _Once(lambda: items.first_live_rows())
         self._base = _Once(self._build_base)
+        # (removals keep the order and the rows' items: versions share these two)
+        self._order = _Once(lambda: _trie_order(items, built.get()))
+        self._rows_are_items = _Once(lambda: _rows_are_items(items))
+        self._removed_ranks = _Once(self._build_removed_ranks)
 
     @classmethod
     def of_artifact(cls, manifest, tables, items: Optional[ItemIndex], ir_sha256: str, *,
@@ -204,11 +247,14 @@ class SetView:
         """The view of a saved artifact read with numpy (`Manifest`, host
         tables, item index, and the sha256 of its IR text, the fingerprint's
         first part, from the manifest's file list); built:
-        a view of the same host tables whose trie and layout to share."""
+        a view of the same host tables whose trie, layout and (once made) trie
+        order to share."""
         view = cls(facts_of_manifest(manifest), tables, items, ir_sha256,
                    source=source, missing=missing)
         if built is not None:
             view._trie, view._layout = built._trie, built._layout
+            if built._order._done:  # (the same trie, so its order; once made: a builder not
+                view._order = built._order  # yet run would hold the older items)
         return view
 
     def version(self, items: Optional[ItemIndex]) -> "SetView":
@@ -220,6 +266,7 @@ class SetView:
         out = SetView.__new__(SetView)
         out.__dict__.update(self.__dict__, items=items)
         out._base = _Once(out._build_base)
+        out._removed_ranks = _Once(out._build_removed_ranks)
         return out
 
     @property
@@ -326,15 +373,58 @@ class SetView:
                 rows.fill(0, rows.num_rows, selection)
             item_live = self._lookup(selection, items, where, trie, layout)
         else:
-            try:
-                selection = _array_or_filter(selection)
-            except (TypeError, ValueError) as err:  # ragged nested lists
-                raise ConstraintSetError(
-                    f"{where}: selection {str(selection)[:60]!r} is not an array ({err}): "
-                    f"expected bool ({items.num_items},) over the input rows") from None
-            item_live = rows_item_live(selection, items, layout, where)
+            item_live = rows_item_live(_selection(selection, items, where), items, layout, where)
         return subset_of_items(trie.layers, trie.num_final_states, trie.end_token, items,
                                item_live, self.fingerprint, layout)
+
+    def ranked(self, selection, expression, masks, where: str) -> rank.RankedSubset:
+        """What the torch door's ``ranked_subset(selection=None, *,
+        where=None, masks=None)`` does: the items `selection` picks (bool
+        (N,) over the input rows, or (R, N): R subsets stacked; with a
+        lookup also token sequences) or the filter `expression` (with
+        `masks`) picks, less those updates removed, as a
+        `rank.RankedSubset` (fine counts) in this set's trie order: its
+        cost is the selection's item bits, no pass over the trie's states.
+        Raises as `pick` (and ConstraintSetError for a selection of more
+        than two dimensions)."""
+        items = self.checked_items(where)
+        picked = self.selected_rows(selection, expression, masks, where)
+        order, removed = self._order.get(), self._removed_ranks.get()
+        if isinstance(picked, RowSource) and self._rows_are_items.get():
+            check_selection(picked, items, where)  # (a filter: its rows are the items)
+            mask = np.empty(picked.num_rows, bool)
+            picked.fill(0, picked.num_rows, mask)
+            return rank.ranked_subset(mask, order, removed, fine=True,
+                                      fingerprint=self.fingerprint)
+        if not isinstance(picked, RowSource):
+            picked = _selection(picked, items, where)
+            if picked.dtype != bool and self._lookup is not None:  # token sequences
+                live = self._lookup(picked, items, where, self.trie(), self.bit_layout(where))
+                return rank.ranked_subset(live, order, removed, fine=True,
+                                          fingerprint=self.fingerprint)
+            if picked.ndim > 2 or (picked.ndim == 2 and not picked.shape[0]):
+                raise ConstraintSetError(f"{where}: selection has shape {picked.shape}: "
+                                         f"expected bool ({items.num_items},) or (R, "
+                                         f"{items.num_items}), R >= 1, over the input rows")
+            if picked.dtype == bool and picked.shape[-1] == items.num_items and \
+                    self._rows_are_items.get():  # the rows are the items: packed as they are
+                return rank.ranked_subset(picked, order, removed, fine=True,
+                                          fingerprint=self.fingerprint)
+        rows = [picked] if isinstance(picked, RowSource) or picked.ndim == 1 else list(picked)
+        # each row's items as packed bits (the scatter through row -> item), counted as packed
+        words = np.stack([rows_item_bits(row, items, where).data.view(np.uint32)
+                          for row in rows])
+        return rank.ranked_subset_of_words(words, order, removed, fine=True,
+                                           fingerprint=self.fingerprint)
+
+    def trie_order(self):
+        """The set's trie order (`trie_ranges.trie_order`, an `InsertedOrder`;
+        built once): where its items lie among the trie's positions."""
+        return self._order.get()
+
+    def _build_removed_ranks(self):
+        removed = None if self.items is None else self.items.removed
+        return None if removed is None else rank.ItemRanks.of_mask(np.asarray(removed, bool))
 
     def base_subset(self) -> Optional[Subset]:
         """What every decode runs over when no subset is given: all items

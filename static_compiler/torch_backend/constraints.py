@@ -26,12 +26,13 @@ from static_compiler.errors import DecodeInputError
 from static_compiler.format import snapshot, snapshot_items
 from static_compiler.format import spec as artifact_format
 from static_compiler.format.manifest import Manifest
+from static_compiler.item_bits.rank import RankedSubset
 from static_compiler.items.index import ItemIndex
 from static_compiler.lowered.plan import Plan, PlanFacts
 from static_compiler.rules.set_view import SetView
 from static_compiler.support.decode_types import BeamState, WarmReport
 from static_compiler.support.deprecation import warn_deprecated
-from static_compiler.torch_backend import beam, checks
+from static_compiler.torch_backend import beam, checks, rank_kernels
 from static_compiler.torch_backend import warm as warming
 from static_compiler.torch_backend.engine import TorchEngine
 from static_compiler.torch_backend.ops import ProcessorStep, TorchState
@@ -94,7 +95,11 @@ class TorchConstraints(PlanFacts, Decoder):
         self._tables = tables  # one dict per layer, int32 (bool accepting), on device
         self.device = checks.check_device(device, "TorchConstraints")
         self._set_view = set_view  # (subsets, fingerprint, base subset: numpy, on the host)
-        self._ops = TorchEngine(plan, tables, self.device, set_view.base_subset())
+        device = self.device
+        ranges = None if set_view.items is None else (
+            lambda: rank_kernels.range_tensors(set_view.trie(), set_view.trie_order(),
+                                               set_view.fingerprint, device))
+        self._ops = TorchEngine(plan, tables, device, set_view.base_subset(), ranges)
 
     @property
     def _engine(self) -> TorchEngine:
@@ -124,7 +129,8 @@ class TorchConstraints(PlanFacts, Decoder):
                      ) -> "TorchConstraints":
         """The set of the open snapshot `snap` of the artifact at `path`;
         `same`: a loaded version with the same tables, whose tensors (and
-        trie) the new one shares (`reload`)."""
+        trie, and its trie order and range tensors once made) the new one
+        shares (`reload`)."""
         manifest = snap.manifest
         host = snapshot.read_tables(snap)  # (memory-mapped: read where used)
         arrays = snapshot_items.read_item_arrays(snap)
@@ -137,6 +143,9 @@ class TorchConstraints(PlanFacts, Decoder):
                                    built=built)
         tables = same._tables if same is not None else torch_tables(host, device)
         loaded = cls(torch_plan(view.facts), tables, view, device=device, names=names)
+        made = None if same is None else same._engine.range_table
+        if made is not None and view.items is not None:  # (its range tensors, renamed)
+            loaded._engine.range_table = made._replace(fingerprint=view.fingerprint)
         loaded.path, loaded._manifest = path, manifest
         return loaded
 
@@ -180,6 +189,35 @@ class TorchConstraints(PlanFacts, Decoder):
         # (the view is shared: one trie, layout and base subset)
         return cls(torch_plan(view.facts), torch_tables(compiled.lowered.tables, device), view,
                    device=device, names=compiled.names)
+
+    # Item subsets read by rank
+
+    def ranked_subset(self, selection=None, *, where=None, masks=None) -> RankedSubset:
+        """The items of this set that `selection` picks, as a ranked subset
+        to decode over with every verb of this door (``subset=``, a
+        `subset_index` per batch row for stacked ones): the same results
+        as `subset` of the same selection, bit for bit, made in the time of
+        the selection's item bits (no pass over the trie's states: about a
+        millisecond at 1e7 items for a mask over a sorted input, where
+        `subset` walks the trie for tens; docs/business-rules.md). Decoding
+        reads, per candidate, whether its state has a selected item below
+        it (a range count over the bits: `rank_kernels`), which costs a
+        step more than `subset`'s bits: a subset decoded many times
+        (a named rule) is cheaper per step as `subset`.
+
+        selection: bool (N,) over the input rows, or (R, N): R subsets
+        stacked, one per batch row through subset_index (`sc.stack_subsets`
+        stacks ranked subsets made apart); with `from_compiled`, also token
+        sequences; or `where` / `masks`: a filter as `subset` takes it.
+        Removed items are never in it. A `rank.RankedSubset` of this version
+        (its fingerprint): another set's or version's is refused when
+        decoding (DecodeInputError); the JAX doors take `subset`'s.
+
+        Raises as `subset`."""
+        where_ = "TorchConstraints.ranked_subset"
+        view = self._set_view
+        view.checked_items(where_)
+        return view.ranked(selection, where, masks, where_)
 
     # The verbs: `Decoder`'s, with the options of this backend
 
@@ -303,7 +341,8 @@ class TorchConstraints(PlanFacts, Decoder):
         (eager ops), so this pays only the first-use costs: torch's, and
         for a set with an item index the first `subset()`'s (the subsets'
         host kernels and the set's bit layout, 0.5-4 s once per process;
-        taken here at any max_subsets); the results of later calls are
+        taken here at any max_subsets) and the first `ranked_subset()`'s
+        (the set's trie order and range tables); the results of later calls are
         unchanged. Returns a `WarmReport` (compilations 0, the calls made,
         seconds, ...), or with background=True a `concurrent.futures.Future`
         of one at once (run on a thread; the arguments checked first,

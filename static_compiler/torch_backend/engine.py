@@ -9,17 +9,19 @@ True)``. Nothing compiles per shape: `counting` counts nothing and
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Callable, Optional
 
 import numpy as np
 import torch
 
 from static_compiler.errors import DecodeInputError
-from static_compiler.item_bits.liveness import Subset, checked_subset_index
+from static_compiler.item_bits.liveness import Subset, checked_rows, checked_subset_index
+from static_compiler.item_bits.rank import RankedSubset
 from static_compiler.lowered.plan import live_beam_bounds, prior_offsets
 from static_compiler.support import arguments
 from static_compiler.support.decode_types import SENTINEL_SCORE, BeamState, DecodeResult
-from static_compiler.torch_backend import beam, checks, ops
+from static_compiler.torch_backend import beam, checks, ops, rank_kernels
 from static_compiler.torch_backend.kernels import LiveBits
 from static_compiler.torch_backend.ops import TorchState
 from static_compiler.torch_backend.tables import TorchPlan
@@ -38,14 +40,30 @@ def live_bits(subset: Subset, device=None) -> LiveBits:
         tuple(convert(w) for w in subset.live), tuple(convert(w) for w in subset.ends)))
 
 
+def ranked_live(subset: RankedSubset, table: rank_kernels.RangeTensors, device,
+                where: str) -> rank_kernels.RankedLive:
+    """A `RankedSubset`'s rank bits placed on `device` with the set's
+    `RangeTensors` `table`, kept in its `placements` per device and set;
+    DecodeInputError naming `where` for a ranked subset of another set or
+    version."""
+    # (one object per subset, device and set: a processor_step's columns are told by it;
+    # the entry holds `table`, so its id stays its own)
+    return subset.placements.get(("torch-rank", str(device), id(table)), lambda: (
+        rank_kernels.ranked_live(table, rank_kernels.ranked_rows(subset, table, where, device))))
+
+
 class TorchEngine:
     """A set's `TorchPlan` and tables (tensors on `device`); base: the
-    version's base subset (its bits placed now), or None."""
+    version's base subset (its bits placed now), or None; ranges: a
+    function making the set's `rank_kernels.RangeTensors` on `device`
+    (`range_table` once made by `ranges()`; None: ranked subsets
+    refused)."""
 
     pad_from = None  # (eager ops: every stack runs as it is)
 
     def __init__(self, plan: TorchPlan, tables: tuple, device: torch.device,
-                 base: Optional[Subset]):
+                 base: Optional[Subset],
+                 ranges: Optional[Callable[[], rank_kernels.RangeTensors]] = None):
         self.plan, self.tables, self.device = plan, tables, device
         self.max_length, self.vocab_size = plan.max_length, plan.vocab_size
         self.end_token = plan.end_token
@@ -53,6 +71,9 @@ class TorchEngine:
         self._base_bits = None if base is None else live_bits(base, device)
         self._host = None  # the processor pair in compiled host loops, for CPU tensors
         self._host_made = device.type != "cpu"  # (made at first use: numba is imported then)
+        self._make_ranges = ranges
+        self.range_table: Optional[rank_kernels.RangeTensors] = None  # (made once: `ranges`)
+        self._lock = threading.Lock()
 
     def _host_for(self, live):
         """The host steps (`host_steps.HostSteps`) for this call, or None
@@ -72,6 +93,19 @@ class TorchEngine:
             return None
         return self._host
 
+    def ranges(self, where: str) -> rank_kernels.RangeTensors:
+        """The set's `RangeTensors` on the device (made on first use, once
+        across threads); DecodeInputError naming `where` for a set
+        without them (no item index)."""
+        if self.range_table is None:
+            if self._make_ranges is None:
+                raise DecodeInputError(f"{where}: a ranked subset, but this set has no item "
+                                       "index (ranked subsets are a set's with item subsets)")
+            with self._lock:
+                if self.range_table is None:
+                    self.range_table = self._make_ranges()
+        return self.range_table
+
     def pad_to(self) -> Optional[int]:
         return None
 
@@ -83,12 +117,16 @@ class TorchEngine:
 
     def place_subset(self, subset, subset_index, n: int, where: str, fingerprint: str):
         """(LiveBits, rows int64 (n,)) each row's subset. subset: a `Subset`
-        of this set or its `live_bits`; subset_index: ints (n,) (a tensor
-        stays on the device), or None (subset 0 for every row). Raises
-        DecodeInputError for a subset of another set or an index of the
-        wrong shape, naming `where`."""
+        of this set or its `live_bits`; or a `RankedSubset` of this set
+        (`TorchConstraints.ranked_subset`), then (`rank_kernels.RankedLive`,
+        rows); subset_index: ints (n,) (a tensor stays on the device), or
+        None (subset 0 for every row). Raises DecodeInputError for a subset
+        of another set or an index of the wrong shape, naming `where`."""
         if subset is self._base and subset_index is None:  # (no host read: traceable)
             return self._base_bits, torch.zeros(n, dtype=torch.int64, device=self.device)
+        if isinstance(subset, RankedSubset):
+            live = ranked_live(subset, self.ranges(where), self.device, where)
+            return live, self._ranked_rows(live, subset_index, n, where)
         if isinstance(subset, LiveBits):
             if not isinstance(subset_index, torch.Tensor):
                 raise DecodeInputError(f"{where}: with live bits, pass subset_index as an int "
@@ -103,6 +141,23 @@ class TorchEngine:
         index = checked_subset_index(subset, fingerprint, subset_index, n, where)
         return (live_bits(subset, self.device),
                 torch.from_numpy(np.asarray(index, np.int64)).to(self.device))
+
+    def _ranked_rows(self, live: rank_kernels.RankedLive, subset_index, n: int,
+                     where: str) -> torch.Tensor:
+        """A ranked subset's row per batch row, int64 (n,) on the device:
+        `subset_index` ints (n,) (a tensor's values stay unchecked on the
+        device, as `LiveBits`'), or None for a single subset."""
+        R = live.num_subsets
+        if subset_index is None:
+            if R != 1:
+                raise DecodeInputError(f"{where}: {R} stacked subsets: pass subset_index, ints "
+                                       f"({n},), one per batch row")
+            return torch.zeros(n, dtype=torch.int64, device=self.device)
+        if isinstance(subset_index, torch.Tensor):
+            checks.check_subset_rows(subset_index, n, where)
+            return subset_index.to(self.device, torch.int64)
+        index = checked_rows(subset_index, R, n, where)
+        return torch.from_numpy(index).to(self.device)
 
     def place_prior(self, prior, where: str) -> beam.PriorTerms:
         """float32 (S,) on the device, the best weighted prior below each

@@ -17,6 +17,8 @@ from typing import NamedTuple, Optional
 import torch
 
 from static_compiler.lowered.plan import StepPlan
+from static_compiler.torch_backend import rank_kernels
+from static_compiler.torch_backend.gather import take
 
 
 class Children(NamedTuple):
@@ -35,20 +37,6 @@ class LiveBits(NamedTuple):
 
     live: tuple
     ends: tuple
-
-
-def take(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """``table[clamp(idx, 0, n - 1)]`` along the first axis (zeros of the
-    table's dtype when it is empty): idx.shape + table.shape[1:]."""
-    n = table.shape[0]
-    if n == 0:
-        return torch.zeros(idx.shape + table.shape[1:], dtype=table.dtype, device=idx.device)
-    idx = idx.clamp(0, n - 1)
-    # (index_select: indexing and torch.take run a parallel region from a few thousand
-    # indices, which waits milliseconds for a descheduled thread on a busy CPU)
-    if idx.ndim == 1:
-        return table.index_select(0, idx)
-    return table.index_select(0, idx.reshape(-1)).reshape(idx.shape + table.shape[1:])
 
 
 def _csr_bounds(tabs: dict, node: torch.Tensor):
@@ -129,9 +117,16 @@ def bits(words: torch.Tensor, rows: torch.Tensor, idx: torch.Tensor) -> torch.Te
     return ((word.long() >> (idx & 31)) & 1).bool()
 
 
+def _ranked(sub) -> bool:
+    """Whether `sub` holds a ranked subset (`rank_kernels.RankedLive`)
+    rather than `LiveBits`."""
+    return sub is not None and isinstance(sub[0], rank_kernels.RankedLive)
+
+
 def child_live(sub, step: int, nxt: torch.Tensor) -> Optional[torch.Tensor]:
     """bool nxt.shape: the next states (depth step + 1) are live in each
-    row's subset; None without a subset. sub: (LiveBits, rows int64 (B,))."""
+    row's subset; None without a subset. sub: (LiveBits, rows int64 (B,))
+    (a ranked subset's read: `rank_kernels.children_live`)."""
     if sub is None:
         return None
     live, rows = sub
@@ -163,6 +158,14 @@ def end_live(sub, step: int, node: torch.Tensor) -> Optional[torch.Tensor]:
     return bits(live.ends[step], rows, node)
 
 
+def _ends(sub, step: int, node: torch.Tensor, offsets) -> Optional[torch.Tensor]:
+    """`end_live` of either subset form (offsets: a ranked subset's
+    `rank_kernels.node_offsets` of `node`)."""
+    if _ranked(sub):
+        return rank_kernels.end_live(sub[0].ranges, sub[0].ranked, sub[1], step, node, offsets)
+    return end_live(sub, step, node)
+
+
 def _and(a: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
     return a if b is None else a & b
 
@@ -184,23 +187,31 @@ def step_columns(plan, tables, step: int, node, valid, finished, sub=None,
     """The candidates of rows at states `node` int64 (B,) (valid, finished
     bool (B,)) at static `step`: `static_compiler.backend.decode.candidates
     .step_candidates` without log-probs. sub: (LiveBits, rows int64 (B,))
-    or None. With `with_children` False, children is None (the caller
+    or (`rank_kernels.RankedLive`, rows): a ranked subset's range counts
+    (the same answers), or None. With `with_children` False, children is None (the caller
     reads the one child it needs, `dense_child`)."""
     end = plan.end_token
     live, expanding = row_status(plan, step, node, valid, finished)
     kids, accepting = None, None
+    ranked = _ranked(sub)
+    offsets = rank_kernels.node_offsets(sub[0].ranges, step, node) if ranked else None
     if step < plan.depth:
         sp = plan.steps[step]
         if with_children:
             c = children(sp, tables[step], node, plan.vocab_size)
-            in_subset = dense_child_live(sub, step, node, plan.vocab_size) \
-                if step in plan.slot_steps else child_live(sub, step, c.next)
+            if ranked:
+                in_subset = rank_kernels.children_live(sub[0], sub[1], step,
+                                                       sp.kind == "dense_rows", node, c.next,
+                                                       offsets)
+            else:
+                in_subset = dense_child_live(sub, step, node, plan.vocab_size) \
+                    if step in plan.slot_steps else child_live(sub, step, c.next)
             # (a new tuple, not `_replace`, which torch 2.5's dynamo cannot trace)
             kids = Children(c.tokens, c.next, _and(c.valid, in_subset) & expanding[:, None])
         if end is not None and sp.has_accepting:
-            accepting = _and(accepts(sp, tables[step], node), end_live(sub, step, node))
+            accepting = _and(accepts(sp, tables[step], node), _ends(sub, step, node, offsets))
     elif end is not None:  # the extra step of variable-length sets: final states only end
-        accepting = _and(torch.ones_like(live), end_live(sub, step, node))
+        accepting = _and(torch.ones_like(live), _ends(sub, step, node, offsets))
     return StepColumns(kids, None if accepting is None else accepting & expanding,
                        None if end is None else live & finished)
 
@@ -221,7 +232,11 @@ def dense_child(plan, tables, step: int, node, expanding, tokens, sub=None):
     column = tokens.clamp(0, V - 1)
     nxt = take(tables[step]["next"], node).gather(1, column[:, None])[:, 0].long()
     ok = in_vocab & (nxt >= 0) & expanding
-    if sub is not None:
+    if _ranked(sub):
+        ranges = sub[0].ranges
+        ok = ok & rank_kernels.one_child_live(sub[0], sub[1], step, node, nxt,
+                                              rank_kernels.node_offsets(ranges, step, node))
+    elif sub is not None:
         if step in plan.slot_steps:  # slot bit v of state s: bit s * 32 W + v
             live, rows = sub
             words = live.live[step]

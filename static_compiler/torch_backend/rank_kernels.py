@@ -35,7 +35,7 @@ from static_compiler.errors import DecodeInputError
 from static_compiler.item_bits import rank, trie_ranges
 from static_compiler.item_bits.layers import UnitRows
 from static_compiler.torch_backend.checks import is_int_dtype
-from static_compiler.torch_backend.kernels import take
+from static_compiler.torch_backend.gather import take
 
 
 class RankTensors(NamedTuple):
@@ -127,7 +127,8 @@ class RangeTensors(NamedTuple):
 
     rows: per layer d, its row pointers: None (unary: the identity), an
     index tensor (S_d + 1,), or (RankTensors of its exception marks, extra
-    (X + 1,)) (`trie_ranges.ExceptionRows`); accepting: per depth 0..depth - 1,
+    (X + 1,), the exceptions' states (X,) and where their rows start (X,))
+    (`trie_ranges.ExceptionRows`); accepting: per depth 0..depth - 1,
     `RankTensors` of its accepting bits or None (none accepts); counts: the
     trie's states per depth 0..depth; ends: per depth, whether
     `Subset.ends` holds bits there (what `kernels.end_live` answers); at:
@@ -171,8 +172,10 @@ def range_tensors(trie, order, fingerprint: str, device=None) -> RangeTensors:
         if isinstance(r, UnitRows):
             rows.append(None)
         elif isinstance(r, trie_ranges.ExceptionRows):
-            extra = r.extra(np.arange(int(r.states.shape[0]) + 1))
-            rows.append((rank_tensors(r.exceptions, device), put(extra)))
+            states = np.asarray(r.states).astype(np.int64)
+            extra = r.extra(np.arange(states.shape[0] + 1))
+            rows.append((rank_tensors(r.exceptions, device), put(extra), put(states),
+                         put(states + extra[:-1])))
         else:
             rows.append(put(np.asarray(r)))
     accepting = tuple(None if a is None else rank_tensors(a, device) for a in layers.accepting)
@@ -205,6 +208,35 @@ def ranked_rows(ranked: rank.RankedSubset, ranges: RangeTensors, where: str,
                       rank_tensors(ranked.added, device) if K else None, ranked.fingerprint)
 
 
+class RankedLive(NamedTuple):
+    """A ranked subset as the decoders read it (the `kernels.LiveBits` of
+    the rank form, `ranked_live`): the set's `RangeTensors`, the placed
+    `RankedRows`, one device; first, bool (R, S_1): which states at depth 1
+    have a selected item below them, made once when placed (S_1 <= V
+    ranks a subset) and read at step 0 as one entry a candidate: the
+    root's V children of every row cost a rank each otherwise."""
+
+    ranges: RangeTensors
+    ranked: RankedRows
+    first: torch.Tensor
+
+    @property
+    def num_subsets(self) -> int:
+        return self.ranked.num_subsets
+
+
+def ranked_live(ranges: RangeTensors, ranked: RankedRows) -> RankedLive:
+    """The `RankedLive` of `ranked` (placed) over the set of `ranges`: its
+    depth-1 states' bits read from its rank bits (`RankedLive.first`)."""
+    R, S = ranked.num_subsets, ranges.counts[1]
+    device = ranked.items.words.device
+    rows = torch.arange(R, device=device)
+    states = torch.arange(S + 1, dtype=ranges.dtype, device=device).expand(R, S + 1)
+    offsets = _child_offsets(ranges, 0, None, torch.zeros(R, dtype=ranges.dtype, device=device))
+    return RankedLive(ranges, ranked,
+                      _between(ranges, ranked, rows, below(ranges, 1, states), offsets))
+
+
 def check_rows(ranked: RankedRows, rows, batch_size: int, where: str) -> torch.Tensor:
     """A subset index: ints (batch_size,) as int64 (values unchecked: one
     outside [0, R) reads a clamped row); else DecodeInputError naming its
@@ -228,7 +260,7 @@ def _next_rows(rows, x: torch.Tensor) -> torch.Tensor:
     if rows is None:
         return x
     if isinstance(rows, tuple):
-        marks, extra = rows
+        marks, extra = rows[:2]
         none = torch.zeros(x.shape[:1], dtype=x.dtype, device=x.device)
         return x + take(extra, rank_at(marks, none, x))
     return take(rows, x)
@@ -319,8 +351,8 @@ def dense_child_live(ranges: RangeTensors, ranked: RankedRows, rows: torch.Tenso
     states = torch.minimum(first[:, None] + torch.arange(V + 1, dtype=x.dtype,
                                                          device=x.device), last[:, None])
     live = _between(ranges, ranked, rows, below(ranges, depth, states), offsets)
-    column = (nxt.to(x.dtype) - first[:, None]).clamp(0, V - 1)
-    return (nxt >= 0) & live.gather(1, column.long())
+    column = nxt - first[:, None].to(nxt.dtype)  # (in nxt's dtype: no pass converting it)
+    return (nxt >= 0) & live.gather(1, column.clamp_(0, V - 1).long())
 
 
 def end_live(ranges: RangeTensors, ranked: RankedRows, rows: torch.Tensor, step: int,
@@ -358,3 +390,92 @@ def child_offsets(ranges: RangeTensors, step: int, offsets: torch.Tensor,
         return offsets
     x = (node.to(ranges.dtype) + 1).clamp(0, ranges.counts[step])
     return offsets + rank_at(ranges.accepting[step], torch.zeros_like(x), x).to(offsets.dtype)
+
+
+# ---------------------------------------------------------------------------
+# What the decoders read (`kernels.step_columns`, `kernels.dense_child`)
+
+
+def _parents(rows, x: torch.Tensor) -> torch.Tensor:
+    """The states one layer up whose rows hold states x (B,) (the layer's
+    row pointers `rows`, as `RangeTensors.rows`): a binary search over
+    the row pointers (the last row starting at or before x: an empty row
+    never holds x), over a near_unary layer's exception starts, none for
+    a unary layer."""
+    if rows is None:
+        return x
+    if isinstance(rows, tuple):  # row s starts at s + extra(exceptions below s)
+        _, extra, states, starts = rows
+        j = torch.searchsorted(starts, x.contiguous(), right=True).to(x.dtype)
+        shift = take(extra, j)
+        last = take(states, j - 1)  # the last exception starting at or before x
+        return torch.where((j > 0) & (x < last + 1 + shift), last, x - shift)
+    return torch.searchsorted(rows, x.contiguous(), right=True).to(x.dtype) - 1
+
+
+def node_offsets(ranges: RangeTensors, step: int, node: torch.Tensor) -> Optional[torch.Tensor]:
+    """(B,) in `ranges.dtype`: the offsets of states `node` int (B,) at
+    depth `step` (`trie_ranges.offsets_of`: their ancestors' accepting
+    states before them, a search up a layer per depth), None where no
+    item ends above that depth (every fixed-length set). The decoders'
+    states carry no offsets (the JAX door's state tuples are the same):
+    a variable-length set's rows pay these searches at each step."""
+    if not ranges.carries_offsets(step):
+        return None
+    top = min(d for d in range(step) if ranges.accepting[d] is not None)
+    x = node.to(ranges.dtype).clamp(0, max(ranges.counts[step] - 1, 0))
+    none = torch.zeros_like(x)
+    out = none
+    for d in range(step - 1, top - 1, -1):
+        x = _parents(ranges.rows[d], x).clamp(0, max(ranges.counts[d] - 1, 0))
+        if ranges.accepting[d] is not None:
+            out = out + rank_at(ranges.accepting[d], none, x + 1)
+    return out
+
+
+def _child_offsets(ranges: RangeTensors, step: int, offsets: Optional[torch.Tensor],
+                   node: torch.Tensor) -> Optional[torch.Tensor]:
+    """The offsets of the children of states `node` whose own are
+    `offsets` (None: zeros), None where the children need none."""
+    if not ranges.carries_offsets(step + 1):
+        return None
+    if offsets is None:
+        offsets = torch.zeros(node.shape, dtype=ranges.dtype, device=node.device)
+    return child_offsets(ranges, step, offsets, node)
+
+
+def _first_live(live: RankedLive, rows: torch.Tensor, nxt: torch.Tensor) -> torch.Tensor:
+    """bool nxt.shape: `RankedLive.first` of states nxt int (B, K) at depth
+    1 in each row's subset (a state outside [0, S_1): False)."""
+    S = live.first.shape[1]
+    inside = (nxt >= 0) & (nxt < S)
+    at = rows.clamp(0, live.first.shape[0] - 1)[:, None] * S + nxt.clamp(0, max(S - 1, 0))
+    return inside & take(live.first.reshape(-1), at)
+
+
+def children_live(live: RankedLive, rows: torch.Tensor, step: int, dense: bool,
+                  node: torch.Tensor, nxt: torch.Tensor,
+                  offsets: Optional[torch.Tensor]) -> torch.Tensor:
+    """bool (B, K): `child_live` of a step's candidates `nxt` (B, K) from
+    states `node` (B,) with their own `offsets` (`node_offsets`): a
+    dense_rows step's (`dense`) read by token (`dense_child_live`), the
+    others' as consecutive states (a csr / near_unary slice, a unary
+    step's one child)."""
+    if step == 0:
+        return _first_live(live, rows, nxt)
+    ranges = live.ranges
+    below = _child_offsets(ranges, step, offsets, node)
+    if dense:
+        return dense_child_live(ranges, live.ranked, rows, step, node, nxt, below)
+    return child_live(ranges, live.ranked, rows, step, nxt, below, consecutive=True)
+
+
+def one_child_live(live: RankedLive, rows: torch.Tensor, step: int, node: torch.Tensor,
+                   nxt: torch.Tensor, offsets: Optional[torch.Tensor]) -> torch.Tensor:
+    """bool (B,): `child_live` of one next state per row, nxt int (B,)
+    (-1: none, False), from states `node` with their `offsets`."""
+    if step == 0:
+        return _first_live(live, rows, nxt[:, None])[:, 0]
+    ranges = live.ranges
+    below = _child_offsets(ranges, step, offsets, node)
+    return child_live(ranges, live.ranked, rows, step, nxt[:, None], below)[:, 0]

@@ -263,6 +263,7 @@ OWN = {
         "reload": "the version now on disk", "path": "where it was loaded from",
         "device": "the torch device of its tables", "plan": "the plan its ops read",
         "processor_step": "advance and allowed_tokens fused: an engine's step (vLLM)",
+        "ranked_subset": "a subset read by rank: its item bits alone, no pass over the trie",
     },
 }
 

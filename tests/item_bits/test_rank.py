@@ -119,6 +119,13 @@ def test_cleared_bits_are_left_out():
                                    rank.ItemRanks.of_mask(np.zeros(5, bool), fine=True)]),
      "expected one"),
     (lambda: rank.ranked_subset(np.zeros(4, bool), InsertedOrder.empty(5)), "N' = 5"),
+    (lambda: rank.ranked_subset_of_words(np.zeros((1, 1), np.uint32), InsertedOrder.empty(33)),
+     r"shape \(1, 1\): expected uint32 \(R, W\), W >= 2"),
+    (lambda: rank.ranked_subset_of_words(np.zeros(2, np.uint32), InsertedOrder.empty(33)),
+     "expected uint32"),
+    (lambda: rank.ranked_subset_of_words(np.zeros((1, 2), np.uint32), InsertedOrder.empty(33),
+                                         rank.ItemRanks.of_mask(np.zeros(5, bool))),
+     "removed has 5 bits: expected 33"),
 ])
 def test_bad_inputs_are_refused_naming_the_value(call, message):
     with pytest.raises(ConstraintSetError, match=message):
@@ -151,6 +158,18 @@ def check_ranges(compiled, case) -> None:
     assert [sequence[int(u)] for u in order[np.arange(order.count)]] == every
     masks = np.stack([rows_item_mask(s, items, "test") for s in case.subsets])
     ranked = rank.ranked_subset(masks, order, items.removed, fine=bool(len(every) % 2))
+    # the same subsets from packed item bits (a row selection's scatter), bits past N' set
+    words = np.full((masks.shape[0], -(-masks.shape[1] // 32) + 1), 0xFFFFFFFF, np.uint32)
+    words.view(np.uint8)[:, :-(-masks.shape[1] // 8)] = np.packbits(masks, axis=1,
+                                                                    bitorder="little")
+    if masks.shape[1] % 8:
+        words.view(np.uint8)[:, masks.shape[1] // 8] |= np.uint8((0xFF << (masks.shape[1] % 8)) & 0xFF)
+    removed = None if items.removed is None else \
+        rank.ItemRanks.of_mask(np.asarray(items.removed, bool))
+    packed = rank.ranked_subset_of_words(words, order, removed, fine=bool(len(every) % 3))
+    positions = np.arange(order.count + 1)
+    for r in range(masks.shape[0]):
+        np.testing.assert_array_equal(packed.prefix(positions, r), ranked.prefix(positions, r))
     picked = [case.subset_items(r) for r in range(len(case.subsets))]
     offsets = np.zeros(1, np.int64)
     for d, states in enumerate(prefixes(trie)):

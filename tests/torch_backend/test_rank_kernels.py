@@ -3,8 +3,10 @@ live fuzz's sets (every layout, fixed and variable length, capacity,
 additions, removals, stacked per-row subsets) the range counts answer
 exactly what today's liveness bits do (`kernels.child_live`,
 `dense_child_live`, `end_live`) and what the items say (brute force), at
-every step, with the offsets carried down by `child_offsets`; the shallow
-depths' bits made from the rank bits (`trie_ranges.depth_live`) equal the walk's;
+every step, with the offsets carried down by `child_offsets` (and the
+same offsets searched up from a state, `node_offsets`); the shallow
+depths' bits made from the rank bits (`trie_ranges.depth_live`, and depth
+1's in torch, `ranked_live`) equal the walk's;
 the reads trace under torch.compile(fullgraph=True); bad inputs are refused
 naming the value.
 """
@@ -72,6 +74,10 @@ def check_reads(compiled, case) -> None:
         sub = (s.bits, rows)
         real = node < s.ranges.counts[t]  # (past them: a capacity's padding)
         carried = offsets[t] if s.ranges.carries_offsets(t) else None
+        searched = rk.node_offsets(s.ranges, t, node)  # (up from the node: what decoders use)
+        assert (searched is None) == (carried is None), t
+        if carried is not None:
+            assert torch.equal(searched[real].long(), carried[real]), ("offsets", t)
         want = kernels.end_live(sub, t, node)
         got = rk.end_live(s.ranges, s.placed, rows, t, node, carried)
         assert (want is None) == (got is None), t
@@ -102,6 +108,9 @@ def check_reads(compiled, case) -> None:
             assert bool(got[b, k]) == any(u[:t + 1] == name for u in chosen[b % R]), (t, b, k)
         # the bits a shallow depth would keep, made from the rank bits
         from_ranks = trie_ranges.depth_live(s.ranked, trie_ranges.depth_bounds(s.layers, t + 1))
+        if t == 0:  # the decoders' depth-1 bits, made when a ranked subset is placed
+            first = rk.ranked_live(s.ranges, s.placed).first
+            assert np.array_equal(first.numpy(), from_ranks), "ranked_live.first"
         for r in range(R):
             live, _ = liveness.liveness(s.trie.layers, s.trie.num_final_states, s.trie.end_token,
                                         s.items, drop_removed(s.masks[r], s.items))

@@ -40,6 +40,7 @@ def _allows(tc, prefix) -> list:
 def test_unchanged_is_self_and_removals_share_the_tensors(saved):
     tc = TorchConstraints.load(saved)
     assert tc.path == saved and tc.reload() is tc
+    tc.allowed(torch.tensor([[2]]), subset=tc.ranked_subset(np.ones(4, bool)))  # (order, ranges)
     sc.update_artifact(saved, remove=np.array([[1, 2, 4]]))
     new = tc.reload()
     assert new is not tc and new.reload() is new
@@ -52,6 +53,15 @@ def test_unchanged_is_self_and_removals_share_the_tensors(saved):
     with pytest.raises(DecodeInputError):  # a subset belongs to its version
         tc.allowed(torch.tensor([[2]]), subset=sub)
     assert torch.nonzero(new.allowed(torch.tensor([[2]]), subset=sub)[0]).numel() == 0
+    # ranked subsets: per version too; the trie order and range tensors are shared
+    ranked = new.ranked_subset(np.array([True, True, False, True]))
+    assert torch.equal(new.allowed(torch.tensor([[1], [2]]), subset=ranked),
+                       new.allowed(torch.tensor([[1], [2]]), subset=sub))
+    with pytest.raises(DecodeInputError, match="the ranked subset was made from another set"):
+        tc.allowed(torch.tensor([[2]]), subset=ranked)
+    assert new._set_view.trie_order() is tc._set_view.trie_order()
+    old, now = tc._engine.range_table, new._engine.range_table
+    assert now.rows is old.rows and now.fingerprint == new.fingerprint != old.fingerprint
 
 
 def test_additions_and_rollback(saved):

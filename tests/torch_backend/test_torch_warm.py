@@ -71,8 +71,10 @@ def test_warm_takes_beam_schedules(sets, name):
     # Two paths (both sets have an item index: every item, and one subset, also at
     # max_subsets=0), each: init_processor and mask / allowed_tokens / allowed / advance at
     # each step; per beam entry: init_beams, a beam_step per step, finalize and beam_search.
+    # And one job: a ranked subset made and read (its set's order and ranges built).
     T = tc.max_length
-    assert report.calls == 2 * (1 + 4 * T + 3 * (T + 3)) and report.subset_rows == 1
+    assert report.calls == 1 + 2 * (1 + 4 * T + 3 * (T + 3)) and report.subset_rows == 1
+    assert tc._set_view._order._done and tc._engine.range_table is not None
     for x, y in zip(before, _decode(tc)):
         assert torch.equal(x, y) if isinstance(x, torch.Tensor) else \
             all(torch.equal(a, b) for a, b in zip(x, y))

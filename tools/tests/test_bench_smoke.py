@@ -312,6 +312,22 @@ def test_torch_step_section_checks_every_rank_read_against_todays_bits():
     assert "16 per-row subsets, all of it" in run.stdout and "- B = 140:" in run.stdout
 
 
+def test_torch_door_section_checks_ranked_subsets_against_todays():
+    """`python -m tools.bench.rank --section torch-door`: ranked subsets
+    made through the torch door and decoded by its beam search, against
+    today's subsets, every result checked equal."""
+    run = _run("tools.bench.rank", "--section", "torch-door", "--items", "3000", "--repeats",
+               "1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "DIFFERENT" not in run.stdout
+    lines = run.stdout.splitlines()
+    assert sum(line.startswith(("| sorted", "| random order")) and "| same |" in line
+               for line in lines) == 4  # a subset from a mask, and from a filter
+    assert "`ranked_subset(where=...)` of a 2-clause rule" in run.stdout
+    assert sum(line.startswith(("| random logits |", "| zeros |")) and "| same |" in line
+               for line in lines) == 2
+
+
 def test_versions_benchmark_measures_kept_versions_on_disk():
     """`python -m tools.bench versions`: the artifact plus its kept versions
     after removals and additions, with the default keep and keep 1 (fewer
