@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Optional, Sequence, overload
+from typing import TYPE_CHECKING, Optional, Sequence, overload
 
 import numpy as np
 
@@ -46,9 +46,11 @@ from static_compiler.item_bits import item_masks, layer_walk
 from static_compiler.item_bits.item_masks import rows_item_mask  # noqa: F401  (callers take it here)
 from static_compiler.item_bits.layers import LayerWalk, TrieLayer, dense_slots, layer_walks, shared_depths
 from static_compiler.item_bits.placements import Placements
-from static_compiler.item_bits.rank import RankedSubset
 from static_compiler.item_bits.state_order import final_states_live, item_order
 from static_compiler.items.index import ItemIndex
+
+if TYPE_CHECKING:  # (ranked subsets are the torch door's: a serving process never loads them)
+    from static_compiler.item_bits.rank import RankedSubset
 
 
 def warm_kernels_in_background() -> None:
@@ -434,6 +436,7 @@ def stack_subsets(subsets):
         compiled sets.
     """
     subsets = list(subsets)
+    from static_compiler.item_bits.rank import RankedSubset  # (not loaded by a serving process)
     if subsets and all(isinstance(s, RankedSubset) for s in subsets):
         return RankedSubset.stack(subsets)
     if not subsets or not all(isinstance(s, Subset) for s in subsets):

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Callable, NamedTuple, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, FilterExpressionError
-from static_compiler.item_bits import rank, trie_ranges
 from static_compiler.item_bits.item_masks import (
     ITEM_CHUNK,
     RowSource,
@@ -38,6 +37,9 @@ from static_compiler.item_bits.layers import TableLayer, table_layers
 from static_compiler.item_bits.liveness import BitLayout, Subset, bit_layout, rows_item_live, subset_of_items
 from static_compiler.items.index import ItemIndex
 from static_compiler.lowered.plan import Plan, PlanFacts, StepPlan, slot_steps, state_counts
+
+if TYPE_CHECKING:  # (ranked subsets are the torch door's: a serving process never loads them)
+    from static_compiler.item_bits import rank
 from static_compiler.rules import priors
 
 
@@ -165,6 +167,7 @@ def _selection(selection, items: ItemIndex, where: str):
 
 def _trie_order(items: ItemIndex, trie):
     """`trie_ranges.trie_order` of a set's items and trie (`SetView.trie_order`)."""
+    from static_compiler.item_bits import trie_ranges
     layers = None if items.item_depth is None else \
         trie_ranges.range_layers(trie.layers, trie.num_final_states)
     return trie_ranges.trie_order(items, layers)
@@ -387,6 +390,7 @@ class SetView:
         cost is the selection's item bits, no pass over the trie's states.
         Raises as `pick` (and ConstraintSetError for a selection of more
         than two dimensions)."""
+        from static_compiler.item_bits import rank
         items = self.checked_items(where)
         picked = self.selected_rows(selection, expression, masks, where)
         order, removed = self._order.get(), self._removed_ranks.get()
@@ -423,6 +427,7 @@ class SetView:
         return self._order.get()
 
     def _build_removed_ranks(self):
+        from static_compiler.item_bits import rank
         removed = None if self.items is None else self.items.removed
         return None if removed is None else rank.ItemRanks.of_mask(np.asarray(removed, bool))
 

@@ -96,6 +96,23 @@ def test_a_single_row_and_stacked_rows_agree(fine):
     assert both.counts.dtype == np.uint32 and (both.within is None) != fine
 
 
+@pytest.mark.parametrize("fine", [False, True])
+def test_stacked_rows_of_a_large_set_packed_on_threads_equal_each_row_alone(fine):
+    """Rows of 2^20 bits and more are packed on threads (each its own rows):
+    the same words and counts as each row packed alone, cleared bits too."""
+    rng = np.random.default_rng(3)
+    size = rank._THREADED_BITS + 4099
+    rows = rng.random((5, size)) < np.array([0.0, 0.01, 0.5, 0.99, 1.0])[:, None]
+    gone_mask = rng.random(size) < 0.2
+    gone = rank.ItemRanks.of_mask(gone_mask)
+    both = rank.ItemRanks.of_mask(rows, gone, fine=fine)
+    alone = rank.ItemRanks.stack([rank.ItemRanks.of_mask(r, gone, fine=fine) for r in rows])
+    for got, want in [(both.words, alone.words), (both.counts, alone.counts),
+                      (both.within, alone.within)]:
+        np.testing.assert_array_equal(got, want)
+    assert both.totals().tolist() == (rows & ~gone_mask).sum(axis=1).tolist()
+
+
 def test_cleared_bits_are_left_out():
     rng = np.random.default_rng(2)
     mask, gone = rng.random(777) < 0.5, rng.random(777) < 0.5
