@@ -344,3 +344,13 @@ def test_versions_benchmark_measures_kept_versions_on_disk():
     for kind in ("3 removals", "3 additions"):
         assert 1.0 < ratio[(kind, "1")] < ratio[(kind, "5")]
     assert ratio[("3 removals", "5")] < ratio[("3 additions", "5")]  # removals link more
+
+
+def test_processor_step_bench_checks_the_host_loops_against_the_torch_ops():
+    """`python -m tools.bench.processor_step` on a tiny set: every step's
+    states and masks are compared (it exits 1 on a difference) and timed."""
+    pytest.importorskip("numba")
+    out = _run("tools.bench.processor_step", "--items", 300, "--length", 3, "--vocab", 16,
+               "--repeats", 2, "--calls", 2, "--rows", 5)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "| 1 | dense_rows->dense_rows |" in out.stdout and "| 2 |" in out.stdout
