@@ -191,6 +191,17 @@ def _slot_bit_flat(words, width, states, row, s, v):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _entry(tokens, targets, explicit, i):
+    """(token, next state) of table entry i (a unary layer's: its state),
+    read as a gather reads it: clamped, zeros from an empty table."""
+    n_tok, n_tgt = tokens.shape[0], targets.shape[0]
+    tok = tokens[_clamp(i, n_tok)] if n_tok > 0 else 0
+    if not explicit:
+        return tok, i
+    return tok, targets[_clamp(i, n_tgt)] if n_tgt > 0 else 0
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _bounds(kind, indptr, ex_states, ex_starts, ex_branch, s):
     """[start, end) of state s's row in a csr or near_unary layer."""
     if kind == CSR:
@@ -236,8 +247,6 @@ def mask_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts, ex
     """Writes True into allowed bool (B, V) (zeros on entry) at the tokens
     each row (node int64, valid, finished bool (B,)) may take at this step
     (end: the end token, -1 for none)."""
-    n_tok = tokens.shape[0]
-    n_tgt = targets.shape[0]
     n_next = nxt_rows.shape[0]
     for b in range(node.shape[0]):
         s = node[b]
@@ -262,18 +271,15 @@ def mask_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts, ex
                         continue
                     allowed[b, v] = True
         elif kind == UNARY:
-            if n_tok > 0:
-                tok = tokens[_clamp(s, n_tok)]
-                t = targets[_clamp(s, n_tgt)] if explicit and n_tgt > 0 else s
-                if 0 <= tok < vocab and _child_in(mode, live, width, row, t):
-                    allowed[b, tok] = True
+            tok, t = _entry(tokens, targets, explicit, s)
+            if 0 <= tok < vocab and _child_in(mode, live, width, row, t):
+                allowed[b, tok] = True
         elif kind != NO_CHILDREN:
             lo, hi = _bounds(kind, indptr, ex_states, ex_starts, ex_branch, s)
             if hi > lo + k:
                 hi = lo + k
             for i in range(lo, hi):
-                tok = tokens[_clamp(i, n_tok)] if n_tok > 0 else 0
-                t = (targets[_clamp(i, n_tgt)] if n_tgt > 0 else 0) if explicit else i
+                tok, t = _entry(tokens, targets, explicit, i)
                 if 0 <= tok < vocab and _child_in(mode, live, width, row, t):
                     allowed[b, tok] = True
         if end >= 0 and _ends_here(accept, accepting, has_ends, ends, ends_width, row, s):
@@ -289,8 +295,6 @@ def advance_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts,
     token taken int64 (B,), writing its new state into out_*: a token the
     row may not take (see `mask_rows`) makes it invalid; the end token
     finishes it (node 0)."""
-    n_tok = tokens.shape[0]
-    n_tgt = targets.shape[0]
     n_next = nxt_rows.shape[0]
     for b in range(node.shape[0]):
         s = node[b]
@@ -310,20 +314,17 @@ def advance_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts,
             elif ok:
                 ok = _child_in(mode, live, width, row, nxt)
         elif kind == UNARY:
-            if expanding and n_tok > 0 and tokens[_clamp(s, n_tok)] == tok:
-                t = targets[_clamp(s, n_tgt)] if explicit and n_tgt > 0 else s
-                if _child_in(mode, live, width, row, t):
-                    ok = True
-                    nxt = t
+            own, t = _entry(tokens, targets, explicit, s)
+            if expanding and own == tok and _child_in(mode, live, width, row, t):
+                ok = True
+                nxt = t
         elif kind != NO_CHILDREN and expanding:
             lo, hi = _bounds(kind, indptr, ex_states, ex_starts, ex_branch, s)
             if hi > lo + k:
                 hi = lo + k
             for i in range(lo, hi):  # (a sum over the hits, as the tensor ops take it)
-                if (tokens[_clamp(i, n_tok)] if n_tok > 0 else 0) != tok:
-                    continue
-                t = (targets[_clamp(i, n_tgt)] if n_tgt > 0 else 0) if explicit else i
-                if _child_in(mode, live, width, row, t):
+                own, t = _entry(tokens, targets, explicit, i)
+                if own == tok and _child_in(mode, live, width, row, t):
                     ok = True
                     nxt += t
         done = False
