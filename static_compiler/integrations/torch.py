@@ -92,7 +92,9 @@ class StaticLogitsProcessor:
       prompt_length: the length of ``generate``'s ``input_ids`` (the prompt,
         left-padded to one length per batch as ``generate`` requires); the
         tokens after it are the prefix the set constrains.
-      subset, subset_index: per-request item subsets (`compiled.subset`,
+      subset, subset_index: per-request item subsets (`compiled.subset`;
+        on the torch backend also `TorchConstraints.ranked_subset`, made
+        in the time of its item bits: a rule per request;
         `sc.stack_subsets`), subset_index ints (batch,) one per prompt of
         ``generate``'s batch (default: subset 0 for every prompt); a call's
         N rows are taken as the prompts' rows in order, N / batch each (as
@@ -142,7 +144,7 @@ class StaticLogitsProcessor:
         self.prompt_length = arguments.check_int("prompt_length", prompt_length, low=0)
         self.subset = subset
         if subset is not None:
-            from static_compiler.item_bits.liveness import checked_subset_index
+            from static_compiler.item_bits.liveness import checked_rows, checked_subset_index
             where = "StaticLogitsProcessor"
             index = np.zeros(1, np.int32)
             if subset_index is not None:
@@ -155,8 +157,17 @@ class StaticLogitsProcessor:
                         f" has shape {index.shape} and dtype {index.dtype}"
                     raise DecodeInputError(f"{where}: subset_index{got}: expected ints (batch,), "
                                            "one subset per prompt of generate's batch")
-            checked_subset_index(subset, fingerprint, index, index.shape[0],
-                                 where)  # checks subset and index values now
+            from static_compiler.item_bits.rank import RankedSubset
+            if isinstance(subset, RankedSubset):  # (the door checks its tables at the first call)
+                if subset.fingerprint != fingerprint:
+                    raise DecodeInputError(f"{where}: the ranked subset was made from another "
+                                           f"set (fingerprint {subset.fingerprint}, this set's "
+                                           f"{fingerprint})")
+                if subset_index is not None:
+                    checked_rows(index, subset.num_subsets, index.shape[0], where)
+            else:
+                checked_subset_index(subset, fingerprint, index, index.shape[0],
+                                     where)  # checks subset and index values now
             if subset_index is None and subset.num_subsets != 1:  # as every front door refuses
                 raise DecodeInputError(f"{where}: {subset.num_subsets} stacked subsets: pass "
                                        "subset_index, ints (batch,), one per prompt of "

@@ -169,15 +169,19 @@ def test_processor_rejects_bad_calls():
         StaticLogitsProcessor(compiled, -1)
 
 
+@pytest.mark.parametrize("form", ["subset", "ranked"])
 @pytest.mark.parametrize("kind", ["fixed", "ragged"])
-def test_generate_with_a_subset_per_prompt(model, kind):
-    """Each prompt decodes over its own item subset: generate equals HF's
+def test_generate_with_a_subset_per_prompt(model, kind, form):
+    """Each prompt decodes over its own item subset (`subset`'s or the
+    torch door's `ranked_subset`'s): generate equals HF's
     prefix_allowed_tokens_fn over a dict trie of that prompt's items."""
     items, end_token, compiled = compiled_set(kind)
     rng = np.random.default_rng(6)
     masks = [rng.random(len(items)) < 0.4, rng.random(len(items)) < 0.4]
     chosen = [[items[i] for i in np.flatnonzero(m)] for m in masks]
-    stacked = sc.stack_subsets([compiled.subset(m) for m in masks])
+    make = compiled.subset if form == "subset" else \
+        TorchConstraints.from_compiled(compiled).ranked_subset
+    stacked = sc.stack_subsets([make(m) for m in masks])
     num_beams = 8
     prompts = torch.from_numpy(rng.integers(1, MODEL_VOCAB, (2, PROMPT_LENGTH)))
     kwargs = dict(num_beams=num_beams, num_return_sequences=num_beams)
@@ -206,6 +210,14 @@ def test_processor_rejects_bad_subsets():
                                       subset_index=np.array([0, 1, 0]))
     with pytest.raises(DecodeInputError, match="4 rows are not a multiple of the 3 prompts"):
         processor(torch.zeros((4, PROMPT_LENGTH), dtype=torch.long), torch.zeros((4, MODEL_VOCAB)))
+    ranked = TorchConstraints.from_compiled(compiled).ranked_subset(np.ones(len(items), bool))
+    with pytest.raises(DecodeInputError, match=r"subset_index\[1\] = 1: expected a subset in \[0, 1\)"):
+        StaticLogitsProcessor(compiled, PROMPT_LENGTH, subset=ranked, subset_index=np.array([0, 1]))
+    with pytest.raises(DecodeInputError, match="2 stacked subsets: pass subset_index"):
+        StaticLogitsProcessor(compiled, PROMPT_LENGTH, subset=sc.stack_subsets([ranked, ranked]))
+    _, _, other = compiled_set("ragged")
+    with pytest.raises(DecodeInputError, match="the ranked subset was made from another set"):
+        StaticLogitsProcessor(other, PROMPT_LENGTH, subset=ranked)
 
 
 NAMES = ["Lima", "Lyon", "Lille", "Linz", "Lagos", "Leeds", "Luanda", "Lhasa", "Riga", "Rome"]
