@@ -84,9 +84,8 @@ class ExceptionRows:
     def __init__(self, rows, num_states: int):
         self.states = rows.states  # (the X real exceptions' ids, ascending)
         self.starts = rows.tables["ex_starts"]
-        marks = np.zeros(int(num_states), bool)
-        marks[np.asarray(self.states).astype(np.int64)] = True
-        self.exceptions = ItemRanks.of_mask(marks, fine=True)
+        self.exceptions = ItemRanks.of_positions(np.asarray(self.states), int(num_states),
+                                                 fine=True)
         self.end = int(rows[int(num_states)]) - int(num_states)
         self.shape = (int(num_states) + 1,)
 

@@ -113,6 +113,18 @@ def test_stacked_rows_of_a_large_set_packed_on_threads_equal_each_row_alone(fine
     assert both.totals().tolist() == (rows & ~gone_mask).sum(axis=1).tolist()
 
 
+@settings(max_examples=40, deadline=None)
+@given(mask=masks(), fine=st.booleans())
+def test_ranks_of_positions_equal_the_ranks_of_their_mask(mask, fine):
+    row = mask[0]
+    made = rank.ItemRanks.of_positions(np.flatnonzero(row), row.shape[0], fine=fine)
+    want = rank.ItemRanks.of_mask(row, fine=fine)
+    np.testing.assert_array_equal(made.words, want.words)
+    np.testing.assert_array_equal(made.counts, want.counts)
+    if fine:
+        np.testing.assert_array_equal(made.within, want.within)
+
+
 def test_cleared_bits_are_left_out():
     rng = np.random.default_rng(2)
     mask, gone = rng.random(777) < 0.5, rng.random(777) < 0.5
@@ -135,6 +147,11 @@ def test_cleared_bits_are_left_out():
     (lambda: rank.ItemRanks.stack([rank.ItemRanks.of_mask(np.zeros(5, bool)),
                                    rank.ItemRanks.of_mask(np.zeros(5, bool), fine=True)]),
      "expected one"),
+    (lambda: rank.ItemRanks.of_positions(np.array([3, 2]), 5), "expected ascending distinct"),
+    (lambda: rank.ItemRanks.of_positions(np.array([2, 2]), 5), "expected ascending distinct"),
+    (lambda: rank.ItemRanks.of_positions(np.array([5]), 5), r"ints in \[0, 5\)"),
+    (lambda: rank.ItemRanks.of_positions(np.array([-1]), 5), r"ints in \[0, 5\)"),
+    (lambda: rank.ItemRanks.of_positions(np.array([0.5]), 5), "dtype float64"),
     (lambda: rank.ranked_subset(np.zeros(4, bool), InsertedOrder.empty(5)), "N' = 5"),
     (lambda: rank.ranked_subset_of_words(np.zeros((1, 1), np.uint32), InsertedOrder.empty(33)),
      r"shape \(1, 1\): expected uint32 \(R, W\), W >= 2"),
