@@ -50,6 +50,33 @@ ENV = "STATIC_COMPILER_VLLM_SETS"
 """The environment variable of the sets registered at start-up: ``name=path`` pairs
 separated by commas."""
 
+RANKED_ENV = "STATIC_COMPILER_VLLM_RANKED_FROM_ROWS"
+"""The environment variable that overrides `RANKED_FROM_ROWS` (an int >= 0;
+0: every filter ranked), read at each new filter."""
+RANKED_FROM_ROWS = 1 << 20
+"""Rows of a set from which a request's ``sc_where`` is made a ranked
+subset (`TorchConstraints.ranked_subset`) instead of a `Subset`: from about
+1e6 items a subset's walk up the trie costs more than the dearer reads of
+a ranked one over a request's steps (docs/integrations.md, "Filters per
+request")."""
+
+
+def ranked_from_rows() -> int:
+    """`RANKED_FROM_ROWS`, or the int of ``STATIC_COMPILER_VLLM_RANKED_FROM_ROWS``
+    when set; DecodeInputError naming the variable for a value that is not
+    an int >= 0."""
+    text = os.environ.get(RANKED_ENV)
+    if text is None:
+        return RANKED_FROM_ROWS
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise DecodeInputError(f"{RANKED_ENV}={text!r}: expected an int >= 0 (the rows of a set "
+                               "from which a filter is a ranked subset)")
+    return value
+
 _REGISTERED: dict = {}
 _LOCK = threading.Lock()
 
@@ -167,8 +194,12 @@ class SetCache:
             return loaded
 
     def subset(self, constraints: TorchConstraints, options: Options):
-        """The `Subset` of `options` (sc_where or sc_subset) over this
-        version, or None for neither. Raises DecodeInputError naming the key."""
+        """The subset of `options` (sc_where or sc_subset) over this
+        version, or None for neither: a filter (sc_where) over a set of
+        `ranked_from_rows()` rows or more as a ranked subset (made in the time
+        of its item bits: a rule per request), else, and a named subset
+        (sc_subset: one rule for many requests), a `Subset`. Raises
+        DecodeInputError naming the key."""
         if options.where is None and options.subset is None:
             return None
         key = (id(constraints), constraints.fingerprint, options.where, options.subset)
@@ -191,8 +222,11 @@ class SetCache:
             expression = options.subset
         else:
             what, expression = f"sc_where={options.where!r}", options.where
+        ranked = options.where is not None and constraints.attributes is not None and \
+            constraints.attributes.num_rows >= ranked_from_rows()
         try:
-            subset = constraints.subset(where=expression)
+            subset = constraints.ranked_subset(where=expression) if ranked else \
+                constraints.subset(where=expression)
         except (ConstraintSetError, DecodeInputError) as err:
             raise DecodeInputError(f"extra_args {what}: {err}") from None
         if int(subset.sizes[0]) == 0:

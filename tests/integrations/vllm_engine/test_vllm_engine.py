@@ -8,6 +8,7 @@ are refused at admission naming the key. One engine for the module."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 
@@ -20,6 +21,8 @@ import vllm  # noqa: E402
 
 import static_compiler as sc  # noqa: E402
 from static_compiler.integrations.vllm import StaticLogitsProcessor  # noqa: E402
+from static_compiler.integrations.vllm import processor as processor_lib  # noqa: E402
+from static_compiler.integrations.vllm.sets import RANKED_ENV  # noqa: E402
 
 REFUSED = vllm.exceptions.VLLMValidationError  # (HTTP 400 when served)
 
@@ -28,11 +31,19 @@ PROMPTS = ["Zone:", "Where", "x", "Hello there"]
 
 @pytest.fixture(scope="module")
 def llm(tiny_model):
+    """The engine, its filters ranked on sets of 250 rows or more (in both
+    processes): synth's (300) are ranked subsets, tz's (200) `Subset`s."""
+    before = os.environ.get(RANKED_ENV)
+    os.environ[RANKED_ENV] = "250"
     engine = vllm.LLM(str(tiny_model), dtype="float32", gpu_memory_utilization=0.05,
                       max_model_len=256, enforce_eager=True, seed=0,
                       logits_processors=[StaticLogitsProcessor])
     yield engine
     del engine
+    if before is None:
+        del os.environ[RANKED_ENV]
+    else:
+        os.environ[RANKED_ENV] = before
 
 
 def params(catalogue=None, n=1, temperature=0.0, max_tokens=32, seed=None, **keys):
@@ -85,6 +96,10 @@ def test_sampled_outputs_are_members_of_each_requests_set_subset_or_filter(llm, 
         assert_members(output, items)
         distinct |= {tuple(c.token_ids) for c in output.outputs}
     assert len(distinct) > 5  # (sampling: not one answer for all)
+    # admission (this process) made synth's filter a ranked subset, tz's a Subset
+    forms = {(key[2], type(subset).__name__)
+             for key, (_, subset) in processor_lib._FRONT._subsets.items()}
+    assert {("idx < 10", "RankedSubset"), ("idx >= 30 and not america", "Subset")} <= forms
 
 
 def test_a_prefix_continues_inside_the_set(llm, catalogues):

@@ -31,6 +31,7 @@ from static_compiler.integrations.vllm import (
     StaticLogitsProcessor,  # noqa: E402
     steps,  # noqa: E402
 )
+from static_compiler.integrations.vllm import sets as set_lib  # noqa: E402
 from static_compiler.torch_backend import TorchConstraints  # noqa: E402
 
 END, WIDTH, V = 1, 20, 16  # the model's logits are wider than the set's vocabulary
@@ -49,10 +50,15 @@ def artifact(tmp_path_factory):
     return path
 
 
-@pytest.fixture(params=["host", "tensor"], autouse=True)
+@pytest.fixture(params=["host", "tensor", "ranked"], autouse=True)
 def masking(request, monkeypatch):
-    """Every test twice: CPU logits masked by the host kernel (numba), and
-    by the tensor ops (what other devices and dtypes run)."""
+    """Every test three times: CPU logits masked by the host kernel (numba),
+    by the tensor ops (what other devices and dtypes run), and with every
+    sc_where a ranked subset (`sets.ranked_from_rows`: large sets')."""
+    if request.param == "ranked":
+        monkeypatch.setenv(set_lib.RANKED_ENV, "0")
+    else:
+        monkeypatch.delenv(set_lib.RANKED_ENV, raising=False)
     if request.param == "tensor":
         start = steps.Engine.__init__
 
@@ -110,7 +116,7 @@ def test_v1_rows_follow_adds_removes_moves_and_swaps(artifact, seed, masking):
     oracle = Oracle(artifact)
     proc = StaticLogitsProcessor(config(), torch.device("cpu"), False)
     assert proc.is_argmax_invariant() is False
-    assert (proc.engine._fill is not None) == (masking == "host")
+    assert (proc.engine._fill is not None) == (masking != "tensor")
     batch = []  # index -> (options or None, output list)
     for _ in range(25):
         removed, added, moved = [], [], []

@@ -169,6 +169,39 @@ def test_subsets_by_filter_and_by_name(artifact, clean_registry):
     assert cache.resolve(Options(str(artifact), subset="even")).subset is named.subset  # cached
 
 
+@pytest.mark.parametrize("ranked_from", [None, "0"])
+def test_a_filter_is_ranked_on_a_large_set_and_a_named_subset_never(artifact, clean_registry,
+                                                                     monkeypatch, ranked_from):
+    """sc_where is a ranked subset on a set of `ranked_from_rows()` rows or
+    more (the environment lowers it to every set here): the same items as
+    the `Subset`, resolved and refused alike; sc_subset stays a `Subset`."""
+    from static_compiler.item_bits.liveness import Subset
+    from static_compiler.item_bits.rank import RankedSubset
+    if ranked_from is None:
+        monkeypatch.delenv(sets.RANKED_ENV, raising=False)
+    else:
+        monkeypatch.setenv(sets.RANKED_ENV, ranked_from)
+    cache = sets.SetCache()
+    where = cache.resolve(Options(str(artifact), where="idx >= 3"))
+    assert isinstance(where.subset, Subset if ranked_from is None else RankedSubset)
+    assert walk(where, []) == [[10, 11, 12], [10, 13]]
+    prefixed = cache.resolve(Options(str(artifact), where="idx != 3", prefix=(10,)))
+    assert walk(prefixed, [10]) == [[10, 13]]
+    assert isinstance(cache.resolve(Options(str(artifact), subset="even")).subset, Subset)
+    with pytest.raises(DecodeInputError, match="sc_where='idx > 9': selects no item"):
+        cache.resolve(Options(str(artifact), where="idx > 9"))
+    with pytest.raises(DecodeInputError, match=r"sc_prefix=\[5, 9\].*in the request's subset"):
+        cache.resolve(Options(str(artifact), where="idx != 2", prefix=(5, 9)))
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "1.5"])
+def test_a_bad_ranked_threshold_is_refused_naming_the_variable(artifact, clean_registry,
+                                                                monkeypatch, value):
+    monkeypatch.setenv(sets.RANKED_ENV, value)
+    with pytest.raises(DecodeInputError, match=f"{sets.RANKED_ENV}='{value}': expected an int"):
+        sets.SetCache().resolve(Options(str(artifact), where="idx >= 3"))
+
+
 @pytest.mark.parametrize("options, names", [
     (dict(where="idx > 9"), ["sc_where='idx > 9'", "selects no item"]),
     (dict(where="colour == 1"), ["sc_where='colour == 1'", "unknown attribute 'colour'"]),
