@@ -354,3 +354,14 @@ def test_processor_step_bench_checks_the_host_loops_against_the_torch_ops():
                "--repeats", 2, "--calls", 2, "--rows", 5)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "| 1 | dense_rows->dense_rows |" in out.stdout and "| 2 |" in out.stdout
+
+
+def test_request_filters_bench_compares_the_two_forms_step_by_step():
+    """`python -m tools.bench.request_filters` at a tiny size: every form's
+    row printed, every step's allowed tokens of the ranked subset equal to
+    the Subset's (it exits 1 otherwise)."""
+    out = _run("tools.bench.request_filters", "--sizes", 2000, "--length", 3, "--requests", 2)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for form in ("none", "subset", "ranked"):
+        assert f"| 2e+03 | {form} |" in out.stdout
+    assert "ranked = subset() at every step: yes" in out.stdout
