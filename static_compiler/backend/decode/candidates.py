@@ -19,6 +19,7 @@ from static_compiler.backend.decode.live import (
     dense_child_live,
     end_live,
     grouped_live_view,
+    is_ranked,
     packed_child_live,
     packed_end_live,
 )
@@ -84,8 +85,10 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
                                    in_subset)
         else:
             c = expand(sp, tables[step], node)
+            # (a ranked subset has no slot bits: it counts each child's items)
             live_children = dense_child_live(subset, step, node, plan.vocab_size) \
-                if step in slot_steps(plan) else in_subset(c.next)
+                if step in slot_steps(plan) and not is_ranked(subset) else \
+                child_live(subset, step, c.next, node)
             c = c._replace(valid=c.valid & live_children)
             lp = logprob_of(c.tokens, dense=sp.kind == LayoutKind.DENSE_ROWS)
         if end is not None and sp.has_accepting:
