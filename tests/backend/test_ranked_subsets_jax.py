@@ -226,3 +226,40 @@ def test_ranges_and_rank_bits_are_placed_once():
     assert ranges.at.dtype == jnp.int32 and ranges.counts.dtype == jnp.int32
     assert all(r is None or (r[1] if isinstance(r, tuple) else r).dtype == jnp.int32
                for r in ranges.rows)
+
+
+def test_after_warm_a_new_ranked_subset_compiles_nothing():
+    """warm(..., ranked=True) walks one ranked subset and max_subsets
+    stacked: afterwards new ranked subsets of those stack sizes run every
+    verb (processor pair, prefixes, traced steps, beam steps, the step
+    processor, the compiled search) with no compilation."""
+    rows, c = ragged_set()
+    n, B, M = c.items.num_items, 2, 3
+    V, T = c.vocab_size, c.max_length
+    table = jnp.asarray(np.random.default_rng(0).normal(size=(T, V + 1, V)), jnp.float32)
+
+    def model(last, step, carry):
+        return table[step][jnp.clip(last, 0, V)], carry
+
+    c.warm([B], beam_sizes=[M], max_subsets=2, ranked=True, logits_fn=model)
+    before = c.compilations()
+    rng = np.random.default_rng(1)
+    for kw in ({"subset": c.ranked_subset(rng.random(n) < 0.5)},
+               {"subset": c.ranked_subset(rng.random((2, n)) < 0.5),
+                "subset_index": np.array([1, 0], np.int32)}):
+        state = c.init_processor(B)
+        proc = c.processor(B, **kw)
+        for t in range(T):
+            logits = np.zeros((B, V), np.float32)
+            c.mask(logits, state, t, **kw)
+            c.allowed(np.zeros((B, t), np.int32), **kw)
+            c.allowed_tokens(state, jnp.asarray(t, jnp.int32), **kw)
+            proc.mask(logits, state, t)
+            state = c.advance(state, np.asarray(c.allowed_tokens(state, t, **kw)).argmax(1), t,
+                              **kw)
+        beams = c.init_beams(B, M)
+        for t in range(T):
+            beams = c.beam_step(beams, np.zeros((B, M, V), np.float32), t, **kw)
+        jax.block_until_ready(c.finalize(beams))
+        jax.block_until_ready(c.beam_search(model, B, M, **kw))
+    assert c.compilations() == before
