@@ -85,7 +85,12 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
                                        f"{shape}: expected uint32 (R, {want}) with the same R "
                                        "everywhere: a subset of another set?")
             rows = shape[0]
-    sel = mask.rows
+    check_rows_of(mask.rows, rows, batch_size, where)
+
+
+def check_rows_of(sel, num_subsets: int, batch_size: int, where: str) -> None:
+    """DecodeInputError unless a subset form's rows `sel` are ints
+    (batch_size,) in [0, num_subsets) (values checked when concrete)."""
     if getattr(sel, "shape", None) != (batch_size,) or \
             not jnp.issubdtype(getattr(sel, "dtype", np.float32), jnp.integer):
         raise DecodeInputError(f"{where}: subset_index has shape {getattr(sel, 'shape', None)} "
@@ -93,10 +98,11 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
                                f"({batch_size},), one subset per batch row")
     if not is_traced(sel):
         values = np.asarray(sel)
-        bad = np.flatnonzero((values < 0) | (values >= rows))
+        bad = np.flatnonzero((values < 0) | (values >= num_subsets))
         if bad.size:
             raise DecodeInputError(f"{where}: subset_index[{int(bad[0])}] = "
-                                   f"{int(values[bad[0]])}: expected a subset in [0, {rows})")
+                                   f"{int(values[bad[0]])}: expected a subset in "
+                                   f"[0, {num_subsets})")
 
 
 subset_widths = plan_bit_widths

@@ -39,7 +39,6 @@ from jax import lax
 
 from static_compiler.errors import DecodeInputError
 from static_compiler.item_bits import rank, trie_ranges
-from static_compiler.item_bits.layers import UnitRows
 from static_compiler.item_bits.liveness import checked_rows
 from static_compiler.support.decode_state import is_traced
 
@@ -142,30 +141,17 @@ def range_arrays(trie, order) -> SetRanges:
     """The `SetRanges` of a set's trie (`rules.set_view.TableTrie` or
     `ir.Automaton`: its layers, final states and end token) and trie order
     (`trie_ranges.trie_order`), on jax's default device."""
-    layers = trie_ranges.range_layers(trie.layers, trie.num_final_states)
-    counts = [int(layer.num_states) for layer in trie.layers] + [int(trie.num_final_states)]
-    if max(counts + [int(order.count)]) > _INT32_MAX - 1:
-        raise DecodeInputError(f"ranked subsets: {max(counts + [int(order.count)])} states or "
-                               "items: the JAX doors read ranked subsets of under 2^31")
+    tables = trie_ranges.range_tables(trie, order)
+    largest = max(tables.counts + (tables.num_items,))
+    if largest > _INT32_MAX - 1:
+        raise DecodeInputError(f"ranked subsets: {largest} states or items: the JAX doors "
+                               "read ranked subsets of under 2^31")
     put = lambda a: jax.device_put(np.asarray(a, np.int32))  # noqa: E731
-    rows: list = []
-    for r in layers.rows:
-        if isinstance(r, UnitRows):
-            rows.append(None)
-        elif isinstance(r, trie_ranges.ExceptionRows):
-            states = np.asarray(r.states).astype(np.int64)
-            extra = r.extra(np.arange(states.shape[0] + 1))
-            rows.append((rank_arrays(r.exceptions), put(extra), put(states),
-                         put(states + extra[:-1])))
-        else:
-            rows.append(put(np.asarray(r)))
-    accepting = tuple(None if a is None else rank_arrays(a) for a in layers.accepting)
-    end = trie.end_token is not None
-    ends = tuple(end and (d == layers.depth or trie.layers[d].accepting is not None)
-                 for d in range(layers.depth + 1))
-    at = np.asarray(order.at, np.int64)
-    return SetRanges(RangeArrays(tuple(rows), accepting, put(counts), put(at), ends), at,
-                     int(order.count))
+    rows = tuple(r if r is None else put(r) if isinstance(r, np.ndarray) else
+                 (rank_arrays(r[0]),) + tuple(put(a) for a in r[1:]) for r in tables.rows)
+    accepting = tuple(None if a is None else rank_arrays(a) for a in tables.accepting)
+    return SetRanges(RangeArrays(rows, accepting, put(tables.counts), put(tables.at),
+                                 tables.ends), tables.at, tables.num_items)
 
 
 def set_ranges(view) -> SetRanges:
@@ -227,11 +213,7 @@ def ranked_mask(subset: rank.RankedSubset, ranges: SetRanges, fingerprint: str,
                                    f"({batch_size},), one per batch row")
         rows = np.zeros(batch_size, np.int32)
     elif is_traced(subset_index):
-        rows = subset_index
-        if tuple(rows.shape) != (batch_size,) or not jnp.issubdtype(rows.dtype, jnp.integer):
-            raise DecodeInputError(f"{where}: subset_index has shape {tuple(rows.shape)} and "
-                                   f"dtype {rows.dtype}: expected ints ({batch_size},), one "
-                                   "subset per batch row")
+        rows = subset_index  # (its shape checked by the decoder: `check_ranked_mask`)
     else:
         rows = checked_rows(subset_index, R, batch_size, where).astype(np.int32)
 
@@ -246,14 +228,8 @@ def ranked_mask(subset: rank.RankedSubset, ranges: SetRanges, fingerprint: str,
 def check_ranked_mask(mask: RankedMask, batch_size: int, where: str) -> None:
     """DecodeInputError unless `mask`'s rows are ints (batch_size,) in [0, R)
     (their values checked when concrete)."""
-    sel = mask.rows
-    if getattr(sel, "shape", None) != (batch_size,) or \
-            not jnp.issubdtype(getattr(sel, "dtype", np.float32), jnp.integer):
-        raise DecodeInputError(f"{where}: subset_index has shape {getattr(sel, 'shape', None)} "
-                               f"and dtype {getattr(sel, 'dtype', None)}: expected ints "
-                               f"({batch_size},), one subset per batch row")
-    if not is_traced(sel):
-        checked_rows(np.asarray(sel), mask.num_subsets, batch_size, where)
+    from static_compiler.backend.decode.live import check_rows_of
+    check_rows_of(mask.rows, mask.num_subsets, batch_size, where)
 
 
 # ---------------------------------------------------------------------------
