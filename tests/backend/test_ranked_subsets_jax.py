@@ -120,7 +120,7 @@ def check_verbs(c, case_vocab: int, drafts: np.ndarray, ranked, subset, index) -
           sc.sample(c, model, key, batch_size=B, subset=subset, subset_index=rows), "sample")
 
 
-@fuzz_settings(max(3, CI_EXAMPLES // 3))
+@fuzz_settings(max(2, CI_EXAMPLES // 3))
 @given(live_cases())
 def test_every_jax_verb_over_a_ranked_subset_equals_it_over_the_subset(case):
     c = updated(compile_case(case), case)

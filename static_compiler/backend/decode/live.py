@@ -147,16 +147,17 @@ def _bits(words, rows, idx, offset=0):
     return ((word >> (idx & 31).astype(jnp.uint32)) & jnp.uint32(1)).astype(bool)
 
 
-def child_live(mask: Optional[LiveMask], step: int, nxt, node=None):
+def child_live(mask: Optional[LiveMask], step: int, nxt, node=None, form=None):
     """bool nxt.shape: the candidates' next states (depth step + 1) are live
     (all True without a mask). A ranked subset's mask (`ranked.RankedMask`)
     counts its items below them (node: the states they come from, the
-    leading dims of nxt's, or None: see `ranked.child_live`)."""
+    leading dims of nxt's, or None; form: how nxt lie, see
+    `ranked.child_live`)."""
     if mask is None:
         return jnp.ones(jnp.shape(nxt), bool)
     if _ranked(mask):
         from static_compiler.backend.decode import ranked
-        return ranked.child_live(mask, step, nxt, node)
+        return ranked.child_live(mask, step, nxt, node, form)
     return _bits(mask.live[step], mask.rows, nxt)
 
 

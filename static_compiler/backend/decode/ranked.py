@@ -30,6 +30,7 @@ and stack size runs the same program.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple, Optional
 
 import jax
@@ -130,11 +131,13 @@ jax.tree_util.register_dataclass(RangeArrays, data_fields=["rows", "accepting", 
 class SetRanges(NamedTuple):
     """A set's `RangeArrays` with what a ranked subset of it has (checked
     by `ranked_mask`): at, its added items' trie positions (numpy); its
-    item count."""
+    item count; first_states: S_1, the states at depth 1 (0: a set of
+    depth 0 has none)."""
 
     arrays: RangeArrays
     at: np.ndarray
     num_items: int
+    first_states: int
 
 
 def range_arrays(trie, order) -> SetRanges:
@@ -151,7 +154,8 @@ def range_arrays(trie, order) -> SetRanges:
                  (rank_arrays(r[0]),) + tuple(put(a) for a in r[1:]) for r in tables.rows)
     accepting = tuple(None if a is None else rank_arrays(a) for a in tables.accepting)
     return SetRanges(RangeArrays(rows, accepting, put(tables.counts), put(tables.at),
-                                 tables.ends), tables.at, tables.num_items)
+                                 tables.ends), tables.at, tables.num_items,
+                     tables.counts[1] if len(tables.counts) > 1 else 0)
 
 
 def set_ranges(view) -> SetRanges:
@@ -169,12 +173,17 @@ class RankedMask(NamedTuple):
     """A ranked subset as the decoders read it (the `live.LiveMask` of the
     rank form): ranges, the set's `RangeArrays`; items, `RankArrays` (R
     rows) over the item ids; added, over the added items in trie order
-    (None without additions); rows: int32 (B,), each batch row's subset."""
+    (None without additions); rows: int32 (B,), each batch row's subset;
+    first: bool (R, S_1), which depth-1 states have a selected item below
+    them, made once when placed (S_1 <= V ranks a row) and read at step 0
+    as one entry a candidate (the root's V children of every beam cost two
+    range counts each otherwise: `rank_kernels.RankedLive.first`)."""
 
     ranges: RangeArrays
     items: RankArrays
     added: Optional[RankArrays]
     rows: Any
+    first: Any = None
 
     @property
     def num_subsets(self) -> int:
@@ -219,10 +228,28 @@ def ranked_mask(subset: rank.RankedSubset, ranges: SetRanges, fingerprint: str,
 
     def put():
         with jax.ensure_compile_time_eval():
-            return rank_arrays(subset.items), rank_arrays(subset.added) if K else None
+            items = rank_arrays(subset.items)
+            added = rank_arrays(subset.added) if K else None
+            first = None if not ranges.first_states else \
+                _first_live(ranges.arrays, items, added, states=ranges.first_states)
+            return items, added, first
 
-    items, added = subset.placements.get(("jax-ranked", None), put)
-    return RankedMask(ranges.arrays, items, added, rows)
+    items, added, first = subset.placements.get(("jax-ranked", None), put)
+    return RankedMask(ranges.arrays, items, added, rows, first)
+
+
+@functools.partial(jax.jit, static_argnames=("states",))
+def _first_live(ranges: RangeArrays, items: RankArrays, added, *, states: int):
+    """bool (R, states): `RankedMask.first` (one program per set shape and
+    stack size: warmed with the ranked paths)."""
+    R = items.words.shape[0]
+    mask = RankedMask(ranges, items, added, lax.iota(jnp.int32, R))
+    edges = below(ranges, 1, jnp.broadcast_to(lax.iota(jnp.int32, states + 1), (R, states + 1)))
+    off = _child_offsets(ranges, 0, jnp.zeros((R,), jnp.int32))
+    if off is not None:
+        edges = edges + off[:, None]
+    counts = selected_before(mask, edges)
+    return counts[:, 1:] > counts[:, :-1]
 
 
 def check_ranked_mask(mask: RankedMask, batch_size: int, where: str) -> None:
@@ -320,21 +347,62 @@ def _in_ranges(mask: RankedMask, lo, hi):
     return counts[..., 1] > counts[..., 0]
 
 
-def child_live(mask: RankedMask, step: int, nxt, node=None):
+def _rows_like(rows, x):
+    """rows (B,) with x's trailing dims as ones."""
+    return rows.reshape(rows.shape + (1,) * (x.ndim - rows.ndim))
+
+
+def _first(mask: RankedMask, nxt):
+    """bool nxt.shape: `RankedMask.first` of depth-1 states nxt in each
+    row's subset (a state outside [0, S_1): False)."""
+    R, S = mask.first.shape
+    inside = (nxt >= 0) & (nxt < S)
+    at = jnp.clip(_rows_like(jnp.asarray(mask.rows, jnp.int32), nxt), 0, R - 1) * S + \
+        jnp.clip(nxt, 0, S - 1)
+    return inside & jnp.take(mask.first.reshape(-1), at, mode="clip")
+
+
+def child_live(mask: RankedMask, step: int, nxt, node=None, form: Optional[str] = None):
     """bool nxt.shape: the candidates' next states `nxt` (depth step + 1)
     have a selected item at or below them in each row's subset. node: the
     states they come from (leading dims of nxt's): a variable-length set's
     offsets are searched once per state, not per candidate (None: per
-    candidate)."""
+    candidate). form (with node): "consecutive", nxt[..., i + 1] ==
+    nxt[..., i] + 1 (a csr / near_unary slice: K + 1 bounds a row, not
+    2 K); "dense", a dense_rows step's V slots (-1: no child), the node's
+    row's states in token order (V + 1 bounds a row, read back by
+    nxt - first); None: any states. Step 0 reads `RankedMask.first`."""
     ranges, depth = mask.ranges, step + 1
     nxt = jnp.asarray(nxt, jnp.int32)
-    lo, hi = below(ranges, depth, nxt), below(ranges, depth, nxt + 1)
+    if step == 0 and mask.first is not None:
+        return _first(mask, nxt)
+    if node is None:
+        form = None
+    off = None
     if ranges.carries_offsets(depth):
         if node is not None:
             off = _child_offsets(ranges, step, node)
             off = off.reshape(off.shape + (1,) * (nxt.ndim - off.ndim))
         else:
             off = node_offsets(ranges, depth, nxt)
+    pointers = ranges.rows[step]
+    if form == "dense" and pointers is not None and not isinstance(pointers, tuple):
+        V = nxt.shape[-1]
+        x = jnp.clip(jnp.asarray(node, jnp.int32), 0, jnp.maximum(ranges.counts[step] - 1, 0))
+        first = jnp.take(pointers, x, mode="clip")[..., None]
+        last = jnp.take(pointers, x + 1, mode="clip")[..., None]
+        states = jnp.minimum(first + lax.iota(jnp.int32, V + 1), last)
+        edges = below(ranges, depth, states)
+        counts = selected_before(mask, edges if off is None else edges + off)
+        live = counts[..., 1:] > counts[..., :-1]
+        column = jnp.clip(nxt - first, 0, V - 1)
+        return (nxt >= 0) & jnp.take_along_axis(live, column, axis=-1)
+    if form == "consecutive":
+        edges = below(ranges, depth, jnp.concatenate([nxt, nxt[..., -1:] + 1], axis=-1))
+        counts = selected_before(mask, edges if off is None else edges + off)
+        return counts[..., 1:] > counts[..., :-1]
+    lo, hi = below(ranges, depth, nxt), below(ranges, depth, nxt + 1)
+    if off is not None:
         lo, hi = lo + off, hi + off
     return _in_ranges(mask, lo, hi)
 
