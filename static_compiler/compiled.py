@@ -259,7 +259,8 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
 
     @property
     def _engine(self) -> JaxEngine:
-        return JaxEngine(self.plan, lambda: self.lowered.device_tables, self._warmth)
+        return JaxEngine(self.plan, lambda: self.lowered.device_tables, self._warmth,
+                         None if self.items is None else lambda: self._set_view)
 
     def beam_step(self, state: decode.BeamState, logits, step, *,
                   subset: Optional[subsets.Subset] = None, subset_index=None,

@@ -117,6 +117,10 @@ class ItemRules(Protocol):
                masks: Any = None) -> Subset:
         """A `Subset` of this set's items: a mask, sequences or a filter."""
 
+    def ranked_subset(self, selection: Any = None, *, where: Optional[str] = None,
+                      masks: Any = None) -> Any:
+        """What `subset` takes, as a `rank.RankedSubset`: its item bits alone."""
+
     def prior(self, column: str, weight: float = 1.0, selection: Any = None, *,
               where: Optional[str] = None, masks: Any = None) -> Any:
         """An item prior from an attribute column, for `beam_step` / `beam_search`."""

@@ -17,7 +17,10 @@ adds what is the compiled set's own (`_CompiledPaths`):
   warm-up every stack of 2 to max_subsets subsets is padded to max_subsets
   (`CompiledConstraints._padded`: empty subsets appended, the same
   results), so the count never compiles again; one subset keeps its own
-  shape (a removal's).
+  shape (a removal's);
+* with ranked=True, every path over ranked subsets (`ranked_subset`: one,
+  and max_subsets stacked), the processors' and the decoders' programs
+  too: a new ranked subset of a warmed stack size compiles nothing.
 
 `compilations()` counts the XLA compilations run by the set's entry points
 (jax's own compile events, `compile_events.CompileCounter`), so a server
@@ -33,6 +36,8 @@ import inspect
 import threading
 from concurrent.futures import Future
 from typing import Union
+
+import numpy as np
 
 from static_compiler.backend import decode
 from static_compiler.decoding import warm_up
@@ -101,7 +106,8 @@ class WarmUp:
 
     def warm(self, batch_sizes, *, beam_sizes=None, max_subsets: int = 0,
              background: bool = False, logits_fn=None, greedy: bool = False,
-             sample_key=None, **options) -> Union[WarmReport, Future[WarmReport]]:
+             sample_key=None, ranked: bool = False,
+             **options) -> Union[WarmReport, Future[WarmReport]]:
         """Runs every request path once per shape before traffic (every
         door's warm-up, `static_compiler.decoding.warm_up`, plus this set's own
         programs: see the module doc of `static_compiler.warm`); afterwards
@@ -137,6 +143,13 @@ class WarmUp:
             Also compile `greedy_decode` (needs `logits_fn`).
         sample_key : jax PRNG key, optional
             Also compile `sample` with a key of this type (needs `logits_fn`).
+        ranked : bool
+            Also walk every path over ranked subsets (`ranked_subset`): one,
+            and max_subsets stacked when max_subsets > 1 (ranked stacks are
+            not padded: another stack size compiles its own programs once).
+            Their programs are others than `subset`'s (the reads count
+            ranges): off by default, it about doubles the subset paths'
+            warm-up. Needs an item index.
         **options
             What the loop passes to the decoders (carry, carry_axes,
             params, tokens_per_beam, start_token, length_penalty,
@@ -157,7 +170,7 @@ class WarmUp:
             option values (as the decoders check them), max_subsets > 0 on
             a set without item subsets or past its bound.
         """
-        paths = _CompiledPaths(self, logits_fn, greedy, sample_key, options)
+        paths = _CompiledPaths(self, logits_fn, greedy, sample_key, options, ranked)
         return warm_up.warm(self, paths, batch_sizes, beam_sizes, max_subsets, background)
 
 
@@ -167,14 +180,18 @@ class _CompiledPaths(JaxPaths):
 
     where = "warm"
 
-    def __init__(self, compiled, logits_fn, greedy, sample_key, options: dict):
-        for name, flag in (("greedy", greedy),):
+    def __init__(self, compiled, logits_fn, greedy, sample_key, options: dict,
+                 ranked: bool = False):
+        for name, flag in (("greedy", greedy), ("ranked", ranked)):
             if not isinstance(flag, bool):
                 raise DecodeInputError(f"warm: {name}={flag!r}: expected a bool")
         self.compiled, self.logits_fn = compiled, logits_fn
         self.greedy, self.sample_key, self.options = greedy, sample_key, options
         self.warmth = compiled._warmth()
         self.removals = compiled._removal_program(None, 1) is not None
+        if ranked:  # (an item index: checked now, as ranked_subset checks it)
+            compiled._set_view.checked_items("warm(ranked=True)")
+        self._ranked: dict = {} if ranked else None  # stack size -> a ranked subset of no item
         beam_opts, sample_opts = _options_of(decode.beam_search), _options_of(decode.sample)
         unknown = sorted(set(options) - beam_opts - sample_opts)
         if unknown:
@@ -185,6 +202,20 @@ class _CompiledPaths(JaxPaths):
 
     def beam_widths(self, beam_size, batch_size: int) -> tuple:
         return check_beam_schedule(beam_size, self.compiled.max_length, batch_size)
+
+    def ranked(self, batch_size: int, subset_rows: int) -> list:
+        """With ranked=True: a ranked subset of no item, and subset_rows of
+        them stacked (subset_rows > 1, each row's index 0)."""
+        if self._ranked is None:
+            return []
+        out = []
+        for R in sorted({1, max(subset_rows, 1)}):
+            if R not in self._ranked:
+                items = self.compiled._set_view.items
+                self._ranked[R] = self.compiled.ranked_subset(
+                    np.zeros((R, items.num_items), bool))
+            out.append((self._ranked[R], None if R == 1 else np.zeros(batch_size, np.int32)))
+        return out
 
     def own_jobs(self, batch_size: int, beam_sizes: tuple, subset_rows: int) -> list:
         """processor(B)'s programs, and the decoders compiled ahead with the
@@ -199,8 +230,13 @@ class _CompiledPaths(JaxPaths):
                 "warmed (greedy, sample_key; beam_sizes also without it: the beam verbs)")
         specs = _subset_specs(compiled, B, subset_rows, self.removals)
         jobs = [functools.partial(compiled.processor(B).warm, specs)]
+        ranked = self.ranked(B, subset_rows or 0)
+        for subset, index in ranked:  # (each processor's own programs, run once)
+            jobs.append(lambda s=subset, i=index: compiled.processor(B, subset=s,
+                                                                    subset_index=i).warm())
         if model is None:
             return jobs
+        specs = specs + tuple(compiled._live(s, i, B, "warm") for s, i in ranked)
         pick = lambda known: {k: v for k, v in self.options.items() if k in known}  # noqa: E731
         calls = [(decode.search.beam_search_compiles, (model,),
                   dict(pick(_options_of(decode.beam_search)), batch_size=B, beam_size=M))

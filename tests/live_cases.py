@@ -238,3 +238,37 @@ def paths(items, case: LiveCase, max_length: int) -> list:
 def beams_for(count: int) -> int:
     """A beam size >= count, from few values (fewer compiled programs)."""
     return next(m for m in (4, 8, 16, 32, 72) if m >= count)
+
+
+# --------------------------------------------------------------------------
+# Small sets of the ranked-subset tests (both doors: tests/torch_backend/
+# test_ranked_subsets.py, tests/backend/test_ranked_subsets_jax.py)
+
+
+def sorted_set(n: int = 300, seed: int = 3, **options):
+    """A fixed-length set compiled from sorted unique rows (row i is item
+    i), with an attribute column."""
+    rng = np.random.default_rng(seed)
+    rows = np.unique(rng.integers(0, 12, (n, 3)), axis=0)
+    price = rng.integers(0, 100, rows.shape[0])
+    return rows, sc.compile_constraints(rows, 12, export_subsets=True,
+                                        attributes={"price": price}, **options)
+
+
+def ragged_set():
+    """A variable-length set whose items end at every depth, with additions
+    and removals."""
+    rng = np.random.default_rng(5)
+    rows = [tuple(int(x) for x in rng.integers(1, 9, rng.integers(1, 5))) for _ in range(60)]
+    compiled = sc.compile_constraints(rows, 9, end_token=0, export_subsets=True)
+    compiled = compiled.update(add=[(1, 1, 1, 2), (2, 2), (3,)]).update(
+        remove=np.arange(len(rows) + 3) % 5 == 0)
+    return np.asarray([list(r) + [0] * (4 - len(r)) for r in rows + [(1, 1, 1, 2), (2, 2), (3,)]]), \
+        compiled
+
+
+def grid_logits(rng, shape: tuple, V: int) -> np.ndarray:
+    """float32 logits (shape + (V,)) with ties (a coarse grid) and a few -inf."""
+    x = np.round(rng.normal(size=shape + (V,)), 1).astype(np.float32)
+    x[rng.random(x.shape) < 0.05] = -np.inf
+    return x

@@ -15,8 +15,8 @@ backend.
 `beam_search`      a whole search, stepped from Python (`support.beam_loop`)
 =================  ==========================================================
 
-and the item rules (`subset`, `prior`, `attributes`, `fingerprint`) over
-the door's `rules.set_view.SetView` (whose `base_subset()` every call runs
+and the item rules (`subset`, `ranked_subset`, `prior`, `attributes`,
+`fingerprint`) over the door's `rules.set_view.SetView` (whose `base_subset()` every call runs
 over when no subset is given: the items updates have not removed). The decoder checks
 what needs no array type (batch and beam sizes, widths, the length penalty,
 a search's callables), resolves the item subset of a call (the version's
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import abc
 import functools
-from typing import Any, Callable, ContextManager, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Protocol
 
 from static_compiler.errors import DecodeInputError
 from static_compiler.item_bits.liveness import Subset, checked_subset_index
@@ -39,6 +39,9 @@ from static_compiler.item_bits.padding import pad_subsets
 from static_compiler.rules.priors import check_no_length_penalty, check_prior
 from static_compiler.support.arguments import check_finite, check_rows
 from static_compiler.support.beam_loop import check_search, run_search
+
+if TYPE_CHECKING:  # (made on demand: a serving process never loads the rank module)
+    from static_compiler.item_bits.rank import RankedSubset
 
 
 class Engine(Protocol):
@@ -183,6 +186,36 @@ class Decoder(abc.ABC):
         graph or IR input); FilterExpressionError for a bad expression
         (naming the position and the attribute)."""
         return self._set_view.pick(selection, where, masks, f"{type(self).__name__}.subset")
+
+    def ranked_subset(self, selection=None, *, where=None, masks=None) -> "RankedSubset":
+        """The items of this set that `selection` picks, as a ranked subset
+        to decode over with every verb (``subset=``, a `subset_index` per
+        batch row for stacked ones): the same results as `subset` of the
+        same selection, bit for bit, made in the time of the selection's
+        item bits (no pass over the trie's states: about a millisecond at
+        1e7 items for a mask over a sorted input, where `subset` walks the
+        trie for tens; docs/business-rules.md). Decoding reads, per
+        candidate, whether its state has a selected item below it (a range
+        count over the bits: `torch_backend.rank_kernels`,
+        `backend.decode.ranked`), which costs a step more than `subset`'s
+        bits: a subset decoded many times (a named rule) is cheaper per
+        step as `subset`.
+
+        selection: bool (N,) over the input rows, or (R, N): R subsets
+        stacked, one per batch row through subset_index (`sc.stack_subsets`
+        stacks ranked subsets made apart); token sequences where `subset`
+        takes them; or `where` / `masks`: a filter as `subset` takes it.
+        Removed items are never in it. A `rank.RankedSubset` of this version
+        (its fingerprint): another set's or version's is refused when
+        decoding (DecodeInputError). The compiled set and the torch door
+        decode over it; a served artifact's exported modules read `subset`'s
+        bits and refuse it (DecodeInputError).
+
+        Raises as `subset`."""
+        where_ = f"{type(self).__name__}.ranked_subset"
+        view = self._set_view
+        view.checked_items(where_)
+        return view.ranked(selection, where, masks, where_)
 
     def prior(self, column: str, weight: float = 1.0, selection=None, *, where=None,
               masks=None):

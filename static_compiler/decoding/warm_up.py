@@ -122,6 +122,12 @@ class WarmPaths(abc.ABC):
         widest stack walked."""
         return []
 
+    def ranked(self, batch_size: int, subset_rows: int) -> list:  # noqa: ARG002 (a door's hook)
+        """The ranked subsets the walk also takes at `batch_size` rows, as
+        (subset, subset_index) pairs (a door that compiles per subset
+        form: the JAX doors' ``warm(..., ranked=True)``)."""
+        return []
+
     def running(self):
         """A context the walk runs in (torch: inference mode)."""
         return contextlib.nullcontext()
@@ -227,6 +233,7 @@ def _subsets(paths: WarmPaths, plan: _Plan, B: int, rows: int) -> list:
         if rows > 1:
             kws.append({"subset": pad_subsets(plan.empty, rows),
                         "subset_index": paths.zeros((B,), "int")})
+    kws.extend({"subset": subset, "subset_index": index} for subset, index in paths.ranked(B, rows))
     return kws
 
 

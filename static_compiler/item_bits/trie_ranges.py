@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError
-from static_compiler.item_bits.layers import NearRows
+from static_compiler.item_bits.layers import NearRows, UnitRows
 from static_compiler.item_bits.rank import ItemRanks, RankedSubset
 from static_compiler.item_bits.state_order import InsertedOrder, item_order
 
@@ -148,6 +148,49 @@ def range_layers(layers: Sequence, num_final_states: int) -> RangeLayers:
         accepting.append(None if acc is None or not np.any(acc) else
                          ItemRanks.of_mask(np.asarray(acc[:layer.num_states], bool), fine=True))
     return RangeLayers(tuple(rows), tuple(accepting), int(num_final_states))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RangeTables:
+    """What a decoder's range reads take of one set, in numpy, for a
+    backend to place (`torch_backend.rank_kernels.range_tensors`,
+    `backend.decode.ranked.range_arrays`): rows, per layer None (unary:
+    the identity), its row pointers int64 (S_d + 1,), or (the `ItemRanks`
+    of its exception marks, extra (X + 1,), the exceptions' states (X,),
+    where their rows start (X,)) (`ExceptionRows`); accepting, per depth
+    0..depth - 1 an `ItemRanks` or None; counts, the trie's states per
+    depth 0..depth; ends, per depth whether `Subset.ends` holds bits there;
+    at int64 (K,), the added items' trie positions; num_items: N'."""
+
+    rows: tuple
+    accepting: tuple
+    counts: tuple
+    ends: tuple
+    at: np.ndarray
+    num_items: int
+
+
+def range_tables(trie, order: InsertedOrder) -> RangeTables:
+    """The `RangeTables` of a set's trie (`rules.set_view.TableTrie` or
+    `ir.Automaton`: its layers, final states and end token) and trie order
+    (`trie_order`)."""
+    layers = range_layers(trie.layers, trie.num_final_states)
+    rows: list = []
+    for r in layers.rows:
+        if isinstance(r, UnitRows):
+            rows.append(None)
+        elif isinstance(r, ExceptionRows):
+            states = np.asarray(r.states).astype(np.int64)
+            extra = r.extra(np.arange(states.shape[0] + 1))
+            rows.append((r.exceptions, extra, states, states + extra[:-1]))
+        else:
+            rows.append(np.asarray(r).astype(np.int64))
+    end = trie.end_token is not None
+    ends = tuple(end and (d == layers.depth or trie.layers[d].accepting is not None)
+                 for d in range(layers.depth + 1))
+    counts = tuple(int(layer.num_states) for layer in trie.layers) + (int(trie.num_final_states),)
+    return RangeTables(tuple(rows), layers.accepting, counts, ends,
+                       np.asarray(order.at, np.int64), int(order.count))
 
 
 def below(layers: RangeLayers, depth: int, states) -> np.ndarray:

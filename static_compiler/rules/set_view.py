@@ -35,10 +35,11 @@ from static_compiler.item_bits.item_masks import (
 )
 from static_compiler.item_bits.layers import TableLayer, table_layers
 from static_compiler.item_bits.liveness import BitLayout, Subset, bit_layout, rows_item_live, subset_of_items
+from static_compiler.item_bits.placements import Placements
 from static_compiler.items.index import ItemIndex
 from static_compiler.lowered.plan import Plan, PlanFacts, StepPlan, slot_steps, state_counts
 
-if TYPE_CHECKING:  # (ranked subsets are the torch door's: a serving process never loads them)
+if TYPE_CHECKING:  # (made on demand: a serving process never loads them)
     from static_compiler.item_bits import rank
 from static_compiler.rules import priors
 
@@ -243,6 +244,9 @@ class SetView:
         self._order = _Once(lambda: _trie_order(items, built.get()))
         self._rows_are_items = _Once(lambda: _rows_are_items(items))
         self._removed_ranks = _Once(self._build_removed_ranks)
+        # a door's device copies of what the trie and order give (a JAX door's ranked
+        # subsets' ranges: `backend.decode.ranked.set_ranges`); removals share them
+        self.placements = Placements()
 
     @classmethod
     def of_artifact(cls, manifest, tables, items: Optional[ItemIndex], ir_sha256: str, *,
@@ -381,7 +385,7 @@ class SetView:
                                item_live, self.fingerprint, layout)
 
     def ranked(self, selection, expression, masks, where: str) -> rank.RankedSubset:
-        """What the torch door's ``ranked_subset(selection=None, *,
+        """What every door's ``ranked_subset(selection=None, *,
         where=None, masks=None)`` does: the items `selection` picks (bool
         (N,) over the input rows, or (R, N): R subsets stacked; with a
         lookup also token sequences) or the filter `expression` (with

@@ -11,6 +11,7 @@ jax, numpy and the serving modules of this package: no compiler module.
 
 from __future__ import annotations
 
+import sys
 from typing import Callable, Optional
 
 import jax
@@ -127,6 +128,13 @@ class ExportedEngine(JaxStates):
         if self.items is None:
             raise DecodeInputError(f"{where}: artifact {str(self.path)!r} exports no subset "
                                    "modules (compile with export_subsets=True)")
+        rank = sys.modules.get("static_compiler.item_bits.rank")  # (none made: not loaded)
+        if rank is not None and isinstance(subset, rank.RankedSubset):
+            raise DecodeInputError(f"{where}: subset is a RankedSubset: artifact "
+                                   f"{str(self.path)!r}'s exported modules read subset bits; "
+                                   "pass subset(...) of the same selection (ranked subsets "
+                                   "decode on sc.load's CompiledConstraints and on "
+                                   "TorchConstraints)")
         index = checked_subset_index(subset, fingerprint, subset_index, batch_size, where)
         on = None if self.placement is None else self.placement.sharding(None)
 

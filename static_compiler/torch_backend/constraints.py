@@ -26,7 +26,6 @@ from static_compiler.errors import DecodeInputError
 from static_compiler.format import snapshot, snapshot_items
 from static_compiler.format import spec as artifact_format
 from static_compiler.format.manifest import Manifest
-from static_compiler.item_bits.rank import RankedSubset
 from static_compiler.items.index import ItemIndex
 from static_compiler.lowered.plan import Plan, PlanFacts
 from static_compiler.rules.set_view import SetView
@@ -189,35 +188,6 @@ class TorchConstraints(PlanFacts, Decoder):
         # (the view is shared: one trie, layout and base subset)
         return cls(torch_plan(view.facts), torch_tables(compiled.lowered.tables, device), view,
                    device=device, names=compiled.names)
-
-    # Item subsets read by rank
-
-    def ranked_subset(self, selection=None, *, where=None, masks=None) -> RankedSubset:
-        """The items of this set that `selection` picks, as a ranked subset
-        to decode over with every verb of this door (``subset=``, a
-        `subset_index` per batch row for stacked ones): the same results
-        as `subset` of the same selection, bit for bit, made in the time of
-        the selection's item bits (no pass over the trie's states: about a
-        millisecond at 1e7 items for a mask over a sorted input, where
-        `subset` walks the trie for tens; docs/business-rules.md). Decoding
-        reads, per candidate, whether its state has a selected item below
-        it (a range count over the bits: `rank_kernels`), which costs a
-        step more than `subset`'s bits: a subset decoded many times
-        (a named rule) is cheaper per step as `subset`.
-
-        selection: bool (N,) over the input rows, or (R, N): R subsets
-        stacked, one per batch row through subset_index (`sc.stack_subsets`
-        stacks ranked subsets made apart); with `from_compiled`, also token
-        sequences; or `where` / `masks`: a filter as `subset` takes it.
-        Removed items are never in it. A `rank.RankedSubset` of this version
-        (its fingerprint): another set's or version's is refused when
-        decoding (DecodeInputError); the JAX doors take `subset`'s.
-
-        Raises as `subset`."""
-        where_ = "TorchConstraints.ranked_subset"
-        view = self._set_view
-        view.checked_items(where_)
-        return view.ranked(selection, where, masks, where_)
 
     # The verbs: `Decoder`'s, with the options of this backend
 

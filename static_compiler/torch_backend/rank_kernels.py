@@ -33,7 +33,6 @@ import torch
 
 from static_compiler.errors import DecodeInputError
 from static_compiler.item_bits import rank, trie_ranges
-from static_compiler.item_bits.layers import UnitRows
 from static_compiler.torch_backend.checks import is_int_dtype
 from static_compiler.torch_backend.gather import take
 
@@ -162,28 +161,16 @@ def range_tensors(trie, order, fingerprint: str, device=None) -> RangeTensors:
     """The `RangeTensors` of a set's trie (`rules.set_view.TableTrie`: its
     layers, final states and end token) and trie order (`trie_ranges.trie_order`,
     an `InsertedOrder`), placed on `device`: once per set and device."""
-    layers = trie_ranges.range_layers(trie.layers, trie.num_final_states)
-    counts = tuple(int(layer.num_states) for layer in trie.layers) + (int(trie.num_final_states),)
-    small = max(counts + (int(order.count),)) < (1 << 31) - 1
+    tables = trie_ranges.range_tables(trie, order)
+    small = max(tables.counts + (tables.num_items,)) < (1 << 31) - 1
     dtype = np.int32 if small else np.int64
     put = lambda a: torch.from_numpy(np.array(a, dtype)).to(device)  # noqa: E731  (a copy: tables may be read-only maps)
-    rows: list = []
-    for r in layers.rows:
-        if isinstance(r, UnitRows):
-            rows.append(None)
-        elif isinstance(r, trie_ranges.ExceptionRows):
-            states = np.asarray(r.states).astype(np.int64)
-            extra = r.extra(np.arange(states.shape[0] + 1))
-            rows.append((rank_tensors(r.exceptions, device), put(extra), put(states),
-                         put(states + extra[:-1])))
-        else:
-            rows.append(put(np.asarray(r)))
-    accepting = tuple(None if a is None else rank_tensors(a, device) for a in layers.accepting)
-    end = trie.end_token is not None
-    ends = tuple(end and (d == layers.depth or trie.layers[d].accepting is not None)
-                 for d in range(layers.depth + 1))
-    return RangeTensors(tuple(rows), accepting, counts, ends, put(order.at), int(order.count),
-                        fingerprint)
+    rows = tuple(r if r is None else put(r) if isinstance(r, np.ndarray) else
+                 (rank_tensors(r[0], device),) + tuple(put(a) for a in r[1:])
+                 for r in tables.rows)
+    accepting = tuple(None if a is None else rank_tensors(a, device) for a in tables.accepting)
+    return RangeTensors(rows, accepting, tables.counts, tables.ends, put(tables.at),
+                        tables.num_items, fingerprint)
 
 
 def ranked_rows(ranked: rank.RankedSubset, ranges: RangeTensors, where: str,

@@ -193,7 +193,7 @@ def test_the_contract_is_the_documented_family():
     included, and the attributes every door has."""
     assert {"init_processor", "mask", "allowed_tokens", "advance", "allowed", "init_beams",
             "beam_step", "finalize", "beam_search", "texts", "warm", "compilations", "subset",
-            "prior"} == set(VERBS)
+            "ranked_subset", "prior"} == set(VERBS)
     assert ATTRIBUTES == ["attributes", "end_token", "fingerprint", "max_length", "names",
                           "vocab_size"]
     assert str(VERBS["warm"]) == ("(batch_sizes: 'Any', *, beam_sizes: 'Any' = None, "
@@ -263,7 +263,6 @@ OWN = {
         "reload": "the version now on disk", "path": "where it was loaded from",
         "device": "the torch device of its tables", "plan": "the plan its ops read",
         "processor_step": "advance and allowed_tokens fused: an engine's step (vLLM)",
-        "ranked_subset": "a subset read by rank: its item bits alone, no pass over the trie",
     },
 }
 

@@ -32,10 +32,13 @@ packbits).
                                                         # and the hybrid's cut (`torch_step`)
     python -m tools.bench.rank --section torch-door     # ranked subsets through the torch door:
                                                         # made, and a beam search (`torch_door`)
+    python -m tools.bench.rank --section jax-door       # the JAX door's beam step over ranked
+                                                        # subsets, 1e6 items (`jax_door`)
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -582,6 +585,7 @@ def torch_step(n: int, repeats: int, seed: int, length: int = 4) -> int:
 
 
 DOOR_BATCH, DOOR_BEAMS = 3, 70
+JAX_DOOR_ITEMS = 1_000_000  # (the jax-door section's default: a modest size on a shared box)
 
 
 def torch_door(n: int, repeats: int, seed: int, length: int = 4) -> int:
@@ -701,6 +705,71 @@ def torch_door(n: int, repeats: int, seed: int, length: int = 4) -> int:
     return failed
 
 
+def jax_door(n: int, repeats: int, seed: int, length: int = 4) -> int:
+    """The JAX door's beam step (`CompiledConstraints.beam_step`, one
+    program for every step) over ranked subsets (`ranked_subset`) against
+    today's (`subset`) and none.
+
+    N random Semantic IDs (L, V = 2048) compiled in random row order; 3
+    per-row 10 % subsets (one (3, N) call each way, timed); then a beam
+    search stepped from Python (batch 3, 70 beams, each step's
+    `beam_step`), with two stand-in models (random logits per step and
+    beam; all zeros, every score tied), each way alternating: ms per step
+    and the ratios, every ranked state checked equal to today's bit for
+    bit, at every step. The issue's target: a step with per-row subsets <=
+    1.1x the step without."""
+    import jax
+    import jax.numpy as jnp
+
+    import static_compiler as sc
+    from tools.bench.timing import alternating_ms
+
+    rng = np.random.default_rng(seed)
+    sids = np.unique(rng.integers(0, V, (n, length)), axis=0)
+    sids = sids[rng.permutation(sids.shape[0])]
+    start = time.perf_counter()
+    c = sc.compile_constraints(sids, vocab_size=V, export_subsets=True)
+    compile_s = time.perf_counter() - start
+    print(f"# {machine_line()}; jax {jax.__version__} on {jax.devices()[0].platform}; median of "
+          f"{repeats} alternating rounds; {sids.shape[0]} items (random order, compiled in "
+          f"{compile_s:.0f} s), subsets of {FRACTION:.0%}\n")
+    T, B, M = c.max_length, DOOR_BATCH, DOOR_BEAMS
+    masks = rng.random((B, sids.shape[0])) < FRACTION
+    c.ranked_subset(masks[:1]), c.subset(masks[0])  # (first uses: the trie order, layouts)
+    ranked_ms = median_ms(lambda: c.ranked_subset(masks), max(1, repeats // 3))
+    today_ms = median_ms(lambda: sc.stack_subsets([c.subset(m) for m in masks]),
+                         max(1, repeats // 3))
+    ranked, stacked = c.ranked_subset(masks), sc.stack_subsets([c.subset(m) for m in masks])
+    print(f"{B} per-row subsets made: ranked {ranked_ms:.2f} ms, today's {today_ms:.2f} ms\n")
+    index = np.arange(B, dtype=np.int32)
+    table = jax.device_put(rng.normal(size=(T, B, M, V)).astype(np.float32))
+    zeros = jnp.zeros((B, M, V), jnp.float32)
+    print(f"JAX beam_step, batch {B}, {M} beams, {T} steps, per step (ms); {B} per-row subsets\n")
+    print("| model | no subset | today's subsets | ranked subsets | today / none | "
+          "ranked / none | ranked states equal today's | target |")
+    print("|--|--:|--:|--:|--:|--:|--|--|")
+    failed = 0
+    for name, logits_of in (("random logits", lambda t: table[t]), ("zeros", lambda t: zeros)):
+        def search(**kw):
+            state, states = c.init_beams(B, M), []
+            for t in range(T):
+                state = c.beam_step(state, logits_of(t), t, **kw)  # noqa: B023
+                states.append(state)
+            return states
+
+        runs = [search, lambda: search(subset=stacked, subset_index=index),
+                lambda: search(subset=ranked, subset_index=index)]
+        (none_ms, today_ms, rank_ms), (_, want, got) = alternating_ms(runs, repeats)
+        same = all(np.array_equal(np.asarray(a), np.asarray(b))
+                   for x, y in zip(want, got) for a, b in zip(x, y))
+        failed |= int(not same)
+        ratio = rank_ms / none_ms
+        print(f"| {name} | {none_ms / T:.3f} | {today_ms / T:.3f} | {rank_ms / T:.3f} | "
+              f"{today_ms / none_ms:.2f}x | {ratio:.2f}x | {'same' if same else 'DIFFERENT'} "
+              f"| <= 1.1x: {'PASS' if ratio <= 1.1 else 'MISS'} |")
+    return failed
+
+
 def _same_masks(tc, rows, mask, ranked, subset, row) -> bool:
     """Whether `ranked` and `subset` allow the same tokens at every step
     of a processor decode along up to 64 items of `mask` (and a row of
@@ -727,12 +796,19 @@ def main(argv=None) -> int:
     parser.add_argument("--torch", action="store_true", help="also time the count in torch")
     parser.add_argument("--names", action="store_true",
                         help="item ranges at names depth instead (`run_names`)")
-    parser.add_argument("--section", choices=("jax", "torch-step", "torch-door"), default="jax",
+    parser.add_argument("--section", choices=("jax", "torch-step", "torch-door", "jax-door"),
+                        default="jax",
                         help="torch-step: the torch decoder's rank read per step and the "
                              "hybrid's cut (`torch_step`); torch-door: ranked subsets "
                              "through the torch door's verbs, made and decoded "
-                             "(`torch_door`)")
+                             "(`torch_door`); jax-door: the JAX door's beam step over "
+                             "ranked subsets (`jax_door`; 1e6 items unless --items)")
     args = parser.parse_args(argv)
+    if args.section == "jax-door":
+        given = any(a == "--items" or a.startswith("--items=")
+                    for a in (sys.argv[1:] if argv is None else argv))
+        return jax_door(int(args.items) if given else JAX_DOOR_ITEMS, args.repeats, args.seed,
+                        args.length)
     if args.section == "torch-step":
         return torch_step(int(args.items), args.repeats, args.seed, args.length)
     if args.section == "torch-door":

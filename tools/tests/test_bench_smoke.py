@@ -328,6 +328,17 @@ def test_torch_door_section_checks_ranked_subsets_against_todays():
                for line in lines) == 2
 
 
+def test_jax_door_section_checks_ranked_beam_steps_against_todays():
+    """`python -m tools.bench.rank --section jax-door`: the JAX door's beam
+    step over ranked per-row subsets against today's and none, every state
+    checked equal."""
+    run = _run("tools.bench.rank", "--section", "jax-door", "--items", "3000", "--repeats", "1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "DIFFERENT" not in run.stdout and "3 per-row subsets made: ranked" in run.stdout
+    assert sum(line.startswith(("| random logits |", "| zeros |")) and "| same |" in line
+               for line in run.stdout.splitlines()) == 2
+
+
 def test_versions_benchmark_measures_kept_versions_on_disk():
     """`python -m tools.bench versions`: the artifact plus its kept versions
     after removals and additions, with the default keep and keep 1 (fewer

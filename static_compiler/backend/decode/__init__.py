@@ -15,6 +15,8 @@ concern per module:
 * `processor`: the `mask` / `advance` pair for custom loops;
 * `speculative`: how many draft tokens stay inside the set.
 * `live`: item subsets, liveness bits read per candidate;
+* `ranked`: ranked subsets (`ranked_subset`), item ranges counted per
+  candidate over rank bits (`live` dispatches on the form);
 * `prior`: item priors, each candidate ranked with the best prior below it;
 * `prefix`: `allowed`, a stateless mask from each row's tokens so far, for
   engines that own the beam search;
@@ -118,8 +120,8 @@ _EXPORTS = {
     "BeamAxis": "carry", "reorder_carry": "carry",
 }
 _SUBMODULES = frozenset({"candidates", "carry", "engine", "live", "logprobs", "prefix",
-                         "prior", "processor", "programs", "search", "selection", "speculative",
-                         "step"})
+                         "prior", "processor", "programs", "ranked", "search", "selection",
+                         "speculative", "step"})
 _lazy_getattr, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
 
 __all__ = [

@@ -19,6 +19,7 @@ from static_compiler.backend.decode.live import (
     dense_child_live,
     end_live,
     grouped_live_view,
+    is_ranked,
     packed_child_live,
     packed_end_live,
 )
@@ -84,8 +85,10 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
                                    in_subset)
         else:
             c = expand(sp, tables[step], node)
+            # (a ranked subset has no slot bits: it counts the children's items, by row)
             live_children = dense_child_live(subset, step, node, plan.vocab_size) \
-                if step in slot_steps(plan) else in_subset(c.next)
+                if step in slot_steps(plan) and not is_ranked(subset) else \
+                child_live(subset, step, c.next, node, _form(sp))
             c = c._replace(valid=c.valid & live_children)
             lp = logprob_of(c.tokens, dense=sp.kind == LayoutKind.DENSE_ROWS)
         if end is not None and sp.has_accepting:
@@ -93,6 +96,17 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
     else:  # the extra step of variable-length sets: final states can only end
         c, lp, accepting = None, None, end_live(subset, step, node)
     return _assemble(end, c, lp, accepting, live, finished, logprob_of)
+
+
+def _form(sp) -> Optional[str]:
+    """How a step's children lie (`ranked.child_live`'s form): a dense_rows
+    row's V slots, or a csr / near_unary slice of consecutive states
+    (implicit targets: every set with items), else None."""
+    if sp.kind == LayoutKind.DENSE_ROWS:
+        return "dense"
+    if sp.kind in (LayoutKind.CSR, LayoutKind.NEAR_UNARY) and not sp.explicit_targets:
+        return "consecutive"
+    return None
 
 
 def switched(plan: Plan, steps: tuple[int, ...], scores=None) -> bool:

@@ -12,11 +12,13 @@ a set compiles and saves without jax installed.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+import sys
+from typing import Callable, Optional
 
 import numpy as np
 
 from static_compiler.backend import decode
+from static_compiler.errors import DecodeInputError
 from static_compiler.support.decode_state import (
     SENTINEL_SCORE,
     JaxStates,
@@ -45,14 +47,18 @@ def _padded_allowed():
 class JaxEngine(JaxStates):
     """The device work of a compiled set: `plan`, its device tables
     (`tables()`, placed on first use) and its `Warmth` (`warmth()`: the
-    compile counter and subset padding its versions share)."""
+    compile counter and subset padding its versions share); set_view: its
+    `rules.set_view.SetView` (`set_view()`), for ranked subsets, or None
+    (a set without items: ranked subsets refused)."""
 
     pad_from = 2  # (one subset keeps its own shape: a removal's, warmed with the set)
 
-    def __init__(self, plan, tables: Callable, warmth: Callable):
+    def __init__(self, plan, tables: Callable, warmth: Callable,
+                 set_view: Optional[Callable] = None):
         self.plan = plan
         self._tables = tables
         self._warmth = warmth
+        self._set_view = set_view
         self.max_length, self.vocab_size = plan.max_length, plan.vocab_size
         self.end_token = plan.end_token
 
@@ -70,7 +76,16 @@ class JaxEngine(JaxStates):
         return self._warmth().counter.count
 
     def place_subset(self, subset, subset_index, batch_size: int, where: str, fingerprint: str):
-        """The decoder's `LiveMask`."""
+        """The decoder's `LiveMask`; for a `rank.RankedSubset` of this set
+        (`ranked_subset`), its `ranked.RankedMask` over the set's ranges
+        (made once per set view: `ranked.set_ranges`)."""
+        rank = sys.modules.get("static_compiler.item_bits.rank")  # (none made: not loaded)
+        if rank is not None and isinstance(subset, rank.RankedSubset):
+            if self._set_view is None:
+                raise DecodeInputError(f"{where}: a ranked subset, but this set has no item "
+                                       "index (ranked subsets are a set's with item subsets)")
+            return decode.ranked.ranked_mask(subset, decode.ranked.set_ranges(self._set_view()),
+                                             fingerprint, subset_index, batch_size, where)
         return decode.live.subset_live_mask(subset, fingerprint, subset_index, batch_size, where)
 
     def place_prior(self, prior, where: str):

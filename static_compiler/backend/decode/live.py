@@ -11,6 +11,7 @@ program.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, NamedTuple, Optional
 
 import jax
@@ -59,6 +60,9 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
     row, in range (checked when the rows are concrete)."""
     if mask is None:
         return
+    if _ranked(mask):
+        from static_compiler.backend.decode import ranked
+        return ranked.check_ranked_mask(mask, batch_size, where)
     if not isinstance(mask, LiveMask):
         raise DecodeInputError(f"{where}: subset is a {type(mask).__name__}: expected a LiveMask "
                                "(static_compiler.beam_search takes a Subset and subset_index)")
@@ -81,7 +85,12 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
                                        f"{shape}: expected uint32 (R, {want}) with the same R "
                                        "everywhere: a subset of another set?")
             rows = shape[0]
-    sel = mask.rows
+    check_rows_of(mask.rows, rows, batch_size, where)
+
+
+def check_rows_of(sel, num_subsets: int, batch_size: int, where: str) -> None:
+    """DecodeInputError unless a subset form's rows `sel` are ints
+    (batch_size,) in [0, num_subsets) (values checked when concrete)."""
     if getattr(sel, "shape", None) != (batch_size,) or \
             not jnp.issubdtype(getattr(sel, "dtype", np.float32), jnp.integer):
         raise DecodeInputError(f"{where}: subset_index has shape {getattr(sel, 'shape', None)} "
@@ -89,10 +98,11 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
                                f"({batch_size},), one subset per batch row")
     if not is_traced(sel):
         values = np.asarray(sel)
-        bad = np.flatnonzero((values < 0) | (values >= rows))
+        bad = np.flatnonzero((values < 0) | (values >= num_subsets))
         if bad.size:
             raise DecodeInputError(f"{where}: subset_index[{int(bad[0])}] = "
-                                   f"{int(values[bad[0]])}: expected a subset in [0, {rows})")
+                                   f"{int(values[bad[0]])}: expected a subset in "
+                                   f"[0, {num_subsets})")
 
 
 subset_widths = plan_bit_widths
@@ -137,11 +147,17 @@ def _bits(words, rows, idx, offset=0):
     return ((word >> (idx & 31).astype(jnp.uint32)) & jnp.uint32(1)).astype(bool)
 
 
-def child_live(mask: Optional[LiveMask], step: int, nxt):
+def child_live(mask: Optional[LiveMask], step: int, nxt, node=None, form=None):
     """bool nxt.shape: the candidates' next states (depth step + 1) are live
-    (all True without a mask)."""
+    (all True without a mask). A ranked subset's mask (`ranked.RankedMask`)
+    counts its items below them (node: the states they come from, the
+    leading dims of nxt's, or None; form: how nxt lie, see
+    `ranked.child_live`)."""
     if mask is None:
         return jnp.ones(jnp.shape(nxt), bool)
+    if _ranked(mask):
+        from static_compiler.backend.decode import ranked
+        return ranked.child_live(mask, step, nxt, node, form)
     return _bits(mask.live[step], mask.rows, nxt)
 
 
@@ -170,9 +186,28 @@ def dense_child_live(mask: Optional[LiveMask], step: int, node, vocab_size: int)
 def end_live(mask: Optional[LiveMask], step: int, node):
     """bool node.shape: the items ending at states `node` (depth `step`)
     are in the subset (all True without a mask or where none accepts)."""
-    if mask is None or mask.ends[step] is None:
+    if mask is None:
+        return jnp.ones(jnp.shape(node), bool)
+    if _ranked(mask):
+        from static_compiler.backend.decode import ranked
+        return ranked.end_live(mask, step, node)
+    if mask.ends[step] is None:
         return jnp.ones(jnp.shape(node), bool)
     return _bits(mask.ends[step], mask.rows, node)
+
+
+def _ranked(mask) -> bool:
+    """Whether `mask` is a ranked subset's (`ranked.RankedMask`): loaded
+    only where one was made."""
+    ranked = sys.modules.get("static_compiler.backend.decode.ranked")
+    return ranked is not None and isinstance(mask, ranked.RankedMask)
+
+
+def is_ranked(mask) -> bool:
+    """Whether a decoder's subset bits are a ranked subset's
+    (`ranked.RankedMask`): those are read whole at every step, never
+    packed or grouped (`step.run_inputs`)."""
+    return _ranked(mask)
 
 
 class PackedLive(NamedTuple):

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from static_compiler.backend.decode.candidates import step_candidates
-from static_compiler.backend.decode.live import LiveMask, check_live_mask
+from static_compiler.backend.decode.live import LiveMask, check_live_mask, is_ranked
 from static_compiler.backend.decode.programs import bounded_jit, run_compiling_ahead
 from static_compiler.backend.decode.step import step_in_range, switch_over_groups
 from static_compiler.backend.row_search import few_rows
@@ -247,6 +247,8 @@ class StepProcessor:
     def _args_with(self, live, t: int):
         """Step t's (tables, bits) for the subset bits `live` (a `LiveMask` or None)."""
         tables = self._tables[t] if t < self.plan.depth else {}
+        if is_ranked(live):  # (read whole: the set's ranges and the rank bits)
+            return tables, live
         bits = None if live is None else (live.live[t] if t < self.plan.depth else None,
                                           live.ends[t], live.rows)
         return tables, bits
@@ -361,7 +363,8 @@ def _step_program(*args, plan: Plan, kind: str, t: int):
 
 def _views_at(args, t: int):
     tables, bits = args
-    sub = None if bits is None else LiveMask({t: bits[0]}, {t: bits[1]}, bits[2])
+    sub = bits if bits is None or is_ranked(bits) else LiveMask({t: bits[0]}, {t: bits[1]},
+                                                                bits[2])
     return {t: tables}, sub
 
 

@@ -26,7 +26,13 @@ from static_compiler.backend.decode.candidates import (
     switched,
     switched_step_candidates,
 )
-from static_compiler.backend.decode.live import LiveMask, check_live_mask, group_live, pack_live
+from static_compiler.backend.decode.live import (
+    LiveMask,
+    check_live_mask,
+    group_live,
+    is_ranked,
+    pack_live,
+)
 from static_compiler.backend.decode.logprobs import LogProbs, scored
 from static_compiler.backend.decode.prior import LivePrior
 from static_compiler.backend.decode.programs import bounded_jit
@@ -201,8 +207,10 @@ def run_inputs(plan: Plan, tables, subset: Optional[LiveMask], steps: tuple[int,
     not per step; else both as they are. The bounds are read when tracing
     (`kernels.PACK_MAX_ENTRIES`; `stack_limit`, by default
     `kernels.STACK_MAX_ENTRIES`, per group; tests lower them to compare
-    the ways)."""
-    if len(steps) > 1:
+    the ways). A ranked subset (`ranked.RankedMask`) is neither packed nor
+    grouped: its reads take the whole set's ranges at any step, so the run
+    keeps the layers' own tables too (a `lax.switch` over its steps)."""
+    if len(steps) > 1 and not is_ranked(subset):
         entries = packed_entries(plan, tables, steps)
         if entries is not None and entries <= kernels.PACK_MAX_ENTRIES:
             return (pack_run(plan, tables, steps),
@@ -265,7 +273,8 @@ def switch_over_groups(plan: Plan, step_fn: Callable, step, tables, subset, *ope
     `step_fn` indexes them at t only, and takes the subset unchecked."""
     steps = tuple(range(plan.max_length))
     index = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
-    grouped = group_run(plan, tables, steps, kernels.PACK_MAX_ENTRIES)
+    grouped = None if is_ranked(subset) else group_run(plan, tables, steps,
+                                                         kernels.PACK_MAX_ENTRIES)
     if grouped is not None:
         tables, subset = grouped, None if subset is None else group_live(plan, subset,
                                                                           grouped.steps)

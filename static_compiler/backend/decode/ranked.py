@@ -1,0 +1,433 @@
+"""Ranked subsets at decode time in jax: whether a candidate state has a
+selected item at or below it, as a range count over the subset's item bits
+in trie order (`static_compiler.item_bits.rank`, issue 54), instead of a
+liveness bit per state (`live`). The jnp counterpart of
+`torch_backend.rank_kernels`: the same algorithms over the same numpy
+sources (`rank.ItemRanks`, `trie_ranges.range_layers`, `trie_order`).
+
+* `RankArrays`: an `ItemRanks` with its word counts (three reads a rank);
+* `RangeArrays`: what `trie_ranges.state_ranges` reads of one set (row
+  pointers, accepting ranks, the added items' trie positions), placed once
+  per set (`set_ranges`: cached in the set view's `placements`);
+* `RankedMask`: what the decoders read in place of a `live.LiveMask`: the
+  set's `RangeArrays`, the subset's rank bits (placed once per subset: its
+  `placements`, key ("jax-ranked", None)) and each batch row's subset;
+  `ranked_mask` makes it, checking the subset against the set;
+* `child_live` / `end_live`: `live.child_live` / `live.end_live`'s answers
+  for a `RankedMask` (`live` dispatches on the form). The decoders' states
+  carry no offsets (a variable-length set's), so a state's own offset is
+  searched up the layers above it (`node_offsets`), as the torch door does.
+
+Conventions of the JAX gathers: static shapes, clamped reads (a candidate
+outside its table reads some entry: it is invalid anyway); a state outside
+[0, S_d) (a capacity's padding) reads an empty range, False. Index arrays
+are int32 (positions and states of a set under 2^31; jax's default ints).
+Every array is a pytree leaf, the structure (which layers accept, which
+layout a layer's row pointers have) static: a new subset of the same set
+and stack size runs the same program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from static_compiler.errors import DecodeInputError
+from static_compiler.item_bits import rank, trie_ranges
+from static_compiler.item_bits.liveness import checked_rows
+from static_compiler.support.decode_state import is_traced
+
+_INT32_MAX = (1 << 31) - 1
+
+
+class RankArrays(NamedTuple):
+    """R bitmaps with fine rank counts (`rank.ItemRanks` with ``within``):
+    words uint32 (R, W) (W * 32 > size: a position's word is always whole),
+    counts int32 (R, W / 16 + 1), within uint16 (R, W), size int32 ()."""
+
+    words: Any
+    counts: Any
+    within: Any
+    size: Any
+
+
+def rank_arrays(ranks: rank.ItemRanks, put=jax.device_put) -> RankArrays:
+    """`ranks` as `RankArrays` placed by `put` (its word counts computed
+    when it was made without them)."""
+    if ranks.within is None:
+        ranks = rank.ItemRanks.of_words(ranks.words, ranks.size, fine=True)
+    words, within, counts = ranks.words, ranks.within, ranks.counts
+    if words.shape[1] * 32 <= ranks.size:  # (made without the spare bit: a block of zeros)
+        words, within = (np.pad(a, ((0, 0), (0, 16))) for a in (words, within))
+    if ranks.size > _INT32_MAX or words.size > _INT32_MAX:
+        raise DecodeInputError(f"ranked subsets: {ranks.size} bits in {words.shape[0]} rows: the "
+                               f"JAX doors read ranked subsets of under 2^31 items")
+    return RankArrays(put(np.ascontiguousarray(words)), put(counts.astype(np.int32)),
+                      put(np.ascontiguousarray(within)), put(np.int32(ranks.size)))
+
+
+def rank_at(t: RankArrays, rows, at):
+    """int32 at.shape: set bits before positions `at` int32 (B, ...)
+    (clamped to [0, size]) of rows `rows` (B,) (clamped to [0, R); None:
+    row 0 for every position)."""
+    R, W = t.words.shape
+    C = t.counts.shape[1]
+    at = jnp.clip(jnp.asarray(at, jnp.int32), 0, t.size)
+    word = at >> 5  # (< W: the spare bit keeps it whole)
+    keep = (jnp.uint32(1) << (at & 31).astype(jnp.uint32)) - jnp.uint32(1)
+    if rows is None:
+        row = jnp.zeros((), jnp.int32)
+    else:
+        row = jnp.clip(jnp.asarray(rows, jnp.int32), 0, R - 1)
+        row = row.reshape(row.shape + (1,) * (at.ndim - row.ndim))
+    flat = row * W + word
+    value = jnp.take(t.words.reshape(-1), flat, mode="clip") & keep
+    return (lax.population_count(value).astype(jnp.int32)
+            + jnp.take(t.within.reshape(-1), flat, mode="clip").astype(jnp.int32)
+            + jnp.take(t.counts.reshape(-1), row * C + (word >> 4), mode="clip"))
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeArrays:
+    """What `trie_ranges.state_ranges` reads of one set, as arrays
+    (`range_arrays`; `rank_kernels.RangeTensors`' layout).
+
+    rows: per layer d, its row pointers: None (unary: the identity), an
+    int32 array (S_d + 1,), or (RankArrays of its exception marks, extra
+    (X + 1,), the exceptions' states (X,), where their rows start (X,))
+    (`trie_ranges.ExceptionRows`); accepting: per depth 0..depth - 1,
+    `RankArrays` of its accepting bits or None (none accepts); counts:
+    int32 (depth + 1,), the trie's states per depth; at: int32 (K,), the
+    added items' trie positions; ends (static, with the pytree's
+    structure): per depth, whether `Subset.ends` holds bits there (what
+    `end_live` answers)."""
+
+    rows: tuple
+    accepting: tuple
+    counts: Any
+    at: Any
+    ends: tuple = ()
+
+    @property
+    def depth(self) -> int:
+        return len(self.rows)
+
+    def carries_offsets(self, depth: int) -> bool:
+        """Whether states at `depth` need their offsets (an item ends at a
+        depth above)."""
+        return any(a is not None for a in self.accepting[:depth])
+
+
+jax.tree_util.register_dataclass(RangeArrays, data_fields=["rows", "accepting", "counts", "at"],
+                                 meta_fields=["ends"])
+
+
+class SetRanges(NamedTuple):
+    """A set's `RangeArrays` with what a ranked subset of it has (checked
+    by `ranked_mask`): at, its added items' trie positions (numpy); its
+    item count; first_states: S_1, the states at depth 1 (0: a set of
+    depth 0 has none)."""
+
+    arrays: RangeArrays
+    at: np.ndarray
+    num_items: int
+    first_states: int
+
+
+def range_arrays(trie, order) -> SetRanges:
+    """The `SetRanges` of a set's trie (`rules.set_view.TableTrie` or
+    `ir.Automaton`: its layers, final states and end token) and trie order
+    (`trie_ranges.trie_order`), on jax's default device."""
+    tables = trie_ranges.range_tables(trie, order)
+    largest = max(tables.counts + (tables.num_items,))
+    if largest > _INT32_MAX - 1:
+        raise DecodeInputError(f"ranked subsets: {largest} states or items: the JAX doors "
+                               "read ranked subsets of under 2^31")
+    put = lambda a: jax.device_put(np.asarray(a, np.int32))  # noqa: E731
+    rows = tuple(r if r is None else put(r) if isinstance(r, np.ndarray) else
+                 (rank_arrays(r[0]),) + tuple(put(a) for a in r[1:]) for r in tables.rows)
+    accepting = tuple(None if a is None else rank_arrays(a) for a in tables.accepting)
+    return SetRanges(RangeArrays(rows, accepting, put(tables.counts), put(tables.at),
+                                 tables.ends), tables.at, tables.num_items,
+                     tables.counts[1] if len(tables.counts) > 1 else 0)
+
+
+def set_ranges(view) -> SetRanges:
+    """The `SetRanges` of the set of `view` (a `rules.set_view.SetView`
+    with items), made once per view (its `placements`, key ("jax-ranges",
+    None); versions after removals share them: the same trie and order)."""
+    def make():
+        with jax.ensure_compile_time_eval():
+            return range_arrays(view.trie(), view.trie_order())
+
+    return view.placements.get(("jax-ranges", None), make)
+
+
+class RankedMask(NamedTuple):
+    """A ranked subset as the decoders read it (the `live.LiveMask` of the
+    rank form): ranges, the set's `RangeArrays`; items, `RankArrays` (R
+    rows) over the item ids; added, over the added items in trie order
+    (None without additions); rows: int32 (B,), each batch row's subset;
+    first: bool (R, S_1), which depth-1 states have a selected item below
+    them, made once when placed (S_1 <= V ranks a row) and read at step 0
+    as one entry a candidate (the root's V children of every beam cost two
+    range counts each otherwise: `rank_kernels.RankedLive.first`)."""
+
+    ranges: RangeArrays
+    items: RankArrays
+    added: Optional[RankArrays]
+    rows: Any
+    first: Any = None
+
+    @property
+    def num_subsets(self) -> int:
+        return int(self.items.words.shape[0])
+
+
+def is_ranked(mask) -> bool:
+    """Whether a decoder's subset bits are a `RankedMask`."""
+    return isinstance(mask, RankedMask)
+
+
+def ranked_mask(subset: rank.RankedSubset, ranges: SetRanges, fingerprint: str,
+                subset_index, batch_size: int, where: str) -> RankedMask:
+    """The `RankedMask` of `subset` over the set of `ranges` (`set_ranges`) whose
+    fingerprint is `fingerprint`, with `subset_index` ints (batch_size,)
+    picking each row's subset (default: all rows subset 0, for a single
+    subset; concrete indices checked here, traced ones clamped when read).
+    The rank bits are put on the default device once (the subset's
+    `placements`, key ("jax-ranked", None)). DecodeInputError naming the
+    value for a ranked subset of another set or version (fingerprint, item
+    count, added positions) or a bad index."""
+    if subset.fingerprint != fingerprint:
+        raise DecodeInputError(f"{where}: the ranked subset was made from another set or "
+                               f"version (fingerprint {subset.fingerprint!r}, this set's "
+                               f"{fingerprint!r})")
+    K = int(ranges.at.shape[0])
+    if subset.items.size != ranges.num_items or subset.at.shape[0] != K or \
+            not np.array_equal(subset.at, ranges.at):
+        raise DecodeInputError(f"{where}: the ranked subset has {subset.items.size} items, "
+                               f"{subset.at.shape[0]} of them added: this set has "
+                               f"{ranges.num_items}, {K} added")
+    R = subset.num_subsets
+    if subset_index is None:
+        if R != 1:
+            raise DecodeInputError(f"{where}: {R} stacked subsets: pass subset_index, ints "
+                                   f"({batch_size},), one per batch row")
+        rows = np.zeros(batch_size, np.int32)
+    elif is_traced(subset_index):
+        rows = subset_index  # (its shape checked by the decoder: `check_ranked_mask`)
+    else:
+        rows = checked_rows(subset_index, R, batch_size, where).astype(np.int32)
+
+    def put():
+        with jax.ensure_compile_time_eval():
+            items = rank_arrays(subset.items)
+            added = rank_arrays(subset.added) if K else None
+            first = None if not ranges.first_states else \
+                _first_live(ranges.arrays, items, added, states=ranges.first_states)
+            return items, added, first
+
+    items, added, first = subset.placements.get(("jax-ranked", None), put)
+    return RankedMask(ranges.arrays, items, added, rows, first)
+
+
+@functools.partial(jax.jit, static_argnames=("states",))
+def _first_live(ranges: RangeArrays, items: RankArrays, added, *, states: int):
+    """bool (R, states): `RankedMask.first` (one program per set shape and
+    stack size: warmed with the ranked paths)."""
+    R = items.words.shape[0]
+    mask = RankedMask(ranges, items, added, lax.iota(jnp.int32, R))
+    edges = below(ranges, 1, jnp.broadcast_to(lax.iota(jnp.int32, states + 1), (R, states + 1)))
+    off = _child_offsets(ranges, 0, jnp.zeros((R,), jnp.int32))
+    if off is not None:
+        edges = edges + off[:, None]
+    counts = selected_before(mask, edges)
+    return counts[:, 1:] > counts[:, :-1]
+
+
+def check_ranked_mask(mask: RankedMask, batch_size: int, where: str) -> None:
+    """DecodeInputError unless `mask`'s rows are ints (batch_size,) in [0, R)
+    (their values checked when concrete)."""
+    from static_compiler.backend.decode.live import check_rows_of
+    check_rows_of(mask.rows, mask.num_subsets, batch_size, where)
+
+
+# ---------------------------------------------------------------------------
+# Ranges and counts
+
+
+def _next_rows(rows, x):
+    """Row pointers of one layer at states x (in [0, S])."""
+    if rows is None:
+        return x
+    if isinstance(rows, tuple):
+        marks, extra = rows[:2]
+        return x + jnp.take(extra, rank_at(marks, None, x), mode="clip")
+    return jnp.take(rows, x, mode="clip")
+
+
+def below(ranges: RangeArrays, depth: int, x):
+    """`trie_ranges.below`: int32 x.shape, the items ending at or below
+    `depth` under the states before x (clamped to [0, S_depth])."""
+    x = jnp.clip(jnp.asarray(x, jnp.int32), 0, ranges.counts[depth])
+    total = None
+    for d in range(depth, ranges.depth):
+        if ranges.accepting[d] is not None:
+            here = rank_at(ranges.accepting[d], None, x)
+            total = here if total is None else total + here
+        x = _next_rows(ranges.rows[d], x)
+    return x if total is None else total + x
+
+
+def selected_before(mask: RankedMask, positions):
+    """int32 positions.shape: the selected items at trie positions before
+    `positions` (B, ...) in each row's subset (`RankedSubset.prefix`)."""
+    if mask.added is None:
+        return rank_at(mask.items, mask.rows, positions)
+    j = jnp.searchsorted(mask.ranges.at, positions).astype(jnp.int32)
+    return rank_at(mask.items, mask.rows, positions - j) + rank_at(mask.added, mask.rows, j)
+
+
+def _parents(rows, x):
+    """The states one layer up whose rows hold states x (the layer's row
+    pointers `rows`, as `RangeArrays.rows`): a binary search over the row
+    pointers, over a near_unary layer's exception starts, none for a unary
+    layer (`rank_kernels._parents`)."""
+    if rows is None:
+        return x
+    if isinstance(rows, tuple):  # row s starts at s + extra(exceptions below s)
+        _, extra, states, starts = rows
+        if states.shape[0] == 0:
+            return x - extra[0]
+        j = jnp.searchsorted(starts, x, side="right").astype(jnp.int32)
+        shift = jnp.take(extra, j, mode="clip")
+        last = jnp.take(states, j - 1, mode="clip")  # the last exception starting at or before x
+        return jnp.where((j > 0) & (x < last + 1 + shift), last, x - shift)
+    return jnp.searchsorted(rows, x, side="right").astype(jnp.int32) - 1
+
+
+def node_offsets(ranges: RangeArrays, depth: int, node) -> Optional[Any]:
+    """int32 node.shape: the offsets of states `node` at `depth`
+    (`trie_ranges.offsets_of`: their ancestors' accepting states before
+    them, a search up a layer per depth), None where no item ends above
+    that depth (every fixed-length set)."""
+    if not ranges.carries_offsets(depth):
+        return None
+    top = min(d for d in range(depth) if ranges.accepting[d] is not None)
+    x = jnp.clip(jnp.asarray(node, jnp.int32), 0, jnp.maximum(ranges.counts[depth] - 1, 0))
+    out = jnp.zeros(x.shape, jnp.int32)
+    for d in range(depth - 1, top - 1, -1):
+        x = jnp.clip(_parents(ranges.rows[d], x), 0, jnp.maximum(ranges.counts[d] - 1, 0))
+        if ranges.accepting[d] is not None:
+            out = out + rank_at(ranges.accepting[d], None, x + 1)
+    return out
+
+
+def _child_offsets(ranges: RangeArrays, step: int, node) -> Optional[Any]:
+    """The offsets of the children of states `node` (depth `step`), None
+    where the children need none."""
+    if not ranges.carries_offsets(step + 1):
+        return None
+    own = node_offsets(ranges, step, node)
+    own = jnp.zeros(jnp.shape(node), jnp.int32) if own is None else own
+    x = jnp.clip(jnp.asarray(node, jnp.int32) + 1, 0, ranges.counts[step])
+    return own + rank_at(ranges.accepting[step], None, x)
+
+
+def _in_ranges(mask: RankedMask, lo, hi):
+    """bool: a selected item in [lo, hi) (equal shapes) in each row's subset."""
+    counts = selected_before(mask, jnp.stack([lo, hi], axis=-1))
+    return counts[..., 1] > counts[..., 0]
+
+
+def _rows_like(rows, x):
+    """rows (B,) with x's trailing dims as ones."""
+    return rows.reshape(rows.shape + (1,) * (x.ndim - rows.ndim))
+
+
+def _first(mask: RankedMask, nxt):
+    """bool nxt.shape: `RankedMask.first` of depth-1 states nxt in each
+    row's subset (a state outside [0, S_1): False)."""
+    R, S = mask.first.shape
+    inside = (nxt >= 0) & (nxt < S)
+    at = jnp.clip(_rows_like(jnp.asarray(mask.rows, jnp.int32), nxt), 0, R - 1) * S + \
+        jnp.clip(nxt, 0, S - 1)
+    return inside & jnp.take(mask.first.reshape(-1), at, mode="clip")
+
+
+def child_live(mask: RankedMask, step: int, nxt, node=None, form: Optional[str] = None):
+    """bool nxt.shape: the candidates' next states `nxt` (depth step + 1)
+    have a selected item at or below them in each row's subset. node: the
+    states they come from (leading dims of nxt's): a variable-length set's
+    offsets are searched once per state, not per candidate (None: per
+    candidate). form (with node): "consecutive", nxt[..., i + 1] ==
+    nxt[..., i] + 1 (a csr / near_unary slice: K + 1 bounds a row, not
+    2 K); "dense", a dense_rows step's V slots (-1: no child), the node's
+    row's states in token order (V + 1 bounds a row, read back by
+    nxt - first); None: any states. Step 0 reads `RankedMask.first`."""
+    ranges, depth = mask.ranges, step + 1
+    nxt = jnp.asarray(nxt, jnp.int32)
+    if step == 0 and mask.first is not None:
+        return _first(mask, nxt)
+    if node is None:
+        form = None
+    off = None
+    if ranges.carries_offsets(depth):
+        if node is not None:
+            off = _child_offsets(ranges, step, node)
+            off = off.reshape(off.shape + (1,) * (nxt.ndim - off.ndim))
+        else:
+            off = node_offsets(ranges, depth, nxt)
+    pointers = ranges.rows[step]
+    if form == "dense" and pointers is not None and not isinstance(pointers, tuple):
+        V = nxt.shape[-1]
+        x = jnp.clip(jnp.asarray(node, jnp.int32), 0, jnp.maximum(ranges.counts[step] - 1, 0))
+        first = jnp.take(pointers, x, mode="clip")[..., None]
+        last = jnp.take(pointers, x + 1, mode="clip")[..., None]
+        states = jnp.minimum(first + lax.iota(jnp.int32, V + 1), last)
+        edges = below(ranges, depth, states)
+        counts = selected_before(mask, edges if off is None else edges + off)
+        live = counts[..., 1:] > counts[..., :-1]
+        column = jnp.clip(nxt - first, 0, V - 1)
+        return (nxt >= 0) & jnp.take_along_axis(live, column, axis=-1)
+    if form == "consecutive":
+        edges = below(ranges, depth, jnp.concatenate([nxt, nxt[..., -1:] + 1], axis=-1))
+        counts = selected_before(mask, edges if off is None else edges + off)
+        return counts[..., 1:] > counts[..., :-1]
+    lo, hi = below(ranges, depth, nxt), below(ranges, depth, nxt + 1)
+    if off is not None:
+        lo, hi = lo + off, hi + off
+    return _in_ranges(mask, lo, hi)
+
+
+def end_live(mask: RankedMask, step: int, node):
+    """bool node.shape: the item ending at states `node` (depth `step`) is
+    in each row's subset (False where the state does not accept); all True
+    where the set's subsets hold no end bits at that depth, as
+    `live.end_live` answers."""
+    ranges = mask.ranges
+    node = jnp.asarray(node, jnp.int32)
+    if not ranges.ends[step]:
+        return jnp.ones(node.shape, bool)
+    count = ranges.counts[step]
+    inside = (node >= 0) & (node < count)
+    x = jnp.clip(node, 0, count)
+    if step == ranges.depth:
+        accepts = inside
+    elif ranges.accepting[step] is None:
+        accepts = jnp.zeros(node.shape, bool)
+    else:
+        own = rank_at(ranges.accepting[step], None, jnp.stack([x, x + 1], axis=-1))
+        accepts = inside & (own[..., 1] > own[..., 0])
+    lo = below(ranges, step, x)  # an accepting state's own item: at lo
+    off = node_offsets(ranges, step, node)
+    if off is not None:
+        lo = lo + off
+    return accepts & _in_ranges(mask, lo, lo + 1)
