@@ -92,10 +92,9 @@ class StaticLogitsProcessor:
       prompt_length: the length of ``generate``'s ``input_ids`` (the prompt,
         left-padded to one length per batch as ``generate`` requires); the
         tokens after it are the prefix the set constrains.
-      subset, subset_index: per-request item subsets (`compiled.subset`;
-        on the torch backend also `TorchConstraints.ranked_subset`, made
-        in the time of its item bits: a rule per request;
-        `sc.stack_subsets`), subset_index ints (batch,) one per prompt of
+      subset, subset_index: per-request item subsets (`compiled.subset`,
+        or `compiled.ranked_subset`: made in the time of its item bits, a
+        rule per request; `sc.stack_subsets`), subset_index ints (batch,) one per prompt of
         ``generate``'s batch (default: subset 0 for every prompt); a call's
         N rows are taken as the prompts' rows in order, N / batch each (as
         ``generate`` expands beams and returned sequences). Without a

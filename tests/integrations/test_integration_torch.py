@@ -156,6 +156,26 @@ def test_processor_masks_like_allowed():
     assert out[:, SET_VOCAB:].isneginf().all() and out[2:4].isneginf().all()
 
 
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_a_ranked_subset_masks_as_its_subset_on_both_backends(backend):
+    """Per-row ranked subsets (`ranked_subset`) mask every step's rows as
+    `subset()`'s of the same selections do, bit for bit."""
+    items, _, compiled = compiled_set("ragged")
+    rng = np.random.default_rng(11)
+    masks = rng.random((2, len(items))) < 0.5
+    index = np.array([1, 0])
+    procs = [StaticLogitsProcessor(compiled, PROMPT_LENGTH, subset=subset, subset_index=index,
+                                   backend=backend)
+             for subset in (sc.stack_subsets([compiled.subset(m) for m in masks]),
+                            compiled.ranked_subset(masks))]
+    for t in range(compiled.max_length):
+        rows = [[7] * PROMPT_LENGTH + list(items[i][:t]) + [EOS] * (t - len(items[i][:t]))
+                for i in rng.integers(0, len(items), ROWS)]
+        scores = torch.randn(ROWS, MODEL_VOCAB)
+        want, got = (p(torch.tensor(rows), scores) for p in procs)
+        assert torch.equal(got, want), t
+
+
 def test_processor_rejects_bad_calls():
     compiled = sc.compile_constraints([(1, 2), (3, 1)], 4)
     processor = StaticLogitsProcessor(compiled, 1)
@@ -179,8 +199,7 @@ def test_generate_with_a_subset_per_prompt(model, kind, form):
     rng = np.random.default_rng(6)
     masks = [rng.random(len(items)) < 0.4, rng.random(len(items)) < 0.4]
     chosen = [[items[i] for i in np.flatnonzero(m)] for m in masks]
-    make = compiled.subset if form == "subset" else \
-        TorchConstraints.from_compiled(compiled).ranked_subset
+    make = compiled.subset if form == "subset" else compiled.ranked_subset
     stacked = sc.stack_subsets([make(m) for m in masks])
     num_beams = 8
     prompts = torch.from_numpy(rng.integers(1, MODEL_VOCAB, (2, PROMPT_LENGTH)))
@@ -210,7 +229,7 @@ def test_processor_rejects_bad_subsets():
                                       subset_index=np.array([0, 1, 0]))
     with pytest.raises(DecodeInputError, match="4 rows are not a multiple of the 3 prompts"):
         processor(torch.zeros((4, PROMPT_LENGTH), dtype=torch.long), torch.zeros((4, MODEL_VOCAB)))
-    ranked = TorchConstraints.from_compiled(compiled).ranked_subset(np.ones(len(items), bool))
+    ranked = compiled.ranked_subset(np.ones(len(items), bool))
     with pytest.raises(DecodeInputError, match=r"subset_index\[1\] = 1: expected a subset in \[0, 1\)"):
         StaticLogitsProcessor(compiled, PROMPT_LENGTH, subset=ranked, subset_index=np.array([0, 1]))
     with pytest.raises(DecodeInputError, match="2 stacked subsets: pass subset_index"):
