@@ -4,8 +4,9 @@ one kernel call per step instead of tens of eager ops, the same results
 bit for bit (tests/torch_backend/test_host_steps.py).
 
 `TorchEngine` uses it for CPU tensors when numba is installed, outside
-``torch.compile`` (which traces the ops instead) and for subsets given as
-`LiveBits`; everywhere else the ops in `ops` run.
+``torch.compile`` (which traces the ops instead), for subsets given as
+`LiveBits` or ranked (`rank_kernels.RankedLive`: the kernels' range counts
+read the placed tensors in place); everywhere else the ops in `ops` run.
 """
 
 from __future__ import annotations
@@ -17,11 +18,27 @@ import torch
 
 from static_compiler.host_kernels import processor as host
 from static_compiler.torch_backend.kernels import LiveBits
+from static_compiler.torch_backend.rank_kernels import RangeTensors, RankedLive, RankTensors
 from static_compiler.torch_backend.ops import ProcessorStep, RowColumns, TorchState
 
 
 def _numpy(x: torch.Tensor, dtype) -> np.ndarray:
     return np.ascontiguousarray(x.numpy(), dtype)
+
+
+def _bitmap(t: RankTensors) -> tuple:
+    """(words int32, within int16, counts) (R, ...) of placed rank bits:
+    views of the CPU tensors."""
+    return tuple(np.ascontiguousarray(x.numpy()) for x in (t.words, t.within, t.counts))
+
+
+def host_ranges(ranges: RangeTensors) -> host.HostRanges:
+    """A set's `RangeTensors` (CPU) packed for the kernels (once per set)."""
+    rows = tuple(None if r is None else r.numpy() if isinstance(r, torch.Tensor) else
+                 (*_bitmap(r[0]), r[0].size, *(x.numpy() for x in r[1:])) for r in ranges.rows)
+    accepting = tuple(None if a is None else (*_bitmap(a), a.size) for a in ranges.accepting)
+    return host.host_ranges(rows, accepting, ranges.counts, ranges.at.numpy(),
+                            ranges.num_items)
 
 
 class HostSteps:
@@ -33,16 +50,40 @@ class HostSteps:
         views = tuple({name: t.numpy() for name, t in tabs.items()} for tabs in tables)
         self.layers = tuple(host.HostLayer.of(plan, views, step, plan.count_at(step))
                             for step in range(plan.max_length))
+        self._ranges: Optional[tuple] = None  # (RangeTensors, HostRanges): the set's, packed once
+        self._ranked: Optional[tuple] = None  # (RankedLive, its views): the last one read
 
     @staticmethod
     def reads(sub) -> bool:
-        """Whether the kernels read this subset form (None or `LiveBits`)."""
-        return sub is None or isinstance(sub[0], LiveBits)
+        """Whether the kernels read this subset form (None, `LiveBits` or
+        `RankedLive`)."""
+        return sub is None or isinstance(sub[0], (LiveBits, RankedLive))
+
+    def _ranked_views(self, live: RankedLive) -> tuple:
+        """(HostRanges, items, added or None, first) of a placed ranked
+        subset: its set's ranges packed at the first one, its own tensors'
+        views (kept for the last subset read: a request's steps reuse them)."""
+        last = self._ranked
+        if last is not None and last[0] is live:
+            return last[1]
+        packed = self._ranges
+        if packed is None or packed[0] is not live.ranges:
+            packed = self._ranges = (live.ranges, host_ranges(live.ranges))
+        ranked = live.ranked
+        views = (packed[1], _bitmap(ranked.items),
+                 None if ranked.added is None else _bitmap(ranked.added),
+                 np.ascontiguousarray(live.first.numpy()))
+        self._ranked = (live, views)
+        return views
 
     def _subset(self, sub, step: int) -> host.HostSubset:
         if sub is None:
             return host.NO_BITS
         live, rows = sub
+        if isinstance(live, RankedLive):
+            ranges, items, added, first = self._ranked_views(live)
+            return host.ranked_subset(ranges, step, live.ranges.ends[step], rows.numpy(), items,
+                                      added, first)
         words = live.live[step].numpy() if step < self.plan.depth else None
         ends = live.ends[step]
         return host.host_subset(words, step in self.plan.slot_steps, self.plan.vocab_size,
