@@ -468,12 +468,9 @@ def _node_offset(rk, step, s):
 
 
 @njit(nogil=True, cache=True)
-def _offsets(mode, rk, step, s):
+def _offsets(rk, step, s):
     """(own, children's): a ranked subset's offsets of state s at depth
-    `step` and of its children (`rank_kernels.child_offsets`); zeros for
-    the other modes."""
-    if mode != RANK_BITS:
-        return np.int64(0), np.int64(0)
+    `step` and of its children (`rank_kernels.child_offsets`)."""
     own = _node_offset(rk, step, s)
     if step >= rk[0].shape[0] - 1:
         return own, own
@@ -514,29 +511,24 @@ def _ranked_end(rk, row, step, s, own):
     return _selected_before(rk, row, lo + 1) > _selected_before(rk, row, lo)
 
 
-@njit(nogil=True, cache=True)
-def _child_in(mode, live, width, row, nxt, rk, step, off, memo):
-    """(in, memo): whether next state `nxt` is in the row's subset
-    (CHILD_BITS, RANK_BITS: `_ranked_child`), or no subset limits it."""
-    if mode == RANK_BITS:
-        return _ranked_child(rk, row, step, nxt, off, memo)
-    return mode != CHILD_BITS or _bit(live, width, row, nxt), memo
+@njit(nogil=True, cache=True, inline="always")
+def _child_in(mode, live, width, row, nxt):
+    """Whether next state `nxt` is in the row's subset (CHILD_BITS), or no
+    subset limits it (not RANK_BITS: `_ranked_child`)."""
+    return mode != CHILD_BITS or _bit(live, width, row, nxt)
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _ends_here(accept, accepting, has_ends, ends, ends_width, row, s, mode, rk, step, own):
-    """Whether a live, unfinished row at state s may take the end token."""
+def _ends_here(accept, accepting, has_ends, ends, ends_width, row, s):
+    """Whether a live, unfinished row at state s may take the end token
+    (a ranked subset's end bits: `has_ends` False here, `_ranked_end`)."""
     if accept == ACCEPT_NONE:
         return False
     if accept == ACCEPT_TABLE:
         n = accepting.shape[0]
         if n == 0 or not accepting[_clamp(s, n)]:
             return False
-    if not has_ends:
-        return True
-    if mode == RANK_BITS:
-        return _ranked_end(rk, row, step, s, own)
-    return _bit(ends, ends_width, row, s)
+    return not has_ends or _bit(ends, ends_width, row, s)
 
 
 @njit(nogil=True, cache=True)
@@ -561,7 +553,8 @@ def mask_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts, ex
                 allowed[b, end] = True
             continue
         row = subset_rows[b] if subset_rows.shape[0] > 0 else 0
-        own, off = _offsets(mode, rk, step, s)
+        ranked = mode == RANK_BITS
+        own, off = _offsets(rk, step, s) if ranked else (np.int64(0), np.int64(0))
         memo = (np.int64(-1), np.int64(0))
         if kind == DENSE_ROWS:
             if n_next > 0:
@@ -573,10 +566,12 @@ def mask_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts, ex
                     if mode == SLOT_BITS:
                         if not _slot_bit_of_row(live, width, slot_states, row, s, v):
                             continue
-                    else:
-                        is_in, memo = _child_in(mode, live, width, row, t, rk, step, off, memo)
+                    elif ranked:
+                        is_in, memo = _ranked_child(rk, row, step, t, off, memo)
                         if not is_in:
                             continue
+                    elif not _child_in(mode, live, width, row, t):
+                        continue
                     allowed[b, v] = True
         elif kind != NO_CHILDREN:
             lo, hi = s, s + 1  # (a unary layer's one entry: its state's)
@@ -587,11 +582,15 @@ def mask_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts, ex
             for i in range(lo, hi):
                 tok, t = _entry(tokens, targets, explicit, i)
                 if 0 <= tok < vocab:
-                    is_in, memo = _child_in(mode, live, width, row, t, rk, step, off, memo)
+                    if ranked:
+                        is_in, memo = _ranked_child(rk, row, step, t, off, memo)
+                    else:
+                        is_in = _child_in(mode, live, width, row, t)
                     if is_in:
                         allowed[b, tok] = True
-        if end >= 0 and _ends_here(accept, accepting, has_ends, ends, ends_width, row, s,
-                                   mode, rk, step, own):
+        if end >= 0 and _ends_here(accept, accepting, has_ends and not ranked, ends, ends_width,
+                                   row, s) and not (ranked and has_ends and
+                                                    not _ranked_end(rk, row, step, s, own)):
             allowed[b, end] = True
 
 
@@ -615,7 +614,8 @@ def advance_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts,
         at_depth = valid[b] and 0 <= s < count
         expanding = at_depth and not finished[b]
         row = subset_rows[b] if subset_rows.shape[0] > 0 else 0
-        own, off = _offsets(mode if expanding else NO_SUBSET, rk, step, s)
+        ranked = mode == RANK_BITS
+        own, off = _offsets(rk, step, s) if ranked and expanding else (np.int64(0), np.int64(0))
         memo = (np.int64(-1), np.int64(0))
         ok = False
         nxt = 0
@@ -626,8 +626,10 @@ def advance_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts,
             ok = expanding and 0 <= tok < vocab and nxt >= 0
             if ok and mode == SLOT_BITS:
                 ok = _slot_bit_flat(live, width, slot_states, row, s, column)
+            elif ok and ranked:
+                ok, memo = _ranked_child(rk, row, step, nxt, off, memo)
             elif ok:
-                ok, memo = _child_in(mode, live, width, row, nxt, rk, step, off, memo)
+                ok = _child_in(mode, live, width, row, nxt)
         elif kind != NO_CHILDREN and expanding:
             lo, hi = s, s + 1  # (a unary layer's one entry: its state's)
             if kind != UNARY:
@@ -637,14 +639,18 @@ def advance_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts,
             for i in range(lo, hi):  # (a sum over the hits, as the tensor ops take it)
                 mine, t = _entry(tokens, targets, explicit, i)
                 if mine == tok:
-                    is_in, memo = _child_in(mode, live, width, row, t, rk, step, off, memo)
+                    if ranked:
+                        is_in, memo = _ranked_child(rk, row, step, t, off, memo)
+                    else:
+                        is_in = _child_in(mode, live, width, row, t)
                     if is_in:
                         ok = True
                         nxt += t
         done = False
         if end >= 0 and tok == end:
             done = (at_depth and finished[b]) or (expanding and _ends_here(
-                accept, accepting, has_ends, ends, ends_width, row, s, mode, rk, step, own))
+                accept, accepting, has_ends and not ranked, ends, ends_width, row, s) and not (
+                ranked and has_ends and not _ranked_end(rk, row, step, s, own)))
         ok = ok or done
         out_valid[b] = ok
         out_finished[b] = done

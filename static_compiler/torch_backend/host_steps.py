@@ -18,8 +18,8 @@ import torch
 
 from static_compiler.host_kernels import processor as host
 from static_compiler.torch_backend.kernels import LiveBits
-from static_compiler.torch_backend.rank_kernels import RangeTensors, RankedLive, RankTensors
 from static_compiler.torch_backend.ops import ProcessorStep, RowColumns, TorchState
+from static_compiler.torch_backend.rank_kernels import RangeTensors, RankedLive, RankTensors
 
 
 def _numpy(x: torch.Tensor, dtype) -> np.ndarray:

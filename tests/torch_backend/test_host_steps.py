@@ -21,8 +21,8 @@ from hypothesis import given
 from live_cases import CI_EXAMPLES, compile_case, fuzz_settings, live_cases, paths, updated
 
 import static_compiler as sc
-from static_compiler.host_kernels import processor as host_kernels
 from static_compiler.errors import ConstraintSetError
+from static_compiler.host_kernels import processor as host_kernels
 from static_compiler.torch_backend import TorchConstraints, TorchState, live_bits, ops
 from static_compiler.torch_backend.host_steps import HostSteps
 from static_compiler.torch_backend.rank_kernels import RankedLive

@@ -32,7 +32,6 @@ from static_compiler.torch_backend import TorchConstraints, ops
 from tools.bench.cli import exit_without_teardown, sid_set_parser
 from tools.bench.output import machine_line
 
-
 FORMS = ("none", "subset", "ranked")
 """The subset forms a step is timed with (`--subsets`)."""
 
