@@ -111,14 +111,23 @@ ROWS_UNARY, ROWS_INDEX, ROWS_EXCEPTIONS = 0, 1, 2
 a near_unary layer's exception ranks (`trie_ranges.ExceptionRows`)."""
 
 (COUNT, ROWS, PTR, PTR_N, EX_WORDS, EX_COUNTS, EX_SIZE, EXTRA, EXTRA_N, EX_STATES, EX_STARTS,
- EX_N, ACC_WORDS, ACC_COUNTS, ACC_SIZE, TOP, AT, AT_N, ITEMS, FIELDS) = range(20)
+ EX_N, ACC_WORDS, ACC_COUNTS, ACC_SIZE, TOP, BELOW, AT, AT_N, ITEMS, FIELDS) = range(21)
 """Columns of `HostRanges.meta` (D + 1, FIELDS), row d per depth d: its
 states; its row pointers' kind and where their pieces start in `ints`
 (PTR; EXTRA, EX_STATES, EX_STARTS) and the exception marks' bitmap in
 `words` / `counts` (EX_*); its accepting states' bitmap (ACC_SIZE -1:
 none accepts); TOP, the first depth above d whose states accept (-1:
-none, its states' offsets are 0). Row D only: AT, AT_N, the added items'
-trie positions in `ints`; ITEMS, the item bitmap's size (all N' items)."""
+none, its states' offsets are 0); BELOW, where `ints` keeps the bound
+below every state x in [0, S_d] (`_below` read once: -1, none kept).
+Row D only: AT, AT_N, the added items' trie positions in `ints`; ITEMS,
+the item bitmap's size (all N' items)."""
+
+BOUNDS_KEPT = (1 << 16, 1 << 22)
+"""The fewest and most bounds (`_below` of every state of a depth, the
+shallowest depths first) a set's `HostRanges` keeps, N' between them: a
+shallow state has many children, each a walk down every layer below it
+otherwise (1e5 names, 32 rows: a mask of ~100 children a row 0.4 -> 0.12
+ms); at most 16 MiB."""
 
 
 class HostRanges(NamedTuple):
@@ -137,7 +146,8 @@ class HostRanges(NamedTuple):
     counts: np.ndarray
 
 
-def host_ranges(rows, accepting, counts, at: np.ndarray, num_items: int) -> HostRanges:
+def host_ranges(rows, accepting, counts, at: np.ndarray, num_items: int,
+                kept: Optional[int] = None) -> HostRanges:
     """The `HostRanges` of a set, packed once (a copy of the set's range
     arrays, not of any subset's). rows, per layer: None (unary), an index
     array, or (words, within, counts, size, extra, states, starts): the
@@ -145,7 +155,8 @@ def host_ranges(rows, accepting, counts, at: np.ndarray, num_items: int) -> Host
     counts ints (1, C), its bits) and the `ExceptionRows` pieces;
     accepting, per layer: None or (words, within, counts, size); counts:
     the states per depth 0..D; at: the added items' trie positions (the
-    index dtype)."""
+    index dtype); kept: the most bounds kept (`BOUNDS_KEPT`; None: N'
+    within its limits)."""
     D = len(rows)
     meta = np.full((D + 1, FIELDS), -1, np.int64)
     parts: dict = {"ints": [], "words": [], "within": [], "counts": []}
@@ -182,9 +193,28 @@ def host_ranges(rows, accepting, counts, at: np.ndarray, num_items: int) -> Host
             top = d if top < 0 else top
     meta[D, AT], meta[D, AT_N], meta[D, ITEMS] = put("ints", at), len(at), num_items
     flat = {name: np.concatenate(a) if a else np.zeros(0) for name, a in parts.items()}
-    return HostRanges(meta, np.ascontiguousarray(flat["ints"], np.asarray(at).dtype),
-                      *(np.ascontiguousarray(flat[name], t)[None] for name, t in
-                        (("words", np.int32), ("within", np.int16), ("counts", np.int64))))
+    ranges = HostRanges(meta, np.ascontiguousarray(flat["ints"], np.asarray(at).dtype),
+                        *(np.ascontiguousarray(flat[name], t)[None] for name, t in
+                          (("words", np.int32), ("within", np.int16), ("counts", np.int64))))
+    if kept is None:
+        kept = min(max(BOUNDS_KEPT[0], num_items), BOUNDS_KEPT[1])
+    return _keep_bounds(ranges, kept)
+
+
+def _keep_bounds(ranges: HostRanges, budget: int) -> HostRanges:
+    """`ranges` keeping the bounds below every state of its depths 1, 2,
+    ... while they fit in `budget` entries (`_below` read once each)."""
+    meta = ranges.meta.copy()
+    rk = (*ranges, *NO_BITS[-7:])  # (a subset's placeholders: the kernels' argument types)
+    tables, start = [], ranges.ints.shape[0]
+    for d in range(1, meta.shape[0] - 1):
+        n = int(meta[d, COUNT]) + 1
+        if n > budget:
+            break
+        tables.append(np.empty(n, ranges.ints.dtype))
+        _below_table(rk, d, tables[-1])
+        meta[d, BELOW], start, budget = start, start + n, budget - n
+    return ranges._replace(meta=meta, ints=np.concatenate([ranges.ints, *tables]))
 
 
 _NO_META = np.full((1, FIELDS), -1, np.int64)
@@ -341,8 +371,10 @@ def _bounds(kind, indptr, ex_states, ex_starts, ex_branch, s):
     return start, start + 1
 
 
-# Ranked subsets: `torch_backend.rank_kernels`' reads, one state at a time. rk: the
-# HostSubset's ranked arrays as one tuple (ranges' five, the subset's seven).
+# Ranked subsets: `torch_backend.rank_kernels`' reads, one state at a time, on explicit
+# arrays (a set's: meta, ints, words, within, counts; a subset's: iw, iwi, ic over its
+# items, aw, awi, ac over the added ones, first). rk: the HostSubset's twelve as one
+# tuple, unpacked once per row (a tuple passed per candidate costs its arrays' refcounts).
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -354,7 +386,7 @@ def _popcount32(v):
     return ((v * 0x01010101) & 0xFFFFFFFF) >> 24
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _rank(words, within, counts, row, word0, count0, size, at):
     """Set bits before position `at` (clamped into [0, size]) of the
     bitmap in row `row` (clamped into [0, R)) of words / within (R, W) and
@@ -372,7 +404,7 @@ def _rank(words, within, counts, row, word0, count0, size, at):
             + np.int64(counts[row, _clamp(count0 + (at >> 9), C)]))
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _int_at(ints, start, n, i):
     """Entry i (clamped into [0, n)) of ints[start:start + n] (0 when it
     is empty, as a gather reads an empty table)."""
@@ -381,7 +413,7 @@ def _int_at(ints, start, n, i):
     return np.int64(ints[start + _clamp(i, n)])
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _search(ints, start, n, x, right):
     """searchsorted(ints[start:start + n], x) (ascending; right: side
     right)."""
@@ -396,10 +428,9 @@ def _search(ints, start, n, x, right):
     return lo
 
 
-@njit(nogil=True, cache=True)
-def _accepting_before(rk, d, x):
+@njit(nogil=True, cache=True, inline="always")
+def _accepting_before(meta, words, within, counts, d, x):
     """Accepting states at depth d (< D) before state x (0: none accepts)."""
-    meta, _, words, within, counts = rk[:5]
     if meta[d, ACC_SIZE] < 0:
         return np.int64(0)
     return _rank(words, within, counts, 0, meta[d, ACC_WORDS], meta[d, ACC_COUNTS],
@@ -407,16 +438,15 @@ def _accepting_before(rk, d, x):
 
 
 @njit(nogil=True, cache=True)
-def _below(rk, depth, x):
+def _below(meta, ints, words, within, counts, depth, x):
     """`rank_kernels.below` of one bound x at `depth` (clamped into [0,
     S_depth]): the items ending at or below `depth` under the states
-    before x, the layers' row pointers composed down."""
-    meta, ints, words, within, counts = rk[:5]
+    before x, the layers' row pointers composed down (`_bound`: or kept)."""
     D = meta.shape[0] - 1
     x = min(max(np.int64(x), 0), meta[depth, COUNT])
     total = np.int64(0)
     for d in range(depth, D):
-        total += _accepting_before(rk, d, x)
+        total += _accepting_before(meta, words, within, counts, d, x)
         if meta[d, ROWS] == ROWS_INDEX:
             x = _int_at(ints, meta[d, PTR], meta[d, PTR_N], x)
         elif meta[d, ROWS] == ROWS_EXCEPTIONS:
@@ -427,33 +457,46 @@ def _below(rk, depth, x):
 
 
 @njit(nogil=True, cache=True)
-def _selected_before(rk, row, position):
-    """`rank_kernels.selected_before`: the selected items of the row's
-    subset at trie positions before `position` (the added items' bits
-    read at their positions `at`)."""
-    meta, ints = rk[0], rk[1]
-    words, within, counts, added_words, added_within, added_counts = rk[5:11]
-    D = meta.shape[0] - 1
-    K = meta[D, AT_N]
-    if K <= 0:
-        return _rank(words, within, counts, row, 0, 0, meta[D, ITEMS], position)
-    j = _search(ints, meta[D, AT], K, position, False)
-    return _rank(words, within, counts, row, 0, 0, meta[D, ITEMS], position - j) + \
-        _rank(added_words, added_within, added_counts, row, 0, 0, K, j)
+def _bound(meta, ints, words, within, counts, depth, x):
+    """`_below`, read from the bounds kept at `depth` (BELOW) if any."""
+    if meta[depth, BELOW] >= 0:
+        return np.int64(ints[meta[depth, BELOW] + min(max(np.int64(x), 0), meta[depth, COUNT])])
+    return _below(meta, ints, words, within, counts, depth, x)
 
 
 @njit(nogil=True, cache=True)
-def _node_offset(rk, step, s):
-    """`rank_kernels.node_offsets` of state s at depth `step`: the accepting
-    states before its ancestors, a search up a layer per depth (0 where no
-    item ends above)."""
-    meta, ints = rk[0], rk[1]
+def _below_table(rk, depth, out):
+    """out[x] = `_below` of every state x in [0, S_depth] (out: S_depth + 1)."""
+    meta, ints, words, within, counts = rk[:5]
+    for x in range(out.shape[0]):
+        out[x] = _below(meta, ints, words, within, counts, depth, x)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _selected_before(meta, ints, iw, iwi, ic, aw, awi, ac, row, position):
+    """`rank_kernels.selected_before`: the selected items of the row's
+    subset at trie positions before `position` (the added items' bits
+    read at their positions `at`)."""
+    D = meta.shape[0] - 1
+    K = meta[D, AT_N]
+    if K <= 0:
+        return _rank(iw, iwi, ic, row, 0, 0, meta[D, ITEMS], position)
+    j = _search(ints, meta[D, AT], K, position, False)
+    return _rank(iw, iwi, ic, row, 0, 0, meta[D, ITEMS], position - j) + \
+        _rank(aw, awi, ac, row, 0, 0, K, j)
+
+
+@njit(nogil=True, cache=True)
+def _offsets(rk, step, s):
+    """(own, children's): a ranked subset's offsets of state s at depth
+    `step` (`rank_kernels.node_offsets`: the accepting states before its
+    ancestors, a search up a layer per depth; 0 where no item ends above)
+    and of its children (`rank_kernels.child_offsets`)."""
+    meta, ints, words, within, counts = rk[:5]
+    own = np.int64(0)
     top = meta[step, TOP]
-    if top < 0:
-        return np.int64(0)
     x = min(max(np.int64(s), 0), max(meta[step, COUNT] - 1, 0))
-    out = np.int64(0)
-    for d in range(step - 1, top - 1, -1):
+    for d in range(step - 1, top - 1 if top >= 0 else step - 1, -1):
         if meta[d, ROWS] == ROWS_EXCEPTIONS:  # row s starts at s + extra(exceptions below s)
             X = meta[d, EX_N]
             j = _search(ints, meta[d, EX_STARTS], X, x, True)
@@ -463,52 +506,49 @@ def _node_offset(rk, step, s):
         elif meta[d, ROWS] == ROWS_INDEX:
             x = _search(ints, meta[d, PTR], meta[d, PTR_N], x, True) - 1
         x = min(max(x, 0), max(meta[d, COUNT] - 1, 0))
-        out += _accepting_before(rk, d, x + 1)
-    return out
-
-
-@njit(nogil=True, cache=True)
-def _offsets(rk, step, s):
-    """(own, children's): a ranked subset's offsets of state s at depth
-    `step` and of its children (`rank_kernels.child_offsets`)."""
-    own = _node_offset(rk, step, s)
-    if step >= rk[0].shape[0] - 1:
+        own += _accepting_before(meta, words, within, counts, d, x + 1)
+    if step >= meta.shape[0] - 1:
         return own, own
-    return own, own + _accepting_before(rk, step, min(max(np.int64(s) + 1, 0),
-                                                      rk[0][step, COUNT]))
+    return own, own + _accepting_before(meta, words, within, counts, step,
+                                        min(max(np.int64(s) + 1, 0), meta[step, COUNT]))
 
 
 @njit(nogil=True, cache=True)
-def _ranked_child(rk, row, step, t, off, memo):
-    """(in, memo): whether state t at depth step + 1 has a selected item in
-    the row's subset (its offset `off`); memo (t', count): the selected
-    items before t' of the last call, (t + 1, ...) of this one (a row's
-    consecutive children share a bound)."""
-    if step == 0:  # (the depth-1 states' bits, made when placed)
-        first = rk[11]
-        if t < 0 or t >= first.shape[1]:
-            return False, memo
-        return first[_clamp(row, first.shape[0]), t], memo
-    if t == memo[0]:
-        lo = memo[1]
-    else:
-        lo = _selected_before(rk, row, _below(rk, step + 1, t) + off)
-    hi = _selected_before(rk, row, _below(rk, step + 1, t + 1) + off)
-    return hi > lo, (np.int64(t) + 1, hi)
+def _ranked_run(rk, row, step, t0, n, off, out):
+    """out[j] for j < n: whether state t0 + j at depth step + 1 has a
+    selected item in the row's subset (its offset `off`): n + 1 bounds,
+    each read once (`rank_kernels.child_live`, consecutive); at step 0,
+    the depth-1 states' bits made when placed (`RankedLive.first`)."""
+    meta, ints, words, within, counts, iw, iwi, ic, aw, awi, ac, first = rk
+    if step == 0:
+        r = _clamp(row, first.shape[0])
+        for j in range(n):
+            t = t0 + j
+            out[j] = 0 <= t < first.shape[1] and first[r, t]
+        return
+    before = _selected_before(meta, ints, iw, iwi, ic, aw, awi, ac, row,
+                              _bound(meta, ints, words, within, counts, step + 1, t0) + off)
+    for j in range(n):
+        upto = _selected_before(meta, ints, iw, iwi, ic, aw, awi, ac, row, off + _bound(
+            meta, ints, words, within, counts, step + 1, t0 + j + 1))
+        out[j] = upto > before
+        before = upto
 
 
 @njit(nogil=True, cache=True)
 def _ranked_end(rk, row, step, s, own):
     """`rank_kernels.end_live` of state s at depth `step` (its offset
     `own`): s accepts and its item is in the row's subset."""
-    meta = rk[0]
+    meta, ints, words, within, counts, iw, iwi, ic, aw, awi, ac, _ = rk
     if s < 0 or s >= meta[step, COUNT]:
         return False
     if step < meta.shape[0] - 1 and (meta[step, ACC_SIZE] < 0 or _accepting_before(
-            rk, step, s + 1) <= _accepting_before(rk, step, s)):
+            meta, words, within, counts, step, s + 1) <= _accepting_before(
+            meta, words, within, counts, step, s)):
         return False
-    lo = _below(rk, step, s) + own
-    return _selected_before(rk, row, lo + 1) > _selected_before(rk, row, lo)
+    lo = _bound(meta, ints, words, within, counts, step, s) + own
+    return _selected_before(meta, ints, iw, iwi, ic, aw, awi, ac, row, lo + 1) > \
+        _selected_before(meta, ints, iw, iwi, ic, aw, awi, ac, row, lo)
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -543,6 +583,9 @@ def mask_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts, ex
     (end: the end token, -1 for none)."""
     rk = (range_meta, range_ints, range_words, range_within, range_counts,
           words, within, counts, added_words, added_within, added_counts, first)
+    ranked = mode == RANK_BITS
+    run = np.zeros(max(k, vocab) + 1 if ranked else 1, np.bool_)  # (a row's children's bits)
+    one = run[run.shape[0] - 1:]
     n_next = nxt_rows.shape[0]
     for b in range(node.shape[0]):
         s = node[b]
@@ -553,12 +596,16 @@ def mask_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts, ex
                 allowed[b, end] = True
             continue
         row = subset_rows[b] if subset_rows.shape[0] > 0 else 0
-        ranked = mode == RANK_BITS
         own, off = _offsets(rk, step, s) if ranked else (np.int64(0), np.int64(0))
-        memo = (np.int64(-1), np.int64(0))
         if kind == DENSE_ROWS:
             if n_next > 0:
                 at = _clamp(s, n_next)
+                t0, n = np.int64(0), np.int64(0)
+                if ranked:  # the row's children: states [t0, t0 + n), their own row's
+                    t0 = _int_at(range_ints, range_meta[step, PTR], range_meta[step, PTR_N], s)
+                    n = min(max(_int_at(range_ints, range_meta[step, PTR],
+                                        range_meta[step, PTR_N], s + 1) - t0, 0), vocab)
+                    _ranked_run(rk, row, step, t0, n, off, run)
                 for v in range(vocab):
                     t = nxt_rows[at, v]
                     if t < 0:
@@ -566,9 +613,9 @@ def mask_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts, ex
                     if mode == SLOT_BITS:
                         if not _slot_bit_of_row(live, width, slot_states, row, s, v):
                             continue
-                    elif ranked:
-                        is_in, memo = _ranked_child(rk, row, step, t, off, memo)
-                        if not is_in:
+                    elif ranked:  # (a column past the row's states: clamped, as torch reads)
+                        j = _clamp(t - t0, vocab)
+                        if j >= n or not run[j]:
                             continue
                     elif not _child_in(mode, live, width, row, t):
                         continue
@@ -579,11 +626,16 @@ def mask_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts, ex
                 lo, hi = _bounds(kind, indptr, ex_states, ex_starts, ex_branch, s)
                 if hi > lo + k:
                     hi = lo + k
+            if ranked and not explicit and hi > lo:  # (entry i enters state i)
+                _ranked_run(rk, row, step, lo, hi - lo, off, run)
             for i in range(lo, hi):
                 tok, t = _entry(tokens, targets, explicit, i)
                 if 0 <= tok < vocab:
-                    if ranked:
-                        is_in, memo = _ranked_child(rk, row, step, t, off, memo)
+                    if ranked and explicit:
+                        _ranked_run(rk, row, step, t, 1, off, one)
+                        is_in = one[0]
+                    elif ranked:
+                        is_in = run[i - lo]
                     else:
                         is_in = _child_in(mode, live, width, row, t)
                     if is_in:
@@ -607,6 +659,8 @@ def advance_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts,
     finishes it (node 0)."""
     rk = (range_meta, range_ints, range_words, range_within, range_counts,
           words, within, counts, added_words, added_within, added_counts, first)
+    ranked = mode == RANK_BITS
+    one = np.zeros(1, np.bool_)  # (a child's bit)
     n_next = nxt_rows.shape[0]
     for b in range(node.shape[0]):
         s = node[b]
@@ -614,9 +668,7 @@ def advance_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts,
         at_depth = valid[b] and 0 <= s < count
         expanding = at_depth and not finished[b]
         row = subset_rows[b] if subset_rows.shape[0] > 0 else 0
-        ranked = mode == RANK_BITS
         own, off = _offsets(rk, step, s) if ranked and expanding else (np.int64(0), np.int64(0))
-        memo = (np.int64(-1), np.int64(0))
         ok = False
         nxt = 0
         if kind == DENSE_ROWS:
@@ -627,7 +679,8 @@ def advance_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts,
             if ok and mode == SLOT_BITS:
                 ok = _slot_bit_flat(live, width, slot_states, row, s, column)
             elif ok and ranked:
-                ok, memo = _ranked_child(rk, row, step, nxt, off, memo)
+                _ranked_run(rk, row, step, nxt, 1, off, one)
+                ok = one[0]
             elif ok:
                 ok = _child_in(mode, live, width, row, nxt)
         elif kind != NO_CHILDREN and expanding:
@@ -640,7 +693,8 @@ def advance_rows(kind, explicit, k, count, accept, indptr, ex_states, ex_starts,
                 mine, t = _entry(tokens, targets, explicit, i)
                 if mine == tok:
                     if ranked:
-                        is_in, memo = _ranked_child(rk, row, step, t, off, memo)
+                        _ranked_run(rk, row, step, t, 1, off, one)
+                        is_in = one[0]
                     else:
                         is_in = _child_in(mode, live, width, row, t)
                     if is_in:

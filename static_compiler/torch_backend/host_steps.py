@@ -32,21 +32,24 @@ def _bitmap(t: RankTensors) -> tuple:
     return tuple(np.ascontiguousarray(x.numpy()) for x in (t.words, t.within, t.counts))
 
 
-def host_ranges(ranges: RangeTensors) -> host.HostRanges:
-    """A set's `RangeTensors` (CPU) packed for the kernels (once per set)."""
+def host_ranges(ranges: RangeTensors, kept: Optional[int] = None) -> host.HostRanges:
+    """A set's `RangeTensors` (CPU) packed for the kernels (once per set;
+    kept: the bounds kept, `host_kernels.processor.host_ranges`)."""
     rows = tuple(None if r is None else r.numpy() if isinstance(r, torch.Tensor) else
                  (*_bitmap(r[0]), r[0].size, *(x.numpy() for x in r[1:])) for r in ranges.rows)
     accepting = tuple(None if a is None else (*_bitmap(a), a.size) for a in ranges.accepting)
     return host.host_ranges(rows, accepting, ranges.counts, ranges.at.numpy(),
-                            ranges.num_items)
+                            ranges.num_items, kept)
 
 
 class HostSteps:
     """A set's steps as the host kernels read them: one `HostLayer` per
-    step 0..max_length - 1, views of the engine's CPU tables (no copy)."""
+    step 0..max_length - 1, views of the engine's CPU tables (no copy);
+    bounds_kept: the most bounds its ranked subsets' reads keep (`host_kernels.
+    processor.host_ranges`; None: the default)."""
 
-    def __init__(self, plan, tables: tuple):
-        self.plan = plan
+    def __init__(self, plan, tables: tuple, bounds_kept: Optional[int] = None):
+        self.plan, self.bounds_kept = plan, bounds_kept
         views = tuple({name: t.numpy() for name, t in tabs.items()} for tabs in tables)
         self.layers = tuple(host.HostLayer.of(plan, views, step, plan.count_at(step))
                             for step in range(plan.max_length))
@@ -68,7 +71,7 @@ class HostSteps:
             return last[1]
         packed = self._ranges
         if packed is None or packed[0] is not live.ranges:
-            packed = self._ranges = (live.ranges, host_ranges(live.ranges))
+            packed = self._ranges = (live.ranges, host_ranges(live.ranges, self.bounds_kept))
         ranked = live.ranked
         views = (packed[1], _bitmap(ranked.items),
                  None if ranked.added is None else _bitmap(ranked.added),

@@ -37,17 +37,20 @@ def _same_state(a, b, where):
 
 def _check_step(hs: HostSteps, eng, state, tokens, step, sub, where):
     """Host and ops agree on the mask at `step`, the advance along
-    `tokens` at `step` and the fused step at step + 1."""
+    `tokens` at `step` and the fused step at step + 1 (a ranked subset's:
+    with the bounds kept and without, every depth walked)."""
     want = ops.mask_at(eng.plan, eng.tables, state, step, sub)
-    got = hs.mask(state, step, sub)
-    assert got.dtype == torch.bool and torch.equal(got, want), ("mask", where)
     moved = ops.advance_at(eng.plan, eng.tables, state, tokens, step, sub)
-    _same_state(hs.advance(state, tokens, step, sub), moved, ("advance", where))
-    if step + 1 < eng.plan.max_length:
-        fused = ops.processor_step(eng.plan, eng.tables, state, tokens, None, step + 1, sub)
-        mine = hs.processor_step(state, tokens, step + 1, sub)
-        _same_state(mine.state, fused.state, ("processor_step", where))
-        assert torch.equal(mine.allowed, fused.allowed), ("processor_step", where)
+    ranked = sub is not None and isinstance(sub[0], RankedLive)
+    for host in (hs, HostSteps(eng.plan, eng.tables, bounds_kept=0)) if ranked else (hs,):
+        got = host.mask(state, step, sub)
+        assert got.dtype == torch.bool and torch.equal(got, want), ("mask", where)
+        _same_state(host.advance(state, tokens, step, sub), moved, ("advance", where))
+        if step + 1 < eng.plan.max_length:
+            fused = ops.processor_step(eng.plan, eng.tables, state, tokens, None, step + 1, sub)
+            mine = host.processor_step(state, tokens, step + 1, sub)
+            _same_state(mine.state, fused.state, ("processor_step", where))
+            assert torch.equal(mine.allowed, fused.allowed), ("processor_step", where)
     return moved
 
 
