@@ -4,7 +4,9 @@ token), with the semantics of `static_compiler.backend.decode.processor`
 and of the torch ops (`torch_backend.ops.mask_at` / `advance_at`), bit for
 bit, on every layout (csr, near_unary, unary, dense_rows; implicit or
 explicit targets), with or without an item subset (liveness bits per
-state, or slot bits of dense rows; end bits), fixed and variable length.
+state, or slot bits of dense rows; end bits; or a ranked subset's rank
+bits in trie order, read as `torch_backend.rank_kernels` reads them:
+`HostRanges`, RANK_BITS), fixed and variable length.
 
 Why: an engine that masks a few dozen rows per step (vLLM's processor on a
 CPU) pays 60-120 tensor ops of 2-4 us each for what is one short loop per
@@ -17,7 +19,9 @@ that is live are in range for a verified set, and every read is clamped
 into its table anyway (no input reads outside an array). Subset bits: bit
 i of subset row r of words int32 (R, W) is bit i % 32 of word r * W + i //
 32 (a `Subset`'s uint32 words, reinterpreted), its flat index clamped
-into [0, R * W) as the torch kernels' gathers clamp it.
+into [0, R * W) as the torch kernels' gathers clamp it. A ranked
+subset's row is clamped into [0, R), its positions into [0, size], as
+`rank_kernels` clamps them.
 
 numba is optional: without it `AVAILABLE` is False and nothing here runs
 (the engines keep their tensor ops).
@@ -371,7 +375,7 @@ def _bounds(kind, indptr, ex_states, ex_starts, ex_branch, s):
     return start, start + 1
 
 
-# Ranked subsets: `torch_backend.rank_kernels`' reads, one state at a time, on explicit
+# Ranked subsets: `torch_backend.rank_kernels`' reads, a row at a time, on explicit
 # arrays (a set's: meta, ints, words, within, counts; a subset's: iw, iwi, ic over its
 # items, aw, awi, ac over the added ones, first). rk: the HostSubset's twelve as one
 # tuple, unpacked once per row (a tuple passed per candidate costs its arrays' refcounts).
@@ -554,7 +558,7 @@ def _ranked_end(rk, row, step, s, own):
 @njit(nogil=True, cache=True, inline="always")
 def _child_in(mode, live, width, row, nxt):
     """Whether next state `nxt` is in the row's subset (CHILD_BITS), or no
-    subset limits it (not RANK_BITS: `_ranked_child`)."""
+    subset limits it (not RANK_BITS: `_ranked_run`)."""
     return mode != CHILD_BITS or _bit(live, width, row, nxt)
 
 

@@ -174,3 +174,48 @@ def test_host_steps_match_the_torch_ops_on_every_layout(kind, layout, minimize):
             state = _check_step(eng._host_for(sub), eng, state, tokens, step, sub, ("walk", where))
             rows, tokens = _adversarial(rng, tc.plan.count_at(step), n, V, tc.end_token)
             _check_step(eng._host_for(sub), eng, rows, tokens, step, sub, ("adversarial", where))
+
+
+@pytest.mark.parametrize("size", [1100, 1024, 31])
+def test_rank_reads_equal_the_torch_reads_and_clamp_as_they_do(size):
+    """`processor._rank` of placed rank bits (`rank_kernels.rank_tensors`:
+    a size that fills its words keeps a spare block) equals `rank_at`, and
+    `ItemRanks.rank` where in range, for positions outside [0, size] and
+    rows outside [0, R) too (clamped)."""
+    from static_compiler.item_bits.rank import ItemRanks
+    from static_compiler.torch_backend import rank_kernels as rk
+
+    mask = np.random.default_rng(size).random((3, size)) < 0.4
+    ranks = ItemRanks.of_mask(mask, fine=True)
+    placed = rk.rank_tensors(ranks)
+    w, wi, c = (np.ascontiguousarray(x.numpy()) for x in (placed.words, placed.within,
+                                                          placed.counts))
+    at = np.arange(-3, size + 40)
+    for row in range(-2, 5):
+        want = rk.rank_at(placed, torch.full((at.shape[0],), row), torch.from_numpy(at)).numpy()
+        got = [host_kernels._rank(w, wi, c, row, 0, 0, size, int(a)) for a in at]
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(want, ranks.rank(np.clip(at, 0, size), min(max(row, 0), 2)))
+
+
+@pytest.mark.parametrize("layout", ["near_unary", "csr", "dense_rows"])
+def test_kept_bounds_are_the_torch_bounds_of_the_shallowest_depths_that_fit(layout):
+    """`host_steps.host_ranges` keeps `rank_kernels.below` of every state of
+    depths 1, 2, ... while they fit in `kept` entries, none past the first
+    that does not."""
+    from static_compiler.torch_backend import rank_kernels as rk
+    from static_compiler.torch_backend.host_steps import host_ranges
+
+    items, end_token = make_set("ragged")
+    tc = TorchConstraints.from_compiled(oracle.compile_set(items, 8, layout, end_token))
+    ranges = tc._engine.ranges("test")
+    sizes = [ranges.counts[d] + 1 for d in range(1, ranges.depth)]
+    for kept in (0, sizes[0], sizes[0] + sizes[1] - 1, sum(sizes), None):
+        packed = host_ranges(ranges, kept)
+        budget = sum(sizes) if kept is None else kept
+        fit = next((i for i in range(len(sizes)) if sum(sizes[:i + 1]) > budget), len(sizes))
+        starts = packed.meta[1:ranges.depth, host_kernels.BELOW]
+        assert (starts >= 0).tolist() == [i < fit for i in range(len(sizes))], (kept, starts)
+        for d, start in enumerate(starts[:fit], 1):
+            want = rk.below(ranges, d, torch.arange(sizes[d - 1])[None]).numpy()[0]
+            np.testing.assert_array_equal(packed.ints[start:start + sizes[d - 1]], want)
