@@ -126,13 +126,6 @@ below every state x in [0, S_d] (`_below` read once: -1, none kept).
 Row D only: AT, AT_N, the added items' trie positions in `ints`; ITEMS,
 the item bitmap's size (all N' items)."""
 
-BOUNDS_KEPT = (1 << 16, 1 << 22)
-"""The fewest and most bounds (`_below` of every state of a depth, the
-shallowest depths first) a set's `HostRanges` keeps, N' between them: a
-shallow state has many children, each a walk down every layer below it
-otherwise (1e5 names, 32 rows: a mask of ~100 children a row 0.4 -> 0.12
-ms); at most 16 MiB."""
-
 
 class HostRanges(NamedTuple):
     """A set's trie ranges (`torch_backend.rank_kernels.RangeTensors`'
@@ -151,7 +144,7 @@ class HostRanges(NamedTuple):
 
 
 def host_ranges(rows, accepting, counts, at: np.ndarray, num_items: int,
-                kept: Optional[int] = None) -> HostRanges:
+                kept: int) -> HostRanges:
     """The `HostRanges` of a set, packed once (a copy of the set's range
     arrays, not of any subset's). rows, per layer: None (unary), an index
     array, or (words, within, counts, size, extra, states, starts): the
@@ -159,8 +152,9 @@ def host_ranges(rows, accepting, counts, at: np.ndarray, num_items: int,
     counts ints (1, C), its bits) and the `ExceptionRows` pieces;
     accepting, per layer: None or (words, within, counts, size); counts:
     the states per depth 0..D; at: the added items' trie positions (the
-    index dtype); kept: the most bounds kept (`BOUNDS_KEPT`; None: N'
-    within its limits)."""
+    index dtype); kept: the most bounds to keep (`_below` of every state of
+    depths 1, 2, ... while they fit: a shallow state has many children,
+    each a walk down every layer below it otherwise)."""
     D = len(rows)
     meta = np.full((D + 1, FIELDS), -1, np.int64)
     parts: dict = {"ints": [], "words": [], "within": [], "counts": []}
@@ -200,8 +194,6 @@ def host_ranges(rows, accepting, counts, at: np.ndarray, num_items: int,
     ranges = HostRanges(meta, np.ascontiguousarray(flat["ints"], np.asarray(at).dtype),
                         *(np.ascontiguousarray(flat[name], t)[None] for name, t in
                           (("words", np.int32), ("within", np.int16), ("counts", np.int64))))
-    if kept is None:
-        kept = min(max(BOUNDS_KEPT[0], num_items), BOUNDS_KEPT[1])
     return _keep_bounds(ranges, kept)
 
 
@@ -756,7 +748,7 @@ def warm() -> None:
     one = np.zeros(1, np.int64)
     flags = np.zeros(1, np.bool_)
     ints = np.zeros((1, 1), np.int32)
-    ranked = ranked_subset(host_ranges([None], [None], [1, 1], np.zeros(0, np.int32), 1), 0,
+    ranked = ranked_subset(host_ranges([None], [None], [1, 1], np.zeros(0, np.int32), 1, 2), 0,
                            True, one, (ints, np.zeros((1, 1), np.int16), ints), None,
                            np.zeros((1, 1), np.bool_))
     for sub in (NO_BITS, host_subset(ints, False, 2, ints, one), ranked):

@@ -21,6 +21,14 @@ from static_compiler.torch_backend.kernels import LiveBits
 from static_compiler.torch_backend.ops import ProcessorStep, RowColumns, TorchState
 from static_compiler.torch_backend.rank_kernels import RangeTensors, RankedLive, RankTensors
 
+BOUNDS_KEPT = 1 << 18
+"""The fewest bytes of bounds a set's ranked reads keep (`HostSteps`)."""
+BOUNDS_BYTES = 0.1
+"""The share of a set's table bytes its ranked reads may keep as bounds
+(the bounds below every state of its shallowest depths, `host_kernels.
+processor.host_ranges`; the issue's line for an index's growth): 1e5
+names, 32 rows, ~100 children a row, the ranked mask 0.49 -> 0.19 ms."""
+
 
 def _numpy(x: torch.Tensor, dtype) -> np.ndarray:
     return np.ascontiguousarray(x.numpy(), dtype)
@@ -32,9 +40,9 @@ def _bitmap(t: RankTensors) -> tuple:
     return tuple(np.ascontiguousarray(x.numpy()) for x in (t.words, t.within, t.counts))
 
 
-def host_ranges(ranges: RangeTensors, kept: Optional[int] = None) -> host.HostRanges:
+def host_ranges(ranges: RangeTensors, kept: int) -> host.HostRanges:
     """A set's `RangeTensors` (CPU) packed for the kernels (once per set;
-    kept: the bounds kept, `host_kernels.processor.host_ranges`)."""
+    kept: the most bounds kept, `host_kernels.processor.host_ranges`)."""
     rows = tuple(None if r is None else r.numpy() if isinstance(r, torch.Tensor) else
                  (*_bitmap(r[0]), r[0].size, *(x.numpy() for x in r[1:])) for r in ranges.rows)
     accepting = tuple(None if a is None else (*_bitmap(a), a.size) for a in ranges.accepting)
@@ -45,11 +53,15 @@ def host_ranges(ranges: RangeTensors, kept: Optional[int] = None) -> host.HostRa
 class HostSteps:
     """A set's steps as the host kernels read them: one `HostLayer` per
     step 0..max_length - 1, views of the engine's CPU tables (no copy);
-    bounds_kept: the most bounds its ranked subsets' reads keep (`host_kernels.
-    processor.host_ranges`; None: the default)."""
+    bounds_kept: the most bytes of bounds its ranked subsets' reads keep
+    (`host_kernels.processor.host_ranges`; None: `BOUNDS_BYTES` of the
+    tables' bytes, at least `BOUNDS_KEPT`)."""
 
     def __init__(self, plan, tables: tuple, bounds_kept: Optional[int] = None):
-        self.plan, self.bounds_kept = plan, bounds_kept
+        self.plan = plan
+        self.bounds_kept = bounds_kept if bounds_kept is not None else max(
+            BOUNDS_KEPT, int(BOUNDS_BYTES * sum(t.numel() * t.element_size()
+                                                for tabs in tables for t in tabs.values())))
         views = tuple({name: t.numpy() for name, t in tabs.items()} for tabs in tables)
         self.layers = tuple(host.HostLayer.of(plan, views, step, plan.count_at(step))
                             for step in range(plan.max_length))
@@ -71,7 +83,8 @@ class HostSteps:
             return last[1]
         packed = self._ranges
         if packed is None or packed[0] is not live.ranges:
-            packed = self._ranges = (live.ranges, host_ranges(live.ranges, self.bounds_kept))
+            kept = self.bounds_kept // live.ranges.at.element_size()
+            packed = self._ranges = (live.ranges, host_ranges(live.ranges, kept))
         ranked = live.ranked
         views = (packed[1], _bitmap(ranked.items),
                  None if ranked.added is None else _bitmap(ranked.added),

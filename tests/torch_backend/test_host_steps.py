@@ -203,6 +203,7 @@ def test_kept_bounds_are_the_torch_bounds_of_the_shallowest_depths_that_fit(layo
     """`host_steps.host_ranges` keeps `rank_kernels.below` of every state of
     depths 1, 2, ... while they fit in `kept` entries, none past the first
     that does not."""
+    from static_compiler.torch_backend import host_steps
     from static_compiler.torch_backend import rank_kernels as rk
     from static_compiler.torch_backend.host_steps import host_ranges
 
@@ -210,9 +211,17 @@ def test_kept_bounds_are_the_torch_bounds_of_the_shallowest_depths_that_fit(layo
     tc = TorchConstraints.from_compiled(oracle.compile_set(items, 8, layout, end_token))
     ranges = tc._engine.ranges("test")
     sizes = [ranges.counts[d] + 1 for d in range(1, ranges.depth)]
-    for kept in (0, sizes[0], sizes[0] + sizes[1] - 1, sum(sizes), None):
+    # the door's: at most a tenth of the tables' bytes (at least BOUNDS_KEPT)
+    hs = tc._engine._host_for(None)
+    tc.allowed_tokens(tc.init_processor(2), 1, subset=tc.ranked_subset(np.ones(len(items), bool)))
+    table_bytes = sum(t.numel() * t.element_size() for tabs in tc._engine.tables
+                      for t in tabs.values())
+    assert hs.bounds_kept == max(host_steps.BOUNDS_KEPT, int(table_bytes / 10))
+    kept_bytes = hs._ranges[1].ints.nbytes - host_ranges(ranges, 0).ints.nbytes
+    assert 0 < kept_bytes <= hs.bounds_kept
+    for kept in (0, sizes[0], sizes[0] + sizes[1] - 1, sum(sizes)):
         packed = host_ranges(ranges, kept)
-        budget = sum(sizes) if kept is None else kept
+        budget = kept
         fit = next((i for i in range(len(sizes)) if sum(sizes[:i + 1]) > budget), len(sizes))
         starts = packed.meta[1:ranges.depth, host_kernels.BELOW]
         assert (starts >= 0).tolist() == [i < fit for i in range(len(sizes))], (kept, starts)
