@@ -364,7 +364,9 @@ def test_processor_step_bench_checks_the_host_loops_against_the_torch_ops():
     out = _run("tools.bench.processor_step", "--items", 300, "--length", 3, "--vocab", 16,
                "--repeats", 2, "--calls", 2, "--rows", 5)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "| 1 | dense_rows->dense_rows |" in out.stdout and "| 2 |" in out.stdout
+    for form in ("none", "subset", "ranked"):  # (every form by default)
+        assert f"| 1 | {form} | dense_rows->dense_rows |" in out.stdout
+    assert "| 2 | ranked |" in out.stdout
 
 
 def test_request_filters_bench_compares_the_two_forms_step_by_step():
