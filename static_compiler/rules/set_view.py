@@ -410,7 +410,7 @@ class SetView:
                 live = self._lookup(picked, items, where, self.trie(), self.bit_layout(where))
                 return rank.ranked_subset(live, order, removed, fine=True,
                                           fingerprint=self.fingerprint)
-            if picked.ndim > 2 or (picked.ndim == 2 and not picked.shape[0]):
+            if picked.ndim not in (1, 2) or (picked.ndim == 2 and not picked.shape[0]):
                 raise ConstraintSetError(f"{where}: selection has shape {picked.shape}: "
                                          f"expected bool ({items.num_items},) or (R, "
                                          f"{items.num_items}), R >= 1, over the input rows")

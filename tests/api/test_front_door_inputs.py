@@ -222,7 +222,9 @@ def walk_cases() -> list:
              (BAD_PREFIXES, {"c.allowed": lambda d, x: d.c.allowed(x),
                              "art.allowed": lambda d, x: d.art.allowed(x)}),
              (BAD_SELECTIONS, {"c.subset": lambda d, x: d.c.subset(x),
-                               "art.subset": lambda d, x: d.art.subset(x)})]
+                               "art.subset": lambda d, x: d.art.subset(x),
+                               "c.ranked_subset": lambda d, x: d.c.ranked_subset(x),
+                               "art.ranked_subset": lambda d, x: d.art.ranked_subset(x)})]
     return [case for table, call in calls for case in entries(table, call)]
 
 
@@ -325,7 +327,8 @@ def test_the_walk_covers_every_public_method(cls, prefix):
     walked = {key.split()[0].split("-")[0][len(prefix):]
               for table in (STATE_CALLS, TOKEN_CALLS, LOGITS_CALLS, STEP_CALLS, SIZE_CALLS,
                             BEAM_STATE_CALLS, OTHER_CASES,
-                            {"c.allowed": 0, "art.allowed": 0, "c.subset": 0, "art.subset": 0})
+                            {"c.allowed": 0, "art.allowed": 0, "c.subset": 0, "art.subset": 0,
+                             "c.ranked_subset": 0, "art.ranked_subset": 0})
               for key in table if key.startswith(prefix)}
     assert public - walked - NOT_WALKED[cls.__name__] == set()
 
