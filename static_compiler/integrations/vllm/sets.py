@@ -53,12 +53,14 @@ separated by commas."""
 RANKED_ENV = "STATIC_COMPILER_VLLM_RANKED_FROM_ROWS"
 """The environment variable that overrides `RANKED_FROM_ROWS` (an int >= 0;
 0: every filter ranked), read at each new filter."""
-RANKED_FROM_ROWS = 1 << 20
+RANKED_FROM_ROWS = 1 << 18
 """Rows of a set from which a request's ``sc_where`` is made a ranked
-subset (`TorchConstraints.ranked_subset`) instead of a `Subset`: from about
-1e6 items a subset's walk up the trie costs more than the dearer reads of
-a ranked one over a request's steps (docs/integrations.md, "Filters per
-request")."""
+subset (`TorchConstraints.ranked_subset`) instead of a `Subset`: measured
+per request (`python -m tools.bench.request_filters`: made twice, one row
+decoded on the CPU), a ranked filter cost 1.17x a `Subset`'s at 1e5 rows
+and 0.58x, 0.34x, 0.36x at 3e5, 1e6, 1e7: from here a subset's walk up the
+trie costs more than the dearer reads of a ranked one over a request's
+steps (docs/integrations.md, "What to know")."""
 
 
 def ranked_from_rows() -> int:
