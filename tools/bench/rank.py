@@ -697,12 +697,20 @@ def torch_door(n: int, repeats: int, seed: int, length: int = 4) -> int:
                                        subset_index=index)]
         (none_ms, today_ms, rank_ms), (_, want, got) = alternating_ms(runs, repeats)
         same = all(torch.equal(a, b) for a, b in zip(want, got))
-        failed |= int(not same)
-        ratio = rank_ms / none_ms
-        print(f"| {name} | {none_ms / T:.3f} | {today_ms / T:.3f} | {rank_ms / T:.3f} | "
-              f"{today_ms / none_ms:.2f}x | {ratio:.2f}x | {'same' if same else 'DIFFERENT'} "
-              f"| <= 1.1x: {'PASS' if ratio <= 1.1 else 'MISS'} |")
+        failed |= _step_row(name, T, none_ms, today_ms, rank_ms, same)
     return failed
+
+
+def _step_row(name: str, T: int, none_ms: float, today_ms: float, rank_ms: float,
+              same: bool) -> int:
+    """Prints one model's row of a door's beam-step table (ms a search ->
+    ms a step, the ratios against the target); 1 when the ranked results
+    differed from today's."""
+    ratio = rank_ms / none_ms
+    print(f"| {name} | {none_ms / T:.3f} | {today_ms / T:.3f} | {rank_ms / T:.3f} | "
+          f"{today_ms / none_ms:.2f}x | {ratio:.2f}x | {'same' if same else 'DIFFERENT'} "
+          f"| <= 1.1x: {'PASS' if ratio <= 1.1 else 'MISS'} |")
+    return int(not same)
 
 
 def jax_door(n: int, repeats: int, seed: int, length: int = 4) -> int:
@@ -762,11 +770,7 @@ def jax_door(n: int, repeats: int, seed: int, length: int = 4) -> int:
         (none_ms, today_ms, rank_ms), (_, want, got) = alternating_ms(runs, repeats)
         same = all(np.array_equal(np.asarray(a), np.asarray(b))
                    for x, y in zip(want, got) for a, b in zip(x, y))
-        failed |= int(not same)
-        ratio = rank_ms / none_ms
-        print(f"| {name} | {none_ms / T:.3f} | {today_ms / T:.3f} | {rank_ms / T:.3f} | "
-              f"{today_ms / none_ms:.2f}x | {ratio:.2f}x | {'same' if same else 'DIFFERENT'} "
-              f"| <= 1.1x: {'PASS' if ratio <= 1.1 else 'MISS'} |")
+        failed |= _step_row(name, T, none_ms, today_ms, rank_ms, same)
     return failed
 
 
