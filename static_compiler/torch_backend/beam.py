@@ -259,7 +259,7 @@ def select(scores: torch.Tensor, beam_size: int, keep: int):
     return top, at
 
 
-LIST_FACTORS = (8, 64)
+LIST_FACTORS = (16, 128)
 """A ranked subset's lazy selection (`ranked_select`) reads the liveness
 of each row's best LIST_FACTORS[0] * beam_size candidates, then, where
 such a list falls short (a sparse subset), of the best LIST_FACTORS[1] *

@@ -1,17 +1,18 @@
 """The torch beam step's lazy selection over ranked subsets
-(`beam.ranked_select`): the liveness of each row's best LIST_FACTOR *
-beam_size candidates read, the whole step's only where that list cannot
-decide. Every BeamState of `beam_step` and every `beam_search` result
+(`beam.ranked_select`): the liveness of each row's best LIST_FACTORS[i]
+* beam_size candidates read, the whole step's only where every list
+falls short. Every BeamState of `beam_step` and every `beam_search` result
 over a ranked subset equals it over `subset()` of the same selection, bit
 for bit: on the live fuzz's sets (every layout, fixed and variable
 length, capacity, additions, removals), one subset and stacked per-row
 ones, random and all-zero (tied) logits, with the list as short as the
-beams (the fallback taken where a list holds too few live candidates) and
-as long as the default; dense subsets decided by the list alone, sparse
+beams (the fallback taken where a list holds too few live candidates),
+then longer ones (`LISTS`: the default's first list holds every
+candidate of these small sets); dense subsets decided by the list alone, sparse
 ones by the list with its invalid places filled or by the fallback, each
 asserted taken; a binding tokens_per_beam on the full path; eager and
 under torch.compile(fullgraph=True) (`beam.CompiledSteps`, one
-`torch.cond` a step).
+`torch.cond` a list).
 """
 
 from __future__ import annotations
@@ -48,8 +49,13 @@ def _same(a, b, where) -> None:
         _same(x, y, (where, i))
 
 
+LISTS = (2, 8)
+"""List lengths (in beam sizes) for these small sets: the default's
+first list (`beam.LIST_FACTORS`) holds every candidate of a step here."""
+
+
 @contextlib.contextmanager
-def paths(factors: tuple = beam.LIST_FACTORS):
+def paths(factors: tuple = LISTS):
     """The lazy selection with lists of `factors` * beam_size; yields the
     way each ranked step took: "listed" (decided by its first list),
     "longer" (by a longer one), "fallback" (every list fell short: every
@@ -82,7 +88,7 @@ def paths(factors: tuple = beam.LIST_FACTORS):
 
 
 def check_beams(tc: TorchConstraints, ranked, subset, index, seed: int, B: int = 3,
-                M: int = 4, **options) -> None:
+                M: int = 4, search: bool = True, **options) -> None:
     """beam_step state by state (a width schedule) and beam_search over
     `ranked` equal them over `subset`, with grid logits and all-zero ones."""
     T, V = tc.max_length, tc.vocab_size
@@ -100,6 +106,8 @@ def check_beams(tc: TorchConstraints, ranked, subset, index, seed: int, B: int =
             b = tc.beam_step(b, logits, step, subset=subset, subset_index=rows,
                              beam_size=width, **options)
             _same(a, b, ("beam_step", zeros, step))
+        if not search:
+            continue
         table = torch.zeros((T, V + 1, V)) if zeros else \
             torch.from_numpy(rng.normal(size=(T, V + 1, V)).astype(np.float32))
 
@@ -116,11 +124,11 @@ def check_beams(tc: TorchConstraints, ranked, subset, index, seed: int, B: int =
 def test_beams_over_a_ranked_subset_equal_them_over_the_subset(case):
     """The live fuzz: one subset and stacked per-row ones, lists of one
     beam_size (the fallback wherever a list falls short) and of the
-    default length."""
+    lengths of `LISTS`."""
     tc = TorchConstraints.from_compiled(updated(compile_case(case), case))
     stacked = sc.stack_subsets([tc.subset(m) for m in case.subsets])
     at_once = tc.ranked_subset(np.stack(case.subsets))
-    for factors in ((1,), (1, 2), beam.LIST_FACTORS):
+    for factors in ((1,), (1, 2), LISTS):
         with paths(factors):
             check_beams(tc, tc.ranked_subset(case.subsets[0]), tc.subset(case.subsets[0]),
                         None, len(case.rows))
@@ -143,10 +151,9 @@ def test_a_sparse_subset_falls_back_where_its_list_falls_short():
     """Two items in 10 rows' subsets: with lists of beam_size candidates
     (a test-only length) most steps' lists hold too few live ones while
     valid candidates lie past them: the fallback, taken and exact; a
-    longer list after such a one decides; with the default length the
-    lists hold every valid candidate (the places
-    left filled with invalid ones in position order, as `select` does):
-    no fallback."""
+    longer list after such a one decides; lists of 8 beam sizes hold
+    every valid candidate of one of them (the places left filled with
+    invalid ones in position order, as `select` does): no fallback."""
     rows, compiled = sorted_set()
     tc = TorchConstraints.from_compiled(compiled)
     masks = np.zeros((2, rows.shape[0]), bool)
@@ -156,7 +163,7 @@ def test_a_sparse_subset_falls_back_where_its_list_falls_short():
     with paths((1,)) as events:
         check_beams(tc, ranked, subset, np.array([0, 1, 0]), 1)
     assert "fallback" in events
-    with paths() as events:
+    with paths((8,)) as events:
         check_beams(tc, tc.ranked_subset(masks[0]), tc.subset(masks[0]), None, 2)
     assert "listed" in events and "fallback" not in events
     with paths((1, 8)) as events:  # a longer list decides where the first falls short
@@ -170,8 +177,9 @@ def test_a_binding_tokens_per_beam_takes_the_full_path():
     rows, compiled = sorted_set()
     tc = TorchConstraints.from_compiled(compiled)
     mask = np.arange(rows.shape[0]) % 3 == 0
-    with paths() as events:
-        check_beams(tc, tc.ranked_subset(mask), tc.subset(mask), None, 3, tokens_per_beam=2)
+    with paths() as events:  # (beam_search caps from step 1 on: beam steps alone)
+        check_beams(tc, tc.ranked_subset(mask), tc.subset(mask), None, 3, search=False,
+                    tokens_per_beam=2)
     assert set(events) == {"full"}
     with paths() as events:  # a cap that cannot bind: the list
         check_beams(tc, tc.ranked_subset(mask), tc.subset(mask), None, 3, tokens_per_beam=4)
@@ -184,7 +192,7 @@ def test_the_lazy_selection_under_torch_compile(make):
     ranked subset equals the eager searches over it and over `subset()`:
     a dense selection and a sparse one, with lists of beam_size and
     random logits (the eager search falls back: the step's `torch.cond`
-    takes both ways) and of the default length and zero logits."""
+    takes both ways) and of the lengths of `LISTS` and zero logits."""
     rows, compiled = make()
     tc = TorchConstraints.from_compiled(compiled)
     n = rows.shape[0]
@@ -197,7 +205,7 @@ def test_the_lazy_selection_under_torch_compile(make):
     rng = np.random.default_rng(6)
     tables = (torch.from_numpy(rng.normal(size=(T, V + 1, V)).astype(np.float32)),
               torch.zeros((T, V + 1, V)))
-    for factors, table in zip(((1,), beam.LIST_FACTORS), tables):
+    for factors, table in zip(((1,), LISTS), tables):
         def model(last, step, carry):
             return table[step][last.clamp(0, V)], carry  # noqa: B023
 
