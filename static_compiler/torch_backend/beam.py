@@ -27,8 +27,10 @@ end / carried-over kind in its column, and the new state is read from the
 selection. Every function is vectorized over the beams at a static step
 with no branch on tensor values (``torch.compile(fullgraph=True)`` traces
 `scored_step`, and `beam_step` there), and no host synchronisation but
-one: eager on the CPU, `LogProbs.of` reads one float back (no device to
-wait for) to skip the NaN / +inf passes where no row needs them.
+two: eager on the CPU, `LogProbs.of` reads one float back (no device to
+wait for) to skip the NaN / +inf passes where no row needs them; eager,
+a ranked subset's lazy selection (`ranked_select`) reads back whether a
+list decided (a `torch.cond` under torch.compile).
 `CompiledSteps` runs `scored_step` as compiled programs. Shapes: B rows,
 M beams, M' beams expanded (the live-beam bound), C candidate columns, V
 vocabulary, T max length.
@@ -305,10 +307,12 @@ def ranked_select(plan, step: int, cand: Candidates, node: torch.Tensor, sub, be
     the host reads whether any row needs it; under torch.compile each
     choice is a `torch.cond`.
 
-    The full path alone where the list cannot decide simply: a
-    tokens_per_beam that binds (keep < min(C, beam_size): a beam's
-    candidates past its cap would need counting), candidates that fit a
-    list (M' * C <= R: no list shorter), no children (the extra step of a variable-length
+    The full path alone where a list cannot decide simply or gains
+    nothing: a tokens_per_beam that binds (keep < min(C, beam_size): a
+    beam's candidates past its cap would need counting), candidates that
+    no list is shorter than (M' * C <= R), step 0 (its children's
+    liveness is one lookup each, `RankedLive.first`: a list costs more
+    ops than it saves), no children (the extra step of a variable-length
     set: its end reads are the beams' own). Item priors (`ranked`) never
     come here. cand: `candidates(child_subset=False)`; node int64 (B, M');
     sub: (`RankedLive`, rows int64 (B * M',))."""
@@ -318,7 +322,8 @@ def ranked_select(plan, step: int, cand: Candidates, node: torch.Tensor, sub, be
     def full():
         return select(live_scores(plan, step, cand, node, sub), beam_size, keep)
 
-    if cand.children is None or keep < min(C, beam_size):
+    if step == 0 or cand.children is None or cand.children.next.shape[1] == 0 or \
+            keep < min(C, beam_size):
         return full()
     lists = [f * beam_size for f in LIST_FACTORS if f * beam_size < n]
     dense = lambda pair: tuple(x.contiguous().clone() for x in pair)  # noqa: E731  (cond's outputs: own, dense)
@@ -359,6 +364,9 @@ def _listed(step: int, cand: Candidates, node: torch.Tensor, sub, beam_size: int
         M, dim=1, largest=False, sorted=True)
     found = first < big
     picked, values = at.gather(1, sel), top.gather(1, sel)
+    short = (found.sum(dim=1) < M) & (top[:, -1] > SENTINEL_SCORE)
+    if not torch.compiler.is_compiling() and bool(found[:, -1].all()):
+        return (values, picked), short  # (eager: every row's list decided, nothing to fill)
     # then the invalid positions in order: the first M - (found) of [0, Q) not found live
     Q = min(2 * M, n)
     q = torch.arange(Q, device=device)
@@ -369,7 +377,6 @@ def _listed(step: int, cand: Candidates, node: torch.Tensor, sub, beam_size: int
     sentinel = torch.full((B, Q), SENTINEL_SCORE, dtype=scores.dtype, device=device)
     top_out = torch.cat([torch.where(found, values, SENTINEL_SCORE), sentinel], 1).gather(1, place)
     position = torch.cat([picked, q.expand(B, Q)], dim=1).gather(1, place)
-    short = (found.sum(dim=1) < M) & (top[:, -1] > SENTINEL_SCORE)
     return (top_out, position), short
 
 
@@ -414,7 +421,9 @@ def beam_step(plan, tables, state: BeamState, logits: torch.Tensor, step: int,
     tokens it scored, -inf at the others), used as given with no
     log_softmax; live_beams: a static promise that only
     beams [0, live_beams) can be valid (they alone are expanded); sub:
-    (LiveBits, rows int64 (B,)) one subset row per batch row, or None;
+    (LiveBits, rows int64 (B,)) one subset row per batch row, or a ranked
+    subset's (`rank_kernels.RankedLive`, rows: its children's liveness
+    read for the few candidates that can win, `ranked_select`), or None;
     beam_size: the beams the new state keeps (a beam schedule's width at
     this step; None: M, as many as `state` has); ranking: item priors
     (`PriorTerms`, a fixed-length set): candidates ranked with the best
