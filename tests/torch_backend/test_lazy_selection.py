@@ -31,6 +31,7 @@ from live_cases import (
     grid_logits,
     live_cases,
     ragged_set,
+    same_tensors,
     sorted_set,
     updated,
 )
@@ -38,15 +39,7 @@ from live_cases import (
 import static_compiler as sc
 from static_compiler.torch_backend import TorchConstraints, beam
 
-
-def _same(a, b, where) -> None:
-    """Tensors, or tuples of them, equal bit for bit."""
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-        return
-    assert len(a) == len(b), where
-    for i, (x, y) in enumerate(zip(a, b)):
-        _same(x, y, (where, i))
+_same = same_tensors
 
 
 LISTS = (2, 8)
