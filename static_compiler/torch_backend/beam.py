@@ -367,7 +367,7 @@ def _listed(step: int, cand: Candidates, node: torch.Tensor, sub, beam_size: int
     short = (found.sum(dim=1) < M) & (top[:, -1] > SENTINEL_SCORE)
     if not torch.compiler.is_compiling() and bool(found[:, -1].all()):
         return (values, picked), short  # (eager: every row's list decided, nothing to fill)
-    # then the invalid positions in order: the first M - (found) of [0, Q) not found live
+    # then invalid candidates in position order: those of [0, Q) not found live
     Q = min(2 * M, n)
     q = torch.arange(Q, device=device)
     taken = ((picked[:, None, :] == q[None, :, None]) & found[:, None, :]).any(dim=2)
