@@ -272,3 +272,17 @@ def grid_logits(rng, shape: tuple, V: int) -> np.ndarray:
     x = np.round(rng.normal(size=shape + (V,)), 1).astype(np.float32)
     x[rng.random(x.shape) < 0.05] = -np.inf
     return x
+
+
+def same_tensors(a, b, where) -> None:
+    """torch tensors, or tuples of them, equal bit for bit (the torch
+    door's ranked-subset tests: a ranked subset's answers against
+    `subset()`'s)."""
+    import torch  # (here: the JAX tests that draw these cases need no torch)
+
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+        return
+    assert len(a) == len(b), where
+    for i, (x, y) in enumerate(zip(a, b)):
+        same_tensors(x, y, (where, i))

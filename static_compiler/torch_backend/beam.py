@@ -27,8 +27,10 @@ end / carried-over kind in its column, and the new state is read from the
 selection. Every function is vectorized over the beams at a static step
 with no branch on tensor values (``torch.compile(fullgraph=True)`` traces
 `scored_step`, and `beam_step` there), and no host synchronisation but
-one: eager on the CPU, `LogProbs.of` reads one float back (no device to
-wait for) to skip the NaN / +inf passes where no row needs them.
+two: eager on the CPU, `LogProbs.of` reads one float back (no device to
+wait for) to skip the NaN / +inf passes where no row needs them; eager,
+a ranked subset's lazy selection (`ranked_select`) reads back whether a
+list decided (a `torch.cond` under torch.compile).
 `CompiledSteps` runs `scored_step` as compiled programs. Shapes: B rows,
 M beams, M' beams expanded (the live-beam bound), C candidate columns, V
 vocabulary, T max length.
@@ -50,7 +52,13 @@ from static_compiler.support.decode_types import (
     BeamState,
     DecodeResult,
 )
-from static_compiler.torch_backend.kernels import Children, step_columns
+from static_compiler.torch_backend.kernels import (
+    Children,
+    is_ranked,
+    ranked_child_live,
+    ranked_children_live,
+    step_columns,
+)
 
 
 def init_beams(plan, batch_size: int, beam_size: int, start_tokens: torch.Tensor) -> BeamState:
@@ -192,16 +200,18 @@ class Candidates(NamedTuple):
 
 
 def candidates(plan, tables, step: int, node, valid, finished, scores, logprobs: LogProbs,
-               sub) -> Candidates:
+               sub, child_subset: bool = True) -> Candidates:
     """The `Candidates` of beams at states node int64 (B, M') (valid,
     finished bool, scores float32 (B, M')) at static `step`, scored with
     the beams' `LogProbs` (rows B * M'); sub: (LiveBits, rows int64 (B *
-    M',)) or None. Each column's ops run once over all beams; a dense step
+    M',)) or None; child_subset False: the children scored valid by the
+    tables alone (`kernels.step_columns`'s, the caller reads their
+    liveness). Each column's ops run once over all beams; a dense step
     reads the beams' log-probabilities whole instead of gathering them."""
     B, M = node.shape
     R = B * M
     cols = step_columns(plan, tables, step, node.reshape(R), valid.reshape(R),
-                        finished.reshape(R), sub)
+                        finished.reshape(R), sub, child_subset=child_subset)
     V = logprobs.normalized.shape[-1]
     device = logprobs.normalized.device
     logprob, ok = [], []  # per column group: float32 (R, c), bool (R, c)
@@ -251,6 +261,125 @@ def select(scores: torch.Tensor, beam_size: int, keep: int):
     return top, at
 
 
+LIST_FACTORS = (16, 128)
+"""A ranked subset's lazy selection (`ranked_select`) reads the liveness
+of each row's best LIST_FACTORS[0] * beam_size candidates, then, where
+such a list falls short (a sparse subset), of the best LIST_FACTORS[1] *
+beam_size, then of them all. Measured at 1e6 and 1e7 items, batch 3 x 70
+beams, 10 % subsets (about 10 % / 22 % of the depth-2 children live):
+docs/benchmarks.md."""
+
+
+def live_scores(plan, step: int, cand: Candidates, node: torch.Tensor, sub) -> torch.Tensor:
+    """float32 (B, M', C): the scores of candidates scored without their
+    children's ranked liveness (`candidates(child_subset=False)`), with it:
+    SENTINEL_SCORE at the children whose next state has no selected item
+    below it (node int64 (B, M'): the beams' states; sub: (`RankedLive`,
+    rows int64 (B * M',)))."""
+    scores = cand.scores
+    if cand.children is None:
+        return scores
+    B, M, C = scores.shape
+    K = cand.children.next.shape[1]
+    live = ranked_children_live(plan, step, node.reshape(-1), cand.children.next, sub)
+    if K < C:
+        live = torch.cat([live, live.new_ones((B * M, C - K))], dim=1)
+    return torch.where(live.reshape(B, M, C), scores, SENTINEL_SCORE)
+
+
+def ranked_select(plan, step: int, cand: Candidates, node: torch.Tensor, sub, beam_size: int,
+                  keep: int):
+    """`select(live_scores(...), beam_size, keep)`, reading the ranked
+    liveness of few candidates: each row's best R (`LIST_FACTORS` *
+    beam_size, in turn) by their scores without it (the order of `select`: score
+    desc, parent asc, column asc), the first beam_size live ones kept.
+
+    Exact: liveness only turns a child's score to SENTINEL_SCORE, below
+    every valid score, so the live candidates keep their order and come
+    first; the list is a prefix of that order, so its first beam_size live
+    entries are the answer when it has that many. With fewer, where the
+    list ends on an invalid candidate it holds every valid one: the
+    places left are invalid candidates in position order (those of the
+    first 2 * beam_size positions that are not in the list's live ones),
+    as `select` fills them. Else (a live candidate may lie past the list:
+    a sparse subset) the next, longer list, and past the last the whole
+    step's liveness is read and `select` ranks it (`live_scores`): eager,
+    the host reads whether any row needs it; under torch.compile each
+    choice is a `torch.cond`.
+
+    The full path alone where a list cannot decide simply or gains
+    nothing: a tokens_per_beam that binds (keep < min(C, beam_size): a
+    beam's candidates past its cap would need counting), candidates that
+    no list is shorter than (M' * C <= R), step 0 (its children's
+    liveness is one lookup each, `RankedLive.first`: a list costs more
+    ops than it saves), no children (the extra step of a variable-length
+    set: its end reads are the beams' own). Item priors (`ranked`) never
+    come here. cand: `candidates(child_subset=False)`; node int64 (B, M');
+    sub: (`RankedLive`, rows int64 (B * M',))."""
+    _, Mx, C = cand.scores.shape
+    n = Mx * C
+
+    def full():
+        return select(live_scores(plan, step, cand, node, sub), beam_size, keep)
+
+    if step == 0 or cand.children is None or cand.children.next.shape[1] == 0 or \
+            keep < min(C, beam_size):
+        return full()
+    lists = [f * beam_size for f in LIST_FACTORS if f * beam_size < n]
+    dense = lambda pair: tuple(x.contiguous().clone() for x in pair)  # noqa: E731  (cond's outputs: own, dense)
+
+    def attempt(i: int):
+        if i == len(lists):
+            return full()
+        fast, short = _listed(step, cand, node, sub, beam_size, lists[i])
+        if torch.compiler.is_compiling():
+            return torch.cond(short.any(), lambda: dense(attempt(i + 1)), lambda: dense(fast))
+        return attempt(i + 1) if bool(short.any()) else fast
+
+    return attempt(0)
+
+
+def _listed(step: int, cand: Candidates, node: torch.Tensor, sub, beam_size: int, R: int):
+    """((top, position) as `select`'s, short bool (B,)): `ranked_select`
+    from each row's list of its R best candidates; short: rows whose
+    list cannot decide (fewer than beam_size live ones in it, a valid
+    candidate past it), where top and position are not the answer."""
+    scores = cand.scores
+    B, Mx, C = scores.shape
+    kids = cand.children
+    K = kids.next.shape[1]
+    n, M = Mx * C, beam_size
+    device = scores.device
+    top, at = best(scores.reshape(B, n), R)  # (B, R), the order without liveness
+    parent = torch.div(at, C, rounding_mode="floor")
+    col = at - parent * C
+    beam = (parent + torch.arange(0, B * Mx, Mx, device=device)[:, None]).reshape(-1)
+    column = col.clamp(max=K - 1).reshape(-1)
+    live = ranked_child_live(step, node.reshape(-1)[beam], kids.next[beam, column],
+                             (sub[0], sub[1][beam])).reshape(B, R)
+    ok = (top > SENTINEL_SCORE) & ((col >= K) | live)
+    # the first M live entries, in list order (keys past R: not live)
+    big = R + n
+    first, sel = torch.where(ok, torch.arange(R, device=device), big).topk(
+        M, dim=1, largest=False, sorted=True)
+    found = first < big
+    picked, values = at.gather(1, sel), top.gather(1, sel)
+    short = (found.sum(dim=1) < M) & (top[:, -1] > SENTINEL_SCORE)
+    if not torch.compiler.is_compiling() and bool(found[:, -1].all()):
+        return (values, picked), short  # (eager: every row's list decided, nothing to fill)
+    # then invalid candidates in position order: those of [0, Q) not found live
+    Q = min(2 * M, n)
+    q = torch.arange(Q, device=device)
+    taken = ((picked[:, None, :] == q[None, :, None]) & found[:, None, :]).any(dim=2)
+    keys = torch.cat([torch.where(found, torch.arange(M, device=device), big),
+                      torch.where(taken, big, M + q)], dim=1)
+    _, place = keys.topk(M, dim=1, largest=False, sorted=True)
+    sentinel = torch.full((B, Q), SENTINEL_SCORE, dtype=scores.dtype, device=device)
+    top_out = torch.cat([torch.where(found, values, SENTINEL_SCORE), sentinel], 1).gather(1, place)
+    position = torch.cat([picked, q.expand(B, Q)], dim=1).gather(1, place)
+    return (top_out, position), short
+
+
 class PriorTerms(NamedTuple):
     """Item priors on this backend's device: best float32 (S,), the best
     weighted prior below each state (`rules.priors.Prior.best`), and where
@@ -292,7 +421,9 @@ def beam_step(plan, tables, state: BeamState, logits: torch.Tensor, step: int,
     tokens it scored, -inf at the others), used as given with no
     log_softmax; live_beams: a static promise that only
     beams [0, live_beams) can be valid (they alone are expanded); sub:
-    (LiveBits, rows int64 (B,)) one subset row per batch row, or None;
+    (LiveBits, rows int64 (B,)) one subset row per batch row, or a ranked
+    subset's (`rank_kernels.RankedLive`, rows: its children's liveness
+    read for the few candidates that can win, `ranked_select`), or None;
     beam_size: the beams the new state keeps (a beam schedule's width at
     this step; None: M, as many as `state` has); ranking: item priors
     (`PriorTerms`, a fixed-length set): candidates ranked with the best
@@ -323,12 +454,17 @@ def scored_step(plan, tables, state: BeamState, logprobs: LogProbs, step: int,
     M = M if beam_size is None else beam_size  # the beams kept from here on
     if sub is not None:
         sub = (sub[0], sub[1].repeat_interleave(Mx))
+    lazy = ranking is None and is_ranked(sub)  # (a ranked subset: its liveness read lazily)
     cand = candidates(plan, tables, step, cut(state.node), cut(state.valid),
-                      cut(state.finished), cut(state.scores), logprobs, sub)
+                      cut(state.finished), cut(state.scores), logprobs, sub,
+                      child_subset=not lazy)
     C = cand.scores.shape[2]
     keep = min(C, M, C if tokens_per_beam is None else tokens_per_beam)
-    rank = cand.scores if ranking is None else ranked(ranking, step, cand, cut(state.node))
-    top, position = select(rank, M, keep)
+    if lazy:
+        top, position = ranked_select(plan, step, cand, cut(state.node), sub, M, keep)
+    else:
+        rank = cand.scores if ranking is None else ranked(ranking, step, cand, cut(state.node))
+        top, position = select(rank, M, keep)
     valid = top > SENTINEL_SCORE
     # C = 1: the one column is a child (an end or stay column comes with the other)
     parent, col = (position, None) if C == 1 else (position // C, position % C)

@@ -117,7 +117,7 @@ def bits(words: torch.Tensor, rows: torch.Tensor, idx: torch.Tensor) -> torch.Te
     return ((word.long() >> (idx & 31)) & 1).bool()
 
 
-def _ranked(sub) -> bool:
+def is_ranked(sub) -> bool:
     """Whether `sub` holds a ranked subset (`rank_kernels.RankedLive`)
     rather than `LiveBits`."""
     return sub is not None and isinstance(sub[0], rank_kernels.RankedLive)
@@ -161,7 +161,7 @@ def end_live(sub, step: int, node: torch.Tensor) -> Optional[torch.Tensor]:
 def _ends(sub, step: int, node: torch.Tensor, offsets) -> Optional[torch.Tensor]:
     """`end_live` of either subset form (offsets: a ranked subset's
     `rank_kernels.node_offsets` of `node`)."""
-    if _ranked(sub):
+    if is_ranked(sub):
         return rank_kernels.end_live(sub[0].ranges, sub[0].ranked, sub[1], step, node, offsets)
     return end_live(sub, step, node)
 
@@ -182,27 +182,53 @@ class StepColumns(NamedTuple):
     stay: Optional[torch.Tensor]
 
 
+def ranked_children_live(plan, step: int, node, nxt, sub, offsets=None) -> torch.Tensor:
+    """bool (B, K): the children nxt int64 (B, K) of states node (B,) (the
+    `children` of a step) live in each row's ranked subset, sub
+    (`rank_kernels.RankedLive`, rows int64 (B,)); offsets: the states'
+    `rank_kernels.node_offsets` where the caller has them (None: found
+    here)."""
+    live, rows = sub
+    if offsets is None:
+        offsets = rank_kernels.node_offsets(live.ranges, step, node)
+    return rank_kernels.children_live(live, rows, step, plan.steps[step].kind == "dense_rows",
+                                      node, nxt, offsets)
+
+
+def ranked_child_live(step: int, node, nxt, sub) -> torch.Tensor:
+    """bool (B,): one child per row, nxt int64 (B,) (-1: none, False) of
+    states node (B,), live in each row's ranked subset (sub as
+    `ranked_children_live`'s): the same answer as that read of the
+    state's whole row gives at its column."""
+    live, rows = sub
+    return rank_kernels.one_child_live(live, rows, step, node, nxt,
+                                       rank_kernels.node_offsets(live.ranges, step, node))
+
+
 def step_columns(plan, tables, step: int, node, valid, finished, sub=None,
-                 with_children: bool = True) -> StepColumns:
+                 with_children: bool = True, child_subset: bool = True) -> StepColumns:
     """The candidates of rows at states `node` int64 (B,) (valid, finished
     bool (B,)) at static `step`: `static_compiler.backend.decode.candidates
     .step_candidates` without log-probs. sub: (LiveBits, rows int64 (B,))
     or (`rank_kernels.RankedLive`, rows): a ranked subset's range counts
     (the same answers), or None. With `with_children` False, children is None (the caller
-    reads the one child it needs, `dense_child`)."""
+    reads the one child it needs, `dense_child`); with `child_subset`
+    False, the children's valid leaves the subset out (the caller reads
+    the liveness of the children it needs: the beam step's lazy selection,
+    `ranked_children_live`), the end column still reads it."""
     end = plan.end_token
     live, expanding = row_status(plan, step, node, valid, finished)
     kids, accepting = None, None
-    ranked = _ranked(sub)
+    ranked = is_ranked(sub)
     offsets = rank_kernels.node_offsets(sub[0].ranges, step, node) if ranked else None
     if step < plan.depth:
         sp = plan.steps[step]
         if with_children:
             c = children(sp, tables[step], node, plan.vocab_size)
-            if ranked:
-                in_subset = rank_kernels.children_live(sub[0], sub[1], step,
-                                                       sp.kind == "dense_rows", node, c.next,
-                                                       offsets)
+            if not child_subset:
+                in_subset = None
+            elif ranked:
+                in_subset = ranked_children_live(plan, step, node, c.next, sub, offsets)
             else:
                 in_subset = dense_child_live(sub, step, node, plan.vocab_size) \
                     if step in plan.slot_steps else child_live(sub, step, c.next)
@@ -232,7 +258,7 @@ def dense_child(plan, tables, step: int, node, expanding, tokens, sub=None):
     column = tokens.clamp(0, V - 1)
     nxt = take(tables[step]["next"], node).gather(1, column[:, None])[:, 0].long()
     ok = in_vocab & (nxt >= 0) & expanding
-    if _ranked(sub):
+    if is_ranked(sub):
         ranges = sub[0].ranges
         ok = ok & rank_kernels.one_child_live(sub[0], sub[1], step, node, nxt,
                                               rank_kernels.node_offsets(ranges, step, node))

@@ -26,6 +26,7 @@ from live_cases import (
     live_cases,
     paths,
     ragged_set,
+    same_tensors,
     sorted_set,
     updated,
 )
@@ -36,14 +37,7 @@ from static_compiler.item_bits.rank import RankedSubset
 from static_compiler.torch_backend import TorchConstraints, ops
 from static_compiler.torch_backend import rank_kernels as rk
 
-
-def _same(a, b, where) -> None:
-    """Tensors, or tuples of them, equal bit for bit."""
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-        return
-    for i, (x, y) in enumerate(zip(a, b)):
-        _same(x, y, (where, i))
+_same = same_tensors
 
 
 def _logits(rng, shape, V: int) -> torch.Tensor:
