@@ -220,6 +220,28 @@ def listed_child_live(plan: Plan, subset: LiveMask, steps: tuple[int, ...], inde
     return other | live
 
 
+def full_child_live(plan: Plan, subset: LiveMask, steps: tuple[int, ...], index,
+                    cand: StepCandidates, node):
+    """bool (B, M', K): whether every candidate of `cand`, listed by
+    structure at step steps[index] (as `listed_child_live` takes them), is
+    in `subset`: a step's children (its first `num_candidates` columns,
+    in either candidate layout) read as `step_candidates` reads them (the
+    step's form: a dense row's V + 1 bounds a beam), every other column
+    True. The same answers where valid as reading them while listing."""
+    K = cand.next.shape[-1]
+
+    def at(t, nxt, node):
+        if t >= plan.depth:
+            return jnp.ones(nxt.shape, bool)
+        sp = plan.steps[t]
+        k = num_candidates(sp, plan.vocab_size)
+        live = child_live(subset, t, nxt[..., :k], node, _form(sp))
+        return jnp.concatenate([live, jnp.ones(nxt.shape[:-1] + (K - k,), bool)], axis=-1)
+
+    return at(steps[0], cand.next, node) if len(steps) == 1 else \
+        lax.switch(index, [functools.partial(at, t) for t in steps], cand.next, node)
+
+
 def packed_step_candidates(plan: Plan, packed: PackedRun, index, node, live, finished,
                            logprobs: Optional[LogProbs],
                            subset: Optional[PackedLive] = None) -> StepCandidates:

@@ -20,6 +20,7 @@ from static_compiler.backend.decode import selection
 from static_compiler.backend.decode.candidates import (
     StepCandidates,
     candidate_width,
+    full_child_live,
     listed_child_live,
     packed_step_candidates,
     pad_candidates,
@@ -182,13 +183,12 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
     M = M if beam_size is None else beam_size  # the beams kept
     keep = M if tokens_per_beam is None else min(tokens_per_beam, M)
     logprobs = LogProbs.of(logits)
-    candidates = functools.partial(run_candidates, plan, tables, steps, step, state.node,
-                                   state.valid, state.finished, logprobs,
-                                   scores=None if prior else state.scores,
-                                   keep=None if prior else keep, subset=subset)
-    if listed_selection(plan, steps, subset, prior, tokens_per_beam, state.node.shape[1], M):
-        return _listed_step(plan, state, candidates, steps, step, subset, tokens_per_beam, M)
-    cand = candidates()
+    listed = listed_selection(plan, steps, subset, prior, tokens_per_beam, state.node.shape[1], M)
+    cand = run_candidates(plan, tables, steps, step, state.node, state.valid, state.finished,
+                          logprobs, scores=None if prior else state.scores,
+                          keep=None if prior else keep, subset=subset, child_subset=not listed)
+    if listed:
+        return _listed_step(plan, state, cand, steps, step, subset, tokens_per_beam, M)
     base = scored(cand.valid, cand.logprob, state.scores)
     rank = base if prior is None else \
         prior_lib.ranked(plan, prior, step, base, cand, state.node)
@@ -225,20 +225,21 @@ def listed_selection(plan: Plan, steps: tuple[int, ...], subset, prior, tokens_p
     return expanded * width >= selection.LIST_SPREAD * max(selection.LIST_FACTORS) * beam_size
 
 
-def _listed_step(plan: Plan, state: BeamState, candidates: Callable, steps: tuple[int, ...],
+def _listed_step(plan: Plan, state: BeamState, cand: StepCandidates, steps: tuple[int, ...],
                  step, subset, tokens_per_beam: Optional[int], beam_size: int) -> BeamState:
     """`run_step`'s step over a ranked subset (`listed_selection`): the
-    candidates scored by structure alone (the end token read in the
-    subset: one read a beam), each batch row's best
+    candidates `cand` listed and scored by structure alone (the end token
+    read in the subset: one read a beam), each batch row's best
     `selection.LIST_FACTORS` x beam_size ranked in order and their
     children's liveness read (`listed_child_live`); when a sample says a
     list would hold too few live candidates, or some row's list holds
-    fewer than beam_size, the step as `run_step` takes it over the full
-    liveness (`select_listed`: one program, the branch taken runs). The same state bit for bit: the scores of live
-    candidates are the same, the winners the same (`select_listed`'s
-    argument), and a winner is valid exactly when its score is above
-    SENTINEL_SCORE (valid scores never go below MIN_VALID_SCORE)."""
-    cand = candidates(child_subset=False)
+    fewer than beam_size, every candidate's liveness read
+    (`full_child_live`) and the selection made as `run_step` makes it
+    (`select_listed`: one program, the branch taken runs). The same state
+    bit for bit: a live candidate's score is the same, the winners the
+    same (`select_listed`'s argument), and a winner is valid exactly when
+    its score is above SENTINEL_SCORE (valid scores never go below
+    MIN_VALID_SCORE)."""
     base = scored(cand.valid, cand.logprob, state.scores)
     index = None if len(steps) == 1 else jnp.asarray(step, jnp.int32) - steps[0]
 
@@ -246,9 +247,9 @@ def _listed_step(plan: Plan, state: BeamState, candidates: Callable, steps: tupl
         return listed_child_live(plan, subset, steps, index, cand, state.node, parent, col)
 
     def full():
-        full_cand = candidates()
-        scores = scored(full_cand.valid, full_cand.logprob, state.scores)
-        return tuple(select_beams(scores, beam_size, tokens_per_beam)[:3])
+        live = full_child_live(plan, subset, steps, index, cand, state.node)
+        return tuple(select_beams(jnp.where(live, base, SENTINEL_SCORE), beam_size,
+                                  tokens_per_beam)[:3])
 
     use_list = None if 0 not in steps else jnp.asarray(step, jnp.int32) != 0
     (top, parent, col, real), _ = selection.select_listed(base, beam_size, live_at, full,
