@@ -8,7 +8,8 @@ as numpy predicts it); beam steps (static and traced) and searches over a
 ranked subset give the `BeamState` they give over `subset()` of the same
 selection, bit for bit, with the list deciding and with the fallback
 taken (a list of beam_size forces it), random and all-zero logits, one
-and stacked per-row subsets; `subset()` and no subset never list.
+and stacked per-row subsets; `subset()`, no subset and a binding
+tokens_per_beam never list.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from live_cases import grid_logits, ragged_set, sorted_set
+from live_cases import grid_logits, ragged_set
 
 import static_compiler as sc
 from static_compiler.backend.decode import selection
@@ -173,14 +174,17 @@ def _check_beams(c, ranked, subset, index, B: int, M: int, zeros: bool, seed: in
 
 
 @pytest.mark.parametrize("make, forced", [(wide_set, False), (wide_set, True),
-                                          (sorted_set, True), (ragged_set, True)])
+                                          (ragged_set, True)])
 def test_beams_over_a_ranked_subset_equal_them_over_the_subset(make, forced, listed_flags,
                                                                monkeypatch):
-    """Dense, sparse and stacked per-row selections, random and all-zero
-    logits: the same `BeamState` bit for bit at every step (traced; static
-    too on the wide set; a beam search); on the wide set the lists decide on the dense selections and not on the sparse
-    ones (the sample skips the list, or, forced: a list of beam_size
-    always tried, LIST_MARGIN 0, falls back)."""
+    """Dense, sparse and stacked per-row selections (the ragged set:
+    stacked), random and all-zero logits: the same `BeamState` bit for bit
+    at every step (traced; static too on the wide set; a beam search),
+    through the listed selection; on the wide set the lists decide on the
+    dense selections and not on the sparse ones (the sample skips the
+    list, or, forced: a list of beam_size always tried, LIST_MARGIN 0,
+    falls back); a binding tokens_per_beam, LiveBits subsets and no subset
+    never list."""
     if forced:
         monkeypatch.setattr(selection, "LIST_FACTORS", (1,))
         monkeypatch.setattr(selection, "LIST_MARGIN", 0.0)
@@ -194,7 +198,7 @@ def test_beams_over_a_ranked_subset_equal_them_over_the_subset(make, forced, lis
     index = np.array([2, 0, 1], np.int32)
     decided = {}
     kinds = [("dense", dense, None), ("sparse", sparse, None), ("stacked", stacked, index)]
-    for name, masks, rows_of in kinds if make is wide_set else kinds[::2]:
+    for name, masks, rows_of in kinds if make is wide_set else kinds[2:]:
         ranked = c.ranked_subset(masks)
         subset = c.subset(masks) if masks.ndim == 1 else \
             sc.stack_subsets([c.subset(m) for m in masks])
@@ -203,8 +207,8 @@ def test_beams_over_a_ranked_subset_equal_them_over_the_subset(make, forced, lis
             _check_beams(c, ranked, subset, rows_of, B, M, zeros, seed=int(zeros),
                          static=make is wide_set)
             decided[name, zeros] = set(listed_flags)
-    if make is wide_set:  # a selection per step past 0, on every kind of subset
-        assert all(flags for flags in decided.values()), decided
+    assert all(flags for flags in decided.values()), decided  # listed selections ran
+    if make is wide_set:
         assert all(decided["sparse", zeros] == {False} for zeros in (False, True)), decided
         if not forced:
             assert all(True in decided["dense", zeros] for zeros in (False, True)), decided
@@ -215,3 +219,11 @@ def test_beams_over_a_ranked_subset_equal_them_over_the_subset(make, forced, lis
         jax.block_until_ready(c.beam_step(state, np.zeros((B, M, c.vocab_size), np.float32),
                                           1, **kw))
     assert listed_flags == []
+    if make is wide_set:  # a per-beam cap that binds: the full read, the same beams
+        a = b = c.init_beams(B, M)
+        for step in range(c.max_length):
+            logits = grid_logits(rng, (B, M), c.vocab_size)
+            a = c.beam_step(a, logits, step, subset=c.ranked_subset(dense), tokens_per_beam=2)
+            b = c.beam_step(b, logits, step, subset=c.subset(dense), tokens_per_beam=2)
+            _same(a, b, ("tokens_per_beam", step))
+        assert listed_flags == []
