@@ -59,7 +59,7 @@ class StepCandidates(NamedTuple):
 
 def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional[LogProbs],
                 step: int, scores=None, keep: Optional[int] = None,
-                subset: Optional[LiveMask] = None) -> StepCandidates:
+                subset: Optional[LiveMask] = None, child_subset: bool = True) -> StepCandidates:
     """Candidate transitions of every beam at `step` (static), with scores.
 
     node, live, finished: (...,) per beam; logprobs: the beams' `LogProbs`,
@@ -68,8 +68,12 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
     `keep`, the children a beam may contribute; a mixed-layout step then
     lists each beam's best children only (`mixed_children`), all others
     every child. `subset`: only children whose next state is live, and the
-    end token only where the state's own item is in it (see `live`)."""
+    end token only where the state's own item is in it (see `live`);
+    child_subset=False: the children listed by structure alone, the end
+    token still read in the subset (`listed_child_live` reads the
+    children's liveness for the few a selection needs)."""
     end = plan.end_token
+    children = subset if child_subset else None
 
     def logprob_of(tokens, dense: bool = False):
         if logprobs is None:
@@ -79,16 +83,16 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
     accepting = None
     if step < plan.depth:
         sp = plan.steps[step]
-        in_subset = functools.partial(child_live, subset, step)
+        in_subset = functools.partial(child_live, children, step)
         if sp.light_k and scores is not None:
             c, lp = mixed_children(sp, tables[step], node, live & ~finished, logprobs, scores, keep,
                                    in_subset)
         else:
             c = expand(sp, tables[step], node)
             # (a ranked subset has no slot bits: it counts the children's items, by row)
-            live_children = dense_child_live(subset, step, node, plan.vocab_size) \
-                if step in slot_steps(plan) and not is_ranked(subset) else \
-                child_live(subset, step, c.next, node, _form(sp))
+            live_children = dense_child_live(children, step, node, plan.vocab_size) \
+                if step in slot_steps(plan) and not is_ranked(children) else \
+                child_live(children, step, c.next, node, _form(sp))
             c = c._replace(valid=c.valid & live_children)
             lp = logprob_of(c.tokens, dense=sp.kind == LayoutKind.DENSE_ROWS)
         if end is not None and sp.has_accepting:
@@ -146,7 +150,8 @@ def switch_steps(tables, subset, steps: tuple[int, ...], index, fn, *operands):
 
 def switched_step_candidates(plan: Plan, tables, steps: tuple[int, ...], index, node, live,
                              finished, logprobs: Optional[LogProbs],
-                             subset: Optional[LiveMask] = None) -> StepCandidates:
+                             subset: Optional[LiveMask] = None,
+                             child_subset: bool = True) -> StepCandidates:
     """`step_candidates` at step steps[index] (index traced int32) of a run
     that `switched` accepts: a lax.switch over the steps' kernels that only
     gathers each step's children (padded to the run's widest k, past a row's
@@ -155,7 +160,7 @@ def switched_step_candidates(plan: Plan, tables, steps: tuple[int, ...], index, 
     XLA compiles every op of every branch into kernels of their own, so the
     less a branch does, the faster the run compiles. The valid columns and
     their order are those of `step_candidates`, so the selection decodes the
-    same."""
+    same. child_subset: as `step_candidates` takes it."""
     end = plan.end_token
     k = max([1] + [num_candidates(plan.steps[t], plan.vocab_size) for t in steps
                    if t < plan.depth])
@@ -169,7 +174,8 @@ def switched_step_candidates(plan: Plan, tables, steps: tuple[int, ...], index, 
             c = expand(sp, tables[t], node)
             pad = [(0, 0)] * len(shape) + [(0, k - c.tokens.shape[-1])]
             cols = [jnp.pad(c.tokens, pad), jnp.pad(c.next, pad),
-                    jnp.pad((c.valid & child_live(subset, t, c.next)).astype(jnp.int32), pad)]
+                    jnp.pad((c.valid & child_live(subset if child_subset else None, t,
+                                                  c.next)).astype(jnp.int32), pad)]
             accepting = (accepts(sp, tables[t], node) & end_live(subset, t, node)
                          if sp.has_accepting else jnp.zeros(shape, bool))
         else:  # the extra step of variable-length sets: final states can only end
@@ -187,6 +193,53 @@ def switched_step_candidates(plan: Plan, tables, steps: tuple[int, ...], index, 
 
     return _assemble(end, Candidates(tokens, nxt, valid), logprob_of(tokens),
                      out[..., 3 * k] != 0 if with_end else None, live, finished, logprob_of)
+
+
+def listed_child_live(plan: Plan, subset: LiveMask, steps: tuple[int, ...], index,
+                      cand: StepCandidates, node, parent, col):
+    """bool (B, R): whether the candidates (parent, col) int32 (B, R) of
+    `cand` (B, M', K), listed by structure at step steps[index] (index
+    traced int32 when the run has several steps; `child_subset=False`),
+    are in `subset`: a child where its next state has a selected item
+    below it (`child_live`, one read per listed candidate), every other
+    column (end token, carried-over beam: read in full already) True.
+    node: int32 (B, M'), the beams' states."""
+    B = parent.shape[0]
+    flat = parent * cand.tokens.shape[-1] + col
+    nxt = take_last(cand.next.reshape(B, -1), flat)
+    other = take_last((cand.ends | cand.stays).reshape(B, -1), flat)
+    beam_node = take_last(node, parent)
+
+    def at(t, nxt, beam_node):
+        if t >= plan.depth:  # the extra step of variable-length sets: no children
+            return jnp.ones(nxt.shape, bool)
+        return child_live(subset, t, nxt, beam_node)
+
+    live = at(steps[0], nxt, beam_node) if len(steps) == 1 else \
+        lax.switch(index, [functools.partial(at, t) for t in steps], nxt, beam_node)
+    return other | live
+
+
+def full_child_live(plan: Plan, subset: LiveMask, steps: tuple[int, ...], index,
+                    cand: StepCandidates, node):
+    """bool (B, M', K): whether every candidate of `cand`, listed by
+    structure at step steps[index] (as `listed_child_live` takes them), is
+    in `subset`: a step's children (its first `num_candidates` columns,
+    in either candidate layout) read as `step_candidates` reads them (the
+    step's form: a dense row's V + 1 bounds a beam), every other column
+    True. The same answers where valid as reading them while listing."""
+    K = cand.next.shape[-1]
+
+    def at(t, nxt, node):
+        if t >= plan.depth:
+            return jnp.ones(nxt.shape, bool)
+        sp = plan.steps[t]
+        k = num_candidates(sp, plan.vocab_size)
+        live = child_live(subset, t, nxt[..., :k], node, _form(sp))
+        return jnp.concatenate([live, jnp.ones(nxt.shape[:-1] + (K - k,), bool)], axis=-1)
+
+    return at(steps[0], cand.next, node) if len(steps) == 1 else \
+        lax.switch(index, [functools.partial(at, t) for t in steps], cand.next, node)
 
 
 def packed_step_candidates(plan: Plan, packed: PackedRun, index, node, live, finished,

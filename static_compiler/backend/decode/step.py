@@ -16,9 +16,12 @@ from jax import lax
 
 from static_compiler.backend import kernels
 from static_compiler.backend.decode import prior as prior_lib
+from static_compiler.backend.decode import selection
 from static_compiler.backend.decode.candidates import (
     StepCandidates,
     candidate_width,
+    full_child_live,
+    listed_child_live,
     packed_step_candidates,
     pad_candidates,
     step_candidates,
@@ -179,9 +182,13 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
         logits = logits[:, :live_beams]
     M = M if beam_size is None else beam_size  # the beams kept
     keep = M if tokens_per_beam is None else min(tokens_per_beam, M)
+    logprobs = LogProbs.of(logits)
+    listed = listed_selection(plan, steps, subset, prior, tokens_per_beam, state.node.shape[1], M)
     cand = run_candidates(plan, tables, steps, step, state.node, state.valid, state.finished,
-                          LogProbs.of(logits), scores=None if prior else state.scores,
-                          keep=None if prior else keep, subset=subset)
+                          logprobs, scores=None if prior else state.scores,
+                          keep=None if prior else keep, subset=subset, child_subset=not listed)
+    if listed:
+        return _listed_step(plan, state, cand, steps, step, subset, tokens_per_beam, M)
     base = scored(cand.valid, cand.logprob, state.scores)
     rank = base if prior is None else \
         prior_lib.ranked(plan, prior, step, base, cand, state.node)
@@ -192,6 +199,62 @@ def run_step(plan: Plan, tables, state: BeamState, logits, steps: tuple[int, ...
             pick_candidates(cand.ends | cand.stays, parent, col)
         top = prior_lib.kept_scores(plan, step, top, pick_candidates(base, parent, col), done)
     return apply_choice(plan, state, cand, parent, col, top, valid, step)
+
+
+def listed_selection(plan: Plan, steps: tuple[int, ...], subset, prior, tokens_per_beam,
+                     expanded: int, beam_size: int) -> bool:
+    """Whether `run_step` selects over a ranked subset from a list
+    (`_listed_step`): a ranked subset (`ranked.RankedMask`; `LiveMask`
+    bits are one gather a candidate: nothing to save), no item priors (a
+    candidate ranks by the best prior below it in the subset), a per-beam
+    cap that cannot bind (a beam's best children would change with the
+    subset), no mixed layer among `steps` (it lists each beam's best
+    children in the subset: `mixed_children`), `selection.LIST_SPREAD`
+    times more candidates than the longest list (`selection.LIST_FACTORS`
+    x beam_size; `expanded` beams expanded), and a step past 0 (step 0
+    reads `RankedMask.first`, one gather a candidate: in a run with later
+    steps, `_listed_step` reads it in full). Elsewhere the step reads
+    every candidate's liveness, as before."""
+    if not is_ranked(subset) or prior is not None:
+        return False
+    width = max(candidate_width(plan, t, beam_size) for t in steps)
+    if tokens_per_beam is not None and tokens_per_beam < min(width, beam_size):
+        return False
+    if steps == (0,) or any(t < plan.depth and plan.steps[t].light_k for t in steps):
+        return False
+    return expanded * width >= selection.LIST_SPREAD * max(selection.LIST_FACTORS) * beam_size
+
+
+def _listed_step(plan: Plan, state: BeamState, cand: StepCandidates, steps: tuple[int, ...],
+                 step, subset, tokens_per_beam: Optional[int], beam_size: int) -> BeamState:
+    """`run_step`'s step over a ranked subset (`listed_selection`): the
+    candidates `cand` listed and scored by structure alone (the end token
+    read in the subset: one read a beam), each batch row's best
+    `selection.LIST_FACTORS` x beam_size ranked in order and their
+    children's liveness read (`listed_child_live`); when a sample says a
+    list would hold too few live candidates, or some row's list holds
+    fewer than beam_size, every candidate's liveness read
+    (`full_child_live`) and the selection made as `run_step` makes it
+    (`select_listed`: one program, the branch taken runs). The same state
+    bit for bit: a live candidate's score is the same, the winners the
+    same (`select_listed`'s argument), and a winner is valid exactly when
+    its score is above SENTINEL_SCORE (valid scores never go below
+    MIN_VALID_SCORE)."""
+    base = scored(cand.valid, cand.logprob, state.scores)
+    index = None if len(steps) == 1 else jnp.asarray(step, jnp.int32) - steps[0]
+
+    def live_at(parent, col):
+        return listed_child_live(plan, subset, steps, index, cand, state.node, parent, col)
+
+    def full():
+        live = full_child_live(plan, subset, steps, index, cand, state.node)
+        return tuple(select_beams(jnp.where(live, base, SENTINEL_SCORE), beam_size,
+                                  tokens_per_beam)[:3])
+
+    use_list = None if 0 not in steps else jnp.asarray(step, jnp.int32) != 0
+    (top, parent, col, real), _ = selection.select_listed(base, beam_size, live_at, full,
+                                                          use_list=use_list)
+    return apply_choice(plan, state, cand, parent, col, top, real & (top > SENTINEL_SCORE), step)
 
 
 def run_inputs(plan: Plan, tables, subset: Optional[LiveMask], steps: tuple[int, ...],
@@ -223,14 +286,16 @@ def run_inputs(plan: Plan, tables, subset: Optional[LiveMask], steps: tuple[int,
 
 def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid, finished,
                    logprobs, scores=None, keep: Optional[int] = None,
-                   subset=None) -> StepCandidates:
+                   subset=None, child_subset: bool = True) -> StepCandidates:
     """`step_candidates` at `step`, one of the static `steps` of a run, padded
     to the run's widest list (`pad_candidates`) so the rest of the step is
     one program. With several steps `step` is traced: `tables` is then the
     run's `PackedRun` (see `run_inputs`), or a `lax.switch` runs that
     step's kernel: over the run's `GroupedRun` groups (steps of one shape
     share a kernel, reading their stacked tables), or over the steps, on
-    the layers' own tables (`switch_steps`)."""
+    the layers' own tables (`switch_steps`). child_subset: as
+    `step_candidates` takes it (False: a ranked subset's children listed by
+    structure alone, never packed or grouped)."""
     width = max(candidate_width(plan, t, keep) for t in steps)
     if isinstance(tables, PackedRun):
         index = jnp.asarray(step, jnp.int32) - steps[0]
@@ -238,17 +303,19 @@ def run_candidates(plan: Plan, tables, steps: tuple[int, ...], step, node, valid
                                                      logprobs, subset), width)
     if len(steps) == 1:
         return pad_candidates(step_candidates(plan, tables, node, valid, finished, logprobs,
-                                              steps[0], scores=scores, keep=keep, subset=subset),
-                              width)
+                                              steps[0], scores=scores, keep=keep, subset=subset,
+                                              child_subset=child_subset), width)
 
     index = jnp.asarray(step, jnp.int32) - steps[0]
     if switched(plan, steps, scores):
         return pad_candidates(switched_step_candidates(plan, tables, steps, index, node, valid,
-                                                       finished, logprobs, subset), width)
+                                                       finished, logprobs, subset, child_subset),
+                              width)
 
     def at(t, tables, subset, node, valid, finished, logprobs, scores):
         return pad_candidates(step_candidates(plan, tables, node, valid, finished, logprobs, t,
-                                              scores=scores, keep=keep, subset=subset), width)
+                                              scores=scores, keep=keep, subset=subset,
+                                              child_subset=child_subset), width)
 
     return switch_steps(tables, subset, steps, index, at, node, valid, finished, logprobs, scores)
 
