@@ -309,6 +309,7 @@ NOT_CLI_PARAMETERS = {
     "pipeline": "the memory budget's advice: it names --memory-budget and --pipeline itself, "
                 "then the Python call",
     "enable_prefix_caching": "a vllm.LLM setting the vLLM beam driver asks for, not ours",
+    "ranked": "warm's option for ranked subsets, which only the Python API makes",
 }
 
 

@@ -60,9 +60,8 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
     row, in range (checked when the rows are concrete)."""
     if mask is None:
         return
-    if _ranked(mask):
-        from static_compiler.backend.decode import ranked
-        return ranked.check_ranked_mask(mask, batch_size, where)
+    if _ranked(mask):  # (a ranked subset's rows; its arrays were checked when placed)
+        return check_rows_of(mask.rows, mask.num_subsets, batch_size, where)
     if not isinstance(mask, LiveMask):
         raise DecodeInputError(f"{where}: subset is a {type(mask).__name__}: expected a LiveMask "
                                "(static_compiler.beam_search takes a Subset and subset_index)")

@@ -222,7 +222,7 @@ def ranked_mask(subset: rank.RankedSubset, ranges: SetRanges, fingerprint: str,
                                    f"({batch_size},), one per batch row")
         rows = np.zeros(batch_size, np.int32)
     elif is_traced(subset_index):
-        rows = subset_index  # (its shape checked by the decoder: `check_ranked_mask`)
+        rows = subset_index  # (its shape checked by the decoder: `live.check_live_mask`)
     else:
         rows = checked_rows(subset_index, R, batch_size, where).astype(np.int32)
 
@@ -250,13 +250,6 @@ def _first_live(ranges: RangeArrays, items: RankArrays, added, *, states: int):
         edges = edges + off[:, None]
     counts = selected_before(mask, edges)
     return counts[:, 1:] > counts[:, :-1]
-
-
-def check_ranked_mask(mask: RankedMask, batch_size: int, where: str) -> None:
-    """DecodeInputError unless `mask`'s rows are ints (batch_size,) in [0, R)
-    (their values checked when concrete)."""
-    from static_compiler.backend.decode.live import check_rows_of
-    check_rows_of(mask.rows, mask.num_subsets, batch_size, where)
 
 
 # ---------------------------------------------------------------------------
