@@ -3,7 +3,7 @@ allowed row marks and gets a value (-inf) at every other column, as one
 compiled loop (numba) instead of a pad, a gather, a reduction and a fill
 in tensor ops (vLLM's processor on a CPU: `integrations.vllm.steps`).
 
-numba is optional: without it `processor.AVAILABLE` is False and callers
+numba is optional: without it `jit.AVAILABLE` is False and callers
 keep their tensor ops.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from static_compiler.host_kernels.processor import AVAILABLE, njit
+from static_compiler.host_kernels.jit import AVAILABLE, njit
 
 
 @njit(nogil=True, cache=True)

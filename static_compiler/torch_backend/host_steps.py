@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from static_compiler.host_kernels import processor as host
+from static_compiler.host_kernels import ranked as host_ranked
 from static_compiler.torch_backend.kernels import LiveBits
 from static_compiler.torch_backend.ops import ProcessorStep, RowColumns, TorchState
 from static_compiler.torch_backend.rank_kernels import RangeTensors, RankedLive, RankTensors
@@ -26,7 +27,7 @@ BOUNDS_KEPT = 1 << 18
 BOUNDS_BYTES = 0.1
 """The share of a set's table bytes its ranked reads may keep as bounds
 (the bounds below every state of its shallowest depths, `host_kernels.
-processor.host_ranges`; the issue's line for an index's growth): 1e5
+ranked.host_ranges`; the issue's line for an index's growth): 1e5
 names, 32 rows, ~100 children a row, the ranked mask 0.49 -> 0.19 ms."""
 
 
@@ -40,13 +41,13 @@ def _bitmap(t: RankTensors) -> tuple:
     return tuple(np.ascontiguousarray(x.numpy()) for x in (t.words, t.within, t.counts))
 
 
-def host_ranges(ranges: RangeTensors, kept: int) -> host.HostRanges:
+def host_ranges(ranges: RangeTensors, kept: int) -> host_ranked.HostRanges:
     """A set's `RangeTensors` (CPU) packed for the kernels (once per set;
-    kept: the most bounds kept, `host_kernels.processor.host_ranges`)."""
+    kept: the most bounds kept, `host_kernels.ranked.host_ranges`)."""
     rows = tuple(None if r is None else r.numpy() if isinstance(r, torch.Tensor) else
                  (*_bitmap(r[0]), r[0].size, *(x.numpy() for x in r[1:])) for r in ranges.rows)
     accepting = tuple(None if a is None else (*_bitmap(a), a.size) for a in ranges.accepting)
-    return host.host_ranges(rows, accepting, ranges.counts, ranges.at.numpy(),
+    return host_ranked.host_ranges(rows, accepting, ranges.counts, ranges.at.numpy(),
                             ranges.num_items, kept)
 
 
@@ -54,7 +55,7 @@ class HostSteps:
     """A set's steps as the host kernels read them: one `HostLayer` per
     step 0..max_length - 1, views of the engine's CPU tables (no copy);
     bounds_kept: the most bytes of bounds its ranked subsets' reads keep
-    (`host_kernels.processor.host_ranges`; None: `BOUNDS_BYTES` of the
+    (`host_kernels.ranked.host_ranges`; None: `BOUNDS_BYTES` of the
     tables' bytes, at least `BOUNDS_KEPT`)."""
 
     def __init__(self, plan, tables: tuple, bounds_kept: Optional[int] = None):

@@ -23,6 +23,7 @@ from live_cases import CI_EXAMPLES, compile_case, fuzz_settings, live_cases, pat
 import static_compiler as sc
 from static_compiler.errors import ConstraintSetError
 from static_compiler.host_kernels import processor as host_kernels
+from static_compiler.host_kernels import ranked as host_ranked
 from static_compiler.torch_backend import TorchConstraints, TorchState, live_bits, ops
 from static_compiler.torch_backend.host_steps import HostSteps
 from static_compiler.torch_backend.rank_kernels import RankedLive
@@ -193,7 +194,7 @@ def test_rank_reads_equal_the_torch_reads_and_clamp_as_they_do(size):
     at = np.arange(-3, size + 40)
     for row in range(-2, 5):
         want = rk.rank_at(placed, torch.full((at.shape[0],), row), torch.from_numpy(at)).numpy()
-        got = [host_kernels._rank(w, wi, c, row, 0, 0, size, int(a)) for a in at]
+        got = [host_ranked._rank(w, wi, c, row, 0, 0, size, int(a)) for a in at]
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(want, ranks.rank(np.clip(at, 0, size), min(max(row, 0), 2)))
 
@@ -223,7 +224,7 @@ def test_kept_bounds_are_the_torch_bounds_of_the_shallowest_depths_that_fit(layo
         packed = host_ranges(ranges, kept)
         budget = kept
         fit = next((i for i in range(len(sizes)) if sum(sizes[:i + 1]) > budget), len(sizes))
-        starts = packed.meta[1:ranges.depth, host_kernels.BELOW]
+        starts = packed.meta[1:ranges.depth, host_ranked.BELOW]
         assert (starts >= 0).tolist() == [i < fit for i in range(len(sizes))], (kept, starts)
         for d, start in enumerate(starts[:fit], 1):
             want = rk.below(ranges, d, torch.arange(sizes[d - 1])[None]).numpy()[0]
