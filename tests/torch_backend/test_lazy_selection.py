@@ -1,5 +1,5 @@
 """The torch beam step's lazy selection over ranked subsets
-(`beam.ranked_select`): the liveness of each row's best LIST_FACTORS[i]
+(`selection.ranked_select`): the liveness of each row's best LIST_FACTORS[i]
 * beam_size candidates read, the whole step's only where every list
 falls short. Every BeamState of `beam_step` and every `beam_search` result
 over a ranked subset equals it over `subset()` of the same selection, bit
@@ -37,14 +37,14 @@ from live_cases import (
 )
 
 import static_compiler as sc
-from static_compiler.torch_backend import TorchConstraints, beam
+from static_compiler.torch_backend import TorchConstraints, beam, selection
 
 _same = same_tensors
 
 
 LISTS = (2, 8)
 """List lengths (in beam sizes) for these small sets: the default's
-first list (`beam.LIST_FACTORS`) holds every candidate of a step here."""
+first list (`selection.LIST_FACTORS`) holds every candidate of a step here."""
 
 
 @contextlib.contextmanager
@@ -54,7 +54,7 @@ def paths(factors: tuple = LISTS):
     "longer" (by a longer one), "fallback" (every list fell short: every
     child's liveness read), "full" (no list)."""
     steps: list = []
-    select, listed, live_scores = beam.ranked_select, beam._listed, beam.live_scores
+    select, listed, live_scores = beam.ranked_select, selection._listed, selection.live_scores
 
     def spy(name, fn):
         def called(*args, **kwargs):
@@ -72,10 +72,10 @@ def paths(factors: tuple = LISTS):
         return "listed" if len(events) == 1 else "longer"
 
     ways: list = []
-    with mock.patch.object(beam, "LIST_FACTORS", factors), \
+    with mock.patch.object(selection, "LIST_FACTORS", factors), \
             mock.patch.object(beam, "ranked_select", spy_select), \
-            mock.patch.object(beam, "_listed", spy("listed", listed)), \
-            mock.patch.object(beam, "live_scores", spy("full", live_scores)):
+            mock.patch.object(selection, "_listed", spy("listed", listed)), \
+            mock.patch.object(selection, "live_scores", spy("full", live_scores)):
         yield ways
         ways.extend(way(s) for s in steps)
 
@@ -207,7 +207,7 @@ def test_the_lazy_selection_under_torch_compile(make):
             _same(tc.beam_search(model, B, M, subset=ranked, subset_index=index), want,
                   ("eager", factors))
         assert ("fallback" if factors == (1,) else "listed") in ways
-        with mock.patch.object(beam, "LIST_FACTORS", factors):  # (no spies in a cond)
+        with mock.patch.object(selection, "LIST_FACTORS", factors):  # (no spies in a cond)
             beam._COMPILED_STEPS[tc] = beam.CompiledSteps(tc.plan, tc._tables, backend="eager")
             _same(tc.beam_search(model, B, M, subset=ranked, subset_index=index, compile=True),
                   want, ("compiled", factors))

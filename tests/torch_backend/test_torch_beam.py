@@ -18,7 +18,7 @@ from live_cases import CI_EXAMPLES, beams_for, compile_case, fuzz_settings, live
 
 import static_compiler as sc
 from static_compiler.errors import DecodeInputError
-from static_compiler.torch_backend import TorchConstraints, beam, live_bits
+from static_compiler.torch_backend import TorchConstraints, beam, live_bits, selection
 
 MODULUS = 1009
 FULL_MATRIX = PROFILE == "slow"
@@ -209,13 +209,13 @@ def test_log_probs_read_at_the_allowed_tokens_give_the_search(penalty):
 
 @pytest.mark.parametrize("sort_max", [0, 1 << 20])
 def test_best_is_score_then_position(monkeypatch, sort_max):
-    """Both rankings of `beam.best` (keys + topk, stable sort) order by
+    """Both rankings of `selection.best` (keys + topk, stable sort) order by
     (score desc, position asc), -0.0 tying with 0.0."""
-    monkeypatch.setattr(beam, "SORT_MAX", sort_max)
+    monkeypatch.setattr(selection, "SORT_MAX", sort_max)
     rng = np.random.default_rng(3)
     values = np.array([0.0, -0.0, -1.5, -1e30, 2.0, -np.inf], np.float32)
     scores = values[rng.integers(0, len(values), (4, 3, 40))]
-    got_values, got_positions = beam.best(torch.from_numpy(scores), 7)
+    got_values, got_positions = selection.best(torch.from_numpy(scores), 7)
     for row, values_row, positions_row in zip(scores.reshape(-1, 40),
                                               got_values.reshape(-1, 7).numpy(),
                                               got_positions.reshape(-1, 7).numpy()):
@@ -241,7 +241,7 @@ def test_log_probs_shortcut_equals_the_full_passes():
 def test_key_ranking_matches_jax(monkeypatch):
     """Every selection through packed keys (SORT_MAX = 0), on tie-heavy
     logits: the JAX beams."""
-    monkeypatch.setattr(beam, "SORT_MAX", 0)
+    monkeypatch.setattr(selection, "SORT_MAX", 0)
     compiled = _ragged_set()
     tc = TorchConstraints.from_compiled(compiled)
     T, V = compiled.max_length, compiled.vocab_size
