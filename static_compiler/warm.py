@@ -37,8 +37,6 @@ import threading
 from concurrent.futures import Future
 from typing import Union
 
-import numpy as np
-
 from static_compiler.backend import decode
 from static_compiler.decoding import warm_up
 from static_compiler.errors import DecodeInputError
@@ -191,7 +189,7 @@ class _CompiledPaths(JaxPaths):
         self.removals = compiled._removal_program(None, 1) is not None
         if ranked:  # (an item index: checked now, as ranked_subset checks it)
             compiled._set_view.checked_items("warm(ranked=True)")
-        self._ranked: dict = {} if ranked else None  # stack size -> a ranked subset of no item
+        self.ranked_door = compiled if ranked else None
         beam_opts, sample_opts = _options_of(decode.beam_search), _options_of(decode.sample)
         unknown = sorted(set(options) - beam_opts - sample_opts)
         if unknown:
@@ -202,20 +200,6 @@ class _CompiledPaths(JaxPaths):
 
     def beam_widths(self, beam_size, batch_size: int) -> tuple:
         return check_beam_schedule(beam_size, self.compiled.max_length, batch_size)
-
-    def ranked(self, batch_size: int, subset_rows: int) -> list:
-        """With ranked=True: a ranked subset of no item, and subset_rows of
-        them stacked (subset_rows > 1, each row's index 0)."""
-        if self._ranked is None:
-            return []
-        out = []
-        for R in sorted({1, max(subset_rows, 1)}):
-            if R not in self._ranked:
-                items = self.compiled._set_view.items
-                self._ranked[R] = self.compiled.ranked_subset(
-                    np.zeros((R, items.num_items), bool))
-            out.append((self._ranked[R], None if R == 1 else np.zeros(batch_size, np.int32)))
-        return out
 
     def own_jobs(self, batch_size: int, beam_sizes: tuple, subset_rows: int) -> list:
         """processor(B)'s programs, and the decoders compiled ahead with the

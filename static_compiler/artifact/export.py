@@ -19,7 +19,11 @@ advance       (*tables, node, valid, finished, tokens int32[b], step)
 ============  =================================================================
 
 With item subsets (export_subsets=True) each but init_m{M} also has a
-``_subset`` variant taking the subsets' bits and subset_index last.
+``_subset`` variant taking the subsets' bits and subset_index last, and
+(format version 16) a ``_ranked`` variant taking a ranked subset's arrays
+last (`jax_support.ranked_arrays.ranked_leaves`: the set's range tables of
+the exported shapes, the subsets' rank bits with the symbolic dimension
+``r``, each batch row's subset int32[b], the depth-1 liveness bool[r, S_1]).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import export as jax_export
 
 from static_compiler.artifact.metadata import export_caps
@@ -39,7 +44,9 @@ from static_compiler.backend.decode.processor import advance_switch, mask_switch
 from static_compiler.backend.decode.step import beam_step_switch
 from static_compiler.format import spec as fmt
 from static_compiler.format.manifest import ArraySpec, ModuleEntry
+from static_compiler.jax_support import ranked_arrays
 from static_compiler.lowered.plan import Plan, prior_size
+from static_compiler.rules.set_view import TableTrie
 from static_compiler.serving.runtime import running_versions
 from static_compiler.support.decode_state import BeamState, ProcessorState
 
@@ -147,7 +154,45 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
                 modules[fmt.subset_module_name(name)] = (
                     export(functools.partial(with_subset, fn), specs + sub_specs),
                     names + sub_names, results)
+        ranked_specs, ranked_names, ranked_tree = _ranked_arguments(compiled, spec, b, r)
+        k_ranked = len(ranked_specs)
+
+        def with_ranked(fn, *a):
+            return fn(a[:-k_ranked], jax.tree_util.tree_unflatten(ranked_tree, a[-k_ranked:]))
+
+        for name, (fn, specs, names, results) in base.items():
+            if not name.startswith("init"):
+                modules[fmt.ranked_module_name(name)] = (
+                    export(functools.partial(with_ranked, fn), specs + ranked_specs),
+                    names + ranked_names, results)
     return modules
+
+
+def _ranked_arguments(compiled, spec, b, r) -> tuple[list, list[str], object]:
+    """(specs, names, pytree structure) of the ``_ranked`` modules' last
+    arguments: the leaves of the `RankedMask` of a subset of no item (the
+    set's range tables as they are, every leaf of the subsets' with ``r``
+    rows, each batch row's subset int32[b]). The ranges are those of the
+    trie the saved tables hold (`TableTrie`, as a loaded artifact reads
+    them: a near_unary layer's exceptions), not of the compiled automaton."""
+    view = compiled._set_view
+    empty = compiled.ranked_subset(np.zeros((1, view.items.num_items), bool))
+    trie = TableTrie.of(compiled.plan, compiled.outline, compiled.lowered.tables)
+    with jax.ensure_compile_time_eval():
+        ranges = ranked_arrays.range_arrays(trie, view.trie_order())
+        mask = ranked_arrays.ranked_mask(empty, ranges, compiled.fingerprint, None, 1, "export")
+    leaves, names = ranked_arrays.ranked_leaves(mask)
+    per_subset = {id(leaf) for part in (mask.items, mask.added, mask.first)
+                  for leaf in jax.tree_util.tree_leaves(part)}
+    specs = []
+    for leaf, name in zip(leaves, names):
+        shape = tuple(np.shape(leaf))
+        if leaf is mask.rows:
+            shape = (b,)
+        elif id(leaf) in per_subset and leaf.ndim:
+            shape = (r,) + shape[1:]
+        specs.append(spec(shape, jnp.result_type(leaf)))
+    return specs, names, jax.tree_util.tree_structure(mask)
 
 
 @contextlib.contextmanager

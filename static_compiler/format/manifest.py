@@ -29,6 +29,8 @@ from static_compiler.format.spec import (
     beam_module_name,
     beam_modules,
     format_error,
+    is_ranked_module,
+    ranked_module_name,
     require,
     seal_manifest,
     step_module_name,
@@ -398,6 +400,14 @@ class Manifest:
         step checks it)."""
         return any(m.kind in PRIOR_KINDS for m in self.modules.values())
 
+    @functools.cached_property
+    def exports_ranked(self) -> bool:
+        """Whether its modules have ranked-subset variants (format version
+        16: ``mask_ranked``, ``beam_step_ranked_m{M}`` ...; an artifact
+        written before, or upgraded without `static-compiler re-export`,
+        has none)."""
+        return any(is_ranked_module(name) for name in self.modules)
+
     def missing_modules(self) -> list[str]:
         """Modules every artifact must have that this manifest does not list:
         mask, advance, init_m{M} for each beam_step_m{M}, the modules of
@@ -408,5 +418,8 @@ class Manifest:
             {step_module_name(m, w, prior=prior) for m, w in steps
              for prior in ((False, True) if self.exports_priors else (False,))}
         if self.item_files is not None:  # subsets: every module's subset variant
-            expected |= {subset_module_name(name) for name in expected if not name.startswith("init")}
+            plain = [name for name in expected if not name.startswith("init")]
+            expected |= {subset_module_name(name) for name in plain}
+            if self.exports_ranked:  # (and its ranked variant, where one is exported)
+                expected |= {ranked_module_name(name) for name in plain}
         return sorted(expected - set(self.modules))

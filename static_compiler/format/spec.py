@@ -154,13 +154,24 @@ FORMAT_HISTORY = (
                   "items/stale_rows.npy, bool (N,), once an update added a removed item "
                   "again: the rows that no longer stand for their item (absent before 15: "
                   "no stale rows)."),
+    FormatVersion(16, "2026-12-07", "ranked subsets in the exported modules: with item "
+                  "subsets, each subset module's variant mask_ranked, advance_ranked, "
+                  "beam_step_ranked_m{M}, beam_step_prior_ranked_m{M}, beam_resize_ranked_m{M}"
+                  "_to{W} and beam_resize_prior_ranked_m{M}_to{W} takes, after its own "
+                  "arguments, a ranked subset's arrays (`jax_support.ranked_arrays`): the set's "
+                  "range tables (the layers' row pointers, near_unary exception marks and "
+                  "extras, accepting ranks, states per depth, added items' trie positions) as "
+                  "exported, the subsets' rank bits (words uint32[r, W], counts int32[r, C], "
+                  "within uint16[r, W], size int32[]; the added items' likewise), each batch "
+                  "row's subset int32[b] and the depth-1 liveness bool[r, S_1], named "
+                  "ranked.* in the manifest. Versions 1 to 15 read as artifacts without them."),
 )
 """The dated history of the format, one row per version, oldest first."""
 
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 15
+FORMAT_VERSION = 16
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 15
+MAX_FORMAT_VERSION = 16
 
 SUPPORT_DAYS = 183
 """How long (about six months, as jax.export keeps a calling convention)
@@ -309,13 +320,14 @@ MANIFEST_DIGEST_KEY = "manifest_sha256"
 manifest without this key."""
 
 RESIZE_KINDS = ("beam_resize", "beam_resize_subset", "beam_resize_prior",
-                "beam_resize_prior_subset")
+                "beam_resize_prior_subset", "beam_resize_ranked", "beam_resize_prior_ranked")
 """Module kinds of one beam-search step from M beams that keeps W != M."""
 
-STEP_KINDS = ("beam_step", "beam_step_subset", "beam_step_prior", "beam_step_prior_subset") + \
-    RESIZE_KINDS
+STEP_KINDS = ("beam_step", "beam_step_subset", "beam_step_prior", "beam_step_prior_subset",
+              "beam_step_ranked", "beam_step_prior_ranked") + RESIZE_KINDS
 """Module kinds that record the per-step caps they apply: one beam-search
-step, with item subsets (``_subset``) and item priors (``_prior``)."""
+step, with item subsets (``_subset``), ranked subsets (``_ranked``, format
+version 16) and item priors (``_prior``)."""
 
 PRIOR_KINDS = tuple(kind for kind in STEP_KINDS if "_prior" in kind)
 """Step kinds that take item priors (compile_constraints(export_priors=True))."""
@@ -355,16 +367,19 @@ def parse_beam_module_name(name: str) -> tuple[str, Optional[int], Optional[int]
     return kind, int(m_in), int(m_out) if m_out else None
 
 
-def step_module_name(beam_size: int, beam_size_out: int, subset: bool = False,
+def step_module_name(beam_size: int, beam_size_out: int, subset=False,
                      prior: bool = False) -> str:
     """The module of one beam-search step from beam_size beams keeping
     beam_size_out: ``beam_step_m{M}`` (the same width) or
     ``beam_resize_m{M}_to{W}``; its item-prior variant with `prior`
-    (``beam_step_prior_m{M}``), item-subset variant with `subset`."""
+    (``beam_step_prior_m{M}``), item-subset variant with `subset` True or
+    "subset", ranked-subset variant with `subset` "ranked"."""
     kind = ("beam_step" if beam_size == beam_size_out else "beam_resize") + \
         ("_prior" if prior else "")
     name = beam_module_name(kind, beam_size,
                             None if beam_size == beam_size_out else beam_size_out)
+    if subset == "ranked":
+        return ranked_module_name(name)
     return subset_module_name(name) if subset else name
 
 
@@ -388,6 +403,25 @@ def subset_module_name(name: str) -> str:
     ``beam_step_subset_m{M}``."""
     kind, sep, beams = name.rpartition("_m")
     return f"{kind}_subset_m{beams}" if sep and kind in BEAM_MODULE_KINDS else f"{name}_subset"
+
+
+def ranked_module_name(name: str) -> str:
+    """The name of module `name`'s ranked-subset variant (format version
+    16): ``mask_ranked``, ``beam_step_ranked_m{M}``."""
+    kind, sep, beams = name.rpartition("_m")
+    return f"{kind}_ranked_m{beams}" if sep and kind in BEAM_MODULE_KINDS else f"{name}_ranked"
+
+
+RANKED_MODULES_VERSION = 16
+"""The format version that added the ``_ranked`` modules (a `static-compiler
+re-export` of a version 15 artifact adds them and writes this version:
+nothing else changed)."""
+
+
+def is_ranked_module(name: str) -> bool:
+    """Whether module `name` is a ranked-subset variant (`ranked_module_name`)."""
+    kind, _, _ = parse_beam_module_name(name)
+    return kind.endswith("_ranked")
 
 
 def item_file(name: str) -> str:

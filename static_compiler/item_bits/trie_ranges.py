@@ -154,13 +154,14 @@ def range_layers(layers: Sequence, num_final_states: int) -> RangeLayers:
 class RangeTables:
     """What a decoder's range reads take of one set, in numpy, for a
     backend to place (`torch_backend.rank_kernels.range_tensors`,
-    `backend.decode.ranked.range_arrays`): rows, per layer None (unary:
+    `jax_support.ranked_arrays.range_arrays`): rows, per layer None (unary:
     the identity), its row pointers int64 (S_d + 1,), or (the `ItemRanks`
     of its exception marks, extra (X + 1,), the exceptions' states (X,),
     where their rows start (X,)) (`ExceptionRows`); accepting, per depth
     0..depth - 1 an `ItemRanks` or None; counts, the trie's states per
     depth 0..depth; ends, per depth whether `Subset.ends` holds bits there;
-    at int64 (K,), the added items' trie positions; num_items: N'."""
+    at int64 (K,), the added items' trie positions; num_items: N';
+    layers: the `RangeLayers` they come from (`depth_bounds` reads it)."""
 
     rows: tuple
     accepting: tuple
@@ -168,6 +169,7 @@ class RangeTables:
     ends: tuple
     at: np.ndarray
     num_items: int
+    layers: Optional[RangeLayers] = None
 
 
 def range_tables(trie, order: InsertedOrder) -> RangeTables:
@@ -190,7 +192,7 @@ def range_tables(trie, order: InsertedOrder) -> RangeTables:
                  for d in range(layers.depth + 1))
     counts = tuple(int(layer.num_states) for layer in trie.layers) + (int(trie.num_final_states),)
     return RangeTables(tuple(rows), layers.accepting, counts, ends,
-                       np.asarray(order.at, np.int64), int(order.count))
+                       np.asarray(order.at, np.int64), int(order.count), layers)
 
 
 def below(layers: RangeLayers, depth: int, states) -> np.ndarray:

@@ -93,3 +93,25 @@ class JaxPaths(WarmPaths):
         import jax
 
         return jax.block_until_ready(value)
+
+    _ranked_made: dict  # stack size -> a ranked subset of no item (`ranked`)
+    ranked_door: Any = None
+    """The door whose `ranked_subset` makes the ranked subsets walked
+    (``warm(..., ranked=True)``), or None: none walked."""
+
+    def ranked(self, batch_size: int, subset_rows: int) -> list:
+        """With a `ranked_door`: a ranked subset of no item, and subset_rows
+        of them stacked (subset_rows > 1, each row's index 0), made once per
+        stack size."""
+        if self.ranked_door is None:
+            return []
+        if not hasattr(self, "_ranked_made"):
+            self._ranked_made = {}
+        made = self._ranked_made
+        out = []
+        for R in sorted({1, max(subset_rows, 1)}):
+            if R not in made:
+                items = self.ranked_door._set_view.items
+                made[R] = self.ranked_door.ranked_subset(np.zeros((R, items.num_items), bool))
+            out.append((made[R], None if R == 1 else np.zeros(batch_size, np.int32)))
+        return out

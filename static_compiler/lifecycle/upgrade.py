@@ -193,11 +193,18 @@ def _rewrite_modules(snap: Snapshot, compiled) -> None:
     manifest = snap.manifest
     files: dict = {}
     modules, cc, versions = exporter().exported_modules(compiled, export_caps(compiled), files)
+    version = manifest.format_version
+    ranked = [name for name in modules if fmt.is_ranked_module(name)]
+    if ranked and version < fmt.RANKED_MODULES_VERSION - 1:  # (`upgrade` first: other shapes)
+        for name in ranked:
+            files.pop(modules.pop(name).file)
+    elif ranked:  # the ranked modules are new (version 16) and the rest the same: added
+        version = max(version, fmt.RANKED_MODULES_VERSION)
     took = {name: [(a.shape, a.dtype) for a in e.args if a.name.startswith("table:")]
-            for name, e in modules.items()}
+            for name, e in modules.items() if not fmt.is_ranked_module(name)}
     had = {name: [(a.shape, a.dtype) for a in e.args if a.name.startswith("table:")]
-           for name, e in manifest.modules.items()}
-    if manifest.modules and (modules.keys() != manifest.modules.keys() or took != had):
+           for name, e in manifest.modules.items() if not fmt.is_ranked_module(name)}
+    if manifest.modules and (took.keys() != had.keys() or took != had):
         raise fmt.format_error(snap.path, "re-export: the set read back from the tables exports "
                                           f"other modules ({sorted(modules)}) than the artifact "
                                           f"holds ({sorted(manifest.modules)}) or takes other "
@@ -206,7 +213,8 @@ def _rewrite_modules(snap: Snapshot, compiled) -> None:
     entries = {rel: e for rel, e in manifest.files.items() if rel not in old_modules}
     entries.update({rel: FileEntry.of_bytes(data) for rel, data in files.items()})
     schedules = tuple(s for s in compiled.export_options.beam_sizes if not isinstance(s, int))
-    new = dataclasses.replace(manifest, modules=modules, calling_convention_version=cc,
+    new = dataclasses.replace(manifest, format_version=version, modules=modules,
+                              calling_convention_version=cc,
                               platforms=fmt.PLATFORMS, beam_schedules=schedules, export_plan=None,
                               jax_version=versions[0], jaxlib_version=versions[1],
                               exported_at=versions[2], files=dict(sorted(entries.items())))

@@ -41,6 +41,11 @@ from static_compiler.support.decode_state import (
 )
 
 
+class RankedArguments(tuple):
+    """A ranked subset's arguments to the ``_ranked`` modules (the leaves of
+    its `jax_support.ranked_arrays.RankedMask`, in pytree order)."""
+
+
 class ExportedEngine(JaxStates):
     """The modules of one loaded artifact version on its tables. warmth:
     the `serving.warm.Warmth` (compile counter, subset padding) its
@@ -49,8 +54,9 @@ class ExportedEngine(JaxStates):
     pad_from = 1  # (after a warm-up every stack of up to K subsets, one included, is K)
 
     def __init__(self, path, manifest, tables: tuple, modules: dict, items, placement,
-                 warmth):
+                 warmth, set_view=None):
         self.path, self.manifest, self.tables = path, manifest, tables
+        self.set_view = set_view  # (the trie and order a ranked subset's ranges come from)
         self.modules, self.items, self.placement, self.warmth = modules, items, placement, warmth
         self.max_length, self.vocab_size = manifest.max_length, manifest.vocab_size
         self.end_token = manifest.end_token
@@ -76,10 +82,10 @@ class ExportedEngine(JaxStates):
                                    "to add one)")
         return self.modules[fmt.beam_module_name(kind, beam_size)]
 
-    def step_module(self, beam_size: int, beam_size_out: int, subset: bool,
+    def step_module(self, beam_size: int, beam_size_out: int, subset,
                     prior: bool = False) -> Module:
         """The module of a step from beam_size beams keeping beam_size_out
-        (its subset / prior variant)."""
+        (its subset / prior variant; subset "ranked": its ranked variant)."""
         if beam_size == beam_size_out:
             self.beam_module("beam_step", beam_size)  # (exported?)
             return self.modules[fmt.step_module_name(beam_size, beam_size, subset, prior)]
@@ -124,19 +130,16 @@ class ExportedEngine(JaxStates):
     def place_subset(self, subset, subset_index, batch_size: int, where: str,
                      fingerprint: str) -> list:
         """The subset modules' extra arguments: the bits (put on the device,
-        or mesh, once per subset: its `placements`), then subset_index."""
+        or mesh, once per subset: its `placements`), then subset_index; for
+        a `RankedSubset`, the ranked modules' (`_place_ranked`)."""
         if self.items is None:
             raise DecodeInputError(f"{where}: artifact {str(self.path)!r} exports no subset "
                                    "modules (compile with export_subsets=True)")
+        on = None if self.placement is None else self.placement.sharding(None)
         rank = sys.modules.get("static_compiler.item_bits.rank")  # (none made: not loaded)
         if rank is not None and isinstance(subset, rank.RankedSubset):
-            raise DecodeInputError(f"{where}: subset is a RankedSubset: artifact "
-                                   f"{str(self.path)!r}'s exported modules read subset bits; "
-                                   "pass subset(...) of the same selection (ranked subsets "
-                                   "decode on sc.load's CompiledConstraints and on "
-                                   "TorchConstraints)")
+            return self._place_ranked(subset, subset_index, batch_size, where, fingerprint, on)
         index = checked_subset_index(subset, fingerprint, subset_index, batch_size, where)
-        on = None if self.placement is None else self.placement.sharding(None)
 
         def put():
             live, ends = subset.placed(lambda w: jax.device_put(w, on))
@@ -144,6 +147,40 @@ class ExportedEngine(JaxStates):
 
         return [*subset.placements.get((on, subset.num_subsets), put),
                 jnp.asarray(index, jnp.int32)]
+
+    def _place_ranked(self, subset, subset_index, batch_size: int, where: str, fingerprint: str,
+                      on) -> "RankedArguments":
+        """The ``_ranked`` modules' extra arguments for a `RankedSubset`: the
+        leaves of its `ranked_arrays.RankedMask` (the set's range tables put
+        once per loaded set, the subset's rank bits once per subset)."""
+        if not self.manifest.exports_ranked:
+            raise DecodeInputError(f"{where}: subset is a RankedSubset: artifact "
+                                   f"{str(self.path)!r} exports no ranked-subset modules (written "
+                                   "before format version 16: `static-compiler re-export PATH` "
+                                   "adds them; or pass subset(...) of the same selection)")
+        from static_compiler.jax_support import ranked_arrays
+        mask = ranked_arrays.ranked_mask(subset, ranked_arrays.set_ranges(self.set_view, on),
+                                         fingerprint, subset_index, batch_size, where, on)
+        leaves = ranked_arrays.ranked_leaves(mask)[0]
+        want = [a for a in self.modules["mask_ranked"].entry.args if a.name.startswith("ranked.")]
+        for leaf, spec in zip(leaves, want):  # (the set's own: another version's after additions)
+            shape = tuple(np.shape(leaf))
+            if len(shape) != len(spec.shape) or any(
+                    isinstance(d, int) and d != n for d, n in zip(spec.shape, shape)):
+                break
+        else:
+            if len(leaves) == len(want):
+                return RankedArguments(leaves)
+        raise DecodeInputError(f"{where}: artifact {str(self.path)!r}'s ranked-subset modules take "
+                               "the range tables of the version they were exported with, and "
+                               "this version's differ (items added since: "
+                               f"{spec.name} {list(spec.shape)}, this version's "
+                               f"{list(np.shape(leaf))}): `static-compiler re-export PATH` "
+                               "exports them for it (or pass subset(...) of the same selection)")
+
+    def _variant(self, live) -> str:
+        """Which variant of a module reads `live`: "ranked" or "subset"."""
+        return "ranked" if isinstance(live, RankedArguments) else "subset"
 
     def place_prior(self, prior, where: str):
         """The prior modules' extra argument: the prior's best terms, on
@@ -169,8 +206,8 @@ class ExportedEngine(JaxStates):
         if live is None:
             return padded_columns(self.modules["mask"](self.tables, logits, *state, step)[0],
                                   width)
-        return padded_columns(self.modules["mask_subset"](self.tables, logits, *state, step,
-                                                          *live)[0], width)
+        return padded_columns(self.modules["mask_" + self._variant(live)](
+            self.tables, logits, *state, step, *live)[0], width)
 
     def allowed_tokens(self, state, step, live):
         step = check_step(step, self.max_length, "allowed_tokens", traced=True)
@@ -183,8 +220,8 @@ class ExportedEngine(JaxStates):
         step = self._step(step, "advance")
         if live is None:
             return ProcessorState(*self.modules["advance"](self.tables, *state, tokens, step))
-        return ProcessorState(*self.modules["advance_subset"](self.tables, *state, tokens, step,
-                                                              *live))
+        return ProcessorState(*self.modules["advance_" + self._variant(live)](
+            self.tables, *state, tokens, step, *live))
 
     def prefixes(self, prefixes, where: str) -> tuple:
         check_prefixes(prefixes, self.max_length, where)
@@ -208,7 +245,8 @@ class ExportedEngine(JaxStates):
         logits = self._logits(logits, (B, M), "beam_step")
         step = self._step(step, "beam_step")
         ranks = [] if prior is None else [prior]
-        module = self.step_module(M, width, subset=live is not None, prior=bool(ranks))
+        module = self.step_module(M, width, subset=live is not None and self._variant(live),
+                                  prior=bool(ranks))
         return BeamState(*module(self.tables, *state, logits, step, *ranks, *(live or ())))
 
     def searcher(self, beam_size, widths: tuple) -> Callable:

@@ -137,7 +137,7 @@ class Artifact(Decoder):
                                             missing=DecodeInputError)
         self._warmth = warmth if warmth is not None else Warmth(CompileCounter())  # shared by reloads
         self._exported = ExportedEngine(self.path, manifest, self._tables, modules, items,
-                                        placement, self._warmth)
+                                        placement, self._warmth, self._set_view)
 
     @property
     def _engine(self) -> ExportedEngine:
@@ -168,7 +168,8 @@ class Artifact(Decoder):
     # Warming up
 
     def warm(self, batch_sizes, *, beam_sizes=None, max_subsets: int = 0,
-             background: bool = False) -> Union[WarmReport, Future[WarmReport]]:
+             background: bool = False, ranked: bool = False
+             ) -> Union[WarmReport, Future[WarmReport]]:
         """Compiles every program a request can run for these shapes, so
         that afterwards none compiles (`compilations()` stays put): every
         front door's warm-up (`static_compiler.decoding.warm_up`), over this
@@ -199,6 +200,12 @@ class Artifact(Decoder):
         this warm state. A warm-up that raises leaves the padding as it
         was (all or nothing).
 
+        ranked: also walk every path through the ranked modules
+        (`ranked_subset`: one, and max_subsets stacked when max_subsets >
+        1; ranked stacks are not padded, another stack size compiles once);
+        needs an artifact with ranked modules (format version 16,
+        `manifest.exports_ranked`).
+
         background: run it on a daemon thread and return at once a
         `concurrent.futures.Future` of the report (`.result()` waits, and
         raises what the warm-up raised); requests may run meanwhile (one
@@ -211,7 +218,7 @@ class Artifact(Decoder):
         max_subsets > 0 without subsets or past
         `item_bits.padding.PADDED_SUBSETS_MAX_BYTES` over one subset's bytes;
         these are checked before anything runs, background or not."""
-        return _warm(self, batch_sizes, beam_sizes, max_subsets, background)
+        return _warm(self, batch_sizes, beam_sizes, max_subsets, background, ranked)
 
     # New versions
 

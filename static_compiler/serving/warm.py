@@ -30,6 +30,7 @@ import functools
 import numpy as np
 
 from static_compiler.decoding import warm_up
+from static_compiler.errors import DecodeInputError
 from static_compiler.item_bits.padding import (  # noqa: F401 (the bound, here since the served warm-up)
     PADDED_SUBSETS_MAX_BYTES,
     check_max_subsets,
@@ -52,9 +53,9 @@ def counted(method):
     return call
 
 
-def warm(art, batch_sizes, beam_sizes, max_subsets, background):
+def warm(art, batch_sizes, beam_sizes, max_subsets, background, ranked=False):
     """`Artifact.warm`: every door's warm-up over the artifact's paths."""
-    return warm_up.warm(art, _ArtifactPaths(art), batch_sizes, beam_sizes, max_subsets,
+    return warm_up.warm(art, _ArtifactPaths(art, ranked), batch_sizes, beam_sizes, max_subsets,
                         background)
 
 
@@ -64,7 +65,9 @@ class _ArtifactPaths(JaxPaths):
     served search (a host model of zero logits: the model is not part of
     its programs), the prior modules; host and device logits."""
 
-    def __init__(self, art):
+    def __init__(self, art, ranked: bool = False):
+        if not isinstance(ranked, bool):
+            raise DecodeInputError(f"warm: ranked={ranked!r}: expected a bool")
         self.art = art
         self.where = f"warm (artifact {str(art.path)!r})"
         self.warmth = art._warmth
@@ -74,6 +77,11 @@ class _ArtifactPaths(JaxPaths):
         self.processor = "mask" in art._modules
         self.search_model = _host_model(art.vocab_size)
         self.prior = _zero_prior(art) if art.manifest.exports_priors else None
+        if ranked and not art.manifest.exports_ranked:
+            raise DecodeInputError(f"{self.where}: ranked=True, but the artifact exports no "
+                                   "ranked-subset modules (written before format version 16: "
+                                   "`static-compiler re-export PATH` adds them)")
+        self.ranked_door = art if ranked else None
 
     def beam_widths(self, beam_size, batch_size: int) -> tuple:
         widths = self.art._check_schedule(beam_size)

@@ -102,6 +102,11 @@ def as_version(built, version: int, dest: pathlib.Path) -> pathlib.Path:
         if version <= 6:
             for layer in m["layers"]:
                 layer.pop("branch_counts")
+        if version < fmt.RANKED_MODULES_VERSION:  # (no ranked modules before 16)
+            for name in [n for n in m["modules"] if fmt.is_ranked_module(n)]:
+                rel = m["modules"].pop(name)["file"]
+                m["files"].pop(rel)
+                (dest / rel).unlink()
     edit_manifest(dest, older)
     return dest
 
@@ -123,13 +128,14 @@ NEEDED = {1: ["names_file", "item_files", "mesh", "subset_bits", "exported_at", 
           10: ["attributes", "beam_schedules", "export_plan"],
           11: ["attributes", "beam_schedules", "export_plan"],
           12: ["beam_schedules", "export_plan"], 13: ["export_plan"], 14: ["export_plan"],
-          15: []}
+          15: [], 16: []}
 """The COMPAT rows each `as_version` artifact needs (versions 7 and 9 of a
 set without additions are today's shape but for the export date, the
 attributes and the beam_schedules keys, 10 and 11 but for those two keys,
 12 but for the beam_schedules key; 13 differs from 14 only in the
 dtype of category codes, which this set has none of; 14 from 15 only in
-the export_plan key)."""
+the export_plan key; 15 from 16 only in the ranked modules, which are
+optional)."""
 
 
 def rows_of(version: int, built) -> np.ndarray:

@@ -61,7 +61,7 @@ def check_live_mask(plan, mask: Optional[LiveMask], batch_size: int, where: str)
     if mask is None:
         return
     if _ranked(mask):  # (a ranked subset's rows; its arrays were checked when placed)
-        return check_rows_of(mask.rows, mask.num_subsets, batch_size, where)
+        return check_rows_of(mask.rows, mask.items.words.shape[0], batch_size, where)
     if not isinstance(mask, LiveMask):
         raise DecodeInputError(f"{where}: subset is a {type(mask).__name__}: expected a LiveMask "
                                "(static_compiler.beam_search takes a Subset and subset_index)")
@@ -198,7 +198,7 @@ def end_live(mask: Optional[LiveMask], step: int, node):
 def _ranked(mask) -> bool:
     """Whether `mask` is a ranked subset's (`ranked.RankedMask`): loaded
     only where one was made."""
-    ranked = sys.modules.get("static_compiler.backend.decode.ranked")
+    ranked = sys.modules.get("static_compiler.jax_support.ranked_arrays")
     return ranked is not None and isinstance(mask, ranked.RankedMask)
 
 

@@ -5,14 +5,9 @@ liveness bit per state (`live`). The jnp counterpart of
 `torch_backend.rank_kernels`: the same algorithms over the same numpy
 sources (`rank.ItemRanks`, `trie_ranges.range_layers`, `trie_order`).
 
-* `RankArrays`: an `ItemRanks` with its word counts (three reads a rank);
-* `RangeArrays`: what `trie_ranges.state_ranges` reads of one set (row
-  pointers, accepting ranks, the added items' trie positions), placed once
-  per set (`set_ranges`: cached in the set view's `placements`);
-* `RankedMask`: what the decoders read in place of a `live.LiveMask`: the
-  set's `RangeArrays`, the subset's rank bits (placed once per subset: its
-  `placements`, key ("jax-ranked", None)) and each batch row's subset;
-  `ranked_mask` makes it, checking the subset against the set;
+* the arrays (`RankArrays`, `RangeArrays`, `RankedMask`, `ranked_mask`,
+  `set_ranges`) are `jax_support.ranked_arrays`', which the served
+  artifact's ranked modules take too (re-exported here);
 * `child_live` / `end_live`: `live.child_live` / `live.end_live`'s answers
   for a `RankedMask` (`live` dispatches on the form). The decoders' states
   carry no offsets (a variable-length set's), so a state's own offset is
@@ -29,47 +24,22 @@ and stack size runs the same program.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-from static_compiler.errors import DecodeInputError
-from static_compiler.item_bits import rank, trie_ranges
-from static_compiler.item_bits.liveness import checked_rows
-from static_compiler.support.decode_state import is_traced
-
-_INT32_MAX = (1 << 31) - 1
-
-
-class RankArrays(NamedTuple):
-    """R bitmaps with fine rank counts (`rank.ItemRanks` with ``within``):
-    words uint32 (R, W) (W * 32 > size: a position's word is always whole),
-    counts int32 (R, W / 16 + 1), within uint16 (R, W), size int32 ()."""
-
-    words: Any
-    counts: Any
-    within: Any
-    size: Any
-
-
-def rank_arrays(ranks: rank.ItemRanks, put=jax.device_put) -> RankArrays:
-    """`ranks` as `RankArrays` placed by `put` (its word counts computed
-    when it was made without them)."""
-    if ranks.within is None:
-        ranks = rank.ItemRanks.of_words(ranks.words, ranks.size, fine=True)
-    words, within, counts = ranks.words, ranks.within, ranks.counts
-    if words.shape[1] * 32 <= ranks.size:  # (made without the spare bit: a block of zeros)
-        words, within = (np.pad(a, ((0, 0), (0, 16))) for a in (words, within))
-    if ranks.size > _INT32_MAX or words.size > _INT32_MAX:
-        raise DecodeInputError(f"ranked subsets: {ranks.size} bits in {words.shape[0]} rows: the "
-                               f"JAX doors read ranked subsets of under 2^31 items")
-    return RankArrays(put(np.ascontiguousarray(words)), put(counts.astype(np.int32)),
-                      put(np.ascontiguousarray(within)), put(np.int32(ranks.size)))
+from static_compiler.jax_support.ranked_arrays import (  # noqa: F401 (the reads' types, re-exported)
+    RangeArrays,
+    RankArrays,
+    RankedMask,
+    SetRanges,
+    is_ranked,
+    range_arrays,
+    rank_arrays,
+    ranked_mask,
+    set_ranges,
+)
 
 
 def rank_at(t: RankArrays, rows, at):
@@ -91,165 +61,6 @@ def rank_at(t: RankArrays, rows, at):
     return (lax.population_count(value).astype(jnp.int32)
             + jnp.take(t.within.reshape(-1), flat, mode="clip").astype(jnp.int32)
             + jnp.take(t.counts.reshape(-1), row * C + (word >> 4), mode="clip"))
-
-
-@dataclasses.dataclass(frozen=True)
-class RangeArrays:
-    """What `trie_ranges.state_ranges` reads of one set, as arrays
-    (`range_arrays`; `rank_kernels.RangeTensors`' layout).
-
-    rows: per layer d, its row pointers: None (unary: the identity), an
-    int32 array (S_d + 1,), or (RankArrays of its exception marks, extra
-    (X + 1,), the exceptions' states (X,), where their rows start (X,))
-    (`trie_ranges.ExceptionRows`); accepting: per depth 0..depth - 1,
-    `RankArrays` of its accepting bits or None (none accepts); counts:
-    int32 (depth + 1,), the trie's states per depth; at: int32 (K,), the
-    added items' trie positions; ends (static, with the pytree's
-    structure): per depth, whether `Subset.ends` holds bits there (what
-    `end_live` answers)."""
-
-    rows: tuple
-    accepting: tuple
-    counts: Any
-    at: Any
-    ends: tuple = ()
-
-    @property
-    def depth(self) -> int:
-        return len(self.rows)
-
-    def carries_offsets(self, depth: int) -> bool:
-        """Whether states at `depth` need their offsets (an item ends at a
-        depth above)."""
-        return any(a is not None for a in self.accepting[:depth])
-
-
-jax.tree_util.register_dataclass(RangeArrays, data_fields=["rows", "accepting", "counts", "at"],
-                                 meta_fields=["ends"])
-
-
-class SetRanges(NamedTuple):
-    """A set's `RangeArrays` with what a ranked subset of it has (checked
-    by `ranked_mask`): at, its added items' trie positions (numpy); its
-    item count; first_states: S_1, the states at depth 1 (0: a set of
-    depth 0 has none)."""
-
-    arrays: RangeArrays
-    at: np.ndarray
-    num_items: int
-    first_states: int
-
-
-def range_arrays(trie, order) -> SetRanges:
-    """The `SetRanges` of a set's trie (`rules.set_view.TableTrie` or
-    `ir.Automaton`: its layers, final states and end token) and trie order
-    (`trie_ranges.trie_order`), on jax's default device."""
-    tables = trie_ranges.range_tables(trie, order)
-    largest = max(tables.counts + (tables.num_items,))
-    if largest > _INT32_MAX - 1:
-        raise DecodeInputError(f"ranked subsets: {largest} states or items: the JAX doors "
-                               "read ranked subsets of under 2^31")
-    put = lambda a: jax.device_put(np.asarray(a, np.int32))  # noqa: E731
-    rows = tuple(r if r is None else put(r) if isinstance(r, np.ndarray) else
-                 (rank_arrays(r[0]),) + tuple(put(a) for a in r[1:]) for r in tables.rows)
-    accepting = tuple(None if a is None else rank_arrays(a) for a in tables.accepting)
-    return SetRanges(RangeArrays(rows, accepting, put(tables.counts), put(tables.at),
-                                 tables.ends), tables.at, tables.num_items,
-                     tables.counts[1] if len(tables.counts) > 1 else 0)
-
-
-def set_ranges(view) -> SetRanges:
-    """The `SetRanges` of the set of `view` (a `rules.set_view.SetView`
-    with items), made once per view (its `placements`, key ("jax-ranges",
-    None); versions after removals share them: the same trie and order)."""
-    def make():
-        with jax.ensure_compile_time_eval():
-            return range_arrays(view.trie(), view.trie_order())
-
-    return view.placements.get(("jax-ranges", None), make)
-
-
-class RankedMask(NamedTuple):
-    """A ranked subset as the decoders read it (the `live.LiveMask` of the
-    rank form): ranges, the set's `RangeArrays`; items, `RankArrays` (R
-    rows) over the item ids; added, over the added items in trie order
-    (None without additions); rows: int32 (B,), each batch row's subset;
-    first: bool (R, S_1), which depth-1 states have a selected item below
-    them, made once when placed (S_1 <= V ranks a row) and read at step 0
-    as one entry a candidate (the root's V children of every beam cost two
-    range counts each otherwise: `rank_kernels.RankedLive.first`)."""
-
-    ranges: RangeArrays
-    items: RankArrays
-    added: Optional[RankArrays]
-    rows: Any
-    first: Any = None
-
-    @property
-    def num_subsets(self) -> int:
-        return int(self.items.words.shape[0])
-
-
-def is_ranked(mask) -> bool:
-    """Whether a decoder's subset bits are a `RankedMask`."""
-    return isinstance(mask, RankedMask)
-
-
-def ranked_mask(subset: rank.RankedSubset, ranges: SetRanges, fingerprint: str,
-                subset_index, batch_size: int, where: str) -> RankedMask:
-    """The `RankedMask` of `subset` over the set of `ranges` (`set_ranges`) whose
-    fingerprint is `fingerprint`, with `subset_index` ints (batch_size,)
-    picking each row's subset (default: all rows subset 0, for a single
-    subset; concrete indices checked here, traced ones clamped when read).
-    The rank bits are put on the default device once (the subset's
-    `placements`, key ("jax-ranked", None)). DecodeInputError naming the
-    value for a ranked subset of another set or version (fingerprint, item
-    count, added positions) or a bad index."""
-    if subset.fingerprint != fingerprint:
-        raise DecodeInputError(f"{where}: the ranked subset was made from another set or "
-                               f"version (fingerprint {subset.fingerprint!r}, this set's "
-                               f"{fingerprint!r})")
-    K = int(ranges.at.shape[0])
-    if subset.items.size != ranges.num_items or subset.at.shape[0] != K or \
-            not np.array_equal(subset.at, ranges.at):
-        raise DecodeInputError(f"{where}: the ranked subset has {subset.items.size} items, "
-                               f"{subset.at.shape[0]} of them added: this set has "
-                               f"{ranges.num_items}, {K} added")
-    R = subset.num_subsets
-    if subset_index is None:
-        if R != 1:
-            raise DecodeInputError(f"{where}: {R} stacked subsets: pass subset_index, ints "
-                                   f"({batch_size},), one per batch row")
-        rows = np.zeros(batch_size, np.int32)
-    elif is_traced(subset_index):
-        rows = subset_index  # (its shape checked by the decoder: `live.check_live_mask`)
-    else:
-        rows = checked_rows(subset_index, R, batch_size, where).astype(np.int32)
-
-    def put():
-        with jax.ensure_compile_time_eval():
-            items = rank_arrays(subset.items)
-            added = rank_arrays(subset.added) if K else None
-            first = None if not ranges.first_states else \
-                _first_live(ranges.arrays, items, added, states=ranges.first_states)
-            return items, added, first
-
-    items, added, first = subset.placements.get(("jax-ranked", None), put)
-    return RankedMask(ranges.arrays, items, added, rows, first)
-
-
-@functools.partial(jax.jit, static_argnames=("states",))
-def _first_live(ranges: RangeArrays, items: RankArrays, added, *, states: int):
-    """bool (R, states): `RankedMask.first` (one program per set shape and
-    stack size: warmed with the ranked paths)."""
-    R = items.words.shape[0]
-    mask = RankedMask(ranges, items, added, lax.iota(jnp.int32, R))
-    edges = below(ranges, 1, jnp.broadcast_to(lax.iota(jnp.int32, states + 1), (R, states + 1)))
-    off = _child_offsets(ranges, 0, jnp.zeros((R,), jnp.int32))
-    if off is not None:
-        edges = edges + off[:, None]
-    counts = selected_before(mask, edges)
-    return counts[:, 1:] > counts[:, :-1]
 
 
 # ---------------------------------------------------------------------------
