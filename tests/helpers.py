@@ -157,6 +157,16 @@ def serve(art, model, seeds, beam_size, start_token=0):
     return art.finalize(state)
 
 
+def shares_the_modules(new, old) -> bool:
+    """Whether a reloaded artifact `new` shares every deserialized module of
+    `old` but the ranked ones (exported anew where an addition grew the
+    trie) and the warm state."""
+    from static_compiler.format import spec as fmt
+    return new._warmth is old._warmth and all(
+        new._modules[name] is module for name, module in old._modules.items()
+        if not fmt.is_ranked_module(name))
+
+
 def edit_manifest(path, change, reseal: bool = True) -> None:
     """Applies `change` (a function of the manifest's JSON dict, editing it in
     place) to the artifact at `path`, then writes the manifest resealed with

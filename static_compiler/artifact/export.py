@@ -44,6 +44,7 @@ from static_compiler.backend.decode.processor import advance_switch, mask_switch
 from static_compiler.backend.decode.step import beam_step_switch
 from static_compiler.format import spec as fmt
 from static_compiler.format.manifest import ArraySpec, ModuleEntry
+from static_compiler.item_bits import rank
 from static_compiler.jax_support import ranked_arrays
 from static_compiler.lowered.plan import Plan, prior_size
 from static_compiler.rules.set_view import TableTrie
@@ -55,8 +56,14 @@ def _spec(shape, dtype, sharding=None) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype), sharding=sharding)
 
 
-def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], list[str]]]:
-    """Exports the modules of `compiled`.
+VARIANTS = ("plain", "subset", "ranked")
+"""The module variants `export_modules` exports: the modules themselves,
+their ``_subset`` and their ``_ranked`` variants (with item subsets)."""
+
+
+def export_modules(compiled, variants: tuple = VARIANTS
+                   ) -> dict[str, tuple[jax_export.Exported, list[str], list[str]]]:
+    """Exports the modules of `compiled` (those of `variants`, of `VARIANTS`).
 
     Returns {name: (jax.export.Exported, argument names, result names)} in
     the order `save` writes them."""
@@ -134,8 +141,8 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
             return jax_export.export(jax.jit(fn), platforms=fmt.PLATFORMS)(*specs)
 
     modules = {name: (export(lambda *a, fn=fn: fn(a, None), specs), names, results)
-               for name, (fn, specs, names, results) in base.items()}
-    if compiled.export_options.subsets:
+               for name, (fn, specs, names, results) in base.items() if "plain" in variants}
+    if compiled.export_options.subsets and "subset" in variants:
         live_w, ends_w = decode.live.subset_widths(plan)
         sub_specs = [spec((r, w), jnp.uint32) for w in live_w] + \
             [spec((r, w), jnp.uint32) for w in ends_w if w is not None] + [spec((b,), jnp.int32)]
@@ -154,7 +161,8 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
                 modules[fmt.subset_module_name(name)] = (
                     export(functools.partial(with_subset, fn), specs + sub_specs),
                     names + sub_names, results)
-        ranked_specs, ranked_names, ranked_tree = _ranked_arguments(compiled, spec, b, r)
+    if compiled.export_options.subsets and "ranked" in variants:
+        ranked_specs, ranked_names, ranked_tree = ranked_arguments(compiled, spec, b, r)
         k_ranked = len(ranked_specs)
 
         def with_ranked(fn, *a):
@@ -168,19 +176,22 @@ def export_modules(compiled) -> dict[str, tuple[jax_export.Exported, list[str], 
     return modules
 
 
-def _ranked_arguments(compiled, spec, b, r) -> tuple[list, list[str], object]:
+def ranked_arguments(compiled, spec=_spec, b=None, r=None) -> tuple[list, list[str], object]:
     """(specs, names, pytree structure) of the ``_ranked`` modules' last
     arguments: the leaves of the `RankedMask` of a subset of no item (the
     set's range tables as they are, every leaf of the subsets' with ``r``
     rows, each batch row's subset int32[b]). The ranges are those of the
     trie the saved tables hold (`TableTrie`, as a loaded artifact reads
-    them: a near_unary layer's exceptions), not of the compiled automaton."""
-    view = compiled._set_view
-    empty = compiled.ranked_subset(np.zeros((1, view.items.num_items), bool))
+    them: a near_unary layer's exceptions), not of the compiled automaton.
+    b and r: the symbolic dimensions (default: made here)."""
+    if b is None:
+        b, r = jax_export.symbolic_shape(f"{fmt.BATCH_DIM}, {fmt.SUBSET_DIM}")
+    order = compiled._set_view.trie_order()
+    empty = rank.ranked_subset(np.zeros((1, order.count), bool), order)  # (no fingerprint read)
     trie = TableTrie.of(compiled.plan, compiled.outline, compiled.lowered.tables)
     with jax.ensure_compile_time_eval():
-        ranges = ranked_arrays.range_arrays(trie, view.trie_order())
-        mask = ranked_arrays.ranked_mask(empty, ranges, compiled.fingerprint, None, 1, "export")
+        ranges = ranked_arrays.range_arrays(trie, order)
+        mask = ranked_arrays.ranked_mask(empty, ranges, "", None, 1, "export")
     leaves, names = ranked_arrays.ranked_leaves(mask)
     per_subset = {id(leaf) for part in (mask.items, mask.added, mask.first)
                   for leaf in jax.tree_util.tree_leaves(part)}
@@ -217,13 +228,15 @@ def aval_specs(avals, names: list[str]) -> tuple[ArraySpec, ...]:
                            str(a.dtype)) for name, a in zip(names, avals))
 
 
-def exported_modules(compiled, caps, files: dict) -> tuple[dict, int, tuple]:
-    """Exports `compiled`'s modules into `files`: (manifest entries by name,
-    calling-convention version, (jax version, jaxlib version, export date):
-    the running jax's, and today's UTC date, ISO)."""
+def exported_modules(compiled, caps, files: dict, variants: tuple = VARIANTS
+                     ) -> tuple[dict, int, tuple]:
+    """Exports `compiled`'s modules (those of `variants`) into `files`:
+    (manifest entries by name, calling-convention version, (jax version,
+    jaxlib version, export date): the running jax's, and today's UTC date,
+    ISO)."""
     modules = {}
     cc_versions = set()
-    for name, (exported, arg_names, result_names) in export_modules(compiled).items():
+    for name, (exported, arg_names, result_names) in export_modules(compiled, variants).items():
         rel = fmt.module_file(name)
         files[rel] = bytes(exported.serialize())
         cc_versions.add(exported.calling_convention_version)

@@ -477,7 +477,8 @@ def _rename_exchange(a: pathlib.Path, b: pathlib.Path) -> bool:
 def reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
     """The modules of the saved artifact `reuse` (an open Snapshot, open
     until `files` are written), hard-linked into `files` (`LinkedFile`),
-    after checking that they take `compiled`'s tables."""
+    after checking that they take `compiled`'s tables; its ranked modules
+    exported anew where `compiled`'s trie grew (`_ranked_anew`)."""
     path, manifest = reuse.path, reuse.manifest
     host = compiled.lowered.tables
     tables = [ArraySpec("", placed_shape(manifest.mesh, t, k, host[t][k].shape),
@@ -489,5 +490,35 @@ def reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
             raise ArtifactVersionError(f"artifact {str(path)!r}: module {name!r} takes other "
                                        "tables than the new version has: export it anew")
         files[entry.file] = LinkedFile(reuse, entry.file)  # (the caller holds it open)
-    return (dict(manifest.modules), manifest.calling_convention_version,
+    entries = dict(manifest.modules)
+    entries.update(_ranked_anew(compiled, manifest, files))
+    return (entries, manifest.calling_convention_version,
             (manifest.jax_version, manifest.jaxlib_version, manifest.exported_at))
+
+
+def _ranked_anew(compiled, manifest, files: dict) -> dict:
+    """The ranked modules of `compiled` exported anew into `files` (their
+    entries by name) where they take other range tables than `manifest`'s
+    (an addition grew the trie: the table shapes hold, the trie's own
+    counts do not), by the jax that exported the rest; else {} (the
+    modules a removal keeps; another jax's modules: a ranked subset then
+    names `static-compiler re-export`)."""
+    from static_compiler.serving.runtime import running_versions
+    outline = compiled.outline
+    if not manifest.exports_ranked or (outline.num_sequences, outline.num_final_states) == \
+            (manifest.num_sequences, manifest.num_final_states):
+        return {}
+    if (manifest.jax_version, manifest.jaxlib_version) != running_versions():
+        return {}
+    export = exporter()
+    specs, names, _ = export.ranked_arguments(compiled)
+    took = [(a.name, a.shape, a.dtype) for a in manifest.modules["mask_ranked"].args
+            if a.name.startswith("ranked")]
+    if took == [(a.name, a.shape, a.dtype) for a in export.aval_specs(specs, names)]:
+        return {}
+    for name, entry in manifest.modules.items():  # (linked above: replaced)
+        if fmt.is_ranked_module(name):
+            files.pop(entry.file, None)
+    entries, _, _ = export.exported_modules(compiled, export_caps(compiled), files,
+                                            variants=("ranked",))
+    return entries

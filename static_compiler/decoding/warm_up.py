@@ -156,9 +156,9 @@ def warm(door, paths: WarmPaths, batch_sizes, beam_sizes, max_subsets, backgroun
     return in_background(run, "static-compiler-warm") if background else run()
 
 
-def in_background(run: Callable[[], WarmReport], name: str) -> concurrent.futures.Future:
-    """`run()` on a daemon thread: a Future of its report at once (its
-    `result()` waits, and raises what the warm-up raised)."""
+def in_background(run: Callable[[], Any], name: str) -> concurrent.futures.Future:
+    """`run()` on a daemon thread: a Future of its result (a warm-up's
+    report) at once (its `result()` waits, and raises what `run` raised)."""
     future: concurrent.futures.Future = concurrent.futures.Future()
 
     def work():

@@ -89,6 +89,16 @@ class ExceptionRows:
         self.end = int(rows[int(num_states)]) - int(num_states)
         self.shape = (int(num_states) + 1,)
 
+    def extras(self, dtype=np.int64) -> np.ndarray:
+        """`dtype` (X + 1,): extra(r) for every r in [0, X] (one subtraction
+        over the tables, no gather)."""
+        count = int(self.states.shape[0])
+        out = np.empty(count + 1, dtype)
+        np.subtract(self.starts[:count], self.states, out=out[:count], dtype=dtype,
+                    casting="unsafe")
+        out[count] = self.end
+        return out
+
     def extra(self, r: np.ndarray) -> np.ndarray:
         """int64: extra(r) for exception counts r (ints in [0, X])."""
         count = int(self.states.shape[0])
@@ -172,21 +182,23 @@ class RangeTables:
     layers: Optional[RangeLayers] = None
 
 
-def range_tables(trie, order: InsertedOrder) -> RangeTables:
+def range_tables(trie, order: InsertedOrder, dtype=np.int64) -> RangeTables:
     """The `RangeTables` of a set's trie (`rules.set_view.TableTrie` or
     `ir.Automaton`: its layers, final states and end token) and trie order
-    (`trie_order`)."""
+    (`trie_order`), index arrays of `dtype` (int64; a JAX door's int32:
+    a table already of that dtype is taken as it is, no copy)."""
     layers = range_layers(trie.layers, trie.num_final_states)
     rows: list = []
+    as_index = lambda a: np.asarray(a).astype(dtype, copy=False)  # noqa: E731
     for r in layers.rows:
         if isinstance(r, UnitRows):
             rows.append(None)
-        elif isinstance(r, ExceptionRows):
-            states = np.asarray(r.states).astype(np.int64)
-            extra = r.extra(np.arange(states.shape[0] + 1))
-            rows.append((r.exceptions, extra, states, states + extra[:-1]))
+        elif isinstance(r, ExceptionRows):  # (rows start at the exceptions' ex_starts)
+            count = int(r.states.shape[0])
+            rows.append((r.exceptions, r.extras(dtype), as_index(r.states),
+                         as_index(r.starts[:count])))
         else:
-            rows.append(np.asarray(r).astype(np.int64))
+            rows.append(as_index(r))
     end = trie.end_token is not None
     ends = tuple(end and (d == layers.depth or trie.layers[d].accepting is not None)
                  for d in range(layers.depth + 1))

@@ -21,12 +21,14 @@ and states of a set under 2^31; jax's default ints).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 from typing import Any, NamedTuple, Optional
 
 import jax
 import numpy as np
 
+from static_compiler.decoding.warm_up import in_background
 from static_compiler.errors import DecodeInputError
 from static_compiler.item_bits import rank, trie_ranges
 from static_compiler.item_bits.liveness import checked_rows
@@ -112,12 +114,12 @@ def range_arrays(trie, order, put=jax.device_put) -> SetRanges:
     """The `SetRanges` of a set's trie (`rules.set_view.TableTrie` or
     `ir.Automaton`: its layers, final states and end token) and trie order
     (`trie_ranges.trie_order`), placed by `put`."""
-    tables = trie_ranges.range_tables(trie, order)
+    tables = trie_ranges.range_tables(trie, order, np.int32)
     largest = max(tables.counts + (tables.num_items,))
-    if largest > _INT32_MAX - 1:
+    if largest > _INT32_MAX - 1:  # (a larger set's int32 tables wrapped: refused here)
         raise DecodeInputError(f"ranked subsets: {largest} states or items: the JAX doors "
                                "read ranked subsets of under 2^31")
-    put32 = lambda a: put(np.asarray(a, np.int32))  # noqa: E731
+    put32 = lambda a: put(np.asarray(a).astype(np.int32, copy=False))  # noqa: E731
     rows = tuple(r if r is None else put32(r) if isinstance(r, np.ndarray) else
                  (rank_arrays(r[0], put),) + tuple(put32(a) for a in r[1:]) for r in tables.rows)
     accepting = tuple(None if a is None else rank_arrays(a, put) for a in tables.accepting)
@@ -130,13 +132,33 @@ def set_ranges(view, on=None) -> SetRanges:
     """The `SetRanges` of the set of `view` (a `rules.set_view.SetView`
     with items) on sharding `on` (None: jax's default device), made once
     per view and `on` (its `placements`, key ("jax-ranges", on); versions
-    after removals share them: the same trie and order)."""
+    after removals share them: the same trie and order); waits for them
+    where `start_set_ranges` began them."""
+    return _ranges(view, on, background=False).result()
+
+
+def start_set_ranges(view, on=None) -> None:
+    """Begins `set_ranges(view, on)` on a daemon thread, if not made or
+    begun yet: a served artifact with ranked modules starts them when
+    loaded, so the first ranked decode finds them made (at 1e9 items they
+    take seconds: the near_unary layers' exception marks)."""
+    _ranges(view, on, background=True)
+
+
+def _ranges(view, on, background: bool) -> concurrent.futures.Future:
     def make():
         with jax.ensure_compile_time_eval():
             return range_arrays(view.trie(), view.trie_order(),
                                 lambda a: jax.device_put(a, on))
 
-    return view.placements.get(("jax-ranges", on), make)
+    def start():
+        if background:
+            return in_background(make, "static-compiler-ranges")
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        done.set_result(make())  # (an error raises here: nothing kept)
+        return done
+
+    return view.placements.get(("jax-ranges", on), start)
 
 
 class RankedMask(NamedTuple):

@@ -173,7 +173,10 @@ def reexport_artifact(path, *, mesh=None, beam_sizes=None) -> dict:
             if beam_sizes is not None:
                 compiled = compiled._new_version(export_options=dataclasses.replace(
                     compiled.export_options, beam_sizes=tuple(beam_sizes)))
-            upgraded = manifest.format_version != fmt.FORMAT_VERSION or bool(snap.compat)
+            # (version 15 is today's shape but for the ranked modules, which the
+            # modules' rewrite adds: the tables stay hard-linked)
+            upgraded = manifest.format_version not in (
+                fmt.FORMAT_VERSION, fmt.RANKED_MODULES_VERSION - 1) or bool(snap.compat)
             if upgraded:
                 _export_anew(snap, compiled, "re-export")
             else:

@@ -138,6 +138,10 @@ class Artifact(Decoder):
         self._warmth = warmth if warmth is not None else Warmth(CompileCounter())  # shared by reloads
         self._exported = ExportedEngine(self.path, manifest, self._tables, modules, items,
                                         placement, self._warmth, self._set_view)
+        if manifest.exports_ranked and items is not None:  # (seconds at 1e9: off the first decode)
+            from static_compiler.jax_support.ranked_arrays import start_set_ranges
+            start_set_ranges(self._set_view, None if placement is None else
+                             placement.sharding(None))
 
     @property
     def _engine(self) -> ExportedEngine:
@@ -231,7 +235,10 @@ class Artifact(Decoder):
         change) and after additions that fit the reserved capacity (new
         tables of the same shapes and dtypes, read and put on the device (or mesh)
         beside the old ones), so nothing is deserialized or compiled again
-        (after `warm()`: the warm state and compile counter are shared too).
+        (after `warm()`: the warm state and compile counter are shared too),
+        but for the ranked modules of a version whose additions grew the
+        trie (exported anew with it: read, and compiled on first use or by
+        `warm(ranked=True)`; the warm state is kept).
         Modules exported anew over tables of the same shapes
         (`static-compiler re-export`) are read and start cold (warm them
         again). Returns self when nothing changed. Raises what `load` raises
@@ -260,12 +267,16 @@ class Artifact(Decoder):
         modules = self._modules
         warmth: Optional[Warmth] = self._warmth
         if changed or manifest.modules.keys() != self.manifest.modules.keys():
-            # modules exported anew over the same tables (`static-compiler re-export`):
-            # read them, and warm them anew (the programs are new)
-            modules = {name: deserialize(snap, name, entry, self.placement)
+            # modules exported anew over the same tables: each unchanged one shared, the
+            # others read; after a re-export of them all the warm state starts anew (the
+            # programs are new), after ranked ones alone (an addition) it is kept
+            modules = {name: self._modules[name] if name in self._modules and
+                       same(entry.file) else deserialize(snap, name, entry, self.placement)
                        for name, entry in sorted(manifest.modules.items())}
             warn_if_export_ages(manifest, self.path)
-            warmth = None
+            if not all(fmt.is_ranked_module(name) for name, entry in manifest.modules.items()
+                       if modules[name] is not self._modules.get(name)):
+                warmth = None
         tables, host = list(self._tables), self._host_tables
         if any(not same(t.file) for t in manifest.tables):
             keep = [old if same(t.file) else None for old, t in zip(self._tables, manifest.tables)]

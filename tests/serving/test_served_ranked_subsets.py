@@ -190,30 +190,46 @@ def test_bad_ranked_subsets_are_refused_naming_what_to_do(saved, tmp_path):
           "re-exported")
 
 
-def test_a_version_with_additions_names_re_export(tmp_path, capsys):
+def test_additions_export_the_ranked_modules_anew_and_reload_shares_the_rest(
+        tmp_path, capsys, monkeypatch):
     """`static-compiler update --add` within capacity keeps the modules
-    (same tables), and the ranked modules' range tables are the exported
-    version's: refused, naming `static-compiler re-export`, after which
-    they decode."""
+    (same tables) but the ranked ones, which take the grown trie's range
+    tables: exported anew, and `reload` shares every other module and the
+    warm state. By another jax than the modules' the ranked ones are kept,
+    and a ranked subset is refused naming `static-compiler re-export`."""
     from static_compiler.cli import main
+    from static_compiler.serving import runtime
     rng = np.random.default_rng(4)
     items = np.array(oracle.random_set(rng, 40, 4, 9))
     compiled = sc.compile_constraints(items, 9, export_beam_sizes=(BEAMS,), export_subsets=True,
                                       capacity=1.5)
     path = tmp_path / "set.static"
     compiled.save(path)
+    old = serving.load(path)
     np.save(tmp_path / "add.npy", np.array([[8, 8, 8, 1], [8, 8, 7, 2], [0, 8, 8, 3]]))
     assert main(["update", str(path), "--add", str(tmp_path / "add.npy")]) == 0
     assert "modules kept" in capsys.readouterr().out
-    art = serving.load(path)
+    new = old.reload()
+    assert new._warmth is old._warmth
+    for name in old._modules:
+        assert (new._modules[name] is old._modules[name]) != fmt.is_ranked_module(name), name
     everything = np.ones(len(items) + 3, bool)
-    state = art.init_beams(1, BEAMS)
-    logits = np.zeros((1, BEAMS, 9), np.float32)
+    model = _model(9, 5)
+    for art in (new, serving.load(path)):
+        _same(_search(art, model, art.ranked_subset(everything), None, 1),
+              _search(art, model, art.subset(everything), None, 1), "after the addition")
+    # another jax than the modules': the ranked modules kept, a ranked subset refused
+    monkeypatch.setattr(runtime, "running_versions", lambda: ("0.0.1", "0.0.1"))
+    np.save(tmp_path / "more.npy", np.array([[8, 8, 8, 2]]))
+    assert main(["update", str(path), "--add", str(tmp_path / "more.npy")]) == 0
+    monkeypatch.undo()
+    art = serving.load(path)
+    state, logits = art.init_beams(1, BEAMS), np.zeros((1, BEAMS, 9), np.float32)
     with pytest.raises(DecodeInputError, match=r"ranked-subset modules take the range tables of "
                                                r"the version they were exported with.*re-export"):
-        art.beam_step(state, logits, 0, subset=art.ranked_subset(everything))
+        art.beam_step(state, logits, 0, subset=art.ranked_subset(np.ones(len(items) + 4, bool)))
     assert main(["re-export", str(path)]) == 0
     art = serving.load(path)
-    model = _model(9, 5)
+    everything = np.ones(len(items) + 4, bool)
     _same(_search(art, model, art.ranked_subset(everything), None, 1),
           _search(art, model, art.subset(everything), None, 1), "after re-export")

@@ -286,7 +286,7 @@ def test_reload_after_an_addition_within_capacity_shares_the_modules(tmp_path):
     assert version.build.last_update["grew"] == []
     version.save(path, overwrite=True)
     new = old.reload()
-    assert new._modules is old._modules and new.num_sequences == version.ir.num_sequences
+    assert helpers.shares_the_modules(new, old) and new.num_sequences == version.ir.num_sequences
     zeros = lambda tokens, step, carry: (jnp.zeros(tokens.shape + (7,), jnp.float32), carry)
     want = sc.beam_search(version, zeros, batch_size=2, beam_size=BEAMS)
     got = _serve(new)
@@ -333,7 +333,7 @@ def test_cli_update_add_keeps_the_modules_within_capacity_and_exports_past_it(tm
     out = capsys.readouterr().out
     assert "3 items added" in out and "modules kept" in out and "2 items removed" in out
     new = old.reload()
-    assert new._modules is old._modules and new.items.num_items == len(items) + 3
+    assert helpers.shares_the_modules(new, old) and new.items.num_items == len(items) + 3
     only_added = np.arange(len(items) + 3) >= len(items)
     assert _serve_subset(new, only_added) == {tuple(r) for r in added.tolist()}
     assert _serve_subset(new, np.arange(len(items) + 3) < 2) == set()  # removed
@@ -490,4 +490,4 @@ def test_the_trie_and_bit_layout_are_built_once_per_set(saved, monkeypatch):
     monkeypatch.setattr(set_view, "table_layers", lambda *a: calls.append(1) or built(*a))
     for seed in range(3):
         art.subset(np.random.default_rng(seed).random(len(items)) < 0.5)
-    assert len(calls) == 1
+    assert len(calls) <= 1  # (none where the load's ranked ranges, begun at once, built it)

@@ -18,7 +18,8 @@ child process, timed, with its peak RSS above the child's RSS before it
 * add: `sc.update_artifact(path, add=...)` of as many new random items within
   the capacity (the merged layers are built while the new tables are lowered);
 * verify: `static-compiler verify` of the artifact;
-* serving loop: a catalogue's interactive loop, each stage timed in one
+* serving loop (and serving loop, ranked: `ranked_subset` and the
+  ``_ranked`` modules): a catalogue's interactive loop, each stage timed in one
   run: `serving.load(path, verify_checksums=False)`, two random 10 % item
   masks, a subset of each, then the first constrained decode (`init_beams`
   and one `beam_step` over the second subset, its modules compiled then);
@@ -66,10 +67,12 @@ from tools.bench.cli import ROOT, sid_set_parser
 
 CHANGED = 10_000
 LOOP = "serving loop"
+LOOP_RANKED = "serving loop, ranked"
+LOOPS = (LOOP, LOOP_RANKED)
 MODES = ("load + IR", "load", "subset", "serving subset", "show-ir --stats", "remove", "add",
-         "verify", LOOP)
+         "verify", LOOP, LOOP_RANKED)
 KEYS = dict(zip(("load+ir", "load", "subset", "serving-subset", "show-ir", "remove", "add",
-                 "verify", "serving-loop"), MODES))
+                 "verify", "serving-loop", "serving-loop-ranked"), MODES))
 STAGES = ("load", "masks", "first subset", "second subset", "first decode")
 LOADED = ("subset", "serving subset")
 """Modes whose own peak is also taken above the loaded set."""
@@ -106,9 +109,10 @@ def _page_cache(path: str) -> None:
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
-def _serving_loop(path: str, rng) -> dict:
+def _serving_loop(path: str, rng, ranked: bool = False) -> dict:
     """Seconds per stage (`STAGES`) of load -> masks -> two subsets -> the
-    first constrained decode, in this (fresh) process."""
+    first constrained decode, in this (fresh) process; `ranked`: the
+    subsets are `ranked_subset`'s, decoded by the ``_ranked`` modules."""
     import numpy as np
 
     from static_compiler import serving
@@ -125,9 +129,10 @@ def _serving_loop(path: str, rng) -> dict:
     rows = art.items.row_item.shape[0]
     masks = [_random_mask(rng, rows) for _ in range(2)]
     lap("masks")
-    art.subset(masks[0])
+    make = art.ranked_subset if ranked else art.subset
+    make(masks[0])
     lap("first subset")
-    chosen = art.subset(masks[1])
+    chosen = make(masks[1])
     lap("second subset")
     M = min(art.beam_sizes)
     state = art.init_beams(1, M)
@@ -167,7 +172,7 @@ def _child(mode: str, path: str, n: int) -> dict:
         again = time.perf_counter()  # the next filter of the day: per-set work done once
         held.subset(other)
         again = time.perf_counter() - again
-    elif mode == LOOP:
+    elif mode in LOOPS:
         top = int(os.environ.get("TABLE_HELD_PROFILE", "0"))
         if os.environ.get("TABLE_HELD_COMPILE_CACHE"):
             sc.enable_compilation_cache(os.environ["TABLE_HELD_COMPILE_CACHE"])
@@ -176,11 +181,11 @@ def _child(mode: str, path: str, n: int) -> dict:
             import pstats
 
             profile = cProfile.Profile()
-            stages = profile.runcall(_serving_loop, path, rng)
+            stages = profile.runcall(_serving_loop, path, rng, mode == LOOP_RANKED)
             for key in ("cumulative", "tottime"):
                 pstats.Stats(profile, stream=sys.stderr).sort_stats(key).print_stats(top)
         else:
-            stages = _serving_loop(path, rng)
+            stages = _serving_loop(path, rng, mode == LOOP_RANKED)
     elif mode == "show-ir --stats":
         assert _quiet_cli(["show-ir", path, "--stats"]) == 0
     elif mode == "verify":
@@ -307,8 +312,8 @@ def main(argv=None) -> int:
         if args.compile_cache:
             env["TABLE_HELD_COMPILE_CACHE"] = os.path.abspath(args.compile_cache)
         for mode in modes:
-            for _ in range(2 if mode == LOOP and args.compile_cache else 1):
-                if mode == LOOP:
+            for _ in range(2 if mode in LOOPS and args.compile_cache else 1):
+                if mode in LOOPS:
                     _page_cache(path)
                 out = subprocess.run([sys.executable, "-m", "tools.bench.table_held", "--child",
                                       mode, path, str(n)], cwd=ROOT, stdout=subprocess.PIPE,
@@ -332,16 +337,18 @@ def main(argv=None) -> int:
               f"{r['peak'] / max(1, base['peak']):.2f}x | {alone} |")
     loops = [r for r in rows if r["stages"]]
     if loops:
-        stages = loops[0]["stages"]
         cache = f", jax's compilation cache warm ({args.compile_cache})" if args.compile_cache \
             else ""
-        print(f"\n{LOOP}: page cache warm for the tables and items, cold for the modules{cache}")
-        print("| " + " | ".join(STAGES) + " | end to end | less the masks (the caller's; "
-              "target <= 5 s) |")
-        print("|" + "---|" * (len(STAGES) + 2))
-        total = sum(stages.values())
-        print("| " + " | ".join(f"{stages[s]:.2f}" for s in STAGES) +
-              f" | {total:.2f} | {total - stages['masks']:.2f} |")
+        print(f"\nthe serving loop: page cache warm for the tables and items, cold for the "
+              f"modules{cache}")
+        print("| subsets | " + " | ".join(STAGES) + " | end to end | less the masks (the "
+              "caller's; target <= 5 s) |")
+        print("|" + "---|" * (len(STAGES) + 3))
+        for r in loops:
+            stages, total = r["stages"], sum(r["stages"].values())
+            print(f"| {'ranked' if r['mode'] == LOOP_RANKED else 'subset'} | " +
+                  " | ".join(f"{stages[s]:.2f}" for s in STAGES) +
+                  f" | {total:.2f} | {total - stages['masks']:.2f} |")
     return 0
 
 
