@@ -33,6 +33,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError
+from static_compiler.item_bits import bit_kernels
 from static_compiler.item_bits.placements import Placements
 from static_compiler.item_bits.state_order import InsertedOrder
 from static_compiler.support.threads import THREADS, on_threads
@@ -62,21 +63,28 @@ def _block_counts(words64: np.ndarray) -> np.ndarray:
     return (pairs * _SUM16) >> np.uint64(48)
 
 
+_SPAN_BLOCKS = 1 << 15
+"""Blocks a thread counts at a time (`_word_counts`: 2 MiB of words)."""
+
+
 def _word_counts(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(within uint16 (R, blocks * 16): set bits in its block before each
-    word of `words` uint32 (R, blocks * 16); per block uint64 (R, blocks)).
-    Word popcounts as uint16 lanes, four to a uint64: one multiply gives
-    each lane the sum of the lanes below and at it, and the four groups of
-    a block add their carries column by column (no scan over a small axis)."""
+    word of `words` uint32 (R, blocks * 16); per block uint64 (R, blocks)),
+    by `bit_kernels.word_counts` (one pass; its numpy twin without numba),
+    spans of blocks on threads."""
     R, blocks = words.shape[0], words.shape[1] // 16
-    lanes = np.bitwise_count(words).astype(np.uint16).view(np.uint64).reshape(R, blocks, 4)
-    upto = lanes * _SUM16
-    totals = upto >> np.uint64(48)
-    carry = np.zeros_like(totals)
-    for g in range(1, 4):
-        np.add(carry[..., g - 1], totals[..., g - 1], out=carry[..., g])
-    within = (upto - lanes + carry * _SUM16).view(np.uint16).reshape(R, blocks * 16)
-    return within, carry[..., 3] + totals[..., 3]
+    words = np.ascontiguousarray(words)
+    within = np.empty(words.shape, np.uint16)
+    per_block = np.empty((R, blocks), np.uint64)
+    spans = [(r, a, min(_SPAN_BLOCKS, blocks - a)) for r in range(R)
+             for a in range(0, blocks, _SPAN_BLOCKS)]
+
+    def count(share) -> None:
+        for r, a, n in share:
+            bit_kernels.word_counts(words[r], within[r], per_block[r], a, n)
+
+    on_threads(spans, count, THREADS if words.size >= 1 << 22 else 1)
+    return within, per_block
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -177,19 +185,13 @@ class ItemRanks:
         seconds in page faults)."""
         at = np.asarray(positions)
         size = int(size)
-        if at.ndim != 1 or (at.size and (at.dtype.kind not in "iu" or int(at[0]) < 0
-                                         or int(at[-1]) >= size
-                                         or not bool(np.all(at[1:] > at[:-1])))):
+        blocks = size // BLOCK_BITS + 1
+        words = np.zeros((1, blocks * BLOCK_BITS // 32), np.uint32)
+        if at.ndim != 1 or (at.size and (at.dtype.kind not in "iu" or
+                                         bit_kernels.position_words(at, size, words[0]) >= 0)):
             raise ConstraintSetError(f"ItemRanks.of_positions: positions (dtype {at.dtype}, "
                                      f"shape {at.shape}): expected ascending distinct ints in "
                                      f"[0, {size})")
-        blocks = size // BLOCK_BITS + 1
-        words = np.zeros((1, blocks * BLOCK_BITS // 32), np.uint32)
-        if at.size:
-            word = at >> 5
-            bits = np.left_shift(np.uint32(1), (at & 31).astype(np.uint32))
-            first = np.flatnonzero(np.concatenate(([True], word[1:] != word[:-1])))
-            words[0, word[first]] = np.bitwise_or.reduceat(bits, first)
         out = cls._empty(1, blocks, size, fine, words)
         out._summarize(0)
         return out

@@ -185,6 +185,26 @@ def test_numpy_kernels_equal_the_compiled_ones(seed):
     row_item = rng.integers(0, m, n).astype(np.int32)
     _both("mark_selected_bits", lambda: (selection, row_item, packed_words(np.zeros(m, bool)),
                                          np.zeros(n, np.int32)), 2)
+    # Rank bits: positions set (ascending, then one out of order, repeated or out of
+    # range: the bits before it set, its index returned), then counted per word and block.
+    size = n + 40
+    positions = np.sort(rng.choice(size, min(size, int(rng.integers(0, 60))), replace=False))
+    words = lambda: np.zeros(size // 32 + 17, np.uint32)  # noqa: E731
+    for dtype in (np.int32, np.int64):
+        _both("position_words", lambda d=dtype: (positions.astype(d), size, words()), 2)
+    if positions.shape[0] > 2:
+        for bad in (positions[1], positions[0] - 1, size + 3):
+            wrong = positions.copy()
+            wrong[2] = bad
+            _both("position_words", lambda w=wrong: (w, size, words()), 2)
+    blocks = int(rng.integers(1, 5))
+    counted = rng.integers(0, 1 << 32, blocks * 16, dtype=np.uint64).astype(np.uint32)
+    counted[rng.random(counted.shape[0]) < density] = 0
+    start = int(rng.integers(0, blocks))
+    _both("word_counts", lambda: (counted, np.zeros(blocks * 16, np.uint16),
+                                  np.zeros(blocks, np.uint64), start, blocks - start), 1)
+    _both("word_counts", lambda: (counted, np.zeros(blocks * 16, np.uint16),
+                                  np.zeros(blocks, np.uint64), start, blocks - start), 2)
     # A permutation's insertions, and a part with repeated values.
     order = np.arange(n)
     moved = rng.choice(n, min(n, int(rng.integers(0, 20))), replace=False)
