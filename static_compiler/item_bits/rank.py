@@ -33,7 +33,6 @@ from typing import Optional, Sequence
 import numpy as np
 
 from static_compiler.errors import ConstraintSetError
-from static_compiler.item_bits import bit_kernels
 from static_compiler.item_bits.placements import Placements
 from static_compiler.item_bits.state_order import InsertedOrder
 from static_compiler.support.threads import THREADS, on_threads
@@ -72,6 +71,7 @@ def _word_counts(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     word of `words` uint32 (R, blocks * 16); per block uint64 (R, blocks)),
     by `bit_kernels.word_counts` (one pass; its numpy twin without numba),
     spans of blocks on threads."""
+    from static_compiler.item_bits import bit_kernels  # (numba loaded on first use, not at import)
     R, blocks = words.shape[0], words.shape[1] // 16
     words = np.ascontiguousarray(words)
     within = np.empty(words.shape, np.uint16)
@@ -183,6 +183,7 @@ class ItemRanks:
         states): the words written from the positions (O(X + size / 32),
         no bool (size,) mask: at 1e9 states a fresh gigabyte costs this VM
         seconds in page faults)."""
+        from static_compiler.item_bits import bit_kernels
         at = np.asarray(positions)
         size = int(size)
         blocks = size // BLOCK_BITS + 1
