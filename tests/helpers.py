@@ -157,6 +157,37 @@ def serve(art, model, seeds, beam_size, start_token=0):
     return art.finalize(state)
 
 
+def saved_kind(kind: str, folder, beams: int, seed: int, **options) -> tuple:
+    """(items, compiled, the served artifact, its path) of a small set
+    saved with item subsets in `folder`: kind "fixed" (40 items, L = 4,
+    V = 6) or "ragged" (30, end token 0, V = 7), "-capacity" for capacity
+    1.5; two items repeated (rows of one item); `options` to compile."""
+    import static_compiler as sc
+    from static_compiler import serving
+    rng = np.random.default_rng(seed)
+    if kind == "fixed":
+        items, vocab, end = oracle.random_set(rng, 40, 4, 6, skew=1.0), 6, None
+    else:
+        items, vocab, end = oracle.random_ragged_set(rng, 30, 4, 7, end_token=0), 7, 0
+    items = items + items[:2]
+    capacity = 1.5 if kind.endswith("capacity") else None
+    compiled = sc.compile_constraints(items, vocab, end_token=end, export_beam_sizes=(beams,),
+                                      export_subsets=True, capacity=capacity, **options)
+    path = pathlib.Path(folder) / "set.static"
+    compiled.save(path)
+    return items, compiled, serving.load(path), path
+
+
+def saved_with_capacity(path, beams: int) -> np.ndarray:
+    """Saves 40 random items (L = 4, V = 9) compiled with item subsets and
+    capacity 1.5 for beam size `beams` at `path`; returns the items."""
+    import static_compiler as sc
+    items = np.array(oracle.random_set(np.random.default_rng(4), 40, 4, 9))
+    sc.compile_constraints(items, 9, export_beam_sizes=(beams,), export_subsets=True,
+                           capacity=1.5).save(path)
+    return items
+
+
 def shares_the_modules(new, old) -> bool:
     """Whether a reloaded artifact `new` shares every deserialized module of
     `old` but the ranked ones (exported anew where an addition grew the

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import shutil
 
+import helpers
 import jax
 import numpy as np
-import oracle
 import pytest
 from hypothesis import given
 from live_cases import CI_EXAMPLES, compile_case, fuzz_settings, live_cases, paths, updated
@@ -40,18 +40,7 @@ def _same(a, b, where) -> None:
 
 @pytest.fixture(scope="module", params=["fixed", "ragged-capacity"])
 def saved(request, tmp_path_factory):
-    rng = np.random.default_rng(5)
-    if request.param == "fixed":
-        items, vocab, end = oracle.random_set(rng, 40, 4, 6, skew=1.0), 6, None
-    else:
-        items, vocab, end = oracle.random_ragged_set(rng, 30, 4, 7, end_token=0), 7, 0
-    items = items + items[:2]  # (duplicates: rows of one item)
-    capacity = 1.5 if request.param.endswith("capacity") else None
-    compiled = sc.compile_constraints(items, vocab, end_token=end, export_beam_sizes=(BEAMS,),
-                                      export_subsets=True, capacity=capacity)
-    path = tmp_path_factory.mktemp("art") / "set.static"
-    compiled.save(path)
-    return items, compiled, serving.load(path), path
+    return helpers.saved_kind(request.param, tmp_path_factory.mktemp("art"), BEAMS, 5)
 
 
 def _search(door, model, subset, index, batch: int, **options):
@@ -199,20 +188,16 @@ def test_additions_export_the_ranked_modules_anew_and_reload_shares_the_rest(
     and a ranked subset is refused naming `static-compiler re-export`."""
     from static_compiler.cli import main
     from static_compiler.serving import runtime
-    rng = np.random.default_rng(4)
-    items = np.array(oracle.random_set(rng, 40, 4, 9))
-    compiled = sc.compile_constraints(items, 9, export_beam_sizes=(BEAMS,), export_subsets=True,
-                                      capacity=1.5)
     path = tmp_path / "set.static"
-    compiled.save(path)
+    items = helpers.saved_with_capacity(path, BEAMS)
     old = serving.load(path)
     np.save(tmp_path / "add.npy", np.array([[8, 8, 8, 1], [8, 8, 7, 2], [0, 8, 8, 3]]))
     assert main(["update", str(path), "--add", str(tmp_path / "add.npy")]) == 0
     assert "modules kept" in capsys.readouterr().out
     new = old.reload()
-    assert new._warmth is old._warmth
-    for name in old._modules:
-        assert (new._modules[name] is old._modules[name]) != fmt.is_ranked_module(name), name
+    assert helpers.shares_the_modules(new, old)
+    assert not any(new._modules[name] is old._modules[name] for name in old._modules
+                   if fmt.is_ranked_module(name))
     everything = np.ones(len(items) + 3, bool)
     model = _model(9, 5)
     for art in (new, serving.load(path)):

@@ -37,19 +37,7 @@ def saved_as(*kinds):
 
 @pytest.fixture(scope="module", params=SAVED)
 def saved(request, tmp_path_factory):
-    rng = np.random.default_rng(3)
-    if request.param == "fixed":
-        items, vocab, end = oracle.random_set(rng, 40, 4, 6, skew=1.0), 6, None
-    else:
-        items, vocab, end = oracle.random_ragged_set(rng, 30, 4, 7, end_token=0), 7, 0
-    items = items + items[:2]
-    capacity = 1.5 if request.param.endswith("capacity") else None
-    compiled = sc.compile_constraints(items, vocab, end_token=end, export_beam_sizes=(BEAMS,),
-                                      export_tokens_per_beam=2, export_subsets=True,
-                                      capacity=capacity)
-    path = tmp_path_factory.mktemp("art") / "set.static"
-    compiled.save(path)
-    return items, compiled, serving.load(path), path
+    return helpers.saved_kind(request.param, tmp_path_factory.mktemp("art"), BEAMS, 3, export_tokens_per_beam=2)
 
 
 
@@ -318,12 +306,9 @@ def _serve_subset(art, mask, batch: int = 1):
 
 def test_cli_update_add_keeps_the_modules_within_capacity_and_exports_past_it(tmp_path, capsys):
     from static_compiler.cli import main
-    rng = np.random.default_rng(4)
-    items = np.array(oracle.random_set(rng, 40, 4, 9))
-    compiled = sc.compile_constraints(items, 9, export_beam_sizes=(BEAMS,), export_subsets=True,
-                                      capacity=1.5)
     path = tmp_path / "set.static"
-    compiled.save(path)
+    items = helpers.saved_with_capacity(path, BEAMS)
+    rng = np.random.default_rng(5)
     old = serving.load(path)
     added = np.array([[8, 8, 8, 1], [8, 8, 7, 2], [0, 8, 8, 3]])
     np.save(tmp_path / "add.npy", added)
