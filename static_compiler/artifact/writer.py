@@ -502,10 +502,12 @@ def _ranked_anew(compiled, manifest, files: dict) -> dict:
     (an addition grew the trie: the table shapes hold, the trie's own
     counts do not), by the jax that exported the rest; else {} (the
     modules a removal keeps; another jax's modules: a ranked subset then
-    names `static-compiler re-export`)."""
+    names `static-compiler re-export`; an artifact exported for a mesh
+    too, whose set read back here is not placed on it: re-export places it)."""
     from static_compiler.serving.runtime import running_versions
     outline = compiled.outline
-    if not manifest.exports_ranked or (outline.num_sequences, outline.num_final_states) == \
+    if not manifest.exports_ranked or manifest.mesh is not None or \
+            (outline.num_sequences, outline.num_final_states) == \
             (manifest.num_sequences, manifest.num_final_states):
         return {}
     if (manifest.jax_version, manifest.jaxlib_version) != running_versions():

@@ -1,6 +1,6 @@
 """`ExportedEngine`: the served artifact's engine of
 `decoding.decoder.Decoder` (`serving.Artifact`), its device work done by
-the exported StableHLO modules: init, beam_step (and its subset / prior /
+the exported StableHLO modules: init, beam_step (and its subset / ranked / prior /
 beam-schedule variants), mask and advance, each taking the step as a traced
 int32 (one program for every step). `allowed` has no module: its prefixes
 are replayed through advance (`decoder.replay_allowed`, the semantics of

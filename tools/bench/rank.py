@@ -808,6 +808,8 @@ def main(argv=None) -> int:
                              "(`torch_door`); jax-door: the JAX door's beam step over "
                              "ranked subsets (`jax_door`; 1e6 items unless --items)")
     args = parser.parse_args(argv)
+    from static_compiler.item_bits import bit_kernels
+    bit_kernels.warm()  # (numba's kernels loaded, or compiled the first time: not timed)
     if args.section == "jax-door":
         given = any(a == "--items" or a.startswith("--items=")
                     for a in (sys.argv[1:] if argv is None else argv))
