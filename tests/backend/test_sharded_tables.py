@@ -171,6 +171,7 @@ EXPORT_SCRIPT = textwrap.dedent("""
             key = f"{name} D={D}"
             out[key + " decode"] = same(serve(art), want)
             out[key + " subset"] = same(serve(art, art.subset(pick)), want_sub)
+            out[key + " ranked"] = same(serve(art, art.ranked_subset(pick)), want_sub)
             # mask/advance: one step of the processor pair against the in-process one
             ps = art.init_processor(B)
             logits = logits_at(np.zeros(B, np.int32), 0)[:, :]
@@ -239,7 +240,7 @@ EXPORT_SCRIPT = textwrap.dedent("""
 def test_an_artifact_exported_for_a_mesh_loads_on_it_and_decodes_bit_identically():
     """`save` of `compiled.shard(mesh, axis)` exports modules for that mesh;
     `serving.load(path, mesh=...)` splits the tables as saved and decodes
-    (beam_step, subsets, mask) bit-identically to the in-process decode on
+    (beam_step, subsets, ranked subsets, mask) bit-identically to the in-process decode on
     one device; a mesh of another size, no mesh, or a device are refused;
     an update within capacity reloads onto the mesh with the same modules."""
     check_exported(on_8_devices(EXPORT_SCRIPT), {"fixed D=2", "ragged D=4"})
