@@ -250,3 +250,23 @@ def exported_modules(compiled, caps, files: dict, variants: tuple = VARIANTS
     (cc,) = cc_versions
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     return modules, cc, (*running_versions(), today)
+
+
+def ranked_modules_anew(compiled, manifest, files: dict, caps) -> dict:
+    """The ranked modules of `compiled` exported into `files` (their entries
+    by name, caps `caps`) where they take other range tables than the
+    saved `manifest`'s (an addition grew the trie), by the jax that exported
+    its other modules; else {} (another jax's modules are kept: a ranked
+    subset then names `static-compiler re-export`)."""
+    from static_compiler.serving import runtime  # (its module's: a test stands in another jax)
+    if (manifest.jax_version, manifest.jaxlib_version) != runtime.running_versions():
+        return {}
+    specs, names, _ = ranked_arguments(compiled)
+    took = [(a.name, a.shape, a.dtype) for a in manifest.modules["mask_ranked"].args
+            if a.name.startswith("ranked")]
+    if took == [(a.name, a.shape, a.dtype) for a in aval_specs(specs, names)]:
+        return {}
+    for name, entry in manifest.modules.items():  # (linked by the caller: replaced)
+        if fmt.is_ranked_module(name):
+            files.pop(entry.file, None)
+    return exported_modules(compiled, caps, files, variants=("ranked",))[0]

@@ -18,6 +18,7 @@ import ctypes
 import dataclasses
 import errno
 import hashlib
+import importlib.util
 import io
 import os
 import pathlib
@@ -497,30 +498,12 @@ def reused_modules(compiled, reuse, files: dict) -> tuple[dict, int, tuple]:
 
 
 def _ranked_anew(compiled, manifest, files: dict) -> dict:
-    """The ranked modules of `compiled` exported anew into `files` (their
-    entries by name) where they take other range tables than `manifest`'s
-    (an addition grew the trie: the table shapes hold, the trie's own
-    counts do not), by the jax that exported the rest; else {} (the
-    modules a removal keeps; another jax's modules: a ranked subset then
-    names `static-compiler re-export`; an artifact exported for a mesh
-    too, whose set read back here is not placed on it: re-export places it)."""
-    from static_compiler.serving.runtime import running_versions
+    """`export.ranked_modules_anew` where an addition grew the trie and jax is
+    here; else {} (kept: without jax or on a mesh a ranked subset names re-export)."""
     outline = compiled.outline
     if not manifest.exports_ranked or manifest.mesh is not None or \
             (outline.num_sequences, outline.num_final_states) == \
-            (manifest.num_sequences, manifest.num_final_states):
+            (manifest.num_sequences, manifest.num_final_states) or \
+            importlib.util.find_spec("jax") is None:
         return {}
-    if (manifest.jax_version, manifest.jaxlib_version) != running_versions():
-        return {}
-    export = exporter()
-    specs, names, _ = export.ranked_arguments(compiled)
-    took = [(a.name, a.shape, a.dtype) for a in manifest.modules["mask_ranked"].args
-            if a.name.startswith("ranked")]
-    if took == [(a.name, a.shape, a.dtype) for a in export.aval_specs(specs, names)]:
-        return {}
-    for name, entry in manifest.modules.items():  # (linked above: replaced)
-        if fmt.is_ranked_module(name):
-            files.pop(entry.file, None)
-    entries, _, _ = export.exported_modules(compiled, export_caps(compiled), files,
-                                            variants=("ranked",))
-    return entries
+    return exporter().ranked_modules_anew(compiled, manifest, files, export_caps(compiled))
