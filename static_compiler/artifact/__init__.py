@@ -7,7 +7,9 @@ objects (the automaton, the items, a checked set).
   automaton read back from them;
 * `lock`: the writers' lock (`update_lock`);
 * `history`: the versions every writer keeps of what it replaces;
-* `writer`: `save`, the files and their atomic swap, `recover_stale`;
+* `files`: a version's files before they are written (bytes, `NpyFile`,
+  `LinkedFile`) and how one is written;
+* `writer`: `save`, the files' atomic swap, `recover_stale`;
 * `read`: `read_automaton`, `read_names`, `read_items`, `load_checked`;
 * `table_check`: an artifact's tables checked a chunk at a time (what
   `static-compiler verify` runs without --input).
