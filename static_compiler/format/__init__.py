@@ -5,7 +5,8 @@ alone in `spec`.
 
 * `spec`: the names of the files, the format versions with their dated
   history (`FORMAT_HISTORY`, `MIN_FORMAT_VERSION`, `COMPAT`), the checksum
-  rules and the format's errors;
+  rules and the format's errors (re-exporting `module_names`: the exported
+  modules' kinds and names, standard library alone too);
 * `manifest`: the manifest's schema (`Manifest` and its entries), with
   `manifest_records` (the attribute columns' records);
 * `names`: a text catalogue's names.jsonl read back (`read_names_jsonl`);
