@@ -223,6 +223,7 @@ def test_serving_imports_nothing_else_of_ours_and_runs_a_step(fixed):
                                       "static_compiler.serving.warm",
                                       "static_compiler.format", "static_compiler.format.manifest",
                                       "static_compiler.format.manifest_records",
+                                      "static_compiler.format.module_names",
                                       "static_compiler.format.names", "static_compiler.format.normalize",
                                       "static_compiler.format.snapshot",
                                       "static_compiler.format.snapshot_items", "static_compiler.format.spec",
