@@ -162,15 +162,24 @@ class ExportedEngine(JaxStates):
         mask = ranked_arrays.ranked_mask(subset, ranked_arrays.set_ranges(self.set_view, on),
                                          fingerprint, subset_index, batch_size, where, on)
         leaves = ranked_arrays.ranked_leaves(mask)[0]
-        want = [a for a in self.modules["mask_ranked"].entry.args if a.name.startswith("ranked.")]
-        for leaf, spec in zip(leaves, want):  # (the set's own: another version's after additions)
+        module = self.modules["mask_ranked"]  # (checked once per subset and loaded module)
+        subset.placements.get(("jax-ranked-checked", on, id(module)),
+                              lambda: self._check_ranked(leaves, module, where))
+        return RankedArguments(leaves)
+
+    def _check_ranked(self, leaves: list, module: Module, where: str) -> bool:
+        """True if `leaves` have the shapes the ranked modules take (the set's
+        range tables as exported: another version's after additions); else
+        DecodeInputError naming re-export."""
+        want = [a for a in module.entry.args if a.name.startswith("ranked.")]
+        for leaf, spec in zip(leaves, want):
             shape = tuple(np.shape(leaf))
             if len(shape) != len(spec.shape) or any(
                     isinstance(d, int) and d != n for d, n in zip(spec.shape, shape)):
                 break
         else:
             if len(leaves) == len(want):
-                return RankedArguments(leaves)
+                return True
         raise DecodeInputError(f"{where}: artifact {str(self.path)!r}'s ranked-subset modules take "
                                "the range tables of the version they were exported with, and "
                                "this version's differ (items added since: "
