@@ -207,9 +207,14 @@ class Decoder(abc.ABC):
         takes them; or `where` / `masks`: a filter as `subset` takes it.
         Removed items are never in it. A `rank.RankedSubset` of this version
         (its fingerprint): another set's or version's is refused when
-        decoding (DecodeInputError). The compiled set and the torch door
-        decode over it; a served artifact's exported modules read `subset`'s
-        bits and refuse it (DecodeInputError).
+        decoding (DecodeInputError). Every door decodes over it: the
+        compiled set, the torch door, and a served artifact through its
+        ``_ranked`` modules (format version 16; an older artifact refuses
+        it with DecodeInputError naming ``static-compiler re-export``).
+        A set whose input rows are its items in trie order (sorted, no
+        duplicates: `frontend.datasets.write_synthetic_shards`'
+        in_trie_order) packs a mask or a filter's rows in place, with no
+        scatter through the row -> item map.
 
         Raises as `subset`."""
         where_ = f"{type(self).__name__}.ranked_subset"

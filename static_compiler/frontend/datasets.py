@@ -62,7 +62,8 @@ SHARD_CHUNK_ROWS = 1 << 20
 
 
 def write_synthetic_shards(directory, num_items: int, num_shards: int, length: int = 8,
-                           vocab_size: int = 2048, seed: int = 0, dtype="int32") -> list:
+                           vocab_size: int = 2048, seed: int = 0, dtype="int32",
+                           in_trie_order: bool = False) -> list:
     """Writes `num_items` uniform random Semantic IDs as `num_shards` .npy
     files (`dtype` (n_i, length), shard-00000.npy ...) under `directory`,
     one chunk of SHARD_CHUNK_ROWS rows at a time (written through a memory
@@ -70,7 +71,14 @@ def write_synthetic_shards(directory, num_items: int, num_shards: int, length: i
     integer dtype that holds every token (uint16 halves int32's bytes for
     V <= 65536). Deterministic: chunk c of shard i is drawn from PCG64
     seeded with (seed, i, c), the same tokens whatever the dtype. Returns
-    the paths, in order."""
+    the paths, in order.
+
+    in_trie_order: the rows distinct and sorted across the shards, so that
+    input row i is item i of the compiled set (a catalogue stored in its
+    trie's order: a subset's mask is its item bits as they are). Each chunk
+    draws distinct keys over the first k tokens (V^k <= 2^63) in a range of
+    its own (the chunks' ranges ascend), sorted; the other tokens are
+    uniform. ValueError when V^L is under num_items."""
     for name, value in (("num_items", num_items), ("num_shards", num_shards),
                         ("length", length), ("vocab_size", vocab_size)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -91,13 +99,46 @@ def write_synthetic_shards(directory, num_items: int, num_shards: int, length: i
         for c, start in enumerate(range(0, n, SHARD_CHUNK_ROWS)):
             rows = min(SHARD_CHUNK_ROWS, n - start)
             rng = np.random.Generator(np.random.PCG64([seed, i, c]))
-            out[start:start + rows] = rng.integers(0, vocab_size, size=(rows, length),
-                                                   dtype=np.int32).astype(dtype, copy=False)
+            if in_trie_order:
+                first = int(sizes[:i].sum()) + start  # (the chunk's first row overall)
+                block = _sorted_sids(rng, first, rows, num_items, length, vocab_size)
+            else:
+                block = rng.integers(0, vocab_size, size=(rows, length), dtype=np.int32)
+            out[start:start + rows] = block.astype(dtype, copy=False)
         out.flush()
         del out
         os.replace(tmp, path)
         paths.append(path)
     return paths
+
+
+def _sorted_sids(rng, first: int, rows: int, num_items: int, length: int,
+                 vocab_size: int) -> np.ndarray:
+    """int32 (rows, length): rows first .. first + rows of `num_items`
+    distinct sorted Semantic IDs (`write_synthetic_shards`' in_trie_order):
+    distinct keys drawn over the first k tokens in this stretch's share of
+    [0, V^k), sorted, then written out as tokens (most significant first);
+    the other L - k tokens uniform."""
+    k = 1
+    while k < length and vocab_size ** (k + 1) <= 2 ** 63:
+        k += 1
+    space = vocab_size ** k
+    if space < num_items:
+        raise ValueError(f"write_synthetic_shards: in_trie_order needs V^L >= num_items "
+                         f"distinct rows; V^L = {space} < {num_items}")
+    lo, hi = space * first // num_items, space * (first + rows) // num_items
+    if hi - lo < 2 * rows:  # (a dense range: drawn without replacement)
+        keys = np.sort(rng.choice(hi - lo, rows, replace=False)).astype(np.int64) + lo
+    else:
+        keys = np.unique(rng.integers(lo, hi, rows, dtype=np.int64))
+        while keys.shape[0] < rows:  # (rare repeats: drawn again until distinct)
+            more = rng.integers(lo, hi, rows - keys.shape[0], dtype=np.int64)
+            keys = np.unique(np.concatenate([keys, more]))
+    out = np.empty((rows, length), np.int32)
+    for t in range(k - 1, -1, -1):
+        keys, out[:, t] = np.divmod(keys, vocab_size)
+    out[:, k:] = rng.integers(0, vocab_size, size=(rows, length - k), dtype=np.int32)
+    return out
 
 
 DEFAULT_DATASET = "synthetic-sids"

@@ -27,9 +27,8 @@ import numpy as np
 
 from static_compiler.errors import ArtifactFormatError, ConstraintSetError, FilterExpressionError
 from static_compiler.item_bits.item_masks import (
-    ITEM_CHUNK,
     RowSource,
-    check_selection,
+    rows_are_items,
     rows_item_bits,
     rows_item_mask,
 )
@@ -174,20 +173,6 @@ def _trie_order(items: ItemIndex, trie):
     return trie_ranges.trie_order(items, layers)
 
 
-def _rows_are_items(items: Optional[ItemIndex]) -> bool:
-    """Whether input row i is item i for every row (a sorted input without
-    duplicates, nothing added back): read once, a chunk at a time,
-    stopping at the first row that is not."""
-    if items is None or items.stale_rows is not None or items.num_items != items.num_unique:
-        return False
-    row_item = items.row_item
-    for lo in range(0, items.num_items, ITEM_CHUNK):
-        hi = min(items.num_items, lo + ITEM_CHUNK)
-        if not np.array_equal(np.asarray(row_item[lo:hi]), np.arange(lo, hi)):
-            return False
-    return True
-
-
 class _Once:
     """A value made by `make()` on first use, once across threads."""
 
@@ -242,7 +227,7 @@ class SetView:
         self._base = _Once(self._build_base)
         # (removals keep the order and the rows' items: versions share these two)
         self._order = _Once(lambda: _trie_order(items, built.get()))
-        self._rows_are_items = _Once(lambda: _rows_are_items(items))
+        self._rows_are_items = _Once(lambda: rows_are_items(items))
         self._removed_ranks = _Once(self._build_removed_ranks)
         # a door's device copies of what the trie and order give (a JAX door's ranked
         # subsets' ranges: `backend.decode.ranked.set_ranges`); removals share them
@@ -398,12 +383,7 @@ class SetView:
         items = self.checked_items(where)
         picked = self.selected_rows(selection, expression, masks, where)
         order, removed = self._order.get(), self._removed_ranks.get()
-        if isinstance(picked, RowSource) and self._rows_are_items.get():
-            check_selection(picked, items, where)  # (a filter: its rows are the items)
-            mask = np.empty(picked.num_rows, bool)
-            picked.fill(0, picked.num_rows, mask)
-            return rank.ranked_subset(mask, order, removed, fine=True,
-                                      fingerprint=self.fingerprint)
+        in_order = self._rows_are_items.get()  # (then a row's bit is its item's, packed as it is)
         if not isinstance(picked, RowSource):
             picked = _selection(picked, items, where)
             if picked.dtype != bool and self._lookup is not None:  # token sequences
@@ -414,14 +394,15 @@ class SetView:
                 raise ConstraintSetError(f"{where}: selection has shape {picked.shape}: "
                                          f"expected bool ({items.num_items},) or (R, "
                                          f"{items.num_items}), R >= 1, over the input rows")
-            if picked.dtype == bool and picked.shape[-1] == items.num_items and \
-                    self._rows_are_items.get():  # the rows are the items: packed as they are
+            if picked.ndim == 2 and picked.dtype == bool and \
+                    picked.shape[-1] == items.num_items and in_order:  # (stacked rows, as they are)
                 return rank.ranked_subset(picked, order, removed, fine=True,
                                           fingerprint=self.fingerprint)
         rows = [picked] if isinstance(picked, RowSource) or picked.ndim == 1 else list(picked)
-        # each row's items as packed bits (the scatter through row -> item), counted as packed
-        words = np.stack([rows_item_bits(row, items, where).data.view(np.uint32)
-                          for row in rows])
+        # each row's items as packed bits (in place, or the scatter through row -> item)
+        words = [rows_item_bits(row, items, where, in_item_order=in_order).data.view(np.uint32)
+                 for row in rows]
+        words = words[0][None] if len(words) == 1 else np.stack(words)
         return rank.ranked_subset_of_words(words, order, removed, fine=True,
                                            fingerprint=self.fingerprint)
 

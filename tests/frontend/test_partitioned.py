@@ -149,6 +149,26 @@ def test_synthetic_shards_are_deterministic_and_written_in_chunks(tmp_path, monk
     assert len({x.tobytes() for x in arrays}) == 3
 
 
+@pytest.mark.parametrize("num_items,length,vocab", [(5_001, 4, 50), (2_400, 2, 50),
+                                                     (2_500, 2, 50), (3_000, 9, 2048)])
+def test_synthetic_shards_in_trie_order_are_the_compiled_sets_items(tmp_path, monkeypatch,
+                                                                   num_items, length, vocab):
+    """in_trie_order: distinct rows, sorted across shards and chunks (dense
+    key ranges too: 2,400 and all 2,500 of 50^2), deterministic; compiled,
+    row i is item i. Too few distinct rows is a ValueError."""
+    monkeypatch.setattr(datasets, "SHARD_CHUNK_ROWS", 700)
+    a, b = (datasets.write_synthetic_shards(tmp_path / d, num_items, 3, length, vocab, seed=9,
+                                            dtype="uint16", in_trie_order=True) for d in "ab")
+    rows = np.concatenate([np.load(p) for p in a]).astype(np.int64)
+    assert rows.shape == (num_items, length) and rows.min() >= 0 and rows.max() < vocab
+    assert np.array_equal(rows, np.unique(rows, axis=0))  # (sorted, no repeats)
+    assert np.array_equal(rows, np.concatenate([np.load(p) for p in b]))
+    compiled = sc.compile_constraints(Shards(a, partitions=4), vocab, export_subsets=True)
+    assert np.array_equal(compiled.items.row_item, np.arange(num_items))
+    with pytest.raises(ValueError, match="V\\^L = 2500 < 2501"):
+        datasets.write_synthetic_shards(tmp_path / "c", 2_501, 2, 2, 50, in_trie_order=True)
+
+
 def test_compile_constraints_takes_shards_and_decodes_like_the_array(tmp_path):
     paths = datasets.write_synthetic_shards(tmp_path, 3_000, 2, 3, 16, seed=2)
     rows = np.concatenate([np.load(p) for p in paths])

@@ -70,3 +70,58 @@ def test_bad_selections_are_refused_naming_shape_and_dtype(fn):
         fn(np.zeros(9, bool), items, "Artifact.subset")
     with pytest.raises(ConstraintSetError, match=r"Artifact.subset.*dtype int64"):
         fn(np.zeros(10, np.int64), items, "Artifact.subset")
+
+
+class _Rows:
+    """A `RowSource` over a bool mask, filled a range at a time (what a
+    filter's `RowFilter` is to the packing), counting its calls."""
+
+    def __init__(self, mask: np.ndarray):
+        self.mask, self.num_rows, self.calls = mask, mask.shape[0], 0
+
+    def fill(self, lo, hi, out, scratch=None):
+        self.calls += 1
+        out[:] = self.mask[lo:hi]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), n=st.integers(1, 900),
+       share=st.sampled_from([0.0, 0.02, 0.5, 1.0]), chunk=st.sampled_from([1, 7, 8, 64, 1 << 24]),
+       threads=st.integers(1, 3), lazy=st.booleans(), room=st.sampled_from([None, 0, 1000]))
+def test_rows_in_item_order_are_packed_in_place_as_the_scatter_gives_them(
+        seed, n, share, chunk, threads, lazy, room):
+    rng = np.random.default_rng(seed)
+    items = ItemIndex(row_item=np.arange(n, dtype=np.int32), num_unique=n)
+    mask = rng.random(n) < share
+    selection = _Rows(mask) if lazy else mask
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(item_masks, "ITEM_CHUNK", chunk)
+        patch.setattr(layer_walk, "WALK_THREADS", threads)
+        assert item_masks.rows_are_items(items)
+        packed = item_masks.rows_item_bits(selection, items, "t", room, in_item_order=True)
+        scattered = item_masks.rows_item_bits(mask, items, "t", room)
+    np.testing.assert_array_equal(packed.bools(), mask)
+    np.testing.assert_array_equal(packed.data, scattered.data)  # (zeros past n too)
+    if lazy:  # (chunks of whole bytes: at most n / 8 + 1 calls, each a byte-aligned range)
+        assert selection.calls == len(range(0, n, max(8, min(chunk, 1 << 24) // 8 * 8)))
+
+
+def test_rows_are_items_only_for_a_sorted_input_without_duplicates(tmp_path, monkeypatch):
+    n = 3 * (1 << 20) + 5  # (chunks of 2^20 rows, on two threads)
+    ident = np.arange(n, dtype=np.int32)
+    assert item_masks.rows_are_items(ItemIndex(row_item=ident, num_unique=n))
+    np.save(tmp_path / "row_item.npy", ident)
+    assert item_masks.rows_are_items(ItemIndex(row_item=np.load(tmp_path / "row_item.npy",
+                                                                mmap_mode="r"), num_unique=n))
+    for swap in ((1, 2), (n - 3, n - 2), ((1 << 20) - 1, 1 << 20)):  # (inner, last, across chunks)
+        swapped = ident.copy()
+        swapped[list(swap)] = swapped[list(swap[::-1])]
+        assert not item_masks.rows_are_items(ItemIndex(row_item=swapped, num_unique=n)), swap
+    assert not item_masks.rows_are_items(ItemIndex(row_item=ident[::-1].copy(), num_unique=n))
+    dup = np.concatenate([ident[:10], ident[9:-1]])  # (a duplicate row: n rows, n - 1 items)
+    assert not item_masks.rows_are_items(ItemIndex(row_item=dup, num_unique=n - 1))
+    stale = ItemIndex(row_item=ident, num_unique=n, stale_rows=np.zeros(n, bool))
+    assert not item_masks.rows_are_items(stale)
+    assert not item_masks.rows_are_items(None)
+    empty = ItemIndex(row_item=np.zeros(0, np.int32), num_unique=0)
+    assert item_masks.rows_are_items(empty)

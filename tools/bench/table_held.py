@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,11 +69,17 @@ from tools.bench.cli import ROOT, sid_set_parser
 CHANGED = 10_000
 LOOP = "serving loop"
 LOOP_RANKED = "serving loop, ranked"
-LOOPS = (LOOP, LOOP_RANKED)
+LOOP_WHERE = "serving loop, ranked filter"
+LOOPS = (LOOP, LOOP_RANKED, LOOP_WHERE)
 MODES = ("load + IR", "load", "subset", "serving subset", "show-ir --stats", "remove", "add",
-         "verify", LOOP, LOOP_RANKED)
+         "verify", LOOP, LOOP_RANKED, LOOP_WHERE)
 KEYS = dict(zip(("load+ir", "load", "subset", "serving-subset", "show-ir", "remove", "add",
-                 "verify", "serving-loop", "serving-loop-ranked"), MODES))
+                 "verify", "serving-loop", "serving-loop-ranked", "serving-loop-where"), MODES))
+FILTERS = ("uploaded_day >= 358 and region in (1, 7, 13) and price < 50.0",
+           "uploaded_day < 36 and region in (2, 3) and price >= 90.0")
+"""The serving loop's filters (`--attributes`): a 3-clause filter each, the
+first `tools.bench.rules`' (with an int region code for its category: a
+category column is built from strings, 12 GB of them at 1e9)."""
 STAGES = ("load", "masks", "first subset", "second subset", "first decode")
 LOADED = ("subset", "serving subset")
 """Modes whose own peak is also taken above the loaded set."""
@@ -109,10 +116,13 @@ def _page_cache(path: str) -> None:
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
-def _serving_loop(path: str, rng, ranked: bool = False) -> dict:
+def _serving_loop(path: str, rng, mode: str = LOOP) -> dict:
     """Seconds per stage (`STAGES`) of load -> masks -> two subsets -> the
-    first constrained decode, in this (fresh) process; `ranked`: the
-    subsets are `ranked_subset`'s, decoded by the ``_ranked`` modules."""
+    first constrained decode, in this (fresh) process; LOOP_RANKED: the
+    subsets are `ranked_subset`'s, decoded by the ``_ranked`` modules;
+    LOOP_WHERE: `ranked_subset(where=...)` of `FILTERS` (no masks), each
+    checked against numpy's count of the rows it picks (rows in trie
+    order: one item each) after the loop."""
     import numpy as np
 
     from static_compiler import serving
@@ -127,12 +137,15 @@ def _serving_loop(path: str, rng, ranked: bool = False) -> dict:
     art = serving.load(path, verify_checksums=False)
     lap("load")
     rows = art.items.row_item.shape[0]
-    masks = [_random_mask(rng, rows) for _ in range(2)]
+    if mode == LOOP_WHERE:
+        picks = [{"where": text} for text in FILTERS]
+    else:
+        picks = [{"selection": _random_mask(rng, rows)} for _ in range(2)]
     lap("masks")
-    make = art.ranked_subset if ranked else art.subset
-    make(masks[0])
+    make = art.subset if mode == LOOP else art.ranked_subset
+    first = make(**picks[0])
     lap("first subset")
-    chosen = make(masks[1])
+    chosen = make(**picks[1])
     lap("second subset")
     M = min(art.beam_sizes)
     state = art.init_beams(1, M)
@@ -140,7 +153,33 @@ def _serving_loop(path: str, rng, ranked: bool = False) -> dict:
     state = art.beam_step(state, logits, 0, subset=chosen)
     np.asarray(state.tokens)  # (the step done)
     lap("first decode")
+    if mode == LOOP_WHERE:
+        _check_filters(art, (first, chosen))
     return seconds
+
+
+def _check_filters(art, subsets) -> None:
+    """Each of `FILTERS`' ranked subsets holds as many items as numpy's
+    evaluation of its filter picks rows (the set's rows in trie order, one
+    item each; no item removed), a chunk at a time."""
+    import numpy as np
+
+    cols = {name: art.attributes[name].values for name in ("uploaded_day", "region", "price")}
+    n = cols["price"].shape[0]
+    for text, subset in zip(FILTERS, subsets):
+        day, regions, price = ((358, None), (1, 7, 13), (None, 50.0)) if text == FILTERS[0] \
+            else ((None, 36), (2, 3), (90.0, None))
+        count = 0
+        for a in range(0, n, 1 << 24):
+            d, r, p = (c[a:a + (1 << 24)] for c in (cols["uploaded_day"], cols["region"],
+                                                     cols["price"]))
+            ok = (d >= day[0]) if day[0] is not None else (d < day[1])
+            ok &= np.isin(r, regions)
+            ok &= (p < np.float32(price[1])) if price[1] is not None else \
+                (p >= np.float32(price[0]))
+            count += int(np.count_nonzero(ok))
+        got = int(subset.sizes[0])
+        assert got == count, f"{text}: {got} items in the ranked subset, numpy picks {count} rows"
 
 
 def _child(mode: str, path: str, n: int) -> dict:
@@ -181,11 +220,11 @@ def _child(mode: str, path: str, n: int) -> dict:
             import pstats
 
             profile = cProfile.Profile()
-            stages = profile.runcall(_serving_loop, path, rng, mode == LOOP_RANKED)
+            stages = profile.runcall(_serving_loop, path, rng, mode)
             for key in ("cumulative", "tottime"):
                 pstats.Stats(profile, stream=sys.stderr).sort_stats(key).print_stats(top)
         else:
-            stages = _serving_loop(path, rng, mode == LOOP_RANKED)
+            stages = _serving_loop(path, rng, mode)
     elif mode == "show-ir --stats":
         assert _quiet_cli(["show-ir", path, "--stats"]) == 0
     elif mode == "verify":
@@ -218,6 +257,22 @@ def _random_mask(rng, rows: int):
     return mask
 
 
+def _write_attributes(folder: str, n: int) -> dict:
+    """`FILTERS`' columns for n rows, written as .npy files a chunk at a time
+    and memory-mapped back (the build copies them into the artifact):
+    uploaded_day int32 in [0, 365), price float32 in [0, 100), region uint8
+    in [0, 20) (`tools.bench.rules`' columns, its category codes as ints)."""
+    import numpy as np
+
+    from tools.bench.rules import write_columns
+
+    os.makedirs(folder, exist_ok=True)
+    cols = write_columns(folder, n, seed=3)
+    os.replace(os.path.join(folder, "category.npy"), os.path.join(folder, "region.npy"))
+    return {"uploaded_day": cols["uploaded_day"], "price": cols["price"],
+            "region": np.load(os.path.join(folder, "region.npy"), mmap_mode="r")}
+
+
 def _build(args, n: int, workdir: str, path: str) -> None:
     """Compiles n random items (in memory, or from shard files with
     --shards) and saves them at `path`, with the rows to remove and add."""
@@ -233,33 +288,42 @@ def _build(args, n: int, workdir: str, path: str) -> None:
     rng, changed = np.random.default_rng(7), min(int(args.changed), n // 10)  # fits a small set
     capacity = args.capacity or None
     start = time.perf_counter()
+    attributes = _write_attributes(os.path.join(workdir, "columns"), n) if args.attributes \
+        else None
     if not args.shards:
-        rows = datasets.synthetic_sids(n, L, V, seed=0)
+        rows = np.load(datasets.write_synthetic_shards(
+            os.path.join(workdir, "shards"), n, 1, L, V, in_trie_order=True)[0]) \
+            if args.in_trie_order else datasets.synthetic_sids(n, L, V, seed=0)
         compiled = sc.compile_constraints(sc.Shards(rows, partitions=args.partitions), V,
                                           capacity=capacity, export_subsets=True,
-                                          pipeline=args.pipeline or None)
+                                          pipeline=args.pipeline or None, attributes=attributes)
         removed = rows[rng.choice(n, changed, replace=False)]
         del rows
     else:
         paths = datasets.write_synthetic_shards(os.path.join(workdir, "shards"), n, args.shards,
-                                                L, V, dtype="uint16")
+                                                L, V, dtype="uint16",
+                                                in_trie_order=args.in_trie_order)
         print(f"# {args.shards} shards written in {time.perf_counter() - start:.1f} s",
               flush=True)
         with ProcessPoolExecutor(args.workers,
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
             compiled = sc.compile_constraints(
                 sc.Shards(paths, partitions=args.partitions, executor=pool, workdir=workdir), V,
-                capacity=capacity, export_subsets=True, pipeline=args.pipeline or None)
+                capacity=capacity, export_subsets=True, pipeline=args.pipeline or None,
+                attributes=attributes)
         first = np.load(paths[0], mmap_mode="r")
         removed = np.asarray(first[np.sort(rng.choice(first.shape[0], changed, replace=False))],
                              dtype=np.int64)
     compiled.save(path)
+    if attributes is not None:  # (the artifact holds its own copy)
+        del attributes, compiled
+        shutil.rmtree(os.path.join(workdir, "columns"))
     # what the children remove and add (written here: generating them in a
     # child would count in its peak)
     np.save(path + ".remove.npy", removed)
     np.save(path + ".add.npy", rng.integers(0, V, size=(changed, L)))
-    print(f"# compiled from Shards and saved in {time.perf_counter() - start:.1f} s: "
-          f"{compiled.lowered.nbytes / 2**20:.1f} MiB of tables, capacity {capacity}", flush=True)
+    print(f"# compiled from Shards and saved in {time.perf_counter() - start:.1f} s, "
+          f"capacity {capacity}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -276,6 +340,10 @@ def main(argv=None) -> int:
     parser.add_argument("--shards", type=int, default=0,
                         help="build from this many shard files on disk (past memory)")
     parser.add_argument("--workers", type=int, default=2, help="the build's pool, with --shards")
+    parser.add_argument("--in-trie-order", action="store_true",
+                        help="distinct rows sorted as the trie's items (row i is item i)")
+    parser.add_argument("--attributes", action="store_true",
+                        help="item attributes for the filters of serving-loop-where")
     parser.add_argument("--pipeline", default="", help="the build's pass pipeline")
     parser.add_argument("--workdir", default=None, help="where shards and the artifact go")
     parser.add_argument("--keep", action="store_true", help="leave the artifact in --workdir")
@@ -285,7 +353,7 @@ def main(argv=None) -> int:
                         help="the serving loop with jax's persistent compilation cache in DIR")
     parser.add_argument("--profile", type=int, default=0,
                         help="the serving loop under cProfile: print its N costliest functions")
-    parser.add_argument("--modes", default=",".join(KEYS),
+    parser.add_argument("--modes", default=",".join(k for k in KEYS if k != "serving-loop-where"),
                         help=f"comma-separated operations, of {', '.join(KEYS)}")
     args = parser.parse_args(argv)
     # the children run in the checkout (cwd=ROOT): relative paths mean the caller's
@@ -295,6 +363,9 @@ def main(argv=None) -> int:
     if bad:
         parser.error(f"--modes: unknown {bad}: expected some of {', '.join(KEYS)}")
     modes = [KEYS[m] for m in args.modes.split(",")]
+    if LOOP_WHERE in modes and not (args.attributes or args.artifact):
+        parser.error("--modes serving-loop-where: the set needs --attributes (its filters' "
+                     "columns)")
     from tools.bench.output import machine_line
 
     n, L, V = int(args.items), args.length, args.vocab
@@ -346,7 +417,9 @@ def main(argv=None) -> int:
         print("|" + "---|" * (len(STAGES) + 3))
         for r in loops:
             stages, total = r["stages"], sum(r["stages"].values())
-            print(f"| {'ranked' if r['mode'] == LOOP_RANKED else 'subset'} | " +
+            label = {LOOP: "`subset()` of masks", LOOP_RANKED: "`ranked_subset()` of masks",
+                     LOOP_WHERE: "`ranked_subset(where=)`"}[r["mode"]]
+            print(f"| {label} | " +
                   " | ".join(f"{stages[s]:.2f}" for s in STAGES) +
                   f" | {total:.2f} | {total - stages['masks']:.2f} |")
     return 0

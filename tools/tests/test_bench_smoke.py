@@ -239,11 +239,27 @@ def test_table_held_benchmark_runs_every_operation_without_the_ir():
     header, _, *values = [line for line in loop.splitlines() if line.startswith("|")]
     assert header.startswith("| subsets | load | masks | first subset | second subset | "
                              "first decode |")
-    assert [v.split(" | ")[0] for v in values] == ["| subset", "| ranked"]
+    assert [v.split(" | ")[0] for v in values] == ["| `subset()` of masks",
+                                                  "| `ranked_subset()` of masks"]
     for line in values:
         seconds = [float(v) for v in line.strip("| ").split(" | ")[1:]]
         assert len(seconds) == 7 and min(seconds) >= 0
         assert abs(sum(seconds[:5]) - seconds[5]) < 0.02 and seconds[6] <= seconds[5]
+
+
+def test_table_held_serving_loop_over_filters_checks_each_against_numpy():
+    """A set in trie order with the filters' columns: the loop over
+    `ranked_subset(where=)` (each subset's size checked against numpy's
+    evaluation of its filter in the child: a mismatch fails the run)."""
+    args = ("tools.bench.table_held", "--items", 3000, "--length", 4, "--vocab", 64,
+            "--partitions", 2)
+    run = _run(*args, "--in-trie-order", "--attributes", "--modes",
+               "serving-loop-where,serving-loop-ranked")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "| `ranked_subset(where=)` | " in run.stdout
+    assert "| `ranked_subset()` of masks | " in run.stdout
+    refused = _run(*args, "--modes", "serving-loop-where")
+    assert refused.returncode == 2 and "needs --attributes" in refused.stderr
 
 
 @pytest.mark.slow  # the same benchmark as above, three more runs from files on disk
@@ -260,6 +276,15 @@ def test_table_held_benchmark_builds_from_shard_files_and_reuses_the_artifact(tm
     assert again.returncode == 0, again.stderr[-3000:]
     assert "| serving subset |" in again.stdout and "| verify |" in again.stdout
     assert _run(*args, "--modes", "load,nope").returncode == 2
+
+
+def test_row_order_bench_checks_the_scatter_and_the_packing():
+    """`python -m tools.bench.row_order`: a row mask's item bits by the rows'
+    order, each output checked (a mismatch exits 1)."""
+    run = _run("tools.bench.row_order", "--items", "5000", "--repeats", "1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and "--" not in line]
+    assert len(rows) == 6 and all(r.endswith("| same |") for r in rows[1:]), run.stdout
 
 
 def test_rules_benchmark_times_the_filter_against_numpy():
