@@ -35,19 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-try:
-    from numba import njit, uint64
-    HAVE_NUMBA = True
-except ModuleNotFoundError as err:  # the numpy kernels at the end stand in
-    if err.name != "numba":
-        raise
-    HAVE_NUMBA = False
-    uint64 = np.uint64
-
-    def njit(*args, **kwargs):  # noqa: ARG001 (numba's signature)
-        """No compiler: the kernels below stay Python functions (never
-        called: their numpy twins replace them)."""
-        return lambda function: function
+from static_compiler.item_bits.jit import HAVE_NUMBA, njit, uint64  # (without numba: twins below)
 
 _ALL = uint64(0xFFFFFFFFFFFFFFFF)
 

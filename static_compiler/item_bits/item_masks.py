@@ -98,6 +98,11 @@ def rows_item_bits(selection, items, where: str, room: Optional[int] = None,
     ranges = [(a, min(n, a + ITEM_CHUNK)) for a in range(0, n, ITEM_CHUNK)]
     row_item, size = items.row_item, items.row_item.itemsize
     stale = items.stale_rows  # (rows that no longer stand for their item: never picked)
+    if not lazy and bit_kernels.HAVE_NUMBA:
+        from static_compiler.item_bits import bucket_scatter
+        if count >= bucket_scatter.BUCKET_FROM:  # (bits past the caches: by buckets)
+            return bucket_scatter.scatter_by_buckets(selection, row_item, count, room,
+                                                     layer_walk.WALK_THREADS, stale)
 
     def one_share(share) -> layer_walk.PackedBits:
         own = layer_walk.PackedBits.zeros(count, room)  # (no other thread writes its words)

@@ -59,8 +59,10 @@ def warm_kernels_in_background() -> None:
     start-up overlaps what the caller does before its first subset. Once
     per process (a server reloading its artifact starts no more threads)."""
     def warm() -> None:
-        from static_compiler.item_bits import bit_kernels
+        from static_compiler.item_bits import bit_kernels, bucket_scatter
         bit_kernels.warm()
+        if bit_kernels.HAVE_NUMBA:
+            bucket_scatter.warm()
 
     with _WARMED_LOCK:
         if _WARMED:

@@ -46,6 +46,11 @@ _THREADED_BITS = 1 << 20
 """Bits per row from which `ItemRanks.of_mask` packs stacked rows on
 threads (below, a thread pool costs more than it saves)."""
 
+_SPLIT_BITS = 1 << 24
+"""Bits from which `ItemRanks.of_mask` packs one row in spans of this many
+on threads (a 1e9 mask; below, one thread packs a row: the 1e7 row costs
+more on a pool than it saves)."""
+
 _BLOCK64 = BLOCK_BITS // 64
 _LANES = np.uint64(0x00FF00FF00FF00FF)
 _SUM16 = np.uint64(0x0001000100010001)
@@ -147,6 +152,17 @@ class ItemRanks:
                     np.bitwise_and(words[r], ~cleared.words[0], out=words[r])
                 out._summarize(r)
 
+        if rows.shape[0] == 1 and size >= _SPLIT_BITS:  # (one huge row: spans on threads)
+            def pack_spans(share) -> None:
+                for a in share:
+                    part = np.packbits(rows[0, a:a + _SPLIT_BITS], bitorder="little")
+                    data[0, a // 8:a // 8 + part.shape[0]] = part
+
+            on_threads(range(0, size, _SPLIT_BITS), pack_spans)
+            if cleared is not None:
+                np.bitwise_and(words[0], ~cleared.words[0], out=words[0])
+            out._summarize(0)
+            return out
         # stacked rows of a large set on threads, each its own rows (numpy releases the GIL)
         many = rows.shape[0] > 1 and size >= _THREADED_BITS
         on_threads(range(rows.shape[0]), pack, THREADS if many else 1)

@@ -139,14 +139,18 @@ def set_ranges(view, on=None) -> SetRanges:
 
 def start_set_ranges(view, on=None) -> None:
     """Begins `set_ranges(view, on)` on a daemon thread, if not made or
-    begun yet: a served artifact with ranked modules starts them when
-    loaded, so the first ranked decode finds them made (at 1e9 items they
-    take seconds: the near_unary layers' exception marks)."""
+    begun yet, after the view's `rows_in_item_order` (what the first ranked
+    subset asks): a served artifact with ranked modules starts them when
+    loaded, so the first ranked subset and decode find them made (at 1e9
+    items they take seconds: the near_unary layers' exception marks, the 4
+    GB row -> item map read)."""
     _ranges(view, on, background=True)
 
 
 def _ranges(view, on, background: bool) -> concurrent.futures.Future:
     def make():
+        if background:
+            view.rows_in_item_order()
         with jax.ensure_compile_time_eval():
             return range_arrays(view.trie(), view.trie_order(),
                                 lambda a: jax.device_put(a, on))

@@ -383,7 +383,7 @@ class SetView:
         items = self.checked_items(where)
         picked = self.selected_rows(selection, expression, masks, where)
         order, removed = self._order.get(), self._removed_ranks.get()
-        in_order = self._rows_are_items.get()  # (then a row's bit is its item's, packed as it is)
+        in_order = self.rows_in_item_order()  # (then a row's bit is its item's, packed as it is)
         if not isinstance(picked, RowSource):
             picked = _selection(picked, items, where)
             if picked.dtype != bool and self._lookup is not None:  # token sequences
@@ -394,17 +394,23 @@ class SetView:
                 raise ConstraintSetError(f"{where}: selection has shape {picked.shape}: "
                                          f"expected bool ({items.num_items},) or (R, "
                                          f"{items.num_items}), R >= 1, over the input rows")
-            if picked.ndim == 2 and picked.dtype == bool and \
-                    picked.shape[-1] == items.num_items and in_order:  # (stacked rows, as they are)
-                return rank.ranked_subset(picked, order, removed, fine=True,
+            if picked.dtype == bool and picked.shape[-1] == items.num_items and in_order:
+                return rank.ranked_subset(picked, order, removed, fine=True,  # (packed as they are)
                                           fingerprint=self.fingerprint)
         rows = [picked] if isinstance(picked, RowSource) or picked.ndim == 1 else list(picked)
-        # each row's items as packed bits (in place, or the scatter through row -> item)
+        # each row's items as packed bits (a filter's rows in place, or the scatter
+        # through row -> item)
         words = [rows_item_bits(row, items, where, in_item_order=in_order).data.view(np.uint32)
                  for row in rows]
         words = words[0][None] if len(words) == 1 else np.stack(words)
         return rank.ranked_subset_of_words(words, order, removed, fine=True,
                                            fingerprint=self.fingerprint)
+
+    def rows_in_item_order(self) -> bool:
+        """Whether input row i is item i for every row (`item_masks.
+        rows_are_items`: a sorted input without duplicates), read once:
+        then a mask or a filter's rows are packed as they are, no scatter."""
+        return bool(self._rows_are_items.get())
 
     def trie_order(self):
         """The set's trie order (`trie_ranges.trie_order`, an `InsertedOrder`;

@@ -125,3 +125,66 @@ def test_rows_are_items_only_for_a_sorted_input_without_duplicates(tmp_path, mon
     assert not item_masks.rows_are_items(None)
     empty = ItemIndex(row_item=np.zeros(0, np.int32), num_unique=0)
     assert item_masks.rows_are_items(empty)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), unique=st.integers(1, 3000), extra=st.integers(0, 500),
+       share=st.sampled_from([0.0, 0.05, 0.5, 1.0]), crowd=st.booleans(),
+       shift=st.sampled_from([3, 6, 9]), round_ids=st.sampled_from([1, 50, 1 << 20]),
+       chunk=st.sampled_from([8, 100, 1 << 22]), threads=st.integers(1, 3),
+       stale=st.booleans(), room=st.sampled_from([None, 5000]))
+def test_row_masks_of_large_sets_scattered_by_buckets_give_the_same_bits(
+        seed, unique, extra, share, crowd, shift, round_ids, chunk, threads, stale, room):
+    """`bucket_scatter` (a bool row mask once the items pass BUCKET_FROM,
+    here every size): the bits the direct marking sets, in rounds, with
+    buckets that fill (crowd: the selected rows' items in one bucket's
+    range, so its thread goes on into bits of its own), stale rows."""
+    from static_compiler.item_bits import bit_kernels, bucket_scatter
+    if not bit_kernels.HAVE_NUMBA:
+        pytest.skip("buckets are numba's path")
+    rng = np.random.default_rng(seed)
+    items = index_of(rng, unique + extra, unique)
+    selection = rng.random(items.num_items) < share
+    if crowd:
+        selection |= items.row_item < min(unique, 1 << shift)
+    if stale:  # (an item keeps a live row: its first one here)
+        stale_rows = rng.random(items.num_items) < 0.2
+        stale_rows[np.unique(items.row_item, return_index=True)[1]] = False
+        items = ItemIndex(row_item=items.row_item, num_unique=unique, stale_rows=stale_rows)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(layer_walk, "WALK_THREADS", threads)
+        patch.setattr(bucket_scatter, "BUCKET_FROM", 1 << 60)
+        want = item_masks.rows_item_bits(selection, items, "t", room)
+        for name, value in (("BUCKET_FROM", 0), ("BUCKET_SHIFT", shift), ("BUCKET_SLACK", 0),
+                            ("ROUND_IDS", round_ids), ("ROUND_CHUNK", chunk)):
+            patch.setattr(bucket_scatter, name, value)
+        got = item_masks.rows_item_bits(selection, items, "t", room)
+    np.testing.assert_array_equal(got.data, want.data)
+    live = selection if not stale else selection & ~items.stale_rows
+    oracle = np.zeros(unique, bool)
+    oracle[items.row_item[live]] = True
+    np.testing.assert_array_equal(got.bools(), oracle)
+
+
+def test_a_full_bucket_sends_its_thread_to_bits_of_its_own(monkeypatch):
+    """Rows that crowd one bucket's item range fill it: that thread marks
+    its chunks directly (`bit_kernels.mark_selected_bits`), the others go
+    on by buckets; the bits are the same."""
+    from static_compiler.item_bits import bit_kernels, bucket_scatter
+    if not bit_kernels.HAVE_NUMBA:
+        pytest.skip("buckets are numba's path")
+    rng = np.random.default_rng(1)
+    items = index_of(rng, 20_000, 16_000)
+    selection = (items.row_item < 1000) | (rng.random(20_000) < 0.02)
+    want = item_masks.rows_item_bits(selection, items, "t")
+    marked = []
+    mark = bit_kernels.mark_selected_bits
+    monkeypatch.setattr(bit_kernels, "mark_selected_bits",
+                        lambda *args: (marked.append(args[0].shape[0]), mark(*args)))
+    for name, value in (("BUCKET_FROM", 0), ("BUCKET_SHIFT", 10), ("BUCKET_SLACK", 0),
+                        ("ROUND_CHUNK", 1000)):
+        monkeypatch.setattr(bucket_scatter, name, value)
+    monkeypatch.setattr(layer_walk, "WALK_THREADS", 2)
+    got = item_masks.rows_item_bits(selection, items, "t")
+    np.testing.assert_array_equal(got.data, want.data)
+    assert 0 < len(marked) <= 20  # (a filled thread marks the chunk where it filled, and the rest)

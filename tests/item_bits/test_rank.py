@@ -114,6 +114,24 @@ def test_stacked_rows_of_a_large_set_packed_on_threads_equal_each_row_alone(fine
 
 
 @settings(max_examples=40, deadline=None)
+@given(mask=masks(), fine=st.booleans(), split=st.sampled_from([8, 64, 1000, 4096]),
+       clear=st.booleans())
+def test_one_huge_row_packed_in_spans_on_threads_equals_it_packed_whole(mask, fine, split,
+                                                                       clear):
+    """A single row of _SPLIT_BITS bits or more is packed in spans on
+    threads (spans of whole bytes): the same words, counts and word counts."""
+    row = mask[0]
+    gone = rank.ItemRanks.of_mask(np.roll(row, 3)) if clear else None
+    whole = rank.ItemRanks.of_mask(row, gone, fine=fine)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rank, "_SPLIT_BITS", split)
+        spans = rank.ItemRanks.of_mask(row, gone, fine=fine)
+    for got, want in [(spans.words, whole.words), (spans.counts, whole.counts),
+                      (spans.within, whole.within)]:
+        np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=40, deadline=None)
 @given(mask=masks(), fine=st.booleans())
 def test_ranks_of_positions_equal_the_ranks_of_their_mask(mask, fine):
     row = mask[0]

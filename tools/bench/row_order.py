@@ -5,7 +5,9 @@ the first step of every `ranked_subset` (and `subset`) of a row mask.
 * rows in random order (a catalogue compiled as it came): the selected
   rows scattered through the row -> item map (`item_masks.rows_item_bits`,
   int32 (N,), a random permutation here: each row's item far from its
-  neighbours', as a trie's row order puts them);
+  neighbours', as a trie's row order puts them), by buckets of item ranges
+  (`item_bits.bucket_scatter`, from BUCKET_FROM items) and, as before it,
+  each selected row's bit marked directly in the item bits;
 * the floor of that: the map and the mask read once on the same threads
   (one sum each; no write), the bytes any scatter must read at 10 %
   (nearly every 64-byte line of the map holds a selected row);
@@ -62,12 +64,13 @@ def _read_once(row_item: np.ndarray, mask: np.ndarray, threads: int) -> int:
 
 
 def run(n: int, repeats: int, seed: int) -> int:
-    from static_compiler.item_bits import bit_kernels, item_masks, layer_walk
+    from static_compiler.item_bits import bit_kernels, bucket_scatter, item_masks, layer_walk
     from static_compiler.items.index import ItemIndex
 
     print(f"# a 10 % row mask's item bits by the rows' order: {n} rows, each its own item")
     print(f"# {machine_line()}")
     bit_kernels.warm()
+    bucket_scatter.warm()
     rng = np.random.default_rng(seed)
     mask = np.empty(n, bool)
     for a in range(0, n, 1 << 24):  # (16-bit draws below 6554: 10.0006 %)
@@ -79,14 +82,19 @@ def run(n: int, repeats: int, seed: int) -> int:
     threads = layer_walk.WALK_THREADS
     rows = []
     floor_ms = median_ms(lambda: _read_once(shuffled.row_item, mask, threads), repeats)
-    scatter_ms = median_ms(lambda: item_masks.rows_item_bits(mask, shuffled, "bench"), repeats)
-    bits = item_masks.rows_item_bits(mask, shuffled, "bench")
     want = np.zeros(n, bool)
     want[shuffled.row_item[mask]] = True
-    ok = np.array_equal(bits.bools(), want)
+    library = bucket_scatter.BUCKET_FROM
+    for name, bucket_from in ((f"by buckets (`bucket_scatter`, from {library:.1e} items)",
+                               library), ("each row's bit marked directly", 1 << 62)):
+        bucket_scatter.BUCKET_FROM = bucket_from  # (1 << 62: the direct marking at any size)
+        scatter_ms = median_ms(lambda: item_masks.rows_item_bits(mask, shuffled, "bench"),
+                               repeats)
+        bits = item_masks.rows_item_bits(mask, shuffled, "bench")
+        rows.append((f"random order: {name}", scatter_ms, np.array_equal(bits.bools(), want)))
+    bucket_scatter.BUCKET_FROM = library
     del want, bits
-    rows += [("random order: scatter through row -> item (today)", scatter_ms, ok),
-             ("random order: the floor, map and mask read once", floor_ms, True)]
+    rows.append(("random order: the floor, map and mask read once", floor_ms, True))
     assert item_masks.rows_are_items(in_order)
     check_ms = median_ms(lambda: item_masks.rows_are_items(in_order), repeats)
     place_ms = median_ms(

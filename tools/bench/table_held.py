@@ -174,7 +174,7 @@ def _check_filters(art, subsets) -> None:
             d, r, p = (c[a:a + (1 << 24)] for c in (cols["uploaded_day"], cols["region"],
                                                      cols["price"]))
             ok = (d >= day[0]) if day[0] is not None else (d < day[1])
-            ok &= np.isin(r, regions)
+            ok &= np.logical_or.reduce([r == code for code in regions])  # (np.isin: 10x slower)
             ok &= (p < np.float32(price[1])) if price[1] is not None else \
                 (p >= np.float32(price[0]))
             count += int(np.count_nonzero(ok))

@@ -1,0 +1,172 @@
+"""The selected rows of a large set scattered into item bits by buckets
+(numba only): what `item_masks.rows_item_bits` runs for a bool row mask
+once the item bits outgrow the caches (BUCKET_FROM items).
+
+Marking each selected row's item straight in the bits (`bit_kernels.
+mark_selected_bits`) is one read-modify-write of a random word of N'/8
+bytes per selected row: at 1e9 items, 1e8 cache misses into 125 MB, ~6x
+the time of reading the mask and the row -> item map once
+(`tools.bench.row_order`). Here each thread first packs its chunks'
+selected item ids together and appends each to the bucket of its item
+range (2^BUCKET_SHIFT items: 256 KiB of bits, which a core's L2 holds),
+then the threads set the bits a bucket at a time, each thread its own
+buckets' ranges of the one output (no two threads write a word). The
+appends are sequential writes to a few hundred streams, and each bucket's
+bits are set while they are in cache.
+
+Rows go in rounds of about ROUND_IDS selected rows, the buckets sized
+from the round's count (`np.count_nonzero`), so the buckets take at most
+~1.3 x 4 bytes x ROUND_IDS per round whatever the mask's density. A
+bucket that fills anyway (a mask whose rows crowd one item range) sends
+its thread's round to the direct marking into bits of its own (setting a
+bit twice is harmless), or'ed in at the end: the same bits, slower.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from static_compiler.item_bits import layer_walk
+from static_compiler.item_bits.jit import njit, uint64
+from static_compiler.support.mapped import release_pages
+from static_compiler.support.threads import on_threads
+
+BUCKET_SHIFT = 21
+"""Items per bucket, as a power of two: 2^21 items are 256 KiB of bits
+(measured at 1e9 items: 2^20 to 2^22 within the noise, 2^23 slower)."""
+
+BUCKET_FROM = 1 << 26
+"""Items from which a row mask is scattered by buckets (8 MiB of bits:
+below, the bits stay in the caches and the direct marking is faster)."""
+
+ROUND_IDS = 1 << 25
+"""Selected rows per round (about): the buckets' memory, ~5 bytes an id
+(172 MB at 2^25, against 250 MB of the direct marking's two threads' own
+bits at 1e9; measured at 1e9: 2^25 and 2^26 alike, 2^24 ~15 % slower)."""
+
+BUCKET_SLACK = 256
+"""Ids a bucket holds beyond 1.3 x its even share of a round."""
+
+ROUND_CHUNK = 1 << 22
+"""Rows a thread packs and buckets at a time (its scratch: 4 bytes a row)."""
+
+
+@njit(nogil=True, cache=True)
+def bucket_selected(selection, ids, scratch, buckets, fill, capacity, shift):
+    """Appends ids[i] for each i where selection[i] (bool (n,), ids int
+    (n,) >= 0) to bucket ids[i] >> shift: buckets of the ids' dtype
+    (B * capacity,), bucket h at [h * capacity, (h + 1) * capacity), fill
+    int64 (B,) its length; scratch (>= n,) of ids' dtype. Returns False,
+    with what it appended kept, when a bucket is full."""
+    k = 0
+    for i in range(selection.shape[0]):  # (the selected ids packed together, no branch)
+        scratch[k] = ids[i]
+        k += selection[i]
+    for j in range(k):
+        v = scratch[j]
+        h = v >> shift
+        f = fill[h]
+        if f == capacity:
+            return False
+        buckets[h * capacity + f] = v
+        fill[h] = f + 1
+    return True
+
+
+@njit(nogil=True, cache=True)
+def drain_buckets(buckets, fill, capacity, first, stop, out):
+    """Sets bit v of `out` (uint64 words) for each id v in buckets [first,
+    stop) (as `bucket_selected` filled them)."""
+    for h in range(first, stop):
+        base = h * capacity
+        for j in range(fill[h]):
+            v = buckets[base + j]
+            out[v >> 6] |= uint64(1) << uint64(v & 63)
+
+
+def scatter_by_buckets(selection: np.ndarray, row_item, count: int, room: Optional[int],
+                       threads: int, stale: Optional[np.ndarray] = None) -> layer_walk.PackedBits:
+    """`PackedBits` (count,): bit row_item[i] set for each row i where
+    selection[i] (bool (N,)) and not stale[i] (bool (N,) or None), by
+    buckets on `threads` threads (see the module doc); room as
+    `PackedBits.zeros` takes it. row_item: int (N,) in [0, count), possibly
+    memory-mapped."""
+    n = selection.shape[0]
+    bits = layer_walk.PackedBits.zeros(count, room)
+    num_buckets = ((count - 1) >> BUCKET_SHIFT) + 1 if count else 1
+    starts = range(0, n, ROUND_CHUNK)
+    selected = [int(np.count_nonzero(selection[a:a + ROUND_CHUNK])) for a in starts]
+    per_round = max(1, -(-ROUND_IDS * len(starts) // max(1, sum(selected))))  # (chunks)
+    rounds = [[(a, min(n, a + ROUND_CHUNK)) for a in starts[r:r + per_round]]
+              for r in range(0, len(starts), per_round)]
+    # one set of buckets per thread, reused by every round (fresh pages cost this VM
+    # up to 2 s/GB), sized for the most any thread's share of a round selects
+    most = max(sum(selected[r + i] for i in range(t, min(per_round, len(starts) - r), threads))
+               for r in range(0, len(starts), per_round) for t in range(threads))
+    scatter = _Scatter(selection, row_item, stale, num_buckets,
+                       int(1.3 * most / num_buckets) + BUCKET_SLACK, count, room, threads)
+    spans = [(h, min(num_buckets, h + 8)) for h in range(0, num_buckets, 8)]
+    for chunks in rounds:
+        on_threads(list(range(threads)), lambda ts, chunks=chunks: [
+            scatter.fill_buckets(t, chunks[t::threads]) for t in ts], threads)
+        on_threads(spans, lambda share: [
+            drain_buckets(buckets, fill, scatter.capacity, first, stop, bits.uint64())
+            for first, stop in share for buckets, fill in scatter.buckets], threads)
+    for extra in scatter.own:
+        if extra is not None:
+            np.bitwise_or(bits.data, extra.data, out=bits.data)
+    return bits
+
+
+class _Scatter:
+    """`scatter_by_buckets`' state: each thread's buckets (capacity ids
+    each) and fill, reused by every round, and its own bits once a bucket
+    of it filled."""
+
+    def __init__(self, selection, row_item, stale, num_buckets: int, capacity: int, count: int,
+                 room: Optional[int], threads: int):
+        self.selection, self.row_item, self.stale = selection, row_item, stale
+        self.capacity, self.count, self.room = capacity, count, room
+        self.buckets = [(np.empty(num_buckets * capacity, row_item.dtype),
+                         np.zeros(num_buckets, np.int64)) for _ in range(threads)]
+        self.own: list = [None] * threads
+
+    def fill_buckets(self, t: int, chunks: list) -> None:
+        """Thread t's buckets emptied, then filled from `chunks` (row
+        ranges); a full bucket sends that chunk again, and the rest, to
+        its own bits (`own[t]`: setting a bit twice is harmless)."""
+        from static_compiler.item_bits import bit_kernels
+
+        buckets, fill = self.buckets[t]
+        fill[:] = 0
+        dtype, size = self.row_item.dtype, self.row_item.itemsize
+        scratch = np.empty(ROUND_CHUNK, dtype)
+        rows = np.empty(ROUND_CHUNK, bool) if self.stale is not None else None
+        direct = False
+        for a, b in chunks:
+            picked = self.selection[a:b]
+            if self.stale is not None:
+                picked = np.logical_and(picked, np.logical_not(self.stale[a:b]), out=rows[:b - a])
+            ids = np.asarray(self.row_item[a:b])
+            if not direct and not bucket_selected(picked, ids, scratch, buckets, fill,
+                                                  self.capacity, BUCKET_SHIFT):
+                direct = True
+            if direct:
+                if self.own[t] is None:
+                    self.own[t] = layer_walk.PackedBits.zeros(self.count, self.room)
+                bit_kernels.mark_selected_bits(picked, ids, self.own[t].uint64(), scratch)
+            release_pages(self.row_item, size * a, size * b)
+
+
+def warm() -> None:
+    """Loads (or compiles, the first time) the two kernels for the types
+    `scatter_by_buckets` passes (int32 ids, read-only where mapped)."""
+    ids = np.zeros(1, np.int32)
+    mapped = ids.copy()
+    mapped.flags.writeable = False
+    for source in (ids, mapped):
+        bucket_selected(np.zeros(1, bool), source, np.zeros(1, np.int32), np.zeros(1, np.int32),
+                        np.zeros(1, np.int64), 1, BUCKET_SHIFT)
+    drain_buckets(np.zeros(1, np.int32), np.zeros(1, np.int64), 1, 0, 1, np.zeros(1, np.uint64))

@@ -1,0 +1,27 @@
+"""numba, where it is installed: `njit` and `uint64` for the host kernels
+(`bit_kernels`, `bucket_scatter`), or stand-ins without it (`HAVE_NUMBA`
+False: the kernels stay Python functions that their callers never call,
+using numpy twins or another path instead). Importing this module loads
+numba; the kernels' modules are imported on first use, never at a package
+import (vLLM's worker start scans every loaded module and fails on
+llvmlite's objects)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    from numba import njit, uint64
+    HAVE_NUMBA = True
+except ModuleNotFoundError as err:  # the callers' numpy paths stand in
+    if err.name != "numba":
+        raise
+    HAVE_NUMBA = False
+    uint64 = np.uint64
+
+    def njit(*args, **kwargs):  # noqa: ARG001 (numba's signature)
+        """No compiler: the kernels stay Python functions (never called:
+        numpy twins or another path replace them)."""
+        return lambda function: function
+
+__all__ = ["HAVE_NUMBA", "njit", "uint64"]
