@@ -16,10 +16,9 @@ children (a row [start, end) of the next depth's states) is live:
 and where the walk starts: `gather_bits` (`inserted_bits`, for an order
 given by its insertions) puts an item mask in final-state order as bits,
 `mark_selected_bits` maps selected input rows to their items;
-`inserted_words` is `inserted_bits` for an item mask held as bits; and for
-the rank bits of ranked subsets (`rank.ItemRanks`), `position_words` sets
-the bits at ascending positions and `word_counts` counts a row's bits per
-word within its block of 16 words and per block (one pass each).
+`inserted_words` is `inserted_bits` for an item mask held as bits. The rank
+bits' kernels (`position_words`, `word_counts`) live in `rank_words`; this
+module's `NUMPY_KERNELS` and `warm` cover them too.
 
 Each bit kernel writes states [first_state, first_state + n) of `out`,
 OR-ing into words that must start zeroed; ranges that start on a multiple of 64 states touch
@@ -36,6 +35,12 @@ from __future__ import annotations
 import numpy as np
 
 from static_compiler.item_bits.jit import HAVE_NUMBA, njit, uint64  # (without numba: twins below)
+from static_compiler.item_bits.rank_words import (  # noqa: F401 (kernels of the registry below)
+    position_words,
+    position_words_numpy,
+    word_counts,
+    word_counts_numpy,
+)
 
 _ALL = uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -259,43 +264,6 @@ def split_insertions(order, expected, inserted):
 # bool per state or child of the range.
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _popcount(x):
-    """Set bits of x (uint64)."""
-    x = x - ((x >> uint64(1)) & uint64(0x5555555555555555))
-    x = (x & uint64(0x3333333333333333)) + ((x >> uint64(2)) & uint64(0x3333333333333333))
-    x = (x + (x >> uint64(4))) & uint64(0x0F0F0F0F0F0F0F0F)
-    return (x * uint64(0x0101010101010101)) >> uint64(56)
-
-
-@njit(nogil=True, cache=True)
-def position_words(at, size, words):
-    """Sets bit p of uint32 `words` (zeroed, > (size - 1) / 32 of them) for
-    each p of `at` (ints); returns -1, or the index of the first entry that
-    is not ascending, distinct and in [0, size) (the bits before it set)."""
-    prev = -1
-    for i in range(at.shape[0]):
-        p = np.int64(at[i])
-        if p <= prev or p >= size:
-            return i
-        words[p >> 5] |= np.uint32(1) << np.uint32(p & 31)
-        prev = p
-    return -1
-
-
-@njit(nogil=True, cache=True)
-def word_counts(words, within, per_block, first_block, n):
-    """For blocks [first_block, first_block + n) of 16 words of uint32
-    `words`: within (uint16, one per word) the set bits of its block before
-    each word, per_block (uint64) each block's set bits."""
-    for b in range(first_block, first_block + n):
-        acc = uint64(0)
-        for j in range(b * 16, b * 16 + 16):
-            within[j] = acc
-            acc += _popcount(uint64(words[j]))
-        per_block[b] = acc
-
-
 def _bits(words: np.ndarray, start: int, stop: int) -> np.ndarray:
     """bool (stop - start,): bits [start, stop) of uint64 `words`."""
     if stop <= start:
@@ -439,41 +407,6 @@ def split_insertions_numpy(order, expected, inserted):
     return expected + length
 
 
-def position_words_numpy(at, size, words):
-    at = np.asarray(at)
-    if at.size:
-        wide = at.astype(np.int64, copy=False)
-        bad = np.flatnonzero(np.concatenate(([wide[0] < 0], wide[1:] <= wide[:-1])) |
-                             (wide >= size))
-        if bad.size:
-            position_words_numpy(at[:bad[0]], size, words)
-            return int(bad[0])
-        word = wide >> 5
-        bits = np.left_shift(np.uint32(1), (wide & 31).astype(np.uint32))
-        first = np.flatnonzero(np.concatenate(([True], word[1:] != word[:-1])))
-        words[word[first]] |= np.bitwise_or.reduceat(bits, first)
-    return -1
-
-
-_LANES = np.uint64(0x00FF00FF00FF00FF)
-_SUM16 = np.uint64(0x0001000100010001)
-
-
-def word_counts_numpy(words, within, per_block, first_block, n):
-    # word popcounts as uint16 lanes, four to a uint64: one multiply gives each lane
-    # the sum of the lanes below and at it; a block's four groups add their carries
-    part = words[first_block * 16:(first_block + n) * 16]
-    lanes = np.bitwise_count(part).astype(np.uint16).view(np.uint64).reshape(n, 4)
-    upto = lanes * _SUM16
-    totals = upto >> np.uint64(48)
-    carry = np.zeros_like(totals)
-    for g in range(1, 4):
-        np.add(carry[:, g - 1], totals[:, g - 1], out=carry[:, g])
-    within[first_block * 16:(first_block + n) * 16] = \
-        (upto - lanes + carry * _SUM16).view(np.uint16).reshape(-1)
-    per_block[first_block:first_block + n] = carry[:, 3] + totals[:, 3]
-
-
 NUMPY_KERNELS = {"near_rows_any": near_rows_any_numpy,
                  "near_table_rows_any": near_table_rows_any_numpy, "rows_any": rows_any_numpy,
                  "gather_bits": gather_bits_numpy, "inserted_bits": inserted_bits_numpy,
@@ -481,14 +414,13 @@ NUMPY_KERNELS = {"near_rows_any": near_rows_any_numpy,
                  "mark_selected_bits": mark_selected_bits_numpy,
                  "split_insertions": split_insertions_numpy,
                  "position_words": position_words_numpy, "word_counts": word_counts_numpy}
-"""kernel name -> its numpy twin."""
+"""kernel name -> its numpy twin (the rank bits' two from `rank_words`)."""
 
 if not HAVE_NUMBA:  # the module's kernels are their numpy twins
     near_rows_any, rows_any, gather_bits = near_rows_any_numpy, rows_any_numpy, gather_bits_numpy
     near_table_rows_any = near_table_rows_any_numpy
     inserted_bits, inserted_words = inserted_bits_numpy, inserted_words_numpy
     mark_selected_bits, split_insertions = mark_selected_bits_numpy, split_insertions_numpy
-    position_words, word_counts = position_words_numpy, word_counts_numpy
 
 
 def warm() -> None:

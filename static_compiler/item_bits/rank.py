@@ -52,21 +52,6 @@ on threads (a 1e9 mask; below, one thread packs a row: the 1e7 row costs
 more on a pool than it saves)."""
 
 _BLOCK64 = BLOCK_BITS // 64
-_LANES = np.uint64(0x00FF00FF00FF00FF)
-_SUM16 = np.uint64(0x0001000100010001)
-
-
-def _block_counts(words64: np.ndarray) -> np.ndarray:
-    """uint64 (..., blocks): set bits per block of `words64` uint64 (...,
-    blocks * 8). Byte popcounts summed as four 16-bit lanes, then the lanes
-    by one multiply (a block's count <= 512 fits 16 bits): no reduction over
-    a small axis, which numpy runs an order of magnitude slower."""
-    pc = np.bitwise_count(words64)  # uint8, one per word, 8 per block
-    lanes = pc.view(np.uint64)  # (one uint64 per block: its 8 byte counts)
-    pairs = (lanes & _LANES) + ((lanes >> np.uint64(8)) & _LANES)
-    return (pairs * _SUM16) >> np.uint64(48)
-
-
 _SPAN_BLOCKS = 1 << 15
 """Blocks a thread counts at a time (`_word_counts`: 2 MiB of words)."""
 
@@ -74,9 +59,9 @@ _SPAN_BLOCKS = 1 << 15
 def _word_counts(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(within uint16 (R, blocks * 16): set bits in its block before each
     word of `words` uint32 (R, blocks * 16); per block uint64 (R, blocks)),
-    by `bit_kernels.word_counts` (one pass; its numpy twin without numba),
+    by `rank_words.word_counts` (one pass; its numpy twin without numba),
     spans of blocks on threads."""
-    from static_compiler.item_bits import bit_kernels  # (numba loaded on first use, not at import)
+    from static_compiler.item_bits import rank_words  # (numba loaded on first use, not at import)
     R, blocks = words.shape[0], words.shape[1] // 16
     words = np.ascontiguousarray(words)
     within = np.empty(words.shape, np.uint16)
@@ -86,7 +71,7 @@ def _word_counts(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     def count(share) -> None:
         for r, a, n in share:
-            bit_kernels.word_counts(words[r], within[r], per_block[r], a, n)
+            rank_words.word_counts(words[r], within[r], per_block[r], a, n)
 
     on_threads(spans, count, THREADS if words.size >= 1 << 22 else 1)
     return within, per_block
@@ -199,13 +184,13 @@ class ItemRanks:
         states): the words written from the positions (O(X + size / 32),
         no bool (size,) mask: at 1e9 states a fresh gigabyte costs this VM
         seconds in page faults)."""
-        from static_compiler.item_bits import bit_kernels
+        from static_compiler.item_bits import rank_words
         at = np.asarray(positions)
         size = int(size)
         blocks = size // BLOCK_BITS + 1
         words = np.zeros((1, blocks * BLOCK_BITS // 32), np.uint32)
         if at.ndim != 1 or (at.size and (at.dtype.kind not in "iu" or
-                                         bit_kernels.position_words(at, size, words[0]) >= 0)):
+                                         rank_words.position_words(at, size, words[0]) >= 0)):
             raise ConstraintSetError(f"ItemRanks.of_positions: positions (dtype {at.dtype}, "
                                      f"shape {at.shape}): expected ascending distinct ints in "
                                      f"[0, {size})")
@@ -227,7 +212,8 @@ class ItemRanks:
             within, per_block = _word_counts(words)
             self.within[r] = within[0]
         else:
-            per_block = _block_counts(words.view(np.uint64)).reshape(1, -1)
+            from static_compiler.item_bits import rank_words
+            per_block = rank_words.block_counts(words.view(np.uint64)).reshape(1, -1)
         np.cumsum(per_block[0], out=self.counts[r, 1:], dtype=self.counts.dtype)
 
     @classmethod
