@@ -14,12 +14,14 @@ buckets' ranges of the one output (no two threads write a word). The
 appends are sequential writes to a few hundred streams, and each bucket's
 bits are set while they are in cache.
 
-Rows go in rounds of about ROUND_IDS selected rows, the buckets sized
-from the round's count (`np.count_nonzero`), so the buckets take at most
-~1.3 x 4 bytes x ROUND_IDS per round whatever the mask's density. A
-bucket that fills anyway (a mask whose rows crowd one item range) sends
-its thread's round to the direct marking into bits of its own (setting a
-bit twice is harmless), or'ed in at the end: the same bits, slower.
+Rows go in rounds of about ROUND_IDS selected rows (counted first, a
+chunk at a time), and each thread's buckets are made once, sized for the
+round share that selects the most, and reused by every round: about 1.3 x
+4 bytes x ROUND_IDS in all whatever the mask's density (fresh pages cost
+this VM up to 2 s/GB). A bucket that fills anyway (a mask whose rows crowd
+one item range) sends its thread's round to the direct marking into bits
+of its own (setting a bit twice is harmless), or'ed in at the end: the
+same bits, slower.
 """
 
 from __future__ import annotations
@@ -101,8 +103,7 @@ def scatter_by_buckets(selection: np.ndarray, row_item, count: int, room: Option
     per_round = max(1, -(-ROUND_IDS * len(starts) // max(1, sum(selected))))  # (chunks)
     rounds = [[(a, min(n, a + ROUND_CHUNK)) for a in starts[r:r + per_round]]
               for r in range(0, len(starts), per_round)]
-    # one set of buckets per thread, reused by every round (fresh pages cost this VM
-    # up to 2 s/GB), sized for the most any thread's share of a round selects
+    # (each thread's buckets sized for the most its share of any round selects)
     most = max(sum(selected[r + i] for i in range(t, min(per_round, len(starts) - r), threads))
                for r in range(0, len(starts), per_round) for t in range(threads))
     scatter = _Scatter(selection, row_item, stale, num_buckets,
