@@ -163,8 +163,9 @@ def rows_are_items(items) -> bool:
     if items is None or items.stale_rows is not None or items.num_items != items.num_unique:
         return False
     row_item, n = items.row_item, items.num_items
-    if n and (int(row_item[0]) != 0 or int(row_item[n - 1]) != n - 1):
-        return False  # (a shuffled input, told at once)
+    if n and (int(np.asarray(row_item[0:1])[0]) != 0 or
+              int(np.asarray(row_item[n - 1:n])[0]) != n - 1):
+        return False  # (a shuffled input, told at once; slices: a lazy `PieceArray` too)
     step = 1 << 20
     ranges = [(a, min(n, a + step)) for a in range(0, n, step)]
     failed = threading.Event()
