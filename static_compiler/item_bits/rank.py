@@ -56,15 +56,17 @@ _SPAN_BLOCKS = 1 << 15
 """Blocks a thread counts at a time (`_word_counts`: 2 MiB of words)."""
 
 
-def _word_counts(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _word_counts(words: np.ndarray, within: Optional[np.ndarray] = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """(within uint16 (R, blocks * 16): set bits in its block before each
-    word of `words` uint32 (R, blocks * 16); per block uint64 (R, blocks)),
-    by `rank_words.word_counts` (one pass; its numpy twin without numba),
+    word of `words` uint32 (R, blocks * 16), written into `within` where
+    given (C-contiguous); per block uint64 (R, blocks)), by
+    `rank_words.word_counts` (one pass; its numpy twin without numba),
     spans of blocks on threads."""
     from static_compiler.item_bits import rank_words  # (numba loaded on first use, not at import)
     R, blocks = words.shape[0], words.shape[1] // 16
     words = np.ascontiguousarray(words)
-    within = np.empty(words.shape, np.uint16)
+    within = np.empty(words.shape, np.uint16) if within is None else within
     per_block = np.empty((R, blocks), np.uint64)
     spans = [(r, a, min(_SPAN_BLOCKS, blocks - a)) for r in range(R)
              for a in range(0, blocks, _SPAN_BLOCKS)]
@@ -154,10 +156,14 @@ class ItemRanks:
         return out
 
     @classmethod
-    def of_words(cls, words, size: int, fine: bool = False) -> "ItemRanks":
+    def of_words(cls, words, size: int, fine: bool = False, adopt: bool = False) -> "ItemRanks":
         """The ranks of packed words uint32 (W,) or (R, W) (bit i of word
         i // 32, W >= ceil(size / 32)), read as `size` bits: those past
-        `size` are ignored (cleared in the copy held)."""
+        `size` are ignored (cleared in the copy held). adopt: the caller
+        gives `words` up (a fresh array of its own): held as they are, no
+        copy, where they are C-contiguous and W is blocks * 16 (packed
+        bits with the room `words_for(size)`), the bits past `size` cleared
+        in place."""
         words = np.asarray(words)
         size = int(size)
         if words.dtype != np.uint32 or words.ndim not in (1, 2) or size < 0 or \
@@ -167,9 +173,14 @@ class ItemRanks:
                                      f"(W,) or (R, W) with W >= {-(-max(size, 0) // 32)}")
         rows = words.reshape(1, -1) if words.ndim == 1 else words
         blocks = size // BLOCK_BITS + 1
-        held = np.zeros((rows.shape[0], blocks * BLOCK_BITS // 32), np.uint32)
         used = -(-size // 32)
-        held[:, :used] = rows[:, :used]
+        if adopt and rows.shape[1] == blocks * BLOCK_BITS // 32 and rows.flags.c_contiguous and \
+                rows.flags.writeable:
+            held = rows
+            held[:, used:] = 0
+        else:
+            held = np.zeros((rows.shape[0], blocks * BLOCK_BITS // 32), np.uint32)
+            held[:, :used] = rows[:, :used]
         if size % 32:
             held[:, used - 1] &= np.uint32((1 << (size % 32)) - 1)
         out = cls._empty(rows.shape[0], blocks, size, fine, held)
@@ -208,9 +219,8 @@ class ItemRanks:
     def _summarize(self, r: int) -> None:
         """Counts row r's summary (and word counts) from its words."""
         words = self.words[r:r + 1]
-        if self.within is not None:
-            within, per_block = _word_counts(words)
-            self.within[r] = within[0]
+        if self.within is not None:  # (written in place: no second N/16 bytes)
+            _, per_block = _word_counts(words, self.within[r:r + 1])
         else:
             from static_compiler.item_bits import rank_words
             per_block = rank_words.block_counts(words.view(np.uint64)).reshape(1, -1)
@@ -328,6 +338,12 @@ class RankedSubset:
         return out
 
 
+def words_for(size: int) -> int:
+    """Bits an `ItemRanks` row of `size` bits holds (blocks * BLOCK_BITS):
+    packed bits with this room are adopted by `ItemRanks.of_words`."""
+    return (int(size) // BLOCK_BITS + 1) * BLOCK_BITS
+
+
 def ranked_subset(item_live, order: InsertedOrder, removed=None,
                   fine: bool = False, fingerprint: str = "") -> RankedSubset:
     """The `RankedSubset` of bool `item_live` (N',) or (R, N') over item ids,
@@ -355,12 +371,14 @@ def ranked_subset(item_live, order: InsertedOrder, removed=None,
 
 
 def ranked_subset_of_words(words, order: InsertedOrder, removed: Optional[ItemRanks] = None,
-                           fine: bool = False, fingerprint: str = "") -> RankedSubset:
+                           fine: bool = False, fingerprint: str = "",
+                           adopt: bool = False) -> RankedSubset:
     """`ranked_subset` of item bits already packed: uint32 words (R, W),
     bit i of word i // 32 item i (W >= ceil(N' / 32); `layer_walk.
     PackedBits` words, as a row selection's scatter writes them), cleared
     of `removed` (an `ItemRanks` of one row and N' bits, or None) in the
-    copy held: no unpacking, no second packing."""
+    copy held: no unpacking, no second packing. adopt: as
+    `ItemRanks.of_words` (the words, given up, held without a copy)."""
     words = np.asarray(words)
     count = int(order.count)
     if words.dtype != np.uint32 or words.ndim != 2 or words.shape[1] * 32 < count:
@@ -370,14 +388,14 @@ def ranked_subset_of_words(words, order: InsertedOrder, removed: Optional[ItemRa
     if removed is not None and removed.size != count:
         raise ConstraintSetError(f"ranked_subset_of_words: removed has {removed.size} bits: "
                                  f"expected {count}")
-    items = ItemRanks.of_words(words, count, fine=fine)
+    ids = np.asarray(order.item, np.int64)
+    picked = ((words.view(np.uint8)[:, ids >> 3] >> (ids & 7).astype(np.uint8)) & 1).astype(bool)
+    items = ItemRanks.of_words(words, count, fine=fine, adopt=adopt)
     if removed is not None:  # (the copy held is ours: cleared in place, then counted again)
         used = -(-count // 32)
         np.bitwise_and(items.words[:, :used], ~removed.words[0, :used], out=items.words[:, :used])
         for r in range(items.num_rows):
             items._summarize(r)
-    ids = np.asarray(order.item, np.int64)
-    picked = ((words.view(np.uint8)[:, ids >> 3] >> (ids & 7).astype(np.uint8)) & 1).astype(bool)
     if removed is not None and ids.shape[0]:
         gone = removed.words[0].view(np.uint8)
         picked &= ((gone[ids >> 3] >> (ids & 7).astype(np.uint8)) & 1) == 0

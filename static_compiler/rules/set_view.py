@@ -400,11 +400,12 @@ class SetView:
         rows = [picked] if isinstance(picked, RowSource) or picked.ndim == 1 else list(picked)
         # each row's items as packed bits (a filter's rows in place, or the scatter
         # through row -> item)
-        words = [rows_item_bits(row, items, where, in_item_order=in_order).data.view(np.uint32)
-                 for row in rows]
+        room = rank.words_for(items.num_unique)  # (the words then held as they are: no copy)
+        words = [rows_item_bits(row, items, where, room, in_item_order=in_order)
+                 .data.view(np.uint32) for row in rows]
         words = words[0][None] if len(words) == 1 else np.stack(words)
         return rank.ranked_subset_of_words(words, order, removed, fine=True,
-                                           fingerprint=self.fingerprint)
+                                           fingerprint=self.fingerprint, adopt=True)
 
     def rows_in_item_order(self) -> bool:
         """Whether input row i is item i for every row (`item_masks.

@@ -289,3 +289,23 @@ def test_a_variable_length_order_needs_its_layers():
     compiled = sc.compile_constraints([(1, 2), (1,)], 4, end_token=0)
     with pytest.raises(ConstraintSetError, match="needs its layers"):
         trie_ranges.trie_order(compiled._set_view.checked_items("test"))
+
+
+@pytest.mark.parametrize("size", [0, 1, 511, 512, 513, 5000])
+def test_adopted_words_give_the_ranks_of_copied_ones(size):
+    """`ItemRanks.of_words(..., adopt=True)` holds fresh words of the room
+    `words_for(size)` as they are (no copy; stray bits past `size`
+    cleared) and counts as a copy does; words of another width are copied."""
+    rng = np.random.default_rng(size)
+    room = rank.words_for(size)
+    words = rng.integers(0, 2 ** 32, (2, room // 32), dtype=np.uint32)  # (bits past size too)
+    want = rank.ItemRanks.of_words(words.copy(), size, fine=True)
+    got = rank.ItemRanks.of_words(words, size, fine=True, adopt=True)
+    assert got.words is words or np.shares_memory(got.words, words)
+    for a, b in [(got.words, want.words), (got.counts, want.counts), (got.within, want.within)]:
+        np.testing.assert_array_equal(a, b)
+    narrow = rng.integers(0, 2 ** 32, (1, room // 32 - 1 if size % 512 < 480 else room // 32 + 1),
+                          dtype=np.uint32)  # (wide enough for size, not the room's width)
+    copied = rank.ItemRanks.of_words(narrow, size, adopt=True)
+    assert not np.shares_memory(copied.words, narrow)
+    np.testing.assert_array_equal(copied.counts, rank.ItemRanks.of_words(narrow, size).counts)
