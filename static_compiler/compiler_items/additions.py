@@ -32,7 +32,7 @@ from static_compiler.item_bits import item_masks
 from static_compiler.item_bits.layers import find_in_rows
 from static_compiler.item_bits.state_order import InsertedOrder, item_order
 from static_compiler.items.index import ItemIndex
-from static_compiler.support.arrays import PieceArray, materialized
+from static_compiler.support.arrays import PieceArray, joined, materialized
 from static_compiler.support.dtypes import index_dtype_for
 from static_compiler.support.mapped import release_pages
 
@@ -451,20 +451,6 @@ def inserted(old, count: int, at: np.ndarray, values, size: int, fill) -> PieceA
         out[real:] = fill
 
     return PieceArray(size, old.dtype, fill_rows)
-
-
-def joined(first, second: np.ndarray) -> PieceArray:
-    """`first` (an array, possibly memory-mapped) then `second`, in
-    `second`'s dtype, computed a range at a time."""
-    count = first.shape[0]
-
-    def fill_rows(out, start, stop):
-        head = max(0, min(stop, count) - start)
-        out[:head] = first[start:start + head]
-        release_pages(first, start * first.itemsize, (start + head) * first.itemsize)
-        out[head:] = second[max(0, start - count):max(0, stop - count)]
-
-    return PieceArray(count + second.shape[0], second.dtype, fill_rows)
 
 
 def fit_problems(outline, widest: tuple, exceptions: tuple, plan_ir) -> list[str]:

@@ -1,7 +1,8 @@
 """New table arrays: aligned for a copy-free device put (`table_array`), or
-computed a range of rows at a time (`PieceArray`) so a table far larger
-than memory can be written to a file front to back; the .npy header of a
-table's file (`npy_header`). numpy only."""
+computed a range of rows at a time (`PieceArray`; `joined`, one array
+then another) so a table far larger than memory can be written to a file
+front to back; the .npy header of a table's file (`npy_header`). numpy
+only."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import weakref
 from typing import Callable, Optional
 
 import numpy as np
+
+from static_compiler.support.mapped import release_pages
 
 TABLE_ALIGNMENT = 64
 """Bytes a new table's data is aligned to (`table_array`)."""
@@ -225,3 +228,17 @@ def search_sorted(values, keys, side: str = "left"):
         found = np.searchsorted(values, np.clip(keys, info.min, info.max).astype(dtype), side=side)
         found = np.where(keys > info.max, values.shape[0], np.where(keys < info.min, 0, found))
     return int(found) if np.ndim(found) == 0 else found.astype(np.int64, copy=False)
+
+
+def joined(first, second: np.ndarray) -> PieceArray:
+    """`first` (an array, possibly memory-mapped) then `second`, in
+    `second`'s dtype, computed a range at a time."""
+    count = first.shape[0]
+
+    def fill_rows(out, start, stop):
+        head = max(0, min(stop, count) - start)
+        out[:head] = first[start:start + head]
+        release_pages(first, start * first.itemsize, (start + head) * first.itemsize)
+        out[head:] = second[max(0, start - count):max(0, stop - count)]
+
+    return PieceArray(count + second.shape[0], second.dtype, fill_rows)

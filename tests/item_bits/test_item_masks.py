@@ -126,7 +126,7 @@ def test_rows_are_items_only_for_a_sorted_input_without_duplicates(tmp_path, mon
     empty = ItemIndex(row_item=np.zeros(0, np.int32), num_unique=0)
     assert item_masks.rows_are_items(empty)
     # an addition's row -> item map, computed a range at a time (`PieceArray`: slices only)
-    from static_compiler.compiler_items.additions import joined
+    from static_compiler.support.arrays import joined
     lazy = joined(ident[:-5], ident[-5:])
     assert item_masks.rows_are_items(ItemIndex(row_item=lazy, num_unique=n))
     assert not item_masks.rows_are_items(ItemIndex(row_item=joined(ident[:-5], ident[-5:][::-1]),
