@@ -10,14 +10,13 @@ and `words` give a depth's bits as the uint32 words a `Subset` holds.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 import numpy as np
 
 from static_compiler.item_bits.layers import LayerWalk, NearRows, row_range
 from static_compiler.support.arrays import search_sorted
-from static_compiler.support.threads import THREADS
+from static_compiler.support.threads import THREADS, on_threads
 
 WALK_CHUNK = 1 << 22
 """A layer walked in ranges of this many states (`child_live`): the
@@ -176,8 +175,7 @@ def in_ranges(n: int, run, chunk: Optional[int] = None) -> None:
         for a, b in ranges:
             run(a, b)
     else:
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda ab: run(*ab), ranges))
+        on_threads(ranges, lambda share: [run(a, b) for a, b in share], threads)
 
 
 def _near_range(indptr, ex: np.ndarray, a: int, b: int) -> tuple:
