@@ -3,12 +3,12 @@
 once the item bits outgrow the caches (BUCKET_FROM items).
 
 Marking each selected row's item straight in the bits (`bit_kernels.
-mark_selected_bits`) is one read-modify-write of a random word of N'/8
+mark_selected_words`) is one read-modify-write of a random word of N'/8
 bytes per selected row: at 1e9 items, 1e8 cache misses into 125 MB, ~6x
 the time of reading the mask and the row -> item map once
-(`tools.bench.row_order`). Here each thread first packs its chunks'
-selected item ids together and appends each to the bucket of its item
-range (2^BUCKET_SHIFT items: 256 KiB of bits, which a core's L2 holds),
+(`tools.bench.row_order`). Here each thread packs its chunks'
+mask into words, finds the selected rows by their set bits and appends
+each row's item id to the bucket of its item range (2^BUCKET_SHIFT items: 256 KiB of bits, which a core's L2 holds),
 then the threads set the bits a bucket at a time, each thread its own
 buckets' ranges of the one output (no two threads write a word). The
 appends are sequential writes to a few hundred streams, and each bucket's
@@ -31,7 +31,7 @@ from typing import Optional
 import numpy as np
 
 from static_compiler.item_bits import layer_walk
-from static_compiler.item_bits.jit import njit, uint64
+from static_compiler.item_bits.jit import njit, trailing_zeros, uint64
 from static_compiler.support.mapped import release_pages
 from static_compiler.support.threads import on_threads
 
@@ -56,24 +56,24 @@ ROUND_CHUNK = 1 << 22
 
 
 @njit(nogil=True, cache=True)
-def bucket_selected(selection, ids, scratch, buckets, fill, capacity, shift):
-    """Appends ids[i] for each i where selection[i] (bool (n,), ids int
-    (n,) >= 0) to bucket ids[i] >> shift: buckets of the ids' dtype
-    (B * capacity,), bucket h at [h * capacity, (h + 1) * capacity), fill
-    int64 (B,) its length; scratch (>= n,) of ids' dtype. Returns False,
-    with what it appended kept, when a bucket is full."""
-    k = 0
-    for i in range(selection.shape[0]):  # (the selected ids packed together, no branch)
-        scratch[k] = ids[i]
-        k += selection[i]
-    for j in range(k):
-        v = scratch[j]
-        h = v >> shift
-        f = fill[h]
-        if f == capacity:
-            return False
-        buckets[h * capacity + f] = v
-        fill[h] = f + 1
+def bucket_selected(selected, ids, buckets, fill, capacity, shift):
+    """Appends ids[r] for each set bit r of `selected` (uint64 words, rows
+    packed by `bit_kernels.selection_words`; ids int (n,) >= 0) to bucket
+    ids[r] >> shift: buckets of the ids' dtype (B * capacity,), bucket h at
+    [h * capacity, (h + 1) * capacity), fill int64 (B,) its length. Returns
+    False, with what it appended kept, when a bucket is full."""
+    for w in range(selected.shape[0]):
+        word = selected[w]
+        base = w << 6
+        while word:
+            v = ids[base + trailing_zeros(word)]
+            word &= word - uint64(1)
+            h = v >> shift
+            f = fill[h]
+            if f == capacity:
+                return False
+            buckets[h * capacity + f] = v
+            fill[h] = f + 1
     return True
 
 
@@ -99,7 +99,9 @@ def scatter_by_buckets(selection: np.ndarray, row_item, count: int, room: Option
     bits = layer_walk.PackedBits.zeros(count, room)
     num_buckets = ((count - 1) >> BUCKET_SHIFT) + 1 if count else 1
     starts = range(0, n, ROUND_CHUNK)
-    selected = [int(np.count_nonzero(selection[a:a + ROUND_CHUNK])) for a in starts]
+    counted = on_threads(list(starts), lambda share: [
+        (a, int(np.count_nonzero(selection[a:a + ROUND_CHUNK]))) for a in share], threads)
+    selected = [c for _, c in sorted(pair for part in counted for pair in part)]
     per_round = max(1, -(-ROUND_IDS * len(starts) // max(1, sum(selected))))  # (chunks)
     rounds = [[(a, min(n, a + ROUND_CHUNK)) for a in starts[r:r + per_round]]
               for r in range(0, len(starts), per_round)]
@@ -142,22 +144,23 @@ class _Scatter:
 
         buckets, fill = self.buckets[t]
         fill[:] = 0
-        dtype, size = self.row_item.dtype, self.row_item.itemsize
-        scratch = np.empty(ROUND_CHUNK, dtype)
+        size = self.row_item.itemsize
+        buffer = np.empty(-(-ROUND_CHUNK // 64), np.uint64)
         rows = np.empty(ROUND_CHUNK, bool) if self.stale is not None else None
         direct = False
         for a, b in chunks:
             picked = self.selection[a:b]
             if self.stale is not None:
                 picked = np.logical_and(picked, np.logical_not(self.stale[a:b]), out=rows[:b - a])
+            selected = bit_kernels.selection_words(picked, buffer)
             ids = np.asarray(self.row_item[a:b])
-            if not direct and not bucket_selected(picked, ids, scratch, buckets, fill,
-                                                  self.capacity, BUCKET_SHIFT):
+            if not direct and not bucket_selected(selected, ids, buckets, fill, self.capacity,
+                                                  BUCKET_SHIFT):
                 direct = True
             if direct:
                 if self.own[t] is None:
                     self.own[t] = layer_walk.PackedBits.zeros(self.count, self.room)
-                bit_kernels.mark_selected_bits(picked, ids, self.own[t].uint64(), scratch)
+                bit_kernels.mark_selected_words(selected, ids, self.own[t].uint64())
             release_pages(self.row_item, size * a, size * b)
 
 
@@ -168,6 +171,6 @@ def warm() -> None:
     mapped = ids.copy()
     mapped.flags.writeable = False
     for source in (ids, mapped):
-        bucket_selected(np.zeros(1, bool), source, np.zeros(1, np.int32), np.zeros(1, np.int32),
+        bucket_selected(np.zeros(1, np.uint64), source, np.zeros(1, np.int32),
                         np.zeros(1, np.int64), 1, BUCKET_SHIFT)
     drain_buckets(np.zeros(1, np.int32), np.zeros(1, np.int64), 1, 0, 1, np.zeros(1, np.uint64))

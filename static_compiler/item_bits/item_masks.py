@@ -33,6 +33,10 @@ ITEM_CHUNK = 1 << 24
 a time, on threads: the pages of a memory-mapped `row_item` (`state_item`)
 read are dropped after each chunk."""
 
+SPLIT_FROM = 1 << 18
+"""Rows from which a row mask's scatter is split across the threads (each
+its own bits, or'ed at the end: N'/8 bytes a thread)."""
+
 
 @runtime_checkable
 class RowSource(Protocol):
@@ -95,21 +99,22 @@ def rows_item_bits(selection, items, where: str, room: Optional[int] = None,
         return bits
     from static_compiler.item_bits import bit_kernels  # (numba: compiled on first use, cached)
 
-    ranges = [(a, min(n, a + ITEM_CHUNK)) for a in range(0, n, ITEM_CHUNK)]
+    threads = layer_walk.WALK_THREADS
+    step = min(ITEM_CHUNK, max(SPLIT_FROM, -(-n // (64 * threads)) * 64))  # (every thread busy)
+    ranges = [(a, min(n, a + step)) for a in range(0, n, step)]
     row_item, size = items.row_item, items.row_item.itemsize
     stale = items.stale_rows  # (rows that no longer stand for their item: never picked)
     if not lazy and bit_kernels.HAVE_NUMBA:
         from static_compiler.item_bits import bucket_scatter
         if count >= bucket_scatter.BUCKET_FROM:  # (bits past the caches: by buckets)
             return bucket_scatter.scatter_by_buckets(selection, row_item, count, room,
-                                                     layer_walk.WALK_THREADS, stale)
+                                                     threads, stale)
 
     def one_share(share) -> layer_walk.PackedBits:
         own = layer_walk.PackedBits.zeros(count, room)  # (no other thread writes its words)
-        scratch = np.empty(min(n, ITEM_CHUNK), row_item.dtype)
+        buffer = np.empty(-(-min(n, step) // 64), np.uint64)
         own_rows = lazy or stale is not None
-        rows, temporaries = (np.empty(min(n, ITEM_CHUNK), bool), []) if own_rows else \
-            (None, None)
+        rows, temporaries = (np.empty(min(n, step), bool), []) if own_rows else (None, None)
         for start, stop in share:
             if lazy:
                 picked = rows[:stop - start]
@@ -121,12 +126,12 @@ def rows_item_bits(selection, items, where: str, room: Optional[int] = None,
                 picked = selection[start:stop]
             if stale is not None:
                 np.logical_and(picked, np.logical_not(stale[start:stop]), out=picked)
-            bit_kernels.mark_selected_bits(picked, np.asarray(row_item[start:stop]),
-                                           own.uint64(), scratch)
+            bit_kernels.mark_selected_words(bit_kernels.selection_words(picked, buffer),
+                                            np.asarray(row_item[start:stop]), own.uint64())
             release_pages(row_item, size * start, size * stop)
         return own
 
-    first, *others = on_threads(ranges, one_share, layer_walk.WALK_THREADS)
+    first, *others = on_threads(ranges, one_share, threads)
     for other in others:
         np.bitwise_or(first.data, other.data, out=first.data)
     return first

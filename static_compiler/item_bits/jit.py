@@ -1,4 +1,5 @@
-"""numba, where it is installed: `njit` and `uint64` for the host kernels
+"""numba, where it is installed: `njit`, `uint64` and `trailing_zeros` (of
+a uint64: the index of its lowest set bit) for the host kernels
 (`bit_kernels`, `bucket_scatter`), or stand-ins without it (`HAVE_NUMBA`
 False: the kernels stay Python functions that their callers never call,
 using numpy twins or another path instead). Importing this module loads
@@ -12,6 +13,7 @@ import numpy as np
 
 try:
     from numba import njit, uint64
+    from numba.cpython.unsafe.numbers import trailing_zeros  # (an intrinsic: one tzcnt)
     HAVE_NUMBA = True
 except ModuleNotFoundError as err:  # the callers' numpy paths stand in
     if err.name != "numba":
@@ -24,4 +26,8 @@ except ModuleNotFoundError as err:  # the callers' numpy paths stand in
         numpy twins or another path replace them)."""
         return lambda function: function
 
-__all__ = ["HAVE_NUMBA", "njit", "uint64"]
+    def trailing_zeros(word):  # noqa: ARG001 (numba's signature)
+        """No compiler: never called (see `njit`)."""
+        raise NotImplementedError("trailing_zeros needs numba")
+
+__all__ = ["HAVE_NUMBA", "njit", "trailing_zeros", "uint64"]

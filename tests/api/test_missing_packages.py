@@ -183,8 +183,8 @@ def test_numpy_kernels_equal_the_compiled_ones(seed):
     # Selected rows' items, repeats included.
     selection = rng.random(n) < max(density, 0.1)
     row_item = rng.integers(0, m, n).astype(np.int32)
-    _both("mark_selected_bits", lambda: (selection, row_item, packed_words(np.zeros(m, bool)),
-                                         np.zeros(n, np.int32)), 2)
+    picked = bit_kernels.selection_words(selection, np.empty(n // 64 + 1, np.uint64))
+    _both("mark_selected_words", lambda: (picked, row_item, packed_words(np.zeros(m, bool))), 2)
     # Rank bits: positions set (ascending, then one out of order, repeated or out of
     # range: the bits before it set, its index returned), then counted per word and block.
     size = n + 40

@@ -23,9 +23,10 @@ def index_of(rng, rows: int, unique: int) -> ItemIndex:
 @settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 2 ** 32 - 1), unique=st.integers(1, 700), extra=st.integers(0, 300),
        share=st.sampled_from([0.0, 0.01, 0.3, 1.0]), chunk=st.sampled_from([1, 7, 64, 1 << 24]),
-       threads=st.integers(1, 3), room=st.sampled_from([None, 0, 1000]))
+       threads=st.integers(1, 3), room=st.sampled_from([None, 0, 1000]),
+       split=st.sampled_from([1, 100, 1 << 18]))
 def test_row_selections_give_the_items_any_of_their_rows_is(seed, unique, extra, share, chunk,
-                                                             threads, room):
+                                                             threads, room, split):
     rng = np.random.default_rng(seed)
     items = index_of(rng, unique + extra, unique)
     selection = rng.random(items.num_items) < share
@@ -33,6 +34,7 @@ def test_row_selections_give_the_items_any_of_their_rows_is(seed, unique, extra,
     want[items.row_item[selection]] = True
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(item_masks, "ITEM_CHUNK", chunk)
+        patch.setattr(item_masks, "SPLIT_FROM", split)  # (1: a range per thread at any size)
         patch.setattr(layer_walk, "WALK_THREADS", threads)
         np.testing.assert_array_equal(item_masks.rows_item_mask(selection, items, "t"), want)
         bits = item_masks.rows_item_bits(selection, items, "t", room)
@@ -49,6 +51,34 @@ def test_row_selections_give_the_items_any_of_their_rows_is(seed, unique, extra,
         item_masks.drop_items(bits, removed)
     np.testing.assert_array_equal(bits.bools(), want & ~removed)
     assert item_masks.count_items(bits) == int((want & ~removed).sum())
+
+
+@settings(max_examples=120, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), n=st.integers(0, 700), share=st.sampled_from(
+    [0.0, 0.02, 0.5, 1.0]), unique=st.integers(1, 300), dtype=st.sampled_from(["int32", "int64"]))
+def test_selected_rows_found_by_their_words_mark_their_items(seed, n, share, unique, dtype):
+    """`bit_kernels.selection_words` then `mark_selected_words` (compiled,
+    or its numpy twin without numba) sets exactly the bits of the selected
+    rows' items, repeats included, into bits already set elsewhere; the
+    words past the rows are zero whatever the buffer held."""
+    from static_compiler.item_bits import bit_kernels
+
+    rng = np.random.default_rng(seed)
+    selection = rng.random(n) < share
+    ids = rng.integers(0, unique, n).astype(dtype)
+    buffer = np.full(n // 64 + 2, np.uint64(0xFFFFFFFFFFFFFFFF))  # (stale words)
+    words = bit_kernels.selection_words(selection, buffer)
+    assert words.shape == (-(-n // 64),)
+    np.testing.assert_array_equal(
+        np.unpackbits(words.view(np.uint8), bitorder="little").view(bool),
+        np.concatenate([selection, np.zeros(64 * words.shape[0] - n, bool)]))
+    before = rng.random(unique) < 0.1
+    out = layer_walk.PackedBits.of(before)
+    bit_kernels.mark_selected_words(words, ids, out.uint64())
+    want = before.copy()
+    want[ids[selection]] = True
+    np.testing.assert_array_equal(out.bools(), want)
+    assert not np.unpackbits(out.data, bitorder="little")[unique:].any()  # (none past the items)
 
 
 def test_a_memory_mapped_item_index_gives_the_same_bits(tmp_path, monkeypatch):
@@ -174,7 +204,7 @@ def test_row_masks_of_large_sets_scattered_by_buckets_give_the_same_bits(
 
 def test_a_full_bucket_sends_its_thread_to_bits_of_its_own(monkeypatch):
     """Rows that crowd one bucket's item range fill it: that thread marks
-    its chunks directly (`bit_kernels.mark_selected_bits`), the others go
+    its chunks directly (`bit_kernels.mark_selected_words`), the others go
     on by buckets; the bits are the same."""
     from static_compiler.item_bits import bit_kernels, bucket_scatter
     if not bit_kernels.HAVE_NUMBA:
@@ -184,9 +214,9 @@ def test_a_full_bucket_sends_its_thread_to_bits_of_its_own(monkeypatch):
     selection = (items.row_item < 1000) | (rng.random(20_000) < 0.02)
     want = item_masks.rows_item_bits(selection, items, "t")
     marked = []
-    mark = bit_kernels.mark_selected_bits
-    monkeypatch.setattr(bit_kernels, "mark_selected_bits",
-                        lambda *args: (marked.append(args[0].shape[0]), mark(*args)))
+    mark = bit_kernels.mark_selected_words
+    monkeypatch.setattr(bit_kernels, "mark_selected_words",
+                        lambda *args: (marked.append(args[1].shape[0]), mark(*args)))
     for name, value in (("BUCKET_FROM", 0), ("BUCKET_SHIFT", 10), ("BUCKET_SLACK", 0),
                         ("ROUND_CHUNK", 1000)):
         monkeypatch.setattr(bucket_scatter, name, value)

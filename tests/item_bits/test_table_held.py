@@ -295,7 +295,7 @@ def test_the_kernels_warmed_at_load_are_those_a_subset_runs(tmp_path):
     sc.compile_constraints(rows, 16, pipeline=pipeline, export_subsets=True).save(path)
     sc.update_artifact(path, add=datasets.synthetic_sids(50, 5, 16, seed=9))
     kernels = (bit_kernels.near_table_rows_any, bit_kernels.rows_any,
-               bit_kernels.inserted_words, bit_kernels.mark_selected_bits)
+               bit_kernels.inserted_words, bit_kernels.mark_selected_words)
     bit_kernels.warm()
     warmed = [set(k.signatures) for k in kernels]
     for held in (sc.load(path), serving.load(path)):
