@@ -77,7 +77,8 @@ def rows_item_mask(selection, items, where: str) -> np.ndarray:
 
 
 def rows_item_bits(selection, items, where: str, room: Optional[int] = None,
-                   in_item_order: bool = False) -> layer_walk.PackedBits:
+                   in_item_order: bool = False,
+                   threads: Optional[int] = None) -> layer_walk.PackedBits:
     """`PackedBits` (N',) in item order: the unique sequences some selected
     input row is (selection: bool (N,) over the input rows, or a
     `RowSource`, filled a chunk at a time into a buffer of each thread's, so
@@ -86,12 +87,14 @@ def rows_item_bits(selection, items, where: str, room: Optional[int] = None,
     a new row) picks nothing: an item is picked through its live rows.
     in_item_order: row i is item i for every row (`rows_are_items`): the
     selection's chunks are packed in place on threads, no scatter through
-    `row_item` (which is not read)."""
+    `row_item` (which is not read). threads: default WALK_THREADS (1 where
+    the caller runs several selections at once, `stacked_rows_item_bits`)."""
     check_selection(selection, items, where)
     n, count = items.num_items, items.num_unique
     lazy = isinstance(selection, RowSource)
+    threads = layer_walk.WALK_THREADS if threads is None else max(1, int(threads))
     if in_item_order:
-        return _packed_in_place(selection, n, room, lazy)
+        return _packed_in_place(selection, n, room, lazy, threads)
     if not lazy and np.count_nonzero(selection) == n:  # every row
         bits = layer_walk.PackedBits.zeros(count, room)
         bits.data[:count // 8] = 0xFF
@@ -99,7 +102,6 @@ def rows_item_bits(selection, items, where: str, room: Optional[int] = None,
         return bits
     from static_compiler.item_bits import bit_kernels  # (numba: compiled on first use, cached)
 
-    threads = layer_walk.WALK_THREADS
     step = min(ITEM_CHUNK, max(SPLIT_FROM, -(-n // (64 * threads)) * 64))  # (every thread busy)
     ranges = [(a, min(n, a + step)) for a in range(0, n, step)]
     row_item, size = items.row_item, items.row_item.itemsize
@@ -137,7 +139,8 @@ def rows_item_bits(selection, items, where: str, room: Optional[int] = None,
     return first
 
 
-def _packed_in_place(selection, n: int, room: Optional[int], lazy: bool) -> layer_walk.PackedBits:
+def _packed_in_place(selection, n: int, room: Optional[int], lazy: bool,
+                     threads: int) -> layer_walk.PackedBits:
     """`PackedBits` (n,) of `selection` (bool (n,) or a `RowSource`), each
     chunk of rows (ITEM_CHUNK, rounded down to whole bytes) packed into its
     own bytes of one output on threads (no two threads write a byte)."""
@@ -156,8 +159,23 @@ def _packed_in_place(selection, n: int, room: Optional[int], lazy: bool) -> laye
             packed = np.packbits(picked, bitorder="little")
             bits.data[start // 8:start // 8 + packed.shape[0]] = packed
 
-    on_threads(ranges, one_share, layer_walk.WALK_THREADS)
+    on_threads(ranges, one_share, threads)
     return bits
+
+
+def stacked_rows_item_bits(rows: list, items, where: str, room: Optional[int] = None,
+                           in_item_order: bool = False) -> list:
+    """[rows_item_bits(row, items, where, room, in_item_order) for row in
+    rows]: several selections (R per-row subsets) made a selection to a
+    thread, each on one, rather than each split across the threads: no
+    thread's own bits or'ed in, a row's buffers made once per thread."""
+    if len(rows) < 2:
+        return [rows_item_bits(row, items, where, room, in_item_order) for row in rows]
+    done = on_threads(list(enumerate(rows)), lambda share: [
+        (i, rows_item_bits(row, items, where, room, in_item_order, threads=1))
+        for i, row in share], layer_walk.WALK_THREADS)
+    return [bits for _, bits in sorted((pair for part in done for pair in part),
+                                       key=lambda pair: pair[0])]
 
 
 def rows_are_items(items) -> bool:

@@ -29,8 +29,8 @@ from static_compiler.errors import ArtifactFormatError, ConstraintSetError, Filt
 from static_compiler.item_bits.item_masks import (
     RowSource,
     rows_are_items,
-    rows_item_bits,
     rows_item_mask,
+    stacked_rows_item_bits,
 )
 from static_compiler.item_bits.layers import TableLayer, table_layers
 from static_compiler.item_bits.liveness import BitLayout, Subset, bit_layout, rows_item_live, subset_of_items
@@ -401,8 +401,8 @@ class SetView:
         # each row's items as packed bits (a filter's rows in place, or the scatter
         # through row -> item)
         room = rank.words_for(items.num_unique)  # (the words then held as they are: no copy)
-        words = [rows_item_bits(row, items, where, room, in_item_order=in_order)
-                 .data.view(np.uint32) for row in rows]
+        words = [bits.data.view(np.uint32)
+                 for bits in stacked_rows_item_bits(rows, items, where, room, in_order)]
         words = words[0][None] if len(words) == 1 else np.stack(words)
         return rank.ranked_subset_of_words(words, order, removed, fine=True,
                                            fingerprint=self.fingerprint, adopt=True)

@@ -224,3 +224,21 @@ def test_a_full_bucket_sends_its_thread_to_bits_of_its_own(monkeypatch):
     got = item_masks.rows_item_bits(selection, items, "t")
     np.testing.assert_array_equal(got.data, want.data)
     assert 0 < len(marked) <= 20  # (a filled thread marks the chunk where it filled, and the rest)
+
+
+@pytest.mark.parametrize("num_rows, in_order", [(0, False), (1, False), (5, False), (4, True)])
+def test_stacked_selections_a_row_to_a_thread_equal_each_row_alone(num_rows, in_order,
+                                                                  monkeypatch):
+    """`stacked_rows_item_bits` (each selection on one thread) gives each
+    row's `rows_item_bits`, in the rows' order, room included."""
+    rng = np.random.default_rng(num_rows)
+    items = ItemIndex(row_item=np.arange(3000, dtype=np.int32), num_unique=3000) if in_order \
+        else index_of(rng, 3000, 2000)
+    rows = [rng.random(3000) < share for share in (0.0, 0.1, 0.5, 1.0, 0.02)[:num_rows]]
+    monkeypatch.setattr(layer_walk, "WALK_THREADS", 2)
+    got = item_masks.stacked_rows_item_bits(rows, items, "t", 4096, in_order)
+    want = [item_masks.rows_item_bits(row, items, "t", 4096, in_order) for row in rows]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.data.shape == w.data.shape
+        np.testing.assert_array_equal(g.data, w.data)
