@@ -339,7 +339,8 @@ class CompiledConstraints(PlanFacts, WarmUp, Decoder):
                 (lambda summary=self._summary: subsets.TableTrie.of(plan, summary, tables))
             view = SetView(SetFacts.of_plan(plan, self.outline.num_final_states), tables,
                            self.items, lambda: subsets.set_fingerprint(plan, tables, digests),
-                           trie=trie, lookup=subsets.item_mask)
+                           trie=trie, lookup=subsets.item_mask,
+                           rows_in_item_order=self._computed.rows_in_item_order)
             self._computed.set_view = view
         return view
 

@@ -160,7 +160,9 @@ class Computed:
     table_digests: (layer, name) -> sha256 of a set read back from an
       artifact (its files' checksums), so its fingerprint hashes no table;
     ir: the automaton read back from the tables of a set held in them
-      (`CompiledConstraints.ir`), or None.
+      (`CompiledConstraints.ir`), or None;
+    rows_in_item_order: what a set read back's manifest records (format
+      version 17: whether row i is item i, checked at load), or None.
     """
 
     processors: dict = dataclasses.field(default_factory=dict)
@@ -169,3 +171,4 @@ class Computed:
     warmth: object = None
     table_digests: Optional[dict] = None
     ir: Optional[Automaton] = None
+    rows_in_item_order: Optional[bool] = None

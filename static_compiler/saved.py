@@ -93,6 +93,7 @@ def compiled_from_snapshot(snap) -> CompiledConstraints:
         names=names, items=items, _summary=summary)
     # the tables' file checksums are their digests (`subsets.set_fingerprint`):
     # its fingerprint then reads no table
+    compiled._computed.rows_in_item_order = manifest.rows_in_item_order  # (checked by read_items)
     compiled._computed.table_digests = {
         (entry.layer, entry.name): manifest.files[entry.file].sha256
         for entry in manifest.tables if entry.file in manifest.files and

@@ -48,6 +48,7 @@ from static_compiler.errors import (
 )
 from static_compiler.format import spec as fmt
 from static_compiler.format.manifest import ArraySpec, Manifest, TableEntry
+from static_compiler.item_bits.item_masks import rows_are_items
 from static_compiler.format.manifest_records import attributes_record
 from static_compiler.format.snapshot import read_manifest
 from static_compiler.jax_support.placement import placed_shape
@@ -133,6 +134,8 @@ def build_files(compiled, reuse_modules=None, modules: bool = True) -> dict[str,
         names_file=None if names is None else fmt.NAMES_FILE, item_files=item_files, mesh=mesh,
         subset_bits=subset_bits, beam_schedules=schedules,
         export_plan=None if entries else export_plan(compiled),
+        # (format version 17: one pass over the row -> item map, 0.2 s at 1e9)
+        rows_in_item_order=None if item_files is None else rows_are_items(compiled.items),
         attributes=attributes_record(attributes) if item_files is not None else None)
     listed = dict(files)
     seal = lambda: Manifest(**fields, files={rel: _file_entry(data) for rel, data in
@@ -402,3 +405,4 @@ def _ranked_anew(compiled, manifest, files: dict) -> dict:
             importlib.util.find_spec("jax") is None:
         return {}
     return exporter().ranked_modules_anew(compiled, manifest, files, export_caps(compiled))
+

@@ -203,6 +203,7 @@ class Manifest:
     attributes: Optional[dict] = None
     beam_schedules: tuple = ()
     export_plan: Optional[dict] = None
+    rows_in_item_order: Optional[bool] = None
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -223,6 +224,7 @@ class Manifest:
                       "beam_schedules": [list(s) for s in self.export_plan["beam_schedules"]],
                       "tokens_per_beam": list(self.export_plan["tokens_per_beam"]),
                       "priors": self.export_plan["priors"]},
+                  "rows_in_item_order": self.rows_in_item_order,
                   "item_files": None if self.item_files is None else dict(sorted(
                       self.item_files.items()))}
         out.update({key: value for key, value in values.items()
@@ -269,6 +271,9 @@ class Manifest:
                 require(obj, "export_plan", (dict, type(None)), where, path),
                 scalars["max_length"], path)
                 if _has_key(version, "export_plan") else None),
+            rows_in_item_order=(require(obj, "rows_in_item_order", (bool, type(None)), where,
+                                        path)
+                                if _has_key(version, "rows_in_item_order") else None),
             platforms=tuple(require(obj, "platforms", list, where, path)),
             plan_steps=tuple(require(obj, "plan_steps", list, where, path)),
             layers=tuple(require(obj, "layers", list, where, path)),
@@ -302,6 +307,10 @@ class Manifest:
                                      f"{len(out.modules)} modules: expected it null (the "
                                      "modules say what was exported; only a tables-only "
                                      "artifact records its plan)")
+        if out.rows_in_item_order is not None and out.item_files is None:
+            raise format_error(path, f"{MANIFEST_FILE}: rows_in_item_order is "
+                                     f"{out.rows_in_item_order} without an item index "
+                                     "(item_files null): expected null")
         if out.attributes is not None and out.item_files is None:
             raise format_error(path, f"{MANIFEST_FILE}: attributes {sorted(out.attributes)} "
                                      "without an item index (item_files null)")

@@ -21,7 +21,7 @@ from static_compiler.item_bits.layers import table_branch_counts
 from static_compiler.support.dtypes import branch_dtype_for
 
 ADDED_KEYS = ("names_file", "item_files", "mesh", "subset_bits", "exported_at",
-              "attributes", "beam_schedules", "export_plan")
+              "attributes", "beam_schedules", "export_plan", "rows_in_item_order")
 """Manifest keys older versions lack: each the name of its COMPAT row, added
 by the version after the row's last_version (`Manifest.from_json` reads
 their defaults)."""

@@ -14,6 +14,7 @@ import numpy as np
 from static_compiler.format.normalize import current_items
 from static_compiler.format.snapshot import Snapshot
 from static_compiler.format.spec import ITEM_ARRAYS, format_error
+from static_compiler.item_bits.item_masks import row_map_is_identity
 from static_compiler.items.attributes import Column, ItemAttributes
 from static_compiler.support.mapped import release_pages
 
@@ -39,7 +40,7 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
     (`normalize.current_items`: a version 8 state_item read as insertions).
     Raises ArtifactFormatError when an array is unreadable or disagrees
     with the manifest's set (ids out of range, depths or states outside the
-    set)."""
+    set; an index the manifest says is in item order that is not)."""
     manifest, path = snap.manifest, snap.path
     if manifest.item_files is None:
         return None
@@ -67,8 +68,12 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
         problem = f"removed must be bool ({n},)"
     elif stale is not None and (stale.dtype != bool or stale.shape != row_item.shape):
         problem = f"stale_rows must be bool {row_item.shape}, one entry per row"
-    elif row_item.ndim != 1 or row_item.dtype.kind != "i" or not _ids_within(row_item, n):
+    elif row_item.ndim != 1 or row_item.dtype.kind != "i" or (
+            not manifest.rows_in_item_order and not _ids_within(row_item, n)):
         problem = f"row_item must be ints in [0, {n}) (the set's {n} sequences)"
+    elif manifest.rows_in_item_order and not rows_in_item_order(row_item, stale, n):
+        problem = (f"rows_in_item_order is true, but row_item is not 0, 1, ..., {n - 1} (row i "
+                   "item i) or stale_rows is present")
     elif depth is None and n != manifest.num_final_states:
         problem = "a fixed-length set's items must be its final states"
     elif state_item is not None and (state_item.shape != (n,) or state_item.dtype.kind != "i"
@@ -90,6 +95,15 @@ def read_item_arrays(snap: Snapshot) -> Optional[dict]:
                           "removed": removed, "state_item": state_item, "state_inserted_at": at,
                           "state_inserted_item": added, "stale_rows": stale,
                           "attributes": read_attributes(snap, row_item.shape[0])})
+
+
+def rows_in_item_order(row_item: np.ndarray, stale: Optional[np.ndarray], n: int) -> bool:
+    """What the manifest's "rows_in_item_order" (format version 17)
+    records for an item index of `n` sequences: whether row i is item i for
+    every row (`item_masks.row_map_is_identity`: one pass over the map on
+    threads; in range, then, without a check of its own), with no stale
+    rows."""
+    return stale is None and row_item.shape[0] == n and row_map_is_identity(row_item)
 
 
 def read_attributes(snap: Snapshot, num_rows: int) -> Optional[ItemAttributes]:

@@ -178,13 +178,20 @@ FORMAT_HISTORY = (
                   "within uint16[r, W], size int32[]; the added items' likewise), each batch "
                   "row's subset int32[b] and the depth-1 liveness bool[r, S_1], named "
                   "ranked.* in the manifest. Versions 1 to 15 read as artifacts without them."),
+    FormatVersion(17, "2026-12-07", "the manifest key \"rows_in_item_order\": with an item "
+                  "index, true when input row i is item i for every row (the catalogue was "
+                  "sorted, without duplicates or stale rows: a row mask is its items' bits, "
+                  "packed as it is), false when not, null when not recorded; a reader checks a "
+                  "true one against items/row_item.npy at load (in place of its range check). "
+                  "Null without an item index. Versions 1 to 16 read as null (checked when "
+                  "first needed)."),
 )
 """The dated history of the format, one row per version, oldest first."""
 
 FORMAT_NAME = "static-compiler-artifact"
-FORMAT_VERSION = 16
+FORMAT_VERSION = 17
 MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 16
+MAX_FORMAT_VERSION = 17
 
 SUPPORT_DAYS = 183
 """How long (about six months, as jax.export keeps a calling convention)
@@ -271,6 +278,9 @@ COMPAT = {b.name: b for b in (
                  "manifest.Manifest.from_json"),
     CompatBranch("export_plan", 14, "no \"export_plan\" key: a tables-only artifact's "
                  "export plan is not known (re-export defaults to beam size 70)",
+                 "manifest.Manifest.from_json"),
+    CompatBranch("rows_in_item_order", 16, "no \"rows_in_item_order\" key: not recorded "
+                 "(whether row i is item i is read from the item index when first needed)",
                  "manifest.Manifest.from_json"),
 )}
 """Every reader branch for an older shape, by name; a branch's code names

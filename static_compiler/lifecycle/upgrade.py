@@ -38,7 +38,7 @@ from static_compiler.errors import DecodeInputError
 from static_compiler.format import spec as fmt
 from static_compiler.format.manifest import FileEntry
 from static_compiler.format.snapshot import Snapshot, open_snapshot
-from static_compiler.format.snapshot_items import read_item_arrays
+from static_compiler.format.snapshot_items import read_item_arrays, rows_in_item_order
 from static_compiler.jax_support import placement as placement_lib
 from static_compiler.lifecycle.update import require_current
 from static_compiler.saved import compiled_from_snapshot
@@ -240,20 +240,26 @@ def _read_back_placed(snap: Snapshot, mesh, what: str):
 def _rewrite_keeping_modules(snap: Snapshot) -> None:
     """The new version: the same tables and modules (hard-linked), the
     manifest as the snapshot reads it (every layer's branch histogram) at
-    FORMAT_VERSION, and the item index in its current form."""
+    FORMAT_VERSION, the item index in its current form, and whether its
+    rows are its items (read from it where the manifest did not record it)."""
     manifest = snap.manifest
     item_files, new_files, dropped = manifest.item_files, {}, set()
+    arrays = None if item_files is None else read_item_arrays(snap)
     if item_files is not None and "state_item" in item_files:  # COMPAT["state_item"]
         dropped.add(item_files["state_item"])
         item_files = {k: v for k, v in item_files.items() if k != "state_item"}
-        arrays = read_item_arrays(snap)  # (insertions in place of state_item)
-        for key in ("state_inserted_at", "state_inserted_item"):
+        for key in ("state_inserted_at", "state_inserted_item"):  # (read as insertions)
             item_files[key] = fmt.item_file(key)
             new_files[item_files[key]] = NpyFile(arrays[key])
+    in_order = manifest.rows_in_item_order  # (recorded from version 17 on: else read now)
+    if arrays is not None and in_order is None:
+        in_order = rows_in_item_order(arrays["row_item"], arrays["stale_rows"],
+                                      manifest.num_sequences)
     files = {rel: entry for rel, entry in manifest.files.items() if rel not in dropped}
     files.update({rel: data.entry() for rel, data in new_files.items()})
     new = dataclasses.replace(manifest, format_version=fmt.FORMAT_VERSION, item_files=item_files,
-                              subset_bits=fmt.SUBSET_BITS[-1], files=files)
+                              subset_bits=fmt.SUBSET_BITS[-1], files=files,
+                              rows_in_item_order=in_order)
 
     kept = [rel for rel in manifest.files if rel not in dropped and rel not in new_files]
     _swap_in(snap, new, kept, new_files, "upgrade")

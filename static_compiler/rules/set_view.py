@@ -206,12 +206,16 @@ class SetView:
 
     def __init__(self, facts: SetFacts, tables, items: Optional[ItemIndex],
                  fingerprint: Union[str, Callable[[], str]], *, trie=None, lookup=None,
-                 source: str = "this set", missing=ConstraintSetError):
+                 source: str = "this set", missing=ConstraintSetError,
+                 rows_in_item_order: Optional[bool] = None):
         """fingerprint: the set's hash, or a function computing it on first
         use; trie: a function returning the trie (`ir.Automaton` or
         `TableTrie`; default: `TableTrie.of_facts`); lookup: for a set whose
         subsets may also be token sequences, `compiler_items.subsets.item_mask`; source,
-        missing: how a set without items is named, and the error type."""
+        missing: how a set without items is named, and the error type;
+        rows_in_item_order: whether row i is item i for every row of `items`
+        where known (an artifact's manifest records it, format version 17,
+        checked at load), else None: read from `items` when first asked."""
         self.facts, self.items = facts, items
         self.tables = () if items is None else tuple(tables)
         self._lookup, self.source, self._missing = lookup, source, missing
@@ -227,7 +231,8 @@ class SetView:
         self._base = _Once(self._build_base)
         # (removals keep the order and the rows' items: versions share these two)
         self._order = _Once(lambda: _trie_order(items, built.get()))
-        self._rows_are_items = _Once(lambda: rows_are_items(items))
+        self._rows_are_items = _Once(lambda: rows_are_items(items)) \
+            if rows_in_item_order is None or items is None else _Once(lambda: rows_in_item_order)
         self._removed_ranks = _Once(self._build_removed_ranks)
         # a door's device copies of what the trie and order give (a JAX door's ranked
         # subsets' ranges: `backend.decode.ranked.set_ranges`); removals share them
@@ -238,11 +243,13 @@ class SetView:
                     source: str, missing, built=None) -> "SetView":
         """The view of a saved artifact read with numpy (`Manifest`, host
         tables, item index, and the sha256 of its IR text, the fingerprint's
-        first part, from the manifest's file list); built:
+        first part, from the manifest's file list; whether its rows are its
+        items as the manifest records it, where it does); built:
         a view of the same host tables whose trie, layout and (once made) trie
         order to share."""
         view = cls(facts_of_manifest(manifest), tables, items, ir_sha256,
-                   source=source, missing=missing)
+                   source=source, missing=missing,
+                   rows_in_item_order=manifest.rows_in_item_order)
         if built is not None:
             view._trie, view._layout = built._trie, built._layout
             if built._order._done:  # (the same trie, so its order; once made: a builder not

@@ -87,13 +87,14 @@ def as_version(built, version: int, dest: pathlib.Path) -> pathlib.Path:
                               int(items["row_item"].max()) + 1)
         reseal_items(dest, {"state_item": order[np.arange(order.count)].astype(np.int32)}, 8)
         edit_manifest(dest, lambda m: (m.pop("exported_at"), m.pop("attributes"),
-                                       m.pop("beam_schedules"), m.pop("export_plan")))
+                                       m.pop("beam_schedules"), m.pop("export_plan"),
+                                       m.pop("rows_in_item_order")))
         return dest
     popped = {1: ("names_file", "item_files", "mesh", "subset_bits"),
               2: ("item_files", "mesh", "subset_bits"),
               fmt.FORMAT_VERSION: ()}.get(version, ()) + ("exported_at",) * (version < 10) + \
         ("attributes",) * (version < 12) + ("beam_schedules",) * (version < 13) + \
-        ("export_plan",) * (version < 15)
+        ("export_plan",) * (version < 15) + ("rows_in_item_order",) * (version < 17)
 
     def older(m):
         m["format_version"] = version
@@ -113,29 +114,33 @@ def as_version(built, version: int, dest: pathlib.Path) -> pathlib.Path:
 
 OLD_SUBSETS = ["per_state", "ex_bounds", "branch_counts"]  # the frozen version 4 artifact's
 NEEDED = {1: ["names_file", "item_files", "mesh", "subset_bits", "exported_at", "attributes",
-              "beam_schedules", "export_plan", "branch_counts"],
+              "beam_schedules", "export_plan", "rows_in_item_order", "branch_counts"],
           2: ["item_files", "mesh", "subset_bits", "exported_at", "attributes", "beam_schedules",
-              "export_plan", "branch_counts"],
+              "export_plan", "rows_in_item_order", "branch_counts"],
           3: ["mesh", "subset_bits", "exported_at", "attributes", "beam_schedules",
-              "export_plan"] + OLD_SUBSETS,
-          4: ["subset_bits", "exported_at", "attributes", "beam_schedules", "export_plan"] +
-          OLD_SUBSETS,
-          5: ["exported_at", "attributes", "beam_schedules", "export_plan"] + OLD_SUBSETS,
-          6: ["exported_at", "attributes", "beam_schedules", "export_plan", "branch_counts"],
-          7: ["exported_at", "attributes", "beam_schedules", "export_plan"],
-          8: ["exported_at", "attributes", "beam_schedules", "export_plan", "state_item"],
-          9: ["exported_at", "attributes", "beam_schedules", "export_plan"],
-          10: ["attributes", "beam_schedules", "export_plan"],
-          11: ["attributes", "beam_schedules", "export_plan"],
-          12: ["beam_schedules", "export_plan"], 13: ["export_plan"], 14: ["export_plan"],
-          15: [], 16: []}
+              "export_plan", "rows_in_item_order"] + OLD_SUBSETS,
+          4: ["subset_bits", "exported_at", "attributes", "beam_schedules", "export_plan",
+              "rows_in_item_order"] + OLD_SUBSETS,
+          5: ["exported_at", "attributes", "beam_schedules", "export_plan",
+              "rows_in_item_order"] + OLD_SUBSETS,
+          6: ["exported_at", "attributes", "beam_schedules", "export_plan", "rows_in_item_order",
+              "branch_counts"],
+          7: ["exported_at", "attributes", "beam_schedules", "export_plan", "rows_in_item_order"],
+          8: ["exported_at", "attributes", "beam_schedules", "export_plan", "rows_in_item_order",
+              "state_item"],
+          9: ["exported_at", "attributes", "beam_schedules", "export_plan", "rows_in_item_order"],
+          10: ["attributes", "beam_schedules", "export_plan", "rows_in_item_order"],
+          11: ["attributes", "beam_schedules", "export_plan", "rows_in_item_order"],
+          12: ["beam_schedules", "export_plan", "rows_in_item_order"],
+          13: ["export_plan", "rows_in_item_order"], 14: ["export_plan", "rows_in_item_order"],
+          15: ["rows_in_item_order"], 16: ["rows_in_item_order"], 17: []}
 """The COMPAT rows each `as_version` artifact needs (versions 7 and 9 of a
 set without additions are today's shape but for the export date, the
 attributes and the beam_schedules keys, 10 and 11 but for those two keys,
 12 but for the beam_schedules key; 13 differs from 14 only in the
 dtype of category codes, which this set has none of; 14 from 15 only in
 the export_plan key; 15 from 16 only in the ranked modules, which are
-optional)."""
+optional; 16 from 17 only in the rows_in_item_order key)."""
 
 
 def rows_of(version: int, built) -> np.ndarray:
@@ -349,8 +354,8 @@ def test_the_upgrade_command(built, tmp_path, capsys):
     assert cli_main(["upgrade", str(path)]) == 0
     out = capsys.readouterr().out
     assert out == (f"upgraded {path}: format version 6 -> {fmt.FORMAT_VERSION} (older shapes: "
-                   "exported_at, attributes, beam_schedules, export_plan, branch_counts); tables "
-                   "and modules kept\n")
+                   "exported_at, attributes, beam_schedules, export_plan, rows_in_item_order, "
+                   "branch_counts); tables and modules kept\n")
     assert cli_main(["upgrade", str(path)]) == 0
     assert capsys.readouterr().out == (f"{path}: already format version {fmt.FORMAT_VERSION}, "
                                        "nothing to do\n")

@@ -127,7 +127,7 @@ def test_the_manifest_records_the_exporting_jax_and_date_and_an_update_keeps_the
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     assert (manifest.jax_version, manifest.jaxlib_version, manifest.exported_at) == \
         (jax_now, jaxlib_now, today)
-    assert manifest.format_version == fmt.FORMAT_VERSION == 16
+    assert manifest.format_version == fmt.FORMAT_VERSION == 17
     edit_manifest(path, lambda m: m.update(exported_at="2026-07-01"))
     sc.update_artifact(path, remove=[fixture_items()[0]])  # keeps the modules
     assert serving.read_manifest(path).exported_at == "2026-07-01"  # the modules' date, kept

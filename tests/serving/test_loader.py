@@ -446,7 +446,8 @@ def test_a_version_1_artifact_still_loads_and_has_no_names(copy, fixed):
     helpers.edit_manifest(copy, lambda m: (m.update(format_version=1), m.pop("names_file"),
                                    m.pop("item_files"), m.pop("mesh"), m.pop("subset_bits"),
                                        m.pop("exported_at"), m.pop("attributes"),
-                                       m.pop("beam_schedules"), m.pop("export_plan")))
+                                       m.pop("beam_schedules"), m.pop("export_plan"),
+                                       m.pop("rows_in_item_order")))
     art = serving.load(copy)
     assert art.manifest.format_version == 1 and art.manifest.names_file is None
     assert art.names is None and artifact.read_names(copy) is None
