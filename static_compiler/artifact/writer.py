@@ -48,9 +48,9 @@ from static_compiler.errors import (
 )
 from static_compiler.format import spec as fmt
 from static_compiler.format.manifest import ArraySpec, Manifest, TableEntry
-from static_compiler.item_bits.item_masks import rows_are_items
 from static_compiler.format.manifest_records import attributes_record
 from static_compiler.format.snapshot import read_manifest
+from static_compiler.item_bits.item_masks import rows_are_items
 from static_compiler.jax_support.placement import placed_shape
 from static_compiler.support import processes
 from static_compiler.support.arrays import PieceArray
