@@ -26,7 +26,7 @@ import numpy as np
 from static_compiler.errors import ConstraintSetError
 from static_compiler.item_bits import layer_walk
 from static_compiler.support.mapped import release_pages
-from static_compiler.support.threads import on_threads
+from static_compiler.support.threads import on_threads, pack_in_spans
 
 ITEM_CHUNK = 1 << 24
 """Input rows mapped (final states gathered, `liveness.final_item_live`) at
@@ -142,24 +142,21 @@ def rows_item_bits(selection, items, where: str, room: Optional[int] = None,
 def _packed_in_place(selection, n: int, room: Optional[int], lazy: bool,
                      threads: int) -> layer_walk.PackedBits:
     """`PackedBits` (n,) of `selection` (bool (n,) or a `RowSource`), each
-    chunk of rows (ITEM_CHUNK, rounded down to whole bytes) packed into its
-    own bytes of one output on threads (no two threads write a byte)."""
+    chunk of rows (ITEM_CHUNK) packed into its own bytes of one output on
+    threads (`threads.pack_in_spans`; a filter's rows filled into a buffer
+    of each thread's)."""
     bits = layer_walk.PackedBits.zeros(n, room)
-    step = max(8, ITEM_CHUNK // 8 * 8)  # (whole bytes)
-    ranges = [(a, min(n, a + step)) for a in range(0, n, step)]
 
-    def one_share(share) -> None:
-        rows, temporaries = (np.empty(min(n, step), bool), []) if lazy else (None, None)
-        for start, stop in share:
-            if lazy:
-                picked = rows[:stop - start]
-                selection.fill(start, stop, picked, temporaries)
-            else:
-                picked = selection[start:stop]
-            packed = np.packbits(picked, bitorder="little")
-            bits.data[start // 8:start // 8 + packed.shape[0]] = packed
+    def rows_of(a: int, b: int, own: dict) -> np.ndarray:
+        if not lazy:
+            return selection[a:b]
+        if not own:
+            own.update(rows=np.empty(min(n, max(8, ITEM_CHUNK)), bool), temporaries=[])
+        picked = own["rows"][:b - a]
+        selection.fill(a, b, picked, own["temporaries"])
+        return picked
 
-    on_threads(ranges, one_share, threads)
+    pack_in_spans(n, ITEM_CHUNK, rows_of, bits.data, threads)
     return bits
 
 

@@ -35,7 +35,7 @@ import numpy as np
 from static_compiler.errors import ConstraintSetError
 from static_compiler.item_bits.placements import Placements
 from static_compiler.item_bits.state_order import InsertedOrder
-from static_compiler.support.threads import THREADS, on_threads
+from static_compiler.support.threads import THREADS, on_threads, pack_in_spans
 
 BLOCK_BITS = 512
 """Bits per summary block (16 uint32 words): chosen by `tools.bench.rank`
@@ -140,12 +140,7 @@ class ItemRanks:
                 out._summarize(r)
 
         if rows.shape[0] == 1 and size >= _SPLIT_BITS:  # (one huge row: spans on threads)
-            def pack_spans(share) -> None:
-                for a in share:
-                    part = np.packbits(rows[0, a:a + _SPLIT_BITS], bitorder="little")
-                    data[0, a // 8:a // 8 + part.shape[0]] = part
-
-            on_threads(range(0, size, _SPLIT_BITS), pack_spans)
+            pack_in_spans(size, _SPLIT_BITS, lambda a, b, _own: rows[0, a:b], data[0])
             if cleared is not None:
                 np.bitwise_and(words[0], ~cleared.words[0], out=words[0])
             out._summarize(0)

@@ -22,6 +22,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional, Sequence
 
+import numpy as np
+
 THREADS = min(4, os.cpu_count() or 1)
 """Threads a pass over a large array uses (at most 4: past that the passes
 are bound by memory bandwidth)."""
@@ -78,3 +80,23 @@ def on_threads(ranges: Sequence, run_share: Callable, threads: int = THREADS) ->
     if k == 1:
         return [run_share(list(ranges))]
     return run_all([lambda t=t: run_share(ranges[t::k]) for t in range(k)], k)
+
+
+def pack_in_spans(n: int, span: int, rows_of: Callable, out: np.ndarray,
+                  threads: int = THREADS) -> None:
+    """Packs n bools into `out` (uint8, at least ceil(n / 8) bytes; numpy's
+    little bit order: row r is bit r % 8 of byte r // 8) a span of `span`
+    rows (rounded down to whole bytes) at a time on `threads` threads, no
+    two writing a byte: rows_of(a, b, own) gives rows [a, b) as bool (b -
+    a,), `own` a dict its thread keeps across its spans (for its buffers).
+    A 1e9 mask packed in 43 ms on two threads against 58 ms for one
+    `np.packbits` (docs/benchmarks.md, "Rows in trie order and buckets")."""
+    span = max(8, span // 8 * 8)
+
+    def one_share(share) -> None:
+        own: dict = {}
+        for a in share:
+            packed = np.packbits(rows_of(a, min(n, a + span), own), bitorder="little")
+            out[a // 8:a // 8 + packed.shape[0]] = packed
+
+    on_threads(range(0, n, span), one_share, threads)

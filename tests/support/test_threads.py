@@ -109,3 +109,30 @@ def test_a_forked_child_makes_workers_of_its_own():
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("n, span, threads", [(0, 8, 2), (1, 8, 2), (100, 8, 3), (100, 13, 2),
+                                              (1000, 64, 2), (1000, 5000, 4), (77, 1, 2)])
+def test_bools_packed_in_spans_are_numpys_packbits(n, span, threads):
+    """`pack_in_spans`: the bytes of `np.packbits(..., bitorder="little")`,
+    spans rounded down to whole bytes, each thread's `own` dict kept
+    across its spans."""
+    import numpy as np
+
+    from static_compiler.support.threads import pack_in_spans
+
+    rows = np.random.default_rng(n).random(n) < 0.3
+    out = np.full(-(-n // 8) + 2, 0xAB, np.uint8)  # (the bytes past the rows untouched)
+    owners = []
+
+    def rows_of(a, b, own):
+        assert a % 8 == 0 and (b == n or b - a == max(8, span // 8 * 8))
+        own.setdefault("spans", 0)
+        own["spans"] += 1
+        owners.append(id(own))
+        return rows[a:b]
+
+    pack_in_spans(n, span, rows_of, out, threads)
+    np.testing.assert_array_equal(out[:-(-n // 8)], np.packbits(rows, bitorder="little"))
+    assert (out[-(-n // 8):] == 0xAB).all()
+    assert len(set(owners)) <= max(1, threads)
