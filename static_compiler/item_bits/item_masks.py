@@ -106,7 +106,7 @@ def rows_item_bits(selection, items, where: str, room: Optional[int] = None,
     ranges = [(a, min(n, a + step)) for a in range(0, n, step)]
     row_item, size = items.row_item, items.row_item.itemsize
     stale = items.stale_rows  # (rows that no longer stand for their item: never picked)
-    if not lazy and bit_kernels.HAVE_NUMBA:
+    if bit_kernels.HAVE_NUMBA:
         from static_compiler.item_bits import bucket_scatter
         if count >= bucket_scatter.BUCKET_FROM:  # (bits past the caches: by buckets)
             return bucket_scatter.scatter_by_buckets(selection, row_item, count, room,

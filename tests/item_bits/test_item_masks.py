@@ -168,13 +168,14 @@ def test_rows_are_items_only_for_a_sorted_input_without_duplicates(tmp_path, mon
        share=st.sampled_from([0.0, 0.05, 0.5, 1.0]), crowd=st.booleans(),
        shift=st.sampled_from([3, 6, 9]), round_ids=st.sampled_from([1, 50, 1 << 20]),
        chunk=st.sampled_from([8, 100, 1 << 22]), threads=st.integers(1, 3),
-       stale=st.booleans(), room=st.sampled_from([None, 5000]))
+       stale=st.booleans(), room=st.sampled_from([None, 5000]), lazy=st.booleans())
 def test_row_masks_of_large_sets_scattered_by_buckets_give_the_same_bits(
-        seed, unique, extra, share, crowd, shift, round_ids, chunk, threads, stale, room):
-    """`bucket_scatter` (a bool row mask once the items pass BUCKET_FROM,
-    here every size): the bits the direct marking sets, in rounds, with
-    buckets that fill (crowd: the selected rows' items in one bucket's
-    range, so its thread goes on into bits of its own), stale rows."""
+        seed, unique, extra, share, crowd, shift, round_ids, chunk, threads, stale, room, lazy):
+    """`bucket_scatter` (a bool row mask or a filter's rows once the items
+    pass BUCKET_FROM, here every size): the bits the direct marking sets,
+    in rounds, with buckets that fill (crowd: the selected rows' items in
+    one bucket's range, so its thread goes on into bits of its own), stale
+    rows."""
     from static_compiler.item_bits import bit_kernels, bucket_scatter
     if not bit_kernels.HAVE_NUMBA:
         pytest.skip("buckets are numba's path")
@@ -194,7 +195,10 @@ def test_row_masks_of_large_sets_scattered_by_buckets_give_the_same_bits(
         for name, value in (("BUCKET_FROM", 0), ("BUCKET_SHIFT", shift), ("BUCKET_SLACK", 0),
                             ("ROUND_IDS", round_ids), ("ROUND_CHUNK", chunk)):
             patch.setattr(bucket_scatter, name, value)
-        got = item_masks.rows_item_bits(selection, items, "t", room)
+        rows = _Rows(selection)
+        got = item_masks.rows_item_bits(rows if lazy else selection, items, "t", room)
+    if lazy:  # (each chunk filled once, a ROUND_CHUNK range)
+        assert rows.calls == len(range(0, items.num_items, chunk))
     np.testing.assert_array_equal(got.data, want.data)
     live = selection if not stale else selection & ~items.stale_rows
     oracle = np.zeros(unique, bool)

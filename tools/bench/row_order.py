@@ -7,7 +7,9 @@ the first step of every `ranked_subset` (and `subset`) of a row mask.
   int32 (N,), a random permutation here: each row's item far from its
   neighbours', as a trie's row order puts them), by buckets of item ranges
   (`item_bits.bucket_scatter`, from BUCKET_FROM items) and, as before it,
-  each selected row's bit marked directly in the item bits;
+  each selected row's bit marked directly in the item bits; and the same
+  rows given as a filter's (a `RowSource`, filled a chunk at a time: a
+  copy of the mask here), both ways;
 * the floor of that: the map and the mask read once on the same threads
   (one sum each; no write), the bytes any scatter must read at 10 %
   (nearly every 64-byte line of the map holds a selected row);
@@ -48,6 +50,18 @@ def _permutation(n: int, seed: int) -> np.ndarray:
     return out
 
 
+class _MaskRows:
+    """A filter's rows as `item_masks.rows_item_bits` reads them (an
+    `item_masks.RowSource`: filled a chunk at a time), here copied from a
+    ready mask, so the scatter's cost is compared with the mask's."""
+
+    def __init__(self, mask: np.ndarray):
+        self.mask, self.num_rows = mask, mask.shape[0]
+
+    def fill(self, lo: int, hi: int, out: np.ndarray, scratch=None) -> None:
+        np.copyto(out, self.mask[lo:hi])
+
+
 def _read_once(row_item: np.ndarray, mask: np.ndarray, threads: int) -> int:
     """The floor: every byte of `row_item` and `mask` read once, a chunk at a
     time on `threads` threads (numpy's reductions release the GIL)."""
@@ -85,12 +99,16 @@ def run(n: int, repeats: int, seed: int) -> int:
     want = np.zeros(n, bool)
     want[shuffled.row_item[mask]] = True
     library = bucket_scatter.BUCKET_FROM
-    for name, bucket_from in ((f"by buckets (`bucket_scatter`, from {library:.1e} items)",
-                               library), ("each row's bit marked directly", 1 << 62)):
+    ways = [(f"by buckets (`bucket_scatter`, from {library:.1e} items)", library, mask),
+            ("each row's bit marked directly", 1 << 62, mask),
+            ("a filter's rows (a `RowSource`, a chunk at a time), by buckets", library,
+             _MaskRows(mask)),
+            ("a filter's rows, each row's bit marked directly", 1 << 62, _MaskRows(mask))]
+    for name, bucket_from, selection in ways:
         bucket_scatter.BUCKET_FROM = bucket_from  # (1 << 62: the direct marking at any size)
-        scatter_ms = median_ms(lambda: item_masks.rows_item_bits(mask, shuffled, "bench"),
-                               repeats)
-        bits = item_masks.rows_item_bits(mask, shuffled, "bench")
+        scatter_ms = median_ms(  # noqa: B023 (called here)
+            lambda: item_masks.rows_item_bits(selection, shuffled, "bench"), repeats)
+        bits = item_masks.rows_item_bits(selection, shuffled, "bench")
         rows.append((f"random order: {name}", scatter_ms, np.array_equal(bits.bools(), want)))
     bucket_scatter.BUCKET_FROM = library
     del want, bits

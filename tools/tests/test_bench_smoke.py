@@ -284,7 +284,7 @@ def test_row_order_bench_checks_the_scatter_and_the_packing():
     run = _run("tools.bench.row_order", "--items", "5000", "--repeats", "1")
     assert run.returncode == 0, run.stderr[-3000:]
     rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and "--" not in line]
-    assert len(rows) == 7 and all(r.endswith("| same |") for r in rows[1:]), run.stdout
+    assert len(rows) == 9 and all(r.endswith("| same |") for r in rows[1:]), run.stdout
 
 
 def test_rules_benchmark_times_the_filter_against_numpy():
