@@ -26,8 +26,10 @@ except ModuleNotFoundError as err:  # the callers' numpy paths stand in
         numpy twins or another path replace them)."""
         return lambda function: function
 
-    def trailing_zeros(word):  # noqa: ARG001 (numba's signature)
-        """No compiler: never called (see `njit`)."""
-        raise NotImplementedError("trailing_zeros needs numba")
+    def trailing_zeros(word) -> int:
+        """The index of the lowest set bit of `word` (a nonzero int), as
+        numba's intrinsic gives it (the kernels call it on nonzero words)."""
+        word = int(word)
+        return (word & -word).bit_length() - 1
 
 __all__ = ["HAVE_NUMBA", "njit", "trailing_zeros", "uint64"]
