@@ -98,6 +98,32 @@ def _csr_bounds(tables: dict, node):
     return bounds[..., 0], bounds[..., 1]
 
 
+def first_true(flags, count: int, block: int = 32):
+    """(pos int32 (..., count), found bool (...,)): the positions, in
+    order, of the first `count` True entries of `flags` bool (..., n), and
+    whether it holds that many (where not, pos is clamped garbage).
+
+    By prefix counts, not a top-k of position keys: XLA's CPU backend runs a
+    top-k of a short row (70 of 1,120) as a stable sort of the whole row
+    with a comparator call per comparison (0.33-0.46 ms at (3, 1120), 3-4x
+    this; docs/benchmarks.md, "The JAX door's ranked step"). The counts
+    are two float32 products with triangular matrices of ones (within
+    blocks of `block` entries, then across the blocks: exact below 2^24),
+    and entry j is the number of positions whose count is below j + 1."""
+    n = flags.shape[-1]
+    assert 0 < count <= n < 1 << 24, (count, n)
+    lead = flags.shape[:-1]
+    blocks = -(-n // block)
+    x = jnp.pad(flags.astype(jnp.float32), [(0, 0)] * len(lead) + [(0, blocks * block - n)])
+    within = x.reshape(lead + (blocks, block)) @ jnp.asarray(
+        np.triu(np.ones((block, block), np.float32)))
+    before = within[..., -1] @ jnp.asarray(np.triu(np.ones((blocks, blocks), np.float32), 1))
+    counts = (within + before[..., None]).reshape(lead + (blocks * block,))[..., :n]
+    wanted = (lax.iota(jnp.int32, count) + 1).astype(jnp.float32)
+    pos = jnp.sum(counts[..., None, :] < wanted[:, None], axis=-1, dtype=jnp.int32)
+    return jnp.minimum(pos, n - 1), counts[..., -1] >= count
+
+
 def take_last(x, idx):
     """``jnp.take_along_axis(x, idx, axis=-1)`` for x (..., N) and idx int
     (..., K) with the same leading dims and entries in [0, N): one gather

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.backend.kernels import take_last
+from static_compiler.backend.kernels import first_true, take_last
 from static_compiler.support.decode_state import SENTINEL_SCORE
 
 
@@ -77,15 +77,15 @@ def _select_checked(scores, beam_size: int, tokens_per_beam: int,
     before = lax.iota(jnp.int32, R)[None, :] < lax.iota(jnp.int32, R)[:, None]
     rank = jnp.sum((parent[:, :, None] == parent[:, None, :]) & before, axis=-1)
     kept = rank < tokens_per_beam
-    # Positions of the first beam_size kept entries, in list order; the last
-    # of them is an unkept one (-R) exactly when fewer than beam_size are kept.
-    order, pos = lax.top_k(jnp.where(kept, -lax.iota(jnp.int32, R), -R), beam_size)
+    # Positions of the first beam_size kept entries, in list order (when kept
+    # holds that many).
+    pos, enough = first_true(kept, beam_size)
     at = lambda x: take_last(x, pos)
     fast = (at(top), at(parent), lax.rem(at(flat), jnp.int32(K)))
     # Every place is real on both paths (M * tokens_per_beam >= beam_size), so
     # `real` stays out of the cond (a constant, not a kernel inside a branch).
     assert M * tokens_per_beam >= beam_size, (M, tokens_per_beam, beam_size)
-    picked = lax.cond(jnp.all(order[:, -1] > -R), lambda: fast,
+    picked = lax.cond(jnp.all(enough), lambda: fast,
                       lambda: _select_pruned(scores, beam_size, tokens_per_beam)[:3])
     return Selection(*picked, jnp.ones((B, beam_size), bool))
 
@@ -185,10 +185,9 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
     parent = lax.div(flat, jnp.int32(K))  # flat >= 0: no sign fix-up
     col = lax.rem(flat, jnp.int32(K))
     ok = (top > SENTINEL_SCORE) & live_at(parent, col)
-    # The first beam_size live entries, in list order; the last of them is
-    # a dead one (-longest) exactly when fewer than beam_size are live.
-    order, pos = lax.top_k(jnp.where(ok, -lax.iota(jnp.int32, longest), -longest), beam_size)
-    decided = jnp.all(order[:, -1] > -longest)
+    # The first beam_size live entries, in list order (when there are that many).
+    pos, enough = first_true(ok, beam_size)
+    decided = jnp.all(enough)
     at = lambda x: take_last(x, pos)
     picked = lax.cond(decided, lambda: (at(top), at(parent), at(col)), fallback)
     return Selection(*picked, jnp.ones((B, beam_size), bool)), decided
