@@ -98,7 +98,8 @@ def test_the_sample_picks_the_list_or_the_full_read():
     """Dense liveness: the shorter list (its expected live count enough);
     15 %: the longer one; sparse: no list (the full read at once);
     every time the selection over the full liveness. The sample reads
-    LIST_SAMPLES candidates a row, the list the longest list's length."""
+    LIST_SAMPLES candidates a row, each list its own length (no padding
+    to the longest to read)."""
     rng = np.random.default_rng(4)
     B, M, K, beams = 3, 40, 64, 8
     scores = _scores(rng, (B, M, K))
@@ -107,7 +108,8 @@ def test_the_sample_picks_the_list_or_the_full_read():
         live = rng.random(scores.shape) < density
         got, listed, want, reads = _selections(scores, live, beams)
         _same(got, want, ("selection", density))
-        assert reads == [(B, selection.LIST_SAMPLES), (B, max(sizes))]  # one read, any list
+        # (traced: the sample, then a read per list in its own branch; the taken one runs)
+        assert reads == [(B, selection.LIST_SAMPLES)] + [(B, R) for R in sizes]
         assert listed == (listed_by is not None), density
 
 

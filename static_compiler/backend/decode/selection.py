@@ -154,43 +154,48 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
         if list_sizes is None else tuple(list_sizes)
     assert sizes and all(beam_size <= R < N for R in sizes), (beam_size, sizes, M, K)
     flat_scores = scores.reshape(B, N)
-    # The live fraction of an even sample of each row's candidates.
-    S = min(N, LIST_SAMPLES)
-    sample = np.arange(S, dtype=np.int64) * N // S
-    at_sample = jnp.broadcast_to(jnp.asarray(sample.astype(np.int32)), (B, S))
-    valid = take_last(flat_scores, at_sample) > SENTINEL_SCORE
-    live = valid & live_at(lax.div(at_sample, jnp.int32(K)), lax.rem(at_sample, jnp.int32(K)))
-    valid_n = jnp.sum(valid, axis=-1).astype(jnp.float32)
-    live_n = jnp.sum(live, axis=-1).astype(jnp.float32)
-    # Which list: the first whose expected live count is enough in every row.
-    enough = [jnp.all(live_n * R >= LIST_MARGIN * beam_size * valid_n) for R in sizes]
-    choice = sum(jnp.logical_not(e).astype(jnp.int32) for e in enough)
-    if use_list is not None:
-        choice = jnp.where(use_list, choice, len(sizes))
+    every = lambda: jnp.ones((B, beam_size), bool)  # noqa: E731 (every place real)
 
-    # The chosen list, padded to the longest (past its R: SENTINEL_SCORE,
-    # dead), so one read serves every length; none chosen: all padding.
-    longest = max(sizes)
+    def listed_path():
+        # The live fraction of an even sample of each row's candidates.
+        S = min(N, LIST_SAMPLES)
+        sample = np.arange(S, dtype=np.int64) * N // S
+        at_sample = jnp.broadcast_to(jnp.asarray(sample.astype(np.int32)), (B, S))
+        valid = take_last(flat_scores, at_sample) > SENTINEL_SCORE
+        live = valid & live_at(lax.div(at_sample, jnp.int32(K)),
+                               lax.rem(at_sample, jnp.int32(K)))
+        valid_n = jnp.sum(valid, axis=-1).astype(jnp.float32)
+        live_n = jnp.sum(live, axis=-1).astype(jnp.float32)
+        # Which list: the first whose expected live count is enough in every row.
+        enough = [jnp.all(live_n * R >= LIST_MARGIN * beam_size * valid_n) for R in sizes]
+        choice = sum(jnp.logical_not(e).astype(jnp.int32) for e in enough)
 
-    def listed(R):
-        top, flat = lax.top_k(flat_scores, R)
-        pad = lambda x, value: jnp.pad(x, ((0, 0), (0, longest - R)), constant_values=value)
-        return pad(top, SENTINEL_SCORE), pad(flat, 0)
+        def listed(R):
+            # The list of R read alone (no padding to the longest to read).
+            top, flat = lax.top_k(flat_scores, R)
+            parent = lax.div(flat, jnp.int32(K))  # flat >= 0: no sign fix-up
+            col = lax.rem(flat, jnp.int32(K))
+            ok = (top > SENTINEL_SCORE) & live_at(parent, col)
+            # The first beam_size live entries, in list order (when there are that many).
+            pos, found = first_true(ok, beam_size)
+            at = lambda x: take_last(x, pos)  # noqa: E731
+            return at(top), at(parent), at(col), jnp.all(found)
 
-    def unlisted():
-        return (jnp.full((B, longest), SENTINEL_SCORE, jnp.float32),
-                jnp.zeros((B, longest), jnp.int32))
+        def unlisted():
+            none = jnp.zeros((B, beam_size), jnp.int32)
+            return (jnp.full((B, beam_size), SENTINEL_SCORE, jnp.float32), none, none,
+                    jnp.zeros((), bool))
 
-    top, flat = lax.switch(choice, [functools.partial(listed, R) for R in sizes] + [unlisted])
-    parent = lax.div(flat, jnp.int32(K))  # flat >= 0: no sign fix-up
-    col = lax.rem(flat, jnp.int32(K))
-    ok = (top > SENTINEL_SCORE) & live_at(parent, col)
-    # The first beam_size live entries, in list order (when there are that many).
-    pos, enough = first_true(ok, beam_size)
-    decided = jnp.all(enough)
-    at = lambda x: take_last(x, pos)
-    picked = lax.cond(decided, lambda: (at(top), at(parent), at(col)), fallback)
-    return Selection(*picked, jnp.ones((B, beam_size), bool)), decided
+        *picked, decided = lax.switch(choice, [functools.partial(listed, R) for R in sizes]
+                                      + [unlisted])
+        return lax.cond(decided, lambda: tuple(picked), fallback), decided
+
+    if use_list is None:
+        picked, decided = listed_path()
+    else:  # (not listing: no sample read, no list)
+        picked, decided = lax.cond(use_list, listed_path,
+                                   lambda: (tuple(fallback()), jnp.zeros((), bool)))
+    return Selection(*picked, every()), decided
 
 
 def _select_pruned(scores, beam_size: int, tokens_per_beam: Optional[int]) -> Selection:
