@@ -98,6 +98,11 @@ def _csr_bounds(tables: dict, node):
     return bounds[..., 0], bounds[..., 1]
 
 
+FIRST_TRUE_COMPARES = 1 << 20
+"""`first_true` counts by comparisons up to count x n of these a row (70 of
+1,120: 78,400), by a top-k above."""
+
+
 def first_true(flags, count: int, block: int = 32):
     """(pos int32 (..., count), found bool (...,)): the positions, in
     order, of the first `count` True entries of `flags` bool (..., n), and
@@ -109,9 +114,14 @@ def first_true(flags, count: int, block: int = 32):
     this; docs/benchmarks.md, "The JAX door's ranked step"). The counts
     are two float32 products with triangular matrices of ones (within
     blocks of `block` entries, then across the blocks: exact below 2^24),
-    and entry j is the number of positions whose count is below j + 1."""
+    and entry j is the number of positions whose count is below j + 1
+    (count x n comparisons a row: past FIRST_TRUE_COMPARES, for beams of
+    several hundred, a top-k of position keys again, O(n log n))."""
     n = flags.shape[-1]
     assert 0 < count <= n < 1 << 24, (count, n)
+    if count * n > FIRST_TRUE_COMPARES:
+        order, pos = lax.top_k(jnp.where(flags, -lax.iota(jnp.int32, n), -n), count)
+        return pos, order[..., -1] > -n
     lead = flags.shape[:-1]
     blocks = -(-n // block)
     x = jnp.pad(flags.astype(jnp.float32), [(0, 0)] * len(lead) + [(0, blocks * block - n)])

@@ -1,6 +1,7 @@
 """`backend.kernels.first_true`: the first `count` True positions of each
 row, by prefix counts, against numpy on random, empty, full and ragged
-rows (lengths that are not a whole number of blocks, leading dims)."""
+rows (lengths that are not a whole number of blocks, leading dims), and
+past its comparisons' bound (a top-k)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from static_compiler.backend.kernels import first_true
+from static_compiler.backend.kernels import FIRST_TRUE_COMPARES, first_true
 
 
 def _reference(flags: np.ndarray, count: int):
@@ -54,6 +55,13 @@ def test_first_true_on_empty_full_and_edge_rows(n, count):
                       np.arange(n) >= n - count, np.arange(n) < count - 1])
     _check(flags, count)
     _check(flags.reshape(5, 1, n), count)  # (leading dims)
+
+
+@pytest.mark.parametrize("n,count", [(4096, 300), (2048, 1024)])
+def test_first_true_past_its_comparisons_takes_a_top_k(n, count):
+    assert count * n > FIRST_TRUE_COMPARES
+    rng = np.random.default_rng(count)
+    _check(np.stack([rng.random(n) < 0.2, rng.random(n) < 0.5, np.ones(n, bool)]), count)
 
 
 def test_first_true_refuses_a_count_past_the_row():
