@@ -100,7 +100,10 @@ def _csr_bounds(tables: dict, node):
 
 FIRST_TRUE_COMPARES = 1 << 20
 """`first_true` counts by comparisons up to count x n of these a row (70 of
-1,120: 78,400), by a top-k above."""
+1,120: 78,400) and rows of up to FIRST_TRUE_ENTRIES (its matrix across
+the blocks: (n / block)^2 floats), by a top-k past either."""
+
+FIRST_TRUE_ENTRIES = 4096
 
 
 def first_true(flags, count: int, block: int = 32):
@@ -115,11 +118,12 @@ def first_true(flags, count: int, block: int = 32):
     are two float32 products with triangular matrices of ones (within
     blocks of `block` entries, then across the blocks: exact below 2^24),
     and entry j is the number of positions whose count is below j + 1
-    (count x n comparisons a row: past FIRST_TRUE_COMPARES, for beams of
-    several hundred, a top-k of position keys again, O(n log n))."""
+    (count x n comparisons a row: past FIRST_TRUE_COMPARES or
+    FIRST_TRUE_ENTRIES, for beams of several hundred, a top-k of position
+    keys again, O(n log n))."""
     n = flags.shape[-1]
     assert 0 < count <= n < 1 << 24, (count, n)
-    if count * n > FIRST_TRUE_COMPARES:
+    if count * n > FIRST_TRUE_COMPARES or n > FIRST_TRUE_ENTRIES:
         order, pos = lax.top_k(jnp.where(flags, -lax.iota(jnp.int32, n), -n), count)
         return pos, order[..., -1] > -n
     lead = flags.shape[:-1]

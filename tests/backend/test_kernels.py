@@ -12,7 +12,7 @@ from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from static_compiler.backend.kernels import FIRST_TRUE_COMPARES, first_true
+from static_compiler.backend.kernels import FIRST_TRUE_COMPARES, FIRST_TRUE_ENTRIES, first_true
 
 
 def _reference(flags: np.ndarray, count: int):
@@ -57,9 +57,9 @@ def test_first_true_on_empty_full_and_edge_rows(n, count):
     _check(flags.reshape(5, 1, n), count)  # (leading dims)
 
 
-@pytest.mark.parametrize("n,count", [(4096, 300), (2048, 1024)])
-def test_first_true_past_its_comparisons_takes_a_top_k(n, count):
-    assert count * n > FIRST_TRUE_COMPARES
+@pytest.mark.parametrize("n,count", [(4096, 300), (2048, 1024), (FIRST_TRUE_ENTRIES + 1, 2)])
+def test_first_true_past_its_bounds_takes_a_top_k(n, count):
+    assert count * n > FIRST_TRUE_COMPARES or n > FIRST_TRUE_ENTRIES
     rng = np.random.default_rng(count)
     _check(np.stack([rng.random(n) < 0.2, rng.random(n) < 0.5, np.ones(n, bool)]), count)
 

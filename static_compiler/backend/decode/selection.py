@@ -154,8 +154,6 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
         if list_sizes is None else tuple(list_sizes)
     assert sizes and all(beam_size <= R < N for R in sizes), (beam_size, sizes, M, K)
     flat_scores = scores.reshape(B, N)
-    every = lambda: jnp.ones((B, beam_size), bool)  # noqa: E731 (every place real)
-
     def listed_path():
         # The live fraction of an even sample of each row's candidates.
         S = min(N, LIST_SAMPLES)
@@ -195,7 +193,7 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
     else:  # (not listing: no sample read, no list)
         picked, decided = lax.cond(use_list, listed_path,
                                    lambda: (tuple(fallback()), jnp.zeros((), bool)))
-    return Selection(*picked, every()), decided
+    return Selection(*picked, jnp.ones((B, beam_size), bool)), decided  # (every place real)
 
 
 def _select_pruned(scores, beam_size: int, tokens_per_beam: Optional[int]) -> Selection:
