@@ -230,26 +230,16 @@ def full_child_live(plan: Plan, subset: LiveMask, steps: tuple[int, ...], index,
     True. The same answers where valid as reading them while listing."""
     K = cand.next.shape[-1]
 
-    def at(t, nxt, valid, node):
+    def at(t, nxt, node):
         if t >= plan.depth:
             return jnp.ones(nxt.shape, bool)
         sp = plan.steps[t]
         k = num_candidates(sp, plan.vocab_size)
-        nxt, valid = nxt[..., :k], valid[..., :k]
-        if t == 0 and is_ranked(subset) and nxt.ndim == 3 and nxt.shape[1] > 1:
-            # Every beam is at the root at step 0 (depth 0's one state), so a
-            # column's child is one state wherever it is valid: read once a
-            # column and row, not once a beam (B * K reads, not B * M' * K).
-            column = jnp.max(jnp.where(valid, nxt, -1), axis=1, keepdims=True)
-            live = jnp.broadcast_to(child_live(subset, 0, column, node[:, :1], _form(sp)),
-                                    nxt.shape)
-        else:
-            live = child_live(subset, t, nxt, node, _form(sp))
-        return jnp.concatenate([live, jnp.ones(live.shape[:-1] + (K - k,), bool)], axis=-1)
+        live = child_live(subset, t, nxt[..., :k], node, _form(sp))
+        return jnp.concatenate([live, jnp.ones(nxt.shape[:-1] + (K - k,), bool)], axis=-1)
 
-    return at(steps[0], cand.next, cand.valid, node) if len(steps) == 1 else \
-        lax.switch(index, [functools.partial(at, t) for t in steps], cand.next, cand.valid,
-                   node)
+    return at(steps[0], cand.next, node) if len(steps) == 1 else \
+        lax.switch(index, [functools.partial(at, t) for t in steps], cand.next, node)
 
 
 def packed_step_candidates(plan: Plan, packed: PackedRun, index, node, live, finished,
