@@ -1,9 +1,14 @@
 """`backend.kernels.first_true`: the first `count` True positions of each
 row, by prefix counts, against numpy on random, empty, full and ragged
 rows (lengths that are not a whole number of blocks, leading dims), and
-past its comparisons' bound (a top-k)."""
+past its comparisons' bound (a top-k). `backend.kernels.top_k`: the k
+largest by group maxima on the CPU, against numpy's total order and
+`lax.top_k` bit for bit (ties, NaN, signed zeros, infinities)."""
 
 from __future__ import annotations
+
+import contextlib
+from unittest import mock
 
 import jax
 import numpy as np
@@ -11,7 +16,9 @@ import pytest
 from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jax import lax
 
+from static_compiler.backend import kernels
 from static_compiler.backend.kernels import FIRST_TRUE_COMPARES, FIRST_TRUE_ENTRIES, first_true
 
 
@@ -67,3 +74,116 @@ def test_first_true_past_its_bounds_takes_a_top_k(n, count):
 def test_first_true_refuses_a_count_past_the_row():
     with pytest.raises(AssertionError):
         first_true(np.ones((2, 4), bool), 5)
+
+
+# top_k
+
+def _total_order_top_k(x: np.ndarray, k: int):
+    """(values, indices) of the k largest entries of each row of float32 x
+    (R, n) in the float total order (NaN above +inf, +0 above -0, -NaN
+    below -inf), ties to the lower index: a stable sort of int64 keys."""
+    bits = x.view(np.int32).astype(np.int64)
+    key = np.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    order = np.argsort(-key, axis=-1, kind="stable")[:, :k]
+    return np.take_along_axis(x, order, axis=-1), order.astype(np.int32)
+
+
+def _check_top_k(x: np.ndarray, k: int, grouped: bool = True) -> None:
+    lowered = jax.jit(kernels.top_k, static_argnums=1).lower(x, k).as_text()
+    assert ("stablehlo.reduce" in lowered) == grouped, (x.shape, k)  # (the path taken)
+    values, indices = jax.jit(kernels.top_k, static_argnums=1)(x, k)
+    want_values, want_indices = jax.jit(lax.top_k, static_argnums=1)(x, k)
+    values, indices = np.asarray(values), np.asarray(indices)
+    assert values.shape == indices.shape == x.shape[:-1] + (k,) and indices.dtype == np.int32
+    np.testing.assert_array_equal(values.view(np.int32), np.asarray(want_values).view(np.int32))
+    np.testing.assert_array_equal(indices, want_indices)
+    rows = x.reshape(-1, x.shape[-1])
+    oracle_values, oracle_indices = _total_order_top_k(rows, k)
+    np.testing.assert_array_equal(indices.reshape(-1, k), oracle_indices)
+    np.testing.assert_array_equal(values.reshape(-1, k).view(np.int32),
+                                  oracle_values.view(np.int32))
+
+
+_SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-45, -3e38],
+                     np.float32)
+_NEGATIVE_NAN = np.array([0xFFC00001], np.uint32).view(np.float32)[0]
+
+
+@contextlib.contextmanager
+def _grouped_from_64():
+    """`top_k`'s grouped path from rows of 64 entries (read when tracing):
+    small rows exercise it."""
+    with mock.patch.object(kernels, "TOP_K_GROUPED_FROM", 64):
+        jax.clear_caches()
+        try:
+            yield
+        finally:
+            jax.clear_caches()
+
+
+@settings(max_examples=examples(16), deadline=None)
+@given(st.integers(4, 160), st.integers(0, 2**31 - 1),
+       st.sampled_from(["normal", "ties", "sparse ties", "specials"]))
+def test_top_k_equals_the_total_order_on_random_rows(groups, seed, kind):
+    rng = np.random.default_rng(seed)
+    n = groups * kernels.TOP_K_GROUP
+    k = int(rng.integers(1, max(2, n // (4 * kernels.TOP_K_GROUP)) + 1))
+    if kind == "normal":
+        x = rng.standard_normal((3, n)).astype(np.float32)
+    elif kind == "ties":
+        x = rng.integers(-2, 3, (3, n)).astype(np.float32)
+    elif kind == "sparse ties":  # (groups of unequal maxima sharing tied entries)
+        x = rng.integers(0, 2, (3, n)).astype(np.float32)
+        x[rng.random((3, n)) < 0.02] += rng.integers(1, 4)
+    else:
+        x = rng.choice(np.append(_SPECIALS, _NEGATIVE_NAN), (3, n))
+    with _grouped_from_64():
+        _check_top_k(x, k, grouped=4 * k * kernels.TOP_K_GROUP <= n)
+
+
+def test_top_k_on_tied_and_sentinel_rows_and_leading_dims():
+    k = 70
+    n = 4 * k * kernels.TOP_K_GROUP  # (the shortest row it groups for k)
+    rng = np.random.default_rng(0)
+    tied = np.zeros(n, np.float32)
+    sentinel = np.full(n, -3.0e38, np.float32)
+    sentinel[rng.choice(n, 40, replace=False)] = 0.0  # (fewer real entries than k)
+    zeros = np.where(rng.random(n) < 0.5, np.float32(-0.0), np.float32(0.0))
+    ascending = np.arange(n, dtype=np.float32)  # (the best in the last group)
+    # A later group's larger maximum ranks it first; the tied 1.0 of the
+    # earlier groups still come before its own.
+    later_first = np.zeros(n, np.float32)
+    later_first[:16 * k:16] = 1.0
+    later_first[16 * k + 3] = 1.0
+    later_first[16 * k + 5] = 9.0
+    x = np.stack([tied, sentinel, zeros, ascending, ascending[::-1].copy(), later_first])
+    with _grouped_from_64():
+        _check_top_k(x, k)
+        _check_top_k(x.reshape(6, 1, n), k)
+
+
+@pytest.mark.parametrize("n,k", [(100, 3), (2048, 40), (2048, 2048), (2050, 2)])
+def test_top_k_outside_the_grouped_bounds_is_lax_top_k(n, k):
+    # (a row not a whole number of groups, or k x 16 x 4 past it)
+    x = np.random.default_rng(n).standard_normal((2, n)).astype(np.float32)
+    with _grouped_from_64():
+        _check_top_k(x, k, grouped=False)
+
+
+def test_top_k_at_a_beam_step_size():
+    # (3 rows of 70 beams x 2048 tokens, the first grouped size by default)
+    x = np.random.default_rng(1).standard_normal((3, 70 * 2048)).astype(np.float32)
+    assert x.shape[-1] >= kernels.TOP_K_GROUPED_FROM
+    _check_top_k(x, 70)
+    _check_top_k(x, 560)
+
+
+def test_top_k_elsewhere_than_the_cpu_is_lax_top_k():
+    x = jax.ShapeDtypeStruct((3, 70 * 2048), np.float32)
+    exported = jax.export.export(jax.jit(kernels.top_k, static_argnums=1),
+                                 platforms=["cuda"])(x, 70)
+    text = exported.mlir_module()
+    assert "stablehlo.reduce" not in text and text.count("top_k") >= 1
+    both = jax.export.export(jax.jit(kernels.top_k, static_argnums=1),
+                             platforms=["cpu", "cuda"])(x, 70).mlir_module()
+    assert "stablehlo.reduce" in both  # (the CPU's branch beside it)

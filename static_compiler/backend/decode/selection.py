@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.backend.kernels import first_true, take_last
+from static_compiler.backend.kernels import first_true, take_last, top_k
 from static_compiler.support.decode_state import SENTINEL_SCORE
 
 
@@ -70,7 +70,7 @@ def _select_checked(scores, beam_size: int, tokens_per_beam: int,
     are the answer when the list has that many."""
     B, M, K = scores.shape
     R = min(M * K, list_factor * beam_size)
-    top, flat = lax.top_k(scores.reshape(B, M * K), R)
+    top, flat = top_k(scores.reshape(B, M * K), R)
     parent = lax.div(flat, jnp.int32(K))  # flat >= 0: no sign fix-up (jnp's // adds kernels)
     # rank[b, r] = entries of the same beam before r (a triangular count, not
     # a cumsum: XLA CPU lowers cumsum to a quadratic reduce-window).
@@ -95,9 +95,10 @@ LIST_FACTORS = (8, 16)
 beam_size candidates, f the first of these whose list is expected to
 hold enough live ones. Measured on the JAX door (batch 3, 70 beams, 10 %
 per-row subsets): ~22 % of the depth-2 children are live at 1e7
-Semantic IDs (8: ~120 live in a list of 560), ~11 % at 1e6 (16); a
-random row's top-k costs ~0.65 ms for 70 of 143k entries on CPU, ~1.4
-ms for 560, ~2.2 ms for 1120, ~7 ms for 2240 (more than reading every
+Semantic IDs (8: ~120 live in a list of 560), ~11 % at 1e6 (16); the
+top-k of (3, 143k) random scores (`kernels.top_k`, by group maxima on
+CPU) costs ~0.2 ms for 70, ~1.15 ms for 560 (XLA's TopK call: 0.65 and
+1.4 ms), ~2.2 ms for 1120, ~7 ms for 2240 (more than reading every
 candidate). Read when tracing (tests change it)."""
 
 LIST_MARGIN = 1.4
@@ -170,7 +171,7 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
 
         def listed(R):
             # The list of R read alone (no padding to the longest to read).
-            top, flat = lax.top_k(flat_scores, R)
+            top, flat = top_k(flat_scores, R)
             parent = lax.div(flat, jnp.int32(K))  # flat >= 0: no sign fix-up
             col = lax.rem(flat, jnp.int32(K))
             ok = (top > SENTINEL_SCORE) & live_at(parent, col)
@@ -209,7 +210,7 @@ def _select_pruned(scores, beam_size: int, tokens_per_beam: Optional[int]) -> Se
     if M * K < beam_size:
         flat_scores = jnp.pad(flat_scores, ((0, 0), (0, beam_size - M * K)),
                               constant_values=SENTINEL_SCORE)
-    top, flat = lax.top_k(flat_scores, beam_size)
+    top, flat = top_k(flat_scores, beam_size)
     real = flat < M * K
     # flat >= 0: lax.div / rem need no sign fix-up (jnp's // and % add kernels).
     parent = jnp.where(real, lax.div(flat, jnp.int32(K)), 0)
