@@ -771,7 +771,53 @@ def jax_door(n: int, repeats: int, seed: int, length: int = 4) -> int:
         same = all(np.array_equal(np.asarray(a), np.asarray(b))
                    for x, y in zip(want, got) for a, b in zip(x, y))
         failed |= _step_row(name, T, none_ms, today_ms, rank_ms, same)
+    _door_steps(c, B, M, T, table, zeros, index, ranked, repeats)
     return failed
+
+
+STEP_CALLS = 10
+"""Calls of one step a sample in `_door_steps` (dispatched back to back,
+waited for once)."""
+
+
+def _door_steps(c, B: int, M: int, T: int, table, zeros, index, ranked, repeats: int) -> None:
+    """Prints the JAX door's beam step per step, without a subset and over
+    the ranked subsets: each step t called from the state its own search
+    reached, STEP_CALLS calls back to back (the logits ready), `repeats`
+    rounds alternating the ways; ms a step (median), their sum, the ratio.
+    What a whole search's medians blur (its logits' slices, the states'
+    reads between steps): where the subset's cost lies."""
+    import jax
+
+    ways = (("no subset", {}), ("ranked", dict(subset=ranked, subset_index=index)))
+    print(f"\nPer step (each step from its search's own state, {STEP_CALLS} calls back to "
+          f"back, median of {repeats} alternating rounds), ms\n")
+    print("| model | subset | " + " | ".join(f"step {t}" for t in range(T)) +
+          " | sum | / none |")
+    print("|--|--|" + "--:|" * (T + 2))
+    for name, logits in (("random logits", [table[t] for t in range(T)]),
+                         ("zeros", [zeros] * T)):
+        jax.block_until_ready(logits)
+        states = {}
+        for way, kw in ways:
+            state, states[way] = c.init_beams(B, M), []
+            for t in range(T):
+                states[way].append(state)
+                state = jax.block_until_ready(c.beam_step(state, logits[t], t, **kw))
+        samples = {way: np.zeros((repeats, T)) for way, _ in ways}
+        for r in range(repeats):
+            for t in range(T):
+                for way, kw in ways:
+                    start = time.perf_counter()
+                    for _ in range(STEP_CALLS):
+                        out = c.beam_step(states[way][t], logits[t], t, **kw)
+                    jax.block_until_ready(out)
+                    samples[way][r, t] = (time.perf_counter() - start) / STEP_CALLS * 1e3
+        none_sum = float(np.median(samples["no subset"], axis=0).sum())
+        for way, _ in ways:
+            per = np.median(samples[way], axis=0)
+            print(f"| {name} | {way} | " + " | ".join(f"{v:.3f}" for v in per) +
+                  f" | {per.sum():.3f} | {per.sum() / none_sum:.2f}x |")
 
 
 def _same_masks(tc, rows, mask, ranked, subset, row) -> bool:

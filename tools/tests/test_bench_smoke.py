@@ -363,8 +363,12 @@ def test_jax_door_section_checks_ranked_beam_steps_against_todays():
     run = _run("tools.bench.rank", "--section", "jax-door", "--items", "3000", "--repeats", "1")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "DIFFERENT" not in run.stdout and "3 per-row subsets made: ranked" in run.stdout
+    lines = run.stdout.splitlines()
     assert sum(line.startswith(("| random logits |", "| zeros |")) and "| same |" in line
-               for line in run.stdout.splitlines()) == 2
+               for line in lines) == 2
+    per_step = [line for line in lines if line.startswith(("| random logits | ", "| zeros | "))
+                and line.split("|")[2].strip() in ("no subset", "ranked")]
+    assert len(per_step) == 4 and all(line.count("|") == 4 + 5 for line in per_step), per_step
 
 
 def test_versions_benchmark_measures_kept_versions_on_disk():
