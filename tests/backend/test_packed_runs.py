@@ -24,7 +24,12 @@ from hypothesis import strategies as st
 from test_decode import FAMILIES, check_family_example
 
 from static_compiler.backend import decode, kernels, row_search
-from static_compiler.backend.decode.step import run_inputs, run_live_bound, step_segments
+from static_compiler.backend.decode.step import (
+    first_alone_for,
+    run_inputs,
+    run_live_bound,
+    step_segments,
+)
 
 
 @pytest.fixture
@@ -185,3 +190,20 @@ def test_a_step_with_another_cap_starts_a_new_run():
     plan, tables = compiled.plan, compiled.lowered.device_tables
     caps = (None, 2, 2, None)
     assert step_segments(plan, caps, (None,) * 4, 5, tables) == ((0,), (1, 2), (3,))
+
+
+def test_step_zero_is_a_run_of_its_own_when_first_alone():
+    """Over a ranked subset step 0 (one bit a candidate) and the listed
+    steps after it are separate runs (`first_alone_for`); the rest as
+    before."""
+    rng = np.random.default_rng(4)
+    compiled = oracle.compile_set(oracle.random_set(rng, 40, 4, 8), 8, "csr")
+    plan, tables = compiled.plan, compiled.lowered.device_tables
+    caps = (None,) * 4
+    whole = step_segments(plan, caps, (None,) * 4, 5, tables)
+    assert whole == (tuple(range(4)),)
+    assert step_segments(plan, caps, (None,) * 4, 5, tables, first_alone=True) == \
+        ((0,), (1, 2, 3))
+    assert step_segments(plan, (None, 2, 2, None), (None,) * 4, 5, tables,
+                         first_alone=True) == ((0,), (1, 2), (3,))
+    assert first_alone_for(None) is False

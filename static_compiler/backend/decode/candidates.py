@@ -89,10 +89,14 @@ def step_candidates(plan: Plan, tables, node, live, finished, logprobs: Optional
                                    in_subset)
         else:
             c = expand(sp, tables[step], node)
+            # Depth 0 holds one state, the root: at step 0 every beam's
+            # children are the same states, read once a batch row.
+            at, nxt = (node[:, :1], c.next[:, :1]) if step == 0 and node.ndim == 2 else \
+                (node, c.next)
             # (a ranked subset has no slot bits: it counts the children's items, by row)
-            live_children = dense_child_live(children, step, node, plan.vocab_size) \
+            live_children = dense_child_live(children, step, at, plan.vocab_size) \
                 if step in slot_steps(plan) and not is_ranked(children) else \
-                child_live(children, step, c.next, node, _form(sp))
+                child_live(children, step, nxt, at, _form(sp))
             c = c._replace(valid=c.valid & live_children)
             lp = logprob_of(c.tokens, dense=sp.kind == LayoutKind.DENSE_ROWS)
         if end is not None and sp.has_accepting:

@@ -26,6 +26,7 @@ from static_compiler.backend.decode.programs import bounded_jit
 from static_compiler.backend.decode.step import (
     apply_choice,
     finalize,
+    first_alone_for,
     init_beam_state,
     run_candidates,
     run_inputs,
@@ -97,11 +98,13 @@ def unrolled(plan: Plan) -> bool:
     return plan.end_token is None and jax.default_backend() in UNROLL_BACKENDS
 
 
-def _segments(plan: Plan, caps: tuple, live: tuple, widths: tuple, tables, unroll: bool):
-    """`step_segments`, or each step alone when `unroll`."""
+def _segments(plan: Plan, caps: tuple, live: tuple, widths: tuple, tables, unroll: bool,
+              subset=None):
+    """`step_segments` (over `subset`: `first_alone_for`), or each step alone
+    when `unroll`."""
     if unroll:
         return tuple((t,) for t in range(plan.max_length))
-    return step_segments(plan, caps, live, widths, tables)
+    return step_segments(plan, caps, live, widths, tables, first_alone_for(subset))
 
 
 @bounded_jit(static_argnames=("plan", "logits_fn", "batch_size", "widths", "caps",
@@ -121,8 +124,8 @@ def _beam_search(plan, tables, carry, start_tokens, params, subset, prior, lengt
         return state, reorder_carry(new_carry, state.parent, axes, reorder)
 
     state, carry = _run_segments(plan, tables, subset, one_step,
-                                 _segments(plan, caps, live, widths, tables, unroll), state,
-                                 carry, widths)
+                                 _segments(plan, caps, live, widths, tables, unroll, subset),
+                                 state, carry, widths)
     return finalize(state, length_penalty), carry
 
 

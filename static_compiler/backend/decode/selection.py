@@ -119,8 +119,7 @@ spaced over the row's flat candidates; the valid ones count)."""
 
 
 def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
-                  list_sizes: Optional[tuple] = None,
-                  use_list=None) -> tuple[Selection, Any]:
+                  list_sizes: Optional[tuple] = None) -> tuple[Selection, Any]:
     """`select_beams(where(live, scores, SENTINEL_SCORE), beam_size)` (no
     per-beam pruning) for a liveness `live` read only for each batch row's
     best R candidates (and a sample), or in full where a list would not do.
@@ -131,8 +130,7 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
     fallback() -> (score, parent, col) (B, beam_size): `select_beams` over
     the live scores computed in full. list_sizes: the list lengths R to
     choose from, each in [beam_size, M' * K) (default `LIST_FACTORS` x
-    beam_size, those below M' * K); use_list: a bool scalar, False to
-    run the fallback at once (None: True).
+    beam_size, those below M' * K).
     Returns (the `Selection`, bool scalar: whether a list decided).
 
     How: the live fraction of `LIST_SAMPLES` valid-or-not candidates per
@@ -155,45 +153,37 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
         if list_sizes is None else tuple(list_sizes)
     assert sizes and all(beam_size <= R < N for R in sizes), (beam_size, sizes, M, K)
     flat_scores = scores.reshape(B, N)
-    def listed_path():
-        # The live fraction of an even sample of each row's candidates.
-        S = min(N, LIST_SAMPLES)
-        sample = np.arange(S, dtype=np.int64) * N // S
-        at_sample = jnp.broadcast_to(jnp.asarray(sample.astype(np.int32)), (B, S))
-        valid = take_last(flat_scores, at_sample) > SENTINEL_SCORE
-        live = valid & live_at(lax.div(at_sample, jnp.int32(K)),
-                               lax.rem(at_sample, jnp.int32(K)))
-        valid_n = jnp.sum(valid, axis=-1).astype(jnp.float32)
-        live_n = jnp.sum(live, axis=-1).astype(jnp.float32)
-        # Which list: the first whose expected live count is enough in every row.
-        enough = [jnp.all(live_n * R >= LIST_MARGIN * beam_size * valid_n) for R in sizes]
-        choice = sum(jnp.logical_not(e).astype(jnp.int32) for e in enough)
+    # The live fraction of an even sample of each row's candidates.
+    S = min(N, LIST_SAMPLES)
+    sample = np.arange(S, dtype=np.int64) * N // S
+    at_sample = jnp.broadcast_to(jnp.asarray(sample.astype(np.int32)), (B, S))
+    valid = take_last(flat_scores, at_sample) > SENTINEL_SCORE
+    live = valid & live_at(lax.div(at_sample, jnp.int32(K)), lax.rem(at_sample, jnp.int32(K)))
+    valid_n = jnp.sum(valid, axis=-1).astype(jnp.float32)
+    live_n = jnp.sum(live, axis=-1).astype(jnp.float32)
+    # Which list: the first whose expected live count is enough in every row.
+    enough = [jnp.all(live_n * R >= LIST_MARGIN * beam_size * valid_n) for R in sizes]
+    choice = sum(jnp.logical_not(e).astype(jnp.int32) for e in enough)
 
-        def listed(R):
-            # The list of R read alone (no padding to the longest to read).
-            top, flat = top_k(flat_scores, R)
-            parent = lax.div(flat, jnp.int32(K))  # flat >= 0: no sign fix-up
-            col = lax.rem(flat, jnp.int32(K))
-            ok = (top > SENTINEL_SCORE) & live_at(parent, col)
-            # The first beam_size live entries, in list order (when there are that many).
-            pos, found = first_true(ok, beam_size)
-            at = lambda x: take_last(x, pos)  # noqa: E731
-            return at(top), at(parent), at(col), jnp.all(found)
+    def listed(R):
+        # The list of R read alone (no padding to the longest to read).
+        top, flat = top_k(flat_scores, R)
+        parent = lax.div(flat, jnp.int32(K))  # flat >= 0: no sign fix-up
+        col = lax.rem(flat, jnp.int32(K))
+        ok = (top > SENTINEL_SCORE) & live_at(parent, col)
+        # The first beam_size live entries, in list order (when there are that many).
+        pos, found = first_true(ok, beam_size)
+        at = lambda x: take_last(x, pos)  # noqa: E731
+        return at(top), at(parent), at(col), jnp.all(found)
 
-        def unlisted():
-            none = jnp.zeros((B, beam_size), jnp.int32)
-            return (jnp.full((B, beam_size), SENTINEL_SCORE, jnp.float32), none, none,
-                    jnp.zeros((), bool))
+    def unlisted():
+        none = jnp.zeros((B, beam_size), jnp.int32)
+        return (jnp.full((B, beam_size), SENTINEL_SCORE, jnp.float32), none, none,
+                jnp.zeros((), bool))
 
-        *picked, decided = lax.switch(choice, [functools.partial(listed, R) for R in sizes]
-                                      + [unlisted])
-        return lax.cond(decided, lambda: tuple(picked), fallback), decided
-
-    if use_list is None:
-        picked, decided = listed_path()
-    else:  # (not listing: no sample read, no list)
-        picked, decided = lax.cond(use_list, listed_path,
-                                   lambda: (tuple(fallback()), jnp.zeros((), bool)))
+    *picked, decided = lax.switch(choice, [functools.partial(listed, R) for R in sizes]
+                                  + [unlisted])
+    picked = lax.cond(decided, lambda: tuple(picked), fallback)
     return Selection(*picked, jnp.ones((B, beam_size), bool)), decided  # (every place real)
 
 

@@ -211,16 +211,16 @@ def listed_selection(plan: Plan, steps: tuple[int, ...], subset, prior, tokens_p
     subset), no mixed layer among `steps` (it lists each beam's best
     children in the subset: `mixed_children`), `selection.LIST_SPREAD`
     times more candidates than the longest list (`selection.LIST_FACTORS`
-    x beam_size; `expanded` beams expanded), and a step past 0 (step 0
-    reads `RankedMask.first`, one gather a candidate: in a run with later
-    steps, `_listed_step` reads it in full). Elsewhere the step reads
-    every candidate's liveness, as before."""
+    x beam_size; `expanded` beams expanded), and steps past 0 (step 0
+    reads `RankedMask.first`, one gather a candidate, and is a run of its
+    own over a ranked subset: `step_segments`' first_alone). Elsewhere the
+    step reads every candidate's liveness, as before."""
     if not is_ranked(subset) or prior is not None:
         return False
     width = max(candidate_width(plan, t, beam_size) for t in steps)
     if tokens_per_beam is not None and tokens_per_beam < min(width, beam_size):
         return False
-    if steps == (0,) or any(t < plan.depth and plan.steps[t].light_k for t in steps):
+    if 0 in steps or any(t < plan.depth and plan.steps[t].light_k for t in steps):
         return False
     return expanded * width >= selection.LIST_SPREAD * max(selection.LIST_FACTORS) * beam_size
 
@@ -251,9 +251,7 @@ def _listed_step(plan: Plan, state: BeamState, cand: StepCandidates, steps: tupl
         return tuple(select_beams(jnp.where(live, base, SENTINEL_SCORE), beam_size,
                                   tokens_per_beam)[:3])
 
-    use_list = None if 0 not in steps else jnp.asarray(step, jnp.int32) != 0
-    (top, parent, col, real), _ = selection.select_listed(base, beam_size, live_at, full,
-                                                          use_list=use_list)
+    (top, parent, col, real), _ = selection.select_listed(base, beam_size, live_at, full)
     return apply_choice(plan, state, cand, parent, col, top, real & (top > SENTINEL_SCORE), step)
 
 
@@ -373,7 +371,8 @@ def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
     caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
     M = state.node.shape[1]
     width = M if beam_size is None else beam_size
-    runs = step_segments(plan, caps, (None,) * plan.max_length, width, tables)
+    runs = step_segments(plan, caps, (None,) * plan.max_length, width, tables,
+                         first_alone_for(subset))
     in_range = step_in_range(plan, step)
     step = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
     starts = jnp.asarray([run[0] for run in runs[1:]], jnp.int32)
@@ -401,7 +400,7 @@ selection work, a run saves a compiled copy of the step."""
 
 
 def step_segments(plan: Plan, caps: tuple, live: tuple, beam_size,
-                  tables=None) -> tuple[tuple[int, ...], ...]:
+                  tables=None, first_alone: bool = False) -> tuple[tuple[int, ...], ...]:
     """The steps 0..max_length-1 cut into runs of consecutive steps that can
     share one step program (a run of two or more compiles as one loop, not
     an unrolled chain, and the model inside it once). beam_size: an int, or
@@ -415,6 +414,11 @@ def step_segments(plan: Plan, caps: tuple, live: tuple, beam_size,
       most beams any of its steps may hold (`run_live_bound`); or
     * they have the same live-beam bound and candidate widths within
       `MAX_PADDING` of each other (their own kernels, under a lax.switch).
+
+    first_alone: step 0 a run of its own (`first_alone_for`: over a ranked
+    subset step 0 reads one bit a candidate and the steps after it select
+    from a list, `listed_selection`; in one run both selections would be
+    compiled into the program and switched between at every step).
     """
     factor, extra = MAX_PADDING
     beams = (beam_size,) * (plan.max_length + 1) if is_int(beam_size) else tuple(beam_size)
@@ -425,7 +429,7 @@ def step_segments(plan: Plan, caps: tuple, live: tuple, beam_size,
         entries = None if tables is None else kernels.step_entries(plan, tables, t)
         same_width = bool(runs) and all(beams[u] == beams[u + 1] == beams[t]
                                         for u in runs[-1][2] + [t])
-        if same_width and runs[-1][0] == caps[t]:
+        if same_width and runs[-1][0] == caps[t] and not (first_alone and t == 1):
             cap, bounds, steps, widths, packed = runs[-1]
             if packed is not None and entries is not None and \
                     packed + entries <= kernels.PACK_MAX_ENTRIES:
@@ -439,6 +443,12 @@ def step_segments(plan: Plan, caps: tuple, live: tuple, beam_size,
                 continue
         runs.append((caps[t], [live[t]], [t], [width], entries))
     return tuple(tuple(run[2]) for run in runs)
+
+
+def first_alone_for(subset) -> bool:
+    """`step_segments`' first_alone for a search or step over `subset`: a
+    ranked subset's (`ranked.RankedMask`)."""
+    return is_ranked(subset)
 
 
 def run_live_bound(live: tuple, steps: tuple[int, ...]) -> Optional[int]:
