@@ -499,8 +499,21 @@ represented by its largest in the first pass."""
 
 TOP_K_GROUPED_FROM = 1 << 14
 """`top_k` takes the grouped path on the CPU for rows of at least this
-many entries (and k x TOP_K_GROUP x 4 <= n: the survivors a small share
-of the row); below, `lax.top_k` as it is. Read when tracing."""
+many entries whose k best groups hold under 1 / TOP_K_SHARE of the row
+(`top_k_groups`); elsewhere `lax.top_k` as it is. Read when tracing."""
+
+TOP_K_SHARE = 8
+"""Measured (docs/benchmarks.md, "A beam step's top-k by groups"): at
+(2, 71,680) the top 560 (1/8 of the row kept) took 0.78 ms grouped
+against 0.61 ms for `lax.top_k`; at 1/16 and below grouped was as fast
+or faster (the top 560 of (3, 143,360): 1.36 against 1.87 ms)."""
+
+
+def top_k_groups(n: int, k: int) -> bool:
+    """Whether `top_k` of k from rows of n entries takes the grouped path
+    on the CPU."""
+    g = TOP_K_GROUP
+    return n >= TOP_K_GROUPED_FROM and n % g == 0 and TOP_K_SHARE * k * g < n
 
 
 def top_k(x, k: int):
@@ -525,11 +538,9 @@ def top_k(x, k: int):
     before e. Gathered in ascending index, the candidates keep the
     original order for ties. Elsewhere (other platforms, short rows)
     `lax.top_k` itself."""
-    n = x.shape[-1]
-    g = TOP_K_GROUP
-    if n < TOP_K_GROUPED_FROM or n % g or 4 * k * g > n:
+    if not top_k_groups(x.shape[-1], k):
         return lax.top_k(x, k)
-    return lax.platform_dependent(x, cpu=lambda x: _grouped_top_k(x, k, g),
+    return lax.platform_dependent(x, cpu=lambda x: _grouped_top_k(x, k, TOP_K_GROUP),
                                   default=lambda x: tuple(lax.top_k(x, k)))
 
 

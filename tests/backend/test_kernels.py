@@ -127,7 +127,7 @@ def _grouped_from_64():
 def test_top_k_equals_the_total_order_on_random_rows(groups, seed, kind):
     rng = np.random.default_rng(seed)
     n = groups * kernels.TOP_K_GROUP
-    k = int(rng.integers(1, max(2, n // (4 * kernels.TOP_K_GROUP)) + 1))
+    k = int(rng.integers(1, max(2, n // (kernels.TOP_K_SHARE * kernels.TOP_K_GROUP)) + 1))
     if kind == "normal":
         x = rng.standard_normal((3, n)).astype(np.float32)
     elif kind == "ties":
@@ -138,12 +138,13 @@ def test_top_k_equals_the_total_order_on_random_rows(groups, seed, kind):
     else:
         x = rng.choice(np.append(_SPECIALS, _NEGATIVE_NAN), (3, n))
     with _grouped_from_64():
-        _check_top_k(x, k, grouped=4 * k * kernels.TOP_K_GROUP <= n)
+        _check_top_k(x, k, grouped=kernels.top_k_groups(n, k))
 
 
 def test_top_k_on_tied_and_sentinel_rows_and_leading_dims():
     k = 70
-    n = 4 * k * kernels.TOP_K_GROUP  # (the shortest row it groups for k)
+    # (the shortest row it groups for k)
+    n = kernels.TOP_K_SHARE * k * kernels.TOP_K_GROUP + kernels.TOP_K_GROUP
     rng = np.random.default_rng(0)
     tied = np.zeros(n, np.float32)
     sentinel = np.full(n, -3.0e38, np.float32)
@@ -158,13 +159,14 @@ def test_top_k_on_tied_and_sentinel_rows_and_leading_dims():
     later_first[16 * k + 5] = 9.0
     x = np.stack([tied, sentinel, zeros, ascending, ascending[::-1].copy(), later_first])
     with _grouped_from_64():
+        assert kernels.top_k_groups(n, k) and not kernels.top_k_groups(n - 16, k)
         _check_top_k(x, k)
         _check_top_k(x.reshape(6, 1, n), k)
 
 
-@pytest.mark.parametrize("n,k", [(100, 3), (2048, 40), (2048, 2048), (2050, 2)])
+@pytest.mark.parametrize("n,k", [(100, 3), (2048, 16), (2048, 2048), (2050, 2)])
 def test_top_k_outside_the_grouped_bounds_is_lax_top_k(n, k):
-    # (a row not a whole number of groups, or k x 16 x 4 past it)
+    # (a row not a whole number of groups, or its k best groups 1 / 8 of it or more)
     x = np.random.default_rng(n).standard_normal((2, n)).astype(np.float32)
     with _grouped_from_64():
         _check_top_k(x, k, grouped=False)
