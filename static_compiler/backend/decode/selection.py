@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from static_compiler.backend.kernels import first_true, take_last, top_k
+from static_compiler.backend.kernels import take_last
+from static_compiler.backend.selection_kernels import first_true, top_k
 from static_compiler.support.decode_state import SENTINEL_SCORE
 
 
@@ -96,7 +97,7 @@ beam_size candidates, f the first of these whose list is expected to
 hold enough live ones. Measured on the JAX door (batch 3, 70 beams, 10 %
 per-row subsets): ~22 % of the depth-2 children are live at 1e7
 Semantic IDs (8: ~120 live in a list of 560), ~11 % at 1e6 (16); the
-top-k of (3, 143k) random scores (`kernels.top_k`, by group maxima on
+top-k of (3, 143k) random scores (`selection_kernels.top_k`, by group maxima on
 CPU) costs ~0.2 ms for 70, ~1.15 ms for 560 (XLA's TopK call: 0.65 and
 1.4 ms), ~2.2 ms for 1120, ~7 ms for 2240 (more than reading every
 candidate). Read when tracing (tests change it)."""

@@ -1,7 +1,7 @@
-"""`backend.kernels.first_true`: the first `count` True positions of each
+"""`backend.selection_kernels.first_true`: the first `count` True positions of each
 row, by prefix counts, against numpy on random, empty, full and ragged
 rows (lengths that are not a whole number of blocks, leading dims), and
-past its comparisons' bound (a top-k). `backend.kernels.top_k`: the k
+past its comparisons' bound (a top-k). `selection_kernels.top_k`: the k
 largest by group maxima on the CPU, against numpy's total order and
 `lax.top_k` bit for bit (ties, NaN, signed zeros, infinities)."""
 
@@ -18,8 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 
-from static_compiler.backend import kernels
-from static_compiler.backend.kernels import FIRST_TRUE_COMPARES, FIRST_TRUE_ENTRIES, first_true
+from static_compiler.backend import selection_kernels
+from static_compiler.backend.selection_kernels import (
+    FIRST_TRUE_COMPARES,
+    FIRST_TRUE_ENTRIES,
+    first_true,
+)
 
 
 def _reference(flags: np.ndarray, count: int):
@@ -89,9 +93,9 @@ def _total_order_top_k(x: np.ndarray, k: int):
 
 
 def _check_top_k(x: np.ndarray, k: int, grouped: bool = True) -> None:
-    lowered = jax.jit(kernels.top_k, static_argnums=1).lower(x, k).as_text()
+    lowered = jax.jit(selection_kernels.top_k, static_argnums=1).lower(x, k).as_text()
     assert ("stablehlo.reduce" in lowered) == grouped, (x.shape, k)  # (the path taken)
-    values, indices = jax.jit(kernels.top_k, static_argnums=1)(x, k)
+    values, indices = jax.jit(selection_kernels.top_k, static_argnums=1)(x, k)
     want_values, want_indices = jax.jit(lax.top_k, static_argnums=1)(x, k)
     values, indices = np.asarray(values), np.asarray(indices)
     assert values.shape == indices.shape == x.shape[:-1] + (k,) and indices.dtype == np.int32
@@ -113,7 +117,7 @@ _NEGATIVE_NAN = np.array([0xFFC00001], np.uint32).view(np.float32)[0]
 def _grouped_from_64():
     """`top_k`'s grouped path from rows of 64 entries (read when tracing):
     small rows exercise it."""
-    with mock.patch.object(kernels, "TOP_K_GROUPED_FROM", 64):
+    with mock.patch.object(selection_kernels, "TOP_K_GROUPED_FROM", 64):
         jax.clear_caches()
         try:
             yield
@@ -126,8 +130,8 @@ def _grouped_from_64():
        st.sampled_from(["normal", "ties", "sparse ties", "specials"]))
 def test_top_k_equals_the_total_order_on_random_rows(groups, seed, kind):
     rng = np.random.default_rng(seed)
-    n = groups * kernels.TOP_K_GROUP
-    k = int(rng.integers(1, max(2, n // (kernels.TOP_K_SHARE * kernels.TOP_K_GROUP)) + 1))
+    n = groups * selection_kernels.TOP_K_GROUP
+    k = int(rng.integers(1, max(2, n // (selection_kernels.TOP_K_SHARE * selection_kernels.TOP_K_GROUP)) + 1))
     if kind == "normal":
         x = rng.standard_normal((3, n)).astype(np.float32)
     elif kind == "ties":
@@ -138,13 +142,13 @@ def test_top_k_equals_the_total_order_on_random_rows(groups, seed, kind):
     else:
         x = rng.choice(np.append(_SPECIALS, _NEGATIVE_NAN), (3, n))
     with _grouped_from_64():
-        _check_top_k(x, k, grouped=kernels.top_k_groups(n, k))
+        _check_top_k(x, k, grouped=selection_kernels.top_k_groups(n, k))
 
 
 def test_top_k_on_tied_and_sentinel_rows_and_leading_dims():
     k = 70
     # (the shortest row it groups for k)
-    n = kernels.TOP_K_SHARE * k * kernels.TOP_K_GROUP + kernels.TOP_K_GROUP
+    n = selection_kernels.TOP_K_SHARE * k * selection_kernels.TOP_K_GROUP + selection_kernels.TOP_K_GROUP
     rng = np.random.default_rng(0)
     tied = np.zeros(n, np.float32)
     sentinel = np.full(n, -3.0e38, np.float32)
@@ -159,7 +163,7 @@ def test_top_k_on_tied_and_sentinel_rows_and_leading_dims():
     later_first[16 * k + 5] = 9.0
     x = np.stack([tied, sentinel, zeros, ascending, ascending[::-1].copy(), later_first])
     with _grouped_from_64():
-        assert kernels.top_k_groups(n, k) and not kernels.top_k_groups(n - 16, k)
+        assert selection_kernels.top_k_groups(n, k) and not selection_kernels.top_k_groups(n - 16, k)
         _check_top_k(x, k)
         _check_top_k(x.reshape(6, 1, n), k)
 
@@ -175,17 +179,17 @@ def test_top_k_outside_the_grouped_bounds_is_lax_top_k(n, k):
 def test_top_k_at_a_beam_step_size():
     # (3 rows of 70 beams x 2048 tokens, the first grouped size by default)
     x = np.random.default_rng(1).standard_normal((3, 70 * 2048)).astype(np.float32)
-    assert x.shape[-1] >= kernels.TOP_K_GROUPED_FROM
+    assert x.shape[-1] >= selection_kernels.TOP_K_GROUPED_FROM
     _check_top_k(x, 70)
     _check_top_k(x, 560)
 
 
 def test_top_k_elsewhere_than_the_cpu_is_lax_top_k():
     x = jax.ShapeDtypeStruct((3, 70 * 2048), np.float32)
-    exported = jax.export.export(jax.jit(kernels.top_k, static_argnums=1),
+    exported = jax.export.export(jax.jit(selection_kernels.top_k, static_argnums=1),
                                  platforms=["cuda"])(x, 70)
     text = exported.mlir_module()
     assert "stablehlo.reduce" not in text and text.count("top_k") >= 1
-    both = jax.export.export(jax.jit(kernels.top_k, static_argnums=1),
+    both = jax.export.export(jax.jit(selection_kernels.top_k, static_argnums=1),
                              platforms=["cpu", "cuda"])(x, 70).mlir_module()
     assert "stablehlo.reduce" in both  # (the CPU's branch beside it)
