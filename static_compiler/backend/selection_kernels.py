@@ -1,6 +1,7 @@
 """The selections' kernels: the first `count` True entries of a row
-(`first_true`, by prefix counts) and the k best of a row (`top_k`, by group
-maxima on the CPU), each exact against the primitive it replaces and
+(`first_true`, by prefix counts), the k best of a row (`top_k`, by group
+maxima on the CPU) and a prefix of a row's order found by a threshold
+(`top_prefix`, unranked), each exact against the primitive it replaces and
 cheaper where XLA's CPU backend runs that primitive slowly (a sort with a
 comparator call per comparison; a TopK heap of k scanned over the row).
 Shapes are static; the bounds are read when tracing."""
@@ -119,3 +120,123 @@ def _grouped_top_k(x, k: int, g: int):
     idx = (groups[..., :, None] * g + lax.iota(jnp.int32, g)).reshape(lead + (k * g,))
     values, at = lax.top_k(take_last(x, idx), k)
     return values, take_last(idx, at)
+
+
+TOP_PREFIX_FROM = 1 << 14
+"""`top_prefix` applies (`top_prefix_fits`) to rows of at least this many
+entries, a multiple of `TOP_K_GROUP`: below, a top-k of the row is as
+cheap. Read when tracing (tests lower it)."""
+
+TOP_PREFIX_STRIDE = 8
+"""`top_prefix` draws its candidate thresholds from every TOP_PREFIX_STRIDE-th
+group's largest entry: the sample's rank r has about 8 (r + 1) groups at
+or above it, however the row's best entries cluster (the super groups'
+maxima tried first did not: with the best entries in the best beams, the
+280th largest of 560 had over 512 groups at or above it)."""
+
+
+def top_prefix_fits(n: int) -> bool:
+    """Whether `top_prefix` takes rows of n entries."""
+    return n >= TOP_PREFIX_FROM and n % TOP_K_GROUP == 0
+
+
+def top_prefix(x, capacity: int):
+    """A prefix of each row's `lax.top_k` order, found without ranking it:
+    (at int32 (B, capacity), real bool (B, capacity), whole bool (B,)) for
+    float32 x (B, n) (`top_prefix_fits(n)`, capacity a multiple of 128).
+
+    Where `whole`, the real slots of `at` (the first slots) hold the
+    indices of a set P of the row's entries that is a prefix of its order
+    (every entry outside P comes after every entry in P: below in the
+    float total order, or equal at a higher index), in index order, so
+    `lax.top_k` over x[at] (unreal slots below every real one) ranks P as
+    `lax.top_k(x)` does. P is aimed at about capacity / 2 entries, not
+    promised (random rows of 143,360 with a capacity of 1,024: 450-470;
+    the JAX door's step-1 scores, where the best cluster in the best
+    beams: 400-580). Where not whole (the entries at or above the
+    threshold overflow: ties across many groups, or rows whose best
+    entries cluster past the sample's estimate), P is not a prefix.
+
+    Why: XLA's CPU TopK grows with k (the top 560 of (3, 143,360): 1.2-1.4
+    ms by `top_k`'s groups, 0.4-0.6 ms this way); a caller that reads
+    something costly about its best few hundred entries (`select_listed`:
+    their liveness) needs a prefix of about that size, not its order.
+
+    On the CPU `_threshold_prefix`; elsewhere the top capacity / 2 by
+    `lax.top_k` (unmeasured there), in order, the rest unreal (a prefix,
+    whole everywhere)."""
+    assert top_prefix_fits(x.shape[-1]) and capacity % 128 == 0, (x.shape, capacity)
+    return lax.platform_dependent(x, cpu=lambda x: _threshold_prefix(x, capacity),
+                                  default=lambda x: _top_k_prefix(x, capacity))
+
+
+def _top_k_prefix(x, capacity: int):
+    """`top_prefix` by `lax.top_k(x, capacity / 2)`."""
+    B, size = x.shape[0], min(capacity // 2, x.shape[-1])
+    _, at = lax.top_k(x, size)
+    at = jnp.pad(at, ((0, 0), (0, capacity - size)))
+    return (at, jnp.broadcast_to(lax.iota(jnp.int32, capacity) < size, (B, capacity)),
+            jnp.ones((B,), bool))
+
+
+def _threshold_prefix(x, capacity: int):
+    """`top_prefix` by a threshold t. Each group of `TOP_K_GROUP` entries
+    is reduced to its largest (total-order keys); every
+    `TOP_PREFIX_STRIDE`-th group's largest is sorted, and three candidates
+    read from it where about 7/16, 3/8 and 1/4 of the capacity in groups
+    would lie at or above them; one pass counts each candidate's groups,
+    and the lowest whose groups fit half the capacity is taken. Those
+    groups are gathered in index order (`_compact`), then their entries at
+    or above t. Every entry at or above t lies in a group whose largest
+    is, so when all those groups were gathered and their entries at or
+    above t fit the capacity, P is every entry at or above t: a prefix."""
+    B, n = x.shape
+    g, stride = TOP_K_GROUP, TOP_PREFIX_STRIDE
+    G = n // g
+    key = _total_order_key(x)
+    group_key = jnp.max(key.reshape(B, G, g), axis=-1)  # (B, G)
+    group_capacity = min(G, capacity // 2)
+    sample = jnp.sort(group_key[:, ::stride], axis=-1)  # ascending
+    S = sample.shape[-1]
+    ranks = sorted({min(S - 1, max(0, group_capacity * f // (8 * stride) - 1)) for f in (4, 6, 7)})
+    thresholds = sample[:, [S - 1 - r for r in ranks]]  # (B, J) descending
+    counts = jnp.sum(group_key[:, None, :] >= thresholds[:, :, None], axis=-1, dtype=jnp.int32)
+    pick = jnp.maximum(jnp.sum(counts <= group_capacity, axis=-1) - 1, 0)  # the lowest that fits
+    t = take_last(thresholds, pick[:, None])  # (B, 1)
+    groups, groups_found = _compact(group_key >= t, lax.broadcasted_iota(jnp.int32, (B, G), 1),
+                                    G, group_capacity)
+    gathered = (jnp.minimum(groups, G - 1)[..., None] * g + lax.iota(jnp.int32, g)
+                ).reshape(B, group_capacity * g)
+    over = jnp.repeat(groups < G, g, axis=-1) & (take_last(key, gathered) >= t)
+    at, found = _compact(over, gathered, n, capacity)
+    whole = (groups_found <= group_capacity) & (found <= capacity)
+    real = lax.iota(jnp.int32, capacity) < jnp.minimum(found, capacity)[:, None]
+    return jnp.minimum(at, n - 1), real, whole
+
+
+def _total_order_key(x):
+    """int32 x.shape: float32 x's total order (`lax.top_k`'s: NaN first, +0
+    above -0) as signed integers (negatives' magnitude bits flipped; the
+    map is its own inverse)."""
+    bits = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32)
+    return bits ^ (lax.shift_right_arithmetic(bits, 31) & jnp.int32(0x7FFFFFFF))
+
+
+def _compact(flags, values, fill: int, capacity: int, block: int = 64):
+    """(int32 (B, capacity), int32 (B,)): `values` (B, n) int32 at the set
+    entries of `flags` bool (B, n), in index order, the slots past the
+    last at `fill`, entries past `capacity` dropped; and how many are set.
+    Prefix counts by float32 products with triangular ones (within blocks
+    of `block`, then across the blocks: exact below 2^24), placed by one
+    scatter (XLA's CPU cumsum and sort are slower)."""
+    B, n = flags.shape
+    blocks = -(-n // block)
+    x = jnp.pad(flags.astype(jnp.float32), ((0, 0), (0, blocks * block - n)))
+    within = x.reshape(B, blocks, block) @ jnp.asarray(
+        np.triu(np.ones((block, block), np.float32)))
+    before = within[..., -1] @ jnp.asarray(np.triu(np.ones((blocks, blocks), np.float32), 1))
+    rank = (within + before[..., None]).reshape(B, blocks * block)[:, :n].astype(jnp.int32) - 1
+    out = jnp.full((B, capacity), fill, jnp.int32)
+    rows = lax.broadcasted_iota(jnp.int32, (B, n), 0)
+    return (out.at[rows, jnp.where(flags, rank, capacity)].set(values, mode="drop"),
+            rank[:, -1] + 1)

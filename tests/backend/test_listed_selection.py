@@ -21,6 +21,7 @@ import pytest
 from live_cases import grid_logits, ragged_set
 
 import static_compiler as sc
+from static_compiler.backend import selection_kernels
 from static_compiler.backend.decode import selection
 from static_compiler.support.decode_state import SENTINEL_SCORE
 
@@ -94,6 +95,84 @@ def test_a_list_selects_as_the_full_liveness_does(density, list_size, monkeypatc
         assert not listed
 
 
+@pytest.fixture
+def by_threshold(monkeypatch):
+    """`select_listed` lists by `top_prefix` on rows from 16 entries (read
+    when tracing: programs traced afresh, and dropped after)."""
+    monkeypatch.setattr(selection_kernels, "TOP_PREFIX_FROM", 16)
+    jax.clear_caches()
+    yield
+    jax.clear_caches()
+
+
+def _prefix_decides(scores: np.ndarray, live: np.ndarray, beams: int, R: int) -> bool:
+    """Whether a threshold list of R decides: every row's prefix (the
+    kernel's, tested against numpy on its own) whole and holding beams
+    valid live candidates."""
+    B = scores.shape[0]
+    flat, ok = scores.reshape(B, -1), (live & (scores > SENTINEL_SCORE)).reshape(B, -1)
+    at, real, whole = jax.jit(selection_kernels.top_prefix, static_argnums=1)(
+        flat, selection.list_capacity(R))
+    at, real = np.asarray(at), np.asarray(real)
+    return bool(np.asarray(whole).all()) and all(
+        ok[b, at[b][real[b]]].sum() >= beams for b in range(B))
+
+
+@pytest.mark.parametrize("density", [1.0, 0.4, 0.05, 0.0])
+@pytest.mark.parametrize("list_size", [16, 40])
+@pytest.mark.parametrize("kind", ["normal", "clustered"])
+def test_a_threshold_list_selects_as_the_full_liveness_does(density, list_size, kind,
+                                                            by_threshold, monkeypatch):
+    """Untied scores (a list by `top_prefix`, in index order): the winners
+    of `select_beams` over the live scores, every list tried (LIST_MARGIN
+    0), the list deciding exactly when its prefix is whole and holds
+    enough; the best candidates in the best beams (clustered) too."""
+    monkeypatch.setattr(selection, "LIST_MARGIN", 0.0)
+    rng = np.random.default_rng(int(density * 100) + list_size)
+    B, M, K, beams = 3, 8, 64, 5
+    scores = rng.normal(size=(B, M, K)).astype(np.float32)
+    if kind == "clustered":
+        scores -= np.sort(rng.exponential(3, (B, M)))[..., None].astype(np.float32)
+    scores[rng.random(scores.shape) < 0.2] = SENTINEL_SCORE
+    scores[1, :, K // 2:] = SENTINEL_SCORE
+    live = rng.random(scores.shape) < density
+    got, listed, want, reads = _selections(scores, live, beams, (list_size,))
+    _same(got, want, "selection")
+    # the sample, then each branch's read: the top-k list, the threshold's prefix
+    assert reads == [(B, selection.LIST_SAMPLES), (B, list_size),
+                     (B, selection.list_capacity(list_size))]
+    assert listed == _prefix_decides(scores, live, beams, list_size)
+    if density == 1.0 and kind == "normal":
+        assert listed
+    if density == 0.0:
+        assert not listed
+
+
+def test_tied_scores_list_by_top_k(by_threshold, monkeypatch):
+    """Scores with many ties in the sample (a coarse grid: a zeros model's
+    shape) take the list of the R best by `top_k`, which decides as numpy
+    says; untied ones the threshold's."""
+    monkeypatch.setattr(selection, "LIST_MARGIN", 0.0)
+    rng = np.random.default_rng(11)
+    B, M, K, beams, R = 3, 8, 64, 5, 16
+    tied = _scores(rng, (B, M, K))
+    live = rng.random(tied.shape) < 0.3
+    got, listed, want, _ = _selections(tied, live, beams, (R,))
+    _same(got, want, "tied")
+    assert listed == _listed_in_numpy(tied, live, beams, R)
+    # Where the two lists disagree: only the beams candidates after the R
+    # best live, which the top R miss and the threshold's longer prefix holds.
+    untied = rng.normal(size=(B, M, K)).astype(np.float32)
+    for scores in (tied, untied):
+        flat = scores.reshape(B, -1)
+        order = np.stack([np.lexsort((np.arange(flat.shape[1]), -flat[b])) for b in range(B)])
+        after = np.zeros(flat.shape, bool)
+        np.put_along_axis(after, order[:, R:R + beams], True, axis=-1)
+        got, listed, want, _ = _selections(scores, after.reshape(scores.shape), beams, (R,))
+        _same(got, want, "only after the list live")
+        assert listed == (scores is untied)
+
+
 def test_the_sample_picks_the_list_or_the_full_read():
     """Dense liveness: the shorter list (its expected live count enough);
     15 %: the longer one; sparse: no list (the full read at once);
@@ -149,16 +228,17 @@ def listed_flags(monkeypatch):
 
 
 def _check_beams(c, ranked, subset, index, B: int, M: int, zeros: bool, seed: int,
-                 static: bool) -> None:
+                 static: bool, fine: bool = False) -> None:
     """beam_step at traced steps (and static ones: `static`) and a beam
     search over `ranked` equal them over `subset` (index: each row's
-    subset, or None)."""
+    subset, or None); logits on a coarse grid (ties), or normal (fine)."""
     T, V = c.max_length, c.vocab_size
     rng = np.random.default_rng(seed)
     kw_r, kw_s = dict(subset=ranked, subset_index=index), dict(subset=subset, subset_index=index)
     a = b = traced = c.init_beams(B, M)
     for step in range(T):
-        logits = np.zeros((B, M, V), np.float32) if zeros else grid_logits(rng, (B, M), V)
+        logits = np.zeros((B, M, V), np.float32) if zeros else \
+            rng.normal(size=(B, M, V)).astype(np.float32) if fine else grid_logits(rng, (B, M), V)
         b = c.beam_step(b, logits, jnp.asarray(step, jnp.int32), **kw_s)
         if static:
             a = c.beam_step(a, logits, step, **kw_r)
@@ -175,18 +255,22 @@ def _check_beams(c, ranked, subset, index, B: int, M: int, zeros: bool, seed: in
           sc.beam_search(c, model, batch_size=B, beam_size=M, **kw_s), "beam_search")
 
 
-@pytest.mark.parametrize("make, forced", [(wide_set, False), (wide_set, True),
-                                          (ragged_set, True)])
-def test_beams_over_a_ranked_subset_equal_them_over_the_subset(make, forced, listed_flags,
-                                                               monkeypatch):
+@pytest.mark.parametrize("make, forced, threshold", [
+    (wide_set, False, False), (wide_set, True, False), (ragged_set, True, False),
+    (wide_set, False, True)])
+def test_beams_over_a_ranked_subset_equal_them_over_the_subset(make, forced, threshold,
+                                                               listed_flags, monkeypatch):
     """Dense, sparse and stacked per-row selections (the ragged set:
     stacked), random and all-zero logits: the same `BeamState` bit for bit
     at every step (traced; static too on the wide set; a beam search),
     through the listed selection; on the wide set the lists decide on the
     dense selections and not on the sparse ones (the sample skips the
     list, or, forced: a list of beam_size always tried, LIST_MARGIN 0,
-    falls back); a binding tokens_per_beam, LiveBits subsets and no subset
-    never list."""
+    falls back); threshold: lists by `top_prefix` (from rows of 16, with
+    normal logits: the tied zeros list by `top_k`); a binding
+    tokens_per_beam, LiveBits subsets and no subset never list."""
+    if threshold:
+        monkeypatch.setattr(selection_kernels, "TOP_PREFIX_FROM", 16)
     if forced:
         monkeypatch.setattr(selection, "LIST_FACTORS", (1,))
         monkeypatch.setattr(selection, "LIST_MARGIN", 0.0)
@@ -207,7 +291,7 @@ def test_beams_over_a_ranked_subset_equal_them_over_the_subset(make, forced, lis
         for zeros in (False, True):
             del listed_flags[:]
             _check_beams(c, ranked, subset, rows_of, B, M, zeros, seed=int(zeros),
-                         static=make is wide_set)
+                         static=make is wide_set, fine=threshold)
             decided[name, zeros] = set(listed_flags)
     assert all(flags for flags in decided.values()), decided  # listed selections ran
     if make is wide_set:

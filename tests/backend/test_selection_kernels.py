@@ -193,3 +193,103 @@ def test_top_k_elsewhere_than_the_cpu_is_lax_top_k():
     both = jax.export.export(jax.jit(selection_kernels.top_k, static_argnums=1),
                              platforms=["cpu", "cuda"])(x, 70).mlir_module()
     assert "stablehlo.reduce" in both  # (the CPU's branch beside it)
+
+
+# top_prefix
+
+def _order(row: np.ndarray) -> np.ndarray:
+    """A row's entries in `lax.top_k`'s order (the float total order
+    descending, ties to the lower index)."""
+    bits = row.view(np.int32).astype(np.int64)
+    return np.argsort(-np.where(bits < 0, bits ^ 0x7FFFFFFF, bits), kind="stable")
+
+
+def _check_top_prefix(x: np.ndarray, capacity: int) -> np.ndarray:
+    """top_prefix of x (B, n): the shapes, the real slots first and in
+    index order; where whole, P a prefix of the row's order, ranked by
+    `lax.top_k` over x[at] as in the row. Returns whole (B,)."""
+    at, real, whole = jax.jit(selection_kernels.top_prefix, static_argnums=1)(x, capacity)
+    at, real, whole = np.asarray(at), np.asarray(real), np.asarray(whole)
+    B, n = x.shape
+    assert at.shape == real.shape == (B, capacity) and at.dtype == np.int32
+    assert whole.shape == (B,) and whole.dtype == bool
+    for b in range(B):
+        found = int(real[b].sum())
+        assert real[b, :found].all() and ((at[b] >= 0) & (at[b] < n)).all()
+        P = at[b, :found]
+        assert (np.diff(P) > 0).all(), b  # (index order)
+        if whole[b]:
+            order = _order(x[b])
+            np.testing.assert_array_equal(P[_order(x[b, P])], order[:found], err_msg=str(b))
+            if found:
+                _, ranked = lax.top_k(x[b, P], found)
+                np.testing.assert_array_equal(P[np.asarray(ranked)], order[:found])
+    return whole
+
+
+@contextlib.contextmanager
+def _prefix_from_16():
+    """`top_prefix` on rows from 16 entries (read when tracing)."""
+    with mock.patch.object(selection_kernels, "TOP_PREFIX_FROM", 16):
+        jax.clear_caches()
+        try:
+            yield
+        finally:
+            jax.clear_caches()
+
+
+@settings(max_examples=examples(16), deadline=None)
+@given(st.integers(1, 300), st.integers(0, 2**31 - 1), st.sampled_from([128, 256]),
+       st.sampled_from(["normal", "ties", "sparse ties", "specials", "clustered"]))
+def test_top_prefix_is_a_prefix_of_the_total_order(groups, seed, capacity, kind):
+    rng = np.random.default_rng(seed)
+    n = groups * selection_kernels.TOP_K_GROUP
+    if kind == "normal":
+        x = rng.standard_normal((3, n)).astype(np.float32)
+    elif kind == "ties":
+        x = rng.integers(-2, 3, (3, n)).astype(np.float32)
+    elif kind == "sparse ties":
+        x = rng.integers(0, 2, (3, n)).astype(np.float32)
+        x[rng.random((3, n)) < 0.02] += rng.integers(1, 4)
+    elif kind == "specials":
+        x = rng.choice(np.append(_SPECIALS, _NEGATIVE_NAN), (3, n))
+    else:  # the best entries in a few runs (a beam search's best beams)
+        x = (rng.standard_normal((3, n)) - 8 * (np.arange(n) // 64 % 5 != 0)).astype(np.float32)
+    with _prefix_from_16():
+        _check_top_prefix(x, capacity)
+
+
+def test_top_prefix_at_a_beam_step_size():
+    """3 rows of 70 beams x 2048 tokens: whole, about 7/16 of the capacity
+    found, random and with each beam's scores offset (the best entries in
+    the best beams, as at the JAX door's step 1); all-tied rows overflow
+    (not whole: `select_listed` lists those by `top_k`)."""
+    rng = np.random.default_rng(5)
+    n = 70 * 2048
+    assert selection_kernels.top_prefix_fits(n)
+    normal = rng.standard_normal((3, n)).astype(np.float32)
+    beams = (normal.reshape(3, 70, 2048)
+             - np.sort(rng.exponential(3, (3, 70)))[..., None]).astype(np.float32)
+    for x in (normal, beams.reshape(3, n)):
+        assert _check_top_prefix(x, 1024).all()
+        found = np.asarray(jax.jit(selection_kernels.top_prefix, static_argnums=1)(x, 1024)[1])
+        assert (found.sum(-1) >= 300).all() and (found.sum(-1) <= 1024).all(), found.sum(-1)
+    assert not _check_top_prefix(np.zeros((2, n), np.float32), 1024).any()
+
+
+def test_top_prefix_refuses_rows_and_capacities_it_does_not_fit():
+    assert not selection_kernels.top_prefix_fits(selection_kernels.TOP_PREFIX_FROM - 16)
+    assert not selection_kernels.top_prefix_fits(selection_kernels.TOP_PREFIX_FROM + 8)
+    with pytest.raises(AssertionError):
+        selection_kernels.top_prefix(np.zeros((1, 1 << 14), np.float32), 100)
+    with pytest.raises(AssertionError):
+        selection_kernels.top_prefix(np.zeros((1, (1 << 14) + 8), np.float32), 128)
+
+
+def test_top_prefix_elsewhere_than_the_cpu_is_lax_top_k():
+    x = jax.ShapeDtypeStruct((3, 70 * 2048), np.float32)
+    f = jax.jit(selection_kernels.top_prefix, static_argnums=1)
+    cuda = jax.export.export(f, platforms=["cuda"])(x, 1024).mlir_module()
+    # (the threshold's compaction is a scatter; chlo.top_k's decomposition a sort)
+    assert "stablehlo.scatter" not in cuda and "chlo.top_k" in cuda
+    assert "stablehlo.scatter" in jax.export.export(f, platforms=["cpu"])(x, 1024).mlir_module()

@@ -14,7 +14,7 @@ import numpy as np
 from jax import lax
 
 from static_compiler.backend.kernels import take_last
-from static_compiler.backend.selection_kernels import first_true, top_k
+from static_compiler.backend.selection_kernels import first_true, top_k, top_prefix, top_prefix_fits
 from static_compiler.support.decode_state import SENTINEL_SCORE
 
 
@@ -100,7 +100,8 @@ Semantic IDs (8: ~120 live in a list of 560), ~11 % at 1e6 (16); the
 top-k of (3, 143k) random scores (`selection_kernels.top_k`, by group maxima on
 CPU) costs ~0.2 ms for 70, ~1.15 ms for 560 (XLA's TopK call: 0.65 and
 1.4 ms), ~2.2 ms for 1120, ~7 ms for 2240 (more than reading every
-candidate). Read when tracing (tests change it)."""
+candidate); a threshold's prefix of ~560 (`top_prefix`) 0.43-0.6 ms.
+Read when tracing (tests change it)."""
 
 LIST_MARGIN = 1.4
 """A list is tried only when its expected live candidates (its size times
@@ -114,9 +115,22 @@ list LIST_SPREAD times (a dense step's V children a beam): elsewhere a
 full read costs about as little, and each list adds to the step's
 program (`step.listed_selection`)."""
 
+LIST_TIES = 8
+"""`select_listed` lists by `top_k`, not `top_prefix`, when some row's
+valid samples hold more than 1 / LIST_TIES as many equal pairs (in sorted
+order) as samples: a zeros model's dense step, every child of a beam tied,
+would overflow the threshold's prefix, and XLA's TopK is fast on ties
+(the top 560 of a tied (3, 143,360): 0.32-0.37 ms)."""
+
 LIST_SAMPLES = 256
 """Candidates per row whose liveness estimates the live fraction (evenly
 spaced over the row's flat candidates; the valid ones count)."""
+
+
+def list_capacity(R: int) -> int:
+    """`top_prefix`'s capacity for a list of R: 7/4 R in multiples of 128
+    (1,024 for 560: 400-580 entries found at the JAX door's step 1)."""
+    return -(-R * 7 // 4 // 128) * 128
 
 
 def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
@@ -139,6 +153,10 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
     live ones in every row (none: the fallback at once); its candidates'
     liveness is read, and the fallback runs (`lax.cond`: one program, the
     branch taken runs) when some row's list holds fewer than beam_size.
+    On rows `top_prefix` fits, a list of R is `top_prefix`'s (capacity
+    `list_capacity(R)`: a prefix of the order in index order, about R
+    entries, unranked) and its beam_size best live are taken by a top-k;
+    unless the sample ties (`LIST_TIES`): then the R best by `top_k`.
 
     Exact: the list is the first R candidates in the selection's order
     (score desc, parent asc, slot asc: `lax.top_k` keeps lower flat
@@ -147,7 +165,10 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
     path's winners are the first beam_size live valid candidates in that
     order; any outside the list comes after every listed one, so when the
     list holds beam_size of them they are the answer, in list order (and
-    every place is real: M' * K > R >= beam_size)."""
+    every place is real: M' * K > R >= beam_size). A threshold's prefix
+    decides only when whole (a prefix of that order) and holding
+    beam_size live valid ones; in index order, its top-k ranks it in the
+    selection's order (ties to the lower flat index)."""
     B, M, K = scores.shape
     N = M * K
     sizes = tuple(f * beam_size for f in LIST_FACTORS if f * beam_size < N) \
@@ -158,13 +179,24 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
     S = min(N, LIST_SAMPLES)
     sample = np.arange(S, dtype=np.int64) * N // S
     at_sample = jnp.broadcast_to(jnp.asarray(sample.astype(np.int32)), (B, S))
-    valid = take_last(flat_scores, at_sample) > SENTINEL_SCORE
+    sampled = take_last(flat_scores, at_sample)
+    valid = sampled > SENTINEL_SCORE
     live = valid & live_at(lax.div(at_sample, jnp.int32(K)), lax.rem(at_sample, jnp.int32(K)))
     valid_n = jnp.sum(valid, axis=-1).astype(jnp.float32)
     live_n = jnp.sum(live, axis=-1).astype(jnp.float32)
     # Which list: the first whose expected live count is enough in every row.
     enough = [jnp.all(live_n * R >= LIST_MARGIN * beam_size * valid_n) for R in sizes]
     choice = sum(jnp.logical_not(e).astype(jnp.int32) for e in enough)
+    by_threshold = top_prefix_fits(N)
+    if by_threshold:
+        # Lists by a threshold, unless the sample shows many ties (a zeros
+        # model: the threshold's entries would overflow; `top_k` is fast there).
+        # (an integer sort of the sample's bits, 0.02 ms; pairwise equality took 0.07)
+        invalid = lax.bitcast_convert_type(jnp.float32(SENTINEL_SCORE), jnp.int32)
+        bits = jnp.sort(lax.bitcast_convert_type(sampled, jnp.int32), axis=-1)
+        tied = (bits[:, 1:] == bits[:, :-1]) & (bits[:, 1:] != invalid)
+        many_tied = jnp.any(jnp.sum(tied, axis=-1) * LIST_TIES > valid_n)
+        choice = jnp.where(many_tied | (choice == len(sizes)), choice, choice + len(sizes) + 1)
 
     def listed(R):
         # The list of R read alone (no padding to the longest to read).
@@ -177,13 +209,28 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
         at = lambda x: take_last(x, pos)  # noqa: E731
         return at(top), at(parent), at(col), jnp.all(found)
 
+    def listed_by_threshold(R):
+        # A prefix of the selection's order (about 0.7-1 x R entries), in index order.
+        at, real, whole = top_prefix(flat_scores, list_capacity(R))
+        top = take_last(flat_scores, at)
+        parent = lax.div(at, jnp.int32(K))
+        col = lax.rem(at, jnp.int32(K))
+        ok = real & (top > SENTINEL_SCORE) & live_at(parent, col)
+        # Its first beam_size live entries in order (float keys: XLA's fast TopK).
+        top, pos = lax.top_k(jnp.where(ok, top, SENTINEL_SCORE), beam_size)
+        at = lambda x: take_last(x, pos)  # noqa: E731
+        found = whole & (jnp.sum(ok, axis=-1, dtype=jnp.int32) >= beam_size)
+        return top, at(parent), at(col), jnp.all(found)
+
     def unlisted():
         none = jnp.zeros((B, beam_size), jnp.int32)
         return (jnp.full((B, beam_size), SENTINEL_SCORE, jnp.float32), none, none,
                 jnp.zeros((), bool))
 
-    *picked, decided = lax.switch(choice, [functools.partial(listed, R) for R in sizes]
-                                  + [unlisted])
+    branches = [functools.partial(listed, R) for R in sizes] + [unlisted]
+    if by_threshold:
+        branches += [functools.partial(listed_by_threshold, R) for R in sizes]
+    *picked, decided = lax.switch(choice, branches)
     picked = lax.cond(decided, lambda: tuple(picked), fallback)
     return Selection(*picked, jnp.ones((B, beam_size), bool)), decided  # (every place real)
 
