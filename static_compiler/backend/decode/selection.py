@@ -196,30 +196,36 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
         bits = jnp.sort(lax.bitcast_convert_type(sampled, jnp.int32), axis=-1)
         tied = (bits[:, 1:] == bits[:, :-1]) & (bits[:, 1:] != invalid)
         many_tied = jnp.any(jnp.sum(tied, axis=-1) * LIST_TIES > valid_n)
-        choice = jnp.where(many_tied | (choice == len(sizes)), choice, choice + len(sizes) + 1)
 
-    def listed(R):
-        # The list of R read alone (no padding to the longest to read).
-        top, flat = top_k(flat_scores, R)
-        parent = lax.div(flat, jnp.int32(K))  # flat >= 0: no sign fix-up
-        col = lax.rem(flat, jnp.int32(K))
-        ok = (top > SENTINEL_SCORE) & live_at(parent, col)
-        # The first beam_size live entries, in list order (when there are that many).
-        pos, found = first_true(ok, beam_size)
-        at = lambda x: take_last(x, pos)  # noqa: E731
-        return at(top), at(parent), at(col), jnp.all(found)
+    def best(R: int, capacity: int):
+        # The R best by `top_k`, in the selection's order; the rest unreal.
+        _, at = top_k(flat_scores, R)
+        return (jnp.pad(at, ((0, 0), (0, capacity - R))),
+                jnp.broadcast_to(lax.iota(jnp.int32, capacity) < R, (B, capacity)),
+                jnp.ones((B,), bool))
 
-    def listed_by_threshold(R):
-        # A prefix of the selection's order (about 0.7-1 x R entries), in index order.
-        at, real, whole = top_prefix(flat_scores, list_capacity(R))
+    def listed(R: int):
+        if by_threshold:
+            # A prefix of the selection's order: the threshold's (in index order,
+            # about 0.7-1 x R entries), or where the sample ties the R best.
+            C = list_capacity(R)
+            at, real, whole = lax.cond(many_tied, functools.partial(best, R, C),
+                                       lambda: top_prefix(flat_scores, C))
+        else:
+            at, real, whole = best(R, R)  # (read alone: no padding to the longest to read)
         top = take_last(flat_scores, at)
-        parent = lax.div(at, jnp.int32(K))
+        parent = lax.div(at, jnp.int32(K))  # at >= 0: no sign fix-up
         col = lax.rem(at, jnp.int32(K))
         ok = real & (top > SENTINEL_SCORE) & live_at(parent, col)
-        # Its first beam_size live entries in order (float keys: XLA's fast TopK).
-        top, pos = lax.top_k(jnp.where(ok, top, SENTINEL_SCORE), beam_size)
+        if by_threshold:
+            # Its first beam_size live entries in order (float keys: XLA's fast TopK).
+            top, pos = lax.top_k(jnp.where(ok, top, SENTINEL_SCORE), beam_size)
+            found = whole & (jnp.sum(ok, axis=-1, dtype=jnp.int32) >= beam_size)
+        else:
+            # The first beam_size live entries, in list order (when there are that many).
+            pos, found = first_true(ok, beam_size)
+            top = take_last(top, pos)
         at = lambda x: take_last(x, pos)  # noqa: E731
-        found = whole & (jnp.sum(ok, axis=-1, dtype=jnp.int32) >= beam_size)
         return top, at(parent), at(col), jnp.all(found)
 
     def unlisted():
@@ -227,10 +233,8 @@ def select_listed(scores, beam_size: int, live_at: Callable, fallback: Callable,
         return (jnp.full((B, beam_size), SENTINEL_SCORE, jnp.float32), none, none,
                 jnp.zeros((), bool))
 
-    branches = [functools.partial(listed, R) for R in sizes] + [unlisted]
-    if by_threshold:
-        branches += [functools.partial(listed_by_threshold, R) for R in sizes]
-    *picked, decided = lax.switch(choice, branches)
+    *picked, decided = lax.switch(choice, [functools.partial(listed, R) for R in sizes]
+                                  + [unlisted])
     picked = lax.cond(decided, lambda: tuple(picked), fallback)
     return Selection(*picked, jnp.ones((B, beam_size), bool)), decided  # (every place real)
 
