@@ -114,15 +114,37 @@ _NEGATIVE_NAN = np.array([0xFFC00001], np.uint32).view(np.float32)[0]
 
 
 @contextlib.contextmanager
-def _grouped_from_64():
-    """`top_k`'s grouped path from rows of 64 entries (read when tracing):
-    small rows exercise it."""
-    with mock.patch.object(selection_kernels, "TOP_K_GROUPED_FROM", 64):
+def _bound(name: str, value: int):
+    """A `selection_kernels` bound read when tracing (TOP_K_GROUPED_FROM,
+    TOP_PREFIX_FROM) set to `value` (small rows exercise the paths past
+    it), programs traced afresh and dropped after."""
+    with mock.patch.object(selection_kernels, name, value):
         jax.clear_caches()
         try:
             yield
         finally:
             jax.clear_caches()
+
+
+def _grouped_from_64():
+    """`top_k`'s grouped path from rows of 64 entries."""
+    return _bound("TOP_K_GROUPED_FROM", 64)
+
+
+def _rows(rng, kind: str, n: int) -> np.ndarray:
+    """float32 (3, n) rows of a kind: normal, ties (a few integers),
+    sparse ties (groups of unequal maxima sharing tied entries), specials
+    (NaN, -NaN, signed zeros, infinities, subnormals)."""
+    if kind == "normal":
+        return rng.standard_normal((3, n)).astype(np.float32)
+    if kind == "ties":
+        return rng.integers(-2, 3, (3, n)).astype(np.float32)
+    if kind == "sparse ties":
+        x = rng.integers(0, 2, (3, n)).astype(np.float32)
+        x[rng.random((3, n)) < 0.02] += rng.integers(1, 4)
+        return x
+    assert kind == "specials", kind
+    return rng.choice(np.append(_SPECIALS, _NEGATIVE_NAN), (3, n))
 
 
 @settings(max_examples=examples(16), deadline=None)
@@ -132,15 +154,7 @@ def test_top_k_equals_the_total_order_on_random_rows(groups, seed, kind):
     rng = np.random.default_rng(seed)
     n = groups * selection_kernels.TOP_K_GROUP
     k = int(rng.integers(1, max(2, n // (selection_kernels.TOP_K_SHARE * selection_kernels.TOP_K_GROUP)) + 1))
-    if kind == "normal":
-        x = rng.standard_normal((3, n)).astype(np.float32)
-    elif kind == "ties":
-        x = rng.integers(-2, 3, (3, n)).astype(np.float32)
-    elif kind == "sparse ties":  # (groups of unequal maxima sharing tied entries)
-        x = rng.integers(0, 2, (3, n)).astype(np.float32)
-        x[rng.random((3, n)) < 0.02] += rng.integers(1, 4)
-    else:
-        x = rng.choice(np.append(_SPECIALS, _NEGATIVE_NAN), (3, n))
+    x = _rows(rng, kind, n)
     with _grouped_from_64():
         _check_top_k(x, k, grouped=selection_kernels.top_k_groups(n, k))
 
@@ -227,35 +241,17 @@ def _check_top_prefix(x: np.ndarray, capacity: int) -> np.ndarray:
     return whole
 
 
-@contextlib.contextmanager
-def _prefix_from_16():
-    """`top_prefix` on rows from 16 entries (read when tracing)."""
-    with mock.patch.object(selection_kernels, "TOP_PREFIX_FROM", 16):
-        jax.clear_caches()
-        try:
-            yield
-        finally:
-            jax.clear_caches()
-
-
 @settings(max_examples=examples(16), deadline=None)
 @given(st.integers(1, 300), st.integers(0, 2**31 - 1), st.sampled_from([128, 256]),
        st.sampled_from(["normal", "ties", "sparse ties", "specials", "clustered"]))
 def test_top_prefix_is_a_prefix_of_the_total_order(groups, seed, capacity, kind):
     rng = np.random.default_rng(seed)
     n = groups * selection_kernels.TOP_K_GROUP
-    if kind == "normal":
-        x = rng.standard_normal((3, n)).astype(np.float32)
-    elif kind == "ties":
-        x = rng.integers(-2, 3, (3, n)).astype(np.float32)
-    elif kind == "sparse ties":
-        x = rng.integers(0, 2, (3, n)).astype(np.float32)
-        x[rng.random((3, n)) < 0.02] += rng.integers(1, 4)
-    elif kind == "specials":
-        x = rng.choice(np.append(_SPECIALS, _NEGATIVE_NAN), (3, n))
-    else:  # the best entries in a few runs (a beam search's best beams)
+    if kind == "clustered":  # the best entries in a few runs (a beam search's best beams)
         x = (rng.standard_normal((3, n)) - 8 * (np.arange(n) // 64 % 5 != 0)).astype(np.float32)
-    with _prefix_from_16():
+    else:
+        x = _rows(rng, kind, n)
+    with _bound("TOP_PREFIX_FROM", 16):
         _check_top_prefix(x, capacity)
 
 
