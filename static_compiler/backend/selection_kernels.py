@@ -108,13 +108,9 @@ def top_k(x, k: int):
 def _grouped_top_k(x, k: int, g: int):
     """`top_k` by the maxima of groups of g entries (n a multiple of g)."""
     lead, n = x.shape[:-1], x.shape[-1]
-    bits = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32)
-    # The float total order as int32 (negatives' magnitude bits flipped).
-    key = bits ^ (lax.shift_right_arithmetic(bits, 31) & jnp.int32(0x7FFFFFFF))
-    best = jnp.max(key.reshape(lead + (n // g, g)), axis=-1)
+    best = jnp.max(_total_order_key(x).reshape(lead + (n // g, g)), axis=-1)
     # Back to float32 (the map is its own inverse): each group's largest entry.
-    group_best = lax.bitcast_convert_type(
-        best ^ (lax.shift_right_arithmetic(best, 31) & jnp.int32(0x7FFFFFFF)), jnp.float32)
+    group_best = lax.bitcast_convert_type(_flip_negatives(best), jnp.float32)
     _, groups = lax.top_k(group_best, k)
     groups = jnp.sort(groups, axis=-1)
     idx = (groups[..., :, None] * g + lax.iota(jnp.int32, g)).reshape(lead + (k * g,))
@@ -218,7 +214,12 @@ def _total_order_key(x):
     """int32 x.shape: float32 x's total order (`lax.top_k`'s: NaN first, +0
     above -0) as signed integers (negatives' magnitude bits flipped; the
     map is its own inverse)."""
-    bits = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32)
+    return _flip_negatives(lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32))
+
+
+def _flip_negatives(bits):
+    """int32 bits with a negative's magnitude bits flipped: a float32's bits
+    to its total-order key and back."""
     return bits ^ (lax.shift_right_arithmetic(bits, 31) & jnp.int32(0x7FFFFFFF))
 
 
