@@ -223,11 +223,45 @@ def test_ranges_and_rank_bits_are_placed_once():
     compiled.allowed_tokens(state, 0, subset=ranked)
     puts = ranked.placements.puts, view.placements.puts
     compiled.allowed_tokens(state, 1, subset=ranked)
-    assert (ranked.placements.puts, view.placements.puts) == puts == (1, 1)
+    # the rank bits and the last mask's holder (`ranked_arrays._LastMask`); the ranges
+    assert (ranked.placements.puts, view.placements.puts) == puts == (2, 1)
+    assert ("jax-ranked", None) in ranked.placements
     ranges = ranked_lib.set_ranges(view).arrays
     assert ranges.at.dtype == jnp.int32 and ranges.counts.dtype == jnp.int32
     assert all(r is None or (r[1] if isinstance(r, tuple) else r).dtype == jnp.int32
                for r in ranges.rows)
+
+
+def test_a_step_asking_again_gets_the_last_mask_and_a_new_index_is_checked_again():
+    """`ranked_mask` keeps the last mask made for concrete rows: the same
+    index values (a Python-stepped search's every step) give the same
+    mask, checked once; other values, the same array changed in place, or
+    another set make and check a new one."""
+    rows, compiled = sorted_set()
+    n = rows.shape[0]
+    stacked = compiled.ranked_subset(np.stack([np.arange(n) % k == 0 for k in (2, 3)]))
+    index = np.array([0, 1, 1, 0], np.int32)
+    first = compiled._live(stacked, index, 4, "mask")
+    assert compiled._live(stacked, index.copy(), 4, "mask") is first
+    assert compiled._live(stacked, [0, 1, 1, 0], 4, "mask") is not first  # (int64: another key)
+    index[1] = 0  # (changed in place: its values are the key, not the array)
+    again = compiled._live(stacked, index, 4, "mask")
+    assert again is not first and np.array_equal(again.rows, [0, 0, 1, 0])
+    assert again.rows.dtype == np.int32
+    index[2] = 2
+    with pytest.raises(DecodeInputError, match=r"subset_index\[2\] = 2: expected a subset in"):
+        compiled._live(stacked, index, 4, "mask")
+    with pytest.raises(DecodeInputError, match=r"subset_index has shape \(3,\)"):
+        compiled._live(stacked, index[:3], 4, "mask")  # (the same values cut: the batch checked)
+    assert compiled._live(stacked, np.array([0, 0, 1, 0]), 4, "mask").rows.tolist() == \
+        [0, 0, 1, 0]
+    later = compiled.update(remove=np.arange(n) == 3)  # another version: its fingerprint
+    with pytest.raises(DecodeInputError, match="mask: the ranked subset was made from another"):
+        later._live(stacked, np.array([0, 0, 1, 0]), 4, "mask")
+    state, zeros = compiled.init_processor(4), np.zeros((4, 12), np.float32)
+    want = compiled.mask(zeros, state, 0, subset=stacked, subset_index=np.array([0, 0, 1, 0]))
+    _same(compiled.mask(zeros, state, 0, subset=stacked, subset_index=[0, 0, 1, 0]), want,
+          "the last mask's answer")
 
 
 def test_after_warm_a_new_ranked_subset_compiles_nothing():
