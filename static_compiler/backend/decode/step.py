@@ -372,8 +372,11 @@ def beam_step_switch(plan: Plan, tables, state: BeamState, logits, step,
     caps = check_tokens_per_beam(tokens_per_beam, plan.max_length)
     M = state.node.shape[1]
     width = M if beam_size is None else beam_size
-    runs = step_segments(plan, caps, (None,) * plan.max_length, width, tables,
-                         first_alone_for(subset))
+    # step 0 a run of its own with any subset: in a run with the steps after it, it read
+    # its candidates through the run's tables and cost a dense step (1e7: 1.5-1.75 ms
+    # a call alone against 0.90-0.92); no model is compiled here, so the run costs one
+    # more branch's compile only (`search._segments` keeps it merged: a model per run)
+    runs = step_segments(plan, caps, (None,) * plan.max_length, width, tables, first_alone=True)
     in_range = step_in_range(plan, step)
     step = jnp.clip(jnp.asarray(step, jnp.int32), 0, plan.max_length - 1)
     starts = jnp.asarray([run[0] for run in runs[1:]], jnp.int32)
@@ -416,10 +419,14 @@ def step_segments(plan: Plan, caps: tuple, live: tuple, beam_size,
     * they have the same live-beam bound and candidate widths within
       `MAX_PADDING` of each other (their own kernels, under a lax.switch).
 
-    first_alone: step 0 a run of its own (`first_alone_for`: over a ranked
-    subset step 0 reads one bit a candidate and the steps after it select
-    from a list, `listed_selection`; in one run both selections would be
-    compiled into the program and switched between at every step).
+    first_alone: step 0 a run of its own: always in a stepped `beam_step`
+    (`beam_step_switch`: depth 0 holds one state, and alone the step reads
+    its own small tables, not the run's), and in a search over a ranked
+    subset (`first_alone_for`: step 0 reads one bit a candidate and the
+    steps after it select from a list, `listed_selection`; in one run both
+    selections would be compiled into the program and switched between at
+    every step). A search keeps step 0 in its run otherwise: a run compiles
+    the model once more.
     """
     factor, extra = MAX_PADDING
     beams = (beam_size,) * (plan.max_length + 1) if is_int(beam_size) else tuple(beam_size)
@@ -447,8 +454,8 @@ def step_segments(plan: Plan, caps: tuple, live: tuple, beam_size,
 
 
 def first_alone_for(subset) -> bool:
-    """`step_segments`' first_alone for a search or step over `subset`: a
-    ranked subset's (`ranked.RankedMask`)."""
+    """`step_segments`' first_alone for a search over `subset`: a ranked
+    subset's (`ranked.RankedMask`; a stepped `beam_step` has it always)."""
     return is_ranked(subset)
 
 
